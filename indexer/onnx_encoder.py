@@ -1,0 +1,174 @@
+"""The exported sentence encoder at run time: `tokenizers` + ONNX Runtime, no torch.
+
+A model folder (written by `encoder export`) holds `encoder.onnx`, `tokenizer.json` and `encoder.json`
+(`EncoderMeta`). The ONNX graph takes `input_ids` and `attention_mask` (int64, dynamic batch and sequence)
+and returns `sentence_embedding`: the pooled, L2-normalised vector.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel
+
+log = logging.getLogger(__name__)
+
+ENCODER_META = "encoder.json"
+ENCODER_ONNX = "encoder.onnx"
+TOKENIZER_FILE = "tokenizer.json"
+
+
+class EncoderMeta(BaseModel):
+    """What `encoder.json` records about an exported model."""
+
+    pooling: Literal["cls", "mean"]
+    dim: int
+    max_length: int
+    source: str
+    onnx_sha256: str
+    exported_at: datetime
+    opset: int | None = None
+    parity_min_cosine: float | None = None
+    quantization: str | None = None
+
+
+class EncoderLoadError(RuntimeError):
+    """A model folder is missing files or is inconsistent."""
+
+
+@dataclass(frozen=True)
+class Batch:
+    input_ids: np.ndarray
+    attention_mask: np.ndarray
+    truncated: list[bool]
+
+
+def default_threads() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+class OnnxEncoder:
+    """Encodes texts to L2-normalised float32 vectors with an exported ONNX model."""
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        *,
+        threads: int | None = None,
+        providers: Sequence[str] | None = None,
+        verify_sha256: bool = False,
+    ) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        self.model_dir = Path(model_dir)
+        meta_path = self.model_dir / ENCODER_META
+        onnx_path = self.model_dir / ENCODER_ONNX
+        tok_path = self.model_dir / TOKENIZER_FILE
+        for p in (meta_path, onnx_path, tok_path):
+            if not p.is_file():
+                raise EncoderLoadError(
+                    f"{p} is missing: {self.model_dir} is not an exported Strata encoder "
+                    "(create one with `encoder export`)"
+                )
+        try:
+            self.meta = EncoderMeta.model_validate_json(meta_path.read_text())
+        except ValueError as exc:
+            raise EncoderLoadError(f"{meta_path} is not a valid encoder.json: {exc}") from exc
+        if verify_sha256:
+            from indexer.atomic import sha256_file
+
+            actual = sha256_file(onnx_path)
+            if actual != self.meta.onnx_sha256:
+                raise EncoderLoadError(
+                    f"{onnx_path} sha256 {actual[:12]}… does not match encoder.json ({self.meta.onnx_sha256[:12]}…)"
+                )
+
+        self.tokenizer = Tokenizer.from_file(str(tok_path))
+        self.tokenizer.enable_truncation(max_length=self.meta.max_length)
+        self.tokenizer.no_padding()  # we pad per batch ourselves, to the batch's longest
+        pad = self.tokenizer.token_to_id("[PAD]")
+        self.pad_id = 0 if pad is None else pad
+
+        self.threads = threads or default_threads()
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = self.threads
+        opts.inter_op_num_threads = 1
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        available = ort.get_available_providers()
+        if providers is None:
+            providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
+        try:
+            self.session = ort.InferenceSession(str(onnx_path), sess_options=opts, providers=list(providers))
+        except Exception as exc:  # onnxruntime raises its own untyped errors for corrupt graphs
+            raise EncoderLoadError(f"ONNX Runtime could not load {onnx_path}: {exc}") from exc
+        self.providers = self.session.get_providers()
+        out = self.session.get_outputs()[0]
+        if out.shape[-1] not in (self.meta.dim, None) and isinstance(out.shape[-1], int):
+            raise EncoderLoadError(f"{onnx_path} outputs dim {out.shape[-1]} but encoder.json says {self.meta.dim}")
+        log.info("loaded encoder %s (pooling=%s, dim=%d, providers=%s, threads=%d)",
+                 self.model_dir, self.meta.pooling, self.meta.dim, self.providers, self.threads)
+
+    @property
+    def dim(self) -> int:
+        return self.meta.dim
+
+    def tokenize(self, texts: Sequence[str]) -> Batch:
+        """Tokenise and pad to the longest text of this batch (not to max_length)."""
+        encs = self.tokenizer.encode_batch(list(texts))
+        longest = max((len(e.ids) for e in encs), default=1)
+        ids = np.full((len(encs), longest), self.pad_id, dtype=np.int64)
+        mask = np.zeros((len(encs), longest), dtype=np.int64)
+        for i, e in enumerate(encs):
+            n = len(e.ids)
+            ids[i, :n] = e.ids
+            mask[i, :n] = 1
+        return Batch(ids, mask, [bool(e.overflowing) for e in encs])
+
+    def _run(self, batch: Batch) -> np.ndarray:
+        out = self.session.run(None, {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask})[0]
+        return np.ascontiguousarray(out, dtype=np.float32)
+
+    def encode_with_flags(self, texts: Sequence[str], batch_size: int = 64) -> tuple[np.ndarray, list[bool]]:
+        """Vectors (n, dim) and, per text, whether it was truncated to max_length tokens."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32), []
+        vecs = np.empty((len(texts), self.dim), dtype=np.float32)
+        flags = [False] * len(texts)
+        for start in range(0, len(texts), batch_size):
+            chunk = texts[start : start + batch_size]
+            batch = self.tokenize(chunk)
+            vecs[start : start + len(chunk)] = self._run(batch)
+            flags[start : start + len(chunk)] = batch.truncated
+        return vecs, flags
+
+    def encode(
+        self, texts: Sequence[str], batch_size: int = 64, *, progress: bool = False, desc: str = "encoding"
+    ) -> np.ndarray:
+        """Encode many texts. Texts are sorted by length so each batch pads little; output keeps input order."""
+        n = len(texts)
+        vecs = np.empty((n, self.dim), dtype=np.float32)
+        if n == 0:
+            return vecs
+        # Character length is a cheap, good proxy for token length when ordering.
+        order = np.argsort([len(t) for t in texts], kind="stable")
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=n, desc=desc, unit="text", mininterval=1.0, dynamic_ncols=True)
+        for start in range(0, n, batch_size):
+            idx = order[start : start + batch_size]
+            vecs[idx] = self._run(self.tokenize([texts[i] for i in idx]))
+            if bar is not None:
+                bar.update(len(idx))
+        if bar is not None:
+            bar.close()
+        return vecs

@@ -1,0 +1,152 @@
+"""ONNX exporter: a Hugging Face encoder checkpoint → a serving folder whose graph outputs the pooled,
+L2-normalised sentence vector. Pooler weights of a Strata checkpoint are never exported: the serving vector
+is the last-layer [CLS] (`cls`) or the masked mean (`mean`, for checkpoints trained that way)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from torch import nn
+
+from indexer.atomic import atomic_dir, sha256_file, write_json_atomic
+from indexer.onnx_encoder import ENCODER_META, ENCODER_ONNX, EncoderMeta, OnnxEncoder
+from models.checkpoint import CheckpointError, default_max_length, encoder_folder
+
+log = logging.getLogger(__name__)
+
+Pooling = Literal["cls", "mean"]
+OPSET = 18
+MIN_COSINE = 0.9999
+
+# Varied lengths on purpose: padding inside a batch is where exported graphs go wrong.
+PARITY_SENTENCES = [
+    "hi",
+    "How do I learn Python quickly?",
+    "What is the best way to invest ten thousand dollars in India right now, given the inflation rate?",
+    "A man is playing a guitar.",
+    " ".join(["Why is the sky blue and the sea green and the grass so much greener elsewhere?"] * 40),
+    "Quelle est la capitale de la France ?",
+    "12345 67890 !!! ??? ...",
+]
+
+
+class ParityError(RuntimeError):
+    """The exported graph does not reproduce the torch model closely enough."""
+
+
+class PooledEncoder(nn.Module):
+    """The serving graph: transformer → pooling → L2 normalisation."""
+
+    def __init__(self, model: nn.Module, pooling: Pooling) -> None:
+        super().__init__()
+        self.model = model
+        self.pooling = pooling
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        if self.pooling == "cls":
+            pooled = hidden[:, 0]
+        else:
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+        return nn.functional.normalize(pooled, p=2.0, dim=-1)
+
+
+def _torch_vectors(wrapper: PooledEncoder, tokenizer, texts: list[str], max_length: int) -> np.ndarray:
+    batch = tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+    with torch.inference_mode():
+        return wrapper(batch["input_ids"], batch["attention_mask"]).numpy()
+
+
+def check_parity(wrapper: PooledEncoder, tokenizer, folder: Path, max_length: int) -> float:
+    """Minimum cosine between torch and the exported folder (its own tokenizer.json and ONNX session), at
+    batch 1 for every sample sentence and at batch N for all of them padded together."""
+    runtime = OnnxEncoder(folder, threads=min(2, os.cpu_count() or 1), providers=["CPUExecutionProvider"])
+    worst = 1.0
+    batches = [[s] for s in PARITY_SENTENCES] + [PARITY_SENTENCES]
+    for texts in batches:
+        ref = _torch_vectors(wrapper, tokenizer, texts, max_length)
+        got, _ = runtime.encode_with_flags(texts, batch_size=len(texts))
+        worst = min(worst, float(np.min(np.sum(ref * got, axis=1))))
+    return worst
+
+
+def export_encoder(
+    checkpoint: str | Path,
+    out_dir: str | Path,
+    *,
+    pooling: Pooling = "cls",
+    max_length: int | None = None,
+    min_cosine: float = MIN_COSINE,
+    force: bool = False,
+    source: str | None = None,
+) -> EncoderMeta:
+    """Export `checkpoint` to `out_dir` atomically; refuse (writing nothing) if parity is below `min_cosine`."""
+    from transformers import AutoModel, AutoTokenizer
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    folder = encoder_folder(checkpoint)
+    max_length = max_length or default_max_length(folder)
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not force:
+        raise FileExistsError(f"{out_dir} already exists (pass --force to replace it)")
+
+    log.info("loading %s", folder)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        model = AutoModel.from_pretrained(folder, local_files_only=True).eval().to("cpu")
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"cannot load a Hugging Face model from {folder}: {exc}") from exc
+    if not tokenizer.is_fast:
+        raise CheckpointError(f"{folder} has no fast tokenizer (tokenizer.json); the serving side needs one")
+    wrapper = PooledEncoder(model, pooling).eval()
+    dim = int(model.config.hidden_size)
+
+    with atomic_dir(out_dir, overwrite=force) as tmp:
+        sample = tokenizer(PARITY_SENTENCES[:2], padding=True, return_tensors="pt")
+        args = (sample["input_ids"], sample["attention_mask"])
+        batch_dim, seq_dim = torch.export.Dim("batch"), torch.export.Dim("sequence")
+        log.info("exporting to ONNX (opset %d, pooling=%s)", OPSET, pooling)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                wrapper,
+                args,
+                str(tmp / ENCODER_ONNX),
+                input_names=["input_ids", "attention_mask"],
+                output_names=["sentence_embedding"],
+                dynamic_shapes={"input_ids": {0: batch_dim, 1: seq_dim},
+                                "attention_mask": {0: batch_dim, 1: seq_dim}},
+                opset_version=OPSET,
+                dynamo=True,
+                external_data=False,
+                verbose=False,
+            )
+        tokenizer.save_pretrained(tmp)
+        meta = EncoderMeta(
+            pooling=pooling,
+            dim=dim,
+            max_length=max_length,
+            source=source or str(Path(checkpoint).resolve()),
+            onnx_sha256=sha256_file(tmp / ENCODER_ONNX),
+            exported_at=datetime.now(timezone.utc),
+            opset=OPSET,
+        )
+        write_json_atomic(tmp / ENCODER_META, meta.model_dump(mode="json"))
+        worst = check_parity(wrapper, tokenizer, tmp, max_length)
+        log.info("parity torch vs ONNX: min cosine %.6f (threshold %.4f)", worst, min_cosine)
+        if not worst >= min_cosine:
+            raise ParityError(
+                f"refusing to write {out_dir}: ONNX output differs from torch (min cosine {worst:.6f} < "
+                f"{min_cosine}) on the sample sentences at batch 1 and batch {len(PARITY_SENTENCES)}"
+            )
+        meta.parity_min_cosine = round(worst, 7)
+        write_json_atomic(tmp / ENCODER_META, meta.model_dump(mode="json"))
+    return meta
