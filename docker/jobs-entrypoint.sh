@@ -8,4 +8,4 @@ if [ ! -f "$MODEL/encoder.json" ]; then
   encoder export --out "$MODEL" --pooling mean
 fi
 exec indexer build --model "$MODEL" --root "${STRATA_INDEX_ROOT:-$STRATA_HOME/indexes/quora}" \
-  --data "${STRATA_QUORA:-$STRATA_HOME/downloads/quora_duplicate_questions.tsv}" ${STRATA_BUILD_ARGS:-}
+  --data "${STRATA_QUORA:-http://qim.fs.quoracdn.net/quora_duplicate_questions.tsv}" ${STRATA_BUILD_ARGS:-}

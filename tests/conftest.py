@@ -85,15 +85,16 @@ class Server:
         return httpx.Client(base_url=self.url, timeout=30)
 
 
-def start_server(tmp: Path, env_overrides: dict[str, str], *, wait_ready: bool = True) -> Server:
+def start_server(tmp: Path, env_overrides: dict[str, str], *, wait_ready: bool = True, args: tuple[str, ...] = (),
+                 timeout: float = 60) -> Server:
     """`python -m service` as a user runs it, on 127.0.0.1 and a free port; waits until it answers."""
     port = free_port()
     env = os.environ | {"STRATA_PORT": str(port), "STRATA_HOST": "127.0.0.1", "STRATA_THREADS": "2"} | env_overrides
     log = tmp / f"server-{port}.log"
-    proc = subprocess.Popen([sys.executable, "-m", "service"], cwd=REPO, env=env, stdout=open(log, "wb"),
+    proc = subprocess.Popen([sys.executable, "-m", "service", *args], cwd=REPO, env=env, stdout=open(log, "wb"),
                             stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode}:\n{log.read_text()}")
@@ -107,7 +108,7 @@ def start_server(tmp: Path, env_overrides: dict[str, str], *, wait_ready: bool =
             pass
         time.sleep(0.2)
     proc.kill()
-    raise RuntimeError(f"server did not start within 60 s:\n{log.read_text()}")
+    raise RuntimeError(f"server did not start within {timeout} s:\n{log.read_text()}")
 
 
 def stop_server(server: Server) -> None:
