@@ -96,3 +96,37 @@ def test_real_file_paper_protocol(quora_file: Path) -> None:
     # rows 7 ("How can I be a good geologist?" / "... a great geologist?") is a duplicate pair
     assert 16 in split.evalset.gold[split.evalset.query_ids.tolist().index(15)]
     assert len(split.corpus.texts) > 9_000
+
+
+def test_downloads_from_a_url_once(tmp_path: Path) -> None:
+    """The loader fetches the TSV from its URL (here a real HTTP server on 127.0.0.1) into the cache."""
+    import functools
+    import http.server
+    import threading
+
+    from indexer.quora import resolve_source
+
+    served = tmp_path / "www"
+    served.mkdir()
+    write(served / "quora_duplicate_questions.tsv", HEADER + "".join(ROWS))
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/quora_duplicate_questions.tsv"
+        path = resolve_source(url, tmp_path / "cache")
+        assert path == tmp_path / "cache" / "quora_duplicate_questions.tsv"
+        assert load_split(path, "paper").evalset.gold == [{2, 5}]
+        (served / "quora_duplicate_questions.tsv").unlink()
+        assert resolve_source(url, tmp_path / "cache") == path  # cached: no second download
+        assert not list((tmp_path / "cache").glob("*.part"))
+    finally:
+        httpd.shutdown()
+
+
+def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    from indexer.quora import resolve_source
+
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        resolve_source(str(tmp_path / "nope.tsv"), tmp_path)
