@@ -115,3 +115,29 @@ def test_build_cli_names_bad_data_line(minilm_mean: Path, tmp_path: Path) -> Non
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert f"{bad}:3: expected 6 tab-separated fields, got 4" in r.stderr
     assert IndexRoot(root).versions() == [] and IndexRoot(root).current_version() is None
+
+
+def test_tune_sweeps_on_the_versions_own_vectors(quora_root: Path) -> None:
+    from indexer.tune import Candidate, pareto, sweep
+
+    version = IndexVersion(IndexRoot(quora_root).current_dir())
+    grid = [Candidate("Flat", [("", 0)]), Candidate("IVF64,Flat", [("nprobe", 1), ("nprobe", 64)]),
+            Candidate("HNSW32,Flat", [("efSearch", 64)])]
+    rows = pareto(list(sweep(version, grid, max_queries=300)))
+    version.close()
+    exact, ivf1, ivf_all, hnsw = rows
+    assert exact.recall_vs_exact == 1.0 and exact.search_param == "exact"
+    assert ivf_all.recall_vs_exact == 1.0 and abs(ivf_all.mrr_at_10 - exact.mrr_at_10) < 1e-9  # probing all lists
+    assert ivf1.recall_vs_exact < 1.0 and ivf1.mrr_at_10 <= exact.mrr_at_10
+    assert hnsw.memory_mb > exact.memory_mb  # the graph costs memory
+    assert any(r.pareto for r in rows)
+    assert not (ivf_all.pareto and ivf_all.ms_per_query > exact.ms_per_query and ivf_all.memory_mb > exact.memory_mb)
+
+
+def test_tune_cli(quora_root: Path, tmp_path: Path) -> None:
+    out = tmp_path / "tune.json"
+    r = subprocess.run([sys.executable, "-m", "indexer.cli", "tune", "--root", str(quora_root), "--queries", "200",
+                        "--out", str(out)], capture_output=True, text=True, check=True)
+    assert "Pareto front" in r.stdout and "IVF" in r.stdout and "HNSW32,Flat" in r.stdout
+    rows = json.loads(out.read_text())["rows"]
+    assert {"factory", "search_param", "mrr_at_10", "recall_vs_exact", "ms_per_query", "memory_mb", "pareto"} <= rows[0].keys()

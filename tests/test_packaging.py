@@ -39,6 +39,7 @@ def test_serving_path_imports_without_torch() -> None:
         ["-m", "indexer.cli", "build", "--help"],
         ["-m", "indexer.cli", "eval", "--help"],
         ["-m", "indexer.cli", "info", "--help"],
+        ["-m", "indexer.cli", "tune", "--help"],
         ["-m", "models.cli", "--help"],
         ["-m", "models.cli", "export", "--help"],
         ["-m", "service", "--help"],
