@@ -44,12 +44,11 @@ class Candidate:
 def default_grid(n_docs: int, dim: int) -> list[Candidate]:
     probes = [1, 2, 4, 5, 8, 16, 32, 64]
     grid: list[Candidate] = [Candidate("Flat", [("", 0)])]
-    for nlist in (256, 512, 1024, 2048, 4096):
-        if n_docs < MIN_POINTS_PER_LIST * nlist:
-            continue
+    nlists = [n for n in (256, 512, 1024, 2048, 4096) if n_docs >= MIN_POINTS_PER_LIST * n]
+    for nlist in nlists or [max(1, n_docs // MIN_POINTS_PER_LIST)]:  # small corpora: the largest trainable
         ps = [("nprobe", p) for p in probes if p <= nlist]
         grid.append(Candidate(f"IVF{nlist},Flat", ps))
-        if nlist == 1024:
+        if nlist == 1024 or len(nlists) == 0:
             grid.append(Candidate(f"IVF{nlist},SQ8", ps))
             if dim % 48 == 0:
                 grid.append(Candidate(f"IVF{nlist},PQ{dim // 8}x8", ps))
@@ -126,7 +125,8 @@ def pareto(rows: list[TuneRow]) -> list[TuneRow]:
 
 
 def format_table(rows: list[TuneRow]) -> str:
-    head = f"{'index':<18} {'search':<12} {'MRR@10':>7} {'R@10 vs exact':>13} {'ms/query':>9} {'MB':>7} {'build s':>8}  front"
+    head = (f"{'index':<18} {'search':<12} {'MRR@10':>7} {'R@10 vs exact':>13} {'ms/query':>9} {'MB':>7} "
+            f"{'build s':>8}  front")
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(f"{r.factory:<18} {r.search_param:<12} {r.mrr_at_10 * 100:>7.2f} {r.recall_vs_exact * 100:>13.2f} "

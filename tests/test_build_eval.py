@@ -140,4 +140,5 @@ def test_tune_cli(quora_root: Path, tmp_path: Path) -> None:
                         "--out", str(out)], capture_output=True, text=True, check=True)
     assert "Pareto front" in r.stdout and "IVF" in r.stdout and "HNSW32,Flat" in r.stdout
     rows = json.loads(out.read_text())["rows"]
-    assert {"factory", "search_param", "mrr_at_10", "recall_vs_exact", "ms_per_query", "memory_mb", "pareto"} <= rows[0].keys()
+    keys = {"factory", "search_param", "mrr_at_10", "recall_vs_exact", "ms_per_query", "memory_mb", "pareto"}
+    assert keys <= rows[0].keys()
