@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from datetime import datetime
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr, model_validator
 
@@ -32,6 +33,7 @@ class EncodeResponse(BaseModel):
     dim: int
     took_ms: float
     truncated: list[bool] = Field(description="per text: cut to the model's max_length tokens")
+    index_version: str = Field(description="the index version whose encoder produced these vectors")
 
 
 class SearchRequest(BaseModel):
@@ -69,6 +71,13 @@ class SearchResponse(BaseModel):
     index_version: str
 
 
+class SwapRefusal(BaseModel):
+    version: str | None
+    kind: str = Field(description="corrupt | mismatch | quality | probe | missing | error")
+    reason: str
+    at: datetime
+
+
 class Ready(BaseModel):
     ready: bool
     index_version: str | None = None
@@ -76,3 +85,15 @@ class Ready(BaseModel):
     model: str | None = None
     pooling: str | None = None
     reason: str | None = None
+    swap_refused: SwapRefusal | None = Field(None, description="the latest swap attempt, when it was refused")
+
+
+class ReloadResponse(BaseModel):
+    outcome: Literal["swapped", "unchanged", "refused"]
+    index_version: str | None = Field(description="the version served after this call")
+    candidate: str | None = Field(description="what `current` pointed to")
+    reason: str | None = None
+
+
+class ErrorBody(BaseModel):
+    detail: str | list[dict[str, Any]]
