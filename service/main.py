@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 access = logging.getLogger("strata.access")
 
 ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
+    400: {"description": "the body is not UTF-8 or not parseable"},
     401: {"description": "missing or invalid API key (only when keys are configured)"},
     413: {"description": "request body over the size cap"},
     429: {"description": "too many requests in flight; see Retry-After"},
@@ -81,10 +83,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   description="Semantic search over an ONNX sentence encoder and a FAISS index.")
     app.state.strata = state
 
-    @app.exception_handler(Exception)
-    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return JSONResponse({"detail": "internal error", "request_id": request_id.get()}, status_code=500)
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # Without the echoed `input`: it may hold what JSON cannot carry back (NaN, 1e400, lone surrogates),
+        # which turned a 422 into a 500 (found by the property-based tests).
+        errors = [{"type": e.get("type"), "loc": list(e.get("loc", ())), "msg": str(e.get("msg"))}
+                  for e in exc.errors()]
+        return JSONResponse({"detail": errors}, status_code=422)
 
     @app.middleware("http")
     async def record(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
@@ -92,7 +97,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         token = request_id.set(rid)
         t0 = time.perf_counter()
         try:
-            response = await call_next(request)
+            try:
+                response = await call_next(request)
+            except Exception:  # answered here so that it is logged with its request id and counted
+                log.exception("unhandled error on %s %s", request.method, request.url.path)
+                response = JSONResponse({"detail": "internal error", "request_id": rid}, status_code=500)
             elapsed = time.perf_counter() - t0
             endpoint, method = _endpoint(request), request.method
             m = state.metrics

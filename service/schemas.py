@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr, WithJsonSchema, model_validator
 
 MAX_TEXTS = 64  # texts per /encode call, queries per /search call
 MAX_TEXT_CHARS = 2000  # longer texts are refused; texts over the model's token limit are truncated and flagged
@@ -17,10 +17,16 @@ def _check_text(value: str) -> str:
         raise ValueError("text must not be empty or whitespace only")
     if len(value) > MAX_TEXT_CHARS:
         raise ValueError(f"text is {len(value)} characters; the limit is {MAX_TEXT_CHARS}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate ("\\ud800" in JSON): the tokenizer cannot take it
+        raise ValueError("text must be valid Unicode (no lone surrogates)") from None
     return value
 
 
-Text = Annotated[StrictStr, AfterValidator(_check_text)]
+# The JSON schema states the checks above, so that clients (and schemathesis) generate what passes them.
+Text = Annotated[StrictStr, AfterValidator(_check_text),
+                 WithJsonSchema({"type": "string", "minLength": 1, "maxLength": MAX_TEXT_CHARS, "pattern": r"\S"})]
 
 
 class EncodeRequest(BaseModel):

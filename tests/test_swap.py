@@ -1,5 +1,5 @@
 """Nightly rebuilds without downtime, on a real server: swaps under load, refused swaps, rollback, `--add`,
-and a build killed midway. Small indexes (400–700 Quora rows) and one exported encoder keep this fast."""
+and a build killed midway. Small indexes (300–450 Quora rows) and one exported encoder keep this fast."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def metric(server: Server, line_start: str) -> float | None:
 @pytest.fixture(scope="module")
 def swap_root(tmp_path_factory: pytest.TempPathFactory, minilm_mean: Path, quora_file: Path) -> Path:
     root = tmp_path_factory.mktemp("swap") / "quora"
-    build_cli(root, minilm_mean, quora_file, 400)
+    build_cli(root, minilm_mean, quora_file, 300)
     return root
 
 
@@ -130,8 +130,8 @@ def test_swap_under_load(swap_server: Server, swap_root: Path, minilm_mean: Path
         t.start()
     built = [v0]
     try:
-        for rows, trigger in ((500, "watch"), (600, "sighup"), (700, "admin")):
-            time.sleep(1.0)
+        for rows, trigger in ((350, "watch"), (400, "sighup"), (450, "admin")):
+            time.sleep(0.5)
             built.append(build_cli(swap_root, minilm_mean, quora_file, rows))
             if trigger == "sighup":
                 os.kill(swap_server.proc.pid, signal.SIGHUP)

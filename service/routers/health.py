@@ -31,7 +31,9 @@ async def ready(state: StateDep) -> Response:
     return JSONResponse(body.model_dump(mode="json", exclude_none=True))
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=Response,
+            responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}},
+                             "description": "Prometheus text format"}})
 async def metrics(state: StateDep) -> Response:
     """Prometheus exposition: latency histograms, request/error counters, index size and MRR@10, swaps."""
     state.metrics.engines_loaded.set(state.holder.alive())
