@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 
 request_id: ContextVar[str | None] = ContextVar("request_id", default=None)
 
-_STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+_STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "color_message"}
 
 
 class JsonFormatter(logging.Formatter):
