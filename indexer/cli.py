@@ -24,12 +24,33 @@ def _known_errors() -> tuple[type[BaseException], ...]:
             FileNotFoundError, PermissionError, ValueError, OSError)
 
 
+def _add(args: argparse.Namespace) -> int:
+    from indexer.add import add_questions
+
+    r = add_questions(args.root, args.add, model_dir=args.model, threads=args.threads, batch_size=args.batch_size,
+                      keep=args.keep, rebuild_after=args.rebuild_after, run_eval=not args.no_eval)
+    m = r.manifest
+    print(f"added {r.added} questions ({r.replaced} replaced, {r.skipped_empty} empty skipped) to "
+          f"{m.parent_version}: version {m.version} in {args.root}, {m.index.ntotal} vectors, quantizer not "
+          f"retrained")
+    if m.eval:
+        print(f"MRR@10 {m.eval.mrr_at_10:.4f} (exact {m.eval.exact_mrr_at_10:.4f}) over {m.eval.n_queries} queries")
+    if r.rebuild_due:
+        print(f"full rebuild due: {r.drift:.0%} of the {m.index.trained_ntotal} vectors the quantizer was trained "
+              f"on were added since (threshold {args.rebuild_after:.0%}); run `indexer build` without --add")
+    else:
+        print(f"no rebuild due yet: {r.drift:.0%} added since training (threshold {args.rebuild_after:.0%})")
+    return 0
+
+
 def _build(args: argparse.Namespace) -> int:
     from indexer.build import BuildConfig, build
 
-    cfg = BuildConfig(model_dir=args.model, data=args.data, root=args.root, protocol=args.protocol,
-                      rows=args.rows, nlist=args.nlist, nprobe=args.nprobe, batch_size=args.batch_size,
-                      threads=args.threads, keep=args.keep, evaluate=not args.no_eval)
+    if args.add is not None:
+        return _add(args)
+    cfg = BuildConfig(model_dir=args.model or default_model_dir(), data=args.data, root=args.root,
+                      protocol=args.protocol, rows=args.rows, nlist=args.nlist, nprobe=args.nprobe,
+                      batch_size=args.batch_size, threads=args.threads, keep=args.keep, evaluate=not args.no_eval)
     m = build(cfg)
     print(f"built version {m.version} in {args.root}: {m.index.ntotal} vectors ({m.index.factory}, nprobe "
           f"{m.index.nprobe}), {m.build_seconds.total_s:.1f}s")
@@ -104,6 +125,24 @@ def _tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rollback(args: argparse.Namespace) -> int:
+    from indexer.layout import IndexRoot, LayoutError
+    from indexer.version import IndexVersion
+
+    root = IndexRoot(args.root)
+    with root.build_lock():  # never race a build's own flip of `current`
+        current = root.current_version()
+        target = args.version or root.previous_version()
+        if target is None:
+            raise LayoutError(f"{root.root} has no version older than {current} to roll back to")
+        if not root.version_dir(target).is_dir():
+            raise LayoutError(f"no version {target} under {root.versions_dir} (see `indexer info`)")
+        IndexVersion(root.version_dir(target)).close()  # refuse a version that would not load
+        root.set_current(target)
+    print(f"current: {current} -> {target} (a running API picks it up: watch, SIGHUP or POST /admin/reload)")
+    return 0
+
+
 def _info(args: argparse.Namespace) -> int:
     from indexer.layout import IndexRoot
     from indexer.manifest import Manifest, ManifestError
@@ -148,8 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Embed a Quora question-pairs TSV with an exported ONNX encoder into a FAISS "
                        "IVF index; write a new version atomically, evaluate it, then switch `current` to it.")
     root_arg(b)
-    b.add_argument("--model", type=Path, default=default_model_dir(),
-                   help="exported encoder folder (default: $STRATA_HOME/models/all-MiniLM-L6-v2-mean)")
+    b.add_argument("--model", type=Path, default=None,
+                   help="exported encoder folder (default: $STRATA_HOME/models/all-MiniLM-L6-v2-mean; with --add: "
+                   "the encoder the current version was built with)")
     b.add_argument("--data", default=default_quora_source(),
                    help="quora_duplicate_questions.tsv[.gz] path or its URL (default: the local copy under "
                    "$STRATA_DATA_DIR if any, else the official URL)")
@@ -162,7 +202,20 @@ def build_parser() -> argparse.ArgumentParser:
     threads_arg(b)
     b.add_argument("--keep", type=int, default=5, help="versions to keep, the current one included")
     b.add_argument("--no-eval", action="store_true", help="skip the MRR@10 evaluation")
+    b.add_argument("--add", type=Path, default=None, metavar="FILE",
+                   help="add the questions of FILE (TSV 'id<TAB>question', or Quora pairs) to the current version "
+                   "as a new version, without retraining the coarse quantizer")
+    b.add_argument("--rebuild-after", type=float, default=0.2, metavar="RATIO",
+                   help="with --add: report a full rebuild as due once more than RATIO x the vectors the "
+                   "quantizer was trained on were added since (default 0.2)")
     b.set_defaults(func=_build)
+
+    r = sub.add_parser("rollback", help="point `current` back at an earlier version",
+                       description="Switch `current` (atomically) to VERSION, or to the newest version older "
+                       "than the current one; the version must load. Keep versions with `build --keep N`.")
+    root_arg(r)
+    r.add_argument("version", nargs="?", default=None, help="version to serve (default: the previous one)")
+    r.set_defaults(func=_rollback)
 
     e = sub.add_parser("eval", help="MRR@10, Recall@10, exact MRR@10, ms/query and memory of a version",
                        description="Evaluate a version on its stored queries; prints the paper's Table 3 row "

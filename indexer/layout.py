@@ -75,6 +75,12 @@ class IndexRoot:
             raise LayoutError(f"{self.root}/current points to {version}, which does not exist")
         return folder
 
+    def previous_version(self) -> str | None:
+        """The newest version older than the current one: what `indexer rollback` goes back to."""
+        current = self.current_version()
+        older = [v for v in self.versions() if current is None or v < current]
+        return older[-1] if older else None
+
     def set_current(self, version: str) -> None:
         """Point `current` at `version` in one atomic rename."""
         if not self.version_dir(version).is_dir():

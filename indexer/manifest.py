@@ -33,6 +33,10 @@ class IndexInfo(BaseModel):
     nlist_requested: int
     nprobe: int
     ntotal: int
+    # `indexer build --add` grows an index without retraining its coarse quantizer; these say how far it has
+    # drifted from what the quantizer was trained on (None: trained on all `ntotal`, the usual full build).
+    trained_ntotal: int | None = None
+    added_since_training: int = 0
 
 
 class DataInfo(BaseModel):
@@ -77,6 +81,7 @@ class Manifest(BaseModel):
     data: DataInfo
     build_seconds: Timings
     eval: EvalFigures | None = None
+    parent_version: str | None = None  # the version an `--add` build extended
 
     @classmethod
     def load(cls, folder: Path) -> Manifest:

@@ -6,8 +6,6 @@ import argparse
 import logging
 import sys
 
-from indexer.console import configure_logging
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m service",
@@ -22,17 +20,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=None, help="demo: index only the first N Quora rows")
     parser.add_argument("--rebuild", action="store_true", help="demo: build a new index even if one exists")
     args = parser.parse_args(argv)
-    configure_logging()
-
     import uvicorn
 
     from service.demo import DemoError, banner, prepare
+    from service.logs import configure
     from service.main import create_app
     from service.settings import Settings
 
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port), ("index_root", args.index_root))
                  if v is not None}
     settings = Settings(**overrides)
+    configure(settings.log_format, settings.log_level)
     if args.command == "demo":
         try:
             prepare(settings, rows=args.rows, rebuild=args.rebuild)
@@ -40,8 +38,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"demo: error: {exc}", file=sys.stderr)
             return 2
     logging.getLogger(__name__).info(banner(settings))
+    # log_config=None: uvicorn's loggers go through our (JSON) root handler; SIGTERM lets in-flight requests
+    # finish for up to shutdown_timeout_s before the lifespan closes the engine.
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level,
-                access_log=False)
+                log_config=None, access_log=False, timeout_graceful_shutdown=settings.shutdown_timeout_s)
     return 0
 
 

@@ -37,7 +37,7 @@ def prepare(settings: Settings, *, rows: int | None = None, rebuild: bool = Fals
     if root.current_version() is None or rebuild:
         log.info("building the Quora index (paper protocol) in %s", root.root)
         build(BuildConfig(model_dir=model_dir, data=default_quora_source(), root=root.root, rows=rows,
-                          threads=settings.threads))
+                          threads=None))  # the build may use every core; serving threads are set apart
     else:
         log.info("serving existing index %s/%s (pass --rebuild to build a new one)", root.root,
                  root.current_version())

@@ -3,32 +3,49 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-from fastapi import Depends, HTTPException, Request
+from fastapi import Depends, Request
 
-from service.engine import SearchEngine
+from service.auth import Authorizer
+from service.holder import EngineHolder
 from service.metrics import Metrics
 from service.settings import Settings
+
+if TYPE_CHECKING:
+    from service.inference import Inference
+    from service.reload import Reloader
 
 
 @dataclass
 class AppState:
     settings: Settings
+    authorizer: Authorizer
     metrics: Metrics = field(default_factory=Metrics)
-    engine: SearchEngine | None = None
-    load_error: str | None = None
+    holder: EngineHolder = field(default_factory=EngineHolder)
+    inference: Inference | None = None  # created in the lifespan (it owns a thread pool)
+    reloader: Reloader | None = None
+
+    @property
+    def load_error(self) -> str | None:
+        r = self.reloader
+        return r.refused.reason if r and r.refused else None
 
 
 def get_state(request: Request) -> AppState:
     return request.app.state.strata
 
 
-def get_engine(state: Annotated[AppState, Depends(get_state)]) -> SearchEngine:
-    if state.engine is None:
-        raise HTTPException(503, detail=f"not ready: {state.load_error or 'loading'}")
-    return state.engine
+def get_inference(state: Annotated[AppState, Depends(get_state)]) -> Inference:
+    assert state.inference is not None  # set before the app accepts requests
+    return state.inference
+
+
+def get_reloader(state: Annotated[AppState, Depends(get_state)]) -> Reloader:
+    assert state.reloader is not None
+    return state.reloader
 
 
 StateDep = Annotated[AppState, Depends(get_state)]
-EngineDep = Annotated[SearchEngine, Depends(get_engine)]
+InferenceDep = Annotated["Inference", Depends(get_inference)]
+ReloaderDep = Annotated["Reloader", Depends(get_reloader)]

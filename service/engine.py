@@ -42,15 +42,30 @@ class SearchEngine:
         self.index = index
 
     @classmethod
+    def open(cls, folder: Path, model_dir: Path | None = None, *, threads: int | None = None,
+             nprobe: int | None = None, reuse: OnnxEncoder | None = None) -> SearchEngine:
+        """Open a version folder with its encoder; `reuse` is kept when it is the very model the index needs."""
+        index = IndexVersion(folder, nprobe=nprobe)
+        try:
+            wanted = Path(model_dir or index.manifest.model.dir)
+            if reuse is not None and reuse.model_dir == wanted and \
+                    reuse.meta.onnx_sha256 == index.manifest.model.onnx_sha256:
+                encoder = reuse
+            else:  # check the ONNX bytes against encoder.json: a half-copied model must not be served
+                encoder = OnnxEncoder(wanted, threads=threads, verify_sha256=True)
+            if threads:
+                faiss.omp_set_num_threads(threads)
+            engine = cls(encoder, index)
+        except BaseException:
+            index.close()
+            raise
+        log.info("opened index %s (%d vectors) with encoder %s", index.version, index.ntotal, encoder.model_dir)
+        return engine
+
+    @classmethod
     def load(cls, index_root: Path, model_dir: Path | None = None, *, threads: int | None = None,
              nprobe: int | None = None) -> SearchEngine:
-        folder = IndexRoot(index_root).current_dir()
-        index = IndexVersion(folder, nprobe=nprobe)
-        encoder = OnnxEncoder(model_dir or Path(index.manifest.model.dir), threads=threads)
-        if threads:
-            faiss.omp_set_num_threads(threads)
-        log.info("serving index %s (%d vectors) with encoder %s", index.version, index.ntotal, encoder.model_dir)
-        return cls(encoder, index)
+        return cls.open(IndexRoot(index_root).current_dir(), model_dir, threads=threads, nprobe=nprobe)
 
     @property
     def version(self) -> str:

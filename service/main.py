@@ -1,42 +1,42 @@
-"""App factory: lifespan loads the engine once; middleware records per-endpoint latency and status."""
+"""App factory: the lifespan loads the engine and starts the index watcher; middleware adds a request id,
+JSON access logs, per-endpoint metrics, CORS and the body cap; one dependency checks API keys."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import signal
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request, Response
+from fastapi import Depends, FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse
 
-from indexer.layout import LayoutError
-from indexer.onnx_encoder import EncoderLoadError
-from indexer.version import IndexLoadError
+from service.auth import Authorizer, authorize
 from service.deps import AppState
-from service.engine import EngineError, SearchEngine
-from service.routers import encode, health, search
+from service.inference import Inference
+from service.limits import BodySizeLimit
+from service.logs import request_id
+from service.reload import Reloader
+from service.routers import admin, encode, health, search
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
+access = logging.getLogger("strata.access")
 
-
-def _load(state: AppState) -> None:
-    s = state.settings
-    try:
-        engine = SearchEngine.load(s.index_root, s.model_dir, threads=s.threads, nprobe=s.nprobe)
-    except (LayoutError, IndexLoadError, EncoderLoadError, EngineError, OSError) as exc:
-        state.load_error = str(exc)
-        state.metrics.ready.set(0)
-        log.error("not ready: %s", exc)
-        return
-    state.engine, state.load_error = engine, None
-    m = state.metrics
-    manifest = engine.index.manifest
-    m.ready.set(1)
-    m.index_size.set(engine.index.ntotal)
-    m.index_mrr.set(manifest.eval.mrr_at_10 if manifest.eval else float("nan"))
-    m.index_info.clear()
-    m.index_info.labels(engine.version, engine.encoder.meta.pooling).set(1)
+ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
+    400: {"description": "the body is not UTF-8 or not parseable"},
+    401: {"description": "missing or invalid API key (only when keys are configured)"},
+    413: {"description": "request body over the size cap"},
+    429: {"description": "too many requests in flight; see Retry-After"},
+    503: {"description": "no index loaded"},
+    504: {"description": "inference timed out"},
+}
 
 
 def _endpoint(request: Request) -> str:
@@ -46,31 +46,85 @@ def _endpoint(request: Request) -> str:
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
-    state = AppState(settings=settings or Settings())
+    settings = settings or Settings()
+    state = AppState(settings=settings, authorizer=Authorizer(settings))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        _load(state)
-        yield
-        if state.engine is not None:
-            state.engine.close()
+        state.inference = Inference(settings, state.holder, state.metrics)
+        state.reloader = reloader = Reloader(settings, state.holder, state.metrics)
+        state.inference.not_ready_reason = lambda: state.load_error or "loading"
+        await reloader.reload("startup")
+        if state.holder.engine is None:
+            state.metrics.ready.set(0)
+            log.error("not ready: %s", state.load_error)
+        loop = asyncio.get_running_loop()
+        tasks: set[asyncio.Task[object]] = set()
 
-    app = FastAPI(title="Strata", version="0.1.0", lifespan=lifespan,
+        def on_sighup() -> None:
+            task = loop.create_task(reloader.reload("sighup"))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # no signals off the main thread
+            loop.add_signal_handler(signal.SIGHUP, on_sighup)
+        watcher = loop.create_task(reloader.watch()) if settings.watch_interval_s > 0 else None
+        yield
+        # uvicorn has stopped accepting and waited for in-flight requests (timeout_graceful_shutdown).
+        if watcher is not None:
+            watcher.cancel()
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.remove_signal_handler(signal.SIGHUP)
+        state.inference.shutdown()
+        state.holder.close()
+
+    app = FastAPI(title="Strata", version="0.1.0", lifespan=lifespan, dependencies=[Depends(authorize)],
+                  responses=ERROR_RESPONSES,
                   description="Semantic search over an ONNX sentence encoder and a FAISS index.")
     app.state.strata = state
 
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # Without the echoed `input`: it may hold what JSON cannot carry back (NaN, 1e400, lone surrogates),
+        # which turned a 422 into a 500 (found by the property-based tests).
+        errors = [{"type": e.get("type"), "loc": list(e.get("loc", ())), "msg": str(e.get("msg"))}
+                  for e in exc.errors()]
+        return JSONResponse({"detail": errors}, status_code=422)
+
     @app.middleware("http")
     async def record(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        rid = request.headers.get("x-request-id", "")[:64] or uuid.uuid4().hex
+        token = request_id.set(rid)
         t0 = time.perf_counter()
-        response = await call_next(request)
-        endpoint, method = _endpoint(request), request.method
-        m = state.metrics
-        m.request_latency.labels(endpoint, method).observe(time.perf_counter() - t0)
-        m.requests.labels(endpoint, method, str(response.status_code)).inc()
-        if response.status_code >= 400:
-            m.errors.labels(endpoint, str(response.status_code)).inc()
-        return response
+        try:
+            try:
+                response = await call_next(request)
+            except Exception:  # answered here so that it is logged with its request id and counted
+                log.exception("unhandled error on %s %s", request.method, request.url.path)
+                response = JSONResponse({"detail": "internal error", "request_id": rid}, status_code=500)
+            elapsed = time.perf_counter() - t0
+            endpoint, method = _endpoint(request), request.method
+            m = state.metrics
+            m.request_latency.labels(endpoint, method).observe(elapsed)
+            m.requests.labels(endpoint, method, str(response.status_code)).inc()
+            if response.status_code >= 400:
+                m.errors.labels(endpoint, str(response.status_code)).inc()
+            response.headers["X-Request-ID"] = rid
+            access.info("%s %s %d", method, request.url.path, response.status_code,
+                        extra={"method": method, "path": request.url.path, "status": response.status_code,
+                               "ms": round(elapsed * 1000, 3),
+                               "client": request.client.host if request.client else None})
+            return response
+        finally:
+            request_id.reset(token)
 
-    for router in (encode.router, search.router, health.router):
+    # Added innermost first: the body cap sits inside CORS, inside `record` (which sees and logs every 413).
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    if settings.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
+                           allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
+                           expose_headers=["X-Request-ID", "Retry-After"])
+
+    for router in (encode.router, search.router, health.router, admin.router):
         app.include_router(router)
     return app

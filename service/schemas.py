@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from datetime import datetime
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr, WithJsonSchema, model_validator
 
 MAX_TEXTS = 64  # texts per /encode call, queries per /search call
 MAX_TEXT_CHARS = 2000  # longer texts are refused; texts over the model's token limit are truncated and flagged
@@ -16,10 +17,16 @@ def _check_text(value: str) -> str:
         raise ValueError("text must not be empty or whitespace only")
     if len(value) > MAX_TEXT_CHARS:
         raise ValueError(f"text is {len(value)} characters; the limit is {MAX_TEXT_CHARS}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate ("\\ud800" in JSON): the tokenizer cannot take it
+        raise ValueError("text must be valid Unicode (no lone surrogates)") from None
     return value
 
 
-Text = Annotated[StrictStr, AfterValidator(_check_text)]
+# The JSON schema states the checks above, so that clients (and schemathesis) generate what passes them.
+Text = Annotated[StrictStr, AfterValidator(_check_text),
+                 WithJsonSchema({"type": "string", "minLength": 1, "maxLength": MAX_TEXT_CHARS, "pattern": r"\S"})]
 
 
 class EncodeRequest(BaseModel):
@@ -32,6 +39,7 @@ class EncodeResponse(BaseModel):
     dim: int
     took_ms: float
     truncated: list[bool] = Field(description="per text: cut to the model's max_length tokens")
+    index_version: str = Field(description="the index version whose encoder produced these vectors")
 
 
 class SearchRequest(BaseModel):
@@ -69,6 +77,13 @@ class SearchResponse(BaseModel):
     index_version: str
 
 
+class SwapRefusal(BaseModel):
+    version: str | None
+    kind: str = Field(description="corrupt | mismatch | quality | probe | missing | error")
+    reason: str
+    at: datetime
+
+
 class Ready(BaseModel):
     ready: bool
     index_version: str | None = None
@@ -76,3 +91,15 @@ class Ready(BaseModel):
     model: str | None = None
     pooling: str | None = None
     reason: str | None = None
+    swap_refused: SwapRefusal | None = Field(None, description="the latest swap attempt, when it was refused")
+
+
+class ReloadResponse(BaseModel):
+    outcome: Literal["swapped", "unchanged", "refused"]
+    index_version: str | None = Field(description="the version served after this call")
+    candidate: str | None = Field(description="what `current` pointed to")
+    reason: str | None = None
+
+
+class ErrorBody(BaseModel):
+    detail: str | list[dict[str, Any]]

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from indexer.paths import default_index_root
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 class Settings(BaseSettings):
@@ -18,6 +24,32 @@ class Settings(BaseSettings):
     index_root: Path = Field(default_factory=default_index_root,
                              description="index root with versions/ and current")
     model_dir: Path | None = Field(None, description="exported encoder; default: the one the index was built with")
-    threads: int | None = Field(None, ge=1, description="ONNX Runtime and FAISS threads (default: all cores)")
     nprobe: int | None = Field(None, ge=1, description="override the index's nprobe")
     log_level: str = "info"
+    log_format: Literal["json", "text"] = "json"
+
+    # CPU: `workers` inference threads, each running ONNX Runtime and FAISS with `threads` threads, so that
+    # concurrent requests use workers × threads cores instead of oversubscribing them.
+    workers: int = Field(default_factory=_cores, ge=1, description="inference thread pool size (default: cores)")
+    threads: int = Field(1, ge=1, description="ONNX Runtime intra-op and FAISS OpenMP threads per call")
+
+    # Behaviour under load
+    max_in_flight: int = Field(32, ge=1, description="inference requests running or queued; beyond: 429")
+    retry_after_s: int = Field(1, ge=0, description="Retry-After of a 429")
+    request_timeout_s: float = Field(30.0, gt=0, description="an inference call taking longer answers 504")
+    max_body_bytes: int = Field(2 * 1024 * 1024, ge=1024, description="larger request bodies answer 413")
+    shutdown_timeout_s: float = Field(30.0, ge=0, description="grace for in-flight requests on SIGTERM")
+    cors_origins: list[str] = Field(default_factory=list, description='e.g. ["https://app.example"]; "*" = any')
+
+    # Auth: no keys configured = open API. Keys: STRATA_API_KEYS="key1:admin,key2" and/or a file of
+    # `KEY [scope,...]` lines. Every key may call the API; `/admin/*` needs the `admin` scope.
+    api_keys: str | None = Field(None, repr=False)
+    api_keys_file: Path | None = None
+    public_paths: list[str] = Field(default_factory=lambda: ["/health", "/ready", "/metrics"],
+                                    description="paths answered without a key")
+
+    # Index swaps
+    watch_interval_s: float = Field(2.0, ge=0, description="poll `current` this often; 0 = off (SIGHUP, "
+                                    "POST /admin/reload still work)")
+    max_mrr_drop: float = Field(0.02, ge=0, description="refuse a newer version whose MRR@10 (same eval set) "
+                                "is lower than the served one's by more than this")
