@@ -85,11 +85,11 @@ def quora_rows(path: str | Path | None = None) -> Iterator[tuple[int, int, int, 
 
 
 def quora_training(path: str | Path | None = None, start: int = EVAL_ROWS, stop: int = HELD_OUT,
-                   seed: int = 0) -> list[Example]:
+                   seed: int = 0, eval_rows: int = EVAL_ROWS) -> list[Example]:
     """In-domain examples from rows [start, stop): each duplicate pair is a positive pair, extended to a triplet
     with a hard negative taken from a non-duplicate row of the same question when one exists.
 
-    Any row sharing a qid with the evaluation rows (< 100,000) is dropped, and rows >= 300,000 are never read
+    Any row sharing a qid with the evaluation rows (< eval_rows = 100,000) is dropped, and rows >= 300,000 are never read
     past, so neither the evaluation protocol nor the held-out split leaks into training."""
     if stop > HELD_OUT:
         raise DataError(f"rows >= {HELD_OUT} are held out and never used for training")
@@ -98,7 +98,7 @@ def quora_training(path: str | Path | None = None, start: int = EVAL_ROWS, stop:
     for rid, q1, q2, t1, t2, dup in quora_rows(path):
         if rid >= stop:
             break
-        if rid < EVAL_ROWS:
+        if rid < eval_rows:
             eval_qids.update((q1, q2))
         elif rid >= start and t1.strip() and t2.strip():
             rows.append((q1, q2, t1.strip(), t2.strip(), dup))
