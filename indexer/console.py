@@ -15,7 +15,7 @@ def configure_logging(verbose: bool = False) -> None:
         stream=sys.stderr,
     )
     # The ONNX exporter's optimiser logs every rewrite at INFO; keep our own INFO lines readable.
-    for noisy in ("onnxscript", "onnx_ir", "torch.onnx", "httpx"):
+    for noisy in ("onnxscript", "onnx_ir", "torch.onnx", "httpx", "faiss.loader"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

@@ -1,0 +1,107 @@
+"""`indexer build`: Quora TSV → ONNX vectors → FAISS IVF → a new version folder, evaluated, then made current.
+
+Never touches the version being served: everything is written in a staging folder that is renamed into
+`versions/` only when complete; `current` is switched afterwards in one atomic rename.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from indexer.evaluate import evaluate
+from indexer.faiss_index import INDEX_FILE, build_ivf_flat, effective_nlist
+from indexer.layout import IndexRoot, new_version_name
+from indexer.manifest import DataInfo, IndexInfo, Manifest, ModelInfo, Timings
+from indexer.onnx_encoder import OnnxEncoder
+from indexer.paths import strata_home
+from indexer.quora import Protocol, load_split, resolve_source
+from indexer.store import STORE, write_store
+from indexer.version import QUERY_VECTORS, IndexVersion
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BuildConfig:
+    model_dir: Path
+    data: str
+    root: Path
+    protocol: Protocol = "paper"
+    rows: int | None = None
+    nlist: int = 1024
+    nprobe: int = 5
+    batch_size: int = 64
+    threads: int | None = None
+    keep: int = 5
+    evaluate: bool = True
+    seed: int = 1234
+
+
+def build(cfg: BuildConfig) -> Manifest:
+    root = IndexRoot(cfg.root)
+    t_start = time.perf_counter()
+    with root.build_lock():
+        root.remove_partial_builds()
+        encoder = OnnxEncoder(cfg.model_dir, threads=cfg.threads, verify_sha256=True)
+        if cfg.threads:
+            faiss.omp_set_num_threads(cfg.threads)
+
+        t0 = time.perf_counter()
+        path = resolve_source(cfg.data, strata_home() / "downloads")
+        split = load_split(path, cfg.protocol, cfg.rows)
+        timings = Timings(load_s=time.perf_counter() - t0)
+
+        version = new_version_name()
+        with root.staging(version) as stage:
+            t0 = time.perf_counter()
+            doc_vecs = encoder.encode(split.corpus.texts, cfg.batch_size, progress=True, desc="documents")
+            timings.encode_docs_s = time.perf_counter() - t0
+            nlist = effective_nlist(len(doc_vecs), cfg.nlist)
+            log.info("training IVF%d on %d vectors", nlist, len(doc_vecs))
+            index, timings.train_s, timings.add_s = build_ivf_flat(doc_vecs, split.corpus.ids, nlist,
+                                                                   cfg.nprobe, cfg.seed)
+            faiss.write_index(index, str(stage / INDEX_FILE))
+            del doc_vecs
+
+            ev = split.evalset
+            t0 = time.perf_counter()
+            qvecs = encoder.encode(ev.query_texts, cfg.batch_size, progress=True, desc="eval queries")
+            timings.encode_queries_s = time.perf_counter() - t0
+            np.save(stage / QUERY_VECTORS, qvecs)
+            write_store(stage / STORE, split.corpus.ids, split.corpus.texts, ev.query_ids, ev.query_texts,
+                        ev.gold, {"source": split.source, "protocol": split.protocol})
+
+            m = encoder.meta
+            manifest = Manifest(
+                version=version,
+                created_at=datetime.now(timezone.utc),
+                model=ModelInfo(dir=str(Path(cfg.model_dir).resolve()), onnx_sha256=m.onnx_sha256,
+                                pooling=m.pooling, dim=m.dim, max_length=m.max_length, source=m.source),
+                index=IndexInfo(factory=f"IVF{nlist},Flat", nlist=nlist, nlist_requested=cfg.nlist,
+                                nprobe=min(cfg.nprobe, nlist), ntotal=int(index.ntotal)),
+                data=DataInfo(source=split.source, protocol=split.protocol, rows_read=split.rows_read,
+                              skipped_empty_texts=split.skipped_empty_texts, n_docs=len(split.corpus.texts),
+                              n_queries=len(ev.query_texts)),
+                build_seconds=timings,
+            )
+            timings.total_s = time.perf_counter() - t_start
+            manifest.save(stage)
+            if cfg.evaluate and len(ev.query_texts):
+                opened = IndexVersion(stage)
+                try:
+                    manifest.eval = evaluate(opened, threads=cfg.threads)
+                finally:
+                    opened.close()
+                manifest.save(stage)
+        root.set_current(version)
+        root.prune(cfg.keep)
+    log.info("built %s in %.1fs: %d vectors, %s", version, timings.total_s, manifest.index.ntotal,
+             manifest.index.factory)
+    return manifest

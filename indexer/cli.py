@@ -1,0 +1,169 @@
+"""`indexer` command line: build, eval and info for versioned FAISS indexes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from indexer.console import configure_logging, run_cli
+from indexer.paths import default_index_root, default_model_dir, default_quora_source
+
+
+# Errors that are the user's to fix: printed as one line, no traceback.
+def _known_errors() -> tuple[type[BaseException], ...]:
+    from indexer.evaluate import EvalError
+    from indexer.layout import LayoutError
+    from indexer.manifest import ManifestError
+    from indexer.onnx_encoder import EncoderLoadError
+    from indexer.quora import QuoraFormatError
+    from indexer.version import IndexLoadError
+
+    return (EvalError, LayoutError, ManifestError, EncoderLoadError, QuoraFormatError, IndexLoadError,
+            FileNotFoundError, PermissionError, ValueError, OSError)
+
+
+def _build(args: argparse.Namespace) -> int:
+    from indexer.build import BuildConfig, build
+
+    cfg = BuildConfig(model_dir=args.model, data=args.data, root=args.root, protocol=args.protocol,
+                      rows=args.rows, nlist=args.nlist, nprobe=args.nprobe, batch_size=args.batch_size,
+                      threads=args.threads, keep=args.keep, evaluate=not args.no_eval)
+    m = build(cfg)
+    print(f"built version {m.version} in {args.root}: {m.index.ntotal} vectors ({m.index.factory}, nprobe "
+          f"{m.index.nprobe}), {m.build_seconds.total_s:.1f}s")
+    if m.eval:
+        print(f"MRR@10 {m.eval.mrr_at_10:.4f} (exact {m.eval.exact_mrr_at_10:.4f}) over {m.eval.n_queries} "
+              f"queries")
+    return 0
+
+
+def _table(e) -> str:  # noqa: ANN001 (EvalFigures)
+    rows = [
+        ("MRR@10", f"{e.mrr_at_10 * 100:.2f}"),
+        ("avg retrieval time (ms/query)", f"{e.avg_retrieval_ms:.4f}  (batch {e.batch_size}, {e.threads} "
+                                          f"thread(s), nprobe {e.nprobe})"),
+        ("index memory (GB)", f"{e.memory_gb:.4f}"),
+        ("Recall@10", f"{e.recall_at_10 * 100:.2f}"),
+        ("exact search MRR@10 (IndexFlatIP)", f"{e.exact_mrr_at_10 * 100:.2f}"),
+        ("top-10 overlap with exact search", f"{e.ann_recall_at_10 * 100:.2f}"),
+        ("queries / documents", f"{e.n_queries} / {e.n_docs}"),
+    ]
+    width = max(len(r[0]) for r in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from indexer.evaluate import evaluate
+    from indexer.layout import IndexRoot
+    from indexer.version import IndexVersion
+
+    root = IndexRoot(args.root)
+    folder = root.version_dir(args.version) if args.version else root.current_dir()
+    version = IndexVersion(folder)
+    try:
+        figures = evaluate(version, nprobe=args.nprobe, batch_size=args.batch_size, threads=args.threads)
+    finally:
+        version.close()
+    manifest = version.manifest
+    manifest.eval = figures
+    manifest.save(folder)
+    if args.json:
+        keys = ("mrr_at_10", "recall_at_10", "exact_mrr_at_10", "avg_retrieval_ms", "memory_gb", "n_queries",
+                "n_docs", "ann_recall_at_10", "batch_size", "threads", "nprobe")
+        out = {k: getattr(figures, k) for k in keys} | {"version": manifest.version}
+        print(json.dumps(out))
+    else:
+        print(f"version {manifest.version} ({manifest.index.factory}, {manifest.model.pooling} pooling, "
+              f"{manifest.data.protocol} protocol)")
+        print(_table(figures))
+    return 0
+
+
+def _info(args: argparse.Namespace) -> int:
+    from indexer.layout import IndexRoot
+    from indexer.manifest import Manifest, ManifestError
+
+    root = IndexRoot(args.root)
+    versions = root.versions()
+    current = root.current_version()
+    if args.json:
+        out = {"root": str(root.root), "current": current, "versions": versions}
+        if current:
+            out["manifest"] = Manifest.load(root.current_dir()).model_dump(mode="json")
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"root: {root.root}")
+    if not versions:
+        print("no versions yet (run `indexer build`)")
+        return 0
+    for v in versions:
+        try:
+            m = Manifest.load(root.version_dir(v))
+            desc = (f"{m.index.ntotal} vectors, {m.index.factory}, {m.model.pooling}, {m.data.protocol}"
+                    + (f", MRR@10 {m.eval.mrr_at_10:.4f}" if m.eval else ""))
+        except ManifestError as exc:
+            desc = f"unreadable: {exc}"
+        print(f"{'*' if v == current else ' '} {v}  {desc}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="indexer", description="Build, evaluate and inspect Strata indexes.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def root_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--root", type=Path, default=default_index_root(),
+                       help="index root holding versions/ and current (default: $STRATA_HOME/indexes/quora)")
+
+    def threads_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--threads", type=int, default=None, help="ONNX Runtime / FAISS threads (default: cores)")
+
+    b = sub.add_parser("build", help="embed the Quora questions and build a new index version",
+                       description="Embed a Quora question-pairs TSV with an exported ONNX encoder into a FAISS "
+                       "IVF index; write a new version atomically, evaluate it, then switch `current` to it.")
+    root_arg(b)
+    b.add_argument("--model", type=Path, default=default_model_dir(),
+                   help="exported encoder folder (default: $STRATA_HOME/models/all-MiniLM-L6-v2-mean)")
+    b.add_argument("--data", default=default_quora_source(),
+                   help="quora_duplicate_questions.tsv[.gz] path or its URL (default: the local copy under "
+                   "$STRATA_DATA_DIR if any, else the official URL)")
+    b.add_argument("--protocol", choices=["paper", "full"], default="paper",
+                   help="paper: first 100k rows, question2 corpus, question1 queries; full: every question")
+    b.add_argument("--rows", type=int, default=None, help="read only the first N data rows")
+    b.add_argument("--nlist", type=int, default=1024, help="IVF lists (scaled down for small corpora)")
+    b.add_argument("--nprobe", type=int, default=5, help="IVF lists probed per query")
+    b.add_argument("--batch-size", type=int, default=64, help="encoding batch size")
+    threads_arg(b)
+    b.add_argument("--keep", type=int, default=5, help="versions to keep, the current one included")
+    b.add_argument("--no-eval", action="store_true", help="skip the MRR@10 evaluation")
+    b.set_defaults(func=_build)
+
+    e = sub.add_parser("eval", help="MRR@10, Recall@10, exact MRR@10, ms/query and memory of a version",
+                       description="Evaluate a version on its stored queries; prints the paper's Table 3 row "
+                       "and stores the figures in its manifest.")
+    root_arg(e)
+    e.add_argument("--version", help="version to evaluate (default: current)")
+    e.add_argument("--nprobe", type=int, default=None, help="override nprobe (default: the manifest's)")
+    e.add_argument("--batch-size", type=int, default=1, help="queries per search call when timing (default 1)")
+    threads_arg(e)
+    e.add_argument("--json", action="store_true", help="print one JSON object")
+    e.set_defaults(func=_eval)
+
+    i = sub.add_parser("info", help="list versions and show the current manifest")
+    root_arg(i)
+    i.add_argument("--json", action="store_true", help="print JSON")
+    i.set_defaults(func=_info)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging(args.verbose)
+    return run_cli(lambda: int(args.func(args)), _known_errors(), f"indexer {args.command}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""Retrieval quality and speed of an index version on its stored evaluation queries (the paper's Table 3 row:
+MRR@10, average retrieval time, index memory; plus Recall@10 and exact-search MRR@10 on the same vectors)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from datetime import datetime, timezone
+
+import faiss
+import numpy as np
+
+from indexer.faiss_index import memory_bytes, set_nprobe, stored_vectors
+from indexer.manifest import EvalFigures
+from indexer.version import IndexVersion
+
+log = logging.getLogger(__name__)
+
+
+class EvalError(RuntimeError):
+    """The version has no usable evaluation set."""
+
+
+def rank_metrics(ranked: np.ndarray, gold: Sequence[set[int]], k: int = 10) -> tuple[float, float]:
+    """MRR@k and Recall@k (share of each query's gold found in its top k), averaged over queries."""
+    rr = rec = 0.0
+    for row, g in zip(ranked[:, :k], gold, strict=True):
+        hits = [i for i, doc in enumerate(row.tolist()) if doc in g]
+        rr += 1.0 / (hits[0] + 1) if hits else 0.0
+        rec += len(hits) / len(g)
+    n = max(len(gold), 1)
+    return rr / n, rec / n
+
+
+def _drop_self(ids: np.ndarray, query_ids: np.ndarray, k: int) -> np.ndarray:
+    """Remove each query's own id from its results (protocol `full`: queries are documents too)."""
+    out = np.full((ids.shape[0], k), -1, dtype=np.int64)
+    for r, (row, q) in enumerate(zip(ids, query_ids, strict=True)):
+        kept = row[row != q][:k]
+        out[r, : len(kept)] = kept
+    return out
+
+
+def evaluate(version: IndexVersion, *, nprobe: int | None = None, batch_size: int = 1,
+             threads: int | None = None, k: int = 10) -> EvalFigures:
+    qids, _, gold = version.store.eval_set()
+    qvecs = version.query_vectors()
+    if not qids or qvecs is None:
+        raise EvalError(f"{version.folder} has no evaluation queries (it was built without an eval set)")
+    if len(qvecs) != len(qids):
+        raise EvalError(f"{version.folder}: {len(qvecs)} query vectors for {len(qids)} queries")
+    query_ids = np.asarray(qids, dtype=np.int64)
+    exclude_self = version.manifest.data.protocol == "full"
+    depth = k + 1 if exclude_self else k
+    nprobe = nprobe or version.nprobe
+    set_nprobe(version.index, nprobe)
+    if threads:
+        faiss.omp_set_num_threads(threads)
+    used_threads = faiss.omp_get_max_threads()
+
+    ids = np.empty((len(qvecs), depth), dtype=np.int64)
+    t0 = time.perf_counter()
+    for start in range(0, len(qvecs), batch_size):
+        _, ids[start : start + batch_size] = version.index.search(qvecs[start : start + batch_size], depth)
+    elapsed = time.perf_counter() - t0
+    set_nprobe(version.index, version.nprobe)
+
+    doc_ids, doc_vecs = stored_vectors(version.index)
+    flat = faiss.IndexFlatIP(version.dim)
+    flat.add(doc_vecs)
+    _, pos = flat.search(qvecs, depth)
+    exact = np.where(pos >= 0, doc_ids[np.clip(pos, 0, None)], -1)
+    if exclude_self:
+        ids, exact = _drop_self(ids, query_ids, k), _drop_self(exact, query_ids, k)
+
+    mrr, recall = rank_metrics(ids, gold, k)
+    exact_mrr, _ = rank_metrics(exact, gold, k)
+    overlap = np.mean([len(set(a[a >= 0]) & set(b[b >= 0])) / max(1, int((b >= 0).sum()))
+                       for a, b in zip(ids, exact, strict=True)])
+    figures = EvalFigures(
+        mrr_at_10=round(mrr, 6), recall_at_10=round(recall, 6), exact_mrr_at_10=round(exact_mrr, 6),
+        ann_recall_at_10=round(float(overlap), 6),
+        avg_retrieval_ms=round(elapsed * 1000 / len(qvecs), 5), batch_size=batch_size, threads=used_threads,
+        nprobe=nprobe, memory_gb=round(memory_bytes(version.index) / 1e9, 4),
+        n_queries=len(qids), n_docs=version.ntotal, measured_at=datetime.now(timezone.utc),
+    )
+    log.info("eval: MRR@10 %.4f (exact %.4f), Recall@10 %.4f, %.4f ms/query (batch %d, %d threads, nprobe %d)",
+             figures.mrr_at_10, figures.exact_mrr_at_10, figures.recall_at_10, figures.avg_retrieval_ms,
+             batch_size, used_threads, nprobe)
+    return figures

@@ -1,0 +1,71 @@
+"""FAISS index construction and inspection (IVF-Flat, inner product on L2-normalised vectors)."""
+
+from __future__ import annotations
+
+import logging
+
+import faiss
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+INDEX_FILE = "index.faiss"
+# FAISS k-means wants at least 39 training points per centroid; below that it warns and clusters badly.
+MIN_POINTS_PER_LIST = 39
+
+
+def effective_nlist(n_vectors: int, nlist: int) -> int:
+    """`nlist` scaled down so that every list gets ≥ 39 training vectors (warns when it changes)."""
+    fitted = max(1, min(nlist, n_vectors // MIN_POINTS_PER_LIST))
+    if fitted != nlist:
+        log.warning("nlist %d needs >= %d training vectors but the corpus has %d: using nlist %d",
+                    nlist, MIN_POINTS_PER_LIST * nlist, n_vectors, fitted)
+    return fitted
+
+
+def build_ivf_flat(vectors: np.ndarray, ids: np.ndarray, nlist: int, nprobe: int, seed: int = 1234
+                   ) -> tuple[faiss.Index, float, float]:
+    """Train the coarse quantizer on `vectors` and add them under `ids`; returns (index, train_s, add_s)."""
+    import time
+
+    dim = vectors.shape[1]
+    index = faiss.index_factory(dim, f"IVF{nlist},Flat", faiss.METRIC_INNER_PRODUCT)
+    ivf = faiss.extract_index_ivf(index)
+    ivf.cp.seed = seed
+    t0 = time.perf_counter()
+    index.train(vectors)
+    t1 = time.perf_counter()
+    index.add_with_ids(vectors, ids.astype(np.int64))
+    t2 = time.perf_counter()
+    ivf.nprobe = min(nprobe, nlist)
+    return index, t1 - t0, t2 - t1
+
+
+def set_nprobe(index: faiss.Index, nprobe: int) -> None:
+    ivf = faiss.extract_index_ivf(index)
+    ivf.nprobe = min(nprobe, ivf.nlist)
+
+
+def stored_vectors(index: faiss.Index) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, vectors) held in an IVF-Flat index's inverted lists, for exact search on the same vectors."""
+    ivf = faiss.extract_index_ivf(index)
+    invlists = ivf.invlists
+    dim, code_size = ivf.d, invlists.code_size
+    if code_size != dim * 4:
+        raise ValueError("stored_vectors needs an IVF-Flat index (float32 codes)")
+    ids_parts, vec_parts = [], []
+    for lst in range(ivf.nlist):
+        size = invlists.list_size(lst)
+        if size == 0:
+            continue
+        ids_parts.append(faiss.rev_swig_ptr(invlists.get_ids(lst), size).copy())
+        codes = faiss.rev_swig_ptr(invlists.get_codes(lst), size * code_size).copy()
+        vec_parts.append(codes.view(np.float32).reshape(size, dim))
+    if not ids_parts:
+        return np.zeros(0, dtype=np.int64), np.zeros((0, dim), dtype=np.float32)
+    return np.concatenate(ids_parts), np.concatenate(vec_parts)
+
+
+def memory_bytes(index: faiss.Index) -> int:
+    """Size of the serialised index: vectors, ids and quantizer, i.e. what it occupies in RAM."""
+    return int(faiss.serialize_index(index).nbytes)

@@ -1,0 +1,92 @@
+"""`manifest.json`: what an index version was built from and how well it retrieves."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+
+from indexer.atomic import write_json_atomic
+
+MANIFEST = "manifest.json"
+FORMAT_VERSION = 1
+
+
+class ManifestError(ValueError):
+    """A manifest is missing or does not validate."""
+
+
+class ModelInfo(BaseModel):
+    dir: str
+    onnx_sha256: str
+    pooling: str
+    dim: int
+    max_length: int
+    source: str
+
+
+class IndexInfo(BaseModel):
+    factory: str  # the faiss.index_factory string, e.g. "IVF1024,Flat"
+    metric: str = "inner_product"
+    nlist: int
+    nlist_requested: int
+    nprobe: int
+    ntotal: int
+
+
+class DataInfo(BaseModel):
+    source: str
+    protocol: str
+    rows_read: int
+    skipped_empty_texts: int
+    n_docs: int
+    n_queries: int
+
+
+class Timings(BaseModel):
+    load_s: float = 0.0
+    encode_docs_s: float = 0.0
+    encode_queries_s: float = 0.0
+    train_s: float = 0.0
+    add_s: float = 0.0
+    total_s: float = 0.0
+
+
+class EvalFigures(BaseModel):
+    mrr_at_10: float
+    recall_at_10: float
+    exact_mrr_at_10: float
+    ann_recall_at_10: float  # overlap of the IVF top 10 with the exact top 10
+    avg_retrieval_ms: float
+    batch_size: int
+    threads: int
+    nprobe: int
+    memory_gb: float
+    n_queries: int
+    n_docs: int
+    measured_at: datetime
+
+
+class Manifest(BaseModel):
+    format_version: int = FORMAT_VERSION
+    version: str
+    created_at: datetime
+    model: ModelInfo
+    index: IndexInfo
+    data: DataInfo
+    build_seconds: Timings
+    eval: EvalFigures | None = None
+
+    @classmethod
+    def load(cls, folder: Path) -> Manifest:
+        path = folder / MANIFEST
+        try:
+            return cls.model_validate_json(path.read_text())
+        except FileNotFoundError as exc:
+            raise ManifestError(f"{path} is missing") from exc
+        except (ValidationError, ValueError) as exc:
+            raise ManifestError(f"{path} is not a valid manifest: {exc}") from exc
+
+    def save(self, folder: Path) -> None:
+        write_json_atomic(folder / MANIFEST, self.model_dump(mode="json"))

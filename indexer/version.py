@@ -1,0 +1,78 @@
+"""An index version opened for searching: FAISS index + id → text store + manifest, checked for consistency."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from indexer.faiss_index import INDEX_FILE, set_nprobe
+from indexer.manifest import Manifest, ManifestError
+from indexer.store import STORE, Store
+
+log = logging.getLogger(__name__)
+
+QUERY_VECTORS = "queries.npy"
+
+
+class IndexLoadError(RuntimeError):
+    """A version folder is incomplete, corrupt or inconsistent with its manifest."""
+
+
+class IndexVersion:
+    def __init__(self, folder: str | Path, *, nprobe: int | None = None) -> None:
+        self.folder = Path(folder)
+        try:
+            self.manifest = Manifest.load(self.folder)
+        except ManifestError as exc:
+            raise IndexLoadError(str(exc)) from exc
+        path = self.folder / INDEX_FILE
+        if not path.is_file():
+            raise IndexLoadError(f"{path} is missing")
+        try:
+            self.index = faiss.read_index(str(path))
+        except RuntimeError as exc:  # FAISS raises RuntimeError for truncated or foreign files
+            raise IndexLoadError(f"{path} is not a readable FAISS index: {str(exc).splitlines()[0]}") from exc
+        m = self.manifest
+        if self.index.d != m.model.dim:
+            raise IndexLoadError(f"{path} has dimension {self.index.d} but the manifest says {m.model.dim}")
+        if self.index.ntotal != m.index.ntotal:
+            raise IndexLoadError(f"{path} holds {self.index.ntotal} vectors but the manifest says "
+                                 f"{m.index.ntotal}")
+        try:
+            self.store = Store(self.folder / STORE)
+        except (FileNotFoundError, ValueError) as exc:
+            raise IndexLoadError(str(exc)) from exc
+        self.nprobe = nprobe or m.index.nprobe
+        set_nprobe(self.index, self.nprobe)
+
+    @property
+    def version(self) -> str:
+        return self.manifest.version
+
+    @property
+    def dim(self) -> int:
+        return int(self.index.d)
+
+    @property
+    def ntotal(self) -> int:
+        return int(self.index.ntotal)
+
+    def search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(scores, ids), each (n, k); missing hits have id -1."""
+        return self.index.search(np.ascontiguousarray(vectors, dtype=np.float32), k)
+
+    def hits(self, scores: np.ndarray, ids: np.ndarray) -> list[list[tuple[int, str, float]]]:
+        """Attach texts: per query, [(id, text, score)] without the -1 padding."""
+        texts = self.store.texts(ids.ravel().tolist())
+        return [[(int(i), texts.get(int(i), ""), float(s)) for s, i in zip(srow, irow, strict=True) if i >= 0]
+                for srow, irow in zip(scores, ids, strict=True)]
+
+    def query_vectors(self) -> np.ndarray | None:
+        path = self.folder / QUERY_VECTORS
+        return np.load(path) if path.is_file() else None
+
+    def close(self) -> None:
+        self.store.close()

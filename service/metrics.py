@@ -1,0 +1,32 @@
+"""Prometheus metrics, in a registry owned by the app (no module-level global state)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+# Sub-millisecond to seconds: search is ~0.1 ms, encoding a batch of 64 ~100 ms.
+LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1,
+                   0.15, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.request_latency = Histogram("strata_request_latency_seconds", "HTTP request latency by endpoint",
+                                         ["endpoint", "method"], buckets=LATENCY_BUCKETS, registry=r)
+        self.requests = Counter("strata_requests_total", "HTTP requests by endpoint and status",
+                                ["endpoint", "method", "status"], registry=r)
+        self.errors = Counter("strata_errors_total", "HTTP responses with status >= 400", ["endpoint", "status"],
+                              registry=r)
+        self.encode_seconds = Histogram("strata_encode_seconds", "Time encoding texts with ONNX Runtime",
+                                        ["endpoint"], buckets=LATENCY_BUCKETS, registry=r)
+        self.search_seconds = Histogram("strata_search_seconds", "Time searching FAISS and fetching texts",
+                                        buckets=LATENCY_BUCKETS, registry=r)
+        self.texts_encoded = Counter("strata_texts_encoded_total", "Texts encoded", ["endpoint"], registry=r)
+        self.index_size = Gauge("strata_index_size", "Vectors in the served index", registry=r)
+        self.index_mrr = Gauge("strata_index_mrr_at_10", "MRR@10 of the served index, from its manifest",
+                               registry=r)
+        self.index_info = Gauge("strata_index_info", "The served index version (value 1)", ["version", "pooling"],
+                                registry=r)
+        self.ready = Gauge("strata_ready", "1 when an encoder and an index are loaded", registry=r)
