@@ -57,8 +57,11 @@ def snli_triplets(folder: str | Path | None = None, splits: tuple[str, ...] = ("
     folder = Path(folder) if folder else data_dir() / SNLI
     out: list[Example] = []
     for split in splits:
-        with _open_text(folder / f"s1.{split}") as f1, _open_text(folder / f"s2.{split}") as f2, \
-                _open_text(folder / f"labels.{split}") as fl:
+        with (
+            _open_text(folder / f"s1.{split}") as f1,
+            _open_text(folder / f"s2.{split}") as f2,
+            _open_text(folder / f"labels.{split}") as fl,
+        ):
             by_premise: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
             for s1, s2, label in zip(f1, f2, fl, strict=True):
                 by_premise[s1.strip()][label.strip()].append(s2.strip())
@@ -84,13 +87,18 @@ def quora_rows(path: str | Path | None = None) -> Iterator[tuple[int, int, int, 
                 continue
 
 
-def quora_training(path: str | Path | None = None, start: int = EVAL_ROWS, stop: int = HELD_OUT,
-                   seed: int = 0, eval_rows: int = EVAL_ROWS) -> list[Example]:
+def quora_training(
+    path: str | Path | None = None,
+    start: int = EVAL_ROWS,
+    stop: int = HELD_OUT,
+    seed: int = 0,
+    eval_rows: int = EVAL_ROWS,
+) -> list[Example]:
     """In-domain examples from rows [start, stop): each duplicate pair is a positive pair, extended to a triplet
     with a hard negative taken from a non-duplicate row of the same question when one exists.
 
-    Any row sharing a qid with the evaluation rows (< eval_rows = 100,000) is dropped, and rows >= 300,000 are never read
-    past, so neither the evaluation protocol nor the held-out split leaks into training."""
+    Any row sharing a qid with the evaluation rows (< eval_rows = 100,000) is dropped, and rows >= 300,000 are
+    never read past, so neither the evaluation protocol nor the held-out split leaks into training."""
     if stop > HELD_OUT:
         raise DataError(f"rows >= {HELD_OUT} are held out and never used for training")
     eval_qids: set[int] = set()

@@ -26,20 +26,22 @@ class LayerSearchResult:
 
 
 @torch.inference_mode()
-def per_layer_means(model: SentenceModel, texts: list[str], batch_size: int = 128,
-                    mlp_head: bool = False) -> np.ndarray:
+def per_layer_means(
+    model: SentenceModel, texts: list[str], batch_size: int = 128, mlp_head: bool = False
+) -> np.ndarray:
     """(L + 1, n, H) masked token means of every layer."""
     model.eval()
     out = []
     for start in range(0, len(texts), batch_size):
-        batch = model.tokenize(texts[start:start + batch_size])
+        batch = model.tokenize(texts[start : start + batch_size])
         hs = model.hidden_states(batch)
         out.append(torch.stack([masked_mean(h, batch["attention_mask"]) for h in hs]).float().cpu().numpy())
     return np.concatenate(out, 1)
 
 
-def search_layers(model: SentenceModel, dev: StsSet, max_layers: int = 4, beam: int = 5,
-                  mlp_head: bool = False) -> LayerSearchResult:
+def search_layers(
+    model: SentenceModel, dev: StsSet, max_layers: int = 4, beam: int = 5, mlp_head: bool = False
+) -> LayerSearchResult:
     unique = sorted(set(dev.s1) | set(dev.s2))
     row = {s: i for i, s in enumerate(unique)}
     means = per_layer_means(model, unique)
@@ -60,8 +62,7 @@ def search_layers(model: SentenceModel, dev: StsSet, max_layers: int = 4, beam: 
             if subset not in scored:
                 scored[subset] = score(subset)
         best_of_size = sorted((s for s in scored if len(s) == size), key=scored.get, reverse=True)[:beam]
-        frontier = sorted({tuple(sorted({*s, i})) for s in best_of_size for i in range(means.shape[0])
-                           if i not in s})
+        frontier = sorted({tuple(sorted({*s, i})) for s in best_of_size for i in range(means.shape[0]) if i not in s})
     board = sorted(scored.items(), key=lambda kv: kv[1], reverse=True)
     best, best_score = board[0]
     return LayerSearchResult(list(best), best_score, len(scored), [(list(k), v) for k, v in board[:10]])

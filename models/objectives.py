@@ -47,7 +47,7 @@ class UnsupSimCSE(Objective):
     def loss(self, model: SentenceModel, batch: Sequence[Example]) -> Tensor:
         texts = [ex[0] for ex in batch]
         z = model(texts + texts)  # one pass, two independent dropout masks
-        z1, z2 = z[: len(texts)], z[len(texts):]
+        z1, z2 = z[: len(texts)], z[len(texts) :]
         logits = cosine_logits(z1, z2, self.temperature)
         return F.cross_entropy(logits, torch.arange(len(texts), device=logits.device))
 
@@ -60,7 +60,7 @@ class SupSimCSE(Objective):
     def loss(self, model: SentenceModel, batch: Sequence[Example]) -> Tensor:
         a, p = [ex[0] for ex in batch], [ex[1] for ex in batch]
         z = model(a + p)
-        logits = cosine_logits(z[: len(a)], z[len(a):], self.temperature)
+        logits = cosine_logits(z[: len(a)], z[len(a) :], self.temperature)
         return F.cross_entropy(logits, torch.arange(len(a), device=logits.device))
 
 
@@ -81,8 +81,10 @@ def build_objective(name: str, temperature: float = 0.05, sgopt_lambda: float = 
     from models.sgopt import SGOpt
 
     objectives: dict[str, Objective] = {
-        "unsup": UnsupSimCSE(temperature), "sup": SupSimCSE(temperature),
-        "sup_hardneg": SupHardNegSimCSE(temperature), "sgopt": SGOpt(temperature, sgopt_lambda),
+        "unsup": UnsupSimCSE(temperature),
+        "sup": SupSimCSE(temperature),
+        "sup_hardneg": SupHardNegSimCSE(temperature),
+        "sgopt": SGOpt(temperature, sgopt_lambda),
     }
     if name not in objectives:
         raise ValueError(f"unknown objective {name!r}; known: {', '.join(objectives)}")

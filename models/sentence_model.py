@@ -37,16 +37,18 @@ class SentenceModel(nn.Module):
         self.encoder, self.tokenizer, self.pooler, self.max_length = encoder, tokenizer, pooler, max_length
 
     @classmethod
-    def from_checkpoint(cls, checkpoint: str | Path, pooler: str | None = None, max_length: int = 32,
-                        **pooler_options: Any) -> SentenceModel:
+    def from_checkpoint(
+        cls, checkpoint: str | Path, pooler: str | None = None, max_length: int = 32, **pooler_options: Any
+    ) -> SentenceModel:
         """Load a Strata checkpoint (its own pooler unless `pooler` is given) or a plain HF folder."""
         encoder, tokenizer = load_backbone(checkpoint)
         pooler_dir = Path(checkpoint) / "pooler"
         if pooler is None and pooler_dir.is_dir():
             p = load_pooler(pooler_dir)
         else:
-            p = build_pooler(pooler or "cls_last", encoder.config.hidden_size, encoder.config.num_hidden_layers,
-                             **pooler_options)
+            p = build_pooler(
+                pooler or "cls_last", encoder.config.hidden_size, encoder.config.num_hidden_layers, **pooler_options
+            )
         return cls(encoder, tokenizer, p, max_length)
 
     @property
@@ -54,10 +56,12 @@ class SentenceModel(nn.Module):
         return next(self.encoder.parameters()).device
 
     def tokenize(self, texts: Sequence[str]) -> dict[str, Tensor]:
-        batch = self.tokenizer(list(texts), padding=True, truncation=True, max_length=self.max_length,
-                               return_tensors="pt")
-        return {k: v.to(self.device) for k, v in batch.items() if k in ("input_ids", "attention_mask",
-                                                                           "token_type_ids")}
+        batch = self.tokenizer(
+            list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+        )
+        return {
+            k: v.to(self.device) for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")
+        }
 
     def hidden_states(self, batch: dict[str, Tensor]) -> tuple[Tensor, ...]:
         return self.encoder(**batch, output_hidden_states=True).hidden_states
@@ -80,7 +84,7 @@ class SentenceModel(nn.Module):
         out = np.empty((len(texts), 0), dtype=np.float32)
         chunks: list[tuple[np.ndarray, np.ndarray]] = []
         for start in range(0, len(texts), batch_size):
-            idx = order[start:start + batch_size]
+            idx = order[start : start + batch_size]
             v = nn.functional.normalize(self.forward([texts[i] for i in idx], mode).float(), dim=-1)
             chunks.append((idx, v.cpu().numpy()))
         if chunks:

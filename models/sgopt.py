@@ -61,6 +61,7 @@ class SGOpt(Objective):
         positives = sims[eye]  # (b, L): sims[i, i, k]
         # -log( e^{pos} / (e^{pos} + Σ e^{neg}) ) = logaddexp(pos, neg_lse) - pos
         contrastive = (torch.logaddexp(positives, neg_lse.expand(b, n_layers)) - positives).mean()
-        reg = sum(((pf - pt) ** 2).sum() for pf, pt in zip(self.frozen.parameters(),
-                                                          model.encoder.parameters(), strict=True))
+        reg = sum(
+            ((pf - pt) ** 2).sum() for pf, pt in zip(self.frozen.parameters(), model.encoder.parameters(), strict=True)
+        )
         return contrastive + self.reg_lambda * reg

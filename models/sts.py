@@ -27,8 +27,15 @@ STS_YEARS = {
     "STS16": ["answer-answer", "headlines", "plagiarism", "postediting", "question-question"],
 }
 TASKS = [*STS_YEARS, "STSB", "SICKR"]
-TABLE_NAMES = {"STS12": "STS12", "STS13": "STS13", "STS14": "STS14", "STS15": "STS15", "STS16": "STS16",
-               "STSB": "STS-B", "SICKR": "SICK-R"}
+TABLE_NAMES = {
+    "STS12": "STS12",
+    "STS13": "STS13",
+    "STS14": "STS14",
+    "STS15": "STS15",
+    "STS16": "STS16",
+    "STSB": "STS-B",
+    "SICKR": "SICK-R",
+}
 
 
 @dataclass
@@ -130,8 +137,9 @@ def evaluate(encode: Encoder, sets: Sequence[StsSet]) -> dict[str, float]:
     return scores
 
 
-def evaluate_tasks(encode: Encoder, tasks: Sequence[str] = TASKS, root: Path | None = None,
-                   max_pairs: int | None = None) -> dict[str, float]:
+def evaluate_tasks(
+    encode: Encoder, tasks: Sequence[str] = TASKS, root: Path | None = None, max_pairs: int | None = None
+) -> dict[str, float]:
     return evaluate(encode, [load_task(t, root, max_pairs) for t in tasks])
 
 

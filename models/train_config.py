@@ -32,9 +32,11 @@ class TrainConfig(BaseModel):
     grad_clip: float = Field(1.0, gt=0)
     seed: int = 42
     eval_every: int = Field(125, gt=0)
+    eval_at_start: bool = Field(True, description="score the untouched model at step 0 (it may stay the best)")
     eval_max_pairs: int | None = Field(None, gt=0, description="cap STS-B dev pairs (quick runs)")
     eval_mode: Literal["cls", "pooler"] = Field(
-        "cls", description="what dev selects on: the detached last-layer [CLS] (served) or the pooler output")
+        "cls", description="what dev selects on: the detached last-layer [CLS] (served) or the pooler output"
+    )
     save_every: int | None = Field(None, gt=0, description="resume checkpoint every N steps (default: eval_every)")
     resume: bool = False
     device: Literal["auto", "cpu", "cuda"] = "auto"

@@ -59,7 +59,7 @@ def batches_for_epoch(n: int, batch_size: int, seed: int, epoch: int) -> list[np
     """Deterministic shuffle per (seed, epoch), so a resumed run sees the same order; the last partial batch is
     dropped (in-batch negatives need a full batch)."""
     order = np.random.default_rng([seed, epoch]).permutation(n)
-    return [order[i:i + batch_size] for i in range(0, n - batch_size + 1, batch_size)]
+    return [order[i : i + batch_size] for i in range(0, n - batch_size + 1, batch_size)]
 
 
 def linear_schedule(optimizer: torch.optim.Optimizer, warmup: int, total: int) -> torch.optim.lr_scheduler.LambdaLR:
@@ -72,23 +72,27 @@ def linear_schedule(optimizer: torch.optim.Optimizer, warmup: int, total: int) -
 
 
 class Trainer:
-    def __init__(self, config: TrainConfig, examples: list[Example] | None = None,
-                 dev: StsSet | None = None) -> None:
+    def __init__(self, config: TrainConfig, examples: list[Example] | None = None, dev: StsSet | None = None) -> None:
         self.cfg = config
         if config.threads:
             torch.set_num_threads(config.threads)
         set_seed(config.seed)
         self.device = pick_device(config.device)
         self.objective: Objective = build_objective(config.objective, config.temperature, config.sgopt_lambda)
-        raw = examples if examples is not None else load_training_data(config.data, config.max_examples,
-                                                                         config.seed)
+        raw = examples if examples is not None else load_training_data(config.data, config.max_examples, config.seed)
         self.examples = [ex[: self.objective.columns] for ex in raw if self.objective.usable(ex)]
         if len(self.examples) < config.batch_size:
-            raise ValueError(f"{len(self.examples)} usable examples for objective {config.objective} "
-                             f"(needs {self.objective.columns} texts each) < batch size {config.batch_size}")
+            raise ValueError(
+                f"{len(self.examples)} usable examples for objective {config.objective} "
+                f"(needs {self.objective.columns} texts each) < batch size {config.batch_size}"
+            )
         self.dev = dev if dev is not None else load_task("STSB-dev", max_pairs=config.eval_max_pairs)
-        self.model = SentenceModel.from_checkpoint(config.model or default_checkpoint(), pooler=config.pooler,
-                                                   max_length=config.max_length, **config.pooler_options)
+        self.model = SentenceModel.from_checkpoint(
+            config.model or default_checkpoint(),
+            pooler=config.pooler,
+            max_length=config.max_length,
+            **config.pooler_options,
+        )
         self.model.to(self.device)
         self.objective.setup(self.model)
         encoder_params = [p for p in self.model.encoder.parameters() if p.requires_grad]
@@ -100,8 +104,7 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(groups, weight_decay=config.weight_decay)
         per_epoch = len(self.examples) // config.batch_size
         self.total_steps = config.max_steps or per_epoch * config.epochs
-        self.scheduler = linear_schedule(self.optimizer, int(config.warmup_ratio * self.total_steps),
-                                         self.total_steps)
+        self.scheduler = linear_schedule(self.optimizer, int(config.warmup_ratio * self.total_steps), self.total_steps)
         self.step, self.best_dev, self.best_step = 0, -math.inf, -1
         self.out = Path(config.out)
 
@@ -117,11 +120,18 @@ class Trainer:
         tmp = self.out / "last.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         self.model.save(tmp)
-        torch.save({"step": self.step, "best_dev": self.best_dev, "best_step": self.best_step,
-                    "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                    "rng": {"python": random.getstate(), "numpy": np.random.get_state(),
-                            "torch": torch.get_rng_state()},
-                    "config": self.cfg.model_dump(mode="json")}, tmp / STATE)
+        torch.save(
+            {
+                "step": self.step,
+                "best_dev": self.best_dev,
+                "best_step": self.best_step,
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},
+                "config": self.cfg.model_dump(mode="json"),
+            },
+            tmp / STATE,
+        )
         shutil.rmtree(self.out / "last", ignore_errors=True)
         tmp.rename(self.out / "last")
 
@@ -129,8 +139,11 @@ class Trainer:
         tmp = self.out / "best.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         self.model.save(tmp)
-        (tmp / "train.json").write_text(json.dumps({"step": self.step, "stsb_dev": self.best_dev,
-                                                    "config": self.cfg.model_dump(mode="json")}, indent=2))
+        (tmp / "train.json").write_text(
+            json.dumps(
+                {"step": self.step, "stsb_dev": self.best_dev, "config": self.cfg.model_dump(mode="json")}, indent=2
+            )
+        )
         shutil.rmtree(self.out / "best", ignore_errors=True)
         tmp.rename(self.out / "best")
 
@@ -154,8 +167,9 @@ class Trainer:
         random.setstate(state["rng"]["python"])
         np.random.set_state(state["rng"]["numpy"])
         torch.set_rng_state(state["rng"]["torch"])
-        log.info("resumed from %s at step %d (best dev %.2f at step %d)", last, self.step, self.best_dev,
-                 self.best_step)
+        log.info(
+            "resumed from %s at step %d (best dev %.2f at step %d)", last, self.step, self.best_dev, self.best_step
+        )
 
     def evaluate_and_keep(self) -> float:
         score = self.dev_score()
@@ -174,15 +188,26 @@ class Trainer:
         if cfg.resume:
             self.try_resume()
         if self.step == 0:
-            self._log(event="start", examples=len(self.examples), total_steps=self.total_steps,
-                      device=str(self.device), config=cfg.model_dump(mode="json"))
-            self.evaluate_and_keep()  # step 0: the starting point competes too
-        amp = (torch.autocast("cuda", dtype=torch.bfloat16) if cfg.amp and self.device.type == "cuda"
-               else nullcontext())
+            self._log(
+                event="start",
+                examples=len(self.examples),
+                total_steps=self.total_steps,
+                device=str(self.device),
+                config=cfg.model_dump(mode="json"),
+            )
+            if cfg.eval_at_start:
+                self.evaluate_and_keep()  # step 0: the starting point competes too
+        amp = torch.autocast("cuda", dtype=torch.bfloat16) if cfg.amp and self.device.type == "cuda" else nullcontext()
         save_every = cfg.save_every or cfg.eval_every
         per_epoch = len(self.examples) // cfg.batch_size
-        bar = tqdm(total=self.total_steps, initial=self.step, desc=f"train {cfg.objective}/{cfg.pooler}",
-                   disable=not cfg.progress, dynamic_ncols=True, mininterval=2.0)
+        bar = tqdm(
+            total=self.total_steps,
+            initial=self.step,
+            desc=f"train {cfg.objective}/{cfg.pooler}",
+            disable=not cfg.progress,
+            dynamic_ncols=True,
+            mininterval=2.0,
+        )
         started, start_step, step_seconds = time.perf_counter(), self.step, 0.0
         self.model.train()
         while self.step < self.total_steps:
@@ -201,8 +226,12 @@ class Trainer:
             bar.update(1)
             bar.set_postfix(loss=f"{loss.item():.4f}", best=f"{self.best_dev:.2f}")
             if self.step % 10 == 0 or self.step == self.total_steps:
-                self._log(step=self.step, loss=round(loss.item(), 5), grad_norm=round(float(grad_norm), 4),
-                          lr=self.scheduler.get_last_lr()[0])
+                self._log(
+                    step=self.step,
+                    loss=round(loss.item(), 5),
+                    grad_norm=round(float(grad_norm), 4),
+                    lr=self.scheduler.get_last_lr()[0],
+                )
             if self.step % cfg.eval_every == 0 or self.step == self.total_steps:
                 self.evaluate_and_keep()
                 self.model.train()
@@ -211,10 +240,21 @@ class Trainer:
         bar.close()
         seconds = time.perf_counter() - started
         done = self.step - start_step
-        result = TrainResult(self.out / "best", self.best_dev, self.best_step, self.step, seconds,
-                             step_seconds / done * 1000 if done else float("nan"))
-        self._log(event="end", best_dev=self.best_dev, best_step=self.best_step, seconds=round(seconds, 2),
-                  seconds_per_1k_steps=round(result.seconds_per_1k_steps, 1))
+        result = TrainResult(
+            self.out / "best",
+            self.best_dev,
+            self.best_step,
+            self.step,
+            seconds,
+            step_seconds / done * 1000 if done else float("nan"),
+        )
+        self._log(
+            event="end",
+            best_dev=self.best_dev,
+            best_step=self.best_step,
+            seconds=round(seconds, 2),
+            seconds_per_1k_steps=round(result.seconds_per_1k_steps, 1),
+        )
         return result
 
 

@@ -11,16 +11,29 @@ import pytest
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-WORDS = ("the a an is are was how what why who when where do does can i you we to of in on for and or not "
-         "python learn quickly best way invest money india sky blue sea green grass man woman playing guitar "
-         "question answer good great dog cat runs sleeps eats food car drives road child rides horse").split()
+WORDS = (
+    "the a an is are was how what why who when where do does can i you we to of in on for and or not "
+    "python learn quickly best way invest money india sky blue sea green grass man woman playing guitar "
+    "question answer good great dog cat runs sleeps eats food car drives road child rides horse"
+).split()
 
 SENTENCES = [
-    "a man is playing a guitar", "a woman is playing a guitar", "the dog runs on the grass",
-    "a cat sleeps on the road", "how do i learn python quickly", "what is the best way to invest money",
-    "why is the sky blue", "the sea is green", "a child rides a horse", "a man drives a car",
-    "the cat eats food", "where can i invest money in india", "who is playing the guitar",
-    "the dog sleeps", "a woman rides a horse on the road", "is the grass green",
+    "a man is playing a guitar",
+    "a woman is playing a guitar",
+    "the dog runs on the grass",
+    "a cat sleeps on the road",
+    "how do i learn python quickly",
+    "what is the best way to invest money",
+    "why is the sky blue",
+    "the sea is green",
+    "a child rides a horse",
+    "a man drives a car",
+    "the cat eats food",
+    "where can i invest money in india",
+    "who is playing the guitar",
+    "the dog sleeps",
+    "a woman rides a horse on the road",
+    "is the grass green",
 ]
 
 
@@ -33,8 +46,14 @@ def make_tiny_bert(folder: Path, layers: int = 3, hidden: int = 32, seed: int = 
     (folder / "vocab.txt").write_text("\n".join(dict.fromkeys(vocab)) + "\n")
     tokenizer = BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True, model_max_length=64)
     torch.manual_seed(seed)
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers,
-                        num_attention_heads=2, intermediate_size=hidden * 2, max_position_embeddings=64)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        intermediate_size=hidden * 2,
+        max_position_embeddings=64,
+    )
     BertModel(config).eval().save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder

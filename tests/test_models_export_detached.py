@@ -12,22 +12,30 @@ from onnx import numpy_helper
 from models.cli import main as encoder_cli
 from models.sentence_model import SentenceModel
 from models.trainer import Trainer
-from tests.models_fixtures import SENTENCES, tiny_bert, tiny_sts  # noqa: F401  (fixture)
+from tests import models_fixtures
+from tests.models_fixtures import SENTENCES, tiny_sts
 from tests.test_models_training import config, examples
+
+tiny_bert = models_fixtures.tiny_bert  # the session fixture, shared across these files
 
 
 @pytest.fixture(scope="module")
 def layer_att_checkpoint(tiny_bert, tmp_path_factory):
     out = tmp_path_factory.mktemp("layer-att-run")
-    Trainer(config(tiny_bert, out, pooler="layer_att", objective="unsup", max_steps=3, eval_every=3),
-            examples=examples(1), dev=tiny_sts()).train()
+    Trainer(
+        config(tiny_bert, out, pooler="layer_att", objective="unsup", max_steps=3, eval_every=3),
+        examples=examples(1),
+        dev=tiny_sts(),
+    ).train()
     return out / "last"
 
 
 def test_export_cls_drops_pooler_and_matches_tuned_cls(layer_att_checkpoint, tiny_bert, tmp_path):
     onnx_dir = tmp_path / "onnx"
-    assert encoder_cli(["export", "--checkpoint", str(layer_att_checkpoint), "--out", str(onnx_dir),
-                        "--pooling", "cls"]) == 0
+    assert (
+        encoder_cli(["export", "--checkpoint", str(layer_att_checkpoint), "--out", str(onnx_dir), "--pooling", "cls"])
+        == 0
+    )
     graph = onnx.load(str(onnx_dir / "encoder.onnx")).graph
     initializers = [numpy_helper.to_array(t) for t in graph.initializer]
     tuned = SentenceModel.from_checkpoint(layer_att_checkpoint).eval()
@@ -57,5 +65,7 @@ def test_checkpoint_layout_is_encoder_plus_pooler(layer_att_checkpoint):
 
     assert encoder_folder(layer_att_checkpoint) == layer_att_checkpoint / "encoder"
     assert (layer_att_checkpoint / "pooler" / "pooler.json").is_file()
-    assert not any("pooler" in k and "w_q" in k for k in torch.load(
-        layer_att_checkpoint / "trainer_state.pt", weights_only=False)["config"])
+    assert not any(
+        "pooler" in k and "w_q" in k
+        for k in torch.load(layer_att_checkpoint / "trainer_state.pt", weights_only=False)["config"]
+    )

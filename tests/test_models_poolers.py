@@ -8,13 +8,21 @@ import torch
 from models.poolers import REGISTRY, LayerAttPooler, build_pooler, load_pooler
 from models.poolers.s2sent import dct_weights, lowest_dct_indices
 from models.sentence_model import SentenceModel
-from tests.models_fixtures import SENTENCES, tiny_bert  # noqa: F401  (fixture)
+from tests import models_fixtures
+from tests.models_fixtures import SENTENCES
 
 OPTIONS = {
-    "cls_last": {}, "avg_last": {}, "avg_first_last": {}, "scalar_mix": {}, "layer_att": {},
-    "s2sent": {"last_k": 2, "freq_groups": 4, "reduction": 4}, "layer_combination": {"layers": [1, 3]},
+    "cls_last": {},
+    "avg_last": {},
+    "avg_first_last": {},
+    "scalar_mix": {},
+    "layer_att": {},
+    "s2sent": {"last_k": 2, "freq_groups": 4, "reduction": 4},
+    "layer_combination": {"layers": [1, 3]},
     "sgopt_head": {},
 }
+
+tiny_bert = models_fixtures.tiny_bert  # the session fixture, shared across these files
 
 
 def hidden(tiny_bert, texts):

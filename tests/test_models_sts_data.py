@@ -12,11 +12,22 @@ from models.data import quora_training, snli_triplets
 from models.layer_search import search_layers
 from models.sentence_model import SentenceModel
 from models.sts import StsSet, evaluate, format_table, load_task, spearman_x100
-from tests.models_fixtures import SENTENCES, shared_data, tiny_bert, tiny_sts  # noqa: F401  (fixture)
+from tests import models_fixtures
+from tests.models_fixtures import SENTENCES, shared_data, tiny_sts
 
 # Pair counts of SOURCES.md (STS13 without SMT; STS15/16 scored pairs only).
-EXPECTED = {"STS12": 3108, "STS13": 1500, "STS14": 3750, "STS15": 3000, "STS16": 1186, "STSB": 1379,
-            "SICKR": 4927, "STSB-dev": 1500}
+EXPECTED = {
+    "STS12": 3108,
+    "STS13": 1500,
+    "STS14": 3750,
+    "STS15": 3000,
+    "STS16": 1186,
+    "STSB": 1379,
+    "SICKR": 4927,
+    "STSB-dev": 1500,
+}
+
+tiny_bert = models_fixtures.tiny_bert  # the session fixture, shared across these files
 
 
 @pytest.mark.parametrize("task", sorted(EXPECTED))
@@ -65,7 +76,7 @@ def test_layer_search_is_pruned_and_returns_at_most_four_layers(tiny_bert):
     model = SentenceModel.from_checkpoint(tiny_bert)
     result = search_layers(model, tiny_sts(), max_layers=4, beam=2)
     assert 1 <= len(result.layers) <= 4 and all(0 <= i <= 3 for i in result.layers)
-    assert result.evaluated < 2 ** 4 - 1  # fewer than every non-empty subset of the 4 hidden-state layers
+    assert result.evaluated < 2**4 - 1  # fewer than every non-empty subset of the 4 hidden-state layers
     assert result.leaderboard[0][1] == result.dev_spearman == max(s for _, s in result.leaderboard)
 
 
@@ -81,10 +92,10 @@ def test_quora_training_excludes_eval_qids_and_held_out_rows(tmp_path):
     rows = [  # id qid1 qid2 q1 q2 dup
         (0, 1, 2, "eval one", "eval two", 1),
         (1, 3, 4, "eval three", "eval four", 0),
-        (2, 5, 6, "train a", "train b", 1),      # kept, hard negative from row 3
+        (2, 5, 6, "train a", "train b", 1),  # kept, hard negative from row 3
         (3, 5, 7, "train a", "other c", 0),
-        (4, 1, 8, "eval one", "leak", 1),         # shares qid 1 with the eval rows: dropped
-        (5, 9, 10, "train d", "train e", 1),      # kept, no negative → a pair
+        (4, 1, 8, "eval one", "leak", 1),  # shares qid 1 with the eval rows: dropped
+        (5, 9, 10, "train d", "train e", 1),  # kept, no negative → a pair
         (6, 11, 12, "held out", "held out 2", 1),  # >= stop: never read
     ]
     f = tmp_path / "q.tsv.gz"

@@ -13,12 +13,24 @@ from models.poolers import load_pooler
 from models.sentence_model import SentenceModel
 from models.train_config import TrainConfig, make_config
 from models.trainer import Trainer
-from tests.models_fixtures import SENTENCES, tiny_bert, tiny_sts  # noqa: F401  (fixture)
+from tests import models_fixtures
+from tests.models_fixtures import SENTENCES, tiny_sts
+
+tiny_bert = models_fixtures.tiny_bert  # the session fixture, shared across these files
 
 
 def config(tiny_bert, out, **kw) -> TrainConfig:
-    values = dict(model=str(tiny_bert), out=out, batch_size=4, max_length=16, eval_every=2, max_steps=4,
-                  progress=False, device="cpu", lr=1e-3)
+    values = dict(
+        model=str(tiny_bert),
+        out=out,
+        batch_size=4,
+        max_length=16,
+        eval_every=2,
+        max_steps=4,
+        progress=False,
+        device="cpu",
+        lr=1e-3,
+    )
     values.update(kw)
     return TrainConfig(**values)
 
@@ -80,8 +92,9 @@ def test_sgopt_loss_is_zero_regulariser_at_start(tiny_bert):
 
 def test_trainer_logs_keeps_best_and_resumes(tiny_bert, tmp_path):
     out = tmp_path / "run"
-    result = Trainer(config(tiny_bert, out, pooler="layer_att", objective="sup_hardneg"),
-                     examples=examples(3), dev=tiny_sts()).train()
+    result = Trainer(
+        config(tiny_bert, out, pooler="layer_att", objective="sup_hardneg"), examples=examples(3), dev=tiny_sts()
+    ).train()
     records = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "stsb_dev" in r] == [0, 2, 4]
     assert any("loss" in r for r in records) and records[-1]["event"] == "end"
@@ -89,8 +102,11 @@ def test_trainer_logs_keeps_best_and_resumes(tiny_bert, tmp_path):
     assert (out / "last" / "trainer_state.pt").is_file()
     best_step = json.loads((out / "best" / "train.json").read_text())["step"]
     assert best_step == result.best_step
-    resumed = Trainer(config(tiny_bert, out, pooler="layer_att", objective="sup_hardneg", max_steps=6,
-                             resume=True), examples=examples(3), dev=tiny_sts())
+    resumed = Trainer(
+        config(tiny_bert, out, pooler="layer_att", objective="sup_hardneg", max_steps=6, resume=True),
+        examples=examples(3),
+        dev=tiny_sts(),
+    )
     resumed.try_resume()
     assert resumed.step == 4
     resumed.cfg = resumed.cfg.model_copy(update={"resume": False})
@@ -102,8 +118,9 @@ def test_trainer_logs_keeps_best_and_resumes(tiny_bert, tmp_path):
 def test_same_seed_same_weights(tiny_bert, tmp_path):
     weights = []
     for name in ("a", "b"):
-        trainer = Trainer(config(tiny_bert, tmp_path / name, max_steps=2, eval_every=100),
-                          examples=examples(1), dev=tiny_sts())
+        trainer = Trainer(
+            config(tiny_bert, tmp_path / name, max_steps=2, eval_every=100), examples=examples(1), dev=tiny_sts()
+        )
         trainer.train()
         weights.append(trainer.model.encoder.encoder.layer[2].output.dense.weight.detach().clone())
     torch.testing.assert_close(weights[0], weights[1])
@@ -111,11 +128,32 @@ def test_same_seed_same_weights(tiny_bert, tmp_path):
 
 def test_config_file_toml_and_validation(tmp_path):
     f = tmp_path / "train.toml"
-    f.write_text('out = "runs/x"\npooler = "s2sent"\nobjective = "sup_hardneg"\nbatch_size = 8\n'
-                 '[pooler_options]\nlast_k = 3\nfreq_groups = 4\n')
+    f.write_text(
+        'out = "runs/x"\npooler = "s2sent"\nobjective = "sup_hardneg"\nbatch_size = 8\n'
+        "[pooler_options]\nlast_k = 3\nfreq_groups = 4\n"
+    )
     cfg = make_config(f, max_steps=10, batch_size=None)
     assert cfg.pooler_options == {"last_k": 3, "freq_groups": 4} and cfg.batch_size == 8 and cfg.max_steps == 10
     assert cfg.temperature == 0.05
     f.write_text('out = "x"\nbatch_sise = 8\n')
     with pytest.raises(ValueError):
         make_config(f)
+
+
+def test_encoder_train_cli_runs_a_few_steps(tiny_bert, tmp_path, capsys):
+    from tests.models_fixtures import shared_data
+
+    shared_data()  # the CLI selects on the real STS-B dev set
+    from models.cli import main
+
+    text = tmp_path / "sentences.txt"
+    text.write_text("\n".join(SENTENCES) + "\n")
+    out = tmp_path / "cli-run"
+    rc = main(["train", "--model", str(tiny_bert), "--out", str(out), "--data", str(text), "--pooler", "s2sent",
+               "--pooler-options", '{"last_k": 2, "freq_groups": 2, "reduction": 4}', "--max-steps", "2",
+               "--batch-size", "4", "--eval-every", "2", "--eval-max-pairs", "20", "--device", "cpu"])
+    assert rc == 0
+    assert "best STS-B dev" in capsys.readouterr().out
+    assert load_pooler(out / "best" / "pooler").options["freq_groups"] == 2
+    assert main(["train", "--model", str(tiny_bert), "--out", str(out), "--pooler", "nope", "--max-steps", "1",
+                 "--data", str(text)]) == 2  # a clear error line, not a traceback

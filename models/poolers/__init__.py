@@ -7,5 +7,19 @@ from models.poolers.layer_combination import LayerCombination
 from models.poolers.s2sent import S2SentPooler
 from models.poolers.sgopt_head import SGOptHead
 
-__all__ = ["REGISTRY", "Pooler", "build_pooler", "load_pooler", "masked_mean", "masked_max", "ClsLast", "AvgLast",
-           "AvgFirstLast", "ScalarMix", "LayerAttPooler", "S2SentPooler", "LayerCombination", "SGOptHead"]
+__all__ = [
+    "REGISTRY",
+    "Pooler",
+    "build_pooler",
+    "load_pooler",
+    "masked_mean",
+    "masked_max",
+    "ClsLast",
+    "AvgLast",
+    "AvgFirstLast",
+    "ScalarMix",
+    "LayerAttPooler",
+    "S2SentPooler",
+    "LayerCombination",
+    "SGOptHead",
+]

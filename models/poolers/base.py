@@ -54,8 +54,12 @@ class Pooler(nn.Module):
         return self.hidden_size
 
     def config(self) -> dict[str, Any]:
-        return {"kind": self.kind, "hidden_size": self.hidden_size, "num_layers": self.num_layers,
-                "options": self.options}
+        return {
+            "kind": self.kind,
+            "hidden_size": self.hidden_size,
+            "num_layers": self.num_layers,
+            "options": self.options,
+        }
 
     def save(self, folder: str | Path) -> None:
         from safetensors.torch import save_file

@@ -46,7 +46,7 @@ class ScalarMix(Pooler):
         self.gamma = nn.Parameter(torch.ones(()))
 
     def forward(self, hidden_states: HiddenStates, attention_mask: Tensor) -> Tensor:
-        stacked = torch.stack(hidden_states[self.start:], 0)
+        stacked = torch.stack(hidden_states[self.start :], 0)
         w = torch.softmax(self.weights, 0).to(stacked.dtype)
         mixed = self.gamma * torch.einsum("l,lbth->bth", w, stacked)
         return masked_mean(mixed, attention_mask)

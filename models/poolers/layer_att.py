@@ -24,10 +24,21 @@ Attention = Literal["cls_avg", "cls", "avg"]
 class LayerAttPooler(Pooler):
     kind = "layer_att"
 
-    def __init__(self, hidden_size: int, num_layers: int, attention: Attention = "cls_avg",
-                 concat_cls_last: bool = True, include_embeddings: bool = False) -> None:
-        super().__init__(hidden_size, num_layers, attention=attention, concat_cls_last=concat_cls_last,
-                         include_embeddings=include_embeddings)
+    def __init__(
+        self,
+        hidden_size: int,
+        num_layers: int,
+        attention: Attention = "cls_avg",
+        concat_cls_last: bool = True,
+        include_embeddings: bool = False,
+    ) -> None:
+        super().__init__(
+            hidden_size,
+            num_layers,
+            attention=attention,
+            concat_cls_last=concat_cls_last,
+            include_embeddings=include_embeddings,
+        )
         if attention not in ("cls_avg", "cls", "avg"):
             raise ValueError(f"attention must be cls_avg, cls or avg, not {attention!r}")
         d = hidden_size
@@ -38,7 +49,7 @@ class LayerAttPooler(Pooler):
 
     def layer_attention(self, hidden_states: HiddenStates, attention_mask: Tensor) -> tuple[Tensor, Tensor]:
         """(h^L of shape (B, d), α of shape (B, L, L))."""
-        layers = hidden_states[self.start:]
+        layers = hidden_states[self.start :]
         cls = torch.stack([h[:, 0] for h in layers], 1)
         avg = torch.stack([masked_mean(h, attention_mask) for h in layers], 1)
         q_src = avg if self.attention == "avg" else cls

@@ -13,8 +13,9 @@ from models.poolers.base import HiddenStates, Pooler, masked_mean
 class LayerCombination(Pooler):
     kind = "layer_combination"
 
-    def __init__(self, hidden_size: int, num_layers: int, layers: list[int] | None = None,
-                 mlp_head: bool = False) -> None:
+    def __init__(
+        self, hidden_size: int, num_layers: int, layers: list[int] | None = None, mlp_head: bool = False
+    ) -> None:
         layers = list(layers) if layers else [num_layers]
         super().__init__(hidden_size, num_layers, layers=layers, mlp_head=mlp_head)
         if any(not 0 <= i <= num_layers for i in layers):

@@ -43,10 +43,18 @@ def dct_weights(indices: list[tuple[int, int]], blocks: int, mask: Tensor) -> Te
 class S2SentPooler(Pooler):
     kind = "s2sent"
 
-    def __init__(self, hidden_size: int, num_layers: int, last_k: int | Literal["all"] = 3, reduction: int = 16,
-                 freq_groups: int = 1, output: Literal["cls", "mean"] = "cls") -> None:
-        super().__init__(hidden_size, num_layers, last_k=last_k, reduction=reduction, freq_groups=freq_groups,
-                         output=output)
+    def __init__(
+        self,
+        hidden_size: int,
+        num_layers: int,
+        last_k: int | Literal["all"] = 3,
+        reduction: int = 16,
+        freq_groups: int = 1,
+        output: Literal["cls", "mean"] = "cls",
+    ) -> None:
+        super().__init__(
+            hidden_size, num_layers, last_k=last_k, reduction=reduction, freq_groups=freq_groups, output=output
+        )
         self.k = num_layers if last_k == "all" else int(last_k)
         if not 1 <= self.k <= num_layers:
             raise ValueError(f"last_k must be in 1..{num_layers} or 'all', not {last_k!r}")
@@ -54,15 +62,16 @@ class S2SentPooler(Pooler):
             raise ValueError(f"hidden size {hidden_size} is not divisible by freq_groups={freq_groups}")
         self.m, self.output = freq_groups, output
         self.indices = lowest_dct_indices(freq_groups, self.k)
-        self.register_buffer("group_of_feature",
-                             torch.arange(hidden_size) // (hidden_size // freq_groups), persistent=False)
+        self.register_buffer(
+            "group_of_feature", torch.arange(hidden_size) // (hidden_size // freq_groups), persistent=False
+        )
         squeezed = max(1, hidden_size // reduction)
         self.down = nn.Linear(hidden_size, squeezed)
         self.up = nn.ModuleList(nn.Linear(squeezed, hidden_size) for _ in range(self.k))
 
     def block_weights(self, hidden_states: HiddenStates, attention_mask: Tensor) -> tuple[Tensor, Tensor]:
         """(X of shape (B, k, T, H), softmax weights a of shape (B, k, H))."""
-        x = torch.stack(hidden_states[-self.k:], 1)
+        x = torch.stack(hidden_states[-self.k :], 1)
         w = dct_weights(self.indices, self.k, attention_mask).to(x.dtype)  # (B, k, T, m)
         z = (w[..., self.group_of_feature] * x).sum((1, 2))  # (B, H): feature c squeezed by its group's basis
         s = torch.relu(self.down(z))
