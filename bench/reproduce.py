@@ -295,7 +295,7 @@ def render(rows: list[dict[str, Any]], plan: Plan, args: argparse.Namespace, sec
         mean, sd, n = stats[m][k]
         return f"{mean:.2f} ± {sd:.2f}" if n > 1 else f"{mean:.2f}"
 
-    mode = "quick" if args.quick else "full"
+    mode = args.tag or ("quick" if args.quick else "full")
     sts_scope = ("all pairs" if plan.sts_pairs is None
                  else f"first {plan.sts_pairs} pairs per task (quick: not comparable to papers)")
     lines = [
@@ -357,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--work", type=Path, default=REPO / "bench" / "work", help="scratch folder (checkpoints)")
     p.add_argument("--results", type=Path, default=REPO / "bench" / "results")
+    p.add_argument("--tag", help="results file name tag (default: quick or full)")
     p.add_argument("--render", type=Path, help="only re-render the table from a (possibly partial) results JSONL")
     args = p.parse_args(argv)
 
@@ -389,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     wanted = set(args.methods or ["CLS_last", "LayerAtt", "S2Sent", "SG-OPT", "BERT-LC", "base"])
     started = time.perf_counter()
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    mode = "quick" if args.quick else "full"
+    mode = args.tag or ("quick" if args.quick else "full")
     args.results.mkdir(parents=True, exist_ok=True)
     raw = args.results / f"reproduce-{mode}-{stamp}.jsonl"
     rows: list[dict[str, Any]] = []

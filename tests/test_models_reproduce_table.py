@@ -36,6 +36,6 @@ def test_paired_deltas_are_per_seed():
     lines = reproduce.paired_deltas(rows())
     stsb = next(line for line in lines if "| stsb |" in line and "LayerAtt→CLS / unsup" in line)
     assert "+1.17 ± 0.76" in stsb and "+1.00, +0.50, +2.00" in stsb
-    table = reproduce.render(rows(), reproduce.QUICK, argparse.Namespace(quick=True, model=None, device="cpu",
+    table = reproduce.render(rows(), reproduce.QUICK, argparse.Namespace(quick=True, tag=None, model=None, device="cpu",
                                                                          threads=2), 60.0)
     assert "| LayerAtt→CLS / unsup | 82.17 ± 1.04 |" in table
