@@ -81,6 +81,29 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tune(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from indexer.atomic import write_json_atomic
+    from indexer.layout import IndexRoot
+    from indexer.tune import format_table, pareto, sweep
+    from indexer.version import IndexVersion
+
+    root = IndexRoot(args.root)
+    version = IndexVersion(root.version_dir(args.version) if args.version else root.current_dir())
+    try:
+        rows = pareto(list(sweep(version, max_queries=args.queries, threads=args.threads or 1)))
+    finally:
+        version.close()
+    print(f"version {version.version}: {version.ntotal} documents, {min(args.queries, version.manifest.data.n_queries)}"
+          f" queries, single-query search with {args.threads or 1} FAISS thread(s); * = Pareto front")
+    print(format_table(rows))
+    if args.out:
+        write_json_atomic(args.out, {"version": version.version, "rows": [asdict(r) for r in rows]})
+        print(f"wrote {args.out}")
+    return 0
+
+
 def _info(args: argparse.Namespace) -> int:
     from indexer.layout import IndexRoot
     from indexer.manifest import Manifest, ManifestError
@@ -151,6 +174,17 @@ def build_parser() -> argparse.ArgumentParser:
     threads_arg(e)
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.set_defaults(func=_eval)
+
+    t = sub.add_parser("tune", help="sweep index types, nlist, nprobe/efSearch on a version's own vectors",
+                       description="Build IVF-Flat (nlist 256..4096), IVF-SQ8, IVF-PQ and HNSW indexes from a "
+                       "version's stored vectors and report MRR@10, Recall@10 vs exact, ms/query and memory for "
+                       "each search setting, marking the Pareto front. Does not change the version.")
+    root_arg(t)
+    t.add_argument("--version", help="version to tune on (default: current)")
+    t.add_argument("--queries", type=int, default=5000, help="evaluation queries sampled (default 5000)")
+    t.add_argument("--threads", type=int, default=1, help="FAISS threads while timing (default 1)")
+    t.add_argument("--out", type=Path, default=None, help="also write the rows as JSON")
+    t.set_defaults(func=_tune)
 
     i = sub.add_parser("info", help="list versions and show the current manifest")
     root_arg(i)

