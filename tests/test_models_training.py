@@ -157,3 +157,13 @@ def test_encoder_train_cli_runs_a_few_steps(tiny_bert, tmp_path, capsys):
     assert load_pooler(out / "best" / "pooler").options["freq_groups"] == 2
     assert main(["train", "--model", str(tiny_bert), "--out", str(out), "--pooler", "nope", "--max-steps", "1",
                  "--data", str(text)]) == 2  # a clear error line, not a traceback
+
+
+@pytest.mark.parametrize("sub", ["train", "sts", "lc-search"])
+def test_training_subcommands_have_help(sub, capsys):
+    from models.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main([sub, "--help"])
+    assert exit_info.value.code == 0
+    assert f"usage: encoder {sub}" in capsys.readouterr().out
