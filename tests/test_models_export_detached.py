@@ -30,7 +30,7 @@ def layer_att_checkpoint(tiny_bert, tmp_path_factory):
     return out / "last"
 
 
-def test_export_cls_drops_pooler_and_matches_tuned_cls(layer_att_checkpoint, tiny_bert, tmp_path):
+def test_export_cls_drops_pooler_and_matches_tuned_cls(layer_att_checkpoint, tiny_bert, tmp_path, capsys):
     onnx_dir = tmp_path / "onnx"
     assert (
         encoder_cli(["export", "--checkpoint", str(layer_att_checkpoint), "--out", str(onnx_dir), "--pooling", "cls"])
@@ -58,6 +58,20 @@ def test_export_cls_drops_pooler_and_matches_tuned_cls(layer_att_checkpoint, tin
     base = SentenceModel.from_checkpoint(tiny_bert).encode(SENTENCES, mode="cls")
     assert np.abs(base - want).max() > 1e-3
     assert np.abs(tuned.encode(SENTENCES, mode="pooler") - want).max() > 1e-2
+
+    from tests.models_fixtures import shared_data
+
+    shared_data()  # `encoder sts --onnx` scores the served vector itself (torch-free runtime)
+    import json
+
+    assert encoder_cli(["sts", "--onnx", str(onnx_dir), "--tasks", "STSB", "--max-pairs", "30", "--json"]) == 0
+    onnx_row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    from models.sts import evaluate_tasks
+
+    # Same runtime, same pairs: the CLI reports exactly what the served ONNX vectors score. (Comparing with torch
+    # by Spearman is ill-posed on a random tiny BERT: its cosines all sit near 1, so 1e-6 noise reorders pairs.)
+    direct = evaluate_tasks(OnnxEncoder(onnx_dir).encode, ["STSB"], max_pairs=30)
+    assert onnx_row["STSB"] == pytest.approx(round(direct["STSB"], 2), abs=0.01)
 
 
 def test_checkpoint_layout_is_encoder_plus_pooler(layer_att_checkpoint):
