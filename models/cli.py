@@ -1,4 +1,4 @@
-"""`encoder` command line: export (now); train and sts come with the training module."""
+"""`encoder` command line: export, train, sts and lc-search (the training-free BERT-LC layer search)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,106 @@ def _export(args: argparse.Namespace) -> int:
     return run_cli(go, (CheckpointError, ParityError, FileExistsError, OSError), "encoder export")
 
 
+def _train(args: argparse.Namespace) -> int:
+    import json
+
+    from pydantic import ValidationError
+
+    from models.checkpoint import CheckpointError
+    from models.data import DataError
+    from models.train_config import make_config
+    from models.trainer import train
+
+    def go() -> int:
+        options = json.loads(args.pooler_options) if args.pooler_options else None
+        cfg = make_config(
+            args.config, model=args.model, out=args.out, pooler=args.pooler, pooler_options=options,
+            objective=args.objective, temperature=args.temperature, data=args.data,
+            max_examples=args.max_examples, batch_size=args.batch_size, max_length=args.max_length, lr=args.lr,
+            pooler_lr=args.pooler_lr, epochs=args.epochs, max_steps=args.max_steps, seed=args.seed,
+            eval_every=args.eval_every, eval_max_pairs=args.eval_max_pairs, eval_mode=args.eval_mode,
+            resume=True if args.resume else None, device=args.device, threads=args.threads,
+            sgopt_lambda=args.sgopt_lambda, warmup_ratio=args.warmup_ratio)
+        result = train(cfg)
+        print(f"best STS-B dev {result.best_dev:.2f} at step {result.best_step} → {result.best_dir} "
+              f"({result.steps} steps, {result.seconds:.0f}s, {result.seconds_per_1k_steps:.0f}s per 1,000 steps)")
+        return 0
+
+    return run_cli(go, (CheckpointError, DataError, ValidationError, ValueError, OSError), "encoder train")
+
+
+def _sts(args: argparse.Namespace) -> int:
+    import json
+
+    from indexer.onnx_encoder import EncoderLoadError
+    from models.checkpoint import CheckpointError
+    from models.data import DataError
+    from models.sts import TASKS, evaluate_tasks, format_table
+
+    def go() -> int:
+        tasks = args.tasks or TASKS
+        if args.onnx:
+            from indexer.onnx_encoder import OnnxEncoder
+
+            runtime = OnnxEncoder(args.onnx)
+            encode = runtime.encode
+            name = args.name or f"{args.onnx} (onnx)"
+        else:
+            import torch
+
+            from models.checkpoint import default_checkpoint
+            from models.sentence_model import SentenceModel
+
+            if args.threads:
+                torch.set_num_threads(args.threads)
+            model = SentenceModel.from_checkpoint(args.checkpoint or default_checkpoint(),
+                                                  max_length=args.max_length)
+            model.to("cuda" if torch.cuda.is_available() else "cpu")
+
+            def encode(texts):
+                return model.encode(texts, mode=args.mode)
+
+            name = args.name or f"{args.checkpoint or 'all-MiniLM-L6-v2'} ({args.mode})"
+        scores = evaluate_tasks(encode, tasks, max_pairs=args.max_pairs)
+        print(json.dumps({"model": name, **{k: round(v, 2) for k, v in scores.items()}}) if args.json
+              else format_table({name: scores}, tasks))
+        return 0
+
+    return run_cli(go, (CheckpointError, DataError, EncoderLoadError, OSError), "encoder sts")
+
+
+def _lc_search(args: argparse.Namespace) -> int:
+    from models.checkpoint import CheckpointError
+    from models.data import DataError
+
+    def go() -> int:
+        from models.checkpoint import default_checkpoint
+        from models.layer_search import search_layers
+        from models.poolers import LayerCombination
+        from models.sentence_model import SentenceModel
+        from models.sts import load_task
+
+        model = SentenceModel.from_checkpoint(args.checkpoint or default_checkpoint(), pooler="cls_last",
+                                              max_length=args.max_length)
+        result = search_layers(model, load_task("STSB-dev", max_pairs=args.max_pairs), args.max_layers,
+                               args.beam, args.mlp_head)
+        for layers, score in result.leaderboard:
+            print(f"layers {layers}: STS-B dev {score:.2f}")
+        print(f"best: layers {result.layers} (STS-B dev {result.dev_spearman:.2f}; {result.evaluated} subsets "
+              f"scored)")
+        if args.out:
+            cfg = model.encoder.config
+            pooler = LayerCombination(cfg.hidden_size, cfg.num_hidden_layers, result.layers, args.mlp_head)
+            if args.mlp_head:
+                pooler.copy_head_from(model.encoder)
+            model.pooler = pooler
+            model.save(args.out)
+            print(f"wrote {args.out}")
+        return 0
+
+    return run_cli(go, (CheckpointError, DataError, ValueError, OSError), "encoder lc-search")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="encoder", description="Train, evaluate and export Strata encoders.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -44,6 +144,69 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-cosine", type=float, default=0.9999, help="parity threshold (default 0.9999)")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.set_defaults(func=_export)
+
+    t = sub.add_parser("train", help="contrastive training with a detachable layer pooler",
+                       description="Train an encoder (default: all-MiniLM-L6-v2) with a SimCSE-family or SG-OPT "
+                       "objective through a pooler over all layers. Writes OUT/best and OUT/last (each encoder/ + "
+                       "pooler/) and OUT/log.jsonl; selects on STS-B dev. Flags override --config values.")
+    t.add_argument("--config", type=Path, help="TOML or YAML file with TrainConfig fields")
+    t.add_argument("--out", type=Path, help="output folder (required here or in --config)")
+    t.add_argument("--model", help="Hugging Face BERT/RoBERTa folder (default: all-MiniLM-L6-v2)")
+    t.add_argument("--pooler", help="cls_last (default) | avg_last | avg_first_last | scalar_mix | layer_att | "
+                   "s2sent | layer_combination | sgopt_head")
+    t.add_argument("--pooler-options", help='JSON options, e.g. \'{"attention": "cls", "concat_cls_last": false}\' '
+                   'or \'{"last_k": 3, "freq_groups": 4, "reduction": 16}\'')
+    t.add_argument("--objective", choices=["unsup", "sup", "sup_hardneg", "sgopt"], help="default unsup")
+    t.add_argument("--data", help="wiki (default) | snli | quora | path to a one-sentence-per-line file")
+    t.add_argument("--max-examples", type=int, help="use only the first N examples")
+    t.add_argument("--temperature", type=float, help="τ (default 0.05)")
+    t.add_argument("--sgopt-lambda", type=float, help="SG-OPT λ for ‖θ_F − θ_T‖² (default 0.1)")
+    t.add_argument("--batch-size", type=int, help="default 64")
+    t.add_argument("--max-length", type=int, help="max tokens (default 32)")
+    t.add_argument("--lr", type=float, help="encoder learning rate (default 3e-5)")
+    t.add_argument("--pooler-lr", type=float, help="pooler/head learning rate (default 1e-3)")
+    t.add_argument("--warmup-ratio", type=float, help="linear warm-up share of the steps (default 0.1)")
+    t.add_argument("--epochs", type=int, help="default 1")
+    t.add_argument("--max-steps", type=int, help="stop after N steps")
+    t.add_argument("--seed", type=int, help="default 42")
+    t.add_argument("--eval-every", type=int, help="STS-B dev every N steps (default 125)")
+    t.add_argument("--eval-max-pairs", type=int, help="cap STS-B dev pairs (quick runs)")
+    t.add_argument("--eval-mode", choices=["cls", "pooler"], help="select on the detached [CLS] (default) or "
+                   "the pooler output")
+    t.add_argument("--resume", action="store_true", help="continue from OUT/last")
+    t.add_argument("--device", choices=["auto", "cpu", "cuda"], help="default auto (CUDA when available)")
+    t.add_argument("--threads", type=int, help="torch CPU threads")
+    t.set_defaults(func=_train)
+
+    s = sub.add_parser("sts", help="STS12-16, STS-B and SICK-R Spearman x 100 (SimCSE's 'all' setting)",
+                       description="Evaluate a checkpoint (with its pooler, or its detached [CLS]/mean) or an "
+                       "exported ONNX folder on STS12–16 (all), STS-B test and SICK-R test; prints a Table-1-like "
+                       "row. Data: $STRATA_DATA_DIR or <repo>/../shared/data.")
+    src = s.add_mutually_exclusive_group()
+    src.add_argument("--checkpoint", help="Strata checkpoint or HF folder (default: all-MiniLM-L6-v2)")
+    src.add_argument("--onnx", type=Path, help="exported model folder (encoder.onnx); no torch needed")
+    s.add_argument("--mode", choices=["pooler", "cls", "mean"], default="pooler",
+                   help="checkpoint vector: its pooler (default; cls_last for plain HF folders), the detached "
+                   "last-layer [CLS], or the masked mean")
+    s.add_argument("--tasks", nargs="+", help="subset of STS12 STS13 STS14 STS15 STS16 STSB SICKR STSB-dev")
+    s.add_argument("--max-pairs", type=int, help="cap pairs per task (quick checks; not comparable to papers)")
+    s.add_argument("--max-length", type=int, default=128, help="max tokens for checkpoints (default 128)")
+    s.add_argument("--threads", type=int, help="torch CPU threads")
+    s.add_argument("--name", help="row label")
+    s.add_argument("--json", action="store_true", help="print one JSON object")
+    s.set_defaults(func=_sts)
+
+    lc = sub.add_parser("lc-search", help="training-free BERT-LC layer-combination search on STS-B dev",
+                        description="Score averaged-layer subsets (≤ --max-layers) on STS-B dev with a pruned "
+                        "beam search; --out writes a checkpoint whose pooler is the best combination.")
+    lc.add_argument("--checkpoint", help="HF folder or Strata checkpoint (default: all-MiniLM-L6-v2)")
+    lc.add_argument("--max-layers", type=int, default=4)
+    lc.add_argument("--beam", type=int, default=5, help="subsets kept per size (default 5)")
+    lc.add_argument("--mlp-head", action="store_true", help="apply the backbone's pooler dense+tanh after")
+    lc.add_argument("--max-pairs", type=int, help="cap STS-B dev pairs")
+    lc.add_argument("--max-length", type=int, default=128)
+    lc.add_argument("--out", type=Path, help="write a checkpoint with the chosen LayerCombination pooler")
+    lc.set_defaults(func=_lc_search)
     return parser
 
 

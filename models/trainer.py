@@ -1,0 +1,262 @@
+"""The training loop: AdamW with linear warm-up/decay, gradient clipping, fixed seeds, bf16 autocast on CUDA,
+STS-B dev evaluation every N steps keeping the best checkpoint, resumable `last/` checkpoints, tqdm progress
+and a JSONL log.
+
+Output folder: `best/` and `last/` are Strata checkpoints (`encoder/` + `pooler/`); `last/trainer_state.pt`
+holds optimiser, scheduler, step and RNG states for `--resume`; `log.jsonl` one JSON object per event.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import shutil
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from models.checkpoint import default_checkpoint
+from models.data import Example, load_training_data
+from models.objectives import Objective, build_objective
+from models.sentence_model import SentenceModel
+from models.sts import StsSet, evaluate, load_task
+from models.train_config import TrainConfig
+
+log = logging.getLogger(__name__)
+STATE = "trainer_state.pt"
+
+
+@dataclass
+class TrainResult:
+    best_dir: Path
+    best_dev: float
+    best_step: int
+    steps: int
+    seconds: float
+    seconds_per_1k_steps: float
+
+
+def set_seed(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.cuda.manual_seed_all(seed)
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def batches_for_epoch(n: int, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
+    """Deterministic shuffle per (seed, epoch), so a resumed run sees the same order; the last partial batch is
+    dropped (in-batch negatives need a full batch)."""
+    order = np.random.default_rng([seed, epoch]).permutation(n)
+    return [order[i : i + batch_size] for i in range(0, n - batch_size + 1, batch_size)]
+
+
+def linear_schedule(optimizer: torch.optim.Optimizer, warmup: int, total: int) -> torch.optim.lr_scheduler.LambdaLR:
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / max(1, warmup)
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+class Trainer:
+    def __init__(self, config: TrainConfig, examples: list[Example] | None = None, dev: StsSet | None = None) -> None:
+        self.cfg = config
+        if config.threads:
+            torch.set_num_threads(config.threads)
+        set_seed(config.seed)
+        self.device = pick_device(config.device)
+        self.objective: Objective = build_objective(config.objective, config.temperature, config.sgopt_lambda)
+        raw = examples if examples is not None else load_training_data(config.data, config.max_examples, config.seed)
+        self.examples = [ex[: self.objective.columns] for ex in raw if self.objective.usable(ex)]
+        if len(self.examples) < config.batch_size:
+            raise ValueError(
+                f"{len(self.examples)} usable examples for objective {config.objective} "
+                f"(needs {self.objective.columns} texts each) < batch size {config.batch_size}"
+            )
+        self.dev = dev if dev is not None else load_task("STSB-dev", max_pairs=config.eval_max_pairs)
+        self.model = SentenceModel.from_checkpoint(
+            config.model or default_checkpoint(),
+            pooler=config.pooler,
+            max_length=config.max_length,
+            **config.pooler_options,
+        )
+        self.model.to(self.device)
+        self.objective.setup(self.model)
+        encoder_params = [p for p in self.model.encoder.parameters() if p.requires_grad]
+        head_params = [p for p in self.model.pooler.parameters() if p.requires_grad]
+        groups = [{"params": encoder_params, "lr": config.lr}]
+        if head_params:
+            groups.append({"params": head_params, "lr": config.pooler_lr})
+        self.params = encoder_params + head_params
+        self.optimizer = torch.optim.AdamW(groups, weight_decay=config.weight_decay)
+        per_epoch = len(self.examples) // config.batch_size
+        self.total_steps = config.max_steps or per_epoch * config.epochs
+        self.scheduler = linear_schedule(self.optimizer, int(config.warmup_ratio * self.total_steps), self.total_steps)
+        self.step, self.best_dev, self.best_step = 0, -math.inf, -1
+        self.out = Path(config.out)
+
+    # -- evaluation and checkpoints ---------------------------------------------------------------------------
+    def dev_score(self) -> float:
+        return evaluate(lambda texts: self.model.encode(texts, mode=self.cfg.eval_mode), [self.dev])["avg"]
+
+    def _log(self, **record: object) -> None:
+        with open(self.out / "log.jsonl", "a") as f:
+            f.write(json.dumps({"time": round(time.time(), 3), **record}) + "\n")
+
+    def save_last(self) -> None:
+        tmp = self.out / "last.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.model.save(tmp)
+        torch.save(
+            {
+                "step": self.step,
+                "best_dev": self.best_dev,
+                "best_step": self.best_step,
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},
+                "config": self.cfg.model_dump(mode="json"),
+            },
+            tmp / STATE,
+        )
+        shutil.rmtree(self.out / "last", ignore_errors=True)
+        tmp.rename(self.out / "last")
+
+    def save_best(self) -> None:
+        tmp = self.out / "best.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.model.save(tmp)
+        (tmp / "train.json").write_text(
+            json.dumps(
+                {"step": self.step, "stsb_dev": self.best_dev, "config": self.cfg.model_dump(mode="json")}, indent=2
+            )
+        )
+        shutil.rmtree(self.out / "best", ignore_errors=True)
+        tmp.rename(self.out / "best")
+
+    def try_resume(self) -> None:
+        last = self.out / "last"
+        if not (last / STATE).is_file():
+            log.info("no checkpoint to resume in %s; starting fresh", last)
+            return
+        from safetensors.torch import load_file
+
+        from models.checkpoint import encoder_folder
+        from models.poolers import load_pooler
+
+        weights = load_file(str(encoder_folder(last) / "model.safetensors"))
+        self.model.encoder.load_state_dict(weights, strict=False)
+        self.model.pooler.load_state_dict(load_pooler(last / "pooler").state_dict())
+        state = torch.load(last / STATE, weights_only=False)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.step, self.best_dev, self.best_step = state["step"], state["best_dev"], state["best_step"]
+        random.setstate(state["rng"]["python"])
+        np.random.set_state(state["rng"]["numpy"])
+        torch.set_rng_state(state["rng"]["torch"])
+        log.info(
+            "resumed from %s at step %d (best dev %.2f at step %d)", last, self.step, self.best_dev, self.best_step
+        )
+
+    def evaluate_and_keep(self) -> float:
+        score = self.dev_score()
+        if score > self.best_dev:
+            self.best_dev, self.best_step = score, self.step
+            self.save_best()
+        self._log(step=self.step, stsb_dev=round(score, 4), best_dev=round(self.best_dev, 4))
+        return score
+
+    # -- the loop -------------------------------------------------------------------------------------------
+    def train(self) -> TrainResult:
+        from tqdm import tqdm
+
+        cfg = self.cfg
+        self.out.mkdir(parents=True, exist_ok=True)
+        if cfg.resume:
+            self.try_resume()
+        if self.step == 0:
+            self._log(
+                event="start",
+                examples=len(self.examples),
+                total_steps=self.total_steps,
+                device=str(self.device),
+                config=cfg.model_dump(mode="json"),
+            )
+            if cfg.eval_at_start:
+                self.evaluate_and_keep()  # step 0: the starting point competes too
+        amp = torch.autocast("cuda", dtype=torch.bfloat16) if cfg.amp and self.device.type == "cuda" else nullcontext()
+        save_every = cfg.save_every or cfg.eval_every
+        per_epoch = len(self.examples) // cfg.batch_size
+        bar = tqdm(
+            total=self.total_steps,
+            initial=self.step,
+            desc=f"train {cfg.objective}/{cfg.pooler}",
+            disable=not cfg.progress,
+            dynamic_ncols=True,
+            mininterval=2.0,
+        )
+        started, start_step, step_seconds = time.perf_counter(), self.step, 0.0
+        self.model.train()
+        while self.step < self.total_steps:
+            t0 = time.perf_counter()
+            epoch, index = divmod(self.step, per_epoch)
+            batch_idx = batches_for_epoch(len(self.examples), cfg.batch_size, cfg.seed, epoch)[index]
+            with amp:
+                loss = self.objective.loss(self.model, [self.examples[i] for i in batch_idx])
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip)
+            self.optimizer.step()
+            self.scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.step += 1
+            step_seconds += time.perf_counter() - t0  # optimisation only: evaluation and saving excluded
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss.item():.4f}", best=f"{self.best_dev:.2f}")
+            if self.step % 10 == 0 or self.step == self.total_steps:
+                self._log(
+                    step=self.step,
+                    loss=round(loss.item(), 5),
+                    grad_norm=round(float(grad_norm), 4),
+                    lr=self.scheduler.get_last_lr()[0],
+                )
+            if self.step % cfg.eval_every == 0 or self.step == self.total_steps:
+                self.evaluate_and_keep()
+                self.model.train()
+            if self.step % save_every == 0 or self.step == self.total_steps:
+                self.save_last()
+        bar.close()
+        seconds = time.perf_counter() - started
+        done = self.step - start_step
+        result = TrainResult(
+            self.out / "best",
+            self.best_dev,
+            self.best_step,
+            self.step,
+            seconds,
+            step_seconds / done * 1000 if done else float("nan"),
+        )
+        self._log(
+            event="end",
+            best_dev=self.best_dev,
+            best_step=self.best_step,
+            seconds=round(seconds, 2),
+            seconds_per_1k_steps=round(result.seconds_per_1k_steps, 1),
+        )
+        return result
+
+
+def train(config: TrainConfig, **kwargs: object) -> TrainResult:
+    return Trainer(config, **kwargs).train()  # type: ignore[arg-type]
