@@ -37,6 +37,7 @@ class EncoderMeta(BaseModel):
     opset: int | None = None
     parity_min_cosine: float | None = None
     quantization: str | None = None
+    quality_gate: dict[str, float] | None = None  # int8 vs fp32 figures when quantized
 
 
 class EncoderLoadError(RuntimeError):

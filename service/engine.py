@@ -27,6 +27,8 @@ class SearchResult:
     truncated: list[bool]
     encode_ms: float
     search_ms: float
+    vectors: np.ndarray | None = None
+    batch_texts: int = 0  # texts in the ONNX run that served this request (micro-batching)
 
 
 class SearchEngine:
@@ -82,6 +84,35 @@ class SearchEngine:
         hits = self.index.hits(scores, ids)
         t2 = time.perf_counter()
         return SearchResult(hits, truncated, (t1 - t0) * 1000, (t2 - t1) * 1000)
+
+    def run_batch(self, jobs: list[tuple[list[str], int | None]]) -> list[SearchResult]:
+        """Several requests' texts in one ONNX run and one FAISS call (the micro-batcher's unit of work).
+
+        Each job is (texts, top_k) or (texts, None) for encode-only; results keep job order. Vectors of an
+        encode-only job come back in `SearchResult.vectors`."""
+        texts = [t for job_texts, _ in jobs for t in job_texts]
+        t0 = time.perf_counter()
+        vecs, truncated = self.encoder.encode_with_flags(texts, batch_size=max(len(texts), 1))
+        t1 = time.perf_counter()
+        k_max = max((k for _, k in jobs if k is not None), default=0)
+        per_text_k = [k for job_texts, k in jobs for _ in job_texts]
+        search_rows = [r for r, k in enumerate(per_text_k) if k is not None]
+        hits: list[list[tuple[int, str, float]]] = []
+        if search_rows:
+            scores, ids = self.index.search(vecs[search_rows], k_max)
+            hits = self.index.hits(scores, ids)
+        t2 = time.perf_counter()
+        out, pos, hit_pos = [], 0, 0
+        for job_texts, k in jobs:
+            n = len(job_texts)
+            job_hits = None
+            if k is not None:
+                job_hits = [h[:k] for h in hits[hit_pos : hit_pos + n]]
+                hit_pos += n
+            out.append(SearchResult(job_hits or [], truncated[pos : pos + n], (t1 - t0) * 1000, (t2 - t1) * 1000,
+                                    vectors=vecs[pos : pos + n] if k is None else None, batch_texts=len(texts)))
+            pos += n
+        return out
 
     def close(self) -> None:
         self.index.close()

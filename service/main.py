@@ -18,6 +18,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 
 from service.auth import Authorizer, authorize
+from service.batching import MicroBatcher
 from service.deps import AppState
 from service.inference import Inference
 from service.limits import BodySizeLimit
@@ -54,6 +55,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         state.inference = Inference(settings, state.holder, state.metrics)
         state.reloader = reloader = Reloader(settings, state.holder, state.metrics)
         state.inference.not_ready_reason = lambda: state.load_error or "loading"
+        state.batcher = MicroBatcher(settings, state.inference, state.metrics)
+        state.batcher.start()
         await reloader.reload("startup")
         if state.holder.engine is None:
             state.metrics.ready.set(0)
@@ -75,6 +78,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             watcher.cancel()
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.remove_signal_handler(signal.SIGHUP)
+        await state.batcher.stop()
         state.inference.shutdown()
         state.holder.close()
 

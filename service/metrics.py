@@ -39,4 +39,6 @@ class Metrics:
                                     registry=r)
         self.rejected = Counter("strata_rejected_total", "Requests turned away before inference",
                                 ["reason"], registry=r)  # busy (429), timeout (504), too_large (413)
+        self.batch_texts = Histogram("strata_batch_texts", "Texts per micro-batch ONNX run",
+                                     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256), registry=r)
         self.in_flight = Gauge("strata_inference_in_flight", "Inference requests running or queued", registry=r)

@@ -33,6 +33,11 @@ class Settings(BaseSettings):
     workers: int = Field(default_factory=_cores, ge=1, description="inference thread pool size (default: cores)")
     threads: int = Field(1, ge=1, description="ONNX Runtime intra-op and FAISS OpenMP threads per call")
 
+    # Micro-batching: concurrent requests share one ONNX run (see service/batching.py)
+    micro_batching: bool = Field(True, description="encode concurrent requests together")
+    batch_window_ms: float = Field(2.0, ge=0, le=100, description="under load, wait this long for more requests")
+    batch_max_texts: int = Field(64, ge=1, le=1024, description="texts per micro-batch")
+
     # Behaviour under load
     max_in_flight: int = Field(32, ge=1, description="inference requests running or queued; beyond: 429")
     retry_after_s: int = Field(1, ge=0, description="Retry-After of a 429")

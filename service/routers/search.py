@@ -4,19 +4,19 @@ import time
 
 from fastapi import APIRouter
 
-from service.deps import InferenceDep, StateDep
+from service.deps import BatcherDep, StateDep
 from service.schemas import Hit, QueryHits, SearchRequest, SearchResponse
 
 router = APIRouter(tags=["inference"])
 
 
 @router.post("/search", response_model=SearchResponse, response_model_exclude_none=True)
-async def search(body: SearchRequest, inference: InferenceDep, state: StateDep) -> SearchResponse:
+async def search(body: SearchRequest, batcher: BatcherDep, state: StateDep) -> SearchResponse:
     """Top-k nearest questions for one `query` or a batch of `queries`."""
     t0 = time.perf_counter()
     texts = [body.query] if body.query is not None else list(body.queries or [])
     # The engine that answered (leased for the whole call) names the version: a swap mid-request cannot mix them.
-    engine, result = await inference.run(lambda e: e.search(texts, body.top_k))
+    engine, result = await batcher.submit(texts, body.top_k)
     took = (time.perf_counter() - t0) * 1000
     m = state.metrics
     m.encode_seconds.labels("/search").observe(result.encode_ms / 1000)
