@@ -13,7 +13,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import faiss
-import numpy as np
 
 from indexer.evaluate import rank_metrics
 from indexer.onnx_encoder import ENCODER_ONNX, OnnxEncoder

@@ -98,3 +98,24 @@ def test_cli_reports_missing_checkpoint(tmp_path: Path) -> None:
                         "--out", str(tmp_path / "out")], capture_output=True, text=True)
     assert r.returncode == 2
     assert "does not exist" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_int8_export_records_quantization(tiny_checkpoint: Path, exported: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "int8"
+    meta = export_encoder(tiny_checkpoint, out, pooling="cls", quantize="int8", skip_gate=True)
+    assert meta.quantization == "int8-dynamic-per-channel" and meta.quality_gate is None
+    assert json.loads((out / "encoder.json").read_text())["onnx_sha256"] == sha256_file(out / "encoder.onnx")
+    assert (out / "encoder.onnx").stat().st_size < (exported["cls"] / "encoder.onnx").stat().st_size
+    assert not (out / ".int8").exists()
+    q, f = OnnxEncoder(out, verify_sha256=True).encode(SENTENCES), OnnxEncoder(exported["cls"]).encode(SENTENCES)
+    assert np.min(np.sum(q * f, axis=1)) > 0.9  # same model, int8 weights
+
+
+def test_int8_gate_refuses_and_writes_nothing(tiny_checkpoint: Path, tmp_path: Path, quora_file: Path) -> None:
+    from models.quantize import QualityGateError
+
+    out = tmp_path / "int8"
+    # max_drop -100 demands int8 be 100 points *better* than fp32: the real gate must measure and refuse
+    with pytest.raises(QualityGateError, match=r"STS-B dev .* Quora MRR@10 \(300 rows"):
+        export_encoder(tiny_checkpoint, out, pooling="cls", quantize="int8", gate_rows=300, max_drop=-100)
+    assert not out.exists() and list(tmp_path.iterdir()) == []
