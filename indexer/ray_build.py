@@ -137,7 +137,9 @@ def embed(corpus_ds: object, cfg: BuildConfig, opts: RayOptions, workers: int, o
         batch_size=opts.block_rows, batch_format="pyarrow", concurrency=workers,
         num_cpus=opts.threads_per_worker, num_gpus=opts.gpus_per_worker or None,
     )
-    ds.write_parquet(str(out_dir))
+    # Writes take no CPU slot: they stream each encoded block to its file while the actors hold the CPUs
+    # (with a CPU each they would wait for the whole encoding to finish).
+    ds.write_parquet(str(out_dir), ray_remote_args={"num_cpus": 0})
 
 
 def build_on_ray(cfg: BuildConfig, opts: RayOptions) -> Manifest:
