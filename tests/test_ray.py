@@ -150,3 +150,44 @@ def test_worker_killed_during_build_is_retried(local_ray: None, minilm_mean: Pat
     ids_s, vecs_s = vectors_by_id(single_version)
     vecs_s = vecs_s[np.searchsorted(ids_s, ids_r)]
     assert ((vecs_s * vecs_r).sum(1)).min() >= 0.9999
+
+
+@pytest.fixture()
+def sharded_server(ray_sharded: Path) -> Iterator[str]:
+    from ray import serve
+
+    from service.sharded import sharded_app
+    from tests.conftest import free_port
+
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    serve.run(sharded_app(ray_sharded.parent.parent), name="strata", route_prefix="/")
+    yield f"http://127.0.0.1:{port}"
+    serve.shutdown()
+
+
+def test_two_shard_service_answers_like_the_merged_index(sharded_server: str, ray_sharded: Path) -> None:
+    import httpx
+
+    merged = IndexVersion(ray_sharded)  # the two shards merged in one process
+    try:
+        qids, qtexts, _ = merged.store.eval_set()
+        _, expected = merged.search(merged.query_vectors(), 10)
+    finally:
+        merged.close()
+    with httpx.Client(base_url=sharded_server, timeout=120) as client:
+        ready = client.get("/ready").json()
+        assert ready["ready"] and ready["index_size"] == Manifest.load(ray_sharded).index.ntotal
+        one = client.post("/search", json={"query": qtexts[0], "top_k": 3}).json()
+        assert [h["id"] for h in one["hits"]] == expected[0, :3].tolist() and one["hits"][0]["text"]
+        assert client.post("/search", json={"query": "", "top_k": 3}).status_code == 422  # same validation
+        got: list[list[int]] = []
+        for start in range(0, len(qtexts), 64):
+            r = client.post("/search", json={"queries": qtexts[start : start + 64], "top_k": 10})
+            assert r.status_code == 200, r.text
+            got += [[h["id"] for h in res["hits"]] for res in r.json()["results"]]
+    same_list = np.mean([g == e.tolist() for g, e in zip(got, expected, strict=True)])
+    overlap = np.mean([len(set(g) & set(e.tolist())) / 10 for g, e in zip(got, expected, strict=True)])
+    print(f"\n{len(got)} paper-protocol queries: top-10 overlap sharded vs merged {overlap:.5f}, identical "
+          f"ranked lists {same_list:.5f}")
+    assert overlap >= 0.999 and same_list >= 0.99
