@@ -24,6 +24,7 @@ import faiss
 import numpy as np
 import pyarrow.parquet as pq
 import ray
+from ray.data import ActorPoolStrategy
 
 from indexer.build import BuildConfig
 from indexer.evaluate import evaluate
@@ -134,7 +135,7 @@ def embed(corpus_ds: object, cfg: BuildConfig, opts: RayOptions, workers: int, o
         EmbedBatches,
         fn_constructor_kwargs={"model_dir": str(Path(cfg.model_dir).resolve()),
                                "threads": opts.threads_per_worker, "batch_size": cfg.batch_size},
-        batch_size=opts.block_rows, batch_format="pyarrow", concurrency=workers,
+        batch_size=opts.block_rows, batch_format="pyarrow", compute=ActorPoolStrategy(size=workers),
         num_cpus=opts.threads_per_worker, num_gpus=opts.gpus_per_worker or None,
     )
     # Writes take no CPU slot: they stream each encoded block to its file while the actors hold the CPUs
