@@ -51,7 +51,16 @@ def _build(args: argparse.Namespace) -> int:
     cfg = BuildConfig(model_dir=args.model or default_model_dir(), data=args.data, root=args.root,
                       protocol=args.protocol, rows=args.rows, nlist=args.nlist, nprobe=args.nprobe,
                       batch_size=args.batch_size, threads=args.threads, keep=args.keep, evaluate=not args.no_eval)
-    m = build(cfg)
+    if args.engine == "ray":
+        from indexer.ray_build import RayOptions, build_on_ray, summary
+
+        m = build_on_ray(cfg, RayOptions(address=args.ray_address, workers=args.workers, shards=args.shards,
+                                         threads_per_worker=args.threads_per_worker,
+                                         gpus_per_worker=args.gpus_per_worker, block_rows=args.block_rows,
+                                         keep_vectors=args.keep_vectors))
+        print(summary(m))
+    else:
+        m = build(cfg)
     print(f"built version {m.version} in {args.root}: {m.index.ntotal} vectors ({m.index.factory}, nprobe "
           f"{m.index.nprobe}), {m.build_seconds.total_s:.1f}s")
     if m.eval:
@@ -208,6 +217,19 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--rebuild-after", type=float, default=0.2, metavar="RATIO",
                    help="with --add: report a full rebuild as due once more than RATIO x the vectors the "
                    "quantizer was trained on were added since (default 0.2)")
+    g = b.add_argument_group("distributed build (--engine ray)")
+    g.add_argument("--engine", choices=["local", "ray"], default="local",
+                   help="local (default): this process; ray: encode with a Ray Data actor pool, fill shards as "
+                   "Ray tasks")
+    g.add_argument("--ray-address", default=None,
+                   help="Ray cluster to join (default: $RAY_ADDRESS, else a local instance sized to this machine)")
+    g.add_argument("--workers", type=int, default=None, help="encoding actors (default: cluster CPUs / threads)")
+    g.add_argument("--threads-per-worker", type=int, default=1, help="ONNX Runtime threads (CPUs) per actor")
+    g.add_argument("--gpus-per-worker", type=float, default=0.0, help="GPUs per actor (CUDA provider)")
+    g.add_argument("--shards", type=int, default=1,
+                   help="1: one merged index.faiss; N > 1: N shard files sharing one quantizer (for sharded serving)")
+    g.add_argument("--block-rows", type=int, default=1024, help="rows per Ray Data block and actor call")
+    g.add_argument("--keep-vectors", action="store_true", help="keep the vectors/*.parquet files in the version")
     b.set_defaults(func=_build)
 
     r = sub.add_parser("rollback", help="point `current` back at an earlier version",

@@ -26,6 +26,11 @@ class ModelInfo(BaseModel):
     source: str
 
 
+class ShardInfo(BaseModel):
+    file: str  # relative to the version folder, e.g. "shards/shard-00000.faiss"
+    ntotal: int
+
+
 class IndexInfo(BaseModel):
     factory: str  # the faiss.index_factory string, e.g. "IVF1024,Flat"
     metric: str = "inner_product"
@@ -37,6 +42,9 @@ class IndexInfo(BaseModel):
     # drifted from what the quantizer was trained on (None: trained on all `ntotal`, the usual full build).
     trained_ntotal: int | None = None
     added_since_training: int = 0
+    # Kept as N shard files sharing one trained coarse quantizer (`indexer build --engine ray --shards N`);
+    # empty: one `index.faiss`.
+    shards: list[ShardInfo] = []
 
 
 class DataInfo(BaseModel):
@@ -55,6 +63,21 @@ class Timings(BaseModel):
     train_s: float = 0.0
     add_s: float = 0.0
     total_s: float = 0.0
+
+
+class ActorThroughput(BaseModel):
+    actor: str  # node ip:pid of one encoding actor (a restarted actor is a new entry)
+    vectors: int
+    busy_s: float
+    vectors_per_s: float
+
+
+class DistributedInfo(BaseModel):
+    engine: str = "ray"
+    address: str
+    workers: int
+    actors: list[ActorThroughput]
+    embed_wall_s: float
 
 
 class EvalFigures(BaseModel):
@@ -82,6 +105,7 @@ class Manifest(BaseModel):
     build_seconds: Timings
     eval: EvalFigures | None = None
     parent_version: str | None = None  # the version an `--add` build extended
+    distributed: DistributedInfo | None = None  # how a `--engine ray` build spread the encoding
 
     @classmethod
     def load(cls, folder: Path) -> Manifest:

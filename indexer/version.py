@@ -10,6 +10,7 @@ import numpy as np
 
 from indexer.faiss_index import INDEX_FILE, set_nprobe
 from indexer.manifest import Manifest, ManifestError
+from indexer.shards import merge_shards
 from indexer.store import STORE, Store
 
 log = logging.getLogger(__name__)
@@ -28,11 +29,15 @@ class IndexVersion:
             self.manifest = Manifest.load(self.folder)
         except ManifestError as exc:
             raise IndexLoadError(str(exc)) from exc
-        path = self.folder / INDEX_FILE
-        if not path.is_file():
-            raise IndexLoadError(f"{path} is missing")
+        shards = self.manifest.index.shards
+        # A sharded version (built with `--shards N`) opened in one process: its shards merged in memory.
+        paths = [self.folder / s.file for s in shards] if shards else [self.folder / INDEX_FILE]
+        path = paths[0] if len(paths) == 1 else self.folder / "shards"
+        for p in paths:
+            if not p.is_file():
+                raise IndexLoadError(f"{p} is missing")
         try:
-            self.index = faiss.read_index(str(path))
+            self.index = faiss.read_index(str(paths[0])) if len(paths) == 1 else merge_shards(paths)
         except RuntimeError as exc:  # FAISS raises RuntimeError for truncated or foreign files
             raise IndexLoadError(f"{path} is not a readable FAISS index: {str(exc).splitlines()[0]}") from exc
         m = self.manifest

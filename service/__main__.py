@@ -11,14 +11,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m service",
                                      description="Serve the Strata API with uvicorn. Settings come from "
                                      "STRATA_* environment variables (see README); flags override them.")
-    parser.add_argument("command", nargs="?", choices=["serve", "demo"], default="serve",
+    parser.add_argument("command", nargs="?", choices=["serve", "demo", "sharded"], default="serve",
                         help="serve (default), or demo: export the default encoder and build the Quora index "
-                        "if missing, then serve")
+                        "if missing, then serve; or sharded: serve a `--shards N` index on Ray Serve")
     parser.add_argument("--host", help="bind address (STRATA_HOST, default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port (STRATA_PORT, default 8000)")
     parser.add_argument("--index-root", help="index root (STRATA_INDEX_ROOT)")
     parser.add_argument("--rows", type=int, default=None, help="demo: index only the first N Quora rows")
     parser.add_argument("--rebuild", action="store_true", help="demo: build a new index even if one exists")
+    parser.add_argument("--replicas", type=int, default=None,
+                        help="sharded: replicas per shard (STRATA_SHARD_REPLICAS)")
+    parser.add_argument("--ray-address", default=None,
+                        help="sharded: Ray cluster (STRATA_RAY_ADDRESS, $RAY_ADDRESS)")
     args = parser.parse_args(argv)
     import uvicorn
 
@@ -27,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     from service.main import create_app
     from service.settings import Settings
 
-    overrides = {k: v for k, v in (("host", args.host), ("port", args.port), ("index_root", args.index_root))
+    overrides = {k: v for k, v in (("host", args.host), ("port", args.port), ("index_root", args.index_root),
+                                   ("shard_replicas", args.replicas), ("ray_address", args.ray_address))
                  if v is not None}
     settings = Settings(**overrides)
     configure(settings.log_format, settings.log_level)
@@ -37,6 +42,12 @@ def main(argv: list[str] | None = None) -> int:
         except (DemoError, OSError, ValueError, RuntimeError) as exc:
             print(f"demo: error: {exc}", file=sys.stderr)
             return 2
+    if args.command == "sharded":  # Ray Serve owns the HTTP server here (its proxy), same API
+        from service.sharded import run_sharded
+
+        run_sharded(settings.index_root, host=settings.host, port=settings.port, address=settings.ray_address,
+                    replicas=settings.shard_replicas, threads=settings.threads)
+        return 0
     logging.getLogger(__name__).info(banner(settings))
     # log_config=None: uvicorn's loggers go through our (JSON) root handler; SIGTERM lets in-flight requests
     # finish for up to shutdown_timeout_s before the lifespan closes the engine.

@@ -58,3 +58,7 @@ class Settings(BaseSettings):
                                     "POST /admin/reload still work)")
     max_mrr_drop: float = Field(0.02, ge=0, description="refuse a newer version whose MRR@10 (same eval set) "
                                 "is lower than the served one's by more than this")
+
+    # Sharded mode (`python -m service sharded`, Ray Serve)
+    ray_address: str | None = Field(None, description="Ray cluster to join (default: $RAY_ADDRESS, else local)")
+    shard_replicas: int = Field(1, ge=1, description="replicas of each shard deployment and of the ingress")

@@ -1,0 +1,272 @@
+"""`indexer build --engine ray`: the same build as `indexer.build`, with the encoding spread over a Ray cluster.
+
+    corpus (Ray Dataset) --map_batches(EmbedBatches, actor pool)--> vectors/*.parquet (one file per block)
+    --> coarse quantizer trained once on a sample (driver) --> N shard indexes filled by Ray tasks, each against
+    that same quantizer --> index.faiss (N = 1) or shards/shard-*.faiss --> store, manifest, eval, `current`.
+
+Ray Data retries a batch whose actor died (actor pools restart actors and retry their tasks); a retried block
+rewrites the same Parquet file, and the build checks that every id arrives exactly once. Paths (model, index
+root) must be visible to every node at the same place: a shared file system on a real cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import faiss
+import numpy as np
+import pyarrow.parquet as pq
+import ray
+from ray.data import ActorPoolStrategy
+
+from indexer.build import BuildConfig
+from indexer.evaluate import evaluate
+from indexer.faiss_index import INDEX_FILE, effective_nlist
+from indexer.layout import IndexRoot, new_version_name
+from indexer.manifest import (
+    ActorThroughput,
+    DataInfo,
+    DistributedInfo,
+    IndexInfo,
+    Manifest,
+    ModelInfo,
+    ShardInfo,
+    Timings,
+)
+from indexer.onnx_encoder import OnnxEncoder
+from indexer.paths import strata_home
+from indexer.quora import resolve_source
+from indexer.ray_embed import EmbedBatches, column_vectors
+from indexer.ray_input import read_corpus
+from indexer.shards import SHARDS_DIR, shard_file, shard_of, train_empty_ivf, training_positions
+from indexer.store import STORE, write_store
+from indexer.version import QUERY_VECTORS, IndexVersion
+
+log = logging.getLogger(__name__)
+
+VECTORS_DIR = "vectors"
+
+
+class DistributedBuildError(RuntimeError):
+    """The distributed build produced an inconsistent result (ids lost or duplicated)."""
+
+
+@dataclass
+class RayOptions:
+    address: str | None = None  # None: $RAY_ADDRESS, else a local Ray instance sized to this machine
+    workers: int | None = None  # encoding actors (default: the cluster's CPUs / threads per actor)
+    threads_per_worker: int = 1  # ONNX Runtime threads (and CPUs reserved) per actor
+    gpus_per_worker: float = 0.0  # > 0: actors get a GPU and the encoder uses the CUDA provider
+    shards: int = 1  # 1: one merged index.faiss; N: N shard files with one shared quantizer
+    block_rows: int = 1024  # rows per Ray Data block / actor call
+    keep_vectors: bool = False  # keep vectors/*.parquet in the version (else deleted once indexed)
+
+
+def connect(address: str | None) -> str:
+    """Join the cluster at `address` (or $RAY_ADDRESS), or start a local instance; reuse an existing one."""
+    if not ray.is_initialized():
+        address = address or os.environ.get("RAY_ADDRESS") or None
+        ray.init(address=address, log_to_driver=False)
+    return address or os.environ.get("RAY_ADDRESS") or "local"
+
+
+def _scan(files: list[Path]) -> tuple[np.ndarray, np.ndarray, list[ActorThroughput]]:
+    """(pos, ids) of every vector written, and per-actor throughput, reading only the small columns."""
+    pos, ids = [], []
+    count: dict[str, int] = defaultdict(int)
+    busy: dict[str, float] = defaultdict(float)
+    for f in files:
+        t = pq.read_table(f, columns=["pos", "id", "actor", "encode_s"])
+        pos.append(t.column("pos").to_numpy())
+        ids.append(t.column("id").to_numpy())
+        for actor, secs in zip(t.column("actor").to_pylist(), t.column("encode_s").to_numpy(), strict=True):
+            count[actor] += 1
+            busy[actor] += float(secs)
+    stats = [ActorThroughput(actor=a, vectors=n, busy_s=round(busy[a], 3),
+                             vectors_per_s=round(n / busy[a], 2) if busy[a] else 0.0) for a, n in sorted(count.items())]
+    empty = np.zeros(0, dtype=np.int64)
+    return (np.concatenate(pos) if pos else empty), (np.concatenate(ids) if ids else empty), stats
+
+
+def _vectors_at(files: list[Path], wanted_pos: np.ndarray, dim: int) -> np.ndarray:
+    """Vectors whose `pos` is in `wanted_pos` (sorted), in that order."""
+    got_pos, got_vecs = [], []
+    for f in files:
+        t = pq.read_table(f, columns=["pos", "vector"])
+        p = t.column("pos").to_numpy()
+        keep = np.isin(p, wanted_pos)
+        if keep.any():
+            got_pos.append(p[keep])
+            got_vecs.append(column_vectors(t.column("vector"), dim)[keep])
+    p, v = np.concatenate(got_pos), np.concatenate(got_vecs)
+    return v[np.argsort(p, kind="stable")]
+
+
+@ray.remote(num_cpus=1)
+def fill_shard(trained: bytes, files: list[str], shard: int, n_shards: int, dim: int, out: str) -> int:
+    """Add this shard's vectors (ids with `id % n_shards == shard`), in corpus order, to a copy of the trained
+    empty index and write it to `out`. Runs as a Ray task: a failed one is retried and rewrites `out`."""
+    index = faiss.deserialize_index(np.frombuffer(trained, dtype=np.uint8))
+    pos, ids, vecs = [], [], []
+    for f in files:
+        t = pq.read_table(f, columns=["pos", "id", "vector"])
+        i = t.column("id").to_numpy()
+        mine = shard_of(i, n_shards) == shard
+        pos.append(t.column("pos").to_numpy()[mine])
+        ids.append(i[mine])
+        vecs.append(column_vectors(t.column("vector"), dim)[mine])
+    order = np.argsort(np.concatenate(pos), kind="stable")  # the single-machine build's add order
+    index.add_with_ids(np.ascontiguousarray(np.concatenate(vecs)[order]), np.concatenate(ids)[order])
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    faiss.write_index(index, out + ".tmp")
+    os.replace(out + ".tmp", out)
+    return int(index.ntotal)
+
+
+def embed(corpus_ds: object, cfg: BuildConfig, opts: RayOptions, workers: int, out_dir: Path) -> None:
+    ds = corpus_ds.map_batches(  # type: ignore[attr-defined]
+        EmbedBatches,
+        fn_constructor_kwargs={"model_dir": str(Path(cfg.model_dir).resolve()),
+                               "threads": opts.threads_per_worker, "batch_size": cfg.batch_size},
+        batch_size=opts.block_rows, batch_format="pyarrow", compute=ActorPoolStrategy(size=workers),
+        num_cpus=opts.threads_per_worker, num_gpus=opts.gpus_per_worker or None,
+    )
+    # Writes take no CPU slot: they stream each encoded block to its file while the actors hold the CPUs
+    # (with a CPU each they would wait for the whole encoding to finish).
+    ds.write_parquet(str(out_dir), ray_remote_args={"num_cpus": 0})
+
+
+def build_on_ray(cfg: BuildConfig, opts: RayOptions) -> Manifest:
+    root = IndexRoot(cfg.root)
+    t_start = time.perf_counter()
+    with root.build_lock():
+        root.remove_partial_builds()
+        address = connect(opts.address)
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        workers = opts.workers or max(1, cpus // opts.threads_per_worker)
+        if cfg.threads:
+            faiss.omp_set_num_threads(cfg.threads)
+        t0 = time.perf_counter()
+        path = resolve_source(cfg.data, strata_home() / "downloads") if not Path(cfg.data).is_dir() \
+            else Path(cfg.data)
+        corpus = read_corpus(path, cfg.protocol, cfg.rows, workers, opts.block_rows)
+        timings = Timings(load_s=time.perf_counter() - t0)
+
+        version = new_version_name()
+        with root.staging(version) as stage:
+            vec_dir = stage / VECTORS_DIR
+            t0 = time.perf_counter()
+            log.info("encoding on Ray (%s): %d actors x %d thread(s)", address, workers, opts.threads_per_worker)
+            embed(corpus.dataset, cfg, opts, workers, vec_dir)
+            timings.encode_docs_s = embed_wall = time.perf_counter() - t0
+            files = sorted(vec_dir.glob("*.parquet"))
+            pos, ids, actors = _scan(files)
+            _check_complete(pos, ids, corpus)
+            n = len(ids)
+
+            driver_encoder = OnnxEncoder(cfg.model_dir, threads=cfg.threads, verify_sha256=True)
+            dim = driver_encoder.dim
+            nlist = effective_nlist(n, cfg.nlist)
+            t0 = time.perf_counter()
+            sample = _vectors_at(files, training_positions(pos, nlist, cfg.seed), dim)
+            log.info("training IVF%d once on %d sampled vectors", nlist, len(sample))
+            trained = train_empty_ivf(sample, nlist, cfg.nprobe, cfg.seed)
+            del sample
+            timings.train_s = time.perf_counter() - t0
+
+            t0 = time.perf_counter()
+            blob = ray.put(faiss.serialize_index(trained).tobytes())
+            outs = [str(stage / INDEX_FILE)] if opts.shards == 1 else \
+                [str(stage / shard_file(s)) for s in range(opts.shards)]
+            counts = ray.get([fill_shard.remote(blob, [str(f) for f in files], s, opts.shards, dim, out)
+                              for s, out in enumerate(outs)])
+            timings.add_s = time.perf_counter() - t0
+            if sum(counts) != n:
+                raise DistributedBuildError(f"shards hold {sum(counts)} vectors, {n} were encoded")
+            if not opts.keep_vectors:
+                shutil.rmtree(vec_dir)
+
+            split = corpus.split
+            if split is not None:
+                ev = split.evalset
+                t0 = time.perf_counter()
+                qvecs = driver_encoder.encode(ev.query_texts, cfg.batch_size, progress=True, desc="eval queries")
+                timings.encode_queries_s = time.perf_counter() - t0
+                np.save(stage / QUERY_VECTORS, qvecs)
+                write_store(stage / STORE, split.corpus.ids, split.corpus.texts, ev.query_ids, ev.query_texts,
+                            ev.gold, {"source": split.source, "protocol": split.protocol})
+                data = DataInfo(source=split.source, protocol=split.protocol, rows_read=split.rows_read,
+                                skipped_empty_texts=split.skipped_empty_texts, n_docs=n,
+                                n_queries=len(ev.query_texts))
+            else:  # an id,text corpus: texts streamed from the dataset into the store, no eval set
+                doc_ids: list[int] = []
+                doc_texts: list[str] = []
+                for batch in corpus.dataset.iter_batches(batch_format="pyarrow"):  # type: ignore[attr-defined]
+                    doc_ids += batch.column("id").to_pylist()
+                    doc_texts += batch.column("text").to_pylist()
+                write_store(stage / STORE, doc_ids, doc_texts, [], [], [], {"source": corpus.source,
+                                                                           "protocol": "corpus"})
+                data = DataInfo(source=corpus.source, protocol="corpus", rows_read=len(doc_ids),
+                                skipped_empty_texts=0, n_docs=n, n_queries=0)
+
+            m = driver_encoder.meta
+            shards = [] if opts.shards == 1 else [ShardInfo(file=shard_file(s), ntotal=c) for s, c in
+                                                  enumerate(counts)]
+            manifest = Manifest(
+                version=version,
+                created_at=datetime.now(timezone.utc),
+                model=ModelInfo(dir=str(Path(cfg.model_dir).resolve()), onnx_sha256=m.onnx_sha256,
+                                pooling=m.pooling, dim=m.dim, max_length=m.max_length, source=m.source),
+                index=IndexInfo(factory=f"IVF{nlist},Flat", nlist=nlist, nlist_requested=cfg.nlist,
+                                nprobe=min(cfg.nprobe, nlist), ntotal=n, shards=shards),
+                data=data,
+                build_seconds=timings,
+                distributed=DistributedInfo(address=address, workers=workers, actors=actors,
+                                            embed_wall_s=round(embed_wall, 3)),
+            )
+            timings.total_s = time.perf_counter() - t_start
+            manifest.save(stage)
+            if cfg.evaluate and data.n_queries:
+                opened = IndexVersion(stage)
+                try:
+                    manifest.eval = evaluate(opened, threads=cfg.threads)
+                finally:
+                    opened.close()
+                manifest.save(stage)
+        root.set_current(version)
+        root.prune(cfg.keep)
+    log.info("built %s on Ray in %.1fs: %d vectors, %s%s", version, timings.total_s, n, manifest.index.factory,
+             f", {opts.shards} shards in {SHARDS_DIR}/" if opts.shards > 1 else "")
+    return manifest
+
+
+def _check_complete(pos: np.ndarray, ids: np.ndarray, corpus: object) -> None:
+    """Every id exactly once (a retried batch must not add a second copy, a lost one must not go missing)."""
+    uniq, counts = np.unique(ids, return_counts=True)
+    if (counts > 1).any():
+        raise DistributedBuildError(f"{int((counts > 1).sum())} ids were written more than once, e.g. "
+                                    f"{uniq[counts > 1][:5].tolist()}")
+    split = getattr(corpus, "split", None)
+    if split is not None and len(ids) != len(split.corpus.ids):
+        missing = np.setdiff1d(split.corpus.ids, ids)
+        raise DistributedBuildError(f"{len(missing)} of {len(split.corpus.ids)} documents were not encoded, e.g. "
+                                    f"{missing[:5].tolist()}")
+
+
+def summary(manifest: Manifest) -> str:
+    d = manifest.distributed
+    assert d is not None
+    lines = [f"Ray ({d.address}): {d.workers} encoding actors, {manifest.index.ntotal} vectors in "
+             f"{d.embed_wall_s:.1f}s ({manifest.index.ntotal / max(d.embed_wall_s, 1e-9):.1f} vectors/s overall)"]
+    lines += [f"  actor {a.actor}: {a.vectors} vectors, {a.busy_s:.1f}s busy, {a.vectors_per_s:.1f} vectors/s"
+              for a in d.actors]
+    t = manifest.build_seconds
+    lines.append(f"  train {t.train_s:.1f}s, add {t.add_s:.1f}s, total {t.total_s:.1f}s")
+    return "\n".join(lines)

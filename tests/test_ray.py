@@ -1,0 +1,193 @@
+"""Distributed build and sharded serving on a local Ray instance with 2 worker CPUs (one Ray per module).
+
+Size: the first 3,000 Quora rows (2,982 documents, 1,127 paper-protocol queries), the same rows as the
+single-machine `quora_root` fixture, so that build is the reference. 20k rows takes minutes to encode twice on
+2 shared cores, too long for the suite.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from indexer.build import BuildConfig  # noqa: E402
+from indexer.faiss_index import stored_vectors  # noqa: E402
+from indexer.layout import IndexRoot  # noqa: E402
+from indexer.manifest import Manifest  # noqa: E402
+from indexer.version import IndexVersion  # noqa: E402
+from tests.conftest import REPO, TEST_ROWS  # noqa: E402
+
+EMBED_ACTOR_TITLE = "EmbedBatches"  # Ray names an actor pool worker's process after the UDF class
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    if ray.is_initialized():
+        ray.shutdown()
+    # PYTHONPATH: workers import this checkout's `indexer` (not another editable install of the package).
+    ray.init(num_cpus=2, object_store_memory=400 * 1024**2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}})
+    yield
+    ray.shutdown()
+
+
+def ray_build(root: Path, model: Path, data: Path, *, shards: int) -> Manifest:
+    from indexer.ray_build import RayOptions, build_on_ray
+
+    cfg = BuildConfig(model_dir=model, data=str(data), root=root, rows=TEST_ROWS, threads=2)
+    return build_on_ray(cfg, RayOptions(workers=2, shards=shards, block_rows=256))
+
+
+def vectors_by_id(folder: Path) -> tuple[np.ndarray, np.ndarray]:
+    version = IndexVersion(folder)
+    try:
+        ids, vecs = stored_vectors(version.index)
+    finally:
+        version.close()
+    order = np.argsort(ids)
+    return ids[order], vecs[order]
+
+
+@pytest.fixture(scope="module")
+def single_version(quora_root: Path) -> Path:
+    """The single-machine build of the same rows (the session fixture's first version)."""
+    root = IndexRoot(quora_root)
+    return root.version_dir(root.versions()[0])
+
+
+@pytest.fixture(scope="module")
+def ray_sharded(local_ray: None, minilm_mean: Path, quora_file: Path,
+                tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("ray") / "quora"
+    ray_build(root, minilm_mean, quora_file, shards=2)
+    return IndexRoot(root).current_dir()
+
+
+def test_ray_build_equals_single_machine_build(ray_sharded: Path, single_version: Path) -> None:
+    single, dist = Manifest.load(single_version), Manifest.load(ray_sharded)
+    assert dist.distributed is not None and len(dist.distributed.actors) == 2  # both actors encoded
+    assert all(a.vectors > 0 and a.vectors_per_s > 0 for a in dist.distributed.actors)
+    assert [s.file for s in dist.index.shards] == ["shards/shard-00000.faiss", "shards/shard-00001.faiss"]
+    assert all(s.ntotal > 0 for s in dist.index.shards)
+    assert not (ray_sharded / "index.faiss").exists()  # kept as shards, not merged on disk
+    assert dist.index.nlist == single.index.nlist and dist.index.ntotal == single.index.ntotal
+
+    ids_s, vecs_s = vectors_by_id(single_version)
+    ids_r, vecs_r = vectors_by_id(ray_sharded)
+    assert np.array_equal(ids_s, ids_r)
+    cosine = (vecs_s * vecs_r).sum(1) / np.linalg.norm(vecs_s, axis=1) / np.linalg.norm(vecs_r, axis=1)
+    print(f"\nids equal: {len(ids_r)}; vector cosine min {cosine.min():.7f}; MRR@10 single "
+          f"{single.eval.mrr_at_10:.4f} ray {dist.eval.mrr_at_10:.4f}")
+    assert cosine.min() >= 0.9999
+    assert dist.eval is not None and single.eval is not None
+    assert abs(dist.eval.mrr_at_10 - single.eval.mrr_at_10) <= 0.002
+    assert dist.data.n_queries == single.data.n_queries
+
+
+def _embed_actor_pids() -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if EMBED_ACTOR_TITLE.encode() in cmd and b"ray::" in cmd:
+                pids.append(int(entry))
+    return pids
+
+
+def test_worker_killed_during_build_is_retried(local_ray: None, minilm_mean: Path, quora_file: Path,
+                                                single_version: Path, tmp_path: Path) -> None:
+    from indexer.quora import load_split
+    from indexer.ray_build import RayOptions, build_on_ray
+
+    rows = 1500  # a prefix of the reference build's rows: its documents are a subset of the reference's
+    killed: list[int] = []
+    alive_at_kill: list[int] = []
+
+    def kill_one_actor_mid_build() -> None:
+        # SIGKILL an encoding actor once it has been up long enough to be inside a batch (load ~2 s, batch ~4 s).
+        deadline = time.monotonic() + 120
+        first_seen: float | None = None
+        while time.monotonic() < deadline:
+            pids = _embed_actor_pids()
+            if pids and first_seen is None:
+                first_seen = time.monotonic()
+            if pids and first_seen is not None and time.monotonic() - first_seen > 5:
+                alive_at_kill.extend(pids)
+                os.kill(pids[0], signal.SIGKILL)
+                killed.append(pids[0])
+                return
+            time.sleep(0.2)
+
+    killer = threading.Thread(target=kill_one_actor_mid_build, daemon=True)
+    killer.start()
+    cfg = BuildConfig(model_dir=minilm_mean, data=str(quora_file), root=tmp_path / "root", rows=rows, threads=2,
+                      evaluate=False)
+    m = build_on_ray(cfg, RayOptions(workers=2, shards=1, block_rows=128))
+    killer.join(timeout=5)
+    assert killed, "no encoding actor was found to kill while the build ran"
+    assert m.distributed is not None
+    actors = sorted(a.actor for a in m.distributed.actors)
+    print(f"\nkilled actor pid {killed[0]} (of {alive_at_kill}); vectors came from actors {actors}")
+    replacements = [a for a in actors if int(a.rsplit(":", 1)[1]) not in alive_at_kill]
+    assert replacements  # Ray restarted the actor (a new pid) and it encoded the retried batches
+
+    expected = np.sort(load_split(quora_file, "paper", rows).corpus.ids)
+    ids_r, vecs_r = vectors_by_id(IndexRoot(tmp_path / "root").current_dir())
+    assert len(np.unique(ids_r)) == len(ids_r)  # nothing added twice
+    assert np.array_equal(ids_r, expected)  # nothing missing
+    ids_s, vecs_s = vectors_by_id(single_version)
+    vecs_s = vecs_s[np.searchsorted(ids_s, ids_r)]
+    assert ((vecs_s * vecs_r).sum(1)).min() >= 0.9999
+
+
+@pytest.fixture()
+def sharded_server(ray_sharded: Path) -> Iterator[str]:
+    from ray import serve
+
+    from service.sharded import sharded_app
+    from tests.conftest import free_port
+
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    serve.run(sharded_app(ray_sharded.parent.parent), name="strata", route_prefix="/")
+    yield f"http://127.0.0.1:{port}"
+    serve.shutdown()
+
+
+def test_two_shard_service_answers_like_the_merged_index(sharded_server: str, ray_sharded: Path) -> None:
+    import httpx
+
+    merged = IndexVersion(ray_sharded)  # the two shards merged in one process
+    try:
+        qids, qtexts, _ = merged.store.eval_set()
+        _, expected = merged.search(merged.query_vectors(), 10)
+    finally:
+        merged.close()
+    with httpx.Client(base_url=sharded_server, timeout=120) as client:
+        ready = client.get("/ready").json()
+        assert ready["ready"] and ready["index_size"] == Manifest.load(ray_sharded).index.ntotal
+        one = client.post("/search", json={"query": qtexts[0], "top_k": 3}).json()
+        assert [h["id"] for h in one["hits"]] == expected[0, :3].tolist() and one["hits"][0]["text"]
+        assert client.post("/search", json={"query": "", "top_k": 3}).status_code == 422  # same validation
+        got: list[list[int]] = []
+        for start in range(0, len(qtexts), 64):
+            r = client.post("/search", json={"queries": qtexts[start : start + 64], "top_k": 10})
+            assert r.status_code == 200, r.text
+            got += [[h["id"] for h in res["hits"]] for res in r.json()["results"]]
+    same_list = np.mean([g == e.tolist() for g, e in zip(got, expected, strict=True)])
+    overlap = np.mean([len(set(g) & set(e.tolist())) / 10 for g, e in zip(got, expected, strict=True)])
+    print(f"\n{len(got)} paper-protocol queries: top-10 overlap sharded vs merged {overlap:.5f}, identical "
+          f"ranked lists {same_list:.5f}")
+    assert overlap >= 0.999 and same_list >= 0.99
