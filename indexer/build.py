@@ -19,7 +19,7 @@ from indexer.evaluate import evaluate
 from indexer.faiss_index import INDEX_FILE, build_ivf_flat, effective_nlist
 from indexer.layout import IndexRoot, new_version_name
 from indexer.manifest import DataInfo, IndexInfo, Manifest, ModelInfo, Timings
-from indexer.onnx_encoder import OnnxEncoder
+from indexer.onnx_encoder import EncoderMeta, OnnxEncoder
 from indexer.paths import strata_home
 from indexer.quora import Protocol, load_split, resolve_source
 from indexer.store import STORE, write_store
@@ -42,6 +42,26 @@ class BuildConfig:
     keep: int = 5
     evaluate: bool = True
     seed: int = 1234
+
+
+def model_info(model_dir: Path, meta: EncoderMeta) -> ModelInfo:
+    return ModelInfo(dir=str(Path(model_dir).resolve()), onnx_sha256=meta.onnx_sha256, pooling=meta.pooling,
+                     dim=meta.dim, max_length=meta.max_length, source=meta.source)
+
+
+def save_and_evaluate(stage: Path, manifest: Manifest, t_start: float, *, evaluate_it: bool,
+                      threads: int | None) -> None:
+    """Write the manifest of a staged version, then evaluate it there — before it can become current, so a
+    swap gate can compare its MRR@10 with the served one's."""
+    manifest.build_seconds.total_s = time.perf_counter() - t_start
+    manifest.save(stage)
+    if evaluate_it:
+        opened = IndexVersion(stage)
+        try:
+            manifest.eval = evaluate(opened, threads=threads)
+        finally:
+            opened.close()
+        manifest.save(stage)
 
 
 def build(cfg: BuildConfig) -> Manifest:
@@ -82,8 +102,7 @@ def build(cfg: BuildConfig) -> Manifest:
             manifest = Manifest(
                 version=version,
                 created_at=datetime.now(timezone.utc),
-                model=ModelInfo(dir=str(Path(cfg.model_dir).resolve()), onnx_sha256=m.onnx_sha256,
-                                pooling=m.pooling, dim=m.dim, max_length=m.max_length, source=m.source),
+                model=model_info(cfg.model_dir, m),
                 index=IndexInfo(factory=f"IVF{nlist},Flat", nlist=nlist, nlist_requested=cfg.nlist,
                                 nprobe=min(cfg.nprobe, nlist), ntotal=int(index.ntotal)),
                 data=DataInfo(source=split.source, protocol=split.protocol, rows_read=split.rows_read,
@@ -91,15 +110,8 @@ def build(cfg: BuildConfig) -> Manifest:
                               n_queries=len(ev.query_texts)),
                 build_seconds=timings,
             )
-            timings.total_s = time.perf_counter() - t_start
-            manifest.save(stage)
-            if cfg.evaluate and len(ev.query_texts):
-                opened = IndexVersion(stage)
-                try:
-                    manifest.eval = evaluate(opened, threads=cfg.threads)
-                finally:
-                    opened.close()
-                manifest.save(stage)
+            save_and_evaluate(stage, manifest, t_start, evaluate_it=cfg.evaluate and bool(ev.query_texts),
+                              threads=cfg.threads)
         root.set_current(version)
         root.prune(cfg.keep)
     log.info("built %s in %.1fs: %d vectors, %s", version, timings.total_s, manifest.index.ntotal,

@@ -26,8 +26,7 @@ import pyarrow.parquet as pq
 import ray
 from ray.data import ActorPoolStrategy
 
-from indexer.build import BuildConfig
-from indexer.evaluate import evaluate
+from indexer.build import BuildConfig, model_info, save_and_evaluate
 from indexer.faiss_index import INDEX_FILE, effective_nlist
 from indexer.layout import IndexRoot, new_version_name
 from indexer.manifest import (
@@ -36,7 +35,6 @@ from indexer.manifest import (
     DistributedInfo,
     IndexInfo,
     Manifest,
-    ModelInfo,
     ShardInfo,
     Timings,
 )
@@ -47,7 +45,7 @@ from indexer.ray_embed import EmbedBatches, column_vectors
 from indexer.ray_input import read_corpus
 from indexer.shards import SHARDS_DIR, shard_file, shard_of, train_empty_ivf, training_positions
 from indexer.store import STORE, write_store
-from indexer.version import QUERY_VECTORS, IndexVersion
+from indexer.version import QUERY_VECTORS
 
 log = logging.getLogger(__name__)
 
@@ -222,8 +220,7 @@ def build_on_ray(cfg: BuildConfig, opts: RayOptions) -> Manifest:
             manifest = Manifest(
                 version=version,
                 created_at=datetime.now(timezone.utc),
-                model=ModelInfo(dir=str(Path(cfg.model_dir).resolve()), onnx_sha256=m.onnx_sha256,
-                                pooling=m.pooling, dim=m.dim, max_length=m.max_length, source=m.source),
+                model=model_info(cfg.model_dir, m),
                 index=IndexInfo(factory=f"IVF{nlist},Flat", nlist=nlist, nlist_requested=cfg.nlist,
                                 nprobe=min(cfg.nprobe, nlist), ntotal=n, shards=shards),
                 data=data,
@@ -231,15 +228,8 @@ def build_on_ray(cfg: BuildConfig, opts: RayOptions) -> Manifest:
                 distributed=DistributedInfo(address=address, workers=workers, actors=actors,
                                             embed_wall_s=round(embed_wall, 3)),
             )
-            timings.total_s = time.perf_counter() - t_start
-            manifest.save(stage)
-            if cfg.evaluate and data.n_queries:
-                opened = IndexVersion(stage)
-                try:
-                    manifest.eval = evaluate(opened, threads=cfg.threads)
-                finally:
-                    opened.close()
-                manifest.save(stage)
+            save_and_evaluate(stage, manifest, t_start, evaluate_it=cfg.evaluate and bool(data.n_queries),
+                              threads=cfg.threads)
         root.set_current(version)
         root.prune(cfg.keep)
     log.info("built %s on Ray in %.1fs: %d vectors, %s%s", version, timings.total_s, n, manifest.index.factory,
