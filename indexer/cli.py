@@ -122,7 +122,12 @@ def _tune(args: argparse.Namespace) -> int:
     root = IndexRoot(args.root)
     version = IndexVersion(root.version_dir(args.version) if args.version else root.current_dir())
     try:
-        rows = pareto(list(sweep(version, max_queries=args.queries, threads=args.threads or 1)))
+        grid = None
+        if args.factories:
+            from indexer.tune import search_params
+
+            grid = [search_params(f, version.ntotal) for f in args.factories]
+        rows = pareto(list(sweep(version, grid, max_queries=args.queries, threads=args.threads or 1)))
     finally:
         version.close()
     print(f"version {version.version}: {version.ntotal} documents, {min(args.queries, version.manifest.data.n_queries)}"
@@ -259,6 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--queries", type=int, default=5000, help="evaluation queries sampled (default 5000)")
     t.add_argument("--threads", type=int, default=1, help="FAISS threads while timing (default 1)")
     t.add_argument("--out", type=Path, default=None, help="also write the rows as JSON")
+    t.add_argument("--factories", nargs="+", metavar="FACTORY",
+                   help='only these faiss.index_factory strings, e.g. "IVF1024,Flat" "HNSW32,Flat" (default: the '
+                   "full grid)")
     t.set_defaults(func=_tune)
 
     i = sub.add_parser("info", help="list versions and show the current manifest")

@@ -41,8 +41,22 @@ class Candidate:
     params: list[tuple[str, int]]  # (faiss parameter name, value): nprobe for IVF, efSearch for HNSW
 
 
+PROBES = [1, 2, 4, 5, 8, 16, 32, 64]
+EF_SEARCH = [16, 32, 64, 128]
+
+
+def search_params(factory: str, n_docs: int) -> Candidate:
+    """The search settings swept for one factory string: nprobe for IVF, efSearch for HNSW, none for Flat."""
+    if factory.startswith("IVF"):
+        nlist = int(factory[3:].split(",")[0].split("_")[0])
+        return Candidate(factory, [("nprobe", p) for p in PROBES if p <= nlist])
+    if factory.startswith("HNSW"):
+        return Candidate(factory, [("efSearch", e) for e in EF_SEARCH])
+    return Candidate(factory, [("", 0)])
+
+
 def default_grid(n_docs: int, dim: int) -> list[Candidate]:
-    probes = [1, 2, 4, 5, 8, 16, 32, 64]
+    probes = PROBES
     grid: list[Candidate] = [Candidate("Flat", [("", 0)])]
     nlists = [n for n in (256, 512, 1024, 2048, 4096) if n_docs >= MIN_POINTS_PER_LIST * n]
     for nlist in nlists or [max(1, n_docs // MIN_POINTS_PER_LIST)]:  # small corpora: the largest trainable
@@ -52,7 +66,7 @@ def default_grid(n_docs: int, dim: int) -> list[Candidate]:
             grid.append(Candidate(f"IVF{nlist},SQ8", ps))
             if dim % 48 == 0:
                 grid.append(Candidate(f"IVF{nlist},PQ{dim // 8}x8", ps))
-    grid.append(Candidate("HNSW32,Flat", [("efSearch", e) for e in (16, 32, 64, 128)]))
+    grid.append(Candidate("HNSW32,Flat", [("efSearch", e) for e in EF_SEARCH]))
     return grid
 
 

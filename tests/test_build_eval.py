@@ -137,8 +137,10 @@ def test_tune_sweeps_on_the_versions_own_vectors(quora_root: Path) -> None:
 def test_tune_cli(quora_root: Path, tmp_path: Path) -> None:
     out = tmp_path / "tune.json"
     r = subprocess.run([sys.executable, "-m", "indexer.cli", "tune", "--root", str(quora_root), "--queries", "200",
-                        "--out", str(out)], capture_output=True, text=True, check=True)
-    assert "Pareto front" in r.stdout and "IVF" in r.stdout and "HNSW32,Flat" in r.stdout
+                        "--factories", "Flat", "IVF64,Flat", "HNSW16,Flat", "--out", str(out)],
+                       capture_output=True, text=True, check=True)
+    assert "Pareto front" in r.stdout and "IVF64,Flat" in r.stdout and "HNSW16,Flat" in r.stdout
+    assert "nprobe=64" in r.stdout and "efSearch=128" in r.stdout and "SQ8" not in r.stdout
     rows = json.loads(out.read_text())["rows"]
     keys = {"factory", "search_param", "mrr_at_10", "recall_vs_exact", "ms_per_query", "memory_mb", "pareto"}
     assert keys <= rows[0].keys()

@@ -93,6 +93,21 @@ def test_ray_build_equals_single_machine_build(ray_sharded: Path, single_version
     assert dist.data.n_queries == single.data.n_queries
 
 
+def _descends_from_us(pid: int) -> bool:
+    """True when `pid` runs under this test process: the local Ray cluster's raylet is our child, its workers
+    are its children. Other Ray clusters on the same machine (another test run) must not be touched."""
+    me = os.getpid()
+    while pid > 1:
+        if pid == me:
+            return True
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        pid = int(stat.rsplit(")", 1)[1].split()[1])  # field 4, after the parenthesised command name
+    return False
+
+
 def _embed_actor_pids() -> list[int]:
     pids = []
     for entry in os.listdir("/proc"):
@@ -101,7 +116,7 @@ def _embed_actor_pids() -> list[int]:
                 cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
             except OSError:
                 continue
-            if EMBED_ACTOR_TITLE.encode() in cmd and b"ray::" in cmd:
+            if EMBED_ACTOR_TITLE.encode() in cmd and b"ray::" in cmd and _descends_from_us(int(entry)):
                 pids.append(int(entry))
     return pids
 

@@ -1,0 +1,108 @@
+"""Encoding speed side by side, same weights, same sentences, one run: sentence-transformers (torch fp32) vs
+Strata ONNX fp32 vs Strata ONNX int8 — throughput at batch 64 and single-query latency at batch 1, with
+Strata/baseline ratios (ratios survive a noisy shared machine better than absolute figures).
+
+    python bench/encoders.py --fp32 MODEL_DIR --int8 MODEL_DIR [--sentences 4096] [--threads 2]
+
+Sentences are Quora questions (first rows of the TSV under STRATA_DATA_DIR), ~15 tokens on average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from indexer.onnx_encoder import OnnxEncoder  # noqa: E402
+from indexer.paths import default_quora_source  # noqa: E402
+from indexer.quora import read_rows  # noqa: E402
+
+
+def sentences(n: int) -> list[str]:
+    out: list[str] = []
+    for row in read_rows(Path(default_quora_source())):
+        out.extend(t for t in (row.question1, row.question2) if t)
+        if len(out) >= n:
+            return out[:n]
+    return out
+
+
+def throughput(encode, texts: list[str], batch: int) -> float:  # noqa: ANN001
+    encode(texts[:batch])  # warm-up
+    t0 = time.perf_counter()
+    for i in range(0, len(texts), batch):
+        encode(texts[i : i + batch])
+    return len(texts) / (time.perf_counter() - t0)
+
+
+def latency_ms(encode, texts: list[str], n: int) -> tuple[float, float]:  # noqa: ANN001
+    for t in texts[:10]:
+        encode([t])
+    lat = []
+    for t in texts[:n]:
+        t0 = time.perf_counter()
+        encode([t])
+        lat.append((time.perf_counter() - t0) * 1000)
+    return float(np.percentile(lat, 50)), float(np.percentile(lat, 99))
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--fp32", type=Path, required=True, help="exported fp32 model folder (mean pooling)")
+    p.add_argument("--int8", type=Path, required=True, help="exported int8 model folder (--quantize int8)")
+    p.add_argument("--sentences", type=int, default=4096)
+    p.add_argument("--single", type=int, default=300, help="single-query calls for the latency percentiles")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "encoders.json")
+    args = p.parse_args()
+
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from models.checkpoint import default_checkpoint
+
+    torch.set_num_threads(args.threads)
+    texts = sentences(args.sentences)
+    st = SentenceTransformer(str(default_checkpoint()), device="cpu")
+    fp32 = OnnxEncoder(args.fp32, threads=args.threads)
+    int8 = OnnxEncoder(args.int8, threads=args.threads)
+    contenders = {
+        "sentence-transformers (torch fp32)": lambda b: st.encode(b, batch_size=len(b), normalize_embeddings=True),
+        "Strata ONNX fp32": lambda b: fp32.encode_with_flags(b, batch_size=len(b))[0],
+        "Strata ONNX int8": lambda b: int8.encode_with_flags(b, batch_size=len(b))[0],
+    }
+    ref = contenders["sentence-transformers (torch fp32)"](texts[:64])
+    rows = []
+    for name, fn in contenders.items():
+        cos = float(np.min(np.sum(fn(texts[:64]) * ref, axis=1)))
+        tput = throughput(fn, texts, 64)
+        p50, p99 = latency_ms(fn, texts, args.single)
+        rows.append({"encoder": name, "sentences_per_s_b64": round(tput, 1), "single_p50_ms": round(p50, 2),
+                     "single_p99_ms": round(p99, 2), "min_cosine_vs_st": round(cos, 5)})
+    base = rows[0]
+    print(f"{len(texts)} Quora questions, {args.threads} threads, load average {os.getloadavg()[0]:.2f}\n")
+    print(f"{'encoder':<36} {'sent/s b64':>10} {'× ST':>6} {'p50 ms b1':>9} {'p99 ms b1':>9} {'ST/p50':>7} "
+          f"{'cos vs ST':>9}")
+    for r in rows:
+        r["throughput_ratio"] = round(r["sentences_per_s_b64"] / base["sentences_per_s_b64"], 2)
+        r["latency_speedup"] = round(base["single_p50_ms"] / r["single_p50_ms"], 2)
+        print(f"{r['encoder']:<36} {r['sentences_per_s_b64']:>10} {r['throughput_ratio']:>6} "
+              f"{r['single_p50_ms']:>9} {r['single_p99_ms']:>9} {r['latency_speedup']:>7} {r['min_cosine_vs_st']:>9}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"threads": args.threads, "sentences": len(texts),
+                                    "loadavg": os.getloadavg()[0], "rows": rows}, indent=2))
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
