@@ -28,12 +28,14 @@ from indexer.layout import IndexRoot
 from indexer.manifest import Manifest
 from indexer.onnx_encoder import OnnxEncoder
 from indexer.store import STORE, Store
+from service.errors import install_error_handlers
 from service.schemas import EncodeRequest, EncodeResponse, Hit, QueryHits, Ready, SearchRequest, SearchResponse
 
 log = logging.getLogger(__name__)
 
 app = FastAPI(title="Strata (sharded)", version="0.1.0",
               description="Semantic search over an ONNX sentence encoder and a sharded FAISS index on Ray Serve.")
+install_error_handlers(app)  # the single-process service's 422s: no echoed input (NaN, lone surrogates)
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0.5})

@@ -191,3 +191,84 @@ def test_two_shard_service_answers_like_the_merged_index(sharded_server: str, ra
     print(f"\n{len(got)} paper-protocol queries: top-10 overlap sharded vs merged {overlap:.5f}, identical "
           f"ranked lists {same_list:.5f}")
     assert overlap >= 0.999 and same_list >= 0.99
+
+
+def test_id_text_parquet_and_jsonl_inputs(local_ray: None, minilm_mean: Path, quora_file: Path, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """`indexer build --engine ray --data` on Parquet and on a folder of JSONL `id,text` files: the same
+    documents and vectors as a TSV build of the same rows, searchable like it; `indexer eval` says why not."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from indexer.build import build
+    from indexer.cli import main as indexer_main
+    from indexer.evaluate import rank_metrics
+    from indexer.quora import read_rows
+
+    rows = 300
+    docs: dict[int, str] = {}  # the paper protocol's corpus: every question2, first text per id
+    for row in read_rows(quora_file, rows):
+        if row.question2:
+            docs.setdefault(row.qid2, row.question2)
+    parquet = tmp_path / "corpus.parquet"
+    pq.write_table(pa.table({"id": pa.array(list(docs), pa.int64()), "text": list(docs.values()),
+                             "extra": ["x"] * len(docs)}), parquet)  # other columns are ignored
+    jsonl_dir = tmp_path / "jsonl"
+    jsonl_dir.mkdir()
+    items = list(docs.items())
+    for part, chunk in enumerate((items[: len(items) // 2], items[len(items) // 2 :])):
+        (jsonl_dir / f"part-{part}.jsonl").write_text(
+            "".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in chunk), encoding="utf-8")
+
+    tsv_root = tmp_path / "tsv"  # the reference: the single-machine build of the same TSV rows
+    tsv = build(BuildConfig(model_dir=minilm_mean, data=str(quora_file), root=tsv_root, rows=rows, threads=2))
+    tsv_dir = IndexRoot(tsv_root).current_dir()
+    ids_t, vecs_t = vectors_by_id(tsv_dir)
+    assert np.array_equal(ids_t, np.sort(np.fromiter(docs, np.int64)))
+    ref = IndexVersion(tsv_dir)
+    try:
+        _, _, gold = ref.store.eval_set()
+        qvecs = ref.query_vectors()
+    finally:
+        ref.close()
+    assert qvecs is not None
+
+    for name, data, shards in (("parquet", parquet, 1), ("jsonl", jsonl_dir, 2)):
+        root = tmp_path / f"root-{name}"
+        rc = indexer_main(["build", "--engine", "ray", "--data", str(data), "--root", str(root),
+                           "--model", str(minilm_mean), "--workers", "2", "--shards", str(shards),
+                           "--block-rows", "128", "--threads", "2"])
+        out = capsys.readouterr().out
+        assert rc == 0, out
+        assert f"{len(docs)} vectors" in out and "2 encoding actors" in out
+        folder = IndexRoot(root).current_dir()
+        m = Manifest.load(folder)
+        assert m.data.protocol == "corpus" and m.data.n_docs == len(docs) and m.data.n_queries == 0
+        assert m.data.source == str(data) and m.eval is None
+        assert len(m.index.shards) == (0 if shards == 1 else shards)
+
+        ids_r, vecs_r = vectors_by_id(folder)
+        assert np.array_equal(ids_r, ids_t)  # every document once, nothing else
+        cosine = (vecs_t * vecs_r).sum(1) / np.linalg.norm(vecs_t, axis=1) / np.linalg.norm(vecs_r, axis=1)
+        assert cosine.min() >= 0.9999, name
+
+        version = IndexVersion(folder)  # what the service opens (a sharded version merged in memory)
+        try:
+            assert version.ntotal == len(docs)
+            stored = version.store.texts(ids_r.tolist())
+            assert stored == docs
+            _, got = version.search(qvecs, 10)  # the TSV build's eval queries against this index
+            hits = version.hits(*version.search(vecs_t[:5], 1))
+        finally:
+            version.close()
+        assert [h[0][0] for h in hits] == ids_t[:5].tolist()  # a document's own text finds it first
+        assert hits[0][0][1] == docs[int(ids_t[0])]
+        mrr, _ = rank_metrics(got, gold)
+        print(f"\n{name}: {len(ids_r)} ids equal to the TSV build's, cosine min {cosine.min():.7f}, "
+              f"MRR@10 of the TSV eval queries {mrr:.4f} (TSV build {tsv.eval.mrr_at_10:.4f})")
+        assert tsv.eval is not None and abs(mrr - tsv.eval.mrr_at_10) <= 0.01
+
+        assert indexer_main(["eval", "--root", str(root)]) == 2  # no eval set in an id,text corpus: said so
+        assert "no evaluation queries" in capsys.readouterr().err
