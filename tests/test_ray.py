@@ -272,3 +272,129 @@ def test_id_text_parquet_and_jsonl_inputs(local_ray: None, minilm_mean: Path, qu
 
         assert indexer_main(["eval", "--root", str(root)]) == 2  # no eval set in an id,text corpus: said so
         assert "no evaluation queries" in capsys.readouterr().err
+
+
+def test_sharded_422_does_not_echo_the_input(sharded_server: str) -> None:
+    """The sharded ingress answers bad input like the single-process service: a 422 without the echoed input,
+    so that NaN or a lone surrogate cannot turn it into a 500."""
+    import httpx
+
+    with httpx.Client(base_url=sharded_server, timeout=60) as client:
+        for body in (b'{"query": "what is ray", "top_k": NaN}', b'{"query": ["\\ud800"], "top_k": 3}',
+                     b'{"queries": [], "top_k": 1e400}'):
+            r = client.post("/search", content=body, headers={"content-type": "application/json"})
+            assert r.status_code == 422, (body, r.status_code, r.text)
+            detail = r.json()["detail"]
+            assert detail and all(set(e) == {"type", "loc", "msg"} for e in detail), detail
+        r = client.post("/encode", json={"texts": "not a list"})
+        assert r.status_code == 422 and "input" not in r.text
+
+
+def _session_processes(driver_pid: int) -> list[int]:
+    """Live processes of the Ray instance a driver started (its session is named after the driver's pid)."""
+    import re
+
+    pattern = re.compile(rb"session_\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d_\d+_" + str(driver_pid).encode() + rb"\b")
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != driver_pid:
+            try:
+                cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if pattern.search(cmd):
+                found.append(int(entry))
+    return found
+
+
+def _descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = set(), [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.add(c)
+            todo.append(c)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_python_m_service_sharded_command(ray_sharded: Path, tmp_path: Path) -> None:
+    """`python -m service sharded` as a command: its own local Ray and Serve proxy on a free port, the same API,
+    and on SIGTERM it stops Serve and the Ray instance it started, leaving no process behind."""
+    import subprocess
+    import sys
+
+    import httpx
+
+    from tests.conftest import free_port
+
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "STRATA_LOG_FORMAT": "text"}
+    env.pop("RAY_ADDRESS", None)
+    log_file = tmp_path / "sharded.log"
+    with log_file.open("wb") as log_out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "service", "sharded", "--host", "127.0.0.1", "--port", str(port),
+             "--index-root", str(ray_sharded.parent.parent)],
+            cwd=REPO, env=env, stdout=log_out, stderr=subprocess.STDOUT)
+    started: set[int] = set()
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 240
+        with httpx.Client(base_url=base, timeout=60) as client:
+            while True:
+                assert proc.poll() is None, f"exited {proc.returncode}: {log_file.read_text()[-3000:]}"
+                assert time.monotonic() < deadline, f"no answer: {log_file.read_text()[-3000:]}"
+                try:
+                    if client.get("/health").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                time.sleep(1)
+            assert client.get("/health").json() == {"status": "ok"}
+            merged = IndexVersion(ray_sharded)
+            try:
+                _, qtexts, _ = merged.store.eval_set()
+                vec = merged.query_vectors()[:1]
+                _, expected = merged.search(vec, 5)
+            finally:
+                merged.close()
+            r = client.post("/search", json={"query": qtexts[0], "top_k": 5})
+            assert r.status_code == 200, r.text
+            body = r.json()
+            assert [h["id"] for h in body["hits"]] == expected[0].tolist()
+            assert body["index_version"] == ray_sharded.name and body["hits"][0]["text"]
+            assert client.post("/search", json={"query": "x", "top_k": 0}).status_code == 422
+        started = _descendants(proc.pid) | set(_session_processes(proc.pid))
+        assert started, "no Ray processes found under the command"
+
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 0, log_file.read_text()[-3000:]
+        deadline = time.monotonic() + 30
+        while (left := [p for p in started | set(_session_processes(proc.pid)) if _alive(p)]) and \
+                time.monotonic() < deadline:
+            time.sleep(1)
+        assert not left, f"left behind: {[Path(f'/proc/{p}/cmdline').read_bytes()[:80] for p in left]}"
+        with pytest.raises(httpx.TransportError):  # the Serve proxy is gone with it
+            httpx.get(f"http://127.0.0.1:{port}/health", timeout=5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in started | set(_session_processes(proc.pid)):  # only what this command started
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
