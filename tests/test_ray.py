@@ -248,6 +248,7 @@ def test_id_text_parquet_and_jsonl_inputs(local_ray: None, minilm_mean: Path, qu
         assert m.data.protocol == "corpus" and m.data.n_docs == len(docs) and m.data.n_queries == 0
         assert m.data.source == str(data) and m.eval is None
         assert len(m.index.shards) == (0 if shards == 1 else shards)
+        assert m.distributed is not None and sum(a.vectors for a in m.distributed.actors) == len(docs)
 
         ids_r, vecs_r = vectors_by_id(folder)
         assert np.array_equal(ids_r, ids_t)  # every document once, nothing else
@@ -266,8 +267,10 @@ def test_id_text_parquet_and_jsonl_inputs(local_ray: None, minilm_mean: Path, qu
         assert [h[0][0] for h in hits] == ids_t[:5].tolist()  # a document's own text finds it first
         assert hits[0][0][1] == docs[int(ids_t[0])]
         mrr, _ = rank_metrics(got, gold)
-        print(f"\n{name}: {len(ids_r)} ids equal to the TSV build's, cosine min {cosine.min():.7f}, "
-              f"MRR@10 of the TSV eval queries {mrr:.4f} (TSV build {tsv.eval.mrr_at_10:.4f})")
+        with capsys.disabled():
+            print(f"\n{name}: {len(ids_r)} ids equal to the TSV build's, cosine min {cosine.min():.7f}, "
+                  f"MRR@10 of the TSV eval queries {mrr:.4f} (TSV build {tsv.eval.mrr_at_10:.4f}); actors "
+                  f"{[a.vectors for a in m.distributed.actors]}")
         assert tsv.eval is not None and abs(mrr - tsv.eval.mrr_at_10) <= 0.01
 
         assert indexer_main(["eval", "--root", str(root)]) == 2  # no eval set in an id,text corpus: said so
