@@ -197,6 +197,20 @@ def test_id_text_parquet_and_jsonl_inputs(local_ray: None, minilm_mean: Path, qu
                                           capsys: pytest.CaptureFixture[str]) -> None:
     """`indexer build --engine ray --data` on Parquet and on a folder of JSONL `id,text` files: the same
     documents and vectors as a TSV build of the same rows, searchable like it; `indexer eval` says why not."""
+    import logging
+
+    # `indexer` configures the root logger on the stream capsys hands it: restore it, or later logs hit a
+    # closed stream.
+    root_logger = logging.getLogger()
+    saved = (root_logger.handlers[:], root_logger.level)
+    try:
+        _id_text_builds(minilm_mean, quora_file, tmp_path, capsys)
+    finally:
+        root_logger.handlers[:] = saved[0]
+        root_logger.setLevel(saved[1])
+
+
+def _id_text_builds(minilm_mean: Path, quora_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
     import pyarrow as pa
