@@ -65,6 +65,7 @@ def main() -> int:
     single = build(BuildConfig(model_dir=args.model, data=str(args.data), root=base / "single", rows=args.rows,
                                threads=args.threads))
     single_s = time.perf_counter() - t0
+    assert single.eval is not None
     print(f"single-machine build: {single.index.ntotal} vectors, {single_s:.1f}s, MRR@10 "
           f"{single.eval.mrr_at_10:.4f}; load average {os.getloadavg()[0]:.2f}", flush=True)
 
@@ -86,7 +87,7 @@ def main() -> int:
     cosine = np.full(1, np.nan)
     if ids_equal:
         cosine = (vecs_s * vecs_r).sum(1) / np.linalg.norm(vecs_s, axis=1) / np.linalg.norm(vecs_r, axis=1)
-    assert single.eval is not None and dist.eval is not None
+    assert dist.eval is not None
     d_mrr = dist.eval.mrr_at_10 - single.eval.mrr_at_10
     print(f"rows {args.rows}: documents single {len(ids_s)} ray {len(ids_r)}, ids equal: {ids_equal}")
     print(f"vector cosine min {cosine.min():.7f} mean {cosine.mean():.7f}")
