@@ -281,11 +281,12 @@ def _id_text_builds(minilm_mean: Path, quora_file: Path, tmp_path: Path, capsys:
         assert [h[0][0] for h in hits] == ids_t[:5].tolist()  # a document's own text finds it first
         assert hits[0][0][1] == docs[int(ids_t[0])]
         mrr, _ = rank_metrics(got, gold)
+        assert tsv.eval is not None
         with capsys.disabled():
             print(f"\n{name}: {len(ids_r)} ids equal to the TSV build's, cosine min {cosine.min():.7f}, "
                   f"MRR@10 of the TSV eval queries {mrr:.4f} (TSV build {tsv.eval.mrr_at_10:.4f}); actors "
                   f"{[a.vectors for a in m.distributed.actors]}")
-        assert tsv.eval is not None and abs(mrr - tsv.eval.mrr_at_10) <= 0.01
+        assert abs(mrr - tsv.eval.mrr_at_10) <= 0.01
 
         assert indexer_main(["eval", "--root", str(root)]) == 2  # no eval set in an id,text corpus: said so
         assert "no evaluation queries" in capsys.readouterr().err
@@ -386,8 +387,9 @@ def test_python_m_service_sharded_command(ray_sharded: Path, tmp_path: Path) -> 
             merged = IndexVersion(ray_sharded)
             try:
                 _, qtexts, _ = merged.store.eval_set()
-                vec = merged.query_vectors()[:1]
-                _, expected = merged.search(vec, 5)
+                qvecs = merged.query_vectors()
+                assert qvecs is not None
+                _, expected = merged.search(qvecs[:1], 5)
             finally:
                 merged.close()
             r = client.post("/search", json={"query": qtexts[0], "top_k": 5})
