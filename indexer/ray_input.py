@@ -45,7 +45,14 @@ def read_corpus(source: Path, protocol: Protocol, rows: int | None, workers: int
         ds = ds.select_columns(["id", "text"])
         if rows is not None:
             ds = ds.limit(rows)
-        return CorpusInput(ds, str(source), None)
+        # Read before encoding: the encoding actors hold every CPU (`--workers` defaults to all of them), and
+        # the file listing / read tasks need one, so a streamed read would wait forever. Materialized, the
+        # blocks sit in Ray's object store (spilled to disk when it is full), spread over the nodes that read
+        # them, and are read once for both the encoding and the text store. Re-cut like the TSV's blocks, so
+        # that every actor gets work even from one file.
+        ds = ds.materialize()
+        n_blocks = max(4 * workers, math.ceil(ds.count() / block_rows))
+        return CorpusInput(ds.repartition(n_blocks).materialize(), str(source), None)
 
     split = load_split(source, protocol, rows)
     ids, texts = split.corpus.ids, split.corpus.texts

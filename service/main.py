@@ -13,13 +13,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI, Request, Response
-from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 
 from service.auth import Authorizer, authorize
 from service.batching import MicroBatcher
 from service.deps import AppState
+from service.errors import install_error_handlers
 from service.inference import Inference
 from service.limits import BodySizeLimit
 from service.logs import request_id
@@ -87,13 +87,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   description="Semantic search over an ONNX sentence encoder and a FAISS index.")
     app.state.strata = state
 
-    @app.exception_handler(RequestValidationError)
-    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        # Without the echoed `input`: it may hold what JSON cannot carry back (NaN, 1e400, lone surrogates),
-        # which turned a 422 into a 500 (found by the property-based tests).
-        errors = [{"type": e.get("type"), "loc": list(e.get("loc", ())), "msg": str(e.get("msg"))}
-                  for e in exc.errors()]
-        return JSONResponse({"detail": errors}, status_code=422)
+    install_error_handlers(app)  # 422 without the echoed input (shared with the sharded ingress)
 
     @app.middleware("http")
     async def record(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:

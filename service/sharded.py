@@ -28,12 +28,14 @@ from indexer.layout import IndexRoot
 from indexer.manifest import Manifest
 from indexer.onnx_encoder import OnnxEncoder
 from indexer.store import STORE, Store
+from service.errors import install_error_handlers
 from service.schemas import EncodeRequest, EncodeResponse, Hit, QueryHits, Ready, SearchRequest, SearchResponse
 
 log = logging.getLogger(__name__)
 
 app = FastAPI(title="Strata (sharded)", version="0.1.0",
               description="Semantic search over an ONNX sentence encoder and a sharded FAISS index on Ray Serve.")
+install_error_handlers(app)  # the single-process service's 422s: no echoed input (NaN, lone surrogates)
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0.5})
@@ -133,14 +135,46 @@ def sharded_app(index_root: Path, *, replicas: int = 1, threads: int = 1) -> ser
 
 
 def run_sharded(index_root: Path, *, host: str, port: int, address: str | None, replicas: int,
-                threads: int, blocking: bool = True) -> None:
-    """Join (or start) Ray, start Serve's HTTP proxy on host:port and deploy the sharded application."""
+                threads: int | None, blocking: bool = True) -> None:
+    """Join (or start) Ray, start Serve's HTTP proxy on host:port and deploy the sharded application.
+
+    Blocking: serve until SIGINT or SIGTERM, then delete the application and stop Serve (its controller and
+    proxies); a Ray instance this call started is shut down with it, a cluster it joined is left running."""
     import os
+    import signal
+    import threading
 
     import ray
 
+    started_ray = False
     if not ray.is_initialized():
-        ray.init(address=address or os.environ.get("RAY_ADDRESS") or None)
-    serve.start(http_options={"host": host, "port": port})
-    serve.run(sharded_app(index_root, replicas=replicas, threads=threads), name="strata", route_prefix="/",
-              blocking=blocking)
+        address = address or os.environ.get("RAY_ADDRESS") or None
+        ray.init(address=address)
+        started_ray = address is None
+    stop = threading.Event()
+    previous = {}
+    if blocking:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, lambda signum, frame: stop.set())
+    try:
+        serve.start(http_options={"host": host, "port": port})
+        serve.run(sharded_app(index_root, replicas=replicas, threads=threads or 1), name="strata",
+                  route_prefix="/", blocking=False)
+        if not blocking:
+            return
+        log.info("serving %s on http://%s:%d (Ray Serve); SIGINT/SIGTERM stops", index_root, host, port)
+        while not stop.wait(1.0):
+            pass
+        log.info("stopping: deleting the Serve application and Serve itself")
+    except BaseException:
+        blocking = True  # failed to start: clean up what was started
+        raise
+    finally:
+        if blocking:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            try:
+                serve.shutdown()
+            finally:
+                if started_ray:
+                    ray.shutdown()

@@ -206,3 +206,229 @@ def test_two_shard_service_answers_like_the_merged_index(sharded_server: str, ra
     print(f"\n{len(got)} paper-protocol queries: top-10 overlap sharded vs merged {overlap:.5f}, identical "
           f"ranked lists {same_list:.5f}")
     assert overlap >= 0.999 and same_list >= 0.99
+
+
+def test_id_text_parquet_and_jsonl_inputs(local_ray: None, minilm_mean: Path, quora_file: Path, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """`indexer build --engine ray --data` on Parquet and on a folder of JSONL `id,text` files: the same
+    documents and vectors as a TSV build of the same rows, searchable like it; `indexer eval` says why not."""
+    import logging
+
+    # `indexer` configures the root logger on the stream capsys hands it: restore it, or later logs hit a
+    # closed stream.
+    root_logger = logging.getLogger()
+    saved = (root_logger.handlers[:], root_logger.level)
+    try:
+        _id_text_builds(minilm_mean, quora_file, tmp_path, capsys)
+    finally:
+        root_logger.handlers[:] = saved[0]
+        root_logger.setLevel(saved[1])
+
+
+def _id_text_builds(minilm_mean: Path, quora_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from indexer.build import build
+    from indexer.cli import main as indexer_main
+    from indexer.evaluate import rank_metrics
+    from indexer.quora import read_rows
+
+    rows = 300
+    docs: dict[int, str] = {}  # the paper protocol's corpus: every question2, first text per id
+    for row in read_rows(quora_file, rows):
+        if row.question2:
+            docs.setdefault(row.qid2, row.question2)
+    parquet = tmp_path / "corpus.parquet"
+    pq.write_table(pa.table({"id": pa.array(list(docs), pa.int64()), "text": list(docs.values()),
+                             "extra": ["x"] * len(docs)}), parquet)  # other columns are ignored
+    jsonl_dir = tmp_path / "jsonl"
+    jsonl_dir.mkdir()
+    items = list(docs.items())
+    for part, chunk in enumerate((items[: len(items) // 2], items[len(items) // 2 :])):
+        (jsonl_dir / f"part-{part}.jsonl").write_text(
+            "".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in chunk), encoding="utf-8")
+
+    tsv_root = tmp_path / "tsv"  # the reference: the single-machine build of the same TSV rows
+    tsv = build(BuildConfig(model_dir=minilm_mean, data=str(quora_file), root=tsv_root, rows=rows, threads=2))
+    tsv_dir = IndexRoot(tsv_root).current_dir()
+    ids_t, vecs_t = vectors_by_id(tsv_dir)
+    assert np.array_equal(ids_t, np.sort(np.fromiter(docs, np.int64)))
+    ref = IndexVersion(tsv_dir)
+    try:
+        _, _, gold = ref.store.eval_set()
+        qvecs = ref.query_vectors()
+    finally:
+        ref.close()
+    assert qvecs is not None
+
+    for name, data, shards in (("parquet", parquet, 1), ("jsonl", jsonl_dir, 2)):
+        root = tmp_path / f"root-{name}"
+        rc = indexer_main(["build", "--engine", "ray", "--data", str(data), "--root", str(root),
+                           "--model", str(minilm_mean), "--workers", "2", "--shards", str(shards),
+                           "--block-rows", "128", "--threads", "2"])
+        out = capsys.readouterr().out
+        assert rc == 0, out
+        assert f"{len(docs)} vectors" in out and "2 encoding actors" in out
+        folder = IndexRoot(root).current_dir()
+        m = Manifest.load(folder)
+        assert m.data.protocol == "corpus" and m.data.n_docs == len(docs) and m.data.n_queries == 0
+        assert m.data.source == str(data) and m.eval is None
+        assert len(m.index.shards) == (0 if shards == 1 else shards)
+        assert m.distributed is not None and sum(a.vectors for a in m.distributed.actors) == len(docs)
+
+        ids_r, vecs_r = vectors_by_id(folder)
+        assert np.array_equal(ids_r, ids_t)  # every document once, nothing else
+        cosine = (vecs_t * vecs_r).sum(1) / np.linalg.norm(vecs_t, axis=1) / np.linalg.norm(vecs_r, axis=1)
+        assert cosine.min() >= 0.9999, name
+
+        version = IndexVersion(folder)  # what the service opens (a sharded version merged in memory)
+        try:
+            assert version.ntotal == len(docs)
+            stored = version.store.texts(ids_r.tolist())
+            assert stored == docs
+            _, got = version.search(qvecs, 10)  # the TSV build's eval queries against this index
+            hits = version.hits(*version.search(vecs_t[:5], 1))
+        finally:
+            version.close()
+        assert [h[0][0] for h in hits] == ids_t[:5].tolist()  # a document's own text finds it first
+        assert hits[0][0][1] == docs[int(ids_t[0])]
+        mrr, _ = rank_metrics(got, gold)
+        assert tsv.eval is not None
+        with capsys.disabled():
+            print(f"\n{name}: {len(ids_r)} ids equal to the TSV build's, cosine min {cosine.min():.7f}, "
+                  f"MRR@10 of the TSV eval queries {mrr:.4f} (TSV build {tsv.eval.mrr_at_10:.4f}); actors "
+                  f"{[a.vectors for a in m.distributed.actors]}")
+        assert abs(mrr - tsv.eval.mrr_at_10) <= 0.01
+
+        assert indexer_main(["eval", "--root", str(root)]) == 2  # no eval set in an id,text corpus: said so
+        assert "no evaluation queries" in capsys.readouterr().err
+
+
+def test_sharded_422_does_not_echo_the_input(sharded_server: str) -> None:
+    """The sharded ingress answers bad input like the single-process service: a 422 without the echoed input,
+    so that NaN or a lone surrogate cannot turn it into a 500."""
+    import httpx
+
+    with httpx.Client(base_url=sharded_server, timeout=60) as client:
+        for body in (b'{"query": "what is ray", "top_k": NaN}', b'{"query": ["\\ud800"], "top_k": 3}',
+                     b'{"queries": [], "top_k": 1e400}'):
+            r = client.post("/search", content=body, headers={"content-type": "application/json"})
+            assert r.status_code == 422, (body, r.status_code, r.text)
+            detail = r.json()["detail"]
+            assert detail and all(set(e) == {"type", "loc", "msg"} for e in detail), detail
+        r = client.post("/encode", json={"texts": "not a list"})
+        assert r.status_code == 422 and "input" not in r.text
+
+
+def _session_processes(driver_pid: int) -> list[int]:
+    """Live processes of the Ray instance a driver started (its session is named after the driver's pid)."""
+    import re
+
+    pattern = re.compile(rb"session_\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d_\d+_" + str(driver_pid).encode() + rb"\b")
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != driver_pid:
+            try:
+                cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if pattern.search(cmd):
+                found.append(int(entry))
+    return found
+
+
+def _descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = set(), [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.add(c)
+            todo.append(c)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_python_m_service_sharded_command(ray_sharded: Path, tmp_path: Path) -> None:
+    """`python -m service sharded` as a command: its own local Ray and Serve proxy on a free port, the same API,
+    and on SIGTERM it stops Serve and the Ray instance it started, leaving no process behind."""
+    import subprocess
+    import sys
+
+    import httpx
+
+    from tests.conftest import free_port
+
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "STRATA_LOG_FORMAT": "text"}
+    env.pop("RAY_ADDRESS", None)
+    log_file = tmp_path / "sharded.log"
+    with log_file.open("wb") as log_out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "service", "sharded", "--host", "127.0.0.1", "--port", str(port),
+             "--index-root", str(ray_sharded.parent.parent)],
+            cwd=REPO, env=env, stdout=log_out, stderr=subprocess.STDOUT)
+    started: set[int] = set()
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 240
+        with httpx.Client(base_url=base, timeout=60) as client:
+            while True:
+                assert proc.poll() is None, f"exited {proc.returncode}: {log_file.read_text()[-3000:]}"
+                assert time.monotonic() < deadline, f"no answer: {log_file.read_text()[-3000:]}"
+                try:
+                    if client.get("/health").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                time.sleep(1)
+            assert client.get("/health").json() == {"status": "ok"}
+            merged = IndexVersion(ray_sharded)
+            try:
+                _, qtexts, _ = merged.store.eval_set()
+                qvecs = merged.query_vectors()
+                assert qvecs is not None
+                _, expected = merged.search(qvecs[:1], 5)
+            finally:
+                merged.close()
+            r = client.post("/search", json={"query": qtexts[0], "top_k": 5})
+            assert r.status_code == 200, r.text
+            body = r.json()
+            assert [h["id"] for h in body["hits"]] == expected[0].tolist()
+            assert body["index_version"] == ray_sharded.name and body["hits"][0]["text"]
+            assert client.post("/search", json={"query": "x", "top_k": 0}).status_code == 422
+        started = _descendants(proc.pid) | set(_session_processes(proc.pid))
+        assert started, "no Ray processes found under the command"
+
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 0, log_file.read_text()[-3000:]
+        deadline = time.monotonic() + 30
+        while (left := [p for p in started | set(_session_processes(proc.pid)) if _alive(p)]) and \
+                time.monotonic() < deadline:
+            time.sleep(1)
+        assert not left, f"left behind: {[Path(f'/proc/{p}/cmdline').read_bytes()[:80] for p in left]}"
+        with pytest.raises(httpx.TransportError):  # the Serve proxy is gone with it
+            httpx.get(f"http://127.0.0.1:{port}/health", timeout=5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in started | set(_session_processes(proc.pid)):  # only what this command started
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
