@@ -297,7 +297,7 @@ def render(rows: list[dict[str, Any]], plan: Plan, args: argparse.Namespace, sec
 
     mode = args.tag or ("quick" if args.quick else "full")
     sts_scope = ("all pairs" if plan.sts_pairs is None
-                 else f"first {plan.sts_pairs} pairs per task (quick: not comparable to papers)")
+                 else f"first {plan.sts_pairs} pairs per task (capped: not comparable to papers)")
     lines = [
         f"# Strata reproduction ({mode}), {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
         "",
