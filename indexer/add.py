@@ -23,7 +23,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from indexer.evaluate import evaluate
+from indexer.build import save_and_evaluate
 from indexer.faiss_index import INDEX_FILE
 from indexer.layout import IndexRoot, new_version_name
 from indexer.manifest import Manifest
@@ -151,16 +151,9 @@ def add_questions(root_dir: Path, path: Path, *, model_dir: Path | None = None, 
                     "parent_version": m.version,
                     "data": m.data.model_copy(update={"n_docs": int(index.ntotal)}),
                 })
-                manifest.build_seconds = m.build_seconds.model_copy(
-                    update={"total_s": time.perf_counter() - t_start})
-                manifest.save(stage)
-                if run_eval and manifest.data.n_queries:
-                    opened = IndexVersion(stage)
-                    try:
-                        manifest.eval = evaluate(opened, threads=threads)
-                    finally:
-                        opened.close()
-                    manifest.save(stage)
+                manifest.build_seconds = m.build_seconds.model_copy()
+                save_and_evaluate(stage, manifest, t_start, evaluate_it=run_eval and bool(manifest.data.n_queries),
+                                  threads=threads)
         finally:
             base.close()
         root.set_current(version)
