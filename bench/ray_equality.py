@@ -20,19 +20,6 @@ from pathlib import Path
 import numpy as np
 
 
-def vectors_by_id(folder: Path) -> tuple[np.ndarray, np.ndarray]:
-    from indexer.faiss_index import stored_vectors
-    from indexer.version import IndexVersion
-
-    version = IndexVersion(folder)
-    try:
-        ids, vecs = stored_vectors(version.index)
-    finally:
-        version.close()
-    order = np.argsort(ids)
-    return ids[order], vecs[order]
-
-
 def main() -> int:
     from indexer.paths import default_model_dir, default_quora_source
 
@@ -80,6 +67,8 @@ def main() -> int:
     finally:
         ray.shutdown()
     print(summary(dist), flush=True)
+
+    from indexer.version import vectors_by_id
 
     ids_s, vecs_s = vectors_by_id(IndexRoot(base / "single").current_dir())
     ids_r, vecs_r = vectors_by_id(IndexRoot(base / "ray").current_dir())

@@ -8,7 +8,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from indexer.faiss_index import INDEX_FILE, set_nprobe
+from indexer.faiss_index import INDEX_FILE, set_nprobe, stored_vectors
 from indexer.manifest import Manifest, ManifestError
 from indexer.shards import merge_shards
 from indexer.store import STORE, Store
@@ -81,3 +81,14 @@ class IndexVersion:
 
     def close(self) -> None:
         self.store.close()
+
+
+def vectors_by_id(folder: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, vectors) of a version's IVF-Flat index, sorted by id: two builds compare row for row."""
+    version = IndexVersion(folder)
+    try:
+        ids, vecs = stored_vectors(version.index)
+    finally:
+        version.close()
+    order = np.argsort(ids)
+    return ids[order], vecs[order]

@@ -20,10 +20,9 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from indexer.build import BuildConfig  # noqa: E402
-from indexer.faiss_index import stored_vectors  # noqa: E402
 from indexer.layout import IndexRoot  # noqa: E402
 from indexer.manifest import Manifest  # noqa: E402
-from indexer.version import IndexVersion  # noqa: E402
+from indexer.version import IndexVersion, vectors_by_id  # noqa: E402
 from tests.conftest import REPO, TEST_ROWS  # noqa: E402
 
 EMBED_ACTOR_TITLE = "EmbedBatches"  # Ray names an actor pool worker's process after the UDF class
@@ -47,14 +46,6 @@ def ray_build(root: Path, model: Path, data: Path, *, shards: int) -> Manifest:
     return build_on_ray(cfg, RayOptions(workers=2, shards=shards, block_rows=256))
 
 
-def vectors_by_id(folder: Path) -> tuple[np.ndarray, np.ndarray]:
-    version = IndexVersion(folder)
-    try:
-        ids, vecs = stored_vectors(version.index)
-    finally:
-        version.close()
-    order = np.argsort(ids)
-    return ids[order], vecs[order]
 
 
 @pytest.fixture(scope="module")
