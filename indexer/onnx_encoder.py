@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Literal
@@ -55,6 +55,42 @@ def default_threads() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
+@dataclass(frozen=True)
+class SessionSettings:
+    """ONNX Runtime session options. The defaults were chosen with `bench/ort_options.py` (see the README's
+    benchmark section): full graph optimisation, sequential execution, the CPU arena on, and intra-op spinning
+    off — spinning threads burn the cores that concurrent requests, the tokenizer and FAISS need."""
+
+    threads: int | None = None  # intra-op threads (None: every core this process may use)
+    graph_optimization: Literal["basic", "extended", "all"] = "all"
+    execution_mode: Literal["sequential", "parallel"] = "sequential"
+    cpu_arena: bool = True
+    spinning: bool = False
+
+    def replace(self, **changes: object) -> SessionSettings:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    def to_ort(self):  # noqa: ANN201 - onnxruntime.SessionOptions, imported lazily
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = self.threads or default_threads()
+        opts.inter_op_num_threads = 1
+        opts.graph_optimization_level = {
+            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        }[self.graph_optimization]
+        opts.execution_mode = (ort.ExecutionMode.ORT_PARALLEL if self.execution_mode == "parallel"
+                               else ort.ExecutionMode.ORT_SEQUENTIAL)
+        opts.enable_cpu_mem_arena = self.cpu_arena
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if self.spinning else "0")
+        return opts
+
+
 class OnnxEncoder:
     """Encodes texts to L2-normalised float32 vectors with an exported ONNX model."""
 
@@ -65,6 +101,7 @@ class OnnxEncoder:
         threads: int | None = None,
         providers: Sequence[str] | None = None,
         verify_sha256: bool = False,
+        session: SessionSettings | None = None,
     ) -> None:
         import onnxruntime as ort
         from tokenizers import Tokenizer
@@ -98,11 +135,12 @@ class OnnxEncoder:
         pad = self.tokenizer.token_to_id("[PAD]")
         self.pad_id = 0 if pad is None else pad
 
-        self.threads = threads or default_threads()
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = self.threads
-        opts.inter_op_num_threads = 1
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        settings = session or SessionSettings()
+        if threads is not None:
+            settings = settings.replace(threads=threads)
+        self.threads = settings.threads or default_threads()
+        self.session_settings = settings.replace(threads=self.threads)
+        opts = self.session_settings.to_ort()
         available = ort.get_available_providers()
         if providers is None:
             providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]

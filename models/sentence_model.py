@@ -12,7 +12,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from models.checkpoint import CheckpointError, encoder_folder
+import json
+
+from models.checkpoint import CheckpointError, default_max_length, encoder_folder
 from models.poolers import Pooler, build_pooler, load_pooler, masked_mean
 
 EncodeMode = Literal["pooler", "cls", "mean"]
@@ -32,9 +34,13 @@ def load_backbone(folder: str | Path) -> tuple[nn.Module, Any]:
 
 
 class SentenceModel(nn.Module):
-    def __init__(self, encoder: nn.Module, tokenizer: Any, pooler: Pooler, max_length: int = 32) -> None:
+    def __init__(
+        self, encoder: nn.Module, tokenizer: Any, pooler: Pooler, max_length: int = 32, serving_max_length: int = 256
+    ) -> None:
         super().__init__()
         self.encoder, self.tokenizer, self.pooler, self.max_length = encoder, tokenizer, pooler, max_length
+        # Training truncates short (max_length); serving keeps the backbone's own limit, saved with the encoder.
+        self.serving_max_length = serving_max_length
 
     @classmethod
     def from_checkpoint(
@@ -49,7 +55,7 @@ class SentenceModel(nn.Module):
             p = build_pooler(
                 pooler or "cls_last", encoder.config.hidden_size, encoder.config.num_hidden_layers, **pooler_options
             )
-        return cls(encoder, tokenizer, p, max_length)
+        return cls(encoder, tokenizer, p, max_length, default_max_length(encoder_folder(checkpoint)))
 
     @property
     def device(self) -> torch.device:
@@ -99,5 +105,9 @@ class SentenceModel(nn.Module):
         checkpoint = Path(checkpoint)
         self.encoder.save_pretrained(checkpoint / "encoder")
         self.tokenizer.save_pretrained(checkpoint / "encoder")
+        # sentence-transformers' file: the exporter reads the serving max length from it (else 512 would apply).
+        (checkpoint / "encoder" / "sentence_bert_config.json").write_text(
+            json.dumps({"max_seq_length": self.serving_max_length, "do_lower_case": False})
+        )
         self.pooler.save(checkpoint / "pooler")
         return checkpoint

@@ -78,8 +78,20 @@ def test_checkpoint_layout_is_encoder_plus_pooler(layer_att_checkpoint):
     from models.checkpoint import encoder_folder
 
     assert encoder_folder(layer_att_checkpoint) == layer_att_checkpoint / "encoder"
-    assert (layer_att_checkpoint / "pooler" / "pooler.json").is_file()
-    assert not any(
-        "pooler" in k and "w_q" in k
-        for k in torch.load(layer_att_checkpoint / "trainer_state.pt", weights_only=False)["config"]
-    )
+
+
+def test_trained_checkpoint_keeps_the_backbones_serving_length(tiny_bert, tmp_path):
+    """A backbone that serves at 40 tokens (sentence-transformers' max_seq_length) keeps 40 through a Strata
+    checkpoint and its export, rather than falling back to the tokenizer's or position table's 64."""
+    import json
+    import shutil
+
+    from models.export import export_encoder
+
+    backbone = tmp_path / "backbone"
+    shutil.copytree(tiny_bert, backbone)
+    (backbone / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 40}))
+    model = SentenceModel.from_checkpoint(backbone, pooler="layer_att", max_length=16)
+    ckpt = model.save(tmp_path / "ckpt")
+    assert json.loads((ckpt / "encoder" / "sentence_bert_config.json").read_text())["max_seq_length"] == 40
+    assert export_encoder(ckpt, tmp_path / "onnx").max_length == 40

@@ -1,0 +1,132 @@
+"""Which ONNX Runtime session options serve the exported encoder fastest on this machine, measured side by side.
+
+Each variant is a fresh `InferenceSession` over the same model and the same Quora questions; it reports
+throughput at batch 64 and single-query p50/p99, both for one caller and for `--concurrent` callers each with
+its own 1-thread session (how the service runs: `STRATA_WORKERS` sessions of `STRATA_THREADS` = 1). The
+variants: graph optimisation level (basic / extended / all), intra-op threads, sequential vs parallel
+execution, the CPU memory arena on/off, and intra-op thread spinning on/off.
+
+    python bench/ort_options.py --model MODEL_DIR [--sentences 2048] [--single 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.encoders import sentences  # noqa: E402
+from indexer.onnx_encoder import ENCODER_ONNX, OnnxEncoder, SessionSettings  # noqa: E402
+
+
+def variants(threads: int) -> dict[str, SessionSettings]:
+    base = SessionSettings(threads=threads)
+    return {
+        "default (all, sequential, arena, no spin)": base,
+        "graph opt basic": base.replace(graph_optimization="basic"),
+        "graph opt extended": base.replace(graph_optimization="extended"),
+        "parallel execution": base.replace(execution_mode="parallel"),
+        "no CPU arena": base.replace(cpu_arena=False),
+        "spinning on": base.replace(spinning=True),
+        f"{threads // 2 or 1} intra-op thread(s)": base.replace(threads=max(1, threads // 2)),
+    }
+
+
+def measure(encoder: OnnxEncoder, texts: list[str], single: int) -> dict[str, float]:
+    run = encoder.encode_with_flags
+    run(texts[:64], batch_size=64)
+    t0 = time.perf_counter()
+    for i in range(0, len(texts), 64):
+        run(texts[i : i + 64], batch_size=64)
+    tput = len(texts) / (time.perf_counter() - t0)
+    lat = []
+    for t in texts[:single]:
+        t0 = time.perf_counter()
+        run([t], batch_size=1)
+        lat.append((time.perf_counter() - t0) * 1000)
+    return {"sent_per_s_b64": round(tput, 1), "b1_p50_ms": round(float(np.percentile(lat, 50)), 3),
+            "b1_p99_ms": round(float(np.percentile(lat, 99)), 3)}
+
+
+def concurrent_single(model: Path, settings: SessionSettings, texts: list[str], callers: int, single: int
+                      ) -> dict[str, float]:
+    """`callers` threads, each with its own 1-thread session, sending single queries at once."""
+    encoders = [OnnxEncoder(model, session=settings.replace(threads=1)) for _ in range(callers)]
+    lat: list[float] = []
+    lock = threading.Lock()
+
+    def caller(enc: OnnxEncoder, offset: int) -> None:
+        mine = []
+        for t in texts[offset : offset + single]:
+            t0 = time.perf_counter()
+            enc.encode_with_flags([t], batch_size=1)
+            mine.append((time.perf_counter() - t0) * 1000)
+        with lock:
+            lat.extend(mine)
+
+    for enc in encoders:
+        enc.encode_with_flags(texts[:8], batch_size=8)
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=caller, args=(e, i * single)) for i, e in enumerate(encoders)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    return {f"x{callers}_queries_per_s": round(len(lat) / wall, 1),
+            f"x{callers}_p50_ms": round(float(np.percentile(lat, 50)), 3)}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", type=Path, required=True, help="exported model folder")
+    p.add_argument("--sentences", type=int, default=2048)
+    p.add_argument("--single", type=int, default=300, help="single-query calls per measurement")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--concurrent", type=int, default=os.cpu_count() or 1, help="callers with 1-thread sessions")
+    p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "ort_options.json")
+    args = p.parse_args()
+
+    texts = sentences(args.sentences + args.single * args.concurrent)
+    rows: list[dict[str, Any]] = []
+    for name, settings in variants(args.threads).items():
+        enc = OnnxEncoder(args.model, session=settings)
+        row = {"variant": name, **settings.as_dict(), **measure(enc, texts[: args.sentences], args.single)}
+        del enc
+        if args.concurrent > 1:
+            row.update(concurrent_single(args.model, settings, texts, args.concurrent, args.single))
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    base = rows[0]
+    size_mb = (args.model / ENCODER_ONNX).stat().st_size / 1e6
+    print(f"\n{args.model} ({size_mb:.1f} MB), {len(texts[: args.sentences])} Quora questions, "
+          f"load average {os.getloadavg()[0]:.2f}")
+    c = args.concurrent
+    print(f"{'variant':<44} {'sent/s b64':>10} {'ratio':>6} {'b1 p50 ms':>9} {'b1 p99 ms':>9}"
+          + (f" {f'x{c} q/s':>8} {f'x{c} p50':>8}" if c > 1 else ""))
+    for r in rows:
+        r["throughput_ratio"] = round(r["sent_per_s_b64"] / base["sent_per_s_b64"], 3)
+        line = (f"{r['variant']:<44} {r['sent_per_s_b64']:>10} {r['throughput_ratio']:>6} {r['b1_p50_ms']:>9} "
+                f"{r['b1_p99_ms']:>9}")
+        if c > 1:
+            line += f" {r[f'x{c}_queries_per_s']:>8} {r[f'x{c}_p50_ms']:>8}"
+        print(line)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"model": str(args.model), "loadavg": os.getloadavg()[0], "rows": rows},
+                                   indent=2))
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
