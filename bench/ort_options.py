@@ -26,7 +26,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.encoders import sentences  # noqa: E402
-from indexer.onnx_encoder import ENCODER_ONNX, OnnxEncoder, SessionSettings  # noqa: E402
+from indexer.onnx_encoder import (  # noqa: E402
+    ENCODER_ONNX,
+    PAD_SLACK,
+    RUN_OVERHEAD_TOKENS,
+    OnnxEncoder,
+    SessionSettings,
+)
 
 
 def variants(threads: int) -> dict[str, SessionSettings]:
@@ -44,10 +50,9 @@ def variants(threads: int) -> dict[str, SessionSettings]:
 
 def measure(encoder: OnnxEncoder, texts: list[str], single: int) -> dict[str, float]:
     run = encoder.encode_with_flags
-    run(texts[:64], batch_size=64)
+    encoder.encode(texts[:128])
     t0 = time.perf_counter()
-    for i in range(0, len(texts), 64):
-        run(texts[i : i + 64], batch_size=64)
+    encoder.encode(texts, batch_size=64)  # corpus encoding: sorted by length, batches of 64
     tput = len(texts) / (time.perf_counter() - t0)
     lat = []
     for t in texts[:single]:
@@ -87,6 +92,39 @@ def concurrent_single(model: Path, settings: SessionSettings, texts: list[str], 
             f"x{callers}_p50_ms": round(float(np.percentile(lat, 50)), 3)}
 
 
+GROUPINGS = [(None, None), (1.0, 0), (1.1, 32), (1.25, 64), (1.5, 128)]  # (slack, overhead); None: one run
+
+
+def grouping(model: Path, texts: list[str], threads: int) -> list[dict[str, Any]]:
+    """Micro-batches of consecutive questions (as concurrent requests arrive): one padded run vs runs cut by
+    `length_groups` at several (slack, overhead) settings; sentences/s, best of two passes."""
+    from indexer import onnx_encoder as oe
+
+    enc = OnnxEncoder(model, threads=threads)
+    rows = []
+    saved = oe.PAD_SLACK, oe.RUN_OVERHEAD_TOKENS
+    try:
+        for size in (8, 32, 64):
+            best: dict[tuple, float] = {}
+            for _ in range(2):
+                for slack, overhead in GROUPINGS:
+                    if slack is not None:
+                        oe.PAD_SLACK, oe.RUN_OVERHEAD_TOKENS = slack, overhead
+                    t0 = time.perf_counter()
+                    for s in range(0, len(texts), size):
+                        enc.encode_with_flags(texts[s : s + size], batch_size=size, group_by_length=slack is not None)
+                    rate = len(texts) / (time.perf_counter() - t0)
+                    best[(slack, overhead)] = max(best.get((slack, overhead), 0.0), rate)
+            one = best[(None, None)]
+            for (slack, overhead), rate in best.items():
+                rows.append({"micro_batch": size, "grouping": "one padded run" if slack is None
+                             else f"slack {slack}, overhead {overhead} tokens", "sent_per_s": round(rate, 1),
+                             "vs_one_run": round(rate / one, 2)})
+    finally:
+        oe.PAD_SLACK, oe.RUN_OVERHEAD_TOKENS = saved
+    return rows
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", type=Path, required=True, help="exported model folder")
@@ -121,9 +159,14 @@ def main() -> int:
         if c > 1:
             line += f" {r[f'x{c}_queries_per_s']:>8} {r[f'x{c}_p50_ms']:>8}"
         print(line)
+    groups = grouping(args.model, texts[: args.sentences], args.threads)
+    print(f"\nlength grouping of micro-batches (default: slack {PAD_SLACK}, overhead {RUN_OVERHEAD_TOKENS})")
+    print(f"{'micro-batch':>11} {'grouping':<32} {'sent/s':>8} {'× one run':>9}")
+    for g in groups:
+        print(f"{g['micro_batch']:>11} {g['grouping']:<32} {g['sent_per_s']:>8} {g['vs_one_run']:>9}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"model": str(args.model), "loadavg": os.getloadavg()[0], "rows": rows},
-                                   indent=2))
+    args.out.write_text(json.dumps({"model": str(args.model), "loadavg": os.getloadavg()[0], "rows": rows,
+                                    "grouping": groups}, indent=2))
     print(f"\nwrote {args.out}")
     return 0
 

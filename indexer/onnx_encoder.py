@@ -91,6 +91,31 @@ class SessionSettings:
         return opts
 
 
+# A run may pad up to PAD_SLACK × its real tokens plus RUN_OVERHEAD_TOKENS (the fixed cost of one more ONNX
+# run, in tokens) before it is cut; measured with bench/ort_options.py (see the README).
+PAD_SLACK = 1.1
+RUN_OVERHEAD_TOKENS = 32
+
+
+def length_groups(lengths: Sequence[int], batch_size: int, *, slack: float | None = None,
+                  overhead: int | None = None) -> list[np.ndarray]:
+    """Indices cut into ONNX runs: sorted by token count, at most `batch_size` each, a new run started when
+    padding the current one to the next length would cost more than `slack` × its real tokens + `overhead`."""
+    slack = PAD_SLACK if slack is None else slack
+    overhead = RUN_OVERHEAD_TOKENS if overhead is None else overhead
+    order = np.argsort(np.asarray(lengths), kind="stable")
+    groups: list[np.ndarray] = []
+    start, real = 0, 0
+    for pos, i in enumerate(order.tolist()):
+        n, length = pos - start + 1, lengths[i]
+        if pos > start and (n > batch_size or n * length > slack * (real + length) + overhead):
+            groups.append(order[start:pos])
+            start, real = pos, 0
+        real += length
+    groups.append(order[start:])
+    return groups
+
+
 class OnnxEncoder:
     """Encodes texts to L2-normalised float32 vectors with an exported ONNX model."""
 
@@ -161,7 +186,9 @@ class OnnxEncoder:
 
     def tokenize(self, texts: Sequence[str]) -> Batch:
         """Tokenise and pad to the longest text of this batch (not to max_length)."""
-        encs = self.tokenizer.encode_batch(list(texts))
+        return self._pad(self.tokenizer.encode_batch(list(texts)))
+
+    def _pad(self, encs: Sequence) -> Batch:  # noqa: ANN001 - tokenizers.Encoding
         longest = max((len(e.ids) for e in encs), default=1)
         ids = np.full((len(encs), longest), self.pad_id, dtype=np.int64)
         mask = np.zeros((len(encs), longest), dtype=np.int64)
@@ -175,17 +202,28 @@ class OnnxEncoder:
         out = self.session.run(None, {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask})[0]
         return np.ascontiguousarray(out, dtype=np.float32)
 
-    def encode_with_flags(self, texts: Sequence[str], batch_size: int = 64) -> tuple[np.ndarray, list[bool]]:
-        """Vectors (n, dim) and, per text, whether it was truncated to max_length tokens."""
+    def encode_with_flags(
+        self, texts: Sequence[str], batch_size: int = 64, *, group_by_length: bool = True
+    ) -> tuple[np.ndarray, list[bool]]:
+        """Vectors (n, dim) and, per text, whether it was truncated to max_length tokens.
+
+        With `group_by_length` (the default) the texts are tokenised once, sorted by token count and cut into
+        runs of at most `batch_size` that pad little (`length_groups`): a micro-batch of one long and many
+        short queries is not padded to the long one. Without it, each `batch_size` slice is one padded run."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32), []
+        encs = self.tokenizer.encode_batch(list(texts))
+        if group_by_length:
+            groups = length_groups([len(e.ids) for e in encs], batch_size)
+        else:
+            groups = [np.arange(s, min(s + batch_size, len(encs))) for s in range(0, len(encs), batch_size)]
         vecs = np.empty((len(texts), self.dim), dtype=np.float32)
         flags = [False] * len(texts)
-        for start in range(0, len(texts), batch_size):
-            chunk = texts[start : start + batch_size]
-            batch = self.tokenize(chunk)
-            vecs[start : start + len(chunk)] = self._run(batch)
-            flags[start : start + len(chunk)] = batch.truncated
+        for idx in groups:
+            batch = self._pad([encs[i] for i in idx])
+            vecs[idx] = self._run(batch)
+            for i, f in zip(idx.tolist(), batch.truncated, strict=True):
+                flags[i] = f
         return vecs, flags
 
     def encode(

@@ -77,3 +77,29 @@ def test_batching_can_be_switched_off(quora_root: Path, tmp_path: Path) -> None:
     finally:
         stop_server(srv)
     assert IndexRoot(quora_root).current_version()
+
+
+def test_length_groups_cut_runs_that_would_pad_too_much() -> None:
+    from indexer.onnx_encoder import length_groups
+
+    lengths = [5, 60, 12, 14, 13, 15, 16, 58, 11]
+    groups = length_groups(lengths, 64, slack=1.1, overhead=32)
+    flat = np.concatenate(groups)
+    assert sorted(flat.tolist()) == list(range(len(lengths)))  # every text exactly once
+    assert [sorted(lengths[i] for i in g) for g in groups] == [[5, 11, 12, 13, 14, 15, 16], [58, 60]]
+    assert [len(g) for g in length_groups([10] * 130, 64)] == [64, 64, 2]  # batch_size still caps a run
+    assert len(length_groups([3, 80], 64, slack=100.0, overhead=0)) == 1  # generous slack: one run
+
+
+def test_grouped_encoding_equals_one_padded_run(quora_root: Path) -> None:
+    """Cutting a micro-batch by length changes the runs, never the vectors or the truncation flags."""
+    from indexer.onnx_encoder import OnnxEncoder
+
+    engine = SearchEngine.load(quora_root)
+    enc: OnnxEncoder = engine.encoder
+    texts = [*QUERIES, " ".join(["a very long question about geology"] * 80), "hi"]
+    grouped, flags_g = enc.encode_with_flags(texts, batch_size=len(texts))
+    one, flags_1 = enc.encode_with_flags(texts, batch_size=len(texts), group_by_length=False)
+    np.testing.assert_allclose(grouped, one, atol=2e-5)
+    assert flags_g == flags_1 and flags_g[-2] and not any(flags_g[:-2])
+    engine.close()
