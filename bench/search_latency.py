@@ -61,7 +61,7 @@ def start(root: Path, threads: int | None) -> tuple[subprocess.Popen[bytes], str
 async def load(url: str, queries: list[str], clients: int, seconds: float, top_k: int) -> dict[str, float]:
     latencies: list[float] = []
     failures = 0
-    deadline = time.perf_counter() + seconds
+    deadline = 0.0  # set after the warm-up, which can take seconds on a cold server
     counter = iter(range(10**9))
 
     async def worker(client: httpx.AsyncClient) -> None:
@@ -78,8 +78,11 @@ async def load(url: str, queries: list[str], clients: int, seconds: float, top_k
         for q in queries[:20]:  # warm-up
             await client.post("/search", json={"query": q, "top_k": top_k})
         t0 = time.perf_counter()
+        deadline = t0 + seconds
         await asyncio.gather(*(worker(client) for _ in range(clients)))
         wall = time.perf_counter() - t0
+    if not latencies:
+        raise SystemExit(f"no request completed in {seconds} s at {clients} client(s)")
     lat = np.asarray(latencies) * 1000
     return {"clients": clients, "requests": len(lat), "failed": failures, "rps": round(len(lat) / wall, 1),
             "p50_ms": round(float(np.percentile(lat, 50)), 2), "p95_ms": round(float(np.percentile(lat, 95)), 2),

@@ -16,7 +16,7 @@ import faiss
 import numpy as np
 
 from indexer.evaluate import evaluate
-from indexer.faiss_index import INDEX_FILE, build_ivf_flat, effective_nlist
+from indexer.faiss_index import DEFAULT_NLIST, DEFAULT_NPROBE, INDEX_FILE, build_ivf_flat, effective_nlist
 from indexer.layout import IndexRoot, new_version_name
 from indexer.manifest import DataInfo, IndexInfo, Manifest, ModelInfo, Timings
 from indexer.onnx_encoder import EncoderMeta, OnnxEncoder
@@ -35,8 +35,8 @@ class BuildConfig:
     root: Path
     protocol: Protocol = "paper"
     rows: int | None = None
-    nlist: int = 1024
-    nprobe: int = 5
+    nlist: int = DEFAULT_NLIST
+    nprobe: int = DEFAULT_NPROBE
     batch_size: int = 64
     threads: int | None = None
     keep: int = 5

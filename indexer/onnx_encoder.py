@@ -57,12 +57,15 @@ def default_threads() -> int:
 
 @dataclass(frozen=True)
 class SessionSettings:
-    """ONNX Runtime session options. The defaults were chosen with `bench/ort_options.py` (see the README's
-    benchmark section): full graph optimisation, sequential execution, the CPU arena on, and intra-op spinning
-    off — spinning threads burn the cores that concurrent requests, the tokenizer and FAISS need."""
+    """ONNX Runtime session options, defaults chosen with `bench/ort_options.py` on 2 cores (int8 MiniLM,
+    medians of 3 interleaved runs): "extended" graph optimisation matches or beats "all" (whose extra layout
+    passes buy nothing for this graph) and "basic"; sequential execution and the CPU arena win; intra-op
+    spinning cuts single-query p50 by ~1 ms on an idle machine (2.9 → 1.9 ms with 2 threads) but burns the
+    cores that concurrent requests, the tokenizer and FAISS need, and costs ~40% throughput when cores are
+    oversubscribed, so it is off (it does nothing for the service's 1-thread sessions anyway)."""
 
     threads: int | None = None  # intra-op threads (None: every core this process may use)
-    graph_optimization: Literal["basic", "extended", "all"] = "all"
+    graph_optimization: Literal["basic", "extended", "all"] = "extended"
     execution_mode: Literal["sequential", "parallel"] = "sequential"
     cpu_arena: bool = True
     spinning: bool = False

@@ -41,7 +41,7 @@ class Candidate:
     params: list[tuple[str, int]]  # (faiss parameter name, value): nprobe for IVF, efSearch for HNSW
 
 
-PROBES = [1, 2, 4, 5, 8, 16, 32, 64]
+PROBES = [1, 2, 4, 5, 8, 12, 16, 24, 32, 64]
 EF_SEARCH = [16, 32, 64, 128]
 
 
