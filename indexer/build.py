@@ -88,7 +88,8 @@ def build(cfg: BuildConfig) -> Manifest:
             index, timings.train_s, timings.add_s = build_ivf_flat(doc_vecs, split.corpus.ids, nlist,
                                                                    cfg.nprobe, cfg.seed)
             faiss.write_index(index, str(stage / INDEX_FILE))
-            del doc_vecs
+            ntotal = int(index.ntotal)
+            del doc_vecs, index  # evaluation reopens the written index: holding both would double the memory
 
             ev = split.evalset
             t0 = time.perf_counter()
@@ -104,7 +105,7 @@ def build(cfg: BuildConfig) -> Manifest:
                 created_at=datetime.now(timezone.utc),
                 model=model_info(cfg.model_dir, m),
                 index=IndexInfo(factory=f"IVF{nlist},Flat", nlist=nlist, nlist_requested=cfg.nlist,
-                                nprobe=min(cfg.nprobe, nlist), ntotal=int(index.ntotal)),
+                                nprobe=min(cfg.nprobe, nlist), ntotal=ntotal),
                 data=DataInfo(source=split.source, protocol=split.protocol, rows_read=split.rows_read,
                               skipped_empty_texts=split.skipped_empty_texts, n_docs=len(split.corpus.texts),
                               n_queries=len(ev.query_texts)),
