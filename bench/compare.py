@@ -39,7 +39,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from bench.encoders import format_rows, measure_encoders, sentences  # noqa: E402
-from bench.search_latency import free_port, load  # noqa: E402
+from bench.search_latency import free_port, load, wait_ready  # noqa: E402
 from bench.search_latency import start as start_strata  # noqa: E402
 from indexer.layout import IndexRoot  # noqa: E402
 from indexer.manifest import Manifest  # noqa: E402
@@ -134,26 +134,13 @@ def write_baseline_corpus(root: Path, out: Path) -> list[str]:
 
 
 def start_baseline(corpus: Path, threads: int) -> tuple[subprocess.Popen[bytes], str]:
-    import httpx
-
     port = free_port()
     env = os.environ | {"STRATA_BASELINE_CORPUS": str(corpus), "STRATA_BASELINE_MODEL": str(default_model()),
                         "OMP_NUM_THREADS": str(threads)}
     proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "bench.baseline_server:app", "--host", "127.0.0.1",
                              "--port", str(port), "--log-level", "warning"], cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None:
-            raise SystemExit(f"baseline server exited with status {proc.returncode}")
-        time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("baseline server not ready after 120 s")
+    return proc, wait_ready(proc, f"http://127.0.0.1:{port}", "baseline server", 120)
 
 
 def default_model() -> Path:

@@ -44,18 +44,23 @@ def start(root: Path, threads: int | None) -> tuple[subprocess.Popen[bytes], str
         env["STRATA_THREADS"] = str(threads)
     proc = subprocess.Popen([sys.executable, "-m", "service"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(300):
+    return proc, wait_ready(proc, f"http://127.0.0.1:{port}", "server", 60)
+
+
+def wait_ready(proc: subprocess.Popen[bytes], url: str, name: str, timeout_s: float) -> str:
+    """Poll `url`/ready until it answers 200; kill the process and exit with a message if it never does."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
         try:
             if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
-                return proc, url
+                return url
         except httpx.TransportError:
             pass
         if proc.poll() is not None:
-            raise SystemExit(f"server exited with status {proc.returncode}")
+            raise SystemExit(f"{name} exited with status {proc.returncode}")
         time.sleep(0.2)
     proc.kill()
-    raise SystemExit("server not ready after 60 s")
+    raise SystemExit(f"{name} not ready after {timeout_s:.0f} s")
 
 
 async def load(url: str, queries: list[str], clients: int, seconds: float, top_k: int) -> dict[str, float]:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,8 +12,6 @@ from typing import Any, Literal
 import numpy as np
 import torch
 from torch import Tensor, nn
-
-import json
 
 from models.checkpoint import CheckpointError, default_max_length, encoder_folder
 from models.poolers import Pooler, build_pooler, load_pooler, masked_mean

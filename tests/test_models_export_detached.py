@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-import torch
 from onnx import numpy_helper
 
 from models.cli import main as encoder_cli
