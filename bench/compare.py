@@ -12,7 +12,7 @@
 Every part prints Strata/baseline ratios next to the figures (ratios survive a noisy shared machine), and the
 run writes `bench/results/compare-<UTC stamp>.json` and `.md`.
 
-    python bench/compare.py                       # everything (≈ 35 min on 2 idle cores, most of it the builds)
+    python bench/compare.py                       # everything (≈ 45 min on 2 idle cores, most of it the builds)
     python bench/compare.py --rows 20000 --seconds 5 --skip-full-build     # a smoke run (≈ 3 min)
 
 Models are exported into --work unless --fp32/--int8 point at existing `encoder export` folders.
