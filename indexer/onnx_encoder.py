@@ -57,12 +57,12 @@ def default_threads() -> int:
 
 @dataclass(frozen=True)
 class SessionSettings:
-    """ONNX Runtime session options, defaults chosen with `bench/ort_options.py` on 2 cores (int8 MiniLM,
-    medians of 3 interleaved runs): "extended" graph optimisation matches or beats "all" (whose extra layout
-    passes buy nothing for this graph) and "basic"; sequential execution and the CPU arena win; intra-op
-    spinning cuts single-query p50 by ~1 ms on an idle machine (2.9 → 1.9 ms with 2 threads) but burns the
-    cores that concurrent requests, the tokenizer and FAISS need, and costs ~40% throughput when cores are
-    oversubscribed, so it is off (it does nothing for the service's 1-thread sessions anyway)."""
+    """ONNX Runtime session options, chosen with `bench/ort_options.py` (2 cores, int8 MiniLM, medians of 3
+    interleaved passes; bench/results/ort_options.json). Graph levels basic / extended / all differ by less than
+    the run-to-run noise (basic came last in one run and first in another), so "extended" stays: every fusion
+    ORT has for this graph, none of the layout passes. Sequential execution and the CPU arena are never worse.
+    Intra-op spinning gave no steady gain on an idle machine but cost ~40% throughput when the cores were
+    oversubscribed, and does nothing for the service's 1-thread sessions: it is off."""
 
     threads: int | None = None  # intra-op threads (None: every core this process may use)
     graph_optimization: Literal["basic", "extended", "all"] = "extended"
