@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 
 import faiss
 import numpy as np
@@ -50,45 +51,38 @@ def set_nprobe(index: faiss.Index, nprobe: int) -> None:
     ivf.nprobe = min(nprobe, ivf.nlist)
 
 
-def stored_vectors(index: faiss.Index) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, vectors) held in an IVF-Flat index's inverted lists, for exact search on the same vectors."""
+def _list_views(index: faiss.Index) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(ids, vectors) of each non-empty inverted list of an IVF-Flat index; the vectors are views into the lists."""
     ivf = faiss.extract_index_ivf(index)
     invlists = ivf.invlists
     dim, code_size = ivf.d, invlists.code_size
     if code_size != dim * 4:
-        raise ValueError("stored_vectors needs an IVF-Flat index (float32 codes)")
-    ids_parts, vec_parts = [], []
+        raise ValueError("needs an IVF-Flat index (float32 codes)")
     for lst in range(ivf.nlist):
         size = invlists.list_size(lst)
-        if size == 0:
-            continue
-        ids_parts.append(faiss.rev_swig_ptr(invlists.get_ids(lst), size).copy())
-        codes = faiss.rev_swig_ptr(invlists.get_codes(lst), size * code_size).copy()
-        vec_parts.append(codes.view(np.float32).reshape(size, dim))
-    if not ids_parts:
-        return np.zeros(0, dtype=np.int64), np.zeros((0, dim), dtype=np.float32)
-    return np.concatenate(ids_parts), np.concatenate(vec_parts)
+        if size:
+            ids = faiss.rev_swig_ptr(invlists.get_ids(lst), size).copy()
+            codes = faiss.rev_swig_ptr(invlists.get_codes(lst), size * code_size)
+            yield ids, codes.view(np.float32).reshape(size, dim)
+
+
+def stored_vectors(index: faiss.Index) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, vectors) held in an IVF-Flat index's inverted lists, for exact search on the same vectors."""
+    parts = list(_list_views(index))
+    if not parts:
+        return np.zeros(0, dtype=np.int64), np.zeros((0, faiss.extract_index_ivf(index).d), dtype=np.float32)
+    return np.concatenate([i for i, _ in parts]), np.concatenate([v for _, v in parts])
 
 
 def exact_index(index: faiss.Index) -> tuple[np.ndarray, faiss.IndexFlatIP]:
     """(ids, IndexFlatIP) over the vectors an IVF-Flat index holds, filled list by list from views of the lists:
     one extra copy of the vectors instead of the three `stored_vectors` + `add` make (GBs at 500k+ vectors)."""
-    ivf = faiss.extract_index_ivf(index)
-    invlists = ivf.invlists
-    dim, code_size = ivf.d, invlists.code_size
-    if code_size != dim * 4:
-        raise ValueError("exact_index needs an IVF-Flat index (float32 codes)")
-    flat = faiss.IndexFlatIP(dim)
+    flat = faiss.IndexFlatIP(faiss.extract_index_ivf(index).d)
     ids_parts = []
-    for lst in range(ivf.nlist):
-        size = invlists.list_size(lst)
-        if size == 0:
-            continue
-        ids_parts.append(faiss.rev_swig_ptr(invlists.get_ids(lst), size).copy())
-        codes = faiss.rev_swig_ptr(invlists.get_codes(lst), size * code_size)  # a view: add() copies it once
-        flat.add(codes.view(np.float32).reshape(size, dim))
-    ids = np.concatenate(ids_parts) if ids_parts else np.zeros(0, dtype=np.int64)
-    return ids, flat
+    for ids, vecs in _list_views(index):
+        ids_parts.append(ids)
+        flat.add(vecs)  # copies the view once
+    return (np.concatenate(ids_parts) if ids_parts else np.zeros(0, dtype=np.int64)), flat
 
 
 def memory_bytes(index: faiss.Index) -> int:
