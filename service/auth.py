@@ -80,7 +80,7 @@ class Authorizer:
             raise HTTPException(403, detail="this API key lacks the 'admin' scope needed for /admin/*")
 
 
-def authorize(request: Request,
+async def authorize(request: Request,
               credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
     """App-wide dependency: every route checks the key (public paths and an open API pass)."""
     authorizer: Authorizer = request.app.state.strata.authorizer

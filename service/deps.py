@@ -1,4 +1,7 @@
-"""FastAPI dependencies: the lifespan-owned state, typed for route signatures."""
+"""FastAPI dependencies: the lifespan-owned state, typed for route signatures.
+
+All `async def`: FastAPI runs a plain `def` dependency in its thread pool, a thread hop per dependency per
+request for what is an attribute read."""
 
 from __future__ import annotations
 
@@ -34,21 +37,21 @@ class AppState:
         return r.refused.reason if r and r.refused else None
 
 
-def get_state(request: Request) -> AppState:
+async def get_state(request: Request) -> AppState:
     return request.app.state.strata
 
 
-def get_inference(state: Annotated[AppState, Depends(get_state)]) -> Inference:
+async def get_inference(state: Annotated[AppState, Depends(get_state)]) -> Inference:
     assert state.inference is not None  # set before the app accepts requests
     return state.inference
 
 
-def get_batcher(state: Annotated[AppState, Depends(get_state)]) -> MicroBatcher:
+async def get_batcher(state: Annotated[AppState, Depends(get_state)]) -> MicroBatcher:
     assert state.batcher is not None
     return state.batcher
 
 
-def get_reloader(state: Annotated[AppState, Depends(get_state)]) -> Reloader:
+async def get_reloader(state: Annotated[AppState, Depends(get_state)]) -> Reloader:
     assert state.reloader is not None
     return state.reloader
 

@@ -7,28 +7,24 @@ import asyncio
 import contextlib
 import logging
 import signal
-import time
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import Depends, FastAPI, Request, Response
+from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import JSONResponse
 
+from service.access import AccessLog
 from service.auth import Authorizer, authorize
 from service.batching import MicroBatcher
 from service.deps import AppState
 from service.errors import install_error_handlers
 from service.inference import Inference
 from service.limits import BodySizeLimit
-from service.logs import request_id
 from service.reload import Reloader
 from service.routers import admin, encode, health, search
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
-access = logging.getLogger("strata.access")
 
 ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
     400: {"description": "the body is not UTF-8 or not parseable"},
@@ -38,12 +34,6 @@ ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
     503: {"description": "no index loaded"},
     504: {"description": "inference timed out"},
 }
-
-
-def _endpoint(request: Request) -> str:
-    """The matched route's template (set by routing), never the raw path: unknown URLs must not create
-    new label values."""
-    return getattr(request.scope.get("route"), "path", "unmatched")
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -89,39 +79,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     install_error_handlers(app)  # 422 without the echoed input (shared with the sharded ingress)
 
-    @app.middleware("http")
-    async def record(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        rid = request.headers.get("x-request-id", "")[:64] or uuid.uuid4().hex
-        token = request_id.set(rid)
-        t0 = time.perf_counter()
-        try:
-            try:
-                response = await call_next(request)
-            except Exception:  # answered here so that it is logged with its request id and counted
-                log.exception("unhandled error on %s %s", request.method, request.url.path)
-                response = JSONResponse({"detail": "internal error", "request_id": rid}, status_code=500)
-            elapsed = time.perf_counter() - t0
-            endpoint, method = _endpoint(request), request.method
-            m = state.metrics
-            m.request_latency.labels(endpoint, method).observe(elapsed)
-            m.requests.labels(endpoint, method, str(response.status_code)).inc()
-            if response.status_code >= 400:
-                m.errors.labels(endpoint, str(response.status_code)).inc()
-            response.headers["X-Request-ID"] = rid
-            access.info("%s %s %d", method, request.url.path, response.status_code,
-                        extra={"method": method, "path": request.url.path, "status": response.status_code,
-                               "ms": round(elapsed * 1000, 3),
-                               "client": request.client.host if request.client else None})
-            return response
-        finally:
-            request_id.reset(token)
-
-    # Added innermost first: the body cap sits inside CORS, inside `record` (which sees and logs every 413).
+    # Added innermost first: the body cap sits inside CORS, inside the access log (which sees every 413).
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
                            expose_headers=["X-Request-ID", "Retry-After"])
+    app.add_middleware(AccessLog, metrics=state.metrics)
 
     for router in (encode.router, search.router, health.router, admin.router):
         app.include_router(router)

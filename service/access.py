@@ -1,0 +1,85 @@
+"""Request id, JSON access log and per-endpoint metrics as plain ASGI middleware.
+
+Plain ASGI rather than `@app.middleware("http")`: Starlette's BaseHTTPMiddleware wraps every request in an
+anyio task group and memory streams, which cost about as much as the rest of the framework on a ~5 ms request
+(measured with py-spy on `/search`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.logs import request_id
+from service.metrics import Metrics
+
+log = logging.getLogger(__name__)
+access = logging.getLogger("strata.access")
+
+
+def _header(scope: Scope, name: bytes) -> str:
+    for key, value in scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")
+    return ""
+
+
+class AccessLog:
+    """Outermost app middleware: tags the response with X-Request-ID, counts and times it by route template,
+    logs one line, and answers an unhandled exception with a 500 that carries the request id."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rid = _header(scope, b"x-request-id")[:64] or uuid.uuid4().hex
+        token = request_id.set(rid)
+        t0 = time.perf_counter()
+        status = 0
+
+        async def tagged(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                MutableHeaders(scope=message).append("X-Request-ID", rid)
+            await send(message)
+
+        try:
+            try:
+                await self.app(scope, receive, tagged)
+            except Exception:  # answered here so that it is logged with its request id and counted
+                log.exception("unhandled error on %s %s", scope["method"], scope["path"])
+                if status:  # the response had started: nothing more can be sent
+                    raise
+                status = 500
+                body = json.dumps({"detail": "internal error", "request_id": rid}).encode()
+                await send({"type": "http.response.start", "status": 500,
+                            "headers": [(b"content-type", b"application/json"),
+                                        (b"content-length", str(len(body)).encode()),
+                                        (b"x-request-id", rid.encode("latin-1"))]})
+                await send({"type": "http.response.body", "body": body})
+            self._record(scope, status, time.perf_counter() - t0)
+        finally:
+            request_id.reset(token)
+
+    def _record(self, scope: Scope, status: int, elapsed: float) -> None:
+        # The matched route's template (routing sets it in the shared scope), never the raw path: unknown
+        # URLs must not create new label values.
+        endpoint = getattr(scope.get("route"), "path", "unmatched")
+        method, m = scope["method"], self.metrics
+        m.request_latency.labels(endpoint, method).observe(elapsed)
+        m.requests.labels(endpoint, method, str(status)).inc()
+        if status >= 400:
+            m.errors.labels(endpoint, str(status)).inc()
+        client = scope.get("client")
+        access.info("%s %s %d", method, scope["path"], status,
+                    extra={"method": method, "path": scope["path"], "status": status,
+                           "ms": round(elapsed * 1000, 3), "client": client[0] if client else None})

@@ -1,0 +1,48 @@
+"""The access-log middleware on its own: an unhandled error becomes a JSON 500 carrying the request id, and
+every response is counted under its route template (never the raw path)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+from fastapi import FastAPI
+
+from service.access import AccessLog
+from service.metrics import Metrics
+
+
+def _app(metrics: Metrics) -> FastAPI:
+    app = FastAPI()
+
+    @app.get("/items/{item}")
+    async def item(item: int) -> dict[str, int]:
+        if item == 13:
+            raise RuntimeError("unlucky")
+        return {"item": item}
+
+    app.add_middleware(AccessLog, metrics=metrics)
+    return app
+
+
+def _get(app: FastAPI, paths: list[tuple[str, dict[str, str]]]) -> list[httpx.Response]:
+    async def go() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            return [await c.get(p, headers=h) for p, h in paths]
+    return asyncio.run(go())
+
+
+def test_unhandled_error_is_a_json_500_with_request_id_and_counted() -> None:
+    m = Metrics()
+    ok, boom, missing = _get(_app(m), [("/items/1", {"X-Request-ID": "abc"}), ("/items/13", {"X-Request-ID": 'q"x'}),
+                                       ("/nope/1", {})])
+    assert ok.status_code == 200 and ok.headers["X-Request-ID"] == "abc"
+    assert boom.status_code == 500 and boom.json() == {"detail": "internal error", "request_id": 'q"x'}
+    assert boom.headers["X-Request-ID"] == 'q"x'
+    assert missing.status_code == 404 and len(missing.headers["X-Request-ID"]) == 32
+    count = m.registry.get_sample_value
+    assert count("strata_requests_total", {"endpoint": "/items/{item}", "method": "GET", "status": "200"}) == 1
+    assert count("strata_requests_total", {"endpoint": "/items/{item}", "method": "GET", "status": "500"}) == 1
+    assert count("strata_errors_total", {"endpoint": "unmatched", "status": "404"}) == 1
+    assert count("strata_request_latency_seconds_count", {"endpoint": "/items/{item}", "method": "GET"}) == 2
