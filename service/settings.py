@@ -35,7 +35,8 @@ class Settings(BaseSettings):
 
     # Micro-batching: concurrent requests share one ONNX run (see service/batching.py)
     micro_batching: bool = Field(True, description="encode concurrent requests together")
-    batch_window_ms: float = Field(2.0, ge=0, le=100, description="under load, wait this long for more requests")
+    batch_window_ms: float = Field(0.0, ge=0, le=100, description="under load, wait this long for more requests "
+                                   "(0: batches form from what queued while the workers were busy)")
     batch_max_texts: int = Field(64, ge=1, le=1024, description="texts per micro-batch")
 
     # Behaviour under load
