@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 import faiss
 import numpy as np
 
-from indexer.faiss_index import exact_index, memory_bytes, set_nprobe
+from indexer.faiss_index import exact_search, memory_bytes, set_nprobe
 from indexer.manifest import EvalFigures
 from indexer.version import IndexVersion
 
@@ -66,10 +66,7 @@ def evaluate(version: IndexVersion, *, nprobe: int | None = None, batch_size: in
     elapsed = time.perf_counter() - t0
     set_nprobe(version.index, version.nprobe)
 
-    doc_ids, flat = exact_index(version.index)
-    _, pos = flat.search(qvecs, depth)
-    del flat
-    exact = np.where(pos >= 0, doc_ids[np.clip(pos, 0, None)], -1)
+    _, exact = exact_search(version.index, qvecs, depth)
     if exclude_self:
         ids, exact = _drop_self(ids, query_ids, k), _drop_self(exact, query_ids, k)
 

@@ -144,3 +144,21 @@ def test_tune_cli(quora_root: Path, tmp_path: Path) -> None:
     rows = json.loads(out.read_text())["rows"]
     keys = {"factory", "search_param", "mrr_at_10", "recall_vs_exact", "ms_per_query", "memory_mb", "pareto"}
     assert keys <= rows[0].keys()
+
+
+def test_exact_search_over_lists_equals_a_flat_index() -> None:
+    import faiss
+
+    from indexer.faiss_index import build_ivf_flat, exact_search, memory_bytes
+
+    rng = np.random.default_rng(0)
+    docs = rng.standard_normal((3000, 16)).astype(np.float32)
+    ids = rng.permutation(10_000)[:3000].astype(np.int64)  # ids that are not positions
+    queries = rng.standard_normal((50, 16)).astype(np.float32)
+    index, _, _ = build_ivf_flat(docs, ids, nlist=16, nprobe=1)
+    flat = faiss.IndexFlatIP(16)
+    flat.add(docs)
+    want_d, want_pos = flat.search(queries, 7)
+    got_d, got_ids = exact_search(index, queries, 7, chunk_vectors=500)  # several chunks, merged
+    assert np.array_equal(got_ids, ids[want_pos]) and np.allclose(got_d, want_d, atol=1e-5)
+    assert memory_bytes(index) == pytest.approx(faiss.serialize_index(index).nbytes, rel=0.01)
