@@ -7,8 +7,10 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import pytest
 
 from indexer.layout import IndexRoot
+from indexer.onnx_encoder import OnnxEncoder
 from service.engine import SearchEngine
 
 from .conftest import start_server, stop_server
@@ -93,7 +95,6 @@ def test_length_groups_cut_runs_that_would_pad_too_much() -> None:
 
 def test_grouped_encoding_equals_one_padded_run(quora_root: Path) -> None:
     """Cutting a micro-batch by length changes the runs, never the vectors or the truncation flags."""
-    from indexer.onnx_encoder import OnnxEncoder
 
     engine = SearchEngine.load(quora_root)
     enc: OnnxEncoder = engine.encoder
@@ -103,3 +104,19 @@ def test_grouped_encoding_equals_one_padded_run(quora_root: Path) -> None:
     np.testing.assert_allclose(grouped, one, atol=2e-5)
     assert flags_g == flags_1 and flags_g[-2] and not any(flags_g[:-2])
     engine.close()
+
+
+def test_long_batches_run_in_slices_with_the_same_vectors(minilm_mean: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import indexer.onnx_encoder as onnx_encoder
+
+    enc = OnnxEncoder(minilm_mean, threads=1)
+    texts = [("word " * n).strip() for n in (3, 40, 90, 120, 7, 60)]
+    whole, _ = enc.encode_with_flags(texts, batch_size=6, group_by_length=False)
+    calls: list[tuple[int, ...]] = []
+    run = enc.session.run
+    monkeypatch.setattr(onnx_encoder, "MAX_RUN_TOKENS", 250)  # ~122 tokens × 2 rows per run
+    monkeypatch.setattr(enc, "session", type("S", (), {"run": lambda self, o, feeds: calls.append(
+        feeds["input_ids"].shape) or run(o, feeds)})())
+    sliced, _ = enc.encode_with_flags(texts, batch_size=6, group_by_length=False)
+    assert len(calls) == 3 and all(rows * length <= 250 for rows, length in calls)
+    assert np.allclose(sliced, whole, atol=1e-5)
