@@ -50,6 +50,7 @@ class Plan:
     lr: float = 5e-5
     extras_quora: bool = True  # also run Quora for S2Sent / SG-OPT
     quora_seeds: int | None = None  # Quora (export + index) for the first N seeds only (None = every seed)
+    exporter: str = "torchscript"  # `encoder export --exporter` for the served vector (parity ≥ 0.9999 either way)
 
 
 QUICK = Plan(
@@ -172,7 +173,7 @@ def evaluate_detached(
         model = SentenceModel.from_checkpoint(ckpt, max_length=128)
         return {**sts_scores(lambda t: model.encode(t, mode=pooling), plan), "via": "torch"}
     onnx_dir = work / "onnx"
-    export_encoder(ckpt, onnx_dir, pooling=pooling, force=True)
+    export_encoder(ckpt, onnx_dir, pooling=pooling, force=True, exporter=plan.exporter)
     runtime = OnnxEncoder(onnx_dir, threads=threads)
     out = {**sts_scores(runtime.encode, plan), "via": "onnx"}
     out.update(quora(onnx_dir, work / "index", plan, threads))
@@ -363,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--skip-quora", action="store_true")
     p.add_argument("--quora-seeds", type=int, help="run Quora for the first N seeds only (0 = every seed)")
+    p.add_argument("--exporter", choices=["torchscript", "dynamo"], help="ONNX exporter for the evaluated "
+                   "vector (default torchscript; runs before 2026-11-23 used dynamo)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--work", type=Path, default=REPO / "bench" / "work", help="scratch folder (checkpoints)")
     p.add_argument("--results", type=Path, default=REPO / "bench" / "results")
@@ -386,6 +389,7 @@ def main(argv: list[str] | None = None) -> int:
         "eval_every",
         "quora_rows",
         "seeds",
+        "exporter",
     ):
         if getattr(args, name) is not None:
             setattr(plan, name, getattr(args, name))
