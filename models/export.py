@@ -25,8 +25,8 @@ Pooling = Literal["cls", "mean"]
 Exporter = Literal["torchscript", "dynamo"]
 OPSET = 18
 # The TorchScript exporter is the default because its graph runs faster: on all-MiniLM-L6-v2, int8, 2 cores,
-# 1.25-1.35x the sentences/s of the dynamo graph at batch 64 and ~0.3 ms less at batch 1 (interleaved runs,
-# see the #6 note). It needs eager attention: traced SDPA mis-handles padding (parity cosine 0.90).
+# 1.39x the sentences/s of the dynamo graph at batch 64 (850 vs 610) and 0.2 ms less at batch 1 (interleaved
+# runs, see the #6 note). It needs eager attention: traced SDPA mis-handles padding (parity cosine 0.90).
 MIN_COSINE = 0.9999
 
 # Varied lengths on purpose: padding inside a batch is where exported graphs go wrong.

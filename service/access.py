@@ -12,7 +12,7 @@ import logging
 import time
 import uuid
 
-from starlette.datastructures import MutableHeaders
+from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.logs import request_id
@@ -20,13 +20,6 @@ from service.metrics import Metrics
 
 log = logging.getLogger(__name__)
 access = logging.getLogger("strata.access")
-
-
-def _header(scope: Scope, name: bytes) -> str:
-    for key, value in scope["headers"]:
-        if key == name:
-            return value.decode("latin-1")
-    return ""
 
 
 class AccessLog:
@@ -40,7 +33,7 @@ class AccessLog:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        rid = _header(scope, b"x-request-id")[:64] or uuid.uuid4().hex
+        rid = Headers(scope=scope).get("x-request-id", "")[:64] or uuid.uuid4().hex
         token = request_id.set(rid)
         t0 = time.perf_counter()
         status = 0
