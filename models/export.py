@@ -141,7 +141,12 @@ def export_encoder(
     with atomic_dir(out_dir, overwrite=force) as tmp:
         sample = tokenizer(PARITY_SENTENCES[:2], padding=True, return_tensors="pt")
         log.info("exporting to ONNX (%s exporter, opset %d, pooling=%s)", exporter, OPSET, pooling)
-        _to_onnx(wrapper, (sample["input_ids"], sample["attention_mask"]), tmp / ENCODER_ONNX, exporter)
+        try:
+            _to_onnx(wrapper, (sample["input_ids"], sample["attention_mask"]), tmp / ENCODER_ONNX, exporter)
+        except Exception as exc:  # tracer/torch.export failures: name the way out instead of a traceback
+            other = "dynamo" if exporter == "torchscript" else "torchscript"
+            raise CheckpointError(f"the {exporter} ONNX exporter failed on {folder}: {type(exc).__name__}: "
+                                  f"{str(exc)[:300]} (try --exporter {other})") from exc
         tokenizer.save_pretrained(tmp)
         meta = EncoderMeta(
             pooling=pooling,

@@ -129,3 +129,20 @@ def test_dynamo_exporter_agrees_with_the_default(tiny_checkpoint: Path, exported
     assert meta.onnx_sha256 != default["onnx_sha256"]  # two different graphs...
     a, b = OnnxEncoder(exported["cls"]), OnnxEncoder(tmp_path / "dynamo")
     assert np.min(np.sum(a.encode(SENTENCES) * b.encode(SENTENCES), axis=1)) > 0.9999  # ...one function
+
+
+def test_exporter_failure_is_a_clear_error_and_writes_nothing(tiny_checkpoint: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from models.checkpoint import CheckpointError
+
+    def untraceable(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("unsupported operator")
+
+    monkeypatch.setattr(torch.onnx, "export", untraceable)
+    out = tmp_path / "out"
+    message = r"torchscript ONNX exporter failed on .*unsupported operator \(try --exporter dynamo\)"
+    with pytest.raises(CheckpointError, match=message):
+        export_encoder(tiny_checkpoint, out, pooling="cls")
+    assert not out.exists() and list(tmp_path.iterdir()) == []
