@@ -1,4 +1,5 @@
-"""FAISS index construction and inspection (IVF-Flat, inner product on L2-normalised vectors)."""
+"""FAISS index construction and inspection: IVF with float32 (`Flat`) or float16 (`SQfp16`) codes, inner product
+on L2-normalised vectors. Both codecs hold the vectors themselves, so exact search runs on the index's own lists."""
 
 from __future__ import annotations
 
@@ -13,10 +14,14 @@ log = logging.getLogger(__name__)
 INDEX_FILE = "index.faiss"
 # FAISS k-means wants at least 39 training points per centroid; below that it warns and clusters badly.
 MIN_POINTS_PER_LIST = 39
-# Chosen with `indexer tune` on the paper protocol (100k rows, all-MiniLM-L6-v2 mean int8, 28,772 queries): the
-# smallest nprobe of IVF1024 within 0.5 MRR@10 of exact search (73.05 vs 73.44; the paper's nprobe 5: 71.51).
+# Chosen with `indexer tune` on the paper protocol (100k rows, all-MiniLM-L6-v2 mean int8, all 28,772 queries,
+# 1 thread; exact MRR@10 73.47): IVF1024 with fp16 codes at nprobe 20 is 73.00 at 0.132 ms/query and 69 MB.
+# float32 codes need nprobe 24 for the same quality (73.07, 0.203 ms, 136 MB); HNSW32 efSearch 24 is 73.03 at
+# 0.127 ms but 158 MB and no inverted lists to shard or grow. The paper's nprobe 5: 71.60, 0.067 ms.
 DEFAULT_NLIST = 1024
-DEFAULT_NPROBE = 24
+DEFAULT_NPROBE = 20
+CODECS = ("Flat", "SQfp16")
+DEFAULT_CODEC = "SQfp16"
 
 
 def effective_nlist(n_vectors: int, nlist: int) -> int:
@@ -28,15 +33,31 @@ def effective_nlist(n_vectors: int, nlist: int) -> int:
     return fitted
 
 
-def build_ivf_flat(vectors: np.ndarray, ids: np.ndarray, nlist: int, nprobe: int, seed: int = 1234
-                   ) -> tuple[faiss.Index, float, float]:
+def ivf_factory(nlist: int, codec: str) -> str:
+    return f"IVF{nlist},{codec}"
+
+
+def new_ivf(dim: int, nlist: int, codec: str, seed: int) -> faiss.Index:
+    """An untrained inner-product IVF index with `codec` codes in its lists."""
+    if codec not in CODECS:
+        raise ValueError(f"codec {codec!r} is not one of {', '.join(CODECS)}")
+    index = faiss.index_factory(dim, ivf_factory(nlist, codec), faiss.METRIC_INNER_PRODUCT)
+    ivf = faiss.extract_index_ivf(index)
+    ivf.cp.seed = seed
+    if codec == "SQfp16":
+        # Store the vectors, not their residuals to the centroid: fp16 needs no residual to be accurate, the
+        # scan skips a per-list term, and the codes decode back to the vectors for exact search.
+        ivf.by_residual = False
+    return index
+
+
+def build_ivf(vectors: np.ndarray, ids: np.ndarray, nlist: int, nprobe: int, seed: int = 1234,
+              codec: str = DEFAULT_CODEC) -> tuple[faiss.Index, float, float]:
     """Train the coarse quantizer on `vectors` and add them under `ids`; returns (index, train_s, add_s)."""
     import time
 
-    dim = vectors.shape[1]
-    index = faiss.index_factory(dim, f"IVF{nlist},Flat", faiss.METRIC_INNER_PRODUCT)
+    index = new_ivf(vectors.shape[1], nlist, codec, seed)
     ivf = faiss.extract_index_ivf(index)
-    ivf.cp.seed = seed
     t0 = time.perf_counter()
     index.train(vectors)
     t1 = time.perf_counter()
@@ -51,23 +72,35 @@ def set_nprobe(index: faiss.Index, nprobe: int) -> None:
     ivf.nprobe = min(nprobe, ivf.nlist)
 
 
+def _code_dtype(ivf: faiss.IndexIVF) -> type[np.floating]:
+    """How the codes of `ivf`'s lists read as vectors: float32 (Flat) or float16 (SQfp16 without residuals)."""
+    code_size = ivf.invlists.code_size
+    if not isinstance(ivf, faiss.IndexIVFScalarQuantizer) and code_size == ivf.d * 4:
+        return np.float32
+    if (isinstance(ivf, faiss.IndexIVFScalarQuantizer) and ivf.sq.qtype == faiss.ScalarQuantizer.QT_fp16
+            and not ivf.by_residual):
+        return np.float16
+    raise ValueError(f"exact search needs an IVF index whose lists hold the vectors (IVF-Flat, or IVF-SQfp16 built "
+                     f"by Strata), not {type(ivf).__name__}")
+
+
 def _list_views(index: faiss.Index) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """(ids, vectors) of each non-empty inverted list of an IVF-Flat index; the vectors are views into the lists."""
-    ivf = faiss.extract_index_ivf(index)
+    """(ids, float32 vectors) of each non-empty inverted list of an IVF index with Flat or fp16 codes; float32
+    codes are views into the lists, fp16 codes are decoded one list at a time."""
+    ivf = faiss.downcast_index(faiss.extract_index_ivf(index))  # `index` keeps it alive
+    dtype = _code_dtype(ivf)
     invlists = ivf.invlists
     dim, code_size = ivf.d, invlists.code_size
-    if code_size != dim * 4:
-        raise ValueError("needs an IVF-Flat index (float32 codes)")
     for lst in range(ivf.nlist):
         size = invlists.list_size(lst)
         if size:
             ids = faiss.rev_swig_ptr(invlists.get_ids(lst), size).copy()
             codes = faiss.rev_swig_ptr(invlists.get_codes(lst), size * code_size)
-            yield ids, codes.view(np.float32).reshape(size, dim)
+            yield ids, codes.view(dtype).reshape(size, dim).astype(np.float32, copy=False)
 
 
 def stored_vectors(index: faiss.Index) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, vectors) held in an IVF-Flat index's inverted lists, for exact search on the same vectors."""
+    """(ids, vectors) held in an IVF index's inverted lists, for exact search on the same vectors."""
     parts = list(_list_views(index))
     if not parts:
         return np.zeros(0, dtype=np.int64), np.zeros((0, faiss.extract_index_ivf(index).d), dtype=np.float32)
@@ -76,7 +109,7 @@ def stored_vectors(index: faiss.Index) -> tuple[np.ndarray, np.ndarray]:
 
 def exact_search(index: faiss.Index, queries: np.ndarray, k: int, chunk_vectors: int = 65_536
                  ) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-k inner products over the vectors an IVF-Flat index holds, as (scores, ids).
+    """Exact top-k inner products over the vectors an IVF index holds (`_list_views`), as (scores, ids).
 
     The lists are searched a chunk of ~`chunk_vectors` at a time with `faiss.knn` and merged with
     `faiss.ResultHeap`, so no second copy of the database is made (an IndexFlatIP over 537k × 384 floats is
@@ -112,10 +145,11 @@ def memory_bytes(index: faiss.Index) -> int:
     """What the index occupies in RAM: codes and ids of the inverted lists plus the coarse quantizer for IVF
     indexes (counted, not serialised: serialising copies the whole index, 0.83 GB at 537k × 384), the
     serialised size for the others."""
-    try:
-        ivf = faiss.extract_index_ivf(index)
-    except RuntimeError:  # not an IVF index (flat, HNSW)
+    top = faiss.downcast_index(index)
+    if not isinstance(top, faiss.IndexIVF) or isinstance(top, faiss.IndexIVFFastScan):
+        # flat, HNSW, refine wrappers; fast-scan lists are blocked, not code_size per vector
         return int(faiss.serialize_index(index).nbytes)
+    ivf = top
     inv = ivf.invlists
     stored = sum(inv.list_size(i) for i in range(ivf.nlist))
     return stored * (inv.code_size + 8) + int(faiss.serialize_index(ivf.quantizer).nbytes)

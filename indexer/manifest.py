@@ -85,6 +85,11 @@ class EvalFigures(BaseModel):
     recall_at_10: float
     exact_mrr_at_10: float
     ann_recall_at_10: float  # overlap of the IVF top 10 with the exact top 10
+    # Exact search is measured on a seeded sample of queries when queries × documents exceeds the evaluation's
+    # budget (the full protocol): how many, and the index's own MRR@10 on that sample, for a paired comparison.
+    # None: exact_mrr_at_10 and ann_recall_at_10 cover every query.
+    exact_n_queries: int | None = None
+    mrr_at_10_on_exact_sample: float | None = None
     avg_retrieval_ms: float
     batch_size: int
     threads: int

@@ -27,7 +27,7 @@ import ray
 from ray.data import ActorPoolStrategy
 
 from indexer.build import BuildConfig, model_info, save_and_evaluate
-from indexer.faiss_index import INDEX_FILE, effective_nlist
+from indexer.faiss_index import INDEX_FILE, effective_nlist, ivf_factory
 from indexer.layout import IndexRoot, new_version_name
 from indexer.manifest import (
     ActorThroughput,
@@ -175,7 +175,7 @@ def build_on_ray(cfg: BuildConfig, opts: RayOptions) -> Manifest:
             t0 = time.perf_counter()
             sample = _vectors_at(files, training_positions(pos, nlist, cfg.seed), dim)
             log.info("training IVF%d once on %d sampled vectors", nlist, len(sample))
-            trained = train_empty_ivf(sample, nlist, cfg.nprobe, cfg.seed)
+            trained = train_empty_ivf(sample, nlist, cfg.nprobe, cfg.seed, cfg.codec)
             del sample
             timings.train_s = time.perf_counter() - t0
 
@@ -221,7 +221,7 @@ def build_on_ray(cfg: BuildConfig, opts: RayOptions) -> Manifest:
                 version=version,
                 created_at=datetime.now(timezone.utc),
                 model=model_info(cfg.model_dir, m),
-                index=IndexInfo(factory=f"IVF{nlist},Flat", nlist=nlist, nlist_requested=cfg.nlist,
+                index=IndexInfo(factory=ivf_factory(nlist, cfg.codec), nlist=nlist, nlist_requested=cfg.nlist,
                                 nprobe=min(cfg.nprobe, nlist), ntotal=n, shards=shards),
                 data=data,
                 build_seconds=timings,

@@ -1,6 +1,6 @@
 """An IVF index split into N shard files that share one trained coarse quantizer.
 
-Every shard is a copy of the same trained, empty `IVF{nlist},Flat` filled with the vectors whose id falls in
+Every shard is a copy of the same trained, empty `IVF{nlist},{codec}` filled with the vectors whose id falls in
 it (`id % N`). Because the centroids are identical, probing the same `nprobe` lists in every shard and merging
 the top k by score gives exactly the merged index's answer, and the shards can be merged back losslessly.
 """
@@ -12,6 +12,8 @@ from pathlib import Path
 
 import faiss
 import numpy as np
+
+from indexer.faiss_index import DEFAULT_CODEC, new_ivf
 
 SHARDS_DIR = "shards"
 # FAISS k-means subsamples to this many points per centroid anyway; training on more is wasted work.
@@ -27,11 +29,12 @@ def shard_of(ids: np.ndarray, n_shards: int) -> np.ndarray:
     return np.asarray(ids, dtype=np.int64) % n_shards
 
 
-def train_empty_ivf(sample: np.ndarray, nlist: int, nprobe: int, seed: int) -> faiss.Index:
-    """`IVF{nlist},Flat` (inner product) trained on `sample`, holding no vectors yet."""
-    index = faiss.index_factory(sample.shape[1], f"IVF{nlist},Flat", faiss.METRIC_INNER_PRODUCT)
+def train_empty_ivf(sample: np.ndarray, nlist: int, nprobe: int, seed: int, codec: str = DEFAULT_CODEC
+                    ) -> faiss.Index:
+    """`IVF{nlist},{codec}` (inner product) trained on `sample`, holding no vectors yet."""
+    # the same seed as the single-machine build: same sample order -> same centroids
+    index = new_ivf(sample.shape[1], nlist, codec, seed)
     ivf = faiss.extract_index_ivf(index)
-    ivf.cp.seed = seed  # the same seed as the single-machine build: same sample order -> same centroids
     index.train(np.ascontiguousarray(sample, dtype=np.float32))
     ivf.nprobe = min(nprobe, nlist)
     return index

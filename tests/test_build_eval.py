@@ -146,19 +146,96 @@ def test_tune_cli(quora_root: Path, tmp_path: Path) -> None:
     assert keys <= rows[0].keys()
 
 
-def test_exact_search_over_lists_equals_a_flat_index() -> None:
+@pytest.mark.parametrize("codec", ["Flat", "SQfp16"])
+def test_exact_search_over_lists_equals_a_flat_index(codec: str) -> None:
     import faiss
 
-    from indexer.faiss_index import build_ivf_flat, exact_search, memory_bytes
+    from indexer.faiss_index import build_ivf, exact_search, memory_bytes, stored_vectors
 
     rng = np.random.default_rng(0)
     docs = rng.standard_normal((3000, 16)).astype(np.float32)
+    docs /= np.linalg.norm(docs, axis=1, keepdims=True)
     ids = rng.permutation(10_000)[:3000].astype(np.int64)  # ids that are not positions
     queries = rng.standard_normal((50, 16)).astype(np.float32)
-    index, _, _ = build_ivf_flat(docs, ids, nlist=16, nprobe=1)
+    index, _, _ = build_ivf(docs, ids, nlist=16, nprobe=1, codec=codec)
+    # the lists hold the vectors themselves (fp16 codes decode to within fp16 rounding, not residuals)
+    held_ids, held = stored_vectors(index)
+    order = np.argsort(held_ids)
+    want_rows = np.argsort(ids)
+    assert np.array_equal(held_ids[order], ids[want_rows])
+    tol = 0 if codec == "Flat" else 1e-3
+    assert np.abs(held[order] - docs[want_rows]).max() <= tol
     flat = faiss.IndexFlatIP(16)
     flat.add(docs)
     want_d, want_pos = flat.search(queries, 7)
     got_d, got_ids = exact_search(index, queries, 7, chunk_vectors=500)  # several chunks, merged
-    assert np.array_equal(got_ids, ids[want_pos]) and np.allclose(got_d, want_d, atol=1e-5)
+    if codec == "Flat":
+        assert np.array_equal(got_ids, ids[want_pos]) and np.allclose(got_d, want_d, atol=1e-5)
+    else:  # fp16 rounding may swap near-ties, never more
+        assert np.mean(got_ids == ids[want_pos]) > 0.97 and np.allclose(got_d, want_d, atol=5e-3)
+    # with every list probed the index's own search agrees with the exact search on its vectors
+    faiss.extract_index_ivf(index).nprobe = 16
+    ivf_d, ivf_ids = index.search(queries, 7)
+    assert np.array_equal(ivf_ids, got_ids) and np.allclose(ivf_d, got_d, atol=1e-4)
     assert memory_bytes(index) == pytest.approx(faiss.serialize_index(index).nbytes, rel=0.01)
+
+
+def test_exact_search_refuses_codes_that_do_not_hold_the_vectors() -> None:
+    import faiss
+
+    from indexer.faiss_index import exact_search
+
+    rng = np.random.default_rng(0)
+    docs = rng.standard_normal((2000, 16)).astype(np.float32)
+    index = faiss.index_factory(16, "IVF8,SQ8", faiss.METRIC_INNER_PRODUCT)
+    index.train(docs)
+    index.add(docs)
+    with pytest.raises(ValueError, match="IVF-Flat, or IVF-SQfp16"):
+        exact_search(index, docs[:3], 5)
+
+
+def test_default_build_stores_fp16_codes(quora_root: Path) -> None:
+    import faiss
+
+    m = Manifest.load(IndexRoot(quora_root).current_dir())
+    assert m.index.factory == f"IVF{m.index.nlist},SQfp16"
+    version = IndexVersion(IndexRoot(quora_root).current_dir())
+    ivf = faiss.downcast_index(faiss.extract_index_ivf(version.index))
+    assert isinstance(ivf, faiss.IndexIVFScalarQuantizer) and not ivf.by_residual
+    version.close()
+
+
+def test_exact_reference_on_a_seeded_sample_past_the_budget(quora_root: Path) -> None:
+    from indexer.evaluate import evaluate, exact_sample
+
+    version = IndexVersion(IndexRoot(quora_root).current_dir())
+    try:
+        whole = evaluate(version, exact_budget=None)
+        n_q, n_d = whole.n_queries, whole.n_docs
+        sampled = evaluate(version, exact_budget=n_d * 100)
+    finally:
+        version.close()
+    assert whole.exact_n_queries is None and whole.mrr_at_10_on_exact_sample is None
+    assert sampled.exact_n_queries == 100 < n_q
+    # the index's own MRR@10 still covers every query; the exact figures and the paired one cover the sample
+    assert sampled.mrr_at_10 == whole.mrr_at_10 and sampled.n_queries == n_q
+    pick = exact_sample(n_q, n_d, n_d * 100)
+    assert pick is not None and len(pick) == 100 and np.array_equal(pick, exact_sample(n_q, n_d, n_d * 100))
+    assert sampled.mrr_at_10_on_exact_sample <= sampled.exact_mrr_at_10 + 0.02
+    assert sampled.exact_mrr_at_10 != whole.exact_mrr_at_10 or sampled.ann_recall_at_10 != whole.ann_recall_at_10
+    r = subprocess.run([sys.executable, "-m", "indexer.cli", "eval", "--root", str(quora_root), "--exact-all",
+                        "--json"], capture_output=True, text=True, check=True)
+    assert json.loads(r.stdout)["exact_n_queries"] is None
+
+
+def test_eval_queries_reuse_the_vectors_of_identical_documents(minilm_mean: Path) -> None:
+    from indexer.build import encode_reusing
+
+    enc = OnnxEncoder(minilm_mean)
+    docs = ["How do I learn Python?", "What is the capital of France?", "Why is the sky blue?"]
+    doc_vecs = enc.encode(docs)
+    doc_vecs[1] = 0.0  # a marker: a reused row is copied, not re-encoded
+    queries = ["What is the capital of France?", "How can I cook rice?", "How do I learn Python?"]
+    got = encode_reusing(enc, queries, docs, doc_vecs, batch_size=8)
+    assert np.array_equal(got[0], doc_vecs[1]) and np.array_equal(got[2], doc_vecs[0])
+    assert np.allclose(got[1], enc.encode(["How can I cook rice?"])[0], atol=1e-5)
