@@ -3,8 +3,9 @@
 Each variant is a fresh `InferenceSession` over the same model and the same Quora questions; it reports
 throughput at batch 64 and single-query p50/p99, both for one caller and for `--concurrent` callers each with
 its own 1-thread session (how the service runs: `STRATA_WORKERS` sessions of `STRATA_THREADS` = 1). The
-variants: graph optimisation level (basic / extended / all), intra-op threads, sequential vs parallel
-execution, the CPU memory arena on/off, and intra-op thread spinning on/off.
+variants: graph optimisation level (basic / extended / all), parallel 1-thread runs (the default) vs one run
+over intra-op threads, fewer threads, sequential vs parallel execution, the CPU memory arena on/off, and
+intra-op thread spinning on/off.
 
     python bench/ort_options.py --model MODEL_DIR [--sentences 2048] [--single 300] [--repeats 3]
 """
@@ -44,7 +45,8 @@ def variants(threads: int) -> dict[str, SessionSettings]:
         "parallel execution": base.replace(execution_mode="parallel"),
         "no CPU arena": base.replace(cpu_arena=False),
         "spinning on": base.replace(spinning=True),
-        f"{threads // 2 or 1} intra-op thread(s)": base.replace(threads=max(1, threads // 2)),
+        f"{threads} intra-op threads, one run at a time": base.replace(parallel_runs=False),
+        f"{threads // 2 or 1} thread(s)": base.replace(threads=max(1, threads // 2)),
     }
 
 

@@ -120,3 +120,39 @@ def test_long_batches_run_in_slices_with_the_same_vectors(minilm_mean: Path, mon
     sliced, _ = enc.encode_with_flags(texts, batch_size=6, group_by_length=False)
     assert len(calls) == 3 and all(rows * length <= 250 for rows, length in calls)
     assert np.allclose(sliced, whole, atol=1e-5)
+
+
+def test_parallel_runs_use_every_thread_and_give_the_same_vectors(minilm_mean: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """With threads=2 the cores go to two 1-thread runs at once (row slices, or whole corpus batches), not to
+    one run's operators; the vectors are those of one run over two intra-op threads."""
+    import threading
+
+    from indexer.onnx_encoder import SessionSettings
+
+    par = OnnxEncoder(minilm_mean, threads=2)
+    one = OnnxEncoder(minilm_mean, session=SessionSettings(threads=2, parallel_runs=False))
+    assert par.parallel and not one.parallel
+    assert par.session_settings.to_ort().intra_op_num_threads == 1
+    assert one.session_settings.to_ort().intra_op_num_threads == 2
+    texts = [f"{q} ({i})" for i, q in enumerate(QUERIES * 12)]
+
+    seen: list[tuple[str, int]] = []
+    run = par.session.run
+    monkeypatch.setattr(par, "session", type("S", (), {"run": lambda self, o, feeds: seen.append(
+        (threading.current_thread().name, len(feeds["input_ids"]))) or run(o, feeds)})())
+    corpus = par.encode(texts, batch_size=16)
+    assert {name for name, _ in seen} == {"onnx-run_0", "onnx-run_1"} and sum(n for _, n in seen) == len(texts)
+    np.testing.assert_allclose(corpus, one.encode(texts, batch_size=16), atol=1e-5)
+
+    seen.clear()
+    # one padded run of 10 rows -> two slices of 5 at once
+    batch, _ = par.encode_with_flags(texts[:10], batch_size=10, group_by_length=False)
+    assert sorted(n for _, n in seen) == [5, 5] and all(name.startswith("onnx-run") for name, _ in seen)
+    want, _ = one.encode_with_flags(texts[:10], batch_size=10, group_by_length=False)
+    np.testing.assert_allclose(batch, want, atol=1e-5)
+
+    seen.clear()
+    par.encode_with_flags(texts[:1])  # a single query runs on the caller's thread: no hop to the pool
+    assert seen == [(threading.current_thread().name, 1)]
+    par.close()
