@@ -112,7 +112,7 @@ def _copy_store(src: Path, dst: Path, ids: list[int], texts: list[str]) -> None:
 
 
 def add_questions(root_dir: Path, path: Path, *, model_dir: Path | None = None, threads: int | None = None,
-                  batch_size: int = 64, keep: int = 5, rebuild_after: float = DEFAULT_REBUILD_AFTER,
+                  batch_size: int | None = None, keep: int = 5, rebuild_after: float = DEFAULT_REBUILD_AFTER,
                   run_eval: bool = True) -> AddResult:
     root = IndexRoot(root_dir)
     t_start = time.perf_counter()

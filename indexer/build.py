@@ -39,7 +39,7 @@ class BuildConfig:
     nlist: int = DEFAULT_NLIST
     nprobe: int = DEFAULT_NPROBE
     codec: str = DEFAULT_CODEC  # codes in the IVF lists: "SQfp16" or "Flat" (float32)
-    batch_size: int = 64
+    batch_size: int | None = None  # texts per ONNX run (default: the encoder's corpus_batch_size)
     threads: int | None = None
     keep: int = 5
     evaluate: bool = True
@@ -67,7 +67,7 @@ def save_and_evaluate(stage: Path, manifest: Manifest, t_start: float, *, evalua
 
 
 def encode_reusing(encoder: OnnxEncoder, texts: list[str], known_texts: list[str], known_vecs: np.ndarray,
-                   batch_size: int) -> np.ndarray:
+                   batch_size: int | None = None) -> np.ndarray:
     """Vectors of `texts`, copied from `known_vecs` where the same text was encoded already and encoded otherwise.
 
     In the full protocol every evaluation query is also a document (86,168 of them: 93 s of encoding saved on

@@ -226,7 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--codec", choices=list(CODECS), default=DEFAULT_CODEC,
                    help="how the IVF lists store vectors: SQfp16 (default; half the memory of Flat and faster to "
                         "scan, exact search MRR@10 unchanged to 0.01) or Flat (float32, the paper's)")
-    b.add_argument("--batch-size", type=int, default=64, help="encoding batch size")
+    b.add_argument("--batch-size", type=int, default=None,
+                   help="texts per ONNX run when encoding (default: 16 on CPU, 64 on a GPU)")
     threads_arg(b)
     b.add_argument("--keep", type=int, default=5, help="versions to keep, the current one included")
     b.add_argument("--no-eval", action="store_true", help="skip the MRR@10 evaluation")

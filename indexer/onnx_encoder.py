@@ -113,6 +113,11 @@ RUN_OVERHEAD_TOKENS = 32
 # 256 tokens) at batch 64 grew RSS by 0.61 GB unsliced, 0.23 GB at 4096 tokens, at the same texts/s within noise
 # (198 vs 178). A build holds that memory to its end. Batches of 64 texts up to 64 tokens are never sliced.
 MAX_RUN_TOKENS = 4096
+# Texts per run when encoding a corpus on CPU: with parallel 1-thread runs on 2 cores, 30k Quora questions
+# (int8 MiniLM, 3 interleaved passes) ran at 912-1015 sent/s at 8, 904-975 at 16, 881-921 at 32 and 739-792 at
+# 64. A GPU keeps the larger runs it needs.
+CPU_CORPUS_BATCH = 16
+GPU_CORPUS_BATCH = 64
 
 
 def length_groups(lengths: Sequence[int], batch_size: int, *, slack: float | None = None,
@@ -209,6 +214,11 @@ class OnnxEncoder:
     def dim(self) -> int:
         return self.meta.dim
 
+    @property
+    def corpus_batch_size(self) -> int:
+        """The default texts per run of `encode`, for this encoder's execution provider."""
+        return CPU_CORPUS_BATCH if self.providers[0] == "CPUExecutionProvider" else GPU_CORPUS_BATCH
+
     def tokenize(self, texts: Sequence[str]) -> Batch:
         """Tokenise and pad to the longest text of this batch (not to max_length)."""
         return self._pad(self.tokenizer.encode_batch(list(texts)))
@@ -283,9 +293,12 @@ class OnnxEncoder:
         return vecs, flags
 
     def encode(
-        self, texts: Sequence[str], batch_size: int = 64, *, progress: bool = False, desc: str = "encoding"
+        self, texts: Sequence[str], batch_size: int | None = None, *, progress: bool = False,
+        desc: str = "encoding"
     ) -> np.ndarray:
-        """Encode many texts. Texts are sorted by length so each batch pads little; output keeps input order."""
+        """Encode many texts, `batch_size` per run (default: `corpus_batch_size`). Texts are sorted by length so
+        each batch pads little; output keeps input order."""
+        batch_size = batch_size or self.corpus_batch_size
         n = len(texts)
         vecs = np.empty((n, self.dim), dtype=np.float32)
         if n == 0:

@@ -28,7 +28,7 @@ def column_vectors(column: pa.ChunkedArray | pa.FixedSizeListArray, dim: int) ->
 class EmbedBatches:
     """Callable class for `Dataset.map_batches(..., compute=ActorPoolStrategy)`."""
 
-    def __init__(self, model_dir: str, threads: int, batch_size: int) -> None:
+    def __init__(self, model_dir: str, threads: int, batch_size: int | None) -> None:
         from indexer.onnx_encoder import OnnxEncoder
 
         # CUDA provider when this actor was given a GPU (OnnxEncoder picks it when ONNX Runtime offers it).

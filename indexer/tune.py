@@ -107,6 +107,8 @@ def sweep(version: IndexVersion, grid: list[Candidate] | None = None, *, max_que
     for cand in grid or default_grid(len(ids), vecs.shape[1]):
         t0 = time.perf_counter()
         index = faiss.index_factory(vecs.shape[1], cand.factory, faiss.METRIC_INNER_PRODUCT)
+        if cand.factory.startswith("IVF") and cand.factory.endswith(",SQfp16"):
+            faiss.extract_index_ivf(index).by_residual = False  # as `indexer build` stores fp16 codes
         faiss.omp_set_num_threads(all_threads)  # train with every core, time with `threads`
         index.train(vecs)
         index.add(vecs)
