@@ -13,6 +13,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+import faiss
 from fastapi import HTTPException
 
 from service.engine import SearchEngine
@@ -26,7 +27,10 @@ T = TypeVar("T")
 class Inference:
     def __init__(self, settings: Settings, holder: EngineHolder, metrics: Metrics) -> None:
         self.settings, self.holder, self.metrics = settings, holder, metrics
-        self.pool = ThreadPoolExecutor(max_workers=settings.workers, thread_name_prefix="inference")
+        # OpenMP's thread count is per thread: the workers would otherwise give each batched FAISS search a team
+        # of every core (and libgomp's spin-waiting after it), `workers` teams fighting the ONNX runs for cores.
+        self.pool = ThreadPoolExecutor(max_workers=settings.workers, thread_name_prefix="inference",
+                                       initializer=faiss.omp_set_num_threads, initargs=(settings.threads,))
         self.in_flight = 0
         self.not_ready_reason: Callable[[], str] = lambda: "loading"
 

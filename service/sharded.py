@@ -43,12 +43,13 @@ class ShardSearcher:
     """One shard file in memory; answers (scores, ids) for a batch of query vectors."""
 
     def __init__(self, path: str, nprobe: int, threads: int = 1) -> None:
-        faiss.omp_set_num_threads(threads)
+        self.threads = threads
         self.index = faiss.read_index(path)
         faiss.extract_index_ivf(self.index).nprobe = nprobe
         self.path = path
 
     def search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        faiss.omp_set_num_threads(self.threads)  # per thread in OpenMP, and Serve may call from any thread
         return self.index.search(np.ascontiguousarray(vectors, dtype=np.float32), k)
 
     def ntotal(self) -> int:

@@ -137,3 +137,21 @@ def test_graceful_shutdown_finishes_in_flight_requests(tmp_path: Path, quora_roo
     assert result and result[0].status_code == 200 and len(result[0].json()["vectors"]) == 64
     log = srv.log.read_text()
     assert "Waiting for" in log or "Shutting down" in log
+
+
+def test_inference_workers_run_faiss_with_the_configured_threads() -> None:
+    """OpenMP thread counts are per thread: each worker sets its own, or batched searches would take a team of
+    every core per worker."""
+    import faiss
+
+    from service.holder import EngineHolder
+    from service.inference import Inference
+    from service.metrics import Metrics
+    from service.settings import Settings
+
+    inference = Inference(Settings(workers=2, threads=1), EngineHolder(), Metrics())
+    try:
+        counts = {inference.pool.submit(faiss.omp_get_max_threads).result() for _ in range(8)}
+    finally:
+        inference.shutdown()
+    assert counts == {1}
