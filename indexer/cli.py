@@ -225,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "of exact search in `indexer tune` on the paper protocol; the paper used 5)")
     b.add_argument("--codec", choices=list(CODECS), default=DEFAULT_CODEC,
                    help="how the IVF lists store vectors: SQfp16 (default; half the memory of Flat and faster to "
-                        "scan, exact search MRR@10 unchanged to 0.01) or Flat (float32, the paper's)")
+                        "scan; exact-search MRR@10 within 0.02) or Flat (float32, the paper's)")
     b.add_argument("--batch-size", type=int, default=None,
                    help="texts per ONNX run when encoding (default: 16 on CPU, 64 on a GPU)")
     threads_arg(b)
