@@ -69,9 +69,9 @@ class SessionSettings:
 
     `threads` cores are used by parallel *runs* by default: the session has one intra-op thread and up to
     `threads` runs (row slices or whole batches) execute at once from a small thread pool. On 2 cores, int8
-    MiniLM, 20k Quora questions, interleaved: 2 runs of batch 64 at once 715 sent/s vs one run over 2 intra-op
-    threads 656 (1.09×); batch 16: 845 (1.28×); and a single query on one thread takes 2.86 ms p50 against 3.27
-    on two, since two threads synchronise after each of the graph's ~300 small operators."""
+    MiniLM, 20k Quora questions, 3 interleaved passes: 2 runs of batch 64 at once 739-792 sent/s vs one run over
+    2 intra-op threads 629-773; 2 runs of batch 16: 902-985; and a single query on one thread takes 2.5-2.8 ms
+    p50 against 2.8-3.1 on two, since two threads synchronise after each of the graph's small operators."""
 
     threads: int | None = None  # cores to use (None: every core this process may use)
     parallel_runs: bool = True  # spread `threads` over concurrent 1-thread runs, not over one run's operators
