@@ -16,8 +16,15 @@ import faiss
 import numpy as np
 
 from indexer.evaluate import evaluate
-from indexer.faiss_index import (DEFAULT_CODEC, DEFAULT_NLIST, DEFAULT_NPROBE, INDEX_FILE, build_ivf, effective_nlist,
-                                  ivf_factory)
+from indexer.faiss_index import (
+    DEFAULT_CODEC,
+    DEFAULT_NLIST,
+    DEFAULT_NPROBE,
+    INDEX_FILE,
+    build_ivf,
+    effective_nlist,
+    ivf_factory,
+)
 from indexer.layout import IndexRoot, new_version_name
 from indexer.manifest import DataInfo, IndexInfo, Manifest, ModelInfo, Timings
 from indexer.onnx_encoder import EncoderMeta, OnnxEncoder

@@ -88,7 +88,7 @@ def evaluate(version: IndexVersion, *, nprobe: int | None = None, batch_size: in
     if sample is not None:
         log.info("exact search on a seeded sample of %d of %d queries (%d × %d pairs exceed the budget of %.0e)",
                  len(sample), len(qvecs), len(qvecs), version.ntotal, exact_budget)
-    _, exact = exact_search(version.index, qvecs[pick], depth)
+    _, exact = exact_search(version.index, qvecs if sample is None else qvecs[sample], depth)
     if exclude_self:
         ids, exact = _drop_self(ids, query_ids, k), _drop_self(exact, query_ids[pick], k)
 

@@ -38,17 +38,22 @@ def ivf_factory(nlist: int, codec: str) -> str:
     return f"IVF{nlist},{codec}"
 
 
+def index_from_factory(dim: int, factory: str) -> faiss.Index:
+    """`faiss.index_factory` (inner product) with Strata's settings for its own codecs: IVF fp16 lists store
+    the vectors, not their residuals to the centroid. fp16 needs no residual to be accurate, the scan skips a
+    per-list term, and the codes decode back to the vectors for exact search."""
+    index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+    if factory.startswith("IVF") and factory.endswith(",SQfp16"):
+        faiss.extract_index_ivf(index).by_residual = False
+    return index
+
+
 def new_ivf(dim: int, nlist: int, codec: str, seed: int) -> faiss.Index:
     """An untrained inner-product IVF index with `codec` codes in its lists."""
     if codec not in CODECS:
         raise ValueError(f"codec {codec!r} is not one of {', '.join(CODECS)}")
-    index = faiss.index_factory(dim, ivf_factory(nlist, codec), faiss.METRIC_INNER_PRODUCT)
-    ivf = faiss.extract_index_ivf(index)
-    ivf.cp.seed = seed
-    if codec == "SQfp16":
-        # Store the vectors, not their residuals to the centroid: fp16 needs no residual to be accurate, the
-        # scan skips a per-list term, and the codes decode back to the vectors for exact search.
-        ivf.by_residual = False
+    index = index_from_factory(dim, ivf_factory(nlist, codec))
+    faiss.extract_index_ivf(index).cp.seed = seed
     return index
 
 
@@ -58,13 +63,12 @@ def build_ivf(vectors: np.ndarray, ids: np.ndarray, nlist: int, nprobe: int, see
     import time
 
     index = new_ivf(vectors.shape[1], nlist, codec, seed)
-    ivf = faiss.extract_index_ivf(index)
     t0 = time.perf_counter()
     index.train(vectors)
     t1 = time.perf_counter()
     index.add_with_ids(vectors, ids.astype(np.int64))
     t2 = time.perf_counter()
-    ivf.nprobe = min(nprobe, nlist)
+    set_nprobe(index, nprobe)
     return index, t1 - t0, t2 - t1
 
 
@@ -75,8 +79,7 @@ def set_nprobe(index: faiss.Index, nprobe: int) -> None:
 
 def _code_dtype(ivf: faiss.IndexIVF) -> type[np.floating]:
     """How the codes of `ivf`'s lists read as vectors: float32 (Flat) or float16 (SQfp16 without residuals)."""
-    code_size = ivf.invlists.code_size
-    if not isinstance(ivf, faiss.IndexIVFScalarQuantizer) and code_size == ivf.d * 4:
+    if isinstance(ivf, faiss.IndexIVFFlat):
         return np.float32
     if (isinstance(ivf, faiss.IndexIVFScalarQuantizer) and ivf.sq.qtype == faiss.ScalarQuantizer.QT_fp16
             and not ivf.by_residual):
@@ -150,7 +153,6 @@ def memory_bytes(index: faiss.Index) -> int:
     if not isinstance(top, faiss.IndexIVF) or isinstance(top, faiss.IndexIVFFastScan):
         # flat, HNSW, refine wrappers; fast-scan lists are blocked, not code_size per vector
         return int(faiss.serialize_index(index).nbytes)
-    ivf = top
-    inv = ivf.invlists
-    stored = sum(inv.list_size(i) for i in range(ivf.nlist))
-    return stored * (inv.code_size + 8) + int(faiss.serialize_index(ivf.quantizer).nbytes)
+    inv = top.invlists
+    stored = sum(inv.list_size(i) for i in range(top.nlist))
+    return stored * (inv.code_size + 8) + int(faiss.serialize_index(top.quantizer).nbytes)

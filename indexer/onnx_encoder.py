@@ -187,22 +187,22 @@ class OnnxEncoder:
         if threads is not None:
             settings = settings.replace(threads=threads)
         self.threads = settings.threads or default_threads()
-        self.session_settings = settings.replace(threads=self.threads)
-        opts = self.session_settings.to_ort()
         available = ort.get_available_providers()
         if providers is None:
             providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
+        if settings.parallel_runs and list(providers)[:1] != ["CPUExecutionProvider"]:
+            settings = settings.replace(parallel_runs=False)  # a GPU runs one batch at a time faster than several
+        # decided before the session exists, so the recorded settings are the ones it was created with
+        self.session_settings = settings.replace(threads=self.threads)
+        opts = self.session_settings.to_ort()
         try:
             self.session = ort.InferenceSession(str(onnx_path), sess_options=opts, providers=list(providers))
         except Exception as exc:  # onnxruntime raises its own untyped errors for corrupt graphs
             raise EncoderLoadError(f"ONNX Runtime could not load {onnx_path}: {exc}") from exc
         self.providers = self.session.get_providers()
-        # Runs in parallel on CPU only: a GPU runs one batch at a time faster than several.
-        self.parallel = settings.parallel_runs and self.threads > 1 and self.providers[0] == "CPUExecutionProvider"
+        self.parallel = settings.parallel_runs and self.threads > 1
         # ThreadPoolExecutor starts its threads on first use: an encoder that never runs a batch costs none
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="onnx-run") if self.parallel else None
-        if settings.parallel_runs and not self.parallel and self.threads > 1:
-            self.session_settings = self.session_settings.replace(parallel_runs=False)
         out = self.session.get_outputs()[0]
         if out.shape[-1] not in (self.meta.dim, None) and isinstance(out.shape[-1], int):
             raise EncoderLoadError(f"{onnx_path} outputs dim {out.shape[-1]} but encoder.json says {self.meta.dim}")

@@ -13,7 +13,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from indexer.faiss_index import DEFAULT_CODEC, new_ivf
+from indexer.faiss_index import DEFAULT_CODEC, new_ivf, set_nprobe
 
 SHARDS_DIR = "shards"
 # FAISS k-means subsamples to this many points per centroid anyway; training on more is wasted work.
@@ -34,9 +34,8 @@ def train_empty_ivf(sample: np.ndarray, nlist: int, nprobe: int, seed: int, code
     """`IVF{nlist},{codec}` (inner product) trained on `sample`, holding no vectors yet."""
     # the same seed as the single-machine build: same sample order -> same centroids
     index = new_ivf(sample.shape[1], nlist, codec, seed)
-    ivf = faiss.extract_index_ivf(index)
     index.train(np.ascontiguousarray(sample, dtype=np.float32))
-    ivf.nprobe = min(nprobe, nlist)
+    set_nprobe(index, nprobe)
     return index
 
 

@@ -17,7 +17,7 @@ import faiss
 import numpy as np
 
 from indexer.evaluate import _drop_self, rank_metrics
-from indexer.faiss_index import MIN_POINTS_PER_LIST, memory_bytes, stored_vectors
+from indexer.faiss_index import MIN_POINTS_PER_LIST, index_from_factory, memory_bytes, stored_vectors
 from indexer.version import IndexVersion
 
 log = logging.getLogger(__name__)
@@ -106,9 +106,7 @@ def sweep(version: IndexVersion, grid: list[Candidate] | None = None, *, max_que
 
     for cand in grid or default_grid(len(ids), vecs.shape[1]):
         t0 = time.perf_counter()
-        index = faiss.index_factory(vecs.shape[1], cand.factory, faiss.METRIC_INNER_PRODUCT)
-        if cand.factory.startswith("IVF") and cand.factory.endswith(",SQfp16"):
-            faiss.extract_index_ivf(index).by_residual = False  # as `indexer build` stores fp16 codes
+        index = index_from_factory(vecs.shape[1], cand.factory)  # fp16 lists stored as `indexer build` does
         faiss.omp_set_num_threads(all_threads)  # train with every core, time with `threads`
         index.train(vecs)
         index.add(vecs)

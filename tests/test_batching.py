@@ -156,3 +156,9 @@ def test_parallel_runs_use_every_thread_and_give_the_same_vectors(minilm_mean: P
     par.encode_with_flags(texts[:1])  # a single query runs on the caller's thread: no hop to the pool
     assert seen == [(threading.current_thread().name, 1)]
     par.close()
+
+    # GPU first: one run at a time over the intra-op threads, and the recorded settings are the session's
+    with pytest.warns(UserWarning, match="CUDAExecutionProvider"):  # not installed here: ORT falls back to CPU
+        gpu = OnnxEncoder(minilm_mean, threads=2, providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
+    assert not gpu.parallel and not gpu.session_settings.parallel_runs
+    assert gpu.session_settings.to_ort().intra_op_num_threads == 2

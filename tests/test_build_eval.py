@@ -203,6 +203,11 @@ def test_default_build_stores_fp16_codes(quora_root: Path) -> None:
     ivf = faiss.downcast_index(faiss.extract_index_ivf(version.index))
     assert isinstance(ivf, faiss.IndexIVFScalarQuantizer) and not ivf.by_residual
     version.close()
+    # `indexer tune` builds its candidates the same way; other codecs keep FAISS's defaults
+    from indexer.faiss_index import index_from_factory
+
+    assert not faiss.extract_index_ivf(index_from_factory(16, "IVF4,SQfp16")).by_residual
+    assert faiss.extract_index_ivf(index_from_factory(16, "IVF4,SQ8")).by_residual
 
 
 def test_exact_reference_on_a_seeded_sample_past_the_budget(quora_root: Path) -> None:
