@@ -215,9 +215,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--data", default=default_quora_source(),
                    help="quora_duplicate_questions.tsv[.gz] path or its URL (default: the local copy under "
                    "$STRATA_DATA_DIR if any, else the official URL)")
-    b.add_argument("--protocol", choices=["paper", "full"], default="paper",
-                   help="paper: first 100k rows, question2 corpus, question1 queries; full: every question")
-    b.add_argument("--rows", type=int, default=None, help="read only the first N data rows")
+    b.add_argument("--protocol", choices=["paper", "full", "heldout"], default="paper",
+                   help="paper: first 100k rows, question2 corpus, question1 queries; full: every question; "
+                   "heldout: every question of the held-out rows (id >= 300,000), which nothing trains or "
+                   "tunes on")
+    b.add_argument("--rows", type=int, default=None, help="read only the first N data rows (heldout: the first N "
+                   "held-out rows)")
     b.add_argument("--nlist", type=int, default=DEFAULT_NLIST,
                    help="IVF lists (scaled down for small corpora; 1024 is also the paper's)")
     b.add_argument("--nprobe", type=int, default=DEFAULT_NPROBE,

@@ -68,7 +68,7 @@ def evaluate(version: IndexVersion, *, nprobe: int | None = None, batch_size: in
     if len(qvecs) != len(qids):
         raise EvalError(f"{version.folder}: {len(qvecs)} query vectors for {len(qids)} queries")
     query_ids = np.asarray(qids, dtype=np.int64)
-    exclude_self = version.manifest.data.protocol == "full"
+    exclude_self = version.manifest.data.protocol in ("full", "heldout")
     depth = k + 1 if exclude_self else k
     nprobe = nprobe or version.nprobe
     set_nprobe(version.index, nprobe)

@@ -30,7 +30,7 @@ TOKENIZER_FILE = "tokenizer.json"
 class EncoderMeta(BaseModel):
     """What `encoder.json` records about an exported model."""
 
-    pooling: Literal["cls", "mean"]
+    pooling: str  # "cls" | "mean" | "layers:I,J,…" (BERT-LC) | "pooler" (a trained pooler kept in the graph)
     dim: int
     max_length: int
     source: str

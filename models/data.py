@@ -11,8 +11,11 @@ import io
 import os
 import random
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 Example = tuple[str, ...]
 
@@ -21,6 +24,10 @@ SNLI = "train/snli_senteval"
 QUORA = "quora_duplicate_questions.partial.tsv.gz"
 # Quora protocol boundaries: rows < EVAL_ROWS are the paper's evaluation set, rows >= HELD_OUT are never used.
 EVAL_ROWS, HELD_OUT = 100_000, 300_000
+# The dev split for checkpoint selection, drawn from the training range: rows [DEV_ROWS) never train, and no
+# training row shares a qid with them.
+DEV_ROWS = (296_000, 300_000)
+MINED_HEADER = ("anchor", "positive", "negative")
 
 
 class DataError(RuntimeError):
@@ -87,28 +94,37 @@ def quora_rows(path: str | Path | None = None) -> Iterator[tuple[int, int, int, 
                 continue
 
 
+def _quora_rows_before_held_out(path: str | Path | None, stop: int) -> Iterator[tuple[int, int, int, str, str, int]]:
+    if stop > HELD_OUT:
+        raise DataError(f"rows >= {HELD_OUT} are held out and never used for training or tuning")
+    for row in quora_rows(path):
+        if row[0] >= stop:
+            break
+        yield row
+
+
 def quora_training(
     path: str | Path | None = None,
     start: int = EVAL_ROWS,
     stop: int = HELD_OUT,
     seed: int = 0,
     eval_rows: int = EVAL_ROWS,
+    dev_rows: tuple[int, int] | None = DEV_ROWS,
 ) -> list[Example]:
-    """In-domain examples from rows [start, stop): each duplicate pair is a positive pair, extended to a triplet
-    with a hard negative taken from a non-duplicate row of the same question when one exists.
+    """In-domain examples from rows [start, stop) outside `dev_rows`: each duplicate pair is a positive pair,
+    extended to a triplet with a hard negative taken from a non-duplicate row of the same question when one exists
+    (Quora's own labelled non-duplicates; `encoder mine` writes index-mined negatives instead).
 
-    Any row sharing a qid with the evaluation rows (< eval_rows = 100,000) is dropped, and rows >= 300,000 are
-    never read past, so neither the evaluation protocol nor the held-out split leaks into training."""
-    if stop > HELD_OUT:
-        raise DataError(f"rows >= {HELD_OUT} are held out and never used for training")
+    Any row sharing a qid with the evaluation rows (< eval_rows = 100,000) or with the dev rows is dropped, and
+    rows >= 300,000 are never read, so neither the evaluation protocols, the dev split nor the held-out split
+    leaks into training."""
+    dev_lo, dev_hi = dev_rows or (stop, stop)
     eval_qids: set[int] = set()
     rows = []
-    for rid, q1, q2, t1, t2, dup in quora_rows(path):
-        if rid >= stop:
-            break
-        if rid < eval_rows:
+    for rid, q1, q2, t1, t2, dup in _quora_rows_before_held_out(path, max(stop, dev_hi if dev_rows else stop)):
+        if rid < eval_rows or dev_lo <= rid < dev_hi:
             eval_qids.update((q1, q2))
-        elif rid >= start and t1.strip() and t2.strip():
+        elif start <= rid < stop and t1.strip() and t2.strip():
             rows.append((q1, q2, t1.strip(), t2.strip(), dup))
     rows = [r for r in rows if r[0] not in eval_qids and r[1] not in eval_qids]
     negatives: dict[int, list[str]] = defaultdict(list)
@@ -125,14 +141,136 @@ def quora_training(
     return out
 
 
+@dataclass
+class TrainingQuestions:
+    """The training split as questions and labelled duplicate pairs (what `encoder mine` indexes)."""
+
+    texts: dict[int, str]  # qid → question, every question of a kept training row
+    pairs: list[tuple[int, int]]  # (qid1, qid2) of the kept duplicate rows, in file order
+
+
+def quora_training_questions(
+    path: str | Path | None = None,
+    start: int = EVAL_ROWS,
+    stop: int = HELD_OUT,
+    eval_rows: int = EVAL_ROWS,
+    dev_rows: tuple[int, int] | None = DEV_ROWS,
+) -> TrainingQuestions:
+    """The same rows as `quora_training` (same exclusions), keyed by qid."""
+    dev_lo, dev_hi = dev_rows or (stop, stop)
+    blocked: set[int] = set()
+    rows = []
+    for rid, q1, q2, t1, t2, dup in _quora_rows_before_held_out(path, max(stop, dev_hi if dev_rows else stop)):
+        if rid < eval_rows or dev_lo <= rid < dev_hi:
+            blocked.update((q1, q2))
+        elif start <= rid < stop and t1.strip() and t2.strip():
+            rows.append((q1, q2, t1.strip(), t2.strip(), dup))
+    texts: dict[int, str] = {}
+    pairs: list[tuple[int, int]] = []
+    for q1, q2, t1, t2, dup in rows:
+        if q1 in blocked or q2 in blocked:
+            continue
+        texts.setdefault(q1, t1)
+        texts.setdefault(q2, t2)
+        if dup:
+            pairs.append((q1, q2))
+    return TrainingQuestions(texts, pairs)
+
+
+@dataclass
+class QuoraDev:
+    """A small retrieval set for checkpoint selection, built from the dev rows like the held-out protocol:
+    every unique question is a document, queries are the `qid1`s of duplicate pairs, gold their `qid2`s, and a
+    query's own id is excluded from its results."""
+
+    doc_ids: np.ndarray
+    doc_texts: list[str]
+    query_ids: np.ndarray
+    query_texts: list[str]
+    gold: list[set[int]]
+
+    def mrr_at_10(self, encode: Callable[[list[str]], np.ndarray]) -> float:
+        """MRR@10 × 100 of exact inner-product search with `encode`'s (normalised) vectors."""
+        docs = encode(self.doc_texts)
+        queries = encode(self.query_texts)
+        scores = queries @ docs.T
+        own = self.doc_ids[None, :] == self.query_ids[:, None]
+        scores[own] = -np.inf
+        top = np.argsort(-scores, axis=1, kind="stable")[:, :10]
+        total = 0.0
+        for row, gold in zip(self.doc_ids[top], self.gold, strict=True):
+            for rank, doc in enumerate(row, 1):
+                if int(doc) in gold:
+                    total += 1.0 / rank
+                    break
+        return 100.0 * total / max(1, len(self.gold))
+
+
+def quora_dev(path: str | Path | None = None, dev_rows: tuple[int, int] = DEV_ROWS) -> QuoraDev:
+    lo, hi = dev_rows
+    if hi > HELD_OUT:
+        raise DataError(f"the dev split must lie below the held-out rows (< {HELD_OUT})")
+    docs: dict[int, str] = {}
+    gold: dict[int, set[int]] = defaultdict(set)
+    queries: dict[int, str] = {}
+    for rid, q1, q2, t1, t2, dup in _quora_rows_before_held_out(path, hi):
+        if rid < lo:
+            continue
+        t1, t2 = t1.strip(), t2.strip()
+        if t1:
+            docs.setdefault(q1, t1)
+        if t2:
+            docs.setdefault(q2, t2)
+        if dup and t1 and t2:
+            queries.setdefault(q1, t1)
+            gold[q1].add(q2)
+    if not queries:
+        raise DataError(f"no duplicate pairs in Quora rows {lo}..{hi - 1}")
+    qids = sorted(queries)
+    return QuoraDev(
+        np.fromiter(docs, dtype=np.int64, count=len(docs)),
+        list(docs.values()),
+        np.asarray(qids, dtype=np.int64),
+        [queries[q] for q in qids],
+        [gold[q] for q in qids],
+    )
+
+
+def read_mined(path: str | Path) -> list[Example]:
+    """A triplet file written by `encoder mine`: TSV with the header anchor, positive, negative (extra columns
+    ignored). Bad lines raise `DataError` naming the file and line."""
+    path = Path(path)
+    out: list[Example] = []
+    with _open_text(path) as f:
+        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        header = next(reader, None)
+        if header is None or tuple(header[:3]) != MINED_HEADER:
+            raise DataError(f"{path}:1: expected a tab-separated header starting with {' '.join(MINED_HEADER)}")
+        for row in reader:
+            if len(row) < 3 or not all(c.strip() for c in row[:3]):
+                raise DataError(f"{path}:{reader.line_num}: expected three non-empty tab-separated texts")
+            out.append((row[0], row[1], row[2]))
+    return out
+
+
+def is_mined_file(path: str | Path) -> bool:
+    path = Path(path)
+    if not path.is_file():
+        return False
+    with _open_text(path) as f:
+        return tuple(f.readline().rstrip("\n").split("\t")[:3]) == MINED_HEADER
+
+
 def load_training_data(source: str, limit: int | None = None, seed: int = 0) -> list[Example]:
-    """`wiki` | `snli` | `quora` | a path to a one-sentence-per-line text file."""
+    """`wiki` | `snli` | `quora` | a triplet file from `encoder mine` | a one-sentence-per-line text file."""
     if source == "wiki":
         data = read_sentences(data_dir() / WIKI)
     elif source == "snli":
         data = snli_triplets()
     elif source == "quora":
         data = quora_training(seed=seed)
+    elif is_mined_file(source):
+        data = read_mined(source)
     else:
         data = read_sentences(source)
     if not data:

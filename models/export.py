@@ -1,6 +1,13 @@
 """ONNX exporter: a Hugging Face encoder checkpoint → a serving folder whose graph outputs the pooled,
-L2-normalised sentence vector. Pooler weights of a Strata checkpoint are never exported: the serving vector
-is the last-layer [CLS] (`cls`) or the masked mean (`mean`, for checkpoints trained that way)."""
+L2-normalised sentence vector. The served vector (`--pooling`):
+
+- `cls`: the last-layer [CLS] — the serving vector of pooler-trained Strata encoders, whose training pooler is
+  detached (never exported);
+- `mean`: the masked token mean of the last layer (checkpoints trained that way, like all-MiniLM-L6-v2);
+- `layers:I,J,…`: BERT-LC's training-free layer combination — the masked token mean of the average of hidden
+  layers I, J, … (0 = the embedding output), still one graph and no extra serving cost;
+- `pooler`: the checkpoint's own trained pooler, kept in the graph (for poolers whose output *is* the sentence
+  vector, like S2Sent's selector; it costs the pooler's compute at serving time)."""
 
 from __future__ import annotations
 
@@ -21,7 +28,7 @@ from models.checkpoint import CheckpointError, default_max_length, encoder_folde
 
 log = logging.getLogger(__name__)
 
-Pooling = Literal["cls", "mean"]
+Pooling = str  # "cls" | "mean" | "layers:I,J,…" | "pooler" (see parse_pooling)
 Exporter = Literal["torchscript", "dynamo"]
 OPSET = 18
 # The TorchScript exporter is the default because its graph runs faster: on all-MiniLM-L6-v2, int8, 2 cores,
@@ -45,21 +52,54 @@ class ParityError(RuntimeError):
     """The exported graph does not reproduce the torch model closely enough."""
 
 
+def parse_pooling(pooling: str, num_layers: int | None = None) -> tuple[str, list[int]]:
+    """("cls" | "mean" | "pooler", []) or ("layers", [I, J, …]); raises ValueError with the accepted forms."""
+    if pooling in ("cls", "mean", "pooler"):
+        return pooling, []
+    if pooling.startswith("layers:"):
+        try:
+            layers = sorted({int(x) for x in pooling.removeprefix("layers:").split(",") if x.strip()})
+        except ValueError:
+            layers = []
+        if layers and all(i >= 0 and (num_layers is None or i <= num_layers) for i in layers):
+            return "layers", layers
+        bound = f"0..{num_layers}" if num_layers is not None else "0..L"
+        raise ValueError(f"--pooling {pooling!r}: layers must be comma-separated integers in {bound}, "
+                         "e.g. layers:0,6")
+    raise ValueError(f"unknown pooling {pooling!r}: use cls, mean, layers:I,J,… or pooler")
+
+
+def _masked_mean(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+
+
 class PooledEncoder(nn.Module):
     """The serving graph: transformer → pooling → L2 normalisation."""
 
-    def __init__(self, model: nn.Module, pooling: Pooling) -> None:
+    def __init__(self, model: nn.Module, pooling: Pooling, pooler: nn.Module | None = None) -> None:
         super().__init__()
         self.model = model
         self.pooling = pooling
+        self.kind, self.layers = parse_pooling(pooling, getattr(getattr(model, "config", None),
+                                                                "num_hidden_layers", None))
+        if self.kind == "pooler" and pooler is None:
+            raise ValueError("--pooling pooler needs a Strata checkpoint with a pooler/ folder")
+        self.pooler = pooler if self.kind == "pooler" else None
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        if self.pooling == "cls":
-            pooled = hidden[:, 0]
+        hidden_states_needed = self.kind in ("layers", "pooler")
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                         output_hidden_states=hidden_states_needed)
+        if self.kind == "cls":
+            pooled = out.last_hidden_state[:, 0]
+        elif self.kind == "mean":
+            pooled = _masked_mean(out.last_hidden_state, attention_mask)
+        elif self.kind == "layers":
+            mixed = torch.stack([out.hidden_states[i] for i in self.layers], 0).mean(0)
+            pooled = _masked_mean(mixed, attention_mask)
         else:
-            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            pooled = self.pooler(out.hidden_states, attention_mask)
         return nn.functional.normalize(pooled, p=2.0, dim=-1)
 
 
@@ -135,7 +175,18 @@ def export_encoder(
         raise CheckpointError(f"cannot load a Hugging Face model from {folder}: {exc}") from exc
     if not tokenizer.is_fast:
         raise CheckpointError(f"{folder} has no fast tokenizer (tokenizer.json); the serving side needs one")
-    wrapper = PooledEncoder(model, pooling).eval()
+    pooler = None
+    if pooling == "pooler":
+        from models.poolers import load_pooler
+
+        pooler_dir = Path(checkpoint) / "pooler"
+        if not pooler_dir.is_dir():
+            raise CheckpointError(f"--pooling pooler: {checkpoint} has no pooler/ folder (a Strata checkpoint)")
+        pooler = load_pooler(pooler_dir).eval()
+    try:
+        wrapper = PooledEncoder(model, pooling, pooler).eval()
+    except ValueError as exc:
+        raise CheckpointError(str(exc)) from exc
     dim = int(model.config.hidden_size)
 
     with atomic_dir(out_dir, overwrite=force) as tmp:

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import tomllib
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class TrainConfig(BaseModel):
@@ -17,14 +17,18 @@ class TrainConfig(BaseModel):
     pooler: str = "cls_last"
     pooler_options: dict[str, Any] = Field(default_factory=dict)
     objective: Literal["unsup", "sup", "sup_hardneg", "sgopt"] = "unsup"
-    temperature: float = Field(0.05, gt=0)
+    temperature: float | None = Field(None, gt=0, description="τ (default: the objective's paper value)")
     sgopt_lambda: float = Field(0.1, ge=0)
-    data: str = Field("wiki", description="wiki | snli | quora | path to a one-sentence-per-line file")
+    data: str = Field("wiki", description="wiki | snli | quora | triplet file from `encoder mine` | path to a "
+                      "one-sentence-per-line file")
     max_examples: int | None = Field(None, gt=0)
     batch_size: int = Field(64, gt=0)
     max_length: int = Field(32, gt=1)
     lr: float = Field(3e-5, gt=0)
-    pooler_lr: float = Field(1e-3, gt=0, description="for pooler/head parameters, which start from scratch")
+    pooler_lr: float | None = Field(
+        None, gt=0, description="a separate rate for pooler/head parameters (default: `lr`, one rate as in the papers)"
+    )
+    adam_betas: tuple[float, float] | None = Field(None, description="AdamW betas (default: the objective's)")
     weight_decay: float = 0.0
     warmup_ratio: float = Field(0.1, ge=0, lt=1)
     epochs: int = Field(1, gt=0)
@@ -34,8 +38,13 @@ class TrainConfig(BaseModel):
     eval_every: int = Field(125, gt=0)
     eval_at_start: bool = Field(True, description="score the untouched model at step 0 (it may stay the best)")
     eval_max_pairs: int | None = Field(None, gt=0, description="cap STS-B dev pairs (quick runs)")
-    eval_mode: Literal["cls", "pooler"] = Field(
-        "cls", description="what dev selects on: the detached last-layer [CLS] (served) or the pooler output"
+    eval_on: Literal["stsb", "quora"] = Field(
+        "stsb", description="selection metric: STS-B dev Spearman, or MRR@10 on the Quora dev split (rows "
+        "296,000-299,999, drawn from the training range; never the evaluation or held-out rows)"
+    )
+    eval_mode: Literal["cls", "mean", "pooler"] = Field(
+        "cls", description="what dev selects on: the detached last-layer [CLS] (served), the detached token mean, "
+        "or the pooler output"
     )
     save_every: int | None = Field(None, gt=0, description="resume checkpoint every N steps (default: eval_every)")
     resume: bool = False
@@ -43,6 +52,18 @@ class TrainConfig(BaseModel):
     amp: bool = Field(True, description="bf16 autocast when on CUDA")
     threads: int | None = Field(None, gt=0)
     progress: bool = True
+
+    @model_validator(mode="after")
+    def _objective_defaults(self) -> TrainConfig:
+        """τ and betas left unset take the objective's paper values, so the saved config says what ran."""
+        from models.objectives import REGISTRY
+
+        objective = REGISTRY[self.objective]
+        if self.temperature is None:
+            self.temperature = objective.default_temperature
+        if self.adam_betas is None:
+            self.adam_betas = objective.default_betas
+        return self
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """The training loop: AdamW with linear warm-up/decay, gradient clipping, fixed seeds, bf16 autocast on CUDA,
-STS-B dev evaluation every N steps keeping the best checkpoint, resumable `last/` checkpoints, tqdm progress
-and a JSONL log.
+dev evaluation every N steps (STS-B dev, or MRR@10 on the Quora dev split) keeping the best checkpoint,
+resumable `last/` checkpoints, tqdm progress with ETA and a JSONL log.
 
 Output folder: `best/` and `last/` are Strata checkpoints (`encoder/` + `pooler/`); `last/trainer_state.pt`
 holds optimiser, scheduler, step and RNG states for `--resume`; `log.jsonl` one JSON object per event.
@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from models.checkpoint import default_checkpoint
-from models.data import Example, load_training_data
+from models.data import Example, QuoraDev, load_training_data, quora_dev
 from models.objectives import Objective, build_objective
 from models.sentence_model import SentenceModel
 from models.sts import StsSet, evaluate, load_task
@@ -72,13 +72,16 @@ def linear_schedule(optimizer: torch.optim.Optimizer, warmup: int, total: int) -
 
 
 class Trainer:
-    def __init__(self, config: TrainConfig, examples: list[Example] | None = None, dev: StsSet | None = None) -> None:
+    def __init__(
+        self, config: TrainConfig, examples: list[Example] | None = None, dev: StsSet | QuoraDev | None = None
+    ) -> None:
         self.cfg = config
         if config.threads:
             torch.set_num_threads(config.threads)
         set_seed(config.seed)
         self.device = pick_device(config.device)
-        self.objective: Objective = build_objective(config.objective, config.temperature, config.sgopt_lambda)
+        options = {"reg_lambda": config.sgopt_lambda} if config.objective == "sgopt" else {}
+        self.objective: Objective = build_objective(config.objective, config.temperature, **options)
         raw = examples if examples is not None else load_training_data(config.data, config.max_examples, config.seed)
         self.examples = [ex[: self.objective.columns] for ex in raw if self.objective.usable(ex)]
         if len(self.examples) < config.batch_size:
@@ -86,7 +89,12 @@ class Trainer:
                 f"{len(self.examples)} usable examples for objective {config.objective} "
                 f"(needs {self.objective.columns} texts each) < batch size {config.batch_size}"
             )
-        self.dev = dev if dev is not None else load_task("STSB-dev", max_pairs=config.eval_max_pairs)
+        if dev is not None:
+            self.dev = dev
+        elif config.eval_on == "quora":
+            self.dev = quora_dev()
+        else:
+            self.dev = load_task("STSB-dev", max_pairs=config.eval_max_pairs)
         self.model = SentenceModel.from_checkpoint(
             config.model or default_checkpoint(),
             pooler=config.pooler,
@@ -99,9 +107,10 @@ class Trainer:
         head_params = [p for p in self.model.pooler.parameters() if p.requires_grad]
         groups = [{"params": encoder_params, "lr": config.lr}]
         if head_params:
-            groups.append({"params": head_params, "lr": config.pooler_lr})
+            groups.append({"params": head_params, "lr": config.pooler_lr or config.lr})
         self.params = encoder_params + head_params
-        self.optimizer = torch.optim.AdamW(groups, weight_decay=config.weight_decay)
+        self.betas = tuple(config.adam_betas or self.objective.default_betas)
+        self.optimizer = torch.optim.AdamW(groups, weight_decay=config.weight_decay, betas=self.betas)
         per_epoch = len(self.examples) // config.batch_size
         self.total_steps = config.max_steps or per_epoch * config.epochs
         self.scheduler = linear_schedule(self.optimizer, int(config.warmup_ratio * self.total_steps), self.total_steps)
@@ -110,7 +119,12 @@ class Trainer:
 
     # -- evaluation and checkpoints ---------------------------------------------------------------------------
     def dev_score(self) -> float:
-        return evaluate(lambda texts: self.model.encode(texts, mode=self.cfg.eval_mode), [self.dev])["avg"]
+        def encode(texts: list[str]) -> np.ndarray:
+            return self.model.encode(texts, mode=self.cfg.eval_mode)
+
+        if isinstance(self.dev, QuoraDev):
+            return self.dev.mrr_at_10(encode)
+        return evaluate(encode, [self.dev])["avg"]
 
     def _log(self, **record: object) -> None:
         with open(self.out / "log.jsonl", "a") as f:
@@ -141,7 +155,8 @@ class Trainer:
         self.model.save(tmp)
         (tmp / "train.json").write_text(
             json.dumps(
-                {"step": self.step, "stsb_dev": self.best_dev, "config": self.cfg.model_dump(mode="json")}, indent=2
+                {"step": self.step, "dev": self.best_dev, "dev_metric": self.cfg.eval_on, "stsb_dev": self.best_dev,
+                 "config": self.cfg.model_dump(mode="json")}, indent=2
             )
         )
         shutil.rmtree(self.out / "best", ignore_errors=True)
@@ -176,7 +191,8 @@ class Trainer:
         if score > self.best_dev:
             self.best_dev, self.best_step = score, self.step
             self.save_best()
-        self._log(step=self.step, stsb_dev=round(score, 4), best_dev=round(self.best_dev, 4))
+        metric = "quora_dev_mrr10" if isinstance(self.dev, QuoraDev) else "stsb_dev"
+        self._log(step=self.step, **{metric: round(score, 4)}, dev=round(score, 4), best_dev=round(self.best_dev, 4))
         return score
 
     # -- the loop -------------------------------------------------------------------------------------------

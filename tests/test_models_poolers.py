@@ -13,6 +13,7 @@ from tests.models_fixtures import SENTENCES
 
 OPTIONS = {
     "cls_last": {},
+    "cls_mlp": {},
     "avg_last": {},
     "avg_first_last": {},
     "scalar_mix": {},
@@ -66,8 +67,8 @@ def test_layer_att_cls_only_ablation_ignores_token_means(tiny_bert):
         torch.testing.assert_close(cls_only(hs, mask), cls_only(changed, mask))
         assert not torch.allclose(full(hs, mask), full(changed, mask))
         _, alpha = full.layer_attention(hs, mask)
-    assert alpha.shape == (3, 3, 3)
-    torch.testing.assert_close(alpha.sum(-1), torch.ones(3, 3))
+    assert alpha.shape == (3, 4, 4)  # the embedding output and layers 1..3
+    torch.testing.assert_close(alpha.sum(-1), torch.ones(3, 4))
 
 
 def test_layer_att_without_cls_concat_has_smaller_mlp():

@@ -78,7 +78,7 @@ def test_sgopt_freezes_copy_and_layer0_and_keeps_only_tuned_copy(tiny_bert, tmp_
 
 
 def test_sgopt_loss_is_zero_regulariser_at_start(tiny_bert):
-    objective = build_objective("sgopt", 0.05, sgopt_lambda=1000.0)
+    objective = build_objective("sgopt", 0.05, reg_lambda=1000.0)
     model = SentenceModel.from_checkpoint(tiny_bert, pooler="sgopt_head")
     objective.setup(model)
     big_lambda = objective.loss(model, examples(1)[:4]).item()

@@ -130,3 +130,29 @@ def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
 
     with pytest.raises(FileNotFoundError, match="does not exist"):
         resolve_source(str(tmp_path / "nope.tsv"), tmp_path)
+
+
+def test_heldout_protocol_reads_only_rows_from_300000(tmp_path: Path) -> None:
+    rows = HEADER + "".join(ROWS) + (
+        "299999\t20\t21\tNot held out\tNot held out either\t1\n"
+        "300000\t30\t31\tHow do I bake bread?\tHow can I bake bread at home?\t1\n"
+        "300001\t32\t33\tWhat is jazz?\tWho invented the guitar?\t0\n"
+        "300002\t30\t34\tHow do I bake bread?\tWhat flour makes bread rise?\t0\n"
+    )
+    split = load_split(write(tmp_path / "q.tsv", rows), "heldout")
+    assert sorted(split.corpus.ids.tolist()) == [30, 31, 32, 33, 34]  # every question of the held-out rows
+    assert split.evalset.query_ids.tolist() == [30] and split.evalset.gold == [{31}]
+    assert split.evalset.exclude_self and split.rows_read == 3
+    limited = load_split(write(tmp_path / "q2.tsv", rows), "heldout", rows=1)
+    assert limited.rows_read == 1 and sorted(limited.corpus.ids.tolist()) == [30, 31]
+    with pytest.raises(QuoraFormatError, match="held-out"):
+        load_split(write(tmp_path / "q3.tsv", HEADER + "".join(ROWS)), "heldout")
+
+
+def test_real_file_heldout_protocol(quora_file: Path) -> None:
+    split = load_split(quora_file, "heldout", rows=5_000)
+    first = next(r for r in read_rows(quora_file, 300_001) if r.id == 300_000)
+    docs = dict(zip(split.corpus.ids.tolist(), split.corpus.texts, strict=True))
+    assert split.rows_read == 5_000 and split.evalset.exclude_self
+    assert docs[first.qid1] == first.question1 and docs[first.qid2] == first.question2
+    assert 5_000 < len(docs) <= 10_000

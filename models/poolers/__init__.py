@@ -1,7 +1,7 @@
 """Poolers over all hidden layers. Importing this package registers every kind."""
 
 from models.poolers.base import REGISTRY, Pooler, build_pooler, load_pooler, masked_max, masked_mean
-from models.poolers.baselines import AvgFirstLast, AvgLast, ClsLast, ScalarMix
+from models.poolers.baselines import AvgFirstLast, AvgLast, ClsLast, ClsMlp, ScalarMix
 from models.poolers.layer_att import LayerAttPooler
 from models.poolers.layer_combination import LayerCombination
 from models.poolers.s2sent import S2SentPooler
@@ -15,6 +15,7 @@ __all__ = [
     "masked_mean",
     "masked_max",
     "ClsLast",
+    "ClsMlp",
     "AvgLast",
     "AvgFirstLast",
     "ScalarMix",

@@ -29,6 +29,16 @@ def masked_max(x: Tensor, mask: Tensor) -> Tensor:
     return x.masked_fill(~mask.bool().unsqueeze(-1), torch.finfo(x.dtype).min).max(1).values
 
 
+def init_bert_linear(module: nn.Module, std: float = 0.02) -> None:
+    """BERT's initialisation for every Linear inside `module`: weights N(0, std), biases 0 (the poolers'
+    reference implementations use it; PyTorch's default Kaiming-uniform is wider)."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, mean=0.0, std=std)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+
 class Pooler(nn.Module):
     """Base class. Subclasses set `kind`, take their options as keyword arguments (JSON-serialisable) and
     implement `forward(hidden_states, attention_mask)`."""

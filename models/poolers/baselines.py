@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from models.poolers.base import HiddenStates, Pooler, masked_mean
+from models.poolers.base import HiddenStates, Pooler, init_bert_linear, masked_mean
 
 
 class ClsLast(Pooler):
@@ -15,6 +15,22 @@ class ClsLast(Pooler):
 
     def forward(self, hidden_states: HiddenStates, attention_mask: Tensor) -> Tensor:
         return hidden_states[-1][:, 0]
+
+
+class ClsMlp(Pooler):
+    """SimCSE's training head: last-layer [CLS] through an MLP (dense + tanh, BERT init). It is the control arm
+    of the layer-pooling experiments — the paper's baselines all train with it — and, like every Strata pooler,
+    it is detached at export: the served vector is the [CLS] *before* the MLP (SimCSE's `cls_before_pooler`)."""
+
+    kind = "cls_mlp"
+
+    def __init__(self, hidden_size: int, num_layers: int) -> None:
+        super().__init__(hidden_size, num_layers)
+        self.mlp = nn.Sequential(nn.Linear(hidden_size, hidden_size), nn.Tanh())
+        init_bert_linear(self)
+
+    def forward(self, hidden_states: HiddenStates, attention_mask: Tensor) -> Tensor:
+        return self.mlp(hidden_states[-1][:, 0])
 
 
 class AvgLast(Pooler):

@@ -4,6 +4,10 @@ For each transformer layer i: h_i^c = [CLS], h_i^a = masked mean. Multiplicative
 α = softmax(W_q h^c · (W_k h^a)ᵀ / √d), h_i^l = Σ_j α_ij W_v h_j^a, h^L = mean_i h_i^l, and the sentence vector
 h = MLP([h_last^c ; h^L]) back to the hidden size.
 
+Layers pooled: the embedding-layer output (index 0) and transformer layers 1..L, as in the authors' code
+(`include_embeddings=False` pools 1..L only). Linear layers start from N(0, 0.02) weights and zero biases, the
+authors' (BERT's) initialisation, not PyTorch's default.
+
 Ablations (`attention`): "cls_avg" (the method: queries from CLS_all, keys/values from AVG_all), "cls" (CLS_all
 only), "avg" (AVG_all only); `concat_cls_last=False` drops the [CLS]_last concat so only h^L feeds the MLP.
 """
@@ -16,7 +20,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from models.poolers.base import HiddenStates, Pooler, masked_mean
+from models.poolers.base import HiddenStates, Pooler, init_bert_linear, masked_mean
 
 Attention = Literal["cls_avg", "cls", "avg"]
 
@@ -30,7 +34,7 @@ class LayerAttPooler(Pooler):
         num_layers: int,
         attention: Attention = "cls_avg",
         concat_cls_last: bool = True,
-        include_embeddings: bool = False,
+        include_embeddings: bool = True,
     ) -> None:
         super().__init__(
             hidden_size,
@@ -46,6 +50,7 @@ class LayerAttPooler(Pooler):
         self.start = 0 if include_embeddings else 1
         self.w_q, self.w_k, self.w_v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
         self.mlp = nn.Sequential(nn.Linear(2 * d if concat_cls_last else d, d), nn.Tanh())
+        init_bert_linear(self)
 
     def layer_attention(self, hidden_states: HiddenStates, attention_mask: Tensor) -> tuple[Tensor, Tensor]:
         """(h^L of shape (B, d), α of shape (B, L, L))."""

@@ -1,8 +1,11 @@
 """S2Sent selector: spatial selection over the last-k blocks nested with frequency selection.
 
 Spatial: stack the last k layers X ∈ (B, k, T, H); a squeeze–excitation self-gate turns a per-feature
-descriptor z ∈ R^H into k logits per feature (shared down-projection H → H/r, ReLU, one up-projection per block),
-softmax over blocks per feature, and the fused tokens are Σ_b a_{b,c} X[b, :, c].
+descriptor z ∈ R^H into k gates per feature — Eq. 3's excitation σ(W_b δ(W_down z)) with a shared down-projection
+H → H/r, ReLU, one up-projection per block and the sigmoid — then a softmax over blocks per feature selects, and
+the fused tokens are Σ_b a_{b,c} X[b, :, c]. The selector's output is the token mean of the fused tokens, as in
+the paper (`output="mean"`); `output="cls"` is the separate "train through the selector, detach it and serve
+the last-layer [CLS]" variant.
 
 Frequency: the squeeze is not plain averaging. Features are split into m groups and group g is squeezed with
 the g-th lowest 2-D DCT basis over (block, token) — zig-zag order by u + v. The (0, 0) basis is the mean, so
@@ -50,7 +53,7 @@ class S2SentPooler(Pooler):
         last_k: int | Literal["all"] = 3,
         reduction: int = 16,
         freq_groups: int = 1,
-        output: Literal["cls", "mean"] = "cls",
+        output: Literal["cls", "mean"] = "mean",
     ) -> None:
         super().__init__(
             hidden_size, num_layers, last_k=last_k, reduction=reduction, freq_groups=freq_groups, output=output
@@ -60,6 +63,8 @@ class S2SentPooler(Pooler):
             raise ValueError(f"last_k must be in 1..{num_layers} or 'all', not {last_k!r}")
         if hidden_size % freq_groups:
             raise ValueError(f"hidden size {hidden_size} is not divisible by freq_groups={freq_groups}")
+        if output not in ("cls", "mean"):
+            raise ValueError(f"output must be mean (the paper) or cls (detached variant), not {output!r}")
         self.m, self.output = freq_groups, output
         self.indices = lowest_dct_indices(freq_groups, self.k)
         self.register_buffer(
@@ -75,8 +80,8 @@ class S2SentPooler(Pooler):
         w = dct_weights(self.indices, self.k, attention_mask).to(x.dtype)  # (B, k, T, m)
         z = (w[..., self.group_of_feature] * x).sum((1, 2))  # (B, H): feature c squeezed by its group's basis
         s = torch.relu(self.down(z))
-        logits = torch.stack([up(s) for up in self.up], 1)
-        return x, torch.softmax(logits, dim=1)
+        gates = torch.sigmoid(torch.stack([up(s) for up in self.up], 1))  # Eq. 3: σ(W_b δ(W_down z))
+        return x, torch.softmax(gates, dim=1)
 
     def forward(self, hidden_states: HiddenStates, attention_mask: Tensor) -> Tensor:
         x, a = self.block_weights(hidden_states, attention_mask)

@@ -1,42 +1,16 @@
-"""Contrastive objectives (SimCSE family). Each objective turns a batch of text tuples into a loss through
-the model's pooler output; cosine similarities are divided by the temperature τ (0.05 by default)."""
+"""SimCSE's objectives (Gao et al. 2021): cosine similarities over the pooler output divided by τ (0.05)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 from torch.nn import functional as F
 
 from models.data import Example
+from models.objectives.base import Objective, cosine_logits
 from models.sentence_model import SentenceModel
-
-
-def cosine_logits(a: Tensor, b: Tensor, temperature: float) -> Tensor:
-    return F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).T / temperature
-
-
-class Objective:
-    """Base: `columns` is how many texts an example needs; `setup` may add modules (SG-OPT's frozen copy)."""
-
-    name = ""
-    columns = 1
-
-    def __init__(self, temperature: float = 0.05) -> None:
-        self.temperature = temperature
-
-    def setup(self, model: SentenceModel) -> None:
-        """Called once the model is on its device, before the optimiser is built."""
-
-    def extra_parameters(self) -> list[nn.Parameter]:
-        return []
-
-    def loss(self, model: SentenceModel, batch: Sequence[Example]) -> Tensor:  # pragma: no cover
-        raise NotImplementedError
-
-    def usable(self, example: Example) -> bool:
-        return len(example) >= self.columns
 
 
 class UnsupSimCSE(Objective):
@@ -65,7 +39,8 @@ class SupSimCSE(Objective):
 
 
 class SupHardNegSimCSE(Objective):
-    """(anchor, positive, hard negative) triplets: every positive and hard negative in the batch competes."""
+    """(anchor, positive, hard negative) triplets: every positive and hard negative in the batch competes (the
+    in-batch negatives plus the mined ones). Examples without a negative are not usable."""
 
     name, columns = "sup_hardneg", 3
 
@@ -75,17 +50,3 @@ class SupHardNegSimCSE(Objective):
         anchors, candidates = z[:n], z[n:]
         logits = cosine_logits(anchors, candidates, self.temperature)  # (n, 2n): positives then negatives
         return F.cross_entropy(logits, torch.arange(n, device=logits.device))
-
-
-def build_objective(name: str, temperature: float = 0.05, sgopt_lambda: float = 0.1) -> Objective:
-    from models.sgopt import SGOpt
-
-    objectives: dict[str, Objective] = {
-        "unsup": UnsupSimCSE(temperature),
-        "sup": SupSimCSE(temperature),
-        "sup_hardneg": SupHardNegSimCSE(temperature),
-        "sgopt": SGOpt(temperature, sgopt_lambda),
-    }
-    if name not in objectives:
-        raise ValueError(f"unknown objective {name!r}; known: {', '.join(objectives)}")
-    return objectives[name]

@@ -1,11 +1,12 @@
 """SG-OPT (Kim et al. 2021, "Self-Guided Contrastive Learning for BERT Sentence Representations").
 
 The encoder is cloned into a frozen copy F and the tuned copy T (T's layer 0, the embeddings, stays frozen).
-For sentence i: c_i = T's last-layer [CLS]; views h_{i,k} = max-pool over tokens of F's layer k (k = 1..L).
-Both go through a shared 2-layer GELU projection head f. The opt3 loss (our reading of the paper's final
+For sentence i: c_i = T's last-layer [CLS]; views h_{i,k} = max-pool over tokens of F's layer k (k = 0..L, the
+embedding output included). Both go through a shared 2-layer GELU projection head f (4096 wide, the paper's). The opt3 loss (our reading of the paper's final
 objective): every (c_i, h_{i,k}) is a positive, contrasted only against the other sentences' views h_{m,n}
 (m ≠ i) — no c–c or h–h terms — averaged over i and k; plus λ·‖θ_F − θ_T‖² keeping T near F.
 Only T (and the head, as the checkpoint's pooler) is kept; F is discarded after training.
+The paper's optimisation settings are the defaults: τ = 0.01 and AdamW betas (0.9, 0.9).
 """
 
 from __future__ import annotations
@@ -18,15 +19,17 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from models.data import Example
-from models.objectives import Objective
+from models.objectives.base import Objective
 from models.poolers import SGOptHead, masked_max
 from models.sentence_model import SentenceModel
 
 
 class SGOpt(Objective):
     name, columns = "sgopt", 1
+    default_temperature = 0.01
+    default_betas = (0.9, 0.9)
 
-    def __init__(self, temperature: float = 0.05, reg_lambda: float = 0.1) -> None:
+    def __init__(self, temperature: float | None = None, reg_lambda: float = 0.1) -> None:
         super().__init__(temperature)
         self.reg_lambda = reg_lambda
         self.frozen: nn.Module | None = None
@@ -50,7 +53,7 @@ class SGOpt(Objective):
         enc = model.tokenize([ex[0] for ex in batch])
         c = head.project(model.hidden_states(enc)[-1][:, 0])  # (b, p)
         with torch.no_grad():
-            frozen_hs = self.frozen(**enc, output_hidden_states=True).hidden_states[1:]
+            frozen_hs = self.frozen(**enc, output_hidden_states=True).hidden_states  # layers 0..L
             views = torch.stack([masked_max(h, enc["attention_mask"]) for h in frozen_hs], 1)  # (b, L, H)
         b, n_layers, _ = views.shape
         h = F.normalize(head.project(views), dim=-1)  # (b, L, p)
