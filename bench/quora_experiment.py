@@ -96,11 +96,11 @@ def cached(path: Path, compute) -> dict[str, Any]:
     return result
 
 
-def indexer_figures(model_dir: Path, root: Path, protocol: str, threads: int) -> dict[str, Any]:
+def indexer_figures(model_dir: Path, root: Path, protocol: str, threads: int, rows: int | None) -> dict[str, Any]:
     """`indexer build` with its default index and evaluation, as a user runs it; figures from the manifest."""
     shutil.rmtree(root, ignore_errors=True)
     cmd = [sys.executable, "-m", "indexer.cli", "build", "--model", str(model_dir), "--protocol", protocol,
-           "--root", str(root), "--threads", str(threads)]
+           "--root", str(root), "--threads", str(threads), *(["--rows", str(rows)] if rows else [])]
     t0 = time.perf_counter()
     run = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     if run.returncode:
@@ -122,7 +122,7 @@ def indexer_figures(model_dir: Path, root: Path, protocol: str, threads: int) ->
     return out
 
 
-def evaluate_served(ckpt: Path, served: str, work: Path, threads: int) -> dict[str, Any]:
+def evaluate_served(ckpt: Path, served: str, work: Path, args: argparse.Namespace) -> dict[str, Any]:
     from indexer.onnx_encoder import OnnxEncoder
     from models.export import export_encoder
     from models.sts import TASKS, evaluate_tasks
@@ -134,8 +134,8 @@ def evaluate_served(ckpt: Path, served: str, work: Path, threads: int) -> dict[s
     export = json.loads((work / "export.json").read_text())
 
     def sts() -> dict[str, Any]:
-        runtime = OnnxEncoder(onnx_dir, threads=threads)
-        scores = evaluate_tasks(runtime.encode, TASKS)
+        runtime = OnnxEncoder(onnx_dir, threads=args.threads)
+        scores = evaluate_tasks(runtime.encode, TASKS, max_pairs=args.sts_pairs)
         return {"stsb": scores["STSB"], "sts_avg": scores["avg"], **{f"sts_{k}": v for k, v in scores.items()}}
 
     row: dict[str, Any] = {"served": served, **export}
@@ -143,7 +143,8 @@ def evaluate_served(ckpt: Path, served: str, work: Path, threads: int) -> dict[s
     for protocol in ("paper", "heldout"):
         t0 = time.perf_counter()
         figs = cached(work / f"{protocol}.json",
-                      lambda p=protocol: indexer_figures(onnx_dir, work / f"index-{p}", p, threads))
+                      lambda p=protocol: indexer_figures(onnx_dir, work / f"index-{p}", p, args.threads,
+                                                         args.quora_rows))
         row[f"{protocol}_ivf"], row[f"{protocol}_exact"] = figs["mrr10"], figs["exact_mrr10"]
         row[f"{protocol}_detail"] = figs
         log(f"  {protocol}: MRR@10 {figs['mrr10']:.2f} (exact {figs['exact_mrr10']:.2f}) "
@@ -152,6 +153,7 @@ def evaluate_served(ckpt: Path, served: str, work: Path, threads: int) -> dict[s
 
 
 def train_arm(arm: Arm, seed: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    from models.data import quora_dev
     from models.train_config import TrainConfig
     from models.trainer import Trainer
 
@@ -178,7 +180,7 @@ def train_arm(arm: Arm, seed: int, args: argparse.Namespace, work: Path) -> dict
             progress=not args.no_progress,
         )
         load_before = load()
-        result = Trainer(cfg).train()
+        result = Trainer(cfg, dev=quora_dev(dev_rows=tuple(args.dev_rows))).train()
         log_rows = [json.loads(x) for x in (work / "train" / "log.jsonl").read_text().splitlines()]
         curve = [(r["step"], r["dev"]) for r in log_rows if "dev" in r]
         return {
@@ -230,7 +232,7 @@ def run_arm(arm: Arm, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     else:
         row.update(train_arm(arm, seed, args, work))
         ckpt = work / "train" / "best"
-    row.update(evaluate_served(ckpt, served, work, args.threads))
+    row.update(evaluate_served(ckpt, served, work, args))
     row["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     row["load_at_finish"] = load()
     return row
@@ -320,6 +322,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup-ratio", type=float, default=0.1)
     p.add_argument("--eval-every", type=int, default=125)
     p.add_argument("--arms", nargs="+", help="only these arm labels (default: all)")
+    p.add_argument("--dev-rows", type=int, nargs=2, default=[296_000, 300_000], metavar=("FROM", "TO"),
+                   help="Quora dev rows for selection (default 296000 300000; must lie in the training range, "
+                   "which excludes them)")
+    p.add_argument("--quora-rows", type=int, help="evaluate on the first N rows of each protocol only (smoke "
+                   "runs; the reported run uses every row)")
+    p.add_argument("--sts-pairs", type=int, help="cap pairs per STS task (smoke runs; default: all)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--work", type=Path, default=REPO / "bench" / "work" / "quora-experiment")
