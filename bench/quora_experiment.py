@@ -260,7 +260,7 @@ def render(rows: list[dict[str, Any]], command: str) -> str:
     def seeds(arm: str) -> str:
         return ",".join(str(r["seed"]) for r in rows if r["arm"] == arm)
 
-    first = rows[0] if rows else {}
+    first = next((r for r in rows if "batch_size" in r), {})
     lines = [
         f"# Quora experiment: trained served vectors vs the stock encoder ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} "
         "UTC)",
