@@ -12,7 +12,6 @@ top candidates, rank by rank, for a hand check of how many candidates are in fac
 
 from __future__ import annotations
 
-import csv
 import logging
 import random
 from dataclasses import dataclass
@@ -103,8 +102,18 @@ def mine(
     encoder = OnnxEncoder(model_dir, threads=threads)
     qids = np.fromiter(questions.texts, dtype=np.int64, count=len(questions.texts))
     texts = list(questions.texts.values())
-    log.info("encoding %d training questions with %s", len(texts), model_dir)
-    vectors = encoder.encode(texts, progress=progress, desc="mine: encoding")
+    # The encoding is most of the cost (about 15 min on 2 idle cores): keep it beside the output, keyed by the
+    # model and the questions, so that another --skip/--take or a failed write does not encode again.
+    cache = out.with_name(out.name + f".{encoder.meta.onnx_sha256[:12]}-{len(texts)}.vectors.npy")
+    if cache.is_file():
+        vectors = np.load(cache)
+        log.info("reusing the vectors in %s", cache)
+    else:
+        log.info("encoding %d training questions with %s", len(texts), model_dir)
+        vectors = encoder.encode(texts, progress=progress, desc="mine: encoding")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        np.save(cache.with_suffix(".tmp.npy"), vectors)
+        cache.with_suffix(".tmp.npy").replace(cache)
     fitted = effective_nlist(len(texts), nlist)
     index, _, _ = build_ivf(vectors, qids, fitted, nprobe)
     position = {int(q): i for i, q in enumerate(qids)}
@@ -117,16 +126,20 @@ def mine(
     tmp = out.with_name(out.name + ".tmp")
     with_negative = negatives = 0
     with open(tmp, "w", encoding="utf-8", newline="") as f:
-        w = csv.writer(f, delimiter="\t", quoting=csv.QUOTE_NONE, escapechar=None, lineterminator="\n")
-        w.writerow([*MINED_HEADER, "anchor_qid", "positive_qid", "negative_qid", "candidate_rank"])
+        # Plain tab-joined lines (texts hold no tabs or newlines after _clean): quotes stay literal, which is how
+        # `read_mined` reads them back (csv.QUOTE_NONE).
+        def writerow(fields: list[object]) -> None:
+            f.write("\t".join(map(str, fields)) + "\n")
+
+        writerow([*MINED_HEADER, "anchor_qid", "positive_qid", "negative_qid", "candidate_rank"])
         for (anchor, positive), row in zip(questions.pairs, hits, strict=True):
             cands = candidates_for(anchor, positive, row, questions.texts, cluster)[skip : skip + take]
             if cands:
                 with_negative += 1
             for rank, neg in enumerate(cands, skip + 1):
                 negatives += 1
-                w.writerow([_clean(questions.texts[anchor]), _clean(questions.texts[positive]),
-                            _clean(questions.texts[neg]), anchor, positive, neg, rank])
+                writerow([_clean(questions.texts[anchor]), _clean(questions.texts[positive]),
+                          _clean(questions.texts[neg]), anchor, positive, neg, rank])
     tmp.replace(out)
     if review is not None:
         rng = random.Random(seed)

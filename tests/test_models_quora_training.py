@@ -97,12 +97,13 @@ def test_encoder_mine_writes_skipped_non_duplicate_negatives(tiny_bert, tmp_path
     onnx_dir = tmp_path / "onnx"
     assert encoder_cli(["export", "--checkpoint", str(tiny_bert), "--out", str(onnx_dir), "--pooling", "mean"]) == 0
     texts = {i: s for i, s in enumerate(SENTENCES)}
-    pairs = [(0, 1), (4, 11), (12, 0)]  # 12 joins 0's cluster: never a negative of 0 or of 1
+    texts[5] = 'what is the "best" way to invest money'  # quotes stay literal in the TSV
+    pairs = [(0, 1), (4, 11), (12, 0), (5, 3)]  # 12 joins 0's cluster: never a negative of 0 or of 1
     out = tmp_path / "mined.tsv"
     review = tmp_path / "review.txt"
     report = mine(TrainingQuestions(texts, pairs), onnx_dir, out, skip=1, take=2, depth=10, nlist=4,
                   progress=False, review=review, review_anchors=2)
-    assert report.anchors == 3 and report.negatives == 6
+    assert report.anchors == 4 and report.negatives == 8
     with open(out) as f:
         rows = list(csv.DictReader(f, delimiter="\t"))
     cluster = {0, 1, 12}
@@ -113,6 +114,8 @@ def test_encoder_mine_writes_skipped_non_duplicate_negatives(tiny_bert, tmp_path
             assert n not in cluster
         assert int(r["candidate_rank"]) in (2, 3)  # rank 1 skipped
         assert r["negative"] == texts[n]
+    assert [r["anchor"] for r in rows if r["anchor_qid"] == "5"] == [texts[5]] * 2
+    assert [ex[0] for ex in read_mined(out) if ex[0].startswith("what is the")] == [texts[5]] * 2
     assert read_mined(out)[0][:2] == (texts[0], texts[1])
     assert review.read_text().count("\nA ") == 2
 
