@@ -154,7 +154,7 @@ def build_on_ray(cfg: BuildConfig, opts: RayOptions) -> Manifest:
         t0 = time.perf_counter()
         path = resolve_source(cfg.data, strata_home() / "downloads") if not Path(cfg.data).is_dir() \
             else Path(cfg.data)
-        corpus = read_corpus(path, cfg.protocol, cfg.rows, workers, opts.block_rows)
+        corpus = read_corpus(path, cfg.protocol or "paper", cfg.rows, workers, opts.block_rows)
         timings = Timings(load_s=time.perf_counter() - t0)
 
         version = new_version_name()
