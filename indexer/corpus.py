@@ -93,9 +93,11 @@ def _check_int(v: int, what: str, where: str) -> int:
 
 def typed_ext_id(v: object, where: str, field: str) -> ExtId:
     """An external id as given: a non-empty string or a 64-bit integer; anything else is a bad row."""
+    if v is None:
+        raise CorpusFormatError(f"{where}: id field {field!r} is null")
     if isinstance(v, bool) or not isinstance(v, (str, int)):
-        kind = "null" if v is None else type(v).__name__
-        raise CorpusFormatError(f"{where}: id field {field!r} must be a string or an integer, got {kind} {v!r}"[:300])
+        raise CorpusFormatError(f"{where}: id field {field!r} must be a string or an integer, got "
+                                f"{type(v).__name__} {v!r}"[:300])
     if isinstance(v, str):
         if not v.strip():
             raise CorpusFormatError(f"{where}: id field {field!r} is empty")
@@ -152,8 +154,9 @@ def make_doc(row: dict[str, Any], fields: Fields, where: str, *, typed: bool = T
     if fields.text not in row:
         raise CorpusFormatError(f"{where}: no text field {fields.text!r} (pick one with --text-field)")
     raw_id = row[fields.id]
-    ext_id = typed_ext_id(cell_value(raw_id) if not typed and isinstance(raw_id, str) else raw_id, where,
-                          fields.id)
+    if not typed and isinstance(raw_id, str) and raw_id.strip():
+        raw_id = cell_value(raw_id)  # CSV: "17" is the integer id 17 (see the module docstring)
+    ext_id = typed_ext_id(raw_id, where, fields.id)
     text = _text_value(row[fields.text], where, fields.text)
     title = _text_value(row.get(fields.title), where, fields.title) if fields.title else ""
     meta: dict[str, Any] = {}
@@ -356,14 +359,31 @@ def _jsonl_docs(path: Path, src: CorpusSource, progress: Callable[[int], None] |
             yield make_doc(row, src.fields, where)
 
 
+def _utf8_lines(path: Path, fh: BinaryIO) -> Iterator[str]:
+    """Lines decoded one at a time, so that a bad byte is reported on its own line (a text wrapper decodes
+    8 kB blocks ahead of the CSV reader)."""
+    lineno = 0
+    while True:
+        try:
+            raw = fh.readline()
+        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+            raise CorpusFormatError(f"{path}:{lineno + 1}: unreadable: {exc}") from exc
+        if not raw:
+            return
+        lineno += 1
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise CorpusFormatError(f"{path}:{lineno}: not UTF-8: {exc.reason} at byte {exc.start}") from exc
+
+
 def _csv_docs(path: Path, src: CorpusSource, progress: Callable[[int], None] | None) -> Iterator[Doc]:
     delimiter = "," if src.format == "csv" else "\t"
     try:
         raw, counter = _open_binary(path)
     except OSError as exc:
         raise CorpusFormatError(f"{path}: cannot open: {exc}") from exc
-    text = io.TextIOWrapper(raw, encoding="utf-8", newline="")
-    reader = csv.reader(text, delimiter=delimiter)
+    reader = csv.reader(_utf8_lines(path, raw), delimiter=delimiter)
     seen = 0
 
     def next_record() -> list[str] | None:
@@ -371,12 +391,10 @@ def _csv_docs(path: Path, src: CorpusSource, progress: Callable[[int], None] | N
             return next(reader)
         except StopIteration:
             return None
-        except UnicodeDecodeError as exc:
-            raise CorpusFormatError(f"{path}:{reader.line_num + 1}: not UTF-8: {exc.reason}") from exc
-        except (csv.Error, OSError, EOFError, gzip.BadGzipFile) as exc:
+        except csv.Error as exc:
             raise CorpusFormatError(f"{path}:{reader.line_num + 1}: unreadable: {exc}") from exc
 
-    with text:
+    with raw:
         header = next_record()
         if header is None:
             raise CorpusFormatError(f"{path}:1: empty file (expected a header row)")

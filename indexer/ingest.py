@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 
 ASSIGNED_IDS_FROM = 1 << 62
 INGEST_CHUNK = 4096  # rows per store write and encoder call (long enough for length-sorted batches to pad little)
+INGEST_CHUNK_CHARS = 8_000_000  # or fewer rows when they are long: what one chunk may hold in memory
 VECTOR_BLOCK = 16_384  # rows per block of the growing vector array
 
 
@@ -157,9 +158,12 @@ def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder
     bar = tqdm(total=source.total_bytes(), unit="B", unit_scale=True, desc="documents", mininterval=1.0,
                dynamic_ncols=True, disable=not progress)
     pending: list[tuple[int, ExtId, str, str]] = []  # (row, external id, text, metadata JSON)
+    pending_chars = 0
     t_start = time.perf_counter()
 
     def flush() -> None:
+        nonlocal pending_chars
+        pending_chars = 0
         if not pending:
             return
         writer.put([(ids.faiss_ids[r], ext, text, meta) for r, ext, text, meta in pending])
@@ -179,8 +183,10 @@ def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder
                 continue
             row, seen = ids.add(doc.ext_id)
             result.duplicate_ids += seen
-            pending.append((row, doc.ext_id, doc.text, json.dumps(doc.metadata, ensure_ascii=False)))
-            if len(pending) >= INGEST_CHUNK:
+            meta = json.dumps(doc.metadata, ensure_ascii=False)
+            pending.append((row, doc.ext_id, doc.text, meta))
+            pending_chars += len(doc.text) + len(meta)
+            if len(pending) >= INGEST_CHUNK or pending_chars >= INGEST_CHUNK_CHARS:
                 flush()
         flush()
     finally:

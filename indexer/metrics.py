@@ -35,11 +35,11 @@ def per_query(ranked: np.ndarray, qrels: Sequence[Mapping[int, int]]) -> dict[st
         relevant = {d for d, g in judged.items() if g > 0}
         if not relevant:
             continue
-        ids = [d for d in row.tolist() if d >= 0]
+        ids = row.tolist()  # by position: -1 (no hit) is never relevant (missing documents are ≤ -2)
         top10 = ids[:10]
         first = next((i for i, d in enumerate(top10) if d in relevant), None)
         out["mrr_at_10"][q] = 0.0 if first is None else 1.0 / (first + 1)
-        gains = np.array([max(judged.get(d, 0), 0) for d in top10], dtype=np.float64)
+        gains = np.array([max(judged.get(d, 0), 0) if d != -1 else 0 for d in top10], dtype=np.float64)
         ideal = np.sort(np.array([g for g in judged.values() if g > 0], dtype=np.float64))[::-1][:10]
         idcg = float(ideal @ disc[: len(ideal)])
         out["ndcg_at_10"][q] = float(gains @ disc[: len(gains)]) / idcg
