@@ -2,12 +2,13 @@
 metadata plus evaluation queries and qrels, or the same as a BEIR folder. Used by the README's worked example
 and to measure ingest rate.
 
-    python bench/quora_corpus.py --rows 5000 --out /tmp/quora-corpus          # docs.jsonl queries.jsonl qrels.tsv
-    python bench/quora_corpus.py --rows 5000 --out /tmp/quora-beir --beir     # corpus.jsonl queries.jsonl qrels/test.tsv
+    python bench/quora_corpus.py --rows 5000 --out /tmp/quora-corpus       # docs.jsonl queries.jsonl qrels.tsv
+    python bench/quora_corpus.py --rows 5000 --out /tmp/quora-beir --beir  # corpus.jsonl queries.jsonl qrels/
 
 Corpus = every question (id = its qid, an integer; BEIR: a string, as BEIR ids are), metadata `bucket` (qid
-mod 10) and `chars` (length); queries = the question1 of duplicate pairs (`_id` = "q" + qid1); qrels = their
-duplicates' qids with grade 1. Queries are not documents here, so nothing is dropped as an identical id.
+mod 10) and `chars` (length); queries = the question1 of duplicate pairs, under their qid; qrels = their
+duplicates' qids with grade 1. A query is also a document (its own question) with the same id, which the
+evaluation drops from its results as BEIR does (`ignore_identical_ids`), like BEIR's own Quora set.
 """
 
 from __future__ import annotations
@@ -39,13 +40,13 @@ def write_corpus(source: Path, out: Path, rows: int, beir: bool) -> tuple[int, i
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
     with open(out / "queries.jsonl", "w", encoding="utf-8") as fh:
         for qid in dups:
-            fh.write(json.dumps({"_id": f"q{qid}", "text": docs[qid]}, ensure_ascii=False) + "\n")
+            fh.write(json.dumps({"_id": str(qid), "text": docs[qid]}, ensure_ascii=False) + "\n")
     qrels = out / "qrels" / "test.tsv" if beir else out / "qrels.tsv"
     qrels.parent.mkdir(exist_ok=True)
     with open(qrels, "w", encoding="utf-8") as fh:
         fh.write("query-id\tcorpus-id\tscore\n")
         for qid, partners in dups.items():
-            fh.writelines(f"q{qid}\t{d}\t1\n" for d in partners)
+            fh.writelines(f"{qid}\t{d}\t1\n" for d in partners)
     return len(docs), len(dups)
 
 
