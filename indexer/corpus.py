@@ -186,7 +186,7 @@ def make_doc(row: dict[str, Any], fields: Fields, where: str, *, typed: bool = T
 class _CountingReader(io.RawIOBase):
     """Counts the (compressed) bytes read from a file, for a progress bar over file size."""
 
-    def __init__(self, raw: BinaryIO) -> None:
+    def __init__(self, raw: io.BufferedReader) -> None:
         self._raw = raw
         self.count = 0
 
@@ -424,12 +424,10 @@ def _check_header(path: Path, names: list[str], fields: Fields, what: str) -> No
     if dup:
         raise CorpusFormatError(f"{where}: {what}s named more than once: {', '.join(dup)}")
     shown = ", ".join(names[:20]) + (", …" if len(names) > 20 else "")
+    hints = {"id": " (pick one with --id-field)", "text": " (pick one with --text-field)", "title": ""}
     for role, name in (("id", fields.id), ("text", fields.text), ("title", fields.title)):
         if name is not None and name not in names:
-            hint = "" if role == "title" else f" (pick one with --{role}-field"
-            hint += ", or give a Quora question-pairs TSV)" if role == "text" and what == "column" else \
-                (")" if hint else "")
-            raise CorpusFormatError(f"{where}: no {role} {what} {name!r}{hint}; {what}s: {shown}")
+            raise CorpusFormatError(f"{where}: no {role} {what} {name!r}{hints[role]}; {what}s: {shown}")
     missing = [m for m in fields.metadata or () if m not in names]
     if missing:
         raise CorpusFormatError(f"{where}: no {what} {', '.join(map(repr, missing))} for --metadata-fields; "

@@ -169,10 +169,10 @@ def evaluate_graded(version: IndexVersion, qvecs: np.ndarray, ev: GradedEvalSet,
                        for a, b in zip(ids[pick], exact, strict=True)])
     sample_mrr = None if sample is None else mean_metrics(ids[pick], [ev.qrels[i] for i in pick])["mrr_at_10"]
     figures = EvalFigures(
-        mrr_at_10=_r(got["mrr_at_10"]), recall_at_10=_r(got["recall_at_10"]), ndcg_at_10=_r(got["ndcg_at_10"]),
-        recall_at_100=_r(got["recall_at_100"]), exact_mrr_at_10=_r(ref["mrr_at_10"]),
+        mrr_at_10=_f(got["mrr_at_10"]), recall_at_10=_f(got["recall_at_10"]), ndcg_at_10=_f(got["ndcg_at_10"]),
+        recall_at_100=_f(got["recall_at_100"]), exact_mrr_at_10=_f(ref["mrr_at_10"]),
         exact_ndcg_at_10=_r(ref["ndcg_at_10"]), exact_recall_at_10=_r(ref["recall_at_10"]),
-        exact_recall_at_100=_r(ref["recall_at_100"]), ann_recall_at_10=_r(overlap),
+        exact_recall_at_100=_f(ref["recall_at_100"]), ann_recall_at_10=_f(float(overlap)),
         exact_n_queries=None if sample is None else len(sample), mrr_at_10_on_exact_sample=_r(sample_mrr),
         avg_retrieval_ms=round(elapsed * 1000 / len(qvecs), 5), batch_size=batch_size, threads=used_threads,
         nprobe=nprobe, memory_gb=round(memory_bytes(version.index) / 1e9, 4), n_queries=len(qvecs),
@@ -185,8 +185,12 @@ def evaluate_graded(version: IndexVersion, qvecs: np.ndarray, ev: GradedEvalSet,
     return figures
 
 
+def _f(x: float) -> float:
+    return round(float(x), 6)
+
+
 def _r(x: float | None) -> float | None:
-    return None if x is None else round(float(x), 6)
+    return None if x is None else _f(x)
 
 
 def evaluate_query_files(version: IndexVersion, queries: Path, qrels: Path, encoder: OnnxEncoder, *,

@@ -89,7 +89,9 @@ class _Parser:
 
     def field_families(self, field: str) -> set[str]:
         if field not in self.schema:
-            known = ", ".join(sorted(self.schema)) or "none: this version has no metadata"
+            names = sorted(self.schema)
+            known = ", ".join(names[:30]) + (f", … ({len(names)} in all)" if len(names) > 30 else "") \
+                or "none: this version has no metadata"
             raise FilterError(f"unknown field {field!r} (fields: {known})")
         families = {_family(k) for k in self.schema[field].split("|")}
         filterable = families - {"json", "null"}

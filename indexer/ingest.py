@@ -34,6 +34,7 @@ from indexer.corpus import (
     CorpusSource,
     ExtId,
     Queries,
+    cell_value,
     open_corpus,
     read_qrels,
     read_queries,
@@ -99,8 +100,6 @@ class DocIds:
 
 
 def _is_int(s: str) -> bool:
-    from indexer.corpus import cell_value
-
     return isinstance(cell_value(s), int)
 
 
