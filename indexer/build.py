@@ -1,4 +1,5 @@
 """`indexer build`: Quora TSV → ONNX vectors → FAISS IVF → a new version folder, evaluated, then made current.
+Any other corpus (JSONL, CSV/TSV, Parquet, BEIR) goes through `indexer.ingest` into the same kind of version.
 
 Never touches the version being served: everything is written in a staging folder that is renamed into
 `versions/` only when complete; `current` is switched afterwards in one atomic rename.
@@ -15,6 +16,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
+from indexer.corpus import detect_format
 from indexer.evaluate import evaluate
 from indexer.faiss_index import (
     DEFAULT_CODEC,
@@ -25,11 +27,11 @@ from indexer.faiss_index import (
     effective_nlist,
     ivf_factory,
 )
+from indexer.ingest import build_corpus, data_path, source_for, warn_if_shrinking
 from indexer.layout import IndexRoot, new_version_name
 from indexer.manifest import DataInfo, IndexInfo, Manifest, ModelInfo, Timings
 from indexer.onnx_encoder import EncoderMeta, OnnxEncoder
-from indexer.paths import strata_home
-from indexer.quora import Protocol, load_split, resolve_source
+from indexer.quora import Protocol, load_split
 from indexer.store import STORE, write_store
 from indexer.version import QUERY_VECTORS, IndexVersion
 
@@ -41,7 +43,7 @@ class BuildConfig:
     model_dir: Path
     data: str
     root: Path
-    protocol: Protocol = "paper"
+    protocol: Protocol | None = None  # Quora TSV only; None: "paper"
     rows: int | None = None
     nlist: int = DEFAULT_NLIST
     nprobe: int = DEFAULT_NPROBE
@@ -51,6 +53,19 @@ class BuildConfig:
     keep: int = 5
     evaluate: bool = True
     seed: int = 1234
+    # Any other corpus (see indexer.corpus); None: the format's defaults
+    id_field: str | None = None
+    text_field: str | None = None
+    title_field: str | None = None
+    metadata_fields: list[str] | None = None
+    queries: Path | None = None  # evaluation queries and their qrels (a BEIR folder's are found by themselves)
+    qrels: Path | None = None
+
+    def corpus_options(self) -> list[str]:
+        """The options that only a non-Quora corpus takes, as the user set them."""
+        named = {"--id-field": self.id_field, "--text-field": self.text_field, "--title-field": self.title_field,
+                 "--metadata-fields": self.metadata_fields, "--queries": self.queries, "--qrels": self.qrels}
+        return [k for k, v in named.items() if v is not None]
 
 
 def model_info(model_dir: Path, meta: EncoderMeta) -> ModelInfo:
@@ -101,9 +116,23 @@ def build(cfg: BuildConfig) -> Manifest:
         if cfg.threads:
             faiss.omp_set_num_threads(cfg.threads)
 
+        path = data_path(cfg.data)
+        if detect_format(path) != "quora":
+            if cfg.protocol is not None:
+                raise ValueError(f"--protocol applies to the Quora question-pairs TSV; {path} is another corpus")
+            manifest = build_corpus(cfg, root, encoder, source_for(cfg, path), t_start)
+            warn_if_shrinking(root, manifest.index.ntotal)
+            root.set_current(manifest.version)
+            root.prune(cfg.keep)
+            log.info("built %s in %.1fs: %d vectors, %s", manifest.version, manifest.build_seconds.total_s,
+                     manifest.index.ntotal, manifest.index.factory)
+            return manifest
+        if cfg.corpus_options():
+            raise ValueError(f"{', '.join(cfg.corpus_options())}: not for the Quora question-pairs TSV {path} "
+                             f"(its fields and evaluation set are fixed by --protocol)")
+
         t0 = time.perf_counter()
-        path = resolve_source(cfg.data, strata_home() / "downloads")
-        split = load_split(path, cfg.protocol, cfg.rows)
+        split = load_split(path, cfg.protocol or "paper", cfg.rows)
         timings = Timings(load_s=time.perf_counter() - t0)
 
         version = new_version_name()
@@ -142,6 +171,7 @@ def build(cfg: BuildConfig) -> Manifest:
             )
             save_and_evaluate(stage, manifest, t_start, evaluate_it=cfg.evaluate and bool(ev.query_texts),
                               threads=cfg.threads)
+        warn_if_shrinking(root, manifest.index.ntotal)
         root.set_current(version)
         root.prune(cfg.keep)
     log.info("built %s in %.1fs: %d vectors, %s", version, timings.total_s, manifest.index.ntotal,

@@ -52,7 +52,9 @@ def _build(args: argparse.Namespace) -> int:
     cfg = BuildConfig(model_dir=args.model or default_model_dir(), data=args.data, root=args.root,
                       protocol=args.protocol, rows=args.rows, nlist=args.nlist, nprobe=args.nprobe,
                       codec=args.codec,
-                      batch_size=args.batch_size, threads=args.threads, keep=args.keep, evaluate=not args.no_eval)
+                      batch_size=args.batch_size, threads=args.threads, keep=args.keep, evaluate=not args.no_eval,
+                      id_field=args.id_field, text_field=args.text_field, title_field=args.title_field,
+                      metadata_fields=args.metadata_fields, queries=args.queries, qrels=args.qrels)
     if args.engine == "ray":
         from indexer.ray_build import RayOptions, build_on_ray, summary
 
@@ -65,7 +67,19 @@ def _build(args: argparse.Namespace) -> int:
         m = build(cfg)
     print(f"built version {m.version} in {args.root}: {m.index.ntotal} vectors ({m.index.factory}, nprobe "
           f"{m.index.nprobe}), {m.build_seconds.total_s:.1f}s")
-    if m.eval:
+    d = m.data
+    if d.format is not None:
+        rate = d.rows_read / max(m.build_seconds.load_s + m.build_seconds.encode_docs_s, 1e-9)
+        print(f"{d.format}: {d.rows_read} rows read ({rate:.0f} rows/s with encoding), {d.n_docs} documents, "
+              f"{d.skipped_empty_texts} empty texts skipped, {d.duplicate_ids} duplicate ids (last row won)")
+        schema = ", ".join(f"{k}: {v}" for k, v in d.metadata_schema.items()) or "none"
+        print(f"metadata: {schema}")
+    if m.eval and m.eval.ndcg_at_10 is not None:
+        e = m.eval
+        print(f"MRR@10 {e.mrr_at_10:.4f} nDCG@10 {e.ndcg_at_10:.4f} Recall@10 {e.recall_at_10:.4f} Recall@100 "
+              f"{e.recall_at_100:.4f} (exact search: {e.exact_mrr_at_10:.4f} {e.exact_ndcg_at_10:.4f} "
+              f"{e.exact_recall_at_10:.4f} {e.exact_recall_at_100:.4f}) over {e.n_queries} queries")
+    elif m.eval:
         print(f"MRR@10 {m.eval.mrr_at_10:.4f} (exact {m.eval.exact_mrr_at_10:.4f}) over {m.eval.n_queries} "
               f"queries")
     return 0
@@ -82,6 +96,13 @@ def _table(e) -> str:  # noqa: ANN001 (EvalFigures)
         ("top-10 overlap with exact search", f"{e.ann_recall_at_10 * 100:.2f}"),
         ("queries / documents", f"{e.n_queries} / {e.n_docs}"),
     ]
+    if e.ndcg_at_10 is not None:  # graded judgments (a corpus's queries and qrels): each figure, then exact search's
+        rows[4:4] = [("nDCG@10", f"{e.ndcg_at_10 * 100:.2f}"), ("Recall@100", f"{e.recall_at_100 * 100:.2f}")]
+        rows[7:7] = [("exact search nDCG@10", f"{e.exact_ndcg_at_10 * 100:.2f}"),
+                     ("exact search Recall@10", f"{e.exact_recall_at_10 * 100:.2f}"),
+                     ("exact search Recall@100", f"{e.exact_recall_at_100 * 100:.2f}")]
+    if e.query_set is not None:
+        rows.append(("queries + qrels", e.query_set))
     if e.exact_n_queries is not None:
         rows.insert(4, ("exact search measured on", f"a seeded sample of {e.exact_n_queries} queries (the index's "
                                                      f"MRR@10 there: {e.mrr_at_10_on_exact_sample * 100:.2f}; "
@@ -98,23 +119,41 @@ def _eval(args: argparse.Namespace) -> int:
     root = IndexRoot(args.root)
     folder = root.version_dir(args.version) if args.version else root.current_dir()
     version = IndexVersion(folder)
+    budget = None if args.exact_all else EXACT_PAIRS_BUDGET
     try:
-        figures = evaluate(version, nprobe=args.nprobe, batch_size=args.batch_size, threads=args.threads,
-                           exact_budget=None if args.exact_all else EXACT_PAIRS_BUDGET)
+        if args.queries is not None:
+            from indexer.corpus import query_files
+            from indexer.evaluate import evaluate_query_files
+            from indexer.onnx_encoder import OnnxEncoder
+
+            queries, qrels = query_files(args.queries, args.qrels, args.split)
+            encoder = OnnxEncoder(args.model or Path(version.manifest.model.dir), threads=args.threads,
+                                  verify_sha256=True)
+            figures, _ = evaluate_query_files(version, queries, qrels, encoder, nprobe=args.nprobe,
+                                              batch_size=args.batch_size, threads=args.threads, exact_budget=budget)
+        elif args.qrels is not None:
+            raise ValueError("--qrels goes with --queries")
+        else:
+            figures = evaluate(version, nprobe=args.nprobe, batch_size=args.batch_size, threads=args.threads,
+                               exact_budget=budget)
     finally:
         version.close()
     manifest = version.manifest
-    manifest.eval = figures
+    if figures.query_set is not None and args.queries is not None:
+        manifest.query_evals[figures.query_set] = figures  # the version's own `eval` stays what gates swaps
+    else:
+        manifest.eval = figures
     manifest.save(folder)
     if args.json:
         keys = ("mrr_at_10", "recall_at_10", "exact_mrr_at_10", "avg_retrieval_ms", "memory_gb", "n_queries",
                 "n_docs", "ann_recall_at_10", "exact_n_queries", "mrr_at_10_on_exact_sample", "batch_size",
-                "threads", "nprobe")
+                "threads", "nprobe", "ndcg_at_10", "recall_at_100", "exact_ndcg_at_10", "exact_recall_at_10",
+                "exact_recall_at_100", "query_set")
         out = {k: getattr(figures, k) for k in keys} | {"version": manifest.version}
         print(json.dumps(out))
     else:
         print(f"version {manifest.version} ({manifest.index.factory}, {manifest.model.pooling} pooling, "
-              f"{manifest.data.protocol} protocol)")
+              f"{manifest.data.protocol} {'data' if manifest.data.protocol == 'corpus' else 'protocol'})")
         print(_table(figures))
     return 0
 
@@ -205,22 +244,40 @@ def build_parser() -> argparse.ArgumentParser:
     def threads_arg(p: argparse.ArgumentParser) -> None:
         p.add_argument("--threads", type=int, default=None, help="ONNX Runtime / FAISS threads (default: cores)")
 
-    b = sub.add_parser("build", help="embed the Quora questions and build a new index version",
-                       description="Embed a Quora question-pairs TSV with an exported ONNX encoder into a FAISS "
-                       "IVF index; write a new version atomically, evaluate it, then switch `current` to it.")
+    b = sub.add_parser("build", help="embed a corpus (Quora TSV, JSONL, CSV/TSV, Parquet, BEIR) into a new version",
+                       description="Embed a corpus with an exported ONNX encoder into a FAISS IVF index; write a new "
+                       "version atomically, evaluate it, then switch `current` to it.")
     root_arg(b)
     b.add_argument("--model", type=Path, default=None,
                    help="exported encoder folder (default: $STRATA_HOME/models/all-MiniLM-L6-v2-mean; with --add: "
                    "the encoder the current version was built with)")
     b.add_argument("--data", default=default_quora_source(),
-                   help="quora_duplicate_questions.tsv[.gz] path or its URL (default: the local copy under "
+                   help="the corpus: quora_duplicate_questions.tsv[.gz] (or its URL); a .jsonl, .csv or .tsv file "
+                   "with a header, .parquet file or folder, or a BEIR folder (corpus.jsonl, queries.jsonl, "
+                   "qrels/test.tsv); .gz works for text files (default: the local Quora copy under "
                    "$STRATA_DATA_DIR if any, else the official URL)")
-    b.add_argument("--protocol", choices=["paper", "full", "heldout"], default="paper",
-                   help="paper: first 100k rows, question2 corpus, question1 queries; full: every question; "
-                   "heldout: every question of the held-out rows (id >= 300,000), which nothing trains or "
-                   "tunes on")
+    b.add_argument("--protocol", choices=["paper", "full", "heldout"], default=None,
+                   help="Quora TSV only. paper (default): first 100k rows, question2 corpus, question1 queries; "
+                   "full: every question; heldout: every question of the held-out rows (id >= 300,000), which "
+                   "nothing trains or tunes on")
     b.add_argument("--rows", type=int, default=None, help="read only the first N data rows (heldout: the first N "
                    "held-out rows)")
+    c = b.add_argument_group("your own corpus (any --data but the Quora TSV)")
+    c.add_argument("--id-field", default=None, help="field holding the document id, a string or an integer "
+                   "(default: id; BEIR: _id)")
+    c.add_argument("--text-field", default=None, help="field holding the text (default: text)")
+    c.add_argument("--title-field", default=None,
+                   help="field holding a title, encoded as BEIR does: (title + ' ' + text).strip() (default: none; "
+                   "BEIR: title)")
+    c.add_argument("--metadata-fields", type=lambda v: [f.strip() for f in v.split(",") if f.strip()],
+                   default=None, metavar="F1,F2",
+                   help="fields kept as metadata, comma-separated ('' for none; default: every field other than "
+                   "the id and text)")
+    c.add_argument("--queries", type=Path, default=None,
+                   help="evaluation queries (JSONL with _id/id and text) to store and evaluate with --qrels "
+                   "(a BEIR folder's queries.jsonl is found by itself)")
+    c.add_argument("--qrels", type=Path, default=None,
+                   help="relevance judgments for --queries: query-id<TAB>corpus-id<TAB>score (BEIR: qrels/test.tsv)")
     b.add_argument("--nlist", type=int, default=DEFAULT_NLIST,
                    help="IVF lists (scaled down for small corpora; 1024 is also the paper's)")
     b.add_argument("--nprobe", type=int, default=DEFAULT_NPROBE,
@@ -263,8 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=_rollback)
 
     e = sub.add_parser("eval", help="MRR@10, Recall@10, exact MRR@10, ms/query and memory of a version",
-                       description="Evaluate a version on its stored queries; prints the paper's Table 3 row "
-                       "and stores the figures in its manifest.")
+                       description="Evaluate a version on its stored queries (prints the paper's Table 3 row), or "
+                       "with --queries/--qrels on your own; stores the figures in its manifest.")
     root_arg(e)
     e.add_argument("--version", help="version to evaluate (default: current)")
     e.add_argument("--nprobe", type=int, default=None, help="override nprobe (default: the manifest's)")
@@ -274,6 +331,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="search every query exactly (default: a seeded sample once queries × documents pass 1e10, "
                         "about a minute on 2 cores)")
     e.add_argument("--json", action="store_true", help="print one JSON object")
+    e.add_argument("--queries", type=Path, default=None, metavar="FILE|BEIR_DIR",
+                   help="your own queries (JSONL with _id/id and text, or TSV id<TAB>text), or a BEIR folder: "
+                   "reports MRR@10, nDCG@10, Recall@10 and Recall@100 of the index and of exact search")
+    e.add_argument("--qrels", type=Path, default=None,
+                   help="judgments for --queries: query-id<TAB>corpus-id<TAB>score (header optional; score > 0 is "
+                   "relevant and nDCG uses it as the gain)")
+    e.add_argument("--split", default="test", help="with a BEIR folder: the qrels/<split>.tsv to use (default test)")
+    e.add_argument("--model", type=Path, default=None,
+                   help="with --queries: the encoder (default: the one the version was built with)")
     e.set_defaults(func=_eval)
 
     t = sub.add_parser("tune", help="sweep index types, nlist, nprobe/efSearch on a version's own vectors",

@@ -7,13 +7,21 @@ import logging
 import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import faiss
 import numpy as np
 
 from indexer.faiss_index import exact_search, memory_bytes, set_nprobe
 from indexer.manifest import EvalFigures
+from indexer.metrics import mean_metrics
+from indexer.store import GradedEvalSet
 from indexer.version import IndexVersion
+
+if TYPE_CHECKING:
+    from indexer.ingest import EvalSetStats
+    from indexer.onnx_encoder import OnnxEncoder
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +69,13 @@ def evaluate(version: IndexVersion, *, nprobe: int | None = None, batch_size: in
     """MRR@10 and Recall@10 of the index at `nprobe` over every evaluation query, single-query timing, and the
     exact-search reference on the index's own vectors (all queries, or a seeded sample past `exact_budget`
     query × document pairs; None: always all)."""
+    graded = version.store.graded_eval_set()
+    if graded is not None:  # a corpus build's queries and qrels
+        qvecs = version.query_vectors()
+        if qvecs is None or len(qvecs) != len(graded.query_texts):
+            raise EvalError(f"{version.folder}: query vectors do not match its {len(graded.query_texts)} queries")
+        return evaluate_graded(version, qvecs, graded, nprobe=nprobe, batch_size=batch_size, threads=threads,
+                               exact_budget=exact_budget, query_set=version.manifest.data.eval_source)
     qids, _, gold = version.store.eval_set()
     qvecs = version.query_vectors()
     if not qids or qvecs is None:
@@ -111,3 +126,84 @@ def evaluate(version: IndexVersion, *, nprobe: int | None = None, batch_size: in
              figures.mrr_at_10, figures.exact_mrr_at_10, figures.recall_at_10, figures.avg_retrieval_ms,
              batch_size, used_threads, nprobe)
     return figures
+
+
+GRADED_DEPTH = 100  # Recall@100
+
+
+def evaluate_graded(version: IndexVersion, qvecs: np.ndarray, ev: GradedEvalSet, *, nprobe: int | None = None,
+                    batch_size: int = 1, threads: int | None = None, exact_budget: int | None = EXACT_PAIRS_BUDGET,
+                    query_set: str | None = None) -> EvalFigures:
+    """MRR@10, nDCG@10, Recall@10 and Recall@100 (`indexer.metrics`) of the index at `nprobe` and of exact search
+    on the index's own vectors, over queries with graded judgments; single-query search timed at depth 10.
+
+    As BEIR does by default (`ignore_identical_ids`), a document whose external id equals the query's is
+    removed from that query's results (it is the query itself when queries are also documents)."""
+    if len(qvecs) != len(ev.query_texts) or not len(qvecs):
+        raise EvalError(f"{len(qvecs)} query vectors for {len(ev.query_texts)} queries")
+    self_docs = np.asarray(ev.self_docs, dtype=np.int64)
+    extra = int((self_docs >= 0).any())
+    depth = GRADED_DEPTH + extra
+    nprobe = nprobe or version.nprobe
+    set_nprobe(version.index, nprobe)
+    if threads:
+        faiss.omp_set_num_threads(threads)
+    used_threads = faiss.omp_get_max_threads()
+    try:
+        t0 = time.perf_counter()
+        for start in range(0, len(qvecs), batch_size):
+            version.index.search(qvecs[start : start + batch_size], 10 + extra)
+        elapsed = time.perf_counter() - t0
+        _, ids = version.index.search(qvecs, depth)
+    finally:
+        set_nprobe(version.index, version.nprobe)
+    sample = exact_sample(len(qvecs), version.ntotal, exact_budget)
+    pick = np.arange(len(qvecs)) if sample is None else sample
+    _, exact = exact_search(version.index, qvecs[pick], depth)
+    if extra:
+        ids = _drop_self(ids, self_docs, GRADED_DEPTH)
+        exact = _drop_self(exact, self_docs[pick], GRADED_DEPTH)
+    got = mean_metrics(ids, ev.qrels)
+    ref = mean_metrics(exact, [ev.qrels[i] for i in pick])
+    overlap = np.mean([len(set(a[:10][a[:10] >= 0]) & set(b[:10][b[:10] >= 0])) / max(1, int((b[:10] >= 0).sum()))
+                       for a, b in zip(ids[pick], exact, strict=True)])
+    sample_mrr = None if sample is None else mean_metrics(ids[pick], [ev.qrels[i] for i in pick])["mrr_at_10"]
+    figures = EvalFigures(
+        mrr_at_10=_f(got["mrr_at_10"]), recall_at_10=_f(got["recall_at_10"]), ndcg_at_10=_f(got["ndcg_at_10"]),
+        recall_at_100=_f(got["recall_at_100"]), exact_mrr_at_10=_f(ref["mrr_at_10"]),
+        exact_ndcg_at_10=_r(ref["ndcg_at_10"]), exact_recall_at_10=_r(ref["recall_at_10"]),
+        exact_recall_at_100=_f(ref["recall_at_100"]), ann_recall_at_10=_f(float(overlap)),
+        exact_n_queries=None if sample is None else len(sample), mrr_at_10_on_exact_sample=_r(sample_mrr),
+        avg_retrieval_ms=round(elapsed * 1000 / len(qvecs), 5), batch_size=batch_size, threads=used_threads,
+        nprobe=nprobe, memory_gb=round(memory_bytes(version.index) / 1e9, 4), n_queries=len(qvecs),
+        n_docs=version.ntotal, measured_at=datetime.now(timezone.utc), query_set=query_set,
+    )
+    log.info("eval: MRR@10 %.4f nDCG@10 %.4f Recall@10 %.4f Recall@100 %.4f (exact: %.4f %.4f %.4f %.4f) over %d "
+             "queries", figures.mrr_at_10, figures.ndcg_at_10, figures.recall_at_10, figures.recall_at_100,
+             figures.exact_mrr_at_10, figures.exact_ndcg_at_10, figures.exact_recall_at_10,
+             figures.exact_recall_at_100, len(qvecs))
+    return figures
+
+
+def _f(x: float) -> float:
+    return round(float(x), 6)
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else _f(x)
+
+
+def evaluate_query_files(version: IndexVersion, queries: Path, qrels: Path, encoder: OnnxEncoder, *,
+                         nprobe: int | None = None, batch_size: int = 1, threads: int | None = None,
+                         exact_budget: int | None = EXACT_PAIRS_BUDGET) -> tuple[EvalFigures, EvalSetStats]:
+    """`indexer eval --queries --qrels`: the graded figures of `version` on the user's own queries (encoded with
+    `encoder`, which must be the version's), judged documents named by their external ids."""
+    from indexer.ingest import load_eval_set
+
+    if encoder.meta.onnx_sha256 != version.manifest.model.onnx_sha256:
+        raise EvalError(f"{encoder.model_dir} is not the encoder version {version.version} was built with")
+    loaded = load_eval_set(queries, qrels, version.store.resolve_ext_ids)
+    qvecs = encoder.encode(loaded.evalset.query_texts, progress=True, desc="queries")
+    figures = evaluate_graded(version, qvecs, loaded.evalset, nprobe=nprobe, batch_size=batch_size,
+                              threads=threads, exact_budget=exact_budget, query_set=loaded.source)
+    return figures, loaded.stats

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import faiss
 import numpy as np
@@ -156,3 +157,8 @@ def memory_bytes(index: faiss.Index) -> int:
     inv = top.invlists
     stored = sum(inv.list_size(i) for i in range(top.nlist))
     return stored * (inv.code_size + 8) + int(faiss.serialize_index(top.quantizer).nbytes)
+
+
+def write_index(index: faiss.Index, path: Path) -> None:
+    """Write `index` to `path` (for modules that must not import faiss themselves)."""
+    faiss.write_index(index, str(path))

@@ -47,6 +47,13 @@ class IndexInfo(BaseModel):
     shards: list[ShardInfo] = []
 
 
+class CorpusFieldsInfo(BaseModel):
+    id: str
+    text: str
+    title: str | None = None  # joined to the text as BEIR does: (title + " " + text).strip()
+    metadata: list[str] | None = None  # None: every field other than id and text
+
+
 class DataInfo(BaseModel):
     source: str
     protocol: str
@@ -54,6 +61,14 @@ class DataInfo(BaseModel):
     skipped_empty_texts: int
     n_docs: int
     n_queries: int
+    # Corpus builds (`--data` JSONL, CSV/TSV, Parquet, BEIR); the defaults describe a Quora build.
+    format: str | None = None  # jsonl, csv, tsv, parquet or beir (None: the Quora TSV)
+    fields: CorpusFieldsInfo | None = None
+    duplicate_ids: int = 0  # rows whose id an earlier row had: the later row replaced it (an upsert)
+    metadata_schema: dict[str, str] = {}  # field → int, float, str, bool, json, or a union such as "int|str"
+    eval_source: str | None = None  # the queries and qrels files of the stored evaluation set
+    eval_queries_without_relevant: int = 0  # queries whose judgments hold no grade > 0 (not evaluated)
+    eval_judged_docs_missing: int = 0  # judged documents not in the corpus (they stay in recall denominators)
 
 
 class Timings(BaseModel):
@@ -98,6 +113,13 @@ class EvalFigures(BaseModel):
     n_queries: int
     n_docs: int
     measured_at: datetime
+    # Graded evaluations (corpus builds with qrels, `indexer eval --queries/--qrels`); None in older manifests.
+    ndcg_at_10: float | None = None
+    recall_at_100: float | None = None
+    exact_ndcg_at_10: float | None = None
+    exact_recall_at_10: float | None = None
+    exact_recall_at_100: float | None = None
+    query_set: str | None = None  # the queries + qrels files measured (None: the version's Quora eval set)
 
 
 class Manifest(BaseModel):
@@ -111,6 +133,9 @@ class Manifest(BaseModel):
     eval: EvalFigures | None = None
     parent_version: str | None = None  # the version an `--add` build extended
     distributed: DistributedInfo | None = None  # how a `--engine ray` build spread the encoding
+    # `indexer eval --queries Q --qrels R` figures, by query set; `eval` stays the version's own eval set (the
+    # one a swap gate compares across versions).
+    query_evals: dict[str, EvalFigures] = {}
 
     @classmethod
     def load(cls, folder: Path) -> Manifest:

@@ -27,7 +27,9 @@ import ray
 from ray.data import ActorPoolStrategy
 
 from indexer.build import BuildConfig, model_info, save_and_evaluate
+from indexer.corpus import detect_format
 from indexer.faiss_index import INDEX_FILE, effective_nlist, ivf_factory
+from indexer.ingest import corpus_data_info, data_path, ingest_store, source_for, warn_if_shrinking
 from indexer.layout import IndexRoot, new_version_name
 from indexer.manifest import (
     ActorThroughput,
@@ -39,10 +41,8 @@ from indexer.manifest import (
     Timings,
 )
 from indexer.onnx_encoder import OnnxEncoder
-from indexer.paths import strata_home
-from indexer.quora import resolve_source
 from indexer.ray_embed import EmbedBatches, column_vectors
-from indexer.ray_input import read_corpus
+from indexer.ray_input import read_corpus, store_corpus
 from indexer.shards import SHARDS_DIR, shard_file, shard_of, train_empty_ivf, training_positions
 from indexer.store import STORE, write_store
 from indexer.version import QUERY_VECTORS
@@ -152,13 +152,23 @@ def build_on_ray(cfg: BuildConfig, opts: RayOptions) -> Manifest:
         if cfg.threads:
             faiss.omp_set_num_threads(cfg.threads)
         t0 = time.perf_counter()
-        path = resolve_source(cfg.data, strata_home() / "downloads") if not Path(cfg.data).is_dir() \
-            else Path(cfg.data)
-        corpus = read_corpus(path, cfg.protocol, cfg.rows, workers, opts.block_rows)
-        timings = Timings(load_s=time.perf_counter() - t0)
+        path = data_path(cfg.data)
+        quora = detect_format(path) == "quora"
+        if quora:
+            if cfg.corpus_options():
+                raise ValueError(f"{', '.join(cfg.corpus_options())}: not for the Quora question-pairs TSV {path}")
+            corpus = read_corpus(path, cfg.protocol or "paper", cfg.rows, workers, opts.block_rows)
+        elif cfg.protocol is not None:
+            raise ValueError(f"--protocol applies to the Quora question-pairs TSV; {path} is another corpus")
 
         version = new_version_name()
         with root.staging(version) as stage:
+            if not quora:  # read by the driver into the staged store, through the single-machine reader
+                source = source_for(cfg, path)
+                ingested, schema, loaded = ingest_store(source, stage, None, batch_size=cfg.batch_size,
+                                                        limit=cfg.rows)
+                corpus = store_corpus(stage / STORE, str(path), workers, opts.block_rows)
+            timings = Timings(load_s=time.perf_counter() - t0)
             vec_dir = stage / VECTORS_DIR
             t0 = time.perf_counter()
             log.info("encoding on Ray (%s): %d actors x %d thread(s)", address, workers, opts.threads_per_worker)
@@ -166,7 +176,7 @@ def build_on_ray(cfg: BuildConfig, opts: RayOptions) -> Manifest:
             timings.encode_docs_s = embed_wall = time.perf_counter() - t0
             files = sorted(vec_dir.glob("*.parquet"))
             pos, ids, actors = _scan(files)
-            _check_complete(pos, ids, corpus)
+            _check_complete(pos, ids, corpus, None if quora else ingested.n_docs)
             n = len(ids)
 
             driver_encoder = OnnxEncoder(cfg.model_dir, threads=cfg.threads, verify_sha256=True)
@@ -203,16 +213,14 @@ def build_on_ray(cfg: BuildConfig, opts: RayOptions) -> Manifest:
                 data = DataInfo(source=split.source, protocol=split.protocol, rows_read=split.rows_read,
                                 skipped_empty_texts=split.skipped_empty_texts, n_docs=n,
                                 n_queries=len(ev.query_texts))
-            else:  # an id,text corpus: texts streamed from the dataset into the store, no eval set
-                doc_ids: list[int] = []
-                doc_texts: list[str] = []
-                for batch in corpus.dataset.iter_batches(batch_format="pyarrow"):  # type: ignore[attr-defined]
-                    doc_ids += batch.column("id").to_pylist()
-                    doc_texts += batch.column("text").to_pylist()
-                write_store(stage / STORE, doc_ids, doc_texts, [], [], [], {"source": corpus.source,
-                                                                           "protocol": "corpus"})
-                data = DataInfo(source=corpus.source, protocol="corpus", rows_read=len(doc_ids),
-                                skipped_empty_texts=0, n_docs=n, n_queries=0)
+            else:  # another corpus: its store (and evaluation set, if any) was written while reading it
+                if loaded is not None:
+                    t0 = time.perf_counter()
+                    qvecs = driver_encoder.encode(loaded.evalset.query_texts, cfg.batch_size, progress=True,
+                                                  desc="eval queries")
+                    timings.encode_queries_s = time.perf_counter() - t0
+                    np.save(stage / QUERY_VECTORS, qvecs)
+                data = corpus_data_info(source, ingested, schema, loaded)
 
             m = driver_encoder.meta
             shards = [] if opts.shards == 1 else [ShardInfo(file=shard_file(s), ntotal=c) for s, c in
@@ -230,6 +238,7 @@ def build_on_ray(cfg: BuildConfig, opts: RayOptions) -> Manifest:
             )
             save_and_evaluate(stage, manifest, t_start, evaluate_it=cfg.evaluate and bool(data.n_queries),
                               threads=cfg.threads)
+        warn_if_shrinking(root, manifest.index.ntotal)
         root.set_current(version)
         root.prune(cfg.keep)
     log.info("built %s on Ray in %.1fs: %d vectors, %s%s", version, timings.total_s, n, manifest.index.factory,
@@ -237,7 +246,7 @@ def build_on_ray(cfg: BuildConfig, opts: RayOptions) -> Manifest:
     return manifest
 
 
-def _check_complete(pos: np.ndarray, ids: np.ndarray, corpus: object) -> None:
+def _check_complete(pos: np.ndarray, ids: np.ndarray, corpus: object, expected: int | None = None) -> None:
     """Every id exactly once (a retried batch must not add a second copy, a lost one must not go missing)."""
     uniq, counts = np.unique(ids, return_counts=True)
     if (counts > 1).any():
@@ -248,6 +257,8 @@ def _check_complete(pos: np.ndarray, ids: np.ndarray, corpus: object) -> None:
         missing = np.setdiff1d(split.corpus.ids, ids)
         raise DistributedBuildError(f"{len(missing)} of {len(split.corpus.ids)} documents were not encoded, e.g. "
                                     f"{missing[:5].tolist()}")
+    if expected is not None and len(ids) != expected:
+        raise DistributedBuildError(f"{len(ids)} of {expected} documents were encoded")
 
 
 def summary(manifest: Manifest) -> str:

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 STORE = "store.sqlite"
 
@@ -49,6 +56,7 @@ class Store:
         self.path = path
         self._con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True, check_same_thread=False)
         self._lock = threading.Lock()
+        self._tables: set[str] | None = None
         try:
             self.count()
         except sqlite3.DatabaseError as exc:
@@ -80,3 +88,213 @@ class Store:
     def close(self) -> None:
         with self._lock:
             self._con.close()
+
+    # --- corpus stores (see CORPUS_SCHEMA below); on a Quora store they answer from `docs` alone ---
+
+    def _has_table(self, name: str) -> bool:
+        if self._tables is None:
+            with self._lock:
+                rows = self._con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+            self._tables = {r[0] for r in rows}
+        return name in self._tables
+
+    def documents(self, ids: Iterable[int]) -> dict[int, StoredDoc]:
+        """External id, text and metadata of the documents with these FAISS ids (missing ids are left out). A Quora
+        store has no external ids: a document's external id is its FAISS id (the qid), its metadata empty."""
+        wanted = sorted({int(i) for i in ids if i >= 0})
+        out: dict[int, StoredDoc] = {}
+        if not wanted:
+            return out
+        corpus = self._has_table("doc_ext")
+        for part in _chunks(wanted):
+            marks = ",".join("?" * len(part))
+            if corpus:
+                sql = (f"SELECT d.id, e.ext_id, d.text, e.metadata FROM docs d LEFT JOIN doc_ext e ON e.id = d.id "
+                       f"WHERE d.id IN ({marks})")
+            else:
+                sql = f"SELECT id, id, text, '{{}}' FROM docs WHERE id IN ({marks})"
+            with self._lock:
+                rows = self._con.execute(sql, list(part)).fetchall()
+            for fid, ext, text, meta in rows:
+                out[fid] = StoredDoc(fid, fid if ext is None else ext, text, json.loads(meta or "{}"))
+        return out
+
+    def metadata_schema(self) -> dict[str, str]:
+        """Field → type of the metadata ({} for a store without metadata)."""
+        with self._lock:
+            row = self._con.execute("SELECT value FROM meta WHERE key = ?", (META_SCHEMA_KEY,)).fetchone()
+        return json.loads(row[0]) if row else {}
+
+    def filter_ids(self, flt: object) -> np.ndarray:
+        """Sorted FAISS ids (int64) of the documents matching filter `flt` (see `indexer.filters`); raises
+        `FilterError` for an unknown field, operator or a mistyped value."""
+        from indexer.filters import compile_sql, parse_filter
+
+        node = parse_filter(flt, self.metadata_schema())
+        sql, params = compile_sql(node)
+        with self._lock:
+            rows = self._con.execute(sql, params).fetchall()
+        return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+
+    def resolve_ext_ids(self, keys: Iterable[str]) -> dict[str, int]:
+        """FAISS ids of documents named by external ids written as strings (qrels files have no types): "17" finds
+        the string id "17", else the integer id 17. Unknown ids are left out."""
+        keys = list(dict.fromkeys(keys))
+        out: dict[str, int] = {}
+        as_int = {k: int(k) for k in keys if _canonical_int(k)}
+        corpus = self._has_table("doc_ext")
+        for part in _chunks(keys, 400):
+            ints = [as_int[k] for k in part if k in as_int]
+            marks, imarks = ",".join("?" * len(part)), ",".join("?" * len(ints))
+            if corpus:
+                sql = f"SELECT ext_id, id FROM doc_ext WHERE ext_id IN ({marks})"
+                if ints:
+                    sql += f" OR ext_id IN ({imarks})"
+                params = [*part, *ints]
+            else:
+                sql, params = f"SELECT id, id FROM docs WHERE id IN ({imarks or 'NULL'})", ints
+            with self._lock:
+                rows = self._con.execute(sql, params).fetchall()
+            found = {(type(e), e): fid for e, fid in rows}
+            for k in part:
+                fid = found.get((str, k))
+                if fid is None and k in as_int:
+                    fid = found.get((int, as_int[k]))
+                if fid is not None:
+                    out[k] = fid
+        return out
+
+    def graded_eval_set(self) -> GradedEvalSet | None:
+        """The stored evaluation queries with graded judgments (a corpus build with queries and qrels), else
+        None."""
+        if not self._has_table("qrels"):
+            return None
+        with self._lock:
+            queries = self._con.execute("SELECT q.id, q.text, e.ext_id, e.self_doc FROM queries q "
+                                        "JOIN query_ext e ON e.id = q.id ORDER BY q.id").fetchall()
+            judged = self._con.execute("SELECT query_id, doc_id, grade FROM qrels").fetchall()
+        if not queries:
+            return None
+        grades: dict[int, dict[int, int]] = {}
+        for q, d, g in judged:
+            grades.setdefault(q, {})[d] = g
+        return GradedEvalSet([str(e) for _, _, e, _ in queries], [t for _, t, _, _ in queries],
+                             [grades.get(q, {}) for q, _, _, _ in queries],
+                             [-1 if s is None else s for _, _, _, s in queries])
+
+
+# --- corpus stores (`indexer build --data` on JSONL, CSV/TSV, Parquet, BEIR) -----------------------------------
+#
+# Added to the tables above, which keep their meaning (docs.id is the FAISS id; queries/gold hold the evaluated
+# queries and their relevant documents, so `eval_set` works unchanged):
+#   doc_ext   FAISS id → external id as given (no column type: SQLite keeps 17 and "17" apart) and metadata JSON
+#   doc_meta  one (key, value, id) row per scalar metadata value, indexed on (key, value, id): what filters scan
+#   query_ext query id → external query id, and the FAISS id of the document with the same external id, if any
+#   qrels     graded judgments (doc_id ≤ -2: a judged document that is not in the corpus; it counts as a relevant
+#             document nobody can retrieve, like BEIR's pytrec_eval)
+
+CORPUS_SCHEMA = """
+CREATE TABLE doc_ext (id INTEGER PRIMARY KEY, ext_id NOT NULL, metadata TEXT NOT NULL);
+CREATE TABLE doc_meta (key TEXT NOT NULL, value NOT NULL, id INTEGER NOT NULL);
+CREATE TABLE query_ext (id INTEGER PRIMARY KEY, ext_id NOT NULL, self_doc INTEGER);
+CREATE TABLE qrels (query_id INTEGER NOT NULL, doc_id INTEGER NOT NULL, grade INTEGER NOT NULL,
+                    PRIMARY KEY (query_id, doc_id));
+"""
+META_SCHEMA_KEY = "metadata_schema"
+# SQLite's json_each type names → the schema's
+_JSON_TYPES = {"integer": "int", "real": "float", "text": "str", "true": "bool", "false": "bool", "array": "json",
+               "object": "json", "null": "null"}
+
+
+@dataclass(frozen=True)
+class StoredDoc:
+    id: int  # the FAISS id
+    ext_id: str | int  # as the corpus gave it
+    text: str
+    metadata: dict[str, Any]
+
+
+@dataclass
+class GradedEvalSet:
+    """Evaluation queries with graded judgments, in FAISS ids."""
+
+    query_ext_ids: list[str]
+    query_texts: list[str]
+    qrels: list[dict[int, int]]  # per query: FAISS id (≤ -2: not in the corpus) → grade
+    self_docs: list[int]  # per query: the FAISS id of the document with the query's external id, else -1
+
+
+def merge_types(types: Iterable[str]) -> str:
+    """One schema type for the JSON types a field was seen with: int and float make float; bool, str and json
+    stay apart ("int|str"); null only counts when it is all there is."""
+    kinds = set(types)
+    if {"int", "float"} <= kinds:
+        kinds.discard("int")
+    if len(kinds) > 1:
+        kinds.discard("null")
+    return "|".join(sorted(kinds))
+
+
+class CorpusStoreWriter:
+    """Writes a corpus store while the corpus streams in (the caller writes it inside a not-yet-published build
+    folder). `put` upserts by FAISS id, so a later row with the same id replaces the earlier one; `finish`
+    derives the metadata index and schema in SQLite, then syncs the file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._con = sqlite3.connect(path)
+        # A fresh file in a staging folder that a failed build deletes: no journal needed; synced in finish().
+        self._con.execute("PRAGMA journal_mode = OFF")
+        self._con.execute("PRAGMA synchronous = OFF")
+        self._con.executescript(_SCHEMA + CORPUS_SCHEMA)
+
+    def put(self, rows: Sequence[tuple[int, str | int, str, str]]) -> None:
+        """(FAISS id, external id, text, metadata JSON) rows, upserted in order."""
+        self._con.executemany("INSERT OR REPLACE INTO docs VALUES (?, ?)", ((r[0], r[2]) for r in rows))
+        self._con.executemany("INSERT OR REPLACE INTO doc_ext VALUES (?, ?, ?)", ((r[0], r[1], r[3]) for r in rows))
+
+    def put_eval_set(self, ev: GradedEvalSet) -> None:
+        con = self._con
+        con.executemany("INSERT INTO queries VALUES (?, ?)", enumerate(ev.query_texts))
+        con.executemany("INSERT INTO query_ext VALUES (?, ?, ?)",
+                        ((i, q, s if s >= 0 else None) for i, (q, s) in enumerate(zip(ev.query_ext_ids, ev.self_docs,
+                                                                                        strict=True))))
+        con.executemany("INSERT INTO qrels VALUES (?, ?, ?)",
+                        ((i, d, g) for i, judged in enumerate(ev.qrels) for d, g in judged.items()))
+        con.executemany("INSERT INTO gold VALUES (?, ?)",
+                        ((i, d) for i, judged in enumerate(ev.qrels) for d, g in judged.items() if g > 0))
+
+    def finish(self, meta: dict[str, str] | None = None) -> dict[str, str]:
+        """Index the metadata, record `meta` and the metadata schema (field → type), sync and close; returns
+        the schema."""
+        con = self._con
+        con.execute("CREATE UNIQUE INDEX doc_ext_by_ext ON doc_ext (ext_id)")
+        # one row per scalar value; json_each reads JSON true/false as 1/0
+        con.execute("INSERT INTO doc_meta SELECT j.key, j.value, d.id FROM doc_ext d, json_each(d.metadata) j "
+                    "WHERE j.type IN ('integer', 'real', 'text', 'true', 'false')")
+        con.execute("CREATE INDEX doc_meta_kv ON doc_meta (key, value, id)")
+        seen: dict[str, set[str]] = {}
+        for key, jtype in con.execute("SELECT DISTINCT j.key, j.type FROM doc_ext d, json_each(d.metadata) j"):
+            seen.setdefault(key, set()).add(_JSON_TYPES[jtype])
+        schema = {k: merge_types(v) for k, v in sorted(seen.items())}
+        con.executemany("INSERT INTO meta VALUES (?, ?)",
+                        ((meta or {}) | {META_SCHEMA_KEY: json.dumps(schema)}).items())
+        con.execute("ANALYZE")
+        con.commit()
+        con.close()
+        with open(self.path, "rb+") as fh:
+            os.fsync(fh.fileno())
+        return schema
+
+    def abort(self) -> None:
+        self._con.close()
+
+
+def _chunks(seq: Sequence[Any], size: int = 900) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(seq), size):
+        yield seq[start : start + size]
+
+
+def _canonical_int(s: str) -> bool:
+    """"17" and "-3", not "007", "+1" or "1.0": the strings that an integer id prints as."""
+    return re.fullmatch(r"-?(0|[1-9][0-9]*)", s) is not None and -(1 << 63) <= int(s) < (1 << 63)

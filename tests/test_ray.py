@@ -425,3 +425,48 @@ def test_python_m_service_sharded_command(ray_sharded: Path, tmp_path: Path) -> 
         for pid in started | set(_session_processes(proc.pid)):  # only what this command started
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_ray_reads_your_own_corpus_through_the_same_reader(local_ray: None, minilm_mean: Path, quora_file: Path,
+                                                           tmp_path: Path) -> None:
+    """`--engine ray` on a BEIR folder: the same store (typed external ids, metadata), counts, evaluation set
+    and vectors as the single-machine build of it; a bad row is the same `FILE:LINE` error."""
+    from indexer.build import build
+    from indexer.ray_build import RayOptions, build_on_ray
+    from tests.test_corpus_build import make_beir
+
+    beir = tmp_path / "beir"
+    make_beir(quora_file, beir, rows=150)
+    with open(beir / "corpus.jsonl", "a", encoding="utf-8") as fh:  # an integer id, a repeat, an empty text
+        fh.write('{"_id": 7, "title": "", "text": "An integer id", "metadata": {"bucket": 9}}\n')
+        fh.write('{"_id": 7, "title": "Repeated", "text": "the last one wins", "metadata": {"bucket": 8}}\n')
+        fh.write('{"_id": "empty", "title": "", "text": ""}\n')
+    local = build(BuildConfig(model_dir=minilm_mean, data=str(beir), root=tmp_path / "local", threads=2))
+    ray_m = build_on_ray(BuildConfig(model_dir=minilm_mean, data=str(beir), root=tmp_path / "ray", threads=2),
+                         RayOptions(workers=2, shards=2, block_rows=64))
+    for key in ("format", "rows_read", "n_docs", "skipped_empty_texts", "duplicate_ids", "metadata_schema",
+                "n_queries", "eval_judged_docs_missing"):
+        assert getattr(ray_m.data, key) == getattr(local.data, key), key
+    assert (ray_m.data.duplicate_ids, ray_m.data.skipped_empty_texts) == (1, 1)
+    assert local.eval is not None and ray_m.eval is not None and ray_m.eval.ndcg_at_10 is not None
+    assert abs(ray_m.eval.ndcg_at_10 - local.eval.ndcg_at_10) < 0.01
+
+    folders = [IndexRoot(tmp_path / name).current_dir() for name in ("local", "ray")]
+    (ids_l, vecs_l), (ids_r, vecs_r) = (vectors_by_id(f) for f in folders)
+    assert np.array_equal(ids_l, ids_r)
+    assert float(((vecs_l - vecs_r) ** 2).sum(1).max()) < 1e-3  # fp16 codes of the same vectors
+    stores = [IndexVersion(f) for f in folders]
+    try:
+        docs_l, docs_r = (v.store.documents(ids_l.tolist()) for v in stores)
+        assert docs_l == docs_r
+        seven = next(d for d in docs_r.values() if d.ext_id == 7)
+        assert seven.id == 7 and seven.text == "Repeated the last one wins" and seven.metadata["bucket"] == 8
+    finally:
+        for v in stores:
+            v.close()
+
+    (beir / "corpus.jsonl").write_text('{"_id": "a", "text": "fine"}\n{"_id": [1], "text": "bad"}\n')
+    with pytest.raises(ValueError, match=r"corpus.jsonl:2: id field '_id' must be a string or an integer"):
+        build_on_ray(BuildConfig(model_dir=minilm_mean, data=str(beir), root=tmp_path / "ray", threads=2),
+                     RayOptions(workers=2))
+    assert IndexRoot(tmp_path / "ray").current_version() == ray_m.version

@@ -1,0 +1,381 @@
+"""`indexer build --data` on a user's corpus (JSONL, CSV/TSV, Parquet, BEIR): stream the rows into the version's
+store and the encoder, then build the IVF index exactly as for Quora.
+
+Streaming: rows are read, written to the SQLite store and encoded a chunk at a time, so memory grows with the
+vectors (and one id per document), not with the raw file.
+
+Ids. The store maps each external id to a FAISS int64 id and hits give the external id back as it was given:
+- an integer id in [0, 2^62) is its own FAISS id, so integer-keyed corpora (Quora qids, database keys) keep
+  their ids everywhere, including in APIs that only know FAISS ids;
+- any other id (a string, a negative or a huge integer) gets the next free FAISS id from 2^62 up.
+The two ranges never meet, so 17 and "17" are two documents.
+
+Duplicates: a row whose id an earlier row had replaces it (text, metadata and vector: an upsert, the last row
+wins) and is counted in the manifest (`data.duplicate_ids`). A row with an empty text (after joining the title)
+is skipped and counted (`data.skipped_empty_texts`); it neither adds nor replaces a document.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from array import array
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from indexer.corpus import (
+    CorpusFormatError,
+    CorpusSource,
+    ExtId,
+    Queries,
+    cell_value,
+    open_corpus,
+    read_qrels,
+    read_queries,
+)
+from indexer.faiss_index import INDEX_FILE, build_ivf, effective_nlist, ivf_factory, write_index
+from indexer.guards import max_shrink, shrink_message, shrinks_too_much
+from indexer.layout import IndexRoot, new_version_name
+from indexer.manifest import CorpusFieldsInfo, DataInfo, IndexInfo, Manifest, ManifestError, Timings
+from indexer.store import STORE, CorpusStoreWriter, GradedEvalSet
+from indexer.version import QUERY_VECTORS
+
+if TYPE_CHECKING:
+    from indexer.build import BuildConfig
+    from indexer.onnx_encoder import OnnxEncoder
+
+log = logging.getLogger(__name__)
+
+ASSIGNED_IDS_FROM = 1 << 62
+INGEST_CHUNK = 4096  # rows per store write and encoder call (long enough for length-sorted batches to pad little)
+INGEST_CHUNK_CHARS = 8_000_000  # or fewer rows when they are long: what one chunk may hold in memory
+VECTOR_BLOCK = 16_384  # rows per block of the growing vector array
+
+
+class DocIds:
+    """External id → row of its vector, and each row's FAISS id (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.row: dict[ExtId, int] = {}
+        self.faiss_ids = array("q")
+        self._next = ASSIGNED_IDS_FROM
+
+    def __len__(self) -> int:
+        return len(self.faiss_ids)
+
+    def add(self, ext: ExtId) -> tuple[int, bool]:
+        """(row, whether the id was seen before)."""
+        row = self.row.get(ext)
+        if row is not None:
+            return row, True
+        if isinstance(ext, int) and 0 <= ext < ASSIGNED_IDS_FROM:
+            fid = ext
+        else:
+            fid = self._next
+            self._next += 1
+        row = len(self.faiss_ids)
+        self.row[ext] = row
+        self.faiss_ids.append(fid)
+        return row, False
+
+    def resolve(self, keys: Iterable[str]) -> dict[str, int]:
+        """FAISS ids of external ids written as strings: "17" is the string id "17", else the integer 17."""
+        out: dict[str, int] = {}
+        for key in keys:
+            row = self.row.get(key)
+            if row is None and _is_int(key):
+                row = self.row.get(int(key))
+            if row is not None:
+                out[key] = self.faiss_ids[row]
+        return out
+
+    def faiss_array(self) -> np.ndarray:
+        return np.frombuffer(self.faiss_ids, dtype=np.int64).copy()
+
+
+def _is_int(s: str) -> bool:
+    return isinstance(cell_value(s), int)
+
+
+class VectorRows:
+    """A growing (rows × dim) float32 array kept as fixed blocks, so growing never copies what is there."""
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self.blocks: list[np.ndarray] = []
+        self.n = 0
+
+    def put(self, rows: np.ndarray, vecs: np.ndarray) -> None:
+        # the last of repeated rows wins (an id twice in one chunk)
+        last = len(rows) - 1 - np.unique(rows[::-1], return_index=True)[1]
+        rows, vecs = rows[last], vecs[last]
+        need = int(rows.max()) + 1
+        while len(self.blocks) * VECTOR_BLOCK < need:
+            self.blocks.append(np.empty((VECTOR_BLOCK, self.dim), dtype=np.float32))
+        self.n = max(self.n, need)
+        block = rows // VECTOR_BLOCK
+        for b in np.unique(block):
+            mine = block == b
+            self.blocks[b][rows[mine] % VECTOR_BLOCK] = vecs[mine]
+
+    def take(self) -> np.ndarray:
+        """All rows as one array (the blocks are released)."""
+        out = np.concatenate(self.blocks)[: self.n] if self.blocks else np.zeros((0, self.dim), np.float32)
+        self.blocks = []
+        return out
+
+
+@dataclass
+class IngestResult:
+    ids: DocIds
+    vectors: np.ndarray | None  # row i is the vector of FAISS id ids.faiss_ids[i]; None when not encoding
+    rows_read: int = 0
+    skipped_empty: int = 0
+    duplicate_ids: int = 0
+    read_s: float = 0.0
+    encode_s: float = 0.0
+
+    @property
+    def n_docs(self) -> int:
+        return len(self.ids)
+
+
+def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder | None, *,
+           batch_size: int | None = None, limit: int | None = None, progress: bool = True) -> IngestResult:
+    """Stream `source` into `writer` (and through `encoder`, unless None: the Ray engine encodes elsewhere)."""
+    from tqdm import tqdm
+
+    ids = DocIds()
+    rows = VectorRows(encoder.dim) if encoder is not None else None
+    result = IngestResult(ids, None)
+    bar = tqdm(total=source.total_bytes(), unit="B", unit_scale=True, desc="documents", mininterval=1.0,
+               dynamic_ncols=True, disable=not progress)
+    pending: list[tuple[int, ExtId, str, str]] = []  # (row, external id, text, metadata JSON)
+    pending_chars = 0
+    t_start = time.perf_counter()
+
+    def flush() -> None:
+        nonlocal pending_chars
+        pending_chars = 0
+        if not pending:
+            return
+        writer.put([(ids.faiss_ids[r], ext, text, meta) for r, ext, text, meta in pending])
+        if encoder is not None and rows is not None:
+            t0 = time.perf_counter()
+            vecs = encoder.encode([p[2] for p in pending], batch_size)
+            result.encode_s += time.perf_counter() - t0
+            rows.put(np.fromiter((p[0] for p in pending), dtype=np.int64, count=len(pending)), vecs)
+        pending.clear()
+        bar.set_postfix(docs=len(ids), refresh=False)
+
+    try:
+        for doc in source.docs(limit, bar.update):
+            result.rows_read += 1
+            if not doc.text:
+                result.skipped_empty += 1
+                continue
+            row, seen = ids.add(doc.ext_id)
+            result.duplicate_ids += seen
+            meta = json.dumps(doc.metadata, ensure_ascii=False)
+            pending.append((row, doc.ext_id, doc.text, meta))
+            pending_chars += len(doc.text) + len(meta)
+            if len(pending) >= INGEST_CHUNK or pending_chars >= INGEST_CHUNK_CHARS:
+                flush()
+        flush()
+    finally:
+        bar.close()
+    result.read_s = time.perf_counter() - t_start - result.encode_s
+    if rows is not None:
+        result.vectors = rows.take()
+    if result.duplicate_ids:
+        log.warning("%d rows repeated an earlier row's id: the later row replaced it", result.duplicate_ids)
+    log.info("read %d rows from %s (%s): %d documents, %d empty texts skipped, %d duplicate ids",
+             result.rows_read, source.path, source.format, result.n_docs, result.skipped_empty, result.duplicate_ids)
+    return result
+
+
+# --- evaluation queries ------------------------------------------------------------------------------------------
+
+@dataclass
+class EvalSetStats:
+    queries_read: int = 0
+    unknown_queries: int = 0  # judged in qrels but absent from the queries file
+    without_relevant: int = 0  # no judgment with grade > 0
+    missing_docs: int = 0  # judged documents absent from the corpus
+
+
+@dataclass
+class LoadedEvalSet:
+    evalset: GradedEvalSet
+    stats: EvalSetStats = field(default_factory=EvalSetStats)
+    source: str = ""
+
+
+def graded_eval_set(queries: Queries, qrels: dict[str, dict[str, int]],
+                    resolve: Callable[[Iterable[str]], dict[str, int]]) -> tuple[GradedEvalSet, EvalSetStats]:
+    """The queries that qrels judge with at least one relevant document, in qrels order, with judgments in FAISS
+    ids: a judged document missing from the corpus gets its own id ≤ -2 (it is never retrieved, and counts).
+    A query's own external id, if it is also a document's, names its `self_doc` (BEIR drops it from results)."""
+    keys = {d for judged in qrels.values() for d in judged} | set(qrels)
+    found = resolve(keys)
+    placeholder: dict[str, int] = {}
+    stats = EvalSetStats(queries_read=len(queries.texts))
+    ev = GradedEvalSet([], [], [], [])
+    for q, judged in qrels.items():
+        if q not in queries.texts:
+            stats.unknown_queries += 1
+            continue
+        grades: dict[int, int] = {}
+        for d, g in judged.items():
+            fid = found.get(d)
+            if fid is None:
+                fid = placeholder.setdefault(d, -2 - len(placeholder))
+            grades[fid] = g
+        if not any(g > 0 for g in grades.values()):
+            stats.without_relevant += 1
+            continue
+        ev.query_ext_ids.append(q)
+        ev.query_texts.append(queries.texts[q])
+        ev.qrels.append(grades)
+        ev.self_docs.append(found.get(q, -1))
+    stats.missing_docs = len(placeholder)
+    if stats.unknown_queries:
+        log.warning("%d judged queries are not in the queries file: ignored", stats.unknown_queries)
+    if stats.missing_docs:
+        log.warning("%d judged documents are not in the corpus: they count as relevant documents nobody finds",
+                    stats.missing_docs)
+    return ev, stats
+
+
+def load_eval_set(queries_path: Path, qrels_path: Path,
+                  resolve: Callable[[Iterable[str]], dict[str, int]]) -> LoadedEvalSet:
+    queries = read_queries(queries_path)
+    ev, stats = graded_eval_set(queries, read_qrels(qrels_path), resolve)
+    if not ev.query_texts:
+        raise CorpusFormatError(f"{qrels_path}: no query of {queries_path} has a relevant document (grade > 0) "
+                                f"among its judgments")
+    return LoadedEvalSet(ev, stats, f"{queries_path} + {qrels_path}")
+
+
+# --- the build ---------------------------------------------------------------------------------------------------
+
+def data_path(data: str) -> Path:
+    """The local path of `--data` (a URL is downloaded: only the Quora TSV is published that way)."""
+    from indexer.paths import strata_home
+    from indexer.quora import resolve_source
+
+    if data.startswith(("http://", "https://")):
+        return resolve_source(data, strata_home() / "downloads")
+    path = Path(data).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"data {path} does not exist")
+    return path
+
+
+def source_for(cfg: BuildConfig, path: Path) -> CorpusSource:
+    return open_corpus(path, id_field=cfg.id_field, text_field=cfg.text_field, title_field=cfg.title_field,
+                       metadata_fields=cfg.metadata_fields, queries=cfg.queries, qrels=cfg.qrels)
+
+
+def fields_info(source: CorpusSource) -> CorpusFieldsInfo:
+    f = source.fields
+    return CorpusFieldsInfo(id=f.id, text=f.text, title=f.title,
+                            metadata=list(f.metadata) if f.metadata is not None else None)
+
+
+def corpus_data_info(source: CorpusSource, res: IngestResult, schema: dict[str, str],
+                     loaded: LoadedEvalSet | None) -> DataInfo:
+    return DataInfo(source=str(source.path), protocol="corpus", rows_read=res.rows_read,
+                    skipped_empty_texts=res.skipped_empty, n_docs=res.n_docs,
+                    n_queries=len(loaded.evalset.query_texts) if loaded else 0, format=source.format,
+                    fields=fields_info(source), duplicate_ids=res.duplicate_ids, metadata_schema=schema,
+                    eval_source=loaded.source if loaded else None,
+                    eval_queries_without_relevant=loaded.stats.without_relevant if loaded else 0,
+                    eval_judged_docs_missing=loaded.stats.missing_docs if loaded else 0)
+
+
+def ingest_store(source: CorpusSource, stage: Path, encoder: OnnxEncoder | None, *, batch_size: int | None,
+                 limit: int | None) -> tuple[IngestResult, dict[str, str], LoadedEvalSet | None]:
+    """Write the store of a corpus (documents, metadata, and the evaluation set when queries and qrels are
+    there) into `stage`; the vectors come back in the result when `encoder` is given."""
+    writer = CorpusStoreWriter(stage / STORE)
+    try:
+        res = ingest(source, writer, encoder, batch_size=batch_size, limit=limit)
+        if res.n_docs == 0:
+            raise CorpusFormatError(f"{source.path}: no documents with text ({res.rows_read} rows read, "
+                                    f"{res.skipped_empty} with an empty text)")
+        loaded = None
+        if source.queries is not None and source.qrels is not None:
+            loaded = load_eval_set(source.queries, source.qrels, res.ids.resolve)
+            writer.put_eval_set(loaded.evalset)
+        elif source.queries is not None or source.qrels is not None:
+            log.warning("queries and qrels are both needed for an evaluation set; %s alone is ignored",
+                        source.queries or source.qrels)
+        schema = writer.finish({"source": str(source.path), "protocol": "corpus", "format": source.format})
+    except BaseException:
+        writer.abort()
+        raise
+    return res, schema, loaded
+
+
+def build_corpus(cfg: BuildConfig, root: IndexRoot, encoder: OnnxEncoder, source: CorpusSource,
+                 t_start: float) -> Manifest:
+    """Build a version from `source` in a staging folder (renamed into `versions/` only when complete) and
+    evaluate it when it has queries and qrels; the caller makes it current."""
+    from indexer.build import model_info, save_and_evaluate
+
+    version = new_version_name()
+    with root.staging(version) as stage:
+        res, schema, loaded = ingest_store(source, stage, encoder, batch_size=cfg.batch_size, limit=cfg.rows)
+        timings = Timings(load_s=res.read_s, encode_docs_s=res.encode_s)
+        vectors = res.vectors
+        assert vectors is not None
+        nlist = effective_nlist(len(vectors), cfg.nlist)
+        log.info("training IVF%d on %d vectors", nlist, len(vectors))
+        index, timings.train_s, timings.add_s = build_ivf(vectors, res.ids.faiss_array(), nlist, cfg.nprobe,
+                                                          cfg.seed, cfg.codec)
+        del vectors
+        res.vectors = None
+        write_index(index, stage / INDEX_FILE)
+        ntotal = int(index.ntotal)
+        del index
+        if loaded is not None:
+            t0 = time.perf_counter()
+            qvecs = encoder.encode(loaded.evalset.query_texts, cfg.batch_size, progress=True, desc="eval queries")
+            timings.encode_queries_s = time.perf_counter() - t0
+            np.save(stage / QUERY_VECTORS, qvecs)
+        manifest = Manifest(
+            version=version,
+            created_at=datetime.now(timezone.utc),
+            model=model_info(cfg.model_dir, encoder.meta),
+            index=IndexInfo(factory=ivf_factory(nlist, cfg.codec), nlist=nlist, nlist_requested=cfg.nlist,
+                            nprobe=min(cfg.nprobe, nlist), ntotal=ntotal),
+            data=corpus_data_info(source, res, schema, loaded),
+            build_seconds=timings,
+        )
+        save_and_evaluate(stage, manifest, t_start, evaluate_it=cfg.evaluate and loaded is not None,
+                          threads=cfg.threads)
+    return manifest
+
+
+def warn_if_shrinking(root: IndexRoot, new_docs: int) -> str | None:
+    """Log (and return) a warning when `new_docs` is much fewer than the current version's documents."""
+    current = root.current_version()
+    if current is None:
+        return None
+    try:
+        served = Manifest.load(root.version_dir(current)).index.ntotal
+    except ManifestError:
+        return None
+    limit = max_shrink()
+    if not shrinks_too_much(served, new_docs, limit):
+        return None
+    message = shrink_message(current, served, new_docs, limit)
+    log.warning("%s", message)
+    return message
