@@ -368,10 +368,11 @@ def main(argv: list[str] | None = None) -> int:
     for arm in ARMS:
         if arm.pooler is None:
             plan.append((arm, 0))
+    # Every seed of the core arms first (the product decision needs them), then the secondary arms.
     for seed in args.seeds:
         plan += [(arm, seed) for arm in ARMS if arm.core and arm.pooler is not None]
-        if seed in args.seeds[: args.secondary_seeds]:
-            plan += [(arm, seed) for arm in ARMS if not arm.core and arm.pooler is not None]
+    for seed in args.seeds[: args.secondary_seeds]:
+        plan += [(arm, seed) for arm in ARMS if not arm.core and arm.pooler is not None]
     plan = [(a, s) for a, s in plan if (a.label, s) not in done and (not args.arms or a.label in args.arms)]
     log(f"{len(plan)} (arm, seed) runs to go: {', '.join(f'{a.label}/{s}' for a, s in plan)}; settings "
         f"{json.dumps({k: str(v) for k, v in vars(args).items()})}; load {load()}")
