@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from indexer.build import BuildConfig, build
-from indexer.layout import IndexRoot
-from indexer.paths import default_model_dir, default_quora_source
+from indexer.runtime.layout import IndexRoot
+from indexer.runtime.paths import default_model_dir, default_quora_source
 from service.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -7,12 +7,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import faiss
 import numpy as np
 
-from indexer.layout import IndexRoot
-from indexer.onnx_encoder import OnnxEncoder
-from indexer.version import IndexVersion
+from indexer.runtime.encoder import OnnxEncoder
+from indexer.runtime.faiss_index import set_threads
+from indexer.runtime.layout import IndexRoot
+from indexer.runtime.version import IndexVersion
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +55,7 @@ class SearchEngine:
                 encoder = reuse
             else:  # check the ONNX bytes against encoder.json: a half-copied model must not be served
                 encoder = OnnxEncoder(wanted, threads=threads, verify_sha256=True)
-            if threads:
-                faiss.omp_set_num_threads(threads)
+            set_threads(threads)
             engine = cls(encoder, index)
         except BaseException:
             index.close()

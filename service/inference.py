@@ -13,9 +13,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-import faiss
 from fastapi import HTTPException
 
+from indexer.runtime.faiss_index import set_threads
 from service.engine import SearchEngine
 from service.holder import EngineHolder, NotReady
 from service.metrics import Metrics
@@ -30,7 +30,7 @@ class Inference:
         # OpenMP's thread count is per thread: the workers would otherwise give each batched FAISS search a team
         # of every core (and libgomp's spin-waiting after it), `workers` teams fighting the ONNX runs for cores.
         self.pool = ThreadPoolExecutor(max_workers=settings.workers, thread_name_prefix="inference",
-                                       initializer=faiss.omp_set_num_threads, initargs=(settings.threads,))
+                                       initializer=set_threads, initargs=(settings.threads,))
         self.in_flight = 0
         self.not_ready_reason: Callable[[], str] = lambda: "loading"
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Literal
 
-from indexer.layout import CURRENT, IndexRoot, LayoutError
-from indexer.onnx_encoder import EncoderLoadError
-from indexer.version import IndexLoadError
+from indexer.runtime.encoder import EncoderLoadError
+from indexer.runtime.layout import CURRENT, IndexRoot, LayoutError
+from indexer.runtime.version import IndexLoadError
 from service.engine import EngineError, SearchEngine
 from service.holder import EngineHolder
 from service.metrics import Metrics

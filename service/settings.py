@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from indexer.paths import default_index_root
+from indexer.runtime.paths import default_index_root
 
 
 def _cores() -> int:

@@ -19,15 +19,15 @@ import logging
 import time
 from pathlib import Path
 
-import faiss
 import numpy as np
 from fastapi import FastAPI
 from ray import serve
 
-from indexer.layout import IndexRoot
-from indexer.manifest import Manifest
-from indexer.onnx_encoder import OnnxEncoder
-from indexer.store import STORE, Store
+from indexer.runtime.encoder import OnnxEncoder
+from indexer.runtime.faiss_index import read_index, search, set_nprobe, set_threads
+from indexer.runtime.layout import IndexRoot
+from indexer.runtime.manifest import Manifest
+from indexer.runtime.store import STORE, Store
 from service.errors import install_error_handlers
 from service.schemas import EncodeRequest, EncodeResponse, Hit, QueryHits, Ready, SearchRequest, SearchResponse
 
@@ -44,13 +44,13 @@ class ShardSearcher:
 
     def __init__(self, path: str, nprobe: int, threads: int = 1) -> None:
         self.threads = threads
-        self.index = faiss.read_index(path)
-        faiss.extract_index_ivf(self.index).nprobe = nprobe
+        self.index = read_index(path)
+        set_nprobe(self.index, nprobe)  # clamped to nlist like the single-process service
         self.path = path
 
     def search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        faiss.omp_set_num_threads(self.threads)  # per thread in OpenMP, and Serve may call from any thread
-        return self.index.search(np.ascontiguousarray(vectors, dtype=np.float32), k)
+        set_threads(self.threads)  # per thread in OpenMP, and Serve may call from any thread
+        return search(self.index, vectors, k)
 
     def ntotal(self) -> int:
         return int(self.index.ntotal)

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from indexer.paths import data_dir
+from indexer.runtime.paths import data_dir
 
 REPO = Path(__file__).resolve().parents[1]
 QUORA_NAME = "quora_duplicate_questions.partial.tsv.gz"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from indexer.layout import IndexRoot
+from indexer.runtime.layout import IndexRoot
 
 from .conftest import REPO
 

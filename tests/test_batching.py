@@ -9,8 +9,8 @@ import httpx
 import numpy as np
 import pytest
 
-from indexer.layout import IndexRoot
-from indexer.onnx_encoder import OnnxEncoder
+from indexer.runtime.encoder import OnnxEncoder
+from indexer.runtime.layout import IndexRoot
 from service.engine import SearchEngine
 
 from .conftest import start_server, stop_server
@@ -82,7 +82,7 @@ def test_batching_can_be_switched_off(quora_root: Path, tmp_path: Path) -> None:
 
 
 def test_length_groups_cut_runs_that_would_pad_too_much() -> None:
-    from indexer.onnx_encoder import length_groups
+    from indexer.runtime.encoder import length_groups
 
     lengths = [5, 60, 12, 14, 13, 15, 16, 58, 11]
     groups = length_groups(lengths, 64, slack=1.1, overhead=32)
@@ -107,7 +107,7 @@ def test_grouped_encoding_equals_one_padded_run(quora_root: Path) -> None:
 
 
 def test_long_batches_run_in_slices_with_the_same_vectors(minilm_mean: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import indexer.onnx_encoder as onnx_encoder
+    import indexer.runtime.encoder as onnx_encoder
 
     enc = OnnxEncoder(minilm_mean, threads=1)
     texts = [("word " * n).strip() for n in (3, 40, 90, 120, 7, 60)]
@@ -128,7 +128,7 @@ def test_parallel_runs_use_every_thread_and_give_the_same_vectors(minilm_mean: P
     one run's operators; the vectors are those of one run over two intra-op threads."""
     import threading
 
-    from indexer.onnx_encoder import SessionSettings
+    from indexer.runtime.encoder import SessionSettings
 
     par = OnnxEncoder(minilm_mean, threads=2)
     one = OnnxEncoder(minilm_mean, session=SessionSettings(threads=2, parallel_runs=False))

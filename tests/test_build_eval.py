@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from indexer.build import BuildConfig, build
-from indexer.layout import IndexRoot
-from indexer.manifest import Manifest
-from indexer.onnx_encoder import OnnxEncoder
-from indexer.version import IndexLoadError, IndexVersion
+from indexer.runtime.encoder import OnnxEncoder
+from indexer.runtime.layout import IndexRoot
+from indexer.runtime.manifest import Manifest
+from indexer.runtime.version import IndexLoadError, IndexVersion
 
 from .conftest import TEST_ROWS
 
@@ -150,7 +150,7 @@ def test_tune_cli(quora_root: Path, tmp_path: Path) -> None:
 def test_exact_search_over_lists_equals_a_flat_index(codec: str) -> None:
     import faiss
 
-    from indexer.faiss_index import build_ivf, exact_search, memory_bytes, stored_vectors
+    from indexer.runtime.faiss_index import build_ivf, exact_search, memory_bytes, stored_vectors
 
     rng = np.random.default_rng(0)
     docs = rng.standard_normal((3000, 16)).astype(np.float32)
@@ -183,7 +183,7 @@ def test_exact_search_over_lists_equals_a_flat_index(codec: str) -> None:
 def test_exact_search_refuses_codes_that_do_not_hold_the_vectors() -> None:
     import faiss
 
-    from indexer.faiss_index import exact_search
+    from indexer.runtime.faiss_index import exact_search
 
     rng = np.random.default_rng(0)
     docs = rng.standard_normal((2000, 16)).astype(np.float32)
@@ -204,7 +204,7 @@ def test_default_build_stores_fp16_codes(quora_root: Path) -> None:
     assert isinstance(ivf, faiss.IndexIVFScalarQuantizer) and not ivf.by_residual
     version.close()
     # `indexer tune` builds its candidates the same way; other codecs keep FAISS's defaults
-    from indexer.faiss_index import index_from_factory
+    from indexer.runtime.faiss_index import index_from_factory
 
     assert not faiss.extract_index_ivf(index_from_factory(16, "IVF4,SQfp16")).by_residual
     assert faiss.extract_index_ivf(index_from_factory(16, "IVF4,SQ8")).by_residual

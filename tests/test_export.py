@@ -13,8 +13,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from indexer.atomic import sha256_file  # noqa: E402
-from indexer.onnx_encoder import OnnxEncoder  # noqa: E402
+from indexer.runtime.atomic import sha256_file  # noqa: E402
+from indexer.runtime.encoder import OnnxEncoder  # noqa: E402
 from models.export import ParityError, export_encoder  # noqa: E402
 
 SENTENCES = ["how do i learn python quickly ?", "the sky is blue", "a man is playing a guitar in the sea"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from indexer.layout import IndexRoot, LayoutError
+from indexer.runtime.layout import IndexRoot, LayoutError
 
 
 def make_version(root: IndexRoot, name: str, content: str = "x") -> None:

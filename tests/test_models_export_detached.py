@@ -47,7 +47,7 @@ def test_export_cls_drops_pooler_and_matches_tuned_cls(layer_att_checkpoint, tin
     n_encoder = sum(p.numel() for p in tuned.encoder.parameters())
     assert sum(i.size for i in initializers) <= n_encoder
 
-    from indexer.onnx_encoder import OnnxEncoder
+    from indexer.runtime.encoder import OnnxEncoder
 
     got = OnnxEncoder(onnx_dir).encode(SENTENCES)
     want = tuned.encode(SENTENCES, mode="cls")

@@ -20,9 +20,9 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from indexer.build import BuildConfig  # noqa: E402
-from indexer.layout import IndexRoot  # noqa: E402
-from indexer.manifest import Manifest  # noqa: E402
-from indexer.version import IndexVersion, vectors_by_id  # noqa: E402
+from indexer.runtime.layout import IndexRoot  # noqa: E402
+from indexer.runtime.manifest import Manifest  # noqa: E402
+from indexer.runtime.version import IndexVersion, vectors_by_id  # noqa: E402
 from tests.conftest import REPO, TEST_ROWS  # noqa: E402
 
 EMBED_ACTOR_TITLE = "EmbedBatches"  # Ray names an actor pool worker's process after the UDF class

@@ -19,8 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from indexer.layout import IndexRoot, new_version_name
-from indexer.manifest import Manifest
+from indexer.runtime.layout import IndexRoot, new_version_name
+from indexer.runtime.manifest import Manifest
 
 from .conftest import REPO, Server, start_server, stop_server
 

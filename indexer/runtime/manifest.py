@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from indexer.atomic import write_json_atomic
+from indexer.runtime.atomic import write_json_atomic
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1

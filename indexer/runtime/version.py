@@ -5,13 +5,11 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import faiss
 import numpy as np
 
-from indexer.faiss_index import INDEX_FILE, set_nprobe, stored_vectors
-from indexer.manifest import Manifest, ManifestError
-from indexer.shards import merge_shards
-from indexer.store import STORE, Store
+from indexer.runtime.faiss_index import INDEX_FILE, read_index, read_merged, search, set_nprobe, stored_vectors
+from indexer.runtime.manifest import Manifest, ManifestError
+from indexer.runtime.store import STORE, Store
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +35,7 @@ class IndexVersion:
             if not p.is_file():
                 raise IndexLoadError(f"{p} is missing")
         try:
-            self.index = faiss.read_index(str(paths[0])) if len(paths) == 1 else merge_shards(paths)
+            self.index = read_index(paths[0]) if len(paths) == 1 else read_merged(paths)
         except RuntimeError as exc:  # FAISS raises RuntimeError for truncated or foreign files
             raise IndexLoadError(f"{path} is not a readable FAISS index: {str(exc).splitlines()[0]}") from exc
         m = self.manifest
@@ -50,8 +48,7 @@ class IndexVersion:
             self.store = Store(self.folder / STORE)
         except (FileNotFoundError, ValueError) as exc:
             raise IndexLoadError(str(exc)) from exc
-        self.nprobe = nprobe or m.index.nprobe
-        set_nprobe(self.index, self.nprobe)
+        self.nprobe = set_nprobe(self.index, nprobe or m.index.nprobe)  # clamped to nlist
 
     @property
     def version(self) -> str:
@@ -67,7 +64,7 @@ class IndexVersion:
 
     def search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(scores, ids), each (n, k); missing hits have id -1."""
-        return self.index.search(np.ascontiguousarray(vectors, dtype=np.float32), k)
+        return search(self.index, vectors, k)
 
     def hits(self, scores: np.ndarray, ids: np.ndarray) -> list[list[tuple[int, str, float]]]:
         """Attach texts: per query, [(id, text, score)] without the -1 padding."""

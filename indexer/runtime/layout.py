@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
-from indexer.atomic import fsync_dir
+from indexer.runtime.atomic import fsync_dir
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ def data_dir() -> Path:
     env = os.environ.get("STRATA_DATA_DIR")
     if env:
         return Path(env).expanduser()
-    return Path(__file__).resolve().parents[1].parent / "shared" / "data"
+    return Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 
 def default_model_dir() -> Path:

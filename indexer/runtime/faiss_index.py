@@ -1,15 +1,26 @@
-"""FAISS index construction and inspection: IVF with float32 (`Flat`) or float16 (`SQfp16`) codes, inner product
-on L2-normalised vectors. Both codecs hold the vectors themselves, so exact search runs on the index's own lists."""
+"""The one module that imports faiss: building, reading, writing, searching and inspecting FAISS indexes.
+
+Strata's indexes are IVF with float32 (`Flat`) or float16 (`SQfp16`) codes, inner product on L2-normalised
+vectors. Both codecs hold the vectors themselves, so exact search runs on the index's own lists.
+
+Every other module (build, add, eval, tune, the Ray build, the service, the int8 gate) goes through the
+functions here, so two FAISS settings have one owner each:
+- nprobe is always clamped to the index's nlist (`clamp_nprobe`, `set_nprobe`);
+- OpenMP's thread count, which is per calling thread, is set only by `set_threads`.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import faiss
 import numpy as np
 
 log = logging.getLogger(__name__)
+
+Index = faiss.Index  # for type hints elsewhere, without importing faiss there
 
 INDEX_FILE = "index.faiss"
 # FAISS k-means wants at least 39 training points per centroid; below that it warns and clusters badly.
@@ -72,9 +83,95 @@ def build_ivf(vectors: np.ndarray, ids: np.ndarray, nlist: int, nprobe: int, see
     return index, t1 - t0, t2 - t1
 
 
-def set_nprobe(index: faiss.Index, nprobe: int) -> None:
+def train_empty_ivf(sample: np.ndarray, nlist: int, nprobe: int, seed: int, codec: str = DEFAULT_CODEC
+                    ) -> faiss.Index:
+    """`IVF{nlist},{codec}` (inner product) trained on `sample`, holding no vectors yet: the shared quantizer of
+    a sharded build (same seed as the single-machine build: same sample order -> same centroids)."""
+    index = new_ivf(sample.shape[1], nlist, codec, seed)
+    index.train(np.ascontiguousarray(sample, dtype=np.float32))
+    set_nprobe(index, nprobe)
+    return index
+
+
+def centroids(index: faiss.Index) -> np.ndarray:
+    """The coarse quantizer's centroids of an IVF index, (nlist, dim)."""
+    quantizer = faiss.extract_index_ivf(index).quantizer
+    return quantizer.reconstruct_n(0, quantizer.ntotal)
+
+
+def clamp_nprobe(nprobe: int, nlist: int) -> int:
+    """Lists probed per query: at most the lists there are (FAISS would probe past the end otherwise)."""
+    return max(1, min(nprobe, nlist))
+
+
+def set_nprobe(index: faiss.Index, nprobe: int) -> int:
+    """Set the IVF index's nprobe, clamped to its nlist; returns what was set."""
     ivf = faiss.extract_index_ivf(index)
-    ivf.nprobe = min(nprobe, ivf.nlist)
+    ivf.nprobe = clamp_nprobe(nprobe, ivf.nlist)
+    return int(ivf.nprobe)
+
+
+def set_threads(threads: int | None) -> None:
+    """FAISS's OpenMP threads *for the calling thread* (OpenMP keeps the count per thread, so a worker thread
+    must call this itself; None: leave it as it is)."""
+    if threads:
+        faiss.omp_set_num_threads(threads)
+
+
+def get_threads() -> int:
+    """OpenMP threads FAISS uses in the calling thread."""
+    return int(faiss.omp_get_max_threads())
+
+
+def read_index(path: str | Path) -> faiss.Index:
+    """Read an index file; RuntimeError for truncated or foreign files (FAISS's own error)."""
+    return faiss.read_index(str(path))
+
+
+def read_merged(paths: Sequence[str | Path]) -> faiss.Index:
+    """Read IVF shard files sharing one trained quantizer and merge them into one index in memory (their
+    inverted lists are concatenated; ids are global already, so they are not shifted)."""
+    merged = faiss.read_index(str(paths[0]))
+    for path in paths[1:]:
+        faiss.merge_into(merged, faiss.read_index(str(path)), False)
+    return merged
+
+
+def write_index(index: faiss.Index, path: str | Path) -> None:
+    faiss.write_index(index, str(path))
+
+
+def serialize(index: faiss.Index) -> bytes:
+    return faiss.serialize_index(index).tobytes()
+
+
+def deserialize(blob: bytes) -> faiss.Index:
+    return faiss.deserialize_index(np.frombuffer(blob, dtype=np.uint8))
+
+
+def search(index: faiss.Index, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(scores, ids), each (n, k); missing hits have id -1."""
+    return index.search(np.ascontiguousarray(vectors, dtype=np.float32), k)
+
+
+def remove_ids(index: faiss.Index, ids: Sequence[int] | np.ndarray) -> int:
+    """Remove the vectors stored under `ids`; returns how many were removed."""
+    return int(index.remove_ids(faiss.IDSelectorBatch(np.asarray(ids, dtype=np.int64))))
+
+
+def set_search_param(index: faiss.Index, name: str, value: int) -> None:
+    """A search-time parameter by FAISS's name for it (nprobe clamped like everywhere else, efSearch, ...)."""
+    if name == "nprobe":
+        set_nprobe(index, value)
+    else:
+        faiss.ParameterSpace().set_index_parameter(index, name, value)
+
+
+def flat_search(vectors: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-k inner products of `queries` over `vectors`, as (scores, row positions)."""
+    flat = faiss.IndexFlatIP(vectors.shape[1])
+    flat.add(np.ascontiguousarray(vectors, dtype=np.float32))
+    return flat.search(np.ascontiguousarray(queries, dtype=np.float32), k)
 
 
 def _code_dtype(ivf: faiss.IndexIVF) -> type[np.floating]:

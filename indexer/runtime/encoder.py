@@ -169,7 +169,7 @@ class OnnxEncoder:
         except ValueError as exc:
             raise EncoderLoadError(f"{meta_path} is not a valid encoder.json: {exc}") from exc
         if verify_sha256:
-            from indexer.atomic import sha256_file
+            from indexer.runtime.atomic import sha256_file
 
             actual = sha256_file(onnx_path)
             if actual != self.meta.onnx_sha256:
