@@ -11,7 +11,7 @@ import pytest
 
 from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.layout import IndexRoot
-from service.engine import SearchEngine
+from service.engine.searcher import Searcher
 
 from .conftest import start_server, stop_server
 
@@ -21,7 +21,7 @@ QUERIES = ["How can I be a good geologist?", "What is the step by step guide to 
 
 
 def test_run_batch_equals_separate_calls(quora_root: Path) -> None:
-    engine = SearchEngine.load(quora_root)
+    engine = Searcher.open(IndexRoot(quora_root).current_dir())
     jobs: list[tuple[list[str], int | None]] = [(QUERIES[:2], 5), (QUERIES[2:3], None), (QUERIES[3:6], 10),
                                                  (QUERIES[6:], 1)]
     batched = engine.run_batch(jobs)
@@ -96,7 +96,7 @@ def test_length_groups_cut_runs_that_would_pad_too_much() -> None:
 def test_grouped_encoding_equals_one_padded_run(quora_root: Path) -> None:
     """Cutting a micro-batch by length changes the runs, never the vectors or the truncation flags."""
 
-    engine = SearchEngine.load(quora_root)
+    engine = Searcher.open(IndexRoot(quora_root).current_dir())
     enc: OnnxEncoder = engine.encoder
     texts = [*QUERIES, " ".join(["a very long question about geology"] * 80), "hi"]
     grouped, flags_g = enc.encode_with_flags(texts, batch_size=len(texts))

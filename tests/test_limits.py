@@ -144,14 +144,12 @@ def test_inference_workers_run_faiss_with_the_configured_threads() -> None:
     every core per worker."""
     import faiss
 
-    from service.holder import EngineHolder
-    from service.inference import Inference
-    from service.metrics import Metrics
+    from service.engine import Engine
     from service.settings import Settings
 
-    inference = Inference(Settings(workers=2, threads=1), EngineHolder(), Metrics())
+    engine = Engine(Settings(workers=2, threads=1))
     try:
-        counts = {inference.pool.submit(faiss.omp_get_max_threads).result() for _ in range(8)}
+        counts = {engine.pool.submit(faiss.omp_get_max_threads).result() for _ in range(8)}
     finally:
-        inference.shutdown()
+        engine.pool.shutdown()
     assert counts == {1}

@@ -51,13 +51,13 @@ def doc_ids(root: Path, version: str) -> set[int]:
 
 
 def expected_top10(root: Path, version: str) -> tuple[int, ...]:
-    from service.engine import SearchEngine
+    from service.engine.searcher import Searcher
 
-    engine = SearchEngine.open(root / "versions" / version, threads=1)
+    searcher = Searcher.open(root / "versions" / version, threads=1)
     try:
-        return tuple(i for i, _, _ in engine.search([QUERY], 10).hits[0])
+        return tuple(i for i, _, _ in searcher.search([QUERY], 10).hits[0])
     finally:
-        engine.close()
+        searcher.close()
 
 
 def metric(server: Server, line_start: str) -> float | None:

@@ -1,10 +1,12 @@
-"""Zero-downtime index swaps: load the version `current` points to beside the served one, check it, swap.
+"""Zero-downtime index swaps: open the version `current` points to beside the served one, check it, swap.
 
-Triggers: a poll of the `current` symlink (`watch_interval_s`), SIGHUP, and `POST /admin/reload`. A candidate
-is refused, and the served engine kept, when it does not load (corrupt or missing files, a manifest that does
-not match the index), when index and encoder disagree (dimension, model hash), when it fails a probe query, or
-when it is newer than the served version, measured on the same evaluation set, and its MRR@10 is lower by more
-than `max_mrr_drop` (a rollback to an older version is the operator's call and is not gated).
+Triggers: a poll of the `current` symlink (`watch_interval_s`), SIGHUP, and `POST /admin/reload` (the engine
+wires the first two, the HTTP layer the third). A candidate is refused, and the served searcher kept, when it
+does not load (corrupt or missing files, a manifest that does not match the index), when index and encoder
+disagree (dimension, model hash), when it fails a probe query, or when it is newer than the served version,
+measured on the same evaluation set, and its MRR@10 is lower by more than `max_mrr_drop` (a rollback to an
+older version is the operator's call and is not gated). The gates are the same for every backend: only opening
+the index differs (in this process, or as shard deployments on Ray Serve).
 """
 
 from __future__ import annotations
@@ -16,13 +18,15 @@ import math
 import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Literal
+from pathlib import Path
+from typing import Literal, Protocol
 
 from indexer.runtime.encoder import EncoderLoadError
 from indexer.runtime.layout import CURRENT, IndexRoot, LayoutError
 from indexer.runtime.version import IndexLoadError
-from service.engine import EngineError, SearchEngine
-from service.holder import EngineHolder
+from service.engine.errors import Mismatch, SwapRefused
+from service.engine.leases import Leases
+from service.engine.searcher import Searcher, VectorIndex
 from service.metrics import Metrics
 from service.settings import Settings
 
@@ -32,10 +36,16 @@ PROBE_QUERY = "strata swap probe: is this index answering?"
 Outcome = Literal["swapped", "unchanged", "refused"]
 
 
-class SwapRefused(RuntimeError):
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind  # metric label: corrupt | mismatch | quality | probe | missing
+class Backend(Protocol):
+    """Where a version's vectors are searched: opened per version, closed with the engine."""
+
+    name: str
+
+    def start(self) -> None: ...
+
+    def open_index(self, folder: Path) -> VectorIndex: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -54,9 +64,9 @@ class Refusal:
     at: datetime
 
 
-class Reloader:
-    def __init__(self, settings: Settings, holder: EngineHolder, metrics: Metrics) -> None:
-        self.settings, self.holder, self.metrics = settings, holder, metrics
+class Swapper:
+    def __init__(self, settings: Settings, backend: Backend, leases: Leases, metrics: Metrics) -> None:
+        self.settings, self.backend, self.leases, self.metrics = settings, backend, leases, metrics
         self.root = IndexRoot(settings.index_root)
         self.refused: Refusal | None = None  # the latest attempt's refusal; cleared by a successful swap
         self._lock = asyncio.Lock()
@@ -67,10 +77,10 @@ class Reloader:
         except OSError:
             return None
 
-    def _check_quality(self, new: SearchEngine, served: SearchEngine | None) -> None:
+    def _check_quality(self, new: Searcher, served: Searcher | None) -> None:
         if served is None or new.version <= served.version:
             return
-        a, b = served.index.manifest, new.index.manifest
+        a, b = served.manifest, new.manifest
         if a.eval is None or b.eval is None or math.isnan(a.eval.mrr_at_10):
             return
         if (a.data.protocol, a.data.n_queries) != (b.data.protocol, b.data.n_queries):
@@ -82,35 +92,44 @@ class Reloader:
                               f"{self.settings.max_mrr_drop} below the served {served.version} "
                               f"({a.eval.mrr_at_10:.4f})")
 
-    def _prepare(self, version: str) -> SearchEngine:
-        """Runs in a worker thread: open and check the candidate while the served engine keeps answering."""
-        s, served = self.settings, self.holder.engine
+    def _prepare(self, version: str) -> Searcher:
+        """Runs in a worker thread: open and check the candidate while the served searcher keeps answering."""
+        s, served = self.settings, self.leases.current
         folder = self.root.version_dir(version)
         if not folder.is_dir():
             raise SwapRefused("missing", f"{self.root.root}/current points to {version}, which does not exist")
         try:
-            engine = SearchEngine.open(folder, s.model_dir, threads=s.threads, nprobe=s.nprobe,
-                                       reuse=served.encoder if served else None)
+            searcher = Searcher.pair(self.backend.open_index(folder), s.model_dir, threads=s.threads,
+                                     reuse=served.encoder if served else None)
         except (IndexLoadError, EncoderLoadError, OSError) as exc:
             raise SwapRefused("corrupt", str(exc)) from exc
-        except EngineError as exc:
+        except Mismatch as exc:
             raise SwapRefused("mismatch", str(exc)) from exc
         try:
-            self._check_quality(engine, served)
+            self._check_quality(searcher, served)
             try:
-                engine.search([PROBE_QUERY], 1)
+                searcher.search([PROBE_QUERY], 1)
             except Exception as exc:  # noqa: BLE001 (anything a probe raises disqualifies the version)
                 raise SwapRefused("probe", f"version {version} failed a probe query: {exc}") from exc
         except BaseException:
-            engine.close()
+            searcher.close()
             raise
-        return engine
+        return searcher
 
-    async def reload(self, trigger: str, *, force: bool = True) -> SwapResult:
-        """Swap to what `current` points at. Without `force` (the watcher), a refused version is not retried
-        until `current` changes."""
+    async def reload(self, trigger: str, *, force: bool = False) -> SwapResult:
+        """Swap to what `current` points at; raises SwapRefused (the served version keeps answering) when the
+        candidate is refused. Without `force` (the watcher), a refused version is not retried until `current`
+        changes."""
+        result = await self.attempt(trigger, force=force)
+        if result.outcome == "refused":
+            kind = self.refused.kind if self.refused else "missing"
+            raise SwapRefused(kind, result.reason or "refused", candidate=result.candidate, served=result.version)
+        return result
+
+    async def attempt(self, trigger: str, *, force: bool = False) -> SwapResult:
+        """`reload` that reports a refusal in its result instead of raising it (startup, watcher, SIGHUP)."""
         async with self._lock:
-            served = self.holder.engine
+            served = self.leases.current
             served_version = served.version if served else None
             target = self.target()
             if target is None:
@@ -132,8 +151,8 @@ class Reloader:
                 refusal = SwapRefused("missing" if isinstance(exc, LayoutError) else "error", str(exc))
                 self._refuse(refusal, target, trigger)
                 return SwapResult("refused", served_version, target, str(exc))
-            self.holder.swap(new)
-            del served  # drop our reference so the old engine can be freed once its requests finish
+            self.leases.swap(new)
+            del served  # drop our reference so the old searcher can be freed once its requests finish
             gc.collect()
             self.refused = None
             self._publish(new, trigger, served_version)
@@ -144,32 +163,32 @@ class Reloader:
         self.metrics.swaps.labels("refused").inc()
         self.metrics.swap_refused.labels(exc.kind).inc()
         self.metrics.swap_refused_now.set(1)
-        served = self.holder.engine
+        served = self.leases.current
         log.error("refused index swap to %s (%s, trigger %s): %s; still serving %s", version, exc.kind, trigger,
                   exc, served.version if served else "nothing")
 
-    def _publish(self, engine: SearchEngine, trigger: str, previous: str | None) -> None:
-        m, manifest = self.metrics, engine.index.manifest
+    def _publish(self, searcher: Searcher, trigger: str, previous: str | None) -> None:
+        m, manifest = self.metrics, searcher.manifest
         if previous is not None:
             m.swaps.labels("swapped").inc()
         m.swap_refused_now.set(0)
         m.ready.set(1)
-        m.index_size.set(engine.index.ntotal)
+        m.index_size.set(searcher.index.ntotal)
         m.index_mrr.set(manifest.eval.mrr_at_10 if manifest.eval else float("nan"))
         m.index_info.clear()
-        m.index_info.labels(engine.version, engine.encoder.meta.pooling).set(1)
-        log.info("serving index %s (trigger %s, previous %s)", engine.version, trigger, previous)
+        m.index_info.labels(searcher.version, searcher.encoder.meta.pooling).set(1)
+        log.info("serving index %s (trigger %s, previous %s)", searcher.version, trigger, previous)
 
     async def watch(self) -> None:
         """Poll the `current` symlink (a readlink: cheap, and works on any volume, unlike inotify)."""
         interval = self.settings.watch_interval_s
         while True:
             await asyncio.sleep(interval)
-            served = self.holder.engine
+            served = self.leases.current
             target = self.target()
             if target != (served.version if served else None) and not (self.refused and
                                                                        self.refused.version == target):
                 try:
-                    await self.reload("watch", force=False)
+                    await self.attempt("watch", force=False)
                 except Exception:  # noqa: BLE001 (the watcher must outlive any one failed attempt)
                     log.exception("index watcher: reload failed")
