@@ -20,6 +20,7 @@ import os
 import secrets
 import signal
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
@@ -41,6 +42,7 @@ log = logging.getLogger(__name__)
 # CPUs reserved per shard replica: a search is ~0.1 ms, and during a swap two versions' shards are up at once.
 SHARD_CPUS = 0.25
 DEPLOY_TIMEOUT_S = 300.0  # a shard that cannot be placed (no CPUs left) refuses the swap instead of hanging it
+CLOSE_TIMEOUT_S = 60.0
 
 
 @serve.deployment(ray_actor_options={"num_cpus": SHARD_CPUS})
@@ -49,7 +51,10 @@ class ShardSearcher:
 
     def __init__(self, path: str, nprobe: int, threads: int = 1) -> None:
         self.threads = threads
-        self.index = read_index(path)
+        try:
+            self.index = read_index(path)
+        except RuntimeError as exc:  # FAISS's error for truncated or foreign files: say which file, like the local one
+            raise IndexLoadError(f"{path} is not a readable FAISS index: {str(exc).splitlines()[0]}") from exc
         self.nprobe = set_nprobe(self.index, nprobe)  # clamped to nlist, like every index Strata opens
 
     def search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -67,6 +72,19 @@ def merge_top_k(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.
     scores = np.where(ids >= 0, scores, -np.inf)
     order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
     return np.take_along_axis(scores, order, 1), np.take_along_axis(ids, order, 1)
+
+
+def _failure_text(app: str, exc: BaseException) -> str:
+    """Why an application failed to deploy: the error, and the deployments' status messages, which carry the
+    replica constructor's traceback."""
+    parts = [str(exc)]
+    try:
+        status = serve.status().applications.get(app)
+        if status is not None:
+            parts += [status.message, *(d.message for d in status.deployments.values())]
+    except Exception:  # noqa: BLE001 (best effort: the error itself is still reported)
+        pass
+    return "\n".join(p for p in parts if p)
 
 
 class ShardedIndex:
@@ -182,9 +200,10 @@ class RayBackend:
             return future.result(timeout=DEPLOY_TIMEOUT_S)
         except FutureTimeout:
             raise RuntimeError(f"shard deployment {name} was not running after {DEPLOY_TIMEOUT_S:.0f} s") from None
-        except Exception as exc:  # noqa: BLE001 (Serve reports a failed constructor as its own error types)
-            first = next((ln for ln in str(exc).splitlines() if "RuntimeError" in ln or "Error in" in ln), None)
-            raise IndexLoadError(f"{path} could not be served: {(first or str(exc).splitlines()[0]).strip()}") \
+        except Exception as exc:  # noqa: BLE001 (Serve wraps a failed constructor in its own error types)
+            said = [ln.split("IndexLoadError:", 1)[1].strip() for ln in _failure_text(name, exc).splitlines()
+                    if "IndexLoadError:" in ln]
+            raise IndexLoadError(said[-1] if said else f"{path} could not be served: {str(exc).splitlines()[0]}") \
                 from exc
         finally:
             runner.shutdown(wait=False)
@@ -200,28 +219,24 @@ class RayBackend:
                     serve.delete(name)
                 except Exception:  # noqa: BLE001 (Serve may be shut down already)
                     log.warning("could not delete shard application %s", name, exc_info=True)
-                with self._lock:
-                    self._deployed.discard(name)
 
         t = threading.Thread(target=delete, name="serve-delete", daemon=True)
         with self._lock:
+            self._deployed.difference_update(apps)
             self._deleting.append(t)
         t.start()
 
     def close(self) -> None:
         """Delete this process's shard applications; a Ray instance this backend started is shut down (a
-        cluster it joined is left running)."""
-        for t in list(self._deleting):
-            t.join(timeout=60)
+        cluster it joined is left running). Bounded in time: a dead cluster must not hang the shutdown."""
+        deadline = time.monotonic() + CLOSE_TIMEOUT_S
         with self._lock:
             left = sorted(self._deployed)
-        for name in left:
-            try:
-                serve.delete(name)
-            except Exception:  # noqa: BLE001
-                log.warning("could not delete shard application %s", name, exc_info=True)
+        self.retire(left)
+        for t in list(self._deleting):
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
         if self._started_ray:
-            try:
-                serve.shutdown()
-            finally:
-                ray.shutdown()
+            stopper = threading.Thread(target=serve.shutdown, name="serve-shutdown", daemon=True)
+            stopper.start()
+            stopper.join(timeout=max(1.0, deadline - time.monotonic()))
+            ray.shutdown()

@@ -8,8 +8,7 @@ import torch
 from models.poolers import REGISTRY, LayerAttPooler, build_pooler, load_pooler
 from models.poolers.s2sent import dct_weights, lowest_dct_indices
 from models.sentence_model import SentenceModel
-from tests import models_fixtures
-from tests.models_fixtures import SENTENCES
+from tests.models.fixtures import SENTENCES
 
 OPTIONS = {
     "cls_last": {},
@@ -22,7 +21,6 @@ OPTIONS = {
     "sgopt_head": {},
 }
 
-tiny_bert = models_fixtures.tiny_bert  # the session fixture, shared across these files
 
 
 def hidden(tiny_bert, texts):

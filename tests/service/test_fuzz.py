@@ -16,8 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from service.schemas import MAX_TEXT_CHARS, MAX_TEXTS
-
-from .conftest import Server
+from tests.conftest import Server
 
 EXAMPLES = 80
 sent: Counter[str] = Counter()

@@ -12,8 +12,7 @@ import pytest
 from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.layout import IndexRoot
 from service.engine.searcher import Searcher
-
-from .conftest import start_server, stop_server
+from tests.conftest import start_server, stop_server
 
 QUERIES = ["How can I be a good geologist?", "What is the step by step guide to invest in share market?",
            "How do I learn Python?", "Why is the sky blue?", "What is the best smartphone under 15000?",

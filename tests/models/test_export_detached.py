@@ -11,11 +11,8 @@ from onnx import numpy_helper
 from models.cli import main as encoder_cli
 from models.sentence_model import SentenceModel
 from models.trainer import Trainer
-from tests import models_fixtures
-from tests.models_fixtures import SENTENCES, tiny_sts
-from tests.test_models_training import config, examples
-
-tiny_bert = models_fixtures.tiny_bert  # the session fixture, shared across these files
+from tests.models.fixtures import SENTENCES, tiny_sts
+from tests.models.test_training import config, examples
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +55,7 @@ def test_export_cls_drops_pooler_and_matches_tuned_cls(layer_att_checkpoint, tin
     assert np.abs(base - want).max() > 1e-3
     assert np.abs(tuned.encode(SENTENCES, mode="pooler") - want).max() > 1e-2
 
-    from tests.models_fixtures import shared_data
+    from tests.models.fixtures import shared_data
 
     shared_data()  # `encoder sts --onnx` scores the served vector itself (torch-free runtime)
     import json

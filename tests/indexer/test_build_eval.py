@@ -17,8 +17,7 @@ from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.layout import IndexRoot
 from indexer.runtime.manifest import Manifest
 from indexer.runtime.version import IndexLoadError, IndexVersion
-
-from .conftest import TEST_ROWS
+from tests.conftest import TEST_ROWS
 
 EVAL_KEYS = {"mrr_at_10", "recall_at_10", "exact_mrr_at_10", "avg_retrieval_ms", "memory_gb", "n_queries", "n_docs"}
 

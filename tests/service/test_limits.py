@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .conftest import Server, start_server, stop_server
+from tests.conftest import Server, start_server, stop_server
 
 USER, ADMIN = "user-key-0123456789", "admin-key-0123456789"
 HEAVY = {"texts": [("many different words in a long sentence " * 45)[:1990]] * 64}  # 64 × 256 tokens

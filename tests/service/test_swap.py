@@ -21,8 +21,7 @@ import pytest
 
 from indexer.runtime.layout import IndexRoot, new_version_name
 from indexer.runtime.manifest import Manifest
-
-from .conftest import REPO, Server, start_server, stop_server
+from tests.conftest import REPO, Server, start_server, stop_server
 
 QUERY = "How can I be a good geologist?"
 CLIENTS = 8

@@ -12,8 +12,7 @@ from models.data import quora_training, snli_triplets
 from models.layer_search import search_layers
 from models.sentence_model import SentenceModel
 from models.sts import StsSet, evaluate, format_table, load_task, spearman_x100
-from tests import models_fixtures
-from tests.models_fixtures import SENTENCES, shared_data, tiny_sts
+from tests.models.fixtures import SENTENCES, shared_data, tiny_sts
 
 # Pair counts of SOURCES.md (STS13 without SMT; STS15/16 scored pairs only).
 EXPECTED = {
@@ -27,7 +26,6 @@ EXPECTED = {
     "STSB-dev": 1500,
 }
 
-tiny_bert = models_fixtures.tiny_bert  # the session fixture, shared across these files
 
 
 @pytest.mark.parametrize("task", sorted(EXPECTED))

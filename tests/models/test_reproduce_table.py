@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-spec = importlib.util.spec_from_file_location("reproduce", Path(__file__).resolve().parents[1] / "bench" /
+spec = importlib.util.spec_from_file_location("reproduce", Path(__file__).resolve().parents[2] / "bench" /
                                               "reproduce.py")
 reproduce = importlib.util.module_from_spec(spec)
 sys.modules["reproduce"] = reproduce  # dataclasses look their module up

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from indexer.runtime.layout import IndexRoot
-
-from .conftest import REPO
+from tests.conftest import REPO
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:

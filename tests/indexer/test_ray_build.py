@@ -1,4 +1,4 @@
-"""Distributed build and sharded serving on a local Ray instance with 2 worker CPUs (one Ray per module).
+"""Distributed build (`indexer build --engine ray`) on the session's local Ray instance with 2 worker CPUs.
 
 Size: the first 3,000 Quora rows (2,982 documents, 1,127 paper-protocol queries), the same rows as the
 single-machine `quora_root` fixture, so that build is the reference. 20k rows takes minutes to encode twice on
@@ -11,7 +11,6 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -23,29 +22,8 @@ from indexer.build import BuildConfig  # noqa: E402
 from indexer.runtime.layout import IndexRoot  # noqa: E402
 from indexer.runtime.manifest import Manifest  # noqa: E402
 from indexer.runtime.version import IndexVersion, vectors_by_id  # noqa: E402
-from tests.conftest import REPO, TEST_ROWS  # noqa: E402
 
 EMBED_ACTOR_TITLE = "EmbedBatches"  # Ray names an actor pool worker's process after the UDF class
-
-
-@pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    if ray.is_initialized():
-        ray.shutdown()
-    # PYTHONPATH: workers import this checkout's `indexer` (not another editable install of the package).
-    ray.init(num_cpus=2, object_store_memory=400 * 1024**2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}})
-    yield
-    ray.shutdown()
-
-
-def ray_build(root: Path, model: Path, data: Path, *, shards: int) -> Manifest:
-    from indexer.ray_build import RayOptions, build_on_ray
-
-    cfg = BuildConfig(model_dir=model, data=str(data), root=root, rows=TEST_ROWS, threads=2)
-    return build_on_ray(cfg, RayOptions(workers=2, shards=shards, block_rows=256))
-
-
 
 
 @pytest.fixture(scope="module")
@@ -53,14 +31,6 @@ def single_version(quora_root: Path) -> Path:
     """The single-machine build of the same rows (the session fixture's first version)."""
     root = IndexRoot(quora_root)
     return root.version_dir(root.versions()[0])
-
-
-@pytest.fixture(scope="module")
-def ray_sharded(local_ray: None, minilm_mean: Path, quora_file: Path,
-                tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("ray") / "quora"
-    ray_build(root, minilm_mean, quora_file, shards=2)
-    return IndexRoot(root).current_dir()
 
 
 def test_ray_build_equals_single_machine_build(ray_sharded: Path, single_version: Path) -> None:
@@ -112,7 +82,7 @@ def _embed_actor_pids() -> list[int]:
     return pids
 
 
-def test_worker_killed_during_build_is_retried(local_ray: None, minilm_mean: Path, quora_file: Path,
+def test_worker_killed_during_build_is_retried(ray_cluster: str, minilm_mean: Path, quora_file: Path,
                                                 single_version: Path, tmp_path: Path) -> None:
     from indexer.quora import load_split
     from indexer.ray_build import RayOptions, build_on_ray
@@ -160,48 +130,7 @@ def test_worker_killed_during_build_is_retried(local_ray: None, minilm_mean: Pat
     assert cosine.min() >= 0.9999
 
 
-@pytest.fixture()
-def sharded_server(ray_sharded: Path) -> Iterator[str]:
-    from ray import serve
-
-    from service.sharded import sharded_app
-    from tests.conftest import free_port
-
-    port = free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    serve.run(sharded_app(ray_sharded.parent.parent), name="strata", route_prefix="/")
-    yield f"http://127.0.0.1:{port}"
-    serve.shutdown()
-
-
-def test_two_shard_service_answers_like_the_merged_index(sharded_server: str, ray_sharded: Path) -> None:
-    import httpx
-
-    merged = IndexVersion(ray_sharded)  # the two shards merged in one process
-    try:
-        qids, qtexts, _ = merged.store.eval_set()
-        _, expected = merged.search(merged.query_vectors(), 10)
-    finally:
-        merged.close()
-    with httpx.Client(base_url=sharded_server, timeout=120) as client:
-        ready = client.get("/ready").json()
-        assert ready["ready"] and ready["index_size"] == Manifest.load(ray_sharded).index.ntotal
-        one = client.post("/search", json={"query": qtexts[0], "top_k": 3}).json()
-        assert [h["id"] for h in one["hits"]] == expected[0, :3].tolist() and one["hits"][0]["text"]
-        assert client.post("/search", json={"query": "", "top_k": 3}).status_code == 422  # same validation
-        got: list[list[int]] = []
-        for start in range(0, len(qtexts), 64):
-            r = client.post("/search", json={"queries": qtexts[start : start + 64], "top_k": 10})
-            assert r.status_code == 200, r.text
-            got += [[h["id"] for h in res["hits"]] for res in r.json()["results"]]
-    same_list = np.mean([g == e.tolist() for g, e in zip(got, expected, strict=True)])
-    overlap = np.mean([len(set(g) & set(e.tolist())) / 10 for g, e in zip(got, expected, strict=True)])
-    print(f"\n{len(got)} paper-protocol queries: top-10 overlap sharded vs merged {overlap:.5f}, identical "
-          f"ranked lists {same_list:.5f}")
-    assert overlap >= 0.999 and same_list >= 0.99
-
-
-def test_id_text_parquet_and_jsonl_inputs(local_ray: None, minilm_mean: Path, quora_file: Path, tmp_path: Path,
+def test_id_text_parquet_and_jsonl_inputs(ray_cluster: str, minilm_mean: Path, quora_file: Path, tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     """`indexer build --engine ray --data` on Parquet and on a folder of JSONL `id,text` files: the same
     documents and vectors as a TSV build of the same rows, searchable like it; `indexer eval` says why not."""
@@ -298,130 +227,3 @@ def _id_text_builds(minilm_mean: Path, quora_file: Path, tmp_path: Path, capsys:
 
         assert indexer_main(["eval", "--root", str(root)]) == 2  # no eval set in an id,text corpus: said so
         assert "no evaluation queries" in capsys.readouterr().err
-
-
-def test_sharded_422_does_not_echo_the_input(sharded_server: str) -> None:
-    """The sharded ingress answers bad input like the single-process service: a 422 without the echoed input,
-    so that NaN or a lone surrogate cannot turn it into a 500."""
-    import httpx
-
-    with httpx.Client(base_url=sharded_server, timeout=60) as client:
-        for body in (b'{"query": "what is ray", "top_k": NaN}', b'{"query": ["\\ud800"], "top_k": 3}',
-                     b'{"queries": [], "top_k": 1e400}'):
-            r = client.post("/search", content=body, headers={"content-type": "application/json"})
-            assert r.status_code == 422, (body, r.status_code, r.text)
-            detail = r.json()["detail"]
-            assert detail and all(set(e) == {"type", "loc", "msg"} for e in detail), detail
-        r = client.post("/encode", json={"texts": "not a list"})
-        assert r.status_code == 422 and "input" not in r.text
-
-
-def _session_processes(driver_pid: int) -> list[int]:
-    """Live processes of the Ray instance a driver started (its session is named after the driver's pid)."""
-    import re
-
-    pattern = re.compile(rb"session_\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d_\d+_" + str(driver_pid).encode() + rb"\b")
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != driver_pid:
-            try:
-                cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if pattern.search(cmd):
-                found.append(int(entry))
-    return found
-
-
-def _descendants(pid: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    out, todo = set(), [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.add(c)
-            todo.append(c)
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-def test_python_m_service_sharded_command(ray_sharded: Path, tmp_path: Path) -> None:
-    """`python -m service sharded` as a command: its own local Ray and Serve proxy on a free port, the same API,
-    and on SIGTERM it stops Serve and the Ray instance it started, leaving no process behind."""
-    import subprocess
-    import sys
-
-    import httpx
-
-    from tests.conftest import free_port
-
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "STRATA_LOG_FORMAT": "text"}
-    env.pop("RAY_ADDRESS", None)
-    log_file = tmp_path / "sharded.log"
-    with log_file.open("wb") as log_out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "service", "sharded", "--host", "127.0.0.1", "--port", str(port),
-             "--index-root", str(ray_sharded.parent.parent)],
-            cwd=REPO, env=env, stdout=log_out, stderr=subprocess.STDOUT)
-    started: set[int] = set()
-    try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 240
-        with httpx.Client(base_url=base, timeout=60) as client:
-            while True:
-                assert proc.poll() is None, f"exited {proc.returncode}: {log_file.read_text()[-3000:]}"
-                assert time.monotonic() < deadline, f"no answer: {log_file.read_text()[-3000:]}"
-                try:
-                    if client.get("/health").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                time.sleep(1)
-            assert client.get("/health").json() == {"status": "ok"}
-            merged = IndexVersion(ray_sharded)
-            try:
-                _, qtexts, _ = merged.store.eval_set()
-                qvecs = merged.query_vectors()
-                assert qvecs is not None
-                _, expected = merged.search(qvecs[:1], 5)
-            finally:
-                merged.close()
-            r = client.post("/search", json={"query": qtexts[0], "top_k": 5})
-            assert r.status_code == 200, r.text
-            body = r.json()
-            assert [h["id"] for h in body["hits"]] == expected[0].tolist()
-            assert body["index_version"] == ray_sharded.name and body["hits"][0]["text"]
-            assert client.post("/search", json={"query": "x", "top_k": 0}).status_code == 422
-        started = _descendants(proc.pid) | set(_session_processes(proc.pid))
-        assert started, "no Ray processes found under the command"
-
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=120) == 0, log_file.read_text()[-3000:]
-        deadline = time.monotonic() + 30
-        while (left := [p for p in started | set(_session_processes(proc.pid)) if _alive(p)]) and \
-                time.monotonic() < deadline:
-            time.sleep(1)
-        assert not left, f"left behind: {[Path(f'/proc/{p}/cmdline').read_bytes()[:80] for p in left]}"
-        with pytest.raises(httpx.TransportError):  # the Serve proxy is gone with it
-            httpx.get(f"http://127.0.0.1:{port}/health", timeout=5)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for pid in started | set(_session_processes(proc.pid)):  # only what this command started
-            if _alive(pid):
-                os.kill(pid, signal.SIGKILL)

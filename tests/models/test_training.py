@@ -13,10 +13,7 @@ from models.poolers import load_pooler
 from models.sentence_model import SentenceModel
 from models.train_config import TrainConfig, make_config
 from models.trainer import Trainer
-from tests import models_fixtures
-from tests.models_fixtures import SENTENCES, tiny_sts
-
-tiny_bert = models_fixtures.tiny_bert  # the session fixture, shared across these files
+from tests.models.fixtures import SENTENCES, tiny_sts
 
 
 def config(tiny_bert, out, **kw) -> TrainConfig:
@@ -141,7 +138,7 @@ def test_config_file_toml_and_validation(tmp_path):
 
 
 def test_encoder_train_cli_runs_a_few_steps(tiny_bert, tmp_path, capsys):
-    from tests.models_fixtures import shared_data
+    from tests.models.fixtures import shared_data
 
     shared_data()  # the CLI selects on the real STS-B dev set
     from models.cli import main

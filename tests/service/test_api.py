@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 from service.schemas import MAX_TEXT_CHARS, MAX_TEXTS
-
-from .conftest import Server, start_server, stop_server
+from tests.conftest import Server, start_server, stop_server
 
 
 def test_health_and_ready(server: Server) -> None:
