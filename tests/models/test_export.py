@@ -47,7 +47,7 @@ def exported(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) ->
 @pytest.mark.parametrize("pooling", ["cls", "mean"])
 def test_export_matches_torch(tiny_checkpoint: Path, exported: dict[str, Path], pooling: str) -> None:
     out = exported[pooling]
-    assert sorted(p.name for p in out.iterdir()) >= ["encoder.json", "encoder.onnx", "tokenizer.json"]
+    assert {"encoder.json", "encoder.onnx", "tokenizer.json"} <= {p.name for p in out.iterdir()}
     written = json.loads((out / "encoder.json").read_text())
     assert written["pooling"] == pooling and written["dim"] == 32 and written["max_length"] == 64
     assert written["onnx_sha256"] == sha256_file(out / "encoder.onnx")
@@ -109,6 +109,23 @@ def test_int8_export_records_quantization(tiny_checkpoint: Path, exported: dict[
     assert not (out / ".int8").exists()
     q, f = OnnxEncoder(out, verify_sha256=True).encode(SENTENCES), OnnxEncoder(exported["cls"]).encode(SENTENCES)
     assert np.min(np.sum(q * f, axis=1)) > 0.9  # same model, int8 weights
+
+
+def test_int8_export_whose_gate_passes_records_the_gate(tiny_checkpoint: Path, exported: dict[str, Path],
+                                                         tmp_path: Path, quora_file: Path) -> None:
+    out = tmp_path / "int8"
+    # max_drop 100: a random tiny BERT passes whatever it loses; the gate still measures both graphs
+    meta = export_encoder(tiny_checkpoint, out, pooling="cls", quantize="int8", gate_rows=300, max_drop=100)
+    written = json.loads((out / "encoder.json").read_text())
+    assert meta.quantization == written["quantization"] == "int8-dynamic-per-channel"
+    assert written["quality_gate"] == meta.quality_gate and written["onnx_sha256"] == sha256_file(out / "encoder.onnx")
+    gate = meta.quality_gate
+    assert gate is not None and gate["quora_rows"] == 300 and gate["max_drop"] == 100
+    assert gate["stsb_drop"] == pytest.approx(gate["stsb_dev_fp32"] - gate["stsb_dev_int8"], abs=1e-3)
+    assert gate["mrr_drop"] == pytest.approx((gate["quora_mrr_fp32"] - gate["quora_mrr_int8"]) * 100, abs=1e-3)
+    assert 0 < gate["quora_mrr_fp32"] <= 1 and 0 < gate["quora_mrr_int8"] <= 1
+    assert (out / "encoder.onnx").stat().st_size < (exported["cls"] / "encoder.onnx").stat().st_size
+    assert {p.name for p in out.iterdir()} == {p.name for p in exported["cls"].iterdir()}  # no .int8 left behind
 
 
 def test_int8_gate_refuses_and_writes_nothing(tiny_checkpoint: Path, tmp_path: Path, quora_file: Path) -> None:

@@ -89,9 +89,10 @@ def test_sgopt_loss_is_zero_regulariser_at_start(tiny_bert):
 
 def test_trainer_logs_keeps_best_and_resumes(tiny_bert, tmp_path):
     out = tmp_path / "run"
-    result = Trainer(
+    first = Trainer(
         config(tiny_bert, out, pooler="layer_att", objective="sup_hardneg"), examples=examples(3), dev=tiny_sts()
-    ).train()
+    )
+    result = first.train()
     records = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "stsb_dev" in r] == [0, 2, 4]
     assert any("loss" in r for r in records) and records[-1]["event"] == "end"
@@ -106,6 +107,23 @@ def test_trainer_logs_keeps_best_and_resumes(tiny_bert, tmp_path):
     )
     resumed.try_resume()
     assert resumed.step == 4
+    # the weights, optimizer and scheduler are the ones the first run ended with (saved at step 4), not the
+    # checkpoint's it started from
+    start = Trainer(config(tiny_bert, tmp_path / "fresh", pooler="layer_att", objective="sup_hardneg"),
+                    examples=examples(3), dev=tiny_sts())
+    trained, restored, fresh = (t.model.state_dict() for t in (first, resumed, start))
+    assert trained.keys() == restored.keys()
+    for name, value in trained.items():
+        torch.testing.assert_close(restored[name], value, rtol=0, atol=0, msg=name)
+    assert any(not torch.equal(fresh[name], value) for name, value in trained.items())  # training moved them
+    want, got = first.optimizer.state_dict(), resumed.optimizer.state_dict()
+    assert got["param_groups"] == want["param_groups"] and got["state"].keys() == want["state"].keys()
+    assert want["state"] and all(int(want["state"][i]["step"]) == 4 for i in want["state"])
+    for i, state in want["state"].items():
+        for key, value in state.items():
+            torch.testing.assert_close(got["state"][i][key], value, rtol=0, atol=0, msg=f"{i}.{key}")
+    assert resumed.scheduler.state_dict() == first.scheduler.state_dict()
+    assert (resumed.best_dev, resumed.best_step) == (first.best_dev, first.best_step)
     resumed.cfg = resumed.cfg.model_copy(update={"resume": False})
     resumed.train()
     steps = [json.loads(line).get("step") for line in (out / "log.jsonl").read_text().splitlines()]
