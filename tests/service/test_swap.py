@@ -90,10 +90,28 @@ def wait_for_version(server: Server, version: str, timeout: float = 60) -> None:
     raise AssertionError(f"server did not swap to {version}: {httpx.get(f'{server.url}/ready').text}")
 
 
-def test_swap_under_load(swap_server: Server, swap_root: Path, minilm_mean: Path, quora_file: Path) -> None:
-    """8 clients query without pause while three builds are swapped in (by the watcher, SIGHUP and
-    POST /admin/reload): no request fails and each answer comes wholly from one version."""
-    v0 = IndexRoot(swap_root).current_version()
+@pytest.fixture(scope="module")
+def manual_root(tmp_path_factory: pytest.TempPathFactory, minilm_mean: Path, quora_file: Path) -> Path:
+    root = tmp_path_factory.mktemp("swap-manual") / "quora"
+    build_cli(root, minilm_mean, quora_file, 300)
+    return root
+
+
+@pytest.fixture(scope="module")
+def manual_server(tmp_path_factory: pytest.TempPathFactory, manual_root: Path) -> Iterator[Server]:
+    """The watcher off: only SIGHUP and POST /admin/reload swap versions here."""
+    srv = start_server(tmp_path_factory.mktemp("swap-manual-server"),
+                       {"STRATA_INDEX_ROOT": str(manual_root), "STRATA_WATCH_INTERVAL_S": "0",
+                        "STRATA_THREADS": "1", "STRATA_WORKERS": "2"})
+    yield srv
+    stop_server(srv)
+
+
+def swap_under_load(server: Server, root: Path, model: Path, data: Path, rows: int, trigger: str) -> None:
+    """8 clients query without pause while a new build is swapped in by `trigger`: no request fails and each
+    answer comes wholly from one version (a swap mid-request cannot mix them)."""
+    v0 = IndexRoot(root).current_version()
+    swaps_before = metric(server, 'strata_index_swaps_total{result="swapped"}') or 0
     stop = threading.Event()
     sent: Counter[str] = Counter()
     failures: list[str] = []
@@ -102,7 +120,7 @@ def test_swap_under_load(swap_server: Server, swap_root: Path, minilm_mean: Path
     lock = threading.Lock()
 
     def client(n: int) -> None:
-        with httpx.Client(base_url=swap_server.url, timeout=30) as c:
+        with httpx.Client(base_url=server.url, timeout=30) as c:
             while not stop.is_set():
                 kind = "encode" if n % 4 == 0 else "search"
                 try:
@@ -131,15 +149,18 @@ def test_swap_under_load(swap_server: Server, swap_root: Path, minilm_mean: Path
         t.start()
     built = [v0]
     try:
-        for rows, trigger in ((350, "watch"), (400, "sighup"), (450, "admin")):
-            time.sleep(0.5)
-            built.append(build_cli(swap_root, minilm_mean, quora_file, rows))
-            if trigger == "sighup":
-                os.kill(swap_server.proc.pid, signal.SIGHUP)
-            elif trigger == "admin":
-                r = httpx.post(f"{swap_server.url}/admin/reload", timeout=60)
-                assert r.status_code == 200 and r.json()["outcome"] in ("swapped", "unchanged"), r.text
-            wait_for_version(swap_server, built[-1])
+        time.sleep(0.5)
+        built.append(build_cli(root, model, data, rows))
+        if trigger != "watch":  # the watcher is off: nothing swaps until the trigger under test is pulled
+            time.sleep(1.0)
+            assert httpx.get(f"{server.url}/ready").json()["index_version"] == v0
+        if trigger == "sighup":
+            os.kill(server.proc.pid, signal.SIGHUP)
+        elif trigger == "admin":
+            r = httpx.post(f"{server.url}/admin/reload", timeout=60)
+            assert r.status_code == 200 and r.json()["outcome"] == "swapped", r.text
+            assert r.json()["index_version"] == built[-1]
+        wait_for_version(server, built[-1])
         time.sleep(1.0)
     finally:
         stop.set()
@@ -147,23 +168,38 @@ def test_swap_under_load(swap_server: Server, swap_root: Path, minilm_mean: Path
             t.join(timeout=30)
 
     total = sum(sent.values())
-    print(f"\nswap under load: {total} requests sent ({dict(sent)}), {len(failures)} failed, versions {built}")
+    print(f"\nswap by {trigger} under load: {total} requests sent ({dict(sent)}), {len(failures)} failed, "
+          f"versions {built}")
     assert not failures, failures[:5]
-    assert len(set(built)) == 4 and set(answers) == set(built), (built, answers.keys())
+    assert len(set(built)) == 2 and set(answers) == set(built), (built, answers.keys())
     assert set(encode_versions) <= set(built)
-    expected = {v: expected_top10(swap_root, v) for v in built}
+    expected = {v: expected_top10(root, v) for v in built}
     assert len(set(expected.values())) == len(built)  # the versions differ, so a mixed answer would show
     for version, lists in answers.items():
         # one version answers one query one way: exactly as that version, opened here, answers it
         assert lists == {expected[version]}, (version, lists, expected[version])
-        assert set(expected[version]) <= doc_ids(swap_root, version)
+        assert set(expected[version]) <= doc_ids(root, version)
 
-    swaps = metric(swap_server, 'strata_index_swaps_total{result="swapped"}')
-    assert swaps == 3
+    assert metric(server, 'strata_index_swaps_total{result="swapped"}') == swaps_before + 1
     deadline = time.monotonic() + 10  # old engines go when their last request is done
-    while metric(swap_server, "strata_engines_loaded ") != 1 and time.monotonic() < deadline:
+    while metric(server, "strata_engines_loaded ") != 1 and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert metric(swap_server, "strata_engines_loaded ") == 1
+    assert metric(server, "strata_engines_loaded ") == 1
+
+
+def test_swap_under_load_by_the_watcher(swap_server: Server, swap_root: Path, minilm_mean: Path,
+                                        quora_file: Path) -> None:
+    swap_under_load(swap_server, swap_root, minilm_mean, quora_file, 350, "watch")
+
+
+def test_swap_under_load_by_sighup(manual_server: Server, manual_root: Path, minilm_mean: Path,
+                                   quora_file: Path) -> None:
+    swap_under_load(manual_server, manual_root, minilm_mean, quora_file, 350, "sighup")
+
+
+def test_swap_under_load_by_admin_reload(manual_server: Server, manual_root: Path, minilm_mean: Path,
+                                         quora_file: Path) -> None:
+    swap_under_load(manual_server, manual_root, minilm_mean, quora_file, 400, "admin")
 
 
 def fake_version(root: Path, mutate) -> str:  # noqa: ANN001 (callable on the copied folder)
@@ -237,19 +273,46 @@ def test_bad_version_is_refused_and_the_old_one_keeps_serving(swap_server: Serve
     assert httpx.post(f"{swap_server.url}/admin/reload").json()["outcome"] == "unchanged"
 
 
+def test_newer_version_within_the_mrr_drop_is_swapped(swap_server: Server, swap_root: Path) -> None:
+    """STRATA_MAX_MRR_DROP (0.02 by default): a newer version 0.01 below the served one's MRR@10 is swapped in."""
+    served = httpx.get(f"{swap_server.url}/ready").json()["index_version"]
+    within = fake_version(swap_root, _edit_manifest(eval__mrr_at_10=lambda v: v - 0.01))
+    try:
+        r = httpx.post(f"{swap_server.url}/admin/reload", timeout=60)  # or the watcher, whichever is first
+        assert r.status_code == 200 and r.json()["outcome"] in ("swapped", "unchanged"), r.text
+        wait_for_version(swap_server, within)
+        assert "swap_refused" not in httpx.get(f"{swap_server.url}/ready").json()
+        hit = httpx.post(f"{swap_server.url}/search", json={"query": QUERY, "top_k": 1}).json()
+        assert hit["index_version"] == within
+    finally:
+        rb = indexer_cli("rollback", "--root", str(swap_root), served)
+        assert rb.returncode == 0, rb.stderr
+    wait_for_version(swap_server, served)
+    shutil.rmtree(swap_root / "versions" / within)
+
+
 def test_rollback_to_previous_version(swap_root: Path, swap_server: Server) -> None:
     root = IndexRoot(swap_root)
     previous = root.current_version()
-    current = fake_version(swap_root, lambda folder: None)  # an identical, newer copy
+    # a newer copy scoring 0.1 higher: rolling back to `previous` drops MRR@10 by 5x STRATA_MAX_MRR_DROP
+    current = fake_version(swap_root, _edit_manifest(eval__mrr_at_10=lambda v: v + 0.1))
     wait_for_version(swap_server, current)
     assert root.previous_version() == previous and previous < current
+    mrr = {v: Manifest.load(root.version_dir(v)).eval.mrr_at_10 for v in (previous, current)}
+    assert mrr[current] - mrr[previous] == pytest.approx(0.1)
+    refused_before = metric(swap_server, 'strata_index_swap_refused_total{reason="quality"}') or 0
     r = indexer_cli("rollback", "--root", str(swap_root))
     assert r.returncode == 0 and f"{current} -> {previous}" in r.stdout, r.stderr
     wait_for_version(swap_server, previous)  # an older version is not quality-gated: the operator decided
+    assert "swap_refused" not in httpx.get(f"{swap_server.url}/ready").json()
+    assert (metric(swap_server, 'strata_index_swap_refused_total{reason="quality"}') or 0) == refused_before
     bad = indexer_cli("rollback", "--root", str(swap_root), "19990101T000000Z-nope00")
     assert bad.returncode == 2 and "no version 19990101T000000Z-nope00" in bad.stderr
     assert indexer_cli("rollback", "--root", str(swap_root), current or "").returncode == 0
     wait_for_version(swap_server, current or "")
+    assert indexer_cli("rollback", "--root", str(swap_root), previous or "").returncode == 0  # the real MRR@10 again
+    wait_for_version(swap_server, previous or "")
+    shutil.rmtree(swap_root / "versions" / current)
 
 
 def test_add_questions_without_retraining(swap_root: Path, swap_server: Server, tmp_path: Path) -> None:
@@ -282,6 +345,34 @@ def test_add_questions_without_retraining(swap_root: Path, swap_server: Server, 
     again = indexer_cli("build", "--root", str(swap_root), "--add", str(new), "--threads", "1", "--keep", "20",
                         "--rebuild-after", "0.001", "--no-eval")
     assert again.returncode == 0 and "2 replaced" in again.stdout and "full rebuild due" in again.stdout
+
+
+def test_add_from_a_quora_pairs_file_and_a_different_model_is_refused(swap_root: Path, swap_server: Server,
+                                                                       tmp_path: Path, tiny_exported: Path) -> None:
+    root = IndexRoot(swap_root)
+    base = root.current_version() or ""
+    pairs = tmp_path / "pairs.tsv"  # the Quora question-pairs format: both questions of each row are added
+    pairs.write_text("id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n"
+                     "0\t910001\t910002\tWhich planet has the most moons?\tHow many moons does Saturn have?\t0\n"
+                     "1\t910003\t910004\tWhat do koalas eat all day long?\t \t0\n")
+    refused = indexer_cli("build", "--root", str(swap_root), "--add", str(pairs), "--model", str(tiny_exported),
+                          "--threads", "1", "--keep", "20")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "is not the encoder version" in refused.stderr and base in refused.stderr
+    assert root.current_version() == base and not list(swap_root.glob(".building-*"))
+
+    r = indexer_cli("build", "--root", str(swap_root), "--add", str(pairs), "--threads", "1", "--keep", "20",
+                    "--no-eval")
+    assert r.returncode == 0, r.stderr
+    assert "added 3 questions (0 replaced, 1 empty skipped)" in r.stdout
+    added = root.current_version() or ""
+    m_base, m_new = Manifest.load(root.version_dir(base)), Manifest.load(root.version_dir(added))
+    assert m_new.parent_version == base and m_new.index.ntotal == m_base.index.ntotal + 3
+    assert {910001, 910002, 910003} <= doc_ids(swap_root, added) and 910004 not in doc_ids(swap_root, added)
+    wait_for_version(swap_server, added)
+    hits = httpx.post(f"{swap_server.url}/search", json={"query": "How many moons has Saturn got?",
+                                                         "top_k": 1}).json()
+    assert hits["hits"][0]["id"] == 910002 and hits["index_version"] == added
 
 
 def test_kill_during_build_leaves_current_intact(swap_root: Path, swap_server: Server, minilm_mean: Path,
