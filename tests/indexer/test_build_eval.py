@@ -46,8 +46,10 @@ def test_manifest_records_the_build(quora_root: Path, minilm_mean: Path) -> None
     assert m.build_seconds.encode_docs_s > 0
 
 
-def test_eval_cli_json(quora_root: Path) -> None:
-    r = subprocess.run([sys.executable, "-m", "indexer.cli", "eval", "--root", str(quora_root), "--json",
+def test_eval_cli_json(quora_root: Path, tmp_path: Path) -> None:
+    root = tmp_path / "root"  # `eval` stores its figures in the manifest: not in the shared fixture
+    shutil.copytree(quora_root, root, symlinks=True)
+    r = subprocess.run([sys.executable, "-m", "indexer.cli", "eval", "--root", str(root), "--json",
                         "--nprobe", "2"], capture_output=True, text=True, check=True)
     out = json.loads(r.stdout)
     assert EVAL_KEYS <= out.keys()
@@ -55,8 +57,10 @@ def test_eval_cli_json(quora_root: Path) -> None:
     assert 0 < out["mrr_at_10"] <= 1 and out["avg_retrieval_ms"] > 0 and out["memory_gb"] > 0
     # fewer probes cannot beat exact search on the same vectors
     assert out["mrr_at_10"] <= out["exact_mrr_at_10"] + 1e-9
-    stored = Manifest.load(IndexRoot(quora_root).current_dir())
+    stored = Manifest.load(IndexRoot(root).current_dir())
     assert stored.eval is not None and stored.eval.nprobe == 2
+    shared = Manifest.load(IndexRoot(quora_root).current_dir())
+    assert shared.eval is not None and shared.eval.nprobe == shared.index.nprobe != 2
 
 
 def test_eval_cli_table(quora_root: Path) -> None:
@@ -243,3 +247,74 @@ def test_eval_queries_reuse_the_vectors_of_identical_documents(minilm_mean: Path
     got = encode_reusing(enc, queries, docs, doc_vecs, batch_size=8)
     assert np.array_equal(got[0], doc_vecs[1]) and np.array_equal(got[2], doc_vecs[0])
     assert np.allclose(got[1], enc.encode(["How can I cook rice?"])[0], atol=1e-5)
+
+
+def _build(root: Path, model: Path, data: Path, rows: int, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "indexer.cli", "build", "--root", str(root), "--model", str(model),
+                           "--data", str(data), "--rows", str(rows), "--threads", "1", *extra],
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_keep_prunes_old_versions_through_real_builds(minilm_mean: Path, quora_file: Path, tmp_path: Path) -> None:
+    root = IndexRoot(tmp_path / "root")
+    built = []
+    for rows in (100, 120, 140):
+        r = _build(root.root, minilm_mean, quora_file, rows, "--keep", "2", "--no-eval")
+        assert r.returncode == 0, r.stderr
+        built.append(root.current_version())
+    assert root.versions() == built[1:] and root.current_version() == built[2]  # the oldest went, current stays
+    assert Manifest.load(root.current_dir()).data.rows_read == 140
+    r = _build(root.root, minilm_mean, quora_file, 100, "--keep", "1", "--no-eval")
+    assert r.returncode == 0, r.stderr
+    assert root.versions() == [root.current_version()]
+
+
+def test_a_second_build_is_refused_while_one_runs(minilm_mean: Path, quora_file: Path, tmp_path: Path) -> None:
+    import os
+    import signal
+    import time
+
+    root = IndexRoot(tmp_path / "root")
+    assert _build(root.root, minilm_mean, quora_file, 100, "--no-eval").returncode == 0
+    served = root.current_version()
+    first = subprocess.Popen([sys.executable, "-m", "indexer.cli", "build", "--root", str(root.root), "--model",
+                              str(minilm_mean), "--data", str(quora_file), "--rows", "3000", "--threads", "1"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(root.root.glob(".building-*")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert list(root.root.glob(".building-*")), "the first build never started"
+        second = _build(root.root, minilm_mean, quora_file, 100, "--no-eval")
+        assert first.poll() is None, "the first build finished before the second one started"
+        assert second.returncode == 2 and "Traceback" not in second.stderr
+        assert f"another `indexer build` is running on {root.root}" in second.stderr
+        assert root.current_version() == served and len(root.versions()) == 1
+    finally:
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait()
+
+
+def test_full_protocol_excludes_each_querys_own_id(minilm_mean: Path, quora_file: Path, tmp_path: Path) -> None:
+    """`--protocol full`: every question is a document and a query, so each query finds itself first; the
+    evaluation leaves that hit out and ranks the rest."""
+    from indexer.evaluate import rank_metrics
+
+    m = build(BuildConfig(model_dir=minilm_mean, data=str(quora_file), root=tmp_path / "root", rows=300,
+                          protocol="full", threads=2))
+    assert m.data.protocol == "full" and m.eval is not None
+    version = IndexVersion(IndexRoot(tmp_path / "root").current_dir())
+    try:
+        qids, _, gold = version.store.eval_set()
+        qvecs = version.query_vectors()
+        assert qvecs is not None and set(qids) <= set(version.store.texts(qids))  # queries are documents
+        _, ids = version.search(qvecs, 11)
+    finally:
+        version.close()
+    assert np.mean(ids[:, 0] == np.asarray(qids)) > 0.95  # a query's nearest document is itself
+    assert not any(q in g for q, g in zip(qids, gold, strict=True))  # its gold are its duplicates only
+    kept = np.array([[i for i in row if i != q][:10] for row, q in zip(ids.tolist(), qids, strict=True)])
+    with_self, _ = rank_metrics(ids[:, :10], gold)
+    without_self, _ = rank_metrics(kept, gold)
+    assert m.eval.mrr_at_10 == pytest.approx(without_self, abs=1e-6)  # what the build recorded
+    assert with_self < without_self  # counting itself would push every gold hit down a rank

@@ -117,6 +117,37 @@ def test_openapi_docs(server: Server) -> None:
     assert {"/encode", "/search", "/health", "/ready", "/metrics"} <= spec["paths"].keys()
 
 
+def test_nprobe_setting_overrides_the_manifest(tmp_path: Path, quora_root: Path) -> None:
+    """STRATA_NPROBE: the server probes that many lists, not the manifest's (and never more than nlist)."""
+    import numpy as np
+
+    from indexer.runtime.layout import IndexRoot
+    from indexer.runtime.version import IndexVersion
+
+    folder = IndexRoot(quora_root).current_dir()
+    version = IndexVersion(folder)
+    _, queries, _ = version.store.eval_set()
+    version.close()
+    queries = queries[:64]
+    srv = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(quora_root), "STRATA_NPROBE": "1"})
+    try:
+        with srv.client() as c:
+            vectors = np.asarray(c.post("/encode", json={"texts": queries}).json()["vectors"], dtype=np.float32)
+            served = [[h["id"] for h in r["hits"]]
+                      for r in c.post("/search", json={"queries": queries, "top_k": 10}).json()["results"]]
+    finally:
+        stop_server(srv)
+    answers = {}
+    for nprobe in (1, None, 10_000):  # the setting, the manifest's, more than there are lists (= all of them)
+        v = IndexVersion(folder, nprobe=nprobe)
+        answers[nprobe] = [[i for i in row if i >= 0] for row in v.search(vectors, 10)[1].tolist()]
+        assert v.nprobe == (1 if nprobe == 1 else v.manifest.index.nprobe if nprobe is None else v.manifest.index.nlist)
+        v.close()
+    same = np.mean([a == b for a, b in zip(served, answers[1], strict=True)])
+    assert same >= 0.95, same  # (float noise between two encoder runs may swap a near-tie)
+    assert np.mean([a == b for a, b in zip(answers[1], answers[None], strict=True)]) < same  # nprobe 1 differs
+
+
 def test_not_ready_without_an_index(tmp_path: Path) -> None:
     srv = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(tmp_path / "empty-root")})
     try:
