@@ -16,20 +16,10 @@ from indexer.build import BuildConfig, build
 from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.layout import IndexRoot
 from indexer.runtime.manifest import Manifest
-from indexer.runtime.version import IndexLoadError, IndexVersion
+from indexer.runtime.version import IndexVersion
 from tests.conftest import TEST_ROWS
 
 EVAL_KEYS = {"mrr_at_10", "recall_at_10", "exact_mrr_at_10", "avg_retrieval_ms", "memory_gb", "n_queries", "n_docs"}
-
-
-def test_known_duplicate_retrieves_its_partner(quora_root: Path, minilm_mean: Path) -> None:
-    version = IndexVersion(IndexRoot(quora_root).current_dir())
-    vec = OnnxEncoder(minilm_mean).encode(["How can I be a good geologist?"])  # row 7, duplicate of qid 16
-    _, ids = version.search(vec, 10)
-    assert 16 in ids[0].tolist()
-    hits = version.hits(*version.search(vec, 3))
-    assert hits[0][0][1] == "What should I do to be a great geologist?"
-    version.close()
 
 
 def test_manifest_records_the_build(quora_root: Path, minilm_mean: Path) -> None:
@@ -91,24 +81,6 @@ def test_rebuild_switches_current_and_old_version_stays_readable(
     served.close()
 
 
-def test_corrupt_or_lying_versions_are_refused(quora_root: Path, tmp_path: Path) -> None:
-    src = IndexRoot(quora_root).current_dir()
-    truncated = tmp_path / "truncated"
-    shutil.copytree(src, truncated)
-    data = (truncated / "index.faiss").read_bytes()
-    (truncated / "index.faiss").write_bytes(data[: len(data) // 2])
-    with pytest.raises(IndexLoadError, match="not a readable FAISS index"):
-        IndexVersion(truncated)
-
-    lying = tmp_path / "lying"
-    shutil.copytree(src, lying)
-    manifest = json.loads((lying / "manifest.json").read_text())
-    manifest["model"]["dim"] = 768
-    (lying / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(IndexLoadError, match="dimension 384 but the manifest says 768"):
-        IndexVersion(lying)
-
-
 def test_build_cli_names_bad_data_line(minilm_mean: Path, tmp_path: Path) -> None:
     bad = tmp_path / "bad.tsv"
     bad.write_text("id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n0\t1\t2\ta?\tb?\t0\n1\t3\t4\tc?\n")
@@ -147,70 +119,6 @@ def test_tune_cli(quora_root: Path, tmp_path: Path) -> None:
     rows = json.loads(out.read_text())["rows"]
     keys = {"factory", "search_param", "mrr_at_10", "recall_vs_exact", "ms_per_query", "memory_mb", "pareto"}
     assert keys <= rows[0].keys()
-
-
-@pytest.mark.parametrize("codec", ["Flat", "SQfp16"])
-def test_exact_search_over_lists_equals_a_flat_index(codec: str) -> None:
-    import faiss
-
-    from indexer.runtime.faiss_index import build_ivf, exact_search, memory_bytes, stored_vectors
-
-    rng = np.random.default_rng(0)
-    docs = rng.standard_normal((3000, 16)).astype(np.float32)
-    docs /= np.linalg.norm(docs, axis=1, keepdims=True)
-    ids = rng.permutation(10_000)[:3000].astype(np.int64)  # ids that are not positions
-    queries = rng.standard_normal((50, 16)).astype(np.float32)
-    index, _, _ = build_ivf(docs, ids, nlist=16, nprobe=1, codec=codec)
-    # the lists hold the vectors themselves (fp16 codes decode to within fp16 rounding, not residuals)
-    held_ids, held = stored_vectors(index)
-    order = np.argsort(held_ids)
-    want_rows = np.argsort(ids)
-    assert np.array_equal(held_ids[order], ids[want_rows])
-    tol = 0 if codec == "Flat" else 1e-3
-    assert np.abs(held[order] - docs[want_rows]).max() <= tol
-    flat = faiss.IndexFlatIP(16)
-    flat.add(docs)
-    want_d, want_pos = flat.search(queries, 7)
-    got_d, got_ids = exact_search(index, queries, 7, chunk_vectors=500)  # several chunks, merged
-    if codec == "Flat":
-        assert np.array_equal(got_ids, ids[want_pos]) and np.allclose(got_d, want_d, atol=1e-5)
-    else:  # fp16 rounding may swap near-ties, never more
-        assert np.mean(got_ids == ids[want_pos]) > 0.97 and np.allclose(got_d, want_d, atol=5e-3)
-    # with every list probed the index's own search agrees with the exact search on its vectors
-    faiss.extract_index_ivf(index).nprobe = 16
-    ivf_d, ivf_ids = index.search(queries, 7)
-    assert np.array_equal(ivf_ids, got_ids) and np.allclose(ivf_d, got_d, atol=1e-4)
-    assert memory_bytes(index) == pytest.approx(faiss.serialize_index(index).nbytes, rel=0.01)
-
-
-def test_exact_search_refuses_codes_that_do_not_hold_the_vectors() -> None:
-    import faiss
-
-    from indexer.runtime.faiss_index import exact_search
-
-    rng = np.random.default_rng(0)
-    docs = rng.standard_normal((2000, 16)).astype(np.float32)
-    index = faiss.index_factory(16, "IVF8,SQ8", faiss.METRIC_INNER_PRODUCT)
-    index.train(docs)
-    index.add(docs)
-    with pytest.raises(ValueError, match="IVF-Flat, or IVF-SQfp16"):
-        exact_search(index, docs[:3], 5)
-
-
-def test_default_build_stores_fp16_codes(quora_root: Path) -> None:
-    import faiss
-
-    m = Manifest.load(IndexRoot(quora_root).current_dir())
-    assert m.index.factory == f"IVF{m.index.nlist},SQfp16"
-    version = IndexVersion(IndexRoot(quora_root).current_dir())
-    ivf = faiss.downcast_index(faiss.extract_index_ivf(version.index))
-    assert isinstance(ivf, faiss.IndexIVFScalarQuantizer) and not ivf.by_residual
-    version.close()
-    # `indexer tune` builds its candidates the same way; other codecs keep FAISS's defaults
-    from indexer.runtime.faiss_index import index_from_factory
-
-    assert not faiss.extract_index_ivf(index_from_factory(16, "IVF4,SQfp16")).by_residual
-    assert faiss.extract_index_ivf(index_from_factory(16, "IVF4,SQ8")).by_residual
 
 
 def test_exact_reference_on_a_seeded_sample_past_the_budget(quora_root: Path) -> None:
