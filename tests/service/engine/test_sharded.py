@@ -316,8 +316,8 @@ def _alive(pid: int) -> bool:
 
 
 def test_python_m_service_sharded_command(ray_sharded: Path, tmp_path: Path) -> None:
-    """`python -m service sharded` as a command: its own local Ray and Serve proxy on a free port, the same API,
-    and on SIGTERM it stops Serve and the Ray instance it started, leaving no process behind."""
+    """`python -m service sharded` as a command: its own local Ray, the API on a free port, and on SIGTERM it
+    exits 0 having deleted its shard deployments and stopped the Ray instance it started: no process left."""
     import subprocess
     import sys
 
