@@ -37,7 +37,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="Strata", version="0.1.0", lifespan=lifespan, dependencies=[Depends(authorize)],
                   responses=ERROR_RESPONSES,
                   description="Semantic search over an ONNX sentence encoder and a FAISS index.")
-    app.state.settings, app.state.metrics, app.state.engine = settings, metrics, engine
+    app.state.metrics, app.state.engine = metrics, engine
     app.state.authorizer = Authorizer(settings)
     install_error_handlers(app)
 
