@@ -41,11 +41,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from bench.encoders import format_rows, measure_encoders, sentences  # noqa: E402
 from bench.search_latency import free_port, load, wait_ready  # noqa: E402
 from bench.search_latency import start as start_strata  # noqa: E402
-from indexer.layout import IndexRoot  # noqa: E402
-from indexer.manifest import Manifest  # noqa: E402
-from indexer.store import STORE, Store  # noqa: E402
+from indexer.runtime.layout import IndexRoot  # noqa: E402
+from indexer.runtime.manifest import Manifest  # noqa: E402
+from indexer.runtime.store import STORE, Store  # noqa: E402
+from indexer.runtime.version import IndexVersion, vectors_by_id  # noqa: E402
 from indexer.tune import Candidate, TuneRow, sweep  # noqa: E402
-from indexer.version import IndexVersion, vectors_by_id  # noqa: E402
 
 PAPER = Candidate("IVF1024,Flat", [("nprobe", 5)])
 

@@ -22,9 +22,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from indexer.onnx_encoder import OnnxEncoder  # noqa: E402
-from indexer.paths import default_quora_source  # noqa: E402
 from indexer.quora import read_rows  # noqa: E402
+from indexer.runtime.encoder import OnnxEncoder  # noqa: E402
+from indexer.runtime.paths import default_quora_source  # noqa: E402
 
 
 def sentences(n: int) -> list[str]:

@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.encoders import sentences  # noqa: E402
-from indexer.onnx_encoder import (  # noqa: E402
+from indexer.runtime.encoder import (  # noqa: E402
     ENCODER_ONNX,
     PAD_SLACK,
     RUN_OVERHEAD_TOKENS,

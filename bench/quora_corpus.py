@@ -17,8 +17,8 @@ import argparse
 import json
 from pathlib import Path
 
-from indexer.paths import default_quora_source
 from indexer.quora import HELD_OUT_FROM, read_rows
+from indexer.runtime.paths import default_quora_source
 
 
 def write_corpus(source: Path, out: Path, rows: int, beir: bool) -> tuple[int, int]:

@@ -123,7 +123,7 @@ def indexer_figures(model_dir: Path, root: Path, protocol: str, threads: int, ro
 
 
 def evaluate_served(ckpt: Path, served: str, work: Path, args: argparse.Namespace) -> dict[str, Any]:
-    from indexer.onnx_encoder import OnnxEncoder
+    from indexer.runtime.encoder import OnnxEncoder
     from models.export import export_encoder
     from models.sts import TASKS, evaluate_tasks
 
@@ -288,7 +288,8 @@ def render(rows: list[dict[str, Any]], command: str) -> str:
             f"{cell(arm, 's_per_1k_steps').split(' ±')[0]} | {'; '.join(loads) or '–'} |"
         )
     lines += ["", "Paired per-seed deltas (same seed, same data order; stock arms have one row, paired with every "
-              "seed):", "", "| arm | vs | metric | mean ± std | per seed | all seeds > 0 |", "|---|---|---|---|---|---|"]
+              "seed):", "", "| arm | vs | metric | mean ± std | per seed | all seeds > 0 |",
+              "|---|---|---|---|---|---|"]
     for arm in order:
         if arm.startswith("stock"):
             continue

@@ -16,8 +16,8 @@ from pathlib import Path
 import ray
 
 from indexer.build import BuildConfig
-from indexer.paths import default_model_dir, default_quora_source
 from indexer.ray_build import RayOptions, build_on_ray
+from indexer.runtime.paths import default_model_dir, default_quora_source
 
 
 def main() -> None:

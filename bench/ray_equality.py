@@ -21,7 +21,7 @@ import numpy as np
 
 
 def main() -> int:
-    from indexer.paths import default_model_dir, default_quora_source
+    from indexer.runtime.paths import default_model_dir, default_quora_source
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", type=Path, default=default_model_dir())
@@ -36,8 +36,8 @@ def main() -> int:
     import ray
 
     from indexer.build import BuildConfig, build
-    from indexer.layout import IndexRoot
     from indexer.ray_build import RayOptions, build_on_ray, summary
+    from indexer.runtime.layout import IndexRoot
 
     repo = Path(__file__).resolve().parents[1]
     tmp = None
@@ -68,7 +68,7 @@ def main() -> int:
         ray.shutdown()
     print(summary(dist), flush=True)
 
-    from indexer.version import vectors_by_id
+    from indexer.runtime.version import vectors_by_id
 
     ids_s, vecs_s = vectors_by_id(IndexRoot(base / "single").current_dir())
     ids_r, vecs_r = vectors_by_id(IndexRoot(base / "ray").current_dir())

@@ -164,7 +164,7 @@ def evaluate_detached(
     ckpt: Path, work: Path, plan: Plan, threads: int, with_quora: bool, pooling: str = "cls"
 ) -> dict[str, Any]:
     """The served vector of a checkpoint: export (pooler dropped), STS through ONNX, Quora via the indexer."""
-    from indexer.onnx_encoder import OnnxEncoder
+    from indexer.runtime.encoder import OnnxEncoder
     from models.export import export_encoder
 
     if not with_quora:

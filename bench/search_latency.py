@@ -27,9 +27,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from indexer.layout import IndexRoot  # noqa: E402
-from indexer.manifest import Manifest  # noqa: E402
-from indexer.store import STORE, Store  # noqa: E402
+from indexer.runtime.layout import IndexRoot  # noqa: E402
+from indexer.runtime.manifest import Manifest  # noqa: E402
+from indexer.runtime.store import STORE, Store  # noqa: E402
 
 
 def free_port() -> int:

@@ -20,17 +20,16 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-import faiss
 import numpy as np
 
 from indexer.build import save_and_evaluate
-from indexer.faiss_index import INDEX_FILE
-from indexer.layout import IndexRoot, new_version_name
-from indexer.manifest import Manifest
-from indexer.onnx_encoder import EncoderLoadError, OnnxEncoder
 from indexer.quora import COLUMNS, QuoraFormatError, _open_text, read_rows
-from indexer.store import STORE
-from indexer.version import QUERY_VECTORS, IndexVersion
+from indexer.runtime.encoder import EncoderLoadError, OnnxEncoder
+from indexer.runtime.faiss_index import INDEX_FILE, remove_ids, set_threads, write_index
+from indexer.runtime.layout import IndexRoot, new_version_name
+from indexer.runtime.manifest import Manifest
+from indexer.runtime.store import STORE
+from indexer.runtime.version import QUERY_VECTORS, IndexVersion
 
 log = logging.getLogger(__name__)
 
@@ -126,19 +125,18 @@ def add_questions(root_dir: Path, path: Path, *, model_dir: Path | None = None, 
                 raise EncoderLoadError(f"{encoder.model_dir} is not the encoder version {m.version} was built "
                                        f"with (sha256 {encoder.meta.onnx_sha256[:12]}… vs {m.model.onnx_sha256[:12]}…)")
             ids, texts, skipped = read_questions(path)
-            if threads:
-                faiss.omp_set_num_threads(threads)
+            set_threads(threads)
             vecs = encoder.encode(texts, batch_size, progress=True, desc="added questions")
             id_arr = np.asarray(ids, dtype=np.int64)
             present = base.store.texts(ids)
             index = base.index  # ours to change: it was read from disk, the served copy is another object
             if present:
-                index.remove_ids(faiss.IDSelectorBatch(np.fromiter(present, dtype=np.int64)))
+                remove_ids(index, np.fromiter(present, dtype=np.int64))
             index.add_with_ids(vecs, id_arr)
 
             version = new_version_name()
             with root.staging(version) as stage:
-                faiss.write_index(index, str(stage / INDEX_FILE))
+                write_index(index, stage / INDEX_FILE)
                 _copy_store(base.folder / STORE, stage / STORE, ids, texts)
                 if (base.folder / QUERY_VECTORS).is_file():
                     shutil.copy2(base.folder / QUERY_VECTORS, stage / QUERY_VECTORS)

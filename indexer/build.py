@@ -13,27 +13,29 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-import faiss
 import numpy as np
 
 from indexer.corpus import detect_format
 from indexer.evaluate import evaluate
-from indexer.faiss_index import (
+from indexer.ingest import build_corpus, data_path, source_for, warn_if_shrinking
+from indexer.quora import Protocol, load_split
+from indexer.runtime.encoder import EncoderMeta, OnnxEncoder
+from indexer.runtime.faiss_index import (
     DEFAULT_CODEC,
     DEFAULT_NLIST,
     DEFAULT_NPROBE,
     INDEX_FILE,
     build_ivf,
+    clamp_nprobe,
     effective_nlist,
     ivf_factory,
+    set_threads,
+    write_index,
 )
-from indexer.ingest import build_corpus, data_path, source_for, warn_if_shrinking
-from indexer.layout import IndexRoot, new_version_name
-from indexer.manifest import DataInfo, IndexInfo, Manifest, ModelInfo, Timings
-from indexer.onnx_encoder import EncoderMeta, OnnxEncoder
-from indexer.quora import Protocol, load_split
-from indexer.store import STORE, write_store
-from indexer.version import QUERY_VECTORS, IndexVersion
+from indexer.runtime.layout import IndexRoot, new_version_name
+from indexer.runtime.manifest import DataInfo, IndexInfo, Manifest, ModelInfo, Timings
+from indexer.runtime.store import STORE, write_store
+from indexer.runtime.version import QUERY_VECTORS, IndexVersion
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +115,7 @@ def build(cfg: BuildConfig) -> Manifest:
     with root.build_lock():
         root.remove_partial_builds()
         encoder = OnnxEncoder(cfg.model_dir, threads=cfg.threads, verify_sha256=True)
-        if cfg.threads:
-            faiss.omp_set_num_threads(cfg.threads)
+        set_threads(cfg.threads)
 
         path = data_path(cfg.data)
         if detect_format(path) != "quora":
@@ -144,7 +145,7 @@ def build(cfg: BuildConfig) -> Manifest:
             log.info("training IVF%d on %d vectors", nlist, len(doc_vecs))
             index, timings.train_s, timings.add_s = build_ivf(doc_vecs, split.corpus.ids, nlist, cfg.nprobe,
                                                               cfg.seed, cfg.codec)
-            faiss.write_index(index, str(stage / INDEX_FILE))
+            write_index(index, stage / INDEX_FILE)
             ntotal = int(index.ntotal)
             del index  # evaluation reopens the written index: holding both would double the memory
 
@@ -163,7 +164,7 @@ def build(cfg: BuildConfig) -> Manifest:
                 created_at=datetime.now(timezone.utc),
                 model=model_info(cfg.model_dir, m),
                 index=IndexInfo(factory=ivf_factory(nlist, cfg.codec), nlist=nlist, nlist_requested=cfg.nlist,
-                                nprobe=min(cfg.nprobe, nlist), ntotal=ntotal),
+                                nprobe=clamp_nprobe(cfg.nprobe, nlist), ntotal=ntotal),
                 data=DataInfo(source=split.source, protocol=split.protocol, rows_read=split.rows_read,
                               skipped_empty_texts=split.skipped_empty_texts, n_docs=len(split.corpus.texts),
                               n_queries=len(ev.query_texts)),

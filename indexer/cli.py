@@ -8,18 +8,18 @@ import sys
 from pathlib import Path
 
 from indexer.console import configure_logging, run_cli
-from indexer.faiss_index import CODECS, DEFAULT_CODEC, DEFAULT_NLIST, DEFAULT_NPROBE
-from indexer.paths import default_index_root, default_model_dir, default_quora_source
+from indexer.runtime.faiss_index import CODECS, DEFAULT_CODEC, DEFAULT_NLIST, DEFAULT_NPROBE
+from indexer.runtime.paths import default_index_root, default_model_dir, default_quora_source
 
 
 # Errors that are the user's to fix: printed as one line, no traceback.
 def _known_errors() -> tuple[type[BaseException], ...]:
     from indexer.evaluate import EvalError
-    from indexer.layout import LayoutError
-    from indexer.manifest import ManifestError
-    from indexer.onnx_encoder import EncoderLoadError
     from indexer.quora import QuoraFormatError
-    from indexer.version import IndexLoadError
+    from indexer.runtime.encoder import EncoderLoadError
+    from indexer.runtime.layout import LayoutError
+    from indexer.runtime.manifest import ManifestError
+    from indexer.runtime.version import IndexLoadError
 
     return (EvalError, LayoutError, ManifestError, EncoderLoadError, QuoraFormatError, IndexLoadError,
             FileNotFoundError, PermissionError, ValueError, OSError)
@@ -113,8 +113,8 @@ def _table(e) -> str:  # noqa: ANN001 (EvalFigures)
 
 def _eval(args: argparse.Namespace) -> int:
     from indexer.evaluate import EXACT_PAIRS_BUDGET, evaluate
-    from indexer.layout import IndexRoot
-    from indexer.version import IndexVersion
+    from indexer.runtime.layout import IndexRoot
+    from indexer.runtime.version import IndexVersion
 
     root = IndexRoot(args.root)
     folder = root.version_dir(args.version) if args.version else root.current_dir()
@@ -124,7 +124,7 @@ def _eval(args: argparse.Namespace) -> int:
         if args.queries is not None:
             from indexer.corpus import query_files
             from indexer.evaluate import evaluate_query_files
-            from indexer.onnx_encoder import OnnxEncoder
+            from indexer.runtime.encoder import OnnxEncoder
 
             queries, qrels = query_files(args.queries, args.qrels, args.split)
             encoder = OnnxEncoder(args.model or Path(version.manifest.model.dir), threads=args.threads,
@@ -161,10 +161,10 @@ def _eval(args: argparse.Namespace) -> int:
 def _tune(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from indexer.atomic import write_json_atomic
-    from indexer.layout import IndexRoot
+    from indexer.runtime.atomic import write_json_atomic
+    from indexer.runtime.layout import IndexRoot
+    from indexer.runtime.version import IndexVersion
     from indexer.tune import format_table, pareto, sweep
-    from indexer.version import IndexVersion
 
     root = IndexRoot(args.root)
     version = IndexVersion(root.version_dir(args.version) if args.version else root.current_dir())
@@ -187,8 +187,8 @@ def _tune(args: argparse.Namespace) -> int:
 
 
 def _rollback(args: argparse.Namespace) -> int:
-    from indexer.layout import IndexRoot, LayoutError
-    from indexer.version import IndexVersion
+    from indexer.runtime.layout import IndexRoot, LayoutError
+    from indexer.runtime.version import IndexVersion
 
     root = IndexRoot(args.root)
     with root.build_lock():  # never race a build's own flip of `current`
@@ -205,8 +205,8 @@ def _rollback(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from indexer.layout import IndexRoot
-    from indexer.manifest import Manifest, ManifestError
+    from indexer.runtime.layout import IndexRoot
+    from indexer.runtime.manifest import Manifest, ManifestError
 
     root = IndexRoot(args.root)
     versions = root.versions()

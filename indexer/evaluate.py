@@ -10,18 +10,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import faiss
 import numpy as np
 
-from indexer.faiss_index import exact_search, memory_bytes, set_nprobe
-from indexer.manifest import EvalFigures
 from indexer.metrics import mean_metrics
-from indexer.store import GradedEvalSet
-from indexer.version import IndexVersion
+from indexer.runtime.faiss_index import exact_search, get_threads, memory_bytes, search, set_nprobe, set_threads
+from indexer.runtime.manifest import EvalFigures
+from indexer.runtime.store import GradedEvalSet
+from indexer.runtime.version import IndexVersion
 
 if TYPE_CHECKING:
     from indexer.ingest import EvalSetStats
-    from indexer.onnx_encoder import OnnxEncoder
+    from indexer.runtime.encoder import OnnxEncoder
 
 log = logging.getLogger(__name__)
 
@@ -85,16 +84,14 @@ def evaluate(version: IndexVersion, *, nprobe: int | None = None, batch_size: in
     query_ids = np.asarray(qids, dtype=np.int64)
     exclude_self = version.manifest.data.protocol in ("full", "heldout")
     depth = k + 1 if exclude_self else k
-    nprobe = nprobe or version.nprobe
-    set_nprobe(version.index, nprobe)
-    if threads:
-        faiss.omp_set_num_threads(threads)
-    used_threads = faiss.omp_get_max_threads()
+    nprobe = set_nprobe(version.index, nprobe or version.nprobe)  # clamped to nlist: what was searched
+    set_threads(threads)
+    used_threads = get_threads()
 
     ids = np.empty((len(qvecs), depth), dtype=np.int64)
     t0 = time.perf_counter()
     for start in range(0, len(qvecs), batch_size):
-        _, ids[start : start + batch_size] = version.index.search(qvecs[start : start + batch_size], depth)
+        _, ids[start : start + batch_size] = search(version.index, qvecs[start : start + batch_size], depth)
     elapsed = time.perf_counter() - t0
     set_nprobe(version.index, version.nprobe)
 
@@ -147,14 +144,14 @@ def evaluate_graded(version: IndexVersion, qvecs: np.ndarray, ev: GradedEvalSet,
     nprobe = nprobe or version.nprobe
     set_nprobe(version.index, nprobe)
     if threads:
-        faiss.omp_set_num_threads(threads)
-    used_threads = faiss.omp_get_max_threads()
+        set_threads(threads)
+    used_threads = get_threads()
     try:
         t0 = time.perf_counter()
         for start in range(0, len(qvecs), batch_size):
-            version.index.search(qvecs[start : start + batch_size], 10 + extra)
+            search(version.index, qvecs[start : start + batch_size], 10 + extra)
         elapsed = time.perf_counter() - t0
-        _, ids = version.index.search(qvecs, depth)
+        _, ids = search(version.index, qvecs, depth)
     finally:
         set_nprobe(version.index, version.nprobe)
     sample = exact_sample(len(qvecs), version.ntotal, exact_budget)

@@ -39,16 +39,16 @@ from indexer.corpus import (
     read_qrels,
     read_queries,
 )
-from indexer.faiss_index import INDEX_FILE, build_ivf, effective_nlist, ivf_factory, write_index
 from indexer.guards import max_shrink, shrink_message, shrinks_too_much
-from indexer.layout import IndexRoot, new_version_name
-from indexer.manifest import CorpusFieldsInfo, DataInfo, IndexInfo, Manifest, ManifestError, Timings
-from indexer.store import STORE, CorpusStoreWriter, GradedEvalSet
-from indexer.version import QUERY_VECTORS
+from indexer.runtime.faiss_index import INDEX_FILE, build_ivf, effective_nlist, ivf_factory, write_index
+from indexer.runtime.layout import IndexRoot, new_version_name
+from indexer.runtime.manifest import CorpusFieldsInfo, DataInfo, IndexInfo, Manifest, ManifestError, Timings
+from indexer.runtime.store import STORE, CorpusStoreWriter, GradedEvalSet
+from indexer.runtime.version import QUERY_VECTORS
 
 if TYPE_CHECKING:
     from indexer.build import BuildConfig
-    from indexer.onnx_encoder import OnnxEncoder
+    from indexer.runtime.encoder import OnnxEncoder
 
 log = logging.getLogger(__name__)
 
@@ -267,8 +267,8 @@ def load_eval_set(queries_path: Path, qrels_path: Path,
 
 def data_path(data: str) -> Path:
     """The local path of `--data` (a URL is downloaded: only the Quora TSV is published that way)."""
-    from indexer.paths import strata_home
     from indexer.quora import resolve_source
+    from indexer.runtime.paths import strata_home
 
     if data.startswith(("http://", "https://")):
         return resolve_source(data, strata_home() / "downloads")

@@ -28,7 +28,7 @@ from typing import Literal
 
 import numpy as np
 
-from indexer.atomic import fsync_dir
+from indexer.runtime.atomic import fsync_dir
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-import faiss
 import numpy as np
 import pyarrow.parquet as pq
 import ray
@@ -28,10 +27,23 @@ from ray.data import ActorPoolStrategy
 
 from indexer.build import BuildConfig, model_info, save_and_evaluate
 from indexer.corpus import detect_format
-from indexer.faiss_index import INDEX_FILE, effective_nlist, ivf_factory
 from indexer.ingest import corpus_data_info, data_path, ingest_store, source_for, warn_if_shrinking
-from indexer.layout import IndexRoot, new_version_name
-from indexer.manifest import (
+from indexer.ray_embed import EmbedBatches, column_vectors
+from indexer.ray_input import read_corpus, store_corpus
+from indexer.runtime.encoder import OnnxEncoder
+from indexer.runtime.faiss_index import (
+    INDEX_FILE,
+    clamp_nprobe,
+    deserialize,
+    effective_nlist,
+    ivf_factory,
+    serialize,
+    set_threads,
+    train_empty_ivf,
+    write_index,
+)
+from indexer.runtime.layout import IndexRoot, new_version_name
+from indexer.runtime.manifest import (
     ActorThroughput,
     DataInfo,
     DistributedInfo,
@@ -40,12 +52,9 @@ from indexer.manifest import (
     ShardInfo,
     Timings,
 )
-from indexer.onnx_encoder import OnnxEncoder
-from indexer.ray_embed import EmbedBatches, column_vectors
-from indexer.ray_input import read_corpus, store_corpus
-from indexer.shards import SHARDS_DIR, shard_file, shard_of, train_empty_ivf, training_positions
-from indexer.store import STORE, write_store
-from indexer.version import QUERY_VECTORS
+from indexer.runtime.store import STORE, write_store
+from indexer.runtime.version import QUERY_VECTORS
+from indexer.shards import SHARDS_DIR, shard_file, shard_of, training_positions
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +120,7 @@ def _vectors_at(files: list[Path], wanted_pos: np.ndarray, dim: int) -> np.ndarr
 def fill_shard(trained: bytes, files: list[str], shard: int, n_shards: int, dim: int, out: str) -> int:
     """Add this shard's vectors (ids with `id % n_shards == shard`), in corpus order, to a copy of the trained
     empty index and write it to `out`. Runs as a Ray task: a failed one is retried and rewrites `out`."""
-    index = faiss.deserialize_index(np.frombuffer(trained, dtype=np.uint8))
+    index = deserialize(trained)
     pos, ids, vecs = [], [], []
     for f in files:
         t = pq.read_table(f, columns=["pos", "id", "vector"])
@@ -123,7 +132,7 @@ def fill_shard(trained: bytes, files: list[str], shard: int, n_shards: int, dim:
     order = np.argsort(np.concatenate(pos), kind="stable")  # the single-machine build's add order
     index.add_with_ids(np.ascontiguousarray(np.concatenate(vecs)[order]), np.concatenate(ids)[order])
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    faiss.write_index(index, out + ".tmp")
+    write_index(index, out + ".tmp")
     os.replace(out + ".tmp", out)
     return int(index.ntotal)
 
@@ -149,8 +158,7 @@ def build_on_ray(cfg: BuildConfig, opts: RayOptions) -> Manifest:
         address = connect(opts.address)
         cpus = int(ray.cluster_resources().get("CPU", 1))
         workers = opts.workers or max(1, cpus // opts.threads_per_worker)
-        if cfg.threads:
-            faiss.omp_set_num_threads(cfg.threads)
+        set_threads(cfg.threads)
         t0 = time.perf_counter()
         path = data_path(cfg.data)
         quora = detect_format(path) == "quora"
@@ -190,7 +198,7 @@ def build_on_ray(cfg: BuildConfig, opts: RayOptions) -> Manifest:
             timings.train_s = time.perf_counter() - t0
 
             t0 = time.perf_counter()
-            blob = ray.put(faiss.serialize_index(trained).tobytes())
+            blob = ray.put(serialize(trained))
             outs = [str(stage / INDEX_FILE)] if opts.shards == 1 else \
                 [str(stage / shard_file(s)) for s in range(opts.shards)]
             counts = ray.get([fill_shard.remote(blob, [str(f) for f in files], s, opts.shards, dim, out)
@@ -230,7 +238,7 @@ def build_on_ray(cfg: BuildConfig, opts: RayOptions) -> Manifest:
                 created_at=datetime.now(timezone.utc),
                 model=model_info(cfg.model_dir, m),
                 index=IndexInfo(factory=ivf_factory(nlist, cfg.codec), nlist=nlist, nlist_requested=cfg.nlist,
-                                nprobe=min(cfg.nprobe, nlist), ntotal=n, shards=shards),
+                                nprobe=clamp_nprobe(cfg.nprobe, nlist), ntotal=n, shards=shards),
                 data=data,
                 build_seconds=timings,
                 distributed=DistributedInfo(address=address, workers=workers, actors=actors,

@@ -29,7 +29,7 @@ class EmbedBatches:
     """Callable class for `Dataset.map_batches(..., compute=ActorPoolStrategy)`."""
 
     def __init__(self, model_dir: str, threads: int, batch_size: int | None) -> None:
-        from indexer.onnx_encoder import OnnxEncoder
+        from indexer.runtime.encoder import OnnxEncoder
 
         # CUDA provider when this actor was given a GPU (OnnxEncoder picks it when ONNX Runtime offers it).
         self.encoder = OnnxEncoder(Path(model_dir), threads=threads, verify_sha256=True)

@@ -3,17 +3,12 @@
 Every shard is a copy of the same trained, empty `IVF{nlist},{codec}` filled with the vectors whose id falls in
 it (`id % N`). Because the centroids are identical, probing the same `nprobe` lists in every shard and merging
 the top k by score gives exactly the merged index's answer, and the shards can be merged back losslessly.
+The FAISS side (training the shared quantizer, merging shard files) is `indexer.runtime.faiss_index`'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
-
-import faiss
 import numpy as np
-
-from indexer.faiss_index import DEFAULT_CODEC, new_ivf, set_nprobe
 
 SHARDS_DIR = "shards"
 # FAISS k-means subsamples to this many points per centroid anyway; training on more is wasted work.
@@ -29,16 +24,6 @@ def shard_of(ids: np.ndarray, n_shards: int) -> np.ndarray:
     return np.asarray(ids, dtype=np.int64) % n_shards
 
 
-def train_empty_ivf(sample: np.ndarray, nlist: int, nprobe: int, seed: int, codec: str = DEFAULT_CODEC
-                    ) -> faiss.Index:
-    """`IVF{nlist},{codec}` (inner product) trained on `sample`, holding no vectors yet."""
-    # the same seed as the single-machine build: same sample order -> same centroids
-    index = new_ivf(sample.shape[1], nlist, codec, seed)
-    index.train(np.ascontiguousarray(sample, dtype=np.float32))
-    set_nprobe(index, nprobe)
-    return index
-
-
 def training_positions(positions: np.ndarray, nlist: int, seed: int) -> np.ndarray:
     """The corpus positions to train on, in corpus order: all of them when FAISS would use all, else a seeded
     sample of `256 * nlist` (what FAISS itself would subsample to)."""
@@ -48,12 +33,3 @@ def training_positions(positions: np.ndarray, nlist: int, seed: int) -> np.ndarr
         return positions
     rng = np.random.default_rng(seed)
     return np.sort(rng.choice(positions, size=cap, replace=False))
-
-
-def merge_shards(paths: Sequence[Path]) -> faiss.Index:
-    """Read shard files and merge them into one IVF index in memory (their inverted lists are concatenated)."""
-    merged = faiss.read_index(str(paths[0]))
-    for path in paths[1:]:
-        other = faiss.read_index(str(path))
-        faiss.merge_into(merged, other, False)  # ids are global already: no shift
-    return merged

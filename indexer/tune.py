@@ -13,12 +13,21 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
-import faiss
 import numpy as np
 
 from indexer.evaluate import _drop_self, rank_metrics
-from indexer.faiss_index import MIN_POINTS_PER_LIST, index_from_factory, memory_bytes, stored_vectors
-from indexer.version import IndexVersion
+from indexer.runtime.faiss_index import (
+    MIN_POINTS_PER_LIST,
+    flat_search,
+    get_threads,
+    index_from_factory,
+    memory_bytes,
+    search,
+    set_search_param,
+    set_threads,
+    stored_vectors,
+)
+from indexer.runtime.version import IndexVersion
 
 log = logging.getLogger(__name__)
 
@@ -94,32 +103,29 @@ def sweep(version: IndexVersion, grid: list[Candidate] | None = None, *, max_que
     query_ids = np.asarray(qids, dtype=np.int64)[pick]
     exclude_self = version.manifest.data.protocol in ("full", "heldout")
     depth = 11 if exclude_self else 10
-    all_threads = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(threads)
-    params = faiss.ParameterSpace()
+    all_threads = get_threads()
+    set_threads(threads)
 
-    flat = faiss.IndexFlatIP(vecs.shape[1])
-    flat.add(vecs)
-    exact = ids[flat.search(qvecs, depth)[1]]
+    exact = ids[flat_search(vecs, qvecs, depth)[1]]
     if exclude_self:
         exact = _drop_self(exact, query_ids, 10)
 
     for cand in grid or default_grid(len(ids), vecs.shape[1]):
         t0 = time.perf_counter()
         index = index_from_factory(vecs.shape[1], cand.factory)  # fp16 lists stored as `indexer build` does
-        faiss.omp_set_num_threads(all_threads)  # train with every core, time with `threads`
+        set_threads(all_threads)  # train with every core, time with `threads`
         index.train(vecs)
         index.add(vecs)
-        faiss.omp_set_num_threads(threads)
+        set_threads(threads)
         build_s = time.perf_counter() - t0
         mem = memory_bytes(index) / 1e6
         for name, value in cand.params:
             if name:
-                params.set_index_parameter(index, name, value)
+                set_search_param(index, name, value)
             t0 = time.perf_counter()
             pos = np.empty((len(qvecs), depth), dtype=np.int64)
             for i in range(len(qvecs)):
-                pos[i] = index.search(qvecs[i : i + 1], depth)[1][0]
+                pos[i] = search(index, qvecs[i : i + 1], depth)[1][0]
             ms = (time.perf_counter() - t0) * 1000 / len(qvecs)
             got = np.where(pos >= 0, ids[np.clip(pos, 0, None)], -1)
             if exclude_self:

@@ -69,7 +69,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _mine(args: argparse.Namespace) -> int:
-    from indexer.onnx_encoder import EncoderLoadError
+    from indexer.runtime.encoder import EncoderLoadError
     from models.data import DataError
 
     def go() -> int:
@@ -91,7 +91,7 @@ def _mine(args: argparse.Namespace) -> int:
 def _sts(args: argparse.Namespace) -> int:
     import json
 
-    from indexer.onnx_encoder import EncoderLoadError
+    from indexer.runtime.encoder import EncoderLoadError
     from models.checkpoint import CheckpointError
     from models.data import DataError
     from models.sts import TASKS, evaluate_tasks, format_table
@@ -99,7 +99,7 @@ def _sts(args: argparse.Namespace) -> int:
     def go() -> int:
         tasks = args.tasks or TASKS
         if args.onnx:
-            from indexer.onnx_encoder import OnnxEncoder
+            from indexer.runtime.encoder import OnnxEncoder
 
             runtime = OnnxEncoder(args.onnx)
             encode = runtime.encode

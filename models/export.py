@@ -22,8 +22,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from indexer.atomic import atomic_dir, sha256_file, write_json_atomic
-from indexer.onnx_encoder import ENCODER_META, ENCODER_ONNX, EncoderMeta, OnnxEncoder
+from indexer.runtime.atomic import atomic_dir, sha256_file, write_json_atomic
+from indexer.runtime.encoder import ENCODER_META, ENCODER_ONNX, EncoderMeta, OnnxEncoder
 from models.checkpoint import CheckpointError, default_max_length, encoder_folder
 
 log = logging.getLogger(__name__)

@@ -94,8 +94,8 @@ def mine(
     seed: int = 0,
     progress: bool = True,
 ) -> MineReport:
-    from indexer.faiss_index import build_ivf, effective_nlist
-    from indexer.onnx_encoder import OnnxEncoder
+    from indexer.runtime.encoder import OnnxEncoder
+    from indexer.runtime.faiss_index import build_ivf, effective_nlist, search
 
     if skip < 0 or take < 1 or depth < skip + take:
         raise ValueError(f"need skip >= 0, take >= 1 and depth >= skip + take (got {skip}, {take}, {depth})")
@@ -120,7 +120,7 @@ def mine(
     anchors = np.asarray([position[a] for a, _ in questions.pairs], dtype=np.int64)
     log.info("searching %d anchors (depth %d, nprobe %d)", len(anchors), depth, nprobe)
     # + cluster size margin: labelled duplicates and the anchor itself are dropped before skipping
-    _, hits = index.search(vectors[anchors], depth + 8)
+    _, hits = search(index, vectors[anchors], depth + 8)
     cluster = duplicate_clusters(questions.pairs)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")

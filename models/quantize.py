@@ -12,12 +12,11 @@ import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import faiss
-
 from indexer.evaluate import rank_metrics
-from indexer.onnx_encoder import ENCODER_ONNX, OnnxEncoder
-from indexer.paths import default_quora_source, strata_home
 from indexer.quora import load_split, resolve_source
+from indexer.runtime.encoder import ENCODER_ONNX, OnnxEncoder
+from indexer.runtime.faiss_index import flat_search
+from indexer.runtime.paths import default_quora_source, strata_home
 from models.sts import evaluate as sts_evaluate
 from models.sts import load_task
 
@@ -73,9 +72,7 @@ def quora_mrr(encoders: list[OnnxEncoder], rows: int, data: str | None = None) -
     for enc in encoders:
         docs = enc.encode(split.corpus.texts, progress=True, desc="gate: documents")
         queries = enc.encode(split.evalset.query_texts, progress=True, desc="gate: queries")
-        flat = faiss.IndexFlatIP(docs.shape[1])
-        flat.add(docs)
-        ranked = split.corpus.ids[flat.search(queries, 10)[1]]
+        ranked = split.corpus.ids[flat_search(docs, queries, 10)[1]]
         out.append(rank_metrics(ranked, split.evalset.gold, 10)[0])
     return out
 

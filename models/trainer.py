@@ -173,7 +173,7 @@ class Trainer:
         from models.poolers import load_pooler
 
         weights = load_file(str(encoder_folder(last) / "model.safetensors"))
-        self.model.encoder.load_state_dict(weights, strict=False)
+        self.model.encoder.load_state_dict(weights, strict=True)  # a key missing or left over is a broken checkpoint
         self.model.pooler.load_state_dict(load_pooler(last / "pooler").state_dict())
         state = torch.load(last / STATE, weights_only=False)
         self.optimizer.load_state_dict(state["optimizer"])

@@ -1,8 +1,13 @@
-"""Strata service: the FastAPI app serving `/encode`, `/search`, `/health`, `/ready` and `/metrics`.
+"""Strata service: the FastAPI app serving `/encode`, `/search`, `/health`, `/ready`, `/metrics` and
+`/admin/reload`, over one engine with a local or a Ray-sharded backend.
 
-Owns: HTTP schemas, settings (environment variables prefixed `STRATA_`), the search engine that pairs a loaded
-ONNX encoder with a loaded index version, and Prometheus metrics.
+Owns: the engine (`service.engine`: micro-batching, workers, leases, swaps, caps, timeout, backends), the HTTP
+layer around it — app factory (`main`), routers, dependencies (`deps`), the mapping of engine errors to HTTP
+(`errors`), API keys (`auth`), the body cap (`limits`), access log and request ids (`access`, `logs`),
+schemas — plus settings (environment variables prefixed `STRATA_`), Prometheus metrics and the demo command.
 
-May import: `indexer` (encoder runtime, index versions), fastapi, pydantic, prometheus-client, numpy. Never
-torch or `models`: the API image ships without them.
+May import: `indexer.runtime` (encoder runtime, index versions, layout), fastapi/starlette (outside
+`service.engine`), pydantic, prometheus-client, numpy, uvicorn, and Ray (the sharded backend only). Never torch
+or `models` (the API image ships without them), and never the build pipeline (`indexer.build`, ...): the demo
+runs `encoder export` and `indexer build` as child processes.
 """

@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from service.settings import Settings
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -13,7 +17,8 @@ def main(argv: list[str] | None = None) -> int:
                                      "STRATA_* environment variables (see README); flags override them.")
     parser.add_argument("command", nargs="?", choices=["serve", "demo", "sharded"], default="serve",
                         help="serve (default), or demo: export the default encoder and build the Quora index "
-                        "if missing, then serve; or sharded: serve a `--shards N` index on Ray Serve")
+                        "if missing, then serve; or sharded: serve a `--shards N` index whose shards are Ray Serve "
+                        "deployments (same API)")
     parser.add_argument("--host", help="bind address (STRATA_HOST, default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port (STRATA_PORT, default 8000)")
     parser.add_argument("--index-root", help="index root (STRATA_INDEX_ROOT)")
@@ -24,16 +29,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ray-address", default=None,
                         help="sharded: Ray cluster (STRATA_RAY_ADDRESS, $RAY_ADDRESS)")
     args = parser.parse_args(argv)
-    import uvicorn
-
     from service.demo import DemoError, banner, prepare
     from service.logs import configure
-    from service.main import create_app
     from service.settings import Settings
 
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port), ("index_root", args.index_root),
                                    ("shard_replicas", args.replicas), ("ray_address", args.ray_address))
                  if v is not None}
+    if args.command == "sharded":  # the same app and API; the engine's backend serves the shards on Ray
+        overrides["engine"] = "sharded"
     settings = Settings(**overrides)
     configure(settings.log_format, settings.log_level)
     if args.command == "demo":
@@ -42,18 +46,30 @@ def main(argv: list[str] | None = None) -> int:
         except (DemoError, OSError, ValueError, RuntimeError) as exc:
             print(f"demo: error: {exc}", file=sys.stderr)
             return 2
-    if args.command == "sharded":  # Ray Serve owns the HTTP server here (its proxy), same API
-        from service.sharded import run_sharded
-
-        run_sharded(settings.index_root, host=settings.host, port=settings.port, address=settings.ray_address,
-                    replicas=settings.shard_replicas, threads=settings.threads)
-        return 0
     logging.getLogger(__name__).info(banner(settings))
-    # log_config=None: uvicorn's loggers go through our (JSON) root handler; SIGTERM lets in-flight requests
-    # finish for up to shutdown_timeout_s before the lifespan closes the engine.
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level,
-                log_config=None, access_log=False, timeout_graceful_shutdown=settings.shutdown_timeout_s)
-    return 0
+    return serve(settings)
+
+
+def serve(settings: Settings) -> int:
+    """Serve until SIGTERM or SIGINT; in-flight requests get up to `shutdown_timeout_s` to finish before the
+    lifespan closes the engine. A clean shutdown exits 0, a failed startup 3 (uvicorn's code)."""
+    import signal
+
+    import uvicorn
+
+    from service.main import create_app
+
+    # log_config=None: uvicorn's loggers go through our (JSON) root handler.
+    config = uvicorn.Config(create_app(settings), host=settings.host, port=settings.port,
+                            log_level=settings.log_level, log_config=None, access_log=False,
+                            timeout_graceful_shutdown=settings.shutdown_timeout_s)
+    server = uvicorn.Server(config)
+    # uvicorn re-raises the signal that stopped it once it has shut down cleanly; with these handlers in place
+    # that re-raise is a no-op and the process exits 0 instead of dying of the signal.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, frame: None)
+    server.run()
+    return 0 if server.started else 3
 
 
 if __name__ == "__main__":

@@ -83,5 +83,5 @@ class Authorizer:
 async def authorize(request: Request,
               credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
     """App-wide dependency: every route checks the key (public paths and an open API pass)."""
-    authorizer: Authorizer = request.app.state.strata.authorizer
+    authorizer: Authorizer = request.app.state.authorizer
     authorizer.check(request.url.path, credentials)

@@ -1,5 +1,6 @@
 """The README's first command: export the default encoder if needed, build the Quora index (paper protocol)
-if there is none, then serve. The export runs in a child process so torch never enters the API process."""
+if there is none, then serve. Export and build run as child processes (`encoder export`, `indexer build`):
+torch never enters the API process, and `service` never imports the build pipeline."""
 
 from __future__ import annotations
 
@@ -8,9 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from indexer.build import BuildConfig, build
-from indexer.layout import IndexRoot
-from indexer.paths import default_model_dir, default_quora_source
+from indexer.runtime.layout import IndexRoot
+from indexer.runtime.paths import default_model_dir, default_quora_source
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -36,8 +36,11 @@ def prepare(settings: Settings, *, rows: int | None = None, rebuild: bool = Fals
     root = IndexRoot(settings.index_root)
     if root.current_version() is None or rebuild:
         log.info("building the Quora index (paper protocol) in %s", root.root)
-        build(BuildConfig(model_dir=model_dir, data=default_quora_source(), root=root.root, rows=rows,
-                          threads=None))  # the build may use every core; serving threads are set apart
+        # no --threads: the build may use every core; serving threads are set apart
+        cmd = [sys.executable, "-m", "indexer.cli", "build", "--root", str(root.root), "--model", str(model_dir),
+               "--data", default_quora_source(), *(["--rows", str(rows)] if rows else [])]
+        if subprocess.run(cmd, check=False).returncode != 0:
+            raise DemoError("`indexer build` failed (see its error above)")
     else:
         log.info("serving existing index %s/%s (pass --rebuild to build a new one)", root.root,
                  root.current_version())

@@ -1,4 +1,6 @@
-"""The service's one settings object, read from environment variables prefixed `STRATA_` (or a `.env` file)."""
+"""The service's one settings object, read from environment variables prefixed `STRATA_` (or a `.env` file).
+
+Imports no FastAPI: the engine reads it too."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from indexer.paths import default_index_root
+from indexer.runtime.paths import default_index_root
 
 
 def _cores() -> int:
@@ -33,7 +35,7 @@ class Settings(BaseSettings):
     workers: int = Field(default_factory=_cores, ge=1, description="inference thread pool size (default: cores)")
     threads: int = Field(1, ge=1, description="ONNX Runtime intra-op and FAISS OpenMP threads per call")
 
-    # Micro-batching: concurrent requests share one ONNX run (see service/batching.py)
+    # Micro-batching: concurrent requests share one ONNX run (see service/engine/batching.py)
     micro_batching: bool = Field(True, description="encode concurrent requests together")
     batch_window_ms: float = Field(0.0, ge=0, le=100, description="under load, wait this long for more requests "
                                    "(0: batches form from what queued while the workers were busy)")
@@ -60,6 +62,9 @@ class Settings(BaseSettings):
     max_mrr_drop: float = Field(0.02, ge=0, description="refuse a newer version whose MRR@10 (same eval set) "
                                 "is lower than the served one's by more than this")
 
-    # Sharded mode (`python -m service sharded`, Ray Serve)
-    ray_address: str | None = Field(None, description="Ray cluster to join (default: $RAY_ADDRESS, else local)")
-    shard_replicas: int = Field(1, ge=1, description="replicas of each shard deployment and of the ingress")
+    # Engine backend: "local" searches the index in this process; "sharded" (`python -m service sharded`) serves
+    # the shards of a `--shards N` version as Ray Serve deployments. The same API, keys, limits and swaps.
+    engine: Literal["local", "sharded"] = Field("local", description="engine backend: local or sharded (Ray)")
+    ray_address: str | None = Field(None, description="sharded: Ray cluster to join (default: $RAY_ADDRESS, "
+                                    "else a local Ray instance)")
+    shard_replicas: int = Field(1, ge=1, description="sharded: replicas of each shard deployment")

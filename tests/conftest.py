@@ -1,4 +1,7 @@
-"""Shared fixtures: real models, real indexes, real servers — built once per session at small sizes."""
+"""Shared fixtures: real models, real indexes, real servers, a real Ray — built once per session at small sizes.
+
+Tests mirror the packages: tests/indexer/ (with runtime/), tests/models/, tests/service/ (with engine/); the
+ones here at the top test the repository as a whole (packaging and import rules, containers)."""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from indexer.paths import data_dir
+from indexer.runtime.paths import data_dir
 
 REPO = Path(__file__).resolve().parents[1]
 QUORA_NAME = "quora_duplicate_questions.partial.tsv.gz"
@@ -124,3 +127,31 @@ def server(tmp_path_factory: pytest.TempPathFactory, quora_root: Path) -> Iterat
     srv = start_server(tmp_path_factory.mktemp("server"), {"STRATA_INDEX_ROOT": str(quora_root)})
     yield srv
     stop_server(srv)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[str]:
+    """A local Ray instance with 2 worker CPUs, shared by the distributed build's tests and the sharded service's
+    (started once, on first use); yields its address for `python -m service sharded --ray-address`."""
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized():
+        ray.shutdown()
+    # PYTHONPATH: workers import this checkout's packages (not another editable install of them).
+    ray.init(num_cpus=2, object_store_memory=400 * 1024**2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}})
+    yield ray.get_runtime_context().gcs_address
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def ray_sharded(ray_cluster: str, minilm_mean: Path, quora_file: Path,
+                tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder of a 2-shard version built on Ray from the same 3,000 rows as `quora_root`."""
+    from indexer.build import BuildConfig
+    from indexer.ray_build import RayOptions, build_on_ray
+    from indexer.runtime.layout import IndexRoot
+
+    root = tmp_path_factory.mktemp("ray") / "quora"
+    cfg = BuildConfig(model_dir=minilm_mean, data=str(quora_file), root=root, rows=TEST_ROWS, threads=2)
+    build_on_ray(cfg, RayOptions(workers=2, shards=2, block_rows=256))
+    return IndexRoot(root).current_dir()

@@ -13,7 +13,7 @@ import httpx
 import pytest
 import yaml
 
-from indexer.layout import IndexRoot
+from indexer.runtime.layout import IndexRoot
 
 from .conftest import REPO, start_server, stop_server
 

@@ -1,0 +1,20 @@
+"""Strata's torch-free runtime: what any process needs to *use* an exported encoder and a versioned index.
+
+Named `runtime` because it is the part of `indexer` that runs everywhere: in the API process (`service`), in
+the build pipeline (`indexer.build`, `indexer.add`, `indexer.ray_build`, ...), and in the training side's
+export and int8 gate (`models`). The pipeline is built on it, never the other way round.
+
+Owns:
+- `encoder`: the exported sentence encoder at run time (tokenizers + ONNX Runtime);
+- `faiss_index`: the one module that imports faiss (index construction, I/O, search, nprobe clamping and
+  OpenMP threads);
+- `version`: an index version opened for searching (FAISS index + id → text store + manifest, checked);
+- `layout`: the index root (`versions/`, the `current` symlink, the build lock, pruning);
+- `manifest`: `manifest.json`, what a version was built from and how well it retrieves;
+- `store`: the id → text SQLite store with the evaluation queries;
+- `atomic`: atomic file and folder writes;
+- `paths`: default locations (`STRATA_HOME`, `STRATA_DATA_DIR`).
+
+May import: numpy, onnxruntime, tokenizers, faiss (in `faiss_index` only), pydantic, tqdm and the standard
+library. Never torch, transformers, `models`, `service`, or the rest of `indexer` (the build pipeline).
+"""

@@ -1,0 +1,338 @@
+"""The exported sentence encoder at run time: `tokenizers` + ONNX Runtime, no torch.
+
+A model folder (written by `encoder export`) holds `encoder.onnx`, `tokenizer.json` and `encoder.json`
+(`EncoderMeta`). The ONNX graph takes `input_ids` and `attention_mask` (int64, dynamic batch and sequence)
+and returns `sentence_embedding`: the pooled, L2-normalised vector.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel
+
+log = logging.getLogger(__name__)
+
+ENCODER_META = "encoder.json"
+ENCODER_ONNX = "encoder.onnx"
+TOKENIZER_FILE = "tokenizer.json"
+
+
+class EncoderMeta(BaseModel):
+    """What `encoder.json` records about an exported model."""
+
+    pooling: str  # "cls" | "mean" | "layers:I,J,…" (BERT-LC) | "pooler" (a trained pooler kept in the graph)
+    dim: int
+    max_length: int
+    source: str
+    onnx_sha256: str
+    exported_at: datetime
+    opset: int | None = None
+    exporter: str | None = None  # "torchscript" or "dynamo" (torch.onnx.export's two paths)
+    parity_min_cosine: float | None = None
+    quantization: str | None = None
+    quality_gate: dict[str, float] | None = None  # int8 vs fp32 figures when quantized
+
+
+class EncoderLoadError(RuntimeError):
+    """A model folder is missing files or is inconsistent."""
+
+
+@dataclass(frozen=True)
+class Batch:
+    input_ids: np.ndarray
+    attention_mask: np.ndarray
+    truncated: list[bool]
+
+
+def default_threads() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """ONNX Runtime session options, chosen with `bench/ort_options.py` (2 cores, int8 MiniLM, medians of 3
+    interleaved passes; bench/results/ort_options.json). Graph levels basic / extended / all differ by less than
+    the run-to-run noise (basic came last in one run and first in another), so "extended" stays: every fusion
+    ORT has for this graph, none of the layout passes. Sequential execution and the CPU arena are never worse.
+    Intra-op spinning gave no steady gain on an idle machine but cost ~40% throughput when the cores were
+    oversubscribed, and does nothing for the service's 1-thread sessions: it is off.
+
+    `threads` cores are used by parallel *runs* by default: the session has one intra-op thread and up to
+    `threads` runs (row slices or whole batches) execute at once from a small thread pool. On 2 cores, int8
+    MiniLM, 20k Quora questions, 3 interleaved passes: 2 runs of batch 64 at once 739-792 sent/s vs one run over
+    2 intra-op threads 629-773; 2 runs of batch 16: 902-985; and a single query on one thread takes 2.5-2.8 ms
+    p50 against 2.8-3.1 on two, since two threads synchronise after each of the graph's small operators."""
+
+    threads: int | None = None  # cores to use (None: every core this process may use)
+    parallel_runs: bool = True  # spread `threads` over concurrent 1-thread runs, not over one run's operators
+    graph_optimization: Literal["basic", "extended", "all"] = "extended"
+    execution_mode: Literal["sequential", "parallel"] = "sequential"
+    cpu_arena: bool = True
+    spinning: bool = False
+
+    def replace(self, **changes: object) -> SessionSettings:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    def to_ort(self):  # noqa: ANN201 - onnxruntime.SessionOptions, imported lazily
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1 if self.parallel_runs else self.threads or default_threads()
+        opts.inter_op_num_threads = 1
+        opts.graph_optimization_level = {
+            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        }[self.graph_optimization]
+        opts.execution_mode = (ort.ExecutionMode.ORT_PARALLEL if self.execution_mode == "parallel"
+                               else ort.ExecutionMode.ORT_SEQUENTIAL)
+        opts.enable_cpu_mem_arena = self.cpu_arena
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if self.spinning else "0")
+        return opts
+
+
+# A run may pad up to PAD_SLACK × its real tokens plus RUN_OVERHEAD_TOKENS (the fixed cost of one more ONNX
+# run, in tokens) before it is cut; measured with bench/ort_options.py (see the README).
+PAD_SLACK = 1.1
+RUN_OVERHEAD_TOKENS = 32
+# Padded tokens per ONNX run: a batch over it is run in row slices. Attention activations grow with
+# rows × length², and the CPU arena keeps its high-water mark: encoding the 3,000 longest Quora texts (up to
+# 256 tokens) at batch 64 grew RSS by 0.61 GB unsliced, 0.23 GB at 4096 tokens, at the same texts/s within noise
+# (198 vs 178). A build holds that memory to its end. Batches of 64 texts up to 64 tokens are never sliced.
+MAX_RUN_TOKENS = 4096
+# Texts per run when encoding a corpus on CPU: with parallel 1-thread runs on 2 cores, 30k Quora questions
+# (int8 MiniLM, 3 interleaved passes) ran at 912-1015 sent/s at 8, 904-975 at 16, 881-921 at 32 and 739-792 at
+# 64. A GPU keeps the larger runs it needs.
+CPU_CORPUS_BATCH = 16
+GPU_CORPUS_BATCH = 64
+
+
+def length_groups(lengths: Sequence[int], batch_size: int, *, slack: float | None = None,
+                  overhead: int | None = None) -> list[np.ndarray]:
+    """Indices cut into ONNX runs: sorted by token count, at most `batch_size` each, a new run started when
+    padding the current one to the next length would cost more than `slack` × its real tokens + `overhead`."""
+    slack = PAD_SLACK if slack is None else slack
+    overhead = RUN_OVERHEAD_TOKENS if overhead is None else overhead
+    order = np.argsort(np.asarray(lengths), kind="stable")
+    groups: list[np.ndarray] = []
+    start, real = 0, 0
+    for pos, i in enumerate(order.tolist()):
+        n, length = pos - start + 1, lengths[i]
+        if pos > start and (n > batch_size or n * length > slack * (real + length) + overhead):
+            groups.append(order[start:pos])
+            start, real = pos, 0
+        real += length
+    groups.append(order[start:])
+    return groups
+
+
+class OnnxEncoder:
+    """Encodes texts to L2-normalised float32 vectors with an exported ONNX model."""
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        *,
+        threads: int | None = None,
+        providers: Sequence[str] | None = None,
+        verify_sha256: bool = False,
+        session: SessionSettings | None = None,
+    ) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        self.model_dir = Path(model_dir)
+        meta_path = self.model_dir / ENCODER_META
+        onnx_path = self.model_dir / ENCODER_ONNX
+        tok_path = self.model_dir / TOKENIZER_FILE
+        for p in (meta_path, onnx_path, tok_path):
+            if not p.is_file():
+                raise EncoderLoadError(
+                    f"{p} is missing: {self.model_dir} is not an exported Strata encoder "
+                    "(create one with `encoder export`)"
+                )
+        try:
+            self.meta = EncoderMeta.model_validate_json(meta_path.read_text())
+        except ValueError as exc:
+            raise EncoderLoadError(f"{meta_path} is not a valid encoder.json: {exc}") from exc
+        if verify_sha256:
+            from indexer.runtime.atomic import sha256_file
+
+            actual = sha256_file(onnx_path)
+            if actual != self.meta.onnx_sha256:
+                raise EncoderLoadError(
+                    f"{onnx_path} sha256 {actual[:12]}… does not match encoder.json ({self.meta.onnx_sha256[:12]}…)"
+                )
+
+        self.tokenizer = Tokenizer.from_file(str(tok_path))
+        self.tokenizer.enable_truncation(max_length=self.meta.max_length)
+        self.tokenizer.no_padding()  # we pad per batch ourselves, to the batch's longest
+        pad = self.tokenizer.token_to_id("[PAD]")
+        self.pad_id = 0 if pad is None else pad
+
+        settings = session or SessionSettings()
+        if threads is not None:
+            settings = settings.replace(threads=threads)
+        self.threads = settings.threads or default_threads()
+        available = ort.get_available_providers()
+        if providers is None:
+            providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
+        if settings.parallel_runs and list(providers)[:1] != ["CPUExecutionProvider"]:
+            settings = settings.replace(parallel_runs=False)  # a GPU runs one batch at a time faster than several
+        # decided before the session exists, so the recorded settings are the ones it was created with
+        self.session_settings = settings.replace(threads=self.threads)
+        opts = self.session_settings.to_ort()
+        try:
+            self.session = ort.InferenceSession(str(onnx_path), sess_options=opts, providers=list(providers))
+        except Exception as exc:  # onnxruntime raises its own untyped errors for corrupt graphs
+            raise EncoderLoadError(f"ONNX Runtime could not load {onnx_path}: {exc}") from exc
+        self.providers = self.session.get_providers()
+        self.parallel = settings.parallel_runs and self.threads > 1
+        # ThreadPoolExecutor starts its threads on first use: an encoder that never runs a batch costs none
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="onnx-run") if self.parallel else None
+        out = self.session.get_outputs()[0]
+        if out.shape[-1] not in (self.meta.dim, None) and isinstance(out.shape[-1], int):
+            raise EncoderLoadError(f"{onnx_path} outputs dim {out.shape[-1]} but encoder.json says {self.meta.dim}")
+        log.info("loaded encoder %s (pooling=%s, dim=%d, providers=%s, threads=%d%s)",
+                 self.model_dir, self.meta.pooling, self.meta.dim, self.providers, self.threads,
+                 " as parallel 1-thread runs" if self.parallel else "")
+
+    @property
+    def dim(self) -> int:
+        return self.meta.dim
+
+    @property
+    def corpus_batch_size(self) -> int:
+        """The default texts per run of `encode`, for this encoder's execution provider."""
+        return CPU_CORPUS_BATCH if self.providers[0] == "CPUExecutionProvider" else GPU_CORPUS_BATCH
+
+    def tokenize(self, texts: Sequence[str]) -> Batch:
+        """Tokenise and pad to the longest text of this batch (not to max_length)."""
+        return self._pad(self.tokenizer.encode_batch(list(texts)))
+
+    def _pad(self, encs: Sequence) -> Batch:  # noqa: ANN001 - tokenizers.Encoding
+        longest = max((len(e.ids) for e in encs), default=1)
+        ids = np.full((len(encs), longest), self.pad_id, dtype=np.int64)
+        mask = np.zeros((len(encs), longest), dtype=np.int64)
+        for i, e in enumerate(encs):
+            n = len(e.ids)
+            ids[i, :n] = e.ids
+            mask[i, :n] = 1
+        return Batch(ids, mask, [bool(e.overflowing) for e in encs])
+
+    def close(self) -> None:
+        """Stop the run threads, if any were started (the session itself is freed with the object)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+    def _slices(self, batch: Batch, parallel: bool) -> list[slice]:
+        """Row slices of one padded batch: at most MAX_RUN_TOKENS each, and split `threads` ways when parallel."""
+        n = len(batch.input_ids)
+        rows = max(1, MAX_RUN_TOKENS // max(1, batch.input_ids.shape[1]))
+        if parallel:
+            rows = min(rows, -(-n // self.threads))
+        return [slice(s, s + rows) for s in range(0, n, rows)]
+
+    def _run_slice(self, batch: Batch, rows: slice) -> np.ndarray:
+        return self.session.run(None, {"input_ids": batch.input_ids[rows],
+                                       "attention_mask": batch.attention_mask[rows]})[0]
+
+    def _run_many(self, batches: Sequence[Batch], *, parallel: bool | None = None) -> list[np.ndarray]:
+        """Vectors of each padded batch. When parallel, the row slices of all the batches run at once on the
+        pool, `threads` at a time; otherwise one after the other on the calling thread."""
+        parallel = self.parallel if parallel is None else parallel
+        parts = [(b, rows) for b, batch in enumerate(batches) for rows in self._slices(batch, parallel)]
+        if parallel and len(parts) > 1 and self._pool is not None:
+            outs = list(self._pool.map(lambda part: self._run_slice(batches[part[0]], part[1]), parts))
+        else:
+            outs = [self._run_slice(batches[b], rows) for b, rows in parts]
+        per_batch: list[list[np.ndarray]] = [[] for _ in batches]
+        for (b, _), out in zip(parts, outs, strict=True):
+            per_batch[b].append(out)
+        return [np.ascontiguousarray(o[0] if len(o) == 1 else np.concatenate(o), dtype=np.float32)
+                for o in per_batch]
+
+    def _run(self, batch: Batch, *, parallel: bool | None = None) -> np.ndarray:
+        return self._run_many([batch], parallel=parallel)[0]
+
+    def encode_with_flags(
+        self, texts: Sequence[str], batch_size: int = 64, *, group_by_length: bool = True
+    ) -> tuple[np.ndarray, list[bool]]:
+        """Vectors (n, dim) and, per text, whether it was truncated to max_length tokens.
+
+        With `group_by_length` (the default) the texts are tokenised once, sorted by token count and cut into
+        runs of at most `batch_size` that pad little (`length_groups`): a micro-batch of one long and many
+        short queries is not padded to the long one. Without it, each `batch_size` slice is one padded run."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32), []
+        encs = self.tokenizer.encode_batch(list(texts))
+        if group_by_length:
+            groups = length_groups([len(e.ids) for e in encs], batch_size)
+        else:
+            groups = [np.arange(s, min(s + batch_size, len(encs))) for s in range(0, len(encs), batch_size)]
+        vecs = np.empty((len(texts), self.dim), dtype=np.float32)
+        flags = [False] * len(texts)
+        batches = [self._pad([encs[i] for i in idx]) for idx in groups]
+        for idx, batch, out in zip(groups, batches, self._run_many(batches), strict=True):
+            vecs[idx] = out
+            for i, f in zip(idx.tolist(), batch.truncated, strict=True):
+                flags[i] = f
+        return vecs, flags
+
+    def encode(
+        self, texts: Sequence[str], batch_size: int | None = None, *, progress: bool = False,
+        desc: str = "encoding"
+    ) -> np.ndarray:
+        """Encode many texts, `batch_size` per run (default: `corpus_batch_size`). Texts are sorted by length so
+        each batch pads little; output keeps input order."""
+        batch_size = batch_size or self.corpus_batch_size
+        n = len(texts)
+        vecs = np.empty((n, self.dim), dtype=np.float32)
+        if n == 0:
+            return vecs
+        # Character length is a cheap, good proxy for token length when ordering.
+        order = np.argsort([len(t) for t in texts], kind="stable")
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=n, desc=desc, unit="text", mininterval=1.0, dynamic_ncols=True)
+
+        def encode_batch(start: int, parallel: bool = False) -> int:
+            idx = order[start : start + batch_size]
+            vecs[idx] = self._run(self.tokenize([texts[i] for i in idx]), parallel=parallel)
+            return len(idx)
+
+        def finished(done: int) -> None:
+            if bar is not None:
+                bar.update(done)
+
+        starts = range(0, n, batch_size)
+        if self._pool is not None and len(starts) > 1:
+            # `threads` batches at once, each on one thread; a bounded window keeps memory and progress steady
+            window: deque[Future[int]] = deque()
+            for start in starts:
+                window.append(self._pool.submit(encode_batch, start))
+                if len(window) >= 2 * self.threads:
+                    finished(window.popleft().result())
+            while window:
+                finished(window.popleft().result())
+        else:  # a single batch still splits its rows across the threads
+            for start in starts:
+                finished(encode_batch(start, parallel=self.parallel))
+        if bar is not None:
+            bar.close()
+        return vecs

@@ -1,0 +1,255 @@
+"""The one module that imports faiss: building, reading, writing, searching and inspecting FAISS indexes.
+
+Strata's indexes are IVF with float32 (`Flat`) or float16 (`SQfp16`) codes, inner product on L2-normalised
+vectors. Both codecs hold the vectors themselves, so exact search runs on the index's own lists.
+
+Every other module (build, add, eval, tune, the Ray build, the service, the int8 gate) goes through the
+functions here, so two FAISS settings have one owner each:
+- nprobe is always clamped to the index's nlist (`clamp_nprobe`, `set_nprobe`);
+- OpenMP's thread count, which is per calling thread, is set only by `set_threads`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+Index = faiss.Index  # for type hints elsewhere, without importing faiss there
+
+INDEX_FILE = "index.faiss"
+# FAISS k-means wants at least 39 training points per centroid; below that it warns and clusters badly.
+MIN_POINTS_PER_LIST = 39
+# Chosen with `indexer tune` on the paper protocol (100k rows, all-MiniLM-L6-v2 mean int8, all 28,772 queries,
+# 1 thread; exact MRR@10 73.47): IVF1024 with fp16 codes at nprobe 20 is 73.00 at 0.132 ms/query and 69 MB
+# (bench/compare.py, 2026-11-23: 73.02 vs exact 73.46 at 0.124 ms).
+# float32 codes need nprobe 24 for the same quality (73.07, 0.203 ms, 136 MB); HNSW32 efSearch 24 is 73.03 at
+# 0.127 ms but 158 MB and no inverted lists to shard or grow. The paper's nprobe 5: 71.60, 0.067 ms.
+DEFAULT_NLIST = 1024
+DEFAULT_NPROBE = 20
+CODECS = ("Flat", "SQfp16")
+DEFAULT_CODEC = "SQfp16"
+
+
+def effective_nlist(n_vectors: int, nlist: int) -> int:
+    """`nlist` scaled down so that every list gets ≥ 39 training vectors (warns when it changes)."""
+    fitted = max(1, min(nlist, n_vectors // MIN_POINTS_PER_LIST))
+    if fitted != nlist:
+        log.warning("nlist %d needs >= %d training vectors but the corpus has %d: using nlist %d",
+                    nlist, MIN_POINTS_PER_LIST * nlist, n_vectors, fitted)
+    return fitted
+
+
+def ivf_factory(nlist: int, codec: str) -> str:
+    return f"IVF{nlist},{codec}"
+
+
+def index_from_factory(dim: int, factory: str) -> faiss.Index:
+    """`faiss.index_factory` (inner product) with Strata's settings for its own codecs: IVF fp16 lists store
+    the vectors, not their residuals to the centroid. fp16 needs no residual to be accurate, the scan skips a
+    per-list term, and the codes decode back to the vectors for exact search."""
+    index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+    if factory.startswith("IVF") and factory.endswith(",SQfp16"):
+        faiss.extract_index_ivf(index).by_residual = False
+    return index
+
+
+def new_ivf(dim: int, nlist: int, codec: str, seed: int) -> faiss.Index:
+    """An untrained inner-product IVF index with `codec` codes in its lists."""
+    if codec not in CODECS:
+        raise ValueError(f"codec {codec!r} is not one of {', '.join(CODECS)}")
+    index = index_from_factory(dim, ivf_factory(nlist, codec))
+    faiss.extract_index_ivf(index).cp.seed = seed
+    return index
+
+
+def build_ivf(vectors: np.ndarray, ids: np.ndarray, nlist: int, nprobe: int, seed: int = 1234,
+              codec: str = DEFAULT_CODEC) -> tuple[faiss.Index, float, float]:
+    """Train the coarse quantizer on `vectors` and add them under `ids`; returns (index, train_s, add_s)."""
+    import time
+
+    index = new_ivf(vectors.shape[1], nlist, codec, seed)
+    t0 = time.perf_counter()
+    index.train(vectors)
+    t1 = time.perf_counter()
+    index.add_with_ids(vectors, ids.astype(np.int64))
+    t2 = time.perf_counter()
+    set_nprobe(index, nprobe)
+    return index, t1 - t0, t2 - t1
+
+
+def train_empty_ivf(sample: np.ndarray, nlist: int, nprobe: int, seed: int, codec: str = DEFAULT_CODEC
+                    ) -> faiss.Index:
+    """`IVF{nlist},{codec}` (inner product) trained on `sample`, holding no vectors yet: the shared quantizer of
+    a sharded build (same seed as the single-machine build: same sample order -> same centroids)."""
+    index = new_ivf(sample.shape[1], nlist, codec, seed)
+    index.train(np.ascontiguousarray(sample, dtype=np.float32))
+    set_nprobe(index, nprobe)
+    return index
+
+
+def centroids(index: faiss.Index) -> np.ndarray:
+    """The coarse quantizer's centroids of an IVF index, (nlist, dim)."""
+    quantizer = faiss.extract_index_ivf(index).quantizer
+    return quantizer.reconstruct_n(0, quantizer.ntotal)
+
+
+def clamp_nprobe(nprobe: int, nlist: int) -> int:
+    """Lists probed per query: at most the lists there are (FAISS would probe past the end otherwise)."""
+    return max(1, min(nprobe, nlist))
+
+
+def set_nprobe(index: faiss.Index, nprobe: int) -> int:
+    """Set the IVF index's nprobe, clamped to its nlist; returns what was set."""
+    ivf = faiss.extract_index_ivf(index)
+    ivf.nprobe = clamp_nprobe(nprobe, ivf.nlist)
+    return int(ivf.nprobe)
+
+
+def set_threads(threads: int | None) -> None:
+    """FAISS's OpenMP threads *for the calling thread* (OpenMP keeps the count per thread, so a worker thread
+    must call this itself; None: leave it as it is)."""
+    if threads:
+        faiss.omp_set_num_threads(threads)
+
+
+def get_threads() -> int:
+    """OpenMP threads FAISS uses in the calling thread."""
+    return int(faiss.omp_get_max_threads())
+
+
+def read_index(path: str | Path) -> faiss.Index:
+    """Read an index file; RuntimeError for truncated or foreign files (FAISS's own error)."""
+    return faiss.read_index(str(path))
+
+
+def read_merged(paths: Sequence[str | Path]) -> faiss.Index:
+    """Read IVF shard files sharing one trained quantizer and merge them into one index in memory (their
+    inverted lists are concatenated; ids are global already, so they are not shifted)."""
+    merged = faiss.read_index(str(paths[0]))
+    for path in paths[1:]:
+        faiss.merge_into(merged, faiss.read_index(str(path)), False)
+    return merged
+
+
+def write_index(index: faiss.Index, path: str | Path) -> None:
+    faiss.write_index(index, str(path))
+
+
+def serialize(index: faiss.Index) -> bytes:
+    return faiss.serialize_index(index).tobytes()
+
+
+def deserialize(blob: bytes) -> faiss.Index:
+    return faiss.deserialize_index(np.frombuffer(blob, dtype=np.uint8))
+
+
+def search(index: faiss.Index, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(scores, ids), each (n, k); missing hits have id -1."""
+    return index.search(np.ascontiguousarray(vectors, dtype=np.float32), k)
+
+
+def remove_ids(index: faiss.Index, ids: Sequence[int] | np.ndarray) -> int:
+    """Remove the vectors stored under `ids`; returns how many were removed."""
+    return int(index.remove_ids(faiss.IDSelectorBatch(np.asarray(ids, dtype=np.int64))))
+
+
+def set_search_param(index: faiss.Index, name: str, value: int) -> None:
+    """A search-time parameter by FAISS's name for it (nprobe clamped like everywhere else, efSearch, ...)."""
+    if name == "nprobe":
+        set_nprobe(index, value)
+    else:
+        faiss.ParameterSpace().set_index_parameter(index, name, value)
+
+
+def flat_search(vectors: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-k inner products of `queries` over `vectors`, as (scores, row positions)."""
+    flat = faiss.IndexFlatIP(vectors.shape[1])
+    flat.add(np.ascontiguousarray(vectors, dtype=np.float32))
+    return flat.search(np.ascontiguousarray(queries, dtype=np.float32), k)
+
+
+def _code_dtype(ivf: faiss.IndexIVF) -> type[np.floating]:
+    """How the codes of `ivf`'s lists read as vectors: float32 (Flat) or float16 (SQfp16 without residuals)."""
+    if isinstance(ivf, faiss.IndexIVFFlat):
+        return np.float32
+    if (isinstance(ivf, faiss.IndexIVFScalarQuantizer) and ivf.sq.qtype == faiss.ScalarQuantizer.QT_fp16
+            and not ivf.by_residual):
+        return np.float16
+    raise ValueError(f"exact search needs an IVF index whose lists hold the vectors (IVF-Flat, or IVF-SQfp16 built "
+                     f"by Strata), not {type(ivf).__name__}")
+
+
+def _list_views(index: faiss.Index) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(ids, float32 vectors) of each non-empty inverted list of an IVF index with Flat or fp16 codes; float32
+    codes are views into the lists, fp16 codes are decoded one list at a time."""
+    ivf = faiss.downcast_index(faiss.extract_index_ivf(index))  # `index` keeps it alive
+    dtype = _code_dtype(ivf)
+    invlists = ivf.invlists
+    dim, code_size = ivf.d, invlists.code_size
+    for lst in range(ivf.nlist):
+        size = invlists.list_size(lst)
+        if size:
+            ids = faiss.rev_swig_ptr(invlists.get_ids(lst), size).copy()
+            codes = faiss.rev_swig_ptr(invlists.get_codes(lst), size * code_size)
+            yield ids, codes.view(dtype).reshape(size, dim).astype(np.float32, copy=False)
+
+
+def stored_vectors(index: faiss.Index) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, vectors) held in an IVF index's inverted lists, for exact search on the same vectors."""
+    parts = list(_list_views(index))
+    if not parts:
+        return np.zeros(0, dtype=np.int64), np.zeros((0, faiss.extract_index_ivf(index).d), dtype=np.float32)
+    return np.concatenate([i for i, _ in parts]), np.concatenate([v for _, v in parts])
+
+
+def exact_search(index: faiss.Index, queries: np.ndarray, k: int, chunk_vectors: int = 65_536
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-k inner products over the vectors an IVF index holds (`_list_views`), as (scores, ids).
+
+    The lists are searched a chunk of ~`chunk_vectors` at a time with `faiss.knn` and merged with
+    `faiss.ResultHeap`, so no second copy of the database is made (an IndexFlatIP over 537k × 384 floats is
+    0.83 GB more, and more still while its buffer grows)."""
+    heap = faiss.ResultHeap(len(queries), k, keep_max=True)
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    ids_parts: list[np.ndarray] = []
+    vec_parts: list[np.ndarray] = []
+
+    def flush() -> None:
+        ids = np.concatenate(ids_parts)
+        vecs = vec_parts[0] if len(vec_parts) == 1 else np.concatenate(vec_parts)
+        scores, pos = faiss.knn(queries, vecs, min(k, len(vecs)), metric=faiss.METRIC_INNER_PRODUCT)
+        heap.add_result(scores, np.where(pos >= 0, ids[np.clip(pos, 0, None)], -1))
+        ids_parts.clear()
+        vec_parts.clear()
+
+    held = 0
+    for ids, vecs in _list_views(index):
+        ids_parts.append(ids)
+        vec_parts.append(vecs)
+        held += len(ids)
+        if held >= chunk_vectors:
+            flush()
+            held = 0
+    if ids_parts:
+        flush()
+    heap.finalize()
+    return heap.D, heap.I
+
+
+def memory_bytes(index: faiss.Index) -> int:
+    """What the index occupies in RAM: codes and ids of the inverted lists plus the coarse quantizer for IVF
+    indexes (counted, not serialised: serialising copies the whole index, 0.83 GB at 537k × 384), the
+    serialised size for the others."""
+    top = faiss.downcast_index(index)
+    if not isinstance(top, faiss.IndexIVF) or isinstance(top, faiss.IndexIVFFastScan):
+        # flat, HNSW, refine wrappers; fast-scan lists are blocked, not code_size per vector
+        return int(faiss.serialize_index(index).nbytes)
+    inv = top.invlists
+    stored = sum(inv.list_size(i) for i in range(top.nlist))
+    return stored * (inv.code_size + 8) + int(faiss.serialize_index(top.quantizer).nbytes)

@@ -1,0 +1,144 @@
+"""The on-disk layout of an index root, and the only code that changes which version is served.
+
+    ROOT/
+      versions/<version>/      one complete build: index.faiss, store.sqlite, queries.npy, manifest.json
+      current -> versions/<v>  symlink, replaced atomically (rename of a new link over the old one)
+      .build.lock              held (flock) by the running build; a second build refuses to start
+      .building-<version>/     a build in progress; left behind only by a killed build, removed by the next
+
+A build writes only inside its `.building-*` folder, renames it into `versions/` when complete, then flips
+`current`. Readers that resolved `current` before the flip keep their (untouched) version.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import secrets
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+
+from indexer.runtime.atomic import fsync_dir
+
+log = logging.getLogger(__name__)
+
+VERSIONS = "versions"
+CURRENT = "current"
+LOCK = ".build.lock"
+BUILDING_PREFIX = ".building-"
+
+
+class LayoutError(RuntimeError):
+    """The index root is missing, locked, or has no such version."""
+
+
+def new_version_name() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+
+
+class IndexRoot:
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root).expanduser()
+
+    @property
+    def versions_dir(self) -> Path:
+        return self.root / VERSIONS
+
+    def version_dir(self, version: str) -> Path:
+        return self.versions_dir / version
+
+    def versions(self) -> list[str]:
+        """Complete versions, oldest first (names sort by creation time)."""
+        if not self.versions_dir.is_dir():
+            return []
+        return sorted(p.name for p in self.versions_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+    def current_version(self) -> str | None:
+        link = self.root / CURRENT
+        try:
+            target = os.readlink(link)
+        except (FileNotFoundError, OSError):
+            return None
+        return Path(target).name
+
+    def current_dir(self) -> Path:
+        version = self.current_version()
+        if version is None:
+            raise LayoutError(f"{self.root} has no current index (build one with `indexer build --root "
+                              f"{self.root}`)")
+        folder = self.version_dir(version)
+        if not folder.is_dir():
+            raise LayoutError(f"{self.root}/current points to {version}, which does not exist")
+        return folder
+
+    def previous_version(self) -> str | None:
+        """The newest version older than the current one: what `indexer rollback` goes back to."""
+        current = self.current_version()
+        older = [v for v in self.versions() if current is None or v < current]
+        return older[-1] if older else None
+
+    def set_current(self, version: str) -> None:
+        """Point `current` at `version` in one atomic rename."""
+        if not self.version_dir(version).is_dir():
+            raise LayoutError(f"no version {version} under {self.versions_dir}")
+        tmp = self.root / f".{CURRENT}.{os.getpid()}.tmp"
+        tmp.unlink(missing_ok=True)
+        os.symlink(Path(VERSIONS) / version, tmp)  # relative, so the root can be moved or mounted elsewhere
+        os.replace(tmp, self.root / CURRENT)
+        fsync_dir(self.root)
+        log.info("current -> %s", version)
+
+    @contextmanager
+    def build_lock(self) -> Iterator[None]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / LOCK, "a+") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError as exc:
+                raise LayoutError(f"another `indexer build` is running on {self.root}") from exc
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def remove_partial_builds(self) -> list[str]:
+        """Remove `.building-*` folders: under the build lock, any that exist were left by a killed build."""
+        removed = []
+        if self.root.is_dir():
+            for p in self.root.iterdir():
+                if p.name.startswith(BUILDING_PREFIX) and p.is_dir():
+                    shutil.rmtree(p, ignore_errors=True)
+                    removed.append(p.name)
+        if removed:
+            log.warning("removed %d partial build(s) left by an interrupted build: %s", len(removed), removed)
+        return removed
+
+    @contextmanager
+    def staging(self, version: str) -> Iterator[Path]:
+        """A folder to build `version` in; renamed into `versions/` on success, deleted on failure."""
+        tmp = self.root / f"{BUILDING_PREFIX}{version}"
+        tmp.mkdir(parents=True)
+        try:
+            yield tmp
+            self.versions_dir.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp, self.version_dir(version))
+            fsync_dir(self.versions_dir)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    def prune(self, keep: int) -> list[str]:
+        """Delete the oldest versions beyond `keep`, never the current one."""
+        current = self.current_version()
+        old = [v for v in self.versions() if v != current]
+        excess = max(0, len(old) - max(keep - (current is not None), 0))
+        removed = old[:excess]
+        for v in removed:
+            shutil.rmtree(self.version_dir(v), ignore_errors=True)
+        if removed:
+            log.info("pruned old versions: %s", removed)
+        return removed

@@ -1,0 +1,151 @@
+"""`manifest.json`: what an index version was built from and how well it retrieves."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+
+from indexer.runtime.atomic import write_json_atomic
+
+MANIFEST = "manifest.json"
+FORMAT_VERSION = 1
+
+
+class ManifestError(ValueError):
+    """A manifest is missing or does not validate."""
+
+
+class ModelInfo(BaseModel):
+    dir: str
+    onnx_sha256: str
+    pooling: str
+    dim: int
+    max_length: int
+    source: str
+
+
+class ShardInfo(BaseModel):
+    file: str  # relative to the version folder, e.g. "shards/shard-00000.faiss"
+    ntotal: int
+
+
+class IndexInfo(BaseModel):
+    factory: str  # the faiss.index_factory string, e.g. "IVF1024,Flat"
+    metric: str = "inner_product"
+    nlist: int
+    nlist_requested: int
+    nprobe: int
+    ntotal: int
+    # `indexer build --add` grows an index without retraining its coarse quantizer; these say how far it has
+    # drifted from what the quantizer was trained on (None: trained on all `ntotal`, the usual full build).
+    trained_ntotal: int | None = None
+    added_since_training: int = 0
+    # Kept as N shard files sharing one trained coarse quantizer (`indexer build --engine ray --shards N`);
+    # empty: one `index.faiss`.
+    shards: list[ShardInfo] = []
+
+
+class CorpusFieldsInfo(BaseModel):
+    id: str
+    text: str
+    title: str | None = None  # joined to the text as BEIR does: (title + " " + text).strip()
+    metadata: list[str] | None = None  # None: every field other than id and text
+
+
+class DataInfo(BaseModel):
+    source: str
+    protocol: str
+    rows_read: int
+    skipped_empty_texts: int
+    n_docs: int
+    n_queries: int
+    # Corpus builds (`--data` JSONL, CSV/TSV, Parquet, BEIR); the defaults describe a Quora build.
+    format: str | None = None  # jsonl, csv, tsv, parquet or beir (None: the Quora TSV)
+    fields: CorpusFieldsInfo | None = None
+    duplicate_ids: int = 0  # rows whose id an earlier row had: the later row replaced it (an upsert)
+    metadata_schema: dict[str, str] = {}  # field → int, float, str, bool, json, or a union such as "int|str"
+    eval_source: str | None = None  # the queries and qrels files of the stored evaluation set
+    eval_queries_without_relevant: int = 0  # queries whose judgments hold no grade > 0 (not evaluated)
+    eval_judged_docs_missing: int = 0  # judged documents not in the corpus (they stay in recall denominators)
+
+
+class Timings(BaseModel):
+    load_s: float = 0.0
+    encode_docs_s: float = 0.0
+    encode_queries_s: float = 0.0
+    train_s: float = 0.0
+    add_s: float = 0.0
+    total_s: float = 0.0
+
+
+class ActorThroughput(BaseModel):
+    actor: str  # node ip:pid of one encoding actor (a restarted actor is a new entry)
+    vectors: int
+    busy_s: float
+    vectors_per_s: float
+
+
+class DistributedInfo(BaseModel):
+    engine: str = "ray"
+    address: str
+    workers: int
+    actors: list[ActorThroughput]
+    embed_wall_s: float
+
+
+class EvalFigures(BaseModel):
+    mrr_at_10: float
+    recall_at_10: float
+    exact_mrr_at_10: float
+    ann_recall_at_10: float  # overlap of the IVF top 10 with the exact top 10
+    # Exact search is measured on a seeded sample of queries when queries × documents exceeds the evaluation's
+    # budget (the full protocol): how many, and the index's own MRR@10 on that sample, for a paired comparison.
+    # None: exact_mrr_at_10 and ann_recall_at_10 cover every query.
+    exact_n_queries: int | None = None
+    mrr_at_10_on_exact_sample: float | None = None
+    avg_retrieval_ms: float
+    batch_size: int
+    threads: int
+    nprobe: int
+    memory_gb: float
+    n_queries: int
+    n_docs: int
+    measured_at: datetime
+    # Graded evaluations (corpus builds with qrels, `indexer eval --queries/--qrels`); None in older manifests.
+    ndcg_at_10: float | None = None
+    recall_at_100: float | None = None
+    exact_ndcg_at_10: float | None = None
+    exact_recall_at_10: float | None = None
+    exact_recall_at_100: float | None = None
+    query_set: str | None = None  # the queries + qrels files measured (None: the version's Quora eval set)
+
+
+class Manifest(BaseModel):
+    format_version: int = FORMAT_VERSION
+    version: str
+    created_at: datetime
+    model: ModelInfo
+    index: IndexInfo
+    data: DataInfo
+    build_seconds: Timings
+    eval: EvalFigures | None = None
+    parent_version: str | None = None  # the version an `--add` build extended
+    distributed: DistributedInfo | None = None  # how a `--engine ray` build spread the encoding
+    # `indexer eval --queries Q --qrels R` figures, by query set; `eval` stays the version's own eval set (the
+    # one a swap gate compares across versions).
+    query_evals: dict[str, EvalFigures] = {}
+
+    @classmethod
+    def load(cls, folder: Path) -> Manifest:
+        path = folder / MANIFEST
+        try:
+            return cls.model_validate_json(path.read_text())
+        except FileNotFoundError as exc:
+            raise ManifestError(f"{path} is missing") from exc
+        except (ValidationError, ValueError) as exc:
+            raise ManifestError(f"{path} is not a valid manifest: {exc}") from exc
+
+    def save(self, folder: Path) -> None:
+        write_json_atomic(folder / MANIFEST, self.model_dump(mode="json"))

@@ -1,0 +1,216 @@
+"""The engine's front door: `search`, `encode`, `reload` and `status`, the same for every backend.
+
+A call is admitted or refused here, once: `Overloaded` when `max_in_flight` calls are already admitted (they
+are refused at once, not queued without bound), `NotReady` when no version is loaded, `TimedOut` when the
+answer takes longer than `request_timeout_s`. Admitted calls are micro-batched (`batching`) and run on a pool
+of `workers` threads: ONNX Runtime and FAISS release the GIL, so `workers` threads use `workers` cores while
+the event loop keeps answering. Each batch leases the current searcher (`leases`) for its whole run, so a swap
+(`swap`) never mixes two versions in one answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+import signal
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from indexer.runtime.faiss_index import set_threads
+from service.engine.batching import MicroBatcher
+from service.engine.errors import NotReady, Overloaded, TimedOut
+from service.engine.leases import Leases
+from service.engine.searcher import Hit, Job, Searcher, SearchResult
+from service.engine.swap import Backend, Refusal, Swapper, SwapResult
+from service.metrics import Metrics
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Hits:
+    """`Engine.search`'s answer: per query, [(id, text, score)] best first."""
+
+    version: str  # the version that answered, all of it
+    hits: list[list[Hit]]
+    truncated: list[bool]
+    encode_ms: float
+    search_ms: float
+
+
+@dataclass(frozen=True)
+class Vectors:
+    """`Engine.encode`'s answer: L2-normalised vectors, one row per text."""
+
+    version: str  # the version whose encoder produced them
+    vectors: np.ndarray
+    truncated: list[bool]
+    dim: int
+
+
+@dataclass(frozen=True)
+class Status:
+    ready: bool
+    backend: str
+    version: str | None = None
+    size: int | None = None
+    model: str | None = None
+    pooling: str | None = None
+    reason: str | None = None  # why not ready
+    refused: Refusal | None = None  # the latest swap attempt, when it was refused
+    in_flight: int = 0
+
+
+def make_backend(settings: Settings) -> Backend:
+    if settings.engine == "sharded":
+        from service.engine.sharded import RayBackend  # Ray only where it is used
+
+        return RayBackend(settings)
+    from service.engine.local import LocalBackend
+
+    return LocalBackend(settings)
+
+
+class Engine:
+    def __init__(self, settings: Settings, metrics: Metrics | None = None, backend: Backend | None = None) -> None:
+        self.settings = settings
+        self.metrics = metrics or Metrics()
+        self.backend = backend or make_backend(settings)
+        self.leases = Leases()
+        self.swapper = Swapper(settings, self.backend, self.leases, self.metrics)
+        self.metrics.engines_loaded.set_function(self.leases.alive)
+        self.in_flight = 0  # admitted calls not answered yet (queued or in a running batch)
+        # OpenMP's thread count is per thread: each worker sets its own, or every batched FAISS search would take
+        # a team of every core (and libgomp's spin-waiting after it), `workers` teams fighting the ONNX runs.
+        # (The threads start on first use.)
+        self.pool = ThreadPoolExecutor(max_workers=settings.workers, thread_name_prefix="inference",
+                                       initializer=set_threads, initargs=(settings.threads,))
+        self.batcher: MicroBatcher | None = None
+        self._tasks: set[asyncio.Task[object]] = set()
+        self._sighup = False
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start the backend and the workers, load the current version, and start the reload triggers (the
+        `current` watcher and SIGHUP). A refused startup load leaves the engine running but not ready."""
+        s = self.settings
+        self.backend.start()
+        if s.micro_batching:
+            self.batcher = MicroBatcher(self._run, workers=s.workers, window_ms=s.batch_window_ms,
+                                        max_texts=s.batch_max_texts, on_batch=self.metrics.batch_texts.observe)
+            self.batcher.start()
+        await self.swapper.attempt("startup")
+        if self.leases.current is None:
+            self.metrics.ready.set(0)
+            log.error("not ready: %s", self._not_ready_reason())
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # no signals off the main thread
+            loop.add_signal_handler(signal.SIGHUP, self._spawn, lambda: self.swapper.attempt("sighup", force=True))
+            self._sighup = True
+        if s.watch_interval_s > 0:
+            self._spawn(self.swapper.watch)
+
+    async def stop(self) -> None:
+        """Stop the triggers and the batcher, wait for running batches, close every version and the backend.
+        (The HTTP server has already stopped accepting and waited for in-flight requests.)"""
+        if self._sighup:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.batcher is not None:
+            await self.batcher.stop()
+        self.pool.shutdown(wait=True)
+        self.leases.close()
+        self.backend.close()
+
+    def _spawn(self, start: Callable[[], Coroutine[object, object, object]]) -> None:
+        task = asyncio.get_running_loop().create_task(start())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- the front door ----------------------------------------------------------------------------------------
+    async def search(self, texts: list[str], top_k: int) -> Hits:
+        """The `top_k` nearest documents of each text, from one version."""
+        searcher, r = await self._call(texts, top_k)
+        m = self.metrics
+        m.encode_seconds.labels("/search").observe(r.encode_ms / 1000)
+        m.search_seconds.observe(r.search_ms / 1000)
+        m.texts_encoded.labels("/search").inc(len(texts))
+        return Hits(searcher.version, r.hits, r.truncated, r.encode_ms, r.search_ms)
+
+    async def encode(self, texts: list[str]) -> Vectors:
+        """The texts' vectors, with the encoder of the served version."""
+        searcher, r = await self._call(texts, None)
+        assert r.vectors is not None  # encode-only jobs always carry their vectors
+        self.metrics.encode_seconds.labels("/encode").observe(r.encode_ms / 1000)
+        self.metrics.texts_encoded.labels("/encode").inc(len(texts))
+        return Vectors(searcher.version, r.vectors, r.truncated, searcher.encoder.dim)
+
+    async def reload(self, trigger: str, force: bool = False) -> SwapResult:
+        """Swap to the version `current` points at now; raises SwapRefused when it is refused (the served
+        version keeps answering). Without `force`, a version refused before is not retried."""
+        return await self.swapper.reload(trigger, force=force)
+
+    def status(self) -> Status:
+        searcher, refused = self.leases.current, self.swapper.refused
+        if searcher is None:
+            return Status(False, self.backend.name, reason=self._not_ready_reason(), refused=refused,
+                          in_flight=self.in_flight)
+        return Status(True, self.backend.name, searcher.version, searcher.index.ntotal, str(searcher.encoder.model_dir),
+                      searcher.encoder.meta.pooling, refused=refused, in_flight=self.in_flight)
+
+    # -- admission, timeout and the workers --------------------------------------------------------------------
+    async def _call(self, texts: list[str], top_k: int | None) -> tuple[Searcher, SearchResult]:
+        s = self.settings
+        if self.in_flight >= s.max_in_flight:
+            self.metrics.rejected.labels("busy").inc()
+            raise Overloaded(self.in_flight, s.max_in_flight, s.retry_after_s)
+        if self.leases.current is None:
+            raise NotReady(self._not_ready_reason())
+        if self.batcher is not None:
+            future = self.batcher.submit(texts, top_k)
+        else:
+            future = asyncio.ensure_future(self._run_one(texts, top_k))
+        self.in_flight += 1
+        self.metrics.in_flight.set(self.in_flight)
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), s.request_timeout_s)
+        except TimeoutError:
+            future.cancel()  # a queued request is dropped; a running batch finishes and returns its lease
+            self.metrics.rejected.labels("timeout").inc()
+            raise TimedOut(s.request_timeout_s) from None
+        finally:
+            self.in_flight -= 1
+            self.metrics.in_flight.set(self.in_flight)
+
+    async def _run_one(self, texts: list[str], top_k: int | None) -> tuple[Searcher, SearchResult]:
+        searcher, results = await self._run([(texts, top_k)])
+        return searcher, results[0]
+
+    async def _run(self, jobs: list[Job]) -> tuple[Searcher, list[SearchResult]]:
+        """Run a batch on a worker with the current searcher leased for its whole run."""
+        cell: list[Searcher] = []
+
+        def job() -> list[SearchResult]:
+            searcher = self.leases.acquire()  # raises NotReady once the engine is closed
+            cell.append(searcher)
+            try:
+                return searcher.run_batch(jobs)
+            finally:
+                self.leases.release(searcher)
+
+        ctx = contextvars.copy_context()  # carry the request id into the worker's log lines
+        results = await asyncio.wrap_future(self.pool.submit(ctx.run, job))
+        return cell[0], results
+
+    def _not_ready_reason(self) -> str:
+        r = self.swapper.refused
+        return r.reason if r else "loading"

@@ -1,0 +1,51 @@
+"""What the engine refuses, as domain errors. `service.errors` is the one place that turns them into HTTP."""
+
+from __future__ import annotations
+
+
+class EngineError(RuntimeError):
+    """Base of the engine's refusals; the message is the reason a client or an operator reads."""
+
+
+class NotReady(EngineError):
+    """No index version is loaded (yet, or the startup load was refused)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"not ready: {reason}")
+        self.reason = reason
+
+
+class Overloaded(EngineError):
+    """The in-flight cap is reached: the request is refused at once instead of queued without bound."""
+
+    def __init__(self, in_flight: int, limit: int, retry_after_s: int) -> None:
+        super().__init__(f"busy: {in_flight} requests in flight (limit {limit}); retry after {retry_after_s} s")
+        self.retry_after_s = retry_after_s
+
+
+class TimedOut(EngineError):
+    """Encoding and searching took longer than the request timeout (the work itself finishes in the background
+    and returns its lease)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"inference took longer than {seconds} s")
+
+
+class Mismatch(EngineError):
+    """An encoder and an index version cannot be served together (dimension, model hash, or a version the
+    backend cannot serve)."""
+
+
+class SwapRefused(EngineError):
+    """A candidate version was not swapped in; the served one (if any) keeps answering.
+
+    `kind` is the metric label: corrupt | mismatch | quality | probe | missing | error. `candidate` and `served`
+    are filled in by the swap that refused it."""
+
+    def __init__(self, kind: str, message: str, *, candidate: str | None = None, served: str | None = None) -> None:
+        super().__init__(message)
+        self.kind, self.candidate, self.served = kind, candidate, served
+
+    @property
+    def reason(self) -> str:
+        return str(self)

@@ -1,0 +1,26 @@
+"""The local backend: each version's FAISS index (its shards merged, if it has any) searched in this process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from indexer.runtime.faiss_index import set_threads
+from indexer.runtime.version import IndexVersion
+from service.settings import Settings
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def start(self) -> None:
+        pass
+
+    def open_index(self, folder: Path) -> IndexVersion:
+        set_threads(self.settings.threads)  # the swap's probe query searches on the calling thread
+        return IndexVersion(folder, nprobe=self.settings.nprobe)
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,242 @@
+"""The sharded backend: the shards of a `--shards N` version served by Ray Serve deployments, searched from the
+API process (`python -m service sharded`, or `STRATA_ENGINE=sharded`).
+
+Each shard file becomes a Serve application with one `ShardSearcher` deployment whose replicas hold that shard
+in memory. The engine encodes the queries itself (the same micro-batching, workers, caps and timeout as the
+local backend), sends the vectors to every shard in parallel and merges the top k by score. Every shard holds
+the same trained coarse quantizer, so each probes the same `nprobe` lists and the merge equals a search of the
+merged index. Texts come from the version's `store.sqlite`.
+
+A swap deploys the candidate's shards beside the served ones (same gates as the local backend); the old
+deployments are deleted once their last batch is done. There is no Serve HTTP proxy: the API process is the
+HTTP server, so keys, limits, metrics and `/admin/reload` are the single-process service's. Paths must be
+visible to every node at the same place (a shared file system).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
+
+import numpy as np
+import ray
+from ray import serve
+
+from indexer.runtime.faiss_index import read_index, search, set_nprobe, set_threads
+from indexer.runtime.manifest import Manifest, ManifestError
+from indexer.runtime.store import STORE, Store
+from indexer.runtime.version import IndexLoadError
+from service.engine.errors import Mismatch
+from service.engine.searcher import Hit
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+# CPUs reserved per shard replica: a search is ~0.1 ms, and during a swap two versions' shards are up at once.
+SHARD_CPUS = 0.25
+DEPLOY_TIMEOUT_S = 300.0  # a shard that cannot be placed (no CPUs left) refuses the swap instead of hanging it
+CLOSE_TIMEOUT_S = 60.0
+
+
+@serve.deployment(ray_actor_options={"num_cpus": SHARD_CPUS})
+class ShardSearcher:
+    """One shard file in memory; answers (scores, ids) for a batch of query vectors."""
+
+    def __init__(self, path: str, nprobe: int, threads: int = 1) -> None:
+        self.threads = threads
+        try:
+            self.index = read_index(path)
+        except RuntimeError as exc:  # FAISS's error for truncated or foreign files: say which file, like the local one
+            raise IndexLoadError(f"{path} is not a readable FAISS index: {str(exc).splitlines()[0]}") from exc
+        self.nprobe = set_nprobe(self.index, nprobe)  # clamped to nlist, like every index Strata opens
+
+    def search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        set_threads(self.threads)  # per thread in OpenMP, and Serve may call from any thread
+        return search(self.index, vectors, k)
+
+    def info(self) -> tuple[int, int]:
+        return int(self.index.ntotal), int(self.index.d)
+
+
+def merge_top_k(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per query, the k best (score, id) over all shards' answers (ids -1 = no hit sort last)."""
+    scores = np.concatenate([s for s, _ in parts], axis=1)
+    ids = np.concatenate([i for _, i in parts], axis=1)
+    scores = np.where(ids >= 0, scores, -np.inf)
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(scores, order, 1), np.take_along_axis(ids, order, 1)
+
+
+def _failure_text(app: str, exc: BaseException) -> str:
+    """Why an application failed to deploy: the error, and the deployments' status messages, which carry the
+    replica constructor's traceback."""
+    parts = [str(exc)]
+    try:
+        status = serve.status().applications.get(app)
+        if status is not None:
+            parts += [status.message, *(d.message for d in status.deployments.values())]
+    except Exception:  # noqa: BLE001 (best effort: the error itself is still reported)
+        pass
+    return "\n".join(p for p in parts if p)
+
+
+class ShardedIndex:
+    """A version whose vectors live in shard deployments (a `searcher.VectorIndex`)."""
+
+    def __init__(self, backend: RayBackend, manifest: Manifest, apps: list[str], handles: list, store: Store,
+                 ntotal: int) -> None:  # handles: list[DeploymentHandle]
+        self.backend, self.manifest, self.apps, self.handles, self.store = backend, manifest, apps, handles, store
+        self._ntotal = ntotal
+
+    @property
+    def version(self) -> str:
+        return self.manifest.version
+
+    @property
+    def dim(self) -> int:
+        return self.manifest.model.dim
+
+    @property
+    def ntotal(self) -> int:
+        return self._ntotal
+
+    def search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        pending = [h.search.remote(vectors, k) for h in self.handles]  # all shards at once
+        return merge_top_k([p.result() for p in pending], k)
+
+    def hits(self, scores: np.ndarray, ids: np.ndarray) -> list[list[Hit]]:
+        texts = self.store.texts(ids.ravel().tolist())
+        return [[(int(i), texts.get(int(i), ""), float(s)) for s, i in zip(srow, irow, strict=True) if i >= 0]
+                for srow, irow in zip(scores, ids, strict=True)]
+
+    def close(self) -> None:
+        self.store.close()
+        self.backend.retire(self.apps)
+
+
+class RayBackend:
+    name = "sharded"
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.prefix = f"strata-{secrets.token_hex(3)}"  # this process's applications, in a cluster maybe shared
+        self._lock = threading.Lock()
+        self._deployed: set[str] = set()
+        self._deleting: list[threading.Thread] = []
+        self._started_ray = False
+
+    def start(self) -> None:
+        """Join the cluster (`ray_address`, else $RAY_ADDRESS) or start a local Ray, and Serve without its
+        HTTP proxy."""
+        if not ray.is_initialized():
+            address = self.settings.ray_address or os.environ.get("RAY_ADDRESS") or None
+            main = threading.current_thread() is threading.main_thread()
+            saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)} if main else {}
+            ray.init(address=address)
+            # ray.init makes SIGTERM exit at once; the HTTP server's handler must stay, to finish in-flight
+            # requests first (Ray is shut down with the engine, and at exit anyway).
+            for sig, handler in saved.items():
+                signal.signal(sig, handler)
+            self._started_ray = address is None
+        serve.start(proxy_location="Disabled")
+
+    def open_index(self, folder: Path) -> ShardedIndex:
+        try:
+            manifest = Manifest.load(folder)
+        except ManifestError as exc:
+            raise IndexLoadError(str(exc)) from exc
+        if not manifest.index.shards:
+            raise Mismatch(f"{folder} is not sharded (build it with `indexer build --engine ray --shards N`)")
+        for s in manifest.index.shards:
+            if not (folder / s.file).is_file():
+                raise IndexLoadError(f"{folder / s.file} is missing")
+        try:
+            store = Store(folder / STORE)
+        except (FileNotFoundError, ValueError) as exc:
+            raise IndexLoadError(str(exc)) from exc
+        nprobe = self.settings.nprobe or manifest.index.nprobe
+        apps: list[str] = []
+        try:
+            handles = []
+            for i, shard in enumerate(manifest.index.shards):
+                name = f"{self.prefix}-{manifest.version}-shard-{i}"
+                apps.append(name)
+                handles.append(self._deploy(name, ShardSearcher.options(num_replicas=self.settings.shard_replicas)
+                                            .bind(str(folder / shard.file), nprobe, self.settings.threads),
+                                            folder / shard.file))
+            infos = [h.info.remote().result() for h in handles]
+            ntotal = sum(n for n, _ in infos)
+            dims = {d for _, d in infos}
+            if dims != {manifest.model.dim}:
+                raise IndexLoadError(f"{folder}/shards have dimension {sorted(dims)} but the manifest says "
+                                     f"{manifest.model.dim}")
+            if ntotal != manifest.index.ntotal:
+                raise IndexLoadError(f"{folder}/shards hold {ntotal} vectors but the manifest says "
+                                     f"{manifest.index.ntotal}")
+        except BaseException:
+            store.close()
+            self.retire(apps)
+            raise
+        log.info("deployed %d shards of %s (%d replica(s) each, nprobe %d)", len(handles), manifest.version,
+                 self.settings.shard_replicas, nprobe)
+        return ShardedIndex(self, manifest, apps, handles, store, ntotal)
+
+    def _deploy(self, name: str, app: object, path: Path):  # noqa: ANN202 (a DeploymentHandle)
+        """`serve.run` with a deadline: a replica that fails to start (an unreadable shard) or cannot be placed
+        refuses the swap."""
+        with self._lock:
+            self._deployed.add(name)
+        runner = ThreadPoolExecutor(1, thread_name_prefix="serve-deploy")
+        future = runner.submit(serve.run, app, name=name, route_prefix=None)
+        try:
+            return future.result(timeout=DEPLOY_TIMEOUT_S)
+        except FutureTimeout:
+            raise RuntimeError(f"shard deployment {name} was not running after {DEPLOY_TIMEOUT_S:.0f} s") from None
+        except Exception as exc:  # noqa: BLE001 (Serve wraps a failed constructor in its own error types)
+            said = [ln.split("IndexLoadError:", 1)[1].strip() for ln in _failure_text(name, exc).splitlines()
+                    if "IndexLoadError:" in ln]
+            raise IndexLoadError(said[-1] if said else f"{path} could not be served: {str(exc).splitlines()[0]}") \
+                from exc
+        finally:
+            runner.shutdown(wait=False)
+
+    def retire(self, apps: list[str]) -> None:
+        """Delete a version's shard applications in the background (a swap must not wait for it)."""
+        if not apps:
+            return
+
+        def delete() -> None:
+            for name in apps:
+                try:
+                    serve.delete(name)
+                except Exception:  # noqa: BLE001 (Serve may be shut down already)
+                    log.warning("could not delete shard application %s", name, exc_info=True)
+
+        t = threading.Thread(target=delete, name="serve-delete", daemon=True)
+        with self._lock:
+            self._deployed.difference_update(apps)
+            self._deleting.append(t)
+        t.start()
+
+    def close(self) -> None:
+        """Delete this process's shard applications; a Ray instance this backend started is shut down (a
+        cluster it joined is left running). Bounded in time: a dead cluster must not hang the shutdown."""
+        deadline = time.monotonic() + CLOSE_TIMEOUT_S
+        with self._lock:
+            left = sorted(self._deployed)
+        self.retire(left)
+        for t in list(self._deleting):
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+        if self._started_ray:
+            stopper = threading.Thread(target=serve.shutdown, name="serve-shutdown", daemon=True)
+            stopper.start()
+            stopper.join(timeout=max(1.0, deadline - time.monotonic()))
+            ray.shutdown()

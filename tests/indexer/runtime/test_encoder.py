@@ -1,0 +1,99 @@
+"""The ONNX encoder runtime: length-grouped runs, row slices under the token cap, parallel 1-thread runs — each
+giving the vectors of one plain padded run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from indexer.runtime.encoder import OnnxEncoder
+from indexer.runtime.layout import IndexRoot
+from indexer.runtime.manifest import Manifest
+
+QUERIES = ["How can I be a good geologist?", "What is the step by step guide to invest in share market?",
+           "How do I learn Python?", "Why is the sky blue?", "What is the best smartphone under 15000?",
+           "How can I lose weight fast?", "What is love?", "How do I get a job at Google?"]
+
+
+def test_length_groups_cut_runs_that_would_pad_too_much() -> None:
+    from indexer.runtime.encoder import length_groups
+
+    lengths = [5, 60, 12, 14, 13, 15, 16, 58, 11]
+    groups = length_groups(lengths, 64, slack=1.1, overhead=32)
+    flat = np.concatenate(groups)
+    assert sorted(flat.tolist()) == list(range(len(lengths)))  # every text exactly once
+    assert [sorted(lengths[i] for i in g) for g in groups] == [[5, 11, 12, 13, 14, 15, 16], [58, 60]]
+    assert [len(g) for g in length_groups([10] * 130, 64)] == [64, 64, 2]  # batch_size still caps a run
+    assert len(length_groups([3, 80], 64, slack=100.0, overhead=0)) == 1  # generous slack: one run
+
+
+def test_grouped_encoding_equals_one_padded_run(quora_root: Path) -> None:
+    """Cutting a micro-batch by length changes the runs, never the vectors or the truncation flags."""
+
+    enc = OnnxEncoder(Manifest.load(IndexRoot(quora_root).current_dir()).model.dir)  # what the service serves
+    texts = [*QUERIES, " ".join(["a very long question about geology"] * 80), "hi"]
+    grouped, flags_g = enc.encode_with_flags(texts, batch_size=len(texts))
+    one, flags_1 = enc.encode_with_flags(texts, batch_size=len(texts), group_by_length=False)
+    np.testing.assert_allclose(grouped, one, atol=2e-5)
+    assert flags_g == flags_1 and flags_g[-2] and not any(flags_g[:-2])
+    enc.close()
+
+
+def test_long_batches_run_in_slices_with_the_same_vectors(minilm_mean: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import indexer.runtime.encoder as onnx_encoder
+
+    enc = OnnxEncoder(minilm_mean, threads=1)
+    texts = [("word " * n).strip() for n in (3, 40, 90, 120, 7, 60)]
+    whole, _ = enc.encode_with_flags(texts, batch_size=6, group_by_length=False)
+    calls: list[tuple[int, ...]] = []
+    run = enc.session.run
+    monkeypatch.setattr(onnx_encoder, "MAX_RUN_TOKENS", 250)  # ~122 tokens × 2 rows per run
+    monkeypatch.setattr(enc, "session", type("S", (), {"run": lambda self, o, feeds: calls.append(
+        feeds["input_ids"].shape) or run(o, feeds)})())
+    sliced, _ = enc.encode_with_flags(texts, batch_size=6, group_by_length=False)
+    assert len(calls) == 3 and all(rows * length <= 250 for rows, length in calls)
+    assert np.allclose(sliced, whole, atol=1e-5)
+
+
+def test_parallel_runs_use_every_thread_and_give_the_same_vectors(minilm_mean: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """With threads=2 the cores go to two 1-thread runs at once (row slices, or whole corpus batches), not to
+    one run's operators; the vectors are those of one run over two intra-op threads."""
+    import threading
+
+    from indexer.runtime.encoder import SessionSettings
+
+    par = OnnxEncoder(minilm_mean, threads=2)
+    one = OnnxEncoder(minilm_mean, session=SessionSettings(threads=2, parallel_runs=False))
+    assert par.parallel and not one.parallel
+    assert par.session_settings.to_ort().intra_op_num_threads == 1
+    assert one.session_settings.to_ort().intra_op_num_threads == 2
+    texts = [f"{q} ({i})" for i, q in enumerate(QUERIES * 12)]
+
+    seen: list[tuple[str, int]] = []
+    run = par.session.run
+    monkeypatch.setattr(par, "session", type("S", (), {"run": lambda self, o, feeds: seen.append(
+        (threading.current_thread().name, len(feeds["input_ids"]))) or run(o, feeds)})())
+    corpus = par.encode(texts, batch_size=16)
+    assert {name for name, _ in seen} == {"onnx-run_0", "onnx-run_1"} and sum(n for _, n in seen) == len(texts)
+    np.testing.assert_allclose(corpus, one.encode(texts, batch_size=16), atol=1e-5)
+
+    seen.clear()
+    # one padded run of 10 rows -> two slices of 5 at once
+    batch, _ = par.encode_with_flags(texts[:10], batch_size=10, group_by_length=False)
+    assert sorted(n for _, n in seen) == [5, 5] and all(name.startswith("onnx-run") for name, _ in seen)
+    want, _ = one.encode_with_flags(texts[:10], batch_size=10, group_by_length=False)
+    np.testing.assert_allclose(batch, want, atol=1e-5)
+
+    seen.clear()
+    par.encode_with_flags(texts[:1])  # a single query runs on the caller's thread: no hop to the pool
+    assert seen == [(threading.current_thread().name, 1)]
+    par.close()
+
+    # GPU first: one run at a time over the intra-op threads, and the recorded settings are the session's
+    with pytest.warns(UserWarning, match="CUDAExecutionProvider"):  # not installed here: ORT falls back to CPU
+        gpu = OnnxEncoder(minilm_mean, threads=2, providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
+    assert not gpu.parallel and not gpu.session_settings.parallel_runs
+    assert gpu.session_settings.to_ort().intra_op_num_threads == 2

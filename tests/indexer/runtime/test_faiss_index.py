@@ -1,0 +1,76 @@
+"""The FAISS wrapper: lists that hold the vectors (Flat, and fp16 without residuals), exact search over them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from indexer.runtime.layout import IndexRoot
+from indexer.runtime.manifest import Manifest
+from indexer.runtime.version import IndexVersion
+
+
+@pytest.mark.parametrize("codec", ["Flat", "SQfp16"])
+def test_exact_search_over_lists_equals_a_flat_index(codec: str) -> None:
+    import faiss
+
+    from indexer.runtime.faiss_index import build_ivf, exact_search, memory_bytes, stored_vectors
+
+    rng = np.random.default_rng(0)
+    docs = rng.standard_normal((3000, 16)).astype(np.float32)
+    docs /= np.linalg.norm(docs, axis=1, keepdims=True)
+    ids = rng.permutation(10_000)[:3000].astype(np.int64)  # ids that are not positions
+    queries = rng.standard_normal((50, 16)).astype(np.float32)
+    index, _, _ = build_ivf(docs, ids, nlist=16, nprobe=1, codec=codec)
+    # the lists hold the vectors themselves (fp16 codes decode to within fp16 rounding, not residuals)
+    held_ids, held = stored_vectors(index)
+    order = np.argsort(held_ids)
+    want_rows = np.argsort(ids)
+    assert np.array_equal(held_ids[order], ids[want_rows])
+    tol = 0 if codec == "Flat" else 1e-3
+    assert np.abs(held[order] - docs[want_rows]).max() <= tol
+    flat = faiss.IndexFlatIP(16)
+    flat.add(docs)
+    want_d, want_pos = flat.search(queries, 7)
+    got_d, got_ids = exact_search(index, queries, 7, chunk_vectors=500)  # several chunks, merged
+    if codec == "Flat":
+        assert np.array_equal(got_ids, ids[want_pos]) and np.allclose(got_d, want_d, atol=1e-5)
+    else:  # fp16 rounding may swap near-ties, never more
+        assert np.mean(got_ids == ids[want_pos]) > 0.97 and np.allclose(got_d, want_d, atol=5e-3)
+    # with every list probed the index's own search agrees with the exact search on its vectors
+    faiss.extract_index_ivf(index).nprobe = 16
+    ivf_d, ivf_ids = index.search(queries, 7)
+    assert np.array_equal(ivf_ids, got_ids) and np.allclose(ivf_d, got_d, atol=1e-4)
+    assert memory_bytes(index) == pytest.approx(faiss.serialize_index(index).nbytes, rel=0.01)
+
+
+def test_exact_search_refuses_codes_that_do_not_hold_the_vectors() -> None:
+    import faiss
+
+    from indexer.runtime.faiss_index import exact_search
+
+    rng = np.random.default_rng(0)
+    docs = rng.standard_normal((2000, 16)).astype(np.float32)
+    index = faiss.index_factory(16, "IVF8,SQ8", faiss.METRIC_INNER_PRODUCT)
+    index.train(docs)
+    index.add(docs)
+    with pytest.raises(ValueError, match="IVF-Flat, or IVF-SQfp16"):
+        exact_search(index, docs[:3], 5)
+
+
+def test_default_build_stores_fp16_codes(quora_root: Path) -> None:
+    import faiss
+
+    m = Manifest.load(IndexRoot(quora_root).current_dir())
+    assert m.index.factory == f"IVF{m.index.nlist},SQfp16"
+    version = IndexVersion(IndexRoot(quora_root).current_dir())
+    ivf = faiss.downcast_index(faiss.extract_index_ivf(version.index))
+    assert isinstance(ivf, faiss.IndexIVFScalarQuantizer) and not ivf.by_residual
+    version.close()
+    # `indexer tune` builds its candidates the same way; other codecs keep FAISS's defaults
+    from indexer.runtime.faiss_index import index_from_factory
+
+    assert not faiss.extract_index_ivf(index_from_factory(16, "IVF4,SQfp16")).by_residual
+    assert faiss.extract_index_ivf(index_from_factory(16, "IVF4,SQ8")).by_residual

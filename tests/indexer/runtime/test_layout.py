@@ -1,0 +1,69 @@
+"""Versioned index root: staging, atomic current switch, pruning, locking and clean-up of killed builds."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from indexer.runtime.layout import IndexRoot, LayoutError
+
+
+def make_version(root: IndexRoot, name: str, content: str = "x") -> None:
+    with root.staging(name) as stage:
+        (stage / "data.txt").write_text(content)
+
+
+def test_staging_publishes_only_on_success(tmp_path: Path) -> None:
+    root = IndexRoot(tmp_path)
+    make_version(root, "v1")
+    with pytest.raises(RuntimeError), root.staging("v2") as stage:
+        (stage / "data.txt").write_text("half")
+        raise RuntimeError("build failed")
+    assert root.versions() == ["v1"]
+    assert not any(p.name.startswith(".building") for p in tmp_path.iterdir())
+
+
+def test_current_switch_is_a_symlink_swap(tmp_path: Path) -> None:
+    root = IndexRoot(tmp_path)
+    with pytest.raises(LayoutError, match="no current index"):
+        root.current_dir()
+    make_version(root, "v1", "one")
+    root.set_current("v1")
+    held = root.current_dir()  # a reader resolves current once, then keeps its version
+    make_version(root, "v2", "two")
+    root.set_current("v2")
+    assert os.readlink(tmp_path / "current") == "versions/v2"
+    assert (root.current_dir() / "data.txt").read_text() == "two"
+    assert (held / "data.txt").read_text() == "one"
+    with pytest.raises(LayoutError, match="no version v9"):
+        root.set_current("v9")
+    assert root.current_version() == "v2"
+
+
+def test_prune_keeps_current_and_newest(tmp_path: Path) -> None:
+    root = IndexRoot(tmp_path)
+    for v in ("v1", "v2", "v3", "v4"):
+        make_version(root, v)
+    root.set_current("v2")
+    assert root.prune(keep=2) == ["v1", "v3"]
+    assert root.versions() == ["v2", "v4"]
+
+
+def test_second_build_is_refused_while_locked(tmp_path: Path) -> None:
+    a, b = IndexRoot(tmp_path), IndexRoot(tmp_path)
+    with a.build_lock():
+        with pytest.raises(LayoutError, match="another `indexer build` is running"), b.build_lock():
+            pass
+    with b.build_lock():
+        pass
+
+
+def test_partial_builds_are_removed(tmp_path: Path) -> None:
+    root = IndexRoot(tmp_path)
+    (tmp_path / ".building-20260101T000000Z-dead00").mkdir(parents=True)
+    (tmp_path / ".building-20260101T000000Z-dead00" / "index.faiss").write_bytes(b"partial")
+    with root.build_lock():
+        assert root.remove_partial_builds() == [".building-20260101T000000Z-dead00"]
+    assert root.versions() == []

@@ -1,0 +1,165 @@
+"""Exporter: real torch → real ONNX, checked against torch, written atomically."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from indexer.runtime.atomic import sha256_file  # noqa: E402
+from indexer.runtime.encoder import OnnxEncoder  # noqa: E402
+from models.export import ParityError, export_encoder  # noqa: E402
+
+SENTENCES = ["how do i learn python quickly ?", "the sky is blue", "a man is playing a guitar in the sea"]
+
+
+def _torch_reference(checkpoint: Path, texts: list[str], pooling: str) -> np.ndarray:
+    from transformers import AutoModel, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(checkpoint)
+    model = AutoModel.from_pretrained(checkpoint).eval()
+    batch = tok(texts, padding=True, return_tensors="pt")
+    with torch.inference_mode():
+        hidden = model(**{k: batch[k] for k in ("input_ids", "attention_mask")}).last_hidden_state
+    if pooling == "cls":
+        pooled = hidden[:, 0]
+    else:
+        mask = batch["attention_mask"].unsqueeze(-1).float()
+        pooled = (hidden * mask).sum(1) / mask.sum(1)
+    return torch.nn.functional.normalize(pooled, dim=-1).numpy()
+
+
+@pytest.fixture(scope="module")
+def exported(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("tiny-exports")
+    for pooling in ("cls", "mean"):
+        export_encoder(tiny_checkpoint, base / pooling, pooling=pooling)
+    return {"cls": base / "cls", "mean": base / "mean"}
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_export_matches_torch(tiny_checkpoint: Path, exported: dict[str, Path], pooling: str) -> None:
+    out = exported[pooling]
+    assert {"encoder.json", "encoder.onnx", "tokenizer.json"} <= {p.name for p in out.iterdir()}
+    written = json.loads((out / "encoder.json").read_text())
+    assert written["pooling"] == pooling and written["dim"] == 32 and written["max_length"] == 64
+    assert written["onnx_sha256"] == sha256_file(out / "encoder.onnx")
+    assert written["parity_min_cosine"] >= 0.9999
+
+    enc = OnnxEncoder(out, threads=1, verify_sha256=True)
+    got = enc.encode(SENTENCES, batch_size=2)  # length-sorted batching must keep input order
+    ref = _torch_reference(tiny_checkpoint, SENTENCES, pooling)
+    assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    assert np.min(np.sum(got * ref, axis=1)) > 0.9999
+    # dynamic axes: a batch of one and a batch of three with different lengths both run
+    one, _ = enc.encode_with_flags(SENTENCES[:1])
+    assert np.allclose(one[0], got[0], atol=1e-5)
+
+
+def test_cls_and_mean_differ(exported: dict[str, Path]) -> None:
+    a, b = OnnxEncoder(exported["cls"]), OnnxEncoder(exported["mean"])
+    assert np.max(np.abs(a.encode(SENTENCES) - b.encode(SENTENCES))) > 1e-3
+
+
+def test_refuses_below_parity_and_writes_nothing(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    out = tmp_path / "refused"
+    with pytest.raises(ParityError, match="min cosine"):
+        export_encoder(tiny_checkpoint, out, pooling="cls", min_cosine=1.5)
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []  # no temporary folder left behind
+
+
+def test_existing_output_needs_force(tiny_checkpoint: Path, exported: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "m"
+    shutil.copytree(exported["cls"], out)
+    first = sha256_file(out / "encoder.onnx")
+    with pytest.raises(FileExistsError, match="--force"):
+        export_encoder(tiny_checkpoint, out, pooling="cls")
+    export_encoder(tiny_checkpoint, out, pooling="mean", force=True)
+    assert json.loads((out / "encoder.json").read_text())["pooling"] == "mean"
+    assert sha256_file(out / "encoder.onnx") != first
+
+
+def test_truncation_is_flagged(exported: dict[str, Path]) -> None:
+    enc = OnnxEncoder(exported["cls"])  # max_length 64 tokens
+    _, flags = enc.encode_with_flags(["the sky", " ".join(["the sky is blue"] * 20)])
+    assert flags == [False, True]
+
+
+def test_cli_reports_missing_checkpoint(tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "models.cli", "export", "--checkpoint", str(tmp_path / "nope"),
+                        "--out", str(tmp_path / "out")], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "does not exist" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_int8_export_records_quantization(tiny_checkpoint: Path, exported: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "int8"
+    meta = export_encoder(tiny_checkpoint, out, pooling="cls", quantize="int8", skip_gate=True)
+    assert meta.quantization == "int8-dynamic-per-channel" and meta.quality_gate is None
+    assert json.loads((out / "encoder.json").read_text())["onnx_sha256"] == sha256_file(out / "encoder.onnx")
+    assert (out / "encoder.onnx").stat().st_size < (exported["cls"] / "encoder.onnx").stat().st_size
+    assert not (out / ".int8").exists()
+    q, f = OnnxEncoder(out, verify_sha256=True).encode(SENTENCES), OnnxEncoder(exported["cls"]).encode(SENTENCES)
+    assert np.min(np.sum(q * f, axis=1)) > 0.9  # same model, int8 weights
+
+
+def test_int8_export_whose_gate_passes_records_the_gate(tiny_checkpoint: Path, exported: dict[str, Path],
+                                                         tmp_path: Path, quora_file: Path) -> None:
+    out = tmp_path / "int8"
+    # max_drop 100: a random tiny BERT passes whatever it loses; the gate still measures both graphs
+    meta = export_encoder(tiny_checkpoint, out, pooling="cls", quantize="int8", gate_rows=300, max_drop=100)
+    written = json.loads((out / "encoder.json").read_text())
+    assert meta.quantization == written["quantization"] == "int8-dynamic-per-channel"
+    assert written["quality_gate"] == meta.quality_gate and written["onnx_sha256"] == sha256_file(out / "encoder.onnx")
+    gate = meta.quality_gate
+    assert gate is not None and gate["quora_rows"] == 300 and gate["max_drop"] == 100
+    assert gate["stsb_drop"] == pytest.approx(gate["stsb_dev_fp32"] - gate["stsb_dev_int8"], abs=1e-3)
+    assert gate["mrr_drop"] == pytest.approx((gate["quora_mrr_fp32"] - gate["quora_mrr_int8"]) * 100, abs=1e-3)
+    assert 0 < gate["quora_mrr_fp32"] <= 1 and 0 < gate["quora_mrr_int8"] <= 1
+    assert (out / "encoder.onnx").stat().st_size < (exported["cls"] / "encoder.onnx").stat().st_size
+    assert {p.name for p in out.iterdir()} == {p.name for p in exported["cls"].iterdir()}  # no .int8 left behind
+
+
+def test_int8_gate_refuses_and_writes_nothing(tiny_checkpoint: Path, tmp_path: Path, quora_file: Path) -> None:
+    from models.quantize import QualityGateError
+
+    out = tmp_path / "int8"
+    # max_drop -100 demands int8 be 100 points *better* than fp32: the real gate must measure and refuse
+    with pytest.raises(QualityGateError, match=r"STS-B dev .* Quora MRR@10 \(300 rows"):
+        export_encoder(tiny_checkpoint, out, pooling="cls", quantize="int8", gate_rows=300, max_drop=-100)
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_dynamo_exporter_agrees_with_the_default(tiny_checkpoint: Path, exported: dict[str, Path],
+                                                 tmp_path: Path) -> None:
+    meta = export_encoder(tiny_checkpoint, tmp_path / "dynamo", pooling="cls", exporter="dynamo")
+    default = json.loads((exported["cls"] / "encoder.json").read_text())
+    assert meta.exporter == "dynamo" and default["exporter"] == "torchscript"
+    assert meta.onnx_sha256 != default["onnx_sha256"]  # two different graphs...
+    a, b = OnnxEncoder(exported["cls"]), OnnxEncoder(tmp_path / "dynamo")
+    assert np.min(np.sum(a.encode(SENTENCES) * b.encode(SENTENCES), axis=1)) > 0.9999  # ...one function
+
+
+def test_exporter_failure_is_a_clear_error_and_writes_nothing(tiny_checkpoint: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from models.checkpoint import CheckpointError
+
+    def untraceable(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("unsupported operator")
+
+    monkeypatch.setattr(torch.onnx, "export", untraceable)
+    out = tmp_path / "out"
+    message = r"torchscript ONNX exporter failed on .*unsupported operator \(try --exporter dynamo\)"
+    with pytest.raises(CheckpointError, match=message):
+        export_encoder(tiny_checkpoint, out, pooling="cls")
+    assert not out.exists() and list(tmp_path.iterdir()) == []

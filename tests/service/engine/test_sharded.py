@@ -1,0 +1,384 @@
+"""The sharded backend (`python -m service sharded`) on the session's local Ray: the single-process service's
+app over shard deployments. The same answers as the merged index, the same validation, and the features the
+sharded mode gained with the shared app — API keys, 413, 429 with Retry-After, 504, `/metrics`, and
+`/admin/reload` hot-swapping the shard deployments behind the same gates — plus the command's own Ray instance,
+stopped with it.
+
+Servers are `python -m service sharded --ray-address <the session's Ray>` subprocesses on 127.0.0.1, as an
+operator runs them against a cluster; the last test runs the command with a Ray of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from indexer.runtime.layout import IndexRoot, new_version_name  # noqa: E402
+from indexer.runtime.manifest import Manifest  # noqa: E402
+from indexer.runtime.version import IndexVersion  # noqa: E402
+from tests.conftest import REPO, Server, start_server, stop_server  # noqa: E402
+from tests.service.test_swap import _edit_manifest  # noqa: E402
+
+USER, ADMIN = "user-key-0123456789", "admin-key-0123456789"
+HEAVY = {"texts": [("many different words in a long sentence " * 45)[:1990]] * 64}  # 64 × 256 tokens
+QUERY = "How can I be a good geologist?"
+
+
+def start_sharded(tmp: Path, root: Path, address: str, env: dict[str, str] | None = None, **kw: object) -> Server:
+    return start_server(tmp, {"STRATA_INDEX_ROOT": str(root), "STRATA_WATCH_INTERVAL_S": "0", **(env or {})},
+                        args=("sharded", "--ray-address", address), timeout=300, **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def sharded_server(ray_sharded: Path, ray_cluster: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    srv = start_sharded(tmp_path_factory.mktemp("sharded"), ray_sharded.parent.parent, ray_cluster)
+    yield srv.url
+    stop_server(srv)
+
+
+@pytest.fixture(scope="module")
+def secured_root(ray_sharded: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the sharded index root that the swap tests may add versions to."""
+    root = tmp_path_factory.mktemp("sharded-swaps") / "quora"
+    shutil.copytree(ray_sharded.parent.parent, root, symlinks=True)
+    return root
+
+
+@pytest.fixture(scope="module")
+def secured(secured_root: Path, ray_cluster: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """Keys in STRATA_API_KEYS (with the scope syntax), a 4 kB body cap, one request in flight, one worker."""
+    srv = start_sharded(tmp_path_factory.mktemp("sharded-secured"), secured_root, ray_cluster,
+                        {"STRATA_API_KEYS": f"{USER},{ADMIN}:admin", "STRATA_PUBLIC_PATHS": '["/health"]',
+                         "STRATA_MAX_BODY_BYTES": "4096", "STRATA_MAX_IN_FLIGHT": "1", "STRATA_WORKERS": "1",
+                         "STRATA_RETRY_AFTER_S": "2"},
+                        wait_ready=False)  # /ready needs a key here
+    yield srv
+    stop_server(srv)
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def shard_apps() -> set[str]:
+    """Serve applications alive in the session's cluster (one per shard of each deployed version)."""
+    from ray import serve
+
+    return set(serve.status().applications)
+
+
+def metric(text: str, name: str) -> float:
+    line = next((ln for ln in text.splitlines() if ln.startswith(name + " ")), None)
+    return float(line.rsplit(" ", 1)[1]) if line else 0.0
+
+
+def add_version(root: Path, source: Path, mutate=None) -> str:  # noqa: ANN001 (callable on the copied folder)
+    """A copy of `source` under a newer version name in `root`, changed by `mutate`, made current."""
+    r = IndexRoot(root)
+    name = new_version_name()
+    shutil.copytree(source, r.version_dir(name))
+    m = Manifest.load(r.version_dir(name))
+    m.version = name
+    m.save(r.version_dir(name))
+    if mutate is not None:
+        mutate(r.version_dir(name))
+    r.set_current(name)
+    return name
+
+
+def test_two_shard_service_answers_like_the_merged_index(sharded_server: str, ray_sharded: Path) -> None:
+    import httpx
+
+    merged = IndexVersion(ray_sharded)  # the two shards merged in one process
+    try:
+        qids, qtexts, _ = merged.store.eval_set()
+        _, expected = merged.search(merged.query_vectors(), 10)
+    finally:
+        merged.close()
+    with httpx.Client(base_url=sharded_server, timeout=120) as client:
+        ready = client.get("/ready").json()
+        assert ready["ready"] and ready["index_size"] == Manifest.load(ray_sharded).index.ntotal
+        one = client.post("/search", json={"query": qtexts[0], "top_k": 3}).json()
+        assert [h["id"] for h in one["hits"]] == expected[0, :3].tolist() and one["hits"][0]["text"]
+        assert client.post("/search", json={"query": "", "top_k": 3}).status_code == 422  # same validation
+        got: list[list[int]] = []
+        for start in range(0, len(qtexts), 64):
+            r = client.post("/search", json={"queries": qtexts[start : start + 64], "top_k": 10})
+            assert r.status_code == 200, r.text
+            got += [[h["id"] for h in res["hits"]] for res in r.json()["results"]]
+    same_list = np.mean([g == e.tolist() for g, e in zip(got, expected, strict=True)])
+    overlap = np.mean([len(set(g) & set(e.tolist())) / 10 for g, e in zip(got, expected, strict=True)])
+    print(f"\n{len(got)} paper-protocol queries: top-10 overlap sharded vs merged {overlap:.5f}, identical "
+          f"ranked lists {same_list:.5f}")
+    assert overlap >= 0.999 and same_list >= 0.99
+
+
+def test_sharded_api_keys(secured: Server) -> None:
+    with secured.client() as c:
+        assert c.get("/health").status_code == 200  # public
+        for path in ("/ready", "/metrics"):  # not public in this configuration
+            assert c.get(path).status_code == 401
+        missing = c.post("/search", json={"query": "q"})
+        assert missing.status_code == 401 and missing.headers["WWW-Authenticate"] == "Bearer"
+        assert c.post("/search", json={"query": "q"}, headers=auth("wrong-key-000000")).status_code == 401
+        ok = c.post("/search", json={"query": QUERY, "top_k": 1}, headers=auth(USER))
+        assert ok.status_code == 200 and ok.json()["hits"][0]["id"] == 16
+        forbidden = c.post("/admin/reload", headers=auth(USER))  # USER has no scope
+        assert forbidden.status_code == 403 and "admin" in forbidden.json()["detail"]
+        reload = c.post("/admin/reload", headers=auth(ADMIN))  # "key:admin" in STRATA_API_KEYS
+        assert reload.status_code == 200 and reload.json()["outcome"] == "unchanged"
+
+
+def test_sharded_body_cap_is_a_json_413(secured: Server) -> None:
+    with secured.client() as c:
+        big = c.post("/encode", json={"texts": ["x" * 1500] * 4}, headers=auth(USER))
+        assert big.status_code == 413 and "the limit is 4096" in big.json()["detail"]
+        assert c.post("/encode", json={"texts": ["fits"]}, headers=auth(USER)).status_code == 200
+
+
+def test_sharded_full_server_answers_429_with_retry_after(secured: Server) -> None:
+    statuses: list[httpx.Response] = []
+
+    def call() -> None:
+        with secured.client() as c:
+            statuses.append(c.post("/search", json={"queries": ["z " * 900] * 2, "top_k": 3}, headers=auth(USER)))
+
+    threads = [threading.Thread(target=call) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    codes = sorted(r.status_code for r in statuses)
+    assert 200 in codes and 429 in codes, codes
+    busy = next(r for r in statuses if r.status_code == 429)
+    assert busy.headers["Retry-After"] == "2" and "busy" in busy.json()["detail"]
+
+
+def test_sharded_metrics(secured: Server, secured_root: Path) -> None:
+    with secured.client() as c:
+        assert c.post("/search", json={"query": QUERY}, headers=auth(USER)).status_code == 200
+        text = c.get("/metrics", headers=auth(USER)).text
+        version = c.get("/ready", headers=auth(USER)).json()["index_version"]
+    assert 'strata_requests_total{endpoint="/search",method="POST",status="200"}' in text
+    assert 'strata_request_latency_seconds_count{endpoint="/search",method="POST"}' in text
+    assert "strata_search_seconds_count" in text and 'strata_encode_seconds_count{endpoint="/search"}' in text
+    size = Manifest.load(IndexRoot(secured_root).current_dir()).index.ntotal
+    assert f"strata_index_size {float(size)}" in text and f'version="{version}"' in text
+
+
+def test_sharded_admin_reload_hot_swaps_the_shard_deployments(secured: Server, secured_root: Path) -> None:
+    root = IndexRoot(secured_root)
+    with secured.client() as c:
+        old = c.get("/ready", headers=auth(ADMIN)).json()["index_version"]
+        before = c.post("/search", json={"query": QUERY, "top_k": 5}, headers=auth(USER)).json()
+        swaps = metric(c.get("/metrics", headers=auth(USER)).text, 'strata_index_swaps_total{result="swapped"}')
+        new = add_version(secured_root, root.current_dir())  # a newer copy: the watcher is off, nothing swaps yet
+        assert c.get("/ready", headers=auth(ADMIN)).json()["index_version"] == old
+        r = c.post("/admin/reload", headers=auth(ADMIN), timeout=300)
+        assert r.status_code == 200 and r.json() == {"outcome": "swapped", "index_version": new, "candidate": new,
+                                                     "reason": None}, r.text
+        after = c.post("/search", json={"query": QUERY, "top_k": 5}, headers=auth(USER)).json()
+        assert after["index_version"] == new and after["hits"] == before["hits"]  # the same shards, redeployed
+        mine = sorted(a for a in shard_apps() if new in a)  # "<this server's prefix>-<version>-shard-<i>"
+        assert len(mine) == 2, mine
+        prefix = mine[0].split(new)[0]
+        deadline = time.monotonic() + 60  # the old version's deployments go once its last batch is done
+        while any(a.startswith(prefix + old) for a in shard_apps()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not {a for a in shard_apps() if a.startswith(prefix + old)}, shard_apps()
+        text = c.get("/metrics", headers=auth(USER)).text
+    assert metric(text, 'strata_index_swaps_total{result="swapped"}') == swaps + 1
+    assert metric(text, "strata_engines_loaded") == 1
+
+
+def _truncate_shard(folder: Path) -> None:
+    shard = folder / "shards" / "shard-00001.faiss"
+    shard.write_bytes(shard.read_bytes()[:1000])
+
+
+@pytest.mark.parametrize(("case", "kind", "reason"), [
+    ("truncated shard", "corrupt", "shard-00001.faiss is not a readable FAISS index"),
+    ("lower MRR@10", "quality", "below the served"),
+    ("not sharded", "mismatch", "is not sharded"),
+])
+def test_sharded_bad_version_is_refused_and_the_old_one_keeps_serving(secured: Server, secured_root: Path,
+                                                                      quora_root: Path, case: str, kind: str,
+                                                                      reason: str) -> None:
+    root = IndexRoot(secured_root)
+    served = root.current_version()
+    assert served is not None
+    if case == "not sharded":  # the single-machine build of the same rows: one index.faiss
+        bad = add_version(secured_root, IndexRoot(quora_root).current_dir())
+    else:
+        bad = add_version(secured_root, root.current_dir(), _truncate_shard if case == "truncated shard" else
+                          _edit_manifest(eval__mrr_at_10=lambda v: v - 0.1))
+    try:
+        with secured.client() as c:
+            r = c.post("/admin/reload", headers=auth(ADMIN), timeout=300)
+            assert r.status_code == 409 and r.json()["outcome"] == "refused", r.text
+            assert r.json()["index_version"] == served and r.json()["candidate"] == bad
+            assert reason in r.json()["reason"], r.text
+            ready = c.get("/ready", headers=auth(ADMIN)).json()
+            assert ready["ready"] and ready["index_version"] == served
+            assert ready["swap_refused"]["kind"] == kind and ready["swap_refused"]["version"] == bad
+            hit = c.post("/search", json={"query": QUERY, "top_k": 1}, headers=auth(USER)).json()
+            assert hit["index_version"] == served and hit["hits"][0]["id"] == 16
+        deadline = time.monotonic() + 60  # a refused candidate's deployments are removed (in the background)
+        while any(bad in a for a in shard_apps()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not any(bad in a for a in shard_apps())
+    finally:
+        root.set_current(served)
+        shutil.rmtree(root.version_dir(bad))
+    with secured.client() as c:
+        assert c.post("/admin/reload", headers=auth(ADMIN)).json()["outcome"] == "unchanged"
+
+
+def test_sharded_timeout_is_a_504(ray_sharded: Path, ray_cluster: str, tmp_path: Path) -> None:
+    srv = start_sharded(tmp_path, ray_sharded.parent.parent, ray_cluster,
+                        {"STRATA_REQUEST_TIMEOUT_S": "0.05", "STRATA_THREADS": "1", "STRATA_WORKERS": "1"})
+    try:
+        with srv.client() as c:
+            r = c.post("/encode", json=HEAVY)
+            assert r.status_code == 504 and "longer than 0.05 s" in r.json()["detail"]
+            assert 'strata_rejected_total{reason="timeout"} 1.0' in c.get("/metrics").text
+    finally:
+        stop_server(srv)
+
+
+def test_sharded_422_does_not_echo_the_input(sharded_server: str) -> None:
+    """The sharded ingress answers bad input like the single-process service: a 422 without the echoed input,
+    so that NaN or a lone surrogate cannot turn it into a 500."""
+    import httpx
+
+    with httpx.Client(base_url=sharded_server, timeout=60) as client:
+        for body in (b'{"query": "what is ray", "top_k": NaN}', b'{"query": ["\\ud800"], "top_k": 3}',
+                     b'{"queries": [], "top_k": 1e400}'):
+            r = client.post("/search", content=body, headers={"content-type": "application/json"})
+            assert r.status_code == 422, (body, r.status_code, r.text)
+            detail = r.json()["detail"]
+            assert detail and all(set(e) == {"type", "loc", "msg"} for e in detail), detail
+        r = client.post("/encode", json={"texts": "not a list"})
+        assert r.status_code == 422 and "input" not in r.text
+
+
+def _session_processes(driver_pid: int) -> list[int]:
+    """Live processes of the Ray instance a driver started (its session is named after the driver's pid)."""
+    import re
+
+    pattern = re.compile(rb"session_\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d_\d+_" + str(driver_pid).encode() + rb"\b")
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != driver_pid:
+            try:
+                cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if pattern.search(cmd):
+                found.append(int(entry))
+    return found
+
+
+def _descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = set(), [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.add(c)
+            todo.append(c)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_python_m_service_sharded_command(ray_sharded: Path, tmp_path: Path) -> None:
+    """`python -m service sharded` as a command: its own local Ray, the API on a free port, and on SIGTERM it
+    exits 0 having deleted its shard deployments and stopped the Ray instance it started: no process left."""
+    import subprocess
+    import sys
+
+    import httpx
+
+    from tests.conftest import free_port
+
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "STRATA_LOG_FORMAT": "text"}
+    env.pop("RAY_ADDRESS", None)
+    log_file = tmp_path / "sharded.log"
+    with log_file.open("wb") as log_out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "service", "sharded", "--host", "127.0.0.1", "--port", str(port),
+             "--index-root", str(ray_sharded.parent.parent)],
+            cwd=REPO, env=env, stdout=log_out, stderr=subprocess.STDOUT)
+    started: set[int] = set()
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 240
+        with httpx.Client(base_url=base, timeout=60) as client:
+            while True:
+                assert proc.poll() is None, f"exited {proc.returncode}: {log_file.read_text()[-3000:]}"
+                assert time.monotonic() < deadline, f"no answer: {log_file.read_text()[-3000:]}"
+                try:
+                    if client.get("/health").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                time.sleep(1)
+            assert client.get("/health").json() == {"status": "ok"}
+            merged = IndexVersion(ray_sharded)
+            try:
+                _, qtexts, _ = merged.store.eval_set()
+                qvecs = merged.query_vectors()
+                assert qvecs is not None
+                _, expected = merged.search(qvecs[:1], 5)
+            finally:
+                merged.close()
+            r = client.post("/search", json={"query": qtexts[0], "top_k": 5})
+            assert r.status_code == 200, r.text
+            body = r.json()
+            assert [h["id"] for h in body["hits"]] == expected[0].tolist()
+            assert body["index_version"] == ray_sharded.name and body["hits"][0]["text"]
+            assert client.post("/search", json={"query": "x", "top_k": 0}).status_code == 422
+        started = _descendants(proc.pid) | set(_session_processes(proc.pid))
+        assert started, "no Ray processes found under the command"
+
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 0, log_file.read_text()[-3000:]
+        deadline = time.monotonic() + 30
+        while (left := [p for p in started | set(_session_processes(proc.pid)) if _alive(p)]) and \
+                time.monotonic() < deadline:
+            time.sleep(1)
+        assert not left, f"left behind: {[Path(f'/proc/{p}/cmdline').read_bytes()[:80] for p in left]}"
+        with pytest.raises(httpx.TransportError):  # the Serve proxy is gone with it
+            httpx.get(f"http://127.0.0.1:{port}/health", timeout=5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in started | set(_session_processes(proc.pid)):  # only what this command started
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)

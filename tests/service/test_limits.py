@@ -1,0 +1,203 @@
+"""API keys, body and concurrency caps, timeouts, CORS, request ids in JSON logs, graceful shutdown — each
+on a real server started with the settings under test."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import Server, start_server, stop_server
+
+USER, ADMIN = "user-key-0123456789", "admin-key-0123456789"
+ENV_ADMIN = "env-admin-key-0123456789"  # scoped in STRATA_API_KEYS itself ("key:admin")
+HEAVY = {"texts": [("many different words in a long sentence " * 45)[:1990]] * 64}  # 64 × 256 tokens
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory, quora_root: Path) -> Iterator[Server]:
+    tmp = tmp_path_factory.mktemp("secured")
+    keys = tmp / "keys.txt"
+    keys.write_text(f"# key scopes\n{ADMIN} admin\n")
+    srv = start_server(tmp, {"STRATA_INDEX_ROOT": str(quora_root), "STRATA_API_KEYS": f"{USER}, {ENV_ADMIN}:admin",
+                             "STRATA_API_KEYS_FILE": str(keys), "STRATA_PUBLIC_PATHS": '["/health"]',
+                             "STRATA_MAX_BODY_BYTES": "4096", "STRATA_MAX_IN_FLIGHT": "1",
+                             "STRATA_WORKERS": "1", "STRATA_RETRY_AFTER_S": "2",
+                             "STRATA_CORS_ORIGINS": '["https://app.example"]'},
+                       wait_ready=False)  # /ready needs a key here; the lifespan loads before /health answers
+    yield srv
+    stop_server(srv)
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def test_api_keys(secured: Server) -> None:
+    with secured.client() as c:
+        assert c.get("/health").status_code == 200  # public
+        for path in ("/ready", "/metrics"):  # not public in this configuration
+            assert c.get(path).status_code == 401
+        missing = c.post("/search", json={"query": "q"})
+        assert missing.status_code == 401 and missing.headers["WWW-Authenticate"] == "Bearer"
+        assert "missing API key" in missing.json()["detail"]
+        assert c.post("/search", json={"query": "q"}, headers=auth("wrong-key-000000")).status_code == 401
+        assert c.post("/search", json={"query": "q"}, headers={"Authorization": f"Basic {USER}"}).status_code == 401
+        assert c.post("/search", json={"query": "q"}, headers=auth(USER)).status_code == 200
+        assert c.get("/metrics", headers=auth(USER)).status_code == 200
+        forbidden = c.post("/admin/reload", headers=auth(USER))
+        assert forbidden.status_code == 403 and "admin" in forbidden.json()["detail"]
+        assert c.post("/admin/reload").status_code == 401
+        ok = c.post("/admin/reload", headers=auth(ADMIN))
+        assert ok.status_code == 200 and ok.json()["outcome"] == "unchanged"
+
+
+def test_api_key_scopes_in_the_variable(secured: Server) -> None:
+    """STRATA_API_KEYS="key1:admin,key2": the scope after the colon, no scope = any route but /admin/*."""
+    with secured.client() as c:
+        assert c.post("/search", json={"query": "geologist"}, headers=auth(ENV_ADMIN)).status_code == 200
+        ok = c.post("/admin/reload", headers=auth(ENV_ADMIN))
+        assert ok.status_code == 200 and ok.json()["outcome"] == "unchanged"
+        assert c.post("/admin/reload", headers=auth(USER)).status_code == 403
+        assert c.post("/search", json={"query": "q"}, headers=auth(f"{ENV_ADMIN}:admin")).status_code == 401
+
+
+def test_body_cap_is_a_json_413(secured: Server) -> None:
+    with secured.client() as c:
+        big = c.post("/encode", json={"texts": ["x" * 1500] * 4}, headers=auth(USER))
+        assert big.status_code == 413 and "the limit is 4096" in big.json()["detail"]
+
+        def chunks() -> Iterator[bytes]:  # no Content-Length: counted while read
+            yield b'{"texts": ["'
+            for _ in range(10):
+                yield b"y" * 1000
+            yield b'"]}'
+
+        streamed = c.post("/encode", content=chunks(), headers=auth(USER) | {"Content-Type": "application/json"})
+        assert streamed.status_code == 413 and streamed.headers["content-type"] == "application/json"
+        assert c.post("/encode", json={"texts": ["fits"]}, headers=auth(USER)).status_code == 200
+
+
+def test_full_server_answers_429_with_retry_after(secured: Server) -> None:
+    statuses: list[httpx.Response] = []
+
+    def call() -> None:
+        with secured.client() as c:
+            statuses.append(c.post("/encode", json={"texts": ["z " * 900] * 2}, headers=auth(USER)))
+
+    threads = [threading.Thread(target=call) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    codes = sorted(r.status_code for r in statuses)
+    assert 200 in codes and 429 in codes, codes
+    busy = next(r for r in statuses if r.status_code == 429)
+    assert busy.headers["Retry-After"] == "2" and "busy" in busy.json()["detail"]
+    with secured.client() as c:
+        assert c.get("/health").status_code == 200  # never blocked by inference load
+
+
+def test_cors_and_request_id_in_json_logs(secured: Server) -> None:
+    with secured.client() as c:
+        pre = c.options("/search", headers={"Origin": "https://app.example", "Access-Control-Request-Method": "POST",
+                                            "Access-Control-Request-Headers": "authorization,content-type"})
+        assert pre.status_code == 200 and pre.headers["access-control-allow-origin"] == "https://app.example"
+        other = c.options("/search", headers={"Origin": "https://evil.example",
+                                              "Access-Control-Request-Method": "POST"})
+        assert "access-control-allow-origin" not in other.headers
+        r = c.post("/search", json={"query": "geologist"}, headers=auth(USER) | {"X-Request-ID": "trace-42"})
+        generated = c.get("/health").headers["X-Request-ID"]
+    assert r.headers["X-Request-ID"] == "trace-42" and len(generated) == 32
+    time.sleep(0.2)
+    lines = [json.loads(line) for line in secured.log.read_text().splitlines() if line.startswith("{")]
+    access = [x for x in lines if x.get("request_id") == "trace-42" and x["logger"] == "strata.access"]
+    assert access and access[0]["status"] == 200 and access[0]["path"] == "/search" and access[0]["ms"] > 0
+
+
+def test_timeout_is_a_504(tmp_path: Path, quora_root: Path) -> None:
+    srv = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(quora_root), "STRATA_REQUEST_TIMEOUT_S": "0.05",
+                                  "STRATA_THREADS": "1", "STRATA_WORKERS": "1"})
+    try:
+        with srv.client() as c:
+            r = c.post("/encode", json=HEAVY)
+            assert r.status_code == 504 and "longer than 0.05 s" in r.json()["detail"]
+            # The abandoned call finishes in the background and returns its lease and its worker: the one worker
+            # then answers again (each try may still time out while the heavy batch runs, or on a loaded machine).
+            deadline, statuses = time.monotonic() + 120, []
+            while time.monotonic() < deadline:
+                statuses.append(c.post("/search", json={"query": "geologist"}).status_code)
+                if statuses[-1] == 200:
+                    break
+                time.sleep(0.5)
+            assert statuses[-1] == 200 and set(statuses) <= {200, 504}, statuses
+            assert "strata_rejected_total{reason=\"timeout\"}" in c.get("/metrics").text
+            assert "strata_inference_in_flight 0.0" in c.get("/metrics").text
+    finally:
+        stop_server(srv)
+
+
+def test_graceful_shutdown_finishes_in_flight_requests(tmp_path: Path, quora_root: Path) -> None:
+    srv = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(quora_root), "STRATA_THREADS": "1",
+                                  "STRATA_WORKERS": "1"})
+    result: list[httpx.Response] = []
+    t = threading.Thread(target=lambda: result.append(httpx.post(f"{srv.url}/encode", json=HEAVY, timeout=60)))
+    t.start()
+    time.sleep(0.3)  # the request is being encoded
+    srv.proc.send_signal(signal.SIGTERM)
+    t.join(timeout=60)
+    assert srv.proc.wait(timeout=60) == 0  # a clean shutdown exits 0
+    assert result and result[0].status_code == 200 and len(result[0].json()["vectors"]) == 64
+    log = srv.log.read_text()
+    # the server waited for the open request, within STRATA_SHUTDOWN_TIMEOUT_S (30 s by default)
+    assert "Waiting for connections to close" in log and "timeout graceful shutdown exceeded" not in log
+    assert log.index("Waiting for connections to close") < log.index("POST /encode 200")
+
+
+def test_shutdown_timeout_cuts_in_flight_requests_short(tmp_path: Path, quora_root: Path) -> None:
+    """STRATA_SHUTDOWN_TIMEOUT_S: a request still running when it has passed gets no answer."""
+    srv = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(quora_root), "STRATA_THREADS": "1",
+                                  "STRATA_WORKERS": "1", "STRATA_SHUTDOWN_TIMEOUT_S": "1"})
+    result: list[object] = []
+
+    def heavy() -> None:
+        try:
+            result.append(httpx.post(f"{srv.url}/encode", json=HEAVY, timeout=120))
+        except httpx.HTTPError as exc:
+            result.append(exc)
+
+    t = threading.Thread(target=heavy)
+    t.start()
+    time.sleep(0.3)  # the request is being encoded (several seconds on one thread)
+    srv.proc.send_signal(signal.SIGTERM)
+    t0 = time.monotonic()
+    t.join(timeout=120)
+    cut_after = time.monotonic() - t0
+    assert srv.proc.wait(timeout=120) == 0
+    # uvicorn answers the cancelled request 500 (or the connection drops): its vectors never came back
+    assert result and (isinstance(result[0], httpx.HTTPError) or result[0].status_code == 500), result
+    log = srv.log.read_text()
+    assert "timeout graceful shutdown exceeded" in log and "POST /encode 200" not in log
+    assert cut_after < 10, cut_after  # 1 s of grace, not the request's whole run
+
+
+def test_inference_workers_run_faiss_with_the_configured_threads() -> None:
+    """OpenMP thread counts are per thread: each worker sets its own, or batched searches would take a team of
+    every core per worker."""
+    import faiss
+
+    from service.engine import Engine
+    from service.settings import Settings
+
+    engine = Engine(Settings(workers=2, threads=1))
+    try:
+        counts = {engine.pool.submit(faiss.omp_get_max_threads).result() for _ in range(8)}
+    finally:
+        engine.pool.shutdown()
+    assert counts == {1}
