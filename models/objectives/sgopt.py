@@ -1,12 +1,12 @@
 """SG-OPT (Kim et al. 2021, "Self-Guided Contrastive Learning for BERT Sentence Representations").
 
-The encoder is cloned into a frozen copy F and the tuned copy T (T's layer 0, the embeddings, stays frozen).
-For sentence i: c_i = T's last-layer [CLS]; views h_{i,k} = max-pool over tokens of F's layer k
-(k = 0..L, the embedding output included). Both go through a shared 2-layer GELU projection head f (4096
-wide, the paper's). The opt3 loss (our reading of the paper's final objective): every (c_i, h_{i,k}) is a positive, contrasted only against the other sentences' views h_{m,n}
-(m ≠ i) — no c–c or h–h terms — averaged over i and k; plus λ·‖θ_F − θ_T‖² keeping T near F.
-Only T (and the head, as the checkpoint's pooler) is kept; F is discarded after training.
-The paper's optimisation settings are the defaults: τ = 0.01 and AdamW betas (0.9, 0.9).
+The encoder is cloned into a frozen copy F and the tuned copy T (T's layer 0, the embeddings, stays frozen). For
+sentence i: c_i = T's last-layer [CLS]; views h_{i,k} = max-pool over tokens of F's layer k (k = 0..L, the
+embedding output included). Both go through a shared 2-layer GELU projection head f (4096 wide, the paper's). The
+opt3 loss (our reading of the paper's final objective): every (c_i, h_{i,k}) is a positive, contrasted only against
+the other sentences' views h_{m,n} (m ≠ i) — no c–c or h–h terms — averaged over i and k; plus λ·‖θ_F − θ_T‖²
+keeping T near F. Only T (and the head, as the checkpoint's pooler) is kept; F is discarded after training. The
+paper's optimisation settings are the defaults: τ = 0.01 and AdamW betas (0.9, 0.9).
 """
 
 from __future__ import annotations
