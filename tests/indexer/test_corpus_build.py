@@ -19,7 +19,7 @@ from indexer.runtime.layout import IndexRoot
 from indexer.runtime.manifest import Manifest
 from indexer.runtime.version import IndexVersion
 
-from .conftest import REPO
+from tests.conftest import REPO
 from .test_corpus import ROWS, write_jsonl
 
 
