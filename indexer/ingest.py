@@ -39,8 +39,8 @@ from indexer.corpus import (
     read_qrels,
     read_queries,
 )
-from indexer.guards import max_shrink, shrink_message, shrinks_too_much
 from indexer.runtime.faiss_index import INDEX_FILE, build_ivf, effective_nlist, ivf_factory, write_index
+from indexer.runtime.guards import max_shrink, shrink_message, shrinks_too_much
 from indexer.runtime.layout import IndexRoot, new_version_name
 from indexer.runtime.manifest import CorpusFieldsInfo, DataInfo, IndexInfo, Manifest, ManifestError, Timings
 from indexer.runtime.store import STORE, CorpusStoreWriter, GradedEvalSet

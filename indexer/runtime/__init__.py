@@ -11,7 +11,9 @@ Owns:
 - `version`: an index version opened for searching (FAISS index + id → text store + manifest, checked);
 - `layout`: the index root (`versions/`, the `current` symlink, the build lock, pruning);
 - `manifest`: `manifest.json`, what a version was built from and how well it retrieves;
-- `store`: the id → text SQLite store with the evaluation queries;
+- `store`: the id → text SQLite store with the evaluation queries, external ids and metadata;
+- `filters`: the metadata filter language (parsed and validated here, compiled to SQL over the store);
+- `guards`: the shrink guard (`STRATA_MAX_SHRINK`) shared by builds and swaps;
 - `atomic`: atomic file and folder writes;
 - `paths`: default locations (`STRATA_HOME`, `STRATA_DATA_DIR`).
 

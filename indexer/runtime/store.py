@@ -126,9 +126,9 @@ class Store:
         return json.loads(row[0]) if row else {}
 
     def filter_ids(self, flt: object) -> np.ndarray:
-        """Sorted FAISS ids (int64) of the documents matching filter `flt` (see `indexer.filters`); raises
+        """Sorted FAISS ids (int64) of the documents matching filter `flt` (see `indexer.runtime.filters`); raises
         `FilterError` for an unknown field, operator or a mistyped value."""
-        from indexer.filters import compile_sql, parse_filter
+        from indexer.runtime.filters import compile_sql, parse_filter
 
         node = parse_filter(flt, self.metadata_schema())
         sql, params = compile_sql(node)

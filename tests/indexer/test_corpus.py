@@ -26,10 +26,10 @@ from indexer.corpus import (
     read_qrels,
     read_queries,
 )
-from indexer.filters import FilterError, compile_sql, matches, parse_filter
-from indexer.guards import DEFAULT_MAX_SHRINK, max_shrink, shrinks_too_much
 from indexer.ingest import ASSIGNED_IDS_FROM, graded_eval_set, ingest_store
 from indexer.metrics import mean_metrics, per_query
+from indexer.runtime.filters import FilterError, compile_sql, matches, parse_filter
+from indexer.runtime.guards import DEFAULT_MAX_SHRINK, max_shrink, shrinks_too_much
 from indexer.runtime.manifest import Manifest
 from indexer.runtime.store import STORE, Store, write_store
 
@@ -319,7 +319,7 @@ def meta_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Store, list[di
 
 
 def brute_force(flt: dict[str, Any], row: dict[str, Any]) -> bool:
-    """The filter semantics written out independently of indexer.filters."""
+    """The filter semantics written out independently of indexer.runtime.filters."""
     out = True
     for key, cond in flt.items():
         if key == "and":

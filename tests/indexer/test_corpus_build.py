@@ -18,8 +18,8 @@ from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.layout import IndexRoot
 from indexer.runtime.manifest import Manifest
 from indexer.runtime.version import IndexVersion
-
 from tests.conftest import REPO
+
 from .test_corpus import ROWS, write_jsonl
 
 
