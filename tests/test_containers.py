@@ -164,7 +164,8 @@ def test_dockerignore_admits_exactly_what_the_dockerfiles_copy() -> None:
     assert rules[0] == "*"  # everything out, then the exceptions
     admitted = {r[1:].rstrip("/") for r in rules if r.startswith("!")}
     assert admitted == copied_sources() == {"pyproject.toml", "README.md", "indexer", "service", "models",
-                                            "docker/constraints.txt", "docker/jobs-entrypoint.sh"}
+                                            "docker/constraints.txt", "docker/freeze_constraints.py",
+                                            "docker/jobs-entrypoint.sh"}
 
 
 def test_constraints_pin_every_dependency_of_the_image_extras() -> None:
@@ -183,8 +184,10 @@ def test_constraints_pin_every_dependency_of_the_image_extras() -> None:
     # one torch everywhere: the jobs image, the README's set-up command (and so CI), the constraints
     torch = re.search(r"torch==(\S+)", dockerfile("Dockerfile.jobs")).group(1)
     assert pins["torch"] == torch and f"pip install torch=={torch}" in (REPO / "README.md").read_text()
-    for name in ("Dockerfile.api", "Dockerfile.jobs"):
-        assert re.search(r"pip install (--no-deps )?-c constraints.txt", dockerfile(name)), name
+    for name in ("Dockerfile.api", "Dockerfile.jobs"):  # every dependency installed under the constraints
+        text = dockerfile(name)
+        assert "pip install -c docker/constraints.txt -r requirements.txt" in text, name
+        assert "pip install --no-deps . && pip check" in text, name
 
 
 def wait_for(predicate, what: str, proc: subprocess.Popen, timeout: float = 180) -> None:  # noqa: ANN001
