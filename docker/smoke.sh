@@ -160,7 +160,7 @@ ready_503() {
   local r
   r=$(http GET "$API/ready")
   [ "${r%%$'\t'*}" = 503 ] || { WHY="GET /ready on a fresh volume answered ${r:0:200}, expected 503"; return 1; }
-  DETAIL="GET /ready 503 before the first build: ${r#*$'\t'}"
+  DETAIL="GET /ready 503: $(json_get reason <<<"${r#*$'\t'}")"
 }
 
 # job LOG COMPOSE-RUN-ARGS...: one build in a jobs container; sets BUILT to the version it printed

@@ -284,12 +284,12 @@ def test_compose_smoke_on_a_real_engine(tmp_path: Path, quora_file: Path) -> Non
                         "STRATA_SMOKE_LOGS": str(tmp_path / "logs")}
     env.pop("STRATA_API_PORT", None)  # a free port
     proc = subprocess.Popen([str(REPO / "docker" / "smoke.sh")], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         output, _ = proc.communicate(timeout=1800)
     except subprocess.TimeoutExpired:
-        proc.terminate()  # the script's trap still runs `docker compose down -v`
-        output, _ = proc.communicate(timeout=120)
+        os.killpg(proc.pid, signal.SIGTERM)  # the script and its docker commands; its trap runs `compose down -v`
+        output, _ = proc.communicate(timeout=180)
         pytest.fail(f"docker/smoke.sh took over 30 min:\n{output}")
     print(output)
     lines = output.splitlines()
