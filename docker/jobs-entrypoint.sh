@@ -2,14 +2,56 @@
 # Default job (the nightly rebuild): export the default encoder when no model exists, then build a new index
 # version beside the served one and flip `current`; a running API swaps to it without downtime.
 # Any arguments replace the default job (e.g. `indexer eval --json`, `indexer rollback`).
+# STRATA_REBUILD_EVERY_S=N (N > 0): run the job, sleep N seconds, again, until stopped (the `nightly` service);
+# unset or 0: run it once and exit with its status.
+# SIGTERM/SIGINT (`docker compose stop`): forwarded to the running job, which cleans up (a build removes its
+# staging folder and releases its lock; an export its temporary folder), then this script exits 143 at once.
 set -eu
 if [ "$#" -gt 0 ]; then exec "$@"; fi
 MODEL="${STRATA_MODEL_DIR:-$STRATA_HOME/models/all-MiniLM-L6-v2-mean}"
-if [ ! -f "$MODEL/encoder.json" ]; then
-  # STRATA_CHECKPOINT: a Hugging Face checkpoint folder to export instead of the default all-MiniLM-L6-v2
-  encoder export --out "$MODEL" --pooling "${STRATA_POOLING:-mean}" ${STRATA_CHECKPOINT:+--checkpoint "$STRATA_CHECKPOINT"}
+EVERY="${STRATA_REBUILD_EVERY_S:-0}"
+case "$EVERY" in
+  "" | *[!0-9]*) echo "jobs-entrypoint: STRATA_REBUILD_EVERY_S must be a whole number of seconds, got '$EVERY'" >&2
+                 exit 2 ;;
+esac
+
+child=""
+stop() {
+  trap '' TERM INT
+  if [ -n "$child" ]; then kill -TERM "$child" 2>/dev/null || :; wait "$child" || :; fi
+  echo "jobs-entrypoint: stopped" >&2
+  exit 143
+}
+trap stop TERM INT
+# run CMD...: in the background and waited for, so that a signal runs `stop` at once (a shell runs traps only
+# between commands) and reaches CMD
+run() {
+  "$@" &
+  child=$!
+  rc=0
+  wait "$child" || rc=$?
+  child=""
+  return "$rc"
+}
+
+job() {
+  if [ ! -f "$MODEL/encoder.json" ]; then
+    # STRATA_CHECKPOINT: a Hugging Face checkpoint folder to export instead of the default all-MiniLM-L6-v2
+    run encoder export --out "$MODEL" --pooling "${STRATA_POOLING:-mean}" \
+      ${STRATA_CHECKPOINT:+--checkpoint "$STRATA_CHECKPOINT"} || return
+  fi
+  # STRATA_BUILD_ARGS is split on spaces on purpose: extra flags such as "--keep 7 --threads 4"
+  # shellcheck disable=SC2086
+  run indexer build --model "$MODEL" --root "${STRATA_INDEX_ROOT:-$STRATA_HOME/indexes/quora}" \
+    --data "${STRATA_QUORA:-http://qim.fs.quoracdn.net/quora_duplicate_questions.tsv}" ${STRATA_BUILD_ARGS:-}
+}
+
+if [ "$EVERY" -eq 0 ]; then
+  rc=0
+  job || rc=$?
+  exit "$rc"
 fi
-# STRATA_BUILD_ARGS is split on spaces on purpose: extra flags such as "--keep 7 --threads 4"
-# shellcheck disable=SC2086
-exec indexer build --model "$MODEL" --root "${STRATA_INDEX_ROOT:-$STRATA_HOME/indexes/quora}" \
-  --data "${STRATA_QUORA:-http://qim.fs.quoracdn.net/quora_duplicate_questions.tsv}" ${STRATA_BUILD_ARGS:-}
+while :; do
+  job || echo "jobs-entrypoint: build failed (exit $?); the API keeps serving its index; next try in ${EVERY} s" >&2
+  run sleep "$EVERY"
+done

@@ -3,8 +3,20 @@
 from __future__ import annotations
 
 import logging
+import signal
 import sys
+import threading
 from collections.abc import Callable
+
+
+class Terminated(BaseException):
+    """SIGTERM (`docker stop`, `kill`), raised in the main thread so that context managers unwind: a build removes
+    its staging folder and releases its lock, an export removes its temporary folder."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not interrupt the clean-up
+    raise Terminated(signum)
 
 
 def configure_logging(verbose: bool = False) -> None:
@@ -20,7 +32,11 @@ def configure_logging(verbose: bool = False) -> None:
 
 
 def run_cli(func: Callable[[], int], known: tuple[type[BaseException], ...], prog: str) -> int:
-    """Run `func`; an expected error becomes `prog: error: message` and exit code 2."""
+    """Run `func`; an expected error becomes `prog: error: message` and exit code 2; SIGTERM cleans up and exits
+    143 (128 + 15), Ctrl-C 130."""
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         return func()
     except known as exc:
@@ -29,3 +45,9 @@ def run_cli(func: Callable[[], int], known: tuple[type[BaseException], ...], pro
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print(f"{prog}: terminated (SIGTERM)", file=sys.stderr)
+        return 128 + signal.SIGTERM
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import csv
 import gzip
+import http.client
 import io
 import logging
 import shutil
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -40,6 +42,10 @@ HELD_OUT_FROM = 300_000
 
 class QuoraFormatError(ValueError):
     """The file is not a Quora question-pairs TSV; the message names the file and line."""
+
+
+class DownloadError(OSError):
+    """The data URL could not be fetched; the message names the URL."""
 
 
 @dataclass(frozen=True)
@@ -95,12 +101,20 @@ def download(url: str, dest_dir: Path) -> Path:
     log.info("downloading %s -> %s", url, dest)
     from tqdm import tqdm
 
-    with urllib.request.urlopen(url, timeout=60) as resp, open(tmp, "wb") as out:  # noqa: S310 (fixed URL)
-        total = int(resp.headers.get("Content-Length") or 0) or None
-        with tqdm(total=total, unit="B", unit_scale=True, desc=dest.name) as bar:
-            while block := resp.read(1 << 20):
-                out.write(block)
-                bar.update(len(block))
+    try:
+        with urllib.request.urlopen(url, timeout=60) as resp, open(tmp, "wb") as out:  # noqa: S310 (fixed URL)
+            total = int(resp.headers.get("Content-Length") or 0) or None
+            with tqdm(total=total, unit="B", unit_scale=True, desc=dest.name) as bar:
+                while block := resp.read(1 << 20):
+                    out.write(block)
+                    bar.update(len(block))
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)
+        if isinstance(exc, (OSError, http.client.HTTPException)):  # URLError, HTTPError, timeouts, resets
+            detail = exc.reason if type(exc) is urllib.error.URLError else exc  # HTTPError's str has the code
+            raise DownloadError(f"cannot download Quora data from {url}: {detail} (point --data or STRATA_QUORA "
+                                "at a local copy instead)") from exc
+        raise
     shutil.move(tmp, dest)
     fsync_dir(dest_dir)
     return dest

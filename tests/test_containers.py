@@ -1,19 +1,25 @@
-"""Containers without a Docker engine: the compose files and Dockerfiles are parsed and checked, and the exact
-commands of each image (jobs entrypoint, API CMD, HEALTHCHECK) are run here as they would run inside."""
+"""Containers. On a real engine (`docker info` works; CI starts one with ../shared/tools/container-engine):
+docker/smoke.sh builds both images and runs the compose stack end to end. Without one: the compose files and
+Dockerfiles are parsed and checked, and the exact commands of each image (jobs entrypoint, API CMD, HEALTHCHECK)
+are run here as they would run inside, signals included."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import httpx
 import pytest
+import tomllib
 import yaml
 
-from indexer.runtime.layout import IndexRoot
+from indexer.runtime.layout import BUILDING_PREFIX, LOCK, IndexRoot
 
 from .conftest import REPO, start_server, stop_server
 
@@ -45,7 +51,7 @@ def test_compose_services_ports_volumes_healthchecks() -> None:
     services = spec["services"]
     assert {"api", "indexer", "nightly"} <= services.keys()
     api = services["api"]
-    assert api["ports"] == ["8000:8000"] and api["restart"] == "unless-stopped"
+    assert api["ports"] == ["${STRATA_API_PORT:-8000}:8000"] and api["restart"] == "unless-stopped"
     assert api["read_only"] is True and "/tmp" in api["tmpfs"]
     assert api["build"]["dockerfile"] == "docker/Dockerfile.api"
     assert api["volumes"] == ["strata:/data:ro"]
@@ -57,8 +63,11 @@ def test_compose_services_ports_volumes_healthchecks() -> None:
         job = services[name]
         assert job["build"]["dockerfile"] == "docker/Dockerfile.jobs" and job["volumes"] == ["strata:/data"]
         assert job["profiles"] in (["jobs"], ["nightly"])  # never started by a plain `docker compose up`
+        assert job["init"] is True  # an init as PID 1 forwards `docker compose stop`'s SIGTERM
+        assert "entrypoint" not in job  # the image's: jobs-entrypoint.sh, which handles the signal
     assert services["indexer"]["restart"] == "no"
-    assert "jobs-entrypoint.sh" in " ".join(services["nightly"]["entrypoint"])
+    assert services["indexer"]["environment"].items() < services["nightly"]["environment"].items()
+    assert int(services["nightly"]["environment"]["STRATA_REBUILD_EVERY_S"]) > 0  # the loop
     assert "strata" in spec["volumes"]  # named, shared by api and jobs
     used = {v.split(":")[0] for s in services.values() for v in s.get("volumes", [])}
     assert used <= spec["volumes"].keys()
@@ -135,3 +144,156 @@ def test_container_commands_run_without_docker(tmp_path: Path, tiny_checkpoint: 
         stop_server(srv)
     dead = [part.replace("8000", str(port)) for part in exec_form(api, "HEALTHCHECK")]
     assert subprocess.run(dead, capture_output=True, timeout=30).returncode != 0  # the probe can fail
+
+
+def copied_sources() -> set[str]:
+    """What the Dockerfiles COPY from the build context (not from another stage)."""
+    sources = set()
+    for name in ("Dockerfile.api", "Dockerfile.jobs"):
+        for line in re.sub(r"\\\n\s*", " ", dockerfile(name)).splitlines():
+            words = line.split()
+            if words[:1] == ["COPY"] and not any(w.startswith("--from") for w in words):
+                sources |= {w.rstrip("/") for w in words[1:-1] if not w.startswith("--")}
+    return sources
+
+
+def test_dockerignore_admits_exactly_what_the_dockerfiles_copy() -> None:
+    """`.git`, bench/, tests/, a local .venv/ and data stay out of the build context; what the images need is in."""
+    lines = [ln.strip() for ln in (REPO / ".dockerignore").read_text().splitlines()]
+    rules = [ln for ln in lines if ln and not ln.startswith("#")]
+    assert rules[0] == "*"  # everything out, then the exceptions
+    admitted = {r[1:].rstrip("/") for r in rules if r.startswith("!")}
+    assert admitted == copied_sources() == {"pyproject.toml", "README.md", "indexer", "service", "models",
+                                            "docker/constraints.txt", "docker/freeze_constraints.py",
+                                            "docker/jobs-entrypoint.sh"}
+
+
+def test_constraints_pin_every_dependency_of_the_image_extras() -> None:
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    pins = {}
+    for line in (REPO / "docker" / "constraints.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, eq, version = line.partition("==")
+            assert eq and re.fullmatch(r"[0-9][0-9A-Za-z.!]*", version), f"not an exact pin: {line}"
+            pins[canonicalize_name(name)] = version
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    needed = {canonicalize_name(Requirement(r).name) for e in ("serve", "train") for r in extras[e]}
+    assert needed <= pins.keys(), f"regenerate docker/constraints.txt: {sorted(needed - pins.keys())} unpinned"
+    # one torch everywhere: the jobs image, the README's set-up command (and so CI), the constraints
+    torch = re.search(r"torch==(\S+)", dockerfile("Dockerfile.jobs")).group(1)
+    assert pins["torch"] == torch and f"pip install torch=={torch}" in (REPO / "README.md").read_text()
+    for name in ("Dockerfile.api", "Dockerfile.jobs"):  # every dependency installed under the constraints
+        text = dockerfile(name)
+        assert "pip install -c docker/constraints.txt -r requirements.txt" in text, name
+        assert "pip install --no-deps . && pip check" in text, name
+
+
+def wait_for(predicate, what: str, proc: subprocess.Popen, timeout: float = 180) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert proc.poll() is None, f"exited {proc.returncode} before {what}"
+        assert time.monotonic() < deadline, f"no {what} within {timeout} s"
+        time.sleep(0.02)
+
+
+def terminate(proc: subprocess.Popen) -> float:
+    """SIGTERM, as `docker compose stop` (through the container's init) sends it; the seconds until exit."""
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return time.monotonic() - t0
+
+
+def test_entrypoint_loop_stops_promptly_between_and_during_builds(tmp_path: Path, tiny_exported: Path,
+                                                                   quora_file: Path) -> None:
+    """The nightly loop (STRATA_REBUILD_EVERY_S > 0) exits 143 at once on SIGTERM, asleep or mid-build; a build
+    stopped that way leaves no staging folder and releases its lock."""
+    home = tmp_path / "data"
+    root = IndexRoot(home / "indexes" / "quora")
+    env = os.environ | {"PYTHONPATH": str(REPO), "STRATA_HOME": str(home), "STRATA_MODEL_DIR": str(tiny_exported),
+                        "STRATA_QUORA": str(quora_file), "STRATA_REBUILD_EVERY_S": "3600", "HF_HUB_OFFLINE": "1"}
+    entrypoint = [str(REPO / "docker" / "jobs-entrypoint.sh")]
+    out, err = tmp_path / "out.log", tmp_path / "err.log"
+
+    def start(build_args: str) -> subprocess.Popen:
+        return subprocess.Popen(entrypoint, env=env | {"STRATA_BUILD_ARGS": f"{build_args} --threads 1"},
+                                stdout=open(out, "w"), stderr=open(err, "w"), text=True)
+
+    loop = start("--rows 300 --no-eval")
+    wait_for(lambda: "built version" in out.read_text(), "first build", loop)
+    took = terminate(loop)  # asleep until the next build
+    assert loop.returncode == 143 and took < 5, (loop.returncode, took, err.read_text()[-2000:])
+    assert "jobs-entrypoint: stopped" in err.read_text() and len(root.versions()) == 1
+
+    loop = start("--rows 60000 --no-eval")  # long enough to be caught mid-build
+    wait_for(lambda: bool(list(root.root.glob(f"{BUILDING_PREFIX}*"))), "staging folder", loop)
+    took = terminate(loop)
+    log = err.read_text()
+    assert loop.returncode == 143 and took < 5, (loop.returncode, took, log[-2000:])
+    assert "indexer build: terminated (SIGTERM)" in log and "jobs-entrypoint: stopped" in log
+    assert "Traceback" not in log
+    assert not list(root.root.glob(f"{BUILDING_PREFIX}*")) and len(root.versions()) == 1
+    with open(root.root / LOCK, "a+") as fh:
+        import fcntl
+
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: raises BlockingIOError if still held
+
+
+def test_entrypoint_rejects_a_bad_interval(tmp_path: Path) -> None:
+    r = subprocess.run([str(REPO / "docker" / "jobs-entrypoint.sh")], capture_output=True, text=True, timeout=30,
+                       env=os.environ | {"STRATA_HOME": str(tmp_path), "STRATA_REBUILD_EVERY_S": "1d"})
+    assert r.returncode == 2
+    assert "STRATA_REBUILD_EVERY_S must be a whole number of seconds, got '1d'" in r.stderr
+
+
+SMOKE_STEPS = ["engine reachable", "setup", "build api image", "build jobs image", "compose up -d, GET /health",
+               "GET /ready 503 before the first build", "jobs profile: indexer --rows 3000",
+               "API swaps to the new version", "POST /search", "nightly profile once",
+               "API swaps to the nightly version", "compose stop mid-build", "nothing half-made, lock free",
+               "cleanup: compose down -v"]
+
+
+def engine_unreachable() -> str | None:
+    """Why no container engine can be used here, or None."""
+    if shutil.which("docker") is None:
+        return "no docker command"
+    try:
+        r = subprocess.run(["docker", "info"], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return "`docker info` did not answer within 60 s"
+    if r.returncode != 0:
+        lines = (r.stderr or r.stdout).strip().splitlines()
+        return f"`docker info` failed: {lines[-1] if lines else r.returncode}"
+    return None
+
+
+def test_compose_smoke_on_a_real_engine(tmp_path: Path, quora_file: Path) -> None:
+    """docker/smoke.sh: both images built, the stack up, a jobs build swapped in and searched, the nightly once,
+    then stopped mid-build in seconds with nothing half-made; every step must print PASS."""
+    why = engine_unreachable()
+    if why:
+        pytest.skip(f"no container engine reachable ({why}); start one with "
+                    f'`eval "$(../shared/tools/container-engine up)"`')
+    env = os.environ | {"STRATA_SMOKE_DATA": str(quora_file), "STRATA_SMOKE_ROWS": "3000",
+                        "STRATA_SMOKE_LOGS": str(tmp_path / "logs")}
+    env.pop("STRATA_API_PORT", None)  # a free port
+    proc = subprocess.Popen([str(REPO / "docker" / "smoke.sh")], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=1800)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)  # the script and its docker commands; its trap runs `compose down -v`
+        output, _ = proc.communicate(timeout=180)
+        pytest.fail(f"docker/smoke.sh took over 30 min:\n{output}")
+    print(output)
+    lines = output.splitlines()
+    assert proc.returncode == 0 and not [ln for ln in lines if ln.startswith("FAIL")], output
+    passed = [ln[6:].split(" (")[0] for ln in lines if ln.startswith("PASS  ")]
+    assert passed == SMOKE_STEPS, output
+    assert re.search(r"exit codes api=0 nightly=143", output), output
