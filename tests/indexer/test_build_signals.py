@@ -15,7 +15,7 @@ import pytest
 
 from indexer.runtime.layout import BUILDING_PREFIX, LOCK, IndexRoot
 
-from .conftest import REPO, free_port
+from tests.conftest import REPO, free_port
 
 
 def indexer(*args: str) -> list[str]:
