@@ -103,6 +103,22 @@ def _quora_rows_before_held_out(path: str | Path | None, stop: int) -> Iterator[
         yield row
 
 
+def _kept_training_rows(
+    path: str | Path | None, start: int, stop: int, eval_rows: int, dev_rows: tuple[int, int] | None
+) -> list[tuple[int, int, str, str, int]]:
+    """(qid1, qid2, question1, question2, is_duplicate) of the rows in [start, stop) outside the dev rows, with both
+    texts non-empty, sharing no qid with the evaluation rows (< eval_rows) or the dev rows."""
+    dev_lo, dev_hi = dev_rows or (stop, stop)
+    blocked: set[int] = set()
+    rows = []
+    for rid, q1, q2, t1, t2, dup in _quora_rows_before_held_out(path, max(stop, dev_hi if dev_rows else stop)):
+        if rid < eval_rows or dev_lo <= rid < dev_hi:
+            blocked.update((q1, q2))
+        elif start <= rid < stop and t1.strip() and t2.strip():
+            rows.append((q1, q2, t1.strip(), t2.strip(), dup))
+    return [r for r in rows if r[0] not in blocked and r[1] not in blocked]
+
+
 def quora_training(
     path: str | Path | None = None,
     start: int = EVAL_ROWS,
@@ -118,15 +134,7 @@ def quora_training(
     Any row sharing a qid with the evaluation rows (< eval_rows = 100,000) or with the dev rows is dropped, and
     rows >= 300,000 are never read, so neither the evaluation protocols, the dev split nor the held-out split
     leaks into training."""
-    dev_lo, dev_hi = dev_rows or (stop, stop)
-    eval_qids: set[int] = set()
-    rows = []
-    for rid, q1, q2, t1, t2, dup in _quora_rows_before_held_out(path, max(stop, dev_hi if dev_rows else stop)):
-        if rid < eval_rows or dev_lo <= rid < dev_hi:
-            eval_qids.update((q1, q2))
-        elif start <= rid < stop and t1.strip() and t2.strip():
-            rows.append((q1, q2, t1.strip(), t2.strip(), dup))
-    rows = [r for r in rows if r[0] not in eval_qids and r[1] not in eval_qids]
+    rows = _kept_training_rows(path, start, stop, eval_rows, dev_rows)
     negatives: dict[int, list[str]] = defaultdict(list)
     for q1, q2, t1, t2, dup in rows:
         if not dup:
@@ -157,19 +165,9 @@ def quora_training_questions(
     dev_rows: tuple[int, int] | None = DEV_ROWS,
 ) -> TrainingQuestions:
     """The same rows as `quora_training` (same exclusions), keyed by qid."""
-    dev_lo, dev_hi = dev_rows or (stop, stop)
-    blocked: set[int] = set()
-    rows = []
-    for rid, q1, q2, t1, t2, dup in _quora_rows_before_held_out(path, max(stop, dev_hi if dev_rows else stop)):
-        if rid < eval_rows or dev_lo <= rid < dev_hi:
-            blocked.update((q1, q2))
-        elif start <= rid < stop and t1.strip() and t2.strip():
-            rows.append((q1, q2, t1.strip(), t2.strip(), dup))
     texts: dict[int, str] = {}
     pairs: list[tuple[int, int]] = []
-    for q1, q2, t1, t2, dup in rows:
-        if q1 in blocked or q2 in blocked:
-            continue
+    for q1, q2, t1, t2, dup in _kept_training_rows(path, start, stop, eval_rows, dev_rows):
         texts.setdefault(q1, t1)
         texts.setdefault(q2, t2)
         if dup:
