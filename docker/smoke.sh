@@ -13,7 +13,8 @@
 #   STRATA_SMOKE_DATA      Quora TSV[.gz] on the host, mounted read-only into the jobs containers (default: the one
 #                          under $STRATA_DATA_DIR or ../shared/data; if none, the jobs download the official URL)
 #   STRATA_SMOKE_ROWS      rows per build (default 3000; IVF nlist scales down to the corpus by itself)
-#   STRATA_SMOKE_PROJECT   compose project name (default strata-smoke; never your `strata` stack or volume)
+#   STRATA_SMOKE_PROJECT   compose project name (default strata-smoke-<pid>-<random>: never your `strata` stack or
+#                          volume, nor another smoke run's on the same engine; runs do share the image tags)
 #   STRATA_API_PORT        host port of the API (default: a free one)
 #   STRATA_SMOKE_STOP_MAX_S  most seconds `docker compose stop` may take (default 5; compose's own limit is 10)
 #   STRATA_SMOKE_LOGS      folder for the build/run logs (default: a new temporary folder, kept and printed)
@@ -23,7 +24,7 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO" || exit 2
 ROWS=${STRATA_SMOKE_ROWS:-3000}
 STOP_MAX_S=${STRATA_SMOKE_STOP_MAX_S:-5}
-PROJECT=${STRATA_SMOKE_PROJECT:-strata-smoke}
+PROJECT=${STRATA_SMOKE_PROJECT:-strata-smoke-$$-$RANDOM}  # pids repeat across PID namespaces
 LOGS=${STRATA_SMOKE_LOGS:-$(mktemp -d "${TMPDIR:-/tmp}/strata-smoke.XXXXXX")}
 mkdir -p "$LOGS"
 OVERRIDE=$LOGS/compose.smoke.yml
@@ -130,7 +131,7 @@ setup() {
   fi
   export STRATA_API_PORT
   API=http://127.0.0.1:$STRATA_API_PORT
-  compose down -v --remove-orphans --timeout 20 >"$LOGS/down-before.log" 2>&1  # what an aborted run left
+  compose down -v --remove-orphans --timeout 20 >"$LOGS/down-before.log" 2>&1  # what a killed run of it left
   DETAIL="project $PROJECT, API on :$STRATA_API_PORT, data ${data:-the official URL}, $ROWS rows"
 }
 

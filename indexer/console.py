@@ -34,9 +34,8 @@ def configure_logging(verbose: bool = False) -> None:
 def run_cli(func: Callable[[], int], known: tuple[type[BaseException], ...], prog: str) -> int:
     """Run `func`; an expected error becomes `prog: error: message` and exit code 2; SIGTERM cleans up and exits
     143 (128 + 15), Ctrl-C 130."""
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    main = threading.current_thread() is threading.main_thread()  # signal handlers live in the main thread only
+    previous = signal.signal(signal.SIGTERM, _raise_terminated) if main else None
     try:
         return func()
     except known as exc:
@@ -49,5 +48,5 @@ def run_cli(func: Callable[[], int], known: tuple[type[BaseException], ...], pro
         print(f"{prog}: terminated (SIGTERM)", file=sys.stderr)
         return 128 + signal.SIGTERM
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        if main:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)

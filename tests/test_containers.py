@@ -19,7 +19,8 @@ import pytest
 import tomllib
 import yaml
 
-from indexer.runtime.layout import BUILDING_PREFIX, LOCK, IndexRoot
+from indexer.runtime.layout import BUILDING_PREFIX, IndexRoot
+from tests.indexer.test_build_signals import lock_is_free
 
 from .conftest import REPO, start_server, stop_server
 
@@ -239,10 +240,7 @@ def test_entrypoint_loop_stops_promptly_between_and_during_builds(tmp_path: Path
     assert "indexer build: terminated (SIGTERM)" in log and "jobs-entrypoint: stopped" in log
     assert "Traceback" not in log
     assert not list(root.root.glob(f"{BUILDING_PREFIX}*")) and len(root.versions()) == 1
-    with open(root.root / LOCK, "a+") as fh:
-        import fcntl
-
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: raises BlockingIOError if still held
+    assert lock_is_free(root.root)
 
 
 def test_entrypoint_rejects_a_bad_interval(tmp_path: Path) -> None:

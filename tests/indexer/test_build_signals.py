@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from indexer.runtime.layout import BUILDING_PREFIX, LOCK, IndexRoot
-
 from tests.conftest import REPO, free_port
 
 
