@@ -6,8 +6,11 @@ set -eu
 if [ "$#" -gt 0 ]; then exec "$@"; fi
 MODEL="${STRATA_MODEL_DIR:-$STRATA_HOME/models/all-MiniLM-L6-v2-mean}"
 if [ ! -f "$MODEL/encoder.json" ]; then
-  # STRATA_CHECKPOINT: a Hugging Face checkpoint folder to export instead of the default all-MiniLM-L6-v2
-  encoder export --out "$MODEL" --pooling "${STRATA_POOLING:-mean}" ${STRATA_CHECKPOINT:+--checkpoint "$STRATA_CHECKPOINT"}
+  # STRATA_CHECKPOINT: a Hugging Face checkpoint folder to export instead of the default all-MiniLM-L6-v2.
+  # STRATA_QUANTIZE: int8 (default: static int8, refused unless batch-invariant and within the quality gate,
+  # which reads STS-B dev, Quora and the calibration sentences under STRATA_DATA_DIR) or none (fp32).
+  encoder export --out "$MODEL" --pooling "${STRATA_POOLING:-mean}" --quantize "${STRATA_QUANTIZE:-int8}" \
+    ${STRATA_CHECKPOINT:+--checkpoint "$STRATA_CHECKPOINT"}
 fi
 # STRATA_BUILD_ARGS is split on spaces on purpose: extra flags such as "--keep 7 --threads 4"
 # shellcheck disable=SC2086

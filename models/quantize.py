@@ -1,21 +1,38 @@
-"""int8 quantisation of an exported encoder with a quality gate.
+"""int8 quantisation of an exported encoder, with a quality gate and a batch-invariance check.
 
-Dynamic int8 (`onnxruntime.quantization.quantize_dynamic`) with `per_channel=True`: measured here, the
-defaults (per-tensor) lose several times more quality, and `reduce_range` more still. The gate compares the
-int8 graph against the fp32 one on STS-B dev (Spearman × 100) and Quora MRR@10 (paper protocol, exact search
-so only the encoder differs) and refuses when either drops more than `max_drop` points.
+The default scheme (`int8`, recorded as `int8-static-qdq`) is static: activation scales are calibrated once, at
+export, on training-safe sentences, so a text's vector does not depend on what else is in its batch. Dynamic
+quantisation (`quantize_dynamic`) picks each activation scale from the whole input tensor of every run —
+padding included — so the same query differs alone and inside a micro-batch (min cosine ~0.985); it is kept
+here only as the reference that `bench/int8.py` measures against.
+
+What the static scheme does (`StaticScheme`, candidates measured with `bench/int8.py`):
+- the 36 MatMuls with a weight (Q/K/V, attention output, both feed-forward layers) run in int8: weights int8
+  symmetric per output channel, inputs uint8 with one calibrated scale per tensor (MinMax over 512 sentences,
+  one sentence per run so padding never enters a range); ONNX Runtime fuses each into `MatMulIntegerToFloat`;
+- everything else stays float32: attention's two activation × activation MatMuls, softmax, LayerNorm, GELU,
+  residual Adds, pooling; and the residual stream keeps the float LayerNorm outputs (`quantize_static` would
+  otherwise feed the rounded copy to every consumer, the residual Add included: -0.13 STS-B dev instead of 0).
+
+The gate compares the int8 graph against the fp32 one on STS-B dev (Spearman × 100) and Quora MRR@10 (paper
+protocol, exact search so only the encoder differs) and refuses when either drops more than `max_drop` points.
+The batch-invariance check encodes held-out texts alone and inside shuffled, padded batches (and through the
+encoder's parallel row-sliced runs) and refuses when any vector moves by more than `DETERMINISM_TOL`.
 """
 
 from __future__ import annotations
 
 import logging
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 import faiss
+import numpy as np
 
 from indexer.evaluate import rank_metrics
-from indexer.onnx_encoder import ENCODER_ONNX, OnnxEncoder
+from indexer.onnx_encoder import ENCODER_META, ENCODER_ONNX, TOKENIZER_FILE, EncoderMeta, OnnxEncoder
 from indexer.paths import default_quora_source, strata_home
 from indexer.quora import load_split, resolve_source
 from models.sts import evaluate as sts_evaluate
@@ -23,11 +40,21 @@ from models.sts import load_task
 
 log = logging.getLogger(__name__)
 
-QUANTIZATION = "int8-dynamic-per-channel"
+QUANTIZATION = "int8-static-qdq"
+DYNAMIC_QUANTIZATION = "int8-dynamic-per-channel"
+CALIBRATION_TEXTS = 512
+CHECK_TEXTS = 256
+# Largest allowed change of any vector component between a text encoded alone and inside a padded batch. fp32
+# itself moves by ~1e-7 (float rounding differs between a run of 1 row and of many); dynamic int8 by ~3e-2.
+DETERMINISM_TOL = 1e-6
 
 
 class QualityGateError(RuntimeError):
     """int8 lost more quality than allowed."""
+
+
+class DeterminismError(QualityGateError):
+    """The quantized graph's vectors depend on the batch they are encoded in."""
 
 
 @dataclass
@@ -60,10 +87,207 @@ class GateReport:
         return asdict(self) | {"stsb_drop": round(self.stsb_drop, 4), "mrr_drop": round(self.mrr_drop, 4)}
 
 
-def quantize_onnx(src: Path, dst: Path) -> None:
+# ---------------------------------------------------------------------------------------------- data
+
+
+def sample_texts(n: int, *, skip: int = 0, data: Path | None = None) -> list[str]:
+    """`n` training-safe sentences, half Wikipedia (the unsupervised training file, from line `skip // 2`) and
+    half Quora questions from rows 100,000-299,999 whose qids never occur in the evaluation rows (< 100,000),
+    after the first `skip // 2` such questions. Rows >= 300,000 are never read; neither the gate's STS-B dev
+    pairs nor its Quora rows are among them."""
+    from models.data import EVAL_ROWS, HELD_OUT, QUORA, WIKI, DataError, data_dir, quora_rows, read_sentences
+
+    root = data or data_dir()
+    n_wiki, n_quora, offset = n - n // 2, n // 2, skip // 2
+    wiki = [s for (s,) in read_sentences(root / WIKI, limit=offset + n_wiki)][offset:]
+    eval_qids: set[int] = set()
+    seen: set[int] = set()
+    quora: list[str] = []
+    for rid, q1, q2, t1, t2, _dup in quora_rows(root / QUORA):
+        if rid >= HELD_OUT or len(quora) >= offset + n_quora:
+            break
+        if rid < EVAL_ROWS:
+            eval_qids.update((q1, q2))
+            continue
+        for qid, text in ((q1, t1), (q2, t2)):
+            if qid not in eval_qids and qid not in seen and text.strip():
+                seen.add(qid)
+                quora.append(text.strip())
+    quora = quora[offset : offset + n_quora]
+    if len(wiki) < n_wiki or len(quora) < n_quora:
+        raise DataError(f"int8 calibration needs {n_wiki} sentences of {root / WIKI} and {n_quora} training-range "
+                        f"questions of {root / QUORA}; found {len(wiki)} and {len(quora)}")
+    return wiki + quora
+
+
+def calibration_texts(n: int = CALIBRATION_TEXTS, data: Path | None = None) -> list[str]:
+    return sample_texts(n, data=data)
+
+
+def check_texts(n: int = CHECK_TEXTS, data: Path | None = None) -> list[str]:
+    """Texts for the batch-invariance check: disjoint from the calibration texts, plus the exporter's parity
+    sentences (one short, one long enough to be truncated: the most padding a batch can hold)."""
+    from models.export import PARITY_SENTENCES
+
+    return sample_texts(n, skip=CALIBRATION_TEXTS, data=data) + PARITY_SENTENCES
+
+
+class TextCalibrationReader:
+    """ONNX Runtime calibration data: one text per run, so no padded position enters the activation ranges."""
+
+    def __init__(self, model_dir: Path, texts: list[str]) -> None:
+        from tokenizers import Tokenizer
+
+        meta = EncoderMeta.model_validate_json((model_dir / ENCODER_META).read_text())
+        tok = Tokenizer.from_file(str(model_dir / TOKENIZER_FILE))
+        tok.enable_truncation(max_length=meta.max_length)
+        tok.no_padding()
+        self._feeds = [{"input_ids": np.asarray([e.ids], dtype=np.int64),
+                        "attention_mask": np.ones((1, len(e.ids)), dtype=np.int64)}
+                       for e in tok.encode_batch(texts)]
+        self._pos, self._stop = 0, len(self._feeds)
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        if self._pos >= self._stop:
+            return None
+        self._pos += 1
+        return self._feeds[self._pos - 1]
+
+    def __len__(self) -> int:
+        return len(self._feeds)
+
+    def set_range(self, start_index: int, end_index: int) -> None:
+        self._pos, self._stop = start_index, min(end_index, len(self._feeds))
+
+
+# ---------------------------------------------------------------------------------------------- quantizers
+
+
+def quantize_dynamic_onnx(src: Path, dst: Path) -> None:
+    """The former default: weights int8 per channel, activation scales computed by every run from its whole
+    input (so they depend on the batch). `per_channel=True`: the per-tensor default lost several times more."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=True)
+
+
+@dataclass(frozen=True)
+class StaticScheme:
+    """A static int8 recipe. The default is the one `encoder export` writes; the others are the alternatives
+    `bench/int8.py` measures."""
+
+    weight_matmuls_only: bool = True  # False: also attention's Q·Kᵀ and P·V (activation × activation)
+    float_side_inputs: bool = True  # False: the residual Add reads the int8-rounded LayerNorm output too
+    quant_format: Literal["qdq", "qoperator"] = "qdq"  # qoperator: QLinearMatMul, outputs requantized as well
+
+    @property
+    def label(self) -> str:
+        parts = [QUANTIZATION if self.quant_format == "qdq" else "int8-static-qoperator"]
+        if not self.weight_matmuls_only:
+            parts.append("all-matmuls")
+        if not self.float_side_inputs:
+            parts.append("shared-qdq")
+        return "+".join(parts)
+
+    def describe(self, quantized: int, texts: int) -> dict[str, object]:
+        return {
+            "scheme": self.label,
+            "tool": "onnxruntime.quantization.quantize_static",
+            "quantized_ops": (f"{quantized} MatMul nodes " + ("with a weight (Q/K/V, attention output, "
+                              "feed-forward)" if self.weight_matmuls_only else "(all, attention included)")),
+            "float_ops": "embeddings, LayerNorm, Softmax, GELU, Add, pooling"
+            + (", attention's activation x activation MatMuls" if self.weight_matmuls_only else ""),
+            "weights": "int8 symmetric, per output channel",
+            "activations": "uint8 asymmetric, one static scale per tensor",
+            "calibration": f"MinMax over {texts} sentences, one per run (no padding): half the first lines of "
+                           "train/wiki1m_for_simcse, half Quora questions of rows 100,000-299,999 whose qids are "
+                           "not in rows < 100,000",
+            "format": self.quant_format,
+            "residual_stream": "float" if self.float_side_inputs else "int8-rounded",
+        }
+
+
+def quantize_static_onnx(model_dir: Path, dst: Path, texts: list[str],
+                         scheme: StaticScheme = StaticScheme()) -> dict[str, object]:
+    """Write the static int8 graph of `model_dir`'s encoder.onnx to `dst`; returns what was done (encoder.json's
+    `quantization_details`)."""
+    import onnx
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    with tempfile.TemporaryDirectory(prefix="strata-quant.") as tmp:
+        pre = Path(tmp) / "pre.onnx"
+        # ONNX shape inference + ORT's basic graph optimisations; symbolic inference cannot size this graph
+        quant_pre_process(str(model_dir / ENCODER_ONNX), str(pre), skip_symbolic_shape=True)
+        graph = onnx.load(str(pre)).graph
+        weights = {t.name for t in graph.initializer}
+        chosen = [n.name for n in graph.node if n.op_type == "MatMul"
+                  and (n.input[1] in weights or not scheme.weight_matmuls_only)]
+        options: dict[str, object] = {"MatMulConstBOnly": scheme.weight_matmuls_only}
+        if scheme.quant_format == "qdq":
+            options["OpTypesToExcludeOutputQuantization"] = ["MatMul"]  # float out: MatMulIntegerToFloat
+        quantize_static(str(pre), str(dst), TextCalibrationReader(model_dir, texts),
+                        quant_format=QuantFormat.QDQ if scheme.quant_format == "qdq" else QuantFormat.QOperator,
+                        op_types_to_quantize=["MatMul"], nodes_to_quantize=chosen, per_channel=True,
+                        reduce_range=False, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                        calibrate_method=CalibrationMethod.MinMax, extra_options=options)
+    if scheme.quant_format == "qdq" and scheme.float_side_inputs:
+        _float_side_inputs(dst, set(chosen))
+    return scheme.describe(len(chosen), len(texts))
+
+
+def _float_side_inputs(path: Path, quantized: set[str]) -> None:
+    """Give every consumer of a quantize-dequantize pair that is not a quantized node its float input back.
+
+    `quantize_static` rewires *all* consumers of a quantized activation to the dequantized copy, so a LayerNorm
+    output that feeds both a quantized MatMul and the residual Add would carry its int8 rounding into the
+    residual stream. Only the quantized MatMuls should see it."""
+    import onnx
+
+    model = onnx.load(str(path))
+    producer = {out: node for node in model.graph.node for out in node.output}
+    float_of = {}
+    for node in model.graph.node:
+        q = producer.get(node.input[0]) if node.op_type == "DequantizeLinear" else None
+        if q is not None and q.op_type == "QuantizeLinear":
+            float_of[node.output[0]] = q.input[0]
+    if any(out.name in float_of for out in model.graph.output):
+        raise ValueError(f"{path}: a graph output is quantized")
+    for node in model.graph.node:
+        if node.name in quantized or node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            continue
+        for i, name in enumerate(node.input):
+            if name in float_of:
+                node.input[i] = float_of[name]
+    onnx.save(model, str(path))
+
+
+# ---------------------------------------------------------------------------------------------- checks
+
+
+def batch_invariance(model_dir: Path, texts: list[str], *, threads: int | None = None, seed: int = 0
+                     ) -> dict[str, float]:
+    """How far each text's vector moves between being encoded alone (a run of one, no padding) and inside
+    shuffled batches of 7 and 64 padded to their longest text (row-sliced over parallel 1-thread runs, as the
+    service runs them), and inside the corpus path (`encode`: length-sorted batches on the run pool)."""
+    enc = OnnxEncoder(model_dir, threads=threads)
+    try:
+        alone = np.concatenate([enc.encode_with_flags([t])[0] for t in texts])
+        rng = np.random.default_rng(seed)
+        worst = np.zeros(len(texts))
+        cosine = 1.0
+        for batch in (7, 64):
+            perm = rng.permutation(len(texts))
+            got, _ = enc.encode_with_flags([texts[i] for i in perm], batch_size=batch, group_by_length=False)
+            worst[perm] = np.maximum(worst[perm], np.abs(got - alone[perm]).max(axis=1))
+            cosine = min(cosine, float(np.min(np.sum(got * alone[perm], axis=1))))
+        got = enc.encode(texts)
+        worst = np.maximum(worst, np.abs(got - alone).max(axis=1))
+        cosine = min(cosine, float(np.min(np.sum(got * alone, axis=1))))
+    finally:
+        enc.close()
+    return {"texts": len(texts), "max_abs_diff": float(worst.max()), "min_cosine": round(cosine, 9),
+            "rows_bitwise_equal": int((worst == 0).sum()), "tolerance": DETERMINISM_TOL}
 
 
 def quora_mrr(encoders: list[OnnxEncoder], rows: int, data: str | None = None) -> list[float]:
@@ -90,7 +314,3 @@ def quality_gate(fp32_dir: Path, int8_dir: Path, *, rows: int = 20_000, max_drop
     report = GateReport(round(s_fp32, 4), round(s_int8, 4), round(m_fp32, 6), round(m_int8, 6), rows, max_drop)
     log.info("int8 quality gate: %s", report.summary())
     return report
-
-
-def fp32_path(folder: Path) -> Path:
-    return folder / ENCODER_ONNX

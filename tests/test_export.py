@@ -101,14 +101,53 @@ def test_cli_reports_missing_checkpoint(tmp_path: Path) -> None:
 
 
 def test_int8_export_records_quantization(tiny_checkpoint: Path, exported: dict[str, Path], tmp_path: Path) -> None:
+    from models.quantize import DETERMINISM_TOL
+
     out = tmp_path / "int8"
     meta = export_encoder(tiny_checkpoint, out, pooling="cls", quantize="int8", skip_gate=True)
-    assert meta.quantization == "int8-dynamic-per-channel" and meta.quality_gate is None
-    assert json.loads((out / "encoder.json").read_text())["onnx_sha256"] == sha256_file(out / "encoder.onnx")
+    assert meta.quantization == "int8-static-qdq" and meta.quality_gate is None
+    written = json.loads((out / "encoder.json").read_text())
+    assert written["onnx_sha256"] == sha256_file(out / "encoder.onnx")
+    details = written["quantization_details"]
+    assert details["scheme"] == "int8-static-qdq" and "MinMax over 512 sentences" in details["calibration"]
+    assert details["quantized_ops"].startswith("12 MatMul nodes")  # 2 layers x (Q, K, V, out, 2 feed-forward)
+    inv = details["batch_invariance"]
+    assert inv["texts"] > 200 and inv["max_abs_diff"] <= DETERMINISM_TOL == inv["tolerance"]
     assert (out / "encoder.onnx").stat().st_size < (exported["cls"] / "encoder.onnx").stat().st_size
     assert not (out / ".int8").exists()
     q, f = OnnxEncoder(out, verify_sha256=True).encode(SENTENCES), OnnxEncoder(exported["cls"]).encode(SENTENCES)
     assert np.min(np.sum(q * f, axis=1)) > 0.9  # same model, int8 weights
+
+
+def test_int8_export_refuses_batch_dependent_vectors(tiny_checkpoint: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Swap the static quantizer for the dynamic one: the real batch-invariance check must catch it."""
+    import models.quantize as quantize
+
+    def dynamic(model_dir: Path, dst: Path, texts: list[str], *args: object) -> dict[str, object]:
+        quantize.quantize_dynamic_onnx(model_dir / "encoder.onnx", dst)
+        return {"scheme": "dynamic"}
+
+    monkeypatch.setattr(quantize, "quantize_static_onnx", dynamic)
+    out = tmp_path / "int8"
+    with pytest.raises(quantize.DeterminismError, match=r"depend on their batch .* --quantize none"):
+        export_encoder(tiny_checkpoint, out, pooling="cls", quantize="int8", skip_gate=True)
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_cli_exports_int8_by_default_and_fp32_on_request(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    base = [sys.executable, "-m", "models.cli", "export", "--checkpoint", str(tiny_checkpoint), "--pooling", "cls"]
+    r = subprocess.run([*base, "--out", str(tmp_path / "int8"), "--skip-gate"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "int8-static-qdq" in r.stdout and "int8 batch invariance: max |change|" in r.stdout
+    assert json.loads((tmp_path / "int8" / "encoder.json").read_text())["quantization"] == "int8-static-qdq"
+    r = subprocess.run([*base, "--out", str(tmp_path / "fp32"), "--quantize", "none"], capture_output=True, text=True)
+    assert r.returncode == 0 and "fp32" in r.stdout
+    assert json.loads((tmp_path / "fp32" / "encoder.json").read_text())["quantization"] is None
+    r = subprocess.run([*base, "--out", str(tmp_path / "x"), "--quantize", "none", "--skip-gate"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "apply to int8 only" in r.stderr
+    assert not (tmp_path / "x").exists()
 
 
 def test_int8_gate_refuses_and_writes_nothing(tiny_checkpoint: Path, tmp_path: Path, quora_file: Path) -> None:
