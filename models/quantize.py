@@ -190,9 +190,11 @@ class StaticScheme:
         return "+".join(parts)
 
     def describe(self, quantized: int, texts: int) -> dict[str, object]:
+        from onnxruntime import __version__ as ort_version
+
         return {
             "scheme": self.label,
-            "tool": "onnxruntime.quantization.quantize_static",
+            "tool": f"onnxruntime {ort_version} quantization.quantize_static",
             "quantized_ops": (f"{quantized} MatMul nodes " + ("with a weight (Q/K/V, attention output, "
                               "feed-forward)" if self.weight_matmuls_only else "(all, attention included)")),
             "float_ops": "embeddings, LayerNorm, Softmax, GELU, Add, pooling"

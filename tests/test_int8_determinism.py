@@ -108,10 +108,13 @@ def test_the_same_check_catches_dynamic_int8(int8_models: dict[str, Path]) -> No
     enc.close()
 
 
-def test_padding_positions_are_masked_out(int8_models: dict[str, Path]) -> None:
+@pytest.mark.parametrize("how", ["static", "dynamic"])
+def test_padding_positions_are_masked_out(how: str, int8_models: dict[str, Path]) -> None:
     """Padding a text by hand up to max_length (attention mask 0) leaves its static-int8 vector unchanged: padded
-    positions reach no calibrated scale that could move the real ones."""
-    enc = OnnxEncoder(int8_models["static"], threads=1)
+    positions reach no calibrated scale that could move the real ones. Dynamic int8 takes its scales from the
+    padded tensor too, and moves."""
+    enc = OnnxEncoder(int8_models[how], threads=1)
+    worst = 0.0
     for text in TEXTS[:4]:
         batch = enc.tokenize([text])
         n, width = batch.input_ids.shape[1], enc.meta.max_length
@@ -120,7 +123,11 @@ def test_padding_positions_are_masked_out(int8_models: dict[str, Path]) -> None:
         ids[0, :n], mask[0, :n] = batch.input_ids[0], 1
         padded = enc.session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
         unpadded = enc.session.run(None, {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask})[0]
-        assert float(np.abs(padded - unpadded).max()) <= DETERMINISM_TOL, text
+        worst = max(worst, float(np.abs(padded - unpadded).max()))
+    if how == "static":
+        assert worst <= DETERMINISM_TOL
+    else:
+        assert worst > 1e-3
 
 
 def test_batch_invariance_figure_separates_the_two(int8_models: dict[str, Path]) -> None:
