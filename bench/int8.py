@@ -2,7 +2,8 @@
 (the default since issue 15) and the static variants it was chosen from.
 
 For each model: quality (STS-B dev Spearman and Quora MRR@10 on the first --gate-rows rows, paper protocol,
-exact search — the export gate's figures), batch invariance (the largest change of a vector component between a
+exact search — the export gate's figures), cosine to the fp32 vectors on held-out short sentences and long
+texts (up to the 256-token limit), batch invariance (the largest change of a vector component between a
 text encoded alone and inside shuffled padded batches / the corpus path, over --check-texts held-out texts) and
 speed: sentences/s encoding --sentences Quora questions at batch 64 (length-sorted, parallel 1-thread runs on
 --threads cores, as `indexer build` and the service run) and single-query p50 over --single queries, measured in
@@ -55,6 +56,7 @@ STATIC = "int8 static (default)"
 CANDIDATES: dict[str, StaticScheme | None] = {
     DYNAMIC: None,
     STATIC: StaticScheme(),
+    "int8 static, bias Adds unfused (plain QDQ)": StaticScheme(fuse_bias=False),
     "int8 static, all MatMuls": StaticScheme(weight_matmuls_only=False),
     "int8 static, shared QDQ": StaticScheme(float_side_inputs=False),
     "int8 static, QOperator": StaticScheme(quant_format="qoperator"),
@@ -109,6 +111,36 @@ def quality(models: dict[str, Path], rows: int) -> dict[str, dict[str, float]]:
     for (name, _), mrr in zip(encoders.items(), quora_mrr(list(encoders.values()), rows), strict=True):
         out[name]["quora_mrr_at_10"] = round(mrr * 100, 3)
     for enc in encoders.values():
+        enc.close()
+    return out
+
+
+def fidelity_texts(n: int = 300) -> tuple[list[str], list[str]]:
+    """Held-out Wikipedia sentences (the file's tail; calibration reads its head) and long texts made of 3, 6 or
+    10 consecutive ones (median ~90 tokens, up to the 256-token limit): where attention spreads thin."""
+    from models.data import WIKI, data_dir, read_sentences
+
+    tail = [s for (s,) in read_sentences(data_dir() / WIKI)][-2000:]
+    longs = [" ".join(tail[i : i + k]) for k in (3, 6, 10) for i in range(0, 600, k)][:n]
+    return tail[:n], longs
+
+
+def fidelity(models: dict[str, Path]) -> dict[str, dict[str, float]]:
+    """Cosine of each model's vectors to fp32's on short and long held-out texts."""
+    short, long = fidelity_texts()
+    ref = OnnxEncoder(models[FP32])
+    want = {"short": ref.encode(short), "long": ref.encode(long)}
+    ref.close()
+    out = {}
+    for name, path in models.items():
+        if name == FP32:
+            continue
+        enc = OnnxEncoder(path)
+        out[name] = {}
+        for kind, texts in (("short", short), ("long", long)):
+            cos = np.sum(enc.encode(texts) * want[kind], axis=1)
+            out[name][f"{kind}_mean_cos"] = round(float(cos.mean()), 5)
+            out[name][f"{kind}_min_cos"] = round(float(cos.min()), 5)
         enc.close()
     return out
 
@@ -194,17 +226,23 @@ def markdown(res: dict[str, Any]) -> str:
              f"{res['single']} single queries, {res['rounds']} interleaved rounds (medians; ratios are medians of "
              f"per-round ratios). Load average {res['loadavg_start']:.2f} at the start, {res['loadavg_end']:.2f} at "
              f"the end, on {res['cpu']}.", "",
-             "| model | STS-B dev | Quora MRR@10 | max change alone vs batched | sent/s b64 | × fp32 | "
-             "× fp32 (CPU s) | p50 ms b1 | p50 × fp32 |", "|---|---|---|---|---|---|---|---|---|"]
+             "| model | STS-B dev | Quora MRR@10 | cos to fp32, short: mean / min | long: mean / min | "
+             "max change alone vs batched | sent/s b64 | × fp32 | × fp32 (CPU s) | × dynamic | p50 ms b1 | "
+             "p50 × fp32 | p50 × dynamic |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name in res["models"]:
         q = res.get("quality", {}).get(name, {})
         d = res["invariance"].get(name, {})
         s = res["speed"].get(name, {})
+        f = res.get("fidelity", {}).get(name, {})
         lines.append(" | ".join([
             f"| {name}", f"{q.get('stsb_dev', '–')}", f"{q.get('quora_mrr_at_10', '–')}",
+            f"{f.get('short_mean_cos', '1.0' if name == FP32 else '–')} / {f.get('short_min_cos', '1.0' if name == FP32 else '–')}",
+            f"{f.get('long_mean_cos', '1.0' if name == FP32 else '–')} / {f.get('long_min_cos', '1.0' if name == FP32 else '–')}",
             f"{d.get('max_abs_diff', float('nan')):.2g} (min cos {d.get('min_cosine', float('nan')):.6f})",
             f"{s.get('b64_sent_per_s', '–')}", f"{s.get('b64_x_fp32', '1.0')}", f"{s.get('b64_cpu_x_fp32', '1.0')}",
-            f"{s.get('single_p50_ms', '–')}", f"{s.get('p50_speedup_x_fp32', '1.0')} |"]))
+            f"{s.get('b64_x_dynamic', '1.0' if name == DYNAMIC else '–')}", f"{s.get('single_p50_ms', '–')}",
+            f"{s.get('p50_speedup_x_fp32', '1.0')}",
+            f"{s.get('p50_speedup_x_dynamic', '1.0' if name == DYNAMIC else '–')} |"]))
     if res.get("profile"):
         lines += ["", "## Where the time goes (ONNX Runtime profile, 1 thread, batch 64, % of node time)", ""]
         for name, ops in res["profile"].items():
@@ -251,6 +289,7 @@ def main() -> int:
     for name, path in models.items():
         res["invariance"][name] = batch_invariance(path, check, threads=args.threads)
         log(f"{name}: max change alone vs batched {res['invariance'][name]['max_abs_diff']:.3g}")
+    res["fidelity"] = fidelity(models)
     if not args.skip_quality:
         log(f"quality: STS-B dev and Quora MRR@10 on {args.gate_rows} rows")
         res["quality"] = quality(models, args.gate_rows)

@@ -179,6 +179,9 @@ class StaticScheme:
     weight_matmuls_only: bool = True  # False: also attention's Q·Kᵀ and P·V (activation × activation)
     float_side_inputs: bool = True  # False: the residual Add reads the int8-rounded LayerNorm output too
     quant_format: Literal["qdq", "qoperator"] = "qdq"  # qoperator: QLinearMatMul, outputs requantized as well
+    # Rewrite each QDQ MatMul and its bias Add as the `com.microsoft.MatMulIntegerToFloat` node ONNX Runtime fuses
+    # it into at load time anyway, but with the bias inside: the same vectors bit for bit, ~7% more sentences/s.
+    fuse_bias: bool = True
 
     @property
     def label(self) -> str:
@@ -187,6 +190,8 @@ class StaticScheme:
             parts.append("all-matmuls")
         if not self.float_side_inputs:
             parts.append("shared-qdq")
+        if self.quant_format == "qdq" and not self.fuse_bias:
+            parts.append("unfused-bias")
         return "+".join(parts)
 
     def describe(self, quantized: int, texts: int) -> dict[str, object]:
@@ -204,7 +209,9 @@ class StaticScheme:
             "calibration": f"MinMax over {texts} sentences, one per run (no padding): half the first lines of "
                            "train/wiki1m_for_simcse, half Quora questions of rows 100,000-299,999 whose qids are "
                            "not in rows < 100,000",
-            "format": self.quant_format,
+            "format": self.quant_format + (", each quantized MatMul and its bias Add then written as one "
+                                           "com.microsoft.MatMulIntegerToFloat node (ONNX Runtime only)"
+                                           if self.quant_format == "qdq" and self.fuse_bias else ""),
             "residual_stream": "float" if self.float_side_inputs else "int8-rounded",
         }
 
@@ -225,6 +232,9 @@ def quantize_static_onnx(model_dir: Path, dst: Path, texts: list[str],
         weights = {t.name for t in graph.initializer}
         chosen = [n.name for n in graph.node if n.op_type == "MatMul"
                   and (n.input[1] in weights or not scheme.weight_matmuls_only)]
+        if not chosen:
+            raise QualityGateError(f"{model_dir / ENCODER_ONNX} has no MatMul with a constant weight to quantize; "
+                                   "export fp32 with --quantize none")
         options: dict[str, object] = {"MatMulConstBOnly": scheme.weight_matmuls_only}
         if scheme.quant_format == "qdq":
             options["OpTypesToExcludeOutputQuantization"] = ["MatMul"]  # float out: MatMulIntegerToFloat
@@ -235,7 +245,70 @@ def quantize_static_onnx(model_dir: Path, dst: Path, texts: list[str],
                         calibrate_method=CalibrationMethod.MinMax, extra_options=options)
     if scheme.quant_format == "qdq" and scheme.float_side_inputs:
         _float_side_inputs(dst, set(chosen))
+    if scheme.quant_format == "qdq" and scheme.fuse_bias:
+        fused = _fuse_matmul_bias(dst, set(chosen))
+        if fused != len(chosen):
+            raise QualityGateError(f"only {fused} of the {len(chosen)} quantized MatMuls could be written as "
+                                   "MatMulIntegerToFloat")
     return scheme.describe(len(chosen), len(texts))
+
+
+def _fuse_matmul_bias(path: Path, quantized: set[str]) -> int:
+    """Replace DequantizeLinear(x_q), DequantizeLinear(W_q) → MatMul [→ Add(bias)] by one MatMulIntegerToFloat
+    (x_q, W_q, x_scale, W_scale, x_zero_point, W_zero_point[, bias]); returns how many were replaced.
+
+    That is the node ONNX Runtime's QDQ transformer makes of the pattern at session start, except that it leaves
+    the bias Add (and the Add of the first feed-forward layer folded into BiasGelu) as separate passes over the
+    activations: 30 of them in MiniLM, ~7% of the encoder's time. The arithmetic is unchanged."""
+    import onnx
+    from onnx import helper
+
+    model = onnx.load(str(path))
+    graph = model.graph
+    original = list(graph.node)  # one set of Python objects, so that id() names a node throughout
+    producer = {out: node for node in original for out in node.output}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in original:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    vectors = {t.name for t in graph.initializer if len(t.dims) == 1}
+    replaced: dict[int, onnx.NodeProto] = {}  # id() of the MatMul whose place the fused node takes → fused node
+    dropped: set[int] = set()  # id() of the bias Adds folded in
+    for node in original:
+        if node.name not in quantized or node.op_type != "MatMul":
+            continue
+        dq_a, dq_b = producer.get(node.input[0]), producer.get(node.input[1])
+        if dq_a is None or dq_b is None or dq_a.op_type != "DequantizeLinear" or dq_b.op_type != "DequantizeLinear":
+            continue
+        axis = next((a.i for a in dq_b.attribute if a.name == "axis"), 1)
+        if axis not in (1, -1):  # per output column of W (K × N) is what MatMulIntegerToFloat's b_scale means
+            continue
+        inputs = [dq_a.input[0], dq_b.input[0], dq_a.input[1], dq_b.input[1], dq_a.input[2], dq_b.input[2]]
+        output = node.output[0]
+        users = consumers.get(output, [])
+        if len(users) == 1 and users[0].op_type == "Add" and output not in {o.name for o in graph.output}:
+            add = users[0]
+            bias = add.input[1] if add.input[0] == output else add.input[0]
+            if bias in vectors:
+                inputs.append(bias)
+                output = add.output[0]
+                dropped.add(id(add))
+        replaced[id(node)] = helper.make_node("MatMulIntegerToFloat", inputs, [output], f"{node.name}_int8",
+                                               domain="com.microsoft")
+    nodes = [replaced.get(id(n), n) for n in original if id(n) not in dropped]
+    used = {name for n in nodes for name in n.input} | {o.name for o in graph.output}
+    while True:  # drop the DequantizeLinear nodes (and their now unused weight copies) nothing reads any more
+        dead = {id(n) for n in nodes if n.op_type == "DequantizeLinear" and not set(n.output) & used}
+        if not dead:
+            break
+        nodes = [n for n in nodes if id(n) not in dead]
+        used = {name for n in nodes for name in n.input} | {o.name for o in graph.output}
+    del graph.node[:]
+    graph.node.extend(nodes)
+    if not any(op.domain == "com.microsoft" for op in model.opset_import):
+        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    onnx.save(model, str(path))
+    return len(replaced)
 
 
 def _float_side_inputs(path: Path, quantized: set[str]) -> None:

@@ -67,6 +67,27 @@ def int8_models(minilm_mean: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     return {how: _quantized(minilm_mean, base / how, how) for how in ("static", "dynamic")}
 
 
+def test_bias_fusion_changes_the_graph_not_the_vectors(minilm_mean: Path, int8_models: dict[str, Path],
+                                                       tmp_path: Path) -> None:
+    """The exported graph writes each quantized MatMul and its bias Add as one MatMulIntegerToFloat; the plain
+    QDQ graph `quantize_static` writes (which ONNX Runtime fuses without the bias) gives the same vectors."""
+    import onnx
+
+    from models.quantize import StaticScheme
+
+    plain = tmp_path / "plain"
+    shutil.copytree(int8_models["static"], plain)
+    quantize_static_onnx(minilm_mean, plain / ENCODER_ONNX, calibration_texts(128), StaticScheme(fuse_bias=False))
+    ops = [n.op_type for n in onnx.load(str(int8_models["static"] / ENCODER_ONNX)).graph.node]
+    plain_ops = [n.op_type for n in onnx.load(str(plain / ENCODER_ONNX)).graph.node]
+    assert ops.count("MatMulIntegerToFloat") == 36 and "DequantizeLinear" not in ops and ops.count("MatMul") == 12
+    assert plain_ops.count("DequantizeLinear") == 60 and "MatMulIntegerToFloat" not in plain_ops
+    assert plain_ops.count("Add") - ops.count("Add") == 36  # every bias went into its MatMul
+    fused = OnnxEncoder(int8_models["static"], threads=1).encode_with_flags(TEXTS)[0]
+    unfused = OnnxEncoder(plain, threads=1).encode_with_flags(TEXTS)[0]
+    assert float(np.abs(fused - unfused).max()) <= DETERMINISM_TOL
+
+
 def _alone(enc: OnnxEncoder, texts: list[str]) -> np.ndarray:
     return np.concatenate([enc.encode_with_flags([t])[0] for t in texts])
 
