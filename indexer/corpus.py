@@ -326,6 +326,21 @@ def beir_qrels(folder: Path, split: str = DEFAULT_SPLIT) -> Path | None:
     return found[0] if len(found) == 1 else None
 
 
+def _numbered_lines(path: Path, fh: BinaryIO) -> Iterator[tuple[int, bytes]]:
+    """(1-based line number, raw line) read one line at a time; a read failure (truncated gzip, I/O error) names
+    the line it happened on."""
+    lineno = 0
+    while True:
+        try:
+            raw = fh.readline()
+        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+            raise CorpusFormatError(f"{path}:{lineno + 1}: unreadable: {exc}") from exc
+        if not raw:
+            return
+        lineno += 1
+        yield lineno, raw
+
+
 def _jsonl_docs(path: Path, src: CorpusSource, progress: Callable[[int], None] | None) -> Iterator[Doc]:
     try:
         fh, counter = _open_binary(path)
@@ -333,15 +348,7 @@ def _jsonl_docs(path: Path, src: CorpusSource, progress: Callable[[int], None] |
         raise CorpusFormatError(f"{path}: cannot open: {exc}") from exc
     seen = 0
     with fh:
-        line_no = 0
-        while True:
-            try:
-                line = fh.readline()
-            except (OSError, EOFError, gzip.BadGzipFile) as exc:
-                raise CorpusFormatError(f"{path}:{line_no + 1}: unreadable: {exc}") from exc
-            if not line:
-                break
-            line_no += 1
+        for line_no, line in _numbered_lines(path, fh):
             if progress is not None and counter.count != seen:
                 progress(counter.count - seen)
                 seen = counter.count
@@ -362,15 +369,7 @@ def _jsonl_docs(path: Path, src: CorpusSource, progress: Callable[[int], None] |
 def _utf8_lines(path: Path, fh: BinaryIO) -> Iterator[str]:
     """Lines decoded one at a time, so that a bad byte is reported on its own line (a text wrapper decodes
     8 kB blocks ahead of the CSV reader)."""
-    lineno = 0
-    while True:
-        try:
-            raw = fh.readline()
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
-            raise CorpusFormatError(f"{path}:{lineno + 1}: unreadable: {exc}") from exc
-        if not raw:
-            return
-        lineno += 1
+    for lineno, raw in _numbered_lines(path, fh):
         try:
             yield raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -528,15 +527,7 @@ def _tsv_lines(path: Path) -> Iterator[tuple[int, list[str]]]:
     except OSError as exc:
         raise CorpusFormatError(f"{path}: cannot open: {exc}") from exc
     with fh:
-        lineno = 0
-        while True:
-            try:
-                raw = fh.readline()
-            except (OSError, EOFError, gzip.BadGzipFile) as exc:
-                raise CorpusFormatError(f"{path}:{lineno + 1}: unreadable: {exc}") from exc
-            if not raw:
-                return
-            lineno += 1
+        for lineno, raw in _numbered_lines(path, fh):
             try:
                 line = raw.decode("utf-8").rstrip("\r\n")
             except UnicodeDecodeError as exc:
