@@ -104,6 +104,7 @@ def mine(
     texts = list(questions.texts.values())
     # The encoding is most of the cost (about 15 min on 2 idle cores): keep it beside the output, keyed by the
     # model and the questions, so that another --skip/--take or a failed write does not encode again.
+    out.parent.mkdir(parents=True, exist_ok=True)
     cache = out.with_name(out.name + f".{encoder.meta.onnx_sha256[:12]}-{len(texts)}.vectors.npy")
     if cache.is_file():
         vectors = np.load(cache)
@@ -111,7 +112,6 @@ def mine(
     else:
         log.info("encoding %d training questions with %s", len(texts), model_dir)
         vectors = encoder.encode(texts, progress=progress, desc="mine: encoding")
-        out.parent.mkdir(parents=True, exist_ok=True)
         np.save(cache.with_suffix(".tmp.npy"), vectors)
         cache.with_suffix(".tmp.npy").replace(cache)
     fitted = effective_nlist(len(texts), nlist)
@@ -122,7 +122,6 @@ def mine(
     # + cluster size margin: labelled duplicates and the anchor itself are dropped before skipping
     _, hits = search(index, vectors[anchors], depth + 8)
     cluster = duplicate_clusters(questions.pairs)
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     with_negative = negatives = 0
     with open(tmp, "w", encoding="utf-8", newline="") as f:

@@ -109,8 +109,8 @@ class Trainer:
         if head_params:
             groups.append({"params": head_params, "lr": config.pooler_lr or config.lr})
         self.params = encoder_params + head_params
-        self.betas = tuple(config.adam_betas or self.objective.default_betas)
-        self.optimizer = torch.optim.AdamW(groups, weight_decay=config.weight_decay, betas=self.betas)
+        # TrainConfig fills unset betas with the objective's paper values
+        self.optimizer = torch.optim.AdamW(groups, weight_decay=config.weight_decay, betas=tuple(config.adam_betas))
         per_epoch = len(self.examples) // config.batch_size
         self.total_steps = config.max_steps or per_epoch * config.epochs
         self.scheduler = linear_schedule(self.optimizer, int(config.warmup_ratio * self.total_steps), self.total_steps)
