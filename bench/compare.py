@@ -73,9 +73,9 @@ def ensure_models(args: argparse.Namespace) -> tuple[Path, Path]:
     encoder = [sys.executable, "-m", "models.cli", "export", "--pooling", "mean"]
     if not (fp32 / "encoder.json").is_file():
         log(f"exporting fp32 to {fp32}")
-        subprocess.run([*encoder, "--out", str(fp32)], cwd=REPO, check=True)
+        subprocess.run([*encoder, "--out", str(fp32), "--quantize", "none"], cwd=REPO, check=True)
     if not (int8 / "encoder.json").is_file():
-        log(f"exporting int8 (with its quality gate) to {int8}")
+        log(f"exporting static int8 (with its batch-invariance check and quality gate) to {int8}")
         subprocess.run([*encoder, "--out", str(int8), "--quantize", "int8"], cwd=REPO, check=True)
     return fp32, int8
 

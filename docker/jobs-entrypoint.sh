@@ -36,8 +36,10 @@ run() {
 
 job() {
   if [ ! -f "$MODEL/encoder.json" ]; then
-    # STRATA_CHECKPOINT: a Hugging Face checkpoint folder to export instead of the default all-MiniLM-L6-v2
-    run encoder export --out "$MODEL" --pooling "${STRATA_POOLING:-mean}" \
+    # STRATA_CHECKPOINT: a Hugging Face checkpoint folder to export instead of the default all-MiniLM-L6-v2.
+    # STRATA_QUANTIZE: auto (default: static int8 when STRATA_DATA_DIR holds the STS-B dev, Quora and calibration
+    # files its quality gate reads — mount the shared data folder — else fp32 with a notice), int8 or none.
+    run encoder export --out "$MODEL" --pooling "${STRATA_POOLING:-mean}" --quantize "${STRATA_QUANTIZE:-auto}" \
       ${STRATA_CHECKPOINT:+--checkpoint "$STRATA_CHECKPOINT"} || return
   fi
   # STRATA_BUILD_ARGS is split on spaces on purpose: extra flags such as "--keep 7 --threads 4"

@@ -156,7 +156,9 @@ def export_encoder(
     exporter: Exporter = "torchscript",
 ) -> EncoderMeta:
     """Export `checkpoint` to `out_dir` atomically; refuse (writing nothing) if parity is below `min_cosine`
-    or, with `quantize="int8"`, if int8 loses more than `max_drop` points on STS-B dev or Quora MRR@10."""
+    or, with `quantize="int8"` (static int8, `models.quantize`), if a vector changes by more than
+    `DETERMINISM_TOL` between a batch of one and a padded batch, or if int8 loses more than `max_drop` points on
+    STS-B dev or Quora MRR@10. The Python default is fp32; the `encoder export` command defaults to int8."""
     from transformers import AutoModel, AutoTokenizer
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -227,22 +229,43 @@ def export_encoder(
 
 def _quantize_in_place(folder: Path, meta: EncoderMeta, *, gate_rows: int, max_drop: float, skip_gate: bool,
                        out_dir: Path) -> EncoderMeta:
-    """Replace the fp32 graph in `folder` by its int8 version if it passes the quality gate."""
+    """Replace the fp32 graph in `folder` by its static int8 version if its vectors do not depend on the batch
+    and it passes the quality gate."""
     import shutil
 
-    from models.quantize import QUANTIZATION, QualityGateError, quality_gate, quantize_onnx
+    from models.quantize import (
+        DETERMINISM_TOL,
+        QUANTIZATION,
+        DeterminismError,
+        QualityGateError,
+        batch_invariance,
+        calibration_texts,
+        check_texts,
+        quality_gate,
+        quantize_static_onnx,
+    )
 
     int8_dir = folder / ".int8"
     shutil.copytree(folder, int8_dir, ignore=shutil.ignore_patterns(".int8", ENCODER_ONNX))
-    log.info("quantizing to int8 (dynamic, per-channel)")
-    quantize_onnx(folder / ENCODER_ONNX, int8_dir / ENCODER_ONNX)
+    log.info("quantizing to int8 (static: weights per channel, activation scales calibrated once)")
+    details = quantize_static_onnx(folder, int8_dir / ENCODER_ONNX, calibration_texts())
     int8_meta = meta.model_copy(update={"onnx_sha256": sha256_file(int8_dir / ENCODER_ONNX),
-                                        "quantization": QUANTIZATION})
+                                        "quantization": QUANTIZATION, "quantization_details": details})
     write_json_atomic(int8_dir / ENCODER_META, int8_meta.model_dump(mode="json"))
+    invariance = batch_invariance(int8_dir, check_texts())
+    log.info("int8 batch invariance: max |change| %.3g over %d texts alone vs in padded batches (tolerance %g)",
+             invariance["max_abs_diff"], invariance["texts"], DETERMINISM_TOL)
+    if not invariance["max_abs_diff"] <= DETERMINISM_TOL:
+        raise DeterminismError(
+            f"refusing to write {out_dir}: int8 vectors depend on their batch (max change "
+            f"{invariance['max_abs_diff']:.3g} > {DETERMINISM_TOL:g} over {invariance['texts']} texts); "
+            "export fp32 with --quantize none")
+    int8_meta.quantization_details = details | {"batch_invariance": invariance}
     if not skip_gate:
         report = quality_gate(folder, int8_dir, rows=gate_rows, max_drop=max_drop)
         if not report.passed:
-            raise QualityGateError(f"refusing to write {out_dir}: int8 loses too much quality: {report.summary()}")
+            raise QualityGateError(f"refusing to write {out_dir}: int8 loses too much quality: {report.summary()} "
+                                   "(export fp32 with --quantize none)")
         int8_meta.quality_gate = report.as_dict()
     else:
         log.warning("int8 quality gate skipped (--skip-gate): quality is unmeasured")

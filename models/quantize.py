@@ -1,20 +1,40 @@
-"""int8 quantisation of an exported encoder with a quality gate.
+"""int8 quantisation of an exported encoder, with a quality gate and a batch-invariance check.
 
-Dynamic int8 (`onnxruntime.quantization.quantize_dynamic`) with `per_channel=True`: measured here, the
-defaults (per-tensor) lose several times more quality, and `reduce_range` more still. The gate compares the
-int8 graph against the fp32 one on STS-B dev (Spearman × 100) and Quora MRR@10 (paper protocol, exact search
-so only the encoder differs) and refuses when either drops more than `max_drop` points.
+The default scheme (`int8`, recorded as `int8-static-qdq`) is static: activation scales are calibrated once, at
+export, on training-safe sentences, so a text's vector does not depend on what else is in its batch. Dynamic
+quantisation (`quantize_dynamic`) picks each activation scale from the whole input tensor of every run —
+padding included — so the same text differs alone and inside a padded batch (up to 0.05 per component,
+cosine 0.96, over 1,000 texts); it is kept here only as the reference that `bench/int8.py` measures against.
+
+What the static scheme does (`StaticScheme`, candidates measured with `bench/int8.py`):
+- the 36 MatMuls with a weight (Q/K/V, attention output, both feed-forward layers) run in int8: weights int8
+  symmetric per output channel, inputs uint8 with one calibrated scale per tensor (MinMax over 512 sentences,
+  one sentence per run so padding never enters a range); each is written, with its bias Add, as one
+  `com.microsoft.MatMulIntegerToFloat` node — what ONNX Runtime would fuse the QDQ pattern into at load time,
+  minus the bias it leaves outside (same vectors bit for bit, 2.41x instead of 2.28x fp32 at batch 64);
+- everything else stays float32: attention's two activation × activation MatMuls, softmax, LayerNorm, GELU,
+  residual Adds, pooling; and the residual stream keeps the float LayerNorm outputs (`quantize_static` would
+  otherwise feed the rounded copy to every consumer, the residual Add included: -0.13 STS-B dev instead of 0).
+
+The gate compares the int8 graph against the fp32 one on STS-B dev (Spearman × 100) and Quora MRR@10 (paper
+protocol, exact search so only the encoder differs) and refuses when either drops more than `max_drop` points.
+The batch-invariance check encodes held-out texts alone and inside shuffled, padded batches (and through the
+encoder's parallel row-sliced runs) and refuses when any vector moves by more than `DETERMINISM_TOL`.
 """
 
 from __future__ import annotations
 
 import logging
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
+
+import numpy as np
 
 from indexer.evaluate import rank_metrics
 from indexer.quora import load_split, resolve_source
-from indexer.runtime.encoder import ENCODER_ONNX, OnnxEncoder
+from indexer.runtime.encoder import ENCODER_META, ENCODER_ONNX, TOKENIZER_FILE, EncoderMeta, OnnxEncoder
 from indexer.runtime.faiss_index import flat_search
 from indexer.runtime.paths import default_quora_source, strata_home
 from models.sts import evaluate as sts_evaluate
@@ -22,11 +42,21 @@ from models.sts import load_task
 
 log = logging.getLogger(__name__)
 
-QUANTIZATION = "int8-dynamic-per-channel"
+QUANTIZATION = "int8-static-qdq"
+DYNAMIC_QUANTIZATION = "int8-dynamic-per-channel"
+CALIBRATION_TEXTS = 512
+CHECK_TEXTS = 256
+# Largest allowed change of any vector component between a text encoded alone and inside a padded batch. fp32
+# itself moves by ~1e-7 (float rounding differs between a run of 1 row and of many); dynamic int8 by ~5e-2.
+DETERMINISM_TOL = 1e-6
 
 
 class QualityGateError(RuntimeError):
     """int8 lost more quality than allowed."""
+
+
+class DeterminismError(QualityGateError):
+    """The quantized graph's vectors depend on the batch they are encoded in."""
 
 
 @dataclass
@@ -59,10 +89,297 @@ class GateReport:
         return asdict(self) | {"stsb_drop": round(self.stsb_drop, 4), "mrr_drop": round(self.mrr_drop, 4)}
 
 
-def quantize_onnx(src: Path, dst: Path) -> None:
+# ---------------------------------------------------------------------------------------------- data
+
+
+def sample_texts(n: int, *, skip: int = 0, data: Path | None = None) -> list[str]:
+    """`n` training-safe sentences, half Wikipedia (the unsupervised training file, from line `skip // 2`) and
+    half Quora questions from rows 100,000-299,999 whose qids never occur in the evaluation rows (< 100,000),
+    after the first `skip // 2` such questions. Rows >= 300,000 are never read; neither the gate's STS-B dev
+    pairs nor its Quora rows are among them."""
+    from models.data import EVAL_ROWS, HELD_OUT, QUORA, WIKI, DataError, data_dir, quora_rows, read_sentences
+
+    root = data or data_dir()
+    n_wiki, n_quora, offset = n - n // 2, n // 2, skip // 2
+    wiki = [s for (s,) in read_sentences(root / WIKI, limit=offset + n_wiki)][offset:]
+    eval_qids: set[int] = set()
+    seen: set[int] = set()
+    quora: list[str] = []
+    for rid, q1, q2, t1, t2, _dup in quora_rows(root / QUORA):
+        if rid >= HELD_OUT or len(quora) >= offset + n_quora:
+            break
+        if rid < EVAL_ROWS:
+            eval_qids.update((q1, q2))
+            continue
+        for qid, text in ((q1, t1), (q2, t2)):
+            if qid not in eval_qids and qid not in seen and text.strip():
+                seen.add(qid)
+                quora.append(text.strip())
+    quora = quora[offset : offset + n_quora]
+    if len(wiki) < n_wiki or len(quora) < n_quora:
+        raise DataError(f"int8 calibration needs {n_wiki} sentences of {root / WIKI} and {n_quora} training-range "
+                        f"questions of {root / QUORA}; found {len(wiki)} and {len(quora)}")
+    return wiki + quora
+
+
+def int8_data_problem(data: Path | None = None) -> str | None:
+    """Why static int8 cannot be calibrated, checked and gated on this machine (its data is missing or
+    unreadable), or None when it can. `encoder export --quantize auto` then writes fp32 instead of failing: a
+    container without the shared data folder must still get a served encoder."""
+    from models.data import DataError
+
+    try:
+        calibration_texts(data=data)
+        check_texts(data=data)
+        load_task("STSB-dev", data)
+    except (DataError, OSError, ValueError) as exc:
+        return str(exc)
+    return None
+
+
+def calibration_texts(n: int = CALIBRATION_TEXTS, data: Path | None = None) -> list[str]:
+    return sample_texts(n, data=data)
+
+
+def check_texts(n: int = CHECK_TEXTS, data: Path | None = None) -> list[str]:
+    """Texts for the batch-invariance check: disjoint from the calibration texts, plus the exporter's parity
+    sentences (one short, one long enough to be truncated: the most padding a batch can hold)."""
+    from models.export import PARITY_SENTENCES
+
+    return sample_texts(n, skip=CALIBRATION_TEXTS, data=data) + PARITY_SENTENCES
+
+
+class TextCalibrationReader:
+    """ONNX Runtime calibration data: one text per run, so no padded position enters the activation ranges."""
+
+    def __init__(self, model_dir: Path, texts: list[str]) -> None:
+        from tokenizers import Tokenizer
+
+        meta = EncoderMeta.model_validate_json((model_dir / ENCODER_META).read_text())
+        tok = Tokenizer.from_file(str(model_dir / TOKENIZER_FILE))
+        tok.enable_truncation(max_length=meta.max_length)
+        tok.no_padding()
+        self._feeds = [{"input_ids": np.asarray([e.ids], dtype=np.int64),
+                        "attention_mask": np.ones((1, len(e.ids)), dtype=np.int64)}
+                       for e in tok.encode_batch(texts)]
+        self._pos, self._stop = 0, len(self._feeds)
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        if self._pos >= self._stop:
+            return None
+        self._pos += 1
+        return self._feeds[self._pos - 1]
+
+    def __len__(self) -> int:
+        return len(self._feeds)
+
+    def set_range(self, start_index: int, end_index: int) -> None:
+        self._pos, self._stop = start_index, min(end_index, len(self._feeds))
+
+
+# ---------------------------------------------------------------------------------------------- quantizers
+
+
+def quantize_dynamic_onnx(src: Path, dst: Path) -> None:
+    """The former default: weights int8 per channel, activation scales computed by every run from its whole
+    input (so they depend on the batch). `per_channel=True`: the per-tensor default lost several times more."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=True)
+
+
+@dataclass(frozen=True)
+class StaticScheme:
+    """A static int8 recipe. The default is the one `encoder export` writes; the others are the alternatives
+    `bench/int8.py` measures."""
+
+    weight_matmuls_only: bool = True  # False: also attention's Q·Kᵀ and P·V (activation × activation)
+    float_side_inputs: bool = True  # False: the residual Add reads the int8-rounded LayerNorm output too
+    quant_format: Literal["qdq", "qoperator"] = "qdq"  # qoperator: QLinearMatMul, outputs requantized as well
+    # Rewrite each QDQ MatMul and its bias Add as the `com.microsoft.MatMulIntegerToFloat` node ONNX Runtime fuses
+    # it into at load time anyway, but with the bias inside: the same vectors bit for bit, ~7% more sentences/s.
+    fuse_bias: bool = True
+
+    @property
+    def label(self) -> str:
+        parts = [QUANTIZATION if self.quant_format == "qdq" else "int8-static-qoperator"]
+        if not self.weight_matmuls_only:
+            parts.append("all-matmuls")
+        if not self.float_side_inputs:
+            parts.append("shared-qdq")
+        if self.quant_format == "qdq" and not self.fuse_bias:
+            parts.append("unfused-bias")
+        return "+".join(parts)
+
+    def describe(self, quantized: int, texts: int) -> dict[str, object]:
+        from onnxruntime import __version__ as ort_version
+
+        return {
+            "scheme": self.label,
+            "tool": f"onnxruntime {ort_version} quantization.quantize_static",
+            "quantized_ops": (f"{quantized} MatMul nodes " + ("with a weight (Q/K/V, attention output, "
+                              "feed-forward)" if self.weight_matmuls_only else "(all, attention included)")),
+            "float_ops": "embeddings, LayerNorm, Softmax, GELU, Add, pooling"
+            + (", attention's activation x activation MatMuls" if self.weight_matmuls_only else ""),
+            "weights": "int8 symmetric, per output channel",
+            "activations": "uint8 asymmetric, one static scale per tensor",
+            "calibration": f"MinMax over {texts} sentences, one per run (no padding): half the first lines of "
+                           "train/wiki1m_for_simcse, half Quora questions of rows 100,000-299,999 whose qids are "
+                           "not in rows < 100,000",
+            "format": self.quant_format + (", each quantized MatMul and its bias Add then written as one "
+                                           "com.microsoft.MatMulIntegerToFloat node (ONNX Runtime only)"
+                                           if self.quant_format == "qdq" and self.fuse_bias else ""),
+            "residual_stream": "float" if self.float_side_inputs else "int8-rounded",
+        }
+
+
+def quantize_static_onnx(model_dir: Path, dst: Path, texts: list[str],
+                         scheme: StaticScheme = StaticScheme()) -> dict[str, object]:
+    """Write the static int8 graph of `model_dir`'s encoder.onnx to `dst`; returns what was done (encoder.json's
+    `quantization_details`)."""
+    import onnx
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    with tempfile.TemporaryDirectory(prefix="strata-quant.") as tmp:
+        pre = Path(tmp) / "pre.onnx"
+        # ONNX shape inference + ORT's basic graph optimisations; symbolic inference cannot size this graph
+        quant_pre_process(str(model_dir / ENCODER_ONNX), str(pre), skip_symbolic_shape=True)
+        graph = onnx.load(str(pre)).graph
+        weights = {t.name for t in graph.initializer}
+        chosen = [n.name for n in graph.node if n.op_type == "MatMul"
+                  and (n.input[1] in weights or not scheme.weight_matmuls_only)]
+        if not chosen:
+            raise QualityGateError(f"{model_dir / ENCODER_ONNX} has no MatMul with a constant weight to quantize; "
+                                   "export fp32 with --quantize none")
+        options: dict[str, object] = {"MatMulConstBOnly": scheme.weight_matmuls_only}
+        if scheme.quant_format == "qdq":
+            options["OpTypesToExcludeOutputQuantization"] = ["MatMul"]  # float out: MatMulIntegerToFloat
+        quantize_static(str(pre), str(dst), TextCalibrationReader(model_dir, texts),
+                        quant_format=QuantFormat.QDQ if scheme.quant_format == "qdq" else QuantFormat.QOperator,
+                        op_types_to_quantize=["MatMul"], nodes_to_quantize=chosen, per_channel=True,
+                        reduce_range=False, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                        calibrate_method=CalibrationMethod.MinMax, extra_options=options)
+    if scheme.quant_format == "qdq" and scheme.float_side_inputs:
+        _float_side_inputs(dst, set(chosen))
+    if scheme.quant_format == "qdq" and scheme.fuse_bias:
+        fused = _fuse_matmul_bias(dst, set(chosen))
+        if fused != len(chosen):
+            raise QualityGateError(f"only {fused} of the {len(chosen)} quantized MatMuls could be written as "
+                                   "MatMulIntegerToFloat")
+    return scheme.describe(len(chosen), len(texts))
+
+
+def _fuse_matmul_bias(path: Path, quantized: set[str]) -> int:
+    """Replace DequantizeLinear(x_q), DequantizeLinear(W_q) → MatMul [→ Add(bias)] by one MatMulIntegerToFloat
+    (x_q, W_q, x_scale, W_scale, x_zero_point, W_zero_point[, bias]); returns how many were replaced.
+
+    That is the node ONNX Runtime's QDQ transformer makes of the pattern at session start, except that it leaves
+    the bias Add (and the Add of the first feed-forward layer folded into BiasGelu) as separate passes over the
+    activations: 30 of them in MiniLM, ~7% of the encoder's time. The arithmetic is unchanged."""
+    import onnx
+    from onnx import helper
+
+    model = onnx.load(str(path))
+    graph = model.graph
+    original = list(graph.node)  # one set of Python objects, so that id() names a node throughout
+    producer = {out: node for node in original for out in node.output}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in original:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    vectors = {t.name for t in graph.initializer if len(t.dims) == 1}
+    replaced: dict[int, onnx.NodeProto] = {}  # id() of the MatMul whose place the fused node takes → fused node
+    dropped: set[int] = set()  # id() of the bias Adds folded in
+    for node in original:
+        if node.name not in quantized or node.op_type != "MatMul":
+            continue
+        dq_a, dq_b = producer.get(node.input[0]), producer.get(node.input[1])
+        if dq_a is None or dq_b is None or dq_a.op_type != "DequantizeLinear" or dq_b.op_type != "DequantizeLinear":
+            continue
+        axis = next((a.i for a in dq_b.attribute if a.name == "axis"), 1)
+        if axis not in (1, -1):  # per output column of W (K × N) is what MatMulIntegerToFloat's b_scale means
+            continue
+        inputs = [dq_a.input[0], dq_b.input[0], dq_a.input[1], dq_b.input[1], dq_a.input[2], dq_b.input[2]]
+        output = node.output[0]
+        users = consumers.get(output, [])
+        if len(users) == 1 and users[0].op_type == "Add" and output not in {o.name for o in graph.output}:
+            add = users[0]
+            bias = add.input[1] if add.input[0] == output else add.input[0]
+            if bias in vectors:
+                inputs.append(bias)
+                output = add.output[0]
+                dropped.add(id(add))
+        replaced[id(node)] = helper.make_node("MatMulIntegerToFloat", inputs, [output], f"{node.name}_int8",
+                                               domain="com.microsoft")
+    nodes = [replaced.get(id(n), n) for n in original if id(n) not in dropped]
+    used = {name for n in nodes for name in n.input} | {o.name for o in graph.output}
+    while True:  # drop the DequantizeLinear nodes (and their now unused weight copies) nothing reads any more
+        dead = {id(n) for n in nodes if n.op_type == "DequantizeLinear" and not set(n.output) & used}
+        if not dead:
+            break
+        nodes = [n for n in nodes if id(n) not in dead]
+        used = {name for n in nodes for name in n.input} | {o.name for o in graph.output}
+    del graph.node[:]
+    graph.node.extend(nodes)
+    if not any(op.domain == "com.microsoft" for op in model.opset_import):
+        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    onnx.save(model, str(path))
+    return len(replaced)
+
+
+def _float_side_inputs(path: Path, quantized: set[str]) -> None:
+    """Give every consumer of a quantize-dequantize pair that is not a quantized node its float input back.
+
+    `quantize_static` rewires *all* consumers of a quantized activation to the dequantized copy, so a LayerNorm
+    output that feeds both a quantized MatMul and the residual Add would carry its int8 rounding into the
+    residual stream. Only the quantized MatMuls should see it."""
+    import onnx
+
+    model = onnx.load(str(path))
+    producer = {out: node for node in model.graph.node for out in node.output}
+    float_of = {}
+    for node in model.graph.node:
+        q = producer.get(node.input[0]) if node.op_type == "DequantizeLinear" else None
+        if q is not None and q.op_type == "QuantizeLinear":
+            float_of[node.output[0]] = q.input[0]
+    if any(out.name in float_of for out in model.graph.output):
+        raise ValueError(f"{path}: a graph output is quantized")
+    for node in model.graph.node:
+        if node.name in quantized or node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            continue
+        for i, name in enumerate(node.input):
+            if name in float_of:
+                node.input[i] = float_of[name]
+    onnx.save(model, str(path))
+
+
+# ---------------------------------------------------------------------------------------------- checks
+
+
+def batch_invariance(model_dir: Path, texts: list[str], *, threads: int | None = None, seed: int = 0
+                     ) -> dict[str, float]:
+    """How far each text's vector moves between being encoded alone (a run of one, no padding) and inside
+    shuffled batches of 7 and 64 padded to their longest text (row-sliced over parallel 1-thread runs, as the
+    service runs them), and inside the corpus path (`encode`: length-sorted batches on the run pool)."""
+    enc = OnnxEncoder(model_dir, threads=threads)
+    try:
+        alone = np.concatenate([enc.encode_with_flags([t])[0] for t in texts])
+        rng = np.random.default_rng(seed)
+        worst = np.zeros(len(texts))
+        cosine = 1.0
+        for batch in (7, 64):
+            perm = rng.permutation(len(texts))
+            got, _ = enc.encode_with_flags([texts[i] for i in perm], batch_size=batch, group_by_length=False)
+            worst[perm] = np.maximum(worst[perm], np.abs(got - alone[perm]).max(axis=1))
+            cosine = min(cosine, float(np.min(np.sum(got * alone[perm], axis=1))))
+        got = enc.encode(texts)
+        worst = np.maximum(worst, np.abs(got - alone).max(axis=1))
+        cosine = min(cosine, float(np.min(np.sum(got * alone, axis=1))))
+    finally:
+        enc.close()
+    return {"texts": len(texts), "max_abs_diff": float(worst.max()), "min_cosine": round(cosine, 9),
+            "rows_bitwise_equal": int((worst == 0).sum()), "tolerance": DETERMINISM_TOL}
 
 
 def quora_mrr(encoders: list[OnnxEncoder], rows: int, data: str | None = None) -> list[float]:
@@ -87,7 +404,3 @@ def quality_gate(fp32_dir: Path, int8_dir: Path, *, rows: int = 20_000, max_drop
     report = GateReport(round(s_fp32, 4), round(s_int8, 4), round(m_fp32, 6), round(m_int8, 6), rows, max_drop)
     log.info("int8 quality gate: %s", report.summary())
     return report
-
-
-def fp32_path(folder: Path) -> Path:
-    return folder / ENCODER_ONNX

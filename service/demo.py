@@ -20,19 +20,30 @@ class DemoError(RuntimeError):
     pass
 
 
-def ensure_model(model_dir: Path) -> None:
+GATE_ROWS = 20_000  # `encoder export`'s default
+
+
+def ensure_model(model_dir: Path, rows: int | None = None) -> None:
     if (model_dir / "encoder.json").is_file():
         log.info("using exported encoder %s", model_dir)
         return
-    log.info("exporting the default encoder (all-MiniLM-L6-v2, mean pooling) to %s", model_dir)
-    cmd = [sys.executable, "-m", "models.cli", "export", "--out", str(model_dir), "--pooling", "mean"]
+    # static int8 when the shared data is there to calibrate and gate it (refused unless its vectors do not depend
+    # on the batch and it stays within the quality gate of fp32; a few minutes on 2 cores), else fp32 with a
+    # notice; see the README's export section.
+    log.info("exporting the default encoder (all-MiniLM-L6-v2, mean pooling, static int8 where it can be "
+             "calibrated and gated) to %s", model_dir)
+    cmd = [sys.executable, "-m", "models.cli", "export", "--out", str(model_dir), "--pooling", "mean",
+           "--quantize", "auto"]
+    if rows:  # a small demo gates int8 on as many Quora rows as it indexes (the full gate: 20,000 rows, minutes)
+        cmd += ["--gate-rows", str(min(rows, GATE_ROWS))]
     if subprocess.run(cmd, check=False).returncode != 0:
-        raise DemoError("`encoder export` failed (is the train extra installed? pip install -e '.[train]')")
+        raise DemoError("`encoder export` failed (its error is above; is the train extra installed? "
+                        "pip install -e '.[train]')")
 
 
 def prepare(settings: Settings, *, rows: int | None = None, rebuild: bool = False) -> None:
     model_dir = settings.model_dir or default_model_dir()
-    ensure_model(model_dir)
+    ensure_model(model_dir, rows)
     root = IndexRoot(settings.index_root)
     if root.current_version() is None or rebuild:
         log.info("building the Quora index (paper protocol) in %s", root.root)

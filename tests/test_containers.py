@@ -119,6 +119,7 @@ def test_container_commands_run_without_docker(tmp_path: Path, tiny_checkpoint: 
     assert first.returncode == 0, first.stderr[-3000:]
     model = home / "models" / "all-MiniLM-L6-v2-mean"
     assert (model / "encoder.onnx").is_file() and "built version" in first.stdout
+    assert json.loads((model / "encoder.json").read_text())["quantization"] == "int8-static-qdq"  # the default
     second = subprocess.run([entrypoint], env=env, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0 and "wrote " not in second.stdout  # model exists: no second export
     root = IndexRoot(home / "indexes" / "quora")

@@ -15,7 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel
@@ -41,6 +41,7 @@ class EncoderMeta(BaseModel):
     parity_min_cosine: float | None = None
     quantization: str | None = None
     quality_gate: dict[str, float] | None = None  # int8 vs fp32 figures when quantized
+    quantization_details: dict[str, Any] | None = None  # how the int8 graph was made (models/quantize.py)
 
 
 class EncoderLoadError(RuntimeError):

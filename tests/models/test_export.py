@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -101,10 +102,18 @@ def test_cli_reports_missing_checkpoint(tmp_path: Path) -> None:
 
 
 def test_int8_export_records_quantization(tiny_checkpoint: Path, exported: dict[str, Path], tmp_path: Path) -> None:
+    from models.quantize import DETERMINISM_TOL
+
     out = tmp_path / "int8"
     meta = export_encoder(tiny_checkpoint, out, pooling="cls", quantize="int8", skip_gate=True)
-    assert meta.quantization == "int8-dynamic-per-channel" and meta.quality_gate is None
-    assert json.loads((out / "encoder.json").read_text())["onnx_sha256"] == sha256_file(out / "encoder.onnx")
+    assert meta.quantization == "int8-static-qdq" and meta.quality_gate is None
+    written = json.loads((out / "encoder.json").read_text())
+    assert written["onnx_sha256"] == sha256_file(out / "encoder.onnx")
+    details = written["quantization_details"]
+    assert details["scheme"] == "int8-static-qdq" and "MinMax over 512 sentences" in details["calibration"]
+    assert details["quantized_ops"].startswith("12 MatMul nodes")  # 2 layers x (Q, K, V, out, 2 feed-forward)
+    inv = details["batch_invariance"]
+    assert inv["texts"] > 200 and inv["max_abs_diff"] <= DETERMINISM_TOL == inv["tolerance"]
     assert (out / "encoder.onnx").stat().st_size < (exported["cls"] / "encoder.onnx").stat().st_size
     assert not (out / ".int8").exists()
     q, f = OnnxEncoder(out, verify_sha256=True).encode(SENTENCES), OnnxEncoder(exported["cls"]).encode(SENTENCES)
@@ -117,7 +126,7 @@ def test_int8_export_whose_gate_passes_records_the_gate(tiny_checkpoint: Path, e
     # max_drop 100: a random tiny BERT passes whatever it loses; the gate still measures both graphs
     meta = export_encoder(tiny_checkpoint, out, pooling="cls", quantize="int8", gate_rows=300, max_drop=100)
     written = json.loads((out / "encoder.json").read_text())
-    assert meta.quantization == written["quantization"] == "int8-dynamic-per-channel"
+    assert meta.quantization == written["quantization"] == "int8-static-qdq"
     assert written["quality_gate"] == meta.quality_gate and written["onnx_sha256"] == sha256_file(out / "encoder.onnx")
     gate = meta.quality_gate
     assert gate is not None and gate["quora_rows"] == 300 and gate["max_drop"] == 100
@@ -126,6 +135,49 @@ def test_int8_export_whose_gate_passes_records_the_gate(tiny_checkpoint: Path, e
     assert 0 < gate["quora_mrr_fp32"] <= 1 and 0 < gate["quora_mrr_int8"] <= 1
     assert (out / "encoder.onnx").stat().st_size < (exported["cls"] / "encoder.onnx").stat().st_size
     assert {p.name for p in out.iterdir()} == {p.name for p in exported["cls"].iterdir()}  # no .int8 left behind
+
+
+def test_int8_export_refuses_batch_dependent_vectors(tiny_checkpoint: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Swap the static quantizer for the dynamic one: the real batch-invariance check must catch it."""
+    import models.quantize as quantize
+
+    def dynamic(model_dir: Path, dst: Path, texts: list[str], *args: object) -> dict[str, object]:
+        quantize.quantize_dynamic_onnx(model_dir / "encoder.onnx", dst)
+        return {"scheme": "dynamic"}
+
+    monkeypatch.setattr(quantize, "quantize_static_onnx", dynamic)
+    out = tmp_path / "int8"
+    with pytest.raises(quantize.DeterminismError, match=r"depend on their batch .* --quantize none"):
+        export_encoder(tiny_checkpoint, out, pooling="cls", quantize="int8", skip_gate=True)
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_cli_exports_int8_by_default_and_fp32_on_request(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    base = [sys.executable, "-m", "models.cli", "export", "--checkpoint", str(tiny_checkpoint), "--pooling", "cls"]
+    r = subprocess.run([*base, "--out", str(tmp_path / "int8"), "--skip-gate"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "int8-static-qdq" in r.stdout and "int8 batch invariance: max |change|" in r.stdout
+    assert json.loads((tmp_path / "int8" / "encoder.json").read_text())["quantization"] == "int8-static-qdq"
+    r = subprocess.run([*base, "--out", str(tmp_path / "fp32"), "--quantize", "none"], capture_output=True, text=True)
+    assert r.returncode == 0 and "fp32" in r.stdout
+    assert json.loads((tmp_path / "fp32" / "encoder.json").read_text())["quantization"] is None
+    r = subprocess.run([*base, "--out", str(tmp_path / "x"), "--quantize", "none", "--skip-gate"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "apply to int8 only" in r.stderr
+    assert not (tmp_path / "x").exists()
+
+def test_cli_auto_quantize_writes_fp32_when_the_int8_data_is_missing(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    """A container without the shared data folder (the nightly job's default) still gets an encoder: fp32, and
+    the reason on stderr; with the data, `auto` is int8 (the demo test covers that path end to end)."""
+    env = {**os.environ, "STRATA_DATA_DIR": str(tmp_path / "no-data")}
+    r = subprocess.run([sys.executable, "-m", "models.cli", "export", "--checkpoint", str(tiny_checkpoint),
+                        "--pooling", "cls", "--out", str(tmp_path / "m"), "--quantize", "auto"],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "--quantize auto writes fp32" in r.stderr and str(tmp_path / "no-data") in r.stderr
+    assert json.loads((tmp_path / "m" / "encoder.json").read_text())["quantization"] is None
+
 
 
 def test_int8_gate_refuses_and_writes_nothing(tiny_checkpoint: Path, tmp_path: Path, quora_file: Path) -> None:

@@ -29,7 +29,8 @@ def layer_att_checkpoint(tiny_bert, tmp_path_factory):
 def test_export_cls_drops_pooler_and_matches_tuned_cls(layer_att_checkpoint, tiny_bert, tmp_path, capsys):
     onnx_dir = tmp_path / "onnx"
     assert (
-        encoder_cli(["export", "--checkpoint", str(layer_att_checkpoint), "--out", str(onnx_dir), "--pooling", "cls"])
+        encoder_cli(["export", "--checkpoint", str(layer_att_checkpoint), "--out", str(onnx_dir), "--pooling", "cls",
+                     "--quantize", "none"])  # fp32: compared with torch at 1e-4 below
         == 0
     )
     graph = onnx.load(str(onnx_dir / "encoder.onnx")).graph

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -172,17 +173,19 @@ def test_mismatched_encoder_is_refused(tmp_path: Path, quora_root: Path, tiny_ex
 
 
 def test_demo_exports_builds_and_serves(tmp_path: Path, quora_file: Path) -> None:
-    """The README's first command, on 300 rows: export in a child process, build, serve, answer."""
+    """The README's first command, on 300 rows: export (static int8, with its batch-invariance check and quality
+    gate) in a child process, build, serve, answer."""
     home = tmp_path / "home"
     env = {"STRATA_HOME": str(home), "STRATA_DATA_DIR": str(quora_file.parent)}
-    srv = start_server(tmp_path, env, args=("demo", "--rows", "300"), timeout=300)
+    srv = start_server(tmp_path, env, args=("demo", "--rows", "300"), timeout=1200)
     try:
         with srv.client() as c:
             ready = c.get("/ready").json()
             hits = c.post("/search", json={"query": "How can I be a good geologist?", "top_k": 3}).json()["hits"]
         assert ready["ready"] and ready["pooling"] == "mean"
         assert hits[0]["id"] == 16
-        assert (home / "models" / "all-MiniLM-L6-v2-mean" / "encoder.onnx").is_file()
+        meta = json.loads((home / "models" / "all-MiniLM-L6-v2-mean" / "encoder.json").read_text())
+        assert meta["quantization"] == "int8-static-qdq" and meta["quality_gate"]["stsb_drop"] <= 0.5  # serves int8
         log = srv.log.read_text()
         assert "Strata is serving on http://127.0.0.1:" in log and "curl -s" in log
     finally:
