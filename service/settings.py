@@ -40,6 +40,9 @@ class Settings(BaseSettings):
     batch_window_ms: float = Field(0.0, ge=0, le=100, description="under load, wait this long for more requests "
                                    "(0: batches form from what queued while the workers were busy)")
     batch_max_texts: int = Field(64, ge=1, le=1024, description="texts per micro-batch")
+    batch_max_tokens: int = Field(2048, ge=0, description="tokens per micro-batch (like TEI's max-batch-tokens): "
+                                  "long texts go to their own batches instead of holding short queries back; "
+                                  "a request over the budget still runs, alone; 0 = no token bound")
 
     # Behaviour under load
     max_in_flight: int = Field(32, ge=1, description="inference requests running or queued; beyond: 429")

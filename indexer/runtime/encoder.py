@@ -220,6 +220,10 @@ class OnnxEncoder:
         """The default texts per run of `encode`, for this encoder's execution provider."""
         return CPU_CORPUS_BATCH if self.providers[0] == "CPUExecutionProvider" else GPU_CORPUS_BATCH
 
+    def token_counts(self, texts: Sequence[str]) -> list[int]:
+        """Tokens per text as the model sees them (special tokens included, cut to max_length)."""
+        return [len(e.ids) for e in self.tokenizer.encode_batch(list(texts))]
+
     def tokenize(self, texts: Sequence[str]) -> Batch:
         """Tokenise and pad to the longest text of this batch (not to max_length)."""
         return self._pad(self.tokenizer.encode_batch(list(texts)))

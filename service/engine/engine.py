@@ -103,7 +103,9 @@ class Engine:
         self.backend.start()
         if s.micro_batching:
             self.batcher = MicroBatcher(self._run, workers=s.workers, window_ms=s.batch_window_ms,
-                                        max_texts=s.batch_max_texts, on_batch=self.metrics.batch_texts.observe)
+                                        max_texts=s.batch_max_texts, max_tokens=s.batch_max_tokens,
+                                        count_tokens=self._count_tokens,
+                                        on_batch=self.metrics.batch_texts.observe)
             self.batcher.start()
         await self.swapper.attempt("startup")
         if self.leases.current is None:
@@ -210,6 +212,12 @@ class Engine:
         ctx = contextvars.copy_context()  # carry the request id into the worker's log lines
         results = await asyncio.wrap_future(self.pool.submit(ctx.run, job))
         return cell[0], results
+
+    def _count_tokens(self, texts: list[str]) -> int:
+        """A request's cost for the batcher's token bound, with the served encoder's tokenizer (a swap to
+        another tokenizer in between only makes the count approximate, and the bound a little loose)."""
+        searcher = self.leases.current
+        return sum(searcher.encoder.token_counts(texts)) if searcher is not None else 0
 
     def _not_ready_reason(self) -> str:
         r = self.swapper.refused

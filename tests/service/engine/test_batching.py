@@ -78,3 +78,70 @@ def test_batching_can_be_switched_off(quora_root: Path, tmp_path: Path) -> None:
     assert IndexRoot(quora_root).current_version()
 
 
+
+
+def _record_batches(max_texts: int, max_tokens: int, requests: list[list[str]]) -> list[list[int]]:
+    """Queue `requests` while the only worker is busy, release it, and return the batches that ran (as request
+    indices). The cost of a text is its word count, so the test controls it exactly."""
+    from service.engine.batching import MicroBatcher
+
+    ran: list[list[int]] = []
+
+    async def scenario() -> None:
+        release = asyncio.Event()
+        index = {id(texts): i for i, texts in enumerate(requests)}
+        blocker: list[str] = ["busy"]
+
+        async def run(jobs: list[tuple[list[str], int | None]]) -> tuple[object, list[object]]:
+            if jobs[0][0] is blocker:
+                await release.wait()
+            else:
+                ran.append([index[id(texts)] for texts, _ in jobs])
+            return None, [None] * len(jobs)
+
+        batcher = MicroBatcher(run, workers=1, window_ms=0, max_texts=max_texts, max_tokens=max_tokens,  # type: ignore[arg-type]
+                               count_tokens=lambda texts: sum(len(t.split()) for t in texts))
+        batcher.start()
+        first = batcher.submit(blocker, 1)
+        await asyncio.sleep(0.01)  # the worker is now held by the blocker
+        futures = [batcher.submit(texts, 1) for texts in requests]
+        release.set()
+        await asyncio.gather(first, *futures)
+        await batcher.stop()
+
+    asyncio.run(scenario())
+    return ran
+
+
+def test_token_budget_keeps_a_long_request_out_of_the_short_ones_batch() -> None:
+    short, long = ["why is the sky blue"], ["word " * 300]  # 5 and 300 tokens
+    requests = [list(short), list(short), long, list(short), list(short)]  # distinct objects: index by identity
+    # texts alone: one batch takes all five
+    assert _record_batches(64, 0, requests) == [[0, 1, 2, 3, 4]]
+    # a 100-token budget: the long request runs alone (it is over the budget, and still runs), in queue order
+    assert _record_batches(64, 100, requests) == [[0, 1], [2], [3, 4]]
+    # a budget that fits everything changes nothing; the text bound still applies
+    assert _record_batches(64, 10_000, requests) == [[0, 1, 2, 3, 4]]
+    assert _record_batches(2, 10_000, requests) == [[0, 1], [2, 3], [4]]
+
+
+def test_token_budget_over_http_answers_every_request_correctly(quora_root: Path, tmp_path: Path) -> None:
+    """A tight budget splits concurrent traffic into more runs; every answer is still exactly its own."""
+    srv = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(quora_root), "STRATA_WORKERS": "1",
+                                  "STRATA_BATCH_MAX_TOKENS": "40"})
+    try:
+        with srv.client() as c:
+            expected = {q: [h["id"] for h in c.post("/search", json={"query": q, "top_k": 5}).json()["hits"]]
+                        for q in QUERIES}
+            before = _batches(c.get("/metrics").text)
+            responses = asyncio.run(_burst(srv.url, 30))
+            after = _batches(c.get("/metrics").text)
+        assert all(r.status_code == 200 for r in responses)
+        for i, r in enumerate(responses):
+            assert [h["id"] for h in r.json()["hits"]] == expected[QUERIES[i % len(QUERIES)]]
+        runs, texts = after[0] - before[0], after[1] - before[1]
+        assert texts == 30
+        # queries are 6-16 tokens: at most 40 tokens means at most ~5 texts per run, so more than 30 / 6 runs
+        assert runs >= 30 / 6, f"{runs} runs for 30 requests under a 40-token budget"
+    finally:
+        stop_server(srv)
