@@ -9,12 +9,14 @@ batches, and a worker held idle for the window costs more than larger batches ga
 req/s).
 
 A batch is also bounded by tokens (`max_tokens`, like TEI's `max-batch-tokens`): a request's cost is its
-texts' token count, taken with the served tokenizer when it is queued. Without that bound one request of 64
-long texts joins the short queries queued beside it and every one of them waits for its run; with it, the
-long request forms its own batch and runs on the other worker. (Inside a batch the encoder already cuts runs by
-length, so short texts are never padded to a long one; the bound is about waiting, not padding.) A request
-over the budget still runs, alone. Requests keep their queue order: a batch stops at the first request that
-does not fit, rather than letting later ones overtake it.
+texts' token count, taken with the served tokenizer when it is queued. Light requests (within the bound) are
+batched first come, first served while they fit. A heavy request (over the bound on its own, e.g. 16 passages
+of 250 tokens) runs alone, and at most `workers - 1` heavy batches run at once: while they do, light requests
+queued behind a heavy one go ahead of it on the free worker. So a short query never waits for a long
+document's run, neither inside its batch nor for a worker, and a heavy request waits at most until a heavy
+slot frees (it is taken as soon as it is first in the queue and a slot is free: no starvation). Measured
+with `bench/batching.py` (see the README). Inside a batch the encoder already cuts runs by length, so short
+texts are never padded to a long one.
 
 The batcher only groups and dispatches: the in-flight cap and the timeout are the engine's, at its door.
 """
@@ -40,6 +42,7 @@ class _Request:
     top_k: int | None  # None: encode only
     future: asyncio.Future[Answer] = field(repr=False)
     tokens: int = 0  # what it costs against `max_tokens`
+    heavy: bool = False  # over `max_tokens` on its own: runs alone, in a heavy slot
 
 
 class MicroBatcher:
@@ -49,6 +52,8 @@ class MicroBatcher:
         self.run, self.window, self.max_texts, self.on_batch = run, window_ms / 1000, max_texts, on_batch
         self.max_tokens = max_tokens if count_tokens is not None else 0  # 0: texts alone bound a batch
         self.count_tokens = count_tokens
+        self.heavy_slots = max(1, workers - 1)  # one worker stays free for light requests
+        self.heavy_running = 0
         self.queue: deque[_Request] = deque()
         self.wakeup = asyncio.Event()
         self.slots = asyncio.Semaphore(workers)
@@ -71,7 +76,8 @@ class MicroBatcher:
         """Queue `texts` (searched with `top_k` unless None); the future resolves when their batch has run."""
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         tokens = self.count_tokens(texts) if self.max_tokens and self.count_tokens else 0
-        self.queue.append(_Request(texts, top_k, future, tokens))
+        self.queue.append(_Request(texts, top_k, future, tokens, heavy=bool(self.max_tokens) and
+                                   tokens > self.max_tokens))
         self.wakeup.set()
         return future
 
@@ -80,11 +86,22 @@ class MicroBatcher:
             (not self.max_tokens or tokens + req.tokens <= self.max_tokens)
 
     def _take(self) -> list[_Request]:
-        batch, texts, tokens = [], 0, 0
-        while self.queue and (not batch or self._fits(self.queue[0], texts, tokens)):
-            req = self.queue.popleft()
+        """The next batch: a heavy request alone when it is first in the queue and a heavy slot is free; else
+        the light requests in queue order while they fit, passing over heavy ones that must wait for a slot."""
+        batch: list[_Request] = []
+        texts = tokens = 0
+        for req in list(self.queue):
             if req.future.done():  # its caller gave up (timed out) before it ran: no work for nobody
+                self.queue.remove(req)
                 continue
+            if req.heavy:
+                if not batch and self.heavy_running < self.heavy_slots:
+                    self.queue.remove(req)
+                    return [req]
+                continue  # waits for a heavy slot; light requests behind it may go first
+            if batch and not self._fits(req, texts, tokens):
+                break
+            self.queue.remove(req)
             batch.append(req)
             texts += len(req.texts)
             tokens += req.tokens
@@ -103,6 +120,7 @@ class MicroBatcher:
                     self.slots.release()
                     break
                 self.running += 1
+                self.heavy_running += batch[0].heavy
                 task = asyncio.get_running_loop().create_task(self._run(batch))
                 self.batches.add(task)
                 task.add_done_callback(self.batches.discard)
@@ -137,4 +155,7 @@ class MicroBatcher:
                     r.future.set_result((searcher, res))
         finally:
             self.running -= 1
+            self.heavy_running -= batch[0].heavy
             self.slots.release()
+            if self.queue:  # a heavy request may have been waiting for this batch's slot
+                self.wakeup.set()

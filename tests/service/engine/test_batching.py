@@ -80,9 +80,10 @@ def test_batching_can_be_switched_off(quora_root: Path, tmp_path: Path) -> None:
 
 
 
-def _record_batches(max_texts: int, max_tokens: int, requests: list[list[str]]) -> list[list[int]]:
-    """Queue `requests` while the only worker is busy, release it, and return the batches that ran (as request
-    indices). The cost of a text is its word count, so the test controls it exactly."""
+def _record_batches(max_texts: int, max_tokens: int, requests: list[list[str]], workers: int = 1) -> list[list[int]]:
+    """Queue `requests` while one worker is held busy, release it, and return the batches in the order they
+    started (as request indices). A text costs its word count, so the test sets costs exactly; a batch of a
+    request with more than 100 words takes 0.1 s, the others no time."""
     from service.engine.batching import MicroBatcher
 
     ran: list[list[int]] = []
@@ -97,13 +98,15 @@ def _record_batches(max_texts: int, max_tokens: int, requests: list[list[str]]) 
                 await release.wait()
             else:
                 ran.append([index[id(texts)] for texts, _ in jobs])
+                if any(len(" ".join(texts).split()) > 100 for texts, _ in jobs):
+                    await asyncio.sleep(0.1)
             return None, [None] * len(jobs)
 
-        batcher = MicroBatcher(run, workers=1, window_ms=0, max_texts=max_texts, max_tokens=max_tokens,  # type: ignore[arg-type]
-                               count_tokens=lambda texts: sum(len(t.split()) for t in texts))
+        batcher = MicroBatcher(run, workers=workers, window_ms=0, max_texts=max_texts,  # type: ignore[arg-type]
+                               max_tokens=max_tokens, count_tokens=lambda texts: sum(len(t.split()) for t in texts))
         batcher.start()
         first = batcher.submit(blocker, 1)
-        await asyncio.sleep(0.01)  # the worker is now held by the blocker
+        await asyncio.sleep(0.01)  # a worker is now held by the blocker
         futures = [batcher.submit(texts, 1) for texts in requests]
         release.set()
         await asyncio.gather(first, *futures)
@@ -113,16 +116,30 @@ def _record_batches(max_texts: int, max_tokens: int, requests: list[list[str]]) 
     return ran
 
 
-def test_token_budget_keeps_a_long_request_out_of_the_short_ones_batch() -> None:
-    short, long = ["why is the sky blue"], ["word " * 300]  # 5 and 300 tokens
-    requests = [list(short), list(short), long, list(short), list(short)]  # distinct objects: index by identity
-    # texts alone: one batch takes all five
+def test_token_budget_keeps_long_requests_away_from_short_ones() -> None:
+    def short() -> list[str]:
+        return ["why is the sky blue"]  # 5 tokens; a new list each time: requests are told apart by identity
+
+    long = ["word " * 300]  # 300 tokens
+    requests = [short(), short(), long, short(), short()]
+    # texts alone bound a batch: the long request rides with the short ones, which wait for its run
     assert _record_batches(64, 0, requests) == [[0, 1, 2, 3, 4]]
-    # a 100-token budget: the long request runs alone (it is over the budget, and still runs), in queue order
-    assert _record_batches(64, 100, requests) == [[0, 1], [2], [3, 4]]
+    # a 100-token budget: the short ones batch together (overtaking the long one), which then runs alone
+    assert _record_batches(64, 100, requests) == [[0, 1, 3, 4], [2]]
+    # light requests keep their order and stop at the first that does not fit
+    assert _record_batches(64, 12, [short(), short(), short()]) == [[0, 1], [2]]
     # a budget that fits everything changes nothing; the text bound still applies
     assert _record_batches(64, 10_000, requests) == [[0, 1, 2, 3, 4]]
     assert _record_batches(2, 10_000, requests) == [[0, 1], [2, 3], [4]]
+
+
+def test_heavy_requests_leave_a_worker_to_light_ones() -> None:
+    """Two workers: one heavy batch at a time, so a short query queued behind two long requests runs before the
+    second of them instead of waiting for both."""
+    long1, long2, short = ["word " * 300], ["text " * 300], ["why is the sky blue"]
+    assert _record_batches(64, 100, [long1, long2, short], workers=2) == [[0], [2], [1]]
+    # without the bound, all three share one batch
+    assert _record_batches(64, 0, [long1, long2, short], workers=2) == [[0, 1, 2]]
 
 
 def test_token_budget_over_http_answers_every_request_correctly(quora_root: Path, tmp_path: Path) -> None:
