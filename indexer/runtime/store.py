@@ -7,6 +7,7 @@ import os
 import re
 import sqlite3
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,13 +48,23 @@ def write_store(
         con.close()
 
 
-class Store:
-    """Read-only access, safe to share between threads (one connection behind a lock; lookups are tiny)."""
+HOT_DOCUMENTS = 100_000  # documents kept in memory per open store (a few tens of MB of short texts)
 
-    def __init__(self, path: Path) -> None:
+
+class Store:
+    """Read-only access, safe to share between threads (one connection behind a lock; lookups are tiny).
+
+    `documents` keeps the most recently returned `hot_documents` in memory (least recently used evicted first):
+    a store is immutable once written, so a cached document never goes stale, and a hit served from memory
+    skips SQLite, whose pages the encoder's working set keeps evicting from the CPU caches (~0.15 ms of a
+    `/search` at 10 hits)."""
+
+    def __init__(self, path: Path, *, hot_documents: int = HOT_DOCUMENTS) -> None:
         if not path.is_file():
             raise FileNotFoundError(f"{path} is missing")
         self.path = path
+        self._hot: OrderedDict[int, StoredDoc] = OrderedDict()
+        self._hot_max = max(0, hot_documents)
         self._con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True, check_same_thread=False)
         self._lock = threading.Lock()
         self._tables: set[str] | None = None
@@ -101,10 +112,29 @@ class Store:
     def documents(self, ids: Iterable[int]) -> dict[int, StoredDoc]:
         """External id, text and metadata of the documents with these FAISS ids (missing ids are left out). A Quora
         store has no external ids: a document's external id is its FAISS id (the qid), its metadata empty."""
-        wanted = sorted({int(i) for i in ids if i >= 0})
         out: dict[int, StoredDoc] = {}
-        if not wanted:
-            return out
+        missing: set[int] = set()
+        with self._lock:
+            for i in ids:
+                i = int(i)
+                doc = self._hot.get(i)
+                if doc is not None:
+                    self._hot.move_to_end(i)
+                    out[i] = doc
+                elif i >= 0:
+                    missing.add(i)
+        if missing:
+            fetched = self._fetch_documents(sorted(missing))
+            out.update(fetched)
+            if self._hot_max:
+                with self._lock:
+                    self._hot.update(fetched)
+                    while len(self._hot) > self._hot_max:
+                        self._hot.popitem(last=False)
+        return out
+
+    def _fetch_documents(self, wanted: list[int]) -> dict[int, StoredDoc]:
+        out: dict[int, StoredDoc] = {}
         corpus = self._has_table("doc_ext")
         for part in _chunks(wanted):
             marks = ",".join("?" * len(part))
