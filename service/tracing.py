@@ -20,7 +20,6 @@ Imports no FastAPI or Starlette: the engine uses it.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -65,10 +64,13 @@ class Tracing:
         self.enabled = bool(self.endpoint) or exporter is not None
         self.provider: TracerProvider | None = None
         self.tracer: Tracer | None = None
-        if self.enabled and exporter is None and \
-                importlib.util.find_spec("opentelemetry.exporter.otlp.proto.http") is None:
-            raise TracingConfigError(f"STRATA_OTLP_ENDPOINT is set but {OTLP_EXPORTER} is not installed: "
-                                     f"pip install {OTLP_EXPORTER} (it is in the `serve` extra), or unset it")
+        if self.enabled and exporter is None:  # fail at start-up, not at the first span
+            try:
+                import opentelemetry.exporter.otlp.proto.http.trace_exporter  # noqa: F401
+            except ImportError as exc:
+                raise TracingConfigError(f"STRATA_OTLP_ENDPOINT is set but {OTLP_EXPORTER} is not installed "
+                                         f"({exc}): pip install {OTLP_EXPORTER} (it is in the `serve` extra), "
+                                         "or unset STRATA_OTLP_ENDPOINT") from exc
 
     # -- lifecycle (the app's lifespan) ------------------------------------------------------------------------
     def start(self) -> None:

@@ -73,12 +73,11 @@ async def embeddings(body: EmbeddingRequest, engine: EngineDep, settings: Settin
     texts = [body.input] if isinstance(body.input, str) else body.input
     answer = await engine.encode(texts, endpoint="/v1/embeddings")
     if body.encoding_format == "base64":
-        vectors: list[list[float]] | list[str] = [_base64(v) for v in answer.vectors]
+        data = [Embedding(index=i, embedding=_base64(v)) for i, v in enumerate(answer.vectors)]
     else:
-        vectors = answer.vectors.tolist()
+        data = [Embedding(index=i, embedding=v) for i, v in enumerate(answer.vectors.tolist())]
     tokens = sum(answer.tokens)
-    return EmbeddingResponse(data=[Embedding(index=i, embedding=v) for i, v in enumerate(vectors)],
-                             model=answer.model, usage=Usage(prompt_tokens=tokens, total_tokens=tokens))
+    return EmbeddingResponse(data=data, model=answer.model, usage=Usage(prompt_tokens=tokens, total_tokens=tokens))
 
 
 @router.get("/models", response_model=ModelList)
