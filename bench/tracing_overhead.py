@@ -2,7 +2,8 @@
 
 First the hooks alone, in this process: what the middleware and the engine run per `/search` request (request
 span, then queue/encode/faiss_search/store_lookup), with tracing off and on (SDK, batch processor, an exporter
-that drops the spans), in µs per request — small enough to survive a busy machine. Then over HTTP: it starts `python -m service` twice on the same index: tracing off, and tracing on (STRATA_OTLP_ENDPOINT pointing
+that drops the spans), in µs per request: a figure small enough to survive a busy machine. Then over HTTP: it
+starts `python -m service` twice on the same index, tracing off and tracing on (STRATA_OTLP_ENDPOINT pointing
 at a local OTLP/HTTP sink that accepts and discards the exports, so the batch exporter really serialises and
 posts). One client sends requests back to back, passes interleaved between the two servers (the machine is
 shared; interleaving spreads its noise over both); prints p50 latency per endpoint and the on/off ratio, and
@@ -76,10 +77,9 @@ def hook_cost_us(enabled: bool, n: int) -> float:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     from service.engine.searcher import Timeline
-    from service.settings import Settings
     from service.tracing import Tracing
 
-    tracing = Tracing(Settings(otlp_endpoint=None))
+    tracing = Tracing()
     if enabled:  # the OTLP setup, with the network left out
         tracing.enabled = True
         tracing.provider = TracerProvider()

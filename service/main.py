@@ -29,7 +29,7 @@ def create_app(settings: Settings | None = None, tracing: Tracing | None = None)
     """`tracing`: the app's tracing (default: from the settings, off unless STRATA_OTLP_ENDPOINT is set)."""
     settings = settings or Settings()
     metrics = Metrics()
-    tracing = tracing or Tracing(settings)
+    tracing = tracing or Tracing.from_settings(settings)
     engine = Engine(settings, metrics, tracing=tracing)
 
     @asynccontextmanager

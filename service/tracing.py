@@ -56,10 +56,11 @@ class RequestSpan:
 
 
 class Tracing:
-    """The app's tracer. `exporter` replaces the OTLP exporter (tests pass the SDK's in-memory one)."""
+    """The app's tracer: off with neither an OTLP `endpoint` nor an `exporter` (tests pass the SDK's in-memory
+    one, which replaces the OTLP exporter)."""
 
-    def __init__(self, settings: Settings, exporter: SpanExporter | None = None) -> None:
-        self.endpoint = settings.otlp_endpoint
+    def __init__(self, endpoint: str | None = None, exporter: SpanExporter | None = None) -> None:
+        self.endpoint = endpoint
         self.exporter = exporter
         self.enabled = bool(self.endpoint) or exporter is not None
         self.provider: TracerProvider | None = None
@@ -71,6 +72,10 @@ class Tracing:
                 raise TracingConfigError(f"STRATA_OTLP_ENDPOINT is set but {OTLP_EXPORTER} is not installed "
                                          f"({exc}): pip install {OTLP_EXPORTER} (it is in the `serve` extra), "
                                          "or unset STRATA_OTLP_ENDPOINT") from exc
+
+    @classmethod
+    def from_settings(cls, settings: Settings, exporter: SpanExporter | None = None) -> Tracing:
+        return cls(settings.otlp_endpoint, exporter)
 
     # -- lifecycle (the app's lifespan) ------------------------------------------------------------------------
     def start(self) -> None:

@@ -98,7 +98,7 @@ class Engine:
                  tracing: Tracing | None = None) -> None:
         self.settings = settings
         self.metrics = metrics or Metrics()
-        self.tracing = tracing or Tracing(settings)
+        self.tracing = tracing or Tracing()  # off
         self.backend = backend or make_backend(settings)
         self.leases = Leases()
         self.swapper = Swapper(settings, self.backend, self.leases, self.metrics)

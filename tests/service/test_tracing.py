@@ -56,7 +56,7 @@ class InProcessServer:
 def traced(quora_root: Path) -> Iterator[tuple[InProcessServer, InMemorySpanExporter, Tracing]]:
     settings = Settings(index_root=quora_root, threads=2, watch_interval_s=0)
     exporter = InMemorySpanExporter()
-    tracing = Tracing(settings, exporter=exporter)
+    tracing = Tracing.from_settings(settings, exporter=exporter)
     with InProcessServer(create_app(settings, tracing=tracing)) as srv:
         yield srv, exporter, tracing
     assert tracing.provider is None  # the lifespan shut it down
