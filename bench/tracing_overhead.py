@@ -131,7 +131,7 @@ def main() -> None:
     on, on_url = start(args.root, {"STRATA_OTLP_ENDPOINT": f"http://127.0.0.1:{sink.server_port}",
                                    "OTEL_BSP_SCHEDULE_DELAY": "200"})
     model = httpx.get(f"{off_url}/v1/models").json()["data"][0]["id"]
-    cases = {"/search": {"query": QUERY, "top_k": 10}, "/encode": {"texts": [QUERY]},
+    cases: dict[str, dict[str, object]] = {"/search": {"query": QUERY, "top_k": 10}, "/encode": {"texts": [QUERY]},
              "/v1/embeddings": {"input": QUERY, "model": model, "encoding_format": "float"},
              "/v1/embeddings base64": {"input": QUERY, "model": model, "encoding_format": "base64"}}
     results: dict[tuple[str, str], list[float]] = {}
