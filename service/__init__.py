@@ -1,13 +1,16 @@
-"""Strata service: the FastAPI app serving `/encode`, `/search`, `/health`, `/ready`, `/metrics` and
-`/admin/reload`, over one engine with a local or a Ray-sharded backend.
+"""Strata service: the FastAPI app serving `/encode`, `/search`, `/health`, `/ready`, `/metrics`,
+`/admin/reload` and the OpenAI-compatible `/v1/embeddings` and `/v1/models`, over one engine with a local or a
+Ray-sharded backend.
 
 Owns: the engine (`service.engine`: micro-batching, workers, leases, swaps, caps, timeout, backends), the HTTP
 layer around it — app factory (`main`), routers, dependencies (`deps`), the mapping of engine errors to HTTP
 (`errors`), API keys (`auth`), the body cap (`limits`), access log and request ids (`access`, `logs`),
-schemas — plus settings (environment variables prefixed `STRATA_`), Prometheus metrics and the demo command.
+schemas (`schemas`, `openai_schemas`) — plus settings (environment variables prefixed `STRATA_`), Prometheus
+metrics, optional OpenTelemetry tracing (`tracing`) and the demo command.
 
 May import: `indexer.runtime` (encoder runtime, index versions, layout), fastapi/starlette (outside
-`service.engine`), pydantic, prometheus-client, numpy, uvicorn, and Ray (the sharded backend only). Never torch
+`service.engine`), pydantic, prometheus-client, numpy, uvicorn, OpenTelemetry (`tracing` only, and only when
+tracing is on), and Ray (the sharded backend only). Never torch
 or `models` (the API image ships without them), and never the build pipeline (`indexer.build`, ...): the demo
 runs `encoder export` and `indexer build` as child processes.
 """

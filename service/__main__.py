@@ -58,9 +58,15 @@ def serve(settings: Settings) -> int:
     import uvicorn
 
     from service.main import create_app
+    from service.tracing import TracingConfigError
 
+    try:
+        app = create_app(settings)
+    except TracingConfigError as exc:
+        print(f"python -m service: error: {exc}", file=sys.stderr)
+        return 2
     # log_config=None: uvicorn's loggers go through our (JSON) root handler.
-    config = uvicorn.Config(create_app(settings), host=settings.host, port=settings.port,
+    config = uvicorn.Config(app, host=settings.host, port=settings.port,
                             log_level=settings.log_level, log_config=None, access_log=False,
                             timeout_graceful_shutdown=settings.shutdown_timeout_s)
     server = uvicorn.Server(config)

@@ -1,4 +1,4 @@
-"""Request id, JSON access log and per-endpoint metrics as plain ASGI middleware.
+"""Request id, JSON access log, per-endpoint metrics and the request's trace span as plain ASGI middleware.
 
 Plain ASGI rather than `@app.middleware("http")`: Starlette's BaseHTTPMiddleware wraps every request in an
 anyio task group and memory streams, which cost about as much as the rest of the framework on a ~5 ms request
@@ -15,8 +15,10 @@ import uuid
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.errors import error_body
 from service.logs import request_id
 from service.metrics import Metrics
+from service.tracing import Tracing
 
 log = logging.getLogger(__name__)
 access = logging.getLogger("strata.access")
@@ -24,17 +26,21 @@ access = logging.getLogger("strata.access")
 
 class AccessLog:
     """Outermost app middleware: tags the response with X-Request-ID, counts and times it by route template,
-    logs one line, and answers an unhandled exception with a 500 that carries the request id."""
+    logs one line, traces it (when tracing is on), and answers an unhandled exception with a 500 that carries
+    the request id."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
-        self.app, self.metrics = app, metrics
+    def __init__(self, app: ASGIApp, metrics: Metrics, tracing: Tracing | None = None) -> None:
+        self.app, self.metrics, self.tracing = app, metrics, tracing
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        rid = Headers(scope=scope).get("x-request-id", "")[:64] or uuid.uuid4().hex
+        headers = Headers(scope=scope)
+        rid = headers.get("x-request-id", "")[:64] or uuid.uuid4().hex
         token = request_id.set(rid)
+        span = self.tracing.start_request(scope["method"], scope["path"], headers, rid) \
+            if self.tracing is not None and self.tracing.enabled else None
         t0 = time.perf_counter()
         status = 0
 
@@ -53,7 +59,7 @@ class AccessLog:
                 if status:  # the response had started: nothing more can be sent
                     raise
                 status = 500
-                body = json.dumps({"detail": "internal error", "request_id": rid}).encode()
+                body = json.dumps(error_body(scope["path"], 500, "internal error") | {"request_id": rid}).encode()
                 await send({"type": "http.response.start", "status": 500,
                             "headers": [(b"content-type", b"application/json"),
                                         (b"content-length", str(len(body)).encode()),
@@ -61,6 +67,8 @@ class AccessLog:
                 await send({"type": "http.response.body", "body": body})
             self._record(scope, status, time.perf_counter() - t0)
         finally:
+            if span is not None:
+                Tracing.end_request(span, scope["method"], getattr(scope.get("route"), "path", None), status)
             request_id.reset(token)
 
     def _record(self, scope: Scope, status: int, elapsed: float) -> None:

@@ -11,6 +11,7 @@ from fastapi import Depends, Request
 
 from service.engine import Engine
 from service.metrics import Metrics
+from service.settings import Settings
 
 
 async def get_engine(request: Request) -> Engine:
@@ -21,5 +22,10 @@ async def get_metrics(request: Request) -> Metrics:
     return request.app.state.metrics
 
 
+async def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
 EngineDep = Annotated[Engine, Depends(get_engine)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+SettingsDep = Annotated[Settings, Depends(get_settings)]

@@ -2,19 +2,32 @@
 
     Overloaded   -> 429 with Retry-After       NotReady     -> 503
     TimedOut     -> 504                        SwapRefused  -> 409 (a ReloadResponse: the old version serves)
-    RequestValidationError -> 422 without the echoed input
+    RequestValidationError -> 422 without the echoed input (400 on /v1/*, as OpenAI answers)
 
-Every body is JSON with a `detail` that says why (or the ReloadResponse), never a stack trace.
+Every body is JSON with a `detail` that says why (or the ReloadResponse), never a stack trace — except under
+`/v1/` (the OpenAI-compatible routes), where every error, from the key check and the body cap to validation and
+the engine's refusals, has OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`, which its clients
+turn into typed exceptions (`openai.BadRequestError`, `AuthenticationError`, `RateLimitError`, ...).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 
 from service.engine import NotReady, Overloaded, SwapRefused, TimedOut
+from service.openai_schemas import OpenAIRequestError
 from service.schemas import ReloadResponse
+
+OPENAI_PREFIX = "/v1/"
+# OpenAI's `code` for the statuses every route may answer (a route's own refusals name theirs)
+_OPENAI_CODES = {401: "invalid_api_key", 404: "unknown_url", 413: "request_too_large", 429: "rate_limit_exceeded",
+                 503: "not_ready", 504: "timeout"}
 
 # Documented on every route of the OpenAPI schema.
 ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
@@ -27,25 +40,84 @@ ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
 }
 
 
+def is_openai(path: str) -> bool:
+    return path.startswith(OPENAI_PREFIX)
+
+
+def openai_error(status: int, message: str, *, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+    """OpenAI's error body; `type` as its API sets it for the status."""
+    kind = "requests" if status == 429 else "server_error" if status >= 500 else "invalid_request_error"
+    return {"error": {"message": message, "type": kind, "param": param, "code": code or _OPENAI_CODES.get(status)}}
+
+
+def error_body(path: str, status: int, message: str) -> dict[str, Any]:
+    """An error's JSON body for `path`: OpenAI's shape under /v1/, `{"detail": message}` elsewhere (also used by
+    the ASGI middleware, which answer before any route)."""
+    return openai_error(status, message) if is_openai(path) else {"detail": message}
+
+
+def _error(request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(error_body(request.url.path, status, message), status_code=status, headers=headers)
+
+
+def _param(loc: tuple[Any, ...]) -> str | None:
+    """A validation error's location as OpenAI names a parameter: `input`, `input[3]` (the tags of a tagged
+    union, strings after the field's name, are left out)."""
+    fields = loc[1:] if loc and loc[0] in ("body", "query", "path") else loc
+    if not fields or not isinstance(fields[0], str):
+        return None
+    return fields[0] + "".join(f"[{part}]" for part in fields[1:] if isinstance(part, int))
+
+
+def _openai_validation_error(exc: RequestValidationError) -> JSONResponse:
+    errors = exc.errors()
+    first = errors[0] if errors else {}
+    if first.get("type") == "json_invalid":
+        reason = (first.get("ctx") or {}).get("error", "")
+        return JSONResponse(openai_error(400, f"could not parse the JSON body: {reason}".rstrip(": ")), 400)
+    parts = []
+    for e in errors:
+        msg = str(e.get("msg")).removeprefix("Value error, ")
+        param = _param(tuple(e.get("loc", ())))
+        parts.append(f"'{param}': {msg}" if param else f"request body: {msg}")
+    return JSONResponse(openai_error(400, "; ".join(parts), param=_param(tuple(first.get("loc", ())))), 400)
+
+
 async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
     """422 with each error's type, location and message, without the echoed `input`: it may hold what JSON
     cannot carry back (NaN, 1e400, lone surrogates), which turned a 422 into a 500 (found by the property-based
-    tests)."""
+    tests). Under /v1/: a 400 in OpenAI's shape naming the first bad parameter, as OpenAI answers."""
+    if is_openai(request.url.path):
+        return _openai_validation_error(exc)
     errors = [{"type": e.get("type"), "loc": list(e.get("loc", ())), "msg": str(e.get("msg"))}
               for e in exc.errors()]
     return JSONResponse({"detail": errors}, status_code=422)
 
 
+async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    """The key check's 401/403 and routing's 404/405: OpenAI's shape under /v1/, FastAPI's elsewhere."""
+    if not is_openai(request.url.path):
+        return await http_exception_handler(request, exc)  # type: ignore[return-value]
+    message = str(exc.detail)
+    if exc.status_code == 404:
+        message = f"Invalid URL ({request.method} {request.url.path})"
+    return JSONResponse(openai_error(exc.status_code, message), status_code=exc.status_code, headers=exc.headers)
+
+
+async def openai_refusal(request: Request, exc: OpenAIRequestError) -> JSONResponse:
+    return JSONResponse(openai_error(exc.status, exc.message, param=exc.param, code=exc.code), exc.status)
+
+
 async def overloaded(request: Request, exc: Overloaded) -> JSONResponse:
-    return JSONResponse({"detail": str(exc)}, status_code=429, headers={"Retry-After": str(exc.retry_after_s)})
+    return _error(request, 429, str(exc), headers={"Retry-After": str(exc.retry_after_s)})
 
 
 async def not_ready(request: Request, exc: NotReady) -> JSONResponse:
-    return JSONResponse({"detail": str(exc)}, status_code=503)
+    return _error(request, 503, str(exc))
 
 
 async def timed_out(request: Request, exc: TimedOut) -> JSONResponse:
-    return JSONResponse({"detail": str(exc)}, status_code=504)
+    return _error(request, 504, str(exc))
 
 
 async def swap_refused(request: Request, exc: SwapRefused) -> JSONResponse:
@@ -55,6 +127,8 @@ async def swap_refused(request: Request, exc: SwapRefused) -> JSONResponse:
 
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, validation_error)  # type: ignore[arg-type]
+    app.add_exception_handler(HTTPException, http_error)  # type: ignore[arg-type]
+    app.add_exception_handler(OpenAIRequestError, openai_refusal)  # type: ignore[arg-type]
     app.add_exception_handler(Overloaded, overloaded)  # type: ignore[arg-type]
     app.add_exception_handler(NotReady, not_ready)  # type: ignore[arg-type]
     app.add_exception_handler(TimedOut, timed_out)  # type: ignore[arg-type]

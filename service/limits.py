@@ -6,13 +6,16 @@ import json
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.errors import error_body
+
 
 class BodySizeLimit:
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app, self.max_bytes = app, max_bytes
 
-    async def _too_large(self, send: Send, size: str) -> None:
-        body = json.dumps({"detail": f"request body is {size} bytes; the limit is {self.max_bytes}"}).encode()
+    async def _too_large(self, scope: Scope, send: Send, size: str) -> None:
+        message = f"request body is {size} bytes; the limit is {self.max_bytes}"
+        body = json.dumps(error_body(scope["path"], 413, message)).encode()
         await send({"type": "http.response.start", "status": 413,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                                 (b"connection", b"close")]})
@@ -24,7 +27,7 @@ class BodySizeLimit:
             return
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            await self._too_large(send, length.decode())  # refused before reading a byte of it
+            await self._too_large(scope, send, length.decode())  # refused before reading a byte of it
             return
         chunks, size = [], 0
         while True:  # chunked bodies have no length header: count while reading, stop at the cap
@@ -34,7 +37,7 @@ class BodySizeLimit:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:
-                await self._too_large(send, f"more than {self.max_bytes}")
+                await self._too_large(scope, send, f"more than {self.max_bytes}")
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):

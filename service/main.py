@@ -1,8 +1,9 @@
 """App factory: the same app for every engine backend (local or Ray-sharded).
 
-The lifespan starts and stops the engine; middleware adds a request id, JSON access logs, per-endpoint metrics,
-CORS and the body cap; one app-wide dependency checks API keys; `service.errors` maps the engine's refusals to
-HTTP. Routers ask only for what they use (`service.deps`).
+The lifespan starts and stops the engine and the tracer provider (`service.tracing`, when tracing is on);
+middleware adds a request id, JSON access logs, per-endpoint metrics, the request's trace span, CORS and the body
+cap; one app-wide dependency checks API keys; `service.errors` maps the engine's refusals to HTTP (in OpenAI's
+shape under /v1/). Routers ask only for what they use (`service.deps`).
 """
 
 from __future__ import annotations
@@ -19,25 +20,30 @@ from service.engine import Engine
 from service.errors import ERROR_RESPONSES, install_error_handlers
 from service.limits import BodySizeLimit
 from service.metrics import Metrics
-from service.routers import admin, encode, health, search
+from service.routers import admin, encode, health, openai, search
 from service.settings import Settings
+from service.tracing import Tracing
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, tracing: Tracing | None = None) -> FastAPI:
+    """`tracing`: the app's tracing (default: from the settings, off unless STRATA_OTLP_ENDPOINT is set)."""
     settings = settings or Settings()
     metrics = Metrics()
-    engine = Engine(settings, metrics)
+    tracing = tracing or Tracing.from_settings(settings)
+    engine = Engine(settings, metrics, tracing=tracing)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        tracing.start()
         await engine.start()
         yield
         await engine.stop()  # after uvicorn stopped accepting and waited for in-flight requests
+        tracing.shutdown()  # exports the spans still queued
 
     app = FastAPI(title="Strata", version="0.1.0", lifespan=lifespan, dependencies=[Depends(authorize)],
                   responses=ERROR_RESPONSES,
                   description="Semantic search over an ONNX sentence encoder and a FAISS index.")
-    app.state.metrics, app.state.engine = metrics, engine
+    app.state.metrics, app.state.engine, app.state.settings, app.state.tracing = metrics, engine, settings, tracing
     app.state.authorizer = Authorizer(settings)
     install_error_handlers(app)
 
@@ -47,8 +53,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
                            expose_headers=["X-Request-ID", "Retry-After"])
-    app.add_middleware(AccessLog, metrics=metrics)
+    app.add_middleware(AccessLog, metrics=metrics, tracing=tracing)
 
-    for router in (encode.router, search.router, health.router, admin.router):
+    for router in (encode.router, search.router, health.router, admin.router, openai.router):
         app.include_router(router)
     return app

@@ -65,6 +65,16 @@ class Settings(BaseSettings):
     max_mrr_drop: float = Field(0.02, ge=0, description="refuse a newer version whose MRR@10 (same eval set) "
                                 "is lower than the served one's by more than this")
 
+    # OpenAI-compatible routes (/v1/embeddings, /v1/models): the name clients send as `model`
+    model_name: str | None = Field(None, description="the served encoder's name in /v1 (default: its folder's "
+                                   "name, e.g. all-MiniLM-L6-v2-mean)")
+    model_aliases: list[str] = Field(default_factory=list, description='other names /v1/embeddings accepts as '
+                                     '`model`, e.g. ["text-embedding-3-small"]; ["*"] accepts any name')
+
+    # Tracing (OpenTelemetry, OTLP over HTTP): off unless an endpoint is set
+    otlp_endpoint: str | None = Field(None, description="OTLP/HTTP collector, e.g. http://localhost:4318 "
+                                      "(/v1/traces is appended unless given); unset: no tracing")
+
     # Engine backend: "local" searches the index in this process; "sharded" (`python -m service sharded`) serves
     # the shards of a `--shards N` version as Ray Serve deployments. The same API, keys, limits and swaps.
     engine: Literal["local", "sharded"] = Field("local", description="engine backend: local or sharded (Ray)")

@@ -55,6 +55,16 @@ class Batch:
     truncated: list[bool]
 
 
+@dataclass(frozen=True)
+class Encoded:
+    """Vectors of some texts, with per text whether it was truncated and how many tokens the model ran: special
+    tokens ([CLS], [SEP]) included, counted after truncation to max_length."""
+
+    vectors: np.ndarray
+    truncated: list[bool]
+    tokens: list[int]
+
+
 def default_threads() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
@@ -281,11 +291,19 @@ class OnnxEncoder:
         With `group_by_length` (the default) the texts are tokenised once, sorted by token count and cut into
         runs of at most `batch_size` that pad little (`length_groups`): a micro-batch of one long and many
         short queries is not padded to the long one. Without it, each `batch_size` slice is one padded run."""
+        encoded = self.encode_counted(texts, batch_size, group_by_length=group_by_length)
+        return encoded.vectors, encoded.truncated
+
+    def encode_counted(
+        self, texts: Sequence[str], batch_size: int = 64, *, group_by_length: bool = True
+    ) -> Encoded:
+        """`encode_with_flags`, plus the tokens the model ran per text (from the same tokenisation)."""
         if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32), []
+            return Encoded(np.zeros((0, self.dim), dtype=np.float32), [], [])
         encs = self.tokenizer.encode_batch(list(texts))
+        tokens = [len(e.ids) for e in encs]
         if group_by_length:
-            groups = length_groups([len(e.ids) for e in encs], batch_size)
+            groups = length_groups(tokens, batch_size)
         else:
             groups = [np.arange(s, min(s + batch_size, len(encs))) for s in range(0, len(encs), batch_size)]
         vecs = np.empty((len(texts), self.dim), dtype=np.float32)
@@ -295,7 +313,7 @@ class OnnxEncoder:
             vecs[idx] = out
             for i, f in zip(idx.tolist(), batch.truncated, strict=True):
                 flags[i] = f
-        return vecs, flags
+        return Encoded(vecs, flags, tokens)
 
     def encode(
         self, texts: Sequence[str], batch_size: int | None = None, *, progress: bool = False,

@@ -11,14 +11,15 @@ Owns, one module each:
 - `local`: the local backend (the index searched in this process);
 - `sharded`: the Ray-sharded backend (shards as Ray Serve deployments, searched from this process).
 
-May import: `indexer.runtime`, `service.settings`, `service.metrics`, numpy, the standard library, and Ray (in
-`sharded` only, which is imported only for that backend). Never fastapi or starlette: the HTTP layer maps this
-package's errors to status codes (`service.errors`). Never torch, `models`, or the build pipeline.
+May import: `indexer.runtime`, `service.settings`, `service.metrics`, `service.tracing` (spans of its steps),
+numpy, the standard library, and Ray (in `sharded` only, which is imported only for that backend). Never fastapi
+or starlette: the HTTP layer maps this package's errors to status codes (`service.errors`). Never torch,
+`models`, or the build pipeline.
 """
 
-from service.engine.engine import Engine, Hits, Status, Vectors
+from service.engine.engine import Engine, Hits, ServedModel, Status, Vectors
 from service.engine.errors import EngineError, Mismatch, NotReady, Overloaded, SwapRefused, TimedOut
 from service.engine.swap import Refusal, SwapResult
 
-__all__ = ["Engine", "EngineError", "Hits", "Mismatch", "NotReady", "Overloaded", "Refusal", "Status",
-           "SwapRefused", "SwapResult", "TimedOut", "Vectors"]
+__all__ = ["Engine", "EngineError", "Hits", "Mismatch", "NotReady", "Overloaded", "Refusal", "ServedModel",
+           "Status", "SwapRefused", "SwapResult", "TimedOut", "Vectors"]

@@ -15,9 +15,11 @@ import contextlib
 import contextvars
 import logging
 import signal
+import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 
 import numpy as np
 
@@ -29,6 +31,7 @@ from service.engine.searcher import Hit, Job, Searcher, SearchResult
 from service.engine.swap import Backend, Refusal, Swapper, SwapResult
 from service.metrics import Metrics
 from service.settings import Settings
+from service.tracing import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +55,19 @@ class Vectors:
     vectors: np.ndarray
     truncated: list[bool]
     dim: int
+    tokens: list[int] = field(default_factory=list)  # per text: tokens the model ran ([CLS], [SEP] included)
+    model: str = ""  # the name of the encoder that produced them (`Engine.served_model`)
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """The encoder of the served version, by name (the `model_name` setting, else its folder's name)."""
+
+    name: str
+    dim: int
+    max_length: int
+    pooling: str
+    exported_at: datetime
 
 
 @dataclass(frozen=True)
@@ -78,9 +94,11 @@ def make_backend(settings: Settings) -> Backend:
 
 
 class Engine:
-    def __init__(self, settings: Settings, metrics: Metrics | None = None, backend: Backend | None = None) -> None:
+    def __init__(self, settings: Settings, metrics: Metrics | None = None, backend: Backend | None = None,
+                 tracing: Tracing | None = None) -> None:
         self.settings = settings
         self.metrics = metrics or Metrics()
+        self.tracing = tracing or Tracing()  # off
         self.backend = backend or make_backend(settings)
         self.leases = Leases()
         self.swapper = Swapper(settings, self.backend, self.leases, self.metrics)
@@ -148,13 +166,25 @@ class Engine:
         m.texts_encoded.labels("/search").inc(len(texts))
         return Hits(searcher.version, r.hits, r.truncated, r.encode_ms, r.search_ms)
 
-    async def encode(self, texts: list[str]) -> Vectors:
-        """The texts' vectors, with the encoder of the served version."""
+    async def encode(self, texts: list[str], *, endpoint: str = "/encode") -> Vectors:
+        """The texts' vectors, with the encoder of the served version (`endpoint` labels the metrics)."""
         searcher, r = await self._call(texts, None)
         assert r.vectors is not None  # encode-only jobs always carry their vectors
-        self.metrics.encode_seconds.labels("/encode").observe(r.encode_ms / 1000)
-        self.metrics.texts_encoded.labels("/encode").inc(len(texts))
-        return Vectors(searcher.version, r.vectors, r.truncated, searcher.encoder.dim)
+        self.metrics.encode_seconds.labels(endpoint).observe(r.encode_ms / 1000)
+        self.metrics.texts_encoded.labels(endpoint).inc(len(texts))
+        return Vectors(searcher.version, r.vectors, r.truncated, searcher.encoder.dim, r.tokens,
+                       self._model_name(searcher))
+
+    def served_model(self) -> ServedModel:
+        """The served version's encoder; NotReady when none is loaded."""
+        searcher = self.leases.current
+        if searcher is None:
+            raise NotReady(self._not_ready_reason())
+        meta = searcher.encoder.meta
+        return ServedModel(self._model_name(searcher), meta.dim, meta.max_length, meta.pooling, meta.exported_at)
+
+    def _model_name(self, searcher: Searcher) -> str:
+        return self.settings.model_name or searcher.encoder.model_dir.name
 
     async def reload(self, trigger: str, force: bool = False) -> SwapResult:
         """Swap to the version `current` points at now; raises SwapRefused when it is refused (the served
@@ -183,8 +213,9 @@ class Engine:
             future = asyncio.ensure_future(self._run_one(texts, top_k))
         self.in_flight += 1
         self.metrics.in_flight.set(self.in_flight)
+        admitted = time.time_ns()
         try:
-            return await asyncio.wait_for(asyncio.shield(future), s.request_timeout_s)
+            answer = await asyncio.wait_for(asyncio.shield(future), s.request_timeout_s)
         except TimeoutError:
             future.cancel()  # a queued request is dropped; a running batch finishes and returns its lease
             self.metrics.rejected.labels("timeout").inc()
@@ -192,6 +223,12 @@ class Engine:
         finally:
             self.in_flight -= 1
             self.metrics.in_flight.set(self.in_flight)
+        result = answer[1]
+        if self.tracing.enabled and result.timeline is not None:
+            self.tracing.record_batch(admitted, result.timeline, {
+                "strata.index_version": answer[0].version, "strata.texts": len(texts),
+                "strata.batch_texts": result.batch_texts})
+        return answer
 
     async def _run_one(self, texts: list[str], top_k: int | None) -> tuple[Searcher, SearchResult]:
         searcher, results = await self._run([(texts, top_k)])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -48,6 +48,17 @@ class VectorIndex(Protocol):
     def close(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class Timeline:
+    """When a batch's steps ended, in ns since the epoch (what trace spans take); kept for every batch, since
+    four clock reads cost nothing next to an ONNX run."""
+
+    started: int
+    encoded: int
+    searched: int | None = None  # FAISS search done (None: an encode-only batch)
+    looked_up: int | None = None  # the hits' texts read from the store
+
+
 @dataclass
 class SearchResult:
     hits: list[list[Hit]]
@@ -56,6 +67,8 @@ class SearchResult:
     search_ms: float
     vectors: np.ndarray | None = None
     batch_texts: int = 0  # texts in the ONNX run that served this request (micro-batching)
+    tokens: list[int] = field(default_factory=list)  # per text: tokens the model ran (special tokens included)
+    timeline: Timeline | None = None  # the batch's, shared by its requests
 
 
 class Searcher:
@@ -113,9 +126,11 @@ class Searcher:
         Each job is (texts, top_k) or (texts, None) for encode-only; results keep job order. Vectors of an
         encode-only job come back in `SearchResult.vectors`."""
         texts = [t for job_texts, _ in jobs for t in job_texts]
-        t0 = time.perf_counter()
-        vecs, truncated = self.encoder.encode_with_flags(texts, batch_size=max(len(texts), 1))
-        t1 = time.perf_counter()
+        started, t0 = time.time_ns(), time.perf_counter()
+        encoded = self.encoder.encode_counted(texts, batch_size=max(len(texts), 1))
+        vecs, truncated = encoded.vectors, encoded.truncated
+        t1, encoded_at = time.perf_counter(), time.time_ns()
+        searched_at = looked_up_at = None
         k_max = max((k for _, k in jobs if k is not None), default=0)
         per_text_k = [k for job_texts, k in jobs for _ in job_texts]
         search_rows = [r for r, k in enumerate(per_text_k) if k is not None]
@@ -123,8 +138,11 @@ class Searcher:
         if search_rows:
             rows = vecs if len(search_rows) == len(texts) else vecs[search_rows]
             scores, ids = self.index.search(rows, k_max)
+            searched_at = time.time_ns()
             hits = self.index.hits(scores, ids)
+            looked_up_at = time.time_ns()
         t2 = time.perf_counter()
+        timeline = Timeline(started, encoded_at, searched_at, looked_up_at)
         out, pos, hit_pos = [], 0, 0
         for job_texts, k in jobs:
             n = len(job_texts)
@@ -133,7 +151,8 @@ class Searcher:
                 job_hits = [h[:k] for h in hits[hit_pos : hit_pos + n]]
                 hit_pos += n
             out.append(SearchResult(job_hits or [], truncated[pos : pos + n], (t1 - t0) * 1000, (t2 - t1) * 1000,
-                                    vectors=vecs[pos : pos + n] if k is None else None, batch_texts=len(texts)))
+                                    vectors=vecs[pos : pos + n] if k is None else None, batch_texts=len(texts),
+                                    tokens=encoded.tokens[pos : pos + n], timeline=timeline))
             pos += n
         return out
 

@@ -1,0 +1,94 @@
+"""OpenAI-compatible routes: `POST /v1/embeddings`, `GET /v1/models`, `GET /v1/models/{model}`.
+
+The same engine call as `/encode` (keys, limits, the in-flight cap, micro-batching and metrics are shared; the
+metrics are labelled `/v1/embeddings`), in OpenAI's request and response shapes, so that OpenAI's clients work
+with `base_url="http://HOST:PORT/v1"`. Errors here have OpenAI's shape (`service.errors`).
+
+`model` must name the served encoder (`STRATA_MODEL_NAME`, default its folder's name) or one of
+`STRATA_MODEL_ALIASES` (`["*"]`: any name); another name is a 404 `model_not_found`, as OpenAI answers.
+"""
+
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+from fastapi import APIRouter
+
+from service.deps import EngineDep, SettingsDep
+from service.engine import ServedModel
+from service.openai_schemas import (
+    Embedding,
+    EmbeddingRequest,
+    EmbeddingResponse,
+    ModelCard,
+    ModelList,
+    OpenAIErrorBody,
+    OpenAIRequestError,
+    Usage,
+)
+from service.settings import Settings
+
+ANY_MODEL = "*"
+
+router = APIRouter(prefix="/v1", tags=["openai"], responses={
+    400: {"model": OpenAIErrorBody, "description": "invalid request: validation, token arrays, `dimensions`"},
+    401: {"model": OpenAIErrorBody, "description": "missing or invalid API key (only when keys are configured)"},
+    404: {"model": OpenAIErrorBody, "description": "`model` is not the served model or an accepted alias"},
+    413: {"model": OpenAIErrorBody, "description": "request body over the size cap"},
+    429: {"model": OpenAIErrorBody, "description": "too many requests in flight; see Retry-After"},
+    503: {"model": OpenAIErrorBody, "description": "no index loaded"},
+    504: {"model": OpenAIErrorBody, "description": "inference timed out"},
+})
+
+
+def _accepts(name: str, served: ServedModel, settings: Settings) -> bool:
+    return name == served.name or name in settings.model_aliases or ANY_MODEL in settings.model_aliases
+
+
+def _check_model(name: str, served: ServedModel, settings: Settings) -> None:
+    if not _accepts(name, served, settings):
+        raise OpenAIRequestError(404, f"The model `{name}` does not exist or you do not have access to it; this "
+                                 f"server serves `{served.name}`", param="model", code="model_not_found")
+
+
+def _card(served: ServedModel) -> ModelCard:
+    return ModelCard(id=served.name, created=int(served.exported_at.timestamp()))
+
+
+def _base64(vector: np.ndarray) -> str:
+    """What OpenAI sends for encoding_format=base64: the little-endian float32 bytes."""
+    return base64.b64encode(vector.astype("<f4", copy=False).tobytes()).decode("ascii")
+
+
+@router.post("/embeddings", response_model=EmbeddingResponse)
+async def embeddings(body: EmbeddingRequest, engine: EngineDep, settings: SettingsDep) -> EmbeddingResponse:
+    """OpenAI's embeddings call: the same L2-normalised vectors as `/encode`, as floats or base64."""
+    served = engine.served_model()
+    _check_model(body.model, served, settings)
+    if body.dimensions is not None and body.dimensions != served.dim:
+        raise OpenAIRequestError(400, f"`{served.name}` makes {served.dim}-dimensional vectors and cannot shorten "
+                                 f"them (it was not trained for truncated, Matryoshka-style vectors): omit "
+                                 f"'dimensions' or send {served.dim}", param="dimensions")
+    texts = [body.input] if isinstance(body.input, str) else body.input
+    answer = await engine.encode(texts, endpoint="/v1/embeddings")
+    if body.encoding_format == "base64":
+        data = [Embedding(index=i, embedding=_base64(v)) for i, v in enumerate(answer.vectors)]
+    else:
+        data = [Embedding(index=i, embedding=v) for i, v in enumerate(answer.vectors.tolist())]
+    tokens = sum(answer.tokens)
+    return EmbeddingResponse(data=data, model=answer.model, usage=Usage(prompt_tokens=tokens, total_tokens=tokens))
+
+
+@router.get("/models", response_model=ModelList)
+async def models(engine: EngineDep) -> ModelList:
+    """The served encoder (aliases are accepted by `/v1/embeddings` but not listed)."""
+    return ModelList(data=[_card(engine.served_model())])
+
+
+@router.get("/models/{model}", response_model=ModelCard)
+async def model(model: str, engine: EngineDep, settings: SettingsDep) -> ModelCard:
+    """The served encoder, asked for by its name or an accepted alias."""
+    served = engine.served_model()
+    _check_model(model, served, settings)
+    return _card(served)
