@@ -19,6 +19,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from service.engine.searcher import Job, Searcher, SearchResult
 
@@ -30,6 +31,7 @@ RunBatch = Callable[[list[Job]], Awaitable[tuple[Searcher, list[SearchResult]]]]
 class _Request:
     texts: list[str]
     top_k: int | None  # None: encode only
+    filter: dict[str, Any] | None
     future: asyncio.Future[Answer] = field(repr=False)
 
 
@@ -55,10 +57,12 @@ class MicroBatcher:
         if self.batches:
             await asyncio.gather(*self.batches, return_exceptions=True)
 
-    def submit(self, texts: list[str], top_k: int | None) -> asyncio.Future[Answer]:
-        """Queue `texts` (searched with `top_k` unless None); the future resolves when their batch has run."""
+    def submit(self, texts: list[str], top_k: int | None, flt: dict[str, Any] | None = None
+               ) -> asyncio.Future[Answer]:
+        """Queue `texts` (searched with `top_k` unless None, among the documents matching `flt` if given); the
+        future resolves when their batch has run. Requests with different filters share the batch's ONNX run."""
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        self.queue.append(_Request(texts, top_k, future))
+        self.queue.append(_Request(texts, top_k, flt, future))
         self.wakeup.set()
         return future
 
@@ -102,7 +106,7 @@ class MicroBatcher:
                 return
 
     async def _run(self, batch: list[_Request]) -> None:
-        jobs = [(r.texts, r.top_k) for r in batch]
+        jobs = [Job(r.texts, r.top_k, r.filter) for r in batch]
         try:
             searcher, results = await self.run(jobs)
         except BaseException as exc:  # not ready, or a bug: every request of the batch gets it
