@@ -116,7 +116,9 @@ class MicroBatcher:
             if not isinstance(exc, Exception):
                 raise
         else:
-            self.on_batch(sum(len(r.texts) for r in batch))
+            encoded = max((res.batch_texts for res in results), default=0)  # refused filters encode nothing
+            if encoded:
+                self.on_batch(encoded)
             for r, res in zip(batch, results, strict=True):
                 if not r.future.done():
                     r.future.set_result((searcher, res))
