@@ -326,7 +326,9 @@ class ListLocator:
 
     def prepare(self, ids: np.ndarray) -> IdFilter:
         """The ids among `ids` (any order, repeats allowed) that this index holds, their lists and a selector."""
-        ids = np.unique(np.asarray(ids, dtype=np.int64))
+        ids = np.asarray(ids, dtype=np.int64)
+        if len(ids) > 1 and not (ids[1:] > ids[:-1]).all():  # the store's ids come sorted: no second sort
+            ids = np.unique(ids)
         if len(self.ids) == 0 or len(ids) == 0:
             return IdFilter(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), None)
         pos = np.minimum(np.searchsorted(self.ids, ids), len(self.ids) - 1)
@@ -335,7 +337,8 @@ class ListLocator:
         if len(ids) == 0:
             return IdFilter(ids, np.zeros(0, dtype=np.int64), None)
         selector, keep = id_selector(ids) if ids[0] >= 0 else (faiss.IDSelectorBatch(ids), ids)
-        return IdFilter(ids, np.unique(self.lists[pos]).astype(np.int64), selector, keep)
+        lists = np.flatnonzero(np.bincount(self.lists[pos], minlength=1))  # the lists holding a match, in order
+        return IdFilter(ids, lists.astype(np.int64), selector, keep)
 
 
 def _ivf_of(index: faiss.Index) -> faiss.IndexIVF:
