@@ -27,6 +27,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import numpy as np
@@ -39,8 +40,9 @@ from indexer.quora import HELD_OUT_FROM, read_rows  # noqa: E402
 from indexer.runtime.layout import IndexRoot  # noqa: E402
 from indexer.runtime.paths import data_dir  # noqa: E402
 
-SELECTIVITIES = {"50%": {"bucket": {"lt": 500}}, "10%": {"bucket": {"lt": 100}}, "1%": {"bucket": {"lt": 10}},
-                 "0.1%": {"bucket": 0}}
+SELECTIVITIES: dict[str, dict[str, Any]] = {
+    "50%": {"bucket": {"lt": 500}}, "10%": {"bucket": {"lt": 100}}, "1%": {"bucket": {"lt": 10}},
+    "0.1%": {"bucket": 0}}
 
 
 def bucket_of(qid: int) -> int:
@@ -81,7 +83,7 @@ def build(args: argparse.Namespace, root: Path) -> list[str]:
     return queries
 
 
-def fresh(flt: dict, i: int) -> dict:
+def fresh(flt: dict[str, Any], i: int) -> dict[str, Any]:
     """The same documents as `flt`, written differently each time (buckets are >= 0): the same single index
     range scan in SQL, but a new cache key."""
     cond = flt["bucket"]
@@ -140,6 +142,7 @@ def recall(folder: Path, model: Path, queries: list[str], top_k: int) -> dict[st
             want = ids[keep][exact]
             hit = np.mean([len(set(g) & set(w)) / len(w) for g, w in zip(got.tolist(), want.tolist(), strict=True)])
             probe = filtered_nprobe(version.nprobe, len(match.ids), version.ntotal, version.nlist)
+            assert match.prepared is not None
             out[name] = (float(hit), len(match.ids), len(match.prepared.lists) <= probe)
         return out
     finally:

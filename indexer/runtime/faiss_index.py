@@ -280,10 +280,12 @@ def memory_bytes(index: faiss.Index) -> int:
 #   scan (100 matches of 100k sit in ~100 lists of ~100 vectors each), and it needs no copy of the vectors:
 #   the scores come from the lists' own codes, the same numbers an unfiltered search gives those documents.
 
-# Up to this many bits (16 MiB) the selector is a bitmap over the ids (a bit test per scanned vector, built in
-# well under a millisecond); beyond, FAISS's hash set (IDSelectorBatch: a bloom filter and a hash set, ~6 ms to
-# build for 50k ids). Quora qids and integer ids fit; string ids (FAISS ids from 2^62) take the hash set.
-BITMAP_MAX_BITS = 1 << 27
+# The selector is a bitmap over the ids (a bit test per scanned vector, built in well under a millisecond) when
+# it is small: at most 128 KiB or 8 bytes per matching id (the size of the id array itself); otherwise FAISS's
+# hash set (IDSelectorBatch: a bloom filter and a hash set, ~6 ms to build for 50k ids, ~40 bytes per id).
+# Quora qids and dense integer ids take the bitmap; string ids (FAISS ids from 2^62) the hash set.
+BITMAP_MIN_BITS = 1 << 20
+BITMAP_BITS_PER_ID = 64
 
 
 @dataclass(frozen=True)
@@ -299,7 +301,7 @@ class IdFilter:
 def id_selector(ids: np.ndarray) -> tuple[faiss.IDSelector, object]:
     """A FAISS selector for sorted non-negative int64 `ids`, and the array it reads (keep it alive)."""
     top = int(ids[-1]) + 1
-    if top <= BITMAP_MAX_BITS:
+    if top <= max(BITMAP_MIN_BITS, BITMAP_BITS_PER_ID * len(ids)):
         bits = np.zeros(top, dtype=bool)
         bits[ids] = True
         bitmap = np.packbits(bits, bitorder="little")  # FAISS tests bit (id & 7) of byte id >> 3

@@ -80,7 +80,8 @@ class FilterCache:
     tenant's, a product line's) skips the store's SQL and the building of its ID selector: at 50 % of 50k
     documents that is most of the filtered request's time (bench/filtered_search.py, `repeat` vs `fresh`)."""
 
-    def __init__(self, max_entries: int = 64, max_ids: int = 2_000_000) -> None:
+    # 1 M ids: ~8 MB of ids plus their selectors (a bitmap of similar size, or FAISS's hash set at ~40 B per id)
+    def __init__(self, max_entries: int = 64, max_ids: int = 1_000_000) -> None:
         self.max_entries, self.max_ids = max_entries, max_ids
         self._items: OrderedDict[str, FilterMatch] = OrderedDict()
         self._held = 0

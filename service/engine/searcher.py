@@ -150,20 +150,20 @@ class Searcher:
         else:  # every request of the batch was refused
             vecs, truncated = np.zeros((0, self.encoder.dim), dtype=np.float32), []
         t2 = time.perf_counter()
-        # the rows of each index search: key None = unfiltered, else the filter's key
+        # the rows of each index search: group None = unfiltered, else the filter's key
         groups: dict[str | None, list[int]] = {}
         group_k: dict[str | None, int] = {}
         row = 0
         for job in live:
             if job.top_k is not None:
-                key = None if job.filter is None else FilterCache.key(job.filter)
-                groups.setdefault(key, []).extend(range(row, row + len(job.texts)))
-                group_k[key] = max(group_k.get(key, 0), job.top_k)
+                group = None if job.filter is None else FilterCache.key(job.filter)
+                groups.setdefault(group, []).extend(range(row, row + len(job.texts)))
+                group_k[group] = max(group_k.get(group, 0), job.top_k)
             row += len(job.texts)
         hits: dict[int, list[Hit]] = {}
-        for key, rows in groups.items():
+        for group, rows in groups.items():
             group_vecs = vecs if len(rows) == len(texts) else vecs[rows]
-            scores, ids = self.index.search(group_vecs, group_k[key], None if key is None else matches[key])
+            scores, ids = self.index.search(group_vecs, group_k[group], None if group is None else matches[group])
             hits.update(zip(rows, self.index.hits(scores, ids), strict=True))
         t3 = time.perf_counter()
         filter_ms, encode_ms, search_ms = (t1 - t0) * 1000, (t2 - t1) * 1000, (t3 - t2) * 1000

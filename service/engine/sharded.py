@@ -12,8 +12,8 @@ the number of lists to probe (`filtered_nprobe` of the *whole* version's selecti
 `filtered_search`'s rule to its own lists: exact when the lists holding its matches are no more than that,
 else an IVF scan of that many lists with the selector. When the merged index would search exactly, every shard
 does (a shard's lists are a subset); otherwise each shard scans at least what the merged index scans of it, so
-the merge is never worse than the merged index's filtered search. (Versions built on Ray store no metadata
-today, so every filter on them is refused with a 422 naming the field.)
+the merge is never worse than the merged index's filtered search. (A Quora version has no metadata: every
+filter on it is refused with a 422 naming the field.)
 
 A swap deploys the candidate's shards beside the served ones (same gates as the local backend); the old
 deployments are deleted once their last batch is done. There is no Serve HTTP proxy: the API process is the

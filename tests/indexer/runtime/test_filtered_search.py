@@ -120,3 +120,22 @@ def test_filtered_nprobe_grows_as_the_selectivity_falls() -> None:
     assert filtered_nprobe(20, 50_000, 100_000, 1024) == 40
     assert filtered_nprobe(20, 10_000, 100_000, 1024) == 200
     assert filtered_nprobe(20, 1_000, 100_000, 1024) == 1024  # clamped to nlist
+
+
+def test_filter_cache_is_an_lru_bounded_in_entries_and_ids() -> None:
+    from indexer.runtime.version import FilterCache, FilterMatch
+
+    cache = FilterCache(max_entries=2, max_ids=10)
+    key = FilterCache.key
+    assert key({"a": 1, "b": {"in": [1, 2]}}) == key({"b": {"in": [1, 2]}, "a": 1})  # key order does not matter
+    assert len({key({"a": 1}), key({"a": 1.0}), key({"a": True}), key({"a": "1"})}) == 4  # types do
+    m = {name: FilterMatch(np.arange(n, dtype=np.int64)) for name, n in (("a", 3), ("b", 3), ("c", 3), ("big", 11))}
+    cache.put("a", m["a"])
+    cache.put("b", m["b"])
+    assert cache.get("a") is m["a"]  # a is now the most recent
+    cache.put("c", m["c"])  # over 2 entries: b, the least recent, goes
+    assert cache.get("b") is None and cache.get("a") is m["a"] and cache.get("c") is m["c"]
+    cache.put("big", m["big"])  # more ids than the whole cache may hold: not kept, nothing evicted for it
+    assert cache.get("big") is None and cache.get("a") is m["a"]
+    cache.put("d", FilterMatch(np.arange(8, dtype=np.int64)))  # 3 + 3 + 8 > 10 ids: the oldest go until it fits
+    assert cache.get("a") is None and cache.get("c") is None and cache.get("d") is not None

@@ -20,7 +20,7 @@ from indexer.runtime.faiss_index import (  # noqa: E402
     write_index,
 )
 from service.engine.sharded import ShardSearcher, merge_top_k  # noqa: E402
-from tests.indexer.runtime.test_filtered_search import DIM, K, N, NLIST, NPROBE, SELECTIVITIES, corpus  # noqa: E402
+from tests.indexer.runtime.test_filtered_search import DIM, NLIST, NPROBE, SELECTIVITIES, K, N, corpus  # noqa: E402
 
 
 def test_merged_filtered_answers_of_two_shards_equal_the_merged_index(tmp_path: Path) -> None:
