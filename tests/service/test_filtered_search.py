@@ -41,21 +41,21 @@ FILTERS: list[dict[str, Any]] = [
 ]
 
 
-def corpus_rows(quora: Path) -> list[dict[str, Any]]:
+def corpus_rows(quora: Path, n_docs: int = N_DOCS) -> list[dict[str, Any]]:
     """Unique Quora questions: integer ids for most, string ids for every fifth ("q-…", and "17" next to 17),
     metadata on all but every 50th."""
     rows: list[dict[str, Any]] = []
     seen: set[str] = set()
     for row in read_rows(quora):
         for text in (row.question1, row.question2):
-            if text.strip() and text not in seen and len(rows) < N_DOCS:
+            if text.strip() and text not in seen and len(rows) < n_docs:
                 seen.add(text)
                 i = len(rows)
                 doc: dict[str, Any] = {"id": f"q-{i}" if i % 5 == 0 else i, "text": text}
                 if i % 50 != 1:
                     doc |= {"bucket": (i * 37) % 100, "year": 1990 + i % 30, "lang": ("en", "de", "fr")[i % 3]}
                 rows.append(doc)
-        if len(rows) >= N_DOCS:
+        if len(rows) >= n_docs:
             break
     rows[3]["id"] = "17"  # a string id that looks like the integer id 17 (row 17)
     return rows
