@@ -78,6 +78,13 @@ def test_sharded_service_filters_like_the_merged_index(ray_cluster: str, minilm_
 
         vecs = OnnxEncoder(minilm_mean).encode(QUERIES)
         docs = merged.store.documents(stored_vectors(merged.index)[0].tolist())
+        paths = []
+        for flt in (FILTERS[0], FILTERS[2]):  # 50 %, 1 %
+            prepared = merged.match(flt).prepared
+            assert prepared is not None
+            probe = filtered_nprobe(merged.nprobe, len(prepared.ids), merged.ntotal, merged.nlist)
+            paths.append(len(prepared.lists) <= probe)
+        assert paths == [False, True]  # the IVF path with the selector, and the exact one
         with srv.client() as c:
             for flt in FILTERS:
                 _, want = merged.search(vecs, 10, merged.match(flt))
