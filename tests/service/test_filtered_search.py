@@ -124,6 +124,34 @@ def test_filtered_hits_are_the_index_search_over_the_matching_documents(
     assert went[0] is False and went[2] is True  # 50 %: IVF with the selector; 1 %: exact
 
 
+def test_a_micro_batch_mixes_filters_encode_only_jobs_and_a_refused_filter(
+        corpus: tuple[Path, list[dict[str, Any]]]) -> None:
+    from service.engine.errors import BadFilter
+    from service.engine.searcher import Job, Searcher
+
+    searcher = Searcher.open(IndexRoot(corpus[0]).current_dir(), threads=1)
+    try:
+        jobs = [Job(QUERIES[:2], 5, FILTERS[0]), Job(QUERIES[2:3], None), Job(QUERIES[3:], 10, {"colour": 1}),
+                Job(QUERIES[:1], 3, FILTERS[2]), Job(QUERIES[1:2], 4), Job(QUERIES[4:], 2, FILTERS[0])]
+        batched = searcher.run_batch(jobs)
+        refused = batched[2]
+        assert isinstance(refused.error, BadFilter) and "unknown field 'colour'" in str(refused.error)
+        assert refused.hits == [] and refused.vectors is None
+        encoded = sum(len(j.texts) for j in jobs) - len(jobs[2].texts)  # the refused job's texts are not encoded
+        for job, res in zip(jobs, batched, strict=True):
+            if job is jobs[2]:
+                continue
+            assert res.error is None and res.batch_texts == encoded
+            alone = searcher.run_batch([job])[0]
+            if job.top_k is None:
+                assert res.vectors is not None and np.allclose(res.vectors, alone.vectors, atol=1e-5)
+            else:
+                assert [[h.ext_id for h in q] for q in res.hits] == [[h.ext_id for h in q] for q in alone.hits]
+                assert all(len(q) == job.top_k for q in res.hits)
+    finally:
+        searcher.close()
+
+
 def test_ids_keep_their_type_and_hits_carry_metadata(served: Server,
                                                      corpus: tuple[Path, list[dict[str, Any]]]) -> None:
     _, rows = corpus
