@@ -2,6 +2,7 @@
 
     Overloaded   -> 429 with Retry-After       NotReady     -> 503
     TimedOut     -> 504                        SwapRefused  -> 409 (a ReloadResponse: the old version serves)
+    BadFilter    -> 422 (the filter does not fit the served version's metadata)
     RequestValidationError -> 422 without the echoed input (400 on /v1/*, as OpenAI answers)
 
 Every body is JSON with a `detail` that says why (or the ReloadResponse), never a stack trace — except under
@@ -20,7 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from service.engine import NotReady, Overloaded, SwapRefused, TimedOut
+from service.engine import BadFilter, NotReady, Overloaded, SwapRefused, TimedOut
 from service.openai_schemas import OpenAIRequestError
 from service.schemas import ReloadResponse
 
@@ -120,6 +121,12 @@ async def timed_out(request: Request, exc: TimedOut) -> JSONResponse:
     return _error(request, 504, str(exc))
 
 
+async def bad_filter(request: Request, exc: BadFilter) -> JSONResponse:
+    """422 shaped like a request validation error (the OpenAPI schema's), the reason in `msg`."""
+    return JSONResponse({"detail": [{"type": "filter", "loc": ["body", "filter"], "msg": str(exc)}]},
+                        status_code=422)
+
+
 async def swap_refused(request: Request, exc: SwapRefused) -> JSONResponse:
     body = ReloadResponse(outcome="refused", index_version=exc.served, candidate=exc.candidate, reason=exc.reason)
     return JSONResponse(body.model_dump(), status_code=409)
@@ -133,3 +140,4 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(NotReady, not_ready)  # type: ignore[arg-type]
     app.add_exception_handler(TimedOut, timed_out)  # type: ignore[arg-type]
     app.add_exception_handler(SwapRefused, swap_refused)  # type: ignore[arg-type]
+    app.add_exception_handler(BadFilter, bad_filter)  # type: ignore[arg-type]

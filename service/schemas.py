@@ -5,7 +5,16 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr, WithJsonSchema, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    WithJsonSchema,
+    model_validator,
+)
 
 MAX_TEXTS = 64  # texts per /encode call, queries per /search call
 MAX_TEXT_CHARS = 2000  # longer texts are refused; texts over the model's token limit are truncated and flagged
@@ -29,6 +38,15 @@ Text = Annotated[StrictStr, AfterValidator(_check_text),
                  WithJsonSchema({"type": "string", "minLength": 1, "maxLength": MAX_TEXT_CHARS, "pattern": r"\S"})]
 
 
+FILTER_DOC = (
+    "Search only the documents whose metadata match. F is {\"field\": value} (equality), "
+    "{\"field\": {\"eq\": v}}, {\"field\": {\"in\": [v, ...]}}, {\"field\": {\"gt\"|\"gte\"|\"lt\"|\"lte\": v, ...}} "
+    "(a range; its bounds all apply), {\"and\": [F, ...]}, {\"or\": [F, ...]}; several fields in one object must "
+    "all match. Values are strings, numbers or bools of the field's type (numbers match int and float fields; "
+    "string ranges compare as text; bools have no ranges). A document without the field never matches. An "
+    "unknown field or operator, or a value of the wrong type, is a 422 that says why.")
+
+
 class EncodeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     texts: list[Text] = Field(min_length=1, max_length=MAX_TEXTS, description=f"1..{MAX_TEXTS} texts")
@@ -47,6 +65,9 @@ class SearchRequest(BaseModel):
     query: Text | None = None
     queries: list[Text] | None = Field(None, min_length=1, max_length=MAX_TEXTS)
     top_k: int = Field(10, ge=1, le=MAX_TOP_K)
+    filter: dict[str, Any] | None = Field(None, description=FILTER_DOC, examples=[
+        {"bucket": 1}, {"bucket": {"in": [1, 2]}}, {"year": {"gte": 2000, "lt": 2010}},
+        {"and": [{"lang": "en"}, {"or": [{"year": {"gte": 2020}}, {"bucket": 0}]}]}])
 
     @model_validator(mode="after")
     def _one_of(self) -> SearchRequest:
@@ -56,9 +77,12 @@ class SearchRequest(BaseModel):
 
 
 class Hit(BaseModel):
-    id: int
+    # Strict: a string id stays a string ("17") and an integer id an integer (17); lax mode would coerce one
+    # into the other.
+    id: StrictInt | StrictStr = Field(description="the document's id as the corpus gave it (string or integer)")
     text: str
     score: float
+    metadata: dict[str, Any] = Field(description="the document's metadata ({} when it has none)")
 
 
 class QueryHits(BaseModel):

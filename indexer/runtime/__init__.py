@@ -8,7 +8,8 @@ Owns:
 - `encoder`: the exported sentence encoder at run time (tokenizers + ONNX Runtime);
 - `faiss_index`: the one module that imports faiss (index construction, I/O, search, nprobe clamping and
   OpenMP threads);
-- `version`: an index version opened for searching (FAISS index + id → text store + manifest, checked);
+- `version`: an index version opened for searching (FAISS index + id → text store + manifest, checked), its
+  typed `Hit`s and its filtered searches (with a small per-version cache of filter → matching ids);
 - `layout`: the index root (`versions/`, the `current` symlink, the build lock, pruning);
 - `manifest`: `manifest.json`, what a version was built from and how well it retrieves;
 - `store`: the id → text SQLite store with the evaluation queries, external ids and metadata;

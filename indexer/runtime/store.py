@@ -164,7 +164,10 @@ class Store:
         sql, params = compile_sql(node)
         with self._lock:
             rows = self._con.execute(sql, params).fetchall()
-        return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        if len(ids) > 1 and not (ids[1:] > ids[:-1]).all():  # compound selects come sorted already
+            ids.sort()
+        return ids
 
     def resolve_ext_ids(self, keys: Iterable[str]) -> dict[str, int]:
         """FAISS ids of documents named by external ids written as strings (qrels files have no types): "17" finds

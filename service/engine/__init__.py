@@ -3,7 +3,8 @@
 Owns, one module each:
 - `engine`: the front door: admission (the in-flight cap), the timeout, the worker pool, engine metrics and
   the reload triggers (the `current` watcher, SIGHUP);
-- `errors`: what the engine refuses (`NotReady`, `Overloaded`, `TimedOut`, `SwapRefused`, `Mismatch`);
+- `errors`: what the engine refuses (`NotReady`, `Overloaded`, `TimedOut`, `SwapRefused`, `Mismatch`,
+  `BadFilter`);
 - `batching`: micro-batching of concurrent calls into one ONNX run;
 - `leases`: leases on the served searcher, so a swap never changes a batch's version under it;
 - `swap`: swapping to a new version, behind its gates (loads, matches its encoder, answers a probe, MRR@10);
@@ -18,8 +19,8 @@ or starlette: the HTTP layer maps this package's errors to status codes (`servic
 """
 
 from service.engine.engine import Engine, Hits, ServedModel, Status, Vectors
-from service.engine.errors import EngineError, Mismatch, NotReady, Overloaded, SwapRefused, TimedOut
+from service.engine.errors import BadFilter, EngineError, Mismatch, NotReady, Overloaded, SwapRefused, TimedOut
 from service.engine.swap import Refusal, SwapResult
 
-__all__ = ["Engine", "EngineError", "Hits", "Mismatch", "NotReady", "Overloaded", "Refusal", "ServedModel",
-           "Status", "SwapRefused", "SwapResult", "TimedOut", "Vectors"]
+__all__ = ["BadFilter", "Engine", "EngineError", "Hits", "Mismatch", "NotReady", "Overloaded", "Refusal",
+           "ServedModel", "Status", "SwapRefused", "SwapResult", "TimedOut", "Vectors"]

@@ -29,6 +29,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from service.engine.searcher import Job, Searcher, SearchResult
 
@@ -40,6 +41,7 @@ RunBatch = Callable[[list[Job]], Awaitable[tuple[Searcher, list[SearchResult]]]]
 class _Request:
     texts: list[str]
     top_k: int | None  # None: encode only
+    filter: dict[str, Any] | None
     future: asyncio.Future[Answer] = field(repr=False)
     tokens: int = 0  # what it costs against `max_tokens`
     heavy: bool = False  # over `max_tokens` on its own: runs alone, in a heavy slot
@@ -72,11 +74,13 @@ class MicroBatcher:
         if self.batches:
             await asyncio.gather(*self.batches, return_exceptions=True)
 
-    def submit(self, texts: list[str], top_k: int | None) -> asyncio.Future[Answer]:
-        """Queue `texts` (searched with `top_k` unless None); the future resolves when their batch has run."""
+    def submit(self, texts: list[str], top_k: int | None, flt: dict[str, Any] | None = None
+               ) -> asyncio.Future[Answer]:
+        """Queue `texts` (searched with `top_k` unless None, among the documents matching `flt` if given); the
+        future resolves when their batch has run. Requests with different filters share the batch's ONNX run."""
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         tokens = self.count_tokens(texts) if self.max_tokens and self.count_tokens else 0
-        self.queue.append(_Request(texts, top_k, future, tokens, heavy=bool(self.max_tokens) and
+        self.queue.append(_Request(texts, top_k, flt, future, tokens, heavy=bool(self.max_tokens) and
                                    tokens > self.max_tokens))
         self.wakeup.set()
         return future
@@ -139,7 +143,7 @@ class MicroBatcher:
                 return
 
     async def _run(self, batch: list[_Request]) -> None:
-        jobs = [(r.texts, r.top_k) for r in batch]
+        jobs = [Job(r.texts, r.top_k, r.filter) for r in batch]
         try:
             searcher, results = await self.run(jobs)
         except BaseException as exc:  # not ready, or a bug: every request of the batch gets it
@@ -149,7 +153,9 @@ class MicroBatcher:
             if not isinstance(exc, Exception):
                 raise
         else:
-            self.on_batch(sum(len(r.texts) for r in batch))
+            encoded = max((res.batch_texts for res in results), default=0)  # refused filters encode nothing
+            if encoded:
+                self.on_batch(encoded)
             for r, res in zip(batch, results, strict=True):
                 if not r.future.done():
                     r.future.set_result((searcher, res))

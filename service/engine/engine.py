@@ -20,6 +20,7 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Hits:
-    """`Engine.search`'s answer: per query, [(id, text, score)] best first."""
+    """`Engine.search`'s answer: per query, its hits best first."""
 
     version: str  # the version that answered, all of it
     hits: list[list[Hit]]
@@ -157,9 +158,11 @@ class Engine:
         task.add_done_callback(self._tasks.discard)
 
     # -- the front door ----------------------------------------------------------------------------------------
-    async def search(self, texts: list[str], top_k: int) -> Hits:
-        """The `top_k` nearest documents of each text, from one version."""
-        searcher, r = await self._call(texts, top_k)
+    async def search(self, texts: list[str], top_k: int, filter: dict[str, Any] | None = None) -> Hits:  # noqa: A002
+        """The `top_k` nearest documents of each text, from one version; with a `filter` (see
+        `indexer.runtime.filters`), among the documents whose metadata match it only. Raises `BadFilter` when the
+        filter does not fit the version's metadata."""
+        searcher, r = await self._call(texts, top_k, filter)
         m = self.metrics
         m.encode_seconds.labels("/search").observe(r.encode_ms / 1000)
         m.search_seconds.observe(r.search_ms / 1000)
@@ -200,7 +203,8 @@ class Engine:
                       searcher.encoder.meta.pooling, refused=refused, in_flight=self.in_flight)
 
     # -- admission, timeout and the workers --------------------------------------------------------------------
-    async def _call(self, texts: list[str], top_k: int | None) -> tuple[Searcher, SearchResult]:
+    async def _call(self, texts: list[str], top_k: int | None, flt: dict[str, Any] | None = None
+                    ) -> tuple[Searcher, SearchResult]:
         s = self.settings
         if self.in_flight >= s.max_in_flight:
             self.metrics.rejected.labels("busy").inc()
@@ -208,14 +212,14 @@ class Engine:
         if self.leases.current is None:
             raise NotReady(self._not_ready_reason())
         if self.batcher is not None:
-            future = self.batcher.submit(texts, top_k)
+            future = self.batcher.submit(texts, top_k, flt)
         else:
-            future = asyncio.ensure_future(self._run_one(texts, top_k))
+            future = asyncio.ensure_future(self._run_one(Job(texts, top_k, flt)))
         self.in_flight += 1
         self.metrics.in_flight.set(self.in_flight)
         admitted = time.time_ns()
         try:
-            answer = await asyncio.wait_for(asyncio.shield(future), s.request_timeout_s)
+            searcher, result = await asyncio.wait_for(asyncio.shield(future), s.request_timeout_s)
         except TimeoutError:
             future.cancel()  # a queued request is dropped; a running batch finishes and returns its lease
             self.metrics.rejected.labels("timeout").inc()
@@ -223,15 +227,16 @@ class Engine:
         finally:
             self.in_flight -= 1
             self.metrics.in_flight.set(self.in_flight)
-        result = answer[1]
+        if result.error is not None:  # this request's filter was refused by the version that ran its batch
+            raise result.error
         if self.tracing.enabled and result.timeline is not None:
             self.tracing.record_batch(admitted, result.timeline, {
-                "strata.index_version": answer[0].version, "strata.texts": len(texts),
+                "strata.index_version": searcher.version, "strata.texts": len(texts),
                 "strata.batch_texts": result.batch_texts})
-        return answer
+        return searcher, result
 
-    async def _run_one(self, texts: list[str], top_k: int | None) -> tuple[Searcher, SearchResult]:
-        searcher, results = await self._run([(texts, top_k)])
+    async def _run_one(self, job: Job) -> tuple[Searcher, SearchResult]:
+        searcher, results = await self._run([job])
         return searcher, results[0]
 
     async def _run(self, jobs: list[Job]) -> tuple[Searcher, list[SearchResult]]:

@@ -31,6 +31,11 @@ class TimedOut(EngineError):
         super().__init__(f"inference took longer than {seconds} s")
 
 
+class BadFilter(EngineError):
+    """A search filter that does not fit the served version's metadata (unknown field or operator, a value of the
+    wrong type); the message says why."""
+
+
 class Mismatch(EngineError):
     """An encoder and an index version cannot be served together (dimension, model hash, or a version the
     backend cannot serve)."""

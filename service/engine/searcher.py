@@ -1,8 +1,11 @@
 """A searcher: an ONNX encoder paired with the index version it matches, answering one micro-batch at a time.
 
 The index is anything with the `VectorIndex` shape: an `IndexVersion` in this process (the local backend) or
-the shard deployments of one version on Ray Serve (the sharded backend). Encoding, the pairing checks and the
-split of a micro-batch's results back into its requests are the same for both.
+the shard deployments of one version on Ray Serve (the sharded backend). Encoding, the pairing checks, the
+filters and the split of a micro-batch's results back into its requests are the same for both.
+
+A micro-batch shares one ONNX run whatever its requests' filters; its index searches are one per distinct
+filter (the unfiltered requests together), since each request must be searched among its own documents only.
 """
 
 from __future__ import annotations
@@ -11,20 +14,26 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
 from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.faiss_index import set_threads
+from indexer.runtime.filters import FilterError
 from indexer.runtime.manifest import Manifest
-from indexer.runtime.version import IndexVersion
-from service.engine.errors import Mismatch
+from indexer.runtime.version import FilterCache, FilterMatch, Hit, IndexVersion
+from service.engine.errors import BadFilter, Mismatch
 
 log = logging.getLogger(__name__)
 
-Hit = tuple[int, str, float]  # (id, text, score)
-Job = tuple[list[str], int | None]  # (texts, top_k); top_k None: encode only
+__all__ = ["Hit", "Job", "Searcher", "SearchResult", "VectorIndex"]
+
+
+class Job(NamedTuple):
+    texts: list[str]
+    top_k: int | None  # None: encode only
+    filter: dict[str, Any] | None = None  # search only the documents whose metadata match (filters.py)
 
 
 class VectorIndex(Protocol):
@@ -41,7 +50,10 @@ class VectorIndex(Protocol):
     @property
     def ntotal(self) -> int: ...
 
-    def search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]: ...
+    def match(self, flt: object) -> FilterMatch: ...
+
+    def search(self, vectors: np.ndarray, k: int, match: FilterMatch | None = None
+               ) -> tuple[np.ndarray, np.ndarray]: ...
 
     def hits(self, scores: np.ndarray, ids: np.ndarray) -> list[list[Hit]]: ...
 
@@ -69,6 +81,7 @@ class SearchResult:
     batch_texts: int = 0  # texts in the ONNX run that served this request (micro-batching)
     tokens: list[int] = field(default_factory=list)  # per text: tokens the model ran (special tokens included)
     timeline: Timeline | None = None  # the batch's, shared by its requests
+    error: BadFilter | None = None  # this request's filter was refused (the others of its batch still run)
 
 
 class Searcher:
@@ -117,42 +130,74 @@ class Searcher:
     def manifest(self) -> Manifest:
         return self.index.manifest
 
-    def search(self, texts: list[str], top_k: int) -> SearchResult:
-        return self.run_batch([(texts, top_k)])[0]
+    def search(self, texts: list[str], top_k: int, flt: dict[str, Any] | None = None) -> SearchResult:
+        return self.run_batch([Job(texts, top_k, flt)])[0]
 
     def run_batch(self, jobs: list[Job]) -> list[SearchResult]:
-        """Several requests' texts in one ONNX run and one index search (the micro-batcher's unit of work).
+        """Several requests' texts in one ONNX run, and one index search per distinct filter (the micro-batcher's
+        unit of work).
 
-        Each job is (texts, top_k) or (texts, None) for encode-only; results keep job order. Vectors of an
-        encode-only job come back in `SearchResult.vectors`."""
-        texts = [t for job_texts, _ in jobs for t in job_texts]
-        started, t0 = time.time_ns(), time.perf_counter()
-        encoded = self.encoder.encode_counted(texts, batch_size=max(len(texts), 1))
-        vecs, truncated = encoded.vectors, encoded.truncated
-        t1, encoded_at = time.perf_counter(), time.time_ns()
-        searched_at = looked_up_at = None
-        k_max = max((k for _, k in jobs if k is not None), default=0)
-        per_text_k = [k for job_texts, k in jobs for _ in job_texts]
-        search_rows = [r for r, k in enumerate(per_text_k) if k is not None]
-        hits: list[list[Hit]] = []
-        if search_rows:
-            rows = vecs if len(search_rows) == len(texts) else vecs[search_rows]
-            scores, ids = self.index.search(rows, k_max)
-            searched_at = time.time_ns()
-            hits = self.index.hits(scores, ids)
-            looked_up_at = time.time_ns()
-        t2 = time.perf_counter()
-        timeline = Timeline(started, encoded_at, searched_at, looked_up_at)
-        out, pos, hit_pos = [], 0, 0
-        for job_texts, k in jobs:
-            n = len(job_texts)
-            job_hits = None
-            if k is not None:
-                job_hits = [h[:k] for h in hits[hit_pos : hit_pos + n]]
-                hit_pos += n
-            out.append(SearchResult(job_hits or [], truncated[pos : pos + n], (t1 - t0) * 1000, (t2 - t1) * 1000,
-                                    vectors=vecs[pos : pos + n] if k is None else None, batch_texts=len(texts),
-                                    tokens=encoded.tokens[pos : pos + n], timeline=timeline))
+        Each job is (texts, top_k[, filter]) or (texts, None) for encode-only; results keep job order. Vectors of
+        an encode-only job come back in `SearchResult.vectors`. A job whose filter does not fit the version's
+        metadata gets `error` and no work: it is refused before anything is encoded."""
+        jobs = [Job(*j) for j in jobs]
+        t0 = time.perf_counter()
+        # Filters first: the store's query for each distinct filter (the version's cache may answer it).
+        matches: dict[str, FilterMatch] = {}
+        errors: list[BadFilter | None] = []
+        for job in jobs:
+            error = None
+            if job.filter is not None and job.top_k is not None:
+                key = FilterCache.key(job.filter)
+                if key not in matches:
+                    try:
+                        matches[key] = self.index.match(job.filter)
+                    except FilterError as exc:
+                        error = BadFilter(str(exc))
+            errors.append(error)
+        live = [j for j, e in zip(jobs, errors, strict=True) if e is None]
+        texts = [t for job in live for t in job.texts]
+        t1, started = time.perf_counter(), time.time_ns()
+        if texts:
+            encoded = self.encoder.encode_counted(texts, batch_size=len(texts))
+            vecs, truncated, tokens = encoded.vectors, encoded.truncated, encoded.tokens
+        else:  # every request of the batch was refused
+            vecs, truncated, tokens = np.zeros((0, self.encoder.dim), dtype=np.float32), [], []
+        t2, encoded_at = time.perf_counter(), time.time_ns()
+        # the rows of each index search: group None = unfiltered, else the filter's key
+        groups: dict[str | None, list[int]] = {}
+        group_k: dict[str | None, int] = {}
+        row = 0
+        for job in live:
+            if job.top_k is not None:
+                group = None if job.filter is None else FilterCache.key(job.filter)
+                groups.setdefault(group, []).extend(range(row, row + len(job.texts)))
+                group_k[group] = max(group_k.get(group, 0), job.top_k)
+            row += len(job.texts)
+        hits: dict[int, list[Hit]] = {}
+        # the groups' index searches and store lookups interleave: their sums (the filters' queries count as search)
+        search_ns, lookup_ns = int((t1 - t0) * 1e9), 0
+        for group, rows in groups.items():
+            group_vecs = vecs if len(rows) == len(texts) else vecs[rows]
+            g0 = time.time_ns()
+            scores, ids = self.index.search(group_vecs, group_k[group], None if group is None else matches[group])
+            g1 = time.time_ns()
+            hits.update(zip(rows, self.index.hits(scores, ids), strict=True))
+            search_ns, lookup_ns = search_ns + g1 - g0, lookup_ns + time.time_ns() - g1
+        t3 = time.perf_counter()
+        timeline = Timeline(started, encoded_at, encoded_at + search_ns if groups else None,
+                            encoded_at + search_ns + lookup_ns if groups else None)
+        filter_ms, encode_ms, search_ms = (t1 - t0) * 1000, (t2 - t1) * 1000, (t3 - t2) * 1000
+        out, pos = [], 0
+        for job, error in zip(jobs, errors, strict=True):
+            if error is not None:
+                out.append(SearchResult([], [], 0.0, filter_ms, error=error))
+                continue
+            n = len(job.texts)
+            job_hits = [] if job.top_k is None else [hits[r][: job.top_k] for r in range(pos, pos + n)]
+            out.append(SearchResult(job_hits, truncated[pos : pos + n], encode_ms, filter_ms + search_ms,
+                                    vectors=vecs[pos : pos + n] if job.top_k is None else None,
+                                    batch_texts=len(texts), tokens=tokens[pos : pos + n], timeline=timeline))
             pos += n
         return out
 

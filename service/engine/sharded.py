@@ -7,6 +7,14 @@ local backend), sends the vectors to every shard in parallel and merges the top 
 the same trained coarse quantizer, so each probes the same `nprobe` lists and the merge equals a search of the
 merged index. Texts come from the version's `store.sqlite`.
 
+Filters are evaluated once, in the API process, on the version's store; the matching ids go to every shard with
+the number of lists to probe (`filtered_nprobe` of the *whole* version's selectivity). Each shard applies
+`filtered_search`'s rule to its own lists: exact when the lists holding its matches are no more than that,
+else an IVF scan of that many lists with the selector. When the merged index would search exactly, every shard
+does (a shard's lists are a subset); otherwise each shard scans at least what the merged index scans of it, so
+the merge is never worse than the merged index's filtered search. (A Quora version has no metadata: every
+filter on it is refused with a 422 naming the field.)
+
 A swap deploys the candidate's shards beside the served ones (same gates as the local backend); the old
 deployments are deleted once their last batch is done. There is no Serve HTTP proxy: the API process is the
 HTTP server, so keys, limits, metrics and `/admin/reload` are the single-process service's. Paths must be
@@ -29,12 +37,20 @@ import numpy as np
 import ray
 from ray import serve
 
-from indexer.runtime.faiss_index import read_index, search, set_nprobe, set_threads
+from indexer.runtime.faiss_index import (
+    ListLocator,
+    clamp_nprobe,
+    filtered_nprobe,
+    filtered_search,
+    read_index,
+    search,
+    set_nprobe,
+    set_threads,
+)
 from indexer.runtime.manifest import Manifest, ManifestError
 from indexer.runtime.store import STORE, Store
-from indexer.runtime.version import IndexLoadError
+from indexer.runtime.version import FilterCache, FilterMatch, Hit, IndexLoadError, hits_from_store
 from service.engine.errors import Mismatch
-from service.engine.searcher import Hit
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -56,10 +72,21 @@ class ShardSearcher:
         except RuntimeError as exc:  # FAISS's error for truncated or foreign files: say which file, like the local one
             raise IndexLoadError(f"{path} is not a readable FAISS index: {str(exc).splitlines()[0]}") from exc
         self.nprobe = set_nprobe(self.index, nprobe)  # clamped to nlist, like every index Strata opens
+        self._locator: ListLocator | None = None
+        self._lock = threading.Lock()
 
-    def search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, vectors: np.ndarray, k: int, ids: np.ndarray | None = None, probe: int = 0
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """The shard's top k; with `ids`, among those ids only (a filter's matches over the whole version, most
+        of them in other shards), probing `probe` lists or the lists that hold this shard's matches."""
         set_threads(self.threads)  # per thread in OpenMP, and Serve may call from any thread
-        return search(self.index, vectors, k)
+        if ids is None:
+            return search(self.index, vectors, k)
+        with self._lock:
+            if self._locator is None:
+                self._locator = ListLocator(self.index)
+        scores, found, _ = filtered_search(self.index, vectors, k, self._locator.prepare(ids), probe)
+        return scores, found
 
     def info(self) -> tuple[int, int]:
         return int(self.index.ntotal), int(self.index.d)
@@ -91,9 +118,11 @@ class ShardedIndex:
     """A version whose vectors live in shard deployments (a `searcher.VectorIndex`)."""
 
     def __init__(self, backend: RayBackend, manifest: Manifest, apps: list[str], handles: list, store: Store,
-                 ntotal: int) -> None:  # handles: list[DeploymentHandle]
+                 ntotal: int, nprobe: int) -> None:  # handles: list[DeploymentHandle]
         self.backend, self.manifest, self.apps, self.handles, self.store = backend, manifest, apps, handles, store
         self._ntotal = ntotal
+        self.nprobe = clamp_nprobe(nprobe, manifest.index.nlist)
+        self.filters = FilterCache()
 
     @property
     def version(self) -> str:
@@ -107,15 +136,27 @@ class ShardedIndex:
     def ntotal(self) -> int:
         return self._ntotal
 
-    def search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def match(self, flt: object) -> FilterMatch:
+        """The version's documents matching `flt` (raises `FilterError`); the shards prepare their own share."""
+        key = FilterCache.key(flt)
+        found = self.filters.get(key)
+        if found is None:
+            found = FilterMatch(self.store.filter_ids(flt))
+            self.filters.put(key, found)
+        return found
+
+    def search(self, vectors: np.ndarray, k: int, match: FilterMatch | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        pending = [h.search.remote(vectors, k) for h in self.handles]  # all shards at once
+        if match is None:
+            pending = [h.search.remote(vectors, k) for h in self.handles]  # all shards at once
+        else:
+            probe = filtered_nprobe(self.nprobe, len(match.ids), self.ntotal, self.manifest.index.nlist)
+            pending = [h.search.remote(vectors, k, match.ids, probe) for h in self.handles]
         return merge_top_k([p.result() for p in pending], k)
 
     def hits(self, scores: np.ndarray, ids: np.ndarray) -> list[list[Hit]]:
-        texts = self.store.texts(ids.ravel().tolist())
-        return [[(int(i), texts.get(int(i), ""), float(s)) for s, i in zip(srow, irow, strict=True) if i >= 0]
-                for srow, irow in zip(scores, ids, strict=True)]
+        return hits_from_store(self.store, scores, ids)
 
     def close(self) -> None:
         self.store.close()
@@ -187,7 +228,7 @@ class RayBackend:
             raise
         log.info("deployed %d shards of %s (%d replica(s) each, nprobe %d)", len(handles), manifest.version,
                  self.settings.shard_replicas, nprobe)
-        return ShardedIndex(self, manifest, apps, handles, store, ntotal)
+        return ShardedIndex(self, manifest, apps, handles, store, ntotal, nprobe)
 
     def _deploy(self, name: str, app: object, path: Path):  # noqa: ANN202 (a DeploymentHandle)
         """`serve.run` with a deadline: a replica that fails to start (an unreadable shard) or cannot be placed

@@ -12,12 +12,13 @@ router = APIRouter(tags=["inference"])
 
 @router.post("/search", response_model=SearchResponse, response_model_exclude_none=True)
 async def search(body: SearchRequest, engine: EngineDep) -> SearchResponse:
-    """Top-k nearest questions for one `query` or a batch of `queries`."""
+    """Top-k nearest documents for one `query` or a batch of `queries`, among those matching `filter` if given."""
     t0 = time.perf_counter()
     texts = [body.query] if body.query is not None else list(body.queries or [])
-    answer = await engine.search(texts, body.top_k)  # one version answers all of it, and names itself
+    answer = await engine.search(texts, body.top_k, body.filter)  # one version answers all of it, and names itself
     took = (time.perf_counter() - t0) * 1000
-    hit_lists = [[Hit(id=i, text=t, score=s) for i, t, s in hits] for hits in answer.hits]
+    hit_lists = [[Hit(id=h.ext_id, text=h.text, score=h.score, metadata=h.metadata) for h in hits]
+                 for hits in answer.hits]
     common = {"took_ms": round(took, 3), "encode_ms": round(answer.encode_ms, 3),
               "search_ms": round(answer.search_ms, 3), "index_version": answer.version}
     if body.query is not None:

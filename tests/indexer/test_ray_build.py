@@ -215,8 +215,8 @@ def _id_text_builds(minilm_mean: Path, quora_file: Path, tmp_path: Path, capsys:
             hits = version.hits(*version.search(vecs_t[:5], 1))
         finally:
             version.close()
-        assert [h[0][0] for h in hits] == ids_t[:5].tolist()  # a document's own text finds it first
-        assert hits[0][0][1] == docs[int(ids_t[0])]
+        assert [h[0].id for h in hits] == ids_t[:5].tolist()  # a document's own text finds it first
+        assert hits[0][0].text == docs[int(ids_t[0])]
         mrr, _ = rank_metrics(got, gold)
         assert tsv.eval is not None
         with capsys.disabled():

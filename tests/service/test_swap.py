@@ -54,7 +54,7 @@ def expected_top10(root: Path, version: str) -> tuple[int, ...]:
 
     searcher = Searcher.open(root / "versions" / version, threads=1)
     try:
-        return tuple(i for i, _, _ in searcher.search([QUERY], 10).hits[0])
+        return tuple(h.id for h in searcher.search([QUERY], 10).hits[0])
     finally:
         searcher.close()
 

@@ -19,7 +19,9 @@ def test_known_duplicate_retrieves_its_partner(quora_root: Path, minilm_mean: Pa
     _, ids = version.search(vec, 10)
     assert 16 in ids[0].tolist()
     hits = version.hits(*version.search(vec, 3))
-    assert hits[0][0][1] == "What should I do to be a great geologist?"
+    top = hits[0][0]
+    assert top.text == "What should I do to be a great geologist?"
+    assert (top.id, top.ext_id, top.metadata) == (16, 16, {})  # a Quora store: the qid is the id, no metadata
     version.close()
 
 

@@ -29,7 +29,7 @@ def test_run_batch_equals_separate_calls(quora_root: Path) -> None:
             assert res.hits == [] and res.vectors is not None
             assert np.allclose(res.vectors, alone.vectors, atol=1e-5)
         else:
-            assert [[h[0] for h in q] for q in res.hits] == [[h[0] for h in q] for q in alone.hits]
+            assert [[h.id for h in q] for q in res.hits] == [[h.id for h in q] for q in alone.hits]
             assert all(len(q) == k for q in res.hits)
     engine.close()
 

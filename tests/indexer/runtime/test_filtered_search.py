@@ -1,0 +1,141 @@
+"""Filtered search in FAISS (`faiss_index.filtered_search`): the hits are those of the same index search
+restricted to the matching documents, and brute force over them whenever the search goes exact — at 50 %, 10 %,
+1 % and 0.1 % selectivity, for both codecs and both kinds of ID selector (bitmap, hash set)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from indexer.runtime.faiss_index import (
+    ListLocator,
+    build_ivf,
+    filtered_nprobe,
+    filtered_search,
+    new_ivf,
+    stored_vectors,
+)
+
+N, DIM, NLIST, NPROBE, K = 20_000, 32, 64, 4, 10  # 64 lists need >= 39 × 64 = 2,496 training vectors
+SELECTIVITIES = (0.5, 0.1, 0.01, 0.001)
+
+
+def corpus(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Clustered unit vectors (IVF's use case: random uniform ones have no neighbourhoods) and queries near them."""
+    rng = np.random.default_rng(seed)
+    centers = rng.standard_normal((200, DIM)).astype(np.float32)
+    docs = centers[rng.integers(0, 200, N)] + 0.5 * rng.standard_normal((N, DIM)).astype(np.float32)
+    docs /= np.linalg.norm(docs, axis=1, keepdims=True)
+    queries = docs[rng.integers(0, N, 40)] + 0.3 * rng.standard_normal((40, DIM)).astype(np.float32)
+    return docs, queries / np.linalg.norm(queries, axis=1, keepdims=True)
+
+
+def brute_force(index: object, queries: np.ndarray, matching: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top k over the matching documents' vectors as the index holds them (fp16 codes decoded)."""
+    ids, vecs = stored_vectors(index)
+    keep = np.isin(ids, matching)
+    ids, vecs = ids[keep], vecs[keep]
+    scores = queries @ vecs.T
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :K]
+    return np.take_along_axis(scores, order, 1), ids[order]
+
+
+def recall_at_k(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.mean([len(set(g) & set(w)) / K for g, w in zip(got.tolist(), want.tolist(), strict=True)]))
+
+
+def assert_same_hits(got: tuple[np.ndarray, np.ndarray], want: tuple[np.ndarray, np.ndarray]) -> None:
+    (gd, gi), (wd, wi) = got, want
+    assert np.allclose(gd, wd, atol=1e-4)
+    # ids equal except where two documents tie within float rounding (then their order may differ)
+    differ = gi != wi
+    assert np.all(np.abs(gd[differ] - wd[differ]) < 1e-4), "different documents at different scores"
+    assert differ.mean() < 0.01
+
+
+@pytest.mark.parametrize("codec", ["SQfp16", "Flat"])
+@pytest.mark.parametrize("id_kind", ["qid", "string"])
+def test_filtered_search_equals_brute_force_and_the_restricted_index(codec: str, id_kind: str) -> None:
+    docs, queries = corpus()
+    rng = np.random.default_rng(1)
+    # "qid": integer ids (a bitmap selector); "string": FAISS ids from 2^62 as string ids get (a hash set)
+    base = 7 if id_kind == "qid" else 1 << 62
+    ids = (base + 3 * rng.permutation(N)).astype(np.int64)
+    index, _, _ = build_ivf(docs, ids, NLIST, NPROBE, codec=codec)
+    locator = ListLocator(index)
+    # the unfiltered search's recall@10 against brute force: what the filtered ones are held to
+    _, unfiltered = index.search(queries, K)
+    baseline = recall_at_k(unfiltered, brute_force(index, queries, ids)[1])
+    went_exact = {}
+    for selectivity in SELECTIVITIES:
+        matching = np.sort(rng.choice(ids, int(N * selectivity), replace=False))
+        flt = locator.prepare(matching)
+        assert np.array_equal(flt.ids, matching)
+        want = brute_force(index, queries, matching)
+
+        # every list probed: the selector inside the scan loses nothing, at any selectivity
+        scores, got, _ = filtered_search(index, queries, K, flt, NLIST)
+        assert_same_hits((scores, got), want)
+        assert np.isin(got, matching).all()
+
+        # the serving rule
+        probe = filtered_nprobe(NPROBE, len(matching), N, NLIST)
+        scores, got, exact = filtered_search(index, queries, K, flt, probe)
+        went_exact[selectivity] = exact
+        assert np.isin(got[got >= 0], matching).all()
+        if exact:
+            assert_same_hits((scores, got), want)
+        else:  # what the same IVF search returns on an index that holds only the matching documents
+            restricted = new_ivf(DIM, NLIST, codec, seed=0)
+            restricted.quantizer.add(index.quantizer.reconstruct_n(0, NLIST))
+            restricted.is_trained = True
+            rows = np.flatnonzero(np.isin(ids, matching))
+            restricted.add_with_ids(docs[rows], ids[rows])
+            restricted.nprobe = probe
+            r_scores, r_ids = restricted.search(queries, K)
+            assert np.array_equal(got, r_ids) and np.allclose(scores, r_scores, atol=1e-5)
+            # and nprobe grew with the selectivity, so the result is as close to brute force as unfiltered
+            assert recall_at_k(got, want[1]) >= baseline - 0.03, (selectivity, recall_at_k(got, want[1]), baseline)
+    # small matching sets sit in few lists: searched exactly; half the corpus is not
+    assert went_exact == {0.5: False, 0.1: False, 0.01: True, 0.001: True}
+
+
+def test_fewer_matches_than_k_and_ids_the_index_does_not_hold() -> None:
+    docs, queries = corpus()
+    ids = np.arange(N, dtype=np.int64)
+    index, _, _ = build_ivf(docs, ids, NLIST, NPROBE)
+    locator = ListLocator(index)
+    flt = locator.prepare(np.array([42, 7, 7, 99_999_999, 1234]))  # unsorted, repeated, one unknown id
+    assert flt.ids.tolist() == [7, 42, 1234]
+    scores, got, exact = filtered_search(index, queries, K, flt, filtered_nprobe(NPROBE, 3, N, NLIST))
+    assert exact and sorted(got[0, :3].tolist()) == [7, 42, 1234] and (got[:, 3:] == -1).all()
+    assert np.allclose(scores[:, :3], np.sort(queries @ docs[[7, 42, 1234]].T, axis=1)[:, ::-1], atol=1e-3)
+    nothing = locator.prepare(np.array([99_999_999]))
+    scores, got, _ = filtered_search(index, queries, K, nothing, NPROBE)
+    assert (got == -1).all()
+
+
+def test_filtered_nprobe_grows_as_the_selectivity_falls() -> None:
+    assert filtered_nprobe(20, 100_000, 100_000, 1024) == 20  # everything matches: the unfiltered nprobe
+    assert filtered_nprobe(20, 50_000, 100_000, 1024) == 40
+    assert filtered_nprobe(20, 10_000, 100_000, 1024) == 200
+    assert filtered_nprobe(20, 1_000, 100_000, 1024) == 1024  # clamped to nlist
+
+
+def test_filter_cache_is_an_lru_bounded_in_entries_and_ids() -> None:
+    from indexer.runtime.version import FilterCache, FilterMatch
+
+    cache = FilterCache(max_entries=2, max_ids=10)
+    key = FilterCache.key
+    assert key({"a": 1, "b": {"in": [1, 2]}}) == key({"b": {"in": [1, 2]}, "a": 1})  # key order does not matter
+    assert len({key({"a": 1}), key({"a": 1.0}), key({"a": True}), key({"a": "1"})}) == 4  # types do
+    m = {name: FilterMatch(np.arange(n, dtype=np.int64)) for name, n in (("a", 3), ("b", 3), ("c", 3), ("big", 11))}
+    cache.put("a", m["a"])
+    cache.put("b", m["b"])
+    assert cache.get("a") is m["a"]  # a is now the most recent
+    cache.put("c", m["c"])  # over 2 entries: b, the least recent, goes
+    assert cache.get("b") is None and cache.get("a") is m["a"] and cache.get("c") is m["c"]
+    cache.put("big", m["big"])  # more ids than the whole cache may hold: not kept, nothing evicted for it
+    assert cache.get("big") is None and cache.get("a") is m["a"]
+    cache.put("d", FilterMatch(np.arange(8, dtype=np.int64)))  # 3 + 3 + 8 > 10 ids: the oldest go until it fits
+    assert cache.get("a") is None and cache.get("c") is None and cache.get("d") is not None

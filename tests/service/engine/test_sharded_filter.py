@@ -1,0 +1,99 @@
+"""Filtered search on shards: each shard gets the whole version's matching ids and the number of lists to probe,
+and the merge of the shards' answers equals the filtered search of the merged index — at 50/10/1/0.1 %
+selectivity with `ShardSearcher` in this process, and over HTTP from `python -m service sharded` on the
+session's Ray for a corpus with metadata built with `indexer build --engine ray --shards 2`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ray")
+
+from indexer.runtime.faiss_index import (  # noqa: E402
+    ListLocator,
+    filtered_nprobe,
+    filtered_search,
+    read_merged,
+    stored_vectors,
+    train_empty_ivf,
+    write_index,
+)
+from indexer.runtime.layout import IndexRoot  # noqa: E402
+from indexer.runtime.version import IndexVersion  # noqa: E402
+from service.engine.sharded import ShardSearcher, merge_top_k  # noqa: E402
+from tests.conftest import start_server, stop_server  # noqa: E402
+from tests.indexer.runtime.test_filtered_search import DIM, NLIST, NPROBE, SELECTIVITIES, K, N, corpus  # noqa: E402
+
+
+def test_merged_filtered_answers_of_two_shards_equal_the_merged_index(tmp_path: Path) -> None:
+    docs, queries = corpus(seed=3)
+    rng = np.random.default_rng(4)
+    ids = rng.permutation(10 * N)[:N].astype(np.int64)
+    paths = []
+    for shard in range(2):  # the Ray build's layout: one trained quantizer, ids split by id % shards
+        index = train_empty_ivf(docs, NLIST, NPROBE, seed=1234)
+        rows = np.flatnonzero(ids % 2 == shard)
+        index.add_with_ids(docs[rows], ids[rows])
+        paths.append(tmp_path / f"shard-{shard}.faiss")
+        write_index(index, paths[-1])
+    shards = [ShardSearcher.func_or_class(str(p), NPROBE) for p in paths]  # the replica's class itself
+    merged = read_merged(paths)
+    assert merged.ntotal == N and merged.d == DIM
+    locator = ListLocator(merged)
+    for selectivity in SELECTIVITIES:
+        matching = np.sort(rng.choice(ids, int(N * selectivity), replace=False))
+        probe = filtered_nprobe(NPROBE, len(matching), N, NLIST)  # what ShardedIndex.search sends
+        want_scores, want_ids, _ = filtered_search(merged, queries, K, locator.prepare(matching), probe)
+        got_scores, got_ids = merge_top_k([s.search(queries, K, matching, probe) for s in shards], K)
+        assert np.array_equal(got_ids, want_ids), selectivity
+        assert np.allclose(got_scores, want_scores, atol=1e-5)
+        assert np.isin(got_ids, matching).all()
+    # unfiltered, as before
+    got_scores, got_ids = merge_top_k([s.search(queries, K) for s in shards], K)
+    assert np.array_equal(got_ids, merged.search(queries, K)[1])
+
+
+def test_sharded_service_filters_like_the_merged_index(ray_cluster: str, minilm_mean: Path, quora_file: Path,
+                                                       tmp_path: Path) -> None:
+    from indexer.build import BuildConfig
+    from indexer.ray_build import RayOptions, build_on_ray
+    from tests.service.test_filtered_search import FILTERS, QUERIES, corpus_rows
+
+    rows = corpus_rows(quora_file, 600)
+    data = tmp_path / "docs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    root = tmp_path / "root"
+    # nlist 600 // 39 = 15; nprobe 2 so that a 50 % filter takes the IVF path (probe 4) and a 1 % one goes exact
+    build_on_ray(BuildConfig(model_dir=minilm_mean, data=str(data), root=root, threads=2, nprobe=2),
+                 RayOptions(workers=2, shards=2, block_rows=128))
+    merged = IndexVersion(IndexRoot(root).current_dir())
+    srv = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(root), "STRATA_WATCH_INTERVAL_S": "0"},
+                       args=("sharded", "--ray-address", ray_cluster), timeout=300)
+    try:
+        from indexer.runtime.encoder import OnnxEncoder
+
+        vecs = OnnxEncoder(minilm_mean).encode(QUERIES)
+        docs = merged.store.documents(stored_vectors(merged.index)[0].tolist())
+        paths = []
+        for flt in (FILTERS[0], FILTERS[2]):  # 50 %, 1 %
+            prepared = merged.match(flt).prepared
+            assert prepared is not None
+            probe = filtered_nprobe(merged.nprobe, len(prepared.ids), merged.ntotal, merged.nlist)
+            paths.append(len(prepared.lists) <= probe)
+        assert paths == [False, True]  # the IVF path with the selector, and the exact one
+        with srv.client() as c:
+            for flt in FILTERS:
+                _, want = merged.search(vecs, 10, merged.match(flt))
+                r = c.post("/search", json={"queries": QUERIES, "top_k": 10, "filter": flt})
+                assert r.status_code == 200, r.text
+                for res, row in zip(r.json()["results"], want, strict=True):
+                    assert [h["id"] for h in res["hits"]] == [docs[i].ext_id for i in row.tolist() if i >= 0], flt
+            bad = c.post("/search", json={"query": QUERIES[0], "filter": {"colour": "red"}})
+            assert bad.status_code == 422 and "unknown field 'colour'" in bad.json()["detail"][0]["msg"]
+    finally:
+        stop_server(srv)
+        merged.close()
