@@ -9,7 +9,7 @@ import httpx
 import numpy as np
 
 from indexer.runtime.layout import IndexRoot
-from service.engine.searcher import Searcher
+from service.engine.searcher import Job, Searcher, SearchResult
 from tests.conftest import start_server, stop_server
 
 QUERIES = ["How can I be a good geologist?", "What is the step by step guide to invest in share market?",
@@ -93,14 +93,14 @@ def _record_batches(max_texts: int, max_tokens: int, requests: list[list[str]], 
         index = {id(texts): i for i, texts in enumerate(requests)}
         blocker: list[str] = ["busy"]
 
-        async def run(jobs: list[tuple[list[str], int | None]]) -> tuple[object, list[object]]:
-            if jobs[0][0] is blocker:
+        async def run(jobs: list[Job]) -> tuple[object, list[SearchResult]]:
+            if jobs[0].texts is blocker:
                 await release.wait()
             else:
-                ran.append([index[id(texts)] for texts, _ in jobs])
-                if any(len(" ".join(texts).split()) > 100 for texts, _ in jobs):
+                ran.append([index[id(job.texts)] for job in jobs])
+                if any(len(" ".join(job.texts).split()) > 100 for job in jobs):
                     await asyncio.sleep(0.1)
-            return None, [None] * len(jobs)
+            return None, [SearchResult([], [], 0.0, 0.0) for _ in jobs]
 
         batcher = MicroBatcher(run, workers=workers, window_ms=0, max_texts=max_texts,  # type: ignore[arg-type]
                                max_tokens=max_tokens, count_tokens=lambda texts: sum(len(t.split()) for t in texts))
