@@ -9,8 +9,10 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from service.auth import Authorizer
 from service.engine import Engine
 from service.metrics import Metrics
+from service.stats import LiveStats
 
 
 async def get_engine(request: Request) -> Engine:
@@ -21,5 +23,15 @@ async def get_metrics(request: Request) -> Metrics:
     return request.app.state.metrics
 
 
+async def get_stats(request: Request) -> LiveStats:
+    return request.app.state.stats
+
+
+async def get_authorizer(request: Request) -> Authorizer:
+    return request.app.state.authorizer
+
+
 EngineDep = Annotated[Engine, Depends(get_engine)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+StatsDep = Annotated[LiveStats, Depends(get_stats)]
+AuthorizerDep = Annotated[Authorizer, Depends(get_authorizer)]

@@ -19,8 +19,9 @@ from service.engine import Engine
 from service.errors import ERROR_RESPONSES, install_error_handlers
 from service.limits import BodySizeLimit
 from service.metrics import Metrics
-from service.routers import admin, encode, health, search
+from service.routers import admin, encode, health, page, search, stats
 from service.settings import Settings
+from service.stats import LiveStats
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -38,6 +39,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   responses=ERROR_RESPONSES,
                   description="Semantic search over an ONNX sentence encoder and a FAISS index.")
     app.state.metrics, app.state.engine = metrics, engine
+    app.state.stats = LiveStats()  # the sliding windows of GET /stats, fed by /search
     app.state.authorizer = Authorizer(settings)
     install_error_handlers(app)
 
@@ -49,6 +51,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                            expose_headers=["X-Request-ID", "Retry-After"])
     app.add_middleware(AccessLog, metrics=metrics)
 
-    for router in (encode.router, search.router, health.router, admin.router):
+    for router in (encode.router, search.router, health.router, stats.router, admin.router, page.router):
         app.include_router(router)
+    page.mount_static(app)
     return app

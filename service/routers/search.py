@@ -4,19 +4,20 @@ import time
 
 from fastapi import APIRouter
 
-from service.deps import EngineDep
+from service.deps import EngineDep, StatsDep
 from service.schemas import Hit, QueryHits, SearchRequest, SearchResponse
 
 router = APIRouter(tags=["inference"])
 
 
 @router.post("/search", response_model=SearchResponse, response_model_exclude_none=True)
-async def search(body: SearchRequest, engine: EngineDep) -> SearchResponse:
+async def search(body: SearchRequest, engine: EngineDep, stats: StatsDep) -> SearchResponse:
     """Top-k nearest questions for one `query` or a batch of `queries`."""
     t0 = time.perf_counter()
     texts = [body.query] if body.query is not None else list(body.queries or [])
     answer = await engine.search(texts, body.top_k)  # one version answers all of it, and names itself
     took = (time.perf_counter() - t0) * 1000
+    stats.record(took, answer.encode_ms, answer.search_ms, queries=len(texts))  # GET /stats
     hit_lists = [[Hit(id=i, text=t, score=s) for i, t, s in hits] for hits in answer.hits]
     common = {"took_ms": round(took, 3), "encode_ms": round(answer.encode_ms, 3),
               "search_ms": round(answer.search_ms, 3), "index_version": answer.version}
