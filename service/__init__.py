@@ -1,10 +1,11 @@
-"""Strata service: the FastAPI app serving `/encode`, `/search`, `/health`, `/ready`, `/metrics` and
-`/admin/reload`, over one engine with a local or a Ray-sharded backend.
+"""Strata service: the FastAPI app serving `/encode`, `/search`, `/health`, `/ready`, `/metrics`, `/stats`,
+`/admin/reload` and the search page at `/`, over one engine with a local or a Ray-sharded backend.
 
 Owns: the engine (`service.engine`: micro-batching, workers, leases, swaps, caps, timeout, backends), the HTTP
 layer around it — app factory (`main`), routers, dependencies (`deps`), the mapping of engine errors to HTTP
 (`errors`), API keys (`auth`), the body cap (`limits`), access log and request ids (`access`, `logs`),
-schemas — plus settings (environment variables prefixed `STRATA_`), Prometheus metrics and the demo command.
+schemas — plus settings (environment variables prefixed `STRATA_`), Prometheus metrics, the sliding-window
+recorder behind `/stats` (`stats`), the search page's static files (`static/`) and the demo command.
 
 May import: `indexer.runtime` (encoder runtime, index versions, layout), fastapi/starlette (outside
 `service.engine`), pydantic, prometheus-client, numpy, uvicorn, and Ray (the sharded backend only). Never torch

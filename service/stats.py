@@ -148,6 +148,8 @@ class LiveStats:
                 requests = sum(b.requests for b in buckets)
                 totals = [s[0] for b in buckets for s in b.samples]
                 weights = [b.requests / len(b.samples) for b in buckets for _ in b.samples]
+                p50: float | None
+                p95: float | None
                 if totals:
                     p50, p95 = weighted_percentiles(np.asarray(totals), np.asarray(weights), (50.0, 95.0))
                 else:

@@ -1,8 +1,10 @@
-"""HTTP routers, one concern each: `search`, `encode`, `health` (/health, /ready, /metrics), `admin` (/admin/*).
+"""HTTP routers, one concern each: `search`, `encode`, `health` (/health, /ready, /metrics), `stats` (/stats),
+`admin` (/admin/*), `page` (the search page at / and its /static files).
 
 Owns: turning requests into engine calls and engine answers into response bodies. Refusals are the engine's
 errors, mapped to HTTP by `service.errors`; keys and limits are app-wide (`service.auth`, `service.limits`).
 
 May import: fastapi, prometheus-client, `service.deps` (each route asks only for what it uses: the engine, the
-metrics), `service.schemas`. Never the engine's internals or `indexer`.
+metrics, the live stats, the key checker), `service.schemas`, `service.stats_schemas`, `service.stats`. Never the
+engine's internals or `indexer`.
 """

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import Any
 
 from fastapi import APIRouter
 
@@ -20,15 +21,15 @@ async def stats(engine: EngineDep, live: StatsDep, authorizer: AuthorizerDep) ->
     index = None
     if s.manifest is not None and s.version is not None:
         m, e = s.manifest, s.manifest.eval
+        figures: dict[str, Any] = {} if e is None else {  # none for a version built with --no-eval
+            "mrr_at_10": e.mrr_at_10, "recall_at_10": e.recall_at_10, "exact_mrr_at_10": e.exact_mrr_at_10,
+            "ann_recall_at_10": e.ann_recall_at_10, "exact_n_queries": e.exact_n_queries,
+            "eval_queries": e.n_queries, "eval_nprobe": e.nprobe, "eval_avg_retrieval_ms": e.avg_retrieval_ms,
+            "measured_at": e.measured_at}
         index = IndexStats(
             version=s.version, documents=s.size or m.index.ntotal, model=s.model or m.model.dir,
             model_source=m.model.source, pooling=m.model.pooling, dim=m.model.dim, factory=m.index.factory,
-            nlist=m.index.nlist, nprobe=s.nprobe or m.index.nprobe, protocol=m.data.protocol,
-            **({} if e is None else {
-                "mrr_at_10": e.mrr_at_10, "recall_at_10": e.recall_at_10, "exact_mrr_at_10": e.exact_mrr_at_10,
-                "ann_recall_at_10": e.ann_recall_at_10, "exact_n_queries": e.exact_n_queries,
-                "eval_queries": e.n_queries, "eval_nprobe": e.nprobe, "eval_avg_retrieval_ms": e.avg_retrieval_ms,
-                "measured_at": e.measured_at}))
+            nlist=m.index.nlist, nprobe=s.nprobe or m.index.nprobe, protocol=m.data.protocol, **figures)
     return StatsResponse(
         ready=s.ready, reason=s.reason, auth_required=authorizer.enabled, uptime_s=round(live.uptime_s, 3),
         windows=[StatsWindow.model_validate(asdict(w)) for w in live.windows()],

@@ -284,7 +284,7 @@
       if (node.nodeName !== "title" && node.nodeName !== "desc") node.remove();
     }
     const points = stats.series;
-    const left = 36, right = 290, top = 10, bottom = 124;
+    const left = 36, right = 290, top = 22, bottom = 130;
     const width = right - left, height = bottom - top;
     const latencies = points.flatMap((p) => [p.p50_ms, p.p95_ms]).filter((v) => v !== null);
     const msMax = niceMax(Math.max(0, ...latencies));
@@ -332,9 +332,9 @@
     from.textContent = "−" + span + " min";
     const now = svg("text", { class: "axis", x: right, y: bottom + 14, "text-anchor": "end" });
     now.textContent = "now";
-    const unitMs = svg("text", { class: "axis", x: left - 4, y: bottom + 14, "text-anchor": "end" });
+    const unitMs = svg("text", { class: "axis", x: left - 4, y: top - 10, "text-anchor": "end" });
     unitMs.textContent = "ms";
-    const unitRps = svg("text", { class: "axis", x: right + 4, y: bottom + 14, "text-anchor": "start" });
+    const unitRps = svg("text", { class: "axis", x: right + 4, y: top - 10, "text-anchor": "start" });
     unitRps.textContent = "req/s";
     chart.append(from, now, unitMs, unitRps);
     const w = stats.windows[stats.windows.length - 1];
@@ -345,7 +345,7 @@
   }
 
   function fmtAxis(v) {
-    return v >= 10 || v === 0 ? String(Math.round(v)) : v.toFixed(1);
+    return v >= 10 || Number.isInteger(v) ? String(Math.round(v)) : v.toFixed(1);
   }
 
   async function refreshStats() {
