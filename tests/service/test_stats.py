@@ -145,6 +145,7 @@ def test_stats_and_the_page_answer_without_a_key_when_search_needs_one(tmp_path:
             page, script = c.get("/"), c.get("/static/app.js")
             refused = c.post("/search", json={"query": "hello"})
             not_ready = c.post("/search", json={"query": "hello"}, headers={"Authorization": "Bearer sesame-key-1"})
+            metrics = c.get("/metrics").text
     finally:
         stop_server(srv)
     assert stats.status_code == 200
@@ -156,3 +157,5 @@ def test_stats_and_the_page_answer_without_a_key_when_search_needs_one(tmp_path:
     assert script.status_code == 200 and "/search" in script.text
     assert refused.status_code == 401
     assert not_ready.status_code == 503
+    # the page's files count under one label, not as unmatched paths
+    assert 'strata_requests_total{endpoint="/static",method="GET",status="200"} 1.0' in metrics
