@@ -39,6 +39,7 @@ def browser() -> Iterator[webdriver.Chrome]:
     os.environ["SE_OFFLINE"] = "1"  # Selenium Manager must never try to download a browser or a driver
     options = webdriver.ChromeOptions()
     options.binary_location = binary
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # console errors, CSP violations included
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
                 "--window-size=1200,900", "--lang=en-US"):
         options.add_argument(arg)
@@ -110,6 +111,21 @@ def test_search_shows_the_hits_search_returns(browser: webdriver.Chrome, server:
     shot = tmp_path / "search-page.png"
     assert browser.save_screenshot(str(shot))
     assert shot.stat().st_size > 10_000
+    # nothing went wrong in the console: no script error, no resource refused by the Content-Security-Policy
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+    # a phone-sized window: one column, the card under the results, nothing wider than the screen
+    size = browser.get_window_size()
+    try:
+        browser.set_window_size(420, 900)
+        wait(browser, lambda d: d.execute_script("return window.innerWidth") <= 520, "a narrow window")
+        assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
+        card, hits = browser.find_element(By.CSS_SELECTOR, "aside.card"), browser.find_element(By.ID, "hits")
+        assert card.rect["y"] > hits.rect["y"] + hits.rect["height"] - 1
+        assert browser.find_element(By.ID, "query").rect["width"] > 200
+        browser.save_screenshot(str(tmp_path / "search-page-narrow.png"))
+    finally:
+        browser.set_window_size(size["width"], size["height"])
 
 
 def test_a_blank_query_shows_the_servers_reason(browser: webdriver.Chrome, server: Server) -> None:
