@@ -30,11 +30,14 @@ def _chromium() -> tuple[str, str] | None:
     return (browser, driver) if browser and driver else None
 
 
+# Checked when the module loads: a fixture's skip would come after the session's index and server were built.
+pytestmark = pytest.mark.skipif(_chromium() is None, reason=f"no Chromium and chromedriver on PATH: {INSTALL}")
+
+
 @pytest.fixture(scope="module")
 def browser() -> Iterator[webdriver.Chrome]:
     found = _chromium()
-    if found is None:
-        pytest.skip(f"no Chromium and chromedriver on PATH: {INSTALL}")
+    assert found is not None  # pytestmark
     binary, driver_path = found
     os.environ["SE_OFFLINE"] = "1"  # Selenium Manager must never try to download a browser or a driver
     options = webdriver.ChromeOptions()
