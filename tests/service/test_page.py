@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.conftest import Server, start_server, stop_server
@@ -188,3 +190,50 @@ def test_with_api_keys_the_page_asks_for_one_and_keeps_it_in_the_tab(browser: we
         assert browser.find_element(By.ID, "key-form").is_displayed()
     finally:
         stop_server(srv)
+
+
+def test_a_busy_server_says_when_to_retry(browser: webdriver.Chrome, tmp_path: Path, quora_root: Path) -> None:
+    """A real 429: one slot in flight, held by a heavy /encode, when the page searches."""
+    heavy = {"texts": [("many different words in a long sentence " * 45)[:1990]] * 64}  # 64 × 256 tokens
+    srv = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(quora_root), "STRATA_MAX_IN_FLIGHT": "1",
+                                  "STRATA_WORKERS": "1", "STRATA_RETRY_AFTER_S": "2"})
+    done: list[int] = []
+    try:
+        browser.get(srv.url + "/")
+        wait(browser, lambda d: d.find_element(By.ID, "index-state").text == "Ready", "the index card")
+        browser.find_element(By.ID, "query").send_keys(QUERY)
+        worker = threading.Thread(target=lambda: done.append(
+            httpx.post(f"{srv.url}/encode", json=heavy, timeout=120).status_code))
+        worker.start()
+        with srv.client() as c:
+            wait(browser, lambda _: "strata_inference_in_flight 1.0" in c.get("/metrics").text, "the heavy call")
+        browser.find_element(By.ID, "query").send_keys(Keys.ENTER)
+        status, text = message(browser)
+        worker.join(timeout=120)
+    finally:
+        stop_server(srv)
+    assert done == [200], "the heavy call must still have been running when the page searched"
+    assert status == "429" and "busy; try again in 2 s" in text, text
+
+
+def test_metadata_and_string_ids_render_as_text(browser: webdriver.Chrome, server: Server) -> None:
+    """Hits that carry metadata and string ids (corpus builds) show them, as text: markup in a document stays
+    inert. The server's real answer is extended in the page's fetch, since this index's hits have no metadata."""
+    browser.get(server.url + "/")
+    browser.execute_script("""
+        const real = window.fetch;
+        window.fetch = async (url, init) => {
+            const response = await real(url, init);
+            if (!String(url).endsWith('/search')) return response;
+            const body = await response.json();
+            body.hits.forEach((h, i) => { h.id = 'doc-' + h.id; h.metadata = {rank: i, tag: '<b>bold</b>'}; });
+            return new Response(JSON.stringify(body), {status: response.status, headers: response.headers});
+        };""")
+    search(browser, QUERY, top_k=2)
+    wait(browser, lambda d: len(hit_texts(d)) == 2, "2 hits")
+    first = browser.find_element(By.CSS_SELECTOR, "#hits li.hit")
+    pairs = [(p.find_element(By.TAG_NAME, "dt").text, p.find_element(By.TAG_NAME, "dd").text)
+             for p in first.find_elements(By.CSS_SELECTOR, "dl.metadata > div")]
+    assert pairs == [("rank", "0"), ("tag", "<b>bold</b>")]
+    assert first.find_elements(By.TAG_NAME, "b") == []
+    assert "id doc-" in first.find_element(By.CLASS_NAME, "hit-meta").text
