@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from indexer.runtime.layout import IndexRoot
+from indexer.runtime.manifest import Manifest
 from service.stats import LiveStats, weighted_percentiles
 from tests.conftest import Server, start_server, stop_server
 
@@ -98,7 +100,7 @@ def test_series_steps_oldest_first() -> None:
 
 
 # -- over HTTP ----------------------------------------------------------------------------------------------------
-def test_stats_counts_searches_and_reports_the_index(server: Server) -> None:
+def test_stats_counts_searches_and_reports_the_index(server: Server, quora_root: Path) -> None:
     n = 12
     with server.client() as c:
         before = c.get("/stats")
@@ -132,7 +134,13 @@ def test_stats_counts_searches_and_reports_the_index(server: Server) -> None:
     assert index["pooling"] == "mean" and index["dim"] == 384 and index["protocol"] == "paper"
     assert 0.8 < index["mrr_at_10"] <= 1 and 0.8 < index["recall_at_10"] <= 1
     assert 0.8 < index["exact_mrr_at_10"] <= 1 and 0 < index["ann_recall_at_10"] <= 1
-    assert 1 <= index["nprobe"] <= index["nlist"] and index["eval_queries"] > 100
+    manifest = Manifest.load(IndexRoot(quora_root).current_dir())
+    assert manifest.eval is not None
+    assert index["mrr_at_10"] == manifest.eval.mrr_at_10 and index["recall_at_10"] == manifest.eval.recall_at_10
+    assert index["exact_mrr_at_10"] == manifest.eval.exact_mrr_at_10
+    assert (index["factory"], index["nlist"]) == (manifest.index.factory, manifest.index.nlist)
+    assert index["nprobe"] == min(manifest.index.nprobe, manifest.index.nlist)
+    assert index["eval_queries"] == manifest.eval.n_queries > 100
 
 
 def test_stats_and_the_page_answer_without_a_key_when_search_needs_one(tmp_path: Path) -> None:
