@@ -2,7 +2,9 @@
 
 Keys come from `STRATA_API_KEYS` ("key1:admin,key2") and/or `STRATA_API_KEYS_FILE` (lines `KEY [scope,...]`,
 `#` comments). Any valid key may call the API; `/admin/*` also needs the `admin` scope. `public_paths` (by
-default `/health`, `/ready`, `/metrics`) answer without a key so probes and scrapers need no secret.
+default `/health`, `/ready`, `/metrics`, `/stats`) answer without a key so probes, scrapers and the search page's
+chart need no secret. The search page itself (`/` and `/static/…`) holds no data and always loads without a
+key: it asks for one and sends it with its calls.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from service.settings import Settings
 
 ADMIN = "admin"
 ADMIN_PREFIX = "/admin/"
+PAGE_PATH = "/"  # the search page (see service.routers.page)
 
 bearer = HTTPBearer(auto_error=False, description="API key (only when the server is configured with keys)")
 
@@ -53,7 +56,7 @@ def load_keys(settings: Settings) -> dict[str, frozenset[str]]:
 class Authorizer:
     def __init__(self, settings: Settings) -> None:
         self.keys = load_keys(settings)
-        self.public = set(settings.public_paths)
+        self.public = set(settings.public_paths) | {PAGE_PATH}
 
     @property
     def enabled(self) -> bool:

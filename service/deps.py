@@ -9,9 +9,11 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from service.auth import Authorizer
 from service.engine import Engine
 from service.metrics import Metrics
 from service.settings import Settings
+from service.stats import LiveStats
 
 
 async def get_engine(request: Request) -> Engine:
@@ -26,6 +28,16 @@ async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
+async def get_stats(request: Request) -> LiveStats:
+    return request.app.state.stats
+
+
+async def get_authorizer(request: Request) -> Authorizer:
+    return request.app.state.authorizer
+
+
 EngineDep = Annotated[Engine, Depends(get_engine)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
+StatsDep = Annotated[LiveStats, Depends(get_stats)]
+AuthorizerDep = Annotated[Authorizer, Depends(get_authorizer)]

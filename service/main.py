@@ -20,8 +20,9 @@ from service.engine import Engine
 from service.errors import ERROR_RESPONSES, install_error_handlers
 from service.limits import BodySizeLimit
 from service.metrics import Metrics
-from service.routers import admin, encode, health, openai, search
+from service.routers import admin, encode, health, openai, page, search, stats
 from service.settings import Settings
+from service.stats import LiveStats
 from service.tracing import Tracing
 
 
@@ -44,6 +45,7 @@ def create_app(settings: Settings | None = None, tracing: Tracing | None = None)
                   responses=ERROR_RESPONSES,
                   description="Semantic search over an ONNX sentence encoder and a FAISS index.")
     app.state.metrics, app.state.engine, app.state.settings, app.state.tracing = metrics, engine, settings, tracing
+    app.state.stats = LiveStats()  # the sliding windows of GET /stats, fed by /search
     app.state.authorizer = Authorizer(settings)
     install_error_handlers(app)
 
@@ -55,6 +57,8 @@ def create_app(settings: Settings | None = None, tracing: Tracing | None = None)
                            expose_headers=["X-Request-ID", "Retry-After"])
     app.add_middleware(AccessLog, metrics=metrics, tracing=tracing)
 
-    for router in (encode.router, search.router, health.router, admin.router, openai.router):
+    for router in (encode.router, search.router, health.router, stats.router, admin.router, openai.router,
+                   page.router):
         app.include_router(router)
+    page.mount_static(app)
     return app

@@ -56,7 +56,7 @@ class Settings(BaseSettings):
     # `KEY [scope,...]` lines. Every key may call the API; `/admin/*` needs the `admin` scope.
     api_keys: str | None = Field(None, repr=False)
     api_keys_file: Path | None = None
-    public_paths: list[str] = Field(default_factory=lambda: ["/health", "/ready", "/metrics"],
+    public_paths: list[str] = Field(default_factory=lambda: ["/health", "/ready", "/metrics", "/stats"],
                                     description="paths answered without a key")
 
     # Index swaps

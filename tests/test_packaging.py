@@ -180,3 +180,23 @@ def test_eval_on_empty_root_is_a_clear_error(tmp_path) -> None:  # noqa: ANN001
     r = subprocess.run([sys.executable, "-m", "indexer.cli", "eval", "--root", str(tmp_path)], capture_output=True,
                        text=True, cwd=REPO)
     assert r.returncode == 2 and "has no current index" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_installed_package_ships_the_search_page(tmp_path: Path) -> None:
+    """The API image installs a wheel (not the source tree): the page's static files must be package data."""
+    import shutil
+    import zipfile
+
+    src = tmp_path / "src"
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
+    for name in ("indexer", "models", "service"):
+        shutil.copytree(REPO / name, src / name, ignore=ignore)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                        str(tmp_path / "dist"), str(src)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    (wheel,) = (tmp_path / "dist").glob("strata-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    shipped = {f"service/static/{p.name}" for p in (REPO / "service" / "static").iterdir()}
+    assert {"service/static/index.html", "service/static/app.js", "service/static/app.css"} <= shipped <= names

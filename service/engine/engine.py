@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from indexer.runtime.faiss_index import set_threads
+from indexer.runtime.faiss_index import clamp_nprobe, set_threads
+from indexer.runtime.manifest import Manifest
 from service.engine.batching import MicroBatcher
 from service.engine.errors import NotReady, Overloaded, TimedOut
 from service.engine.leases import Leases
@@ -82,6 +83,8 @@ class Status:
     reason: str | None = None  # why not ready
     refused: Refusal | None = None  # the latest swap attempt, when it was refused
     in_flight: int = 0
+    manifest: Manifest | None = None  # the served version's (build, eval figures)
+    nprobe: int | None = None  # the lists probed per query: STRATA_NPROBE or the manifest's, clamped to nlist
 
 
 def make_backend(settings: Settings) -> Backend:
@@ -200,7 +203,11 @@ class Engine:
             return Status(False, self.backend.name, reason=self._not_ready_reason(), refused=refused,
                           in_flight=self.in_flight)
         return Status(True, self.backend.name, searcher.version, searcher.index.ntotal, str(searcher.encoder.model_dir),
-                      searcher.encoder.meta.pooling, refused=refused, in_flight=self.in_flight)
+                      searcher.encoder.meta.pooling, refused=refused, in_flight=self.in_flight,
+                      manifest=searcher.manifest, nprobe=self._nprobe(searcher.manifest))
+
+    def _nprobe(self, manifest: Manifest) -> int:
+        return clamp_nprobe(self.settings.nprobe or manifest.index.nprobe, manifest.index.nlist)
 
     # -- admission, timeout and the workers --------------------------------------------------------------------
     async def _call(self, texts: list[str], top_k: int | None, flt: dict[str, Any] | None = None

@@ -1,10 +1,12 @@
-"""HTTP routers, one concern each: `search`, `encode`, `health` (/health, /ready, /metrics), `admin` (/admin/*),
-`openai` (the OpenAI-compatible /v1/embeddings and /v1/models).
+"""HTTP routers, one concern each: `search`, `encode`, `health` (/health, /ready, /metrics), `stats` (/stats),
+`admin` (/admin/*), `openai` (the OpenAI-compatible /v1/embeddings and /v1/models), `page` (the search page at /
+and its /static files).
 
 Owns: turning requests into engine calls and engine answers into response bodies. Refusals are the engine's
 errors, mapped to HTTP by `service.errors`; keys and limits are app-wide (`service.auth`, `service.limits`).
 
 May import: fastapi, prometheus-client, numpy, `service.deps` (each route asks only for what it uses: the engine,
-the metrics, the settings), `service.schemas`, `service.openai_schemas`, the engine's front door (`service.engine`).
-Never the engine's internals or `indexer`.
+the metrics, the settings, the live stats, the key checker), `service.schemas`, `service.openai_schemas`,
+`service.stats_schemas`, `service.stats`, the engine's front door (`service.engine`). Never the engine's internals
+or `indexer`.
 """

@@ -4,19 +4,20 @@ import time
 
 from fastapi import APIRouter
 
-from service.deps import EngineDep
+from service.deps import EngineDep, StatsDep
 from service.schemas import Hit, QueryHits, SearchRequest, SearchResponse
 
 router = APIRouter(tags=["inference"])
 
 
 @router.post("/search", response_model=SearchResponse, response_model_exclude_none=True)
-async def search(body: SearchRequest, engine: EngineDep) -> SearchResponse:
+async def search(body: SearchRequest, engine: EngineDep, stats: StatsDep) -> SearchResponse:
     """Top-k nearest documents for one `query` or a batch of `queries`, among those matching `filter` if given."""
     t0 = time.perf_counter()
     texts = [body.query] if body.query is not None else list(body.queries or [])
     answer = await engine.search(texts, body.top_k, body.filter)  # one version answers all of it, and names itself
     took = (time.perf_counter() - t0) * 1000
+    stats.record(took, answer.encode_ms, answer.search_ms, queries=len(texts))  # GET /stats
     hit_lists = [[Hit(id=h.ext_id, text=h.text, score=h.score, metadata=h.metadata) for h in hits]
                  for hits in answer.hits]
     common = {"took_ms": round(took, 3), "encode_ms": round(answer.encode_ms, 3),

@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from fastapi import APIRouter
+
+from service.deps import AuthorizerDep, EngineDep, StatsDep
+from service.stats import SERIES_STEP_S
+from service.stats_schemas import IndexStats, StatsPoint, StatsResponse, StatsWindow
+
+router = APIRouter(tags=["operations"])
+
+
+# A plain `def`: FastAPI runs it in its thread pool. Sorting five minutes of samples takes milliseconds at a
+# thousand requests/s, and the searches being recorded must not wait on the event loop for it.
+@router.get("/stats", response_model=StatsResponse)
+def stats(engine: EngineDep, live: StatsDep, authorizer: AuthorizerDep) -> StatsResponse:
+    """Live /search latency (p50/p95/p99 of total, encode and FAISS search time) and requests/s over the last
+    1 and 5 minutes, a per-10-second series for charts, and the served index's quality figures from its
+    manifest — for people without Prometheus (the search page's index card and chart read it)."""
+    s = engine.status()
+    index = None
+    if s.manifest is not None and s.version is not None:
+        m, e = s.manifest, s.manifest.eval
+        figures: dict[str, Any] = {} if e is None else {  # none for a version built with --no-eval
+            "mrr_at_10": e.mrr_at_10, "recall_at_10": e.recall_at_10, "exact_mrr_at_10": e.exact_mrr_at_10,
+            "ann_recall_at_10": e.ann_recall_at_10, "exact_n_queries": e.exact_n_queries,
+            "eval_queries": e.n_queries, "eval_nprobe": e.nprobe, "eval_avg_retrieval_ms": e.avg_retrieval_ms,
+            "measured_at": e.measured_at}
+        index = IndexStats(
+            version=s.version, documents=s.size or m.index.ntotal, model=s.model or m.model.dir,
+            model_source=m.model.source, pooling=m.model.pooling, dim=m.model.dim, factory=m.index.factory,
+            nlist=m.index.nlist, nprobe=s.nprobe or m.index.nprobe, protocol=m.data.protocol, **figures)
+    return StatsResponse(
+        ready=s.ready, reason=s.reason, auth_required=authorizer.enabled, uptime_s=round(live.uptime_s, 3),
+        windows=[StatsWindow.model_validate(asdict(w)) for w in live.windows()],
+        series_step_s=SERIES_STEP_S,
+        series=[StatsPoint.model_validate(asdict(p)) for p in live.series(SERIES_STEP_S)],
+        index=index)

@@ -1,0 +1,395 @@
+// Strata's search page: POST /search, GET /stats, nothing else. No libraries and no build step. Every text that
+// comes from the server is set with textContent (never innerHTML): a document's text cannot become markup.
+"use strict";
+
+(() => {
+  const KEY_STORAGE = "strata.apiKey"; // sessionStorage only: the key dies with the tab
+  const STATS_EVERY_MS = 5000;
+  const SVG_NS = "http://www.w3.org/2000/svg";
+  const $ = (id) => document.getElementById(id);
+
+  const state = {
+    key: sessionStorage.getItem(KEY_STORAGE) || "",
+    authRequired: false,
+    pending: null, // the search to run again once a key is given
+    stats: null,
+    windowIndex: 0,
+  };
+
+  // -- HTTP -------------------------------------------------------------------------------------------------
+  function headers(withBody) {
+    const h = { Accept: "application/json" };
+    if (withBody) h["Content-Type"] = "application/json";
+    if (state.key) h.Authorization = "Bearer " + state.key;
+    return h;
+  }
+
+  async function call(method, path, body) {
+    let response;
+    try {
+      response = await fetch(path, {
+        method,
+        headers: headers(body !== undefined),
+        body: body === undefined ? undefined : JSON.stringify(body),
+        cache: "no-store",
+      });
+    } catch (err) {
+      return { ok: false, status: 0, error: "The server did not answer. Is it running?" };
+    }
+    let data = null;
+    try {
+      data = await response.json();
+    } catch (err) {
+      data = null;
+    }
+    if (response.ok) return { ok: true, status: response.status, data };
+    return { ok: false, status: response.status, data, error: describe(response, data) };
+  }
+
+  // The `detail` of an error body: a sentence, or FastAPI's list of validation errors.
+  function detail(data) {
+    if (!data || data.detail === undefined) return "";
+    const d = data.detail;
+    if (typeof d === "string") return d;
+    if (Array.isArray(d)) {
+      return d.map((e) => {
+        const where = (e.loc || []).filter((part) => part !== "body").join(".");
+        return (where ? where + ": " : "") + (e.msg || "");
+      }).join("; ");
+    }
+    return JSON.stringify(d);
+  }
+
+  function describe(response, data) {
+    const why = detail(data);
+    switch (response.status) {
+      case 401:
+        return state.key ? "The API key was refused (" + why + "). Enter another one."
+          : "This server needs an API key.";
+      case 403:
+        return "This API key may not do that: " + why;
+      case 413:
+        return "The request is too large: " + why;
+      case 422:
+        return "The server cannot take this search: " + why;
+      case 429: {
+        const after = response.headers.get("Retry-After");
+        return "The server is busy" + (after ? "; try again in " + after + " s" : "") + ". (" + why + ")";
+      }
+      case 503:
+        return "The index is not ready: " + why.replace(/^not ready: /, "") + ". Try again in a moment.";
+      case 504:
+        return "The search took too long: " + why;
+      default:
+        return "The server answered " + response.status + (why ? ": " + why : ".");
+    }
+  }
+
+  // -- messages and the key ---------------------------------------------------------------------------------
+  function showMessage(text, status) {
+    const box = $("message");
+    box.textContent = text;
+    box.dataset.status = String(status);
+    box.hidden = false;
+  }
+
+  function hideMessage() {
+    const box = $("message");
+    box.hidden = true;
+    box.textContent = "";
+    delete box.dataset.status;
+  }
+
+  function askForKey(text) {
+    $("key-message").textContent = text;
+    $("key-form").hidden = false;
+    $("api-key").value = "";
+    $("api-key").focus();
+  }
+
+  function showKeyState() {
+    $("key-state").hidden = !state.key;
+  }
+
+  function useKey(event) {
+    event.preventDefault();
+    const key = $("api-key").value.trim();
+    if (!key) {
+      $("api-key").focus();
+      return;
+    }
+    state.key = key;
+    sessionStorage.setItem(KEY_STORAGE, key);
+    $("key-form").hidden = true;
+    hideMessage();
+    showKeyState();
+    refreshStats();
+    if (state.pending) {
+      const again = state.pending;
+      state.pending = null;
+      runSearch(again.query, again.topK);
+    } else {
+      $("query").focus();
+    }
+  }
+
+  function forgetKey() {
+    state.key = "";
+    sessionStorage.removeItem(KEY_STORAGE);
+    showKeyState();
+    if (state.authRequired) askForKey("This server needs an API key.");
+  }
+
+  // -- search -----------------------------------------------------------------------------------------------
+  function fmtMs(ms) {
+    if (ms === null || ms === undefined) return "–";
+    return ms < 10 ? ms.toFixed(2) : ms < 100 ? ms.toFixed(1) : ms.toFixed(0);
+  }
+
+  function el(tag, className, text) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  function renderHits(hits) {
+    const list = $("hits");
+    list.replaceChildren();
+    for (const hit of hits) {
+      const item = el("li", "hit");
+      item.append(el("p", "hit-text", hit.text));
+      const meta = el("p", "hit-meta");
+      meta.append(el("span", "score", "score " + Number(hit.score).toFixed(3)),
+        el("span", "hit-id", "id " + String(hit.id)));
+      item.append(meta);
+      if (hit.metadata && typeof hit.metadata === "object" && Object.keys(hit.metadata).length) {
+        const dl = el("dl", "metadata");
+        for (const [name, value] of Object.entries(hit.metadata)) {
+          const shown = typeof value === "string" ? value : JSON.stringify(value);
+          const pair = el("div");
+          pair.append(el("dt", "", name), el("dd", "", shown));
+          dl.append(pair);
+        }
+        item.append(dl);
+      }
+      list.append(item);
+    }
+  }
+
+  async function runSearch(query, topK) {
+    const button = $("search-button");
+    button.disabled = true;
+    $("hits").setAttribute("aria-busy", "true");
+    $("summary").textContent = "Searching…";
+    hideMessage();
+    const started = performance.now();
+    const result = await call("POST", "/search", { query, top_k: topK });
+    const roundTrip = performance.now() - started;
+    button.disabled = false;
+    $("hits").removeAttribute("aria-busy");
+    if (!result.ok) {
+      renderHits([]);
+      $("summary").textContent = "";
+      showMessage(result.error, result.status);
+      if (result.status === 401) {
+        state.authRequired = true;
+        state.pending = { query, topK };
+        askForKey(result.error);
+      }
+      return;
+    }
+    const body = result.data;
+    renderHits(body.hits || []);
+    const n = (body.hits || []).length;
+    $("summary").textContent = n + (n === 1 ? " hit" : " hits") + " in " + fmtMs(body.took_ms) +
+      " ms on the server (encode " + fmtMs(body.encode_ms) + " ms, search " + fmtMs(body.search_ms) +
+      " ms), " + fmtMs(roundTrip) + " ms round trip · version " + body.index_version +
+      (body.truncated ? " · query cut to the model's token limit" : "");
+    setTimeout(refreshStats, 300);
+  }
+
+  function onSearch(event) {
+    event.preventDefault();
+    const form = $("search-form");
+    if (!form.reportValidity()) return;
+    runSearch($("query").value, Number($("top-k").value));
+  }
+
+  // -- the index card and the chart -------------------------------------------------------------------------
+  function fact(list, name, value) {
+    const pair = el("div");
+    pair.append(el("dt", "", name), el("dd", "", value));
+    list.append(pair);
+  }
+
+  function fixed(value, digits) {
+    return value === null || value === undefined ? "–" : Number(value).toFixed(digits);
+  }
+
+  function renderIndex(stats) {
+    const facts = $("index-facts");
+    facts.replaceChildren();
+    const index = stats.index;
+    const stateLine = $("index-state");
+    if (!stats.ready || !index) {
+      stateLine.textContent = "Not ready: " + (stats.reason || "no index loaded");
+      stateLine.dataset.ready = "false";
+      return;
+    }
+    stateLine.textContent = "Ready";
+    stateLine.dataset.ready = "true";
+    const model = index.model.split(/[\\/]/).filter(Boolean).pop() || index.model;
+    fact(facts, "Version", index.version);
+    fact(facts, "Documents", index.documents.toLocaleString("en"));
+    fact(facts, "Encoder", model + " · " + index.pooling + " pooling · " + index.dim + " dims");
+    fact(facts, "MRR@10", fixed(index.mrr_at_10, 3) + (index.exact_mrr_at_10 !== null &&
+      index.exact_mrr_at_10 !== undefined ? " (exact search " + fixed(index.exact_mrr_at_10, 3) + ")" : ""));
+    fact(facts, "Recall@10", fixed(index.recall_at_10, 3));
+    fact(facts, "nprobe", index.nprobe + " of " + index.nlist + " lists");
+  }
+
+  function renderLive(stats) {
+    const w = stats.windows[state.windowIndex] || stats.windows[0];
+    $("live-caption").textContent = w.seconds >= 120 ? "Last " + w.seconds / 60 + " minutes" : "Last minute";
+    const body = $("live-table").tBodies[0];
+    body.replaceChildren();
+    for (const [name, part] of [["total", w.total_ms], ["encode", w.encode_ms], ["search", w.search_ms]]) {
+      const row = el("tr");
+      const head = el("th", "", name);
+      head.scope = "row";
+      row.append(head, el("td", "", fmtMs(part.p50)), el("td", "", fmtMs(part.p95)), el("td", "", fmtMs(part.p99)));
+      body.append(row);
+    }
+    $("live-rate").textContent = w.requests + " requests, " + w.requests_per_s.toFixed(2) + " requests/s";
+  }
+
+  function svg(tag, attrs) {
+    const node = document.createElementNS(SVG_NS, tag);
+    for (const [name, value] of Object.entries(attrs)) node.setAttribute(name, String(value));
+    return node;
+  }
+
+  // A round axis maximum: 1, 2 or 5 times a power of ten, at least `value`.
+  function niceMax(value) {
+    if (!(value > 0)) return 1;
+    const power = Math.pow(10, Math.floor(Math.log10(value)));
+    for (const step of [1, 2, 5, 10]) if (step * power >= value) return step * power;
+    return 10 * power;
+  }
+
+  function renderChart(stats) {
+    const chart = $("chart");
+    for (const node of Array.from(chart.childNodes)) {
+      if (node.nodeName !== "title" && node.nodeName !== "desc") node.remove();
+    }
+    const points = stats.series;
+    const left = 36, right = 290, top = 22, bottom = 130;
+    const width = right - left, height = bottom - top;
+    const latencies = points.flatMap((p) => [p.p50_ms, p.p95_ms]).filter((v) => v !== null);
+    const msMax = niceMax(Math.max(0, ...latencies));
+    const rpsMax = niceMax(Math.max(0, ...points.map((p) => p.requests_per_s)));
+    const slot = width / Math.max(points.length, 1);
+    const x = (i) => left + slot * (i + 0.5);
+    const yMs = (v) => bottom - (v / msMax) * height;
+    const yRps = (v) => bottom - (v / rpsMax) * height;
+
+    // requests/s as bars behind the latency lines
+    points.forEach((p, i) => {
+      if (p.requests_per_s > 0) {
+        const y = yRps(p.requests_per_s);
+        chart.append(svg("rect", { class: "bar", x: x(i) - slot * 0.35, y, width: slot * 0.7, height: bottom - y }));
+      }
+    });
+    for (const f of [0, 0.5, 1]) {
+      const y = bottom - f * height;
+      chart.append(svg("line", { class: "grid", x1: left, x2: right, y1: y, y2: y }));
+      const ms = svg("text", { class: "axis", x: left - 4, y: y + 3, "text-anchor": "end" });
+      ms.textContent = fmtAxis(f * msMax);
+      const rps = svg("text", { class: "axis", x: right + 4, y: y + 3, "text-anchor": "start" });
+      rps.textContent = fmtAxis(f * rpsMax);
+      chart.append(ms, rps);
+    }
+    for (const [key, cls] of [["p95_ms", "line p95"], ["p50_ms", "line p50"]]) {
+      let d = "", pen = "M";
+      points.forEach((p, i) => {
+        if (p[key] === null) {
+          pen = "M"; // a step without requests breaks the line
+          return;
+        }
+        d += pen + x(i).toFixed(1) + " " + yMs(p[key]).toFixed(1) + " ";
+        pen = "L";
+      });
+      if (d) chart.append(svg("path", { class: cls, d }));
+      points.forEach((p, i) => {
+        const prev = points[i - 1], next = points[i + 1];
+        const alone = p[key] !== null && (!prev || prev[key] === null) && (!next || next[key] === null);
+        if (alone) chart.append(svg("circle", { class: cls, cx: x(i), cy: yMs(p[key]), r: 1.8 }));
+      });
+    }
+    const span = Math.round((points.length * stats.series_step_s) / 60);
+    const from = svg("text", { class: "axis", x: left, y: bottom + 14, "text-anchor": "start" });
+    from.textContent = "−" + span + " min";
+    const now = svg("text", { class: "axis", x: right, y: bottom + 14, "text-anchor": "end" });
+    now.textContent = "now";
+    const unitMs = svg("text", { class: "axis", x: left - 4, y: top - 10, "text-anchor": "end" });
+    unitMs.textContent = "ms";
+    const unitRps = svg("text", { class: "axis", x: right + 4, y: top - 10, "text-anchor": "start" });
+    unitRps.textContent = "req/s";
+    chart.append(from, now, unitMs, unitRps);
+    const w = stats.windows[stats.windows.length - 1];
+    $("chart-desc").textContent = w.requests
+      ? "Over the last " + w.seconds / 60 + " minutes: " + w.requests + " requests, p50 " + fmtMs(w.total_ms.p50) +
+        " ms, p95 " + fmtMs(w.total_ms.p95) + " ms."
+      : "No requests in the last " + w.seconds / 60 + " minutes.";
+  }
+
+  function fmtAxis(v) {
+    return v >= 10 || Number.isInteger(v) ? String(Math.round(v)) : v.toFixed(1);
+  }
+
+  async function refreshStats() {
+    const result = await call("GET", "/stats");
+    if (!result.ok) {
+      $("index-state").textContent = result.error;
+      if (result.status === 401 && $("key-form").hidden) askForKey(result.error);
+      return;
+    }
+    const stats = result.data;
+    state.stats = stats;
+    state.authRequired = stats.auth_required;
+    if (stats.auth_required && !state.key && $("key-form").hidden) askForKey("This server needs an API key.");
+    renderIndex(stats);
+    renderLive(stats);
+    renderChart(stats);
+  }
+
+  function pollStats() {
+    if (document.visibilityState === "visible") refreshStats();
+  }
+
+  // -- wiring -----------------------------------------------------------------------------------------------
+  document.addEventListener("DOMContentLoaded", () => {
+    $("search-form").addEventListener("submit", onSearch);
+    $("key-form").addEventListener("submit", useKey);
+    $("forget-key").addEventListener("click", forgetKey);
+    for (const radio of document.querySelectorAll('input[name="window"]')) {
+      radio.addEventListener("change", () => {
+        state.windowIndex = Number(radio.value);
+        if (state.stats) renderLive(state.stats);
+      });
+    }
+    document.addEventListener("keydown", (event) => {
+      const typing = event.target instanceof HTMLInputElement || event.target instanceof HTMLTextAreaElement;
+      if (event.key === "/" && !typing && !event.ctrlKey && !event.metaKey && !event.altKey) {
+        event.preventDefault();
+        $("query").focus();
+        $("query").select();
+      }
+    });
+    document.addEventListener("visibilitychange", pollStats);
+    showKeyState();
+    refreshStats();
+    setInterval(pollStats, STATS_EVERY_MS);
+  });
+})();

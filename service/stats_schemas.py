@@ -1,0 +1,70 @@
+"""The body of `GET /stats` (kept apart from `service.schemas`, the inference API's bodies)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+
+class LatencyPercentiles(BaseModel):
+    """Milliseconds; null when the window holds no request."""
+
+    p50: float | None
+    p95: float | None
+    p99: float | None
+
+
+class StatsWindow(BaseModel):
+    seconds: int = Field(description="the window: the last 60 or 300 seconds")
+    covered_s: float = Field(description="how much of the window the server has been up (rates divide by it)")
+    requests: int = Field(description="/search requests answered (200) in the window")
+    queries: int = Field(description="texts searched: a batch request counts once per query here")
+    requests_per_s: float
+    total_ms: LatencyPercentiles = Field(description="the time the server spent on a /search (its took_ms)")
+    encode_ms: LatencyPercentiles = Field(description="ONNX encoding of the micro-batch a request rode in")
+    search_ms: LatencyPercentiles = Field(description="FAISS search and fetching the texts")
+
+
+class StatsPoint(BaseModel):
+    ago_s: int = Field(description="the step ends this many seconds ago (0: now)")
+    requests_per_s: float
+    p50_ms: float | None
+    p95_ms: float | None
+
+
+class IndexStats(BaseModel):
+    """The served version, from its manifest: what it holds and how well it retrieves (measured at build time
+    by `indexer build` / `indexer eval`; null when the version was built with --no-eval)."""
+
+    version: str
+    documents: int
+    model: str = Field(description="the encoder folder served")
+    model_source: str = Field(description="the checkpoint the encoder was exported from")
+    pooling: str
+    dim: int
+    factory: str
+    nlist: int
+    nprobe: int = Field(description="lists probed per query as served (STRATA_NPROBE or the manifest's)")
+    protocol: str
+    mrr_at_10: float | None = None
+    recall_at_10: float | None = None
+    exact_mrr_at_10: float | None = Field(None, description="MRR@10 of exact (brute-force) search: the reference")
+    ann_recall_at_10: float | None = Field(None, description="overlap of the index's top 10 with exact search's")
+    exact_n_queries: int | None = Field(None, description="exact search ran on this seeded sample (null: all)")
+    eval_queries: int | None = None
+    eval_nprobe: int | None = None
+    eval_avg_retrieval_ms: float | None = Field(None, description="offline: ms per query at the eval's batch "
+                                                "size and threads, encoding excluded")
+    measured_at: datetime | None = None
+
+
+class StatsResponse(BaseModel):
+    ready: bool
+    reason: str | None = Field(None, description="why not ready")
+    auth_required: bool = Field(description="API keys are configured: /search needs one")
+    uptime_s: float
+    windows: list[StatsWindow] = Field(description="the last minute and the last five minutes")
+    series_step_s: int
+    series: list[StatsPoint] = Field(description="requests/s and total-time p50/p95 per step, oldest first")
+    index: IndexStats | None = None

@@ -1,0 +1,239 @@
+"""The search page at `/` in a real headless Chromium (Debian's package, driven by Selenium) against uvicorn on
+127.0.0.1 and a real index: type a query, wait for the hits, compare them with what /search answers."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import Server, start_server, stop_server
+
+INSTALL = "apt-get install chromium chromium-driver"
+QUERY = "How can I be a good geologist?"
+WAIT_S = 30  # a loaded 2-core machine: the first search of a server warms ONNX Runtime up
+
+selenium = pytest.importorskip("selenium", reason=f"selenium is not installed: pip install selenium; {INSTALL}")
+from selenium import webdriver  # noqa: E402
+from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.common.keys import Keys  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+
+def _chromium() -> tuple[str, str] | None:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    return (browser, driver) if browser and driver else None
+
+
+# Checked when the module loads: a fixture's skip would come after the session's index and server were built.
+pytestmark = pytest.mark.skipif(_chromium() is None, reason=f"no Chromium and chromedriver on PATH: {INSTALL}")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[webdriver.Chrome]:
+    found = _chromium()
+    assert found is not None  # pytestmark
+    binary, driver_path = found
+    os.environ["SE_OFFLINE"] = "1"  # Selenium Manager must never try to download a browser or a driver
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # console errors, CSP violations included
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1200,900", "--lang=en-US"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=driver_path))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait(driver: webdriver.Chrome, condition, what: str):  # noqa: ANN001, ANN201 (a Selenium condition)
+    return WebDriverWait(driver, WAIT_S).until(condition, message=f"waited {WAIT_S} s for {what}")
+
+
+def hit_texts(driver: webdriver.Chrome) -> list[str]:
+    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#hits li.hit .hit-text")]
+
+
+def search(driver: webdriver.Chrome, query: str, top_k: int | None = None) -> None:
+    if top_k is not None:
+        k = driver.find_element(By.ID, "top-k")
+        k.send_keys(Keys.CONTROL, "a")
+        k.send_keys(str(top_k))
+    box = driver.find_element(By.ID, "query")
+    box.clear()
+    box.send_keys(query, Keys.ENTER)  # the keyboard path: Enter submits the form
+
+
+def message(driver: webdriver.Chrome) -> tuple[str, str]:
+    box = wait(driver, lambda d: d.find_element(By.ID, "message") if d.find_element(By.ID, "message").is_displayed()
+               else False, "an error message")
+    return box.get_attribute("data-status"), box.text
+
+
+def test_search_shows_the_hits_search_returns(browser: webdriver.Chrome, server: Server, tmp_path: Path) -> None:
+    browser.get(server.url + "/")
+    with server.client() as c:
+        ready = c.get("/ready").json()
+        expected = c.post("/search", json={"query": QUERY, "top_k": 5}).json()["hits"]
+    wait(browser, lambda d: d.find_element(By.ID, "index-state").text == "Ready", "the index card")
+    card = browser.find_element(By.ID, "index-facts").text
+    assert ready["index_version"] in card and "mean pooling" in card and "MRR@10" in card and "nprobe" in card
+    assert browser.switch_to.active_element.get_attribute("id") == "query"  # autofocus: type at once
+    # an open API: no key form, no message
+    assert not browser.find_element(By.ID, "key-form").is_displayed()
+    assert not browser.find_element(By.ID, "message").is_displayed()
+
+    search(browser, QUERY, top_k=5)
+    wait(browser, lambda d: len(hit_texts(d)) == 5, "5 hits")
+    texts = hit_texts(browser)
+    assert texts == [h["text"] for h in expected]
+    assert texts[0] == "What should I do to be a great geologist?"
+    first = browser.find_element(By.CSS_SELECTOR, "#hits li.hit .hit-meta").text
+    assert f"id {expected[0]['id']}" in first and f"score {expected[0]['score']:.3f}" in first
+    summary = browser.find_element(By.ID, "summary").text
+    assert summary.startswith("5 hits in ") and " ms on the server" in summary and ready["index_version"] in summary
+
+    # the chart and the live table pick the search up from /stats
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#chart .p50"), "the chart's p50")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#live-table tbody tr")
+    assert [r.find_element(By.TAG_NAME, "th").text for r in rows] == ["total", "encode", "search"]
+    assert "requests/s" in browser.find_element(By.ID, "live-rate").text
+
+    # "/" brings the keyboard back to the search box
+    browser.execute_script("document.activeElement.blur()")
+    ActionChains(browser).send_keys("/").perform()
+    assert browser.switch_to.active_element.get_attribute("id") == "query"
+
+    shot = tmp_path / "search-page.png"
+    assert browser.save_screenshot(str(shot))
+    assert shot.stat().st_size > 10_000
+    # nothing went wrong in the console: no script error, no resource refused by the Content-Security-Policy
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+    # a phone-sized window: one column, the card under the results, nothing wider than the screen
+    size = browser.get_window_size()
+    try:
+        browser.set_window_size(420, 900)
+        wait(browser, lambda d: d.execute_script("return window.innerWidth") <= 520, "a narrow window")
+        assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
+        card, hits = browser.find_element(By.CSS_SELECTOR, "aside.card"), browser.find_element(By.ID, "hits")
+        assert card.rect["y"] > hits.rect["y"] + hits.rect["height"] - 1
+        assert browser.find_element(By.ID, "query").rect["width"] > 200
+        browser.save_screenshot(str(tmp_path / "search-page-narrow.png"))
+    finally:
+        browser.set_window_size(size["width"], size["height"])
+
+
+def test_a_blank_query_shows_the_servers_reason(browser: webdriver.Chrome, server: Server) -> None:
+    browser.get(server.url + "/")
+    search(browser, "   ")
+    status, text = message(browser)
+    assert status == "422"
+    assert "cannot take this search" in text and "empty or whitespace" in text
+    assert hit_texts(browser) == []
+
+
+def test_a_server_without_an_index_says_it_is_not_ready(browser: webdriver.Chrome, tmp_path: Path) -> None:
+    srv = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(tmp_path / "no-index")})
+    try:
+        browser.get(srv.url + "/")
+        wait(browser, lambda d: d.find_element(By.ID, "index-state").text.startswith("Not ready:"), "not ready")
+        card = browser.find_element(By.ID, "index-state").text
+        search(browser, QUERY)
+        status, text = message(browser)
+        with srv.client() as c:
+            reason = c.get("/ready").json()["reason"]
+    finally:
+        stop_server(srv)
+    assert card == f"Not ready: {reason}"
+    assert status == "503" and text.startswith(f"The index is not ready: {reason}"), text
+
+
+def test_with_api_keys_the_page_asks_for_one_and_keeps_it_in_the_tab(browser: webdriver.Chrome, tmp_path: Path,
+                                                                      quora_root: Path) -> None:
+    key = "page-test-key-7"
+    srv = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(quora_root), "STRATA_API_KEYS": key})
+    try:
+        browser.get(srv.url + "/")
+        form = wait(browser, lambda d: d.find_element(By.ID, "key-form") if d.find_element(By.ID, "key-form")
+                    .is_displayed() else False, "the key form")
+        assert "needs an API key" in form.text
+        assert browser.switch_to.active_element.get_attribute("id") == "api-key"
+
+        # a wrong key: the search is refused and the page asks again
+        browser.find_element(By.ID, "api-key").send_keys("not-the-key", Keys.ENTER)
+        search(browser, QUERY, top_k=3)
+        status, text = message(browser)
+        assert status == "401" and "refused" in text and "invalid API key" in text
+        wait(browser, lambda d: d.find_element(By.ID, "key-form").is_displayed(), "the key form again")
+
+        # the right key: the refused search runs again by itself
+        browser.find_element(By.ID, "api-key").send_keys(key, Keys.ENTER)
+        wait(browser, lambda d: len(hit_texts(d)) == 3, "3 hits")
+        assert hit_texts(browser)[0] == "What should I do to be a great geologist?"
+        assert browser.execute_script("return sessionStorage.getItem('strata.apiKey')") == key
+        assert browser.execute_script("return localStorage.length") == 0
+        assert browser.execute_script("return document.cookie") == ""
+        assert browser.find_element(By.ID, "key-state").is_displayed()
+
+        browser.find_element(By.ID, "forget-key").click()
+        assert browser.execute_script("return sessionStorage.getItem('strata.apiKey')") is None
+        assert browser.find_element(By.ID, "key-form").is_displayed()
+    finally:
+        stop_server(srv)
+
+
+def test_a_busy_server_says_when_to_retry(browser: webdriver.Chrome, tmp_path: Path, quora_root: Path) -> None:
+    """A real 429: one slot in flight, held by a heavy /encode, when the page searches."""
+    heavy = {"texts": [("many different words in a long sentence " * 45)[:1990]] * 64}  # 64 × 256 tokens
+    srv = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(quora_root), "STRATA_MAX_IN_FLIGHT": "1",
+                                  "STRATA_WORKERS": "1", "STRATA_RETRY_AFTER_S": "2"})
+    done: list[int] = []
+    try:
+        browser.get(srv.url + "/")
+        wait(browser, lambda d: d.find_element(By.ID, "index-state").text == "Ready", "the index card")
+        browser.find_element(By.ID, "query").send_keys(QUERY)
+        worker = threading.Thread(target=lambda: done.append(
+            httpx.post(f"{srv.url}/encode", json=heavy, timeout=120).status_code))
+        worker.start()
+        with srv.client() as c:
+            wait(browser, lambda _: "strata_inference_in_flight 1.0" in c.get("/metrics").text, "the heavy call")
+        browser.find_element(By.ID, "query").send_keys(Keys.ENTER)
+        status, text = message(browser)
+        worker.join(timeout=120)
+    finally:
+        stop_server(srv)
+    assert done == [200], "the heavy call must still have been running when the page searched"
+    assert status == "429" and "busy; try again in 2 s" in text, text
+
+
+def test_metadata_and_string_ids_render_as_text(browser: webdriver.Chrome, server: Server) -> None:
+    """Hits that carry metadata and string ids (corpus builds) show them, as text: markup in a document stays
+    inert. The server's real answer is extended in the page's fetch, since this index's hits have no metadata."""
+    browser.get(server.url + "/")
+    browser.execute_script("""
+        const real = window.fetch;
+        window.fetch = async (url, init) => {
+            const response = await real(url, init);
+            if (!String(url).endsWith('/search')) return response;
+            const body = await response.json();
+            body.hits.forEach((h, i) => { h.id = 'doc-' + h.id; h.metadata = {rank: i, tag: '<b>bold</b>'}; });
+            return new Response(JSON.stringify(body), {status: response.status, headers: response.headers});
+        };""")
+    search(browser, QUERY, top_k=2)
+    wait(browser, lambda d: len(hit_texts(d)) == 2, "2 hits")
+    first = browser.find_element(By.CSS_SELECTOR, "#hits li.hit")
+    pairs = [(p.find_element(By.TAG_NAME, "dt").text, p.find_element(By.TAG_NAME, "dd").text)
+             for p in first.find_elements(By.CSS_SELECTOR, "dl.metadata > div")]
+    assert pairs == [("rank", "0"), ("tag", "<b>bold</b>")]
+    assert first.find_elements(By.TAG_NAME, "b") == []
+    assert "id doc-" in first.find_element(By.CLASS_NAME, "hit-meta").text
