@@ -2,6 +2,7 @@
 
     Overloaded   -> 429 with Retry-After       NotReady     -> 503
     TimedOut     -> 504                        SwapRefused  -> 409 (a ReloadResponse: the old version serves)
+    WriteRefused -> 409                        WritesUnsupported -> 501      WritesUnavailable -> 503
     RequestValidationError -> 422 without the echoed input
 
 Every body is JSON with a `detail` that says why (or the ReloadResponse), never a stack trace.
@@ -13,7 +14,15 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from service.engine import NotReady, Overloaded, SwapRefused, TimedOut
+from service.engine import (
+    NotReady,
+    Overloaded,
+    SwapRefused,
+    TimedOut,
+    WriteRefused,
+    WritesUnavailable,
+    WritesUnsupported,
+)
 from service.schemas import ReloadResponse
 
 # Documented on every route of the OpenAPI schema.
@@ -53,9 +62,24 @@ async def swap_refused(request: Request, exc: SwapRefused) -> JSONResponse:
     return JSONResponse(body.model_dump(), status_code=409)
 
 
+async def write_refused(request: Request, exc: WriteRefused) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=409)
+
+
+async def writes_unsupported(request: Request, exc: WritesUnsupported) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=501)
+
+
+async def writes_unavailable(request: Request, exc: WritesUnavailable) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=503)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(Overloaded, overloaded)  # type: ignore[arg-type]
     app.add_exception_handler(NotReady, not_ready)  # type: ignore[arg-type]
     app.add_exception_handler(TimedOut, timed_out)  # type: ignore[arg-type]
     app.add_exception_handler(SwapRefused, swap_refused)  # type: ignore[arg-type]
+    app.add_exception_handler(WriteRefused, write_refused)  # type: ignore[arg-type]
+    app.add_exception_handler(WritesUnsupported, writes_unsupported)  # type: ignore[arg-type]
+    app.add_exception_handler(WritesUnavailable, writes_unavailable)  # type: ignore[arg-type]

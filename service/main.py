@@ -19,7 +19,7 @@ from service.engine import Engine
 from service.errors import ERROR_RESPONSES, install_error_handlers
 from service.limits import BodySizeLimit
 from service.metrics import Metrics
-from service.routers import admin, encode, health, search
+from service.routers import admin, documents, encode, health, search
 from service.settings import Settings
 
 
@@ -49,6 +49,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                            expose_headers=["X-Request-ID", "Retry-After"])
     app.add_middleware(AccessLog, metrics=metrics)
 
-    for router in (encode.router, search.router, health.router, admin.router):
+    for router in (encode.router, search.router, documents.router, health.router, admin.router):
         app.include_router(router)
     return app
