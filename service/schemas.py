@@ -123,7 +123,16 @@ MAX_ID_CHARS = 512
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
+def _valid_unicode(value: str, what: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: SQLite (and any client reading it back) cannot take it
+        raise ValueError(f"{what} must be valid Unicode (no lone surrogates)") from None
+
+
 def _check_id(value: int | str) -> int | str:
+    if isinstance(value, str):
+        _valid_unicode(value, "an id")
     if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
         raise ValueError(f"integer id {value} does not fit in 64 bits")
     if isinstance(value, str) and not value.strip():
@@ -134,10 +143,15 @@ def _check_id(value: int | str) -> int | str:
 
 
 def _finite(value: Any, where: str) -> None:
+    """Numbers finite (JSON has no NaN, though Python's parser reads it) and strings valid Unicode, all the way
+    down."""
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"metadata {where} is {value}: numbers must be finite")
+    if isinstance(value, str):
+        _valid_unicode(value, f"metadata {where}")
     if isinstance(value, dict):
         for k, v in value.items():
+            _valid_unicode(k, f"a metadata field name in {where}")
             _finite(v, f"{where}.{k}")
     elif isinstance(value, list):
         for i, v in enumerate(value):
@@ -148,7 +162,8 @@ def _check_metadata(value: dict[str, Any]) -> dict[str, Any]:
     for key, v in value.items():
         if not key.strip():
             raise ValueError("metadata field names must not be empty")
-        _finite(v, repr(key))
+        _valid_unicode(key, "a metadata field name")
+        _finite(v, ascii(key))
     return value
 
 

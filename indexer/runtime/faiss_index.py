@@ -179,7 +179,7 @@ def search_excluding(index: faiss.Index, vectors: np.ndarray, k: int, exclusion:
     if exclusion is None or not len(exclusion):
         return search(index, vectors, k)
     ivf = faiss.extract_index_ivf(index)
-    params = faiss.SearchParametersIVF(sel=exclusion.selector, nprobe=int(ivf.nprobe))
+    params = faiss.SearchParametersIVF(sel=exclusion.selector, nprobe=int(ivf.nprobe))  # type: ignore[call-arg]
     return ivf.search(np.ascontiguousarray(vectors, dtype=np.float32), k, params=params)
 
 

@@ -322,7 +322,8 @@ class CorpusStoreWriter:
         self._con.close()
 
 
-def apply_writes(path: Path, upserts: Sequence[tuple[int, int | str, str, str]], deletes: Sequence[int]) -> dict[str, str]:
+def apply_writes(path: Path, upserts: Sequence[tuple[int, int | str, str, str]], deletes: Sequence[int]
+                 ) -> dict[str, str]:
     """Fold written documents into a store file (a copy in a not-yet-published version folder): `upserts` are
     (FAISS id, external id, text, metadata JSON) rows that replace any document with that FAISS id, `deletes`
     FAISS ids whose documents go. A corpus store's metadata index and schema are brought up to date; a Quora

@@ -170,7 +170,7 @@ class WriteLog:
     def append(self, ops: Sequence[Upsert | Delete]) -> int:
         """Write `ops` in one transaction, durable when this returns; returns the seq of the last one."""
         now = time.time()
-        rows = []
+        rows: list[tuple[object, ...]] = []
         for op in ops:
             if isinstance(op, Upsert):
                 vec = np.ascontiguousarray(op.vector, dtype=np.float32)

@@ -32,7 +32,7 @@ from service.engine.errors import NotReady, Overloaded, TimedOut
 from service.engine.leases import Leases
 from service.engine.searcher import Hit, Job, Searcher, SearchResult
 from service.engine.swap import Backend, Refusal, Swapper, SwapResult
-from service.engine.writes import Document, Writes, WriteResult
+from service.engine.writes import Document, WriteResult, Writes
 from service.metrics import Metrics
 from service.settings import Settings
 
