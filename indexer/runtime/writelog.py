@@ -23,7 +23,8 @@ The log is never truncated by Strata: a rollback to an older version, or a build
 every entry after that version's `folded_seq`. Its size is about 1.6 kB per upsert with a 384-d vector.
 
 Torch-free and service-free: the API appends (`WriteLog.append`) and replays (`entries`), the pipeline's
-`indexer compact` reads (`entries`); several processes may read while one appends (WAL).
+`indexer compact` reads (`entries`); several processes may read while one appends (WAL). An existing log that
+cannot be opened for writing (an API on a read-only mount) is opened read-only: replayed, never appended to.
 
 FAISS ids. The log holds external ids only. Which FAISS id a written document gets depends on the version it is
 applied to (`faiss_id_for`): an integer id in [0, 2^62) is its own FAISS id, as in builds; any other id keeps
@@ -144,6 +145,8 @@ class WriteLog:
 
     def __init__(self, path: Path, *, create: bool = True) -> None:
         self.path = Path(path)
+        self.read_only = False
+        self._reader_uri = f"file:{self.path}?mode=ro"
         if not create and not self.path.is_file():
             raise WriteLogError(f"{self.path} does not exist")
         try:
@@ -154,9 +157,23 @@ class WriteLog:
                 self._con.execute("INSERT OR IGNORE INTO meta VALUES ('log_id', ?)", (uuid.uuid4().hex,))
             row = self._con.execute("SELECT value FROM meta WHERE key = 'log_id'").fetchone()
         except (OSError, sqlite3.Error) as exc:
-            raise WriteLogError(f"cannot open the write log {self.path}: {exc}") from exc
+            if create or not self.path.is_file():
+                raise WriteLogError(f"cannot open the write log {self.path}: {exc}") from exc
+            # An existing log on a read-only mount (an API that only serves): still replayed, never appended to.
+            row = self._open_read_only(exc)
         self.log_id: str = row[0]
         self._lock = threading.Lock()
+
+    def _open_read_only(self, cause: BaseException) -> tuple[str]:
+        for uri in (f"file:{self.path}?mode=ro", f"file:{self.path}?immutable=1"):  # immutable: no -shm to be had
+            try:
+                con = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=30)
+                row = con.execute("SELECT value FROM meta WHERE key = 'log_id'").fetchone()
+            except sqlite3.Error:
+                continue
+            self._con, self._reader_uri, self.read_only = con, uri, True
+            return row
+        raise WriteLogError(f"cannot open the write log {self.path}: {cause}") from cause
 
     def _connect(self) -> sqlite3.Connection:
         con = sqlite3.connect(self.path, check_same_thread=False, timeout=30, isolation_level=None)
@@ -169,6 +186,8 @@ class WriteLog:
 
     def append(self, ops: Sequence[Upsert | Delete]) -> int:
         """Write `ops` in one transaction, durable when this returns; returns the seq of the last one."""
+        if self.read_only:
+            raise WriteLogError(f"the write log {self.path} is read-only here (a read-only mount of the index root)")
         now = time.time()
         rows: list[tuple[object, ...]] = []
         for op in ops:
@@ -199,7 +218,7 @@ class WriteLog:
 
     def entries(self, after: int = 0, upto: int | None = None, batch: int = 2048) -> Iterator[LogEntry]:
         """Entries with after < seq <= upto (default: all there are now), in seq order, read in batches."""
-        con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False, timeout=30)
+        con = sqlite3.connect(self._reader_uri, uri=True, check_same_thread=False, timeout=30)
         try:
             if upto is None:
                 upto = int(con.execute("SELECT COALESCE(MAX(seq), 0) FROM entries").fetchone()[0])

@@ -136,3 +136,25 @@ def test_exclusion_is_applied_inside_the_ivf_scan() -> None:
     assert np.array_equal(got, ref) and np.allclose(scores, ref_scores)
     s, pos = knn_inner_product(queries, x[:3], 10)  # k cut to the rows there are
     assert pos.shape == (20, 3) and np.allclose(s[:, 0], np.max(queries @ x[:3].T, axis=1))
+
+
+def test_a_log_that_cannot_be_opened_for_writing_is_still_read(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """An API on a read-only mount replays an existing log but refuses to append (root ignores file modes, so the
+    read-only mount is stood in for by the error SQLite gives there)."""
+    log = WriteLog(log_path(tmp_path))
+    log.append([Upsert("a", "text", {}, unit(1)[0], "m")])
+    log_id = log.log_id
+    log.close()
+
+    def readonly(self: WriteLog) -> None:
+        raise __import__("sqlite3").OperationalError("attempt to write a readonly database")
+
+    monkeypatch.setattr(WriteLog, "_connect", readonly)
+    with pytest.raises(WriteLogError, match="readonly database"):
+        WriteLog(log_path(tmp_path / "new"))  # nothing to read: creating it fails as before
+    reader = WriteLog(log_path(tmp_path), create=False)
+    assert reader.read_only and reader.log_id == log_id and reader.last_seq() == 1
+    assert [e.ext_id for e in reader.entries()] == ["a"]
+    with pytest.raises(WriteLogError, match="read-only"):
+        reader.append([Delete("a")])
