@@ -9,15 +9,19 @@ import json
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 from indexer.runtime.faiss_index import INDEX_FILE, build_ivf, write_index
 from indexer.runtime.manifest import DataInfo, IndexInfo, Manifest, ModelInfo, Timings
 from indexer.runtime.store import STORE, CorpusStoreWriter
 from indexer.runtime.version import IndexVersion
 from indexer.runtime.writelog import ASSIGNED_IDS_FROM, DELETE, UPSERT, LogEntry
+from service.engine.errors import WritesUnsupported
 from service.engine.live import LiveIndex
+from service.engine.writes import Writes
 
 DIM, N, NLIST = 16, 400, 8
 
@@ -170,4 +174,15 @@ def test_concurrent_writes_and_searches(tmp_path: Path) -> None:
     for t in threads:
         t.join(timeout=120)
     assert not errors, errors[:3]
+    live.close()
+
+
+def test_writes_are_refused_where_there_is_no_overlay_or_the_version_cannot_hold_them(tmp_path: Path) -> None:
+    """The sharded backend's index has no overlay: 501 (WritesUnsupported). A corpus version takes any id."""
+    make_version(tmp_path / "v1")
+    plain = IndexVersion(tmp_path / "v1")  # what a backend without overlays serves
+    with pytest.raises(WritesUnsupported, match="sharded"):
+        Writes.check(SimpleNamespace(index=plain, version="v1"), [1], False)  # type: ignore[arg-type]
+    live = LiveIndex(plain)
+    Writes.check(SimpleNamespace(index=live, version="v1"), ["s", (1 << 63) - 1, -4], True)  # type: ignore[arg-type]
     live.close()
