@@ -1,10 +1,12 @@
-"""Strata service: the FastAPI app serving `/encode`, `/search`, `/health`, `/ready`, `/metrics` and
-`/admin/reload`, over one engine with a local or a Ray-sharded backend.
+"""Strata service: the FastAPI app serving `/encode`, `/search`, the writes (`PUT /documents`,
+`POST /documents/delete`), `/health`, `/ready`, `/metrics` and `/admin/reload`, over one engine with a local or a
+Ray-sharded backend.
 
-Owns: the engine (`service.engine`: micro-batching, workers, leases, swaps, caps, timeout, backends), the HTTP
-layer around it — app factory (`main`), routers, dependencies (`deps`), the mapping of engine errors to HTTP
-(`errors`), API keys (`auth`), the body cap (`limits`), access log and request ids (`access`, `logs`),
-schemas — plus settings (environment variables prefixed `STRATA_`), Prometheus metrics and the demo command.
+Owns: the engine (`service.engine`: micro-batching, workers, leases, swaps, writes and their overlay, caps,
+timeout, backends), the HTTP layer around it — app factory (`main`), routers, dependencies (`deps`), the mapping
+of engine errors to HTTP (`errors`), API keys (`auth`), the body cap (`limits`), access log and request ids
+(`access`, `logs`), schemas — plus settings (environment variables prefixed `STRATA_`), Prometheus metrics and
+the demo command.
 
 May import: `indexer.runtime` (encoder runtime, index versions, layout), fastapi/starlette (outside
 `service.engine`), pydantic, prometheus-client, numpy, uvicorn, and Ray (the sharded backend only). Never torch
