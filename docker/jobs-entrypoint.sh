@@ -1,6 +1,7 @@
 #!/bin/sh
 # Default job (the nightly rebuild): export the default encoder when no model exists, then build a new index
-# version beside the served one and flip `current`; a running API swaps to it without downtime.
+# version beside the served one and flip `current`; a running API swaps to it without downtime. When the API has
+# taken writes (PUT /documents), `indexer compact` then folds its write log into one more version.
 # Any arguments replace the default job (e.g. `indexer eval --json`, `indexer rollback`).
 # STRATA_REBUILD_EVERY_S=N (N > 0): run the job, sleep N seconds, again, until stopped (the `nightly` service);
 # unset or 0: run it once and exit with its status.
@@ -44,8 +45,12 @@ job() {
   fi
   # STRATA_BUILD_ARGS is split on spaces on purpose: extra flags such as "--keep 7 --threads 4"
   # shellcheck disable=SC2086
-  run indexer build --model "$MODEL" --root "${STRATA_INDEX_ROOT:-$STRATA_HOME/indexes/quora}" \
-    --data "${STRATA_QUORA:-http://qim.fs.quoracdn.net/quora_duplicate_questions.tsv}" ${STRATA_BUILD_ARGS:-}
+  root="${STRATA_INDEX_ROOT:-$STRATA_HOME/indexes/quora}"
+  run indexer build --model "$MODEL" --root "$root" \
+    --data "${STRATA_QUORA:-http://qim.fs.quoracdn.net/quora_duplicate_questions.tsv}" ${STRATA_BUILD_ARGS:-} || return
+  # the version built from the source data holds none of the API's writes (the API replays them onto it): fold
+  # the write log into a version of its own; without a log this does nothing
+  if [ -f "$root/writes/log.sqlite" ]; then run indexer compact --root "$root"; fi
 }
 
 if [ "$EVERY" -eq 0 ]; then

@@ -1,13 +1,15 @@
-"""Strata service: the FastAPI app serving `/encode`, `/search`, `/health`, `/ready`, `/metrics`, `/stats`,
-`/admin/reload`, the OpenAI-compatible `/v1/embeddings` and `/v1/models`, and the search page at `/`, over one
-engine with a local or a Ray-sharded backend.
+"""Strata service: the FastAPI app serving `/encode`, `/search`, the writes (`PUT /documents`,
+`POST /documents/delete`), `/health`, `/ready`, `/metrics`, `/stats`, `/admin/reload`, the OpenAI-compatible
+`/v1/embeddings` and `/v1/models`, and the search page at `/`, over one engine with a local or a Ray-sharded
+backend.
 
-Owns: the engine (`service.engine`: micro-batching, workers, leases, swaps, caps, timeout, backends), the HTTP
-layer around it — app factory (`main`), routers, dependencies (`deps`), the mapping of engine errors to HTTP
-(`errors`), API keys (`auth`), the body cap (`limits`), access log and request ids (`access`, `logs`),
-schemas (`schemas`, `openai_schemas`, `stats_schemas`) — plus settings (environment variables prefixed
-`STRATA_`), Prometheus metrics, optional OpenTelemetry tracing (`tracing`), the sliding-window recorder behind
-`/stats` (`stats`), the search page's static files (`static/`) and the demo command.
+Owns: the engine (`service.engine`: micro-batching, workers, leases, swaps, writes and their overlay, caps,
+timeout, backends), the HTTP layer around it — app factory (`main`), routers, dependencies (`deps`), the mapping
+of engine errors to HTTP (`errors`), API keys (`auth`), the body cap (`limits`), access log and request ids
+(`access`, `logs`), schemas (`schemas`, `openai_schemas`, `stats_schemas`), the hot routes' JSON (`responses`) —
+plus settings (environment variables prefixed `STRATA_`), Prometheus metrics, optional OpenTelemetry tracing
+(`tracing`), the sliding-window recorder behind `/stats` (`stats`), the search page's static files (`static/`)
+and the demo command.
 
 May import: `indexer.runtime` (encoder runtime, index versions, layout), fastapi/starlette (outside
 `service.engine`), pydantic, prometheus-client, numpy, uvicorn, OpenTelemetry (`tracing` only, and only when

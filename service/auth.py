@@ -1,10 +1,10 @@
 """Optional API keys: `Authorization: Bearer <key>`. No keys configured = open API.
 
 Keys come from `STRATA_API_KEYS` ("key1:admin,key2") and/or `STRATA_API_KEYS_FILE` (lines `KEY [scope,...]`,
-`#` comments). Any valid key may call the API; `/admin/*` also needs the `admin` scope. `public_paths` (by
-default `/health`, `/ready`, `/metrics`, `/stats`) answer without a key so probes, scrapers and the search page's
-chart need no secret. The search page itself (`/` and `/static/…`) holds no data and always loads without a
-key: it asks for one and sends it with its calls.
+`#` comments). Any valid key may call the API; `/admin/*` and the writes (`/documents`, `/documents/*`) also need
+the `admin` scope. `public_paths` (by default `/health`, `/ready`, `/metrics`, `/stats`) answer without a key so
+probes, scrapers and the search page's chart need no secret. The search page itself (`/` and `/static/…`) holds
+no data and always loads without a key: it asks for one and sends it with its calls.
 """
 
 from __future__ import annotations
@@ -21,6 +21,11 @@ from service.settings import Settings
 ADMIN = "admin"
 ADMIN_PREFIX = "/admin/"
 PAGE_PATH = "/"  # the search page (see service.routers.page)
+WRITES_PATH = "/documents"
+
+
+def needs_admin(path: str) -> bool:
+    return path.startswith(ADMIN_PREFIX) or path == WRITES_PATH or path.startswith(WRITES_PATH + "/")
 
 bearer = HTTPBearer(auto_error=False, description="API key (only when the server is configured with keys)")
 
@@ -79,8 +84,9 @@ class Authorizer:
         scopes = self.scopes(credentials.credentials)
         if scopes is None:
             raise HTTPException(401, detail="invalid API key", headers=challenge)
-        if path.startswith(ADMIN_PREFIX) and ADMIN not in scopes:
-            raise HTTPException(403, detail="this API key lacks the 'admin' scope needed for /admin/*")
+        if needs_admin(path) and ADMIN not in scopes:
+            raise HTTPException(403, detail="this API key lacks the 'admin' scope needed for /admin/* and "
+                                "/documents (writes)")
 
 
 async def authorize(request: Request,

@@ -3,6 +3,7 @@
     Overloaded   -> 429 with Retry-After       NotReady     -> 503
     TimedOut     -> 504                        SwapRefused  -> 409 (a ReloadResponse: the old version serves)
     BadFilter    -> 422 (the filter does not fit the served version's metadata)
+    WriteRefused -> 409                        WritesUnsupported -> 501      WritesUnavailable -> 503
     RequestValidationError -> 422 without the echoed input (400 on /v1/*, as OpenAI answers)
 
 Every body is JSON with a `detail` that says why (or the ReloadResponse), never a stack trace — except under
@@ -21,7 +22,16 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from service.engine import BadFilter, NotReady, Overloaded, SwapRefused, TimedOut
+from service.engine import (
+    BadFilter,
+    NotReady,
+    Overloaded,
+    SwapRefused,
+    TimedOut,
+    WriteRefused,
+    WritesUnavailable,
+    WritesUnsupported,
+)
 from service.openai_schemas import OpenAIRequestError
 from service.schemas import ReloadResponse
 
@@ -132,6 +142,18 @@ async def swap_refused(request: Request, exc: SwapRefused) -> JSONResponse:
     return JSONResponse(body.model_dump(), status_code=409)
 
 
+async def write_refused(request: Request, exc: WriteRefused) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=409)
+
+
+async def writes_unsupported(request: Request, exc: WritesUnsupported) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=501)
+
+
+async def writes_unavailable(request: Request, exc: WritesUnavailable) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=503)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(HTTPException, http_error)  # type: ignore[arg-type]
@@ -141,3 +163,6 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(TimedOut, timed_out)  # type: ignore[arg-type]
     app.add_exception_handler(SwapRefused, swap_refused)  # type: ignore[arg-type]
     app.add_exception_handler(BadFilter, bad_filter)  # type: ignore[arg-type]
+    app.add_exception_handler(WriteRefused, write_refused)  # type: ignore[arg-type]
+    app.add_exception_handler(WritesUnsupported, writes_unsupported)  # type: ignore[arg-type]
+    app.add_exception_handler(WritesUnavailable, writes_unavailable)  # type: ignore[arg-type]

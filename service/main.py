@@ -20,7 +20,7 @@ from service.engine import Engine
 from service.errors import ERROR_RESPONSES, install_error_handlers
 from service.limits import BodySizeLimit
 from service.metrics import Metrics
-from service.routers import admin, encode, health, openai, page, search, stats
+from service.routers import admin, documents, encode, health, openai, page, search, stats
 from service.settings import Settings
 from service.stats import LiveStats
 from service.tracing import Tracing
@@ -57,8 +57,8 @@ def create_app(settings: Settings | None = None, tracing: Tracing | None = None)
                            expose_headers=["X-Request-ID", "Retry-After"])
     app.add_middleware(AccessLog, metrics=metrics, tracing=tracing)
 
-    for router in (encode.router, search.router, health.router, stats.router, admin.router, openai.router,
-                   page.router):
+    for router in (encode.router, search.router, documents.router, health.router, stats.router, admin.router,
+                   openai.router, page.router):
         app.include_router(router)
     page.mount_static(app)
     return app

@@ -42,3 +42,8 @@ class Metrics:
         self.batch_texts = Histogram("strata_batch_texts", "Texts per micro-batch ONNX run",
                                      buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256), registry=r)
         self.in_flight = Gauge("strata_inference_in_flight", "Inference requests running or queued", registry=r)
+        self.writes = Counter("strata_writes_total", "Documents written through the API, by op (upsert, delete)",
+                              ["op"], registry=r)
+        self.write_seconds = Histogram("strata_write_seconds", "Time to log (fsync) and apply a write, by op",
+                                       ["op"], buckets=LATENCY_BUCKETS, registry=r)
+        self.write_log_seq = Gauge("strata_write_log_seq", "The write log's last acknowledged seq", registry=r)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -103,7 +104,7 @@ class SearchResponse(BaseModel):
 
 class SwapRefusal(BaseModel):
     version: str | None
-    kind: str = Field(description="corrupt | mismatch | quality | probe | missing | error")
+    kind: str = Field(description="corrupt | mismatch | quality | probe | missing | writes | error")
     reason: str
     at: datetime
 
@@ -127,3 +128,99 @@ class ReloadResponse(BaseModel):
 
 class ErrorBody(BaseModel):
     detail: str | list[dict[str, Any]]
+
+
+# --- writes: PUT /documents, POST /documents/delete ---------------------------------------------------------------
+
+MAX_WRITE_DOCS = 128  # documents per PUT /documents (each is encoded before the write is logged)
+MAX_DELETE_IDS = 1000  # ids per POST /documents/delete
+MAX_ID_CHARS = 512
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _valid_unicode(value: str, what: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: SQLite (and any client reading it back) cannot take it
+        raise ValueError(f"{what} must be valid Unicode (no lone surrogates)") from None
+
+
+def _check_id(value: int | str) -> int | str:
+    if isinstance(value, str):
+        _valid_unicode(value, "an id")
+    if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+        raise ValueError(f"integer id {value} does not fit in 64 bits")
+    if isinstance(value, str) and not value.strip():
+        raise ValueError("a string id must not be empty or whitespace only")
+    if isinstance(value, str) and len(value) > MAX_ID_CHARS:
+        raise ValueError(f"string id is {len(value)} characters; the limit is {MAX_ID_CHARS}")
+    return value
+
+
+def _finite(value: Any, where: str) -> None:
+    """Numbers finite (JSON has no NaN, though Python's parser reads it) and strings valid Unicode, all the way
+    down."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"metadata {where} is {value}: numbers must be finite")
+    if isinstance(value, str):
+        _valid_unicode(value, f"metadata {where}")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _valid_unicode(k, f"a metadata field name in {where}")
+            _finite(v, f"{where}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _finite(v, f"{where}[{i}]")
+
+
+def _check_metadata(value: dict[str, Any]) -> dict[str, Any]:
+    for key, v in value.items():
+        if not key.strip():
+            raise ValueError("metadata field names must not be empty")
+        _valid_unicode(key, "a metadata field name")
+        _finite(v, ascii(key))
+    return value
+
+
+# Strict: a string id stays a string ("17") and an integer id an integer (17); 17.0 and true are refused.
+DocId = Annotated[StrictInt | StrictStr, AfterValidator(_check_id)]
+Metadata = Annotated[dict[str, Any], AfterValidator(_check_metadata)]
+
+
+class WriteDocument(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: DocId = Field(description="a string or a 64-bit integer, kept as given (17 and \"17\" are two documents)")
+    text: Text
+    metadata: Metadata = Field(default_factory=dict, description="JSON object: strings, numbers, bools (filterable), "
+                               "lists and objects (kept)")
+
+
+class UpsertRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    documents: list[WriteDocument] = Field(min_length=1, max_length=MAX_WRITE_DOCS,
+                                           description=f"1..{MAX_WRITE_DOCS} documents; a later one with the same "
+                                           "id replaces an earlier one")
+
+
+class DeleteRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    ids: list[DocId] = Field(min_length=1, max_length=MAX_DELETE_IDS, description=f"1..{MAX_DELETE_IDS} ids")
+
+
+class WriteResponse(BaseModel):
+    seq: int = Field(description="the write log's seq of this write's last entry (durable when this answers)")
+    index_version: str = Field(description="the version whose overlay now serves the write")
+    index_size: int = Field(description="documents served after the write")
+    took_ms: float
+
+
+class UpsertResponse(WriteResponse):
+    upserted: int
+    created: int = Field(description="ids that were not served before")
+    replaced: int = Field(description="ids that were served before: their text, metadata and vector were replaced")
+
+
+class DeleteResponse(WriteResponse):
+    deleted: int = Field(description="ids that were served and are gone")
+    missing: int = Field(description="ids that were not served (logged all the same: they stay deleted should a "
+                         "later version hold them)")

@@ -244,6 +244,34 @@ def test_entrypoint_loop_stops_promptly_between_and_during_builds(tmp_path: Path
     assert lock_is_free(root.root)
 
 
+def test_entrypoint_folds_the_write_log_after_the_build(tmp_path: Path, tiny_exported: Path, quora_file: Path) -> None:
+    """With a write log on the root (what the API's PUT /documents leaves), the nightly job builds from the source
+    data, then `indexer compact` folds the log into the version it serves; without a log it compacts nothing."""
+    import numpy as np
+
+    from indexer.runtime.manifest import Manifest
+    from indexer.runtime.writelog import Delete, Upsert, WriteLog, log_path
+
+    home = tmp_path / "data"
+    root = IndexRoot(home / "indexes" / "quora")
+    wlog = WriteLog(log_path(root.root))  # written with another encoder: compact re-encodes the text
+    wlog.append([Upsert(987_654_321, "a question written through the API", {}, np.ones(8, np.float32), "other"),
+                 Delete(1)])
+    wlog.close()
+    env = os.environ | {"PYTHONPATH": str(REPO), "STRATA_HOME": str(home), "STRATA_MODEL_DIR": str(tiny_exported),
+                        "STRATA_QUORA": str(quora_file), "STRATA_BUILD_ARGS": "--rows 300 --threads 1 --no-eval",
+                        "HF_HUB_OFFLINE": "1"}
+    r = subprocess.run([str(REPO / "docker" / "jobs-entrypoint.sh")], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "built version" in r.stdout and "folded 2 write log entries" in r.stdout, r.stdout
+    built, compacted = root.versions()
+    m = Manifest.load(root.current_dir())
+    assert root.current_version() == compacted and m.parent_version == built
+    assert m.writes is not None and (m.writes.folded_seq, m.writes.upserted) == (2, 1)
+    assert m.index.ntotal == Manifest.load(root.version_dir(built)).index.ntotal + 1 - (m.writes.deleted)
+
+
 def test_entrypoint_rejects_a_bad_interval(tmp_path: Path) -> None:
     r = subprocess.run([str(REPO / "docker" / "jobs-entrypoint.sh")], capture_output=True, text=True, timeout=30,
                        env=os.environ | {"STRATA_HOME": str(tmp_path), "STRATA_REBUILD_EVERY_S": "1d"})

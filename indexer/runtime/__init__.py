@@ -15,6 +15,8 @@ Owns:
 - `store`: the id → text SQLite store with the evaluation queries, external ids and metadata;
 - `filters`: the metadata filter language (parsed and validated here, compiled to SQL over the store);
 - `guards`: the shrink guard (`STRATA_MAX_SHRINK`) shared by builds and swaps;
+- `writelog`: the root's write log (documents written through the API), appended by the service, replayed onto
+  every version it opens, folded into versions by `indexer compact`;
 - `atomic`: atomic file and folder writes;
 - `paths`: default locations (`STRATA_HOME`, `STRATA_DATA_DIR`).
 

@@ -169,6 +169,40 @@ def remove_ids(index: faiss.Index, ids: Sequence[int] | np.ndarray) -> int:
     return int(index.remove_ids(faiss.IDSelectorBatch(np.asarray(ids, dtype=np.int64))))
 
 
+class Exclusion:
+    """Ids an IVF search must skip (documents deleted or replaced since the version was built), as a FAISS ID
+    selector applied *inside* the list scan: the search still returns k hits, none of them excluded. Immutable:
+    a change makes a new one, so searches running on the old one are unaffected."""
+
+    def __init__(self, ids: np.ndarray) -> None:
+        self.ids = np.unique(np.asarray(ids, dtype=np.int64))
+        self._batch = faiss.IDSelectorBatch(self.ids)  # copies the ids into its own hash set
+        self.selector = faiss.IDSelectorNot(self._batch)  # holds a pointer to _batch: both live as long as self
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def search_excluding(index: faiss.Index, vectors: np.ndarray, k: int, exclusion: Exclusion | None
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """`search`, skipping the ids of `exclusion` inside the IVF scan (same nprobe as an unfiltered search)."""
+    if exclusion is None or not len(exclusion):
+        return search(index, vectors, k)
+    ivf = faiss.extract_index_ivf(index)
+    params = faiss.SearchParametersIVF(sel=exclusion.selector, nprobe=int(ivf.nprobe))  # type: ignore[call-arg]
+    return ivf.search(np.ascontiguousarray(vectors, dtype=np.float32), k, params=params)
+
+
+def knn_inner_product(queries: np.ndarray, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-k inner products of `queries` over the rows of `vectors` (no index built, no copy), as (scores,
+    row positions); k is cut to the rows there are, and no rows gives (n, 0) arrays."""
+    k = min(k, len(vectors))
+    if k == 0:
+        return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
+    return faiss.knn(np.ascontiguousarray(queries, dtype=np.float32),
+                     np.ascontiguousarray(vectors, dtype=np.float32), k, metric=faiss.METRIC_INNER_PRODUCT)
+
+
 def set_search_param(index: faiss.Index, name: str, value: int) -> None:
     """A search-time parameter by FAISS's name for it (nprobe clamped like everywhere else, efSearch, ...)."""
     if name == "nprobe":

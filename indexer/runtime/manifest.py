@@ -122,6 +122,17 @@ class EvalFigures(BaseModel):
     query_set: str | None = None  # the queries + qrels files measured (None: the version's Quora eval set)
 
 
+class WritesInfo(BaseModel):
+    """The write log folded into this version (`indexer compact`; see `indexer.runtime.writelog`). A version without
+    it folded nothing: whoever serves it replays the whole log."""
+
+    log_id: str  # which log: entries of another log (a log deleted and started anew) are all replayed
+    folded_seq: int  # every entry with seq <= this is in the version; the API replays the ones after it
+    entries: int  # log entries folded, along this version's chain of compactions
+    upserted: int  # documents written (added or replaced) by them, net of later deletes of the same id
+    deleted: int  # documents removed by them (deletes of ids the version held)
+
+
 class Manifest(BaseModel):
     format_version: int = FORMAT_VERSION
     version: str
@@ -136,6 +147,7 @@ class Manifest(BaseModel):
     # `indexer eval --queries Q --qrels R` figures, by query set; `eval` stays the version's own eval set (the
     # one a swap gate compares across versions).
     query_evals: dict[str, EvalFigures] = {}
+    writes: WritesInfo | None = None  # the write log folded in (`indexer compact`); None: none
 
     @classmethod
     def load(cls, folder: Path) -> Manifest:

@@ -149,6 +149,38 @@ class Store:
                 out[fid] = StoredDoc(fid, fid if ext is None else ext, text, json.loads(meta or "{}"))
         return out
 
+    @property
+    def is_corpus(self) -> bool:
+        """A corpus store (external ids and metadata), not a Quora one (ids are qids, no metadata)."""
+        return self._has_table("doc_ext")
+
+    def max_id(self) -> int:
+        """The largest FAISS id of a document (-1 when there is none)."""
+        with self._lock:
+            row = self._con.execute("SELECT MAX(id) FROM docs").fetchone()
+        return -1 if row[0] is None else int(row[0])
+
+    def ids_of(self, ext_ids: Iterable[int | str]) -> dict[int | str, int]:
+        """FAISS ids of the documents with these external ids, typed as given (17 finds the integer id 17 only,
+        "17" the string id only); unknown ids are left out. A Quora store's external ids are its FAISS ids."""
+        keys = list(dict.fromkeys(ext_ids))
+        out: dict[int | str, int] = {}
+        if self.is_corpus:
+            for part in _chunks(keys):
+                marks = ",".join("?" * len(part))
+                with self._lock:
+                    rows = self._con.execute(f"SELECT ext_id, id FROM doc_ext WHERE ext_id IN ({marks})",
+                                             list(part)).fetchall()
+                out.update(rows)  # ext_id has no column affinity: 17 never matches '17', nor the reverse
+            return out
+        ints = [k for k in keys if isinstance(k, int) and -(1 << 63) <= k < (1 << 63)]
+        for part in _chunks(ints):
+            marks = ",".join("?" * len(part))
+            with self._lock:
+                rows = self._con.execute(f"SELECT id FROM docs WHERE id IN ({marks})", list(part)).fetchall()
+            out.update((fid, fid) for (fid,) in rows)
+        return out
+
     def metadata_schema(self) -> dict[str, str]:
         """Field → type of the metadata ({} for a store without metadata)."""
         with self._lock:
@@ -321,6 +353,41 @@ class CorpusStoreWriter:
 
     def abort(self) -> None:
         self._con.close()
+
+
+def apply_writes(path: Path, upserts: Sequence[tuple[int, int | str, str, str]], deletes: Sequence[int]
+                 ) -> dict[str, str]:
+    """Fold written documents into a store file (a copy in a not-yet-published version folder): `upserts` are
+    (FAISS id, external id, text, metadata JSON) rows that replace any document with that FAISS id, `deletes`
+    FAISS ids whose documents go. A corpus store's metadata index and schema are brought up to date; a Quora
+    store has no metadata (its upserts must carry "{}"). Returns the metadata schema; the file is synced."""
+    con = sqlite3.connect(path)
+    try:
+        corpus = con.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'doc_ext'").fetchone()
+        gone = [(fid,) for fid in {*deletes, *(u[0] for u in upserts)}]
+        con.executemany("DELETE FROM docs WHERE id = ?", gone)
+        con.executemany("INSERT INTO docs VALUES (?, ?)", ((u[0], u[2]) for u in upserts))
+        schema: dict[str, str] = {}
+        if corpus:
+            con.executemany("DELETE FROM doc_ext WHERE id = ?", gone)
+            con.executemany("DELETE FROM doc_meta WHERE id = ?", gone)
+            con.executemany("INSERT INTO doc_ext VALUES (?, ?, ?)", ((u[0], u[1], u[3]) for u in upserts))
+            con.executemany("INSERT INTO doc_meta SELECT j.key, j.value, d.id FROM doc_ext d, json_each(d.metadata) j "
+                            "WHERE d.id = ? AND j.type IN ('integer', 'real', 'text', 'true', 'false')",
+                            ((u[0],) for u in upserts))
+            seen: dict[str, set[str]] = {}
+            for key, jtype in con.execute("SELECT DISTINCT j.key, j.type FROM doc_ext d, json_each(d.metadata) j"):
+                seen.setdefault(key, set()).add(_JSON_TYPES[jtype])
+            schema = {k: merge_types(v) for k, v in sorted(seen.items())}
+            con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (META_SCHEMA_KEY, json.dumps(schema)))
+        elif any(u[3] not in ("{}", "") for u in upserts):
+            raise ValueError(f"{path} is a Quora store: its documents have no metadata")
+        con.commit()
+    finally:
+        con.close()
+    with open(path, "rb+") as fh:
+        os.fsync(fh.fileno())
+    return schema
 
 
 def _chunks(seq: Sequence[Any], size: int = 900) -> Iterator[Sequence[Any]]:

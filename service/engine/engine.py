@@ -6,6 +6,9 @@ answer takes longer than `request_timeout_s`. Admitted calls are micro-batched (
 of `workers` threads: ONNX Runtime and FAISS release the GIL, so `workers` threads use `workers` cores while
 the event loop keeps answering. Each batch leases the current searcher (`leases`) for its whole run, so a swap
 (`swap`) never mixes two versions in one answer.
+
+Writes (`upsert`, `delete`) encode their texts through the same door (admission, timeout, micro-batching), then
+log and apply them on a thread of their own (`writes`): an fsync never holds an inference worker.
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ import numpy as np
 
 from indexer.runtime.faiss_index import clamp_nprobe, set_threads
 from indexer.runtime.manifest import Manifest
+from indexer.runtime.writelog import Delete, ExtId, Upsert
 from service.engine.batching import MicroBatcher
 from service.engine.errors import NotReady, Overloaded, TimedOut
 from service.engine.leases import Leases
 from service.engine.searcher import Hit, Job, Searcher, SearchResult
 from service.engine.swap import Backend, Refusal, Swapper, SwapResult
+from service.engine.writes import Document, WriteResult, Writes
 from service.metrics import Metrics
 from service.settings import Settings
 from service.tracing import Tracing
@@ -105,7 +110,8 @@ class Engine:
         self.tracing = tracing or Tracing()  # off
         self.backend = backend or make_backend(settings)
         self.leases = Leases()
-        self.swapper = Swapper(settings, self.backend, self.leases, self.metrics)
+        self.writes = Writes(settings.index_root)
+        self.swapper = Swapper(settings, self.backend, self.leases, self.metrics, writes=self.writes)
         self.metrics.engines_loaded.set_function(self.leases.alive)
         self.in_flight = 0  # admitted calls not answered yet (queued or in a running batch)
         # OpenMP's thread count is per thread: each worker sets its own, or every batched FAISS search would take
@@ -113,6 +119,9 @@ class Engine:
         # (The threads start on first use.)
         self.pool = ThreadPoolExecutor(max_workers=settings.workers, thread_name_prefix="inference",
                                        initializer=set_threads, initargs=(settings.threads,))
+        # one thread: writes are serialised anyway (one log, one overlay), and their fsyncs wait here
+        self.write_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="writes",
+                                             initializer=set_threads, initargs=(settings.threads,))
         self.batcher: MicroBatcher | None = None
         self._tasks: set[asyncio.Task[object]] = set()
         self._sighup = False
@@ -152,7 +161,9 @@ class Engine:
         if self.batcher is not None:
             await self.batcher.stop()
         self.pool.shutdown(wait=True)
+        self.write_pool.shutdown(wait=True)
         self.leases.close()
+        self.writes.close()
         self.backend.close()
 
     def _spawn(self, start: Callable[[], Coroutine[object, object, object]]) -> None:
@@ -191,6 +202,40 @@ class Engine:
 
     def _model_name(self, searcher: Searcher) -> str:
         return self.settings.model_name or searcher.encoder.model_dir.name
+
+    async def upsert(self, docs: list[Document]) -> WriteResult:
+        """Write documents (an id already served is replaced): encoded with the served encoder, logged durably,
+        then searchable — all before this returns. Raises WriteRefused / WritesUnsupported / WritesUnavailable."""
+        searcher = self.leases.current
+        Writes.check(searcher, [d.id for d in docs], any(d.metadata for d in docs))
+        encoded_by, r = await self._call([d.text for d in docs], None)
+        assert r.vectors is not None
+        self.metrics.encode_seconds.labels("/documents").observe(r.encode_ms / 1000)
+        self.metrics.texts_encoded.labels("/documents").inc(len(docs))
+        sha = encoded_by.encoder.meta.onnx_sha256
+        return await self._commit([Upsert(d.id, d.text, d.metadata, v, sha)
+                                   for d, v in zip(docs, r.vectors, strict=True)], "upsert")
+
+    async def delete(self, ids: list[ExtId]) -> WriteResult:
+        """Delete documents by id, durably; a deleted id stays deleted in every version served later (also one
+        built from source data that still holds it) until it is written again."""
+        if self.leases.current is None:
+            raise NotReady(self._not_ready_reason())
+        Writes.check(self.leases.current, [], False)
+        return await self._commit([Delete(i) for i in ids], "delete")
+
+    async def _commit(self, ops: list[Upsert | Delete], op: str) -> WriteResult:
+        t0 = time.perf_counter()
+        ctx = contextvars.copy_context()
+        future = self.write_pool.submit(ctx.run, self.writes.commit, lambda: self.leases.current, ops)
+        # shielded: once logged, a write is applied whatever happens to the request that sent it
+        result = await asyncio.shield(asyncio.wrap_future(future))
+        m = self.metrics
+        m.write_seconds.labels(op).observe(time.perf_counter() - t0)
+        m.writes.labels(op).inc(len(ops))
+        m.write_log_seq.set(result.seq)
+        m.index_size.set(result.size)
+        return result
 
     async def reload(self, trigger: str, force: bool = False) -> SwapResult:
         """Swap to the version `current` points at now; raises SwapRefused when it is refused (the served

@@ -44,8 +44,8 @@ class Mismatch(EngineError):
 class SwapRefused(EngineError):
     """A candidate version was not swapped in; the served one (if any) keeps answering.
 
-    `kind` is the metric label: corrupt | mismatch | quality | probe | missing | error. `candidate` and `served`
-    are filled in by the swap that refused it."""
+    `kind` is the metric label: corrupt | mismatch | quality | probe | missing | writes | error. `candidate` and
+    `served` are filled in by the swap that refused it."""
 
     def __init__(self, kind: str, message: str, *, candidate: str | None = None, served: str | None = None) -> None:
         super().__init__(message)
@@ -54,3 +54,15 @@ class SwapRefused(EngineError):
     @property
     def reason(self) -> str:
         return str(self)
+
+
+class WriteRefused(EngineError):
+    """A write the served version cannot take (a string id or metadata for a Quora build); nothing was logged."""
+
+
+class WritesUnsupported(EngineError):
+    """This backend does not take writes (the sharded Ray backend); nothing was logged."""
+
+
+class WritesUnavailable(EngineError):
+    """The write log cannot be created or written (a read-only index root, a full disk); nothing was acknowledged."""

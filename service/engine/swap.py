@@ -19,16 +19,20 @@ import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from indexer.runtime.encoder import EncoderLoadError
 from indexer.runtime.layout import CURRENT, IndexRoot, LayoutError
 from indexer.runtime.version import IndexLoadError
+from indexer.runtime.writelog import WriteLogError
 from service.engine.errors import Mismatch, SwapRefused
 from service.engine.leases import Leases
 from service.engine.searcher import Searcher, VectorIndex
 from service.metrics import Metrics
 from service.settings import Settings
+
+if TYPE_CHECKING:
+    from service.engine.writes import Writes
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +69,10 @@ class Refusal:
 
 
 class Swapper:
-    def __init__(self, settings: Settings, backend: Backend, leases: Leases, metrics: Metrics) -> None:
+    def __init__(self, settings: Settings, backend: Backend, leases: Leases, metrics: Metrics, *,
+                 writes: Writes | None = None) -> None:
         self.settings, self.backend, self.leases, self.metrics = settings, backend, leases, metrics
+        self.writes = writes  # the write log replayed onto each candidate, and the switch made under its lock
         self.root = IndexRoot(settings.index_root)
         self.refused: Refusal | None = None  # the latest attempt's refusal; cleared by a successful swap
         self._lock = asyncio.Lock()
@@ -106,6 +112,11 @@ class Swapper:
         except Mismatch as exc:
             raise SwapRefused("mismatch", str(exc)) from exc
         try:
+            if self.writes is not None:
+                try:  # the writes the candidate does not hold yet, so the swap never undoes one
+                    self.writes.attach(searcher)
+                except (WriteLogError, OSError) as exc:
+                    raise SwapRefused("writes", f"cannot replay the write log onto {version}: {exc}") from exc
             self._check_quality(searcher, served)
             try:
                 searcher.search([PROBE_QUERY], 1)
@@ -151,7 +162,10 @@ class Swapper:
                 refusal = SwapRefused("missing" if isinstance(exc, LayoutError) else "error", str(exc))
                 self._refuse(refusal, target, trigger)
                 return SwapResult("refused", served_version, target, str(exc))
-            self.leases.swap(new)
+            if self.writes is not None:  # under the write lock: writes logged meanwhile are applied first
+                await asyncio.to_thread(self.writes.switch, new, self.leases.swap)
+            else:
+                self.leases.swap(new)
             del served  # drop our reference so the old searcher can be freed once its requests finish
             gc.collect()
             self.refused = None

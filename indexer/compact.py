@@ -1,0 +1,194 @@
+"""`indexer compact`: fold the root's write log into a new version, published like a build.
+
+The API serves writes from an overlay on the current version (`service.engine.live`), rebuilt from the log on
+every start and swap. Compaction makes them part of a version: from the current version and the log entries after
+its `writes.folded_seq` it writes a new version whose index and store hold them, and whose manifest says so
+(`writes`: the log's id, the last seq folded, and how many entries, upserts and deletes the version's chain has
+folded). The API swaps to it like to any build (same gates) and then replays only what was written since.
+
+How it folds:
+- the net effect per id (the last entry of each id wins), applied in one go;
+- vectors come from the log (the served encoder's); entries written with another encoder than the version's are
+  re-encoded with the version's;
+- the index is the current one with the deleted and replaced ids removed and the written vectors added to the
+  trained inverted lists, as `indexer build --add` does (no k-means: `index.added_since_training` grows, and the
+  command says when a full rebuild is due); SQfp16 lists keep the written vectors as float16 like every other;
+- FAISS ids: an id the version holds keeps its FAISS id, an integer in [0, 2^62) is its own, any other gets the
+  next one above the version's largest;
+- the store is a copy of the current one with the written documents replaced, added or removed (texts, external
+  ids, metadata and its index and schema), then the version is evaluated (unless `--no-eval`).
+
+The log itself is left whole (see `indexer.runtime.writelog`): a build from the source data (folded_seq 0) or a
+rollback still needs its entries. The nightly job runs `indexer compact` after `indexer build`, so the version it
+publishes holds the writes and the API's replay stays short.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sqlite3
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from indexer.build import save_and_evaluate
+from indexer.ingest import warn_if_shrinking
+from indexer.runtime.encoder import OnnxEncoder
+from indexer.runtime.faiss_index import INDEX_FILE, remove_ids, set_threads, write_index
+from indexer.runtime.layout import IndexRoot, LayoutError, new_version_name
+from indexer.runtime.manifest import Manifest, WritesInfo
+from indexer.runtime.store import STORE, apply_writes
+from indexer.runtime.version import QUERY_VECTORS, IndexVersion
+from indexer.runtime.writelog import (
+    ASSIGNED_IDS_FROM,
+    UPSERT,
+    LogEntry,
+    metadata_json,
+    net_effect,
+    open_log,
+    own_faiss_id,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_REBUILD_AFTER = 0.2
+
+
+@dataclass
+class CompactResult:
+    manifest: Manifest | None  # None: nothing to fold
+    parent: str
+    first_seq: int = 0
+    last_seq: int = 0
+    entries: int = 0
+    upserted: int = 0
+    created: int = 0
+    deleted: int = 0
+    rebuild_due: bool = False
+    drift: float = 0.0
+
+
+def _copy_store(src: Path, dst: Path) -> None:
+    source = sqlite3.connect(f"file:{src}?mode=ro", uri=True)
+    target = sqlite3.connect(dst)
+    try:
+        source.backup(target)  # a consistent copy, indexes included
+    finally:
+        source.close()
+        target.close()
+
+
+def compact(root_dir: Path, *, model_dir: Path | None = None, threads: int | None = None, keep: int = 5,
+            run_eval: bool = True, rebuild_after: float = DEFAULT_REBUILD_AFTER) -> CompactResult:
+    root = IndexRoot(root_dir)
+    t_start = time.perf_counter()
+    with root.build_lock():
+        root.remove_partial_builds()
+        base = IndexVersion(root.current_dir())
+        try:
+            m = base.manifest
+            wlog = open_log(root.root, create=False)
+            if wlog is None:
+                return CompactResult(None, m.version)
+            try:
+                folded = m.writes.folded_seq if m.writes is not None and m.writes.log_id == wlog.log_id else 0
+                upto = wlog.last_seq()
+                if upto <= folded:
+                    return CompactResult(None, m.version, last_seq=folded)
+                entries = list(wlog.entries(after=folded, upto=upto))
+                log_id = wlog.log_id
+            finally:
+                wlog.close()
+            if m.index.shards:
+                raise LayoutError(f"version {m.version} is sharded ({len(m.index.shards)} shards): compact folds into "
+                                  f"one index file; build the shards again from the source data instead")
+            net = list(net_effect(entries).values())
+            _reencode_stale(net, m, model_dir, threads)
+            store = base.store
+            present = store.ids_of([e.ext_id for e in net])
+            if not store.is_corpus:
+                bad = [e for e in net if e.op == UPSERT and (own_faiss_id(e.ext_id) is None or e.metadata)]
+                if bad:
+                    raise ValueError(f"version {m.version} is a Quora build and the write log holds a document it "
+                                     f"cannot store (id {bad[0].ext_id!r}: string ids and metadata need a corpus "
+                                     f"build)")
+            next_fid = max(store.max_id() + 1, ASSIGNED_IDS_FROM)
+            upserts: list[tuple[int, int | str, str, str]] = []
+            vectors: list[np.ndarray] = []
+            deletes: list[int] = []
+            for e in net:
+                fid = present.get(e.ext_id)
+                if fid is None:
+                    fid = own_faiss_id(e.ext_id)
+                if fid is None:
+                    fid, next_fid = next_fid, next_fid + 1
+                if e.op == UPSERT:
+                    assert e.vector is not None and e.text is not None
+                    upserts.append((fid, e.ext_id, e.text, metadata_json(e.metadata)))
+                    vectors.append(e.vector)
+                elif e.ext_id in present:
+                    deletes.append(fid)
+            created = sum(1 for e in net if e.op == UPSERT and e.ext_id not in present)
+
+            index = base.index  # ours to change: read from disk for this command
+            gone = deletes + [u[0] for u in upserts if u[1] in present]
+            if gone:
+                remove_ids(index, np.asarray(gone, dtype=np.int64))
+            if upserts:
+                set_threads(threads)
+                index.add_with_ids(np.stack(vectors).astype(np.float32),
+                                   np.asarray([u[0] for u in upserts], dtype=np.int64))
+
+            version = new_version_name()
+            with root.staging(version) as stage:
+                write_index(index, stage / INDEX_FILE)
+                _copy_store(base.folder / STORE, stage / STORE)
+                schema = apply_writes(stage / STORE, upserts, deletes)
+                if (base.folder / QUERY_VECTORS).is_file():
+                    shutil.copy2(base.folder / QUERY_VECTORS, stage / QUERY_VECTORS)
+                trained = m.index.trained_ntotal or m.index.ntotal
+                info = m.index.model_copy(update={"ntotal": int(index.ntotal), "trained_ntotal": trained,
+                                                  "added_since_training": m.index.added_since_training + created})
+                before = m.writes
+                writes = WritesInfo(log_id=log_id, folded_seq=upto,
+                                    entries=(before.entries if before else 0) + len(entries),
+                                    upserted=(before.upserted if before else 0) + len(upserts),
+                                    deleted=(before.deleted if before else 0) + len(deletes))
+                data = m.data.model_copy(update={"n_docs": int(index.ntotal)}
+                                         | ({"metadata_schema": schema} if store.is_corpus else {}))
+                manifest = m.model_copy(update={
+                    "version": version, "created_at": datetime.now(timezone.utc), "index": info, "eval": None,
+                    "query_evals": {}, "parent_version": m.version, "data": data, "writes": writes,
+                    "build_seconds": m.build_seconds.model_copy(),
+                })
+                save_and_evaluate(stage, manifest, t_start, evaluate_it=run_eval and bool(m.data.n_queries),
+                                  threads=threads)
+        finally:
+            base.close()
+        warn_if_shrinking(root, manifest.index.ntotal)
+        root.set_current(version)
+        root.prune(keep)
+    drift = info.added_since_training / max(trained, 1)
+    log.info("folded %d write log entries (seq %d..%d) into %s as %s", len(entries), folded + 1, upto, m.version,
+             version)
+    return CompactResult(manifest, m.version, folded + 1, upto, len(entries), len(upserts), created, len(deletes),
+                         drift > rebuild_after, drift)
+
+
+def _reencode_stale(net: list[LogEntry], m: Manifest, model_dir: Path | None, threads: int | None) -> None:
+    """Vectors of entries written with another encoder than the version's, encoded anew with the version's."""
+    stale = [i for i, e in enumerate(net) if e.op == UPSERT and e.model != m.model.onnx_sha256]
+    if not stale:
+        return
+    encoder = OnnxEncoder(model_dir or Path(m.model.dir), threads=threads, verify_sha256=True)
+    if encoder.meta.onnx_sha256 != m.model.onnx_sha256:
+        raise ValueError(f"{encoder.model_dir} is not the encoder version {m.version} was built with")
+    log.info("re-encoding %d written documents with the version's encoder", len(stale))
+    vecs = encoder.encode([net[i].text or "" for i in stale])
+    for i, v in zip(stale, vecs, strict=True):
+        e = net[i]
+        net[i] = LogEntry(e.seq, e.op, e.ext_id, e.text, e.metadata, v, m.model.onnx_sha256)

@@ -1,0 +1,337 @@
+"""The live overlay: an index version plus the writes acknowledged since it was built, searched as one index.
+
+`LiveIndex` has the `VectorIndex` shape (the searcher and the engine see an index like any other) and wraps the
+`IndexVersion` of the local backend with an `Overlay`:
+- written documents: their vectors in a small exact (flat inner-product) set, with their external id, text and
+  metadata (kept per document so that metadata filters can be applied to them too);
+- tombstones: the base version's FAISS ids that were deleted or replaced. The base search skips them *inside* the
+  IVF scan (a FAISS ID selector, `faiss_index.search_excluding`), so it still returns k hits of its own.
+A search merges the base's top k and the overlay's exact top k by score. A written document that replaces one of
+the base keeps its FAISS id, so the two never both answer.
+
+FAISS ids of written documents (`writelog.faiss_id_for`'s rule, applied per version): an integer id in [0, 2^62)
+is its own; an id the base holds keeps the base's FAISS id; any other id gets the next one above every FAISS id
+the base holds (from 2^62 up). They live only in memory: a replay onto another version assigns them anew, and
+`indexer compact` writes them into the version it builds.
+
+Concurrency: writes (`Overlay.apply`) are serialised by the caller and take the overlay's lock briefly; a search
+takes a consistent snapshot under that lock (a view of the vector rows, which are never changed once written, a
+copy of their ids, the exclusion in force) and searches outside it. Deleting a written document marks its row
+dead; the rows are packed when dead ones pass half of them.
+
+Filtered search (`match` + `search(..., match)`): the base searches its matching documents as usual
+(`IndexVersion.match`), asked for as many more hits as there are tombstoned documents among the matches, which
+are then dropped — so the base's answer is exact where its filtered search is exact; the written documents are
+kept when their metadata matches (`filters.matches`, the SQL's reference semantics). A filter's fields and types
+are checked against the base version's metadata schema: a field that only written documents have cannot be
+filtered until `indexer compact` folds them into a version.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from indexer.runtime.faiss_index import Exclusion, knn_inner_product, search_excluding
+from indexer.runtime.filters import Node, matches, parse_filter
+from indexer.runtime.manifest import Manifest
+from indexer.runtime.version import FilterMatch, Hit, IndexVersion
+from indexer.runtime.writelog import ASSIGNED_IDS_FROM, UPSERT, ExtId, LogEntry, own_faiss_id
+
+INITIAL_ROWS = 256
+
+
+@dataclass(frozen=True)
+class WrittenDoc:
+    fid: int  # its FAISS id in this overlay
+    ext_id: ExtId
+    text: str
+    metadata: dict[str, Any]
+    seq: int  # the log entry that wrote it
+
+
+@dataclass
+class Applied:
+    """What applying entries changed (a delete of an id nobody holds is `missing`: logged, applied to nothing
+    here, and still applied to any version that holds the id later)."""
+
+    created: int = 0
+    replaced: int = 0
+    deleted: int = 0
+    missing: int = 0
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    vectors: np.ndarray  # (rows, dim): written rows, dead ones included
+    fids: np.ndarray  # (rows,): FAISS id of each row, -1 when dead
+    dead: int
+    exclusion: Exclusion | None
+
+    @property
+    def empty(self) -> bool:
+        return len(self.fids) == self.dead and self.exclusion is None
+
+
+@dataclass(frozen=True)
+class LiveMatch:
+    """A filter prepared for a `LiveIndex`: the base version's match, and the parsed filter for written
+    documents."""
+
+    base: FilterMatch
+    node: Node
+
+
+def _written_hit(fid: int, doc: WrittenDoc, score: float) -> Hit:
+    """A hit on a written document, in the shape `IndexVersion.hits` gives base hits."""
+    return Hit(fid, doc.ext_id, doc.text, score, doc.metadata)
+
+
+def _merge_top_k(scores: np.ndarray, ids: np.ndarray, o_scores: np.ndarray, o_ids: np.ndarray, k: int
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """The best k of two (scores, ids) answers per query; id -1 marks nothing."""
+    all_scores = np.concatenate([np.where(ids >= 0, scores, -np.inf),
+                                 np.where(o_ids >= 0, o_scores, -np.inf)], axis=1)
+    all_ids = np.concatenate([ids, o_ids], axis=1)
+    order = np.argsort(-all_scores, axis=1, kind="stable")[:, :k]
+    top_scores = np.take_along_axis(all_scores, order, axis=1)
+    top_ids = np.take_along_axis(all_ids, order, axis=1)
+    top_ids[~np.isfinite(top_scores)] = -1
+    return np.where(top_ids >= 0, top_scores, -np.inf).astype(np.float32), top_ids
+
+
+class Overlay:
+    def __init__(self, base: IndexVersion, applied_seq: int = 0) -> None:
+        self.base = base
+        self.dim = base.dim
+        self.applied_seq = applied_seq  # the last log entry applied
+        self._lock = threading.Lock()
+        self._vecs = np.empty((INITIAL_ROWS, self.dim), dtype=np.float32)
+        self._row_fid = np.full(INITIAL_ROWS, -1, dtype=np.int64)
+        self._rows = 0
+        self._dead = 0
+        self._row_of: dict[int, int] = {}  # FAISS id -> its live row
+        self._docs: dict[int, WrittenDoc] = {}  # FAISS id -> the written document
+        self._fid_of: dict[ExtId, int] = {}  # external id -> FAISS id, for every id written here
+        self._in_base: set[int] = set()  # FAISS ids of those that the base holds
+        self._ever: set[int] = set()  # every FAISS id written here (a hit on one no longer written is dropped)
+        self._tombstones: set[int] = set()  # base FAISS ids deleted or replaced
+        self._exclusion: Exclusion | None = None
+        self._next_fid = max(base.store.max_id() + 1, ASSIGNED_IDS_FROM)
+
+    # -- writes --------------------------------------------------------------------------------------------------
+    def _resolve(self, ext_ids: list[ExtId]) -> None:
+        """FAISS ids for external ids not seen here yet: the base's (or their own), else a fresh one. The store is
+        asked outside the lock (searches keep taking snapshots meanwhile); the caller serialises writes."""
+        new = [e for e in dict.fromkeys(ext_ids) if e not in self._fid_of]
+        if not new:
+            return
+        in_base = self.base.store.ids_of(new)
+        with self._lock:
+            for ext in new:
+                fid = in_base.get(ext)
+                if fid is not None:
+                    self._in_base.add(fid)
+                else:
+                    fid = own_faiss_id(ext)
+                    if fid is None:
+                        fid, self._next_fid = self._next_fid, self._next_fid + 1
+                self._fid_of[ext] = fid
+
+    def _live(self, fid: int) -> bool:
+        return fid in self._docs or (fid in self._in_base and fid not in self._tombstones)
+
+    def apply(self, entries: list[LogEntry]) -> Applied:
+        """Apply log entries in seq order (upserts carry the vector of this version's encoder)."""
+        out = Applied()
+        if not entries:
+            return out
+        self._resolve([e.ext_id for e in entries])
+        with self._lock:
+            tombstones_before = len(self._tombstones)
+            for e in entries:
+                fid = self._fid_of[e.ext_id]
+                existed = self._live(fid)
+                self._drop_row(fid)
+                if fid in self._in_base:
+                    self._tombstones.add(fid)
+                if e.op == UPSERT:
+                    assert e.vector is not None and e.text is not None
+                    self._append_row(fid, e.vector)
+                    self._docs[fid] = WrittenDoc(fid, e.ext_id, e.text, e.metadata, e.seq)
+                    self._ever.add(fid)
+                    if existed:
+                        out.replaced += 1
+                    else:
+                        out.created += 1
+                else:
+                    self._docs.pop(fid, None)
+                    if existed:
+                        out.deleted += 1
+                    else:
+                        out.missing += 1
+                self.applied_seq = max(self.applied_seq, e.seq)
+            if len(self._tombstones) != tombstones_before:
+                self._exclusion = Exclusion(np.fromiter(self._tombstones, dtype=np.int64, count=len(self._tombstones)))
+            if self._dead > max(1024, self._rows // 2):
+                self._pack()
+        return out
+
+    def _drop_row(self, fid: int) -> None:
+        row = self._row_of.pop(fid, None)
+        if row is not None:
+            self._row_fid[row] = -1  # in place: snapshots hold a copy of the ids
+            self._dead += 1
+
+    def _append_row(self, fid: int, vector: np.ndarray) -> None:
+        if self._rows == len(self._row_fid):  # grow into new arrays: snapshots keep viewing the old ones
+            cap = 2 * len(self._row_fid)
+            vecs = np.empty((cap, self.dim), dtype=np.float32)
+            vecs[: self._rows] = self._vecs[: self._rows]
+            ids = np.full(cap, -1, dtype=np.int64)
+            ids[: self._rows] = self._row_fid[: self._rows]
+            self._vecs, self._row_fid = vecs, ids
+        self._vecs[self._rows] = vector
+        self._row_fid[self._rows] = fid
+        self._row_of[fid] = self._rows
+        self._rows += 1
+
+    def _pack(self) -> None:
+        """Leave the dead rows behind (in new arrays: running searches keep their snapshot)."""
+        live = np.flatnonzero(self._row_fid[: self._rows] >= 0)
+        cap = max(INITIAL_ROWS, 2 * len(live))
+        vecs = np.empty((cap, self.dim), dtype=np.float32)
+        vecs[: len(live)] = self._vecs[live]
+        ids = np.full(cap, -1, dtype=np.int64)
+        ids[: len(live)] = self._row_fid[live]
+        self._vecs, self._row_fid, self._rows, self._dead = vecs, ids, len(live), 0
+        self._row_of = {int(f): r for r, f in enumerate(ids[: len(live)])}
+
+    # -- reads ---------------------------------------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        with self._lock:
+            return Snapshot(self._vecs[: self._rows], self._row_fid[: self._rows].copy(), self._dead,
+                            self._exclusion)
+
+    def lookup(self, fids: list[int]) -> tuple[dict[int, WrittenDoc], set[int]]:
+        """The written documents among `fids`, and those of `fids` that are gone (deleted or replaced since a
+        search returned them)."""
+        with self._lock:
+            docs = {f: self._docs[f] for f in fids if f in self._docs}
+            gone = {f for f in fids if f not in docs and (f in self._tombstones or f in self._ever)}
+        return docs, gone
+
+    def document(self, ext_id: ExtId) -> WrittenDoc | None:
+        with self._lock:
+            fid = self._fid_of.get(ext_id)
+            return None if fid is None else self._docs.get(fid)
+
+    def deleted(self, ext_id: ExtId) -> bool:
+        """Whether the id was deleted here (and not written again since)."""
+        with self._lock:
+            fid = self._fid_of.get(ext_id)
+            return fid is not None and fid not in self._docs
+
+    @property
+    def written(self) -> int:
+        return len(self._docs)
+
+    @property
+    def removed_from_base(self) -> int:
+        return len(self._tombstones)
+
+
+class LiveIndex:
+    """An `IndexVersion` with its overlay of writes: a `VectorIndex` (see `service.engine.searcher`)."""
+
+    def __init__(self, base: IndexVersion, applied_seq: int = 0) -> None:
+        self.base = base
+        self.manifest: Manifest = base.manifest
+        self.overlay = Overlay(base, applied_seq)
+
+    def __getattr__(self, name: str) -> Any:  # everything else an IndexVersion offers (store, nprobe, folder, ...)
+        return getattr(self.base, name)
+
+    @property
+    def version(self) -> str:
+        return self.base.version
+
+    @property
+    def dim(self) -> int:
+        return self.base.dim
+
+    @property
+    def ntotal(self) -> int:
+        """Documents served: the base's, less those deleted or replaced, plus the written ones."""
+        return self.base.ntotal - self.overlay.removed_from_base + self.overlay.written
+
+    def match(self, flt: object) -> LiveMatch:
+        """A filter prepared for `search`; raises `FilterError` when it does not fit the base's metadata."""
+        base = self.base.match(flt)
+        return LiveMatch(base, parse_filter(flt, self.base.store.metadata_schema()))
+
+    def search(self, vectors: np.ndarray, k: int, match: LiveMatch | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+        snap = self.overlay.snapshot()
+        if match is not None:
+            return self._search_filtered(vectors, k, match, snap)
+        if snap.empty:
+            return self.base.search(vectors, k)
+        scores, ids = search_excluding(self.base.index, vectors, k, snap.exclusion)
+        if len(snap.fids) == snap.dead:
+            return scores, ids
+        # dead rows may rank among the first k: ask for that many more, then drop them
+        o_scores, rows = knn_inner_product(vectors, snap.vectors, k + snap.dead)
+        o_ids = np.where(rows >= 0, snap.fids[np.clip(rows, 0, None)], -1)
+        return _merge_top_k(scores, ids, o_scores, o_ids, k)
+
+    def _search_filtered(self, vectors: np.ndarray, k: int, match: LiveMatch, snap: Snapshot
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        if snap.empty:
+            return self.base.search(vectors, k, match.base)
+        gone = snap.exclusion.ids if snap.exclusion is not None else np.zeros(0, np.int64)
+        extra = int(np.isin(gone, match.base.ids, assume_unique=True).sum()) if len(gone) else 0
+        scores, ids = self.base.search(vectors, k + extra, match.base)
+        if extra:  # tombstoned matches took some of the places: drop them (the extra hits fill in)
+            dropped = np.isin(ids, gone)
+            ids = np.where(dropped, -1, ids)
+            scores = np.where(dropped, -np.inf, scores)
+        live = snap.fids[snap.fids >= 0]
+        docs, _ = self.overlay.lookup(live.tolist())
+        keep = np.array([f >= 0 and f in docs and matches(match.node, docs[f].metadata) for f in snap.fids.tolist()],
+                        dtype=bool)
+        if not keep.any():
+            return _merge_top_k(scores, ids, np.zeros((len(vectors), 0), np.float32),
+                                np.zeros((len(vectors), 0), np.int64), k)
+        rows_kept = np.flatnonzero(keep)
+        o_scores, rows = knn_inner_product(vectors, snap.vectors[rows_kept], k)
+        o_ids = np.where(rows >= 0, snap.fids[rows_kept][np.clip(rows, 0, None)], -1)
+        return _merge_top_k(scores, ids, o_scores, o_ids, k)
+
+    def hits(self, scores: np.ndarray, ids: np.ndarray) -> list[list[Hit]]:
+        """The base's hits for its ids, the written documents' for theirs, in rank order; a document deleted or
+        replaced between the search and this lookup is left out."""
+        docs, gone = self.overlay.lookup([int(i) for i in ids.ravel() if i >= 0])
+        if not docs and not gone:
+            return self.base.hits(scores, ids)
+        mine = np.isin(ids, np.fromiter((*docs, *gone), dtype=np.int64))
+        base_hits = self.base.hits(scores, np.where(mine, -1, ids))
+        out = []
+        for srow, irow, brow, mrow in zip(scores, ids, base_hits, mine, strict=True):
+            it = iter(brow)
+            row = []
+            for s, i, m in zip(srow.tolist(), irow.tolist(), mrow.tolist(), strict=True):
+                if i < 0:
+                    continue
+                if not m:
+                    row.append(next(it))
+                elif i in docs:
+                    row.append(_written_hit(i, docs[i], s))
+            out.append(row)
+        return out
+
+    def close(self) -> None:
+        self.base.close()

@@ -1,0 +1,199 @@
+"""Writes: documents upserted and deleted through the API, durable before they are acknowledged.
+
+One write, in order (`Engine.upsert` / `Engine.delete` call `Writes.commit` once the texts are encoded):
+1. the entries are appended to the root's write log in one SQLite transaction, fsync'd (`indexer.runtime.writelog`);
+2. the log's new entries are applied to the served version's overlay (`live.LiveIndex`), so the next search sees
+   them — visible before the 200, not eventually;
+3. the API answers 200.
+A crash between 1 and 3 loses nothing acknowledged: on restart the overlay is rebuilt from the log.
+
+Versions and swaps. Each opened version is wrapped in a `LiveIndex` and gets the log's entries after the seq it
+folded (`attach`, in the swap's worker thread, before the candidate is checked). The switch itself (`switch`) takes
+the write lock, applies the entries logged while the candidate was being prepared, and swaps the lease — so a write
+acknowledged during a swap is in the new version's overlay, and none is applied to a version nobody will serve.
+
+Encoders. A log entry carries the vector of the encoder that served its write; a version built with another
+encoder re-encodes the entry's text when it is applied.
+
+Restrictions, refused before anything is encoded or logged:
+- the sharded backend (Ray) serves shard deployments that have no overlay: `WritesUnsupported` (501);
+- a Quora version (not a corpus build) has integer qids and no metadata: string ids, integers outside [0, 2^62)
+  and metadata are `WriteRefused` (409), with the reason;
+- a write log that cannot be created (a read-only index root) is `WritesUnavailable` (503).
+
+One process writes a root's log: a second API process on the same root would apply only its own writes (and
+the other's on its next restart or swap).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from indexer.runtime.version import IndexVersion
+from indexer.runtime.writelog import (
+    UPSERT,
+    Delete,
+    ExtId,
+    LogEntry,
+    Upsert,
+    WriteLog,
+    WriteLogError,
+    log_path,
+    own_faiss_id,
+)
+from service.engine.errors import NotReady, WriteRefused, WritesUnavailable, WritesUnsupported
+from service.engine.live import Applied, LiveIndex
+from service.engine.searcher import Searcher
+
+log = logging.getLogger(__name__)
+
+REPLAY_BATCH = 2048
+
+
+@dataclass(frozen=True)
+class Document:
+    """A document to upsert, as the API received it."""
+
+    id: ExtId
+    text: str
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    seq: int  # the log seq of the write's last entry
+    version: str  # the version whose overlay holds it now
+    applied: Applied
+    size: int  # documents served after it
+
+
+def start_seq(searcher: Searcher, wlog: WriteLog) -> int:
+    """The last entry of `wlog` that the version holds already (0: replay them all)."""
+    w = searcher.manifest.writes
+    return w.folded_seq if w is not None and w.log_id == wlog.log_id else 0
+
+
+class Writes:
+    def __init__(self, index_root: Path) -> None:
+        self.path = log_path(index_root)
+        self.lock = threading.Lock()  # one write, or one switch of the served version, at a time
+        self._log: WriteLog | None = None
+        self._log_lock = threading.Lock()
+
+    def _open(self, *, create: bool) -> WriteLog | None:
+        with self._log_lock:
+            if self._log is None and (create or self.path.is_file()):
+                self._log = WriteLog(self.path)
+            return self._log
+
+    def close(self) -> None:
+        with self._log_lock:
+            if self._log is not None:
+                self._log.close()
+                self._log = None
+
+    # -- versions ------------------------------------------------------------------------------------------------
+    def attach(self, searcher: Searcher) -> None:
+        """Wrap a freshly opened local version in its overlay and replay the log entries it does not hold (in the
+        swap's worker thread: the served version keeps answering meanwhile). Raises WriteLogError."""
+        wlog = self._open(create=False)
+        if not isinstance(searcher.index, IndexVersion):  # the sharded backend: no overlay
+            if wlog is not None and wlog.last_seq() > start_seq(searcher, wlog):
+                log.warning("%s has writes that version %s does not hold, and the sharded backend does not apply "
+                            "them: run `indexer compact` on the root, then build the shards from it",
+                            self.path, searcher.version)
+            return
+        live = LiveIndex(searcher.index)
+        searcher.index = live
+        if wlog is None:
+            return
+        live.overlay.applied_seq = start_seq(searcher, wlog)
+        replayed = self._catch_up(searcher)
+        if replayed:
+            log.info("replayed %d write(s) onto %s (log seq %d..%d): %d documents written, %d removed from the "
+                     "version", replayed, searcher.version, start_seq(searcher, wlog) + 1, live.overlay.applied_seq,
+                     live.overlay.written, live.overlay.removed_from_base)
+
+    def switch(self, new: Searcher, swap: Callable[[Searcher], object]) -> None:
+        """Make `new` the served searcher with every write acknowledged so far, none lost in between."""
+        with self.lock:
+            if isinstance(new.index, LiveIndex):
+                self._catch_up(new)
+            swap(new)
+
+    def _catch_up(self, searcher: Searcher) -> int:
+        """Apply the log's entries after the overlay's last one; returns how many."""
+        wlog = self._open(create=False)
+        live = searcher.index
+        if wlog is None or not isinstance(live, LiveIndex):
+            return 0
+        n = 0
+        batch: list[LogEntry] = []
+        for entry in wlog.entries(after=live.overlay.applied_seq):
+            batch.append(entry)
+            if len(batch) >= REPLAY_BATCH:
+                self._apply(searcher, batch)
+                n, batch = n + len(batch), []
+        if batch:
+            self._apply(searcher, batch)
+        return n + len(batch)
+
+    @staticmethod
+    def _apply(searcher: Searcher, entries: list[LogEntry]) -> Applied:
+        """Apply entries to the searcher's overlay, re-encoding those written with another encoder."""
+        sha = searcher.encoder.meta.onnx_sha256
+        stale = [i for i, e in enumerate(entries) if e.op == UPSERT and e.model != sha]
+        if stale:
+            vecs = searcher.encoder.encode([entries[i].text or "" for i in stale], batch_size=64)
+            for i, v in zip(stale, vecs, strict=True):
+                e = entries[i]
+                entries[i] = LogEntry(e.seq, e.op, e.ext_id, e.text, e.metadata, v, sha)
+        live = searcher.index
+        assert isinstance(live, LiveIndex)
+        return live.overlay.apply(entries)
+
+    # -- the write path ------------------------------------------------------------------------------------------
+    @staticmethod
+    def check(searcher: Searcher | None, ext_ids: Sequence[ExtId], with_metadata: bool) -> None:
+        """Refuse what this served version cannot take, before anything is encoded or logged."""
+        if searcher is None:
+            return  # the caller answers NotReady
+        if not isinstance(searcher.index, LiveIndex):
+            raise WritesUnsupported("writes are not supported by the sharded (Ray) backend: run a local API on the "
+                                    "root to write, then `indexer compact` and `indexer build --engine ray`")
+        if searcher.index.store.is_corpus:
+            return
+        bad = [e for e in ext_ids if own_faiss_id(e) is None]
+        if bad:
+            raise WriteRefused(f"version {searcher.version} is a Quora build: its documents are integer qids in "
+                               f"[0, 2^62), so id {bad[0]!r} cannot be written (string ids need a corpus build, "
+                               f"`indexer build --data FILE.jsonl`)")
+        if with_metadata:
+            raise WriteRefused(f"version {searcher.version} is a Quora build: its documents have no metadata "
+                               f"(metadata needs a corpus build, `indexer build --data FILE.jsonl`)")
+
+    def commit(self, current: Callable[[], Searcher | None], ops: Sequence[Upsert | Delete]) -> WriteResult:
+        """Log `ops` durably, then apply them to the served version's overlay (runs in the write thread)."""
+        with self.lock:
+            searcher = current()
+            if searcher is None:
+                raise NotReady("no index loaded")
+            self.check(searcher, [op.ext_id for op in ops], any(isinstance(op, Upsert) and op.metadata
+                                                                 for op in ops))
+            try:
+                wlog = self._open(create=True)
+                assert wlog is not None
+                seq = wlog.append(ops)
+            except WriteLogError as exc:
+                raise WritesUnavailable(str(exc)) from exc
+            live = searcher.index
+            assert isinstance(live, LiveIndex)
+            # apply from the log, not from `ops`: what is served is exactly what a restart would replay
+            applied = self._apply(searcher, list(wlog.entries(after=live.overlay.applied_seq, upto=seq)))
+            return WriteResult(seq, searcher.version, applied, live.ntotal)
+

@@ -1,0 +1,44 @@
+"""Writes: `PUT /documents` (upsert) and `POST /documents/delete`. Both answer 200 only once the write is durable
+(fsync'd to the root's write log) and visible to `/search`; see `service.engine.writes`."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter
+
+from service.deps import EngineDep
+from service.engine import Document
+from service.schemas import DeleteRequest, DeleteResponse, UpsertRequest, UpsertResponse
+
+router = APIRouter(prefix="/documents", tags=["documents"])
+
+WRITE_ERRORS: dict[int | str, dict[str, object]] = {
+    403: {"description": "the API key lacks the 'admin' scope (only when keys are configured)"},
+    409: {"description": "the served version cannot take this write (a string id or metadata for a Quora build)"},
+    501: {"description": "the engine backend takes no writes (sharded)"},
+    503: {"description": "no index loaded, or the write log cannot be written (a read-only index root)"},
+}
+
+
+@router.put("", response_model=UpsertResponse, responses=WRITE_ERRORS)
+async def upsert(body: UpsertRequest, engine: EngineDep) -> UpsertResponse:
+    """Add or replace documents by id. Their texts are encoded with the served encoder; the 200 comes once the
+    write is in the write log (fsync'd) and searchable."""
+    t0 = time.perf_counter()
+    r = await engine.upsert([Document(d.id, d.text, d.metadata) for d in body.documents])
+    a = r.applied
+    return UpsertResponse(seq=r.seq, index_version=r.version, index_size=r.size,
+                          took_ms=round((time.perf_counter() - t0) * 1000, 3), upserted=len(body.documents),
+                          created=a.created, replaced=a.replaced)
+
+
+@router.post("/delete", response_model=DeleteResponse, responses=WRITE_ERRORS)
+async def delete(body: DeleteRequest, engine: EngineDep) -> DeleteResponse:
+    """Delete documents by id. Durable and applied before the 200; a deleted id stays deleted in later versions
+    (even one rebuilt from source data that holds it) until it is written again."""
+    t0 = time.perf_counter()
+    r = await engine.delete(list(body.ids))
+    a = r.applied
+    return DeleteResponse(seq=r.seq, index_version=r.version, index_size=r.size,
+                          took_ms=round((time.perf_counter() - t0) * 1000, 3), deleted=a.deleted, missing=a.missing)

@@ -1,0 +1,226 @@
+"""The live overlay on a real version (real FAISS IVF, real SQLite store; random unit vectors, no encoder): after
+any mix of upserts and deletes its answers equal brute force over the documents that should be served; a
+written document replacing a base one keeps its FAISS id and never shows twice; concurrent writes and searches
+raise nothing and never show a document twice."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from indexer.runtime.faiss_index import INDEX_FILE, build_ivf, write_index
+from indexer.runtime.manifest import DataInfo, IndexInfo, Manifest, ModelInfo, Timings
+from indexer.runtime.store import STORE, CorpusStoreWriter
+from indexer.runtime.version import IndexVersion
+from indexer.runtime.writelog import ASSIGNED_IDS_FROM, DELETE, UPSERT, LogEntry
+from service.engine.errors import WritesUnsupported
+from service.engine.live import LiveIndex
+from service.engine.writes import Writes
+
+DIM, N, NLIST = 16, 400, 8
+
+
+def unit(n: int, seed: int) -> np.ndarray:
+    x = np.random.default_rng(seed).standard_normal((n, DIM)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def make_version(folder: Path) -> tuple[dict[int | str, np.ndarray], dict[int | str, int]]:
+    """A corpus version of N documents: even rows have integer ids (their own FAISS ids), odd rows string ids
+    (FAISS ids from 2^62). Exact search: nprobe = nlist."""
+    folder.mkdir(parents=True)
+    x = unit(N, seed=0)
+    ext = [i * 10 if i % 2 == 0 else f"doc-{i}" for i in range(N)]
+    fids, nxt = [], ASSIGNED_IDS_FROM
+    for e in ext:
+        if isinstance(e, int):
+            fids.append(e)
+        else:
+            fids.append(nxt)
+            nxt += 1
+    writer = CorpusStoreWriter(folder / STORE)
+    writer.put([(f, e, f"text of {e}", json.dumps({"n": i})) for i, (f, e) in enumerate(zip(fids, ext, strict=True))])
+    writer.finish()
+    index, _, _ = build_ivf(x, np.asarray(fids, dtype=np.int64), NLIST, NLIST, codec="Flat")
+    write_index(index, folder / INDEX_FILE)
+    Manifest(version=folder.name, created_at=datetime.now(timezone.utc),
+             model=ModelInfo(dir="/nowhere", onnx_sha256="sha", pooling="mean", dim=DIM, max_length=8, source="test"),
+             index=IndexInfo(factory=f"IVF{NLIST},Flat", nlist=NLIST, nlist_requested=NLIST, nprobe=NLIST, ntotal=N),
+             data=DataInfo(source="test", protocol="corpus", rows_read=N, skipped_empty_texts=0, n_docs=N,
+                           n_queries=0),
+             build_seconds=Timings()).save(folder)
+    return dict(zip(ext, x, strict=True)), dict(zip(ext, fids, strict=True))
+
+
+def entry(seq: int, op: str, ext: int | str, vec: np.ndarray | None = None) -> LogEntry:
+    return LogEntry(seq, op, ext, f"written {ext}" if op == UPSERT else None, {"w": seq} if op == UPSERT else {},
+                    vec, "sha")
+
+
+def brute_force(served: dict[int | str, np.ndarray], queries: np.ndarray, k: int) -> list[list[int | str]]:
+    keys = list(served)
+    mat = np.stack([served[e] for e in keys])
+    order = np.argsort(-(queries @ mat.T), axis=1)[:, :k]
+    return [[keys[j] for j in row] for row in order]
+
+
+def test_overlay_answers_equal_brute_force_over_what_is_served(tmp_path: Path) -> None:
+    served, fid_of = make_version(tmp_path / "v1")
+    live = LiveIndex(IndexVersion(tmp_path / "v1"))
+    base_fid = {f: e for e, f in fid_of.items()}
+    new = unit(8, seed=5)
+    queries = np.concatenate([new, unit(20, seed=6)])  # the written vectors rank first for their own query
+    entries = [
+        entry(1, UPSERT, "fresh-a", new[0]),  # new string id: a FAISS id above every base id
+        entry(2, UPSERT, 20, new[1]),  # replaces base int id 20 (keeps FAISS id 20)
+        entry(3, UPSERT, "doc-3", new[2]),  # replaces a base string id (keeps its FAISS id)
+        entry(4, DELETE, 40),  # deletes a base document
+        entry(5, DELETE, "never-there"),  # deletes nothing here
+        entry(6, UPSERT, 123457, new[3]),  # new int id: its own FAISS id
+        entry(7, UPSERT, "fresh-b", new[4]),
+        entry(8, DELETE, "fresh-b"),  # written, then deleted
+        entry(9, UPSERT, "20", new[5]),  # "20" is not 20: a new document
+    ]
+    applied = live.overlay.apply(entries)
+    assert (applied.created, applied.replaced, applied.deleted, applied.missing) == (4, 2, 2, 1)
+    assert live.overlay.applied_seq == 9
+    for e in entries:
+        if e.op == UPSERT:
+            served[e.ext_id] = e.vector  # type: ignore[assignment]
+        else:
+            served.pop(e.ext_id, None)
+    served.pop("fresh-b", None)
+    assert live.ntotal == len(served) == N + 3 - 1
+
+    scores, ids = live.search(queries, 10)
+    hits = live.hits(scores, ids)
+    fid_to_ext = {**base_fid, live.overlay._fid_of["fresh-a"]: "fresh-a", 123457: 123457,
+                  live.overlay._fid_of["20"]: "20"}
+    assert fid_of[20] == 20 and live.overlay._fid_of[20] == 20 and live.overlay._fid_of["doc-3"] == fid_of["doc-3"]
+    assert live.overlay._fid_of["fresh-a"] > max(fid_of.values())
+    expected = brute_force(served, queries, 10)
+    for row_ids, row_hits, want in zip(ids.tolist(), hits, expected, strict=True):
+        assert [fid_to_ext[i] for i in row_ids] == want
+        assert len(set(row_ids)) == 10
+        for hit in row_hits:
+            ext = fid_to_ext[hit.id]
+            assert hit.ext_id == ext
+            assert hit.text == (f"written {ext}" if ext in {"fresh-a", 20, "doc-3", 123457, "20"} else f"text of {ext}")
+    assert ids[0, 0] == live.overlay._fid_of["fresh-a"] and ids[1, 0] == 20 and abs(scores[1, 0] - 1) < 1e-5
+    assert live.overlay.document(20).text == "written 20" and live.overlay.deleted(40)  # type: ignore[union-attr]
+    live.close()
+
+
+def test_rows_are_packed_and_search_stays_right(tmp_path: Path) -> None:
+    served, fid_of = make_version(tmp_path / "v1")
+    live = LiveIndex(IndexVersion(tmp_path / "v1"))
+    vecs = unit(3000, seed=9)
+    seq = 0
+    for i in range(3000):  # each id written, then most of them deleted: rows die and get packed
+        seq += 1
+        live.overlay.apply([entry(seq, UPSERT, f"w{i}", vecs[i])])
+        if i % 3:
+            seq += 1
+            live.overlay.apply([entry(seq, DELETE, f"w{i}")])
+        else:
+            served[f"w{i}"] = vecs[i]
+    assert live.overlay._rows < 3000 and live.overlay._dead <= max(1024, live.overlay._rows // 2)
+    assert live.ntotal == len(served)
+    queries = np.concatenate([vecs[:30], unit(10, seed=10)])
+    _, ids = live.search(queries, 10)
+    ext_of = {f: e for e, f in fid_of.items()} | {f: e for e, f in live.overlay._fid_of.items()}
+    assert [[ext_of[i] for i in row] for row in ids.tolist()] == brute_force(served, queries, 10)
+    live.close()
+
+
+def test_concurrent_writes_and_searches(tmp_path: Path) -> None:
+    make_version(tmp_path / "v1")
+    live = LiveIndex(IndexVersion(tmp_path / "v1"))
+    vecs = unit(2000, seed=3)
+    queries = unit(8, seed=4)
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def writer() -> None:
+        try:
+            for i in range(2000):  # replace base documents and add new ones, delete some again
+                ext: int | str = (i % 200) * 20 if i % 2 else f"n{i % 300}"
+                op = DELETE if i % 7 == 0 else UPSERT
+                live.overlay.apply([entry(i + 1, op, ext, vecs[i] if op == UPSERT else None)])
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+        finally:
+            stop.set()
+
+    def searcher() -> None:
+        try:
+            while not stop.is_set():
+                scores, ids = live.search(queries, 10)
+                for row in ids:
+                    real = row[row >= 0]
+                    assert len(set(real.tolist())) == len(real), row  # never one document twice
+                live.hits(scores, ids)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer)] + [threading.Thread(target=searcher) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors[:3]
+    live.close()
+
+
+def test_writes_are_refused_where_there_is_no_overlay_or_the_version_cannot_hold_them(tmp_path: Path) -> None:
+    """The sharded backend's index has no overlay: 501 (WritesUnsupported). A corpus version takes any id."""
+    make_version(tmp_path / "v1")
+    plain = IndexVersion(tmp_path / "v1")  # what a backend without overlays serves
+    with pytest.raises(WritesUnsupported, match="sharded"):
+        Writes.check(SimpleNamespace(index=plain, version="v1"), [1], False)  # type: ignore[arg-type]
+    live = LiveIndex(plain)
+    Writes.check(SimpleNamespace(index=live, version="v1"), ["s", (1 << 63) - 1, -4], True)  # type: ignore[arg-type]
+    live.close()
+
+
+@pytest.mark.parametrize("flt", [{"n": {"lt": 40}}, {"n": {"in": [1, 3, 5, 7, 21]}}, {"n": {"gte": 200}}])
+def test_filtered_search_over_the_overlay_equals_brute_force_over_matching_documents(tmp_path: Path,
+                                                                                    flt: dict) -> None:
+    """Base documents deleted or replaced (by documents whose metadata no longer matches) never answer; written
+    documents answer when their metadata matches; the rest is the base's filtered search (exact here)."""
+    from indexer.runtime.filters import matches, parse_filter
+
+    served, fid_of = make_version(tmp_path / "v1")
+    meta = {e: {"n": i} for i, e in enumerate(served)}  # what make_version stored
+    live = LiveIndex(IndexVersion(tmp_path / "v1"))
+    new = unit(12, seed=11)
+    queries = np.concatenate([new, unit(10, seed=12)])
+    written: list[tuple[int | str, dict]] = [
+        (0, {"n": 500}), (10, {"n": 3}), ("doc-1", {"n": 300}), ("w-a", {"n": 5}), ("w-b", {"n": 250}),
+        ("w-c", {"n": 21}), (60, {"n": 7}), ("doc-5", {"n": 1}), ("w-d", {"n": 0}), (2000, {"n": 210}),
+    ]
+    entries = [LogEntry(i + 1, UPSERT, e, f"written {e}", m, new[i], "sha") for i, (e, m) in enumerate(written)]
+    entries += [LogEntry(20, DELETE, 20, None, {}, None, "sha"), LogEntry(21, DELETE, "doc-7", None, {}, None, "sha"),
+                LogEntry(22, DELETE, "w-d", None, {}, None, "sha"), LogEntry(23, DELETE, 30, None, {}, None, "sha")]
+    live.overlay.apply(entries)
+    for e in entries:
+        if e.op == UPSERT:
+            served[e.ext_id], meta[e.ext_id] = e.vector, e.metadata  # type: ignore[assignment]
+        else:
+            served.pop(e.ext_id, None)
+    node = parse_filter(flt, {"n": "int"})
+    matching = {e: v for e, v in served.items() if matches(node, meta[e])}
+    k = 8
+    scores, ids = live.search(queries, k, live.match(flt))
+    hits = live.hits(scores, ids)
+    expected = brute_force(matching, queries, min(k, len(matching)))
+    for row_hits, want in zip(hits, expected, strict=True):
+        assert [h.ext_id for h in row_hits] == want
+        assert all(matches(node, h.metadata) for h in row_hits)
+    live.close()

@@ -1,0 +1,432 @@
+"""Writes over HTTP on real servers (uvicorn on 127.0.0.1, real ONNX encoder, FAISS and SQLite): acknowledged
+writes are searchable at once, survive SIGKILL and restarts, survive swaps to a version rebuilt from the source
+data and `indexer compact`; deletes never come back; concurrent writes and searches give no errors; bad bodies get
+4xx with a reason; the admin scope guards writes. A 300-document JSONL corpus (IVF8, nprobe 2) keeps it small."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from indexer.quora import read_rows
+from indexer.runtime.layout import IndexRoot
+from indexer.runtime.manifest import Manifest
+from indexer.runtime.store import STORE, Store
+from tests.conftest import REPO, Server, start_server, stop_server
+from tests.service.test_fuzz import SCHEMATHESIS_CHECKS
+
+DOCS = 300
+ADMIN, USER = "admin-key-0123456789", "user-key-0123456789"
+
+
+def indexer_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "indexer.cli", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=600, env=os.environ | {"OMP_NUM_THREADS": "1"})
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory, quora_file: Path) -> Path:
+    """300 distinct Quora questions (rows < 300,000) as JSONL: three in four keep their integer qid, every fourth
+    gets a string id "q<qid>"; metadata `bucket`."""
+    path = tmp_path_factory.mktemp("writes-data") / "docs.jsonl"
+    seen: dict[str, int] = {}
+    for row in read_rows(quora_file):
+        for qid, text in ((row.qid1, row.question1), (row.qid2, row.question2)):
+            if text and text not in seen and len(seen) < DOCS:
+                seen[text] = qid
+        if len(seen) >= DOCS:
+            break
+    with open(path, "w") as fh:
+        for n, (text, qid) in enumerate(seen.items()):
+            fh.write(json.dumps({"id": qid if n % 4 else f"q{qid}", "text": text, "bucket": n % 5}) + "\n")
+    return path
+
+
+def base_docs(corpus: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in corpus.read_text().splitlines()]
+
+
+def build(root: Path, corpus: Path, model: Path) -> str:
+    r = indexer_cli("build", "--root", str(root), "--data", str(corpus), "--model", str(model), "--nlist", "8",
+                    "--nprobe", "2", "--threads", "1", "--keep", "20")
+    assert r.returncode == 0, r.stderr
+    return IndexRoot(root).current_version() or ""
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory, corpus: Path, minilm_mean: Path) -> Path:
+    root = tmp_path_factory.mktemp("writes-template") / "root"
+    build(root, corpus, minilm_mean)
+    return root
+
+
+@pytest.fixture()
+def root(template: Path, tmp_path: Path) -> Path:
+    dst = tmp_path / "root"
+    shutil.copytree(template, dst, symlinks=True)
+    return dst
+
+
+def serve(tmp: Path, root: Path, **env: str) -> Server:
+    return start_server(tmp, {"STRATA_INDEX_ROOT": str(root), "STRATA_WATCH_INTERVAL_S": "0", "STRATA_THREADS": "1",
+                              "STRATA_WORKERS": "2"} | env)
+
+
+def kill(server: Server) -> None:
+    server.proc.send_signal(signal.SIGKILL)
+    server.proc.wait(timeout=30)
+
+
+def written_text(n: int) -> str:
+    return f"Strata write number {n}: how would a {['red', 'blue', 'green'][n % 3]} kite fly in weather {n * 7}?"
+
+
+class Truth:
+    """What the clients were told: the state every later answer must show (last acknowledged op per id wins), and
+    every text an id ever had (none but the current one may be served under it)."""
+
+    def __init__(self, base: list[dict[str, Any]]) -> None:
+        self.lock = threading.Lock()
+        self.docs: dict[int | str, str | None] = {}  # id -> text, or None once deleted
+        self.texts: dict[int | str, set[str]] = {d["id"]: {d["text"]} for d in base}
+
+    def upserted(self, docs: list[dict[str, Any]]) -> None:
+        with self.lock:
+            for d in docs:
+                self.docs[d["id"]] = d["text"]
+                self.texts.setdefault(d["id"], set()).add(d["text"])
+
+    def deleted(self, ids: list[int | str]) -> None:
+        with self.lock:
+            self.docs.update(dict.fromkeys(ids))
+
+
+def top_hit(c: httpx.Client, text: str, **kw: Any) -> dict[str, Any]:
+    r = c.post("/search", json={"query": text, "top_k": 10}, **kw)
+    assert r.status_code == 200, r.text
+    return r.json()["hits"][0]
+
+
+def assert_served(c: httpx.Client, truth: Truth, **kw: Any) -> None:
+    """Every acknowledged upsert is the top hit for its own text (integer ids come back as themselves); no earlier
+    text of a written id, and no text of a deleted id, is served any more (nor, for integer ids, the id)."""
+    for doc_id, text in truth.docs.items():
+        if text is not None:
+            hit = top_hit(c, text, **kw)
+            assert hit["text"] == text and hit["score"] > 0.99, (doc_id, hit)
+            if isinstance(doc_id, int):
+                assert hit["id"] == doc_id
+        for old in truth.texts.get(doc_id, set()) - {text}:
+            hits = c.post("/search", json={"query": old, "top_k": 10}, **kw).json()["hits"]
+            assert all(h["text"] != old for h in hits), (doc_id, old, hits[:2])
+            if isinstance(doc_id, int) and text is None:
+                assert doc_id not in [h["id"] for h in hits], (doc_id, hits[:2])
+
+
+def test_acknowledged_writes_survive_sigkill(root: Path, corpus: Path, tmp_path: Path) -> None:
+    """A writer runs PUTs and deletes (each checked searchable or gone at once) until the server is SIGKILLed
+    mid-stream; after a restart every acknowledged write is there and every acknowledged delete is gone."""
+    docs = base_docs(corpus)
+    base_ints = [d["id"] for d in docs if isinstance(d["id"], int)]
+    truth = Truth(docs)
+    server = serve(tmp_path, root)
+    visible_ms: list[float] = []
+    problems: list[str] = []
+    acked = threading.Event()
+    stop = threading.Event()
+
+    def writer() -> None:
+        with server.client() as c:
+            n = 0
+            while not stop.is_set():
+                n += 1
+                docs = [{"id": 10_000_000 + n, "text": written_text(10_000_000 + n), "metadata": {"n": n}},
+                        {"id": f"w-{n}", "text": written_text(n), "metadata": {"tag": "w"}}]
+                try:
+                    r = c.put("/documents", json={"documents": docs})
+                    if r.status_code == 200:
+                        truth.upserted(docs)
+                        t0 = time.perf_counter()
+                        hit = top_hit(c, docs[1]["text"])  # visible at once: the first search after the 200
+                        visible_ms.append((time.perf_counter() - t0) * 1000)
+                        if hit["text"] != docs[1]["text"]:
+                            problems.append(f"not visible: {docs[1]} (top hit {hit})")
+                    if n % 3 == 0:
+                        gone = [base_ints[n], 10_000_000 + n - 1]
+                        r = c.post("/documents/delete", json={"ids": gone})
+                        if r.status_code == 200:
+                            truth.deleted(gone)
+                            hits = c.post("/search", json={"query": written_text(gone[1]), "top_k": 10}).json()
+                            if any(h["id"] in gone for h in hits["hits"]):
+                                problems.append(f"deleted {gone} still served: {hits['hits'][:2]}")
+                except httpx.TransportError:
+                    return  # the server is gone: what was not answered was not acknowledged
+                if n >= 12:
+                    acked.set()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        assert acked.wait(180), server.log.read_text()[-2000:]
+        kill(server)  # SIGKILL, most likely mid-write
+    finally:
+        stop.set()
+        thread.join(60)
+        if server.proc.poll() is None:
+            kill(server)
+    assert not problems, problems[:3]
+    assert len(truth.docs) >= 24 and max(visible_ms) < 1000
+    restarted = serve(tmp_path, root)
+    try:
+        with restarted.client() as c:
+            assert_served(c, truth)
+    finally:
+        stop_server(restarted)
+
+
+def test_writes_survive_a_rebuild_from_source_data_compaction_and_restart(root: Path, corpus: Path,
+                                                                          minilm_mean: Path, tmp_path: Path) -> None:
+    docs = base_docs(corpus)
+    truth = Truth(docs)
+    server = serve(tmp_path, root)
+    try:
+        with server.client() as c:
+            v0 = c.get("/ready").json()["index_version"]
+            replaced = next(d for d in docs if isinstance(d["id"], int))
+            new = [{"id": 20_000_001, "text": written_text(20_000_001), "metadata": {"year": 2024}},
+                   {"id": "fresh", "text": written_text(5), "metadata": {"lang": "en"}},
+                   {"id": replaced["id"], "text": written_text(replaced["id"]), "metadata": {"bucket": 99}}]
+            r = c.put("/documents", json={"documents": new})
+            assert r.status_code == 200, r.text
+            body = r.json()
+            assert (body["upserted"], body["created"], body["replaced"]) == (3, 2, 1)
+            assert body["index_size"] == DOCS + 2 and body["index_version"] == v0
+            truth.upserted(new)
+            deleted_ids = [d["id"] for d in docs[2:40:4] if isinstance(d["id"], int)][:5] + ["fresh"]
+            r = c.post("/documents/delete", json={"ids": [*deleted_ids, 987654321]})
+            assert r.status_code == 200, r.text
+            assert (r.json()["deleted"], r.json()["missing"]) == (6, 1)
+            truth.deleted(deleted_ids)
+            assert_served(c, truth)  # the replaced document's old text is gone too
+
+            # a version built from the source data (which still holds the deleted and replaced documents)
+            v1 = build(root, corpus, minilm_mean)
+            assert Manifest.load(IndexRoot(root).current_dir()).writes is None
+            r = c.post("/admin/reload")
+            assert r.json() == {"outcome": "swapped", "index_version": v1, "candidate": v1, "reason": None}
+            assert_served(c, truth)
+            assert c.get("/ready").json()["index_size"] == DOCS + 1 - 5
+
+            # compaction folds the log into a version of its own
+            r = indexer_cli("compact", "--root", str(root), "--threads", "1")
+            assert r.returncode == 0, r.stderr
+            assert "folded 5 write log entries" not in r.stdout and "folded 10 write log entries" in r.stdout
+            folder = IndexRoot(root).current_dir()
+            m = Manifest.load(folder)
+            assert m.parent_version == v1 and m.writes is not None
+            assert (m.writes.folded_seq, m.writes.entries, m.writes.upserted, m.writes.deleted) == (10, 10, 2, 5)
+            assert m.index.ntotal == m.data.n_docs == DOCS + 1 - 5
+            assert m.data.metadata_schema == {"bucket": "int", "year": "int"}  # "fresh" (lang) was deleted
+            store = Store(folder / STORE)
+            try:
+                fid = store.ids_of([20_000_001, "fresh"])
+                assert fid == {20_000_001: 20_000_001}  # "fresh" was deleted
+                doc = store.documents([replaced["id"]])[replaced["id"]]
+                assert doc.text == written_text(replaced["id"]) and doc.metadata == {"bucket": 99}
+            finally:
+                store.close()
+            r = c.post("/admin/reload")
+            assert r.json()["outcome"] == "swapped"
+            assert_served(c, truth)
+            again = indexer_cli("compact", "--root", str(root))
+            assert again.returncode == 0 and "nothing to fold" in again.stdout
+    finally:
+        kill(server)
+    restarted = serve(tmp_path, root)  # replays nothing: the version holds the whole log
+    try:
+        with restarted.client() as c:
+            assert_served(c, truth)
+        assert "replayed" not in restarted.log.read_text()
+    finally:
+        stop_server(restarted)
+
+
+def test_concurrent_writes_and_searches_across_a_swap(root: Path, corpus: Path, minilm_mean: Path,
+                                                      tmp_path: Path) -> None:
+    """2 writers and 4 searchers without pause while a rebuilt version is swapped in: every request answers
+    200, and every acknowledged write (some acknowledged during the swap) is served afterwards."""
+    truth = Truth(base_docs(corpus))
+    server = serve(tmp_path, root)
+    stop = threading.Event()
+    failures: list[str] = []
+    counts = {"write": 0, "search": 0}
+    lock = threading.Lock()
+
+    def writer(w: int) -> None:
+        with server.client() as c:
+            n = 0
+            while not stop.is_set():
+                n += 1
+                key = 30_000_000 + w * 100_000 + n
+                docs = [{"id": key, "text": written_text(key)}]
+                r = c.put("/documents", json={"documents": docs})
+                if r.status_code != 200:
+                    failures.append(f"PUT {r.status_code} {r.text[:200]}")
+                    continue
+                truth.upserted(docs)
+                if n % 4 == 0:
+                    r = c.post("/documents/delete", json={"ids": [key - 1]})
+                    if r.status_code != 200:
+                        failures.append(f"delete {r.status_code} {r.text[:200]}")
+                        continue
+                    truth.deleted([key - 1])
+                with lock:
+                    counts["write"] += 1
+
+    def searcher(s: int) -> None:
+        with server.client() as c:
+            n = 0
+            while not stop.is_set():
+                n += 1
+                r = c.post("/search", json={"query": written_text(30_000_000 + s * 7 + n), "top_k": 10})
+                if r.status_code != 200:
+                    failures.append(f"search {r.status_code} {r.text[:200]}")
+                with lock:
+                    counts["search"] += 1
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(2)]
+    threads += [threading.Thread(target=searcher, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(3)
+        v1 = build(root, corpus, minilm_mean)  # built while the load runs
+        r = httpx.post(f"{server.url}/admin/reload", timeout=120)
+        assert r.status_code == 200 and r.json()["index_version"] == v1, r.text
+        time.sleep(3)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+    try:
+        assert not failures, failures[:5]
+        assert counts["write"] >= 10 and counts["search"] >= 20, counts
+        with server.client() as c:
+            assert c.get("/ready").json()["index_version"] == v1
+            assert_served(c, truth)
+    finally:
+        stop_server(server)
+
+
+BAD_BODIES: list[tuple[str, str, object, str]] = [
+    ("PUT", "/documents", {"documents": [{"id": 1, "text": "   "}]}, "empty or whitespace"),
+    ("PUT", "/documents", {"documents": [{"id": 1, "text": ""}]}, "empty or whitespace"),
+    ("PUT", "/documents", {"documents": [{"text": "no id"}]}, "missing"),
+    ("PUT", "/documents", {"documents": [{"id": 1.5, "text": "float id"}]}, "valid integer"),
+    ("PUT", "/documents", {"documents": [{"id": True, "text": "bool id"}]}, "valid integer"),
+    ("PUT", "/documents", {"documents": [{"id": "", "text": "empty id"}]}, "must not be empty"),
+    ("PUT", "/documents", {"documents": [{"id": 1 << 64, "text": "huge id"}]}, "64 bits"),
+    ("PUT", "/documents", {"documents": [{"id": 1, "text": "t", "metadata": [1, 2]}]}, "valid dictionary"),
+    ("PUT", "/documents", {"documents": [{"id": 1, "text": "t", "metadata": "x"}]}, "valid dictionary"),
+    ("PUT", "/documents", {"documents": [{"id": 1, "text": "t", "metadata": {"": 1}}]}, "names must not be empty"),
+    ("PUT", "/documents", {"documents": [{"id": 1, "text": "t", "extra": 1}]}, "Extra inputs"),
+    ("PUT", "/documents", {"documents": []}, "at least 1"),
+    ("PUT", "/documents", {"documents": [{"id": i, "text": "t"} for i in range(129)]}, "at most 128"),
+    ("PUT", "/documents", {"documents": [{"id": 1, "text": "x" * 2001}]}, "limit is 2000"),
+    ("PUT", "/documents", {"docs": []}, "Field required"),
+    ("POST", "/documents/delete", {"ids": []}, "at least 1"),
+    ("POST", "/documents/delete", {"ids": [None]}, "valid"),
+    ("POST", "/documents/delete", {"ids": [{"a": 1}]}, "valid"),
+    ("POST", "/documents/delete", {"ids": list(range(1001))}, "at most 1000"),
+]
+
+
+def test_bad_bodies_get_4xx_with_a_reason_and_nothing_is_logged(root: Path, tmp_path: Path) -> None:
+    server = serve(tmp_path, root, STRATA_MAX_BODY_BYTES="65536")
+    try:
+        with server.client() as c:
+            for method, path, body, reason in BAD_BODIES:
+                r = c.request(method, path, json=body)
+                assert r.status_code == 422, (path, body if len(str(body)) < 200 else "…", r.status_code, r.text)
+                assert reason in r.text, (body if len(str(body)) < 200 else "…", r.text)
+            raw = b'{"documents": [{"id": 1, "text": "t", "metadata": {"x": NaN}}]}'  # Python's parser reads NaN
+            nan = c.request("PUT", "/documents", content=raw, headers={"Content-Type": "application/json"})
+            assert nan.status_code == 422 and "finite" in nan.text, nan.text
+            big = c.put("/documents", json={"documents": [{"id": i, "text": "y" * 1500} for i in range(60)]})
+            assert big.status_code == 413 and "limit is 65536" in big.json()["detail"]
+            assert c.get("/ready").json()["index_size"] == DOCS
+            assert not (root / "writes" / "log.sqlite").exists()  # nothing was logged
+            ok = c.put("/documents", json={"documents": [{"id": "x", "text": "a valid document"}]})
+            assert ok.status_code == 200 and ok.json()["seq"] == 1
+        # the write endpoints of the app's OpenAPI schema, fuzzed: no 5xx, documented statuses and bodies only
+        fuzz = subprocess.run([sys.executable, "-m", "schemathesis.cli", "run", f"{server.url}/openapi.json",
+                               "--checks", SCHEMATHESIS_CHECKS, "--include-tag", "documents", "--max-examples", "40",
+                               "--seed", "20260101", "--request-timeout", "30", "--no-color",
+                               "--generation-database", "none"], capture_output=True, text=True, timeout=600,
+                              cwd=tmp_path)
+        assert fuzz.returncode == 0, fuzz.stdout[-4000:]
+        generated = re.search(r"(\d+) generated", fuzz.stdout)
+        assert generated and int(generated.group(1)) >= 40, fuzz.stdout[-2000:]
+        with server.client() as c:
+            assert top_hit(c, "a valid document")["text"] == "a valid document"
+    finally:
+        stop_server(server)
+
+
+def test_quora_versions_take_integer_ids_only(tmp_path: Path, minilm_mean: Path, quora_file: Path) -> None:
+    root = tmp_path / "quora"
+    r = indexer_cli("build", "--root", str(root), "--model", str(minilm_mean), "--data", str(quora_file), "--rows",
+                    "200", "--threads", "1", "--nlist", "4", "--no-eval")
+    assert r.returncode == 0, r.stderr
+    server = serve(tmp_path, root)
+    try:
+        with server.client() as c:
+            refused = c.put("/documents", json={"documents": [{"id": "s", "text": "a string id"}]})
+            assert refused.status_code == 409 and "Quora build" in refused.json()["detail"]
+            meta = c.put("/documents", json={"documents": [{"id": 5, "text": "t", "metadata": {"a": 1}}]})
+            assert meta.status_code == 409 and "no metadata" in meta.json()["detail"]
+            ok = c.put("/documents", json={"documents": [{"id": 999_999, "text": written_text(999_999)}]})
+            assert ok.status_code == 200, ok.text
+            hit = top_hit(c, written_text(999_999))
+            assert hit["id"] == 999_999 and hit["text"] == written_text(999_999)
+        r = indexer_cli("compact", "--root", str(root), "--threads", "1", "--no-eval")
+        assert r.returncode == 0 and "folded 1 write log entries" in r.stdout, r.stderr
+    finally:
+        stop_server(server)
+
+
+def test_writes_need_the_admin_scope_and_an_unwritable_log_is_503(root: Path, tmp_path: Path) -> None:
+    (root / "writes").write_text("a file where the write log's folder should be")
+    server = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(root), "STRATA_WATCH_INTERVAL_S": "0",
+                                     "STRATA_THREADS": "1", "STRATA_API_KEYS": f"{USER},{ADMIN}:admin"},
+                          wait_ready=False)
+    body = {"documents": [{"id": 1, "text": "needs a key"}]}
+    try:
+        with server.client() as c:
+            deadline = time.monotonic() + 60
+            while c.get("/ready", headers={"Authorization": f"Bearer {USER}"}).status_code != 200:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+            assert c.put("/documents", json=body).status_code == 401
+            for method, path, payload in (("PUT", "/documents", body), ("POST", "/documents/delete", {"ids": [1]})):
+                r = c.request(method, path, json=payload, headers={"Authorization": f"Bearer {USER}"})
+                assert r.status_code == 403 and "admin" in r.json()["detail"], r.text
+            r = c.put("/documents", json=body, headers={"Authorization": f"Bearer {ADMIN}"})
+            assert r.status_code == 503 and "cannot open the write log" in r.json()["detail"], r.text
+            hits = c.post("/search", json={"query": "needs a key"}, headers={"Authorization": f"Bearer {USER}"})
+            assert hits.status_code == 200 and all(h["text"] != "needs a key" for h in hits.json()["hits"])
+    finally:
+        stop_server(server)
+
