@@ -63,6 +63,8 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=20, help="PUT requests per client in the throughput runs")
     ap.add_argument("--batch", type=int, default=64, help="documents per PUT in the throughput runs")
     ap.add_argument("--threads", type=int, default=1, help="STRATA_THREADS of the server")
+    ap.add_argument("--out-dir", type=Path, default=REPO / "bench" / "results",
+                    help="where writes-<UTC>.json goes (the README's figures come from these files)")
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="strata-bench-writes-"))
@@ -151,6 +153,10 @@ def main() -> None:
         "batch": args.batch, "log_bytes": log_bytes,
     }
     print(json.dumps(out, indent=2))
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    (args.out_dir / f"writes-{stamp}.json").write_text(json.dumps(
+        {"command": "python bench/writes.py " + " ".join(sys.argv[1:]), "index": str(version), **out}, indent=1))
     print(f"write-to-visible p50 {out['write_to_visible_ms']['p50']:.1f} ms, p95 "
           f"{out['write_to_visible_ms']['p95']:.1f} ms (PUT alone p50 {out['put_one_ms']['p50']:.1f} ms; the first "
           f"search after the 200 found it every time: {max(polls) == 1}); delete p50 "
