@@ -92,7 +92,8 @@ def render(res: dict[str, Any]) -> str:
         f"{res['loadavg_end']} at end. Rounds are interleaved across systems (A B C … A B C …, "
         f"{res['rounds']} rounds); figures are medians over rounds, so the ratios are what to read.",
         "",
-        "Models: " + "; ".join(f"{k}: `{v['dir']}` ({v.get('quantization') or 'fp32'})" for k, v in res["models"].items()),
+        "Models: " + "; ".join(f"{k}: `{v['dir']}` ({v.get('quantization') or 'fp32'})"
+                               for k, v in res["models"].items()),
         "",
         "Peer versions (each group in its own venv under bench/.venv-peers/): "
         + "; ".join(f"{name}: " + ", ".join(f"{k} {v}" for k, v in vers.items())

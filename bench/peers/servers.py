@@ -42,6 +42,7 @@ class Server:
     search: Call | None
     vectors: Callable[[httpx.Client, list[str]], np.ndarray]  # texts -> (n, dim) as served
     log_file: Path
+    cwd: Path = REPO
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     url: str = ""
     startup_s: float = 0.0
@@ -50,10 +51,11 @@ class Server:
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         cmd = [c.replace("{port}", str(port)) for c in self.cmd]
+        env = {k: v.replace("{port}", str(port)) for k, v in self.env.items()}
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         with open(self.log_file, "wb") as log:
-            self.proc = subprocess.Popen(cmd, cwd=REPO, env=os.environ | OFFLINE | self.env, stdout=log,
+            self.proc = subprocess.Popen(cmd, cwd=self.cwd, env=os.environ | OFFLINE | env, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -120,14 +122,16 @@ def _infinity_vectors(client: httpx.Client, texts: list[str]) -> np.ndarray:
 def infinity(venv_python: Path, model_dir: Path, work: Path, pooling: str = "mean") -> Server:
     """pooling "mean" is this model's; "auto" (infinity's default) is measured only for its cosine."""
     args = ["--pooling-method", pooling] if pooling != "auto" else []
+    # Started inside the model folder as `--model-id .`: infinity lists a local folder's ONNX files with the
+    # folder's path in front and optimum then looks for that path inside the folder (FileNotFoundError).
     return Server(
         f"infinity-emb ({pooling} pooling)",
-        [str(venv_python.parent / "infinity_emb"), "v2", "--model-id", str(model_dir), "--served-model-name",
+        [str(venv_python.parent / "infinity_emb"), "v2", "--model-id", ".", "--served-model-name",
          INFINITY_NAME, "--engine", "optimum", *args, "--device", "cpu", "--host", "127.0.0.1", "--port", "{port}"],
-        {"HF_HOME": str(work / "hf-home-infinity")},  # its optimised-ONNX cache, not ~/.cache
+        {"HF_HOME": str((work / "hf-home-infinity").resolve())},  # its optimised-ONNX cache, not ~/.cache
         "/health",
         Call("POST", "/embeddings", lambda t: {"json": {"model": INFINITY_NAME, "input": [t]}}),
-        None, _infinity_vectors, work / "logs" / f"infinity-{pooling}.log")
+        None, _infinity_vectors, work / "logs" / f"infinity-{pooling}.log", cwd=model_dir.resolve())
 
 
 def _txtai_vectors(client: httpx.Client, texts: list[str]) -> np.ndarray:
@@ -141,7 +145,7 @@ def txtai(venv_python: Path, config: Path, work: Path) -> Server:
         "txtai API (faiss)",
         [str(venv_python), "-m", "uvicorn", "txtai.api:app", "--host", "127.0.0.1", "--port", "{port}",
          "--log-level", "warning"],
-        {"CONFIG": str(config), "HF_HOME": str(work / "hf-home-txtai")},
+        {"CONFIG": str(config.resolve()), "HF_HOME": str((work / "hf-home-txtai").resolve())},
         "/count",
         Call("GET", "/transform", lambda t: {"params": {"text": t}}),
         Call("GET", "/search", lambda t: {"params": {"query": t, "limit": TOP_K}}),

@@ -26,7 +26,10 @@ def main() -> int:
     seconds = time.perf_counter() - t0
     # The API loads the saved index at `path`; `embeddings` is the configuration it was built with.
     config_file.write_text(yaml.safe_dump({"path": str(index_dir), "writable": False, "embeddings": settings}))
-    ann = {k: emb.config.get(k) for k in ("backend", "faiss", "dimensions", "pooling", "method")}
+    # txtai picks the FAISS factory by corpus size (IDMap,Flat when small, IVF<n>,Flat above) and records it
+    ann = {"backend": emb.config.get("backend"), **(emb.config.get("build", {}).get("settings") or {})}
+    if getattr(emb.ann, "backend", None) is not None and hasattr(emb.ann.backend, "nprobe"):
+        ann["nprobe"] = emb.ann.nprobe()
     print(json.dumps({"seconds": round(seconds, 1), "docs": emb.count(), "config": ann}, default=str))
     return 0
 
