@@ -69,13 +69,15 @@ def export_models(args: argparse.Namespace, res: dict[str, Any]) -> tuple[Path, 
     """Strata's fp32 export (made here unless --strata-fp32), and int8: --strata-int8, or made by the exporter
     when it offers --quantize, else none (recorded)."""
     cli = [sys.executable, "-m", "models.cli", "export", "--pooling", "mean"]
+    helptext = subprocess.run([*cli[:4], "--help"], cwd=REPO, capture_output=True, text=True).stdout
     fp32 = args.strata_fp32 or args.work / "models" / "strata-fp32"
     if not (fp32 / "encoder.json").is_file():
         log(f"exporting Strata fp32 to {fp32}")
-        subprocess.run([*cli, "--out", str(fp32)], cwd=REPO, check=True)
+        # where int8 is the exporter's default, fp32 has to be asked for
+        plain = ["--quantize", "none"] if "int8,none" in helptext else []
+        subprocess.run([*cli, "--out", str(fp32), *plain], cwd=REPO, check=True)
     int8 = args.strata_int8
     if int8 is None:
-        helptext = subprocess.run([*cli[:4], "--help"], cwd=REPO, capture_output=True, text=True).stdout
         if "--quantize" in helptext:
             int8 = args.work / "models" / "strata-int8"
             if not (int8 / "encoder.json").is_file():
@@ -85,7 +87,9 @@ def export_models(args: argparse.Namespace, res: dict[str, Any]) -> tuple[Path, 
             res["notes"].append("Strata int8 not measured: no --strata-int8 and `encoder export` has no --quantize")
     meta = {k: json.loads((d / "encoder.json").read_text()) for k, d in (("fp32", fp32), ("int8", int8)) if d}
     res["models"] = {k: {"dir": str(d), "quantization": meta[k].get("quantization"),
-                         "quality_gate": meta[k].get("quality_gate")} for k, d in (("fp32", fp32), ("int8", int8)) if d}
+                         "quality_gate": meta[k].get("quality_gate"),
+                         "quantization_details": meta[k].get("quantization_details")}
+                     for k, d in (("fp32", fp32), ("int8", int8)) if d}
     return fp32, int8
 
 
@@ -182,15 +186,19 @@ def part_retrieval(args: argparse.Namespace, res: dict[str, Any], model: Path) -
 # --- 3. serving ----------------------------------------------------------------------------------------------
 
 def infinity_model_dir(args: argparse.Namespace, python: Path) -> Path:  # python: the encoders venv's
-    """A copy of the checkpoint with sentence-transformers' fp32 ONNX export as its only .onnx file (infinity
-    prefers a quantized file on CPU when there are several; the int8 one would not be the same work)."""
+    """The checkpoint with sentence-transformers' fp32 ONNX export as its only .onnx file, at the top level.
+
+    Only one file: infinity prefers a quantized one on CPU when there are several (not the same work). At the
+    top level: infinity 0.0.78 passes the file's path as optimum's `file_name`, which optimum compares with the
+    bare names of the files it finds (FileNotFoundError for `onnx/model.onnx`)."""
     st_dir = args.work / "models" / "st-onnx"
     subprocess.run([str(python), str(REPO / "bench/peers/st_export.py"), str(checkpoint()), str(st_dir)], check=True,
                    capture_output=True)
     out = args.work / "models" / "infinity-fp32"
-    if not (out / "onnx" / "model.onnx").is_file():
+    if not (out / "model.onnx").is_file():
         shutil.rmtree(out, ignore_errors=True)
-        shutil.copytree(st_dir, out, ignore=shutil.ignore_patterns("*qint8*"))
+        shutil.copytree(checkpoint(), out)
+        shutil.copy(st_dir / "onnx" / "model.onnx", out / "model.onnx")
     return out
 
 
@@ -236,6 +244,11 @@ def part_serving(args: argparse.Namespace, res: dict[str, Any], model: Path) -> 
                 log(f"  {s.name}: {e}")
                 continue
             running.append(s)
+            if "Optimization failed" in s.log_file.read_text(errors="replace"):  # infinity-emb's own fallback
+                res["notes"].append(f"{s.name}: its ONNX graph optimisation failed at start-up and it served the "
+                                    f"unoptimised graph (see {s.log_file.name}: "
+                                    "`OptimizationConfig.__init__() got an unexpected keyword argument "
+                                    "'optimize_with_onnxruntime_only'` with optimum 2.1)")
             rss[s.name] = TreeRss(s.proc.pid)  # type: ignore[union-attr]
             info = servers.describe(s)
             try:
@@ -306,10 +319,10 @@ def _merge_rounds(name: str, kind: str, clients: int, outs: list[dict[str, Any]]
 
 
 def _strata_breakdown(s: servers.Server, queries: list[str], n: int = 200) -> dict[str, float]:
-    """Where one `/search` request's time goes, 1 client: the server's own took/encode/search ms vs the client's."""
+    """Where one request's time goes at 1 client: the server's own took/encode/search ms vs the client's."""
     import httpx
 
-    took, enc, srch, client = [], [], [], []
+    took, enc, srch, client, enc_took, enc_client = [], [], [], [], [], []
     with httpx.Client(base_url=s.url, timeout=30) as c:
         for q in queries[:n]:
             t0 = time.perf_counter()
@@ -318,8 +331,14 @@ def _strata_breakdown(s: servers.Server, queries: list[str], n: int = 200) -> di
             took.append(body["took_ms"])
             enc.append(body["encode_ms"])
             srch.append(body["search_ms"])
+            t0 = time.perf_counter()
+            body = c.post("/encode", json={"texts": [q]}).json()
+            enc_client.append((time.perf_counter() - t0) * 1000)
+            enc_took.append(body["took_ms"])
     return {"requests": n, "client_ms_p50": round(median(client), 3), "server_took_ms_p50": round(median(took), 3),
-            "encode_ms_p50": round(median(enc), 3), "search_ms_p50": round(median(srch), 3)}
+            "encode_ms_p50": round(median(enc), 3), "search_ms_p50": round(median(srch), 3),
+            "encode_request_client_ms_p50": round(median(enc_client), 3),
+            "encode_request_took_ms_p50": round(median(enc_took), 3)}
 
 
 def main() -> int:
@@ -330,13 +349,15 @@ def main() -> int:
                    default=["encoding", "retrieval", "serving"])
     p.add_argument("--strata-fp32", type=Path, help="existing Strata fp32 export (mean pooling)")
     p.add_argument("--strata-int8", type=Path, help="existing Strata int8 export (mean pooling)")
-    p.add_argument("--rows", type=int, default=100_000, help="retrieval: paper-protocol rows (100,000 = the paper's)")
-    p.add_argument("--max-queries", type=int, default=5000, help="retrieval: evaluation queries sampled (seed 0)")
+    p.add_argument("--rows", type=int, default=20_000,
+                   help="retrieval: paper-protocol rows (100,000 = the paper's; 20,000 = the int8 gate's)")
+    p.add_argument("--max-queries", type=int, default=2000, help="retrieval: evaluation queries sampled (seed 0)")
     p.add_argument("--ef", type=int, nargs="+", default=[16, 32, 64], help="retrieval: HNSW ef values")
-    p.add_argument("--serve-rows", type=int, default=10_000, help="serving: paper-protocol rows (≈ 10k docs)")
-    p.add_argument("--sentences", type=int, default=1024, help="encoding: Quora questions per round")
-    p.add_argument("--single", type=int, default=50, help="encoding: one-text calls per round")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (encoding and serving)")
+    p.add_argument("--serve-rows", type=int, default=5_000,
+                   help="serving: paper-protocol rows (≈ as many documents; txtai encodes them with torch)")
+    p.add_argument("--sentences", type=int, default=512, help="encoding: Quora questions per round")
+    p.add_argument("--single", type=int, default=30, help="encoding: one-text calls per round")
+    p.add_argument("--rounds", type=int, default=2, help="interleaved rounds (encoding and serving)")
     p.add_argument("--seconds", type=float, default=8.0, help="serving: seconds per (server, kind, clients, round)")
     p.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="encoding: threads per encoder")

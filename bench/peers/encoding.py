@@ -65,7 +65,7 @@ class Contender:
 def measure(contenders: list[Contender], texts: list[str], *, rounds: int, single: int, threads: int,
             reference: str, log=print) -> dict[str, Any]:  # noqa: ANN001
     """Sentences/s at batch 64 and single-text latency per contender (medians over interleaved rounds), min
-    cosine to `reference`'s vectors on the first 256 texts, and per-contender determinism (the same 256 texts
+    cosine to `reference`'s vectors on the first 128 texts, and per-contender determinism (the same 128 texts
     encoded twice at batch 64 and once at batch 1)."""
     work = Path(tempfile.mkdtemp(prefix="strata-enc-"))
     texts_file = work / "texts.json"
@@ -81,7 +81,7 @@ def measure(contenders: list[Contender], texts: list[str], *, rounds: int, singl
             errors[c.name] = str(e)
             log(f"  {c.name} failed: {e}")
     try:
-        n_vec = min(256, len(texts))
+        n_vec = min(128, len(texts))
         vecs: dict[str, np.ndarray] = {}
         det: dict[str, dict[str, Any]] = {}
         for c in started:

@@ -24,6 +24,16 @@ def _enc(res: dict[str, Any], name_prefix: str) -> dict[str, Any] | None:
     return next((r for r in res.get("encoding", {}).get("rows", []) if r["encoder"].startswith(name_prefix)), None)
 
 
+def _took(res: dict[str, Any], kind: str) -> Any:
+    b = res.get("strata_breakdown") or {}
+    return b.get("server_took_ms_p50" if kind == "search" else "encode_request_took_ms_p50")
+
+
+def _client(res: dict[str, Any], kind: str) -> Any:
+    b = res.get("strata_breakdown") or {}
+    return b.get("client_ms_p50" if kind == "search" else "encode_request_client_ms_p50")
+
+
 def targets(res: dict[str, Any]) -> list[list[Any]]:
     """[target, measured, met, note] rows; met is None where a side was not measured."""
     out: list[list[Any]] = []
@@ -56,9 +66,13 @@ def targets(res: dict[str, Any]) -> list[list[Any]]:
         for kind in kinds:
             s8, p8 = _http(res, STRATA, kind, 8), _http(res, peer, kind, 8)
             r = safe_ratio(s8["rps"], p8["rps"]) if s8 and p8 else None
+            note = ""
+            if r is not None and r < 2:
+                note = (f"Strata p50 {s8['p50_ms']} ms vs {p8['p50_ms']} ms at 8 clients; at 1 client Strata's "
+                        f"`/{kind}` took {_took(res, kind)} ms in the server of the client's {_client(res, kind)} ms")
             out.append([f"≥ 2× {peer}'s req/s at 8 clients, `/{kind}`-equivalent",
                         f"{r}× ({s8['rps']} vs {p8['rps']})" if r is not None else "not measured",
-                        None if r is None else r >= 2, ""])
+                        None if r is None else r >= 2, note])
 
     for q in ("fp32", "int8"):
         s, f = _enc(res, f"Strata {q}"), _enc(res, f"fastembed on Strata's {q}")
@@ -78,7 +92,11 @@ def targets(res: dict[str, Any]) -> list[list[Any]]:
             out.append(["int8 within the export's quality gate",
                         ", ".join(f"{k} {v}" for k, v in drops.items()) + f" (max {gate.get('max_drop')})", ok, ""])
         r = safe_ratio(i8["sentences_per_s_b64"], f32["sentences_per_s_b64"])
-        out.append(["int8 ≥ 1.8× fp32 sentences/s (batch 64)", f"{r}×", None if r is None else r >= 1.8, ""])
+        details = (res["models"].get("int8") or {}).get("quantization_details") or {}
+        note = ""
+        if r is not None and r < 1.8 and details.get("float_ops"):
+            note = f"still float in the int8 graph: {details['float_ops']}"
+        out.append(["int8 ≥ 1.8× fp32 sentences/s (batch 64)", f"{r}×", None if r is None else r >= 1.8, note])
     return out
 
 

@@ -123,7 +123,7 @@ def infinity(venv_python: Path, model_dir: Path, work: Path, pooling: str = "mea
     """pooling "mean" is this model's; "auto" (infinity's default) is measured only for its cosine."""
     args = ["--pooling-method", pooling] if pooling != "auto" else []
     # Started inside the model folder as `--model-id .`: infinity lists a local folder's ONNX files with the
-    # folder's path in front and optimum then looks for that path inside the folder (FileNotFoundError).
+    # folder's path in front and optimum then looks for that path among bare file names (FileNotFoundError).
     return Server(
         f"infinity-emb ({pooling} pooling)",
         [str(venv_python.parent / "infinity_emb"), "v2", "--model-id", ".", "--served-model-name",
