@@ -233,7 +233,7 @@ def part_serving(args: argparse.Namespace, res: dict[str, Any], model: Path) -> 
 
     running: list[servers.Server] = []
     rss: dict[str, TreeRss] = {}
-    res["servers"] = []
+    res["servers"], res["http"] = [], []
     try:
         for s in contenders:
             log(f"starting {s.name}")
@@ -261,7 +261,6 @@ def part_serving(args: argparse.Namespace, res: dict[str, Any], model: Path) -> 
 
         pairs = [(s, kind, call) for s in running for kind, call in (("encode", s.encode), ("search", s.search))
                  if call is not None]
-        res["http"] = []
         for clients in args.clients:
             per: dict[tuple[str, str], list[dict[str, Any]]] = {}
             for r, (s, kind, call) in interleave(pairs, args.rounds):
