@@ -206,7 +206,8 @@ def part_serving(args: argparse.Namespace, res: dict[str, Any], model: Path) -> 
     root = args.work / f"serve-{args.serve_rows}"
     log(f"serving index: paper protocol, {args.serve_rows:,} rows")
     res["builds"]["serving"] = build_index(model, root, args.serve_rows)
-    queries = serving_corpus(root, args.work / "serving-corpus.npz")
+    corpus = args.work / f"serving-corpus-{args.serve_rows}.npz"
+    queries = serving_corpus(root, corpus)
     ref_texts = queries[:256]
     ref_vecs = np.load(_reference_vectors(args, ref_texts))
 
@@ -217,11 +218,12 @@ def part_serving(args: argparse.Namespace, res: dict[str, Any], model: Path) -> 
         except subprocess.CalledProcessError as e:
             res["peer_errors"]["infinity model"] = str(e)
     if "txtai" in args.peers and (py := peer_python("txtai", res)):
-        index_dir, config, built = args.work / "txtai-index", args.work / "txtai.yml", args.work / "txtai-build.json"
+        tag = f"txtai-{args.serve_rows}"  # one per serving corpus, as Strata's index root is
+        index_dir, config, built = args.work / tag, args.work / f"{tag}.yml", args.work / f"{tag}-build.json"
         if not (built.is_file() and config.is_file()):  # built once per --work, as Strata's index is
             log("txtai builds its own index of the serving corpus")
             proc = subprocess.run([str(py), str(REPO / "bench/peers/txtai_index.py"), str(checkpoint()),
-                                   str(args.work / "serving-corpus.npz"), str(index_dir), str(config)],
+                                   str(corpus), str(index_dir), str(config)],
                                   capture_output=True, text=True, env=os.environ | servers.OFFLINE)
             if proc.returncode == 0:
                 built.write_text(proc.stdout.strip().splitlines()[-1])
