@@ -45,11 +45,11 @@ def compare(root: Path, work: Path, python: Path | None, libs: list[str], efs: l
         for label, cand in (("FAISS Flat (exact)", Candidate("Flat", [("", 0)])),
                             (f"Strata {m.index.factory}", Candidate(m.index.factory, [("nprobe", m.index.nprobe)]))):
             log(f"retrieval: {label}")
-            for r in sweep(version, [cand], max_queries=max_queries, threads=1):
-                rows.append({"index": label, "search": r.search_param, "ms_per_query": r.ms_per_query,
-                             "mrr_at_10": round(r.mrr_at_10 * 100, 2),
-                             "recall_vs_exact": round(r.recall_vs_exact * 100, 2),
-                             "memory_mb": r.memory_mb, "build_s": r.build_s})
+            for t in sweep(version, [cand], max_queries=max_queries, threads=1):
+                rows.append({"index": label, "search": t.search_param, "ms_per_query": t.ms_per_query,
+                             "mrr_at_10": round(t.mrr_at_10 * 100, 2),
+                             "recall_vs_exact": round(t.recall_vs_exact * 100, 2),
+                             "memory_mb": t.memory_mb, "build_s": t.build_s})
     finally:
         version.close()
     errors: dict[str, str] = {}

@@ -88,7 +88,7 @@ class Server:
 
 
 def _strata_vectors(client: httpx.Client, texts: list[str]) -> np.ndarray:
-    out = []
+    out: list[list[float]] = []
     for i in range(0, len(texts), 64):
         r = client.post("/encode", json={"texts": texts[i : i + 64]})
         r.raise_for_status()
@@ -111,7 +111,7 @@ INFINITY_NAME = "minilm"
 
 
 def _infinity_vectors(client: httpx.Client, texts: list[str]) -> np.ndarray:
-    out = []
+    out: list[list[float]] = []
     for i in range(0, len(texts), 64):
         r = client.post("/embeddings", json={"model": INFINITY_NAME, "input": texts[i : i + 64]})
         r.raise_for_status()
