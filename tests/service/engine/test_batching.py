@@ -10,7 +10,7 @@ import numpy as np
 
 from indexer.runtime.layout import IndexRoot
 from service.engine.searcher import Job, Searcher, SearchResult
-from tests.conftest import start_server, stop_server
+from tests.conftest import Server, start_server, stop_server
 
 QUERIES = ["How can I be a good geologist?", "What is the step by step guide to invest in share market?",
            "How do I learn Python?", "Why is the sky blue?", "What is the best smartphone under 15000?",
@@ -46,21 +46,28 @@ def _batches(metrics: str) -> tuple[float, float]:
     return count, total
 
 
+def _burst_runs(srv: Server) -> float:
+    """30 concurrent /search requests: each answer must equal the same query's answer alone; returns the ONNX
+    runs they took."""
+    with srv.client() as c:
+        expected = {q: [h["id"] for h in c.post("/search", json={"query": q, "top_k": 5}).json()["hits"]]
+                    for q in QUERIES}
+        before = _batches(c.get("/metrics").text)
+        responses = asyncio.run(_burst(srv.url, 30))
+        after = _batches(c.get("/metrics").text)
+    assert all(r.status_code == 200 for r in responses)
+    for i, r in enumerate(responses):
+        assert [h["id"] for h in r.json()["hits"]] == expected[QUERIES[i % len(QUERIES)]]
+    runs, texts = after[0] - before[0], after[1] - before[1]
+    assert texts == 30
+    return runs
+
+
 def test_concurrent_requests_are_batched_and_answered_correctly(quora_root: Path, tmp_path: Path) -> None:
     srv = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(quora_root), "STRATA_WORKERS": "1",
                                   "STRATA_BATCH_WINDOW_MS": "5"})
     try:
-        with srv.client() as c:
-            expected = {q: [h["id"] for h in c.post("/search", json={"query": q, "top_k": 5}).json()["hits"]]
-                        for q in QUERIES}
-            before = _batches(c.get("/metrics").text)
-            responses = asyncio.run(_burst(srv.url, 30))
-            after = _batches(c.get("/metrics").text)
-        assert all(r.status_code == 200 for r in responses)
-        for i, r in enumerate(responses):
-            assert [h["id"] for h in r.json()["hits"]] == expected[QUERIES[i % len(QUERIES)]]
-        runs, texts = after[0] - before[0], after[1] - before[1]
-        assert texts == 30
+        runs = _burst_runs(srv)
         assert runs < 30 / 2, f"30 concurrent requests took {runs} ONNX runs: not batched"
     finally:
         stop_server(srv)
@@ -147,17 +154,7 @@ def test_token_budget_over_http_answers_every_request_correctly(quora_root: Path
     srv = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(quora_root), "STRATA_WORKERS": "1",
                                   "STRATA_BATCH_MAX_TOKENS": "40"})
     try:
-        with srv.client() as c:
-            expected = {q: [h["id"] for h in c.post("/search", json={"query": q, "top_k": 5}).json()["hits"]]
-                        for q in QUERIES}
-            before = _batches(c.get("/metrics").text)
-            responses = asyncio.run(_burst(srv.url, 30))
-            after = _batches(c.get("/metrics").text)
-        assert all(r.status_code == 200 for r in responses)
-        for i, r in enumerate(responses):
-            assert [h["id"] for h in r.json()["hits"]] == expected[QUERIES[i % len(QUERIES)]]
-        runs, texts = after[0] - before[0], after[1] - before[1]
-        assert texts == 30
+        runs = _burst_runs(srv)
         # queries are 6-16 tokens: at most 40 tokens means at most ~5 texts per run, so more than 30 / 6 runs
         assert runs >= 30 / 6, f"{runs} runs for 30 requests under a 40-token budget"
     finally:
