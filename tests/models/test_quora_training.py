@@ -92,7 +92,8 @@ def test_encoder_mine_writes_skipped_non_duplicate_negatives(tiny_bert, tmp_path
     from models.data import TrainingQuestions
 
     onnx_dir = tmp_path / "onnx"
-    assert encoder_cli(["export", "--checkpoint", str(tiny_bert), "--out", str(onnx_dir), "--pooling", "mean"]) == 0
+    assert encoder_cli(["export", "--checkpoint", str(tiny_bert), "--out", str(onnx_dir),
+                        "--pooling", "mean", "--quantize", "none"]) == 0
     texts = {i: s for i, s in enumerate(SENTENCES)}
     texts[5] = 'what is the "best" way to invest money'  # quotes stay literal in the TSV
     pairs = [(0, 1), (4, 11), (12, 0), (5, 3)]  # 12 joins 0's cluster: never a negative of 0 or of 1
@@ -124,7 +125,8 @@ def test_export_layer_combination_matches_torch_and_is_parity_checked(tiny_bert,
     from models.sentence_model import SentenceModel
 
     out = tmp_path / "lc"
-    assert encoder_cli(["export", "--checkpoint", str(tiny_bert), "--out", str(out), "--pooling", "layers:0,3"]) == 0
+    assert encoder_cli(["export", "--checkpoint", str(tiny_bert), "--out", str(out),
+                        "--pooling", "layers:0,3", "--quantize", "none"]) == 0
     import json
 
     meta = json.loads((out / "encoder.json").read_text())
@@ -146,7 +148,8 @@ def OnnxEncoder_mean(tiny_bert, tmp_path):
 
     out = tmp_path / "mean"
     if not out.exists():
-        assert encoder_cli(["export", "--checkpoint", str(tiny_bert), "--out", str(out), "--pooling", "mean"]) == 0
+        assert encoder_cli(["export", "--checkpoint", str(tiny_bert), "--out", str(out),
+                            "--pooling", "mean", "--quantize", "none"]) == 0
     return OnnxEncoder(out)
 
 
@@ -161,7 +164,8 @@ def test_export_keeps_a_trained_s2sent_selector(tiny_bert, tmp_path):
             p.normal_(0, 0.5)  # a selector far from uniform, so that keeping it matters
     ckpt = model.save(tmp_path / "ckpt")
     out = tmp_path / "kept"
-    assert encoder_cli(["export", "--checkpoint", str(ckpt), "--out", str(out), "--pooling", "pooler"]) == 0
+    assert encoder_cli(["export", "--checkpoint", str(ckpt), "--out", str(out),
+                        "--pooling", "pooler", "--quantize", "none"]) == 0
     got = OnnxEncoder(out).encode(SENTENCES)
     want = SentenceModel.from_checkpoint(ckpt, max_length=64).encode(SENTENCES)  # its own pooler
     np.testing.assert_allclose(got, want, atol=1e-4)
