@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.search_latency import free_port, wait_ready  # noqa: E402
-from indexer.runtime.layout import IndexRoot  # noqa: E402
+from indexer.runtime.layout import IndexRoot, LayoutError  # noqa: E402
 from indexer.runtime.store import STORE, Store  # noqa: E402
 
 
@@ -112,7 +112,10 @@ def main() -> int:
     p.add_argument("--out-dir", type=Path, default=REPO / "bench" / "results")
     args = p.parse_args()
 
-    folder = IndexRoot(args.root).current_dir()
+    try:
+        folder = IndexRoot(args.root).current_dir()
+    except LayoutError as exc:
+        raise SystemExit(f"bench/batching.py: {exc}") from None
     store = Store(folder / STORE)
     _, questions, _ = store.eval_set()
     store.close()

@@ -301,12 +301,9 @@ class LiveIndex:
             scores = np.where(dropped, -np.inf, scores)
         live = snap.fids[snap.fids >= 0]
         docs, _ = self.overlay.lookup(live.tolist())
-        keep = np.array([f >= 0 and f in docs and matches(match.node, docs[f].metadata) for f in snap.fids.tolist()],
-                        dtype=bool)
-        if not keep.any():
-            return _merge_top_k(scores, ids, np.zeros((len(vectors), 0), np.float32),
-                                np.zeros((len(vectors), 0), np.int64), k)
-        rows_kept = np.flatnonzero(keep)
+        # written rows whose document matches (dead rows have fid -1, never in `docs`); none gives (n, 0) answers
+        rows_kept = np.fromiter((r for r, f in enumerate(snap.fids.tolist())
+                                 if f in docs and matches(match.node, docs[f].metadata)), dtype=np.int64)
         o_scores, rows = knn_inner_product(vectors, snap.vectors[rows_kept], k)
         o_ids = np.where(rows >= 0, snap.fids[rows_kept][np.clip(rows, 0, None)], -1)
         return _merge_top_k(scores, ids, o_scores, o_ids, k)
