@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,15 +35,22 @@ class EvalError(RuntimeError):
     """The version has no usable evaluation set."""
 
 
+def per_query_ranks(ranked: np.ndarray, gold: Sequence[set[int]], k: int = 10) -> tuple[np.ndarray, np.ndarray]:
+    """Per query: its reciprocal rank (1 / rank of the first gold document in the top k, 0 if none) and its
+    Recall@k (share of its gold found in the top k)."""
+    rr = np.zeros(len(gold))
+    rec = np.zeros(len(gold))
+    for q, (row, g) in enumerate(zip(ranked[:, :k], gold, strict=True)):
+        hits = [i for i, doc in enumerate(row.tolist()) if doc in g]
+        rr[q] = 1.0 / (hits[0] + 1) if hits else 0.0
+        rec[q] = len(hits) / len(g)
+    return rr, rec
+
+
 def rank_metrics(ranked: np.ndarray, gold: Sequence[set[int]], k: int = 10) -> tuple[float, float]:
     """MRR@k and Recall@k (share of each query's gold found in its top k), averaged over queries."""
-    rr = rec = 0.0
-    for row, g in zip(ranked[:, :k], gold, strict=True):
-        hits = [i for i, doc in enumerate(row.tolist()) if doc in g]
-        rr += 1.0 / (hits[0] + 1) if hits else 0.0
-        rec += len(hits) / len(g)
-    n = max(len(gold), 1)
-    return rr / n, rec / n
+    rr, rec = per_query_ranks(ranked, gold, k)
+    return (float(rr.mean()), float(rec.mean())) if len(gold) else (0.0, 0.0)
 
 
 def _drop_self(ids: np.ndarray, query_ids: np.ndarray, k: int) -> np.ndarray:
@@ -123,6 +131,36 @@ def evaluate(version: IndexVersion, *, nprobe: int | None = None, batch_size: in
              figures.mrr_at_10, figures.exact_mrr_at_10, figures.recall_at_10, figures.avg_retrieval_ms,
              batch_size, used_threads, nprobe)
     return figures
+
+
+@dataclass
+class QueryRanks:
+    """Per evaluation query of a Quora-protocol version (in stored query order): reciprocal ranks at k of the
+    index at its nprobe and of exact search over the same vectors, for paired comparisons of two encoders."""
+    query_ids: np.ndarray
+    ivf_rr: np.ndarray
+    exact_rr: np.ndarray
+
+
+def query_ranks(version: IndexVersion, *, nprobe: int | None = None, k: int = 10) -> QueryRanks:
+    """`evaluate`'s rankings (same self-exclusion, nprobe and exact reference), kept per query, every query
+    searched exactly (no sampling)."""
+    qids, _, gold = version.store.eval_set()
+    qvecs = version.query_vectors()
+    if not qids or qvecs is None or len(qvecs) != len(qids):
+        raise EvalError(f"{version.folder} has no usable Quora evaluation queries")
+    query_ids = np.asarray(qids, dtype=np.int64)
+    exclude_self = version.manifest.data.protocol in ("full", "heldout")
+    depth = k + 1 if exclude_self else k
+    set_nprobe(version.index, nprobe or version.nprobe)
+    try:
+        _, ids = search(version.index, qvecs, depth)
+    finally:
+        set_nprobe(version.index, version.nprobe)
+    _, exact = exact_search(version.index, qvecs, depth)
+    if exclude_self:
+        ids, exact = _drop_self(ids, query_ids, k), _drop_self(exact, query_ids, k)
+    return QueryRanks(query_ids, per_query_ranks(ids, gold, k)[0], per_query_ranks(exact, gold, k)[0])
 
 
 GRADED_DEPTH = 100  # Recall@100

@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 
 from indexer.build import BuildConfig, build
+from indexer.evaluate import query_ranks
 from indexer.runtime.encoder import OnnxEncoder
+from indexer.runtime.faiss_index import exact_search
 from indexer.runtime.layout import IndexRoot
 from indexer.runtime.manifest import Manifest
 from indexer.runtime.version import IndexVersion
@@ -226,3 +228,32 @@ def test_full_protocol_excludes_each_querys_own_id(minilm_mean: Path, quora_file
     without_self, _ = rank_metrics(kept, gold)
     assert m.eval.mrr_at_10 == pytest.approx(without_self, abs=1e-6)  # what the build recorded
     assert with_self < without_self  # counting itself would push every gold hit down a rank
+    version = IndexVersion(IndexRoot(tmp_path / "root").current_dir())
+    try:
+        ranks = query_ranks(version)  # per query, with the same self-exclusion
+    finally:
+        version.close()
+    assert list(ranks.query_ids) == qids
+    assert ranks.ivf_rr.mean() == pytest.approx(m.eval.mrr_at_10, abs=1e-6)
+    assert ranks.exact_rr.mean() == pytest.approx(m.eval.exact_mrr_at_10, abs=1e-6)
+
+
+def test_query_ranks_are_the_evaluations_rankings_per_query(quora_root: Path) -> None:
+    """`query_ranks` (paired encoder comparisons, bench/encoder_choice.py) averages to the figures `evaluate`
+    records, and a query's reciprocal rank is 1 / the rank of its first gold document."""
+    version = IndexVersion(IndexRoot(quora_root).current_dir())
+    try:
+        ranks = query_ranks(version)
+        ev = version.manifest.eval
+        qids, _, gold = version.store.eval_set()
+        _, exact = exact_search(version.index, version.query_vectors(), 10)
+    finally:
+        version.close()
+    assert ev is not None and len(ranks.ivf_rr) == len(ranks.exact_rr) == ev.n_queries
+    assert ranks.ivf_rr.mean() == pytest.approx(ev.mrr_at_10, abs=1e-6)
+    assert ranks.exact_rr.mean() == pytest.approx(ev.exact_mrr_at_10, abs=1e-6)
+    expected = [next((1 / (i + 1) for i, d in enumerate(row) if d in g), 0.0)
+                for row, g in zip(exact.tolist(), gold, strict=True)]
+    assert np.allclose(ranks.exact_rr, expected)
+    assert set(np.unique(ranks.exact_rr)) <= {0.0, *(1 / r for r in range(1, 11))}
+    assert 0 < (ranks.exact_rr < 1).sum() < len(qids)  # some queries miss rank 1: the values are not all equal
