@@ -9,7 +9,17 @@
 # staging folder and releases its lock; an export its temporary folder), then this script exits 143 at once.
 set -eu
 if [ "$#" -gt 0 ]; then exec "$@"; fi
-MODEL="${STRATA_MODEL_DIR:-$STRATA_HOME/models/all-MiniLM-L6-v2-mean}"
+# The default encoder: all-MiniLM-L6-v2 with BERT-LC's layer combination (indexer/runtime/paths.py says why).
+# STRATA_CHECKPOINT (a Hugging Face checkpoint folder to export instead) gets mean pooling: layers 0,6 were chosen
+# for all-MiniLM-L6-v2 only. STRATA_POOLING overrides either; the model folder is named after what it holds.
+if [ -n "${STRATA_CHECKPOINT:-}" ]; then
+  POOLING="${STRATA_POOLING:-mean}"
+  NAME="$(basename "$STRATA_CHECKPOINT")"
+else
+  POOLING="${STRATA_POOLING:-layers:0,6}"
+  NAME="all-MiniLM-L6-v2"
+fi
+MODEL="${STRATA_MODEL_DIR:-$STRATA_HOME/models/$NAME-$(printf '%s' "$POOLING" | tr ':,' '--')}"
 EVERY="${STRATA_REBUILD_EVERY_S:-0}"
 case "$EVERY" in
   "" | *[!0-9]*) echo "jobs-entrypoint: STRATA_REBUILD_EVERY_S must be a whole number of seconds, got '$EVERY'" >&2
@@ -37,10 +47,9 @@ run() {
 
 job() {
   if [ ! -f "$MODEL/encoder.json" ]; then
-    # STRATA_CHECKPOINT: a Hugging Face checkpoint folder to export instead of the default all-MiniLM-L6-v2.
     # STRATA_QUANTIZE: auto (default: static int8 when STRATA_DATA_DIR holds the STS-B dev, Quora and calibration
     # files its quality gate reads — mount the shared data folder — else fp32 with a notice), int8 or none.
-    run encoder export --out "$MODEL" --pooling "${STRATA_POOLING:-mean}" --quantize "${STRATA_QUANTIZE:-auto}" \
+    run encoder export --out "$MODEL" --pooling "$POOLING" --quantize "${STRATA_QUANTIZE:-auto}" \
       ${STRATA_CHECKPOINT:+--checkpoint "$STRATA_CHECKPOINT"} || return
   fi
   # STRATA_BUILD_ARGS is split on spaces on purpose: extra flags such as "--keep 7 --threads 4"

@@ -9,7 +9,12 @@ from pathlib import Path
 
 from indexer.console import configure_logging, run_cli
 from indexer.runtime.faiss_index import CODECS, DEFAULT_CODEC, DEFAULT_NLIST, DEFAULT_NPROBE
-from indexer.runtime.paths import default_index_root, default_model_dir, default_quora_source
+from indexer.runtime.paths import (
+    DEFAULT_MODEL_NAME,
+    default_index_root,
+    default_model_dir,
+    default_quora_source,
+)
 
 
 # Errors that are the user's to fix: printed as one line, no traceback.
@@ -282,7 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "version atomically, evaluate it, then switch `current` to it.")
     root_arg(b)
     b.add_argument("--model", type=Path, default=None,
-                   help="exported encoder folder (default: $STRATA_HOME/models/all-MiniLM-L6-v2-mean; with --add: "
+                   help=f"exported encoder folder (default: $STRATA_HOME/models/{DEFAULT_MODEL_NAME}; with --add: "
                    "the encoder the current version was built with)")
     b.add_argument("--data", default=default_quora_source(),
                    help="the corpus: quora_duplicate_questions.tsv[.gz] (or its URL); a .jsonl, .csv or .tsv file "

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from indexer.runtime.layout import IndexRoot
-from indexer.runtime.paths import default_model_dir, default_quora_source
+from indexer.runtime.paths import DEFAULT_POOLING, default_model_dir, default_quora_source
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -30,9 +30,9 @@ def ensure_model(model_dir: Path, rows: int | None = None) -> None:
     # static int8 when the shared data is there to calibrate and gate it (refused unless its vectors do not depend
     # on the batch and it stays within the quality gate of fp32; a few minutes on 2 cores), else fp32 with a
     # notice; see the README's export section.
-    log.info("exporting the default encoder (all-MiniLM-L6-v2, mean pooling, static int8 where it can be "
-             "calibrated and gated) to %s", model_dir)
-    cmd = [sys.executable, "-m", "models.cli", "export", "--out", str(model_dir), "--pooling", "mean",
+    log.info("exporting the default encoder (all-MiniLM-L6-v2, pooling %s, static int8 where it can be "
+             "calibrated and gated) to %s", DEFAULT_POOLING, model_dir)
+    cmd = [sys.executable, "-m", "models.cli", "export", "--out", str(model_dir), "--pooling", DEFAULT_POOLING,
            "--quantize", "auto"]
     if rows:  # a small demo gates int8 on as many Quora rows as it indexes (the full gate: 20,000 rows, minutes)
         cmd += ["--gate-rows", str(min(rows, GATE_ROWS))]

@@ -67,7 +67,7 @@ class Settings(BaseSettings):
 
     # OpenAI-compatible routes (/v1/embeddings, /v1/models): the name clients send as `model`
     model_name: str | None = Field(None, description="the served encoder's name in /v1 (default: its folder's "
-                                   "name, e.g. all-MiniLM-L6-v2-mean)")
+                                   "name, e.g. all-MiniLM-L6-v2-layers-0-6)")
     model_aliases: list[str] = Field(default_factory=list, description='other names /v1/embeddings accepts as '
                                      '`model`, e.g. ["text-embedding-3-small"]; ["*"] accepts any name')
 

@@ -20,6 +20,7 @@ import tomllib
 import yaml
 
 from indexer.runtime.layout import BUILDING_PREFIX, IndexRoot
+from indexer.runtime.paths import DEFAULT_MODEL_NAME, DEFAULT_POOLING
 from tests.indexer.test_build_signals import lock_is_free
 
 from .conftest import REPO, start_server, stop_server
@@ -105,6 +106,17 @@ def test_dockerfiles_pinned_multistage_non_root(name: str) -> None:
         assert "torch==2.13.0" in text and instruction(text, "ENTRYPOINT") == '["/usr/local/bin/jobs-entrypoint.sh"]'
 
 
+def test_jobs_default_encoder_is_the_packages_default() -> None:
+    """Without STRATA_CHECKPOINT the jobs export what `python -m service demo` serves (indexer.runtime.paths:
+    all-MiniLM-L6-v2 with BERT-LC's layers 0,6) into the same folder name."""
+    text = (REPO / "docker" / "jobs-entrypoint.sh").read_text()
+    default = re.search(r'else\n  POOLING="\$\{STRATA_POOLING:-([^}]+)\}"\n  NAME="([^"]+)"', text)
+    assert default, "the entrypoint's default pooling and model name"
+    pooling, name = default.groups()
+    assert pooling == DEFAULT_POOLING
+    assert f"{name}-{pooling.replace(':', '-').replace(',', '-')}" == DEFAULT_MODEL_NAME
+
+
 def test_container_commands_run_without_docker(tmp_path: Path, tiny_checkpoint: Path, quora_file: Path) -> None:
     """The jobs entrypoint (export when no model, then build) twice, as the nightly job runs it; then the API
     image's CMD on that volume and its HEALTHCHECK command."""
@@ -117,7 +129,7 @@ def test_container_commands_run_without_docker(tmp_path: Path, tiny_checkpoint: 
     entrypoint = str(REPO / "docker" / "jobs-entrypoint.sh")
     first = subprocess.run([entrypoint], env=env, capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]
-    model = home / "models" / "all-MiniLM-L6-v2-mean"
+    model = home / "models" / f"{tiny_checkpoint.name}-mean"  # another checkpoint: mean pooling, named after it
     assert (model / "encoder.onnx").is_file() and "built version" in first.stdout
     assert json.loads((model / "encoder.json").read_text())["quantization"] == "int8-static-qdq"  # the default
     second = subprocess.run([entrypoint], env=env, capture_output=True, text=True, timeout=300)

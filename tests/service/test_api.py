@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from indexer.runtime.paths import DEFAULT_MODEL_NAME, DEFAULT_POOLING
 from service.schemas import MAX_TEXT_CHARS, MAX_TEXTS
 from tests.conftest import Server, start_server, stop_server
 
@@ -173,8 +174,9 @@ def test_mismatched_encoder_is_refused(tmp_path: Path, quora_root: Path, tiny_ex
 
 
 def test_demo_exports_builds_and_serves(tmp_path: Path, quora_file: Path) -> None:
-    """The README's first command, on 300 rows: export (static int8, with its batch-invariance check and quality
-    gate) in a child process, build, serve, answer."""
+    """The README's first command, on 300 rows: export the default encoder (all-MiniLM-L6-v2 with BERT-LC's
+    layers 0,6; static int8, with its batch-invariance check and quality gate) in a child process, build, serve,
+    answer."""
     home = tmp_path / "home"
     env = {"STRATA_HOME": str(home), "STRATA_DATA_DIR": str(quora_file.parent)}
     srv = start_server(tmp_path, env, args=("demo", "--rows", "300"), timeout=1200)
@@ -182,9 +184,9 @@ def test_demo_exports_builds_and_serves(tmp_path: Path, quora_file: Path) -> Non
         with srv.client() as c:
             ready = c.get("/ready").json()
             hits = c.post("/search", json={"query": "How can I be a good geologist?", "top_k": 3}).json()["hits"]
-        assert ready["ready"] and ready["pooling"] == "mean"
+        assert ready["ready"] and ready["pooling"] == DEFAULT_POOLING == "layers:0,6"  # BERT-LC, the default
         assert hits[0]["id"] == 16
-        meta = json.loads((home / "models" / "all-MiniLM-L6-v2-mean" / "encoder.json").read_text())
+        meta = json.loads((home / "models" / DEFAULT_MODEL_NAME / "encoder.json").read_text())
         assert meta["quantization"] == "int8-static-qdq" and meta["quality_gate"]["stsb_drop"] <= 0.5  # serves int8
         log = srv.log.read_text()
         assert "Strata is serving on http://127.0.0.1:" in log and "curl -s" in log
