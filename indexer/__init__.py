@@ -2,7 +2,8 @@
 FAISS indexes (the `indexer` CLI).
 
 Owns: the build pipeline (`build`, `add`, `compact`, `ray_build`, `ray_embed`, `ray_input`, `shards`), the Quora
-loader and evaluation protocols (`quora`), retrieval metrics (`evaluate`), the index sweep (`tune`) and the CLI (`cli`,
+loader and evaluation protocols (`quora`), retrieval metrics (`evaluate`), the index sweep (`tune`), the per-encoder
+nprobe calibration (`calibrate`) and the CLI (`cli`,
 `console`). The torch-free runtime it builds on — encoder runtime, FAISS wrapper, version layout, manifest,
 store, atomic writes, paths — is the `indexer.runtime` subpackage, which `service` and `models` use too.
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from indexer.calibrate import calibrate_nprobe
 from indexer.corpus import detect_format
 from indexer.evaluate import evaluate
 from indexer.ingest import build_corpus, data_path, source_for, warn_if_shrinking
@@ -49,6 +50,7 @@ class BuildConfig:
     rows: int | None = None
     nlist: int = DEFAULT_NLIST
     nprobe: int = DEFAULT_NPROBE
+    target_recall: float | None = None  # set: nprobe is chosen per encoder (`indexer.calibrate`), not `nprobe`
     codec: str = DEFAULT_CODEC  # codes in the IVF lists: "SQfp16" or "Flat" (float32)
     batch_size: int | None = None  # texts per ONNX run (default: the encoder's corpus_batch_size)
     threads: int | None = None
@@ -76,18 +78,33 @@ def model_info(model_dir: Path, meta: EncoderMeta) -> ModelInfo:
 
 
 def save_and_evaluate(stage: Path, manifest: Manifest, t_start: float, *, evaluate_it: bool,
-                      threads: int | None) -> None:
-    """Write the manifest of a staged version, then evaluate it there — before it can become current, so a
-    swap gate can compare its MRR@10 with the served one's."""
+                      threads: int | None, target_recall: float | None = None) -> None:
+    """Write the manifest of a staged version, calibrate its nprobe when asked, then evaluate it there — before it
+    can become current, so a swap gate can compare its MRR@10 with the served one's.
+
+    `target_recall` None keeps the manifest's nprobe, unless the manifest already carries a calibration (a
+    version grown by `--add` or compacted from a calibrated one): that target is met again on the new vectors."""
+    calibration = manifest.index.nprobe_calibration
+    if target_recall is None and calibration is not None:
+        target_recall = calibration.target_recall
     manifest.build_seconds.total_s = time.perf_counter() - t_start
     manifest.save(stage)
-    if evaluate_it:
-        opened = IndexVersion(stage)
-        try:
+    if target_recall is None and not evaluate_it:
+        return
+    opened = IndexVersion(stage)
+    try:
+        if target_recall is not None:
+            cal = calibrate_nprobe(opened.index, target_recall)
+            manifest.index.nprobe = opened.nprobe = cal.nprobe
+            manifest.index.nprobe_calibration = cal
+            manifest.build_seconds.calibrate_s = cal.seconds
+            manifest.build_seconds.total_s = time.perf_counter() - t_start
+            manifest.save(stage)
+        if evaluate_it:
             manifest.eval = evaluate(opened, threads=threads)
-        finally:
-            opened.close()
-        manifest.save(stage)
+            manifest.save(stage)
+    finally:
+        opened.close()
 
 
 def encode_reusing(encoder: OnnxEncoder, texts: list[str], known_texts: list[str], known_vecs: np.ndarray,
@@ -171,7 +188,7 @@ def build(cfg: BuildConfig) -> Manifest:
                 build_seconds=timings,
             )
             save_and_evaluate(stage, manifest, t_start, evaluate_it=cfg.evaluate and bool(ev.query_texts),
-                              threads=cfg.threads)
+                              threads=cfg.threads, target_recall=cfg.target_recall)
         warn_if_shrinking(root, manifest.index.ntotal)
         root.set_current(version)
         root.prune(cfg.keep)

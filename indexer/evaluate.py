@@ -53,13 +53,21 @@ def rank_metrics(ranked: np.ndarray, gold: Sequence[set[int]], k: int = 10) -> t
     return (float(rr.mean()), float(rec.mean())) if len(gold) else (0.0, 0.0)
 
 
-def _drop_self(ids: np.ndarray, query_ids: np.ndarray, k: int) -> np.ndarray:
+def drop_self(ids: np.ndarray, query_ids: np.ndarray, k: int) -> np.ndarray:
     """Remove each query's own id from its results (protocol `full`: queries are documents too)."""
     out = np.full((ids.shape[0], k), -1, dtype=np.int64)
     for r, (row, q) in enumerate(zip(ids, query_ids, strict=True)):
         kept = row[row != q][:k]
         out[r, : len(kept)] = kept
     return out
+
+
+def ann_overlap(approx: np.ndarray, exact: np.ndarray) -> float:
+    """ANN recall: the share of each exact top-k (its valid ids, -1 padding excluded) that the approximate top-k
+    also holds, averaged over the queries that have any exact hit (1.0 when none has)."""
+    shares = [len(set(a[a >= 0]) & set(b[b >= 0])) / int((b >= 0).sum())
+              for a, b in zip(approx, exact, strict=True) if (b >= 0).any()]
+    return float(np.mean(shares)) if shares else 1.0
 
 
 def exact_sample(n_queries: int, n_docs: int, budget: int | None, seed: int = 0) -> np.ndarray | None:
@@ -110,14 +118,13 @@ def evaluate(version: IndexVersion, *, nprobe: int | None = None, batch_size: in
                  len(sample), len(qvecs), len(qvecs), version.ntotal, exact_budget)
     _, exact = exact_search(version.index, qvecs if sample is None else qvecs[sample], depth)
     if exclude_self:
-        ids, exact = _drop_self(ids, query_ids, k), _drop_self(exact, query_ids[pick], k)
+        ids, exact = drop_self(ids, query_ids, k), drop_self(exact, query_ids[pick], k)
 
     mrr, recall = rank_metrics(ids, gold, k)
     sample_gold = [gold[i] for i in pick]
     exact_mrr, _ = rank_metrics(exact, sample_gold, k)
     sample_mrr = mrr if sample is None else rank_metrics(ids[pick], sample_gold, k)[0]
-    overlap = np.mean([len(set(a[a >= 0]) & set(b[b >= 0])) / max(1, int((b >= 0).sum()))
-                       for a, b in zip(ids[pick], exact, strict=True)])
+    overlap = ann_overlap(ids[pick], exact)
     figures = EvalFigures(
         mrr_at_10=round(mrr, 6), recall_at_10=round(recall, 6), exact_mrr_at_10=round(exact_mrr, 6),
         ann_recall_at_10=round(float(overlap), 6),
@@ -159,7 +166,7 @@ def query_ranks(version: IndexVersion, *, nprobe: int | None = None, k: int = 10
         set_nprobe(version.index, version.nprobe)
     _, exact = exact_search(version.index, qvecs, depth)
     if exclude_self:
-        ids, exact = _drop_self(ids, query_ids, k), _drop_self(exact, query_ids, k)
+        ids, exact = drop_self(ids, query_ids, k), drop_self(exact, query_ids, k)
     return QueryRanks(query_ids, per_query_ranks(ids, gold, k)[0], per_query_ranks(exact, gold, k)[0])
 
 
@@ -196,8 +203,8 @@ def evaluate_graded(version: IndexVersion, qvecs: np.ndarray, ev: GradedEvalSet,
     pick = np.arange(len(qvecs)) if sample is None else sample
     _, exact = exact_search(version.index, qvecs[pick], depth)
     if extra:
-        ids = _drop_self(ids, self_docs, GRADED_DEPTH)
-        exact = _drop_self(exact, self_docs[pick], GRADED_DEPTH)
+        ids = drop_self(ids, self_docs, GRADED_DEPTH)
+        exact = drop_self(exact, self_docs[pick], GRADED_DEPTH)
     got = mean_metrics(ids, ev.qrels)
     ref = mean_metrics(exact, [ev.qrels[i] for i in pick])
     overlap = np.mean([len(set(a[:10][a[:10] >= 0]) & set(b[:10][b[:10] >= 0])) / max(1, int((b[:10] >= 0).sum()))

@@ -360,7 +360,7 @@ def build_corpus(cfg: BuildConfig, root: IndexRoot, encoder: OnnxEncoder, source
             build_seconds=timings,
         )
         save_and_evaluate(stage, manifest, t_start, evaluate_it=cfg.evaluate and loaded is not None,
-                          threads=cfg.threads)
+                          threads=cfg.threads, target_recall=cfg.target_recall)
     return manifest
 
 

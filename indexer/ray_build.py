@@ -245,7 +245,7 @@ def build_on_ray(cfg: BuildConfig, opts: RayOptions) -> Manifest:
                                             embed_wall_s=round(embed_wall, 3)),
             )
             save_and_evaluate(stage, manifest, t_start, evaluate_it=cfg.evaluate and bool(data.n_queries),
-                              threads=cfg.threads)
+                              threads=cfg.threads, target_recall=cfg.target_recall)
         warn_if_shrinking(root, manifest.index.ntotal)
         root.set_current(version)
         root.prune(cfg.keep)

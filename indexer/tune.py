@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from indexer.evaluate import _drop_self, rank_metrics
+from indexer.evaluate import drop_self, rank_metrics
 from indexer.runtime.faiss_index import (
     MIN_POINTS_PER_LIST,
     flat_search,
@@ -108,7 +108,7 @@ def sweep(version: IndexVersion, grid: list[Candidate] | None = None, *, max_que
 
     exact = ids[flat_search(vecs, qvecs, depth)[1]]
     if exclude_self:
-        exact = _drop_self(exact, query_ids, 10)
+        exact = drop_self(exact, query_ids, 10)
 
     for cand in grid or default_grid(len(ids), vecs.shape[1]):
         t0 = time.perf_counter()
@@ -129,7 +129,7 @@ def sweep(version: IndexVersion, grid: list[Candidate] | None = None, *, max_que
             ms = (time.perf_counter() - t0) * 1000 / len(qvecs)
             got = np.where(pos >= 0, ids[np.clip(pos, 0, None)], -1)
             if exclude_self:
-                got = _drop_self(got, query_ids, 10)
+                got = drop_self(got, query_ids, 10)
             mrr, _ = rank_metrics(got, gold, 10)
             overlap = float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got.tolist(), exact.tolist(),
                                                                                  strict=True)]))

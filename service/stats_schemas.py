@@ -46,6 +46,8 @@ class IndexStats(BaseModel):
     factory: str
     nlist: int
     nprobe: int = Field(description="lists probed per query as served (STRATA_NPROBE or the manifest's)")
+    nprobe_target_recall: float | None = Field(None, description="the ANN recall@10 the build chose the manifest's "
+                                               "nprobe for (`indexer build --target-recall`); null: nprobe given")
     protocol: str
     mrr_at_10: float | None = None
     recall_at_10: float | None = None

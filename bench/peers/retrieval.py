@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from indexer.evaluate import _drop_self, rank_metrics
+from indexer.evaluate import drop_self, rank_metrics
 from indexer.runtime.faiss_index import stored_vectors
 from indexer.runtime.layout import IndexRoot
 from indexer.runtime.version import IndexVersion
@@ -62,7 +62,7 @@ def compare(root: Path, work: Path, python: Path | None, libs: list[str], efs: l
         exact_pos = np.argsort(-(qv @ vecs.T), axis=1)[:, :depth]
         exact = ids[exact_pos]
         if exclude_self:
-            exact = _drop_self(exact, query_ids, 10)
+            exact = drop_self(exact, query_ids, 10)
         for lib in libs:
             log(f"retrieval: {lib}")
             proc = subprocess.run([str(python), str(WORKER), lib, str(data), str(work / "ann-out"), str(depth),
@@ -75,7 +75,7 @@ def compare(root: Path, work: Path, python: Path | None, libs: list[str], efs: l
                 pos = np.load(r["positions"])
                 got = np.where(pos >= 0, ids[np.clip(pos, 0, None)], -1)
                 if exclude_self:
-                    got = _drop_self(got, query_ids, 10)
+                    got = drop_self(got, query_ids, 10)
                 mrr, _ = rank_metrics(got, g, 10)
                 overlap = float(np.mean([len(set(a) & set(b)) / 10
                                          for a, b in zip(got.tolist(), exact.tolist(), strict=True)]))

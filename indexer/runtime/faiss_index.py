@@ -252,6 +252,29 @@ def stored_vectors(index: faiss.Index) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate([i for i, _ in parts]), np.concatenate([v for _, v in parts])
 
 
+def sample_stored(index: faiss.Index, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, vectors) of `n` stored vectors drawn uniformly without replacement (seeded; all of them when the
+    index holds fewer), read list by list so that no copy of the whole database is made."""
+    total = int(index.ntotal)
+    dim = faiss.extract_index_ivf(index).d
+    n = min(n, total)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros((0, dim), dtype=np.float32)
+    picks = np.sort(np.random.default_rng(seed).choice(total, size=n, replace=False))
+    ids_out = np.empty(n, dtype=np.int64)
+    vecs_out = np.empty((n, dim), dtype=np.float32)
+    start = done = 0
+    for ids, vecs in _list_views(index):
+        end = start + len(ids)
+        upto = int(np.searchsorted(picks, end))
+        if upto > done:
+            rows = picks[done:upto] - start
+            ids_out[done:upto], vecs_out[done:upto] = ids[rows], vecs[rows]
+            done = upto
+        start = end
+    return ids_out, vecs_out
+
+
 def exact_search(index: faiss.Index, queries: np.ndarray, k: int, chunk_vectors: int = 65_536
                  ) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-k inner products over the vectors an IVF index holds (`_list_views`), as (scores, ids).

@@ -31,6 +31,26 @@ class ShardInfo(BaseModel):
     ntotal: int
 
 
+class ProbeRecall(BaseModel):
+    nprobe: int
+    recall_at_10: float  # overlap of the IVF top 10 with the exact top 10 on the calibration sample
+
+
+class NprobeCalibration(BaseModel):
+    """How `nprobe` was chosen by `indexer build --target-recall`: the fewest lists whose top 10 overlaps exact
+    search's by at least `target_recall` on a seeded sample of the version's own documents used as queries (each
+    query's own id excluded). Label-free, so it never reads an evaluation set."""
+
+    target_recall: float
+    nprobe: int  # what was chosen (also `IndexInfo.nprobe`)
+    recall_at_10: float  # what it reaches on the sample
+    reached: bool  # False: even every list misses the target (ties in the exact top 10); nprobe is then nlist
+    sample_queries: int
+    seed: int
+    measured: list[ProbeRecall]  # every nprobe the search tried, ascending
+    seconds: float
+
+
 class IndexInfo(BaseModel):
     factory: str  # the faiss.index_factory string, e.g. "IVF1024,Flat"
     metric: str = "inner_product"
@@ -45,6 +65,9 @@ class IndexInfo(BaseModel):
     # Kept as N shard files sharing one trained coarse quantizer (`indexer build --engine ray --shards N`);
     # empty: one `index.faiss`.
     shards: list[ShardInfo] = []
+    # None: nprobe was given (`--nprobe`, default 20); else how `--target-recall` chose it. Builds that grow or
+    # compact a calibrated version calibrate again with the same target.
+    nprobe_calibration: NprobeCalibration | None = None
 
 
 class CorpusFieldsInfo(BaseModel):
@@ -77,6 +100,7 @@ class Timings(BaseModel):
     encode_queries_s: float = 0.0
     train_s: float = 0.0
     add_s: float = 0.0
+    calibrate_s: float = 0.0
     total_s: float = 0.0
 
 

@@ -31,7 +31,9 @@ def stats(engine: EngineDep, live: StatsDep, authorizer: AuthorizerDep) -> Stats
         index = IndexStats(
             version=s.version, documents=s.size or m.index.ntotal, model=s.model or m.model.dir,
             model_source=m.model.source, pooling=m.model.pooling, dim=m.model.dim, factory=m.index.factory,
-            nlist=m.index.nlist, nprobe=s.nprobe or m.index.nprobe, protocol=m.data.protocol, **figures)
+            nlist=m.index.nlist, nprobe=s.nprobe or m.index.nprobe, protocol=m.data.protocol,
+            nprobe_target_recall=None if m.index.nprobe_calibration is None
+            else m.index.nprobe_calibration.target_recall, **figures)
     return StatsResponse(
         ready=s.ready, reason=s.reason, auth_required=authorizer.enabled, uptime_s=round(live.uptime_s, 3),
         windows=[StatsWindow.model_validate(asdict(w)) for w in live.windows()],

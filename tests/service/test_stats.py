@@ -140,6 +140,7 @@ def test_stats_counts_searches_and_reports_the_index(server: Server, quora_root:
     assert index["exact_mrr_at_10"] == manifest.eval.exact_mrr_at_10
     assert (index["factory"], index["nlist"]) == (manifest.index.factory, manifest.index.nlist)
     assert index["nprobe"] == min(manifest.index.nprobe, manifest.index.nlist)
+    assert index["nprobe_target_recall"] is None  # built with a given nprobe
     assert index["eval_queries"] == manifest.eval.n_queries > 100
 
 

@@ -46,6 +46,28 @@ def test_exact_search_over_lists_equals_a_flat_index(codec: str) -> None:
     assert memory_bytes(index) == pytest.approx(faiss.serialize_index(index).nbytes, rel=0.01)
 
 
+@pytest.mark.parametrize("codec", ["Flat", "SQfp16"])
+def test_sample_stored_draws_stored_vectors_by_id_without_repeats(codec: str) -> None:
+    from indexer.runtime.faiss_index import build_ivf, sample_stored, stored_vectors
+
+    rng = np.random.default_rng(1)
+    docs = rng.standard_normal((1500, 8)).astype(np.float32)
+    ids = rng.permutation(50_000)[:1500].astype(np.int64)
+    index, _, _ = build_ivf(docs, ids, nlist=12, nprobe=1, codec=codec)
+    held_ids, held = stored_vectors(index)
+    row_of = {int(i): r for r, i in enumerate(held_ids)}
+    got_ids, got = sample_stored(index, 300, seed=7)
+    assert got_ids.shape == (300,) and got.shape == (300, 8) and len(set(got_ids.tolist())) == 300
+    assert np.array_equal(got, held[[row_of[int(i)] for i in got_ids]])  # each vector is the one stored under its id
+    again_ids, _ = sample_stored(index, 300, seed=7)
+    other_ids, _ = sample_stored(index, 300, seed=8)
+    assert np.array_equal(again_ids, got_ids) and not np.array_equal(other_ids, got_ids)
+    # the draw spreads over the lists: not the first lists' vectors only
+    assert len(set(got_ids.tolist()) & set(held_ids[:300].tolist())) < 150
+    all_ids, _ = sample_stored(index, 10_000, seed=0)  # more than it holds: all of them, once
+    assert sorted(all_ids.tolist()) == sorted(ids.tolist())
+
+
 def test_exact_search_refuses_codes_that_do_not_hold_the_vectors() -> None:
     import faiss
 

@@ -1,0 +1,110 @@
+"""`indexer build --target-recall R`: choose an IVF index's nprobe for the encoder it was built with.
+
+Why per encoder: how many lists a query must probe to find its exact neighbours depends on how the encoder
+spreads its vectors, not only on the corpus. On the Quora paper protocol, IVF1024 at nprobe 20 keeps 95 % of the
+exact top 10 for the stock all-MiniLM-L6-v2 but 89 % for the same model after contrastive training on Quora,
+which costs it 1.6 MRR@10 points against its own exact search (bench/results/ivf-gap-mean-mean-s1-20261124.md).
+A fixed default nprobe therefore compares encoders at unequal ANN recall.
+
+The calibration is label-free: its queries are a seeded sample of the version's own documents (each one's own
+id excluded from its results), so it can run on any corpus and never reads an evaluation set. It finds the
+fewest lists whose top 10 holds at least a share R of exact search's top 10 (ties counted as ann-benchmarks
+counts them, `tie_aware_recall`), by bisection over 1..nlist: probing more lists scans a superset of vectors, so
+that share only grows with nprobe.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+
+from indexer.runtime.faiss_index import Index, exact_search, nlist_of, sample_stored, search, set_nprobe
+from indexer.runtime.manifest import NprobeCalibration, ProbeRecall
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SAMPLE = 2000
+K = 10
+
+
+# Scores within this of the exact k-th score count as ties (float32 sums in another order, fp16 lists).
+TIE_EPS = 1e-5
+
+
+def without_self(scores: np.ndarray, ids: np.ndarray, query_ids: np.ndarray, k: int
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """The first `k` results of each row that are not the query itself (nor FAISS's -1 padding)."""
+    keep = (ids != query_ids[:, None]) & (ids >= 0)
+    order = np.argsort(~keep, axis=1, kind="stable")[:, :k]  # kept results first, in rank order
+    kept = np.take_along_axis(keep, order, axis=1)
+    return (np.where(kept, np.take_along_axis(scores, order, axis=1), -np.inf),
+            np.where(kept, np.take_along_axis(ids, order, axis=1), -1))
+
+
+def tie_aware_recall(got_scores: np.ndarray, got_ids: np.ndarray, exact_scores: np.ndarray,
+                     exact_ids: np.ndarray) -> float:
+    """ANN recall@k as ann-benchmarks counts it: a returned neighbour is right when it scores at least the exact
+    k-th neighbour's score (less `TIE_EPS`), so among equal scores any may be returned — corpora hold duplicate
+    texts, whose identical vectors make the exact top k's ids arbitrary. Averaged over queries with any exact
+    neighbour (1.0 when none has)."""
+    n_exact = (exact_ids >= 0).sum(axis=1)
+    rows = n_exact > 0
+    if not rows.any():
+        return 1.0
+    kth = exact_scores[rows, n_exact[rows] - 1]
+    hits = ((got_ids[rows] >= 0) & (got_scores[rows] >= kth[:, None] - TIE_EPS)).sum(axis=1)
+    return float(np.mean(np.minimum(hits, n_exact[rows]) / n_exact[rows]))
+
+
+def check_target(target_recall: float) -> float:
+    if not 0.0 < target_recall <= 1.0:
+        raise ValueError(f"--target-recall must be in (0, 1], not {target_recall}")
+    return target_recall
+
+
+def calibrate_nprobe(index: Index, target_recall: float, *, sample: int = DEFAULT_SAMPLE, seed: int = 0
+                     ) -> NprobeCalibration:
+    """The fewest lists of `index` (an IVF index whose lists hold the vectors) reaching `target_recall` ANN
+    recall@10 on `sample` of its own vectors as queries. Leaves the index's nprobe set to the choice."""
+    check_target(target_recall)
+    t0 = time.perf_counter()
+    nlist = nlist_of(index)
+    query_ids, queries = sample_stored(index, sample, seed)
+    depth = K + 1  # one more than k: the query's own id is dropped from both rankings
+    exact_scores, exact_ids = without_self(*exact_search(index, queries, depth), query_ids, K)
+    measured: dict[int, float] = {}
+
+    def recall_at(nprobe: int) -> float:
+        if nprobe not in measured:
+            set_nprobe(index, nprobe)
+            got_scores, got_ids = without_self(*search(index, queries, depth), query_ids, K)
+            measured[nprobe] = tie_aware_recall(got_scores, got_ids, exact_scores, exact_ids)
+            log.info("calibrating nprobe: %d of %d lists keep %.4f of the exact top %d", nprobe, nlist,
+                     measured[nprobe], K)
+        return measured[nprobe]
+
+    lo, hi = 1, nlist  # invariant: every nprobe < lo misses the target; hi reaches it, or hi == nlist
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if recall_at(mid) >= target_recall:
+            hi = mid
+        else:
+            lo = mid + 1
+    chosen = hi
+    achieved = recall_at(chosen)
+    set_nprobe(index, chosen)
+    reached = achieved >= target_recall
+    if not reached:
+        log.warning("nprobe %d (every list) keeps %.4f of the exact top %d, below the target %.4f: ties among equal "
+                    "scores; using every list", chosen, achieved, K, target_recall)
+    cal = NprobeCalibration(
+        target_recall=target_recall, nprobe=chosen, recall_at_10=round(achieved, 6), reached=reached,
+        sample_queries=len(query_ids), seed=seed,
+        measured=[ProbeRecall(nprobe=p, recall_at_10=round(r, 6)) for p, r in sorted(measured.items())],
+        seconds=round(time.perf_counter() - t0, 3),
+    )
+    log.info("nprobe %d of %d lists for ANN recall@%d >= %.3f (%.4f on %d sampled documents, %.1fs)", chosen,
+             nlist, K, target_recall, achieved, len(query_ids), cal.seconds)
+    return cal
