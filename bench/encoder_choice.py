@@ -38,6 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from indexer.calibrate import calibrate_nprobe  # noqa: E402
 from indexer.evaluate import QueryRanks, query_ranks  # noqa: E402
 from indexer.runtime.atomic import write_json_atomic  # noqa: E402
 from indexer.runtime.encoder import ENCODER_META, EncoderMeta  # noqa: E402
@@ -133,14 +134,20 @@ def built_root(model: Model, protocol: str, args: argparse.Namespace) -> Path:
     return root
 
 
-def measure(model: Model, root: Path) -> tuple[QueryRanks, dict[str, Any]]:
+def measure(model: Model, root: Path, target_recall: float | None = None) -> tuple[QueryRanks, dict[str, Any]]:
+    """Per-query ranks of `model`'s version at its manifest's nprobe, or — with `target_recall` — at the nprobe
+    `indexer build --target-recall` would choose for it (label-free, on its own documents), so that every model
+    is compared at the same ANN recall."""
     version = IndexVersion(IndexRoot(root).current_dir())
     try:
-        ranks = query_ranks(version)
+        calibration = None if target_recall is None else calibrate_nprobe(version.index, target_recall)
+        nprobe = version.nprobe if calibration is None else calibration.nprobe
+        ranks = query_ranks(version, nprobe=nprobe)
         m = version.manifest
         t = m.build_seconds
         info = {
-            "version": m.version, "factory": m.index.factory, "nprobe": version.nprobe, "n_docs": m.index.ntotal,
+            "version": m.version, "factory": m.index.factory, "nprobe": nprobe, "n_docs": m.index.ntotal,
+            "calibration_recall": None if calibration is None else calibration.recall_at_10,
             "n_queries": len(ranks.query_ids), "mrr_ivf": float(ranks.ivf_rr.mean() * 100),
             "mrr_exact": float(ranks.exact_rr.mean() * 100), "encode_docs_s": t.encode_docs_s,
             "docs_per_s": m.index.ntotal / t.encode_docs_s if t.encode_docs_s else None,
@@ -164,20 +171,24 @@ def markdown(res: dict[str, Any]) -> str:
     lines += [f"| {m['label']} | {m['pooling']} | {m['quantization']} | `{m['sha256'][:12]}` |" for m in models]
     for protocol, per in res["protocols"].items():
         first = per[models[0]["label"]]
+        target = res.get("target_recall")
+        probes = (f"nprobe {first['nprobe']}" if target is None else
+                  f"nprobe per model for ANN recall@10 >= {target} on its own documents (`--target-recall`)")
         lines += ["", f"## {protocol} ({first['n_docs']:,} documents, {first['n_queries']:,} queries, "
-                  f"{first['factory']}, nprobe {first['nprobe']})", "",
-                  "| model | MRR@10 IVF | MRR@10 exact | Δ IVF [95 % CI] | Δ exact [95 % CI] | queries better / worse "
-                  "(exact) | p (exact) | docs/s encoding |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  f"{first['factory']}, {probes})", "",
+                  "| model | nprobe | MRR@10 IVF | MRR@10 exact | Δ IVF [95 % CI] | Δ exact [95 % CI] | queries better "
+                  "/ worse (exact) | p (exact) | docs/s encoding |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for m in models:
             r = per[m["label"]]
             rate = f"{r['docs_per_s']:.0f}" if r.get("docs_per_s") else "–"
             if "vs_baseline" not in r:
-                lines.append(f"| {m['label']} | {r['mrr_ivf']:.2f} | {r['mrr_exact']:.2f} | – | – | – | – | {rate} |")
+                lines.append(f"| {m['label']} | {r['nprobe']} | {r['mrr_ivf']:.2f} | {r['mrr_exact']:.2f} | – | – | – "
+                             f"| – | {rate} |")
                 continue
             iv, ex = r["vs_baseline"]["ivf"], r["vs_baseline"]["exact"]
             lines.append(
-                f"| {m['label']} | {r['mrr_ivf']:.2f} | {r['mrr_exact']:.2f} | {iv['delta']:+.2f} "
+                f"| {m['label']} | {r['nprobe']} | {r['mrr_ivf']:.2f} | {r['mrr_exact']:.2f} | {iv['delta']:+.2f} "
                 f"[{iv['ci_low']:+.2f}, {iv['ci_high']:+.2f}] | {ex['delta']:+.2f} [{ex['ci_low']:+.2f}, "
                 f"{ex['ci_high']:+.2f}] | {ex['better_share']:.1%} / {ex['worse_share']:.1%} | "
                 f"{ex['p_sign_flip']:.3g} | {rate} |")
@@ -192,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", help="the Quora TSV (default: `indexer build`'s, the shared data file)")
     p.add_argument("--rows", type=int, help="only the first N rows of each protocol (smoke runs)")
     p.add_argument("--threads", type=int, help="ONNX Runtime / FAISS threads for the builds (default: cores)")
+    p.add_argument("--target-recall", type=float, default=None, metavar="R",
+                   help="compare the IVF columns at equal ANN recall: each model at the nprobe `indexer build "
+                        "--target-recall R` would choose for it (default: every model at its build's nprobe, 20)")
     p.add_argument("--bootstrap", type=int, default=10_000, help="resamples (default 10000)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work", type=Path, default=REPO / "bench" / "work" / "encoder-choice")
@@ -201,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("give at least two --model LABEL=DIR (the first is the baseline)")
     if len({m.label for m in args.model}) != len(args.model):
         p.error("--model labels must differ")
+    if args.target_recall is not None and not 0 < args.target_recall <= 1:
+        p.error(f"--target-recall must be in (0, 1], not {args.target_recall}")
     if args.bootstrap < 100:
         p.error("--bootstrap must be at least 100")
     command = "python bench/encoder_choice.py " + " ".join(
@@ -208,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
 
     res: dict[str, Any] = {
         "command": command, "load_start": load(), "bootstrap": args.bootstrap, "rows": args.rows,
+        "target_recall": args.target_recall,
         "models": [{"label": m.label, "folder": str(m.folder), "pooling": m.meta.pooling,
                     "quantization": m.meta.quantization or "none", "sha256": m.meta.onnx_sha256} for m in args.model],
         "protocols": {},
@@ -217,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         per: dict[str, Any] = {}
         ranks: dict[str, QueryRanks] = {}
         for m in args.model:
-            ranks[m.label], per[m.label] = measure(m, built_root(m, protocol, args))
+            ranks[m.label], per[m.label] = measure(m, built_root(m, protocol, args), args.target_recall)
         base = args.model[0].label
         for m in args.model[1:]:
             if not np.array_equal(ranks[m.label].query_ids, ranks[base].query_ids):

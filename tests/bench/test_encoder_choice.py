@@ -11,6 +11,9 @@ import numpy as np
 import pytest
 
 from bench.encoder_choice import compare, main, paired_bootstrap, parse_model, sign_flip_p
+from indexer.calibrate import calibrate_nprobe
+from indexer.runtime.layout import IndexRoot
+from indexer.runtime.version import IndexVersion
 
 
 def test_bootstrap_interval_brackets_the_mean_and_excludes_zero_only_for_a_real_shift() -> None:
@@ -67,3 +70,18 @@ def test_a_real_run_finds_the_worse_encoder_and_reuses_its_indexes(
     capsys.readouterr()
     assert main(args) == 0  # a second run reuses both indexes
     assert capsys.readouterr().err.count("reusing") == 2
+    for f in (tmp_path / "res").iterdir():
+        f.unlink()
+    # at equal ANN recall: each model's IVF column at the nprobe calibrated for it, the exact column unchanged
+    assert main([*args, "--target-recall", "0.9"]) == 0
+    calibrated = json.loads(next((tmp_path / "res").glob("encoder-choice-*.json")).read_text())
+    assert calibrated["target_recall"] == 0.9
+    for label, row in calibrated["protocols"]["paper"].items():
+        assert row["calibration_recall"] >= 0.9 and row["mrr_exact"] == pytest.approx(paper[label]["mrr_exact"])
+        root = tmp_path / "work" / f"{'minilm' if label == 'minilm' else 'tiny-random'}-paper-rows300"
+        version = IndexVersion(IndexRoot(root).current_dir())
+        try:
+            assert row["nprobe"] == calibrate_nprobe(version.index, 0.9).nprobe
+        finally:
+            version.close()
+    assert "ANN recall@10 >= 0.9" in next((tmp_path / "res").glob("encoder-choice-*.md")).read_text()
