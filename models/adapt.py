@@ -1,0 +1,235 @@
+"""`encoder adapt`: the in-domain recipe of `bench/quora_experiment.py`'s best trained arm, as one resumable command.
+
+base export (fp32, mean) → hard negatives mined with Strata's own index (`models.mine`) → supervised contrastive
+training with in-batch and mined negatives, token-mean pooling, selected on the Quora dev split
+(`models.trainer`) → export of the best checkpoint with the token mean served (`models.export`).
+
+Every stage writes into `work/` and is skipped when its output is there and was made from the same inputs (a
+stamp file per stage), so a stopped run continues where it was: training resumes from its last checkpoint
+(every `eval_every` steps). `work/status.json` says which stage runs, the training step and an ETA, for people
+and for the API's `/ready` (the service reads the file; it imports nothing from here). The output folder is
+written atomically by the exporter, so an index build never sees half an encoder.
+
+The Quora training split is rows 100,000–295,999 minus every qid of the evaluation rows (< 100,000) and of the dev
+rows (296,000–299,999); rows ≥ 300,000 are never read (`models.data`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from indexer.runtime.atomic import write_json_atomic
+
+log = logging.getLogger(__name__)
+
+STATUS_FILE = "status.json"
+STAGES = ("base", "mine", "train", "export")
+
+
+@dataclass
+class AdaptConfig:
+    out: Path  # the exported serving folder (what `indexer build --model` takes)
+    work: Path  # base/, mined.tsv, train/, status.json
+    checkpoint: Path | None = None  # Hugging Face folder to adapt (default: all-MiniLM-L6-v2)
+    data: Path | None = None  # the Quora TSV (default: the shared data file)
+    steps: int = 500
+    batch_size: int = 64
+    max_length: int = 32
+    lr: float = 3e-5
+    warmup_ratio: float = 0.1
+    eval_every: int = 125
+    seed: int = 1
+    skip: int = 2  # mined candidates skipped first, where unlabelled duplicates sit
+    take: int = 1
+    quantize: Literal["int8", "none", "auto"] = "auto"
+    threads: int | None = None
+    progress: bool = True
+    dev_rows: tuple[int, int] | None = None  # None: models.data.DEV_ROWS
+    training_rows: tuple[int, int] | None = None  # (start, stop); None: the full training split
+    eval_rows: int | None = None  # rows below this are the evaluation rows whose qids training excludes
+
+    def train_settings(self) -> dict[str, object]:
+        keys = ("steps", "batch_size", "max_length", "lr", "warmup_ratio", "eval_every", "seed")
+        return {k: getattr(self, k) for k in keys}
+
+
+@dataclass
+class AdaptStatus:
+    stage: str  # one of STAGES, or "done" / "failed"
+    started_at: float
+    updated_at: float
+    step: int = 0
+    total_steps: int = 0
+    eta_s: float | None = None
+    best_dev: float | None = None
+    message: str = ""
+    stages_done: list[str] = field(default_factory=list)
+
+
+class StatusWriter:
+    def __init__(self, work: Path) -> None:
+        self.path = work / STATUS_FILE
+        now = time.time()
+        self.status = AdaptStatus(stage="base", started_at=now, updated_at=now)
+
+    def update(self, **changes: object) -> None:
+        for k, v in changes.items():
+            setattr(self.status, k, v)
+        self.status.updated_at = time.time()
+        write_json_atomic(self.path, asdict(self.status))
+
+
+def _stamp_ok(path: Path, want: dict[str, object]) -> bool:
+    try:
+        return bool(json.loads(path.read_text()) == want)
+    except (OSError, ValueError):
+        return False
+
+
+def _eta_from_log(log_path: Path, total: int) -> tuple[int, float | None]:
+    """(last logged step, seconds left) from the trainer's log.jsonl: the rate of the steps logged in this process's
+    run (wall time between the first and last step records after the latest start or resume)."""
+    try:
+        rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return 0, None
+    steps = [r for r in rows if "step" in r and "time" in r and "loss" in r]
+    if not steps:
+        return 0, None
+    last = steps[-1]
+    first = next((r for r in steps if r["time"] >= last["time"] - 3600), steps[0])
+    if last["step"] <= first["step"]:
+        return int(last["step"]), None
+    rate = (last["time"] - first["time"]) / (last["step"] - first["step"])
+    return int(last["step"]), max(0.0, (total - last["step"]) * rate)
+
+
+def adapt(cfg: AdaptConfig, on_status: Callable[[AdaptStatus], None] | None = None) -> Path:
+    """Run (or continue) the recipe; returns `cfg.out`. Raises on bad data or a failed export, leaving `out`
+    untouched."""
+    if cfg.data is not None and not Path(cfg.data).is_file():  # before minutes of export, not after
+        raise FileNotFoundError(f"Quora TSV {cfg.data} not found")
+    if cfg.checkpoint is not None and not Path(cfg.checkpoint).is_dir():
+        raise FileNotFoundError(f"checkpoint folder {cfg.checkpoint} not found")
+    work = Path(cfg.work)
+    work.mkdir(parents=True, exist_ok=True)
+    status = StatusWriter(work)
+    try:
+        return _run(cfg, work, status, on_status)
+    except BaseException as exc:  # KeyboardInterrupt/SIGTERM included: the status must not claim it still runs
+        status.update(stage="failed", eta_s=None, message=f"{status.status.stage}: {type(exc).__name__}: {exc}")
+        if on_status:
+            on_status(status.status)
+        raise
+
+
+def _run(cfg: AdaptConfig, work: Path, status: StatusWriter,
+         on_status: Callable[[AdaptStatus], None] | None) -> Path:
+    import shutil
+    import threading
+
+    from indexer.runtime.encoder import EncoderMeta
+    from models.checkpoint import default_checkpoint
+    from models.data import DEV_ROWS, EVAL_ROWS, HELD_OUT, quora_dev, quora_training_questions
+    from models.export import export_encoder
+    from models.mine import mine
+    from models.train_config import TrainConfig
+    from models.trainer import Trainer
+
+    checkpoint = Path(cfg.checkpoint) if cfg.checkpoint else Path(default_checkpoint())
+    dev_rows = cfg.dev_rows or DEV_ROWS
+    start, stop = cfg.training_rows or (EVAL_ROWS, HELD_OUT)
+    eval_rows = EVAL_ROWS if cfg.eval_rows is None else cfg.eval_rows
+    data = str(cfg.data) if cfg.data else None
+
+    def stage(name: str, message: str) -> None:
+        status.update(stage=name, message=message)
+        log.info("adapt [%d/%d] %s: %s", STAGES.index(name) + 1, len(STAGES), name, message)
+        if on_status:
+            on_status(status.status)
+
+    def done(name: str) -> None:
+        status.update(stages_done=[*status.status.stages_done, name])
+
+    # 1. the base encoder, exported fp32 with mean pooling: what mines the negatives
+    base = work / "base"
+    base_stamp = {"checkpoint": str(checkpoint.resolve())}
+    stage("base", f"export {checkpoint} (fp32, mean) to {base}")
+    if not (_stamp_ok(work / "base.json", base_stamp) and (base / "encoder.json").is_file()):
+        export_encoder(checkpoint, base, pooling="mean", force=True)
+        write_json_atomic(work / "base.json", base_stamp)
+    base_sha = EncoderMeta.model_validate_json((base / "encoder.json").read_text()).onnx_sha256
+    done("base")
+
+    # 2. hard negatives mined with Strata's own index over the training split's questions
+    mined = work / "mined.tsv"
+    mine_stamp = {"base_sha256": base_sha, "data": data, "skip": cfg.skip, "take": cfg.take,
+                  "rows": [start, stop], "eval_rows": eval_rows, "dev_rows": list(dev_rows)}
+    stage("mine", f"hard negatives (skip {cfg.skip}, take {cfg.take}) to {mined}")
+    if not (_stamp_ok(work / "mine.json", mine_stamp) and mined.is_file()):
+        questions = quora_training_questions(data, start=start, stop=stop, eval_rows=eval_rows, dev_rows=dev_rows)
+        mine(questions, base, mined, skip=cfg.skip, take=cfg.take, threads=cfg.threads, seed=cfg.seed,
+             progress=cfg.progress)
+        write_json_atomic(work / "mine.json", mine_stamp)
+        # a new mined file invalidates any training on the old one
+        (work / "train.json").unlink(missing_ok=True)
+    done("mine")
+
+    # 3. training: token-mean pooling, in-batch + mined negatives, selected on Quora dev MRR@10 of the mean
+    train_dir = work / "train"
+    train_stamp = {"checkpoint": str(checkpoint.resolve()), "mine": mine_stamp, **cfg.train_settings()}
+    stage("train", f"{cfg.steps} steps, batch {cfg.batch_size}, selected on Quora dev every {cfg.eval_every}")
+    if not _stamp_ok(work / "train.json", {**train_stamp, "finished": True}):
+        if not _stamp_ok(work / "train.json", {**train_stamp, "finished": False}):
+            shutil.rmtree(train_dir, ignore_errors=True)  # another recipe's checkpoints: not resumable here
+            write_json_atomic(work / "train.json", {**train_stamp, "finished": False})
+        tcfg = TrainConfig(
+            out=train_dir, model=str(checkpoint), pooler="avg_last", objective="sup_hardneg", data=str(mined),
+            batch_size=cfg.batch_size, max_length=cfg.max_length, lr=cfg.lr, max_steps=cfg.steps,
+            warmup_ratio=cfg.warmup_ratio, eval_every=cfg.eval_every, eval_on="quora", eval_mode="mean",
+            eval_at_start=False, seed=cfg.seed, resume=True, device="cpu", threads=cfg.threads,
+            progress=cfg.progress,
+        )
+        stop_watch = threading.Event()
+
+        def watch() -> None:  # the ETA in status.json follows the trainer's log
+            while not stop_watch.wait(10):
+                step, eta = _eta_from_log(train_dir / "log.jsonl", cfg.steps)
+                status.update(step=step, total_steps=cfg.steps, eta_s=eta)
+                if on_status:
+                    on_status(status.status)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        try:
+            result = Trainer(tcfg, dev=quora_dev(data, dev_rows=dev_rows)).train()
+        finally:
+            stop_watch.set()
+            watcher.join()
+        status.update(step=result.steps, total_steps=cfg.steps, eta_s=0.0, best_dev=result.best_dev)
+        write_json_atomic(work / "train.json", {**train_stamp, "finished": True})
+    done("train")
+
+    # 4. export the best checkpoint with the token mean served (int8 where it can be calibrated and gated)
+    stage("export", f"{train_dir / 'best'} (pooling mean, quantize {cfg.quantize}) to {cfg.out}")
+    quantize: Literal["int8"] | None = "int8" if cfg.quantize == "int8" else None
+    if cfg.quantize == "auto":
+        from models.quantize import int8_data_problem
+
+        problem = int8_data_problem()
+        quantize = None if problem else "int8"
+        if problem:
+            log.warning("adapt: exporting fp32: static int8 needs its calibration and gate data (%s)", problem)
+    export_encoder(train_dir / "best", cfg.out, pooling="mean", force=True, quantize=quantize,
+                   source=f"encoder adapt of {checkpoint} (Quora, {cfg.steps} steps, seed {cfg.seed})")
+    done("export")
+    status.update(stage="done", message=f"exported {cfg.out}", eta_s=0.0)
+    if on_status:
+        on_status(status.status)
+    return Path(cfg.out)
