@@ -226,8 +226,15 @@ def _run(cfg: AdaptConfig, work: Path, status: StatusWriter,
         quantize = None if problem else "int8"
         if problem:
             log.warning("adapt: exporting fp32: static int8 needs its calibration and gate data (%s)", problem)
-    export_encoder(train_dir / "best", cfg.out, pooling="mean", force=True, quantize=quantize,
-                   source=f"encoder adapt of {checkpoint} (Quora, {cfg.steps} steps, seed {cfg.seed})")
+    # the same training exported the same way and still in place: a nightly rerun costs nothing
+    export_stamp = {"train": train_stamp, "quantize": quantize, "out": str(Path(cfg.out).resolve())}
+    out_meta = Path(cfg.out) / "encoder.json"
+    current_sha = (EncoderMeta.model_validate_json(out_meta.read_text()).onnx_sha256 if out_meta.is_file()
+                   else None)
+    if not (current_sha and _stamp_ok(work / "export.json", {**export_stamp, "onnx_sha256": current_sha})):
+        meta = export_encoder(train_dir / "best", cfg.out, pooling="mean", force=True, quantize=quantize,
+                              source=f"encoder adapt of {checkpoint} (Quora, {cfg.steps} steps, seed {cfg.seed})")
+        write_json_atomic(work / "export.json", {**export_stamp, "onnx_sha256": meta.onnx_sha256})
     done("export")
     status.update(stage="done", message=f"exported {cfg.out}", eta_s=0.0)
     if on_status:

@@ -77,12 +77,18 @@ def test_adapt_runs_every_stage_then_reuses_them(tiny_bert: Path, tmp_path: Path
     got = OnnxEncoder(cfg.out).encode(texts)
     assert np.allclose(np.sum(want * got, axis=1), 1.0, atol=1e-4)
 
-    # a second run keeps the base export, the mined file and the training: nothing is recomputed
+    # a second run keeps the base export, the mined file, the training and the export: nothing is recomputed
     mined_mtime = (cfg.work / "mined.tsv").stat().st_mtime_ns
+    onnx_mtime = (cfg.out / "encoder.onnx").stat().st_mtime_ns
     n_log = len(log_rows)
     adapt(cfg)
     assert (cfg.work / "mined.tsv").stat().st_mtime_ns == mined_mtime
     assert len((cfg.work / "train" / "log.jsonl").read_text().splitlines()) == n_log
+    assert (cfg.out / "encoder.onnx").stat().st_mtime_ns == onnx_mtime
+    # an export replaced by hand is written again
+    (cfg.out / "encoder.json").write_text((cfg.out / "encoder.json").read_text().replace(meta["onnx_sha256"], "0" * 64))
+    adapt(cfg)
+    assert json.loads((cfg.out / "encoder.json").read_text())["onnx_sha256"] == meta["onnx_sha256"]
 
     # other training settings start the training again (the mined file is kept)
     adapt(config(tmp_path, tiny_bert, data, steps=3, eval_every=3))
