@@ -24,6 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--index-root", help="index root (STRATA_INDEX_ROOT)")
     parser.add_argument("--rows", type=int, default=None, help="demo: index only the first N Quora rows")
     parser.add_argument("--rebuild", action="store_true", help="demo: build a new index even if one exists")
+    parser.add_argument("--train", action="store_true",
+                        help="demo: while serving, adapt the encoder to Quora in the background at the lowest CPU "
+                        "priority (`encoder adapt`, ~45 min on 2 cores, resumable) and index with it; the API swaps "
+                        "to that index only if its gates pass. Progress with ETA in /ready")
     parser.add_argument("--replicas", type=int, default=None,
                         help="sharded: replicas per shard (STRATA_SHARD_REPLICAS)")
     parser.add_argument("--ray-address", default=None,
@@ -40,14 +44,29 @@ def main(argv: list[str] | None = None) -> int:
         overrides["engine"] = "sharded"
     settings = Settings(**overrides)
     configure(settings.log_format, settings.log_level)
+    if args.train and args.command != "demo":
+        parser.error("--train applies to demo")
+    training = None
     if args.command == "demo":
         try:
             prepare(settings, rows=args.rows, rebuild=args.rebuild)
+            if args.train:
+                from service.demo import BackgroundTraining, training_plan
+
+                plan = training_plan(settings, rows=args.rows)
+                settings = settings.model_copy(update={"training_status": plan.status_file})
+                training = BackgroundTraining(plan)
         except (DemoError, OSError, ValueError, RuntimeError) as exc:
             print(f"demo: error: {exc}", file=sys.stderr)
             return 2
     logging.getLogger(__name__).info(banner(settings))
-    return serve(settings)
+    if training is not None:
+        training.start()
+    try:
+        return serve(settings)
+    finally:
+        if training is not None:
+            training.stop()
 
 
 def serve(settings: Settings) -> int:

@@ -1,16 +1,27 @@
 """The README's first command: export the default encoder if needed, build the Quora index (paper protocol)
 if there is none, then serve. Export and build run as child processes (`encoder export`, `indexer build`):
-torch never enters the API process, and `service` never imports the build pipeline."""
+torch never enters the API process, and `service` never imports the build pipeline.
+
+With `--train` the demo also adapts the encoder to Quora in the background while it serves (`BackgroundTraining`:
+`encoder adapt`, then `indexer build --target-recall` with the adapted encoder, both child processes at the
+lowest CPU priority). The running API swaps to the new version only if its swap gates pass (MRR@10 on the same
+evaluation set included); `/ready` shows the stage, step and ETA meanwhile."""
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import subprocess
 import sys
+import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from indexer.runtime.atomic import write_json_atomic
 from indexer.runtime.layout import IndexRoot
-from indexer.runtime.paths import DEFAULT_POOLING, default_model_dir, default_quora_source
+from indexer.runtime.paths import DEFAULT_POOLING, default_model_dir, default_quora_source, strata_home
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -62,3 +73,123 @@ def banner(settings: Settings) -> str:
     return (f"\nStrata is serving on {url}  (OpenAPI docs: {url}/docs)\n"
             f"Try:\n  curl -s {url}/search -H 'Content-Type: application/json' "
             "-d '{\"query\": \"How do I learn Python quickly?\", \"top_k\": 5}'\n")
+
+
+ADAPTED_MODEL_NAME = "all-MiniLM-L6-v2-adapted-mean"
+TRAINED_TARGET_RECALL = 0.95  # a trained encoder needs more IVF lists than the stock one (README: --target-recall)
+
+
+@dataclass
+class TrainingPlan:
+    root: Path  # the index root the API serves
+    out: Path  # the adapted encoder (`encoder adapt --out`)
+    work: Path  # its work folder, kept between runs: a stopped demo continues where it was
+    data: str  # the Quora TSV (a local file: training reads it whole)
+    rows: int | None = None  # the demo's --rows: the adapted index holds as many
+    checkpoint: Path | None = None  # what to adapt (default: all-MiniLM-L6-v2)
+    steps: int | None = None  # `encoder adapt`'s defaults unless set (tests set small ones)
+    batch_size: int | None = None
+    threads: int | None = None
+    quantize: str | None = None  # `encoder adapt --quantize` (default auto: int8 where it can be gated)
+    target_recall: float = TRAINED_TARGET_RECALL
+
+    @property
+    def status_file(self) -> Path:
+        return self.work / "status.json"
+
+    def commands(self) -> list[list[str]]:
+        adapt = [sys.executable, "-m", "models.cli", "adapt", "--out", str(self.out), "--work", str(self.work),
+                 "--data", self.data, "--no-progress"]
+        for flag, value in (("--checkpoint", self.checkpoint), ("--steps", self.steps),
+                            ("--batch-size", self.batch_size), ("--threads", self.threads),
+                            ("--quantize", self.quantize)):
+            if value is not None:
+                adapt += [flag, str(value)]
+        build = [sys.executable, "-m", "indexer.cli", "build", "--root", str(self.root), "--model", str(self.out),
+                 "--data", self.data, "--target-recall", str(self.target_recall),
+                 *(["--rows", str(self.rows)] if self.rows else []),
+                 *(["--threads", str(self.threads)] if self.threads else [])]
+        return [adapt, build]
+
+
+def training_plan(settings: Settings, rows: int | None = None) -> TrainingPlan:
+    out = strata_home() / "models" / ADAPTED_MODEL_NAME
+    source = default_quora_source()
+    if not Path(source).is_file():
+        raise DemoError(f"--train needs the Quora TSV on disk (training reads it whole); none under the data dir "
+                        f"(STRATA_DATA_DIR), only the download URL {source}")
+    return TrainingPlan(root=settings.index_root, out=out, work=out.with_name(out.name + ".work"), data=source,
+                        rows=rows)
+
+
+def _lowest_priority() -> None:  # runs in the child before exec: serving keeps the cores it needs
+    os.nice(19)
+
+
+class BackgroundTraining:
+    """`encoder adapt` then `indexer build` with its encoder, one after the other in child processes, from a
+    thread of the serving process. `stop()` ends the running child with SIGTERM: the adaptation keeps its
+    finished stages and last training checkpoint for the next run, a build removes its staging folder."""
+
+    def __init__(self, plan: TrainingPlan) -> None:
+        self.plan = plan
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()  # a child is started, or `stop` runs, never both at once
+        self._thread = threading.Thread(target=self._run, name="background-training", daemon=True)
+        self.returncode: int | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _status(self, **changes: object) -> None:
+        try:
+            current = json.loads(self.plan.status_file.read_text())
+        except (OSError, ValueError):
+            current = {}
+        write_json_atomic(self.plan.status_file, {**current, **changes, "updated_at": time.time()})
+
+    def _run(self) -> None:
+        adapt, build = self.plan.commands()
+        log.info("background training: adapting the encoder to Quora (status in /ready and %s)",
+                 self.plan.status_file)
+        for name, cmd in (("adapt", adapt), ("index", build)):
+            if name == "index":
+                self._status(stage="index", eta_s=None,
+                             message=f"indexing with {self.plan.out} (nprobe for ANN recall@10 "
+                                     f">= {self.plan.target_recall})")
+            with self._lock:
+                if self._stopping.is_set():
+                    return
+                self._proc = subprocess.Popen(cmd, preexec_fn=_lowest_priority)  # noqa: PLW1509
+            rc = self._proc.wait()
+            if self._stopping.is_set():
+                return
+            if rc != 0:
+                self.returncode = rc
+                self._status(stage="failed", message=f"{name} exited with {rc} (see the log above); the served "
+                                                     f"index is unchanged")
+                log.error("background training: %s exited with %d; the served index is unchanged", name, rc)
+                return
+        self.returncode = 0
+        current = IndexRoot(self.plan.root).current_version()
+        self._status(stage="done", eta_s=0.0,
+                     message=f"built {current} with the adapted encoder; the API swaps to it if its gates pass")
+        log.info("background training: built %s with %s; the API swaps to it if its gates pass", current,
+                 self.plan.out)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        with self._lock:
+            self._stopping.set()
+            proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._thread.join(timeout=timeout)
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)

@@ -109,6 +109,18 @@ class SwapRefusal(BaseModel):
     at: datetime
 
 
+class TrainingProgress(BaseModel):
+    """A background in-domain training (`python -m service demo --train`), read from its status file."""
+
+    stage: str = Field(description="base | mine | train | export (`encoder adapt`), then index (the build), then "
+                       "done (built: the API swaps to it if its MRR@10 passes the gate) or failed")
+    step: int = 0
+    total_steps: int = 0
+    eta_s: float | None = Field(None, description="seconds left in the training stage")
+    message: str = ""
+    updated_at: float | None = Field(None, description="Unix time of the status file's last update")
+
+
 class Ready(BaseModel):
     ready: bool
     index_version: str | None = None
@@ -117,6 +129,7 @@ class Ready(BaseModel):
     pooling: str | None = None
     reason: str | None = None
     swap_refused: SwapRefusal | None = Field(None, description="the latest swap attempt, when it was refused")
+    training: TrainingProgress | None = Field(None, description="a background training, when one was started")
 
 
 class ReloadResponse(BaseModel):

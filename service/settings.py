@@ -81,3 +81,7 @@ class Settings(BaseSettings):
     ray_address: str | None = Field(None, description="sharded: Ray cluster to join (default: $RAY_ADDRESS, "
                                     "else a local Ray instance)")
     shard_replicas: int = Field(1, ge=1, description="sharded: replicas of each shard deployment")
+
+    # A background `encoder adapt` (`python -m service demo --train`): its status.json, shown in /ready
+    training_status: Path | None = Field(None, description="status.json of a background in-domain training "
+                                         "(set by `demo --train`); its stage, step and ETA appear in /ready")

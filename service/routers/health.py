@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from service.deps import EngineDep, MetricsDep
-from service.schemas import Ready, SwapRefusal
+from service.deps import EngineDep, MetricsDep, SettingsDep
+from service.schemas import Ready, SwapRefusal, TrainingProgress
 
 router = APIRouter(tags=["operations"])
 
@@ -16,18 +18,31 @@ async def health() -> dict[str, str]:
     return {"status": "ok"}
 
 
+def training_progress(path: Path | None) -> TrainingProgress | None:
+    """The background training's status file, or None when there is none or it cannot be read (it is rewritten
+    atomically, so a read sees a whole file or the previous one)."""
+    if path is None:
+        return None
+    try:
+        return TrainingProgress.model_validate_json(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
 @router.get("/ready", response_model=Ready, responses={503: {"model": Ready}})
-async def ready(engine: EngineDep) -> Response:
+async def ready(engine: EngineDep, settings: SettingsDep) -> Response:
     """Readiness: an encoder and an index are loaded (with the index version), and why the latest swap was
-    refused if it was (the previous index keeps serving)."""
+    refused if it was (the previous index keeps serving); with `demo --train`, the background training's stage,
+    step and ETA (serving never waits for it)."""
     s = engine.status()
     r = s.refused
     refused = SwapRefusal(version=r.version, kind=r.kind, reason=r.reason, at=r.at) if r else None
+    training = training_progress(settings.training_status)
     if not s.ready:
-        body = Ready(ready=False, reason=s.reason, swap_refused=refused)
+        body = Ready(ready=False, reason=s.reason, swap_refused=refused, training=training)
         return JSONResponse(body.model_dump(mode="json", exclude_none=True), status_code=503)
     body = Ready(ready=True, index_version=s.version, index_size=s.size, model=s.model, pooling=s.pooling,
-                 swap_refused=refused)
+                 swap_refused=refused, training=training)
     return JSONResponse(body.model_dump(mode="json", exclude_none=True))
 
 
