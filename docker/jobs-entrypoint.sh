@@ -25,6 +25,16 @@ case "$EVERY" in
   "" | *[!0-9]*) echo "jobs-entrypoint: STRATA_REBUILD_EVERY_S must be a whole number of seconds, got '$EVERY'" >&2
                  exit 2 ;;
 esac
+# STRATA_ADAPT=1: the nightly chain trains (or reuses) an encoder adapted to Quora (`encoder adapt`: its finished
+# stages and checkpoints are kept in ADAPTED.work, so a night only redoes what changed) and builds with it,
+# choosing nprobe for it (--target-recall); the API swaps only if its gates pass (MRR@10 included).
+# STRATA_ADAPT_ARGS is passed to `encoder adapt` (e.g. "--steps 500 --threads 2").
+ADAPT="${STRATA_ADAPT:-0}"
+case "$ADAPT" in
+  0 | 1) ;;
+  *) echo "jobs-entrypoint: STRATA_ADAPT must be 0 or 1, got '$ADAPT'" >&2; exit 2 ;;
+esac
+ADAPTED="${STRATA_ADAPTED_MODEL_DIR:-$STRATA_HOME/models/$NAME-adapted-mean}"
 
 child=""
 stop() {
@@ -46,7 +56,16 @@ run() {
 }
 
 job() {
-  if [ ! -f "$MODEL/encoder.json" ]; then
+  data="${STRATA_QUORA:-http://qim.fs.quoracdn.net/quora_duplicate_questions.tsv}"
+  model="$MODEL"
+  probe=""
+  if [ "$ADAPT" -eq 1 ]; then
+    # shellcheck disable=SC2086
+    run encoder adapt --out "$ADAPTED" --data "$data" --no-progress --quantize "${STRATA_QUANTIZE:-auto}" \
+      ${STRATA_CHECKPOINT:+--checkpoint "$STRATA_CHECKPOINT"} ${STRATA_ADAPT_ARGS:-} || return
+    model="$ADAPTED"
+    probe="--target-recall ${STRATA_TARGET_RECALL:-0.95}"
+  elif [ ! -f "$MODEL/encoder.json" ]; then
     # STRATA_QUANTIZE: auto (default: static int8 when STRATA_DATA_DIR holds the STS-B dev, Quora and calibration
     # files its quality gate reads — mount the shared data folder — else fp32 with a notice), int8 or none.
     run encoder export --out "$MODEL" --pooling "$POOLING" --quantize "${STRATA_QUANTIZE:-auto}" \
@@ -55,8 +74,7 @@ job() {
   # STRATA_BUILD_ARGS is split on spaces on purpose: extra flags such as "--keep 7 --threads 4"
   # shellcheck disable=SC2086
   root="${STRATA_INDEX_ROOT:-$STRATA_HOME/indexes/quora}"
-  run indexer build --model "$MODEL" --root "$root" \
-    --data "${STRATA_QUORA:-http://qim.fs.quoracdn.net/quora_duplicate_questions.tsv}" ${STRATA_BUILD_ARGS:-} || return
+  run indexer build --model "$model" --root "$root" --data "$data" $probe ${STRATA_BUILD_ARGS:-} || return
   # the version built from the source data holds none of the API's writes (the API replays them onto it): fold
   # the write log into a version of its own; without a log this does nothing
   if [ -f "$root/writes/log.sqlite" ]; then run indexer compact --root "$root"; fi

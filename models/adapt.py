@@ -20,7 +20,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -37,7 +37,7 @@ class AdaptConfig:
     out: Path  # the exported serving folder (what `indexer build --model` takes)
     work: Path  # base/, mined.tsv, train/, status.json
     checkpoint: Path | None = None  # Hugging Face folder to adapt (default: all-MiniLM-L6-v2)
-    data: Path | None = None  # the Quora TSV (default: the shared data file)
+    data: str | Path | None = None  # the Quora TSV, or its URL (downloaded once, as `indexer build` does)
     steps: int = 500
     batch_size: int = 64
     max_length: int = 32
@@ -113,6 +113,11 @@ def _eta_from_log(log_path: Path, total: int) -> tuple[int, float | None]:
 def adapt(cfg: AdaptConfig, on_status: Callable[[AdaptStatus], None] | None = None) -> Path:
     """Run (or continue) the recipe; returns `cfg.out`. Raises on bad data or a failed export, leaving `out`
     untouched."""
+    if isinstance(cfg.data, str) and cfg.data.startswith(("http://", "https://")):
+        from indexer.quora import resolve_source
+        from indexer.runtime.paths import strata_home
+
+        cfg = replace(cfg, data=resolve_source(cfg.data, strata_home() / "downloads"))  # `indexer build`'s copy
     if cfg.data is not None and not Path(cfg.data).is_file():  # before minutes of export, not after
         raise FileNotFoundError(f"Quora TSV {cfg.data} not found")
     if cfg.checkpoint is not None and not Path(cfg.checkpoint).is_dir():

@@ -314,7 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--out", required=True, type=Path, help="exported model folder to write (atomically)")
     a.add_argument("--work", type=Path, help="work folder (default: OUT.work beside --out)")
     a.add_argument("--checkpoint", type=Path, help="Hugging Face folder to adapt (default: all-MiniLM-L6-v2)")
-    a.add_argument("--data", type=Path, help="Quora TSV (default: the shared data file)")
+    a.add_argument("--data", help="Quora TSV or its URL (downloaded once into $STRATA_HOME/downloads, as `indexer "
+                   "build` does; default: the shared data file)")
     a.add_argument("--steps", type=int, default=500, help="training steps (default 500: the dev curve is flat by then)")
     a.add_argument("--batch-size", type=int, default=64)
     a.add_argument("--max-length", type=int, default=32, help="max tokens (Quora questions average ~15)")

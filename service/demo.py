@@ -114,12 +114,9 @@ class TrainingPlan:
 
 def training_plan(settings: Settings, rows: int | None = None) -> TrainingPlan:
     out = strata_home() / "models" / ADAPTED_MODEL_NAME
-    source = default_quora_source()
-    if not Path(source).is_file():
-        raise DemoError(f"--train needs the Quora TSV on disk (training reads it whole); none under the data dir "
-                        f"(STRATA_DATA_DIR), only the download URL {source}")
-    return TrainingPlan(root=settings.index_root, out=out, work=out.with_name(out.name + ".work"), data=source,
-                        rows=rows)
+    # a URL is fine: `encoder adapt` reads the copy the index build downloaded
+    return TrainingPlan(root=settings.index_root, out=out, work=out.with_name(out.name + ".work"),
+                        data=default_quora_source(), rows=rows)
 
 
 def _lowest_priority() -> None:  # runs in the child before exec: serving keeps the cores it needs

@@ -74,6 +74,29 @@ def quora_root(tmp_path_factory: pytest.TempPathFactory, minilm_mean: Path, quor
     return root
 
 
+# Quora-format rows at the real file's ids: evaluation rows < 100,000, training 100,000-295,999, dev 296,000-299,999
+QUORA_LIKE_IDS = [*range(0, 60), *range(100_000, 100_240), *range(296_000, 296_060)]
+QUORA_LIKE_WORDS = ("how what why can i learn python money invest india sky blue sea green dog cat car road guitar "
+                    "horse food child woman man best way quickly good great").split()  # in the tiny BERT's vocab
+
+
+def write_quora_like(path: Path) -> Path:
+    """A small gzipped Quora TSV at the real row ids, for training-side runs in seconds (`encoder adapt`): two of
+    three rows are duplicates sharing five of six words."""
+    import gzip
+    import random
+
+    rng = random.Random(1)
+    with gzip.open(path, "wt") as f:
+        f.write("id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n")
+        for n, rid in enumerate(QUORA_LIKE_IDS):
+            words = rng.sample(QUORA_LIKE_WORDS, 6)
+            dup = n % 3 != 0
+            other = words[:5] + [rng.choice(QUORA_LIKE_WORDS)] if dup else rng.sample(QUORA_LIKE_WORDS, 6)
+            f.write(f"{rid}\t{2 * n + 1}\t{2 * n + 2}\t{' '.join(words)}?\t{' '.join(other)}?\t{int(dup)}\n")
+    return path
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -284,6 +284,39 @@ def test_entrypoint_folds_the_write_log_after_the_build(tmp_path: Path, tiny_exp
     assert m.index.ntotal == Manifest.load(root.version_dir(built)).index.ntotal + 1 - (m.writes.deleted)
 
 
+def test_entrypoint_adapt_chain_trains_once_and_builds_with_the_adapted_encoder(
+        tmp_path: Path, tiny_checkpoint: Path) -> None:
+    """STRATA_ADAPT=1: `encoder adapt` (train or reuse) → build with its encoder and a calibrated nprobe; a second
+    night reuses the training and only builds."""
+    from indexer.runtime.manifest import Manifest
+    from tests.conftest import write_quora_like
+
+    home = tmp_path / "data"
+    env = os.environ | {
+        "PYTHONPATH": str(REPO), "STRATA_HOME": str(home), "STRATA_ADAPT": "1",
+        "STRATA_CHECKPOINT": str(tiny_checkpoint), "STRATA_QUORA": str(write_quora_like(tmp_path / "q.tsv.gz")),
+        "STRATA_ADAPT_ARGS": "--steps 6 --batch-size 8 --threads 1", "STRATA_QUANTIZE": "none",
+        "STRATA_BUILD_ARGS": "--rows 60 --threads 1", "HF_HUB_OFFLINE": "1",
+    }
+    entrypoint = str(REPO / "docker" / "jobs-entrypoint.sh")
+    first = subprocess.run([entrypoint], env=env, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    adapted = home / "models" / f"{tiny_checkpoint.name}-adapted-mean"
+    assert json.loads((adapted / "encoder.json").read_text())["pooling"] == "mean"
+    assert not (home / "models" / f"{tiny_checkpoint.name}-mean").exists()  # no stock export in this chain
+    root = IndexRoot(home / "indexes" / "quora")
+    m = Manifest.load(root.current_dir())
+    assert Path(m.model.dir) == adapted.resolve() and m.index.nprobe_calibration is not None
+    assert m.index.nprobe_calibration.target_recall == 0.95
+    train_log = adapted.with_name(adapted.name + ".work") / "train" / "log.jsonl"
+    lines = train_log.read_text().count("\n")
+    second = subprocess.run([entrypoint], env=env, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert train_log.read_text().count("\n") == lines and len(root.versions()) == 2  # reused, built again
+    bad = subprocess.run([entrypoint], env=env | {"STRATA_ADAPT": "yes"}, capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 2 and "STRATA_ADAPT must be 0 or 1, got 'yes'" in bad.stderr
+
+
 def test_entrypoint_rejects_a_bad_interval(tmp_path: Path) -> None:
     r = subprocess.run([str(REPO / "docker" / "jobs-entrypoint.sh")], capture_output=True, text=True, timeout=30,
                        env=os.environ | {"STRATA_HOME": str(tmp_path), "STRATA_REBUILD_EVERY_S": "1d"})

@@ -5,8 +5,6 @@ adapted version through its gates. And a stop mid-training: the child ends, noth
 
 from __future__ import annotations
 
-import gzip
-import random
 import subprocess
 import sys
 import time
@@ -19,23 +17,7 @@ from indexer.runtime.layout import IndexRoot
 from indexer.runtime.manifest import Manifest
 from service.demo import BackgroundTraining, TrainingPlan
 from tests.conftest import REPO, start_server, stop_server
-
-WORDS = ("how what why can i learn python money invest india sky blue sea green dog cat car road guitar horse "
-         "food child woman man best way quickly good great").split()
-# ids as in the real file: evaluation rows < 100,000, training 100,000-295,999, dev 296,000-299,999
-ROW_IDS = [*range(0, 60), *range(100_000, 100_240), *range(296_000, 296_060)]
-
-
-def quora_like(path: Path) -> Path:
-    rng = random.Random(1)
-    with gzip.open(path, "wt") as f:
-        f.write("id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n")
-        for n, rid in enumerate(ROW_IDS):
-            words = rng.sample(WORDS, 6)
-            dup = n % 3 != 0
-            other = words[:5] + [rng.choice(WORDS)] if dup else rng.sample(WORDS, 6)
-            f.write(f"{rid}\t{2 * n + 1}\t{2 * n + 2}\t{' '.join(words)}?\t{' '.join(other)}?\t{int(dup)}\n")
-    return path
+from tests.conftest import write_quora_like as quora_like
 
 
 def served_root(tmp_path: Path, tiny_exported: Path, data: Path) -> Path:
