@@ -38,6 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from bench.runlog import load, log  # noqa: E402
 from indexer.calibrate import calibrate_nprobe  # noqa: E402
 from indexer.evaluate import QueryRanks, query_ranks  # noqa: E402
 from indexer.runtime.atomic import write_json_atomic  # noqa: E402
@@ -45,14 +46,6 @@ from indexer.runtime.encoder import ENCODER_META, EncoderMeta  # noqa: E402
 from indexer.runtime.layout import IndexRoot  # noqa: E402
 from indexer.runtime.manifest import Manifest  # noqa: E402
 from indexer.runtime.version import IndexVersion  # noqa: E402
-
-
-def log(msg: str) -> None:
-    print(f"[{datetime.now():%H:%M:%S}] {msg}", file=sys.stderr, flush=True)
-
-
-def load() -> str:
-    return "/".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 @dataclass

@@ -28,20 +28,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from bench.runlog import load, log  # noqa: E402
 from indexer.calibrate import calibrate_nprobe  # noqa: E402
 from indexer.evaluate import evaluate  # noqa: E402
 from indexer.runtime.atomic import write_json_atomic  # noqa: E402
 from indexer.runtime.faiss_index import DEFAULT_NPROBE, set_nprobe  # noqa: E402
 from indexer.runtime.layout import IndexRoot, LayoutError  # noqa: E402
 from indexer.runtime.version import IndexLoadError, IndexVersion  # noqa: E402
-
-
-def log(msg: str) -> None:
-    print(f"[{datetime.now():%H:%M:%S}] {msg}", file=sys.stderr, flush=True)
-
-
-def load() -> str:
-    return "/".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def parse_root(value: str) -> tuple[str, Path]:

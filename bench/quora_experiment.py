@@ -44,6 +44,8 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from bench.runlog import load  # noqa: E402
+
 
 @dataclass
 class Arm:
@@ -79,10 +81,6 @@ METRICS = ["paper_exact", "paper_ivf", "heldout_exact", "heldout_ivf", "stsb", "
 
 def log(msg: str) -> None:
     print(f"[{datetime.now():%H:%M:%S}] {msg}", flush=True)
-
-
-def load() -> str:
-    return "/".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def cached(path: Path, compute) -> dict[str, Any]:
