@@ -24,10 +24,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--index-root", help="index root (STRATA_INDEX_ROOT)")
     parser.add_argument("--rows", type=int, default=None, help="demo: index only the first N Quora rows")
     parser.add_argument("--rebuild", action="store_true", help="demo: build a new index even if one exists")
-    parser.add_argument("--train", action="store_true",
-                        help="demo: while serving, adapt the encoder to Quora in the background at the lowest CPU "
-                        "priority (`encoder adapt`, ~45 min on 2 cores, resumable) and index with it; the API swaps "
-                        "to that index only if its gates pass. Progress with ETA in /ready")
+    parser.add_argument("--train", action=argparse.BooleanOptionalAction, default=None,
+                        help="demo (on by default; --no-train skips it): while serving, adapt the encoder to Quora in "
+                        "the background at the lowest CPU priority (`encoder adapt`, ~45 min on 2 cores, resumable) "
+                        "and index with it; the API swaps to that index only if its gates pass. Progress with ETA "
+                        "in /ready")
     parser.add_argument("--replicas", type=int, default=None,
                         help="sharded: replicas per shard (STRATA_SHARD_REPLICAS)")
     parser.add_argument("--ray-address", default=None,
@@ -44,13 +45,14 @@ def main(argv: list[str] | None = None) -> int:
         overrides["engine"] = "sharded"
     settings = Settings(**overrides)
     configure(settings.log_format, settings.log_level)
-    if args.train and args.command != "demo":
-        parser.error("--train applies to demo")
+    if args.train is not None and args.command != "demo":
+        parser.error("--train/--no-train apply to demo")
+    train = args.command == "demo" and args.train is not False  # the demo trains unless told not to
     training = None
     if args.command == "demo":
         try:
             prepare(settings, rows=args.rows, rebuild=args.rebuild)
-            if args.train:
+            if train:
                 from service.demo import BackgroundTraining, training_plan
 
                 plan = training_plan(settings, rows=args.rows)

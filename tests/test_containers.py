@@ -68,6 +68,8 @@ def test_compose_services_ports_volumes_healthchecks() -> None:
         assert job["init"] is True  # an init as PID 1 forwards `docker compose stop`'s SIGTERM
         assert "entrypoint" not in job  # the image's: jobs-entrypoint.sh, which handles the signal
     assert services["indexer"]["restart"] == "no"
+    # the nightly runs the training chain unless told otherwise (the experiment's best encoder is a trained one)
+    assert services["nightly"]["environment"]["STRATA_ADAPT"] == "${STRATA_ADAPT:-1}"
     assert services["indexer"]["environment"].items() < services["nightly"]["environment"].items()
     assert int(services["nightly"]["environment"]["STRATA_REBUILD_EVERY_S"]) > 0  # the loop
     assert "strata" in spec["volumes"]  # named, shared by api and jobs

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -184,6 +185,12 @@ def test_demo_exports_builds_and_serves(tmp_path: Path, quora_file: Path) -> Non
         with srv.client() as c:
             ready = c.get("/ready").json()
             hits = c.post("/search", json={"query": "How can I be a good geologist?", "top_k": 3}).json()["hits"]
+            # it serves at once and adapts the encoder in the background (stopped with the server, resumable)
+            deadline = time.monotonic() + 120
+            while "training" not in ready and time.monotonic() < deadline:
+                time.sleep(0.5)
+                ready = c.get("/ready").json()
+        assert ready["training"]["stage"] in ("base", "mine"), ready
         assert ready["ready"] and ready["pooling"] == DEFAULT_POOLING == "layers:0,6"  # BERT-LC, the default
         assert hits[0]["id"] == 16
         meta = json.loads((home / "models" / DEFAULT_MODEL_NAME / "encoder.json").read_text())

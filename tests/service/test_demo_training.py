@@ -123,7 +123,8 @@ def test_ready_ignores_an_unreadable_status_file(tmp_path: Path, quora_root: Pat
         stop_server(server)
 
 
-def test_train_is_a_demo_option() -> None:
-    r = subprocess.run([sys.executable, "-m", "service", "serve", "--train"], cwd=REPO, capture_output=True,
+@pytest.mark.parametrize("flag", ["--train", "--no-train"])
+def test_train_is_a_demo_option(flag: str) -> None:
+    r = subprocess.run([sys.executable, "-m", "service", "serve", flag], cwd=REPO, capture_output=True,
                        text=True, timeout=60)
-    assert r.returncode == 2 and "--train applies to demo" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "--train/--no-train apply to demo" in r.stderr and "Traceback" not in r.stderr
