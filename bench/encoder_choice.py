@@ -40,6 +40,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench.runlog import load, log  # noqa: E402
 from indexer.calibrate import calibrate_nprobe  # noqa: E402
+from indexer.cli import recall_target  # noqa: E402
 from indexer.evaluate import QueryRanks, query_ranks  # noqa: E402
 from indexer.runtime.atomic import write_json_atomic  # noqa: E402
 from indexer.runtime.encoder import ENCODER_META, EncoderMeta  # noqa: E402
@@ -196,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", help="the Quora TSV (default: `indexer build`'s, the shared data file)")
     p.add_argument("--rows", type=int, help="only the first N rows of each protocol (smoke runs)")
     p.add_argument("--threads", type=int, help="ONNX Runtime / FAISS threads for the builds (default: cores)")
-    p.add_argument("--target-recall", type=float, default=None, metavar="R",
+    p.add_argument("--target-recall", type=recall_target, default=None, metavar="R",
                    help="compare the IVF columns at equal ANN recall: each model at the nprobe `indexer build "
                         "--target-recall R` would choose for it (default: every model at its build's nprobe, 20)")
     p.add_argument("--bootstrap", type=int, default=10_000, help="resamples (default 10000)")
@@ -208,8 +209,6 @@ def main(argv: list[str] | None = None) -> int:
         p.error("give at least two --model LABEL=DIR (the first is the baseline)")
     if len({m.label for m in args.model}) != len(args.model):
         p.error("--model labels must differ")
-    if args.target_recall is not None and not 0 < args.target_recall <= 1:
-        p.error(f"--target-recall must be in (0, 1], not {args.target_recall}")
     if args.bootstrap < 100:
         p.error("--bootstrap must be at least 100")
     command = "python bench/encoder_choice.py " + " ".join(

@@ -30,6 +30,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench.runlog import load, log  # noqa: E402
 from indexer.calibrate import calibrate_nprobe  # noqa: E402
+from indexer.cli import recall_target  # noqa: E402
 from indexer.evaluate import evaluate  # noqa: E402
 from indexer.runtime.atomic import write_json_atomic  # noqa: E402
 from indexer.runtime.faiss_index import DEFAULT_NPROBE, set_nprobe  # noqa: E402
@@ -127,15 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--root", type=parse_root, action="append", required=True, metavar="LABEL=DIR",
                    help="an index root built by `indexer build` (its current version is read, never changed)")
-    p.add_argument("--target", type=float, nargs="+", default=[0.95], help="target ANN recall@10 (default 0.95)")
+    p.add_argument("--target", type=recall_target, nargs="+", default=[0.95],
+                   help="target ANN recall@10, in (0, 1] (default 0.95)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds (median kept)")
     p.add_argument("--threads", type=int, default=1, help="FAISS threads while timing single queries")
     p.add_argument("--sample", type=int, default=2000, help="documents used as calibration queries")
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     args = p.parse_args(argv)
-    for t in args.target:
-        if not 0 < t <= 1:
-            p.error(f"--target must be in (0, 1], not {t}")
     res = run(args.root, args.target, rounds=args.rounds, threads=args.threads, sample=args.sample)
     res["measured_at"] = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")

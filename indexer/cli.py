@@ -25,10 +25,14 @@ def positive_int(value: str) -> int:
 
 
 def recall_target(value: str) -> float:
-    r = float(value)
-    if not 0.0 < r <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], not {r}")
-    return r
+    """argparse type of `--target-recall`: `indexer.calibrate.check_target`'s range, as a usage error."""
+    from indexer.calibrate import check_target
+
+    r = float(value)  # not a number: argparse's own "invalid recall_target value"
+    try:
+        return check_target(r)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--target-recall ")) from None
 
 
 # Errors that are the user's to fix: printed as one line, no traceback.

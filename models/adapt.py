@@ -73,8 +73,11 @@ class AdaptStatus:
 
 
 class StatusWriter:
-    def __init__(self, work: Path) -> None:
+    """`status.json`, rewritten atomically on every change, and the caller's callback told of each."""
+
+    def __init__(self, work: Path, on_status: Callable[[AdaptStatus], None] | None = None) -> None:
         self.path = work / STATUS_FILE
+        self.on_status = on_status
         now = time.time()
         self.status = AdaptStatus(stage="base", started_at=now, updated_at=now)
 
@@ -83,6 +86,8 @@ class StatusWriter:
             setattr(self.status, k, v)
         self.status.updated_at = time.time()
         write_json_atomic(self.path, asdict(self.status))
+        if self.on_status:
+            self.on_status(self.status)
 
 
 def _stamp_ok(path: Path, want: dict[str, object]) -> bool:
@@ -113,29 +118,24 @@ def _eta_from_log(log_path: Path, total: int) -> tuple[int, float | None]:
 def adapt(cfg: AdaptConfig, on_status: Callable[[AdaptStatus], None] | None = None) -> Path:
     """Run (or continue) the recipe; returns `cfg.out`. Raises on bad data or a failed export, leaving `out`
     untouched."""
-    if isinstance(cfg.data, str) and cfg.data.startswith(("http://", "https://")):
+    if cfg.data is not None:  # checked (a URL: downloaded, into `indexer build`'s cache) before minutes of export
         from indexer.quora import resolve_source
         from indexer.runtime.paths import strata_home
 
-        cfg = replace(cfg, data=resolve_source(cfg.data, strata_home() / "downloads"))  # `indexer build`'s copy
-    if cfg.data is not None and not Path(cfg.data).is_file():  # before minutes of export, not after
-        raise FileNotFoundError(f"Quora TSV {cfg.data} not found")
+        cfg = replace(cfg, data=resolve_source(str(cfg.data), strata_home() / "downloads"))
     if cfg.checkpoint is not None and not Path(cfg.checkpoint).is_dir():
         raise FileNotFoundError(f"checkpoint folder {cfg.checkpoint} not found")
     work = Path(cfg.work)
     work.mkdir(parents=True, exist_ok=True)
-    status = StatusWriter(work)
+    status = StatusWriter(work, on_status)
     try:
-        return _run(cfg, work, status, on_status)
+        return _run(cfg, work, status)
     except BaseException as exc:  # KeyboardInterrupt/SIGTERM included: the status must not claim it still runs
         status.update(stage="failed", eta_s=None, message=f"{status.status.stage}: {type(exc).__name__}: {exc}")
-        if on_status:
-            on_status(status.status)
         raise
 
 
-def _run(cfg: AdaptConfig, work: Path, status: StatusWriter,
-         on_status: Callable[[AdaptStatus], None] | None) -> Path:
+def _run(cfg: AdaptConfig, work: Path, status: StatusWriter) -> Path:
     import shutil
     import threading
 
@@ -156,8 +156,6 @@ def _run(cfg: AdaptConfig, work: Path, status: StatusWriter,
     def stage(name: str, message: str) -> None:
         status.update(stage=name, message=message)
         log.info("adapt [%d/%d] %s: %s", STAGES.index(name) + 1, len(STAGES), name, message)
-        if on_status:
-            on_status(status.status)
 
     def done(name: str) -> None:
         status.update(stages_done=[*status.status.stages_done, name])
@@ -207,8 +205,6 @@ def _run(cfg: AdaptConfig, work: Path, status: StatusWriter,
             while not stop_watch.wait(10):
                 step, eta = _eta_from_log(train_dir / "log.jsonl", cfg.steps)
                 status.update(step=step, total_steps=cfg.steps, eta_s=eta)
-                if on_status:
-                    on_status(status.status)
 
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
@@ -242,6 +238,4 @@ def _run(cfg: AdaptConfig, work: Path, status: StatusWriter,
         write_json_atomic(work / "export.json", {**export_stamp, "onnx_sha256": meta.onnx_sha256})
     done("export")
     status.update(stage="done", message=f"exported {cfg.out}", eta_s=0.0)
-    if on_status:
-        on_status(status.status)
     return Path(cfg.out)

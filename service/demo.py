@@ -2,7 +2,7 @@
 if there is none, then serve. Export and build run as child processes (`encoder export`, `indexer build`):
 torch never enters the API process, and `service` never imports the build pipeline.
 
-With `--train` the demo also adapts the encoder to Quora in the background while it serves (`BackgroundTraining`:
+Unless `--no-train`, the demo also adapts the encoder to Quora in the background while it serves (`BackgroundTraining`:
 `encoder adapt`, then `indexer build --target-recall` with the adapted encoder, both child processes at the
 lowest CPU priority). The running API swaps to the new version only if its swap gates pass (MRR@10 on the same
 evaluation set included); `/ready` shows the stage, step and ETA meanwhile."""
@@ -84,7 +84,7 @@ class TrainingPlan:
     root: Path  # the index root the API serves
     out: Path  # the adapted encoder (`encoder adapt --out`)
     work: Path  # its work folder, kept between runs: a stopped demo continues where it was
-    data: str  # the Quora TSV (a local file: training reads it whole)
+    data: str  # the Quora TSV, or its URL (`encoder adapt` reads the copy the index build downloaded)
     rows: int | None = None  # the demo's --rows: the adapted index holds as many
     checkpoint: Path | None = None  # what to adapt (default: all-MiniLM-L6-v2)
     steps: int | None = None  # `encoder adapt`'s defaults unless set (tests set small ones)
@@ -114,7 +114,6 @@ class TrainingPlan:
 
 def training_plan(settings: Settings, rows: int | None = None) -> TrainingPlan:
     out = strata_home() / "models" / ADAPTED_MODEL_NAME
-    # a URL is fine: `encoder adapt` reads the copy the index build downloaded
     return TrainingPlan(root=settings.index_root, out=out, work=out.with_name(out.name + ".work"),
                         data=default_quora_source(), rows=rows)
 
