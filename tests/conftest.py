@@ -74,6 +74,12 @@ def quora_root(tmp_path_factory: pytest.TempPathFactory, minilm_mean: Path, quor
     return root
 
 
+def indexer_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """`python -m indexer.cli ARGS` from the repository, as a user runs it; output captured as text."""
+    return subprocess.run([sys.executable, "-m", "indexer.cli", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout)
+
+
 # Quora-format rows at the real file's ids: evaluation rows < 100,000, training 100,000-295,999, dev 296,000-299,999
 QUORA_LIKE_IDS = [*range(0, 60), *range(100_000, 100_240), *range(296_000, 296_060)]
 QUORA_LIKE_WORDS = ("how what why can i learn python money invest india sky blue sea green dog cat car road guitar "

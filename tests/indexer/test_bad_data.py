@@ -7,19 +7,12 @@ import gzip
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from indexer.runtime.layout import IndexRoot
-from tests.conftest import REPO
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "indexer.cli", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=300)
+from tests.conftest import indexer_cli as cli
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,6 @@ brute-force recall computed here, and carried through the manifest, evaluation, 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +13,8 @@ from indexer.runtime.faiss_index import build_ivf, sample_stored, stored_vectors
 from indexer.runtime.layout import IndexRoot
 from indexer.runtime.manifest import Manifest
 from indexer.runtime.version import IndexVersion
-from tests.conftest import REPO, start_server, stop_server
+from tests.conftest import indexer_cli as cli
+from tests.conftest import start_server, stop_server
 
 DIM, N, NLIST = 32, 5000, 64
 
@@ -95,11 +94,6 @@ def test_a_target_outside_0_1_is_refused(bad: float) -> None:
     index, _, _ = build_ivf(spread(rng)[:800], np.arange(800), 8, nprobe=1)
     with pytest.raises(ValueError, match=r"must be in \(0, 1\]"):
         calibrate_nprobe(index, bad)
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "indexer.cli", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=300)
 
 
 @pytest.fixture(scope="module")
