@@ -258,6 +258,11 @@ def render(rows: list[dict[str, Any]], command: str) -> str:
     def seeds(arm: str) -> str:
         return ",".join(str(r["seed"]) for r in rows if r["arm"] == arm)
 
+    def per_seed(arm: str, k: str) -> str:
+        # steps and training cost are listed seed by seed: a mean of them hides the machine load they ran under
+        vals = [f"{r[k]:.0f}" for r in rows if r["arm"] == arm and r.get(k) is not None]
+        return ", ".join(vals) or "–"
+
     first = next((r for r in rows if "batch_size" in r), {})
     lines = [
         f"# Quora experiment: trained served vectors vs the stock encoder ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} "
@@ -282,9 +287,22 @@ def render(rows: list[dict[str, Any]], command: str) -> str:
         lines.append(
             f"| {arm} | {seeds(arm)} | {cell(arm, 'paper_exact')} | {cell(arm, 'paper_ivf')} | "
             f"{cell(arm, 'heldout_exact')} | {cell(arm, 'heldout_ivf')} | {cell(arm, 'stsb')} | "
-            f"{cell(arm, 'sts_avg')} | {cell(arm, 'dev_mrr10')} | {cell(arm, 'best_step')} | "
-            f"{cell(arm, 's_per_1k_steps').split(' ±')[0]} | {'; '.join(loads) or '–'} |"
+            f"{cell(arm, 'sts_avg')} | {cell(arm, 'dev_mrr10')} | {per_seed(arm, 'best_step')} | "
+            f"{per_seed(arm, 's_per_1k_steps')} | {'; '.join(loads) or '–'} |"
         )
+    lines += ["", "Per run (seed by seed; the summary above is mean ± std over these):", "",
+              "| arm | seed | paper exact | paper IVF | heldout exact | heldout IVF | STS-B test | STS avg | dev MRR@10 "
+              "| best step | s / 1k steps | load before (1/5/15 min) |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for arm in order:
+        for r in (r for r in rows if r["arm"] == arm):
+            def val(k: str, fmt: str = "{:.2f}", r: dict[str, Any] = r) -> str:
+                return fmt.format(r[k]) if r.get(k) is not None else "–"
+            lines.append(
+                f"| {arm} | {r['seed'] or '–'} | {val('paper_exact')} | {val('paper_ivf')} | {val('heldout_exact')} | "
+                f"{val('heldout_ivf')} | {val('stsb')} | {val('sts_avg')} | {val('dev_mrr10')} | "
+                f"{val('best_step', '{:.0f}')} | {val('s_per_1k_steps', '{:.0f}')} | {r.get('load_before') or '–'} |"
+            )
     lines += ["", "Paired per-seed deltas (same seed, same data order; stock arms have one row, paired with every "
               "seed):", "", "| arm | vs | metric | mean ± std | per seed | all seeds > 0 |",
               "|---|---|---|---|---|---|"]
