@@ -292,7 +292,7 @@ def render(rows: list[dict[str, Any]], command: str) -> str:
         )
     lines += ["", "Per run (seed by seed; the summary above is mean ± std over these):", "",
               "| arm | seed | paper exact | paper IVF | heldout exact | heldout IVF | STS-B test | STS avg | dev MRR@10 "
-              "| best step | s / 1k steps | load before (1/5/15 min) |",
+              "| best step | s / 1k steps | load before → after training (1/5/15 min) |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for arm in order:
         for r in (r for r in rows if r["arm"] == arm):
@@ -301,7 +301,8 @@ def render(rows: list[dict[str, Any]], command: str) -> str:
             lines.append(
                 f"| {arm} | {r['seed'] or '–'} | {val('paper_exact')} | {val('paper_ivf')} | {val('heldout_exact')} | "
                 f"{val('heldout_ivf')} | {val('stsb')} | {val('sts_avg')} | {val('dev_mrr10')} | "
-                f"{val('best_step', '{:.0f}')} | {val('s_per_1k_steps', '{:.0f}')} | {r.get('load_before') or '–'} |"
+                f"{val('best_step', '{:.0f}')} | {val('s_per_1k_steps', '{:.0f}')} | "
+                f"{' → '.join(x for x in (r.get('load_before'), r.get('load_after')) if x) or '–'} |"
             )
     lines += ["", "Paired per-seed deltas (same seed, same data order; stock arms have one row, paired with every "
               "seed):", "", "| arm | vs | metric | mean ± std | per seed | all seeds > 0 |",

@@ -20,7 +20,8 @@ ROWS = [
     row(CONTROL, 1, 73.0, 71.0, best_step=250, s_per_1k_steps=3432.4, load_before="1.97/2.02/2.20"),
     row(CONTROL, 2, 73.4, 71.6, best_step=500, s_per_1k_steps=12244.0, load_before="4.11/3.00/2.79"),
     row("LayerAtt→CLS", 1, 73.5, 71.2, best_step=375, s_per_1k_steps=5542.0, load_before="0.61/2.00/1.43"),
-    row("LayerAtt→CLS", 2, 73.2, 71.9, best_step=375, s_per_1k_steps=5871.0, load_before="1.00/1.89/2.03"),
+    row("LayerAtt→CLS", 2, 73.2, 71.9, best_step=375, s_per_1k_steps=5871.0, load_before="1.00/1.89/2.03",
+        load_after="3.08/3.89/4.37"),
 ]
 
 
@@ -41,6 +42,8 @@ def test_render_lists_cost_and_load_per_seed_and_every_run() -> None:
     assert "| 250, 500 | 3432, 12244 | 1.97/2.02/2.20; 4.11/3.00/2.79 |" in control
     assert "73.20 ± 0.28" in control
     assert "| LayerAtt→CLS | 2 | 73.20 | 72.70 | 71.90 | 71.40 |" in md
+    # a run's cost is shown with the load before and after it (other work sharing the cores slows it)
+    assert "| 375 | 5871 | 1.00/1.89/2.03 → 3.08/3.89/4.37 |" in md
     delta = next(x for x in lines if x.startswith(f"| LayerAtt→CLS | {CONTROL} | paper_exact |"))
     assert "+0.50, -0.20" in delta and delta.endswith("| no |")
     delta = next(x for x in lines if x.startswith(f"| LayerAtt→CLS | {CONTROL} | heldout_exact |"))
