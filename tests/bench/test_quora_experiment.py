@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.quora_experiment import CONTROL, STOCK, main, paired, render
+from bench.quora_experiment import CONTROL, STOCK, STOCK_CLS, main, paired, render
 
 
 def row(arm: str, seed: int, paper: float, heldout: float, **extra: Any) -> dict[str, Any]:
@@ -17,11 +17,13 @@ def row(arm: str, seed: int, paper: float, heldout: float, **extra: Any) -> dict
 
 ROWS = [
     row(STOCK, 0, 73.5, 71.5),
+    row(STOCK_CLS, 0, 68.9, 66.6),
     row(CONTROL, 1, 73.0, 71.0, best_step=250, s_per_1k_steps=3432.4, load_before="1.97/2.02/2.20"),
     row(CONTROL, 2, 73.4, 71.6, best_step=500, s_per_1k_steps=12244.0, load_before="4.11/3.00/2.79"),
     row("LayerAtt→CLS", 1, 73.5, 71.2, best_step=375, s_per_1k_steps=5542.0, load_before="0.61/2.00/1.43"),
     row("LayerAtt→CLS", 2, 73.2, 71.9, best_step=375, s_per_1k_steps=5871.0, load_before="1.00/1.89/2.03",
         load_after="3.08/3.89/4.37"),
+    row("mean→mean", 1, 74.3, 72.4),
 ]
 
 
@@ -48,6 +50,11 @@ def test_render_lists_cost_and_load_per_seed_and_every_run() -> None:
     assert "+0.50, -0.20" in delta and delta.endswith("| no |")
     delta = next(x for x in lines if x.startswith(f"| LayerAtt→CLS | {CONTROL} | heldout_exact |"))
     assert "+0.20, +0.30" in delta and delta.endswith("| yes |")
+    # a served [CLS] is paired with the stock [CLS] too; the control (a trained [CLS]) is, the token mean is not
+    assert f"| LayerAtt→CLS | {STOCK_CLS} | paper_exact | +4.45 ± 0.21 |" in md
+    assert f"| {CONTROL} | {STOCK_CLS} |" in md
+    assert f"| mean→mean | {STOCK} | paper_exact |" in md
+    assert not [x for x in lines if x.startswith((f"| mean→mean | {STOCK_CLS} |", f"| {STOCK} | {STOCK_CLS} |"))]
 
 
 def test_render_cli_rewrites_the_table_beside_the_rows(tmp_path: Path) -> None:
