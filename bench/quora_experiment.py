@@ -245,6 +245,11 @@ def paired(rows: list[dict[str, Any]], arm: str, base: str, metric: str) -> list
     return [a[s] - b[s] for s in sorted(a.keys() & b.keys())]
 
 
+def run_value(row: dict[str, Any], key: str, fmt: str = "{:.2f}") -> str:
+    """One run's figure for the per-run table; a dash where the run has none (untrained arms)."""
+    return fmt.format(row[key]) if row.get(key) is not None else "–"
+
+
 def render(rows: list[dict[str, Any]], command: str) -> str:
     order = [a.label for a in ARMS if any(r["arm"] == a.label for r in rows)]
 
@@ -296,12 +301,10 @@ def render(rows: list[dict[str, Any]], command: str) -> str:
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for arm in order:
         for r in (r for r in rows if r["arm"] == arm):
-            def val(k: str, fmt: str = "{:.2f}", r: dict[str, Any] = r) -> str:
-                return fmt.format(r[k]) if r.get(k) is not None else "–"
+            figures = " | ".join(run_value(r, k) for k in (*METRICS, "dev_mrr10"))
             lines.append(
-                f"| {arm} | {r['seed'] or '–'} | {val('paper_exact')} | {val('paper_ivf')} | {val('heldout_exact')} | "
-                f"{val('heldout_ivf')} | {val('stsb')} | {val('sts_avg')} | {val('dev_mrr10')} | "
-                f"{val('best_step', '{:.0f}')} | {val('s_per_1k_steps', '{:.0f}')} | "
+                f"| {arm} | {r['seed'] or '–'} | {figures} | {run_value(r, 'best_step', '{:.0f}')} | "
+                f"{run_value(r, 's_per_1k_steps', '{:.0f}')} | "
                 f"{' → '.join(x for x in (r.get('load_before'), r.get('load_after')) if x) or '–'} |"
             )
     lines += ["", "Paired per-seed deltas (same seed, same data order; stock arms have one row, paired with every "
