@@ -245,6 +245,32 @@ def paired(rows: list[dict[str, Any]], arm: str, base: str, metric: str) -> list
     return [a[s] - b[s] for s in sorted(a.keys() & b.keys())]
 
 
+class RowsFileError(ValueError):
+    """A rows file (`--render`, `--resume`) that cannot be read; the message names the file and line."""
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """The JSONL rows an earlier run wrote, one (arm, seed) result per line; blank lines are skipped."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise RowsFileError(f"{path}: cannot read the rows file ({e.strerror})") from None
+    except UnicodeDecodeError:
+        raise RowsFileError(f"{path}: not a UTF-8 rows file") from None
+    rows = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise RowsFileError(f"{path}, line {n}: not JSON ({e.msg})") from None
+        if not (isinstance(row, dict) and isinstance(row.get("arm"), str) and isinstance(row.get("seed"), int)):
+            raise RowsFileError(f'{path}, line {n}: a row needs an "arm" (text) and a "seed" (integer)')
+        rows.append(row)
+    return rows
+
+
 def run_value(row: dict[str, Any], key: str, fmt: str = "{:.2f}") -> str:
     """One run's figure for the per-run table; a dash where the run has none (untrained arms)."""
     return fmt.format(row[key]) if row.get(key) is not None else "–"
@@ -296,8 +322,8 @@ def render(rows: list[dict[str, Any]], command: str) -> str:
             f"{per_seed(arm, 's_per_1k_steps')} | {'; '.join(loads) or '–'} |"
         )
     lines += ["", "Per run (seed by seed; the summary above is mean ± std over these):", "",
-              "| arm | seed | paper exact | paper IVF | heldout exact | heldout IVF | STS-B test | STS avg | dev MRR@10 "
-              "| best step | s / 1k steps | load before → after training (1/5/15 min) |",
+              "| arm | seed | paper exact | paper IVF | heldout exact | heldout IVF | STS-B test | STS avg "
+              "| dev MRR@10 | best step | s / 1k steps | load before → after training (1/5/15 min) |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for arm in order:
         for r in (r for r in rows if r["arm"] == arm):
@@ -360,10 +386,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--render", type=Path, help="only re-render the table of a rows file")
     args = p.parse_args(argv)
     command = "python bench/quora_experiment.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    if args.render:
-        rows = [json.loads(x) for x in args.render.read_text().splitlines() if x.strip()]
-        args.render.with_suffix(".md").write_text(render(rows, command))
-        print(render(rows, command))
+    try:  # both are read before any work starts, so a bad file costs nothing
+        rendered_rows = read_rows(args.render) if args.render else None
+        resumed_rows = read_rows(args.resume) if args.resume else None
+    except RowsFileError as e:
+        p.error(str(e))
+    if rendered_rows is not None:
+        table = render(rendered_rows, command)
+        args.render.with_suffix(".md").write_text(table)
+        print(table)
         return 0
     if args.mined is None or not args.mined.is_file():
         p.error("--mined FILE (from `encoder mine`) is required")
@@ -381,8 +412,7 @@ def main(argv: list[str] | None = None) -> int:
             args.sgopt_data.write_text("\n".join(anchors) + "\n")
     args.results.mkdir(parents=True, exist_ok=True)
     if args.resume:
-        raw = args.resume
-        rows = [json.loads(x) for x in raw.read_text().splitlines() if x.strip()]
+        raw, rows = args.resume, resumed_rows or []
         log(f"resuming {raw}: {len(rows)} rows kept")
     else:
         raw = args.results / f"quora-experiment-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.jsonl"

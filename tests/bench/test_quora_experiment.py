@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bench.quora_experiment import CONTROL, STOCK, STOCK_CLS, main, paired, render
 
 
@@ -63,3 +65,29 @@ def test_render_cli_rewrites_the_table_beside_the_rows(tmp_path: Path) -> None:
     assert main(["--render", str(rows_file)]) == 0
     md = rows_file.with_suffix(".md").read_text()
     assert f"--render {rows_file}" in md and "| LayerAtt→CLS | 1 | 73.50 |" in md
+
+
+@pytest.mark.parametrize("option", ["--render", "--resume"])
+@pytest.mark.parametrize(("second_line", "reason"), [
+    ('{"arm": "control CLS+MLP", "seed": 1', "line 2: not JSON"),
+    ('["control CLS+MLP", 1]', 'line 2: a row needs an "arm" (text) and a "seed" (integer)'),
+    ('{"arm": "control CLS+MLP", "seed": "1"}', 'line 2: a row needs an "arm"'),
+])
+def test_a_bad_rows_file_is_a_one_line_error_naming_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, second_line: str, reason: str
+) -> None:
+    rows_file = tmp_path / "quora-experiment-x.jsonl"
+    rows_file.write_text(json.dumps(ROWS[0]) + "\n" + second_line + "\n")
+    with pytest.raises(SystemExit) as exit_:
+        main([option, str(rows_file)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and f"error: {rows_file}, {reason}" in err and "Traceback" not in err
+    assert not rows_file.with_suffix(".md").exists()  # nothing half-written beside it
+
+
+def test_a_missing_rows_file_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--render", str(tmp_path / "absent.jsonl")])
+    assert exit_.value.code == 2
+    assert f"error: {tmp_path / 'absent.jsonl'}: cannot read the rows file (No such file or directory)" in (
+        capsys.readouterr().err)
