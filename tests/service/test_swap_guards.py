@@ -198,8 +198,10 @@ def test_a_rebuild_from_source_after_compaction_is_not_refused(tmp_path: Path, q
     try:
         written = [{"id": 50_000_000 + i, "text": f"Strata written document {i}: why would a kite fly at {i * 7} m?",
                     "metadata": {"bucket": i % 5}} for i in range(150)]
-        resp = httpx.put(f"{server.url}/documents", json={"documents": written}, timeout=120)
-        assert resp.status_code == 200 and resp.json()["index_size"] == 350, resp.text
+        for batch in (written[:75], written[75:]):  # at most 128 per request
+            resp = httpx.put(f"{server.url}/documents", json={"documents": batch}, timeout=120)
+            assert resp.status_code == 200, resp.text
+        assert resp.json()["index_size"] == 350
         compact = indexer_cli("compact", "--root", str(root), "--threads", "1", "--no-eval")
         assert compact.returncode == 0, compact.stderr
         v1 = IndexRoot(root).current_version()
