@@ -31,6 +31,7 @@ class EncoderMeta(BaseModel):
     """What `encoder.json` records about an exported model."""
 
     pooling: str  # "cls" | "mean" | "layers:I,J,…" (BERT-LC) | "pooler" (a trained pooler kept in the graph)
+    pooling_origin: str | None = None  # "--pooling", the checkpoint's pooling config file, or the default
     dim: int
     max_length: int
     source: str
