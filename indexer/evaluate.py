@@ -20,7 +20,7 @@ from indexer.runtime.store import GradedEvalSet
 from indexer.runtime.version import IndexVersion
 
 if TYPE_CHECKING:
-    from indexer.ingest import EvalSetStats
+    from indexer.evalset import EvalSetStats
     from indexer.runtime.encoder import OnnxEncoder
 
 log = logging.getLogger(__name__)
@@ -240,7 +240,7 @@ def evaluate_query_files(version: IndexVersion, queries: Path, qrels: Path, enco
                          exact_budget: int | None = EXACT_PAIRS_BUDGET) -> tuple[EvalFigures, EvalSetStats]:
     """`indexer eval --queries --qrels`: the graded figures of `version` on the user's own queries (encoded with
     `encoder`, which must be the version's), judged documents named by their external ids."""
-    from indexer.ingest import load_eval_set
+    from indexer.evalset import load_eval_set
 
     if encoder.meta.onnx_sha256 != version.manifest.model.onnx_sha256:
         raise EvalError(f"{encoder.model_dir} is not the encoder version {version.version} was built with")
