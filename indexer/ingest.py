@@ -21,7 +21,7 @@ import json
 import logging
 import time
 from array import array
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -138,16 +138,62 @@ class IngestResult:
         return len(self.ids)
 
 
-def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder | None, *,
-           batch_size: int | None = None, limit: int | None = None, progress: bool = True) -> IngestResult:
-    """Stream `source` into `writer` (and through `encoder`, unless None: the Ray engine encodes elsewhere)."""
-    from tqdm import tqdm
+class ChunkProgress:
+    """The documents bar: bytes of the input file as on disk (compressed, for .gz: the size known up front) whose
+    rows are read *and encoded*. Rows are read a chunk ahead of the encoder, so the bar moves through each chunk's
+    bytes as its texts are encoded; a corpus of one chunk no longer sits at 0 % while all of it is encoded.
+    `on_advance(position)` (tests, callers' own displays) hears every move."""
 
+    def __init__(self, total: int, *, enabled: bool = True,
+                 on_advance: Callable[[int], None] | None = None) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, unit="B", unit_scale=True, desc="documents", mininterval=1.0,
+                        dynamic_ncols=True, disable=not enabled)
+        self.on_advance = on_advance
+        self.read = 0  # bytes the reader has taken from disk
+        self.position = 0  # bytes behind the rows already encoded (or stored, when not encoding)
+        self._chunk: tuple[int, int, int] | None = None  # (start position, end position, texts)
+        self._done = 0
+
+    def bytes_read(self, n: int) -> None:
+        self.read += n
+
+    def start_chunk(self, texts: int) -> None:
+        self._chunk, self._done = (self.position, self.read, max(texts, 1)), 0
+
+    def texts_done(self, n: int) -> None:
+        if self._chunk is None:
+            return
+        start, end, texts = self._chunk
+        self._done += n
+        self._move_to(start + (end - start) * min(self._done, texts) // texts)
+
+    def end_chunk(self, docs: int) -> None:
+        self._chunk = None
+        self.bar.set_postfix(docs=docs, refresh=False)
+        self._move_to(self.read)
+
+    def _move_to(self, position: int) -> None:
+        if position > self.position:
+            self.bar.update(position - self.position)
+            self.position = position
+            if self.on_advance is not None:
+                self.on_advance(position)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder | None, *,
+           batch_size: int | None = None, limit: int | None = None, progress: bool = True,
+           on_advance: Callable[[int], None] | None = None) -> IngestResult:
+    """Stream `source` into `writer` (and through `encoder`, unless None: the Ray engine encodes elsewhere).
+    `on_advance` hears each move of the progress bar (`ChunkProgress`)."""
     ids = DocIds()
     rows = VectorRows(encoder.dim) if encoder is not None else None
     result = IngestResult(ids, None)
-    bar = tqdm(total=source.total_bytes(), unit="B", unit_scale=True, desc="documents", mininterval=1.0,
-               dynamic_ncols=True, disable=not progress)
+    bar = ChunkProgress(source.total_bytes(), enabled=progress, on_advance=on_advance)
     pending: list[tuple[int, ExtId, str, str]] = []  # (row, external id, text, metadata JSON)
     pending_chars = 0
     t_start = time.perf_counter()
@@ -157,17 +203,18 @@ def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder
         pending_chars = 0
         if not pending:
             return
+        bar.start_chunk(len(pending))
         writer.put([(ids.faiss_ids[r], ext, text, meta) for r, ext, text, meta in pending])
         if encoder is not None and rows is not None:
             t0 = time.perf_counter()
-            vecs = encoder.encode([p[2] for p in pending], batch_size)
+            vecs = encoder.encode([p[2] for p in pending], batch_size, on_progress=bar.texts_done)
             result.encode_s += time.perf_counter() - t0
             rows.put(np.fromiter((p[0] for p in pending), dtype=np.int64, count=len(pending)), vecs)
         pending.clear()
-        bar.set_postfix(docs=len(ids), refresh=False)
+        bar.end_chunk(len(ids))
 
     try:
-        for doc in source.docs(limit, bar.update):
+        for doc in source.docs(limit, bar.bytes_read):
             result.rows_read += 1
             if not doc.text:
                 result.skipped_empty += 1
