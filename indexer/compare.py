@@ -21,6 +21,7 @@ MEASURES = (("ndcg_at_10", "nDCG@10", "nDCG@10"), ("mrr_at_10", "MRR@10", "RR@10
             ("recall_at_100", "R@100", "R@100"))
 DEFAULT_RESAMPLES = 10_000
 CONFIDENCE = 0.95
+BATCH = 1000  # resamples drawn at once: memory is BATCH × queries floats, whatever --resamples is
 
 
 class CompareError(ValueError):
@@ -84,8 +85,8 @@ def paired_bootstrap_ci(deltas: np.ndarray, resamples: int, seed: int) -> tuple[
 
     if np.all(deltas == deltas[0]):  # every resample has the same mean (identical runs): the interval is a point
         return float(deltas[0]), float(deltas[0])
-    res = bootstrap((deltas,), np.mean, n_resamples=resamples, confidence_level=CONFIDENCE, method="percentile",
-                    rng=np.random.default_rng(seed))
+    res = bootstrap((deltas,), np.mean, n_resamples=resamples, batch=BATCH, confidence_level=CONFIDENCE,
+                    method="percentile", rng=np.random.default_rng(seed))
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
@@ -96,7 +97,7 @@ def paired_permutation_p(a: np.ndarray, b: np.ndarray, resamples: int, seed: int
     if np.array_equal(a, b):
         return 1.0
     res = permutation_test((b, a), lambda x, y, axis: np.mean(x - y, axis=axis), permutation_type="samples",
-                           vectorized=True, n_resamples=resamples, alternative="two-sided",
+                           vectorized=True, n_resamples=resamples, batch=BATCH, alternative="two-sided",
                            rng=np.random.default_rng(seed))
     return float(res.pvalue)
 

@@ -196,3 +196,13 @@ def test_quora_protocol_run_comes_with_its_qrels(quora_root: Path, tmp_path: Pat
     c = compare_runs(read_run(run), read_run(run), read_qrels(qrels_file))
     assert c.queries == figures["n_queries"] == Manifest.load(IndexRoot(root).current_dir()).data.n_queries
     assert c.measures["mrr_at_10"].a == pytest.approx(figures["mrr_at_10"], abs=1e-6)
+
+
+def test_run_out_with_your_own_queries_matches_the_stored_set(runs: dict[str, Any], tmp_path: Path) -> None:
+    """`--queries DIR --run-out` (queries encoded now) writes the same ranking as the build's stored queries."""
+    got = runs["minilm"]
+    run = tmp_path / "own.run"
+    r = cli("eval", "--root", str(got["root"]), "--queries", str(runs["beir"]), "--run-out", str(run), "--exact-all")
+    assert r.returncode == 0, r.stderr
+    assert f"wrote run {run} (dense, index, {len(runs['made']['dups'])} queries, tag strata.dense)" in r.stdout
+    assert [f[:4] for f in _lines(run)] == [f[:4] for f in _lines(got["run"])]
