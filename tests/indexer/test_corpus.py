@@ -26,7 +26,8 @@ from indexer.corpus import (
     read_qrels,
     read_queries,
 )
-from indexer.ingest import ASSIGNED_IDS_FROM, graded_eval_set, ingest_store
+from indexer.evalset import graded_eval_set
+from indexer.ingest import ASSIGNED_IDS_FROM, ingest_store
 from indexer.metrics import mean_metrics, per_query
 from indexer.runtime.filters import FilterError, compile_sql, matches, parse_filter
 from indexer.runtime.guards import DEFAULT_MAX_SHRINK, max_shrink, shrinks_too_much
