@@ -84,22 +84,23 @@ def _field(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
-def _check(value: object, path: str, depth: int) -> None:
+def _check(value: object, path: str, depth: int, top: str = "") -> None:
+    """`top`: the top-level field `path` is under (named when nesting is too deep: 32 levels of path say less)."""
     if isinstance(value, Mapping):
         if depth > MAX_DEPTH:
-            raise MetadataError(f"metadata field {path!r} nests deeper than {MAX_DEPTH} levels")
+            raise MetadataError(f"metadata field {top!r} nests deeper than {MAX_DEPTH} levels")
         for key, v in value.items():
             if not isinstance(key, str):
                 raise MetadataError(f"metadata field {path!r} has a non-string key {_show(key)}")
             if not valid_unicode(key):
                 raise MetadataError(f"metadata field name {_show(key)} in {path or 'metadata'!r} is not valid "
                                     f"Unicode (it holds a lone surrogate)")
-            _check(v, _field(path, key), depth + 1)
+            _check(v, _field(path, key), depth + 1, top or key)
     elif isinstance(value, (list, tuple)):
         if depth > MAX_DEPTH:
-            raise MetadataError(f"metadata field {path!r} nests deeper than {MAX_DEPTH} levels")
+            raise MetadataError(f"metadata field {top!r} nests deeper than {MAX_DEPTH} levels")
         for i, v in enumerate(value):
-            _check(v, f"{path}[{i}]", depth + 1)
+            _check(v, f"{path}[{i}]", depth + 1, top)
     elif value is None or isinstance(value, (bool, int, float, str)):
         problem = scalar_problem(value)
         if problem:
