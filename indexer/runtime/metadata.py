@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
 from typing import Any
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 MAX_DEPTH = 32  # levels of lists/objects in one document's metadata, the metadata object itself included
 MAX_BYTES = 64 * 1024  # one document's metadata as compact UTF-8 JSON
 REPLACEMENT = "\ufffd"
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 class MetadataError(ValueError):
@@ -66,16 +66,16 @@ def scalar_problem(v: object) -> str | None:
     return None
 
 
-def check_metadata(meta: Mapping[str, Any]) -> None:
+def check_metadata(meta: dict[str, Any]) -> None:
     """Raise `MetadataError` unless `meta` (one document's metadata) fits the schema."""
-    if not isinstance(meta, Mapping):
+    if not isinstance(meta, dict):
         raise MetadataError(f"metadata must be a JSON object, got {type(meta).__name__}")
     for key in meta:
         if not isinstance(key, str) or not key.strip():
             raise MetadataError(f"metadata field names must not be empty or blank, nor other than strings: got "
                                 f"{_show(key)}")
     _check(meta, "", 1)
-    size = len(json.dumps(meta, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    size = len(_COMPACT.encode(meta).encode("utf-8"))
     if size > MAX_BYTES:
         raise MetadataError(f"metadata is {size:,} bytes as JSON; the limit is {MAX_BYTES:,}")
 
@@ -86,7 +86,10 @@ def _field(path: str, key: str) -> str:
 
 def _check(value: object, path: str, depth: int, top: str = "") -> None:
     """`top`: the top-level field `path` is under (named when nesting is too deep: 32 levels of path say less)."""
-    if isinstance(value, Mapping):
+    if isinstance(value, str):  # the common cases first: this runs once per value of every document built
+        if not valid_unicode(value):
+            raise MetadataError(f"metadata field {path!r}: {scalar_problem(value)}")
+    elif isinstance(value, dict):
         if depth > MAX_DEPTH:
             raise MetadataError(f"metadata field {top!r} nests deeper than {MAX_DEPTH} levels")
         for key, v in value.items():
@@ -101,7 +104,7 @@ def _check(value: object, path: str, depth: int, top: str = "") -> None:
             raise MetadataError(f"metadata field {top!r} nests deeper than {MAX_DEPTH} levels")
         for i, v in enumerate(value):
             _check(v, f"{path}[{i}]", depth + 1, top)
-    elif value is None or isinstance(value, (bool, int, float, str)):
+    elif value is None or isinstance(value, (bool, int, float)):
         problem = scalar_problem(value)
         if problem:
             raise MetadataError(f"metadata field {path!r}: {problem}")
@@ -109,7 +112,7 @@ def _check(value: object, path: str, depth: int, top: str = "") -> None:
         raise MetadataError(f"metadata field {path!r} holds a {type(value).__name__}, which JSON cannot hold")
 
 
-def metadata_json(meta: Mapping[str, Any]) -> str:
+def metadata_json(meta: dict[str, Any]) -> str:
     """Checked metadata as the store and the write log keep it (compact-ish JSON, non-ASCII kept)."""
     check_metadata(meta)
     return json.dumps(meta, ensure_ascii=False, allow_nan=False)

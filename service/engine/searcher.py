@@ -27,14 +27,6 @@ from service.engine.errors import BadFilter, Mismatch
 
 log = logging.getLogger(__name__)
 
-
-def _failed(step: str, job: Job, exc: Exception) -> Exception:
-    """Log a request's failure inside a batch (with its traceback: a bug or a value nothing refused earlier)."""
-    what = "encode" if job.top_k is None else f"search (top_k={job.top_k}, filter={'yes' if job.filter else 'no'})"
-    log.error("a batch's %s step failed for one %s request of %d texts; its neighbours are answered: %r", step,
-              what, len(job.texts), exc, exc_info=exc)
-    return exc
-
 __all__ = ["Hit", "Job", "Searcher", "SearchResult", "VectorIndex"]
 
 
@@ -92,6 +84,14 @@ class SearchResult:
     # this request alone failed: its filter was refused (BadFilter), or its part of the batch raised (the others
     # of its batch are still answered)
     error: Exception | None = None
+
+
+def _failed(step: str, job: Job, exc: Exception) -> Exception:
+    """Log a request's failure inside a batch (with its traceback: a bug or a value nothing refused earlier)."""
+    what = "encode" if job.top_k is None else f"search (top_k={job.top_k}, filter={'yes' if job.filter else 'no'})"
+    log.error("a batch's %s step failed for one %s request of %d texts; its neighbours are answered: %r", step,
+              what, len(job.texts), exc, exc_info=exc)
+    return exc
 
 
 class Searcher:
