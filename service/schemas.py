@@ -46,7 +46,8 @@ FILTER_DOC = (
     "(a range; its bounds all apply), {\"and\": [F, ...]}, {\"or\": [F, ...]}; several fields in one object must "
     "all match. Values are strings, numbers or bools of the field's type (numbers match int and float fields; "
     "string ranges compare as text; bools have no ranges). A document without the field never matches. An "
-    "unknown field or operator, or a value of the wrong type, is a 422 that says why.")
+    "unknown field or operator, a value of the wrong type, or one outside the metadata schema (integers beyond 64 "
+    "bits, NaN or infinities, lone surrogates) is a 422 that says why.")
 
 
 class EncodeRequest(BaseModel):
