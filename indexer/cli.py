@@ -1,4 +1,4 @@
-"""`indexer` command line: build, eval, compare and info for versioned FAISS indexes."""
+"""`indexer` command line: build, eval, compare, verify and info for versioned FAISS indexes."""
 
 from __future__ import annotations
 
@@ -41,11 +41,12 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     from indexer.evaluate import EvalError
     from indexer.quora import QuoraFormatError
     from indexer.runtime.encoder import EncoderLoadError
+    from indexer.runtime.integrity import IntegrityError
     from indexer.runtime.layout import LayoutError
     from indexer.runtime.manifest import ManifestError
     from indexer.runtime.version import IndexLoadError
 
-    return (EvalError, LayoutError, ManifestError, EncoderLoadError, QuoraFormatError, IndexLoadError,
+    return (EvalError, LayoutError, ManifestError, EncoderLoadError, QuoraFormatError, IndexLoadError, IntegrityError,
             FileNotFoundError, PermissionError, ValueError, OSError)
 
 
@@ -68,9 +69,18 @@ def _add(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_settings() -> None:
+    """Environment settings a build reads at its end, checked before any work (a bad STRATA_MAX_SHRINK would
+    otherwise be found only after the whole corpus was encoded)."""
+    from indexer.runtime.guards import max_shrink
+
+    max_shrink()
+
+
 def _build(args: argparse.Namespace) -> int:
     from indexer.build import BuildConfig, build
 
+    _check_settings()
     if args.target_recall is not None and args.add is not None:
         raise ValueError("--target-recall applies to a full build; --add calibrates again by itself when the "
                          "current version was calibrated")
@@ -121,6 +131,7 @@ def _build(args: argparse.Namespace) -> int:
 def _compact(args: argparse.Namespace) -> int:
     from indexer.compact import compact
 
+    _check_settings()
     r = compact(args.root, model_dir=args.model, threads=args.threads, keep=args.keep, run_eval=not args.no_eval,
                 rebuild_after=args.rebuild_after)
     m = r.manifest
@@ -282,6 +293,7 @@ def _tune(args: argparse.Namespace) -> int:
 
 
 def _rollback(args: argparse.Namespace) -> int:
+    from indexer.runtime.integrity import verify_folder
     from indexer.runtime.layout import IndexRoot, LayoutError
     from indexer.runtime.version import IndexVersion
 
@@ -293,9 +305,38 @@ def _rollback(args: argparse.Namespace) -> int:
             raise LayoutError(f"{root.root} has no version older than {current} to roll back to")
         if not root.version_dir(target).is_dir():
             raise LayoutError(f"no version {target} under {root.versions_dir} (see `indexer info`)")
-        IndexVersion(root.version_dir(target)).close()  # refuse a version that would not load
+        verify_folder(root.version_dir(target))  # refuse a damaged version (IntegrityError names the file)
+        IndexVersion(root.version_dir(target)).close()  # and one that would not load
         root.set_current(target)
     print(f"current: {current} -> {target} (a running API picks it up: watch, SIGHUP or POST /admin/reload)")
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    import time
+
+    from indexer.runtime.integrity import IntegrityError, verify_folder
+    from indexer.runtime.layout import IndexRoot, LayoutError
+
+    root = IndexRoot(args.root)
+    folder = root.version_dir(args.version) if args.version else root.current_dir()
+    if not folder.is_dir():
+        raise LayoutError(f"no version {args.version} under {root.versions_dir} (see `indexer info`)")
+    t0 = time.perf_counter()
+    try:
+        v = verify_folder(folder)
+    except IntegrityError as exc:
+        print(f"indexer verify: DAMAGED: {exc}", file=sys.stderr)
+        return 1
+    seconds = time.perf_counter() - t0
+    if not v.checked:
+        print(f"{folder.name}: no checksums in its manifest (written before they were recorded): not verified; "
+              f"`indexer compact` or a rebuild writes a version with them")
+        return 3
+    print(f"{folder.name}: OK, {v.files} files, {v.bytes / 2**20:,.1f} MiB match their checksums ({seconds:.2f}s, "
+          f"{v.bytes / 2**20 / max(seconds, 1e-9):,.0f} MiB/s)")
+    for rel in v.unrecorded:
+        print(f"  note: {rel} is not in the manifest's checksums (added after the version was written; not checked)")
     return 0
 
 
@@ -506,6 +547,15 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--rebuild-after", type=float, default=0.2, metavar="RATIO",
                    help="report a full rebuild as due past RATIO x the vectors the quantizer was trained on")
     c.set_defaults(func=_compact)
+
+    v = sub.add_parser("verify", help="check a version's files against the checksums in its manifest",
+                       description="Hash every file the version's manifest records and compare sizes and digests "
+                       "(what the API does before serving a version). Exit 0: every file matches; 1: a file is "
+                       "damaged or missing (named); 2: no such version or an unreadable manifest; 3: the manifest "
+                       "predates checksums (nothing to check).")
+    root_arg(v)
+    v.add_argument("--version", help="version to check (default: current)")
+    v.set_defaults(func=_verify)
 
     i = sub.add_parser("info", help="list versions and show the current manifest")
     root_arg(i)

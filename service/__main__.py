@@ -36,14 +36,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from service.demo import DemoError, banner, prepare
     from service.logs import configure
-    from service.settings import Settings
+    from service.settings import Settings, settings_error
 
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port), ("index_root", args.index_root),
                                    ("shard_replicas", args.replicas), ("ray_address", args.ray_address))
                  if v is not None}
     if args.command == "sharded":  # the same app and API; the engine's backend serves the shards on Ray
         overrides["engine"] = "sharded"
-    settings = Settings(**overrides)
+    from pydantic import ValidationError
+
+    try:  # every setting is checked before anything is loaded or served
+        settings = Settings(**overrides)
+    except ValidationError as exc:
+        print(f"python -m service: error: {settings_error(exc)}", file=sys.stderr)
+        return 2
     configure(settings.log_format, settings.log_level)
     if args.train is not None and args.command != "demo":
         parser.error("--train/--no-train apply to demo")

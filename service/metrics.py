@@ -32,9 +32,12 @@ class Metrics:
         self.ready = Gauge("strata_ready", "1 when an encoder and an index are loaded", registry=r)
         self.swaps = Counter("strata_index_swaps_total", "Index swap attempts by result", ["result"], registry=r)
         self.swap_refused = Counter("strata_index_swap_refused_total", "Refused index swaps by reason "
-                                    "(corrupt, mismatch, quality, probe, missing, error)", ["reason"], registry=r)
+                                    "(corrupt, mismatch, quality, shrink, probe, missing, writes, error)",
+                                    ["reason"], registry=r)
         self.swap_refused_now = Gauge("strata_index_last_swap_refused", "1 while the latest swap attempt was refused "
                                       "(the previous index keeps serving)", registry=r)
+        self.verify_seconds = Gauge("strata_index_verify_seconds", "Time checking the checksums of the latest version "
+                                    "opened (startup or swap), before it was loaded", registry=r)
         self.engines_loaded = Gauge("strata_engines_loaded", "Encoder+index engines in memory (1 between swaps)",
                                     registry=r)
         self.rejected = Counter("strata_rejected_total", "Requests turned away before inference",

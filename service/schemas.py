@@ -106,7 +106,8 @@ class SearchResponse(BaseModel):
 
 class SwapRefusal(BaseModel):
     version: str | None
-    kind: str = Field(description="corrupt | mismatch | quality | probe | missing | writes | error")
+    kind: str = Field(description="corrupt (a file fails its checksum or does not load; the file is named) | "
+                      "mismatch | quality | shrink (STRATA_MAX_SHRINK) | probe | missing | writes | error")
     reason: str
     at: datetime
 

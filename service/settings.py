@@ -1,6 +1,6 @@
 """The service's one settings object, read from environment variables prefixed `STRATA_` (or a `.env` file).
 
-Imports no FastAPI: the engine reads it too."""
+Imports no FastAPI: the engine reads it too. `settings_error` turns a bad value into the one line a CLI prints."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from indexer.runtime.guards import DEFAULT_MAX_SHRINK
 from indexer.runtime.paths import default_index_root
 
 
@@ -64,6 +65,9 @@ class Settings(BaseSettings):
                                     "POST /admin/reload still work)")
     max_mrr_drop: float = Field(0.02, ge=0, description="refuse a newer version whose MRR@10 (same eval set) "
                                 "is lower than the served one's by more than this")
+    max_shrink: float = Field(DEFAULT_MAX_SHRINK, ge=0, le=1, description="refuse to swap by itself (watcher, "
+                              "SIGHUP, POST /admin/reload without force) to a newer version holding fewer than "
+                              "(1 - this) of the served documents, both counted after the write log is replayed")
 
     # OpenAI-compatible routes (/v1/embeddings, /v1/models): the name clients send as `model`
     model_name: str | None = Field(None, description="the served encoder's name in /v1 (default: its folder's "
@@ -85,3 +89,12 @@ class Settings(BaseSettings):
     # A background `encoder adapt` (`python -m service demo --train`): its status.json, shown in /ready
     training_status: Path | None = Field(None, description="status.json of a background in-domain training "
                                          "(set by `demo --train`); its stage, step and ETA appear in /ready")
+
+
+def settings_error(exc: ValidationError) -> str:
+    """One line per bad setting, named as the operator sets it (`STRATA_MAX_SHRINK='abc': ...`)."""
+    parts = []
+    for err in exc.errors():
+        name = "STRATA_" + "_".join(str(p) for p in err.get("loc", ())).upper()
+        parts.append(f"{name}={err.get('input')!r}: {err.get('msg')}")
+    return "; ".join(parts) or str(exc)

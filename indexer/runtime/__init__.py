@@ -16,12 +16,13 @@ Owns:
 - `metadata`: the one schema for metadata values (64-bit integers, finite numbers, valid Unicode, bounded
   nesting and size), enforced by builds, writes and filters alike, and the repair of values stored before it;
 - `filters`: the metadata filter language (parsed and validated here, compiled to SQL over the store);
+- `integrity`: checksums of a version's files, sealed into its manifest, verified before it is served;
 - `guards`: the shrink guard (`STRATA_MAX_SHRINK`) shared by builds and swaps;
 - `writelog`: the root's write log (documents written through the API), appended by the service, replayed onto
   every version it opens, folded into versions by `indexer compact`;
 - `atomic`: atomic file and folder writes;
 - `paths`: default locations (`STRATA_HOME`, `STRATA_DATA_DIR`).
 
-May import: numpy, onnxruntime, tokenizers, faiss (in `faiss_index` only), pydantic, tqdm and the standard
+May import: numpy, onnxruntime, tokenizers, faiss (in `faiss_index` only), pydantic, tqdm, xxhash and the standard
 library. Never torch, transformers, `models`, `service`, or the rest of `indexer` (the build pipeline).
 """

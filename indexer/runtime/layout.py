@@ -6,8 +6,9 @@
       .build.lock              held (flock) by the running build; a second build refuses to start
       .building-<version>/     a build in progress; left behind only by a killed build, removed by the next
 
-A build writes only inside its `.building-*` folder, renames it into `versions/` when complete, then flips
-`current`. Readers that resolved `current` before the flip keep their (untouched) version.
+A build writes only inside its `.building-*` folder, seals it (the checksum of every file goes into its manifest,
+`integrity.seal`), renames it into `versions/` when complete, then flips `current`. Readers that
+resolved `current` before the flip keep their (untouched) version.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from indexer.runtime.atomic import fsync_dir
+from indexer.runtime.integrity import seal
 
 log = logging.getLogger(__name__)
 
@@ -119,11 +121,14 @@ class IndexRoot:
 
     @contextmanager
     def staging(self, version: str) -> Iterator[Path]:
-        """A folder to build `version` in; renamed into `versions/` on success, deleted on failure."""
+        """A folder to build `version` in; sealed (checksums into its manifest) and renamed into `versions/` on
+        success, deleted on failure. Every path that writes a version goes through here, so every version is
+        sealed whatever files it holds."""
         tmp = self.root / f"{BUILDING_PREFIX}{version}"
         tmp.mkdir(parents=True)
         try:
             yield tmp
+            seal(tmp)
             self.versions_dir.mkdir(parents=True, exist_ok=True)
             os.replace(tmp, self.version_dir(version))
             fsync_dir(self.versions_dir)

@@ -157,6 +157,18 @@ class WritesInfo(BaseModel):
     deleted: int  # documents removed by them (deletes of ids the version held)
 
 
+class FileChecksum(BaseModel):
+    size: int
+    digest: str
+
+
+class Checksums(BaseModel):
+    """Every file of the version but `manifest.json` (see `indexer.runtime.integrity`), verified before serving."""
+
+    algorithm: str  # "xxh3-128"
+    files: dict[str, FileChecksum]  # relative to the version folder: "index.faiss", "shards/shard-00000.faiss", ...
+
+
 class Manifest(BaseModel):
     format_version: int = FORMAT_VERSION
     version: str
@@ -172,6 +184,9 @@ class Manifest(BaseModel):
     # one a swap gate compares across versions).
     query_evals: dict[str, EvalFigures] = {}
     writes: WritesInfo | None = None  # the write log folded in (`indexer compact`); None: none
+    # Written when the version is sealed (`IndexRoot.staging`, after everything else); None: an older manifest,
+    # served without verification (a log line says so).
+    checksums: Checksums | None = None
 
     @classmethod
     def load(cls, folder: Path) -> Manifest:

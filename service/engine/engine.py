@@ -144,7 +144,7 @@ class Engine:
             log.error("not ready: %s", self._not_ready_reason())
         loop = asyncio.get_running_loop()
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # no signals off the main thread
-            loop.add_signal_handler(signal.SIGHUP, self._spawn, lambda: self.swapper.attempt("sighup", force=True))
+            loop.add_signal_handler(signal.SIGHUP, self._spawn, lambda: self.swapper.attempt("sighup", retry=True))
             self._sighup = True
         if s.watch_interval_s > 0:
             self._spawn(self.swapper.watch)
@@ -238,12 +238,13 @@ class Engine:
         return result
 
     async def reload(self, trigger: str, force: bool = False) -> SwapResult:
-        """Swap to the version `current` points at now; raises SwapRefused when it is refused (the served
-        version keeps answering). Without `force`, a version refused before is not retried."""
+        """Swap to the version `current` points at now (a version refused before is tried again); raises
+        SwapRefused when it is refused (the served version keeps answering). `force` overrides the shrink guard
+        (`max_shrink`) only."""
         return await self.swapper.reload(trigger, force=force)
 
     def status(self) -> Status:
-        searcher, refused = self.leases.current, self.swapper.refused
+        searcher, refused = self.leases.current, self.swapper.current_refusal()
         if searcher is None:
             return Status(False, self.backend.name, reason=self._not_ready_reason(), refused=refused,
                           in_flight=self.in_flight)
@@ -314,5 +315,5 @@ class Engine:
         return sum(searcher.encoder.token_counts(texts)) if searcher is not None else 0
 
     def _not_ready_reason(self) -> str:
-        r = self.swapper.refused
+        r = self.swapper.current_refusal()
         return r.reason if r else "loading"

@@ -44,8 +44,8 @@ class Mismatch(EngineError):
 class SwapRefused(EngineError):
     """A candidate version was not swapped in; the served one (if any) keeps answering.
 
-    `kind` is the metric label: corrupt | mismatch | quality | probe | missing | writes | error. `candidate` and
-    `served` are filled in by the swap that refused it."""
+    `kind` is the metric label: corrupt | mismatch | quality | shrink | probe | missing | writes | error.
+    `candidate` and `served` are filled in by the swap that refused it."""
 
     def __init__(self, kind: str, message: str, *, candidate: str | None = None, served: str | None = None) -> None:
         super().__init__(message)

@@ -1,12 +1,22 @@
 """Zero-downtime index swaps: open the version `current` points to beside the served one, check it, swap.
 
 Triggers: a poll of the `current` symlink (`watch_interval_s`), SIGHUP, and `POST /admin/reload` (the engine
-wires the first two, the HTTP layer the third). A candidate is refused, and the served searcher kept, when it
-does not load (corrupt or missing files, a manifest that does not match the index), when index and encoder
-disagree (dimension, model hash), when it fails a probe query, or when it is newer than the served version,
-measured on the same evaluation set, and its MRR@10 is lower by more than `max_mrr_drop` (a rollback to an
-older version is the operator's call and is not gated). The gates are the same for every backend: only opening
-the index differs (in this process, or as shard deployments on Ray Serve).
+wires the first two, the HTTP layer the third). A candidate is refused, and the served searcher kept, when:
+- a file does not match the checksum its manifest records (`indexer.runtime.integrity`, checked before anything is
+  opened, at startup too; a manifest older than checksums is served with a log line): kind `corrupt`, file named;
+- it does not load (missing files, a manifest that does not match the index): `corrupt` / `missing`;
+- index and encoder disagree (dimension, model hash): `mismatch`; it fails a probe query: `probe`;
+- it is newer than the served version, measured on the same evaluation set, and its MRR@10 is lower by more
+  than `max_mrr_drop`: `quality`;
+- it is newer than the served version and holds fewer than (1 - `max_shrink`) of the served documents, both
+  counted after the write log is replayed onto them (a rebuild from source after a compaction gets the written
+  documents back from the log, so it is not mistaken for a truncated input): `shrink`. Only an operator's
+  `POST /admin/reload?force=true` swaps to such a version; the watcher, SIGHUP and a reload without force do not.
+A rollback to an older version is the operator's call and is gated by neither MRR@10 nor size. The gates are the
+same for every backend: only opening the index differs (in this process, or as shard deployments on Ray Serve).
+
+A refusal is shown (`/ready`, `strata_index_last_swap_refused`) only while `current` still points at the refused
+version: once it points elsewhere (`indexer rollback` back to the served one) the refusal is no longer current.
 """
 
 from __future__ import annotations
@@ -16,12 +26,15 @@ import gc
 import logging
 import math
 import os
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from indexer.runtime.encoder import EncoderLoadError
+from indexer.runtime.guards import MAX_SHRINK_ENV, shrinks_too_much
+from indexer.runtime.integrity import IntegrityError, verify_folder
 from indexer.runtime.layout import CURRENT, IndexRoot, LayoutError
 from indexer.runtime.version import IndexLoadError
 from indexer.runtime.writelog import WriteLogError
@@ -98,12 +111,42 @@ class Swapper:
                               f"{self.settings.max_mrr_drop} below the served {served.version} "
                               f"({a.eval.mrr_at_10:.4f})")
 
-    def _prepare(self, version: str) -> Searcher:
-        """Runs in a worker thread: open and check the candidate while the served searcher keeps answering."""
+    def _check_size(self, new: Searcher, served: Searcher | None) -> None:
+        """The shrink guard: both sizes are the documents served after the write log's replay (`LiveIndex.ntotal`),
+        so a rebuild from source that the log tops back up is compared with what it will really serve."""
+        if served is None or new.version <= served.version:
+            return
+        limit = self.settings.max_shrink
+        served_docs, new_docs = int(served.index.ntotal), int(new.index.ntotal)
+        if shrinks_too_much(served_docs, new_docs, limit):
+            raise SwapRefused("shrink", f"version {new.version} would serve {new_docs:,} documents (write log "
+                              f"replayed), {new_docs / served_docs:.1%} of the served {served.version}'s "
+                              f"{served_docs:,}: more than {MAX_SHRINK_ENV}={limit:g} fewer, so it is not swapped "
+                              f"in by itself (a truncated input?); POST /admin/reload?force=true serves it, "
+                              f"`indexer rollback` goes back")
+
+    def _verify(self, folder: Path) -> None:
+        """Every file against its manifest checksum, before anything reads it (a damaged FAISS file is never
+        handed to FAISS's reader)."""
+        t0 = time.perf_counter()
+        try:
+            verified = verify_folder(folder)
+        except IntegrityError as exc:
+            raise SwapRefused("corrupt", str(exc)) from exc
+        seconds = time.perf_counter() - t0
+        self.metrics.verify_seconds.set(seconds)
+        if verified.checked:
+            log.info("verified %s: %d files, %.1f MiB match their checksums in %.2fs", folder.name, verified.files,
+                     verified.bytes / 2**20, seconds)
+
+    def _prepare(self, version: str, force: bool = False) -> Searcher:
+        """Runs in a worker thread: verify, open and check the candidate while the served searcher keeps
+        answering. `force`: the operator's override of the shrink guard."""
         s, served = self.settings, self.leases.current
         folder = self.root.version_dir(version)
         if not folder.is_dir():
             raise SwapRefused("missing", f"{self.root.root}/current points to {version}, which does not exist")
+        self._verify(folder)
         try:
             searcher = Searcher.pair(self.backend.open_index(folder), s.model_dir, threads=s.threads,
                                      reuse=served.encoder if served else None)
@@ -118,6 +161,8 @@ class Swapper:
                 except (WriteLogError, OSError) as exc:
                     raise SwapRefused("writes", f"cannot replay the write log onto {version}: {exc}") from exc
             self._check_quality(searcher, served)
+            if not force:
+                self._check_size(searcher, served)
             try:
                 searcher.search([PROBE_QUERY], 1)
             except Exception as exc:  # noqa: BLE001 (anything a probe raises disqualifies the version)
@@ -128,21 +173,23 @@ class Swapper:
         return searcher
 
     async def reload(self, trigger: str, *, force: bool = False) -> SwapResult:
-        """Swap to what `current` points at; raises SwapRefused (the served version keeps answering) when the
-        candidate is refused. Without `force` (the watcher), a refused version is not retried until `current`
-        changes."""
-        result = await self.attempt(trigger, force=force)
+        """An operator's explicit swap (`POST /admin/reload`) to what `current` points at, retried even when that
+        version was refused before; raises SwapRefused (the served version keeps answering) when the candidate is
+        refused. `force`: serve it even when it shrinks by more than `max_shrink` (every other gate holds)."""
+        result = await self.attempt(trigger, retry=True, force=force)
         if result.outcome == "refused":
             kind = self.refused.kind if self.refused else "missing"
             raise SwapRefused(kind, result.reason or "refused", candidate=result.candidate, served=result.version)
         return result
 
-    async def attempt(self, trigger: str, *, force: bool = False) -> SwapResult:
-        """`reload` that reports a refusal in its result instead of raising it (startup, watcher, SIGHUP)."""
+    async def attempt(self, trigger: str, *, retry: bool = False, force: bool = False) -> SwapResult:
+        """`reload` that reports a refusal in its result instead of raising it (startup, watcher, SIGHUP).
+        Without `retry` (the watcher), a refused version is not tried again until `current` changes."""
         async with self._lock:
             served = self.leases.current
             served_version = served.version if served else None
             target = self.target()
+            self.current_refusal()  # forget a refusal of a version `current` no longer points at
             if target is None:
                 reason = f"{self.root.root} has no current index (build one with `indexer build --root " \
                          f"{self.root.root}`)"
@@ -150,11 +197,11 @@ class Swapper:
                     self._refuse(SwapRefused("missing", reason), None, trigger)
                     return SwapResult("refused", None, None, reason)
                 return SwapResult("unchanged", served_version, None, reason)
-            if target == served_version or (not force and self.refused and self.refused.version == target):
+            if target == served_version or (not retry and self.refused and self.refused.version == target):
                 return SwapResult("unchanged", served_version, target,
                                   self.refused.reason if self.refused and self.refused.version == target else None)
             try:
-                new = await asyncio.to_thread(self._prepare, target)
+                new = await asyncio.to_thread(self._prepare, target, force)
             except SwapRefused as exc:
                 self._refuse(exc, target, trigger)
                 return SwapResult("refused", served_version, target, str(exc))
@@ -171,6 +218,18 @@ class Swapper:
             self.refused = None
             self._publish(new, trigger, served_version)
             return SwapResult("swapped", new.version, target)
+
+    def current_refusal(self) -> Refusal | None:
+        """The latest refusal while it still applies: `current` points at the refused version (or at nothing,
+        for a refusal of a missing `current`). A refusal `current` has moved away from (`indexer rollback` to the
+        served version, a new build) is forgotten, and the refused gauge reset."""
+        r = self.refused
+        if r is not None and r.version != self.target():
+            self.refused = None
+            self.metrics.swap_refused_now.set(0)
+            log.info("the refusal of %s no longer applies: current points at %s", r.version, self.target())
+            return None
+        return r
 
     def _refuse(self, exc: SwapRefused, version: str | None, trigger: str) -> None:
         self.refused = Refusal(version, exc.kind, str(exc), datetime.now(timezone.utc))
@@ -200,9 +259,9 @@ class Swapper:
             await asyncio.sleep(interval)
             served = self.leases.current
             target = self.target()
-            if target != (served.version if served else None) and not (self.refused and
-                                                                       self.refused.version == target):
+            refused = self.current_refusal()
+            if target != (served.version if served else None) and not (refused and refused.version == target):
                 try:
-                    await self.attempt("watch", force=False)
+                    await self.attempt("watch")
                 except Exception:  # noqa: BLE001 (the watcher must outlive any one failed attempt)
                     log.exception("index watcher: reload failed")

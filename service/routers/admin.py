@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 
 from service.deps import EngineDep
 from service.schemas import ReloadResponse
@@ -9,8 +9,11 @@ router = APIRouter(prefix="/admin", tags=["admin"])
 
 
 @router.post("/reload", response_model=ReloadResponse, responses={409: {"model": ReloadResponse}})
-async def reload(engine: EngineDep) -> ReloadResponse:
+async def reload(engine: EngineDep, force: bool = Query(
+        False, description="serve the version even when it holds more than STRATA_MAX_SHRINK fewer documents than "
+        "the served one (the shrink guard); checksums, loading, the encoder match, the probe and MRR@10 still "
+        "gate it")) -> ReloadResponse:
     """Swap to the version `current` points to now (also done by the watcher and on SIGHUP). 409 when the
     candidate is refused: the previous index keeps serving and `reason` says why."""
-    r = await engine.reload("admin", force=True)
+    r = await engine.reload("admin", force=force)
     return ReloadResponse(outcome=r.outcome, index_version=r.version, candidate=r.candidate, reason=r.reason)

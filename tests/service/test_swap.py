@@ -238,8 +238,9 @@ def _junk_store(folder: Path) -> None:
 
 
 @pytest.mark.parametrize(("mutate", "kind", "reason"), [
-    (_truncate_index, "corrupt", "is not a readable FAISS index"),
-    (_junk_store, "corrupt", "is not a Strata store"),
+    # a file of another size than its manifest checksum records: refused before FAISS or SQLite read it
+    (_truncate_index, "corrupt", "index.faiss is"),
+    (_junk_store, "corrupt", "store.sqlite is 4,096 bytes but the manifest records"),
     (_edit_manifest(model__dim=768), "corrupt", "has dimension 384 but the manifest says 768"),
     (_edit_manifest(model__onnx_sha256="0" * 64), "mismatch", "is not the model index"),
     (_edit_manifest(eval__mrr_at_10=lambda v: v - 0.1), "quality", "below the served"),

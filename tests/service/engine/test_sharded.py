@@ -210,7 +210,7 @@ def _truncate_shard(folder: Path) -> None:
 
 
 @pytest.mark.parametrize(("case", "kind", "reason"), [
-    ("truncated shard", "corrupt", "shard-00001.faiss is not a readable FAISS index"),
+    ("truncated shard", "corrupt", "shard-00001.faiss is 1,000 bytes but the manifest records"),  # checksums
     ("lower MRR@10", "quality", "below the served"),
     ("not sharded", "mismatch", "is not sharded"),
 ])

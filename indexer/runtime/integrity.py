@@ -1,0 +1,175 @@
+"""Checksums of a version's files: recorded in its manifest when the version is sealed, verified before it is served.
+
+Every path that writes a version does so in `IndexRoot.staging`, which seals the folder (`seal`) just before
+renaming it into `versions/`: every file below the folder but `manifest.json` (walked, not listed, so files that
+later builds add — a lexical index, shard files, another index kind — are covered without touching this module)
+gets its size and digest into `manifest.json`'s `checksums`. The manifest itself is left out so that `indexer eval`
+may still record figures in it.
+
+`verify` is what the service runs before it opens a version (at startup and at every swap) and what
+`indexer verify` runs on demand: it names the first damaged file (a different size: truncated or grown; same size,
+different digest: overwritten). A manifest from before checksums has none: it loads, with a log line saying that
+its files could not be checked.
+
+Digest: xxh3-128 (the `xxhash` package). The checksum is there to catch damage — a bad disk, a torn copy, a file
+overwritten in place — not an attacker (whoever can rewrite `index.faiss` can rewrite the manifest too), so a
+non-cryptographic 128-bit hash is enough. Over a 166k-document version (181 MiB) in the page cache it is 5.6x faster
+than BLAKE2b-256 and 3.3x faster than SHA-256 (bench/results/integrity-20261125T151159Z.md): verifying is bound by
+reading the files, and costs about what opening the version does (+0.10 s; +0.3 s scaled to 537k documents).
+Verifying *while* the version is opened was measured too and is no faster on 2 cores, so the service verifies first:
+FAISS's reader is never handed a damaged file. Files are read in 8 MiB chunks with `readinto` into one buffer,
+several files at once on a small thread pool (reading and both hashes release the GIL).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import xxhash
+
+from indexer.runtime.atomic import write_json_atomic
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"  # the same name as `manifest.MANIFEST` (that module imports pydantic; this one need not)
+CHECKSUMS_KEY = "checksums"
+ALGORITHM = "xxh3-128"
+CHUNK = 8 << 20
+_HASHERS: dict[str, Callable[[], object]] = {"xxh3-128": xxhash.xxh3_128}
+
+
+class IntegrityError(RuntimeError):
+    """A version's file is missing, of the wrong size or content; the message names it."""
+
+    def __init__(self, message: str, path: Path | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+@dataclass(frozen=True)
+class Verified:
+    """What `verify` checked: files and bytes, or `checked` False for a manifest without checksums."""
+
+    checked: bool
+    files: int = 0
+    bytes: int = 0
+    unrecorded: tuple[str, ...] = ()  # files in the folder the manifest has no checksum for (not verified)
+
+
+def version_files(folder: Path) -> list[str]:
+    """Every regular file below `folder` but the manifest, as sorted POSIX paths relative to it."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames.sort()
+        for name in filenames:
+            rel = Path(dirpath, name).relative_to(folder).as_posix()
+            if rel != MANIFEST and not name.startswith(f".{MANIFEST}"):  # nor an atomic write's leftover temp file
+                out.append(rel)
+    return sorted(out)
+
+
+def file_digest(path: Path, algorithm: str = ALGORITHM) -> tuple[int, str]:
+    """(size, hex digest) of one file, read in `CHUNK`-byte pieces into one reused buffer."""
+    try:
+        hasher = _HASHERS[algorithm]()
+    except KeyError:
+        raise IntegrityError(f"unknown checksum algorithm {algorithm!r} (known: {', '.join(_HASHERS)})") from None
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
+    size = 0
+    with open(path, "rb", buffering=0) as fh:
+        while n := fh.readinto(buf):
+            hasher.update(view[:n])  # type: ignore[attr-defined]
+            size += n
+    return size, hasher.hexdigest()  # type: ignore[attr-defined]
+
+
+def _workers(n_files: int) -> int:
+    return max(1, min(n_files, 4, os.cpu_count() or 1))
+
+
+def compute(folder: Path) -> dict[str, object]:
+    """The `checksums` entry of a manifest for the files of `folder` now."""
+    files = version_files(folder)
+    with ThreadPoolExecutor(_workers(len(files)), thread_name_prefix="checksum") as pool:
+        digests = list(pool.map(lambda rel: file_digest(folder / rel), files))
+    entries = {rel: {"size": size, "digest": digest} for rel, (size, digest) in zip(files, digests, strict=True)}
+    return {"algorithm": ALGORITHM, "files": entries}
+
+
+def seal(folder: Path) -> None:
+    """Record the checksums of every file of the staged version `folder` in its manifest (edited as JSON, so that
+    fields this module does not know are kept as they are). A folder without a manifest is left alone."""
+    path = folder / MANIFEST
+    if not path.is_file():
+        return
+    raw = json.loads(path.read_text())
+    raw[CHECKSUMS_KEY] = compute(folder)
+    write_json_atomic(path, raw)
+
+
+def _check_one(folder: Path, rel: str, size: int, digest: str, algorithm: str) -> None:
+    path = folder / rel
+    try:
+        actual = path.stat().st_size
+    except FileNotFoundError:
+        raise IntegrityError(f"{path} is missing (the manifest records {size:,} bytes)", path) from None
+    if actual != size:
+        how = "truncated" if actual < size else "grown"
+        raise IntegrityError(f"{path} is {actual:,} bytes but the manifest records {size:,} ({how}: the version is "
+                             f"damaged)", path)
+    got_size, got = file_digest(path, algorithm)
+    if got_size != size or got != digest:
+        raise IntegrityError(f"{path} does not match its checksum in the manifest ({algorithm} {got} != {digest}): "
+                             f"the file is damaged", path)
+
+
+def verify(folder: Path, checksums: dict[str, object] | None) -> Verified:
+    """Check every file a manifest's `checksums` records; raises IntegrityError naming the first damaged one.
+
+    `checksums` None (a manifest written before checksums): nothing is checked, and a log line says so."""
+    folder = Path(folder)
+    if checksums is None:
+        log.warning("%s/%s has no checksums (written before they were recorded): its files are not verified; "
+                    "rebuild or compact the version to record them", folder, MANIFEST)
+        return Verified(False)
+    algorithm = str(checksums.get("algorithm", ""))
+    if algorithm not in _HASHERS:
+        raise IntegrityError(f"{folder / MANIFEST}: unknown checksum algorithm {algorithm!r}")
+    files: dict[str, dict[str, object]] = checksums.get("files", {})  # type: ignore[assignment]
+    # sizes first, all of them: a truncated file is found without hashing the others
+    for rel, info in files.items():
+        size = int(info["size"])
+        path = folder / rel
+        try:
+            actual = path.stat().st_size
+        except FileNotFoundError:
+            raise IntegrityError(f"{path} is missing (the manifest records {size:,} bytes)", path) from None
+        if actual != size:
+            _check_one(folder, rel, size, str(info["digest"]), algorithm)
+    items = sorted(files.items(), key=lambda kv: -int(kv[1]["size"]))  # the largest first: they bound the wall time
+    with ThreadPoolExecutor(_workers(len(items)), thread_name_prefix="verify") as pool:
+        futures = [pool.submit(_check_one, folder, rel, int(info["size"]), str(info["digest"]), algorithm)
+                   for rel, info in items]
+        for f in futures:
+            f.result()  # the first damaged file (in size order) raises
+    unrecorded = tuple(rel for rel in version_files(folder) if rel not in files)
+    return Verified(True, len(files), sum(int(i["size"]) for i in files.values()), unrecorded)
+
+
+def verify_folder(folder: Path) -> Verified:
+    """`verify` with the checksums read from the folder's own manifest (raw JSON: no model needed)."""
+    path = Path(folder) / MANIFEST
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise IntegrityError(f"{path} is missing", path) from None
+    except ValueError as exc:
+        raise IntegrityError(f"{path} is not valid JSON: {exc}", path) from exc
+    return verify(Path(folder), raw.get(CHECKSUMS_KEY) if isinstance(raw, dict) else None)

@@ -1,0 +1,116 @@
+"""Checksums of a version's files (`indexer.runtime.integrity`) on real files: every file a staged version holds is
+sealed into its manifest, whatever its name or folder; any change of content or size is found and the file named;
+a manifest without checksums is reported as not verified. The end-to-end refusals (swap, startup, `indexer
+verify` on a built index) are in tests/service/test_swap_guards.py."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from indexer.runtime import integrity
+from indexer.runtime.integrity import IntegrityError, verify_folder
+from indexer.runtime.layout import IndexRoot
+from indexer.runtime.manifest import Checksums
+
+
+def stage_version(root: IndexRoot, name: str) -> Path:
+    """A version written through `IndexRoot.staging`, as every build path writes one: files at the top, in a
+    sub-folder (shards, a lexical index another feature may add), and a manifest with a field this module does not
+    know."""
+    with root.staging(name) as stage:
+        (stage / "index.faiss").write_bytes(os.urandom(3 << 20))
+        (stage / "store.sqlite").write_bytes(os.urandom(100_000))
+        (stage / "shards").mkdir()
+        (stage / "shards" / "shard-00000.faiss").write_bytes(os.urandom(50_000))
+        (stage / "lexical").mkdir()
+        (stage / "lexical" / "postings.bin").write_bytes(os.urandom(20_000))
+        (stage / "empty.npy").write_bytes(b"")
+        (stage / "manifest.json").write_text(json.dumps({"version": name, "future_field": {"kind": "hnsw"}}))
+    return root.version_dir(name)
+
+
+def test_staging_seals_every_file_of_the_version(tmp_path: Path) -> None:
+    folder = stage_version(IndexRoot(tmp_path / "root"), "20260101T000000Z-aaaaaa")
+    raw = json.loads((folder / "manifest.json").read_text())
+    assert raw["future_field"] == {"kind": "hnsw"}  # a field of another feature is kept as it was
+    sums = Checksums.model_validate(raw["checksums"])
+    assert sums.algorithm == "xxh3-128"
+    assert set(sums.files) == {"index.faiss", "store.sqlite", "shards/shard-00000.faiss", "lexical/postings.bin",
+                               "empty.npy"}
+    assert sums.files["index.faiss"].size == 3 << 20 and sums.files["empty.npy"].size == 0
+    v = verify_folder(folder)
+    assert v.checked and v.files == 5 and v.bytes == (3 << 20) + 170_000 and v.unrecorded == ()
+
+
+@pytest.mark.parametrize(("rel", "change", "message"), [
+    ("index.faiss", "flip", "does not match its checksum"),
+    ("index.faiss", "truncate", "(truncated"),
+    ("store.sqlite", "grow", "(grown"),
+    ("lexical/postings.bin", "flip", "does not match its checksum"),
+    ("shards/shard-00000.faiss", "delete", "is missing"),
+    ("empty.npy", "grow", "(grown"),
+])
+def test_any_change_is_found_and_the_file_named(tmp_path: Path, rel: str, change: str, message: str) -> None:
+    folder = stage_version(IndexRoot(tmp_path / "root"), "20260101T000000Z-bbbbbb")
+    path = folder / rel
+    if change == "flip":  # one bit in the middle: same size
+        with open(path, "r+b") as fh:
+            fh.seek(path.stat().st_size // 2)
+            byte = fh.read(1)[0]
+            fh.seek(-1, os.SEEK_CUR)
+            fh.write(bytes([byte ^ 1]))
+    elif change == "truncate":
+        os.truncate(path, path.stat().st_size - 1)
+    elif change == "grow":
+        with open(path, "ab") as fh:
+            fh.write(b"\0")
+    else:
+        path.unlink()
+    with pytest.raises(IntegrityError) as err:
+        verify_folder(folder)
+    assert str(path) in str(err.value) and message in str(err.value)
+    assert err.value.path == path
+
+
+def test_a_manifest_without_checksums_is_reported_not_verified(tmp_path: Path,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    folder = tmp_path / "v"
+    folder.mkdir()
+    (folder / "index.faiss").write_bytes(b"x" * 10)
+    (folder / "manifest.json").write_text(json.dumps({"version": "v"}))
+    with caplog.at_level("WARNING"):
+        v = verify_folder(folder)
+    assert not v.checked
+    assert "has no checksums" in caplog.text and "not verified" in caplog.text
+
+
+def test_files_added_after_sealing_are_listed_and_an_unknown_algorithm_is_refused(tmp_path: Path) -> None:
+    folder = stage_version(IndexRoot(tmp_path / "root"), "20260101T000000Z-cccccc")
+    (folder / "notes.txt").write_text("added later")
+    assert verify_folder(folder).unrecorded == ("notes.txt",)
+    raw = json.loads((folder / "manifest.json").read_text())
+    raw["checksums"]["algorithm"] = "crc-1"
+    (folder / "manifest.json").write_text(json.dumps(raw))
+    with pytest.raises(IntegrityError, match="unknown checksum algorithm 'crc-1'"):
+        verify_folder(folder)
+
+
+def test_a_failed_build_seals_nothing_and_leaves_nothing(tmp_path: Path) -> None:
+    root = IndexRoot(tmp_path / "root")
+    with pytest.raises(RuntimeError, match="boom"), root.staging("20260101T000000Z-dddddd") as stage:
+        (stage / "index.faiss").write_bytes(b"partial")
+        raise RuntimeError("boom")
+    assert root.versions() == [] and not any((tmp_path / "root").glob(".building-*"))
+
+
+def test_chunked_digest_equals_the_one_shot_digest(tmp_path: Path) -> None:
+    import xxhash
+
+    data = os.urandom(integrity.CHUNK * 2 + 12345)  # across chunk boundaries
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    assert integrity.file_digest(path) == (len(data), xxhash.xxh3_128(data).hexdigest())
