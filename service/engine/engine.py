@@ -125,7 +125,7 @@ class Engine:
         # one thread: writes are serialised anyway (one log, one overlay), and their fsyncs wait here
         self.write_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="writes",
                                              initializer=set_threads, initargs=(settings.threads,))
-        self.write_lane = WriteLane(self.leases, threads=settings.write_threads or settings.workers,
+        self.write_lane = WriteLane(self.leases, threads=settings.write_threads or max(1, settings.workers // 2),
                                     nice=settings.write_nice, chunk_texts=settings.write_chunk_texts)
         self.batcher: MicroBatcher | None = None
         self._tasks: set[asyncio.Task[object]] = set()
