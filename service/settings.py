@@ -47,7 +47,7 @@ class Settings(BaseSettings):
     # Writes' texts are encoded on a lane of their own, behind searches (see service/engine/write_lane.py)
     write_threads: int | None = Field(None, ge=1, description="threads encoding writes' texts (default: half the "
                                       "workers, at least 1: the other half of the cores is never taken by writes)")
-    write_nice: int = Field(5, ge=0, le=19, description="how many nice levels below the searches' the write "
+    write_nice: int = Field(10, ge=0, le=19, description="how many nice levels below the searches' the write "
                             "threads run (Linux): searches get the cores first, writes still progress; 0 = equal")
     write_chunk_texts: int = Field(16, ge=1, le=1024, description="texts per ONNX run of a write")
 
