@@ -9,13 +9,13 @@ its p99 rose from 87 to 386 ms (issue 25). The lane keeps writes out of the sear
 - **threads of its own** (`write_threads`, default: half the `workers`, at least one): a write never takes a search
   worker and never shares an ONNX run with a query; searches are micro-batched on the `workers` exactly as without
   writes, and writes never use more than their threads' cores;
-- **a lower CPU priority** (`write_nice`, default 5; Linux per-thread nice, relative to the process's): when
-  searches and writes both want a core, the kernel gives the searches' threads the larger share (nice +5 weighs
-  335 against a nice-0 thread's 1024: about a quarter of a core both want goes to the write); an idle server gives
+- **a lower CPU priority** (`write_nice`, default 10; Linux per-thread nice, relative to the process's): when
+  searches and writes both want a core, the kernel gives the searches' threads the larger share (nice +10 weighs
+  110 against a nice-0 thread's 1024: about a tenth of a core both want goes to the write); an idle server gives
   writes their cores whole. Nice is a weight, not a wall, so writes slow down under load but never starve. It is
-  also a weight against every other process on the machine: at nice +10, on 2 cores shared with ~35 runnable
-  jobs of other users, writes fell to 3 documents/s (bench/results/search-under-writes-20261125T144046Z.md), hence
-  the milder default;
+  also a weight against every other process in the same CPU cgroup: on 2 cores shared with ~35 runnable jobs of
+  other users, writes at nice +10 fell to 1-4 documents/s (bench/results/search-under-writes-20261125T144046Z.md);
+  at load ~20 they ran at 20-66 (…151141Z.md). On a host of its own, only the searches compete with them;
 - **small chunks** (`write_chunk_texts` texts per ONNX run, one intra-op thread each): a write of 128 documents is
   8 runs of 16 that spread over the lane's threads, and a write that timed out stops after its running chunks
   instead of encoding the rest for nobody.
