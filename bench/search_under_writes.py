@@ -267,8 +267,9 @@ def main() -> int:
              f"writes: one process sending `PUT /documents` of {args.batch} new Quora questions back to back; "
              f"{args.rounds} rounds, conditions and variants alternating, {args.seconds:.0f} s per measurement; "
              f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), shared with other jobs: "
-             f"1-minute load average {min(r['load_before'] for r in rows):.1f}–"  # type: ignore[type-var]
-             f"{max(r['load_after'] for r in rows):.1f} (every measurement's is in the JSON).", "",
+             f"1-minute load average {min(float(r['load_before']) for r in rows):.1f}–"  # type: ignore[arg-type]
+             f"{max(float(r['load_after']) for r in rows):.1f} "  # type: ignore[arg-type]
+             "(every measurement's is in the JSON).", "",
              "| variant | settings | req/s (no writes) | p50 ms | p99 ms | req/s (writes) | p50 ms | p99 ms | "
              "p99 writes / no writes | req/s writes / no writes | writes docs/s |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
