@@ -45,6 +45,13 @@ class Settings(BaseSettings):
                                   "long texts go to their own batches instead of holding short queries back; "
                                   "a request over the budget still runs, alone; 0 = no token bound")
 
+    # Writes' texts are encoded on a lane of their own, behind searches (see service/engine/write_lane.py)
+    write_threads: int | None = Field(None, ge=1, description="threads encoding writes' texts (default: half the "
+                                      "workers, at least 1: the other half of the cores is never taken by writes)")
+    write_nice: int = Field(10, ge=0, le=19, description="how many nice levels below the searches' the write "
+                            "threads run (Linux): searches get the cores first, writes still progress; 0 = equal")
+    write_chunk_texts: int = Field(16, ge=1, le=1024, description="texts per ONNX run of a write")
+
     # Behaviour under load
     max_in_flight: int = Field(32, ge=1, description="inference requests running or queued; beyond: 429")
     retry_after_s: int = Field(1, ge=0, description="Retry-After of a 429")

@@ -296,9 +296,12 @@ class OnnxEncoder:
         return encoded.vectors, encoded.truncated
 
     def encode_counted(
-        self, texts: Sequence[str], batch_size: int = 64, *, group_by_length: bool = True
+        self, texts: Sequence[str], batch_size: int = 64, *, group_by_length: bool = True,
+        parallel: bool | None = None
     ) -> Encoded:
-        """`encode_with_flags`, plus the tokens the model ran per text (from the same tokenisation)."""
+        """`encode_with_flags`, plus the tokens the model ran per text (from the same tokenisation). `parallel=False`
+        runs on the calling thread only, never on the encoder's run threads (the service's write lane: its
+        threads' CPU priority must be the one that runs)."""
         if not texts:
             return Encoded(np.zeros((0, self.dim), dtype=np.float32), [], [])
         encs = self.tokenizer.encode_batch(list(texts))
@@ -310,7 +313,7 @@ class OnnxEncoder:
         vecs = np.empty((len(texts), self.dim), dtype=np.float32)
         flags = [False] * len(texts)
         batches = [self._pad([encs[i] for i in idx]) for idx in groups]
-        for idx, batch, out in zip(groups, batches, self._run_many(batches), strict=True):
+        for idx, batch, out in zip(groups, batches, self._run_many(batches, parallel=parallel), strict=True):
             vecs[idx] = out
             for i, f in zip(idx.tolist(), batch.truncated, strict=True):
                 flags[i] = f

@@ -9,6 +9,8 @@ Owns, one module each:
 - `leases`: leases on the served searcher, so a swap never changes a batch's version under it;
 - `swap`: swapping to a new version, behind its gates (loads, matches its encoder, answers a probe, MRR@10);
 - `searcher`: an encoder paired with an index version, running one micro-batch;
+- `write_lane`: where writes' texts are encoded: threads of their own, at a lower CPU priority, in small chunks,
+  so that searches keep their latency under a stream of writes;
 - `writes`: documents written through the API: logged durably, replayed onto every version opened, switched
   with it;
 - `live`: the overlay of those writes on a version (an exact set of written vectors, tombstones skipped inside

@@ -7,8 +7,10 @@ of `workers` threads: ONNX Runtime and FAISS release the GIL, so `workers` threa
 the event loop keeps answering. Each batch leases the current searcher (`leases`) for its whole run, so a swap
 (`swap`) never mixes two versions in one answer.
 
-Writes (`upsert`, `delete`) encode their texts through the same door (admission, timeout, micro-batching), then
-log and apply them on a thread of their own (`writes`): an fsync never holds an inference worker.
+Writes (`upsert`, `delete`) pass the same door (admission, timeout), but their texts are encoded on the write lane
+(`write_lane`: threads of their own, at a lower CPU priority, in small chunks) rather than micro-batched with
+searches, so a stream of writes does not take the searches' workers or cores; then they are logged and applied on a
+thread of their own (`writes`): an fsync never holds an inference worker.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from service.engine.errors import NotReady, Overloaded, TimedOut
 from service.engine.leases import Leases
 from service.engine.searcher import Hit, Job, Searcher, SearchResult
 from service.engine.swap import Backend, Refusal, Swapper, SwapResult
+from service.engine.write_lane import WriteLane
 from service.engine.writes import Document, WriteResult, Writes
 from service.metrics import Metrics
 from service.settings import Settings
@@ -122,6 +125,8 @@ class Engine:
         # one thread: writes are serialised anyway (one log, one overlay), and their fsyncs wait here
         self.write_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="writes",
                                              initializer=set_threads, initargs=(settings.threads,))
+        self.write_lane = WriteLane(self.leases, threads=settings.write_threads or max(1, settings.workers // 2),
+                                    nice=settings.write_nice, chunk_texts=settings.write_chunk_texts)
         self.batcher: MicroBatcher | None = None
         self._tasks: set[asyncio.Task[object]] = set()
         self._sighup = False
@@ -162,6 +167,7 @@ class Engine:
             await self.batcher.stop()
         self.pool.shutdown(wait=True)
         self.write_pool.shutdown(wait=True)
+        self.write_lane.close()
         self.leases.close()
         self.writes.close()
         self.backend.close()
@@ -208,7 +214,7 @@ class Engine:
         then searchable — all before this returns. Raises WriteRefused / WritesUnsupported / WritesUnavailable."""
         searcher = self.leases.current
         Writes.check(searcher, [d.id for d in docs], any(d.metadata for d in docs))
-        encoded_by, r = await self._call([d.text for d in docs], None)
+        encoded_by, r = await self._call([d.text for d in docs], None, write=True)
         assert r.vectors is not None
         self.metrics.encode_seconds.labels("/documents").observe(r.encode_ms / 1000)
         self.metrics.texts_encoded.labels("/documents").inc(len(docs))
@@ -256,15 +262,20 @@ class Engine:
         return clamp_nprobe(self.settings.nprobe or manifest.index.nprobe, manifest.index.nlist)
 
     # -- admission, timeout and the workers --------------------------------------------------------------------
-    async def _call(self, texts: list[str], top_k: int | None, flt: dict[str, Any] | None = None
-                    ) -> tuple[Searcher, SearchResult]:
+    async def _call(self, texts: list[str], top_k: int | None, flt: dict[str, Any] | None = None, *,
+                    write: bool = False) -> tuple[Searcher, SearchResult]:
+        """Admit, run and time out one call: a search or encode (micro-batched), or a write's texts (`write`: on
+        the write lane)."""
         s = self.settings
         if self.in_flight >= s.max_in_flight:
             self.metrics.rejected.labels("busy").inc()
             raise Overloaded(self.in_flight, s.max_in_flight, s.retry_after_s)
         if self.leases.current is None:
             raise NotReady(self._not_ready_reason())
-        if self.batcher is not None:
+        if write:
+            future: asyncio.Future[tuple[Searcher, SearchResult]] = asyncio.ensure_future(
+                self.write_lane.encode(texts))
+        elif self.batcher is not None:
             future = self.batcher.submit(texts, top_k, flt)
         else:
             future = asyncio.ensure_future(self._run_one(Job(texts, top_k, flt)))

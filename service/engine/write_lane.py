@@ -1,0 +1,140 @@
+"""The write lane: writes' texts are encoded behind searches, so a stream of `PUT /documents` does not take the
+cores `/search` needs.
+
+Before this lane, a write's texts went through the micro-batcher like a query's: a 64-document write filled a batch
+(a query batched with it waited for all 64 texts), took one of the `workers` for its whole run, and competed for the
+cores at the same priority. Under a steady write stream, `/search` at 8 clients fell from 180 to 66 requests/s and
+its p99 rose from 87 to 386 ms (issue 25). The lane keeps writes out of the searches' way three ways:
+
+- **threads of its own** (`write_threads`, default: half the `workers`, at least one): a write never takes a search
+  worker and never shares an ONNX run with a query; searches are micro-batched on the `workers` exactly as without
+  writes, and writes never use more than their threads' cores;
+- **a lower CPU priority** (`write_nice`, default 10; Linux per-thread nice, relative to the process's): when
+  searches and writes both want a core, the kernel gives the searches' threads the larger share (nice +10 weighs
+  110 against a nice-0 thread's 1024: about a tenth of a core both want goes to the write); an idle server gives
+  writes their cores whole. Nice is a weight, not a wall, so writes slow down under load but never starve. It is
+  also a weight against every other process in the same CPU cgroup: on 2 cores shared with ~35 runnable jobs of
+  other users, writes at nice +10 fell to 1-4 documents/s (bench/results/search-under-writes-20261125T144046Z.md);
+  at load ~20 they ran at 20-66 (…151141Z.md). On a host of its own, only the searches compete with them;
+- **small chunks** (`write_chunk_texts` texts per ONNX run, one intra-op thread each): a write of 128 documents is
+  8 runs of 16 that spread over the lane's threads, and a write that timed out stops after its running chunks
+  instead of encoding the rest for nobody.
+
+A write leases the served searcher once, for all its chunks, so all of its vectors come from one encoder.
+Durability is unchanged: the encoded write is logged (fsync'd) and applied by `writes.Writes.commit` before the 200.
+Elsewhere than Linux the priority is not lowered (the threads and the chunks remain), and the log says so once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import os
+import sys
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import numpy as np
+
+from indexer.runtime.encoder import Encoded
+from service.engine.leases import Leases
+from service.engine.searcher import Searcher, SearchResult
+
+log = logging.getLogger(__name__)
+
+
+def lower_thread_priority(by: int) -> int | None:
+    """Lower the calling thread's CPU priority by `by` nice levels (capped at 19); the new nice value, or None
+    where threads have no priority of their own. Raising a nice value needs no privilege; undoing it would."""
+    if by <= 0 or not sys.platform.startswith("linux"):  # elsewhere PRIO_PROCESS on a thread id is not per thread
+        return None
+    tid = threading.get_native_id()
+    try:
+        nice = min(19, os.getpriority(os.PRIO_PROCESS, tid) + by)
+        os.setpriority(os.PRIO_PROCESS, tid, nice)
+    except OSError as exc:
+        log.warning("write lane: could not lower the priority of thread %d (%s): writes run at the searches' "
+                     "priority", tid, exc)
+        return None
+    return nice
+
+
+class WriteLane:
+    """Encodes writes' texts on `threads` low-priority threads, `chunk_texts` per ONNX run."""
+
+    def __init__(self, leases: Leases, *, threads: int, nice: int, chunk_texts: int) -> None:
+        self.leases = leases
+        self.chunk_texts = chunk_texts
+        self.nice = nice
+        self._counts = threading.Lock()
+        self.pending = 0  # chunks submitted and not ended yet (queued or running)
+        self.ran = 0  # chunks encoded (or failed)
+        self.dropped = 0  # chunks cancelled before they started: their write had timed out
+        # The threads start on the first write, after startup has loaded a version (and its probe query has started
+        # the tokenizer's thread pool, if it uses one, at the process's priority: threads inherit their creator's).
+        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="write-encode",
+                                       initializer=lower_thread_priority, initargs=(nice,))
+        if nice > 0 and not sys.platform.startswith("linux"):
+            log.info("write lane: thread priorities are Linux-only: writes are encoded at the searches' priority "
+                     "(still on threads of their own, in chunks of %d)", chunk_texts)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+    async def encode(self, texts: list[str]) -> tuple[Searcher, SearchResult]:
+        """The texts' vectors, with the served searcher's encoder (`SearchResult.vectors`, in text order). Raises
+        NotReady when no version is served. Cancelled (the caller timed out): the chunks not started are dropped,
+        and the lease is returned when the running ones end."""
+        searcher = self.leases.acquire()
+        chunks = [texts[i : i + self.chunk_texts] for i in range(0, len(texts), self.chunk_texts)]
+        release = _ReleaseWhenDone(self, searcher, len(chunks))
+        with self._counts:
+            self.pending += len(chunks)
+        ctx = contextvars.copy_context()  # the request id, in the lane threads' log lines
+        t0 = time.perf_counter()
+        futures: list[Future[Encoded]] = []
+        for chunk in chunks:
+            f = self.pool.submit(ctx.copy().run, searcher.encoder.encode_counted, chunk, len(chunk), parallel=False)
+            f.add_done_callback(release)
+            futures.append(f)
+        try:
+            parts = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
+        except BaseException:
+            for f in futures:
+                f.cancel()  # those not started yet; a cancelled future still runs its done callback
+            raise
+        vectors = np.concatenate([p.vectors for p in parts]) if parts else np.zeros((0, searcher.encoder.dim),
+                                                                                      dtype=np.float32)
+        encode_ms = (time.perf_counter() - t0) * 1000
+        return searcher, SearchResult([], [t for p in parts for t in p.truncated], encode_ms, 0.0, vectors=vectors,
+                                      batch_texts=max((len(c) for c in chunks), default=0),
+                                      tokens=[n for p in parts for n in p.tokens])
+
+
+    def _ended(self, future: Future[Encoded]) -> None:
+        with self._counts:
+            self.pending -= 1
+            if future.cancelled():
+                self.dropped += 1
+            else:
+                self.ran += 1
+
+
+class _ReleaseWhenDone:
+    """Counts a write's chunks as they end (run, failed or cancelled) and returns its lease after the last."""
+
+    def __init__(self, lane: WriteLane, searcher: Searcher, chunks: int) -> None:
+        self.lane, self.searcher, self.left = lane, searcher, chunks
+        self.lock = threading.Lock()
+        if chunks == 0:
+            lane.leases.release(searcher)
+
+    def __call__(self, future: Future[Encoded]) -> None:
+        self.lane._ended(future)
+        with self.lock:
+            self.left -= 1
+            last = self.left == 0
+        if last:
+            self.lane.leases.release(self.searcher)
