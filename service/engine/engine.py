@@ -33,6 +33,7 @@ from indexer.runtime.writelog import Delete, ExtId, Upsert
 from service.engine.batching import MicroBatcher
 from service.engine.errors import NotReady, Overloaded, TimedOut
 from service.engine.leases import Leases
+from service.engine.names import Encoder, ModelNames
 from service.engine.searcher import Hit, Job, Searcher, SearchResult
 from service.engine.swap import Backend, Refusal, Swapper, SwapResult
 from service.engine.writes import Document, WriteResult, Writes
@@ -68,9 +69,10 @@ class Vectors:
 
 @dataclass(frozen=True)
 class ServedModel:
-    """The encoder of the served version, by name (the `model_name` setting, else its folder's name)."""
+    """The encoder of the served version: `name` is its stable id in /v1 (`names`), `encoder` its folder's name."""
 
     name: str
+    encoder: str
     dim: int
     max_length: int
     pooling: str
@@ -112,6 +114,7 @@ class Engine:
         self.leases = Leases()
         self.writes = Writes(settings.index_root)
         self.swapper = Swapper(settings, self.backend, self.leases, self.metrics, writes=self.writes)
+        self.names = ModelNames(settings.index_root, settings.model_name, settings.model_aliases)
         self.metrics.engines_loaded.set_function(self.leases.alive)
         self.in_flight = 0  # admitted calls not answered yet (queued or in a running batch)
         # OpenMP's thread count is per thread: each worker sets its own, or every batched FAISS search would take
@@ -190,18 +193,19 @@ class Engine:
         self.metrics.encode_seconds.labels(endpoint).observe(r.encode_ms / 1000)
         self.metrics.texts_encoded.labels(endpoint).inc(len(texts))
         return Vectors(searcher.version, r.vectors, r.truncated, searcher.encoder.dim, r.tokens,
-                       self._model_name(searcher))
+                       searcher.encoder.model_dir.name)
 
-    def served_model(self) -> ServedModel:
-        """The served version's encoder; NotReady when none is loaded."""
+    def served_model(self, asked: str | None = None) -> ServedModel:
+        """The served version's encoder; NotReady when none is loaded. With `asked` (a request's `model`): raises
+        UnknownModel, or DimensionChanged for a name whose vectors had another dimension (see `names`)."""
         searcher = self.leases.current
         if searcher is None:
             raise NotReady(self._not_ready_reason())
-        meta = searcher.encoder.meta
-        return ServedModel(self._model_name(searcher), meta.dim, meta.max_length, meta.pooling, meta.exported_at)
-
-    def _model_name(self, searcher: Searcher) -> str:
-        return self.settings.model_name or searcher.encoder.model_dir.name
+        meta, encoder = searcher.encoder.meta, searcher.encoder.model_dir.name
+        if asked is not None:
+            self.names.resolve(asked, Encoder(encoder, meta.dim))
+        return ServedModel(self.names.served_id(meta.dim), encoder, meta.dim, meta.max_length, meta.pooling,
+                           meta.exported_at)
 
     async def upsert(self, docs: list[Document]) -> WriteResult:
         """Write documents (an id already served is replaced): encoded with the served encoder, logged durably,
