@@ -149,13 +149,12 @@ class IngestResult:
 def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder | None, *,
            batch_size: int | None = None, limit: int | None = None, progress: bool = True) -> IngestResult:
     """Stream `source` into `writer` (and through `encoder`, unless None: the Ray engine encodes elsewhere)."""
-    from tqdm import tqdm
+    from indexer.runtime.progress import Progress
 
     ids = DocIds()
     rows = VectorRows(encoder.dim) if encoder is not None else None
     result = IngestResult(ids, None)
-    bar = tqdm(total=source.total_bytes(), unit="B", unit_scale=True, desc="documents", mininterval=1.0,
-               dynamic_ncols=True, disable=not progress)
+    bar = Progress(source.total_bytes(), "documents", unit="B", unit_scale=True, bar=progress)
     pending: list[tuple[int, ExtId, str, str]] = []  # (row, external id, text, metadata JSON)
     pending_chars = 0
     t_start = time.perf_counter()

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "sharded":  # the same app and API; the engine's backend serves the shards on Ray
         overrides["engine"] = "sharded"
     settings = Settings(**overrides)
-    configure(settings.log_format, settings.log_level)
+    configure(settings.log_format, settings.log_level)  # and STRATA_LOG_FORMAT for the demo's child processes
     if args.train is not None and args.command != "demo":
         parser.error("--train/--no-train apply to demo")
     train = args.command == "demo" and args.train is not False  # the demo trains unless told not to
@@ -61,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         except (DemoError, OSError, ValueError, RuntimeError) as exc:
             print(f"demo: error: {exc}", file=sys.stderr)
             return 2
-    logging.getLogger(__name__).info(banner(settings))
+    # plain text on stdout, whatever the log format: a banner to read and a curl line to paste as it is
+    print(banner(settings), flush=True)
+    logging.getLogger(__name__).info("serving on http://%s:%d", settings.host, settings.port)
     if training is not None:
         training.start()
     try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -68,11 +69,21 @@ def prepare(settings: Settings, *, rows: int | None = None, rebuild: bool = Fals
                  root.current_version())
 
 
-def banner(settings: Settings) -> str:
+EXAMPLE_QUERY = {"query": "How do I learn Python quickly?", "top_k": 5}
+
+
+def curl_example(settings: Settings) -> str:
+    """A search as a shell command: the body is JSON, single-quoted (`shlex.quote`) so it pastes as it is."""
     url = f"http://{settings.host}:{settings.port}"
-    return (f"\nStrata is serving on {url}  (OpenAPI docs: {url}/docs)\n"
-            f"Try:\n  curl -s {url}/search -H 'Content-Type: application/json' "
-            "-d '{\"query\": \"How do I learn Python quickly?\", \"top_k\": 5}'\n")
+    body = shlex.quote(json.dumps(EXAMPLE_QUERY))
+    return f"curl -s {url}/search -H 'Content-Type: application/json' -d {body}"
+
+
+def banner(settings: Settings) -> str:
+    """What `python -m service` prints on stdout before it serves: plain text, never inside a log line."""
+    url = f"http://{settings.host}:{settings.port}"
+    return (f"\nStrata is serving on {url}  (search page: {url}/, OpenAPI docs: {url}/docs)\n"
+            f"Try:\n  {curl_example(settings)}\n")
 
 
 ADAPTED_MODEL_NAME = "all-MiniLM-L6-v2-adapted-mean"

@@ -20,6 +20,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel
 
+from indexer.runtime.progress import OnUpdate, Progress
+
 log = logging.getLogger(__name__)
 
 ENCODER_META = "encoder.json"
@@ -317,10 +319,11 @@ class OnnxEncoder:
 
     def encode(
         self, texts: Sequence[str], batch_size: int | None = None, *, progress: bool = False,
-        desc: str = "encoding"
+        desc: str = "encoding", on_progress: OnUpdate | None = None
     ) -> np.ndarray:
         """Encode many texts, `batch_size` per run (default: `corpus_batch_size`). Texts are sorted by length so
-        each batch pads little; output keeps input order."""
+        each batch pads little; output keeps input order. `progress`: a bar on a terminal, else log lines with rate
+        and ETA (`indexer.runtime.progress`), which also call `on_progress`."""
         batch_size = batch_size or self.corpus_batch_size
         n = len(texts)
         vecs = np.empty((n, self.dim), dtype=np.float32)
@@ -328,11 +331,7 @@ class OnnxEncoder:
             return vecs
         # Character length is a cheap, good proxy for token length when ordering.
         order = np.argsort([len(t) for t in texts], kind="stable")
-        bar = None
-        if progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=n, desc=desc, unit="text", mininterval=1.0, dynamic_ncols=True)
+        bar = Progress(n, desc, unit="texts", on_update=on_progress) if progress or on_progress else None
 
         def encode_batch(start: int, parallel: bool = False) -> int:
             idx = order[start : start + batch_size]
