@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
                 from service.demo import BackgroundTraining, training_plan
 
                 plan = training_plan(settings, rows=args.rows)
-                settings = settings.model_copy(update={"training_status": plan.status_file})
+                settings = settings.model_copy(update={"training_status": plan.chain_file})
                 training = BackgroundTraining(plan)
         except (DemoError, OSError, ValueError, RuntimeError) as exc:
             print(f"demo: error: {exc}", file=sys.stderr)

@@ -319,11 +319,11 @@ class OnnxEncoder:
 
     def encode(
         self, texts: Sequence[str], batch_size: int | None = None, *, progress: bool = False,
-        desc: str = "encoding", on_progress: OnUpdate | None = None
+        desc: str = "encoding", on_progress: OnUpdate | None = None, bar: bool = True
     ) -> np.ndarray:
         """Encode many texts, `batch_size` per run (default: `corpus_batch_size`). Texts are sorted by length so
         each batch pads little; output keeps input order. `progress`: a bar on a terminal, else log lines with rate
-        and ETA (`indexer.runtime.progress`), which also call `on_progress`."""
+        and ETA (`indexer.runtime.progress`), which also call `on_progress`; `bar=False`: log lines only."""
         batch_size = batch_size or self.corpus_batch_size
         n = len(texts)
         vecs = np.empty((n, self.dim), dtype=np.float32)
@@ -331,7 +331,7 @@ class OnnxEncoder:
             return vecs
         # Character length is a cheap, good proxy for token length when ordering.
         order = np.argsort([len(t) for t in texts], kind="stable")
-        bar = Progress(n, desc, unit="texts", on_update=on_progress) if progress or on_progress else None
+        shown = Progress(n, desc, unit="texts", on_update=on_progress, bar=bar) if progress or on_progress else None
 
         def encode_batch(start: int, parallel: bool = False) -> int:
             idx = order[start : start + batch_size]
@@ -339,8 +339,8 @@ class OnnxEncoder:
             return len(idx)
 
         def finished(done: int) -> None:
-            if bar is not None:
-                bar.update(done)
+            if shown is not None:
+                shown.update(done)
 
         starts = range(0, n, batch_size)
         if self._pool is not None and len(starts) > 1:
@@ -355,6 +355,6 @@ class OnnxEncoder:
         else:  # a single batch still splits its rows across the threads
             for start in starts:
                 finished(encode_batch(start, parallel=self.parallel))
-        if bar is not None:
-            bar.close()
+        if shown is not None:
+            shown.close()
         return vecs

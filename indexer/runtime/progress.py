@@ -7,7 +7,10 @@ container's log, `python -m service demo > demo.log`); there, `Progress` logs on
     mine: encoding: 41,216/220,492 texts (18.7%), 182 texts/s, ETA 16m 24s
 
 `on_update(done, total, eta_s)` is called at the same interval (and at the end) in both cases, so a job can put
-its progress in a status file (`encoder adapt`'s status.json, shown in the API's `/ready`).
+its progress in a status file (`encoder adapt`'s status.json, shown in the API's `/ready`). With
+`STRATA_PROGRESS_FILE` set, each job's progress is also written there (JSON, atomically, at most every 2 s and at
+its end; the latest `KEPT_JOBS` jobs, oldest first): how a parent process (the demo's background chain) follows
+the progress of the CLIs it starts.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -24,6 +28,9 @@ from indexer.runtime.logs import is_terminal, resolve_format
 log = logging.getLogger(__name__)
 
 INTERVAL_ENV = "STRATA_PROGRESS_INTERVAL_S"
+FILE_ENV = "STRATA_PROGRESS_FILE"
+FILE_INTERVAL_S = 2.0
+KEPT_JOBS = 20
 OnUpdate = Callable[[int, int, float | None], None]
 
 
@@ -41,6 +48,17 @@ def format_duration(seconds: float) -> str:
     if s < 3600:
         return f"{s // 60}m {s % 60:02d}s"
     return f"{s // 3600}h {s % 3600 // 60:02d}m"
+
+
+def read_jobs(path: Path) -> list[dict[str, Any]]:
+    """The jobs of a progress file, oldest first ([] when there is none or it cannot be read)."""
+    import json
+
+    try:
+        jobs = json.loads(path.read_text()).get("jobs", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [j for j in jobs if isinstance(j, dict)] if isinstance(jobs, list) else []
 
 
 def _bars() -> bool:
@@ -63,7 +81,9 @@ class Progress:
         self.interval = log_interval() if interval is None else interval
         self.postfix = ""
         self._start_n, self._t0 = initial, time.monotonic()
-        self._last = self._t0
+        self._last = self._last_file = self._t0
+        self._file = os.environ.get(FILE_ENV) or None
+        self._started_at = time.time()
         self._closed = False
         self._bar: Any = None
         if bar and _bars():
@@ -98,6 +118,22 @@ class Progress:
         if now - self._last >= self.interval:
             self._last = now
             self._report()
+        if self._file and now - self._last_file >= FILE_INTERVAL_S:
+            self._write_file()
+
+    def _write_file(self) -> None:
+        from indexer.runtime.atomic import write_json_atomic
+
+        self._last_file = time.monotonic()
+        path = Path(self._file)  # type: ignore[arg-type]
+        job = {"desc": self.desc, "n": self.n, "total": self.total, "unit": self.unit, "rate": self.rate(),
+               "eta_s": self.eta_s(), "started_at": self._started_at, "updated_at": time.time()}
+        try:
+            jobs = read_jobs(path)
+            jobs = [j for j in jobs if (j.get("desc"), j.get("started_at")) != (self.desc, self._started_at)]
+            write_json_atomic(path, {"jobs": [*jobs, job][-KEPT_JOBS:]})
+        except OSError as exc:  # progress reporting must never stop the job
+            self.logger.debug("cannot write %s: %s", self._file, exc)
 
     def set_postfix(self, refresh: bool = True, **values: object) -> None:
         self.postfix = ", ".join(f"{k}={v}" for k, v in values.items())
@@ -117,6 +153,8 @@ class Progress:
         if self._bar is not None:
             self._bar.close()
         self._report()
+        if self._file:
+            self._write_file()
 
     def __enter__(self) -> Progress:
         return self

@@ -92,6 +92,7 @@ class Status:
     in_flight: int = 0
     manifest: Manifest | None = None  # the served version's (build, eval figures)
     nprobe: int | None = None  # the lists probed per query: STRATA_NPROBE or the manifest's, clamped to nlist
+    since: datetime | None = None  # when the served version was swapped in
 
 
 def make_backend(settings: Settings) -> Backend:
@@ -253,7 +254,8 @@ class Engine:
                           in_flight=self.in_flight)
         return Status(True, self.backend.name, searcher.version, searcher.index.ntotal, str(searcher.encoder.model_dir),
                       searcher.encoder.meta.pooling, refused=refused, in_flight=self.in_flight,
-                      manifest=searcher.manifest, nprobe=self._nprobe(searcher.manifest))
+                      manifest=searcher.manifest, nprobe=self._nprobe(searcher.manifest),
+                      since=self.swapper.served_since)
 
     def _nprobe(self, manifest: Manifest) -> int:
         return clamp_nprobe(self.settings.nprobe or manifest.index.nprobe, manifest.index.nlist)
