@@ -5,7 +5,8 @@ torch never enters the API process, and `service` never imports the build pipeli
 Unless `--no-train`, the demo also adapts the encoder to Quora in the background while it serves (`BackgroundTraining`:
 `encoder adapt`, then `indexer build --target-recall` with the adapted encoder, both child processes at the
 lowest CPU priority). The running API swaps to the new version only if its swap gates pass (MRR@10 on the same
-evaluation set included); `/ready` shows the stage, step and ETA meanwhile."""
+evaluation set included); `/ready`, the log and the page show each stage's progress and the whole chain's ETA
+meanwhile (`service.chain`). The children log in the API's format (`STRATA_LOG_FORMAT`, set by its logging)."""
 
 from __future__ import annotations
 
