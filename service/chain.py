@@ -231,6 +231,7 @@ class ChainMonitor:
 
     def _log(self, number: int, stage: str, what: str, eta_s: float | None) -> None:
         self._last_log = time.time()
+        what = what.removeprefix(f"{stage}: ")  # "mine: encoding: …" under stage mine
         log.info("background [%d/%d] %s: %s; %s for the whole chain", number, len(STAGES), stage, what,
                  eta_text(eta_s))
 
