@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     # plain text on stdout, whatever the log format: a banner to read and a curl line to paste as it is
     print(banner(settings), flush=True)
-    logging.getLogger(__name__).info("serving on http://%s:%d", settings.host, settings.port)
+    logging.getLogger("service").info("serving on http://%s:%d", settings.host, settings.port)
     if training is not None:
         training.start()
     try:
