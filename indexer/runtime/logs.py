@@ -3,8 +3,8 @@
 `STRATA_LOG_FORMAT`: `text` (one readable line: `14:02:11 INFO indexer.build: message`), `json` (one JSON object a
 line, for log shippers), or `auto` (the default): text when stderr is a terminal, JSON otherwise. A parent that
 starts Strata CLIs passes its resolved format down in `STRATA_LOG_FORMAT` (`child_env`), so one log has one
-format. Off a terminal, third-party progress bars (Hugging Face's, tqdm's defaults) are turned off: Strata's own
-long jobs log their progress as lines instead (`indexer.runtime.progress`).
+format. Hugging Face's progress bars are off, and off a terminal tqdm's by default: Strata's own long jobs show a
+bar on a terminal and log their progress as lines elsewhere (`indexer.runtime.progress`).
 """
 
 from __future__ import annotations
@@ -79,9 +79,10 @@ def configure(fmt: str | None, level: str | int, *, quiet: Iterable[str] = (),
     for name in quiet:
         logging.getLogger(name).setLevel(logging.WARNING)
     os.environ[FORMAT_ENV] = resolved
+    # read when those libraries are imported. Hugging Face's bars ("Writing model shards: 1/1") say nothing worth
+    # a line anywhere; off a terminal, any bar redrawn with \r makes a multi-thousand-character line in a file.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     if not is_terminal():
-        # read when those libraries are imported: bars redrawn with \r make multi-thousand-character lines in a file
-        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         os.environ.setdefault("TQDM_DISABLE", "1")
     return resolved
 

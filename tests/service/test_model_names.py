@@ -58,7 +58,8 @@ def encoders(tiny_exported: Path, tmp_path_factory: pytest.TempPathFactory) -> d
 
 
 @pytest.fixture(scope="module")
-def swapped(encoders: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Path]]:
+def swapped(encoders: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[tuple[Server, Path, Path]]:
     tmp = tmp_path_factory.mktemp("names")
     data = quora_like(tmp / "quora.tsv.gz")
     root = tmp / "root"
@@ -66,8 +67,7 @@ def swapped(encoders: dict[str, Path], tmp_path_factory: pytest.TempPathFactory)
     # the random encoders' MRR@10 differ by chance: the quality gate is not what this test is about
     server = start_server(tmp, {"STRATA_INDEX_ROOT": str(root), "STRATA_WATCH_INTERVAL_S": "0.2",
                                 "STRATA_MAX_MRR_DROP": "1"})
-    server.data = data  # type: ignore[attr-defined]
-    yield server, root
+    yield server, root, data
     stop_server(server)
 
 
@@ -80,8 +80,8 @@ def vectors(answer: object) -> np.ndarray:
 
 
 def test_the_first_model_id_survives_swaps_until_the_dimension_changes(
-        swapped: tuple[Server, Path], encoders: dict[str, Path]) -> None:
-    server, root = swapped
+        swapped: tuple[Server, Path, Path], encoders: dict[str, Path]) -> None:
+    server, root, data = swapped
     oa = client(server)
     first_id = oa.models.list().data[0].id
     assert [m.id for m in oa.models.list().data] == [first_id] == ["strata-32"]
@@ -92,7 +92,7 @@ def test_the_first_model_id_survives_swaps_until_the_dimension_changes(
     first_version = IndexRoot(root).current_version()
 
     # a swap to another encoder of the same dimension: the listed id and the old names keep answering
-    wait_for_version(server, build(root, encoders["second"], server.data))  # type: ignore[attr-defined]
+    wait_for_version(server, build(root, encoders["second"], data))
     assert [m.id for m in oa.models.list().data] == [first_id]
     after = oa.embeddings.create(input=TEXTS, model=first_id, encoding_format="float")
     assert after.model == encoders["second"].name  # the answer names the encoder that made the vectors
@@ -105,7 +105,7 @@ def test_the_first_model_id_survives_swaps_until_the_dimension_changes(
     assert caught.value.code == "model_not_found" and first_id in caught.value.message
 
     # a swap to another dimension: the old ids answer 410 naming the new id and dimension
-    wait_for_version(server, build(root, encoders["wider"], server.data))  # type: ignore[attr-defined]
+    wait_for_version(server, build(root, encoders["wider"], data))
     assert [m.id for m in oa.models.list().data] == ["strata-48"]
     for gone in (first_id, encoders["first"].name, encoders["second"].name):
         with pytest.raises(openai.APIStatusError) as refused:
