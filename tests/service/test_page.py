@@ -267,6 +267,7 @@ def test_low_traffic_axis_and_the_background_training(browser: webdriver.Chrome,
     chain.write_text(json.dumps(running))
     srv = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(root), "STRATA_TRAINING_STATUS": str(chain)})
     try:
+        browser.get_log("browser")  # drop what earlier tests' deliberate errors left in the shared browser's log
         browser.get(srv.url + "/")
         wait(browser, lambda d: d.find_element(By.ID, "training").is_displayed(), "the training card")
         card = browser.find_element(By.ID, "training").text
