@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
@@ -20,7 +20,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel
 
-from indexer.runtime.progress import OnUpdate, Progress
+from indexer.runtime.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,7 @@ class EncoderMeta(BaseModel):
     """What `encoder.json` records about an exported model."""
 
     pooling: str  # "cls" | "mean" | "layers:I,J,…" (BERT-LC) | "pooler" (a trained pooler kept in the graph)
+    pooling_origin: str | None = None  # "--pooling", the checkpoint's pooling config file, or the default
     dim: int
     max_length: int
     source: str
@@ -319,11 +320,12 @@ class OnnxEncoder:
 
     def encode(
         self, texts: Sequence[str], batch_size: int | None = None, *, progress: bool = False,
-        desc: str = "encoding", on_progress: OnUpdate | None = None, bar: bool = True
+        desc: str = "encoding", on_progress: Callable[[int], None] | None = None, bar: bool = True
     ) -> np.ndarray:
         """Encode many texts, `batch_size` per run (default: `corpus_batch_size`). Texts are sorted by length so
         each batch pads little; output keeps input order. `progress`: a bar on a terminal, else log lines with rate
-        and ETA (`indexer.runtime.progress`), which also call `on_progress`; `bar=False`: log lines only."""
+        and ETA (`indexer.runtime.progress`); `bar=False`: log lines only. `on_progress(n)` hears of every n more
+        texts done (a caller's own progress bar)."""
         batch_size = batch_size or self.corpus_batch_size
         n = len(texts)
         vecs = np.empty((n, self.dim), dtype=np.float32)
@@ -331,7 +333,7 @@ class OnnxEncoder:
             return vecs
         # Character length is a cheap, good proxy for token length when ordering.
         order = np.argsort([len(t) for t in texts], kind="stable")
-        shown = Progress(n, desc, unit="texts", on_update=on_progress, bar=bar) if progress or on_progress else None
+        shown = Progress(n, desc, unit="texts", bar=bar) if progress else None
 
         def encode_batch(start: int, parallel: bool = False) -> int:
             idx = order[start : start + batch_size]
@@ -341,6 +343,8 @@ class OnnxEncoder:
         def finished(done: int) -> None:
             if shown is not None:
                 shown.update(done)
+            if on_progress is not None:
+                on_progress(done)
 
         starts = range(0, n, batch_size)
         if self._pool is not None and len(starts) > 1:

@@ -285,7 +285,7 @@ class Engine:
         finally:
             self.in_flight -= 1
             self.metrics.in_flight.set(self.in_flight)
-        if result.error is not None:  # this request's filter was refused by the version that ran its batch
+        if result.error is not None:  # this request alone was refused (its filter) or failed in its batch
             raise result.error
         if self.tracing.enabled and result.timeline is not None:
             self.tracing.record_batch(admitted, result.timeline, {
