@@ -8,6 +8,8 @@ import sys
 import threading
 from collections.abc import Callable
 
+from indexer.runtime.logs import configure, resolve_format
+
 
 class Terminated(BaseException):
     """SIGTERM (`docker stop`, `kill`), raised in the main thread so that context managers unwind: a build removes
@@ -20,15 +22,15 @@ def _raise_terminated(signum: int, frame: object) -> None:
 
 
 def configure_logging(verbose: bool = False) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-        stream=sys.stderr,
-    )
+    """Text on a terminal, JSON lines otherwise, or as `STRATA_LOG_FORMAT` says (the demo passes its own down)."""
+    try:
+        fmt = resolve_format()
+    except ValueError as exc:  # a bad STRATA_LOG_FORMAT: say so once, and log readably anyway
+        print(f"warning: {exc}; using auto", file=sys.stderr)
+        fmt = resolve_format("auto")
     # The ONNX exporter's optimiser logs every rewrite at INFO; keep our own INFO lines readable.
-    for noisy in ("onnxscript", "onnx_ir", "torch.onnx", "httpx", "faiss.loader"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    configure(fmt, logging.DEBUG if verbose else logging.INFO,
+              quiet=("onnxscript", "onnx_ir", "torch.onnx", "httpx", "faiss.loader"))
 
 
 def run_cli(func: Callable[[], int], known: tuple[type[BaseException], ...], prog: str) -> int:

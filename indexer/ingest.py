@@ -142,14 +142,14 @@ class ChunkProgress:
     """The documents bar: bytes of the input file as on disk (compressed, for .gz: the size known up front) whose
     rows are read *and encoded*. Rows are read a chunk ahead of the encoder, so the bar moves through each chunk's
     bytes as its texts are encoded; a corpus of one chunk no longer sits at 0 % while all of it is encoded.
-    `on_advance(position)` (tests, callers' own displays) hears every move."""
+    `on_advance(position)` (tests, callers' own displays) hears every move. A bar on a terminal, log lines with
+    rate and ETA elsewhere (`indexer.runtime.progress`; `enabled=False`: log lines only)."""
 
     def __init__(self, total: int, *, enabled: bool = True,
                  on_advance: Callable[[int], None] | None = None) -> None:
-        from tqdm import tqdm
+        from indexer.runtime.progress import Progress
 
-        self.bar = tqdm(total=total, unit="B", unit_scale=True, desc="documents", mininterval=1.0,
-                        dynamic_ncols=True, disable=not enabled)
+        self.bar = Progress(total, "documents", unit="B", unit_scale=True, bar=enabled)
         self.on_advance = on_advance
         self.read = 0  # bytes the reader has taken from disk
         self.position = 0  # bytes behind the rows already encoded (or stored, when not encoding)

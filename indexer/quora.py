@@ -99,12 +99,12 @@ def download(url: str, dest_dir: Path) -> Path:
     dest_dir.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(dest.name + ".part")
     log.info("downloading %s -> %s", url, dest)
-    from tqdm import tqdm
+    from indexer.runtime.progress import Progress
 
     try:
         with urllib.request.urlopen(url, timeout=60) as resp, open(tmp, "wb") as out:  # noqa: S310 (fixed URL)
             total = int(resp.headers.get("Content-Length") or 0) or None
-            with tqdm(total=total, unit="B", unit_scale=True, desc=dest.name) as bar:
+            with Progress(total or 0, dest.name, unit="B", unit_scale=True) as bar:
                 while block := resp.read(1 << 20):
                     out.write(block)
                     bar.update(len(block))

@@ -70,6 +70,7 @@ class AdaptStatus:
     best_dev: float | None = None
     message: str = ""
     stages_done: list[str] = field(default_factory=list)
+    stage_started_at: dict[str, float] = field(default_factory=dict)  # Unix time each stage of this run started
 
 
 class StatusWriter:
@@ -154,7 +155,8 @@ def _run(cfg: AdaptConfig, work: Path, status: StatusWriter) -> Path:
     data = str(cfg.data) if cfg.data else None
 
     def stage(name: str, message: str) -> None:
-        status.update(stage=name, message=message)
+        status.update(stage=name, message=message,
+                      stage_started_at={**status.status.stage_started_at, name: time.time()})
         log.info("adapt [%d/%d] %s: %s", STAGES.index(name) + 1, len(STAGES), name, message)
 
     def done(name: str) -> None:

@@ -23,6 +23,8 @@ from models.data import MINED_HEADER, TrainingQuestions
 
 log = logging.getLogger(__name__)
 
+SEARCH_CHUNK = 2048  # anchors per FAISS search call: progress between calls, throughput unchanged
+
 
 @dataclass
 class MineReport:
@@ -96,6 +98,7 @@ def mine(
 ) -> MineReport:
     from indexer.runtime.encoder import OnnxEncoder
     from indexer.runtime.faiss_index import build_ivf, effective_nlist, search
+    from indexer.runtime.progress import Progress
 
     if skip < 0 or take < 1 or depth < skip + take:
         raise ValueError(f"need skip >= 0, take >= 1 and depth >= skip + take (got {skip}, {take}, {depth})")
@@ -111,7 +114,8 @@ def mine(
         log.info("reusing the vectors in %s", cache)
     else:
         log.info("encoding %d training questions with %s", len(texts), model_dir)
-        vectors = encoder.encode(texts, progress=progress, desc="mine: encoding")
+        # progress: bars on a terminal; log lines (and $STRATA_PROGRESS_FILE) in any case
+        vectors = encoder.encode(texts, progress=True, bar=progress, desc="mine: encoding")
         np.save(cache.with_suffix(".tmp.npy"), vectors)
         cache.with_suffix(".tmp.npy").replace(cache)
     fitted = effective_nlist(len(texts), nlist)
@@ -119,8 +123,15 @@ def mine(
     position = {int(q): i for i, q in enumerate(qids)}
     anchors = np.asarray([position[a] for a, _ in questions.pairs], dtype=np.int64)
     log.info("searching %d anchors (depth %d, nprobe %d)", len(anchors), depth, nprobe)
-    # + cluster size margin: labelled duplicates and the anchor itself are dropped before skipping
-    _, hits = search(index, vectors[anchors], depth + 8)
+    # + cluster size margin: labelled duplicates and the anchor itself are dropped before skipping; in chunks, so
+    # that the search reports its progress too
+    chunks = []
+    with Progress(len(anchors), "mine: searching", unit="anchors", bar=progress, logger=log) as shown:
+        for start in range(0, len(anchors), SEARCH_CHUNK):
+            chunk = anchors[start : start + SEARCH_CHUNK]
+            chunks.append(search(index, vectors[chunk], depth + 8)[1])
+            shown.update(len(chunk))
+    hits = np.concatenate(chunks) if chunks else np.zeros((0, depth + 8), dtype=np.int64)
     cluster = duplicate_clusters(questions.pairs)
     tmp = out.with_name(out.name + ".tmp")
     with_negative = negatives = 0

@@ -192,12 +192,14 @@ class Trainer:
             self.best_dev, self.best_step = score, self.step
             self.save_best()
         metric = "quora_dev_mrr10" if isinstance(self.dev, QuoraDev) else "stsb_dev"
+        log.info("step %d/%d: dev %s %.4f (best %.4f at step %d)", self.step, self.total_steps, metric, score,
+                 self.best_dev, self.best_step)
         self._log(step=self.step, **{metric: round(score, 4)}, dev=round(score, 4), best_dev=round(self.best_dev, 4))
         return score
 
     # -- the loop -------------------------------------------------------------------------------------------
     def train(self) -> TrainResult:
-        from tqdm import tqdm
+        from indexer.runtime.progress import Progress
 
         cfg = self.cfg
         self.out.mkdir(parents=True, exist_ok=True)
@@ -216,14 +218,9 @@ class Trainer:
         amp = torch.autocast("cuda", dtype=torch.bfloat16) if cfg.amp and self.device.type == "cuda" else nullcontext()
         save_every = cfg.save_every or cfg.eval_every
         per_epoch = len(self.examples) // cfg.batch_size
-        bar = tqdm(
-            total=self.total_steps,
-            initial=self.step,
-            desc=f"train {cfg.objective}/{cfg.pooler}",
-            disable=not cfg.progress,
-            dynamic_ncols=True,
-            mininterval=2.0,
-        )
+        # a bar on a terminal (unless --no-progress), else a log line with rate and ETA every 30 s
+        bar = Progress(self.total_steps, f"train {cfg.objective}/{cfg.pooler}", unit="steps", initial=self.step,
+                       bar=cfg.progress, logger=log)
         started, start_step, step_seconds = time.perf_counter(), self.step, 0.0
         self.model.train()
         while self.step < self.total_steps:
@@ -240,7 +237,7 @@ class Trainer:
             self.step += 1
             step_seconds += time.perf_counter() - t0  # optimisation only: evaluation and saving excluded
             bar.update(1)
-            bar.set_postfix(loss=f"{loss.item():.4f}", best=f"{self.best_dev:.2f}")
+            bar.set_postfix(refresh=False, loss=f"{loss.item():.4f}", best=f"{self.best_dev:.2f}")
             if self.step % 10 == 0 or self.step == self.total_steps:
                 self._log(
                     step=self.step,

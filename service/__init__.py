@@ -9,7 +9,7 @@ of engine errors to HTTP (`errors`), API keys (`auth`), the body cap (`limits`),
 (`access`, `logs`), schemas (`schemas`, `openai_schemas`, `stats_schemas`), the hot routes' JSON (`responses`) —
 plus settings (environment variables prefixed `STRATA_`), Prometheus metrics, optional OpenTelemetry tracing
 (`tracing`), the sliding-window recorder behind `/stats` (`stats`), the search page's static files (`static/`)
-and the demo command.
+and the demo command (`demo`, with its background chain's status and ETA in `chain`).
 
 May import: `indexer.runtime` (encoder runtime, index versions, layout), fastapi/starlette (outside
 `service.engine`), pydantic, prometheus-client, numpy, uvicorn, OpenTelemetry (`tracing` only, and only when

@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValidationError as exc:
         print(f"python -m service: error: {settings_error(exc)}", file=sys.stderr)
         return 2
-    configure(settings.log_format, settings.log_level)
+    configure(settings.log_format, settings.log_level)  # and STRATA_LOG_FORMAT for the demo's child processes
     if args.train is not None and args.command != "demo":
         parser.error("--train/--no-train apply to demo")
     train = args.command == "demo" and args.train is not False  # the demo trains unless told not to
@@ -62,12 +62,14 @@ def main(argv: list[str] | None = None) -> int:
                 from service.demo import BackgroundTraining, training_plan
 
                 plan = training_plan(settings, rows=args.rows)
-                settings = settings.model_copy(update={"training_status": plan.status_file})
+                settings = settings.model_copy(update={"training_status": plan.chain_file})
                 training = BackgroundTraining(plan)
         except (DemoError, OSError, ValueError, RuntimeError) as exc:
             print(f"demo: error: {exc}", file=sys.stderr)
             return 2
-    logging.getLogger(__name__).info(banner(settings))
+    # plain text on stdout, whatever the log format: a banner to read and a curl line to paste as it is
+    print(banner(settings), flush=True)
+    logging.getLogger("service").info("serving on http://%s:%d", settings.host, settings.port)
     if training is not None:
         training.start()
     try:

@@ -5,23 +5,25 @@ torch never enters the API process, and `service` never imports the build pipeli
 Unless `--no-train`, the demo also adapts the encoder to Quora in the background while it serves (`BackgroundTraining`:
 `encoder adapt`, then `indexer build --target-recall` with the adapted encoder, both child processes at the
 lowest CPU priority). The running API swaps to the new version only if its swap gates pass (MRR@10 on the same
-evaluation set included); `/ready` shows the stage, step and ETA meanwhile."""
+evaluation set included); `/ready`, the log and the page show each stage's progress and the whole chain's ETA
+meanwhile (`service.chain`). The children log in the API's format (`STRATA_LOG_FORMAT`, set by its logging)."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
+import shlex
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from indexer.runtime.atomic import write_json_atomic
 from indexer.runtime.layout import IndexRoot
 from indexer.runtime.paths import DEFAULT_POOLING, default_model_dir, default_quora_source, strata_home
+from indexer.runtime.progress import FILE_ENV, log_interval
+from service.chain import ChainMonitor, ChainSizes, ChainState, Rates
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -68,14 +70,25 @@ def prepare(settings: Settings, *, rows: int | None = None, rebuild: bool = Fals
                  root.current_version())
 
 
-def banner(settings: Settings) -> str:
+EXAMPLE_QUERY = {"query": "How do I learn Python quickly?", "top_k": 5}
+
+
+def curl_example(settings: Settings) -> str:
+    """A search as a shell command: the body is JSON, single-quoted (`shlex.quote`) so it pastes as it is."""
     url = f"http://{settings.host}:{settings.port}"
-    return (f"\nStrata is serving on {url}  (OpenAPI docs: {url}/docs)\n"
-            f"Try:\n  curl -s {url}/search -H 'Content-Type: application/json' "
-            "-d '{\"query\": \"How do I learn Python quickly?\", \"top_k\": 5}'\n")
+    body = shlex.quote(json.dumps(EXAMPLE_QUERY))
+    return f"curl -s {url}/search -H 'Content-Type: application/json' -d {body}"
+
+
+def banner(settings: Settings) -> str:
+    """What `python -m service` prints on stdout before it serves: plain text, never inside a log line."""
+    url = f"http://{settings.host}:{settings.port}"
+    return (f"\nStrata is serving on {url}  (search page: {url}/, OpenAPI docs: {url}/docs)\n"
+            f"Try:\n  {curl_example(settings)}\n")
 
 
 ADAPTED_MODEL_NAME = "all-MiniLM-L6-v2-adapted-mean"
+ADAPT_STEPS, ADAPT_BATCH_SIZE = 500, 64  # `encoder adapt`'s defaults (for the ETA; `service` cannot import models)
 TRAINED_TARGET_RECALL = 0.95  # a trained encoder needs more IVF lists than the stock one (README: --target-recall)
 
 
@@ -95,7 +108,22 @@ class TrainingPlan:
 
     @property
     def status_file(self) -> Path:
+        """`encoder adapt`'s own status."""
         return self.work / "status.json"
+
+    @property
+    def chain_file(self) -> Path:
+        """The whole chain's status (`service.chain`): what `/ready` shows under `training`."""
+        return self.work / "chain.json"
+
+    @property
+    def progress_file(self) -> Path:
+        """The running child's progress (`STRATA_PROGRESS_FILE`)."""
+        return self.work / "progress.json"
+
+    def sizes(self) -> ChainSizes:
+        return ChainSizes(steps=self.steps or ADAPT_STEPS, batch_size=self.batch_size or ADAPT_BATCH_SIZE,
+                          quantized=self.quantize != "none")
 
     def commands(self) -> list[list[str]]:
         adapt = [sys.executable, "-m", "models.cli", "adapt", "--out", str(self.out), "--work", str(self.work),
@@ -138,41 +166,54 @@ class BackgroundTraining:
     def start(self) -> None:
         self._thread.start()
 
-    def _status(self, **changes: object) -> None:
-        try:
-            current = json.loads(self.plan.status_file.read_text())
-        except (OSError, ValueError):
-            current = {}
-        write_json_atomic(self.plan.status_file, {**current, **changes, "updated_at": time.time()})
-
     def _run(self) -> None:
-        adapt, build = self.plan.commands()
-        log.info("background training: adapting the encoder to Quora (status in /ready and %s)",
-                 self.plan.status_file)
+        plan = self.plan
+        plan.work.mkdir(parents=True, exist_ok=True)
+        plan.progress_file.unlink(missing_ok=True)
+        monitor = ChainMonitor(plan.chain_file, plan.status_file, plan.progress_file,
+                               ChainState(plan.sizes(), Rates.from_served(plan.root)),
+                               log_every=max(60.0, 2 * log_interval()))
+        env = {**os.environ, FILE_ENV: str(plan.progress_file)}  # and STRATA_LOG_FORMAT, set by the API's logging
+        adapt, build = plan.commands()
+        log.info("background training: adapting the encoder to Quora, then indexing with it (status in /ready and "
+                 "%s)", plan.chain_file)
         for name, cmd in (("adapt", adapt), ("index", build)):
-            if name == "index":
-                self._status(stage="index", eta_s=None,
-                             message=f"indexing with {self.plan.out} (nprobe for ANN recall@10 "
-                                     f">= {self.plan.target_recall})")
+            stage = None if name == "adapt" else "index"
+            monitor.tick(stage, f"indexing with {plan.out} (nprobe for ANN recall@10 >= {plan.target_recall})")
             with self._lock:
                 if self._stopping.is_set():
-                    return
-                self._proc = subprocess.Popen(cmd, preexec_fn=_lowest_priority)  # noqa: PLW1509
-            rc = self._proc.wait()
+                    break
+                self._proc = subprocess.Popen(cmd, env=env, preexec_fn=_lowest_priority)  # noqa: PLW1509
+            rc = self._wait(self._proc, monitor, stage)
             if self._stopping.is_set():
-                return
+                break
             if rc != 0:
                 self.returncode = rc
-                self._status(stage="failed", message=f"{name} exited with {rc} (see the log above); the served "
-                                                     f"index is unchanged")
+                monitor.finish(stage="failed", message=f"{name} exited with {rc} (see the log above); the served "
+                                                       f"index is unchanged")
                 log.error("background training: %s exited with %d; the served index is unchanged", name, rc)
                 return
+        if self._stopping.is_set():
+            adapt_status = monitor.tick() if self.plan.status_file.is_file() else {}
+            monitor.finish(stage="failed", message=f"stopped: {adapt_status.get('message', '')}".rstrip(": "))
+            return
         self.returncode = 0
-        current = IndexRoot(self.plan.root).current_version()
-        self._status(stage="done", eta_s=0.0,
-                     message=f"built {current} with the adapted encoder; the API swaps to it if its gates pass")
-        log.info("background training: built %s with %s; the API swaps to it if its gates pass", current,
-                 self.plan.out)
+        current = IndexRoot(plan.root).current_version()
+        monitor.state.built_version = current
+        monitor.finish(stage="swap", message=f"built {current} with the adapted encoder; the API swaps to it if "
+                                             f"its gates pass")
+        log.info("background training: built %s with %s; the API swaps to it if its gates pass (see /ready)",
+                 current, plan.out)
+
+    def _wait(self, proc: subprocess.Popen[bytes], monitor: ChainMonitor, stage: str | None) -> int:
+        while True:
+            try:
+                return proc.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                try:
+                    monitor.tick(stage)
+                except Exception:  # noqa: BLE001 (a status that cannot be written must not stop the chain)
+                    log.exception("background training: cannot write %s", monitor.out)
 
     def stop(self, timeout: float = 30.0) -> None:
         with self._lock:

@@ -5,6 +5,7 @@
     BadFilter    -> 422 (the filter does not fit the served version's metadata)
     WriteRefused -> 409                        WritesUnsupported -> 501      WritesUnavailable -> 503
     RequestValidationError -> 422 without the echoed input (400 on /v1/*, as OpenAI answers)
+    UnknownModel -> 404 `model_not_found`      DimensionChanged -> 410 `model_dimension_changed` (/v1 only)
 
 Every body is JSON with a `detail` that says why (or the ReloadResponse), never a stack trace — except under
 `/v1/` (the OpenAI-compatible routes), where every error, from the key check and the body cap to validation and
@@ -24,10 +25,12 @@ from starlette.exceptions import HTTPException
 
 from service.engine import (
     BadFilter,
+    DimensionChanged,
     NotReady,
     Overloaded,
     SwapRefused,
     TimedOut,
+    UnknownModel,
     WriteRefused,
     WritesUnavailable,
     WritesUnsupported,
@@ -154,6 +157,15 @@ async def writes_unavailable(request: Request, exc: WritesUnavailable) -> JSONRe
     return JSONResponse({"detail": str(exc)}, status_code=503)
 
 
+async def unknown_model(request: Request, exc: UnknownModel) -> JSONResponse:
+    return JSONResponse(openai_error(404, str(exc), param="model", code="model_not_found"), 404)
+
+
+async def dimension_changed(request: Request, exc: DimensionChanged) -> JSONResponse:
+    """410 Gone: what the name served is gone for good (vectors of its dimension); the message names the new id."""
+    return JSONResponse(openai_error(410, str(exc), param="model", code="model_dimension_changed"), 410)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(HTTPException, http_error)  # type: ignore[arg-type]
@@ -166,3 +178,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(WriteRefused, write_refused)  # type: ignore[arg-type]
     app.add_exception_handler(WritesUnsupported, writes_unsupported)  # type: ignore[arg-type]
     app.add_exception_handler(WritesUnavailable, writes_unavailable)  # type: ignore[arg-type]
+    app.add_exception_handler(UnknownModel, unknown_model)  # type: ignore[arg-type]
+    app.add_exception_handler(DimensionChanged, dimension_changed)  # type: ignore[arg-type]

@@ -112,15 +112,42 @@ class SwapRefusal(BaseModel):
     at: datetime
 
 
+class ChainStage(BaseModel):
+    name: str
+    started_at: float = Field(description="Unix time")
+    finished_at: float | None = None
+    seconds: float | None = None
+    done: int | None = Field(None, description="the stage's last progress count, of `total` `unit`")
+    total: int | None = None
+    unit: str | None = None
+
+
+class ChainSwap(BaseModel):
+    outcome: Literal["pending", "swapped", "refused"]
+    version: str = Field(description="the version the chain built")
+    at: datetime | None = Field(None, description="when the API swapped to it, or refused it")
+    reason: str | None = Field(None, description="why it was refused (the served version keeps answering)")
+
+
 class TrainingProgress(BaseModel):
     """A background in-domain training (`python -m service demo --train`), read from its status file."""
 
-    stage: str = Field(description="base | mine | train | export (`encoder adapt`), then index (the build), then "
-                       "done (built: the API swaps to it if its MRR@10 passes the gate) or failed")
-    step: int = 0
+    stage: str = Field(description="base | mine | train | export (`encoder adapt`), index (the build), swap "
+                       "(waiting for the API's swap), then done (see `swap`) or failed")
+    step: int = Field(0, description="progress of the stage, in `unit` (texts, anchors, steps)")
     total_steps: int = 0
-    eta_s: float | None = Field(None, description="seconds left in the training stage")
+    unit: str | None = None
+    eta_s: float | None = Field(None, description="seconds left for the whole remaining chain, up to the swap")
+    eta_at: datetime | None = Field(None, description="when the whole chain is expected to end")
+    stage_eta_s: float | None = Field(None, description="seconds left in the running stage")
+    stage_number: int | None = Field(None, description="1-based, of `stages_total`")
+    stages_total: int | None = None
+    progress: str | None = Field(None, description="the running job's progress line")
     message: str = ""
+    best_dev: float | None = Field(None, description="the training's best Quora dev MRR@10 so far")
+    built_version: str | None = None
+    swap: ChainSwap | None = Field(None, description="the API's swap to the version the chain built")
+    stages: list[ChainStage] = Field(default_factory=list, description="the stages so far, with their times")
     updated_at: float | None = Field(None, description="Unix time of the status file's last update")
 
 

@@ -29,7 +29,8 @@ class Settings(BaseSettings):
     model_dir: Path | None = Field(None, description="exported encoder; default: the one the index was built with")
     nprobe: int | None = Field(None, ge=1, description="override the index's nprobe")
     log_level: str = "info"
-    log_format: Literal["json", "text"] = "json"
+    log_format: Literal["json", "text", "auto"] = Field("auto", description="auto: readable text lines when stderr "
+                                                        "is a terminal, one JSON object a line otherwise")
 
     # CPU: `workers` inference threads, each running ONNX Runtime and FAISS with `threads` threads, so that
     # concurrent requests use workers × threads cores instead of oversubscribing them.

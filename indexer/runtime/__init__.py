@@ -20,6 +20,9 @@ Owns:
 - `guards`: the shrink guard (`STRATA_MAX_SHRINK`) shared by builds and swaps;
 - `writelog`: the root's write log (documents written through the API), appended by the service, replayed onto
   every version it opens, folded into versions by `indexer compact`;
+- `logs`: the log format of every Strata process (text on a terminal, JSON lines otherwise, `STRATA_LOG_FORMAT`);
+- `progress`: a long job's progress: a bar on a terminal, log lines with rate and ETA elsewhere, and the
+  `STRATA_PROGRESS_FILE` a parent process follows;
 - `atomic`: atomic file and folder writes;
 - `paths`: default locations (`STRATA_HOME`, `STRATA_DATA_DIR`).
 

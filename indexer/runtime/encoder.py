@@ -20,6 +20,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel
 
+from indexer.runtime.progress import Progress
+
 log = logging.getLogger(__name__)
 
 ENCODER_META = "encoder.json"
@@ -321,11 +323,12 @@ class OnnxEncoder:
 
     def encode(
         self, texts: Sequence[str], batch_size: int | None = None, *, progress: bool = False,
-        desc: str = "encoding", on_progress: Callable[[int], None] | None = None
+        desc: str = "encoding", on_progress: Callable[[int], None] | None = None, bar: bool = True
     ) -> np.ndarray:
         """Encode many texts, `batch_size` per run (default: `corpus_batch_size`). Texts are sorted by length so
-        each batch pads little; output keeps input order. `on_progress(n)` hears of every n more texts done (a
-        caller's own progress bar)."""
+        each batch pads little; output keeps input order. `progress`: a bar on a terminal, else log lines with rate
+        and ETA (`indexer.runtime.progress`); `bar=False`: log lines only. `on_progress(n)` hears of every n more
+        texts done (a caller's own progress bar)."""
         batch_size = batch_size or self.corpus_batch_size
         n = len(texts)
         vecs = np.empty((n, self.dim), dtype=np.float32)
@@ -333,11 +336,7 @@ class OnnxEncoder:
             return vecs
         # Character length is a cheap, good proxy for token length when ordering.
         order = np.argsort([len(t) for t in texts], kind="stable")
-        bar = None
-        if progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=n, desc=desc, unit="text", mininterval=1.0, dynamic_ncols=True)
+        shown = Progress(n, desc, unit="texts", bar=bar) if progress else None
 
         def encode_batch(start: int, parallel: bool = False) -> int:
             idx = order[start : start + batch_size]
@@ -345,8 +344,8 @@ class OnnxEncoder:
             return len(idx)
 
         def finished(done: int) -> None:
-            if bar is not None:
-                bar.update(done)
+            if shown is not None:
+                shown.update(done)
             if on_progress is not None:
                 on_progress(done)
 
@@ -363,6 +362,6 @@ class OnnxEncoder:
         else:  # a single batch still splits its rows across the threads
             for start in starts:
                 finished(encode_batch(start, parallel=self.parallel))
-        if bar is not None:
-            bar.close()
+        if shown is not None:
+            shown.close()
         return vecs

@@ -8,6 +8,7 @@ Owns, one module each:
 - `batching`: micro-batching of concurrent calls into one ONNX run;
 - `leases`: leases on the served searcher, so a swap never changes a batch's version under it;
 - `swap`: swapping to a new version, behind its gates (loads, matches its encoder, answers a probe, MRR@10);
+- `names`: the stable names the OpenAI-compatible routes serve the encoder under, across swaps;
 - `searcher`: an encoder paired with an index version, running one micro-batch;
 - `write_lane`: where writes' texts are encoded: threads of their own, at a lower CPU priority, in small chunks,
   so that searches keep their latency under a stream of writes;
@@ -37,9 +38,10 @@ from service.engine.errors import (
     WritesUnavailable,
     WritesUnsupported,
 )
+from service.engine.names import DimensionChanged, UnknownModel
 from service.engine.swap import Refusal, SwapResult
 from service.engine.writes import Document, WriteResult
 
-__all__ = ["BadFilter", "Document", "Engine", "EngineError", "Hits", "Mismatch", "NotReady", "Overloaded", "Refusal",
-           "ServedModel", "Status", "SwapRefused", "SwapResult", "TimedOut", "Vectors", "WriteRefused", "WriteResult",
-           "WritesUnavailable", "WritesUnsupported"]
+__all__ = ["BadFilter", "DimensionChanged", "Document", "Engine", "EngineError", "Hits", "Mismatch", "NotReady",
+           "Overloaded", "Refusal", "ServedModel", "Status", "SwapRefused", "SwapResult", "TimedOut", "UnknownModel",
+           "Vectors", "WriteRefused", "WriteResult", "WritesUnavailable", "WritesUnsupported"]

@@ -35,6 +35,7 @@ from indexer.runtime.writelog import Delete, ExtId, Upsert
 from service.engine.batching import MicroBatcher
 from service.engine.errors import NotReady, Overloaded, TimedOut
 from service.engine.leases import Leases
+from service.engine.names import Encoder, ModelNames
 from service.engine.searcher import Hit, Job, Searcher, SearchResult
 from service.engine.swap import Backend, Refusal, Swapper, SwapResult
 from service.engine.write_lane import WriteLane
@@ -71,9 +72,10 @@ class Vectors:
 
 @dataclass(frozen=True)
 class ServedModel:
-    """The encoder of the served version, by name (the `model_name` setting, else its folder's name)."""
+    """The encoder of the served version: `name` is its stable id in /v1 (`names`), `encoder` its folder's name."""
 
     name: str
+    encoder: str
     dim: int
     max_length: int
     pooling: str
@@ -93,6 +95,7 @@ class Status:
     in_flight: int = 0
     manifest: Manifest | None = None  # the served version's (build, eval figures)
     nprobe: int | None = None  # the lists probed per query: STRATA_NPROBE or the manifest's, clamped to nlist
+    since: datetime | None = None  # when the served version was swapped in
 
 
 def make_backend(settings: Settings) -> Backend:
@@ -115,6 +118,7 @@ class Engine:
         self.leases = Leases()
         self.writes = Writes(settings.index_root)
         self.swapper = Swapper(settings, self.backend, self.leases, self.metrics, writes=self.writes)
+        self.names = ModelNames(settings.index_root, settings.model_name, settings.model_aliases)
         self.metrics.engines_loaded.set_function(self.leases.alive)
         self.in_flight = 0  # admitted calls not answered yet (queued or in a running batch)
         # OpenMP's thread count is per thread: each worker sets its own, or every batched FAISS search would take
@@ -196,18 +200,19 @@ class Engine:
         self.metrics.encode_seconds.labels(endpoint).observe(r.encode_ms / 1000)
         self.metrics.texts_encoded.labels(endpoint).inc(len(texts))
         return Vectors(searcher.version, r.vectors, r.truncated, searcher.encoder.dim, r.tokens,
-                       self._model_name(searcher))
+                       searcher.encoder.model_dir.name)
 
-    def served_model(self) -> ServedModel:
-        """The served version's encoder; NotReady when none is loaded."""
+    def served_model(self, asked: str | None = None) -> ServedModel:
+        """The served version's encoder; NotReady when none is loaded. With `asked` (a request's `model`): raises
+        UnknownModel, or DimensionChanged for a name whose vectors had another dimension (see `names`)."""
         searcher = self.leases.current
         if searcher is None:
             raise NotReady(self._not_ready_reason())
-        meta = searcher.encoder.meta
-        return ServedModel(self._model_name(searcher), meta.dim, meta.max_length, meta.pooling, meta.exported_at)
-
-    def _model_name(self, searcher: Searcher) -> str:
-        return self.settings.model_name or searcher.encoder.model_dir.name
+        meta, encoder = searcher.encoder.meta, searcher.encoder.model_dir.name
+        if asked is not None:
+            self.names.resolve(asked, Encoder(encoder, meta.dim))
+        return ServedModel(self.names.served_id(meta.dim), encoder, meta.dim, meta.max_length, meta.pooling,
+                           meta.exported_at)
 
     async def upsert(self, docs: list[Document]) -> WriteResult:
         """Write documents (an id already served is replaced): encoded with the served encoder, logged durably,
@@ -256,7 +261,8 @@ class Engine:
                           in_flight=self.in_flight)
         return Status(True, self.backend.name, searcher.version, searcher.index.ntotal, str(searcher.encoder.model_dir),
                       searcher.encoder.meta.pooling, refused=refused, in_flight=self.in_flight,
-                      manifest=searcher.manifest, nprobe=self._nprobe(searcher.manifest))
+                      manifest=searcher.manifest, nprobe=self._nprobe(searcher.manifest),
+                      since=self.swapper.served_since)
 
     def _nprobe(self, manifest: Manifest) -> int:
         return clamp_nprobe(self.settings.nprobe or manifest.index.nprobe, manifest.index.nlist)

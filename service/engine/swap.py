@@ -88,6 +88,7 @@ class Swapper:
         self.writes = writes  # the write log replayed onto each candidate, and the switch made under its lock
         self.root = IndexRoot(settings.index_root)
         self.refused: Refusal | None = None  # the latest attempt's refusal; cleared by a successful swap
+        self.served_since: datetime | None = None  # when the served version was swapped in
         self._lock = asyncio.Lock()
 
     def target(self) -> str | None:
@@ -245,6 +246,7 @@ class Swapper:
         if previous is not None:
             m.swaps.labels("swapped").inc()
         m.swap_refused_now.set(0)
+        self.served_since = datetime.now(timezone.utc)
         m.ready.set(1)
         m.index_size.set(searcher.index.ntotal)
         m.index_mrr.set(manifest.eval.mrr_at_10 if manifest.eval else float("nan"))

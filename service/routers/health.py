@@ -6,7 +6,9 @@ from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from service.chain import read_json, swap_outcome
 from service.deps import EngineDep, MetricsDep, SettingsDep
+from service.engine import Status
 from service.schemas import Ready, SwapRefusal, TrainingProgress
 
 router = APIRouter(tags=["operations"])
@@ -18,14 +20,21 @@ async def health() -> dict[str, str]:
     return {"status": "ok"}
 
 
-def training_progress(path: Path | None) -> TrainingProgress | None:
+def training_progress(path: Path | None, status: Status) -> TrainingProgress | None:
     """The background training's status file, or None when there is none or it cannot be read (it is rewritten
-    atomically, so a read sees a whole file or the previous one)."""
+    atomically, so a read sees a whole file or the previous one); with the outcome of the API's swap to what it
+    built."""
     if path is None:
         return None
+    chain = read_json(path)
+    if chain is None:
+        return None
+    r = status.refused
+    refused = (r.version, r.reason, r.at.timestamp()) if r else None
+    since = status.since.timestamp() if status.since else None
     try:
-        return TrainingProgress.model_validate_json(path.read_bytes())
-    except (OSError, ValueError):
+        return TrainingProgress.model_validate(swap_outcome(chain, status.version, since, refused))
+    except ValueError:
         return None
 
 
@@ -37,7 +46,7 @@ async def ready(engine: EngineDep, settings: SettingsDep) -> Response:
     s = engine.status()
     r = s.refused
     refused = SwapRefusal(version=r.version, kind=r.kind, reason=r.reason, at=r.at) if r else None
-    training = training_progress(settings.training_status)
+    training = training_progress(settings.training_status, s)
     if not s.ready:
         body = Ready(ready=False, reason=s.reason, swap_refused=refused, training=training)
         return JSONResponse(body.model_dump(mode="json", exclude_none=True), status_code=503)

@@ -4,8 +4,11 @@ The same engine call as `/encode` (keys, limits, the in-flight cap, micro-batchi
 metrics are labelled `/v1/embeddings`), in OpenAI's request and response shapes, so that OpenAI's clients work
 with `base_url="http://HOST:PORT/v1"`. Errors here have OpenAI's shape (`service.errors`).
 
-`model` must name the served encoder (`STRATA_MODEL_NAME`, default its folder's name) or one of
-`STRATA_MODEL_ALIASES` (`["*"]`: any name); another name is a 404 `model_not_found`, as OpenAI answers.
+`model` must be the served id (`STRATA_MODEL_NAME`, default `strata-<dim>`: the same across swaps that keep the
+dimension) or an alias: the served encoder's folder name, the encoders of the versions a rollback can serve (of the
+same dimension), `STRATA_MODEL_ALIASES` (`["*"]`: any name); another name is a 404 `model_not_found`, as OpenAI
+answers, and a name whose vectors had another dimension a 410 `model_dimension_changed` (`service.engine.names`).
+An answer's `model` names the encoder that made its vectors.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import base64
 import numpy as np
 from fastapi import APIRouter
 
-from service.deps import EngineDep, SettingsDep
+from service.deps import EngineDep
 from service.engine import ServedModel
 from service.openai_schemas import (
     Embedding,
@@ -27,29 +30,18 @@ from service.openai_schemas import (
     OpenAIRequestError,
     Usage,
 )
-from service.settings import Settings
-
-ANY_MODEL = "*"
 
 router = APIRouter(prefix="/v1", tags=["openai"], responses={
     400: {"model": OpenAIErrorBody, "description": "invalid request: validation, token arrays, `dimensions`"},
     401: {"model": OpenAIErrorBody, "description": "missing or invalid API key (only when keys are configured)"},
     404: {"model": OpenAIErrorBody, "description": "`model` is not the served model or an accepted alias"},
+    410: {"model": OpenAIErrorBody, "description": "`model` named vectors of a dimension no longer served (a swap "
+          "changed it); the message names the served id"},
     413: {"model": OpenAIErrorBody, "description": "request body over the size cap"},
     429: {"model": OpenAIErrorBody, "description": "too many requests in flight; see Retry-After"},
     503: {"model": OpenAIErrorBody, "description": "no index loaded"},
     504: {"model": OpenAIErrorBody, "description": "inference timed out"},
 })
-
-
-def _accepts(name: str, served: ServedModel, settings: Settings) -> bool:
-    return name == served.name or name in settings.model_aliases or ANY_MODEL in settings.model_aliases
-
-
-def _check_model(name: str, served: ServedModel, settings: Settings) -> None:
-    if not _accepts(name, served, settings):
-        raise OpenAIRequestError(404, f"The model `{name}` does not exist or you do not have access to it; this "
-                                 f"server serves `{served.name}`", param="model", code="model_not_found")
 
 
 def _card(served: ServedModel) -> ModelCard:
@@ -62,10 +54,9 @@ def _base64(vector: np.ndarray) -> str:
 
 
 @router.post("/embeddings", response_model=EmbeddingResponse)
-async def embeddings(body: EmbeddingRequest, engine: EngineDep, settings: SettingsDep) -> EmbeddingResponse:
+async def embeddings(body: EmbeddingRequest, engine: EngineDep) -> EmbeddingResponse:
     """OpenAI's embeddings call: the same L2-normalised vectors as `/encode`, as floats or base64."""
-    served = engine.served_model()
-    _check_model(body.model, served, settings)
+    served = engine.served_model(body.model)
     if body.dimensions is not None and body.dimensions != served.dim:
         raise OpenAIRequestError(400, f"`{served.name}` makes {served.dim}-dimensional vectors and cannot shorten "
                                  f"them (it was not trained for truncated, Matryoshka-style vectors): omit "
@@ -82,13 +73,12 @@ async def embeddings(body: EmbeddingRequest, engine: EngineDep, settings: Settin
 
 @router.get("/models", response_model=ModelList)
 async def models(engine: EngineDep) -> ModelList:
-    """The served encoder (aliases are accepted by `/v1/embeddings` but not listed)."""
+    """The served id (aliases are accepted by `/v1/embeddings` but not listed, so the list does not change when a
+    swap changes the encoder)."""
     return ModelList(data=[_card(engine.served_model())])
 
 
 @router.get("/models/{model}", response_model=ModelCard)
-async def model(model: str, engine: EngineDep, settings: SettingsDep) -> ModelCard:
-    """The served encoder, asked for by its name or an accepted alias."""
-    served = engine.served_model()
-    _check_model(model, served, settings)
-    return _card(served)
+async def model(model: str, engine: EngineDep) -> ModelCard:
+    """The served model, asked for by its id or an accepted alias."""
+    return _card(engine.served_model(model))

@@ -261,7 +261,7 @@
       row.append(head, el("td", "", fmtMs(part.p50)), el("td", "", fmtMs(part.p95)), el("td", "", fmtMs(part.p99)));
       body.append(row);
     }
-    $("live-rate").textContent = w.requests + " requests, " + w.requests_per_s.toFixed(2) + " requests/s";
+    $("live-rate").textContent = countOf(w.requests, "request") + ", " + fmtRate(w.requests_per_s) + " requests/s";
   }
 
   function svg(tag, attrs) {
@@ -304,10 +304,10 @@
     for (const f of [0, 0.5, 1]) {
       const y = bottom - f * height;
       chart.append(svg("line", { class: "grid", x1: left, x2: right, y1: y, y2: y }));
-      const ms = svg("text", { class: "axis", x: left - 4, y: y + 3, "text-anchor": "end" });
-      ms.textContent = fmtAxis(f * msMax);
-      const rps = svg("text", { class: "axis", x: right + 4, y: y + 3, "text-anchor": "start" });
-      rps.textContent = fmtAxis(f * rpsMax);
+      const ms = svg("text", { class: "axis ms", x: left - 4, y: y + 3, "text-anchor": "end" });
+      ms.textContent = fmtTick(f * msMax, msMax / 2);
+      const rps = svg("text", { class: "axis rps", x: right + 4, y: y + 3, "text-anchor": "start" });
+      rps.textContent = fmtTick(f * rpsMax, rpsMax / 2);
       chart.append(ms, rps);
     }
     for (const [key, cls] of [["p95_ms", "line p95"], ["p50_ms", "line p50"]]) {
@@ -339,13 +339,68 @@
     chart.append(from, now, unitMs, unitRps);
     const w = stats.windows[stats.windows.length - 1];
     $("chart-desc").textContent = w.requests
-      ? "Over the last " + w.seconds / 60 + " minutes: " + w.requests + " requests, p50 " + fmtMs(w.total_ms.p50) +
+      ? "Over the last " + w.seconds / 60 + " minutes: " + countOf(w.requests, "request") + ", p50 " +
+        fmtMs(w.total_ms.p50) +
         " ms, p95 " + fmtMs(w.total_ms.p95) + " ms."
       : "No requests in the last " + w.seconds / 60 + " minutes.";
   }
 
-  function fmtAxis(v) {
-    return v >= 10 || Number.isInteger(v) ? String(Math.round(v)) : v.toFixed(1);
+  // A tick label with as many decimals as the ticks' step needs (0.005 apart: three), so that no two ticks of
+  // an axis read the same; trailing zeros dropped.
+  function fmtTick(v, step) {
+    let digits = 0;
+    while (digits < 6 && Math.abs(step * 10 ** digits - Math.round(step * 10 ** digits)) > 1e-9) digits++;
+    return String(Number(v.toFixed(digits)));
+  }
+
+  function countOf(n, noun) {
+    return n.toLocaleString("en") + " " + noun + (n === 1 ? "" : "s");
+  }
+
+  // Requests per second with two significant digits below 1 (0.017, not 0.02 for one request a minute).
+  function fmtRate(v) {
+    return v >= 1 || v === 0 ? v.toFixed(2) : String(Number(v.toPrecision(2)));
+  }
+
+  // -- the background training (`demo`): its stage and the ETA of the whole chain, from /ready -----------------
+  function fmtDuration(seconds) {
+    const s = Math.round(seconds);
+    if (s < 60) return s + " s";
+    if (s < 3600) return Math.floor(s / 60) + " min " + String(s % 60).padStart(2, "0") + " s";
+    return Math.floor(s / 3600) + " h " + String(Math.floor((s % 3600) / 60)).padStart(2, "0") + " min";
+  }
+
+  function renderTraining(ready) {
+    const box = $("training");
+    const t = ready && ready.training;
+    if (!t) {
+      box.hidden = true;
+      return;
+    }
+    box.hidden = false;
+    const facts = $("training-facts");
+    facts.replaceChildren();
+    const number = t.stage_number ? " (" + t.stage_number + "/" + t.stages_total + ")" : "";
+    fact(facts, "Stage", t.stage + number);
+    if (t.progress) fact(facts, "Progress", t.progress);
+    else if (t.total_steps) fact(facts, "Progress", t.step.toLocaleString("en") + "/" +
+      t.total_steps.toLocaleString("en") + " " + (t.unit || "steps"));
+    if (t.eta_s !== null && t.eta_s !== undefined && t.stage !== "done" && t.stage !== "failed") {
+      const end = t.eta_at ? new Date(t.eta_at).toLocaleTimeString("en-GB", { hour: "2-digit", minute: "2-digit" })
+        : "";
+      fact(facts, "ETA", fmtDuration(t.eta_s) + " for the whole chain" + (end ? " (about " + end + ")" : ""));
+    }
+    if (t.swap && t.swap.outcome !== "pending") {
+      const at = t.swap.at ? new Date(t.swap.at).toLocaleTimeString("en-GB") : "";
+      fact(facts, "Swap", t.swap.outcome === "swapped" ? "swapped to " + t.swap.version + (at ? " at " + at : "")
+        : "refused " + t.swap.version + ": " + (t.swap.reason || ""));
+    }
+    $("training-message").textContent = t.message || "";
+  }
+
+  async function refreshTraining() {
+    const result = await call("GET", "/ready");
+    if (result.ok || result.status === 503) renderTraining(result.data);
   }
 
   async function refreshStats() {
@@ -362,6 +417,7 @@
     renderIndex(stats);
     renderLive(stats);
     renderChart(stats);
+    refreshTraining();
   }
 
   function pollStats() {

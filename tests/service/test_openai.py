@@ -38,7 +38,10 @@ def v1(tmp_path_factory: pytest.TempPathFactory, quora_root: Path) -> Iterator[S
 
 @pytest.fixture(scope="module")
 def model(minilm_mean: Path) -> str:
-    return minilm_mean.name  # the served name: the encoder folder's name
+    return minilm_mean.name  # the encoder folder's name: an alias of the served id, and the answers' `model`
+
+
+SERVED_ID = "strata-384"  # STRATA_MODEL_NAME's default: strata-<dim>
 
 
 def client(server: Server, key: str = KEY) -> openai.OpenAI:
@@ -134,12 +137,14 @@ def test_model_names_aliases_and_model_not_found(v1: Server, model: str) -> None
     with pytest.raises(openai.NotFoundError) as caught:
         oa.embeddings.create(input="ok", model="text-embedding-ada-002")
     assert caught.value.code == "model_not_found" and caught.value.param == "model"
-    assert model in caught.value.message
 
-    assert [m.id for m in oa.models.list().data] == [model]
-    card = oa.models.retrieve(model)
-    assert card.id == model and card.object == "model" and card.owned_by == "strata" and card.created > 1.6e9
-    assert oa.models.retrieve(ALIAS).id == model
+    assert caught.value.status_code == 404 and SERVED_ID in caught.value.message
+
+    assert [m.id for m in oa.models.list().data] == [SERVED_ID]
+    card = oa.models.retrieve(SERVED_ID)
+    assert card.id == SERVED_ID and card.object == "model" and card.owned_by == "strata" and card.created > 1.6e9
+    assert oa.models.retrieve(ALIAS).id == SERVED_ID and oa.models.retrieve(model).id == SERVED_ID
+    assert oa.embeddings.create(input="ok", model=SERVED_ID).model == model
     with pytest.raises(openai.NotFoundError):
         oa.models.retrieve("gpt-4o")
 

@@ -237,3 +237,56 @@ def test_metadata_and_string_ids_render_as_text(browser: webdriver.Chrome, serve
     assert pairs == [("rank", "0"), ("tag", "<b>bold</b>")]
     assert first.find_elements(By.TAG_NAME, "b") == []
     assert "id doc-" in first.find_element(By.CLASS_NAME, "hit-meta").text
+
+
+def test_low_traffic_axis_and_the_background_training(browser: webdriver.Chrome, tiny_exported: Path,
+                                                       tmp_path: Path) -> None:
+    """One request: the requests/s axis reads three different ticks and "1 request"; the card shows the demo's
+    background chain (stage, progress, the chain's ETA) from /ready, then the swap it ended with."""
+    import json
+    import subprocess
+    import sys
+    import time
+
+    from indexer.runtime.layout import IndexRoot
+    from tests.conftest import REPO
+    from tests.conftest import write_quora_like as quora_like
+
+    root = tmp_path / "root"
+    r = subprocess.run([sys.executable, "-m", "indexer.cli", "build", "--root", str(root), "--model",
+                        str(tiny_exported), "--data", str(quora_like(tmp_path / "q.tsv.gz")), "--rows", "60",
+                        "--threads", "1"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    version = IndexRoot(root).current_version()
+    chain = tmp_path / "chain.json"
+    now = time.time()
+    running = {"stage": "train", "stage_number": 3, "stages_total": 6, "step": 120, "total_steps": 500,
+               "unit": "steps", "eta_s": 1234.0, "eta_at": now + 1234, "stage_eta_s": 900.0,
+               "progress": "train sup_hardneg/avg_last: 120/500 steps (24.0%), 0.2 steps/s",
+               "message": "500 steps, batch 64", "stages": [], "updated_at": now}
+    chain.write_text(json.dumps(running))
+    srv = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(root), "STRATA_TRAINING_STATUS": str(chain)})
+    try:
+        browser.get_log("browser")  # drop what earlier tests' deliberate errors left in the shared browser's log
+        browser.get(srv.url + "/")
+        wait(browser, lambda d: d.find_element(By.ID, "training").is_displayed(), "the training card")
+        card = browser.find_element(By.ID, "training").text
+        assert "train (3/6)" in card and "120/500 steps (24.0%)" in card, card
+        assert "20 min 34 s for the whole chain" in card, card
+
+        search(browser, "how can i learn python quickly", top_k=3)
+        wait(browser, lambda d: len(hit_texts(d)) == 3, "3 hits")
+        wait(browser, lambda d: d.find_element(By.ID, "live-rate").text.startswith("1 request,"), "1 request")
+        wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#chart rect.bar"), "the requests/s bar")
+        ticks = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#chart text.rps")]
+        assert len(ticks) == 3 and len(set(ticks)) == 3 and ticks[0] == "0", ticks
+        assert float(ticks[0]) < float(ticks[1]) < float(ticks[2]), ticks
+        assert "5 minutes: 1 request, p50" in browser.find_element(By.ID, "chart-desc").get_attribute("textContent")
+
+        # the chain built a version and the API serves it: /ready (and the card) say when it swapped
+        chain.write_text(json.dumps(running | {"stage": "swap", "stage_number": 6, "built_version": version}))
+        wait(browser, lambda d: "swapped to " + version in d.find_element(By.ID, "training").text, "the swap")
+        assert "ETA" not in browser.find_element(By.ID, "training").text
+        assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+    finally:
+        stop_server(srv)

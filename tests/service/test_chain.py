@@ -1,0 +1,81 @@
+"""The demo chain's status (`service.chain`) from real status and progress files as its children write them: stages
+attributed by time (a stage that began and ended between two ticks included), the ETA of the whole remaining
+chain from measured rates, and the swap's outcome as /ready reports it (swapped, refused with its reason, pending)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from indexer.runtime.progress import Progress
+from service.chain import STAGES, ChainMonitor, ChainSizes, ChainState, Rates, estimate, swap_outcome
+
+
+def test_estimates_follow_the_measured_rates() -> None:
+    sizes = ChainSizes(steps=500, batch_size=64, quantized=True, mine_texts=220_000)
+    assert estimate("mine", sizes, Rates()) is None  # nothing measured: no made-up figure
+    rates = Rates(encode_per_s=245.0, build_s=480.0)  # the README demo's machine
+    assert estimate("mine", sizes, rates) == pytest.approx(220_000 / 245)
+    assert estimate("train", sizes, rates) == pytest.approx(500 * 18 * 64 / 245)  # ~39 min: the demo's run took ~40
+    assert estimate("index", sizes, rates) == pytest.approx(576)
+    rates.step_s = 2.0  # measured once training runs
+    assert estimate("train", sizes, rates) == 1000
+
+
+def test_the_monitor_follows_the_children_and_counts_every_stage(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    adapt, progress, out = tmp_path / "status.json", tmp_path / "progress.json", tmp_path / "chain.json"
+    monkeypatch.setenv("STRATA_PROGRESS_FILE", str(progress))
+    state = ChainState(ChainSizes(steps=4, batch_size=8, quantized=False), Rates(encode_per_s=100.0, build_s=5.0))
+    monitor = ChainMonitor(out, adapt, progress, state)
+    t0 = time.time()
+
+    def adapt_stage(stage: str, starts: dict[str, float]) -> None:
+        adapt.write_text(json.dumps({"stage": stage, "stage_started_at": starts, "message": stage,
+                                     "updated_at": time.time()}))
+
+    adapt_stage("base", {"base": t0})
+    first = monitor.tick()
+    assert first["stage"] == "base" and first["eta_s"] is not None and first["stage_number"] == 1
+    # mining began and ended between two ticks: its record still holds its counts
+    starts = {"base": t0, "mine": time.time()}
+    with Progress(200, "mine: encoding", unit="texts", bar=False, interval=1e9) as bar:
+        bar.update(200)
+    with Progress(50, "mine: searching", unit="anchors", bar=False, interval=1e9) as bar:
+        bar.update(50)
+    starts["train"] = time.time()
+    adapt_stage("train", starts)
+    steps = Progress(4, "train sup_hardneg/avg_last", unit="steps", bar=False, interval=1e9)
+    steps.update(1)
+    steps._write_file()  # what the trainer writes every 2 s
+    snap = monitor.tick()
+    assert snap["stage"] == "train" and [s["name"] for s in snap["stages"]] == ["base", "mine", "train"]
+    mine = snap["stages"][1]
+    assert (mine["done"], mine["total"], mine["unit"]) == (50, 50, "anchors") and mine["finished_at"]
+    assert state.rates.encode_per_s and state.rates.encode_per_s != 100.0  # the mining's own rate replaced the prior
+    assert snap["step"] == 1 and snap["total_steps"] == 4 and snap["progress"].startswith("train sup_hardneg")
+    assert snap["eta_s"] >= snap["stage_eta_s"] > 0  # the stages to come are in the chain's ETA
+    assert json.loads(out.read_text())["stage"] == "train"  # what /ready reads
+
+    state.built_version = "v2"
+    monitor.finish(stage="swap", message="built v2")
+    chain = json.loads(out.read_text())
+    assert chain["stage"] == "swap" and chain["built_version"] == "v2"
+    assert [s["name"] for s in chain["stages"]][-1] == "swap"
+
+
+def test_ready_reports_the_swap_when_and_to_which_version_or_why_not() -> None:
+    chain = {"stage": "swap", "built_version": "v2", "eta_s": 10.0, "message": "built v2"}
+    assert swap_outcome(chain, "v1", 1.0, None)["swap"] == {"outcome": "pending", "version": "v2"}
+    done = swap_outcome(chain, "v2", 1234.5, None)
+    assert done["stage"] == "done" and done["swap"] == {"outcome": "swapped", "version": "v2", "at": 1234.5}
+    assert done["eta_s"] == 0 and "swapped to v2" in done["message"]
+    refused = swap_outcome(chain, "v1", 1.0, ("v2", "MRR@10 0.61 is more than 0.02 below", 99.0))
+    assert refused["stage"] == "done" and refused["swap"]["outcome"] == "refused"
+    assert refused["swap"]["reason"] in refused["message"] and "still serving v1" in refused["message"]
+    running = {"stage": "train", "eta_s": 100.0}
+    assert swap_outcome(running, "v1", None, None) == running
+    assert set(STAGES) == {"base", "mine", "train", "export", "index", "swap"}
