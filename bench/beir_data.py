@@ -73,6 +73,8 @@ class Dataset:
     name: str
     expected: Expected
     sources: dict[str, SourceFile] = field(default_factory=dict)
+    # sha256 of each prepared file: the preparation is deterministic, so a different digest is a different dataset
+    outputs: dict[str, str] = field(default_factory=dict)
     note: str = ""
 
 
@@ -97,12 +99,22 @@ DATASETS: dict[str, Dataset] = {
             "qrels/test.tsv": SourceFile(*TWIST, "data/scifact/qrels/test.tsv",
                                          "68c0ac63f1c24b9e8ce497649694f09b2d0850bab7ec2b103cc66996f5f8b3a3"),
         },
+        outputs={
+            "corpus.jsonl": "d2d0b03f01859f5392dcfd1cd53179ae3d6fdd1291bfa579b2e34b1665e1cef1",
+            "queries.jsonl": "8ff84a7c903f722981cd8d595c022660140c51867b27608a6d4910db86080313",
+            "qrels/test.tsv": "68c0ac63f1c24b9e8ce497649694f09b2d0850bab7ec2b103cc66996f5f8b3a3",
+        },
         note="corpus rebuilt from the SciFact corpus CSV (see BEIR_SOURCES.md)",
     ),
     "quora-heldout": Dataset(
         name="quora-heldout",
         # load_split(..., "heldout") on the 404,043-row shared TSV (not a BEIR set: counted on that file)
         expected=Expected(docs=172_608, test_queries=29_169, test_qrels=37_709),
+        outputs={
+            "corpus.jsonl": "560a7ed2e95cf3190d42016d9d273d0f8d522b5d8423f95ec032b173830420a9",
+            "queries.jsonl": "fcb41318e6ffaa783da83b7eaabc84fc5aa03a29920d46ec96d099012dd313df",
+            "qrels/test.tsv": "256f7b43297a5a2d81f5fe760ee7171d07b2e7e437a7dd4f465cfd627c16dced",
+        },
         note="built from the shared Quora TSV, rows with id >= 300,000",
     ),
 }
@@ -248,6 +260,10 @@ def prepare(name: str, out_root: Path, mirrors: Path, force: bool) -> Path:
               "sources": {k: vars(v) for k, v in ds.sources.items()},
               "files": {str(p.relative_to(out)): {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
                         for p in files}}
+    for rel, want in ds.outputs.items():
+        got = record["files"].get(rel, {}).get("sha256")  # type: ignore[union-attr]
+        if got != want:
+            raise PrepareError(f"{out / rel}: sha256 {got}, expected {want} (use --force to rebuild)")
     _write(stamp, (json.dumps(record, indent=2) + "\n").encode())
     say(f"{name}: ready in {out}: {counts}")
     return out
