@@ -82,8 +82,8 @@ class Eta:
 
 
 def run_cli(cmd: list[str], log: Path) -> float:
-    """Run a Strata CLI, its output to `log` (and its progress to our stderr); seconds taken."""
-    say("$ " + shlex.join(cmd))
+    """Run a Strata CLI, its output and progress bar to `log`; seconds taken."""
+    say("$ " + shlex.join(cmd) + f"  (progress: tail -f {log})")
     t0 = time.perf_counter()
     with open(log, "w") as fh:
         proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, check=False,
