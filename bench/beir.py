@@ -82,12 +82,14 @@ class Eta:
 
 
 def run_cli(cmd: list[str], log: Path) -> float:
-    """Run a Strata CLI, its output and progress bar to `log`; seconds taken."""
+    """Run a Strata CLI (`indexer …` / `encoder …`, through this interpreter's `python -m`, so an environment
+    without the console scripts works too), its output and progress bar to `log`; seconds taken."""
     say("$ " + shlex.join(cmd) + f"  (progress: tail -f {log})")
+    module = {"indexer": "indexer.cli", "encoder": "models.cli"}[cmd[0]]
     t0 = time.perf_counter()
     with open(log, "w") as fh:
-        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, check=False,
-                              env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+        proc = subprocess.run([sys.executable, "-m", module, *cmd[1:]], stdout=fh, stderr=subprocess.STDOUT,
+                              check=False, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     if proc.returncode != 0:
         tail = log.read_text(errors="replace").splitlines()[-15:]
         raise SystemExit(f"beir: {cmd[0]} {cmd[1]} failed (exit {proc.returncode}); {log}:\n" + "\n".join(tail))
@@ -462,9 +464,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bm25-libs", action="store_true", help="also compare bm25s and tantivy (bench/bm25_libs.py)")
     p.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results", help="results folder")
     p.add_argument("--render", type=Path, help="print the Markdown of a results JSON and exit")
+    p.add_argument("--merge", type=Path, nargs="+", metavar="JSON",
+                   help="merge results JSONs (runs split over machines) into one beir-<stamp>.{md,json} and exit")
     args = p.parse_args(argv)
     if args.render:
         print(render(json.loads(args.render.read_text())), end="")
+        return 0
+    if args.merge:
+        parts = [json.loads(f.read_text()) for f in args.merge]
+        merged = {**parts[0], "datasets": [d for r in parts for d in r["datasets"]],
+                  "checks": [c for r in parts for c in r.get("checks", [])],
+                  "bm25_libs": [row for r in parts for row in r.get("bm25_libs", [])],
+                  "command": " ; ".join(r["command"] for r in parts),
+                  "machine": " ; ".join(dict.fromkeys(r["machine"] for r in parts)),
+                  "merged_from": [str(f) for f in args.merge]}
+        args.out.mkdir(parents=True, exist_ok=True)
+        stem = args.out / f"beir-{merged['stamp']}"
+        stem.with_suffix(".json").write_text(json.dumps(merged, indent=1) + "\n")
+        stem.with_suffix(".md").write_text(render(merged))
+        print(render(merged), end="")
         return 0
     names = args.datasets.split(",") if args.datasets else sorted(
         d.name for d in args.data.iterdir() if (d / "PREPARED.json").is_file()) if args.data.is_dir() else []
