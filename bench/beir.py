@@ -181,8 +181,9 @@ def dense_runs(ds: EvalData, root: Path, model: Path, cache: Path) -> tuple[Run,
     from indexer.runtime.version import IndexVersion
 
     version = IndexVersion(IndexLayout(root).current_dir())
-    enc = OnnxEncoder(model)
-    qvecs = enc.encode(ds.query_texts, progress=True, desc=f"{ds.name} queries")
+    qvecs = _stored_query_vectors(version, ds.query_ids)
+    if qvecs is None:
+        qvecs = OnnxEncoder(model).encode(ds.query_texts, progress=True, desc=f"{ds.name} queries")
     depth = DEPTH + 1  # one spare for the dropped identical id
     t0 = time.perf_counter()
     for i in range(len(qvecs)):
@@ -206,6 +207,20 @@ def dense_runs(ds: EvalData, root: Path, model: Path, cache: Path) -> tuple[Run,
     timing_path.write_text(json.dumps(timing))
     version.close()
     return exact, index, timing
+
+
+def _stored_query_vectors(version: object, query_ids: list[str]) -> np.ndarray | None:
+    """When every query is also a document (Quora), its vector as the index stores it — what `indexer build`
+    evaluates with too (a query whose text is a document reuses its vector) — instead of encoding again."""
+    from indexer.runtime.faiss_index import stored_vectors
+
+    found = version.store.resolve_ext_ids(query_ids)  # type: ignore[attr-defined]
+    if len(found) != len(query_ids):
+        return None
+    ids, vecs = stored_vectors(version.index)  # type: ignore[attr-defined]
+    row = {int(i): r for r, i in enumerate(ids.tolist())}
+    say(f"{len(query_ids):,} queries are documents: their stored vectors are used")
+    return np.ascontiguousarray(vecs[[row[found[q]] for q in query_ids]], dtype=np.float32)
 
 
 def _ext_ids(version: object, ids: np.ndarray) -> dict[int, str]:
@@ -306,7 +321,7 @@ def paired_ci(a: np.ndarray, b: np.ndarray, n_boot: int, seed: int = 0) -> tuple
 
 
 def bench_dataset(folder: Path, work: Path, poolings: list[str], alphas: list[float], n_boot: int,
-                  eta: Eta) -> dict[str, object]:
+                  eta: Eta, cli_eval: bool = True) -> dict[str, object]:
     ds = load_dataset(folder)
     say(f"{ds.name}: {len(ds.doc_ids):,} documents, {len(ds.query_ids):,} judged queries")
     out: dict[str, object] = {"dataset": ds.name, "docs": len(ds.doc_ids), "queries": len(ds.query_ids),
@@ -328,10 +343,13 @@ def bench_dataset(folder: Path, work: Path, poolings: list[str], alphas: list[fl
                                               "docs_per_s": round(len(ds.doc_ids) / seconds, 1)}))
         build = json.loads(build_json.read_text()) if build_json.is_file() else {}
         eval_log = work / f"eval-{ds.name}-{pooling_slug(pooling)}.json"
-        if not eval_log.is_file():
-            run_cli(["indexer", "eval", "--root", str(root), "--queries", str(folder), "--model", str(model),
-                     "--exact-all", "--json"], eval_log)
-        cli = _last_json(eval_log)
+        if cli_eval:
+            if not eval_log.is_file():
+                run_cli(["indexer", "eval", "--root", str(root), "--queries", str(folder), "--model", str(model),
+                         "--exact-all", "--json"], eval_log)
+            cli = _last_json(eval_log)
+        else:  # the figures `indexer build` measured and stored in the manifest (no second query encoding)
+            cli = json.loads((root / "current" / "manifest.json").read_text()).get("eval")
         pcache = cache / pooling_slug(pooling)
         exact, index, timing = dense_runs(ds, root, model, pcache)
         ex_pq, ix_pq = per_query_metrics(exact, ds), per_query_metrics(index, ds)
@@ -462,6 +480,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--alphas", default="0.3,0.5,0.7", help="convex-combination dense weights (default: %(default)s)")
     p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples (default: %(default)s)")
     p.add_argument("--bm25-libs", action="store_true", help="also compare bm25s and tantivy (bench/bm25_libs.py)")
+    p.add_argument("--no-cli-eval", action="store_true",
+                   help="skip `indexer eval` (report the figures `indexer build` stored) — for large query sets")
     p.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results", help="results folder")
     p.add_argument("--render", type=Path, help="print the Markdown of a results JSON and exit")
     p.add_argument("--merge", type=Path, nargs="+", metavar="JSON",
@@ -502,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared), load {os.getloadavg()[0]:.1f} at start",
         "bootstrap": args.bootstrap, "poolings": poolings, "alphas": alphas, "datasets": [], "checks": []}
     for folder in folders:
-        res = bench_dataset(folder, args.work, poolings, alphas, args.bootstrap, eta)
+        res = bench_dataset(folder, args.work, poolings, alphas, args.bootstrap, eta, cli_eval=not args.no_cli_eval)
         report["datasets"].append(res)
         report["checks"] += checks(res)
         for line in checks(res):
