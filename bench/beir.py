@@ -177,10 +177,10 @@ def dense_runs(ds: EvalData, root: Path, model: Path, cache: Path) -> tuple[Run,
         return exact, index, json.loads(timing_path.read_text())
     from indexer.runtime.encoder import OnnxEncoder
     from indexer.runtime.faiss_index import exact_search, search
-    from indexer.runtime.layout import IndexLayout
+    from indexer.runtime.layout import IndexRoot
     from indexer.runtime.version import IndexVersion
 
-    version = IndexVersion(IndexLayout(root).current_dir())
+    version = IndexVersion(IndexRoot(root).current_dir())
     qvecs = _stored_query_vectors(version, ds.query_ids)
     if qvecs is None:
         qvecs = OnnxEncoder(model).encode(ds.query_texts, progress=True, desc=f"{ds.name} queries")
