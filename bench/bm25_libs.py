@@ -53,7 +53,20 @@ class Bm25sRetriever:
                 for drow, srow in zip(docs, scores, strict=True)]
 
     def search(self, query: str, k: int) -> list[tuple[str, float]]:
-        return self.search_many([query], k)[0]
+        """One query: bm25s's scores for every document, top k among the non-zero ones. (`retrieve` partitions
+        the whole mostly-zero score array: numpy's argpartition took ~176 ms per query on 172k documents here.)"""
+        import numpy as np
+
+        tokens = self._bm25s.tokenize([query], stopwords="en", stemmer=self.stemmer, show_progress=False,
+                                      return_ids=False)[0]
+        if not tokens:
+            return []
+        scores = self.model.get_scores(tokens)
+        nz = np.flatnonzero(scores > 0)
+        if len(nz) > k:
+            nz = nz[np.argpartition(-scores[nz], k - 1)[:k]]
+        order = nz[np.argsort(-scores[nz], kind="stable")]
+        return [(self.ids[d], float(scores[d])) for d in order]
 
 
 class TantivyRetriever:
