@@ -44,13 +44,7 @@ class Bm25sRetriever:
         self.model.index(tokens, show_progress=False)
 
     def search_many(self, queries: list[str], k: int) -> list[list[tuple[str, float]]]:
-        tok = self._bm25s.tokenize(queries, stopwords="en", stemmer=self.stemmer, show_progress=False)
-        k = min(k, len(self.ids))
-        # n_threads left at 0: n_threads=1 starts a worker pool per call (57 ms a query on 60k documents vs 0.5 ms);
-        # top-k by numpy: "auto" picks jax.lax.top_k whenever jax imports, 200 ms a query on 172k documents on CPU
-        docs, scores = self.model.retrieve(tok, k=k, show_progress=False, backend_selection="numpy")
-        return [[(self.ids[d], float(s)) for d, s in zip(drow, srow, strict=True) if s > 0]
-                for drow, srow in zip(docs, scores, strict=True)]
+        return [self.search(q, k) for q in queries]
 
     def search(self, query: str, k: int) -> list[tuple[str, float]]:
         """One query: bm25s's scores for every document, top k among the non-zero ones. (`retrieve` partitions
