@@ -443,10 +443,10 @@ def render(report: dict[str, object]) -> str:
         out += ["## Correctness checks", ""] + [f"- {c}" for c in report["checks"]] + [""]
     if report.get("bm25_libs"):
         out += ["## BM25 library: bm25s vs tantivy", "",
-                "| dataset | library | build s | peak RSS MiB | query p50 ms | nDCG@10 |",
+                "| dataset | library | build s | index RSS MiB | query p50 ms | nDCG@10 |",
                 "|---|---|---:|---:|---:|---:|"]
         for row in report["bm25_libs"]:
-            out.append(f"| {row['dataset']} | {row['library']} | {row['build_s']} | {row['peak_rss_mib']} | "
+            out.append(f"| {row['dataset']} | {row['library']} | {row['build_s']} | {row.get('index_rss_mib', '—')} | "
                        f"{row['query_p50_ms']} | {row['ndcg_at_10']} |")
         out.append("")
     out += ["## Average over datasets (nDCG@10)", "", "| pooling | mode | mean nDCG@10 |", "|---|---|---:|"]
