@@ -18,12 +18,13 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from indexer.runtime.ann import SEARCH_KNOBS, IndexParamError, check_knobs
 from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.faiss_index import set_threads
 from indexer.runtime.filters import FilterError
 from indexer.runtime.manifest import Manifest
 from indexer.runtime.version import FilterCache, FilterMatch, Hit, IndexVersion
-from service.engine.errors import BadFilter, Mismatch
+from service.engine.errors import BadFilter, BadSearchParams, Mismatch
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +35,13 @@ class Job(NamedTuple):
     texts: list[str]
     top_k: int | None  # None: encode only
     filter: dict[str, Any] | None = None  # search only the documents whose metadata match (filters.py)
+    # this request's search parameters (`ann.SEARCH_KNOBS`: nprobe for IVF, ef_search for HNSW); None: served ones
+    knobs: dict[str, int] | None = None
 
 
 class VectorIndex(Protocol):
-    """What a searcher needs of an index version, wherever its vectors live."""
+    """What a searcher needs of an index version, wherever its vectors live (its vectors are an
+    `indexer.runtime.ann.AnnIndex` of the manifest's kind)."""
 
     manifest: Manifest
 
@@ -52,8 +56,8 @@ class VectorIndex(Protocol):
 
     def match(self, flt: object) -> FilterMatch: ...
 
-    def search(self, vectors: np.ndarray, k: int, match: FilterMatch | None = None
-               ) -> tuple[np.ndarray, np.ndarray]: ...
+    def search(self, vectors: np.ndarray, k: int, match: FilterMatch | None = None, *,
+               knobs: dict[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]: ...
 
     def hits(self, scores: np.ndarray, ids: np.ndarray) -> list[list[Hit]]: ...
 
@@ -81,7 +85,7 @@ class SearchResult:
     batch_texts: int = 0  # texts in the ONNX run that served this request (micro-batching)
     tokens: list[int] = field(default_factory=list)  # per text: tokens the model ran (special tokens included)
     timeline: Timeline | None = None  # the batch's, shared by its requests
-    error: BadFilter | None = None  # this request's filter was refused (the others of its batch still run)
+    error: BadFilter | BadSearchParams | None = None  # this request was refused (the others of its batch still run)
 
 
 class Searcher:
@@ -117,10 +121,12 @@ class Searcher:
 
     @classmethod
     def open(cls, folder: Path, model_dir: Path | None = None, *, threads: int | None = None,
-             nprobe: int | None = None, reuse: OnnxEncoder | None = None) -> Searcher:
+             nprobe: int | None = None, reuse: OnnxEncoder | None = None,
+             search_params: dict[str, int | None] | None = None) -> Searcher:
         """A version folder opened in this process (what the local backend serves)."""
         set_threads(threads)
-        return cls.pair(IndexVersion(folder, nprobe=nprobe), model_dir, threads=threads, reuse=reuse)
+        return cls.pair(IndexVersion(folder, nprobe=nprobe, search_params=search_params), model_dir, threads=threads,
+                        reuse=reuse)
 
     @property
     def version(self) -> str:
@@ -130,8 +136,9 @@ class Searcher:
     def manifest(self) -> Manifest:
         return self.index.manifest
 
-    def search(self, texts: list[str], top_k: int, flt: dict[str, Any] | None = None) -> SearchResult:
-        return self.run_batch([Job(texts, top_k, flt)])[0]
+    def search(self, texts: list[str], top_k: int, flt: dict[str, Any] | None = None,
+               knobs: dict[str, int] | None = None) -> SearchResult:
+        return self.run_batch([Job(texts, top_k, flt, knobs)])[0]
 
     def run_batch(self, jobs: list[Job]) -> list[SearchResult]:
         """Several requests' texts in one ONNX run, and one index search per distinct filter (the micro-batcher's
@@ -144,9 +151,17 @@ class Searcher:
         t0 = time.perf_counter()
         # Filters first: the store's query for each distinct filter (the version's cache may answer it).
         matches: dict[str, FilterMatch] = {}
-        errors: list[BadFilter | None] = []
+        errors: list[BadFilter | BadSearchParams | None] = []
+        kind = self.index.manifest.index.kind
         for job in jobs:
-            error = None
+            error: BadFilter | BadSearchParams | None = None
+            if job.knobs and job.top_k is not None:
+                try:
+                    check_knobs(kind, job.knobs)
+                except IndexParamError as exc:
+                    bad = [k for k in job.knobs if k not in SEARCH_KNOBS[kind]] or list(job.knobs)
+                    errors.append(BadSearchParams(str(exc), bad[0]))
+                    continue
             if job.filter is not None and job.top_k is not None:
                 key = FilterCache.key(job.filter)
                 if key not in matches:
@@ -164,15 +179,18 @@ class Searcher:
         else:  # every request of the batch was refused
             vecs, truncated, tokens = np.zeros((0, self.encoder.dim), dtype=np.float32), [], []
         t2, encoded_at = time.perf_counter(), time.time_ns()
-        # the rows of each index search: group None = unfiltered, else the filter's key
-        groups: dict[str | None, list[int]] = {}
-        group_k: dict[str | None, int] = {}
+        # the rows of each index search: one group per (filter, search parameters); filter None = unfiltered
+        groups: dict[tuple[str | None, str | None], list[int]] = {}
+        group_k: dict[tuple[str | None, str | None], int] = {}
+        group_knobs: dict[tuple[str | None, str | None], dict[str, int] | None] = {}
         row = 0
         for job in live:
             if job.top_k is not None:
-                group = None if job.filter is None else FilterCache.key(job.filter)
+                group = (None if job.filter is None else FilterCache.key(job.filter),
+                         FilterCache.key(job.knobs) if job.knobs else None)
                 groups.setdefault(group, []).extend(range(row, row + len(job.texts)))
                 group_k[group] = max(group_k.get(group, 0), job.top_k)
+                group_knobs[group] = job.knobs or None
             row += len(job.texts)
         hits: dict[int, list[Hit]] = {}
         # the groups' index searches and store lookups interleave: their sums (the filters' queries count as search)
@@ -180,7 +198,9 @@ class Searcher:
         for group, rows in groups.items():
             group_vecs = vecs if len(rows) == len(texts) else vecs[rows]
             g0 = time.time_ns()
-            scores, ids = self.index.search(group_vecs, group_k[group], None if group is None else matches[group])
+            flt_key = group[0]
+            scores, ids = self.index.search(group_vecs, group_k[group], None if flt_key is None else matches[flt_key],
+                                            knobs=group_knobs[group])
             g1 = time.time_ns()
             hits.update(zip(rows, self.index.hits(scores, ids), strict=True))
             search_ns, lookup_ns = search_ns + g1 - g0, lookup_ns + time.time_ns() - g1
