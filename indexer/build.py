@@ -49,11 +49,13 @@ class BuildConfig:
     root: Path
     protocol: Protocol | None = None  # Quora TSV only; None: "paper"
     rows: int | None = None
-    index: str = AUTO  # auto | flat | ivf | hnsw (`ann.choose_kind`)
-    nlist: int = DEFAULT_NLIST
-    nprobe: int = DEFAULT_NPROBE
+    # auto | flat | ivf | hnsw (`ann.choose_kind`; auto with nlist or nprobe given: ivf). The CLI defaults to auto;
+    # here ivf, what every programmatic caller (benches, the Ray equality checks) was written against.
+    index: str = "ivf"
+    nlist: int | None = None  # IVF; None: DEFAULT_NLIST
+    nprobe: int | None = None  # IVF; None: DEFAULT_NPROBE
     target_recall: float | None = None  # set: nprobe is chosen per encoder (`indexer.calibrate`), not `nprobe`
-    codec: str = DEFAULT_CODEC  # codes in the IVF lists: "SQfp16" or "Flat" (float32)
+    codec: str | None = None  # codes in the IVF lists: "SQfp16" or "Flat" (float32); None: DEFAULT_CODEC
     hnsw_m: int = HnswParams.model_fields["m"].default
     ef_construction: int = HnswParams.model_fields["ef_construction"].default
     ef_search: int = HnswParams.model_fields["ef_search"].default
@@ -78,14 +80,21 @@ class BuildConfig:
 
 
 def index_params(cfg: BuildConfig, n_vectors: int) -> FlatParams | IvfParams | HnswParams:
-    """The kind `cfg.index` asks for at this many vectors (`auto`: `ann.choose_kind`), with its parameters."""
-    kind = choose_kind(cfg.index, n_vectors)
+    """The kind `cfg.index` asks for at this many vectors (`auto`: `ann.choose_kind`, but ivf when --nlist,
+    --nprobe or --codec is given: whoever sets them means an IVF index), with its parameters."""
+    ivf_options = [name for name, value in (("--nlist", cfg.nlist), ("--nprobe", cfg.nprobe), ("--codec", cfg.codec))
+                   if value is not None]
+    if ivf_options and cfg.index not in (AUTO, "ivf"):
+        raise ValueError(f"{', '.join(ivf_options)}: IVF options, not for --index {cfg.index}")
+    kind = "ivf" if cfg.index == AUTO and ivf_options else choose_kind(cfg.index, n_vectors)
     if cfg.index != kind:
-        log.info("--index %s: %s for %d vectors", cfg.index, kind, n_vectors)
+        log.info("--index %s: %s for %d vectors%s", cfg.index, kind, n_vectors,
+                 f" ({', '.join(ivf_options)} given)" if ivf_options else "")
     if kind == "ivf":
-        nlist = effective_nlist(n_vectors, cfg.nlist)
-        return IvfParams(nlist=nlist, nlist_requested=cfg.nlist, codec=cfg.codec,
-                         nprobe=clamp_nprobe(cfg.nprobe, nlist))
+        requested = cfg.nlist or DEFAULT_NLIST
+        nlist = effective_nlist(n_vectors, requested)
+        return IvfParams(nlist=nlist, nlist_requested=requested, codec=cfg.codec or DEFAULT_CODEC,
+                         nprobe=clamp_nprobe(cfg.nprobe or DEFAULT_NPROBE, nlist))
     if kind == "hnsw":
         return HnswParams(m=cfg.hnsw_m, ef_construction=cfg.ef_construction, ef_search=cfg.ef_search)
     return FlatParams()

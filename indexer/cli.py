@@ -9,7 +9,7 @@ from pathlib import Path
 
 from indexer.console import configure_logging, run_cli
 from indexer.runtime.ann import AUTO, AUTO_FLAT_BELOW, KINDS, HnswParams
-from indexer.runtime.faiss_index import CODECS, DEFAULT_CODEC, DEFAULT_NLIST, DEFAULT_NPROBE
+from indexer.runtime.faiss_index import CODECS, DEFAULT_NLIST, DEFAULT_NPROBE
 from indexer.runtime.paths import (
     DEFAULT_MODEL_NAME,
     default_index_root,
@@ -78,7 +78,7 @@ def _build(args: argparse.Namespace) -> int:
         return _add(args)
     cfg = BuildConfig(model_dir=args.model or default_model_dir(), data=args.data, root=args.root,
                       protocol=args.protocol, rows=args.rows, index=args.index, nlist=args.nlist,
-                      nprobe=DEFAULT_NPROBE if args.nprobe is None else args.nprobe,
+                      nprobe=args.nprobe,
                       target_recall=args.target_recall, codec=args.codec, hnsw_m=args.hnsw_m,
                       ef_construction=args.ef_construction, ef_search=args.ef_search,
                       batch_size=args.batch_size, threads=args.threads, keep=args.keep, evaluate=not args.no_eval,
@@ -362,9 +362,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"the vector index: flat (exact search), ivf (inverted lists, --nlist/--nprobe/--codec), "
                    f"hnsw (a graph, --hnsw-m/--ef-search), or auto (default): flat below {AUTO_FLAT_BELOW:,} "
                    f"documents, where exact search is as fast as IVF at 0.97 of exact's top 10 "
-                   f"(bench/index_crossover.py), ivf from there on. --engine ray builds ivf only")
-    b.add_argument("--nlist", type=int, default=DEFAULT_NLIST,
-                   help="IVF lists (scaled down for small corpora; 1024 is also the paper's)")
+                   f"(bench/index_crossover.py), ivf from there on, and ivf whenever --nlist, --nprobe or --codec "
+                   f"is given. --engine ray builds ivf only")
+    b.add_argument("--nlist", type=positive_int, default=None,
+                   help=f"IVF lists (default {DEFAULT_NLIST}, scaled down for small corpora; also the paper's)")
     b.add_argument("--hnsw-m", type=positive_int, default=HnswParams.model_fields["m"].default,
                    help="HNSW: graph neighbours per node (FAISS's M; default %(default)s)")
     b.add_argument("--ef-construction", type=positive_int,
@@ -382,7 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "of exact search's (e.g. 0.95), measured on 2,000 of the corpus's own documents as "
                             "queries (label-free; stored in the manifest, kept by --add and compact). Encoders "
                             "trained contrastively spread neighbours over more lists than the stock one")
-    b.add_argument("--codec", choices=list(CODECS), default=DEFAULT_CODEC,
+    b.add_argument("--codec", choices=list(CODECS), default=None,
                    help="how the IVF lists store vectors: SQfp16 (default; half the memory of Flat and faster to "
                         "scan; exact-search MRR@10 within 0.02) or Flat (float32, the paper's)")
     b.add_argument("--batch-size", type=int, default=None,

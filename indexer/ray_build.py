@@ -33,6 +33,9 @@ from indexer.ray_input import read_corpus, store_corpus
 from indexer.runtime.ann import AUTO, IvfParams
 from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.faiss_index import (
+    DEFAULT_CODEC,
+    DEFAULT_NLIST,
+    DEFAULT_NPROBE,
     INDEX_FILE,
     clamp_nprobe,
     deserialize,
@@ -198,11 +201,12 @@ def build_on_ray(cfg: BuildConfig, opts: RayOptions) -> Manifest:
 
             driver_encoder = OnnxEncoder(cfg.model_dir, threads=cfg.threads, verify_sha256=True)
             dim = driver_encoder.dim
-            nlist = effective_nlist(n, cfg.nlist)
+            nlist = effective_nlist(n, cfg.nlist or DEFAULT_NLIST)
+            nprobe = clamp_nprobe(cfg.nprobe or DEFAULT_NPROBE, nlist)
             t0 = time.perf_counter()
             sample = _vectors_at(files, training_positions(pos, nlist, cfg.seed), dim)
             log.info("training IVF%d once on %d sampled vectors", nlist, len(sample))
-            trained = train_empty_ivf(sample, nlist, cfg.nprobe, cfg.seed, cfg.codec)
+            trained = train_empty_ivf(sample, nlist, nprobe, cfg.seed, cfg.codec or DEFAULT_CODEC)
             del sample
             timings.train_s = time.perf_counter() - t0
 
@@ -246,8 +250,9 @@ def build_on_ray(cfg: BuildConfig, opts: RayOptions) -> Manifest:
                 version=version,
                 created_at=datetime.now(timezone.utc),
                 model=model_info(cfg.model_dir, m),
-                index=IndexInfo.for_params(IvfParams(nlist=nlist, nlist_requested=cfg.nlist, codec=cfg.codec,
-                                                     nprobe=clamp_nprobe(cfg.nprobe, nlist)), n, shards=shards),
+                index=IndexInfo.for_params(IvfParams(nlist=nlist, nlist_requested=cfg.nlist or DEFAULT_NLIST,
+                                                     codec=cfg.codec or DEFAULT_CODEC, nprobe=nprobe), n,
+                                           shards=shards),
                 data=data,
                 build_seconds=timings,
                 distributed=DistributedInfo(address=address, workers=workers, actors=actors,
