@@ -91,6 +91,108 @@ def vectors(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
     return docs_v, queries_v
 
 
+def smallest_nprobe(ivf, queries: np.ndarray, exact_scores: np.ndarray, exact_ids: np.ndarray
+                    ) -> tuple[int, float, dict[int, float]]:
+    """The fewest lists whose top 10 keeps >= TARGET_RECALL of the exact top 10 (tie-aware), by bisection."""
+    from indexer.calibrate import tie_aware_recall
+
+    seen: dict[int, float] = {}
+
+    def recall(p: int) -> float:
+        if p not in seen:
+            s, i = ivf.search(queries, K, knobs={"nprobe": p})
+            seen[p] = tie_aware_recall(s, i, exact_scores, exact_ids)
+        return seen[p]
+
+    lo, hi = 1, ivf.nlist
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if recall(mid) >= TARGET_RECALL:
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi, recall(hi), seen
+
+
+def per_query_ms(index, queries: np.ndarray, knobs: dict[str, int]) -> tuple[float, float]:
+    """(CPU ms, wall ms) per query. FAISS on 1 thread runs in the calling thread, so the thread's CPU time is the
+    search's own cost; on a machine shared with other jobs the wall clock adds the time spent waiting for a core."""
+    c0, t0 = time.thread_time(), time.perf_counter()
+    for i in range(len(queries)):
+        index.search(queries[i:i + 1], K, knobs=knobs)
+    return (time.thread_time() - c0) * 1000 / len(queries), (time.perf_counter() - t0) * 1000 / len(queries)
+
+
+def measure(args: argparse.Namespace, docs: np.ndarray, queries: np.ndarray) -> int:
+    from indexer.calibrate import tie_aware_recall
+    from indexer.runtime.ann import AUTO_FLAT_BELOW, FlatParams, IvfParams
+    from indexer.runtime.faiss_index import DEFAULT_NLIST, DEFAULT_NPROBE, build_index, effective_nlist, set_threads
+
+    set_threads(1)
+    sizes = [n for n in args.sizes if n <= len(docs)]
+    rows: dict[int, dict] = {}
+    indexes: dict[tuple[int, str], tuple[object, dict[str, int]]] = {}
+    for n in sizes:
+        ids = np.arange(n, dtype=np.int64)
+        flat, _, _ = build_index(FlatParams(), docs[:n], ids)
+        nlist = effective_nlist(n, DEFAULT_NLIST)
+        ivf, _, _ = build_index(IvfParams(nlist=nlist, nlist_requested=DEFAULT_NLIST, nprobe=DEFAULT_NPROBE),
+                                docs[:n], ids)
+        exact_s, exact_i = flat.search(queries, K)
+        nprobe, rec, _ = smallest_nprobe(ivf, queries, exact_s, exact_i)
+        s20, i20 = ivf.search(queries, K, knobs={"nprobe": DEFAULT_NPROBE})
+        rows[n] = {"nlist": nlist, "nprobe": nprobe, "recall": rec,
+                   "recall_default": tie_aware_recall(s20, i20, exact_s, exact_i), "flat": [], "ivf": []}
+        indexes[(n, "flat")] = (flat, {})
+        indexes[(n, "ivf")] = (ivf, {"nprobe": nprobe})
+        print(f"{n:>7} docs: nlist {nlist}, nprobe {nprobe} keeps {rec:.4f} of exact's top 10 "
+              f"(default nprobe {DEFAULT_NPROBE}: {rows[n]['recall_default']:.4f})", flush=True)
+    order = list(indexes)
+    rng = random.Random(0)
+    load = [os.getloadavg()[0]]
+    for r in range(args.rounds):
+        rng.shuffle(order)
+        for key in order:
+            index, knobs = indexes[key]
+            per_query_ms(index, queries[:20], knobs)  # warm the caches this index uses
+            rows[key[0]][key[1]].append(per_query_ms(index, queries, knobs))
+        load.append(os.getloadavg()[0])
+        print(f"round {r + 1}/{args.rounds} done (load average {load[-1]:.1f})", flush=True)
+    lines = [f"# `--index auto` crossover: exact (flat) vs IVF at >= {TARGET_RECALL} recall@10 of exact "
+             f"({datetime.now(UTC):%Y-%m-%dT%H:%MZ})", "",
+             f"`{' '.join(sys.argv)}`", "",
+             f"all-MiniLM-L6-v2 (mean pooling, normalised) vectors of unique Quora questions (rows < 300,000); "
+             f"{len(queries)} other questions as queries; FAISS on 1 thread, one query per search call; "
+             f"{args.rounds} interleaved rounds, median of the round means. Machine: 2 cores shared with other "
+             f"jobs, load average {min(load):.1f}–{max(load):.1f} during the rounds. IVF as `indexer build "
+             f"--index ivf` builds it (nlist = effective_nlist(n, {DEFAULT_NLIST}), SQfp16 codes) at the fewest "
+             f"lists reaching the target on these queries.", "",
+             "Latency is CPU time of the searching thread per query (what the search costs; the crossover is read "
+             "on it), with wall-clock time beside it (inflated by waiting for a core on this shared machine).", "",
+             "| documents | nlist | nprobe for ≥ 0.97 | its recall@10 | recall@10 at nprobe 20 | flat CPU ms | "
+             "ivf CPU ms | flat / ivf | flat wall ms | ivf wall ms | flat / ivf (wall) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    crossover = None
+    for n in sizes:
+        row = rows[n]
+        f, i = (float(np.median([c for c, _ in row[k]])) for k in ("flat", "ivf"))
+        fw, iw = (float(np.median([w for _, w in row[k]])) for k in ("flat", "ivf"))
+        if f <= i:
+            crossover = n
+        lines.append(f"| {n:,} | {row['nlist']} | {row['nprobe']} | {row['recall']:.4f} | "
+                     f"{row['recall_default']:.4f} | {f:.4f} | {i:.4f} | {f / i:.2f} | {fw:.4f} | {iw:.4f} | "
+                     f"{fw / iw:.2f} |")
+    lines += ["", f"Largest size where exact search costs no more CPU per query than IVF: "
+              f"{'none measured' if crossover is None else f'{crossover:,}'}; `AUTO_FLAT_BELOW` is "
+              f"{AUTO_FLAT_BELOW:,}."]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    out = REPO / "bench" / "results" / f"index-crossover-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.md"
+    out.write_text(text)
+    print(f"wrote {out}")
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quora", default=str(data_dir() / "quora_duplicate_questions.partial.tsv.gz"))
