@@ -43,9 +43,9 @@ class _Request:
     top_k: int | None  # None: encode only
     filter: dict[str, Any] | None
     future: asyncio.Future[Answer] = field(repr=False)
-    knobs: dict[str, int] | None = None  # this request's search parameters (None: the served ones)
     tokens: int = 0  # what it costs against `max_tokens`
     heavy: bool = False  # over `max_tokens` on its own: runs alone, in a heavy slot
+    knobs: dict[str, int] | None = None  # this request's search parameters (None: the served ones)
 
 
 class MicroBatcher:
