@@ -27,11 +27,14 @@ AUTO = "auto"
 IndexKind = Literal["flat", "ivf", "hnsw"]
 
 # `--index auto`: exact search below this many vectors, IVF from it on. Measured by bench/index_crossover.py
-# (bench/results/index-crossover-*.md): per-query latency at 1 thread of exact search vs the default IVF
-# (effective_nlist(n, 1024) lists, fp16 codes) at the smallest nprobe keeping >= 0.97 of the exact top 10 on
-# real Quora questions encoded with all-MiniLM-L6-v2. Below the crossover IVF saves no time and still loses
-# neighbours (issue 26: a few thousand documents got nlist 93 / nprobe 20, 89 % of the exact top 10, -2.2 nDCG@10).
-AUTO_FLAT_BELOW = 20_000
+# (bench/results/index-crossover-20261125T150638Z.md and -150307Z.md): CPU time per query at 1 thread of exact
+# search (fp32) vs the default IVF (effective_nlist(n, 1024) lists, fp16 codes) at the fewest lists keeping
+# >= 0.97 of the exact top 10 on 300 real Quora questions (all-MiniLM-L6-v2 mean): flat/IVF = 0.40 at 250 and
+# 500 documents, 0.91 at 1,000, 1.6-2.0 at 2,000, 2.1-2.4 at 5,000, 3.3 at 10k, 4.2 at 20k, 6.5 at 50k. The
+# crossover is about 1,100 documents; below it exact search is the cheaper *and* the exact one. Above it IVF is
+# cheaper only when it probes enough lists: at the default nprobe 20 it keeps 0.89-0.94 of the exact top 10 from
+# 2k to 50k documents (issue 26's -2.2 nDCG@10 on a few thousand), so `--target-recall` matters there.
+AUTO_FLAT_BELOW = 1_000
 
 
 class IndexParamError(ValueError):

@@ -142,3 +142,14 @@ def test_build_help_names_the_kinds() -> None:
     assert r.returncode == 0 and "--index {auto,flat,ivf,hnsw}" in r.stdout
     assert f"flat below {AUTO_FLAT_BELOW:,}" in " ".join(r.stdout.split())
     np.testing.assert_equal(True, "--ef-search" in r.stdout and "--hnsw-m" in r.stdout)
+
+
+def test_auto_switches_to_ivf_at_the_measured_crossover(tmp_path: Path) -> None:
+    from indexer.build import BuildConfig, index_params
+
+    auto = BuildConfig(model_dir=tmp_path, data="x", root=tmp_path, index="auto")
+    assert index_params(auto, AUTO_FLAT_BELOW - 1).kind == "flat"
+    ivf = index_params(auto, AUTO_FLAT_BELOW)
+    assert ivf.kind == "ivf" and ivf.nprobe == 20 and ivf.nlist == AUTO_FLAT_BELOW // 39  # type: ignore[union-attr]
+    hnsw = index_params(BuildConfig(model_dir=tmp_path, data="x", root=tmp_path, index="hnsw", ef_search=48), 10)
+    assert hnsw.kind == "hnsw" and hnsw.ef_search == 48  # type: ignore[union-attr]
