@@ -730,7 +730,7 @@ class HnswIndex(_IdMapped):
         return out
 
     def knob(self) -> tuple[str, int, int] | None:
-        return ("ef_search", 1, HNSW_MAX_EF)
+        return ("ef_search", 1, min(HNSW_MAX_EF, max(16, self.ntotal)))  # past ntotal candidates change nothing
 
     def set_default(self, name: str, value: int) -> int:
         check_knobs(self.kind, {name: value})
