@@ -1,4 +1,4 @@
-"""`indexer` command line: build, eval and info for versioned FAISS indexes."""
+"""`indexer` command line: build, eval, compare and info for versioned FAISS indexes."""
 
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ def recall_target(value: str) -> float:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("--target-recall ")) from None
 
 
-# Errors that are the user's to fix: printed as one line, no traceback.
+# Errors that are the user's to fix: printed as one line, no traceback (bad runs and qrels, `indexer.runs` and
+# `indexer.compare`, raise ValueErrors).
 def _known_errors() -> tuple[type[BaseException], ...]:
     from indexer.evaluate import EvalError
     from indexer.quora import QuoraFormatError
@@ -187,6 +188,12 @@ def _eval(args: argparse.Namespace) -> int:
     folder = root.version_dir(args.version) if args.version else root.current_dir()
     version = IndexVersion(folder)
     budget = None if args.exact_all else EXACT_PAIRS_BUDGET
+    runs = None
+    if args.run_out is not None:
+        from indexer.runs import RunCollector
+
+        runs = RunCollector()
+    written = {}
     try:
         if args.queries is not None:
             from indexer.corpus import query_files
@@ -198,12 +205,18 @@ def _eval(args: argparse.Namespace) -> int:
                                   verify_sha256=True)
             figures, _ = evaluate_query_files(version, queries, qrels, encoder, nprobe=args.nprobe,
                                               batch_size=args.batch_size, threads=args.threads, exact_budget=budget,
-                                              search_params={"ef_search": args.ef_search})
+                                              search_params={"ef_search": args.ef_search}, runs=runs)
         elif args.qrels is not None:
             raise ValueError("--qrels goes with --queries")
         else:
             figures = evaluate(version, nprobe=args.nprobe, batch_size=args.batch_size, threads=args.threads,
-                               exact_budget=budget, search_params={"ef_search": args.ef_search})
+                               exact_budget=budget, search_params={"ef_search": args.ef_search},
+                               runs=runs)
+        if runs is not None:
+            from indexer.runs import write_runs
+
+            written = write_runs(runs, args.run_out,
+                                 lambda ids: {i: str(d.ext_id) for i, d in version.store.documents(ids).items()})
     finally:
         version.close()
     manifest = version.manifest
@@ -218,11 +231,40 @@ def _eval(args: argparse.Namespace) -> int:
                 "threads", "nprobe", "ndcg_at_10", "recall_at_100", "exact_ndcg_at_10", "exact_recall_at_10",
                 "exact_recall_at_100", "query_set", "index_kind", "search_params")
         out = {k: getattr(figures, k) for k in keys} | {"version": manifest.version}
+        if runs is not None:
+            out["runs"] = {f"{k.mode}{'.exact' if k.exact else ''}": str(p) for k, p in written.items()}
         print(json.dumps(out))
     else:
         print(f"version {manifest.version} ({manifest.index.factory}, {manifest.model.pooling} pooling, "
               f"{manifest.data.protocol} {'data' if manifest.data.protocol == 'corpus' else 'protocol'})")
         print(_table(figures))
+    if runs is not None:
+        out_stream = sys.stderr if args.json else sys.stdout
+        for key, path in written.items():
+            print(f"wrote run {path} ({key.label}, {len(runs.rankings[key].rows)} queries, tag {key.tag})",
+                  file=out_stream)
+        if runs.qrels is not None and written:
+            print(f"wrote qrels {args.run_out}.qrels (the Quora protocol's judgments)", file=out_stream)
+        for note in runs.notes:
+            print(f"note: {note}", file=out_stream)
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from indexer.compare import compare_runs, format_comparison
+    from indexer.corpus import read_qrels
+    from indexer.runs import read_run
+
+    if args.resamples < 100:
+        raise ValueError(f"--resamples must be at least 100, got {args.resamples}")
+    qrels = read_qrels(args.qrels)
+    comparison = compare_runs(read_run(args.run_a), read_run(args.run_b), qrels, resamples=args.resamples,
+                              seed=args.seed)
+    if args.json:
+        print(json.dumps({"run_a": str(args.run_a), "run_b": str(args.run_b), "qrels": str(args.qrels)}
+                         | comparison.as_dict()))
+    else:
+        print(format_comparison(comparison, str(args.run_a), str(args.run_b)))
     return 0
 
 
@@ -441,7 +483,30 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--split", default="test", help="with a BEIR folder: the qrels/<split>.tsv to use (default test)")
     e.add_argument("--model", type=Path, default=None,
                    help="with --queries: the encoder (default: the one the version was built with)")
+    e.add_argument("--run-out", type=Path, default=None, metavar="FILE",
+                   help="also write what was evaluated as TREC runs ('qid Q0 docid rank score tag', the qrels' ids; "
+                   "corpus evaluations to depth 100, the Quora protocol its top 10): the index's ranking to FILE, "
+                   "exact search's to FILE.exact (when it covered every query); with several search modes, "
+                   "FILE.{mode} and FILE.{mode}.exact. The Quora protocol's judgments go to FILE.qrels. Compare "
+                   "two runs with `indexer compare`")
     e.set_defaults(func=_eval)
+
+    cmp = sub.add_parser("compare", help="nDCG@10, MRR@10 and R@100 of two TREC runs, with paired bootstrap CIs",
+                         description="Score two TREC run files (e.g. from `indexer eval --run-out`) on the same "
+                         "qrels with trec_eval's measures (ir_measures): nDCG@10, MRR@10 and R@100 of each, the "
+                         "difference B − A with its paired bootstrap 95%% confidence interval (queries resampled) and "
+                         "a paired permutation test's two-sided p. Queries with a relevant judgment are compared; "
+                         "one a run has no results for scores 0 there. Figures are printed × 100.")
+    cmp.add_argument("run_a", type=Path, metavar="RUN_A", help="the baseline run (qid Q0 docid rank score tag)")
+    cmp.add_argument("run_b", type=Path, metavar="RUN_B", help="the run compared with it")
+    cmp.add_argument("--qrels", type=Path, required=True,
+                     help="judgments: query-id<TAB>corpus-id<TAB>score (BEIR, header optional) or TREC's "
+                     "'query-id 0 doc-id grade'")
+    cmp.add_argument("--resamples", type=int, default=10_000,
+                     help="bootstrap and permutation resamples (default 10000)")
+    cmp.add_argument("--seed", type=int, default=0, help="seed of both resamplings (default 0)")
+    cmp.add_argument("--json", action="store_true", help="print one JSON object (fractions, not × 100)")
+    cmp.set_defaults(func=_compare)
 
     t = sub.add_parser("tune", help="sweep index types, nlist, nprobe/efSearch on a version's own vectors",
                        description="Build IVF-Flat (nlist 256..4096), IVF-SQ8, IVF-PQ and HNSW indexes from a "

@@ -25,6 +25,7 @@ publishes holds the writes and the API's replay stays short.
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import sqlite3
@@ -41,19 +42,30 @@ from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.faiss_index import INDEX_FILE, set_threads
 from indexer.runtime.layout import IndexRoot, LayoutError, new_version_name
 from indexer.runtime.manifest import Manifest, WritesInfo
+from indexer.runtime.metadata import MetadataError, metadata_json
 from indexer.runtime.store import STORE, apply_writes
 from indexer.runtime.version import QUERY_VECTORS, IndexVersion
 from indexer.runtime.writelog import (
     ASSIGNED_IDS_FROM,
     UPSERT,
     LogEntry,
-    metadata_json,
     net_effect,
     open_log,
     own_faiss_id,
 )
 
 log = logging.getLogger(__name__)
+
+
+def _stored_metadata(e: LogEntry) -> str:
+    """An entry's metadata as the store keeps it. One logged before the metadata schema was enforced (an integer
+    beyond 64 bits, deep nesting) is folded in as written, with a warning, rather than blocking every later
+    compaction: the service repairs such values in its answers (`service.responses`)."""
+    try:
+        return metadata_json(e.metadata)
+    except MetadataError as exc:
+        log.warning("write log entry %d (id %r): %s; folded in as written", e.seq, e.ext_id, exc)
+        return json.dumps(e.metadata, ensure_ascii=False)
 
 DEFAULT_REBUILD_AFTER = 0.2
 
@@ -128,7 +140,7 @@ def compact(root_dir: Path, *, model_dir: Path | None = None, threads: int | Non
                     fid, next_fid = next_fid, next_fid + 1
                 if e.op == UPSERT:
                     assert e.vector is not None and e.text is not None
-                    upserts.append((fid, e.ext_id, e.text, metadata_json(e.metadata)))
+                    upserts.append((fid, e.ext_id, e.text, _stored_metadata(e)))
                     vectors.append(e.vector)
                 elif e.ext_id in present:
                     deletes.append(fid)

@@ -11,7 +11,9 @@ Conventions (the README repeats them):
   encoded and stored as the document's text.
 - Metadata is every field other than the id and text fields (the title included), unless `--metadata-fields`
   names them. A field called `metadata` holding an object (BEIR's corpus, Strata's write API) is flattened: its
-  keys are metadata fields, and replace top-level fields of the same name.
+  keys are metadata fields, and replace top-level fields of the same name. It must fit the metadata schema of
+  `indexer.runtime.metadata` (64-bit integers, finite numbers, valid Unicode, bounded nesting and size), the
+  same as `PUT /documents` takes: a row outside it is a `FILE:LINE` error.
 - CSV/TSV cells have no types: a cell that is a canonical integer (`17`, `-3`; not `007`) becomes an int, a
   decimal number (`2.5`, `1e3`) a float, an empty cell is absent, anything else stays a string. The same rule
   applies to the id column, so `17` and `007` are the ids 17 and "007".
@@ -32,10 +34,11 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
+from indexer.runtime.metadata import INT64_MAX, INT64_MIN, MAX_DEPTH, MetadataError, check_metadata, valid_unicode
+
 CorpusFormat = Literal["quora", "jsonl", "csv", "tsv", "parquet", "beir"]
 ExtId = str | int
 
-INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
 BEIR_CORPUS = "corpus.jsonl"
 BEIR_QUERIES = "queries.jsonl"
@@ -101,6 +104,8 @@ def typed_ext_id(v: object, where: str, field: str) -> ExtId:
     if isinstance(v, str):
         if not v.strip():
             raise CorpusFormatError(f"{where}: id field {field!r} is empty")
+        if not valid_unicode(v):
+            raise CorpusFormatError(f"{where}: id {v!r} is not valid Unicode (it holds a lone surrogate)"[:300])
         return v
     return _check_int(v, "id", where)
 
@@ -117,24 +122,26 @@ def cell_value(s: str) -> str | int | float | None:
     return s
 
 
-def meta_value(v: Any, where: str, key: str) -> Any:
-    """A metadata value as JSON can hold it: str, 64-bit int, finite float, bool, None, lists and objects of
-    those. NaN (Parquet's usual "missing") becomes None; dates and times become ISO strings (they then sort
-    and compare as text); Decimals become floats."""
-    if v is None or isinstance(v, (bool, str)):
+def meta_value(v: Any, where: str, key: str, depth: int = 2) -> Any:  # noqa: ANN401
+    """A metadata value as JSON can hold it: str, int, float, bool, None, lists and objects of those. NaN
+    (Parquet's usual "missing") becomes None; dates and times become ISO strings (they then sort and compare as
+    text); Decimals become floats. The result is then checked against the metadata schema (`make_doc`); here
+    only the nesting is bounded, so that a hostile row cannot exhaust the stack (`depth`: the level of `v`, the
+    metadata object being level 1)."""
+    if v is None or isinstance(v, (bool, str, int)):
         return v
-    if isinstance(v, int):
-        return _check_int(v, f"metadata field {key!r}:", where)
     if isinstance(v, float):
         return v if math.isfinite(v) else None
     if isinstance(v, (datetime, date, time)):
         return v.isoformat()
     if isinstance(v, Decimal):
         return meta_value(float(v), where, key)
+    if isinstance(v, (dict, list, tuple)) and depth > MAX_DEPTH:
+        raise CorpusFormatError(f"{where}: metadata field {key!r} nests deeper than {MAX_DEPTH} levels")
     if isinstance(v, dict):
-        return {str(k): meta_value(x, where, key) for k, x in v.items()}
+        return {str(k): meta_value(x, where, key, depth + 1) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return [meta_value(x, where, key) for x in v]
+        return [meta_value(x, where, key, depth + 1) for x in v]
     raise CorpusFormatError(f"{where}: metadata field {key!r} holds a {type(v).__name__}, which JSON cannot hold "
                             f"(leave it out with --metadata-fields)")
 
@@ -144,6 +151,8 @@ def _text_value(v: object, where: str, field: str) -> str:
         return ""
     if not isinstance(v, str):
         raise CorpusFormatError(f"{where}: field {field!r} must be a string, got {type(v).__name__}")
+    if not valid_unicode(v):
+        raise CorpusFormatError(f"{where}: field {field!r} is not valid Unicode (it holds a lone surrogate)")
     return v
 
 
@@ -178,6 +187,10 @@ def make_doc(row: dict[str, Any], fields: Fields, where: str, *, typed: bool = T
         value = meta_value(value, where, key)
         if value is not None:
             out[str(key)] = value
+    try:
+        check_metadata(out)  # the one schema, shared with PUT /documents (indexer.runtime.metadata)
+    except MetadataError as exc:
+        raise CorpusFormatError(f"{where}: {exc}") from None
     return Doc(ext_id, join_title(title, text), out, where)
 
 
@@ -361,6 +374,9 @@ def _jsonl_docs(path: Path, src: CorpusSource, progress: Callable[[int], None] |
                 raise CorpusFormatError(f"{where}: not UTF-8: {exc.reason} at byte {exc.start}") from exc
             except ValueError as exc:
                 raise CorpusFormatError(f"{where}: not a JSON object: {exc}"[:300]) from exc
+            except RecursionError:
+                raise CorpusFormatError(f"{where}: JSON nested too deep to read (metadata may nest "
+                                        f"{MAX_DEPTH} levels)") from None
             if not isinstance(row, dict):
                 raise CorpusFormatError(f"{where}: expected one JSON object per line, got {type(row).__name__}")
             yield make_doc(row, src.fields, where)

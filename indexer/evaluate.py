@@ -14,13 +14,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from indexer.metrics import mean_metrics
+from indexer.runs import RunKey
 from indexer.runtime.faiss_index import get_threads, set_threads
 from indexer.runtime.manifest import EvalFigures
 from indexer.runtime.store import GradedEvalSet
 from indexer.runtime.version import IndexVersion
 
 if TYPE_CHECKING:
-    from indexer.ingest import EvalSetStats
+    from indexer.evalset import EvalSetStats
+    from indexer.runs import RunCollector
     from indexer.runtime.encoder import OnnxEncoder
 
 log = logging.getLogger(__name__)
@@ -55,11 +57,20 @@ def rank_metrics(ranked: np.ndarray, gold: Sequence[set[int]], k: int = 10) -> t
 
 def drop_self(ids: np.ndarray, query_ids: np.ndarray, k: int) -> np.ndarray:
     """Remove each query's own id from its results (protocol `full`: queries are documents too)."""
+    return drop_self_scored(ids, np.zeros(ids.shape, dtype=np.float32), query_ids, k)[0]
+
+
+def drop_self_scored(ids: np.ndarray, scores: np.ndarray, query_ids: np.ndarray, k: int
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """`drop_self`, keeping each remaining id's score beside it (-inf beside the -1 padding)."""
     out = np.full((ids.shape[0], k), -1, dtype=np.int64)
-    for r, (row, q) in enumerate(zip(ids, query_ids, strict=True)):
-        kept = row[row != q][:k]
+    out_scores = np.full((ids.shape[0], k), -np.inf, dtype=np.float32)
+    for r, (row, row_scores, q) in enumerate(zip(ids, scores, query_ids, strict=True)):
+        keep = row != q
+        kept = row[keep][:k]
         out[r, : len(kept)] = kept
-    return out
+        out_scores[r, : len(kept)] = row_scores[keep][:k]
+    return out, out_scores
 
 
 def ann_overlap(approx: np.ndarray, exact: np.ndarray) -> float:
@@ -92,10 +103,11 @@ def search_knobs(version: IndexVersion, nprobe: int | None = None,
 
 def evaluate(version: IndexVersion, *, nprobe: int | None = None, batch_size: int = 1,
              threads: int | None = None, k: int = 10, exact_budget: int | None = EXACT_PAIRS_BUDGET,
-             search_params: dict[str, int | None] | None = None) -> EvalFigures:
+             search_params: dict[str, int | None] | None = None, runs: RunCollector | None = None) -> EvalFigures:
     """MRR@10 and Recall@10 of the index at its search parameters (the version's, or `nprobe`/`search_params`)
     over every evaluation query, single-query timing, and the exact-search reference on the index's own vectors
-    (all queries, or a seeded sample past `exact_budget` query × document pairs; None: always all)."""
+    (all queries, or a seeded sample past `exact_budget` query × document pairs; None: always all). `runs`
+    receives the rankings scored (and, for the Quora protocol, the judgments as qrels)."""
     graded = version.store.graded_eval_set()
     if graded is not None:  # a corpus build's queries and qrels
         qvecs = version.query_vectors()
@@ -103,7 +115,7 @@ def evaluate(version: IndexVersion, *, nprobe: int | None = None, batch_size: in
             raise EvalError(f"{version.folder}: query vectors do not match its {len(graded.query_texts)} queries")
         return evaluate_graded(version, qvecs, graded, nprobe=nprobe, batch_size=batch_size, threads=threads,
                                exact_budget=exact_budget, query_set=version.manifest.data.eval_source,
-                               search_params=search_params)
+                               search_params=search_params, runs=runs)
     qids, _, gold = version.store.eval_set()
     qvecs = version.query_vectors()
     if not qids or qvecs is None:
@@ -118,9 +130,11 @@ def evaluate(version: IndexVersion, *, nprobe: int | None = None, batch_size: in
     used_threads = get_threads()
 
     ids = np.empty((len(qvecs), depth), dtype=np.int64)
+    scores = np.empty((len(qvecs), depth), dtype=np.float32)
     t0 = time.perf_counter()
     for start in range(0, len(qvecs), batch_size):
-        _, ids[start : start + batch_size] = version.ann.search(qvecs[start : start + batch_size], depth, knobs=knobs)
+        scores[start : start + batch_size], ids[start : start + batch_size] = version.ann.search(
+            qvecs[start : start + batch_size], depth, knobs=knobs)
     elapsed = time.perf_counter() - t0
 
     sample = exact_sample(len(qvecs), version.ntotal, exact_budget)
@@ -128,9 +142,15 @@ def evaluate(version: IndexVersion, *, nprobe: int | None = None, batch_size: in
     if sample is not None:
         log.info("exact search on a seeded sample of %d of %d queries (%d × %d pairs exceed the budget of %.0e)",
                  len(sample), len(qvecs), len(qvecs), version.ntotal, exact_budget)
-    _, exact = version.ann.exact_search(qvecs if sample is None else qvecs[sample], depth)
+    exact_scores, exact = version.ann.exact_search(qvecs if sample is None else qvecs[sample], depth)
     if exclude_self:
-        ids, exact = drop_self(ids, query_ids, k), drop_self(exact, query_ids[pick], k)
+        ids, scores = drop_self_scored(ids, scores, query_ids, k)
+        exact, exact_scores = drop_self_scored(exact, exact_scores, query_ids[pick], k)
+    if runs is not None:
+        runs.query_ids = [str(q) for q in qids]
+        runs.qrels = {str(q): {str(d): 1 for d in g} for q, g in zip(qids, gold, strict=True)}
+        runs.add(RunKey("dense"), ids, scores)
+        runs.add(RunKey("dense", exact=True), exact, exact_scores, pick)
 
     mrr, recall = rank_metrics(ids, gold, k)
     sample_gold = [gold[i] for i in pick]
@@ -185,13 +205,14 @@ GRADED_DEPTH = 100  # Recall@100
 
 def evaluate_graded(version: IndexVersion, qvecs: np.ndarray, ev: GradedEvalSet, *, nprobe: int | None = None,
                     batch_size: int = 1, threads: int | None = None, exact_budget: int | None = EXACT_PAIRS_BUDGET,
-                    query_set: str | None = None, search_params: dict[str, int | None] | None = None
-                    ) -> EvalFigures:
+                    query_set: str | None = None, search_params: dict[str, int | None] | None = None,
+                    runs: RunCollector | None = None) -> EvalFigures:
     """MRR@10, nDCG@10, Recall@10 and Recall@100 (`indexer.metrics`) of the index at `nprobe` and of exact search
     on the index's own vectors, over queries with graded judgments; single-query search timed at depth 10.
 
     As BEIR does by default (`ignore_identical_ids`), a document whose external id equals the query's is
-    removed from that query's results (it is the query itself when queries are also documents)."""
+    removed from that query's results (it is the query itself when queries are also documents). `runs`
+    receives the rankings scored, to depth 100."""
     if len(qvecs) != len(ev.query_texts) or not len(qvecs):
         raise EvalError(f"{len(qvecs)} query vectors for {len(ev.query_texts)} queries")
     self_docs = np.asarray(ev.self_docs, dtype=np.int64)
@@ -205,13 +226,17 @@ def evaluate_graded(version: IndexVersion, qvecs: np.ndarray, ev: GradedEvalSet,
     for start in range(0, len(qvecs), batch_size):
         version.ann.search(qvecs[start : start + batch_size], 10 + extra, knobs=knobs)
     elapsed = time.perf_counter() - t0
-    _, ids = version.ann.search(qvecs, depth, knobs=knobs)
+    scores, ids = version.ann.search(qvecs, depth, knobs=knobs)
     sample = exact_sample(len(qvecs), version.ntotal, exact_budget)
     pick = np.arange(len(qvecs)) if sample is None else sample
-    _, exact = version.ann.exact_search(qvecs[pick], depth)
+    exact_scores, exact = version.ann.exact_search(qvecs[pick], depth)
     if extra:
-        ids = drop_self(ids, self_docs, GRADED_DEPTH)
-        exact = drop_self(exact, self_docs[pick], GRADED_DEPTH)
+        ids, scores = drop_self_scored(ids, scores, self_docs, GRADED_DEPTH)
+        exact, exact_scores = drop_self_scored(exact, exact_scores, self_docs[pick], GRADED_DEPTH)
+    if runs is not None:
+        runs.query_ids = list(ev.query_ext_ids)
+        runs.add(RunKey("dense"), ids, scores)
+        runs.add(RunKey("dense", exact=True), exact, exact_scores, pick)
     got = mean_metrics(ids, ev.qrels)
     ref = mean_metrics(exact, [ev.qrels[i] for i in pick])
     overlap = np.mean([len(set(a[:10][a[:10] >= 0]) & set(b[:10][b[:10] >= 0])) / max(1, int((b[:10] >= 0).sum()))
@@ -246,10 +271,11 @@ def _r(x: float | None) -> float | None:
 def evaluate_query_files(version: IndexVersion, queries: Path, qrels: Path, encoder: OnnxEncoder, *,
                          nprobe: int | None = None, batch_size: int = 1, threads: int | None = None,
                          exact_budget: int | None = EXACT_PAIRS_BUDGET,
-                         search_params: dict[str, int | None] | None = None) -> tuple[EvalFigures, EvalSetStats]:
+                         search_params: dict[str, int | None] | None = None, runs: RunCollector | None = None
+                         ) -> tuple[EvalFigures, EvalSetStats]:
     """`indexer eval --queries --qrels`: the graded figures of `version` on the user's own queries (encoded with
     `encoder`, which must be the version's), judged documents named by their external ids."""
-    from indexer.ingest import load_eval_set
+    from indexer.evalset import load_eval_set
 
     if encoder.meta.onnx_sha256 != version.manifest.model.onnx_sha256:
         raise EvalError(f"{encoder.model_dir} is not the encoder version {version.version} was built with")
@@ -257,5 +283,5 @@ def evaluate_query_files(version: IndexVersion, queries: Path, qrels: Path, enco
     qvecs = encoder.encode(loaded.evalset.query_texts, progress=True, desc="queries")
     figures = evaluate_graded(version, qvecs, loaded.evalset, nprobe=nprobe, batch_size=batch_size,
                               threads=threads, exact_budget=exact_budget, query_set=loaded.source,
-                              search_params=search_params)
+                              search_params=search_params, runs=runs)
     return figures, loaded.stats

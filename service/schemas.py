@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -16,6 +15,8 @@ from pydantic import (
     WithJsonSchema,
     model_validator,
 )
+
+from indexer.runtime.metadata import INT64_MAX, INT64_MIN, MAX_BYTES, MAX_DEPTH, MetadataError, check_metadata
 
 MAX_TEXTS = 64  # texts per /encode call, queries per /search call
 MAX_TEXT_CHARS = 2000  # longer texts are refused; texts over the model's token limit are truncated and flagged
@@ -45,7 +46,8 @@ FILTER_DOC = (
     "(a range; its bounds all apply), {\"and\": [F, ...]}, {\"or\": [F, ...]}; several fields in one object must "
     "all match. Values are strings, numbers or bools of the field's type (numbers match int and float fields; "
     "string ranges compare as text; bools have no ranges). A document without the field never matches. An "
-    "unknown field or operator, or a value of the wrong type, is a 422 that says why.")
+    "unknown field or operator, a value of the wrong type, or one outside the metadata schema (integers beyond 64 "
+    "bits, NaN or infinities, lone surrogates) is a 422 that says why.")
 
 
 class EncodeRequest(BaseModel):
@@ -65,7 +67,7 @@ class SearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     query: Text | None = None
     queries: list[Text] | None = Field(None, min_length=1, max_length=MAX_TEXTS)
-    top_k: int = Field(10, ge=1, le=MAX_TOP_K)
+    top_k: StrictInt = Field(10, ge=1, le=MAX_TOP_K)  # strict: "5", 5.0 and true are 422s
     filter: dict[str, Any] | None = Field(None, description=FILTER_DOC, examples=[
         {"bucket": 1}, {"bucket": {"in": [1, 2]}}, {"year": {"gte": 2000, "lt": 2010}},
         {"and": [{"lang": "en"}, {"or": [{"year": {"gte": 2020}}, {"bucket": 0}]}]}])
@@ -159,7 +161,10 @@ class ErrorBody(BaseModel):
 MAX_WRITE_DOCS = 128  # documents per PUT /documents (each is encoded before the write is logged)
 MAX_DELETE_IDS = 1000  # ids per POST /documents/delete
 MAX_ID_CHARS = 512
-INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+METADATA_DOC = (f"JSON object: strings, numbers, bools (filterable), lists and objects (kept). Integers fit in "
+                f"64 bits (signed), numbers are finite, strings valid Unicode, nesting at most {MAX_DEPTH} levels "
+                f"and {MAX_BYTES:,} bytes of JSON per document (`indexer.runtime.metadata`, the same rules as "
+                f"`indexer build --data`); anything else is a 422 naming the document and the field.")
 
 
 def _valid_unicode(value: str, what: str) -> None:
@@ -181,42 +186,23 @@ def _check_id(value: int | str) -> int | str:
     return value
 
 
-def _finite(value: Any, where: str) -> None:
-    """Numbers finite (JSON has no NaN, though Python's parser reads it) and strings valid Unicode, all the way
-    down."""
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"metadata {where} is {value}: numbers must be finite")
-    if isinstance(value, str):
-        _valid_unicode(value, f"metadata {where}")
-    if isinstance(value, dict):
-        for k, v in value.items():
-            _valid_unicode(k, f"a metadata field name in {where}")
-            _finite(v, f"{where}.{k}")
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            _finite(v, f"{where}[{i}]")
-
-
-def _check_metadata(value: dict[str, Any]) -> dict[str, Any]:
-    for key, v in value.items():
-        if not key.strip():
-            raise ValueError("metadata field names must not be empty")
-        _valid_unicode(key, "a metadata field name")
-        _finite(v, ascii(key))
-    return value
-
-
 # Strict: a string id stays a string ("17") and an integer id an integer (17); 17.0 and true are refused.
 DocId = Annotated[StrictInt | StrictStr, AfterValidator(_check_id)]
-Metadata = Annotated[dict[str, Any], AfterValidator(_check_metadata)]
 
 
 class WriteDocument(BaseModel):
     model_config = ConfigDict(extra="forbid")
     id: DocId = Field(description="a string or a 64-bit integer, kept as given (17 and \"17\" are two documents)")
     text: Text
-    metadata: Metadata = Field(default_factory=dict, description="JSON object: strings, numbers, bools (filterable), "
-                               "lists and objects (kept)")
+    metadata: dict[str, Any] = Field(default_factory=dict, description=METADATA_DOC)
+
+    @model_validator(mode="after")
+    def _metadata_schema(self) -> WriteDocument:
+        try:  # the one schema, shared with `indexer build --data` (indexer.runtime.metadata)
+            check_metadata(self.metadata)
+        except MetadataError as exc:
+            raise ValueError(f"document {self.id!r}: {exc}") from None
+        return self
 
 
 class UpsertRequest(BaseModel):

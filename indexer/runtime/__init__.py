@@ -16,6 +16,8 @@ Owns:
 - `layout`: the index root (`versions/`, the `current` symlink, the build lock, pruning);
 - `manifest`: `manifest.json`, what a version was built from and how well it retrieves;
 - `store`: the id → text SQLite store with the evaluation queries, external ids and metadata;
+- `metadata`: the one schema for metadata values (64-bit integers, finite numbers, valid Unicode, bounded
+  nesting and size), enforced by builds, writes and filters alike, and the repair of values stored before it;
 - `filters`: the metadata filter language (parsed and validated here, compiled to SQL over the store);
 - `guards`: the shrink guard (`STRATA_MAX_SHRINK`) shared by builds and swaps;
 - `writelog`: the root's write log (documents written through the API), appended by the service, replayed onto

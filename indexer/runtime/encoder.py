@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
@@ -31,6 +31,7 @@ class EncoderMeta(BaseModel):
     """What `encoder.json` records about an exported model."""
 
     pooling: str  # "cls" | "mean" | "layers:I,J,…" (BERT-LC) | "pooler" (a trained pooler kept in the graph)
+    pooling_origin: str | None = None  # "--pooling", the checkpoint's pooling config file, or the default
     dim: int
     max_length: int
     source: str
@@ -317,10 +318,11 @@ class OnnxEncoder:
 
     def encode(
         self, texts: Sequence[str], batch_size: int | None = None, *, progress: bool = False,
-        desc: str = "encoding"
+        desc: str = "encoding", on_progress: Callable[[int], None] | None = None
     ) -> np.ndarray:
         """Encode many texts, `batch_size` per run (default: `corpus_batch_size`). Texts are sorted by length so
-        each batch pads little; output keeps input order."""
+        each batch pads little; output keeps input order. `on_progress(n)` hears of every n more texts done (a
+        caller's own progress bar)."""
         batch_size = batch_size or self.corpus_batch_size
         n = len(texts)
         vecs = np.empty((n, self.dim), dtype=np.float32)
@@ -342,6 +344,8 @@ class OnnxEncoder:
         def finished(done: int) -> None:
             if bar is not None:
                 bar.update(done)
+            if on_progress is not None:
+                on_progress(done)
 
         starts = range(0, n, batch_size)
         if self._pool is not None and len(starts) > 1:

@@ -11,18 +11,20 @@ Types come from the schema (`field → "int" | "float" | "str" | "bool" | "json"
 "int|str" when rows disagree). Numbers match int and float fields alike; strings match str fields and their
 ranges compare as text (ISO dates sort correctly); bools match bool fields and have no ranges; "json" fields
 (lists, objects) cannot be filtered. A document without the field never matches. Unknown fields, operators or
-mistyped values raise `FilterError` with the reason (the API turns it into a 422). `and` and `or` are reserved
-words: a metadata field of that name cannot be filtered.
+mistyped values, and values outside the metadata schema (`indexer.runtime.metadata`: integers beyond 64 bits,
+NaN or infinities, strings with lone surrogates) raise `FilterError` with the reason (the API turns it into a
+422). `and` and `or` are reserved words: a metadata field of that name cannot be filtered.
 
 This module is pure (no SQLite, no FAISS): `Store.filter_ids` runs what `compile_sql` returns.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from indexer.runtime.metadata import scalar_problem
 
 MAX_DEPTH = 16  # nesting of and/or
 MAX_VALUES = 10_000  # values in all `in` lists and comparisons together (SQLite binds at most 32,766)
@@ -104,8 +106,9 @@ class _Parser:
         kind = _kind(v)
         if kind not in ("bool", "int", "float", "str"):
             raise FilterError(f"{field}: {op} needs a string, number or bool, got {kind}")
-        if kind == "float" and not math.isfinite(v):  # type: ignore[arg-type]
-            raise FilterError(f"{field}: {op} needs a finite number, got {v}")
+        problem = scalar_problem(v)  # the metadata schema's rules: 64-bit integers, finite floats, valid Unicode
+        if problem:
+            raise FilterError(f"{field}: {op} value: {problem}")
         if _family(kind) not in families:
             article = "an" if kind == "int" else "a"
             raise FilterError(f"{field}: {op} {v!r} is {article} {kind} but the field holds {self.schema[field]}")

@@ -35,7 +35,6 @@ the FAISS id it has in that version's store, or gets a fresh one above every id 
 from __future__ import annotations
 
 import json
-import math
 import sqlite3
 import threading
 import time
@@ -46,6 +45,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+
+from indexer.runtime.metadata import metadata_json
 
 WRITES_DIR = "writes"
 LOG_FILE = "log.sqlite"
@@ -124,20 +125,6 @@ def check_ext_id(ext_id: object) -> ExtId:
     return ext_id
 
 
-def metadata_json(metadata: dict[str, Any]) -> str:
-    """Metadata as stored (the build's JSON: ensure_ascii off); NaN and infinities are refused, as JSON has none."""
-    def finite(value: object) -> None:
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"metadata value {value} is not a finite number")
-        if isinstance(value, dict):
-            for v in value.values():
-                finite(v)
-        elif isinstance(value, list):
-            for v in value:
-                finite(v)
-
-    finite(metadata)
-    return json.dumps(metadata, ensure_ascii=False, allow_nan=False)
 
 
 class WriteLog:

@@ -291,7 +291,8 @@ class Engine:
         finally:
             self.in_flight -= 1
             self.metrics.in_flight.set(self.in_flight)
-        if result.error is not None:  # its filter or search parameters were refused by the version that ran it
+        # this request alone was refused (its filter, its search parameters) or failed in its batch
+        if result.error is not None:
             raise result.error
         if self.tracing.enabled and result.timeline is not None:
             self.tracing.record_batch(admitted, result.timeline, {

@@ -26,7 +26,8 @@ from indexer.corpus import (
     read_qrels,
     read_queries,
 )
-from indexer.ingest import ASSIGNED_IDS_FROM, graded_eval_set, ingest_store
+from indexer.evalset import graded_eval_set
+from indexer.ingest import ASSIGNED_IDS_FROM, ingest_store
 from indexer.metrics import mean_metrics, per_query
 from indexer.runtime.filters import FilterError, compile_sql, matches, parse_filter
 from indexer.runtime.guards import DEFAULT_MAX_SHRINK, max_shrink, shrinks_too_much
@@ -185,7 +186,25 @@ BAD = {
     "no-text.jsonl": ('{"id": 1, "body": "a"}\n', "no-text.jsonl:1: no text field 'text'"),
     "array.jsonl": ('[1, "a"]\n', "array.jsonl:1: expected one JSON object per line, got list"),
     "big-int.jsonl": ('{"id": 1, "text": "a", "n": 99999999999999999999}\n',
-                      "big-int.jsonl:1: metadata field 'n': 99999999999999999999 does not fit in 64 bits"),
+                      "big-int.jsonl:1: metadata field 'n': integer 99999999999999999999 does not fit in 64 bits"),
+    # the metadata schema of indexer.runtime.metadata, the same PUT /documents enforces (issue 25, defect 3)
+    "two-pow-64.jsonl": ('{"id": 1, "text": "a", "m": {"x": [1, 18446744073709551616]}}\n',
+                         "two-pow-64.jsonl:1: metadata field 'm.x[1]': integer 18446744073709551616 does not fit"),
+    "below-int64.jsonl": ('{"id": 1, "text": "a", "n": -9223372036854775809}\n',
+                          "below-int64.jsonl:1: metadata field 'n': integer -9223372036854775809 does not fit"),
+    "deep.jsonl": ('{"id": 1, "text": "a"}\n{"id": 2, "text": "b", "m": ' + "[" * 300 + "]" * 300 + "}\n",
+                   "deep.jsonl:2: metadata field 'm' nests deeper than 32 levels"),
+    "very-deep.jsonl": ('{"id": 1, "text": "a", "m": ' + "[" * 100_000 + "]" * 100_000 + "}\n",
+                        "very-deep.jsonl:1: JSON nested too deep to read"),
+    "surrogate-meta.jsonl": ('{"id": 1, "text": "a", "tag": "x\\ud800"}\n',
+                             "surrogate-meta.jsonl:1: metadata field 'tag': string 'x\\ud800' is not valid Unicode"),
+    "surrogate-key.jsonl": ('{"id": 1, "text": "a", "m": {"\\udc00": 1}}\n',
+                            "surrogate-key.jsonl:1: metadata field name '\\udc00' in 'm' is not valid Unicode"),
+    "surrogate-text.jsonl": ('{"id": 1, "text": "a\\ud800"}\n',
+                             "surrogate-text.jsonl:1: field 'text' is not valid Unicode"),
+    "surrogate-id.jsonl": ('{"id": "\\ud800", "text": "a"}\n', "surrogate-id.jsonl:1: id '\\ud800' is not valid"),
+    "huge-meta.jsonl": ('{"id": 1, "text": "a", "blob": "' + "x" * 70_000 + '"}\n',
+                        "huge-meta.jsonl:1: metadata is 70,011 bytes as JSON; the limit is 65,536"),
     "text-number.jsonl": ('{"id": 1, "text": 5}\n', "text-number.jsonl:1: field 'text' must be a string, got int"),
     "short.csv": ("id,text,lang\n1,a,en\n2,b\n", "short.csv:3: expected 3 comma-separated fields (the header's), "
                                                 "got 2"),
@@ -427,7 +446,16 @@ def test_filter_request_shapes(meta_store: tuple[Store, list[dict[str, Any]]]) -
     ({"bucket": {"in": 1}}, "bucket: 'in' needs a non-empty list, got 1"),
     ({"bucket": {}}, "bucket: empty condition"),
     ({"bucket": None}, "bucket: equality needs a string, number or bool, got null"),
-    ({"score": float("nan")}, "score: equality needs a finite number"),
+    ({"score": float("nan")}, "score: equality value: nan is not a finite number"),
+    ({"score": {"lt": float("inf")}}, "score: lt value: inf is not a finite number"),
+    # the metadata schema's rules (indexer.runtime.metadata): these were 500s (issue 25, defects 1 and 2)
+    ({"year": 1180591620717411303424}, "year: equality value: integer 1180591620717411303424 does not fit in 64"),
+    ({"year": {"lt": 2**64}}, "year: lt value: integer 18446744073709551616 does not fit in 64 bits"),
+    ({"year": {"gt": -2**80}}, "year: gt value: integer -1208925819614629174706176 does not fit in 64 bits"),
+    ({"year": {"lte": 2**63}}, "year: lte value: integer 9223372036854775808 does not fit in 64 bits"),
+    ({"bucket": {"in": [1, 2**65]}}, "bucket: in value: integer 36893488147419103232 does not fit in 64 bits"),
+    ({"lang": "\ud800"}, "lang: equality value: string '\\ud800' is not valid Unicode (it holds a lone surrogate)"),
+    ({"lang": {"in": ["en", "x\udfff"]}}, "lang: in value: string 'x\\udfff' is not valid Unicode"),
     ({"tags": "en"}, "field 'tags' holds json values (lists or objects), which cannot be filtered"),
     ({"or": []}, "'or' needs a non-empty list of filters"),
     ({"and": {"bucket": 1}}, "'and' needs a non-empty list of filters"),

@@ -67,10 +67,21 @@ def test_net_effect_keeps_the_last_entry_per_id_typed(tmp_path: Path) -> None:
     assert [(k, e.op, e.text) for k, e in net.items()] == [("1", UPSERT, "b"), (1, DELETE, None), (2, UPSERT, "d")]
 
 
+def _nested(levels: int) -> list[object]:
+    value: list[object] = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
 def test_bad_values_are_refused_before_anything_is_written(tmp_path: Path) -> None:
     log = WriteLog(log_path(tmp_path))
     with pytest.raises(ValueError, match="not a finite number"):
         log.append([Upsert(1, "t", {"x": [1.0, float("nan")]}, unit(1)[0], "m")])
+    # the metadata schema (indexer.runtime.metadata) is the write log's last guard too
+    for meta in ({"x": 1 << 64}, {"x": "\ud800"}, {"x": _nested(40)}):
+        with pytest.raises(ValueError, match="fit in 64 bits|lone surrogate|nests deeper"):
+            log.append([Upsert(1, "t", meta, unit(1)[0], "m")])
     assert log.last_seq() == 0
     assert own_faiss_id(5) == 5 and own_faiss_id(1 << 62) is None and own_faiss_id(-1) is None
     assert own_faiss_id("5") is None

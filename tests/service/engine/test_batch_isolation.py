@@ -1,0 +1,53 @@
+"""A request that fails inside a micro-batch fails alone: `Searcher.run_batch` on a real version and encoder, with
+jobs that break each shared step (the filter lookup, the ONNX run, the index search) in ways the HTTP layer now
+refuses earlier — the defence in depth behind issue 25's 14 of 320 good requests answered 500."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from indexer.runtime.layout import IndexRoot
+from service.engine.errors import BadFilter
+from service.engine.searcher import Job, Searcher
+
+QUERIES = ["How can I be a good geologist?", "How do I learn Python?", "Why is the sky blue?",
+           "How can I lose weight fast?"]
+
+BREAKERS = {
+    "filter": Job(["How do I learn Python?"], 5, {"bucket": {1, 2}}),  # not JSON: the filter cache key raises
+    "encode": Job(["a lone surrogate \ud800"], 5),  # the tokenizer raises, for the whole shared run
+    "search": Job(["How do I learn Python?"], 10**12),  # FAISS's result arrays cannot be allocated
+}
+
+
+@pytest.fixture(scope="module")
+def searcher(quora_root: Path) -> Iterator[Searcher]:
+    s = Searcher.open(IndexRoot(quora_root).current_dir(), threads=1)
+    yield s
+    s.close()
+
+
+@pytest.mark.parametrize("step", sorted(BREAKERS))
+def test_a_request_that_breaks_a_shared_step_fails_alone(searcher: Searcher, step: str) -> None:
+    """1 breaking job among 16 good ones (search and encode-only, unfiltered): it gets its exception as `error`,
+    each good one exactly the answer it gets alone."""
+    good = [Job([QUERIES[i % 4]], 5) if i % 4 else Job([QUERIES[i % 4]], None) for i in range(16)]
+    jobs = good[:7] + [BREAKERS[step]] + good[7:]
+    results = searcher.run_batch(jobs)
+    bad = results.pop(7)
+    assert bad.error is not None and not isinstance(bad.error, BadFilter), bad.error
+    assert bad.hits == []
+    for job, res in zip(good, results, strict=True):
+        alone = searcher.run_batch([job])[0]
+        assert res.error is None
+        if job.top_k is None:
+            assert res.vectors is not None and alone.vectors is not None
+            assert abs(res.vectors - alone.vectors).max() < 1e-5
+        else:
+            assert [[h.id for h in q] for q in res.hits] == [[h.id for h in q] for q in alone.hits]
+            assert all(len(q) == 5 for q in res.hits)
+    with pytest.raises(type(bad.error)):  # on its own, `search` raises it (the swap's probe relies on that)
+        searcher.search(BREAKERS[step].texts, BREAKERS[step].top_k or 1, BREAKERS[step].filter)
