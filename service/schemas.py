@@ -74,9 +74,9 @@ class SearchRequest(BaseModel):
     # Per-request search parameters of the served index's kind (GET /stats: `index.kind`). One the kind does
     # not take is a 422 naming what it takes, not silently ignored: a sweep of nprobe against a flat version
     # would otherwise measure the same exact search at every setting and look like a finding.
-    nprobe: int | None = Field(None, ge=1, le=1_000_000, description="IVF only: lists probed for this request "
+    nprobe: StrictInt | None = Field(None, ge=1, le=1_000_000, description="IVF only: lists probed for this request "
                                "(clamped to nlist; default: the served nprobe)")
-    ef_search: int | None = Field(None, ge=1, le=100_000, description="HNSW only: candidates kept for this "
+    ef_search: StrictInt | None = Field(None, ge=1, le=100_000, description="HNSW only: candidates kept for this "
                                   "request (default: the served ef_search)")
 
     @property
