@@ -25,7 +25,7 @@ import numpy as np
 from indexer.build import save_and_evaluate
 from indexer.quora import COLUMNS, QuoraFormatError, _open_text, read_rows
 from indexer.runtime.encoder import EncoderLoadError, OnnxEncoder
-from indexer.runtime.faiss_index import INDEX_FILE, remove_ids, set_threads, write_index
+from indexer.runtime.faiss_index import INDEX_FILE, set_threads
 from indexer.runtime.layout import IndexRoot, new_version_name
 from indexer.runtime.manifest import Manifest
 from indexer.runtime.store import STORE
@@ -129,21 +129,23 @@ def add_questions(root_dir: Path, path: Path, *, model_dir: Path | None = None, 
             vecs = encoder.encode(texts, batch_size, progress=True, desc="added questions")
             id_arr = np.asarray(ids, dtype=np.int64)
             present = base.store.texts(ids)
-            index = base.index  # ours to change: it was read from disk, the served copy is another object
-            if present:
-                remove_ids(index, np.fromiter(present, dtype=np.int64))
-            index.add_with_ids(vecs, id_arr)
+            index = base.ann  # ours to change: it was read from disk, the served copy is another object
+            if present:  # HNSW cannot remove in place: its graph is rebuilt without them (`HnswIndex.remove`)
+                index.remove(np.fromiter(present, dtype=np.int64))
+            index.add(vecs, id_arr)
 
             version = new_version_name()
             with root.staging(version) as stage:
-                write_index(index, stage / INDEX_FILE)
+                index.save(stage / INDEX_FILE)
                 _copy_store(base.folder / STORE, stage / STORE, ids, texts)
                 if (base.folder / QUERY_VECTORS).is_file():
                     shutil.copy2(base.folder / QUERY_VECTORS, stage / QUERY_VECTORS)
-                trained = m.index.trained_ntotal or m.index.ntotal
+                # only IVF has a trained quantizer to drift from; flat and HNSW take additions as they come
+                trained = (m.index.trained_ntotal or m.index.ntotal) if m.index.kind == "ivf" else None
                 added = len(ids) - len(present)
                 info = m.index.model_copy(update={"ntotal": int(index.ntotal), "trained_ntotal": trained,
-                                                  "added_since_training": m.index.added_since_training + added})
+                                                  "added_since_training": m.index.added_since_training + added
+                                                  if trained is not None else 0})
                 manifest = m.model_copy(update={
                     "version": version, "created_at": datetime.now(timezone.utc), "index": info, "eval": None,
                     "parent_version": m.version,
@@ -156,7 +158,7 @@ def add_questions(root_dir: Path, path: Path, *, model_dir: Path | None = None, 
             base.close()
         root.set_current(version)
         root.prune(keep)
-    drift = info.added_since_training / max(trained, 1)
+    drift = info.added_since_training / max(trained or 1, 1)
     result = AddResult(manifest, added, len(present), skipped, drift > rebuild_after, drift)
     log.info("added %d questions (%d replaced) to %s as %s; %.0f%% added since the quantizer was trained",
              added, len(present), m.version, version, drift * 100)

@@ -1,4 +1,5 @@
-"""`indexer build`: Quora TSV → ONNX vectors → FAISS IVF → a new version folder, evaluated, then made current.
+"""`indexer build`: Quora TSV → ONNX vectors → a vector index (`--index auto|flat|ivf|hnsw`) → a new version
+folder, evaluated, then made current.
 Any other corpus (JSONL, CSV/TSV, Parquet, BEIR) goes through `indexer.ingest` into the same kind of version.
 
 Never touches the version being served: everything is written in a staging folder that is renamed into
@@ -15,23 +16,23 @@ from pathlib import Path
 
 import numpy as np
 
-from indexer.calibrate import calibrate_nprobe
+from indexer.calibrate import calibrate_index
 from indexer.corpus import detect_format
 from indexer.evaluate import evaluate
 from indexer.ingest import build_corpus, data_path, source_for, warn_if_shrinking
 from indexer.quora import Protocol, load_split
+from indexer.runtime.ann import AUTO, FlatParams, HnswParams, IvfParams, choose_kind
 from indexer.runtime.encoder import EncoderMeta, OnnxEncoder
 from indexer.runtime.faiss_index import (
     DEFAULT_CODEC,
     DEFAULT_NLIST,
     DEFAULT_NPROBE,
     INDEX_FILE,
-    build_ivf,
+    AnnIndex,
+    build_index,
     clamp_nprobe,
     effective_nlist,
-    ivf_factory,
     set_threads,
-    write_index,
 )
 from indexer.runtime.layout import IndexRoot, new_version_name
 from indexer.runtime.manifest import DataInfo, IndexInfo, Manifest, ModelInfo, Timings
@@ -48,10 +49,16 @@ class BuildConfig:
     root: Path
     protocol: Protocol | None = None  # Quora TSV only; None: "paper"
     rows: int | None = None
-    nlist: int = DEFAULT_NLIST
-    nprobe: int = DEFAULT_NPROBE
+    # auto | flat | ivf | hnsw (`ann.choose_kind`; auto with nlist or nprobe given: ivf). The CLI defaults to auto;
+    # here ivf, what every programmatic caller (benches, the Ray equality checks) was written against.
+    index: str = "ivf"
+    nlist: int | None = None  # IVF; None: DEFAULT_NLIST
+    nprobe: int | None = None  # IVF; None: DEFAULT_NPROBE
     target_recall: float | None = None  # set: nprobe is chosen per encoder (`indexer.calibrate`), not `nprobe`
-    codec: str = DEFAULT_CODEC  # codes in the IVF lists: "SQfp16" or "Flat" (float32)
+    codec: str | None = None  # codes in the IVF lists: "SQfp16" or "Flat" (float32); None: DEFAULT_CODEC
+    hnsw_m: int = HnswParams.model_fields["m"].default
+    ef_construction: int = HnswParams.model_fields["ef_construction"].default
+    ef_search: int = HnswParams.model_fields["ef_search"].default
     batch_size: int | None = None  # texts per ONNX run (default: the encoder's corpus_batch_size)
     threads: int | None = None
     keep: int = 5
@@ -72,6 +79,38 @@ class BuildConfig:
         return [k for k, v in named.items() if v is not None]
 
 
+def index_params(cfg: BuildConfig, n_vectors: int) -> FlatParams | IvfParams | HnswParams:
+    """The kind `cfg.index` asks for at this many vectors (`auto`: `ann.choose_kind`, but ivf when --nlist,
+    --nprobe or --codec is given: whoever sets them means an IVF index), with its parameters."""
+    ivf_options = [name for name, value in (("--nlist", cfg.nlist), ("--nprobe", cfg.nprobe), ("--codec", cfg.codec))
+                   if value is not None]
+    if ivf_options and cfg.index not in (AUTO, "ivf"):
+        raise ValueError(f"{', '.join(ivf_options)}: IVF options, not for --index {cfg.index}")
+    kind = "ivf" if cfg.index == AUTO and ivf_options else choose_kind(cfg.index, n_vectors)
+    if cfg.index != kind:
+        log.info("--index %s: %s for %d vectors%s", cfg.index, kind, n_vectors,
+                 f" ({', '.join(ivf_options)} given)" if ivf_options else "")
+    if kind == "ivf":
+        requested = cfg.nlist or DEFAULT_NLIST
+        nlist = effective_nlist(n_vectors, requested)
+        return IvfParams(nlist=nlist, nlist_requested=requested, codec=cfg.codec or DEFAULT_CODEC,
+                         nprobe=clamp_nprobe(cfg.nprobe or DEFAULT_NPROBE, nlist))
+    if kind == "hnsw":
+        return HnswParams(m=cfg.hnsw_m, ef_construction=cfg.ef_construction, ef_search=cfg.ef_search)
+    return FlatParams()
+
+
+def build_version_index(cfg: BuildConfig, vectors: np.ndarray, ids: np.ndarray, stage: Path, timings: Timings
+                        ) -> IndexInfo:
+    """Build the index `cfg` asks for over `vectors`, write it into `stage`; returns the manifest's section."""
+    params = index_params(cfg, len(vectors))
+    log.info("building a %s index of %d vectors (%s)", params.kind, len(vectors), params.model_dump())
+    index: AnnIndex
+    index, timings.train_s, timings.add_s = build_index(params, vectors, ids, cfg.seed)
+    index.save(stage / INDEX_FILE)
+    return IndexInfo.for_params(index.params, index.ntotal)
+
+
 def model_info(model_dir: Path, meta: EncoderMeta) -> ModelInfo:
     return ModelInfo(dir=str(Path(model_dir).resolve()), onnx_sha256=meta.onnx_sha256, pooling=meta.pooling,
                      dim=meta.dim, max_length=meta.max_length, source=meta.source)
@@ -79,12 +118,13 @@ def model_info(model_dir: Path, meta: EncoderMeta) -> ModelInfo:
 
 def save_and_evaluate(stage: Path, manifest: Manifest, t_start: float, *, evaluate_it: bool,
                       threads: int | None, target_recall: float | None = None) -> None:
-    """Write the manifest of a staged version, calibrate its nprobe when asked, then evaluate it there — before it
-    can become current, so a swap gate can compare its MRR@10 with the served one's.
+    """Write the manifest of a staged version, calibrate its search parameter (IVF's nprobe, HNSW's ef_search)
+    when asked, then evaluate it there — before it can become current, so a swap gate can compare its MRR@10
+    with the served one's.
 
-    `target_recall` None keeps the manifest's nprobe, unless the manifest already carries a calibration (a
+    `target_recall` None keeps the manifest's parameters, unless the manifest already carries a calibration (a
     version grown by `--add` or compacted from a calibrated one): that target is met again on the new vectors."""
-    calibration = manifest.index.nprobe_calibration
+    calibration = manifest.index.nprobe_calibration or manifest.index.calibration
     if target_recall is None and calibration is not None:
         target_recall = calibration.target_recall
     manifest.build_seconds.total_s = time.perf_counter() - t_start
@@ -93,13 +133,19 @@ def save_and_evaluate(stage: Path, manifest: Manifest, t_start: float, *, evalua
         return
     opened = IndexVersion(stage)
     try:
-        if target_recall is not None:
-            cal = calibrate_nprobe(opened.index, target_recall)
-            manifest.index.nprobe = opened.nprobe = cal.nprobe
-            manifest.index.nprobe_calibration = cal
+        if target_recall is not None and opened.ann.knob() is not None:
+            cal = calibrate_index(opened.ann, target_recall)
+            if opened.kind == "ivf":
+                manifest.index.set_nprobe(cal.nprobe)
+                manifest.index.nprobe_calibration = cal
+            else:
+                manifest.index.params = opened.ann.params.model_copy()
+                manifest.index.calibration = cal
             manifest.build_seconds.calibrate_s = cal.seconds
             manifest.build_seconds.total_s = time.perf_counter() - t_start
             manifest.save(stage)
+        elif target_recall is not None:
+            log.info("a %s index searches exactly: nothing to calibrate for --target-recall", opened.kind)
         if evaluate_it:
             manifest.eval = evaluate(opened, threads=threads)
             manifest.save(stage)
@@ -158,13 +204,8 @@ def build(cfg: BuildConfig) -> Manifest:
             t0 = time.perf_counter()
             doc_vecs = encoder.encode(split.corpus.texts, cfg.batch_size, progress=True, desc="documents")
             timings.encode_docs_s = time.perf_counter() - t0
-            nlist = effective_nlist(len(doc_vecs), cfg.nlist)
-            log.info("training IVF%d on %d vectors", nlist, len(doc_vecs))
-            index, timings.train_s, timings.add_s = build_ivf(doc_vecs, split.corpus.ids, nlist, cfg.nprobe,
-                                                              cfg.seed, cfg.codec)
-            write_index(index, stage / INDEX_FILE)
-            ntotal = int(index.ntotal)
-            del index  # evaluation reopens the written index: holding both would double the memory
+            # evaluation reopens the written index: it is not held meanwhile (that would double the memory)
+            index_info = build_version_index(cfg, doc_vecs, np.asarray(split.corpus.ids), stage, timings)
 
             ev = split.evalset
             t0 = time.perf_counter()
@@ -180,8 +221,7 @@ def build(cfg: BuildConfig) -> Manifest:
                 version=version,
                 created_at=datetime.now(timezone.utc),
                 model=model_info(cfg.model_dir, m),
-                index=IndexInfo(factory=ivf_factory(nlist, cfg.codec), nlist=nlist, nlist_requested=cfg.nlist,
-                                nprobe=clamp_nprobe(cfg.nprobe, nlist), ntotal=ntotal),
+                index=index_info,
                 data=DataInfo(source=split.source, protocol=split.protocol, rows_read=split.rows_read,
                               skipped_empty_texts=split.skipped_empty_texts, n_docs=len(split.corpus.texts),
                               n_queries=len(ev.query_texts)),

@@ -1,4 +1,5 @@
-"""`indexer build --target-recall R`: choose an IVF index's nprobe for the encoder it was built with.
+"""`indexer build --target-recall R`: choose an IVF index's nprobe (an HNSW index's ef_search) for the encoder
+it was built with.
 
 Why per encoder: how many lists a query must probe to find its exact neighbours depends on how the encoder
 spreads its vectors, not only on the corpus. On the Quora paper protocol, IVF1024 at nprobe 20 keeps 95 % of the
@@ -20,8 +21,9 @@ import time
 
 import numpy as np
 
-from indexer.runtime.faiss_index import Index, exact_search, nlist_of, sample_stored, search, set_nprobe
-from indexer.runtime.manifest import NprobeCalibration, ProbeRecall
+from indexer.runtime.ann import AnnIndex
+from indexer.runtime.faiss_index import Index, IvfIndex, IvfParams, nlist_of
+from indexer.runtime.manifest import KnobCalibration, KnobRecall, NprobeCalibration, ProbeRecall
 
 log = logging.getLogger(__name__)
 
@@ -66,26 +68,39 @@ def check_target(target_recall: float) -> float:
 
 def calibrate_nprobe(index: Index, target_recall: float, *, sample: int = DEFAULT_SAMPLE, seed: int = 0
                      ) -> NprobeCalibration:
-    """The fewest lists of `index` (an IVF index whose lists hold the vectors) reaching `target_recall` ANN
+    """The fewest lists of `index` (a FAISS IVF index whose lists hold the vectors) reaching `target_recall` ANN
     recall@10 on `sample` of its own vectors as queries. Leaves the index's nprobe set to the choice."""
-    check_target(target_recall)
-    t0 = time.perf_counter()
     nlist = nlist_of(index)
-    query_ids, queries = sample_stored(index, sample, seed)
+    cal = calibrate_index(IvfIndex(index, IvfParams(nlist=nlist, nlist_requested=nlist, nprobe=1)),
+                          target_recall, sample=sample, seed=seed)
+    assert isinstance(cal, NprobeCalibration)
+    return cal
+
+
+def calibrate_index(ann: AnnIndex, target_recall: float, *, sample: int = DEFAULT_SAMPLE, seed: int = 0
+                    ) -> NprobeCalibration | KnobCalibration:
+    """The smallest value of the index's speed/recall parameter (`AnnIndex.knob`: IVF's nprobe, HNSW's
+    ef_search) reaching `target_recall` ANN recall@10 on `sample` of its own vectors as queries, by bisection
+    (a larger value searches a superset, so recall only grows with it). Leaves it set as the index's default."""
+    check_target(target_recall)
+    knob = ann.knob()
+    if knob is None:
+        raise ValueError(f"a {ann.kind} index searches exactly: it has nothing to calibrate")
+    name, lowest, highest = knob
+    t0 = time.perf_counter()
+    query_ids, queries = ann.sample_stored(sample, seed)
     depth = K + 1  # one more than k: the query's own id is dropped from both rankings
-    exact_scores, exact_ids = without_self(*exact_search(index, queries, depth), query_ids, K)
+    exact_scores, exact_ids = without_self(*ann.exact_search(queries, depth), query_ids, K)
     measured: dict[int, float] = {}
 
-    def recall_at(nprobe: int) -> float:
-        if nprobe not in measured:
-            set_nprobe(index, nprobe)
-            got_scores, got_ids = without_self(*search(index, queries, depth), query_ids, K)
-            measured[nprobe] = tie_aware_recall(got_scores, got_ids, exact_scores, exact_ids)
-            log.info("calibrating nprobe: %d of %d lists keep %.4f of the exact top %d", nprobe, nlist,
-                     measured[nprobe], K)
-        return measured[nprobe]
+    def recall_at(value: int) -> float:
+        if value not in measured:
+            got_scores, got_ids = without_self(*ann.search(queries, depth, knobs={name: value}), query_ids, K)
+            measured[value] = tie_aware_recall(got_scores, got_ids, exact_scores, exact_ids)
+            log.info("calibrating %s: %d keeps %.4f of the exact top %d", name, value, measured[value], K)
+        return measured[value]
 
-    lo, hi = 1, nlist  # invariant: every nprobe < lo misses the target; hi reaches it, or hi == nlist
+    lo, hi = lowest, highest  # invariant: every value < lo misses the target; hi reaches it, or hi == highest
     while lo < hi:
         mid = (lo + hi) // 2
         if recall_at(mid) >= target_recall:
@@ -94,17 +109,22 @@ def calibrate_nprobe(index: Index, target_recall: float, *, sample: int = DEFAUL
             lo = mid + 1
     chosen = hi
     achieved = recall_at(chosen)
-    set_nprobe(index, chosen)
+    ann.set_default(name, chosen)
     reached = achieved >= target_recall
     if not reached:
-        log.warning("nprobe %d (every list) keeps %.4f of the exact top %d, below the target %.4f: ties among equal "
-                    "scores; using every list", chosen, achieved, K, target_recall)
-    cal = NprobeCalibration(
-        target_recall=target_recall, nprobe=chosen, recall_at_10=round(achieved, 6), reached=reached,
+        log.warning("%s %d (the most there is) keeps %.4f of the exact top %d, below the target %.4f: ties among "
+                    "equal scores; using it", name, chosen, achieved, K, target_recall)
+    seconds = round(time.perf_counter() - t0, 3)
+    log.info("%s %d for ANN recall@%d >= %.3f (%.4f on %d sampled documents, %.1fs)", name, chosen, K,
+             target_recall, achieved, len(query_ids), seconds)
+    if name == "nprobe":
+        return NprobeCalibration(
+            target_recall=target_recall, nprobe=chosen, recall_at_10=round(achieved, 6), reached=reached,
+            sample_queries=len(query_ids), seed=seed,
+            measured=[ProbeRecall(nprobe=p, recall_at_10=round(r, 6)) for p, r in sorted(measured.items())],
+            seconds=seconds)
+    return KnobCalibration(
+        knob=name, target_recall=target_recall, value=chosen, recall_at_10=round(achieved, 6), reached=reached,
         sample_queries=len(query_ids), seed=seed,
-        measured=[ProbeRecall(nprobe=p, recall_at_10=round(r, 6)) for p, r in sorted(measured.items())],
-        seconds=round(time.perf_counter() - t0, 3),
-    )
-    log.info("nprobe %d of %d lists for ANN recall@%d >= %.3f (%.4f on %d sampled documents, %.1fs)", chosen,
-             nlist, K, target_recall, achieved, len(query_ids), cal.seconds)
-    return cal
+        measured=[KnobRecall(value=p, recall_at_10=round(r, 6)) for p, r in sorted(measured.items())],
+        seconds=seconds)

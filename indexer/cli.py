@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from indexer.console import configure_logging, run_cli
-from indexer.runtime.faiss_index import CODECS, DEFAULT_CODEC, DEFAULT_NLIST, DEFAULT_NPROBE
+from indexer.runtime.ann import AUTO, AUTO_FLAT_BELOW, KINDS, HnswParams
+from indexer.runtime.faiss_index import CODECS, DEFAULT_NLIST, DEFAULT_NPROBE
 from indexer.runtime.paths import (
     DEFAULT_MODEL_NAME,
     default_index_root,
@@ -87,9 +88,10 @@ def _build(args: argparse.Namespace) -> int:
     if args.add is not None:
         return _add(args)
     cfg = BuildConfig(model_dir=args.model or default_model_dir(), data=args.data, root=args.root,
-                      protocol=args.protocol, rows=args.rows, nlist=args.nlist,
-                      nprobe=DEFAULT_NPROBE if args.nprobe is None else args.nprobe,
-                      target_recall=args.target_recall, codec=args.codec,
+                      protocol=args.protocol, rows=args.rows, index=args.index, nlist=args.nlist,
+                      nprobe=args.nprobe,
+                      target_recall=args.target_recall, codec=args.codec, hnsw_m=args.hnsw_m,
+                      ef_construction=args.ef_construction, ef_search=args.ef_search,
                       batch_size=args.batch_size, threads=args.threads, keep=args.keep, evaluate=not args.no_eval,
                       id_field=args.id_field, text_field=args.text_field, title_field=args.title_field,
                       metadata_fields=args.metadata_fields, queries=args.queries, qrels=args.qrels)
@@ -103,8 +105,13 @@ def _build(args: argparse.Namespace) -> int:
         print(summary(m))
     else:
         m = build(cfg)
-    print(f"built version {m.version} in {args.root}: {m.index.ntotal} vectors ({m.index.factory}, nprobe "
-          f"{m.index.nprobe}), {m.build_seconds.total_s:.1f}s")
+    knobs = ", ".join(f"{k} {v}" for k, v in m.index.params.model_dump().items() if k in ("nprobe", "ef_search"))
+    print(f"built version {m.version} in {args.root}: {m.index.ntotal} vectors, {m.index.kind} index "
+          f"({m.index.factory}{', ' + knobs if knobs else ', exact search'}), {m.build_seconds.total_s:.1f}s")
+    if m.index.calibration is not None:
+        kc = m.index.calibration
+        print(f"{kc.knob} {kc.value} keeps {kc.recall_at_10:.4f} of the exact top 10 on {kc.sample_queries} sampled "
+              f"documents (target {kc.target_recall}{'' if kc.reached else ', not reached'}; {kc.seconds:.1f}s)")
     cal = m.index.nprobe_calibration
     if cal is not None:
         print(f"nprobe {cal.nprobe} of {m.index.nlist} lists keeps {cal.recall_at_10:.4f} of the exact top 10 on "
@@ -150,11 +157,18 @@ def _compact(args: argparse.Namespace) -> int:
     return 0
 
 
+def _knobs_text(e) -> str:  # noqa: ANN001 (EvalFigures)
+    if e.index_kind is None or e.index_kind == "ivf":
+        return f"nprobe {e.nprobe}"
+    return " ".join([e.index_kind, *(f"{k} {v}" for k, v in e.search_params.items())]) + \
+        (" (exact)" if e.index_kind == "flat" else "")
+
+
 def _table(e) -> str:  # noqa: ANN001 (EvalFigures)
     rows = [
         ("MRR@10", f"{e.mrr_at_10 * 100:.2f}"),
         ("avg retrieval time (ms/query)", f"{e.avg_retrieval_ms:.4f}  (batch {e.batch_size}, {e.threads} "
-                                          f"thread(s), nprobe {e.nprobe})"),
+                                          f"thread(s), {_knobs_text(e)})"),
         ("index memory (GB)", f"{e.memory_gb:.4f}"),
         ("Recall@10", f"{e.recall_at_10 * 100:.2f}"),
         ("exact search MRR@10", f"{e.exact_mrr_at_10 * 100:.2f}"),
@@ -202,12 +216,13 @@ def _eval(args: argparse.Namespace) -> int:
                                   verify_sha256=True)
             figures, _ = evaluate_query_files(version, queries, qrels, encoder, nprobe=args.nprobe,
                                               batch_size=args.batch_size, threads=args.threads, exact_budget=budget,
-                                              runs=runs)
+                                              search_params={"ef_search": args.ef_search}, runs=runs)
         elif args.qrels is not None:
             raise ValueError("--qrels goes with --queries")
         else:
             figures = evaluate(version, nprobe=args.nprobe, batch_size=args.batch_size, threads=args.threads,
-                               exact_budget=budget, runs=runs)
+                               exact_budget=budget, search_params={"ef_search": args.ef_search},
+                               runs=runs)
         if runs is not None:
             from indexer.runs import write_runs
 
@@ -225,7 +240,7 @@ def _eval(args: argparse.Namespace) -> int:
         keys = ("mrr_at_10", "recall_at_10", "exact_mrr_at_10", "avg_retrieval_ms", "memory_gb", "n_queries",
                 "n_docs", "ann_recall_at_10", "exact_n_queries", "mrr_at_10_on_exact_sample", "batch_size",
                 "threads", "nprobe", "ndcg_at_10", "recall_at_100", "exact_ndcg_at_10", "exact_recall_at_10",
-                "exact_recall_at_100", "query_set")
+                "exact_recall_at_100", "query_set", "index_kind", "search_params")
         out = {k: getattr(figures, k) for k in keys} | {"version": manifest.version}
         if runs is not None:
             out["runs"] = {f"{k.mode}{'.exact' if k.exact else ''}": str(p) for k, p in written.items()}
@@ -426,8 +441,21 @@ def build_parser() -> argparse.ArgumentParser:
                    "(a BEIR folder's queries.jsonl is found by itself)")
     c.add_argument("--qrels", type=Path, default=None,
                    help="relevance judgments for --queries: query-id<TAB>corpus-id<TAB>score (BEIR: qrels/test.tsv)")
-    b.add_argument("--nlist", type=int, default=DEFAULT_NLIST,
-                   help="IVF lists (scaled down for small corpora; 1024 is also the paper's)")
+    b.add_argument("--index", choices=[AUTO, *KINDS], default=AUTO,
+                   help=f"the vector index: flat (exact search), ivf (inverted lists, --nlist/--nprobe/--codec), "
+                   f"hnsw (a graph, --hnsw-m/--ef-search), or auto (default): flat below {AUTO_FLAT_BELOW:,} "
+                   f"documents, where exact search is as fast as IVF at 0.97 of exact's top 10 "
+                   f"(bench/index_crossover.py), ivf from there on, and ivf whenever --nlist, --nprobe or --codec "
+                   f"is given. --engine ray builds ivf only")
+    b.add_argument("--nlist", type=positive_int, default=None,
+                   help=f"IVF lists (default {DEFAULT_NLIST}, scaled down for small corpora; also the paper's)")
+    b.add_argument("--hnsw-m", type=positive_int, default=HnswParams.model_fields["m"].default,
+                   help="HNSW: graph neighbours per node (FAISS's M; default %(default)s)")
+    b.add_argument("--ef-construction", type=positive_int,
+                   default=HnswParams.model_fields["ef_construction"].default,
+                   help="HNSW: candidates kept while building (default %(default)s)")
+    b.add_argument("--ef-search", type=positive_int, default=HnswParams.model_fields["ef_search"].default,
+                   help="HNSW: candidates kept per query (default %(default)s; --target-recall chooses it instead)")
     probe = b.add_mutually_exclusive_group()
     probe.add_argument("--nprobe", type=positive_int, default=None,
                        help=f"IVF lists probed per query (default {DEFAULT_NPROBE}: the cheapest setting within 0.5 "
@@ -438,7 +466,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "of exact search's (e.g. 0.95), measured on 2,000 of the corpus's own documents as "
                             "queries (label-free; stored in the manifest, kept by --add and compact). Encoders "
                             "trained contrastively spread neighbours over more lists than the stock one")
-    b.add_argument("--codec", choices=list(CODECS), default=DEFAULT_CODEC,
+    b.add_argument("--codec", choices=list(CODECS), default=None,
                    help="how the IVF lists store vectors: SQfp16 (default; half the memory of Flat and faster to "
                         "scan; exact-search MRR@10 within 0.02) or Flat (float32, the paper's)")
     b.add_argument("--batch-size", type=int, default=None,
@@ -479,7 +507,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "with --queries/--qrels on your own; stores the figures in its manifest.")
     root_arg(e)
     e.add_argument("--version", help="version to evaluate (default: current)")
-    e.add_argument("--nprobe", type=int, default=None, help="override nprobe (default: the manifest's)")
+    e.add_argument("--nprobe", type=int, default=None, help="IVF: override nprobe (default: the manifest's)")
+    e.add_argument("--ef-search", type=int, default=None, help="HNSW: override ef_search (default: the manifest's)")
     e.add_argument("--batch-size", type=int, default=1, help="queries per search call when timing (default 1)")
     threads_arg(e)
     e.add_argument("--exact-all", action="store_true",

@@ -39,7 +39,7 @@ import numpy as np
 from indexer.build import save_and_evaluate
 from indexer.ingest import warn_if_shrinking
 from indexer.runtime.encoder import OnnxEncoder
-from indexer.runtime.faiss_index import INDEX_FILE, remove_ids, set_threads, write_index
+from indexer.runtime.faiss_index import INDEX_FILE, set_threads
 from indexer.runtime.layout import IndexRoot, LayoutError, new_version_name
 from indexer.runtime.manifest import Manifest, WritesInfo
 from indexer.runtime.metadata import MetadataError, metadata_json
@@ -146,25 +146,26 @@ def compact(root_dir: Path, *, model_dir: Path | None = None, threads: int | Non
                     deletes.append(fid)
             created = sum(1 for e in net if e.op == UPSERT and e.ext_id not in present)
 
-            index = base.index  # ours to change: read from disk for this command
+            index = base.ann  # ours to change: read from disk for this command
             gone = deletes + [u[0] for u in upserts if u[1] in present]
-            if gone:
-                remove_ids(index, np.asarray(gone, dtype=np.int64))
+            if gone:  # HNSW cannot remove in place: its graph is rebuilt without them (`HnswIndex.remove`)
+                index.remove(np.asarray(gone, dtype=np.int64))
             if upserts:
                 set_threads(threads)
-                index.add_with_ids(np.stack(vectors).astype(np.float32),
-                                   np.asarray([u[0] for u in upserts], dtype=np.int64))
+                index.add(np.stack(vectors).astype(np.float32), np.asarray([u[0] for u in upserts], dtype=np.int64))
 
             version = new_version_name()
             with root.staging(version) as stage:
-                write_index(index, stage / INDEX_FILE)
+                index.save(stage / INDEX_FILE)
                 _copy_store(base.folder / STORE, stage / STORE)
                 schema = apply_writes(stage / STORE, upserts, deletes)
                 if (base.folder / QUERY_VECTORS).is_file():
                     shutil.copy2(base.folder / QUERY_VECTORS, stage / QUERY_VECTORS)
-                trained = m.index.trained_ntotal or m.index.ntotal
+                # only IVF has a trained quantizer to drift from
+                trained = (m.index.trained_ntotal or m.index.ntotal) if m.index.kind == "ivf" else None
                 info = m.index.model_copy(update={"ntotal": int(index.ntotal), "trained_ntotal": trained,
-                                                  "added_since_training": m.index.added_since_training + created})
+                                                  "added_since_training": m.index.added_since_training + created
+                                                  if trained is not None else 0})
                 before = m.writes
                 writes = WritesInfo(log_id=log_id, folded_seq=upto,
                                     entries=(before.entries if before else 0) + len(entries),
@@ -184,7 +185,7 @@ def compact(root_dir: Path, *, model_dir: Path | None = None, threads: int | Non
         warn_if_shrinking(root, manifest.index.ntotal)
         root.set_current(version)
         root.prune(keep)
-    drift = info.added_since_training / max(trained, 1)
+    drift = info.added_since_training / max(trained or 1, 1)
     log.info("folded %d write log entries (seq %d..%d) into %s as %s", len(entries), folded + 1, upto, m.version,
              version)
     return CompactResult(manifest, m.version, folded + 1, upto, len(entries), len(upserts), created, len(deletes),

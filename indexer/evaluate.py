@@ -15,7 +15,7 @@ import numpy as np
 
 from indexer.metrics import mean_metrics
 from indexer.runs import RunKey
-from indexer.runtime.faiss_index import exact_search, get_threads, memory_bytes, search, set_nprobe, set_threads
+from indexer.runtime.faiss_index import get_threads, set_threads
 from indexer.runtime.manifest import EvalFigures
 from indexer.runtime.store import GradedEvalSet
 from indexer.runtime.version import IndexVersion
@@ -89,20 +89,33 @@ def exact_sample(n_queries: int, n_docs: int, budget: int | None, seed: int = 0)
     return np.sort(np.random.default_rng(seed).choice(n_queries, size=size, replace=False))
 
 
+def search_knobs(version: IndexVersion, nprobe: int | None = None,
+                 search_params: dict[str, int | None] | None = None) -> dict[str, int]:
+    """The search parameters an evaluation uses: the version's defaults, overridden by those given (`--nprobe`,
+    `--ef-search`), which must be ones its kind takes (`IndexParamError` otherwise). nprobe is clamped to nlist:
+    what is reported is what was searched."""
+    given = version.check_search_params({"nprobe": nprobe, **(search_params or {})})
+    knobs = {**version.search_defaults(), **given}
+    if "nprobe" in knobs and version.nlist:
+        knobs["nprobe"] = max(1, min(knobs["nprobe"], version.nlist))
+    return knobs
+
+
 def evaluate(version: IndexVersion, *, nprobe: int | None = None, batch_size: int = 1,
              threads: int | None = None, k: int = 10, exact_budget: int | None = EXACT_PAIRS_BUDGET,
-             runs: RunCollector | None = None) -> EvalFigures:
-    """MRR@10 and Recall@10 of the index at `nprobe` over every evaluation query, single-query timing, and the
-    exact-search reference on the index's own vectors (all queries, or a seeded sample past `exact_budget`
-    query × document pairs; None: always all). `runs` receives the rankings scored (and, for the Quora
-    protocol, the judgments as qrels)."""
+             search_params: dict[str, int | None] | None = None, runs: RunCollector | None = None) -> EvalFigures:
+    """MRR@10 and Recall@10 of the index at its search parameters (the version's, or `nprobe`/`search_params`)
+    over every evaluation query, single-query timing, and the exact-search reference on the index's own vectors
+    (all queries, or a seeded sample past `exact_budget` query × document pairs; None: always all). `runs`
+    receives the rankings scored (and, for the Quora protocol, the judgments as qrels)."""
     graded = version.store.graded_eval_set()
     if graded is not None:  # a corpus build's queries and qrels
         qvecs = version.query_vectors()
         if qvecs is None or len(qvecs) != len(graded.query_texts):
             raise EvalError(f"{version.folder}: query vectors do not match its {len(graded.query_texts)} queries")
         return evaluate_graded(version, qvecs, graded, nprobe=nprobe, batch_size=batch_size, threads=threads,
-                               exact_budget=exact_budget, query_set=version.manifest.data.eval_source, runs=runs)
+                               exact_budget=exact_budget, query_set=version.manifest.data.eval_source,
+                               search_params=search_params, runs=runs)
     qids, _, gold = version.store.eval_set()
     qvecs = version.query_vectors()
     if not qids or qvecs is None:
@@ -112,7 +125,7 @@ def evaluate(version: IndexVersion, *, nprobe: int | None = None, batch_size: in
     query_ids = np.asarray(qids, dtype=np.int64)
     exclude_self = version.manifest.data.protocol in ("full", "heldout")
     depth = k + 1 if exclude_self else k
-    nprobe = set_nprobe(version.index, nprobe or version.nprobe)  # clamped to nlist: what was searched
+    knobs = search_knobs(version, nprobe, search_params)
     set_threads(threads)
     used_threads = get_threads()
 
@@ -120,17 +133,16 @@ def evaluate(version: IndexVersion, *, nprobe: int | None = None, batch_size: in
     scores = np.empty((len(qvecs), depth), dtype=np.float32)
     t0 = time.perf_counter()
     for start in range(0, len(qvecs), batch_size):
-        scores[start : start + batch_size], ids[start : start + batch_size] = search(
-            version.index, qvecs[start : start + batch_size], depth)
+        scores[start : start + batch_size], ids[start : start + batch_size] = version.ann.search(
+            qvecs[start : start + batch_size], depth, knobs=knobs)
     elapsed = time.perf_counter() - t0
-    set_nprobe(version.index, version.nprobe)
 
     sample = exact_sample(len(qvecs), version.ntotal, exact_budget)
     pick = np.arange(len(qvecs)) if sample is None else sample
     if sample is not None:
         log.info("exact search on a seeded sample of %d of %d queries (%d × %d pairs exceed the budget of %.0e)",
                  len(sample), len(qvecs), len(qvecs), version.ntotal, exact_budget)
-    exact_scores, exact = exact_search(version.index, qvecs if sample is None else qvecs[sample], depth)
+    exact_scores, exact = version.ann.exact_search(qvecs if sample is None else qvecs[sample], depth)
     if exclude_self:
         ids, scores = drop_self_scored(ids, scores, query_ids, k)
         exact, exact_scores = drop_self_scored(exact, exact_scores, query_ids[pick], k)
@@ -151,12 +163,13 @@ def evaluate(version: IndexVersion, *, nprobe: int | None = None, batch_size: in
         exact_n_queries=None if sample is None else len(sample),
         mrr_at_10_on_exact_sample=None if sample is None else round(sample_mrr, 6),
         avg_retrieval_ms=round(elapsed * 1000 / len(qvecs), 5), batch_size=batch_size, threads=used_threads,
-        nprobe=nprobe, memory_gb=round(memory_bytes(version.index) / 1e9, 4),
+        nprobe=knobs.get("nprobe"), index_kind=version.kind, search_params=knobs,
+        memory_gb=round(version.ann.memory_bytes() / 1e9, 4),
         n_queries=len(qids), n_docs=version.ntotal, measured_at=datetime.now(timezone.utc),
     )
-    log.info("eval: MRR@10 %.4f (exact %.4f), Recall@10 %.4f, %.4f ms/query (batch %d, %d threads, nprobe %d)",
+    log.info("eval: MRR@10 %.4f (exact %.4f), Recall@10 %.4f, %.4f ms/query (batch %d, %d threads, %s %s)",
              figures.mrr_at_10, figures.exact_mrr_at_10, figures.recall_at_10, figures.avg_retrieval_ms,
-             batch_size, used_threads, nprobe)
+             batch_size, used_threads, version.kind, knobs)
     return figures
 
 
@@ -169,7 +182,8 @@ class QueryRanks:
     exact_rr: np.ndarray
 
 
-def query_ranks(version: IndexVersion, *, nprobe: int | None = None, k: int = 10) -> QueryRanks:
+def query_ranks(version: IndexVersion, *, nprobe: int | None = None, k: int = 10,
+                search_params: dict[str, int | None] | None = None) -> QueryRanks:
     """`evaluate`'s rankings (same self-exclusion, nprobe and exact reference), kept per query, every query
     searched exactly (no sampling)."""
     qids, _, gold = version.store.eval_set()
@@ -179,12 +193,8 @@ def query_ranks(version: IndexVersion, *, nprobe: int | None = None, k: int = 10
     query_ids = np.asarray(qids, dtype=np.int64)
     exclude_self = version.manifest.data.protocol in ("full", "heldout")
     depth = k + 1 if exclude_self else k
-    set_nprobe(version.index, nprobe or version.nprobe)
-    try:
-        _, ids = search(version.index, qvecs, depth)
-    finally:
-        set_nprobe(version.index, version.nprobe)
-    _, exact = exact_search(version.index, qvecs, depth)
+    _, ids = version.ann.search(qvecs, depth, knobs=search_knobs(version, nprobe, search_params))
+    _, exact = version.ann.exact_search(qvecs, depth)
     if exclude_self:
         ids, exact = drop_self(ids, query_ids, k), drop_self(exact, query_ids, k)
     return QueryRanks(query_ids, per_query_ranks(ids, gold, k)[0], per_query_ranks(exact, gold, k)[0])
@@ -195,7 +205,8 @@ GRADED_DEPTH = 100  # Recall@100
 
 def evaluate_graded(version: IndexVersion, qvecs: np.ndarray, ev: GradedEvalSet, *, nprobe: int | None = None,
                     batch_size: int = 1, threads: int | None = None, exact_budget: int | None = EXACT_PAIRS_BUDGET,
-                    query_set: str | None = None, runs: RunCollector | None = None) -> EvalFigures:
+                    query_set: str | None = None, search_params: dict[str, int | None] | None = None,
+                    runs: RunCollector | None = None) -> EvalFigures:
     """MRR@10, nDCG@10, Recall@10 and Recall@100 (`indexer.metrics`) of the index at `nprobe` and of exact search
     on the index's own vectors, over queries with graded judgments; single-query search timed at depth 10.
 
@@ -207,22 +218,18 @@ def evaluate_graded(version: IndexVersion, qvecs: np.ndarray, ev: GradedEvalSet,
     self_docs = np.asarray(ev.self_docs, dtype=np.int64)
     extra = int((self_docs >= 0).any())
     depth = GRADED_DEPTH + extra
-    nprobe = nprobe or version.nprobe
-    set_nprobe(version.index, nprobe)
+    knobs = search_knobs(version, nprobe, search_params)
     if threads:
         set_threads(threads)
     used_threads = get_threads()
-    try:
-        t0 = time.perf_counter()
-        for start in range(0, len(qvecs), batch_size):
-            search(version.index, qvecs[start : start + batch_size], 10 + extra)
-        elapsed = time.perf_counter() - t0
-        scores, ids = search(version.index, qvecs, depth)
-    finally:
-        set_nprobe(version.index, version.nprobe)
+    t0 = time.perf_counter()
+    for start in range(0, len(qvecs), batch_size):
+        version.ann.search(qvecs[start : start + batch_size], 10 + extra, knobs=knobs)
+    elapsed = time.perf_counter() - t0
+    scores, ids = version.ann.search(qvecs, depth, knobs=knobs)
     sample = exact_sample(len(qvecs), version.ntotal, exact_budget)
     pick = np.arange(len(qvecs)) if sample is None else sample
-    exact_scores, exact = exact_search(version.index, qvecs[pick], depth)
+    exact_scores, exact = version.ann.exact_search(qvecs[pick], depth)
     if extra:
         ids, scores = drop_self_scored(ids, scores, self_docs, GRADED_DEPTH)
         exact, exact_scores = drop_self_scored(exact, exact_scores, self_docs[pick], GRADED_DEPTH)
@@ -242,7 +249,8 @@ def evaluate_graded(version: IndexVersion, qvecs: np.ndarray, ev: GradedEvalSet,
         exact_recall_at_100=_f(ref["recall_at_100"]), ann_recall_at_10=_f(float(overlap)),
         exact_n_queries=None if sample is None else len(sample), mrr_at_10_on_exact_sample=_r(sample_mrr),
         avg_retrieval_ms=round(elapsed * 1000 / len(qvecs), 5), batch_size=batch_size, threads=used_threads,
-        nprobe=nprobe, memory_gb=round(memory_bytes(version.index) / 1e9, 4), n_queries=len(qvecs),
+        nprobe=knobs.get("nprobe"), index_kind=version.kind, search_params=knobs,
+        memory_gb=round(version.ann.memory_bytes() / 1e9, 4), n_queries=len(qvecs),
         n_docs=version.ntotal, measured_at=datetime.now(timezone.utc), query_set=query_set,
     )
     log.info("eval: MRR@10 %.4f nDCG@10 %.4f Recall@10 %.4f Recall@100 %.4f (exact: %.4f %.4f %.4f %.4f) over %d "
@@ -262,7 +270,8 @@ def _r(x: float | None) -> float | None:
 
 def evaluate_query_files(version: IndexVersion, queries: Path, qrels: Path, encoder: OnnxEncoder, *,
                          nprobe: int | None = None, batch_size: int = 1, threads: int | None = None,
-                         exact_budget: int | None = EXACT_PAIRS_BUDGET, runs: RunCollector | None = None
+                         exact_budget: int | None = EXACT_PAIRS_BUDGET,
+                         search_params: dict[str, int | None] | None = None, runs: RunCollector | None = None
                          ) -> tuple[EvalFigures, EvalSetStats]:
     """`indexer eval --queries --qrels`: the graded figures of `version` on the user's own queries (encoded with
     `encoder`, which must be the version's), judged documents named by their external ids."""
@@ -273,5 +282,6 @@ def evaluate_query_files(version: IndexVersion, queries: Path, qrels: Path, enco
     loaded = load_eval_set(queries, qrels, version.store.resolve_ext_ids)
     qvecs = encoder.encode(loaded.evalset.query_texts, progress=True, desc="queries")
     figures = evaluate_graded(version, qvecs, loaded.evalset, nprobe=nprobe, batch_size=batch_size,
-                              threads=threads, exact_budget=exact_budget, query_set=loaded.source, runs=runs)
+                              threads=threads, exact_budget=exact_budget, query_set=loaded.source,
+                              search_params=search_params, runs=runs)
     return figures, loaded.stats

@@ -31,10 +31,9 @@ import numpy as np
 
 from indexer.corpus import CorpusFormatError, CorpusSource, ExtId, cell_value, open_corpus
 from indexer.evalset import LoadedEvalSet, load_eval_set
-from indexer.runtime.faiss_index import INDEX_FILE, build_ivf, effective_nlist, ivf_factory, write_index
 from indexer.runtime.guards import max_shrink, shrink_message, shrinks_too_much
 from indexer.runtime.layout import IndexRoot, new_version_name
-from indexer.runtime.manifest import CorpusFieldsInfo, DataInfo, IndexInfo, Manifest, ManifestError, Timings
+from indexer.runtime.manifest import CorpusFieldsInfo, DataInfo, Manifest, ManifestError, Timings
 from indexer.runtime.store import STORE, CorpusStoreWriter
 from indexer.runtime.version import QUERY_VECTORS
 
@@ -304,7 +303,7 @@ def build_corpus(cfg: BuildConfig, root: IndexRoot, encoder: OnnxEncoder, source
                  t_start: float) -> Manifest:
     """Build a version from `source` in a staging folder (renamed into `versions/` only when complete) and
     evaluate it when it has queries and qrels; the caller makes it current."""
-    from indexer.build import model_info, save_and_evaluate
+    from indexer.build import build_version_index, model_info, save_and_evaluate
 
     version = new_version_name()
     with root.staging(version) as stage:
@@ -312,15 +311,9 @@ def build_corpus(cfg: BuildConfig, root: IndexRoot, encoder: OnnxEncoder, source
         timings = Timings(load_s=res.read_s, encode_docs_s=res.encode_s)
         vectors = res.vectors
         assert vectors is not None
-        nlist = effective_nlist(len(vectors), cfg.nlist)
-        log.info("training IVF%d on %d vectors", nlist, len(vectors))
-        index, timings.train_s, timings.add_s = build_ivf(vectors, res.ids.faiss_array(), nlist, cfg.nprobe,
-                                                          cfg.seed, cfg.codec)
+        index_info = build_version_index(cfg, vectors, res.ids.faiss_array(), stage, timings)
         del vectors
         res.vectors = None
-        write_index(index, stage / INDEX_FILE)
-        ntotal = int(index.ntotal)
-        del index
         if loaded is not None:
             t0 = time.perf_counter()
             qvecs = encoder.encode(loaded.evalset.query_texts, cfg.batch_size, progress=True, desc="eval queries")
@@ -330,8 +323,7 @@ def build_corpus(cfg: BuildConfig, root: IndexRoot, encoder: OnnxEncoder, source
             version=version,
             created_at=datetime.now(timezone.utc),
             model=model_info(cfg.model_dir, encoder.meta),
-            index=IndexInfo(factory=ivf_factory(nlist, cfg.codec), nlist=nlist, nlist_requested=cfg.nlist,
-                            nprobe=min(cfg.nprobe, nlist), ntotal=ntotal),
+            index=index_info,
             data=corpus_data_info(source, res, schema, loaded),
             build_seconds=timings,
         )

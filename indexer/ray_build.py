@@ -30,13 +30,16 @@ from indexer.corpus import detect_format
 from indexer.ingest import corpus_data_info, data_path, ingest_store, source_for, warn_if_shrinking
 from indexer.ray_embed import EmbedBatches, column_vectors
 from indexer.ray_input import read_corpus, store_corpus
+from indexer.runtime.ann import AUTO, IvfParams
 from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.faiss_index import (
+    DEFAULT_CODEC,
+    DEFAULT_NLIST,
+    DEFAULT_NPROBE,
     INDEX_FILE,
     clamp_nprobe,
     deserialize,
     effective_nlist,
-    ivf_factory,
     serialize,
     set_threads,
     train_empty_ivf,
@@ -150,7 +153,16 @@ def embed(corpus_ds: object, cfg: BuildConfig, opts: RayOptions, workers: int, o
     ds.write_parquet(str(out_dir), ray_remote_args={"num_cpus": 0})
 
 
+def check_ray_kind(index: str) -> None:
+    """The Ray build trains one IVF quantizer and fills shards sharing it (what sharded serving merges), so it
+    builds IVF only: `--index auto` means ivf here, flat and hnsw are refused before any work."""
+    if index not in (AUTO, "ivf"):
+        raise ValueError(f"--engine ray builds IVF indexes only (its shards share one trained quantizer); "
+                         f"--index {index} needs the local build (--engine local)")
+
+
 def build_on_ray(cfg: BuildConfig, opts: RayOptions) -> Manifest:
+    check_ray_kind(cfg.index)
     root = IndexRoot(cfg.root)
     t_start = time.perf_counter()
     with root.build_lock():
@@ -189,11 +201,12 @@ def build_on_ray(cfg: BuildConfig, opts: RayOptions) -> Manifest:
 
             driver_encoder = OnnxEncoder(cfg.model_dir, threads=cfg.threads, verify_sha256=True)
             dim = driver_encoder.dim
-            nlist = effective_nlist(n, cfg.nlist)
+            nlist = effective_nlist(n, cfg.nlist or DEFAULT_NLIST)
+            nprobe = clamp_nprobe(cfg.nprobe or DEFAULT_NPROBE, nlist)
             t0 = time.perf_counter()
             sample = _vectors_at(files, training_positions(pos, nlist, cfg.seed), dim)
             log.info("training IVF%d once on %d sampled vectors", nlist, len(sample))
-            trained = train_empty_ivf(sample, nlist, cfg.nprobe, cfg.seed, cfg.codec)
+            trained = train_empty_ivf(sample, nlist, nprobe, cfg.seed, cfg.codec or DEFAULT_CODEC)
             del sample
             timings.train_s = time.perf_counter() - t0
 
@@ -237,8 +250,9 @@ def build_on_ray(cfg: BuildConfig, opts: RayOptions) -> Manifest:
                 version=version,
                 created_at=datetime.now(timezone.utc),
                 model=model_info(cfg.model_dir, m),
-                index=IndexInfo(factory=ivf_factory(nlist, cfg.codec), nlist=nlist, nlist_requested=cfg.nlist,
-                                nprobe=clamp_nprobe(cfg.nprobe, nlist), ntotal=n, shards=shards),
+                index=IndexInfo.for_params(IvfParams(nlist=nlist, nlist_requested=cfg.nlist or DEFAULT_NLIST,
+                                                     codec=cfg.codec or DEFAULT_CODEC, nprobe=nprobe), n,
+                                           shards=shards),
                 data=data,
                 build_seconds=timings,
                 distributed=DistributedInfo(address=address, workers=workers, actors=actors,

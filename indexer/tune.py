@@ -25,7 +25,6 @@ from indexer.runtime.faiss_index import (
     search,
     set_search_param,
     set_threads,
-    stored_vectors,
 )
 from indexer.runtime.version import IndexVersion
 
@@ -92,7 +91,7 @@ def _pareto(rows: list[TuneRow]) -> None:
 def sweep(version: IndexVersion, grid: list[Candidate] | None = None, *, max_queries: int = 5000,
           threads: int = 1, seed: int = 0) -> Iterator[TuneRow]:
     """Yield one row per (index, search parameter); single-query timing with `threads` FAISS threads."""
-    ids, vecs = stored_vectors(version.index)
+    ids, vecs = version.ann.stored_vectors()
     qids, _, gold = version.store.eval_set()
     qvecs = version.query_vectors()
     if qvecs is None or not qids:

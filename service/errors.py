@@ -3,6 +3,7 @@
     Overloaded   -> 429 with Retry-After       NotReady     -> 503
     TimedOut     -> 504                        SwapRefused  -> 409 (a ReloadResponse: the old version serves)
     BadFilter    -> 422 (the filter does not fit the served version's metadata)
+    BadSearchParams -> 422 (a search parameter the served index kind does not take, e.g. nprobe of a flat index)
     WriteRefused -> 409                        WritesUnsupported -> 501      WritesUnavailable -> 503
     RequestValidationError -> 422 without the echoed input (400 on /v1/*, as OpenAI answers)
     UnknownModel -> 404 `model_not_found`      DimensionChanged -> 410 `model_dimension_changed` (/v1 only)
@@ -25,6 +26,7 @@ from starlette.exceptions import HTTPException
 
 from service.engine import (
     BadFilter,
+    BadSearchParams,
     DimensionChanged,
     NotReady,
     Overloaded,
@@ -140,6 +142,12 @@ async def bad_filter(request: Request, exc: BadFilter) -> JSONResponse:
                         status_code=422)
 
 
+async def bad_search_params(request: Request, exc: BadSearchParams) -> JSONResponse:
+    """422 shaped like a request validation error, at the parameter the served version's index does not take."""
+    return JSONResponse({"detail": [{"type": "search_params", "loc": ["body", exc.name or "nprobe"],
+                                     "msg": str(exc)}]}, status_code=422)
+
+
 async def swap_refused(request: Request, exc: SwapRefused) -> JSONResponse:
     body = ReloadResponse(outcome="refused", index_version=exc.served, candidate=exc.candidate, reason=exc.reason)
     return JSONResponse(body.model_dump(), status_code=409)
@@ -175,6 +183,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(TimedOut, timed_out)  # type: ignore[arg-type]
     app.add_exception_handler(SwapRefused, swap_refused)  # type: ignore[arg-type]
     app.add_exception_handler(BadFilter, bad_filter)  # type: ignore[arg-type]
+    app.add_exception_handler(BadSearchParams, bad_search_params)  # type: ignore[arg-type]
     app.add_exception_handler(WriteRefused, write_refused)  # type: ignore[arg-type]
     app.add_exception_handler(WritesUnsupported, writes_unsupported)  # type: ignore[arg-type]
     app.add_exception_handler(WritesUnavailable, writes_unavailable)  # type: ignore[arg-type]

@@ -71,6 +71,17 @@ class SearchRequest(BaseModel):
     filter: dict[str, Any] | None = Field(None, description=FILTER_DOC, examples=[
         {"bucket": 1}, {"bucket": {"in": [1, 2]}}, {"year": {"gte": 2000, "lt": 2010}},
         {"and": [{"lang": "en"}, {"or": [{"year": {"gte": 2020}}, {"bucket": 0}]}]}])
+    # Per-request search parameters of the served index's kind (GET /stats: `index.kind`). One the kind does
+    # not take is a 422 naming what it takes, not silently ignored: a sweep of nprobe against a flat version
+    # would otherwise measure the same exact search at every setting and look like a finding.
+    nprobe: StrictInt | None = Field(None, ge=1, le=1_000_000, description="IVF only: lists probed for this request "
+                               "(clamped to nlist; default: the served nprobe)")
+    ef_search: StrictInt | None = Field(None, ge=1, le=100_000, description="HNSW only: candidates kept for this "
+                                  "request (default: the served ef_search)")
+
+    @property
+    def knobs(self) -> dict[str, int]:
+        return {k: v for k, v in (("nprobe", self.nprobe), ("ef_search", self.ef_search)) if v is not None}
 
     @model_validator(mode="after")
     def _one_of(self) -> SearchRequest:

@@ -27,7 +27,8 @@ class Settings(BaseSettings):
     index_root: Path = Field(default_factory=default_index_root,
                              description="index root with versions/ and current")
     model_dir: Path | None = Field(None, description="exported encoder; default: the one the index was built with")
-    nprobe: int | None = Field(None, ge=1, description="override the index's nprobe")
+    nprobe: int | None = Field(None, ge=1, description="override an IVF index's nprobe (other kinds ignore it)")
+    ef_search: int | None = Field(None, ge=1, description="override an HNSW index's ef_search (other kinds ignore it)")
     log_level: str = "info"
     log_format: Literal["json", "text", "auto"] = Field("auto", description="auto: readable text lines when stderr "
                                                         "is a terminal, one JSON object a line otherwise")

@@ -44,8 +44,12 @@ class IndexStats(BaseModel):
     pooling: str
     dim: int
     factory: str
-    nlist: int
-    nprobe: int = Field(description="lists probed per query as served (STRATA_NPROBE or the manifest's)")
+    kind: str = Field("ivf", description="the index kind: flat (exact), ivf or hnsw")
+    search_params: dict[str, int] = Field({}, description="search parameters as served: nprobe (IVF), ef_search "
+                                          "(HNSW), none (flat); a /search request may set its own")
+    nlist: int | None = Field(None, description="IVF only")
+    nprobe: int | None = Field(None, description="IVF only: lists probed per query as served (STRATA_NPROBE or the "
+                               "manifest's)")
     nprobe_target_recall: float | None = Field(None, description="the ANN recall@10 the build chose the manifest's "
                                                "nprobe for (`indexer build --target-recall`); null: nprobe given")
     protocol: str

@@ -6,8 +6,11 @@ export and int8 gate (`models`). The pipeline is built on it, never the other wa
 
 Owns:
 - `encoder`: the exported sentence encoder at run time (tokenizers + ONNX Runtime);
-- `faiss_index`: the one module that imports faiss (index construction, I/O, search, nprobe clamping and
-  OpenMP threads);
+- `ann`: the one index seam, `AnnIndex`, with the index kinds (flat, ivf, hnsw), their typed build and search
+  parameters (recorded in the manifest), `--index auto`'s measured crossover and the per-request search
+  parameter checks;
+- `faiss_index`: the one module that imports faiss (the kinds' implementations `FlatIndex`, `IvfIndex`,
+  `HnswIndex`, index construction, I/O, search, nprobe clamping and OpenMP threads);
 - `version`: an index version opened for searching (FAISS index + id → text store + manifest, checked), its
   typed `Hit`s and its filtered searches (with a small per-version cache of filter → matching ids);
 - `layout`: the index root (`versions/`, the `current` symlink, the build lock, pruning);

@@ -1,7 +1,9 @@
 """The one module that imports faiss: building, reading, writing, searching and inspecting FAISS indexes.
 
-Strata's indexes are IVF with float32 (`Flat`) or float16 (`SQfp16`) codes, inner product on L2-normalised
-vectors. Both codecs hold the vectors themselves, so exact search runs on the index's own lists.
+The kinds behind the index seam (`indexer.runtime.ann.AnnIndex`) are implemented here: `FlatIndex` (exact),
+`IvfIndex` (IVF with float32 `Flat` or float16 `SQfp16` codes, which hold the vectors themselves, so exact search
+runs on the index's own lists) and `HnswIndex`; `build_index` and `read_ann` are their front door. All use inner
+product on L2-normalised vectors.
 
 Every other module (build, add, eval, tune, the Ray build, the service, the int8 gate) goes through the
 functions here, so two FAISS settings have one owner each:
@@ -17,12 +19,15 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import faiss
 import numpy as np
+
+from indexer.runtime.ann import AnnIndex, FlatParams, HnswParams, IvfParams, check_knobs
 
 log = logging.getLogger(__name__)
 
@@ -448,3 +453,368 @@ def filtered_search(index: faiss.Index, vectors: np.ndarray, k: int, flt: IdFilt
     params = faiss.SearchParametersIVF(sel=flt.selector, nprobe=clamp_nprobe(probe, ivf.nlist))
     scores, ids = ivf.search(queries, k, params=params)
     return scores, ids, False
+
+
+# --- the index kinds behind `ann.AnnIndex` ----------------------------------------------------------------------
+
+
+def _params_for(knobs: Mapping[str, int] | None, kind: str) -> dict[str, int]:
+    return check_knobs(kind, knobs) if knobs else {}
+
+
+class IvfIndex(AnnIndex):
+    """Strata's IVF index (fp16 or float32 codes holding the vectors); nprobe is clamped to nlist everywhere."""
+
+    kind = "ivf"
+
+    def __init__(self, index: faiss.Index, params: IvfParams) -> None:
+        self._index = index
+        self.params = params
+        self._locator: ListLocator | None = None
+        self._lock = threading.Lock()
+        self.params.nprobe = set_nprobe(index, params.nprobe)
+
+    @property
+    def dim(self) -> int:
+        return int(self._index.d)
+
+    @property
+    def ntotal(self) -> int:
+        return int(self._index.ntotal)
+
+    @property
+    def faiss(self) -> faiss.Index:
+        return self._index
+
+    @property
+    def nlist(self) -> int:
+        return nlist_of(self._index)
+
+    @property
+    def nprobe(self) -> int:
+        return int(faiss.extract_index_ivf(self._index).nprobe)
+
+    def knob(self) -> tuple[str, int, int] | None:
+        return ("nprobe", 1, self.nlist)
+
+    def set_default(self, name: str, value: int) -> int:
+        check_knobs(self.kind, {name: value})
+        self.params.nprobe = set_nprobe(self._index, value)
+        return self.params.nprobe
+
+    def defaults(self) -> dict[str, int]:
+        return {"nprobe": self.nprobe}
+
+    def _probe(self, knobs: Mapping[str, int] | None) -> int:
+        given = _params_for(knobs, self.kind)
+        return clamp_nprobe(given.get("nprobe", self.nprobe), self.nlist)
+
+    def search(self, queries: np.ndarray, k: int, *, exclude: Exclusion | None = None,
+               knobs: Mapping[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        if not knobs and (exclude is None or not len(exclude)):
+            return search(self._index, queries, k)
+        ivf = faiss.extract_index_ivf(self._index)
+        sel = exclude.selector if exclude is not None and len(exclude) else None
+        params = faiss.SearchParametersIVF(sel=sel, nprobe=self._probe(knobs))  # type: ignore[call-arg]
+        return ivf.search(np.ascontiguousarray(queries, dtype=np.float32), k, params=params)
+
+    def locator(self) -> ListLocator:
+        with self._lock:  # built on the first filtered search (~20 ms per 100k vectors), then shared
+            if self._locator is None:
+                self._locator = ListLocator(self._index)
+            return self._locator
+
+    def prepare(self, ids: np.ndarray) -> IdFilter:
+        return self.locator().prepare(ids)
+
+    def filtered_search(self, queries: np.ndarray, k: int, flt: IdFilter, *,
+                        knobs: Mapping[str, int] | None = None, ntotal: int | None = None,
+                        n_match: int | None = None) -> tuple[np.ndarray, np.ndarray, bool]:
+        """`filtered_search` at `filtered_nprobe` of the selectivity `n_match` / `ntotal` (default: this index's
+        matches and vectors; a shard passes the whole version's)."""
+        n_match = len(flt.ids) if n_match is None else n_match
+        probe = filtered_nprobe(self._probe(knobs), n_match, ntotal or self.ntotal, self.nlist)
+        return filtered_search(self._index, queries, k, flt, probe)
+
+    def exact_search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return exact_search(self._index, queries, k)
+
+    def stored_vectors(self) -> tuple[np.ndarray, np.ndarray]:
+        return stored_vectors(self._index)
+
+    def sample_stored(self, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        return sample_stored(self._index, n, seed)
+
+    def add(self, vectors: np.ndarray, ids: np.ndarray) -> None:
+        self._index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), np.asarray(ids, dtype=np.int64))
+        self._locator = None
+
+    def remove(self, ids: np.ndarray) -> int:
+        self._locator = None
+        return remove_ids(self._index, ids)
+
+    def memory_bytes(self) -> int:
+        return memory_bytes(self._index)
+
+    def save(self, path: Path) -> None:
+        write_index(self._index, path)
+
+
+class _IdMapped(AnnIndex):
+    """Flat and HNSW: a FAISS index in an `IndexIDMap2` (rows in insertion order, ids beside them)."""
+
+    def __init__(self, index: faiss.Index) -> None:
+        self._index = index  # IndexIDMap2
+        self._rows: tuple[np.ndarray, np.ndarray] | None = None  # (sorted ids, their rows)
+        self._lock = threading.Lock()
+
+    @property
+    def dim(self) -> int:
+        return int(self._index.d)
+
+    @property
+    def ntotal(self) -> int:
+        return int(self._index.ntotal)
+
+    @property
+    def faiss(self) -> faiss.Index:
+        return self._index
+
+    def _ids(self) -> np.ndarray:
+        return faiss.vector_to_array(faiss.downcast_index(self._index).id_map).astype(np.int64, copy=False)
+
+    def _flat_storage(self) -> faiss.Index:
+        inner = faiss.downcast_index(self._index.index)
+        return inner if isinstance(inner, faiss.IndexFlat) else faiss.downcast_index(inner.storage)
+
+    def stored_vectors(self) -> tuple[np.ndarray, np.ndarray]:
+        storage = self._flat_storage()
+        n = int(storage.ntotal)
+        vecs = storage.reconstruct_n(0, n) if n else np.zeros((0, self.dim), dtype=np.float32)
+        return self._ids().copy(), vecs
+
+    def sample_stored(self, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        ids, vecs = self.stored_vectors()
+        n = min(n, len(ids))
+        picks = np.sort(np.random.default_rng(seed).choice(len(ids), size=n, replace=False)) if n else \
+            np.zeros(0, dtype=np.int64)
+        return ids[picks], vecs[picks]
+
+    def exact_search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        ids, vecs = self.stored_vectors()
+        scores, rows = knn_inner_product(queries, vecs, k)
+        out_ids = np.where(rows >= 0, ids[np.clip(rows, 0, None)], -1) if rows.size else rows
+        if scores.shape[1] < k:  # fewer vectors than k: pad like FAISS
+            pad = k - scores.shape[1]
+            scores = np.pad(scores, ((0, 0), (0, pad)), constant_values=-np.inf)
+            out_ids = np.pad(out_ids, ((0, 0), (0, pad)), constant_values=-1)
+        return scores, out_ids
+
+    def _row_index(self) -> tuple[np.ndarray, np.ndarray]:
+        with self._lock:
+            if self._rows is None:
+                ids = self._ids()
+                order = np.argsort(ids, kind="stable")
+                self._rows = (ids[order], order.astype(np.int64))
+            return self._rows
+
+    def prepare(self, ids: np.ndarray) -> IdFilter:
+        ids = np.unique(np.asarray(ids, dtype=np.int64))
+        held_ids, rows = self._row_index()
+        if len(held_ids) == 0 or len(ids) == 0:
+            return IdFilter(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), None)
+        pos = np.minimum(np.searchsorted(held_ids, ids), len(held_ids) - 1)
+        held = held_ids[pos] == ids
+        ids, pos = ids[held], pos[held]
+        if len(ids) == 0:
+            return IdFilter(ids, np.zeros(0, dtype=np.int64), None)
+        selector, keep = id_selector(ids) if ids[0] >= 0 else (faiss.IDSelectorBatch(ids), ids)
+        return IdFilter(ids, np.sort(rows[pos]), selector, keep)  # `lists`: the rows holding a match
+
+    def _exact_among(self, queries: np.ndarray, k: int, flt: IdFilter) -> tuple[np.ndarray, np.ndarray]:
+        storage = self._flat_storage()
+        vecs = storage.reconstruct_batch(flt.lists) if len(flt.lists) else np.zeros((0, self.dim), np.float32)
+        scores, pos = knn_inner_product(queries, vecs, k)
+        ids = self._ids()[flt.lists]
+        out = np.full((len(queries), k), -1, dtype=np.int64)
+        out_scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
+        if pos.size:
+            out[:, : pos.shape[1]] = np.where(pos >= 0, ids[np.clip(pos, 0, None)], -1)
+            out_scores[:, : pos.shape[1]] = scores
+        return out_scores, out
+
+    def add(self, vectors: np.ndarray, ids: np.ndarray) -> None:
+        self._index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), np.asarray(ids, dtype=np.int64))
+        self._rows = None
+
+    def memory_bytes(self) -> int:
+        return memory_bytes(self._index)
+
+    def save(self, path: Path) -> None:
+        write_index(self._index, path)
+
+
+class FlatIndex(_IdMapped):
+    """Exact search (`IndexFlatIP` in an `IndexIDMap2`): every answer, filtered or not, is exact."""
+
+    kind = "flat"
+
+    def __init__(self, index: faiss.Index, params: FlatParams | None = None) -> None:
+        super().__init__(index)
+        self.params = params or FlatParams()
+
+    @classmethod
+    def build(cls, vectors: np.ndarray, ids: np.ndarray, params: FlatParams | None = None) -> FlatIndex:
+        index = faiss.IndexIDMap2(faiss.IndexFlatIP(vectors.shape[1]))
+        out = cls(index, params)
+        out.add(vectors, ids)
+        return out
+
+    def search(self, queries: np.ndarray, k: int, *, exclude: Exclusion | None = None,
+               knobs: Mapping[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        _params_for(knobs, self.kind)
+        queries = np.ascontiguousarray(queries, dtype=np.float32)
+        if exclude is None or not len(exclude):
+            return self._index.search(queries, k)
+        return self._index.search(queries, k, params=faiss.SearchParameters(sel=exclude.selector))
+
+    def filtered_search(self, queries: np.ndarray, k: int, flt: IdFilter, *,
+                        knobs: Mapping[str, int] | None = None, ntotal: int | None = None
+                        ) -> tuple[np.ndarray, np.ndarray, bool]:
+        _params_for(knobs, self.kind)
+        if flt.selector is None:
+            n = len(queries)
+            return np.full((n, k), -np.inf, dtype=np.float32), np.full((n, k), -1, dtype=np.int64), True
+        scores, ids = self._exact_among(queries, k, flt)
+        return scores, ids, True
+
+    def remove(self, ids: np.ndarray) -> int:
+        self._rows = None
+        return remove_ids(self._index, ids)
+
+
+# HNSW filtered search: a graph walk restricted to few matches wanders far before it finds k of them (and may
+# not find them), so below this share of matching vectors the matches are scored exactly instead — Qdrant's
+# `full_scan_threshold` rule. Above it, efSearch grows as 1 / selectivity (like IVF's nprobe), capped.
+HNSW_EXACT_FILTER_SHARE = 0.1
+HNSW_MAX_EF = 4096
+
+
+class HnswIndex(_IdMapped):
+    """FAISS's HNSW graph with flat float32 storage (`IndexHNSWFlat` in an `IndexIDMap2`).
+
+    HNSW cannot remove a vector in place (FAISS's `remove_ids` is not implemented for it): `remove` rebuilds the
+    graph from the vectors that stay (what `indexer add` replacing documents and `indexer compact` folding deletes
+    cost); the API's deletes never reach it: they are tombstones of the write overlay, skipped inside the search."""
+
+    kind = "hnsw"
+
+    def __init__(self, index: faiss.Index, params: HnswParams) -> None:
+        super().__init__(index)
+        self.params = params
+        self._hnsw().hnsw.efSearch = params.ef_search
+
+    def _hnsw(self) -> faiss.IndexHNSW:
+        return faiss.downcast_index(self._index.index)
+
+    @classmethod
+    def empty(cls, dim: int, params: HnswParams) -> HnswIndex:
+        inner = faiss.IndexHNSWFlat(dim, params.m, faiss.METRIC_INNER_PRODUCT)
+        inner.hnsw.efConstruction = params.ef_construction
+        return cls(faiss.IndexIDMap2(inner), params)
+
+    @classmethod
+    def build(cls, vectors: np.ndarray, ids: np.ndarray, params: HnswParams) -> HnswIndex:
+        out = cls.empty(vectors.shape[1], params)
+        out.add(vectors, ids)
+        return out
+
+    def knob(self) -> tuple[str, int, int] | None:
+        return ("ef_search", 1, min(HNSW_MAX_EF, max(16, self.ntotal)))  # past ntotal candidates change nothing
+
+    def set_default(self, name: str, value: int) -> int:
+        check_knobs(self.kind, {name: value})
+        self.params.ef_search = self._hnsw().hnsw.efSearch = int(value)
+        return int(value)
+
+    def defaults(self) -> dict[str, int]:
+        return {"ef_search": self.params.ef_search}
+
+    def _ef(self, knobs: Mapping[str, int] | None, k: int) -> int:
+        return max(k, _params_for(knobs, self.kind).get("ef_search", self.params.ef_search))  # FAISS: ef >= k
+
+    def search(self, queries: np.ndarray, k: int, *, exclude: Exclusion | None = None,
+               knobs: Mapping[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        sel = exclude.selector if exclude is not None and len(exclude) else None
+        params = faiss.SearchParametersHNSW(efSearch=self._ef(knobs, k), sel=sel)  # type: ignore[call-arg]
+        return self._index.search(np.ascontiguousarray(queries, dtype=np.float32), k, params=params)
+
+    def filtered_search(self, queries: np.ndarray, k: int, flt: IdFilter, *,
+                        knobs: Mapping[str, int] | None = None, ntotal: int | None = None
+                        ) -> tuple[np.ndarray, np.ndarray, bool]:
+        n = len(queries)
+        if flt.selector is None:
+            return np.full((n, k), -np.inf, dtype=np.float32), np.full((n, k), -1, dtype=np.int64), True
+        share = len(flt.ids) / max(1, ntotal or self.ntotal)
+        if share <= HNSW_EXACT_FILTER_SHARE:
+            scores, ids = self._exact_among(queries, k, flt)
+            return scores, ids, True
+        ef = min(HNSW_MAX_EF, max(self._ef(knobs, k), math.ceil(self._ef(knobs, k) / share)))
+        params = faiss.SearchParametersHNSW(efSearch=ef, sel=flt.selector)  # type: ignore[call-arg]
+        scores, ids = self._index.search(np.ascontiguousarray(queries, dtype=np.float32), k, params=params)
+        return scores, ids, False
+
+    def remove(self, ids: np.ndarray) -> int:
+        held, vecs = self.stored_vectors()
+        gone = np.isin(held, np.asarray(ids, dtype=np.int64))
+        removed = int(gone.sum())
+        if removed:
+            log.info("HNSW cannot remove in place: rebuilding the graph of %d vectors without %d", len(held) - removed,
+                     removed)
+            fresh = HnswIndex.empty(self.dim, self.params)
+            fresh.add(vecs[~gone], held[~gone])
+            self._index, self._rows = fresh._index, None
+            self._hnsw().hnsw.efSearch = self.params.ef_search
+        return removed
+
+
+def build_index(params: FlatParams | IvfParams | HnswParams, vectors: np.ndarray, ids: np.ndarray,
+                seed: int = 1234) -> tuple[AnnIndex, float, float]:
+    """An index of `params.kind` over `vectors` under `ids`; returns (index, train_s, add_s)."""
+    import time
+
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    t0 = time.perf_counter()
+    if isinstance(params, IvfParams):
+        index, train_s, add_s = build_ivf(vectors, ids, params.nlist, params.nprobe, seed, params.codec)
+        return IvfIndex(index, params), train_s, add_s
+    if isinstance(params, HnswParams):
+        return HnswIndex.build(vectors, ids, params), 0.0, time.perf_counter() - t0
+    return FlatIndex.build(vectors, ids, params), 0.0, time.perf_counter() - t0
+
+
+def wrap_index(index: faiss.Index, params: FlatParams | IvfParams | HnswParams) -> AnnIndex:
+    """An opened FAISS index as the `AnnIndex` of its manifest's kind (checked against what the file holds)."""
+    top = faiss.downcast_index(index)
+    if top is not index and index.this.own():  # the typed wrapper takes over the C++ object's ownership
+        index.this.disown()
+        top.this.acquire()
+    if isinstance(params, IvfParams):
+        if not isinstance(top, faiss.IndexIVF):
+            raise ValueError(f"the manifest says ivf but the file holds {type(top).__name__}")
+        return IvfIndex(top, params.model_copy())
+    inner = faiss.downcast_index(top.index) if isinstance(top, faiss.IndexIDMap2) else None
+    if isinstance(params, HnswParams):
+        if not isinstance(inner, faiss.IndexHNSW):
+            raise ValueError(f"the manifest says hnsw but the file holds {type(top).__name__}")
+        return HnswIndex(top, params.model_copy())
+    if not isinstance(inner, faiss.IndexFlat):
+        raise ValueError(f"the manifest says flat but the file holds {type(top).__name__}")
+    return FlatIndex(top, params.model_copy())
+
+
+def read_ann(paths: Sequence[str | Path], params: FlatParams | IvfParams | HnswParams) -> AnnIndex:
+    """Read a version's index file (or IVF shard files, merged) as the `AnnIndex` of `params.kind`."""
+    if len(paths) > 1 and not isinstance(params, IvfParams):
+        raise ValueError(f"only IVF versions are kept as shards; the manifest says {params.kind}")
+    return wrap_index(read_index(paths[0]) if len(paths) == 1 else read_merged(paths), params)

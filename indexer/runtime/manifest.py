@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ValidationError, model_validator
 
+from indexer.runtime.ann import FlatParams, HnswParams, IndexParams, IvfParams
 from indexer.runtime.atomic import write_json_atomic
 
 MANIFEST = "manifest.json"
@@ -51,13 +53,38 @@ class NprobeCalibration(BaseModel):
     seconds: float
 
 
+class KnobRecall(BaseModel):
+    value: int
+    recall_at_10: float
+
+
+class KnobCalibration(BaseModel):
+    """`--target-recall` for a kind other than IVF (HNSW's ef_search), measured like `NprobeCalibration`."""
+
+    knob: str
+    target_recall: float
+    value: int
+    recall_at_10: float
+    reached: bool
+    sample_queries: int
+    seed: int
+    measured: list[KnobRecall]
+    seconds: float
+
+
 class IndexInfo(BaseModel):
-    factory: str  # the faiss.index_factory string, e.g. "IVF1024,Flat"
+    factory: str  # the faiss.index_factory string, e.g. "IVF1024,Flat" ("IDMap2,Flat", "IDMap2,HNSW32")
     metric: str = "inner_product"
-    nlist: int
-    nlist_requested: int
-    nprobe: int
+    # IVF only (None for other kinds), kept beside `params` so that readers of the first manifests still read
+    # IVF versions; `params` is what Strata reads.
+    nlist: int | None = None
+    nlist_requested: int | None = None
+    nprobe: int | None = None
     ntotal: int
+    # The index kind and its typed build/search parameters (`indexer.runtime.ann`). Manifests written before
+    # there were kinds have none: they are IVF, and `params` is read from nlist/nprobe/factory.
+    params: IndexParams
+    calibration: KnobCalibration | None = None  # `--target-recall` of a non-IVF kind (IVF: nprobe_calibration)
     # `indexer build --add` grows an index without retraining its coarse quantizer; these say how far it has
     # drifted from what the quantizer was trained on (None: trained on all `ntotal`, the usual full build).
     trained_ntotal: int | None = None
@@ -68,6 +95,36 @@ class IndexInfo(BaseModel):
     # None: nprobe was given (`--nprobe`, default 20); else how `--target-recall` chose it. Builds that grow or
     # compact a calibrated version calibrate again with the same target.
     nprobe_calibration: NprobeCalibration | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _params_of_old_manifests(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("params") is None and data.get("nlist") is not None:
+            factory = str(data.get("factory", ""))
+            codec = factory.split(",", 1)[1] if "," in factory else "SQfp16"
+            data = {**data, "params": {"kind": "ivf", "nlist": data["nlist"], "codec": codec,
+                                       "nlist_requested": data.get("nlist_requested") or data["nlist"],
+                                       "nprobe": data.get("nprobe") or 1}}
+        return data
+
+    @property
+    def kind(self) -> str:
+        return self.params.kind
+
+    def set_nprobe(self, nprobe: int) -> None:
+        """An IVF version's default nprobe, in `params` and in the old field alike."""
+        assert isinstance(self.params, IvfParams)
+        self.params.nprobe = self.nprobe = nprobe
+
+    @classmethod
+    def for_params(cls, params: FlatParams | IvfParams | HnswParams, ntotal: int, **extra: Any) -> IndexInfo:
+        """The index section of a new version of `params.kind`."""
+        if isinstance(params, IvfParams):
+            factory = f"IVF{params.nlist},{params.codec}"
+            return cls(factory=factory, nlist=params.nlist, nlist_requested=params.nlist_requested,
+                       nprobe=params.nprobe, ntotal=ntotal, params=params, **extra)
+        factory = f"IDMap2,HNSW{params.m}" if isinstance(params, HnswParams) else "IDMap2,Flat"
+        return cls(factory=factory, ntotal=ntotal, params=params, **extra)
 
 
 class CorpusFieldsInfo(BaseModel):
@@ -132,7 +189,7 @@ class EvalFigures(BaseModel):
     avg_retrieval_ms: float
     batch_size: int
     threads: int
-    nprobe: int
+    nprobe: int | None  # IVF's lists probed (None for other kinds: see search_params)
     memory_gb: float
     n_queries: int
     n_docs: int
@@ -144,6 +201,8 @@ class EvalFigures(BaseModel):
     exact_recall_at_10: float | None = None
     exact_recall_at_100: float | None = None
     query_set: str | None = None  # the queries + qrels files measured (None: the version's Quora eval set)
+    index_kind: str | None = None  # flat, ivf or hnsw (None in manifests from before there were kinds: ivf)
+    search_params: dict[str, int] = {}  # what was searched with: {"nprobe": 20}, {"ef_search": 64}, {} for flat
 
 
 class WritesInfo(BaseModel):

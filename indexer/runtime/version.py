@@ -16,19 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from indexer.runtime.faiss_index import (
-    INDEX_FILE,
-    IdFilter,
-    ListLocator,
-    filtered_nprobe,
-    filtered_search,
-    nlist_of,
-    read_index,
-    read_merged,
-    search,
-    set_nprobe,
-    stored_vectors,
-)
+from indexer.runtime.ann import AnnIndex, IndexParamError, check_knobs
+from indexer.runtime.faiss_index import INDEX_FILE, IdFilter, read_ann
 from indexer.runtime.manifest import Manifest, ManifestError
 from indexer.runtime.store import STORE, Store
 
@@ -113,7 +102,11 @@ class FilterCache:
 
 
 class IndexVersion:
-    def __init__(self, folder: str | Path, *, nprobe: int | None = None) -> None:
+    """A version folder opened in this process. Its vectors are `ann`, an `AnnIndex` of the manifest's kind;
+    `index` is the FAISS index beneath it (for code that writes files)."""
+
+    def __init__(self, folder: str | Path, *, nprobe: int | None = None,
+                 search_params: dict[str, int | None] | None = None) -> None:
         self.folder = Path(folder)
         try:
             self.manifest = Manifest.load(self.folder)
@@ -127,9 +120,12 @@ class IndexVersion:
             if not p.is_file():
                 raise IndexLoadError(f"{p} is missing")
         try:
-            self.index = read_index(paths[0]) if len(paths) == 1 else read_merged(paths)
+            self.ann: AnnIndex = read_ann(paths, self.manifest.index.params)
         except RuntimeError as exc:  # FAISS raises RuntimeError for truncated or foreign files
             raise IndexLoadError(f"{path} is not a readable FAISS index: {str(exc).splitlines()[0]}") from exc
+        except ValueError as exc:  # the file holds another kind of index than the manifest says
+            raise IndexLoadError(f"{path}: {exc}") from exc
+        self.index = self.ann.faiss
         m = self.manifest
         if self.index.d != m.model.dim:
             raise IndexLoadError(f"{path} has dimension {self.index.d} but the manifest says {m.model.dim}")
@@ -140,10 +136,16 @@ class IndexVersion:
             self.store = Store(self.folder / STORE)
         except (FileNotFoundError, ValueError) as exc:
             raise IndexLoadError(str(exc)) from exc
-        self.nprobe = set_nprobe(self.index, nprobe or m.index.nprobe)  # clamped to nlist
+        # served defaults: STRATA_NPROBE / STRATA_EF_SEARCH where the kind takes them (others are ignored, so
+        # one service setting fits every version it may swap to), else the manifest's
+        wanted = {"nprobe": nprobe, **(search_params or {})}
+        for name, value in wanted.items():
+            if value is not None:
+                try:
+                    self.ann.set_default(name, value)
+                except IndexParamError:
+                    log.info("%s does not apply to %s's %s index", name, self.version, self.ann.kind)
         self.filters = FilterCache()
-        self._locator: ListLocator | None = None
-        self._locator_lock = threading.Lock()
 
     @property
     def version(self) -> str:
@@ -158,8 +160,25 @@ class IndexVersion:
         return int(self.index.ntotal)
 
     @property
-    def nlist(self) -> int:
-        return nlist_of(self.index)
+    def kind(self) -> str:
+        return self.ann.kind
+
+    @property
+    def nprobe(self) -> int | None:
+        """The IVF lists probed per query (None for other kinds: see `search_defaults`)."""
+        return self.ann.defaults().get("nprobe")
+
+    @property
+    def nlist(self) -> int | None:
+        return getattr(self.ann, "nlist", None)
+
+    def search_defaults(self) -> dict[str, int]:
+        """The search parameters served when a request gives none (nprobe for IVF, ef_search for HNSW)."""
+        return self.ann.defaults()
+
+    def check_search_params(self, knobs: dict[str, int | None] | None) -> dict[str, int]:
+        """A request's search parameters, checked against this version's kind (`IndexParamError`)."""
+        return check_knobs(self.ann.kind, knobs)
 
     def match(self, flt: object) -> FilterMatch:
         """The documents filter `flt` matches (see `indexer.runtime.filters`), prepared for `search`; raises
@@ -169,23 +188,18 @@ class IndexVersion:
         if cached is not None:
             return cached
         ids = self.store.filter_ids(flt)
-        with self._locator_lock:  # built on the first filtered search (~20 ms per 100k vectors), then shared
-            if self._locator is None:
-                self._locator = ListLocator(self.index)
-            locator = self._locator
-        found = FilterMatch(ids, locator.prepare(ids))
+        found = FilterMatch(ids, self.ann.prepare(ids))
         self.filters.put(key, found)
         return found
 
-    def search(self, vectors: np.ndarray, k: int, match: FilterMatch | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, vectors: np.ndarray, k: int, match: FilterMatch | None = None, *,
+               knobs: dict[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(scores, ids), each (n, k); missing hits have id -1. With a `match`, only its documents are searched
-        (`faiss_index.filtered_search`: exact when they sit in few enough lists)."""
+        (`AnnIndex.filtered_search`: exact when few enough match). `knobs`: this search's parameters."""
         if match is None:
-            return search(self.index, vectors, k)
+            return self.ann.search(vectors, k, knobs=knobs)
         assert match.prepared is not None, "a match prepared for this process's index"
-        probe = filtered_nprobe(self.nprobe, len(match.prepared.ids), self.ntotal, self.nlist)
-        scores, ids, _ = filtered_search(self.index, vectors, k, match.prepared, probe)
+        scores, ids, _ = self.ann.filtered_search(vectors, k, match.prepared, knobs=knobs)
         return scores, ids
 
     def hits(self, scores: np.ndarray, ids: np.ndarray) -> list[list[Hit]]:
@@ -201,10 +215,10 @@ class IndexVersion:
 
 
 def vectors_by_id(folder: Path) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, vectors) of a version's IVF-Flat index, sorted by id: two builds compare row for row."""
+    """(ids, vectors) of a version's index, sorted by id: two builds compare row for row."""
     version = IndexVersion(folder)
     try:
-        ids, vecs = stored_vectors(version.index)
+        ids, vecs = version.ann.stored_vectors()
     finally:
         version.close()
     order = np.argsort(ids)

@@ -4,7 +4,7 @@ Owns, one module each:
 - `engine`: the front door: admission (the in-flight cap), the timeout, the worker pool, engine metrics and
   the reload triggers (the `current` watcher, SIGHUP);
 - `errors`: what the engine refuses (`NotReady`, `Overloaded`, `TimedOut`, `SwapRefused`, `Mismatch`,
-  `BadFilter`, `WriteRefused`, `WritesUnsupported`, `WritesUnavailable`);
+  `BadFilter`, `BadSearchParams`, `WriteRefused`, `WritesUnsupported`, `WritesUnavailable`);
 - `batching`: micro-batching of concurrent calls into one ONNX run;
 - `leases`: leases on the served searcher, so a swap never changes a batch's version under it;
 - `swap`: swapping to a new version, behind its gates (loads, matches its encoder, answers a probe, MRR@10);
@@ -15,7 +15,7 @@ Owns, one module each:
 - `writes`: documents written through the API: logged durably, replayed onto every version opened, switched
   with it;
 - `live`: the overlay of those writes on a version (an exact set of written vectors, tombstones skipped inside
-  the IVF scan), searched as one index;
+  the index's own search, whatever its kind), searched as one index;
 - `local`: the local backend (the index searched in this process);
 - `sharded`: the Ray-sharded backend (shards as Ray Serve deployments, searched from this process).
 
@@ -28,6 +28,7 @@ or starlette: the HTTP layer maps this package's errors to status codes (`servic
 from service.engine.engine import Engine, Hits, ServedModel, Status, Vectors
 from service.engine.errors import (
     BadFilter,
+    BadSearchParams,
     EngineError,
     Mismatch,
     NotReady,
@@ -42,6 +43,6 @@ from service.engine.names import DimensionChanged, UnknownModel
 from service.engine.swap import Refusal, SwapResult
 from service.engine.writes import Document, WriteResult
 
-__all__ = ["BadFilter", "DimensionChanged", "Document", "Engine", "EngineError", "Hits", "Mismatch", "NotReady",
-           "Overloaded", "Refusal", "ServedModel", "Status", "SwapRefused", "SwapResult", "TimedOut", "UnknownModel",
-           "Vectors", "WriteRefused", "WriteResult", "WritesUnavailable", "WritesUnsupported"]
+__all__ = ["BadFilter", "BadSearchParams", "DimensionChanged", "Document", "Engine", "EngineError", "Hits", "Mismatch",
+           "NotReady", "Overloaded", "Refusal", "ServedModel", "Status", "SwapRefused", "SwapResult", "TimedOut",
+           "UnknownModel", "Vectors", "WriteRefused", "WriteResult", "WritesUnavailable", "WritesUnsupported"]

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from indexer.runtime.ann import HnswParams, IvfParams
 from indexer.runtime.faiss_index import clamp_nprobe, set_threads
 from indexer.runtime.manifest import Manifest
 from indexer.runtime.writelog import Delete, ExtId, Upsert
@@ -94,7 +95,8 @@ class Status:
     refused: Refusal | None = None  # the latest swap attempt, when it was refused
     in_flight: int = 0
     manifest: Manifest | None = None  # the served version's (build, eval figures)
-    nprobe: int | None = None  # the lists probed per query: STRATA_NPROBE or the manifest's, clamped to nlist
+    nprobe: int | None = None  # IVF's lists probed per query: STRATA_NPROBE or the manifest's, clamped to nlist
+    search_params: dict[str, int] | None = None  # what a search uses by default ({} for flat: exact)
     since: datetime | None = None  # when the served version was swapped in
 
 
@@ -182,11 +184,13 @@ class Engine:
         task.add_done_callback(self._tasks.discard)
 
     # -- the front door ----------------------------------------------------------------------------------------
-    async def search(self, texts: list[str], top_k: int, filter: dict[str, Any] | None = None) -> Hits:  # noqa: A002
+    async def search(self, texts: list[str], top_k: int, filter: dict[str, Any] | None = None,  # noqa: A002
+                     knobs: dict[str, int] | None = None) -> Hits:
         """The `top_k` nearest documents of each text, from one version; with a `filter` (see
-        `indexer.runtime.filters`), among the documents whose metadata match it only. Raises `BadFilter` when the
-        filter does not fit the version's metadata."""
-        searcher, r = await self._call(texts, top_k, filter)
+        `indexer.runtime.filters`), among the documents whose metadata match it only; with `knobs`, at those
+        search parameters (nprobe for IVF, ef_search for HNSW). Raises `BadFilter` when the filter does not fit
+        the version's metadata, `BadSearchParams` when its index kind takes no such parameter."""
+        searcher, r = await self._call(texts, top_k, filter, knobs or None)
         m = self.metrics
         m.encode_seconds.labels("/search").observe(r.encode_ms / 1000)
         m.search_seconds.observe(r.search_ms / 1000)
@@ -261,15 +265,23 @@ class Engine:
                           in_flight=self.in_flight)
         return Status(True, self.backend.name, searcher.version, searcher.index.ntotal, str(searcher.encoder.model_dir),
                       searcher.encoder.meta.pooling, refused=refused, in_flight=self.in_flight,
-                      manifest=searcher.manifest, nprobe=self._nprobe(searcher.manifest),
-                      since=self.swapper.served_since)
+                      manifest=searcher.manifest, since=self.swapper.served_since,
+                      **self._search_params(searcher.manifest))
 
-    def _nprobe(self, manifest: Manifest) -> int:
-        return clamp_nprobe(self.settings.nprobe or manifest.index.nprobe, manifest.index.nlist)
+    def _search_params(self, manifest: Manifest) -> dict[str, Any]:
+        """The served search parameters of a version: its manifest's, overridden by STRATA_NPROBE /
+        STRATA_EF_SEARCH where its kind takes them."""
+        p = manifest.index.params
+        if isinstance(p, IvfParams):
+            nprobe = clamp_nprobe(self.settings.nprobe or p.nprobe, p.nlist)
+            return {"nprobe": nprobe, "search_params": {"nprobe": nprobe}}
+        if isinstance(p, HnswParams):
+            return {"search_params": {"ef_search": self.settings.ef_search or p.ef_search}}
+        return {"search_params": {}}
 
     # -- admission, timeout and the workers --------------------------------------------------------------------
-    async def _call(self, texts: list[str], top_k: int | None, flt: dict[str, Any] | None = None, *,
-                    write: bool = False) -> tuple[Searcher, SearchResult]:
+    async def _call(self, texts: list[str], top_k: int | None, flt: dict[str, Any] | None = None,
+                    knobs: dict[str, int] | None = None, *, write: bool = False) -> tuple[Searcher, SearchResult]:
         """Admit, run and time out one call: a search or encode (micro-batched), or a write's texts (`write`: on
         the write lane)."""
         s = self.settings
@@ -282,9 +294,9 @@ class Engine:
             future: asyncio.Future[tuple[Searcher, SearchResult]] = asyncio.ensure_future(
                 self.write_lane.encode(texts))
         elif self.batcher is not None:
-            future = self.batcher.submit(texts, top_k, flt)
+            future = self.batcher.submit(texts, top_k, flt, knobs)
         else:
-            future = asyncio.ensure_future(self._run_one(Job(texts, top_k, flt)))
+            future = asyncio.ensure_future(self._run_one(Job(texts, top_k, flt, knobs)))
         self.in_flight += 1
         self.metrics.in_flight.set(self.in_flight)
         admitted = time.time_ns()
@@ -297,7 +309,8 @@ class Engine:
         finally:
             self.in_flight -= 1
             self.metrics.in_flight.set(self.in_flight)
-        if result.error is not None:  # this request alone was refused (its filter) or failed in its batch
+        # this request alone was refused (its filter, its search parameters) or failed in its batch
+        if result.error is not None:
             raise result.error
         if self.tracing.enabled and result.timeline is not None:
             self.tracing.record_batch(admitted, result.timeline, {

@@ -36,6 +36,15 @@ class BadFilter(EngineError):
     wrong type); the message says why."""
 
 
+class BadSearchParams(EngineError):
+    """A search parameter the served version's index kind does not take (nprobe of a flat or HNSW index,
+    ef_search of an IVF one); the message says which it takes."""
+
+    def __init__(self, message: str, name: str | None = None) -> None:
+        super().__init__(message)
+        self.name = name
+
+
 class Mismatch(EngineError):
     """An encoder and an index version cannot be served together (dimension, model hash, or a version the
     backend cannot serve)."""

@@ -5,7 +5,9 @@
 - written documents: their vectors in a small exact (flat inner-product) set, with their external id, text and
   metadata (kept per document so that metadata filters can be applied to them too);
 - tombstones: the base version's FAISS ids that were deleted or replaced. The base search skips them *inside* the
-  IVF scan (a FAISS ID selector, `faiss_index.search_excluding`), so it still returns k hits of its own.
+  search (a FAISS ID selector given to `AnnIndex.search(exclude=...)`: the IVF scan, the HNSW walk or the flat
+  scan), so it still returns k hits of its own. This is how every kind takes deletes, HNSW included, whose graph
+  cannot remove a vector in place (`indexer compact` rebuilds it).
 A search merges the base's top k and the overlay's exact top k by score. A written document that replaces one of
 the base keeps its FAISS id, so the two never both answer.
 
@@ -35,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from indexer.runtime.faiss_index import Exclusion, knn_inner_product, search_excluding
+from indexer.runtime.faiss_index import Exclusion, knn_inner_product
 from indexer.runtime.filters import Node, matches, parse_filter
 from indexer.runtime.manifest import Manifest
 from indexer.runtime.version import FilterMatch, Hit, IndexVersion
@@ -273,14 +275,14 @@ class LiveIndex:
         base = self.base.match(flt)
         return LiveMatch(base, parse_filter(flt, self.base.store.metadata_schema()))
 
-    def search(self, vectors: np.ndarray, k: int, match: LiveMatch | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, vectors: np.ndarray, k: int, match: LiveMatch | None = None, *,
+               knobs: dict[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         snap = self.overlay.snapshot()
         if match is not None:
-            return self._search_filtered(vectors, k, match, snap)
+            return self._search_filtered(vectors, k, match, snap, knobs)
         if snap.empty:
-            return self.base.search(vectors, k)
-        scores, ids = search_excluding(self.base.index, vectors, k, snap.exclusion)
+            return self.base.search(vectors, k, knobs=knobs)
+        scores, ids = self.base.ann.search(vectors, k, exclude=snap.exclusion, knobs=knobs)
         if len(snap.fids) == snap.dead:
             return scores, ids
         # dead rows may rank among the first k: ask for that many more, then drop them
@@ -288,13 +290,13 @@ class LiveIndex:
         o_ids = np.where(rows >= 0, snap.fids[np.clip(rows, 0, None)], -1)
         return _merge_top_k(scores, ids, o_scores, o_ids, k)
 
-    def _search_filtered(self, vectors: np.ndarray, k: int, match: LiveMatch, snap: Snapshot
-                         ) -> tuple[np.ndarray, np.ndarray]:
+    def _search_filtered(self, vectors: np.ndarray, k: int, match: LiveMatch, snap: Snapshot,
+                         knobs: dict[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         if snap.empty:
-            return self.base.search(vectors, k, match.base)
+            return self.base.search(vectors, k, match.base, knobs=knobs)
         gone = snap.exclusion.ids if snap.exclusion is not None else np.zeros(0, np.int64)
         extra = int(np.isin(gone, match.base.ids, assume_unique=True).sum()) if len(gone) else 0
-        scores, ids = self.base.search(vectors, k + extra, match.base)
+        scores, ids = self.base.search(vectors, k + extra, match.base, knobs=knobs)
         if extra:  # tombstoned matches took some of the places: drop them (the extra hits fill in)
             dropped = np.isin(ids, gone)
             ids = np.where(dropped, -1, ids)

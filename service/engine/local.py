@@ -1,4 +1,4 @@
-"""The local backend: each version's FAISS index (its shards merged, if it has any) searched in this process."""
+"""The local backend: each version's index (any kind; IVF shards merged, if it has any) searched in this process."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ class LocalBackend:
 
     def open_index(self, folder: Path) -> IndexVersion:
         set_threads(self.settings.threads)  # the swap's probe query searches on the calling thread
-        return IndexVersion(folder, nprobe=self.settings.nprobe)
+        return IndexVersion(folder, nprobe=self.settings.nprobe, search_params={"ef_search": self.settings.ef_search})
 
     def close(self) -> None:
         pass

@@ -18,12 +18,13 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from indexer.runtime.ann import SEARCH_KNOBS, IndexParamError, check_knobs
 from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.faiss_index import set_threads
 from indexer.runtime.filters import FilterError
 from indexer.runtime.manifest import Manifest
 from indexer.runtime.version import FilterCache, FilterMatch, Hit, IndexVersion
-from service.engine.errors import BadFilter, Mismatch
+from service.engine.errors import BadFilter, BadSearchParams, Mismatch
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +35,13 @@ class Job(NamedTuple):
     texts: list[str]
     top_k: int | None  # None: encode only
     filter: dict[str, Any] | None = None  # search only the documents whose metadata match (filters.py)
+    # this request's search parameters (`ann.SEARCH_KNOBS`: nprobe for IVF, ef_search for HNSW); None: served ones
+    knobs: dict[str, int] | None = None
 
 
 class VectorIndex(Protocol):
-    """What a searcher needs of an index version, wherever its vectors live."""
+    """What a searcher needs of an index version, wherever its vectors live (its vectors are an
+    `indexer.runtime.ann.AnnIndex` of the manifest's kind)."""
 
     manifest: Manifest
 
@@ -52,8 +56,8 @@ class VectorIndex(Protocol):
 
     def match(self, flt: object) -> FilterMatch: ...
 
-    def search(self, vectors: np.ndarray, k: int, match: FilterMatch | None = None
-               ) -> tuple[np.ndarray, np.ndarray]: ...
+    def search(self, vectors: np.ndarray, k: int, match: FilterMatch | None = None, *,
+               knobs: dict[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]: ...
 
     def hits(self, scores: np.ndarray, ids: np.ndarray) -> list[list[Hit]]: ...
 
@@ -127,10 +131,12 @@ class Searcher:
 
     @classmethod
     def open(cls, folder: Path, model_dir: Path | None = None, *, threads: int | None = None,
-             nprobe: int | None = None, reuse: OnnxEncoder | None = None) -> Searcher:
+             nprobe: int | None = None, reuse: OnnxEncoder | None = None,
+             search_params: dict[str, int | None] | None = None) -> Searcher:
         """A version folder opened in this process (what the local backend serves)."""
         set_threads(threads)
-        return cls.pair(IndexVersion(folder, nprobe=nprobe), model_dir, threads=threads, reuse=reuse)
+        return cls.pair(IndexVersion(folder, nprobe=nprobe, search_params=search_params), model_dir, threads=threads,
+                        reuse=reuse)
 
     @property
     def version(self) -> str:
@@ -140,9 +146,10 @@ class Searcher:
     def manifest(self) -> Manifest:
         return self.index.manifest
 
-    def search(self, texts: list[str], top_k: int, flt: dict[str, Any] | None = None) -> SearchResult:
+    def search(self, texts: list[str], top_k: int, flt: dict[str, Any] | None = None,
+               knobs: dict[str, int] | None = None) -> SearchResult:
         """One request on its own; raises what `run_batch` would have put in its `error`."""
-        result = self.run_batch([Job(texts, top_k, flt)])[0]
+        result = self.run_batch([Job(texts, top_k, flt, knobs)])[0]
         if result.error is not None:
             raise result.error
         return result
@@ -163,8 +170,16 @@ class Searcher:
         # Filters first: the store's query for each distinct filter (the version's cache may answer it).
         matches: dict[str, FilterMatch] = {}
         errors: list[Exception | None] = []
+        kind = self.index.manifest.index.kind
         for job in jobs:
             error: Exception | None = None
+            if job.knobs and job.top_k is not None:
+                try:
+                    check_knobs(kind, job.knobs)
+                except IndexParamError as exc:
+                    bad = [k for k in job.knobs if k not in SEARCH_KNOBS[kind]] or list(job.knobs)
+                    errors.append(BadSearchParams(str(exc), bad[0]))
+                    continue
             if job.filter is not None and job.top_k is not None:
                 try:
                     key = FilterCache.key(job.filter)
@@ -178,10 +193,10 @@ class Searcher:
         t1, started = time.perf_counter(), time.time_ns()
         vecs, truncated, tokens, n_texts = self._encode(jobs, errors)
         t2, encoded_at = time.perf_counter(), time.time_ns()
-        # the rows of each job in `vecs` (live jobs only), and the jobs of each index search: group None =
-        # unfiltered, else the filter's key
+        # the rows of each job in `vecs` (live jobs only), and the jobs of each index search: one group per
+        # (filter, search parameters); filter None = unfiltered
         rows_of: dict[int, range] = {}
-        groups: dict[str | None, list[int]] = {}
+        groups: dict[tuple[str | None, str | None], list[int]] = {}
         row = 0
         for j, job in enumerate(jobs):
             if errors[j] is not None:
@@ -189,12 +204,14 @@ class Searcher:
             rows_of[j] = range(row, row + len(job.texts))
             row += len(job.texts)
             if job.top_k is not None:
-                groups.setdefault(None if job.filter is None else FilterCache.key(job.filter), []).append(j)
+                group = (None if job.filter is None else FilterCache.key(job.filter),
+                         FilterCache.key(job.knobs) if job.knobs else None)
+                groups.setdefault(group, []).append(j)
         hits: dict[int, list[Hit]] = {}
         # the groups' index searches and store lookups interleave: their sums (the filters' queries count as search)
         search_ns, lookup_ns = int((t1 - t0) * 1e9), 0
         for group, members in groups.items():
-            match = None if group is None else matches[group]
+            match = None if group[0] is None else matches[group[0]]
             try:
                 g_search, g_lookup = self._search_group(jobs, members, rows_of, vecs, match, hits)
             except Exception:  # noqa: BLE001 (one request of the group may be the cause: each runs alone)
@@ -254,13 +271,14 @@ class Searcher:
 
     def _search_group(self, jobs: list[Job], members: list[int], rows_of: dict[int, range], vecs: np.ndarray,
                       match: FilterMatch | None, hits: dict[int, list[Hit]]) -> tuple[int, int]:
-        """One index search for the jobs `members` (same filter) and their hits' lookup, into `hits` by row;
+        """One index search for the jobs `members` (same filter and search parameters) and their hits' lookup, into
+        `hits` by row;
         returns the ns each took."""
         rows = [r for j in members for r in rows_of[j]]
         k = max(jobs[j].top_k or 0 for j in members)
         group_vecs = vecs if len(rows) == len(vecs) else vecs[rows]
         g0 = time.time_ns()
-        scores, ids = self.index.search(group_vecs, k, match)
+        scores, ids = self.index.search(group_vecs, k, match, knobs=jobs[members[0]].knobs or None)
         g1 = time.time_ns()
         found = self.index.hits(scores, ids)
         hits.update(zip(rows, found, strict=True))

@@ -5,7 +5,8 @@ Each shard file becomes a Serve application with one `ShardSearcher` deployment 
 in memory. The engine encodes the queries itself (the same micro-batching, workers, caps and timeout as the
 local backend), sends the vectors to every shard in parallel and merges the top k by score. Every shard holds
 the same trained coarse quantizer, so each probes the same `nprobe` lists and the merge equals a search of the
-merged index. Texts come from the version's `store.sqlite`.
+merged index. Texts come from the version's `store.sqlite`. Only IVF versions are sharded (`indexer build --engine
+ray` builds IVF only); a version of another kind is refused at deploy with the reason (`Mismatch`).
 
 Filters are evaluated once, in the API process, on the version's store; the matching ids go to every shard with
 the number of lists to probe (`filtered_nprobe` of the *whole* version's selectivity). Each shard applies
@@ -37,14 +38,14 @@ import numpy as np
 import ray
 from ray import serve
 
+from indexer.runtime.ann import IvfParams, check_knobs
 from indexer.runtime.faiss_index import (
-    ListLocator,
+    IvfIndex,
     clamp_nprobe,
     filtered_nprobe,
     filtered_search,
+    nlist_of,
     read_index,
-    search,
-    set_nprobe,
     set_threads,
 )
 from indexer.runtime.manifest import Manifest, ManifestError
@@ -63,33 +64,34 @@ CLOSE_TIMEOUT_S = 60.0
 
 @serve.deployment(ray_actor_options={"num_cpus": SHARD_CPUS})
 class ShardSearcher:
-    """One shard file in memory; answers (scores, ids) for a batch of query vectors."""
+    """One IVF shard file in memory (an `IvfIndex`); answers (scores, ids) for a batch of query vectors."""
 
     def __init__(self, path: str, nprobe: int, threads: int = 1) -> None:
         self.threads = threads
         try:
-            self.index = read_index(path)
+            index = read_index(path)
         except RuntimeError as exc:  # FAISS's error for truncated or foreign files: say which file, like the local one
             raise IndexLoadError(f"{path} is not a readable FAISS index: {str(exc).splitlines()[0]}") from exc
-        self.nprobe = set_nprobe(self.index, nprobe)  # clamped to nlist, like every index Strata opens
-        self._locator: ListLocator | None = None
-        self._lock = threading.Lock()
+        try:
+            nlist = nlist_of(index)
+            self.index = IvfIndex(index, IvfParams(nlist=nlist, nlist_requested=nlist, nprobe=nprobe))
+        except (RuntimeError, ValueError) as exc:  # not an IVF index
+            raise IndexLoadError(f"{path} is not an IVF shard: {str(exc).splitlines()[0]}") from exc
+        self.nprobe = self.index.nprobe  # clamped to nlist, like every index Strata opens
 
-    def search(self, vectors: np.ndarray, k: int, ids: np.ndarray | None = None, probe: int = 0
-               ) -> tuple[np.ndarray, np.ndarray]:
-        """The shard's top k; with `ids`, among those ids only (a filter's matches over the whole version, most
-        of them in other shards), probing `probe` lists or the lists that hold this shard's matches."""
+    def search(self, vectors: np.ndarray, k: int, ids: np.ndarray | None = None, probe: int = 0,
+               knobs: dict[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The shard's top k (at `knobs`' nprobe if given); with `ids`, among those ids only (a filter's matches
+        over the whole version, most of them in other shards), probing `probe` lists or the lists that hold this
+        shard's matches."""
         set_threads(self.threads)  # per thread in OpenMP, and Serve may call from any thread
         if ids is None:
-            return search(self.index, vectors, k)
-        with self._lock:
-            if self._locator is None:
-                self._locator = ListLocator(self.index)
-        scores, found, _ = filtered_search(self.index, vectors, k, self._locator.prepare(ids), probe)
+            return self.index.search(vectors, k, knobs=knobs)
+        scores, found, _ = filtered_search(self.index.faiss, vectors, k, self.index.prepare(ids), probe)
         return scores, found
 
     def info(self) -> tuple[int, int]:
-        return int(self.index.ntotal), int(self.index.d)
+        return self.index.ntotal, self.index.dim
 
 
 def merge_top_k(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -121,7 +123,9 @@ class ShardedIndex:
                  ntotal: int, nprobe: int) -> None:  # handles: list[DeploymentHandle]
         self.backend, self.manifest, self.apps, self.handles, self.store = backend, manifest, apps, handles, store
         self._ntotal = ntotal
-        self.nprobe = clamp_nprobe(nprobe, manifest.index.nlist)
+        assert isinstance(manifest.index.params, IvfParams)
+        self.nlist = manifest.index.params.nlist
+        self.nprobe = clamp_nprobe(nprobe, self.nlist)
         self.filters = FilterCache()
 
     @property
@@ -145,13 +149,15 @@ class ShardedIndex:
             self.filters.put(key, found)
         return found
 
-    def search(self, vectors: np.ndarray, k: int, match: FilterMatch | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, vectors: np.ndarray, k: int, match: FilterMatch | None = None, *,
+               knobs: dict[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        knobs = check_knobs("ivf", knobs) or None
         if match is None:
-            pending = [h.search.remote(vectors, k) for h in self.handles]  # all shards at once
+            pending = [h.search.remote(vectors, k, knobs=knobs) for h in self.handles]  # all shards at once
         else:
-            probe = filtered_nprobe(self.nprobe, len(match.ids), self.ntotal, self.manifest.index.nlist)
+            nprobe = clamp_nprobe((knobs or {}).get("nprobe", self.nprobe), self.nlist)
+            probe = filtered_nprobe(nprobe, len(match.ids), self.ntotal, self.nlist)
             pending = [h.search.remote(vectors, k, match.ids, probe) for h in self.handles]
         return merge_top_k([p.result() for p in pending], k)
 
@@ -194,6 +200,10 @@ class RayBackend:
             manifest = Manifest.load(folder)
         except ManifestError as exc:
             raise IndexLoadError(str(exc)) from exc
+        if manifest.index.kind != "ivf":  # `indexer build --engine ray` builds IVF only; say so if one turns up
+            raise Mismatch(f"{folder} holds a {manifest.index.kind} index: the sharded backend serves IVF shards "
+                           f"sharing one quantizer (`indexer build --engine ray --shards N`); serve it with the "
+                           f"local backend")
         if not manifest.index.shards:
             raise Mismatch(f"{folder} is not sharded (build it with `indexer build --engine ray --shards N`)")
         for s in manifest.index.shards:
@@ -203,7 +213,7 @@ class RayBackend:
             store = Store(folder / STORE)
         except (FileNotFoundError, ValueError) as exc:
             raise IndexLoadError(str(exc)) from exc
-        nprobe = self.settings.nprobe or manifest.index.nprobe
+        nprobe = self.settings.nprobe or manifest.index.params.nprobe
         apps: list[str] = []
         try:
             handles = []

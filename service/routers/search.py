@@ -16,7 +16,8 @@ async def search(body: SearchRequest, engine: EngineDep, stats: StatsDep) -> Res
     """Top-k nearest documents for one `query` or a batch of `queries`, among those matching `filter` if given."""
     t0 = time.perf_counter()
     texts = [body.query] if body.query is not None else list(body.queries or [])
-    answer = await engine.search(texts, body.top_k, body.filter)  # one version answers all of it, and names itself
+    # one version answers all of it, and names itself
+    answer = await engine.search(texts, body.top_k, body.filter, body.knobs)
     took = (time.perf_counter() - t0) * 1000
     stats.record(took, answer.encode_ms, answer.search_ms, queries=len(texts))  # GET /stats
     # plain JSON-ready values, serialised once (`service.responses`); `SearchResponse` documents the shape

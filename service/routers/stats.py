@@ -31,6 +31,7 @@ def stats(engine: EngineDep, live: StatsDep, authorizer: AuthorizerDep) -> Stats
         index = IndexStats(
             version=s.version, documents=s.size or m.index.ntotal, model=s.model or m.model.dir,
             model_source=m.model.source, pooling=m.model.pooling, dim=m.model.dim, factory=m.index.factory,
+            kind=m.index.kind, search_params=s.search_params or {},
             nlist=m.index.nlist, nprobe=s.nprobe or m.index.nprobe, protocol=m.data.protocol,
             nprobe_target_recall=None if m.index.nprobe_calibration is None
             else m.index.nprobe_calibration.target_recall, **figures)

@@ -246,7 +246,13 @@
     fact(facts, "MRR@10", fixed(index.mrr_at_10, 3) + (index.exact_mrr_at_10 !== null &&
       index.exact_mrr_at_10 !== undefined ? " (exact search " + fixed(index.exact_mrr_at_10, 3) + ")" : ""));
     fact(facts, "Recall@10", fixed(index.recall_at_10, 3));
-    fact(facts, "nprobe", index.nprobe + " of " + index.nlist + " lists");
+    if (index.kind === "flat") {
+      fact(facts, "Index", "flat (exact search)");
+    } else if (index.kind === "hnsw") {
+      fact(facts, "Index", "hnsw · ef_search " + index.search_params.ef_search);
+    } else {
+      fact(facts, "nprobe", index.nprobe + " of " + index.nlist + " lists");
+    }
   }
 
   function renderLive(stats) {

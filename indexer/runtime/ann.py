@@ -1,0 +1,167 @@
+"""The one index seam: `AnnIndex`, what every kind of vector index offers, and the typed parameters of each kind.
+
+Like Qdrant's single `VectorIndex` trait over an enum of index kinds, the rest of Strata (versions, the live
+overlay, the sharded backend, build/add/compact, eval/tune/calibrate) talks to an `AnnIndex` and never to a kind:
+- **flat**: exact inner-product search over every vector (no training, no search parameter);
+- **ivf**: inverted lists over a trained coarse quantizer (Strata's original index; search parameter `nprobe`);
+- **hnsw**: FAISS's HNSW graph (search parameter `ef_search`; it cannot remove vectors in place, so a removal
+  rebuilds the graph from the stored vectors, and the API's deletes go through the write overlay's tombstones).
+
+The implementations live in `faiss_index` (the only module that imports faiss); this module holds what needs no
+faiss: the kinds, their build and search parameters (pydantic, recorded in the manifest's `index.params`), the
+abstract interface, the `auto` choice and the per-request search-parameter checks.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+KINDS = ("flat", "ivf", "hnsw")
+AUTO = "auto"
+IndexKind = Literal["flat", "ivf", "hnsw"]
+
+# `--index auto`: exact search below this many vectors, IVF from it on. Measured by bench/index_crossover.py
+# (bench/results/index-crossover-20261125T150638Z.md and -150307Z.md): CPU time per query at 1 thread of exact
+# search (fp32) vs the default IVF (effective_nlist(n, 1024) lists, fp16 codes) at the fewest lists keeping
+# >= 0.97 of the exact top 10 on 300 real Quora questions (all-MiniLM-L6-v2 mean): flat/IVF = 0.40 at 250 and
+# 500 documents, 0.91 at 1,000, 1.6-2.0 at 2,000, 2.1-2.4 at 5,000, 3.3 at 10k, 4.2 at 20k, 6.5 at 50k. The
+# crossover is about 1,100 documents; below it exact search is the cheaper *and* the exact one. Above it IVF is
+# cheaper only when it probes enough lists: at the default nprobe 20 it keeps 0.89-0.94 of the exact top 10 from
+# 2k to 50k documents (issue 26's -2.2 nDCG@10 on a few thousand), so `--target-recall` matters there.
+AUTO_FLAT_BELOW = 1_000
+
+
+class IndexParamError(ValueError):
+    """A search or build parameter that the index's kind does not take, or a value out of range."""
+
+
+class FlatParams(BaseModel):
+    """Exact search: nothing to choose."""
+
+    kind: Literal["flat"] = "flat"
+
+
+class IvfParams(BaseModel):
+    kind: Literal["ivf"] = "ivf"
+    nlist: int = Field(ge=1)  # lists trained (what the corpus allowed: >= 39 training vectors per list)
+    nlist_requested: int = Field(ge=1)
+    codec: str = "SQfp16"  # codes in the lists: SQfp16 or Flat (float32)
+    nprobe: int = Field(ge=1)  # lists probed per query by default (clamped to nlist)
+
+
+class HnswParams(BaseModel):
+    kind: Literal["hnsw"] = "hnsw"
+    m: int = Field(32, ge=2)  # graph neighbours per node (FAISS's M)
+    ef_construction: int = Field(80, ge=1)
+    ef_search: int = Field(64, ge=1)  # candidates kept per query by default (FAISS's efSearch)
+
+
+IndexParams = Annotated[FlatParams | IvfParams | HnswParams, Field(discriminator="kind")]
+
+# The per-query search parameters each kind takes (a /search request, `indexer eval --nprobe/--ef-search`).
+SEARCH_KNOBS: dict[str, tuple[str, ...]] = {"flat": (), "ivf": ("nprobe",), "hnsw": ("ef_search",)}
+
+
+def check_knobs(kind: str, knobs: Mapping[str, int | None] | None) -> dict[str, int]:
+    """The search parameters of `knobs` that are set, checked against what `kind` takes (`IndexParamError` with
+    the reason otherwise: asking a flat index for nprobe is a mistake worth hearing about, not a silent no-op)."""
+    given = {k: int(v) for k, v in (knobs or {}).items() if v is not None}
+    for name, value in given.items():
+        if name not in SEARCH_KNOBS[kind]:
+            takes = ", ".join(SEARCH_KNOBS[kind]) or "none (it searches exactly)"
+            raise IndexParamError(f"'{name}' is not a search parameter of this version's {kind} index; it takes "
+                                  f"{takes}")
+        if value < 1:
+            raise IndexParamError(f"'{name}' must be >= 1, not {value}")
+    return given
+
+
+def choose_kind(requested: str, n_vectors: int) -> IndexKind:
+    """`--index`: the kind asked for, or for `auto` flat below `AUTO_FLAT_BELOW` vectors and IVF from it on."""
+    if requested == AUTO:
+        return "flat" if n_vectors < AUTO_FLAT_BELOW else "ivf"
+    if requested not in KINDS:
+        raise IndexParamError(f"--index must be one of auto, {', '.join(KINDS)}; not {requested!r}")
+    return requested  # type: ignore[return-value]
+
+
+class AnnIndex(ABC):
+    """A vector index of one kind: inner product on L2-normalised vectors, int64 ids (FAISS ids; the store maps
+    them to external int or string ids). Search answers are (scores, ids), each (n, k), id -1 where there is
+    no hit. Selectors (`prepare`'s `IdFilter`, the overlay's `Exclusion`) act inside the search, never by
+    dropping hits afterwards."""
+
+    kind: ClassVar[str]
+    params: FlatParams | IvfParams | HnswParams
+
+    @property
+    @abstractmethod
+    def dim(self) -> int: ...
+
+    @property
+    @abstractmethod
+    def ntotal(self) -> int: ...
+
+    @property
+    @abstractmethod
+    def faiss(self) -> Any:
+        """The underlying FAISS index (for code that writes or merges files; searches go through this class)."""
+
+    @abstractmethod
+    def search(self, queries: np.ndarray, k: int, *, exclude: Any = None,
+               knobs: Mapping[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top k; `exclude` (`faiss_index.Exclusion`): ids to skip inside the search; `knobs`: this search's
+        parameters (`SEARCH_KNOBS`), else the index's defaults."""
+
+    @abstractmethod
+    def prepare(self, ids: np.ndarray) -> Any:
+        """The ids among `ids` that this index holds, as a `faiss_index.IdFilter` for `filtered_search`."""
+
+    @abstractmethod
+    def filtered_search(self, queries: np.ndarray, k: int, flt: Any, *, knobs: Mapping[str, int] | None = None
+                        ) -> tuple[np.ndarray, np.ndarray, bool]:
+        """(scores, ids, exact): top k among `flt`'s ids only; `exact` True when every match was scored."""
+
+    @abstractmethod
+    def exact_search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Exact top k over the vectors this index holds (the reference for ANN recall)."""
+
+    @abstractmethod
+    def stored_vectors(self) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, float32 vectors) held."""
+
+    @abstractmethod
+    def sample_stored(self, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, vectors) of `n` stored vectors drawn uniformly without replacement (seeded)."""
+
+    @abstractmethod
+    def add(self, vectors: np.ndarray, ids: np.ndarray) -> None: ...
+
+    @abstractmethod
+    def remove(self, ids: np.ndarray) -> int:
+        """Remove the vectors stored under `ids`; returns how many were removed."""
+
+    @abstractmethod
+    def memory_bytes(self) -> int: ...
+
+    @abstractmethod
+    def save(self, path: Path) -> None: ...
+
+    # -- the kind's one search parameter, for calibration and reporting --------------------------------------------
+    def knob(self) -> tuple[str, int, int] | None:
+        """(name, smallest, largest) of the parameter that trades speed for recall; None: exact search."""
+        return None
+
+    def set_default(self, name: str, value: int) -> int:
+        """Make `value` this index's default for search parameter `name`; returns what was set (clamped)."""
+        raise IndexParamError(f"a {self.kind} index has no search parameter '{name}'")
+
+    def defaults(self) -> dict[str, int]:
+        """The search parameters used when a search gives none."""
+        return {}

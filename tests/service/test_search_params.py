@@ -1,0 +1,59 @@
+"""Per-request search parameters on `/search`, over real HTTP from `python -m service`: `nprobe` for an IVF
+version, `ef_search` for an HNSW one, and a 422 naming what the served kind takes for anything else (a flat
+version takes none: it searches exactly). `/stats` reports the served kind and its parameters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import indexer_cli, start_server, stop_server
+
+QUERY = "How do I learn to cook?"
+
+
+@pytest.fixture(scope="module")
+def roots(tiny_exported: Path, quora_file: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    out = {}
+    for kind in ("flat", "ivf", "hnsw"):
+        root = tmp_path_factory.mktemp(f"search-params-{kind}") / "root"
+        r = indexer_cli("build", "--root", str(root), "--model", str(tiny_exported), "--data", str(quora_file),
+                        "--rows", "300", "--threads", "1", "--no-eval", "--index", kind,
+                        *(("--nlist", "8", "--nprobe", "2") if kind == "ivf" else ()))
+        assert r.returncode == 0, r.stderr
+        out[kind] = root
+    return out
+
+
+@pytest.mark.parametrize("kind, accepted, refused, takes", [
+    ("flat", {}, [{"nprobe": 4}, {"ef_search": 32}], "none (it searches exactly)"),
+    ("ivf", {"nprobe": 8}, [{"ef_search": 32}], "nprobe"),
+    ("hnsw", {"ef_search": 16}, [{"nprobe": 4}], "ef_search"),
+])
+def test_search_parameters_per_kind(roots: dict[str, Path], tmp_path: Path, kind: str, accepted: dict,
+                                    refused: list[dict], takes: str) -> None:
+    server = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(roots[kind]), "STRATA_WATCH_INTERVAL_S": "0"},
+                          timeout=180)
+    try:
+        with server.client() as c:
+            index = c.get("/stats").json()["index"]
+            assert index["kind"] == kind
+            assert set(index["search_params"]) == set(accepted)
+            assert (index["nprobe"] is None) == (kind != "ivf")
+            plain = c.post("/search", json={"query": QUERY, "top_k": 5})
+            assert plain.status_code == 200, server.log.read_text()[-4000:]
+            assert len(plain.json()["hits"]) == 5
+            given = c.post("/search", json={"query": QUERY, "top_k": 5, **accepted})
+            assert given.status_code == 200 and len(given.json()["hits"]) == 5
+            for bad in refused:
+                r = c.post("/search", json={"queries": [QUERY, "another"], "top_k": 5, **bad})
+                assert r.status_code == 422, r.text
+                detail = r.json()["detail"][0]
+                name = next(iter(bad))
+                assert detail["loc"] == ["body", name]
+                assert f"'{name}' is not a search parameter of this version's {kind} index; it takes {takes}" \
+                    in detail["msg"]
+            assert c.post("/search", json={"query": QUERY, "nprobe": 0}).status_code == 422  # validation
+    finally:
+        stop_server(server)
