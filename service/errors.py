@@ -3,6 +3,7 @@
     Overloaded   -> 429 with Retry-After       NotReady     -> 503
     TimedOut     -> 504                        SwapRefused  -> 409 (a ReloadResponse: the old version serves)
     BadFilter    -> 422 (the filter does not fit the served version's metadata)
+    ModeUnavailable -> 422 (lexical/hybrid on a version without a lexical index, or on the sharded backend)
     WriteRefused -> 409                        WritesUnsupported -> 501      WritesUnavailable -> 503
     RequestValidationError -> 422 without the echoed input (400 on /v1/*, as OpenAI answers)
 
@@ -24,6 +25,7 @@ from starlette.exceptions import HTTPException
 
 from service.engine import (
     BadFilter,
+    ModeUnavailable,
     NotReady,
     Overloaded,
     SwapRefused,
@@ -137,6 +139,10 @@ async def bad_filter(request: Request, exc: BadFilter) -> JSONResponse:
                         status_code=422)
 
 
+async def mode_unavailable(request: Request, exc: ModeUnavailable) -> JSONResponse:
+    return JSONResponse({"detail": [{"type": "mode", "loc": ["body", "mode"], "msg": str(exc)}]}, status_code=422)
+
+
 async def swap_refused(request: Request, exc: SwapRefused) -> JSONResponse:
     body = ReloadResponse(outcome="refused", index_version=exc.served, candidate=exc.candidate, reason=exc.reason)
     return JSONResponse(body.model_dump(), status_code=409)
@@ -163,6 +169,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(TimedOut, timed_out)  # type: ignore[arg-type]
     app.add_exception_handler(SwapRefused, swap_refused)  # type: ignore[arg-type]
     app.add_exception_handler(BadFilter, bad_filter)  # type: ignore[arg-type]
+    app.add_exception_handler(ModeUnavailable, mode_unavailable)  # type: ignore[arg-type]
     app.add_exception_handler(WriteRefused, write_refused)  # type: ignore[arg-type]
     app.add_exception_handler(WritesUnsupported, writes_unsupported)  # type: ignore[arg-type]
     app.add_exception_handler(WritesUnavailable, writes_unavailable)  # type: ignore[arg-type]

@@ -69,11 +69,25 @@ class SearchRequest(BaseModel):
     filter: dict[str, Any] | None = Field(None, description=FILTER_DOC, examples=[
         {"bucket": 1}, {"bucket": {"in": [1, 2]}}, {"year": {"gte": 2000, "lt": 2010}},
         {"and": [{"lang": "en"}, {"or": [{"year": {"gte": 2020}}, {"bucket": 0}]}]}])
+    mode: Literal["dense", "lexical", "hybrid"] | None = Field(
+        None, description="dense: nearest vectors; lexical: BM25 (no encoder); hybrid: both, fused. Default: the "
+        "served version's (`indexer build --default-mode`; hybrid when it has a lexical index, else dense)")
+    fusion: Literal["rrf", "convex"] | None = Field(
+        None, description="hybrid only. rrf (default): reciprocal-rank fusion, sum of 1/(k + rank); convex: "
+        "alpha · dense + (1 − alpha) · lexical over min-max normalised scores")
+    k: float | None = Field(None, gt=0, le=10_000, description="rrf's rank constant (default 60)")
+    alpha: float | None = Field(None, ge=0, le=1, description="convex: the dense list's weight (default 0.5)")
 
     @model_validator(mode="after")
     def _one_of(self) -> SearchRequest:
         if (self.query is None) == (self.queries is None):
             raise ValueError("give exactly one of 'query' (a string) or 'queries' (a list of strings)")
+        if self.mode in ("dense", "lexical") and (self.fusion, self.k, self.alpha) != (None, None, None):
+            raise ValueError(f"'fusion', 'k' and 'alpha' apply to mode 'hybrid', not {self.mode!r}")
+        if self.k is not None and self.fusion == "convex":
+            raise ValueError("'k' is rrf's rank constant; fusion 'convex' takes 'alpha'")
+        if self.alpha is not None and self.fusion != "convex":
+            raise ValueError("'alpha' applies to fusion 'convex' (give \"fusion\": \"convex\")")
         return self
 
 
@@ -92,6 +106,16 @@ class QueryHits(BaseModel):
     truncated: bool
 
 
+class SearchStages(BaseModel):
+    """Where the search's time went, in ms (0 for a stage its mode skips)."""
+
+    encode_ms: float
+    dense_ms: float = Field(description="the filter's store query and the FAISS search")
+    lexical_ms: float
+    fusion_ms: float
+    lookup_ms: float = Field(description="the hits' texts and metadata read from the store")
+
+
 class SearchResponse(BaseModel):
     hits: list[Hit] | None = Field(None, description="for a single 'query'")
     results: list[QueryHits] | None = Field(None, description="for 'queries', in request order")
@@ -100,6 +124,8 @@ class SearchResponse(BaseModel):
     encode_ms: float
     search_ms: float
     index_version: str
+    mode: Literal["dense", "lexical", "hybrid"] = Field(description="the mode that ran")
+    stages: SearchStages
 
 
 class SwapRefusal(BaseModel):

@@ -29,6 +29,7 @@ from indexer.runtime.faiss_index import (
     set_nprobe,
     stored_vectors,
 )
+from indexer.runtime.lexical import LexicalError, LexicalIndex
 from indexer.runtime.manifest import Manifest, ManifestError
 from indexer.runtime.store import STORE, Store
 
@@ -141,6 +142,11 @@ class IndexVersion:
         except (FileNotFoundError, ValueError) as exc:
             raise IndexLoadError(str(exc)) from exc
         self.nprobe = set_nprobe(self.index, nprobe or m.index.nprobe)  # clamped to nlist
+        try:  # the BM25 index beside the vectors (None: a version built without one, dense only)
+            self.lexical = LexicalIndex(self.folder, m.lexical) if m.lexical is not None else None
+        except LexicalError as exc:
+            self.store.close()
+            raise IndexLoadError(str(exc)) from exc
         self.filters = FilterCache()
         self._locator: ListLocator | None = None
         self._locator_lock = threading.Lock()
@@ -187,6 +193,14 @@ class IndexVersion:
         probe = filtered_nprobe(self.nprobe, len(match.prepared.ids), self.ntotal, self.nlist)
         scores, ids, _ = filtered_search(self.index, vectors, k, match.prepared, probe)
         return scores, ids
+
+    def lexical_search(self, queries: list[str], k: int, match: FilterMatch | None = None
+                       ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per query, (scores, ids) of its best k documents by BM25 (fewer when fewer share a term with it); with
+        a `match`, among its documents only (exact). The caller checks `lexical` is not None."""
+        assert self.lexical is not None
+        allowed = None if match is None else match.ids
+        return [self.lexical.search(q, k, allowed=allowed) for q in queries]
 
     def hits(self, scores: np.ndarray, ids: np.ndarray) -> list[list[Hit]]:
         """Per query, its hits with external ids, texts and metadata, without the -1 padding."""

@@ -28,12 +28,13 @@ from typing import Any
 import numpy as np
 
 from indexer.runtime.faiss_index import clamp_nprobe, set_threads
-from indexer.runtime.manifest import Manifest
+from indexer.runtime.fusion import Fusion
+from indexer.runtime.manifest import Manifest, SearchMode
 from indexer.runtime.writelog import Delete, ExtId, Upsert
 from service.engine.batching import MicroBatcher
 from service.engine.errors import NotReady, Overloaded, TimedOut
 from service.engine.leases import Leases
-from service.engine.searcher import Hit, Job, Searcher, SearchResult
+from service.engine.searcher import Hit, Job, Searcher, SearchResult, Stages
 from service.engine.swap import Backend, Refusal, Swapper, SwapResult
 from service.engine.writes import Document, WriteResult, Writes
 from service.metrics import Metrics
@@ -52,6 +53,8 @@ class Hits:
     truncated: list[bool]
     encode_ms: float
     search_ms: float
+    mode: SearchMode = "dense"  # the mode that ran
+    stages: Stages = field(default_factory=Stages)
 
 
 @dataclass(frozen=True)
@@ -172,16 +175,26 @@ class Engine:
         task.add_done_callback(self._tasks.discard)
 
     # -- the front door ----------------------------------------------------------------------------------------
-    async def search(self, texts: list[str], top_k: int, filter: dict[str, Any] | None = None) -> Hits:  # noqa: A002
-        """The `top_k` nearest documents of each text, from one version; with a `filter` (see
+    async def search(self, texts: list[str], top_k: int, filter: dict[str, Any] | None = None,  # noqa: A002
+                     mode: SearchMode | None = None, fusion: Fusion | None = None) -> Hits:
+        """The `top_k` best documents of each text, from one version, by `mode` (dense: nearest vectors; lexical:
+        BM25; hybrid: both, fused by `fusion`; None: the version's default); with a `filter` (see
         `indexer.runtime.filters`), among the documents whose metadata match it only. Raises `BadFilter` when the
-        filter does not fit the version's metadata."""
-        searcher, r = await self._call(texts, top_k, filter)
+        filter does not fit the version's metadata, `ModeUnavailable` when the version cannot run the mode."""
+        searcher, r = await self._call(texts, top_k, filter, mode, fusion)
         m = self.metrics
-        m.encode_seconds.labels("/search").observe(r.encode_ms / 1000)
+        ran = r.mode or "dense"
+        if ran != "lexical":
+            m.encode_seconds.labels("/search").observe(r.encode_ms / 1000)
+            m.texts_encoded.labels("/search").inc(len(texts))
         m.search_seconds.observe(r.search_ms / 1000)
-        m.texts_encoded.labels("/search").inc(len(texts))
-        return Hits(searcher.version, r.hits, r.truncated, r.encode_ms, r.search_ms)
+        m.searches.labels(ran).inc()
+        st = r.stages
+        for stage, ms in (("encode", st.encode_ms), ("dense", st.dense_ms), ("lexical", st.lexical_ms),
+                          ("fusion", st.fusion_ms), ("lookup", st.lookup_ms)):
+            if ms > 0:
+                m.stage_seconds.labels(ran, stage).observe(ms / 1000)
+        return Hits(searcher.version, r.hits, r.truncated, r.encode_ms, r.search_ms, ran, r.stages)
 
     async def encode(self, texts: list[str], *, endpoint: str = "/encode") -> Vectors:
         """The texts' vectors, with the encoder of the served version (`endpoint` labels the metrics)."""
@@ -255,8 +268,8 @@ class Engine:
         return clamp_nprobe(self.settings.nprobe or manifest.index.nprobe, manifest.index.nlist)
 
     # -- admission, timeout and the workers --------------------------------------------------------------------
-    async def _call(self, texts: list[str], top_k: int | None, flt: dict[str, Any] | None = None
-                    ) -> tuple[Searcher, SearchResult]:
+    async def _call(self, texts: list[str], top_k: int | None, flt: dict[str, Any] | None = None,
+                    mode: SearchMode | None = None, fusion: Fusion | None = None) -> tuple[Searcher, SearchResult]:
         s = self.settings
         if self.in_flight >= s.max_in_flight:
             self.metrics.rejected.labels("busy").inc()
@@ -264,9 +277,9 @@ class Engine:
         if self.leases.current is None:
             raise NotReady(self._not_ready_reason())
         if self.batcher is not None:
-            future = self.batcher.submit(texts, top_k, flt)
+            future = self.batcher.submit(texts, top_k, flt, mode, fusion)
         else:
-            future = asyncio.ensure_future(self._run_one(Job(texts, top_k, flt)))
+            future = asyncio.ensure_future(self._run_one(Job(texts, top_k, flt, mode, fusion)))
         self.in_flight += 1
         self.metrics.in_flight.set(self.in_flight)
         admitted = time.time_ns()
@@ -284,7 +297,10 @@ class Engine:
         if self.tracing.enabled and result.timeline is not None:
             self.tracing.record_batch(admitted, result.timeline, {
                 "strata.index_version": searcher.version, "strata.texts": len(texts),
-                "strata.batch_texts": result.batch_texts})
+                "strata.batch_texts": result.batch_texts, **({} if result.mode is None else {
+                    "strata.mode": result.mode, "strata.dense_ms": round(result.stages.dense_ms, 3),
+                    "strata.lexical_ms": round(result.stages.lexical_ms, 3),
+                    "strata.fusion_ms": round(result.stages.fusion_ms, 3)})})
         return searcher, result
 
     async def _run_one(self, job: Job) -> tuple[Searcher, SearchResult]:
