@@ -1,4 +1,5 @@
-"""`indexer build`: Quora TSV → ONNX vectors → FAISS IVF → a new version folder, evaluated, then made current.
+"""`indexer build`: Quora TSV → ONNX vectors → FAISS IVF (+ a BM25 lexical index from the same store) → a new
+version folder, evaluated, then made current.
 Any other corpus (JSONL, CSV/TSV, Parquet, BEIR) goes through `indexer.ingest` into the same kind of version.
 
 Never touches the version being served: everything is written in a staging folder that is renamed into
