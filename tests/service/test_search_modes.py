@@ -92,6 +92,18 @@ def bm25_reference(rows: list[dict[str, Any]], fids: dict[Any, int], query: str,
     return [(by_fid[f]["id"], s) for f, s in ranked]
 
 
+def assert_ranked(hits: list[dict[str, Any]], want: list[tuple[Any, float]], k: int) -> None:
+    """`hits` are the best k of `want` (id, score) by score: equal scores, every hit's own score right, and every
+    document scoring above the last hit present (documents tied at the cut, in float32, may be either)."""
+    assert len(hits) == min(k, len(want))
+    assert [h["score"] for h in hits] == pytest.approx([sc for _, sc in want[:k]], rel=1e-5)
+    score_of = dict(want)
+    assert all(h["score"] == pytest.approx(score_of[h["id"]], rel=1e-5) for h in hits)
+    if hits:
+        cut = hits[-1]["score"] * (1 + 1e-5)
+        assert {i for i, sc in want if sc > cut} <= {h["id"] for h in hits}
+
+
 def as_list(hits: list[dict[str, Any]], fids: dict[Any, int]) -> tuple[np.ndarray, np.ndarray]:
     """An API answer as the (scores, FAISS ids) list the fusion takes."""
     return (np.array([h["score"] for h in hits], np.float32), np.array([fids[h["id"]] for h in hits], np.int64))
@@ -124,9 +136,7 @@ def test_lexical_mode_is_lucene_bm25_over_the_documents(served: Server, rows: li
     with served.client() as c:
         body = search(c, queries=QUERIES, mode="lexical")
     for q, res in zip(QUERIES, body["results"], strict=True):
-        want = bm25_reference(rows, fids, q)[:10]
-        assert [h["id"] for h in res["hits"]] == [i for i, _ in want], q
-        assert [h["score"] for h in res["hits"]] == pytest.approx([s for _, s in want], rel=1e-5)
+        assert_ranked(res["hits"], bm25_reference(rows, fids, q), 10)
 
 
 def test_lexical_mode_needs_no_encoder(served: Server) -> None:
@@ -157,7 +167,7 @@ def test_filters_are_exact_in_lexical_and_hybrid(served: Server, rows: list[dict
             lex = search(c, query=q, mode="lexical", filter=flt, top_k=10)["hits"]
             want = bm25_reference(rows, fids, q, keep)
             # exact: the best of the matching documents, as many as match with a score > 0 (up to top_k)
-            assert [h["id"] for h in lex] == [i for i, _ in want[:10]] and len(lex) == min(10, len(want))
+            assert_ranked(lex, want, 10)
             assert all(h["metadata"]["bucket"] in allowed for h in lex)
             # hybrid: RRF (k 60) of the filtered dense and lexical top 100, every hit matching
             dense100 = search(c, query=q, mode="dense", filter=flt, top_k=100)["hits"]
