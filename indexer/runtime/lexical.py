@@ -43,6 +43,7 @@ from bm25s.stopwords import STOPWORDS_EN
 from indexer.runtime.manifest import LexicalInfo
 
 log = logging.getLogger(__name__)
+logging.getLogger("bm25s").setLevel(logging.WARNING)  # its per-build debug lines are not ours to show
 
 LEXICAL_DIR = "lexical"
 ROWS_FILE = "rows.npy"
