@@ -125,3 +125,26 @@ def test_bad_settings_and_damaged_files_are_refused(built: tuple[Path, LexicalIn
 def test_an_empty_corpus_builds_and_finds_nothing(tmp_path: Path) -> None:
     info = build_lexical(tmp_path, [], lexical_info())
     assert LexicalIndex(tmp_path, info).search("anything", 5)[1].size == 0
+
+
+def test_top_k_is_the_full_sort_ties_by_id_on_a_corpus_with_many_ties(tmp_path: Path) -> None:
+    """Large enough for the sampled threshold (`LexicalIndex._candidates`) to be used, with a small vocabulary so
+    that many scores tie: every answer equals a full sort by (score, FAISS id), filtered or not."""
+    rng = np.random.default_rng(7)
+    words = ["alpha", "beta", "gamma", "delta", "omega", "kappa", "sigma", "theta"]
+    fids = rng.choice(10**6, 6000, replace=False)
+    docs = [(int(f), " ".join(rng.choice(words, int(rng.integers(1, 4))))) for f in fids]
+    info = build_lexical(tmp_path, docs, lexical_info())
+    index = LexicalIndex(tmp_path, info)
+    allowed = np.sort(rng.choice(fids, 2000, replace=False))
+    for q in ["alpha", "beta gamma", "omega omega kappa", "theta sigma alpha delta"]:
+        full = index.scores(q)
+        for k in (1, 10, 100, 500):
+            for keep in (None, allowed):
+                rows = np.arange(len(index.fids)) if keep is None else index.rows_of(keep)
+                cand = full[rows]
+                nz = np.flatnonzero(cand > 0)
+                want = rows[nz[np.lexsort((nz, -cand[nz]))][:k]]
+                scores, ids = index.search(q, k, allowed=keep)
+                assert ids.tolist() == index.fids[want].tolist(), (q, k, keep is None)
+                assert scores.tolist() == full[want].tolist()
