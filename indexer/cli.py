@@ -285,7 +285,9 @@ def _info(args: argparse.Namespace) -> int:
         try:
             m = Manifest.load(root.version_dir(v))
             desc = (f"{m.index.ntotal} vectors, {m.index.factory}, {m.model.pooling}, {m.data.protocol}"
-                    + (f", MRR@10 {m.eval.mrr_at_10:.4f}" if m.eval else ""))
+                    + (f", MRR@10 {m.eval.mrr_at_10:.4f}" if m.eval else "")
+                    + (", no lexical index" if m.lexical is None else f", BM25 ({m.lexical.stemmer})")
+                    + f", /search mode {m.search_mode()}")
         except ManifestError as exc:
             desc = f"unreadable: {exc}"
         print(f"{'*' if v == current else ' '} {v}  {desc}")
