@@ -6,12 +6,18 @@ filters and the split of a micro-batch's results back into its requests are the 
 
 A micro-batch shares one ONNX run whatever its requests' filters; its index searches are one per distinct
 filter (the unfiltered requests together), since each request must be searched among its own documents only.
+
+Modes (`Job.mode`; None: the version's default): dense searches the vectors; lexical searches the version's BM25
+index (`indexer.runtime.lexical`) and encodes nothing; hybrid does both and fuses the two top-100 lists
+(`indexer.runtime.fusion`). The lexical searches run on a thread of the searcher's own while the batch encodes.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
@@ -45,7 +51,7 @@ class Stages:
 
     encode_ms: float = 0.0
     dense_ms: float = 0.0  # the filter's store query and the FAISS search
-    lexical_ms: float = 0.0
+    lexical_ms: float = 0.0  # its own time: in hybrid it runs beside the encoding, not after it
     fusion_ms: float = 0.0
     lookup_ms: float = 0.0  # the hits' texts and metadata read from the store
 
@@ -111,6 +117,8 @@ class Searcher:
                            f"model index {index.version} was built with ({m.onnx_sha256[:12]}…, {m.dir})")
         self.encoder = encoder
         self.index = index
+        self._pool: ThreadPoolExecutor | None = None  # the lexical searches' thread, started on first use
+        self._pool_lock = threading.Lock()
 
     @classmethod
     def pair(cls, index: VectorIndex, model_dir: Path | None = None, *, threads: int | None = None,
@@ -182,6 +190,12 @@ class Searcher:
         live = [(j, m) for j, m, e in zip(jobs, modes, errors, strict=True) if e is None]
         # the texts to encode: encode-only, dense and hybrid jobs (lexical ones need no encoder)
         texts = [t for job, mode in live if job.top_k is None or mode != "lexical" for t in job.texts]
+        # BM25 needs no vector: the lexical searches run on a thread of their own while the encoder runs (ONNX
+        # Runtime releases the GIL), so a hybrid search costs about the slower of the two, not their sum
+        lexical_jobs = [(n, job, mode) for n, (job, mode) in enumerate(live) if job.top_k is not None and
+                        mode != "dense"]
+        lexical_future = self._lexical_pool().submit(self._lexical, lexical_jobs, matches) \
+            if lexical_jobs and texts else None
         t1, started = time.perf_counter(), time.time_ns()
         if texts:
             encoded = self.encoder.encode_counted(texts, batch_size=len(texts))
@@ -210,23 +224,19 @@ class Searcher:
             scores, ids = self.index.search(group_vecs, group_k[group], None if group is None else matches[group])
             search_ns += time.time_ns() - g0
             dense.update(zip(rows, zip(scores, ids, strict=True), strict=True))
-        # lexical searches and fusion, per job; then one store lookup for every job's final ids
+        # lexical answers (from the thread, or run here when nothing was encoded), fusion; then one store lookup
+        # for every job's final ids
+        lexical_out = lexical_future.result() if lexical_future is not None else self._lexical(lexical_jobs, matches)
         finals: list[tuple[np.ndarray, np.ndarray]] = []
         stage_ms: list[tuple[float, float]] = []  # per live job: (lexical, fusion)
         row = 0
-        for job, mode in live:
+        for n_live, (job, mode) in enumerate(live):
             if job.top_k is None:
                 row += len(job.texts)
                 stage_ms.append((0.0, 0.0))
                 continue
-            lex_ms = fuse_ms = 0.0
-            lexical: list[tuple[np.ndarray, np.ndarray]] = []
-            if mode != "dense":
-                l0 = time.perf_counter()
-                match = None if job.filter is None else matches[FilterCache.key(job.filter)]
-                depth = job.top_k if mode == "lexical" else max(job.top_k, HYBRID_DEPTH)
-                lexical = self.index.lexical_search(job.texts, depth, match)
-                lex_ms = (time.perf_counter() - l0) * 1000
+            fuse_ms = 0.0
+            lexical, lex_ms = lexical_out.get(n_live, ([], 0.0))
             f0 = time.perf_counter()
             for n in range(len(job.texts)):
                 if mode == "lexical":
@@ -278,6 +288,24 @@ class Searcher:
             pos += n if encodes else 0
         return out
 
+    def _lexical(self, jobs: list[tuple[int, Job, SearchMode]], matches: dict[str, FilterMatch]
+                 ) -> dict[int, tuple[list[tuple[np.ndarray, np.ndarray]], float]]:
+        """Per live job (by position): its queries' lexical answers, and the ms they took."""
+        out = {}
+        for n, job, mode in jobs:
+            assert job.top_k is not None
+            l0 = time.perf_counter()
+            match = None if job.filter is None else matches[FilterCache.key(job.filter)]
+            depth = job.top_k if mode == "lexical" else max(job.top_k, HYBRID_DEPTH)
+            out[n] = (self.index.lexical_search(job.texts, depth, match), (time.perf_counter() - l0) * 1000)
+        return out
+
+    def _lexical_pool(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lexical")
+            return self._pool
+
     def default_mode(self) -> SearchMode:
         """The mode a request that names none runs: the version's (`Manifest.search_mode`), or dense where this
         backend serves no lexical index (the sharded one), so that a request without a mode never fails for it."""
@@ -296,4 +324,6 @@ class Searcher:
         return None
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
         self.index.close()
