@@ -26,5 +26,6 @@ Owns:
 - `paths`: default locations (`STRATA_HOME`, `STRATA_DATA_DIR`).
 
 May import: numpy, onnxruntime, tokenizers, faiss (in `faiss_index` only), bm25s and PyStemmer (in `lexical`
-only), pydantic, tqdm and the standard library. Never torch, transformers, `models`, `service`, or the rest of `indexer` (the build pipeline).
+only), pydantic, tqdm and the standard library. Never torch, transformers, `models`, `service`, or the rest of
+`indexer` (the build pipeline).
 """
