@@ -98,8 +98,8 @@ class SearchRequest(BaseModel):
         if self.mode in ("dense", "lexical") and (self.fusion, self.k, self.alpha) != (None, None, None):
             raise ValueError(f"'fusion', 'k' and 'alpha' apply to mode 'hybrid', not {self.mode!r}")
         if self.mode == "lexical" and self.knobs:
-            raise ValueError(f"{' and '.join(repr(k) for k in self.knobs)} tune the vector search; mode 'lexical' "
-                             "runs none")
+            raise ValueError(f"{' and '.join(repr(k) for k in self.knobs)} {'tune' if len(self.knobs) > 1 else 'tunes'}"
+                             " the vector search; mode 'lexical' runs none")
         if self.k is not None and self.fusion == "convex":
             raise ValueError("'k' is rrf's rank constant; fusion 'convex' takes 'alpha'")
         if self.alpha is not None and self.fusion != "convex":

@@ -328,7 +328,8 @@ class Searcher:
                 return refused
         if job.knobs:
             if mode == "lexical":  # a request naming the mode is refused by its schema; this is the version's default
-                return BadSearchParams(f"{' and '.join(job.knobs)} tune the vector search; mode 'lexical' (this "
+                verb = "tune" if len(job.knobs) > 1 else "tunes"
+                return BadSearchParams(f"{' and '.join(job.knobs)} {verb} the vector search; mode 'lexical' (this "
                                        f"version's default) runs none", next(iter(job.knobs)))
             kind = self.index.manifest.index.kind
             try:

@@ -201,6 +201,24 @@ def test_rrf_k_and_convex_alpha_change_the_fusion(served: Server, fids: dict[Any
             [h["id"] for h in lex[:5]]
 
 
+def test_hybrid_takes_the_vector_searchs_parameters(served: Server, fids: dict[Any, int]) -> None:
+    """nprobe reaches the dense half of a hybrid search (one list of 8 holds fewer than its 100 candidates);
+    mode lexical runs no vector search, so it takes none, and a parameter of another index kind is refused."""
+    by_fid = {f: e for e, f in fids.items()}
+    with served.client() as c:
+        q = QUERIES[0]
+        dense1 = search(c, query=q, mode="dense", top_k=100, nprobe=1)["hits"]
+        assert len(dense1) < len(search(c, query=q, mode="dense", top_k=100)["hits"]) == 100
+        lex = search(c, query=q, mode="lexical", top_k=100)["hits"]
+        hyb = search(c, query=q, mode="hybrid", nprobe=1)["hits"]
+        _, fused = rrf([as_list(dense1, fids), as_list(lex, fids)], 10, 60)
+        assert [h["id"] for h in hyb] == [by_fid[i] for i in fused.tolist()]
+        r = c.post("/search", json={"query": q, "mode": "lexical", "nprobe": 2})
+        assert r.status_code == 422 and "mode 'lexical' runs none" in r.text, r.text
+        r = c.post("/search", json={"query": q, "mode": "hybrid", "ef_search": 64})
+        assert r.status_code == 422 and "ef_search" in r.text and "ivf" in r.text, r.text
+
+
 @pytest.mark.parametrize(("body", "reason"), [
     ({"mode": "sparse"}, "'dense', 'lexical' or 'hybrid'"),
     ({"mode": "dense", "fusion": "rrf"}, "apply to mode 'hybrid', not 'dense'"),
@@ -273,5 +291,8 @@ def test_default_mode_is_a_build_option(tmp_path: Path, rows: list[dict[str, Any
             assert body["mode"] == "lexical" and body["encode_ms"] == 0
             # no stemming: "learning" does not match "learn"
             assert all("learning" in h["text"].lower() for h in body["hits"])
+            # the version's default mode is lexical: a vector search parameter is refused, not ignored
+            r = c.post("/search", json={"query": "learning", "nprobe": 2})
+            assert r.status_code == 422 and "runs none" in r.text and '"nprobe"' in r.text, r.text
     finally:
         stop_server(srv)
