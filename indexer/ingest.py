@@ -326,6 +326,7 @@ def build_corpus(cfg: BuildConfig, root: IndexRoot, encoder: OnnxEncoder, source
             index=index_info,
             data=corpus_data_info(source, res, schema, loaded),
             build_seconds=timings,
+            lexical=cfg.lexical_info(), default_mode=cfg.default_mode,
         )
         save_and_evaluate(stage, manifest, t_start, evaluate_it=cfg.evaluate and loaded is not None,
                           threads=cfg.threads, target_recall=cfg.target_recall)
