@@ -82,9 +82,10 @@ class SearchRequest(BaseModel):
         None, description="dense: nearest vectors; lexical: BM25 (no encoder); hybrid: both, fused. Default: the "
         "served version's (`indexer build --default-mode`; hybrid when it has a lexical index, else dense)")
     fusion: Literal["rrf", "convex"] | None = Field(
-        None, description="hybrid only. rrf (default): reciprocal-rank fusion, sum of 1/(k + rank); convex: "
-        "alpha · dense + (1 − alpha) · lexical over min-max normalised scores")
-    k: float | None = Field(None, gt=0, le=10_000, description="rrf's rank constant (default 60)")
+        None, description="hybrid only. convex (default): alpha · dense + (1 − alpha) · lexical over min-max "
+        "normalised scores; rrf: reciprocal-rank fusion, sum of 1/(k + rank)")
+    k: float | None = Field(None, gt=0, le=10_000,
+                            description="rrf's rank constant (default 60); alone, it selects rrf")
     alpha: float | None = Field(None, ge=0, le=1, description="convex: the dense list's weight (default 0.5)")
 
     @property
@@ -102,8 +103,8 @@ class SearchRequest(BaseModel):
                              " the vector search; mode 'lexical' runs none")
         if self.k is not None and self.fusion == "convex":
             raise ValueError("'k' is rrf's rank constant; fusion 'convex' takes 'alpha'")
-        if self.alpha is not None and self.fusion != "convex":
-            raise ValueError("'alpha' applies to fusion 'convex' (give \"fusion\": \"convex\")")
+        if self.alpha is not None and (self.fusion == "rrf" or (self.fusion is None and self.k is not None)):
+            raise ValueError("'alpha' is the convex fusion's dense weight; fusion 'rrf' takes 'k'")
         return self
 
 

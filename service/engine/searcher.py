@@ -48,7 +48,7 @@ class Job(NamedTuple):
     # this request's search parameters (`ann.SEARCH_KNOBS`: nprobe for IVF, ef_search for HNSW); None: served ones
     knobs: dict[str, int] | None = None
     mode: SearchMode | None = None  # None: the version's default (`Manifest.search_mode`)
-    fusion: Fusion | None = None  # hybrid only; None: RRF with k 60
+    fusion: Fusion | None = None  # hybrid only; None: the default (convex, alpha 0.5)
 
 
 @dataclass(frozen=True)

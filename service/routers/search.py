@@ -19,8 +19,9 @@ async def search(body: SearchRequest, engine: EngineDep, stats: StatsDep) -> Res
     matching `filter` if given."""
     t0 = time.perf_counter()
     texts = [body.query] if body.query is not None else list(body.queries or [])
-    fusion = None if body.fusion is None and body.k is None else \
-        Fusion(body.fusion or "rrf", DEFAULT_RRF_K if body.k is None else body.k,
+    # `k` alone means rrf (only rrf takes it); `alpha` alone the default, convex
+    fusion = None if (body.fusion, body.k, body.alpha) == (None, None, None) else \
+        Fusion(body.fusion or ("rrf" if body.k is not None else "convex"), DEFAULT_RRF_K if body.k is None else body.k,
                DEFAULT_ALPHA if body.alpha is None else body.alpha)
     # one version answers all of it, and names itself
     answer = await engine.search(texts, body.top_k, body.filter, body.knobs, body.mode, fusion)

@@ -169,12 +169,13 @@ def test_filters_are_exact_in_lexical_and_hybrid(served: Server, rows: list[dict
             # exact: the best of the matching documents, as many as match with a score > 0 (up to top_k)
             assert_ranked(lex, want, 10)
             assert all(h["metadata"]["bucket"] in allowed for h in lex)
-            # hybrid: RRF (k 60) of the filtered dense and lexical top 100, every hit matching
+            # hybrid: the default fusion (convex, alpha 0.5) of the filtered dense and lexical top 100, every hit
+            # matching
             dense100 = search(c, query=q, mode="dense", filter=flt, top_k=100)["hits"]
             lex100 = search(c, query=q, mode="lexical", filter=flt, top_k=100)["hits"]
             hyb = search(c, query=q, mode="hybrid", filter=flt, top_k=10)["hits"]
             assert all(h["metadata"]["bucket"] in allowed for h in hyb) and len(hyb) == 10
-            _, fused = rrf([as_list(dense100, fids), as_list(lex100, fids)], 10, 60)
+            _, fused = convex(as_list(dense100, fids), as_list(lex100, fids), 10, 0.5)
             assert [h["id"] for h in hyb] == [by_fid[i] for i in fused.tolist()]
 
 
@@ -194,6 +195,14 @@ def test_rrf_k_and_convex_alpha_change_the_fusion(served: Server, fids: dict[Any
             hyb = search(c, query=q, mode="hybrid", fusion="convex", alpha=alpha)["hits"]
             scores, ids = convex(lists[0], lists[1], 10, alpha)
             assert [h["id"] for h in hyb] == [by_fid[i] for i in ids.tolist()], alpha
+        # the default fusion is convex with alpha 0.5 (bench/results/beir-average-20261125T1550Z.md); `k` alone is rrf
+        scores, ids = convex(lists[0], lists[1], 10, 0.5)
+        for body in ({}, {"alpha": 0.5}, {"fusion": "convex"}):
+            hyb = search(c, query=q, mode="hybrid", **body)["hits"]
+            assert [h["id"] for h in hyb] == [by_fid[i] for i in ids.tolist()], body
+            assert [h["score"] for h in hyb] == pytest.approx(scores.tolist(), rel=1e-5), body
+        assert [h["id"] for h in search(c, query=q, mode="hybrid", k=1000)["hits"]] == \
+            [by_fid[i] for i in rrf(lists, 10, 1000)[1].tolist()]
         # the extremes are the single lists
         assert [h["id"] for h in search(c, query=q, mode="hybrid", fusion="convex", alpha=1.0, top_k=5)["hits"]] == \
             [h["id"] for h in dense[:5]]
@@ -211,7 +220,7 @@ def test_hybrid_takes_the_vector_searchs_parameters(served: Server, fids: dict[A
         assert len(dense1) < len(search(c, query=q, mode="dense", top_k=100)["hits"]) == 100
         lex = search(c, query=q, mode="lexical", top_k=100)["hits"]
         hyb = search(c, query=q, mode="hybrid", nprobe=1)["hits"]
-        _, fused = rrf([as_list(dense1, fids), as_list(lex, fids)], 10, 60)
+        _, fused = convex(as_list(dense1, fids), as_list(lex, fids), 10, 0.5)
         assert [h["id"] for h in hyb] == [by_fid[i] for i in fused.tolist()]
         r = c.post("/search", json={"query": q, "mode": "lexical", "nprobe": 2})
         assert r.status_code == 422 and "mode 'lexical' runs none" in r.text, r.text
@@ -223,7 +232,8 @@ def test_hybrid_takes_the_vector_searchs_parameters(served: Server, fids: dict[A
     ({"mode": "sparse"}, "'dense', 'lexical' or 'hybrid'"),
     ({"mode": "dense", "fusion": "rrf"}, "apply to mode 'hybrid', not 'dense'"),
     ({"mode": "lexical", "alpha": 0.5}, "apply to mode 'hybrid', not 'lexical'"),
-    ({"mode": "hybrid", "alpha": 0.5}, "'alpha' applies to fusion 'convex'"),
+    ({"mode": "hybrid", "fusion": "rrf", "alpha": 0.5}, "fusion 'rrf' takes 'k'"),
+    ({"mode": "hybrid", "k": 10, "alpha": 0.5}, "fusion 'rrf' takes 'k'"),
     ({"mode": "hybrid", "fusion": "convex", "k": 10}, "fusion 'convex' takes 'alpha'"),
     ({"mode": "hybrid", "fusion": "convex", "alpha": 1.5}, "less than or equal to 1"),
     ({"mode": "hybrid", "k": 0}, "greater than 0"),
