@@ -21,7 +21,7 @@ from indexer.calibrate import calibrate_index, calibration_target
 from indexer.corpus import detect_format
 from indexer.evaluate import evaluate
 from indexer.ingest import build_corpus, data_path, source_for, warn_if_shrinking
-from indexer.probes import Probes, make_probes, quora_probe_candidates
+from indexer.probes import Probes, load_probes, make_probes, quora_probe_candidates, save_probes
 from indexer.quora import Protocol, load_split
 from indexer.runtime.ann import AUTO, FlatParams, HnswParams, IvfParams, choose_kind
 from indexer.runtime.encoder import EncoderMeta, OnnxEncoder
@@ -138,7 +138,8 @@ def save_and_evaluate(stage: Path, manifest: Manifest, t_start: float, *, evalua
 
     `target_recall` None keeps the manifest's parameters, unless the manifest already carries a calibration (a
     version grown by `--add` or compacted from a calibrated one): that target is met again on the new vectors.
-    `probe_maker` gives the query-like probes to calibrate on (None: the version's own documents)."""
+    `probe_maker` gives the query-like probes to calibrate on (kept in the version as `PROBES_FILE`); None: those
+    in `stage` (a version grown from a calibrated one), else the version's own documents."""
     calibration = manifest.index.nprobe_calibration or manifest.index.calibration
     if target_recall is None and calibration is not None:
         target_recall = calibration.target_recall
@@ -150,7 +151,11 @@ def save_and_evaluate(stage: Path, manifest: Manifest, t_start: float, *, evalua
     try:
         if target_recall is not None and opened.ann.knob() is not None:
             t0 = time.perf_counter()
-            probes = probe_maker(opened) if probe_maker is not None else None
+            if probe_maker is not None:
+                probes = probe_maker(opened)
+                save_probes(stage, probes)
+            else:  # --add, compact: the probes the version grown from was calibrated on, when it kept them
+                probes = load_probes(stage, calibration.probes if calibration is not None else None)
             cal = calibrate_index(opened.ann, target_recall, probes=None if probes is None else
                                   (probes.vectors, probes.self_ids, probes.info))
             cal.seconds = round(time.perf_counter() - t0, 3)  # encoding the probes included

@@ -129,7 +129,7 @@ def quora_probe_candidates(split: QuoraSplit, mode: str = "auto") -> ProbeCandid
     return ProbeCandidates(
         held_apart=list(split.unjudged_queries.values()),
         held_apart_self_ids=list(split.unjudged_queries) if every_question else None,
-        held_apart_from=f"{split.protocol} protocol: question1s without a duplicate (not evaluated)",
+        held_apart_from=f"{split.protocol} protocol: question1s without a duplicate, not evaluated",
         eval_texts=list(ev.query_texts), eval_self_ids=[int(q) for q in ev.query_ids] if every_question else None,
         eval_from=f"{split.protocol} protocol evaluation queries", mode=mode)  # type: ignore[arg-type]
 
@@ -157,3 +157,19 @@ def corpus_probe_candidates(queries: Path | None, qrels: Path | None, evalset: G
                            eval_texts=evalset.query_texts if evalset else [],
                            eval_self_ids=list(evalset.self_docs) if evalset else None, eval_from=eval_from,
                            mode=mode)  # type: ignore[arg-type]
+
+
+PROBES_FILE = "calibration_probes.npz"  # in the version folder: `--add` and compact calibrate on the same probes
+
+
+def save_probes(folder: Path, probes: Probes) -> None:
+    np.savez(folder / PROBES_FILE, vectors=probes.vectors, self_ids=probes.self_ids)
+
+
+def load_probes(folder: Path, info: ProbeInfo | None) -> Probes | None:
+    """The probes a version was calibrated on (copied into a version grown from it), or None."""
+    path = folder / PROBES_FILE
+    if info is None or not path.is_file():
+        return None
+    with np.load(path) as z:
+        return Probes(z["vectors"], z["self_ids"], info)
