@@ -63,6 +63,7 @@ class Probes:
     vectors: np.ndarray
     self_ids: np.ndarray  # per probe: the FAISS id to drop from its results (-1: none)
     info: ProbeInfo
+    texts: list[str]  # kept in `PROBES_FILE` so that anyone can see (and re-encode) what was searched
 
 
 def _pick(n: int, sample: int, seed: int) -> np.ndarray:
@@ -118,7 +119,7 @@ def make_probes(candidates: ProbeCandidates, encoder: OnnxEncoder, store: Store,
                          sees_eval_queries=False)
     log.info("calibration probes: %d %s (%s)", info.n_probes, info.source.replace("_", " "), info.detail)
     vectors = encoder.encode(texts, batch_size, progress=True, desc="calibration probes")
-    return Probes(vectors, np.asarray(self_ids, dtype=np.int64), info)
+    return Probes(vectors, np.asarray(self_ids, dtype=np.int64), info, texts)
 
 
 def quora_probe_candidates(split: QuoraSplit, mode: str = "auto") -> ProbeCandidates:
@@ -163,7 +164,8 @@ PROBES_FILE = "calibration_probes.npz"  # in the version folder: `--add` and com
 
 
 def save_probes(folder: Path, probes: Probes) -> None:
-    np.savez(folder / PROBES_FILE, vectors=probes.vectors, self_ids=probes.self_ids)
+    np.savez(folder / PROBES_FILE, vectors=probes.vectors, self_ids=probes.self_ids,
+             texts=np.asarray(probes.texts, dtype=np.str_))
 
 
 def load_probes(folder: Path, info: ProbeInfo | None) -> Probes | None:
@@ -172,4 +174,4 @@ def load_probes(folder: Path, info: ProbeInfo | None) -> Probes | None:
     if info is None or not path.is_file():
         return None
     with np.load(path) as z:
-        return Probes(z["vectors"], z["self_ids"], info)
+        return Probes(z["vectors"], z["self_ids"], info, z["texts"].tolist())
