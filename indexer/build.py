@@ -1,5 +1,5 @@
-"""`indexer build`: Quora TSV → ONNX vectors → a vector index (`--index auto|flat|ivf|hnsw`) → a new version
-folder, evaluated, then made current.
+"""`indexer build`: Quora TSV → ONNX vectors → a vector index (`--index auto|flat|ivf|hnsw`) (+ a BM25 lexical
+index from the same store) → a new version folder, evaluated, then made current.
 Any other corpus (JSONL, CSV/TSV, Parquet, BEIR) goes through `indexer.ingest` into the same kind of version.
 
 Never touches the version being served: everything is written in a staging folder that is renamed into
@@ -37,8 +37,9 @@ from indexer.runtime.faiss_index import (
     set_threads,
 )
 from indexer.runtime.layout import IndexRoot, new_version_name
-from indexer.runtime.manifest import DataInfo, IndexInfo, Manifest, ModelInfo, Timings
-from indexer.runtime.store import STORE, write_store
+from indexer.runtime.lexical import build_lexical, lexical_info
+from indexer.runtime.manifest import DataInfo, IndexInfo, LexicalInfo, Manifest, ModelInfo, SearchMode, Timings
+from indexer.runtime.store import STORE, Store, write_store
 from indexer.runtime.version import QUERY_VECTORS, IndexVersion
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,21 @@ class BuildConfig:
     metadata_fields: list[str] | None = None
     queries: Path | None = None  # evaluation queries and their qrels (a BEIR folder's are found by themselves)
     qrels: Path | None = None
+    # the lexical (BM25) index built beside the vectors (`indexer.runtime.lexical`); lexical False: none
+    lexical: bool = True
+    lexical_stemmer: str = "english"
+    lexical_stopwords: str = "english"
+    bm25_k1: float = 0.9
+    bm25_b: float = 0.4
+    default_mode: SearchMode | None = None  # None: hybrid with a lexical index, else dense
+
+    def lexical_info(self) -> LexicalInfo | None:
+        """The lexical index to build (settings checked: LexicalError names what is wrong), None for none."""
+        if not self.lexical:
+            if self.default_mode in ("lexical", "hybrid"):
+                raise ValueError(f"--default-mode {self.default_mode} needs a lexical index (drop --no-lexical)")
+            return None
+        return lexical_info(self.lexical_stemmer, self.lexical_stopwords, self.bm25_k1, self.bm25_b)
 
     def corpus_options(self) -> list[str]:
         """The options that only a non-Quora corpus takes, as the user set them."""
@@ -140,6 +156,15 @@ def save_and_evaluate(stage: Path, manifest: Manifest, t_start: float, *, evalua
     version grown by `--add` or compacted from a calibrated one): that target is met again on the new vectors.
     `probe_maker` gives the query-like probes to calibrate on (kept in the version as `PROBES_FILE`); None: those
     in `stage` (a version grown from a calibrated one), else the version's own documents."""
+    if manifest.lexical is not None:  # from the staged store: a compacted or grown version indexes its writes too
+        store = Store(stage / STORE)
+        try:
+            manifest.lexical = build_lexical(stage, store.all_texts(), manifest.lexical)
+        finally:
+            store.close()
+        manifest.build_seconds.lexical_s = manifest.lexical.seconds
+    elif manifest.default_mode in ("lexical", "hybrid"):
+        raise ValueError(f"--default-mode {manifest.default_mode} needs a lexical index (drop --no-lexical)")
     calibration = manifest.index.nprobe_calibration or manifest.index.calibration
     if target_recall is None and calibration is not None:
         target_recall = calibration.target_recall
@@ -199,6 +224,7 @@ def encode_reusing(encoder: OnnxEncoder, texts: list[str], known_texts: list[str
 def build(cfg: BuildConfig) -> Manifest:
     root = IndexRoot(cfg.root)
     t_start = time.perf_counter()
+    lexical = cfg.lexical_info()  # bad settings fail before any work
     with root.build_lock():
         root.remove_partial_builds()
         encoder = OnnxEncoder(cfg.model_dir, threads=cfg.threads, verify_sha256=True)
@@ -250,6 +276,7 @@ def build(cfg: BuildConfig) -> Manifest:
                               skipped_empty_texts=split.skipped_empty_texts, n_docs=len(split.corpus.texts),
                               n_queries=len(ev.query_texts)),
                 build_seconds=timings,
+                lexical=lexical, default_mode=cfg.default_mode,
             )
             candidates = quora_probe_candidates(split, cfg.probes)
             save_and_evaluate(stage, manifest, t_start, evaluate_it=cfg.evaluate and bool(ev.query_texts),

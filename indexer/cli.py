@@ -96,7 +96,10 @@ def _build(args: argparse.Namespace) -> int:
                       ef_construction=args.ef_construction, ef_search=args.ef_search,
                       batch_size=args.batch_size, threads=args.threads, keep=args.keep, evaluate=not args.no_eval,
                       id_field=args.id_field, text_field=args.text_field, title_field=args.title_field,
-                      metadata_fields=args.metadata_fields, queries=args.queries, qrels=args.qrels)
+                      metadata_fields=args.metadata_fields, queries=args.queries, qrels=args.qrels,
+                      lexical=not args.no_lexical, lexical_stemmer=args.lexical_stemmer,
+                      lexical_stopwords=args.lexical_stopwords, bm25_k1=args.bm25_k1, bm25_b=args.bm25_b,
+                      default_mode=args.default_mode)
     if args.engine == "ray":
         from indexer.ray_build import RayOptions, build_on_ray, summary
 
@@ -114,6 +117,10 @@ def _build(args: argparse.Namespace) -> int:
         kc = m.index.calibration
         print(f"{kc.knob} {kc.value} keeps {kc.recall_at_10:.4f} of the exact top 10 on {_probes_text(kc)} "
               f"(target {kc.target_recall}{'' if kc.reached else ', not reached'}; {kc.seconds:.1f}s)")
+    lx = m.lexical
+    print("lexical: none (dense only)" if lx is None else
+          f"lexical: BM25 k1={lx.k1} b={lx.b} over {lx.n_docs} documents ({lx.vocabulary} terms; stemmer "
+          f"{lx.stemmer}, stopwords {lx.stopwords}), {lx.seconds:.1f}s; default /search mode {m.search_mode()}")
     cal = m.index.nprobe_calibration
     if cal is not None:
         print(f"nprobe {cal.nprobe} of {m.index.nlist} lists keeps {cal.recall_at_10:.4f} of the exact top 10 on "
@@ -393,7 +400,9 @@ def _info(args: argparse.Namespace) -> int:
         try:
             m = Manifest.load(root.version_dir(v))
             desc = (f"{m.index.ntotal} vectors, {m.index.factory}, {m.model.pooling}, {m.data.protocol}"
-                    + (f", MRR@10 {m.eval.mrr_at_10:.4f}" if m.eval else ""))
+                    + (f", MRR@10 {m.eval.mrr_at_10:.4f}" if m.eval else "")
+                    + (", no lexical index" if m.lexical is None else f", BM25 ({m.lexical.stemmer})")
+                    + f", /search mode {m.search_mode()}")
         except ManifestError as exc:
             desc = f"unreadable: {exc}"
         print(f"{'*' if v == current else ' '} {v}  {desc}")
@@ -502,6 +511,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="texts per ONNX run when encoding (default: 16 on CPU, 64 on a GPU)")
     threads_arg(b)
     b.add_argument("--keep", type=int, default=5, help="versions to keep, the current one included")
+    lx = b.add_argument_group("lexical (BM25) index, built beside the vectors in the same version")
+    lx.add_argument("--no-lexical", action="store_true", help="build no lexical index (/search serves dense only)")
+    lx.add_argument("--lexical-stemmer", default="english", metavar="LANG",
+                    help="Snowball stemmer language (PyStemmer), or none (default: english)")
+    lx.add_argument("--lexical-stopwords", default="english", choices=["english", "none"],
+                    help="stopword list dropped before stemming (default: english, Lucene's)")
+    lx.add_argument("--bm25-k1", type=float, default=0.9, help="BM25 k1 (default 0.9, Anserini's BEIR setting)")
+    lx.add_argument("--bm25-b", type=float, default=0.4, help="BM25 b (default 0.4, Anserini's BEIR setting)")
+    lx.add_argument("--default-mode", choices=["dense", "lexical", "hybrid"], default=None,
+                    help="/search's mode when a request names none, recorded in the manifest (default: hybrid "
+                    "with a lexical index, else dense)")
     b.add_argument("--no-eval", action="store_true", help="skip the MRR@10 evaluation")
     b.add_argument("--add", type=Path, default=None, metavar="FILE",
                    help="add the questions of FILE (TSV 'id<TAB>question', or Quora pairs) to the current version "

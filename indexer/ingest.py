@@ -327,6 +327,7 @@ def build_corpus(cfg: BuildConfig, root: IndexRoot, encoder: OnnxEncoder, source
             index=index_info,
             data=corpus_data_info(source, res, schema, loaded),
             build_seconds=timings,
+            lexical=cfg.lexical_info(), default_mode=cfg.default_mode,
         )
         candidates = corpus_probe_candidates(source.queries, source.qrels, loaded.evalset if loaded else None,
                                              loaded.source if loaded else "", res.ids.resolve, cfg.probes)

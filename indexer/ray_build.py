@@ -165,6 +165,7 @@ def build_on_ray(cfg: BuildConfig, opts: RayOptions) -> Manifest:
     check_ray_kind(cfg.index)
     root = IndexRoot(cfg.root)
     t_start = time.perf_counter()
+    cfg.lexical_info()  # bad lexical settings fail before Ray starts
     with root.build_lock():
         root.remove_partial_builds()
         address = connect(opts.address)
@@ -257,6 +258,7 @@ def build_on_ray(cfg: BuildConfig, opts: RayOptions) -> Manifest:
                 build_seconds=timings,
                 distributed=DistributedInfo(address=address, workers=workers, actors=actors,
                                             embed_wall_s=round(embed_wall, 3)),
+                lexical=cfg.lexical_info(), default_mode=cfg.default_mode,
             )
             save_and_evaluate(stage, manifest, t_start, evaluate_it=cfg.evaluate and bool(data.n_queries),
                               threads=cfg.threads, target_recall=cfg.target_recall)

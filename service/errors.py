@@ -4,6 +4,7 @@
     TimedOut     -> 504                        SwapRefused  -> 409 (a ReloadResponse: the old version serves)
     BadFilter    -> 422 (the filter does not fit the served version's metadata)
     BadSearchParams -> 422 (a search parameter the served index kind does not take, e.g. nprobe of a flat index)
+    ModeUnavailable -> 422 (lexical/hybrid on a version without a lexical index, or on the sharded backend)
     WriteRefused -> 409                        WritesUnsupported -> 501      WritesUnavailable -> 503
     RequestValidationError -> 422 without the echoed input (400 on /v1/*, as OpenAI answers)
     UnknownModel -> 404 `model_not_found`      DimensionChanged -> 410 `model_dimension_changed` (/v1 only)
@@ -28,6 +29,7 @@ from service.engine import (
     BadFilter,
     BadSearchParams,
     DimensionChanged,
+    ModeUnavailable,
     NotReady,
     Overloaded,
     SwapRefused,
@@ -148,6 +150,10 @@ async def bad_search_params(request: Request, exc: BadSearchParams) -> JSONRespo
                                      "msg": str(exc)}]}, status_code=422)
 
 
+async def mode_unavailable(request: Request, exc: ModeUnavailable) -> JSONResponse:
+    return JSONResponse({"detail": [{"type": "mode", "loc": ["body", "mode"], "msg": str(exc)}]}, status_code=422)
+
+
 async def swap_refused(request: Request, exc: SwapRefused) -> JSONResponse:
     body = ReloadResponse(outcome="refused", index_version=exc.served, candidate=exc.candidate, reason=exc.reason)
     return JSONResponse(body.model_dump(), status_code=409)
@@ -184,6 +190,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(SwapRefused, swap_refused)  # type: ignore[arg-type]
     app.add_exception_handler(BadFilter, bad_filter)  # type: ignore[arg-type]
     app.add_exception_handler(BadSearchParams, bad_search_params)  # type: ignore[arg-type]
+    app.add_exception_handler(ModeUnavailable, mode_unavailable)  # type: ignore[arg-type]
     app.add_exception_handler(WriteRefused, write_refused)  # type: ignore[arg-type]
     app.add_exception_handler(WritesUnsupported, writes_unsupported)  # type: ignore[arg-type]
     app.add_exception_handler(WritesUnavailable, writes_unavailable)  # type: ignore[arg-type]

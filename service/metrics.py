@@ -24,6 +24,11 @@ class Metrics:
         self.search_seconds = Histogram("strata_search_seconds", "Time searching FAISS and fetching texts",
                                         buckets=LATENCY_BUCKETS, registry=r)
         self.texts_encoded = Counter("strata_texts_encoded_total", "Texts encoded", ["endpoint"], registry=r)
+        self.searches = Counter("strata_searches_total", "/search requests answered, by the mode that ran "
+                                "(dense, lexical, hybrid)", ["mode"], registry=r)
+        self.stage_seconds = Histogram("strata_search_stage_seconds", "Time per /search stage (encode, dense, "
+                                       "lexical, fusion, lookup), by mode", ["mode", "stage"],
+                                       buckets=LATENCY_BUCKETS, registry=r)
         self.index_size = Gauge("strata_index_size", "Vectors in the served index", registry=r)
         self.index_mrr = Gauge("strata_index_mrr_at_10", "MRR@10 of the served index, from its manifest",
                                registry=r)

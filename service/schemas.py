@@ -78,6 +78,14 @@ class SearchRequest(BaseModel):
                                "(clamped to nlist; default: the served nprobe)")
     ef_search: StrictInt | None = Field(None, ge=1, le=100_000, description="HNSW only: candidates kept for this "
                                   "request (default: the served ef_search)")
+    mode: Literal["dense", "lexical", "hybrid"] | None = Field(
+        None, description="dense: nearest vectors; lexical: BM25 (no encoder); hybrid: both, fused. Default: the "
+        "served version's (`indexer build --default-mode`; hybrid when it has a lexical index, else dense)")
+    fusion: Literal["rrf", "convex"] | None = Field(
+        None, description="hybrid only. rrf (default): reciprocal-rank fusion, sum of 1/(k + rank); convex: "
+        "alpha · dense + (1 − alpha) · lexical over min-max normalised scores")
+    k: float | None = Field(None, gt=0, le=10_000, description="rrf's rank constant (default 60)")
+    alpha: float | None = Field(None, ge=0, le=1, description="convex: the dense list's weight (default 0.5)")
 
     @property
     def knobs(self) -> dict[str, int]:
@@ -87,6 +95,15 @@ class SearchRequest(BaseModel):
     def _one_of(self) -> SearchRequest:
         if (self.query is None) == (self.queries is None):
             raise ValueError("give exactly one of 'query' (a string) or 'queries' (a list of strings)")
+        if self.mode in ("dense", "lexical") and (self.fusion, self.k, self.alpha) != (None, None, None):
+            raise ValueError(f"'fusion', 'k' and 'alpha' apply to mode 'hybrid', not {self.mode!r}")
+        if self.mode == "lexical" and self.knobs:
+            raise ValueError(f"{' and '.join(repr(k) for k in self.knobs)} {'tune' if len(self.knobs) > 1 else 'tunes'}"
+                             " the vector search; mode 'lexical' runs none")
+        if self.k is not None and self.fusion == "convex":
+            raise ValueError("'k' is rrf's rank constant; fusion 'convex' takes 'alpha'")
+        if self.alpha is not None and self.fusion != "convex":
+            raise ValueError("'alpha' applies to fusion 'convex' (give \"fusion\": \"convex\")")
         return self
 
 
@@ -105,6 +122,16 @@ class QueryHits(BaseModel):
     truncated: bool
 
 
+class SearchStages(BaseModel):
+    """Where the search's time went, in ms (0 for a stage its mode skips)."""
+
+    encode_ms: float
+    dense_ms: float = Field(description="the filter's store query and the FAISS search")
+    lexical_ms: float
+    fusion_ms: float
+    lookup_ms: float = Field(description="the hits' texts and metadata read from the store")
+
+
 class SearchResponse(BaseModel):
     hits: list[Hit] | None = Field(None, description="for a single 'query'")
     results: list[QueryHits] | None = Field(None, description="for 'queries', in request order")
@@ -113,6 +140,8 @@ class SearchResponse(BaseModel):
     encode_ms: float
     search_ms: float
     index_version: str
+    mode: Literal["dense", "lexical", "hybrid"] = Field(description="the mode that ran")
+    stages: SearchStages
 
 
 class SwapRefusal(BaseModel):

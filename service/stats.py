@@ -27,6 +27,7 @@ SERIES_STEP_S = 10  # the chart's resolution: one point per 10 s over the longes
 SAMPLES_PER_SECOND = 128  # per bucket; beyond it a reservoir keeps a uniform sample of that second
 PERCENTILES = (50.0, 95.0, 99.0)
 PARTS = ("total", "encode", "search")
+MODES = ("dense", "lexical", "hybrid")  # /search modes, counted per second
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class Window:
     total_ms: Percentiles
     encode_ms: Percentiles
     search_ms: Percentiles
+    modes: dict[str, int]  # requests by the mode that ran
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,7 @@ class _Snapshot:
     queries: np.ndarray  # (span,)
     filled: np.ndarray  # (span,) samples held per slot, at most the reservoir size
     samples: np.ndarray  # (span, reservoir, 3) total, encode, search ms
+    modes: np.ndarray  # (span, len(MODES)) requests by mode
 
     def select(self, end: int, seconds: int) -> tuple[int, int, np.ndarray, np.ndarray]:
         """Requests, queries, the samples (n, 3) and their weights for the `seconds` seconds ending with `end`.
@@ -109,6 +112,7 @@ class LiveStats:
         self._queries = np.zeros(self.span, dtype=np.int64)
         self._filled = np.zeros(self.span, dtype=np.int64)
         self._samples = np.zeros((self.span, samples_per_second, len(PARTS)), dtype=np.float64)
+        self._modes = np.zeros((self.span, len(MODES)), dtype=np.int64)
         self._rng = random.Random(seed)  # the reservoir's choices: seeded, so a test replays them
         self._lock = threading.Lock()
 
@@ -120,13 +124,17 @@ class LiveStats:
     def samples_held(self) -> int:
         return int(self._filled.sum())
 
-    def record(self, total_ms: float, encode_ms: float, search_ms: float, queries: int = 1) -> None:
+    def record(self, total_ms: float, encode_ms: float, search_ms: float, queries: int = 1,
+               mode: str | None = None) -> None:
         now = int(self.clock())
         slot = now % self.span
         with self._lock:
             if self._second[slot] != now:  # a slot left from `span` seconds ago (or never used): start it over
                 self._second[slot], self._requests[slot], self._queries[slot], self._filled[slot] = now, 0, 0, 0
+                self._modes[slot] = 0
             self._requests[slot] += 1
+            if mode in MODES:
+                self._modes[slot, MODES.index(mode)] += 1
             self._queries[slot] += queries
             filled = int(self._filled[slot])
             if filled < self.reservoir:
@@ -142,7 +150,7 @@ class LiveStats:
         now = int(self.clock())
         with self._lock:
             return _Snapshot(now, self._second.copy(), self._requests.copy(), self._queries.copy(),
-                             self._filled.copy(), self._samples.copy())
+                             self._filled.copy(), self._samples.copy(), self._modes.copy())
 
     def _covered(self, seconds: int) -> float:
         # Right after a start a 5-minute rate divided by 300 s would read near zero: divide by the time running.
@@ -156,7 +164,9 @@ class LiveStats:
                      for i in range(len(PARTS))]
         else:
             parts = [Percentiles(None, None, None)] * len(PARTS)
-        return Window(seconds, round(covered, 3), requests, queries, requests / covered, *parts)
+        slots = (snap.second > snap.now - seconds) & (snap.second <= snap.now)
+        by_mode = dict(zip(MODES, snap.modes[slots].sum(axis=0).tolist(), strict=True))
+        return Window(seconds, round(covered, 3), requests, queries, requests / covered, *parts, by_mode)
 
     def window(self, seconds: int) -> Window:
         """The `seconds` seconds ending with the current one (the current second included)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -24,6 +25,8 @@ class StatsWindow(BaseModel):
     total_ms: LatencyPercentiles = Field(description="the time the server spent on a /search (its took_ms)")
     encode_ms: LatencyPercentiles = Field(description="ONNX encoding of the micro-batch a request rode in")
     search_ms: LatencyPercentiles = Field(description="FAISS search and fetching the texts")
+    modes: dict[str, int] = Field(default_factory=dict, description="requests by the /search mode that ran "
+                                  "(dense, lexical, hybrid)")
 
 
 class StatsPoint(BaseModel):
@@ -63,6 +66,9 @@ class IndexStats(BaseModel):
     eval_avg_retrieval_ms: float | None = Field(None, description="offline: ms per query at the eval's batch "
                                                 "size and threads, encoding excluded")
     measured_at: datetime | None = None
+    default_mode: str = Field("dense", description="/search's mode when a request names none")
+    lexical: dict[str, Any] | None = Field(None, description="the lexical (BM25) index: engine, analysis, k1, b, "
+                                           "documents (null: none, dense only)")
 
 
 class StatsResponse(BaseModel):

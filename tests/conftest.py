@@ -70,7 +70,10 @@ def quora_root(tmp_path_factory: pytest.TempPathFactory, minilm_mean: Path, quor
     from indexer.build import BuildConfig, build
 
     root = tmp_path_factory.mktemp("indexes") / "quora"
-    build(BuildConfig(model_dir=minilm_mean, data=str(quora_file), root=root, rows=TEST_ROWS, threads=2))
+    # with its lexical index, but dense by default: the tests that share it check dense answers (cosine scores,
+    # FAISS order); the modes are tested on roots of their own (tests/service/test_search_modes.py)
+    build(BuildConfig(model_dir=minilm_mean, data=str(quora_file), root=root, rows=TEST_ROWS, threads=2,
+                      default_mode="dense"))
     return root
 
 

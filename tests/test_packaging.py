@@ -91,6 +91,10 @@ def test_only_one_module_imports_faiss() -> None:
     assert _importers(lambda i: _top(i) == "faiss") == {"indexer.runtime.faiss_index"}
 
 
+def test_only_one_module_imports_the_lexical_engine() -> None:
+    assert _importers(lambda i: _top(i) in {"bm25s", "Stemmer", "tantivy"}) == {"indexer.runtime.lexical"}
+
+
 def test_the_engine_never_imports_fastapi() -> None:
     web = _importers(lambda i: _top(i) in {"fastapi", "starlette", "uvicorn"})
     assert not {m for m in web if m == "service.engine" or m.startswith("service.engine.")}, web

@@ -11,7 +11,12 @@ Owns:
   parameter checks;
 - `faiss_index`: the one module that imports faiss (the kinds' implementations `FlatIndex`, `IvfIndex`,
   `HnswIndex`, index construction, I/O, search, nprobe clamping and OpenMP threads);
-- `version`: an index version opened for searching (FAISS index + id → text store + manifest, checked), its
+- `lexical`: the one module that imports bm25s and PyStemmer: the BM25 index built in every version beside the
+  vectors (English analysis by default), searched exactly under filters, and the overlay that scores written
+  documents with the version's statistics;
+- `fusion`: dense + lexical ranked lists fused into one (reciprocal-rank fusion, convex combination);
+- `version`: an index version opened for searching (FAISS index + lexical index + id → text store + manifest,
+  checked), its
   typed `Hit`s and its filtered searches (with a small per-version cache of filter → matching ids);
 - `layout`: the index root (`versions/`, the `current` symlink, the build lock, pruning);
 - `manifest`: `manifest.json`, what a version was built from and how well it retrieves;
@@ -29,6 +34,7 @@ Owns:
 - `atomic`: atomic file and folder writes;
 - `paths`: default locations (`STRATA_HOME`, `STRATA_DATA_DIR`).
 
-May import: numpy, onnxruntime, tokenizers, faiss (in `faiss_index` only), pydantic, tqdm, xxhash and the standard
-library. Never torch, transformers, `models`, `service`, or the rest of `indexer` (the build pipeline).
+May import: numpy, onnxruntime, tokenizers, faiss (in `faiss_index` only), bm25s and PyStemmer (in `lexical`
+only), pydantic, tqdm, xxhash and the standard library. Never torch, transformers, `models`, `service`, or the
+rest of `indexer` (the build pipeline).
 """

@@ -1,7 +1,8 @@
 """The on-disk layout of an index root, and the only code that changes which version is served.
 
     ROOT/
-      versions/<version>/      one complete build: index.faiss, store.sqlite, queries.npy, manifest.json
+      versions/<version>/      one complete build: index.faiss, lexical/ (BM25), store.sqlite, queries.npy,
+                               manifest.json
       current -> versions/<v>  symlink, replaced atomically (rename of a new link over the old one)
       .build.lock              held (flock) by the running build; a second build refuses to start
       .building-<version>/     a build in progress; left behind only by a killed build, removed by the next

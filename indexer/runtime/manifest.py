@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError, model_validator
 
@@ -173,6 +173,7 @@ class Timings(BaseModel):
     train_s: float = 0.0
     add_s: float = 0.0
     calibrate_s: float = 0.0
+    lexical_s: float = 0.0
     total_s: float = 0.0
 
 
@@ -246,6 +247,25 @@ class Checksums(BaseModel):
     files: dict[str, FileChecksum]  # relative to the version folder: "index.faiss", "shards/shard-00000.faiss", ...
 
 
+class LexicalInfo(BaseModel):
+    """The version's lexical (BM25) index in `lexical/` (see `indexer.runtime.lexical`): how its text was analysed
+    and scored. Queries are analysed with the same settings."""
+
+    engine: str = "bm25s"
+    engine_version: str
+    stemmer: str = "english"  # a Snowball language (PyStemmer), or "none"
+    stopwords: str = "english"  # Lucene's English list, or "none"
+    k1: float = 0.9  # Anserini's BEIR settings
+    b: float = 0.4
+    token_pattern: str
+    n_docs: int = 0
+    vocabulary: int = 0
+    seconds: float = 0.0
+
+
+SearchMode = Literal["dense", "lexical", "hybrid"]
+
+
 class Manifest(BaseModel):
     format_version: int = FORMAT_VERSION
     version: str
@@ -264,6 +284,16 @@ class Manifest(BaseModel):
     # Written when the version is sealed (`IndexRoot.staging`, after everything else); None: an older manifest,
     # served without verification (a log line says so).
     checksums: Checksums | None = None
+    lexical: LexicalInfo | None = None  # None: no lexical index (dense only; older versions)
+    # `/search`'s mode when a request names none (`indexer build --default-mode`); None: hybrid when the version
+    # has a lexical index, else dense
+    default_mode: SearchMode | None = None
+
+    def search_mode(self) -> SearchMode:
+        """The mode a `/search` without one runs on this version."""
+        if self.default_mode is not None:
+            return self.default_mode
+        return "hybrid" if self.lexical is not None else "dense"
 
     @classmethod
     def load(cls, folder: Path) -> Manifest:

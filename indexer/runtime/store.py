@@ -87,6 +87,11 @@ class Store:
             rows = self._con.execute(f"SELECT id, text FROM docs WHERE id IN ({marks})", wanted).fetchall()
         return dict(rows)
 
+    def all_texts(self) -> list[tuple[int, str]]:
+        """(FAISS id, text) of every document (what the lexical index is built from)."""
+        with self._lock:
+            return self._con.execute("SELECT id, text FROM docs").fetchall()
+
     def eval_set(self) -> tuple[list[int], list[str], list[set[int]]]:
         with self._lock:
             queries = self._con.execute("SELECT id, text FROM queries ORDER BY id").fetchall()

@@ -18,6 +18,7 @@ import numpy as np
 
 from indexer.runtime.ann import AnnIndex, IndexParamError, check_knobs
 from indexer.runtime.faiss_index import INDEX_FILE, IdFilter, read_ann
+from indexer.runtime.lexical import LexicalError, LexicalIndex
 from indexer.runtime.manifest import Manifest, ManifestError
 from indexer.runtime.store import STORE, Store
 
@@ -145,6 +146,11 @@ class IndexVersion:
                     self.ann.set_default(name, value)
                 except IndexParamError:
                     log.info("%s does not apply to %s's %s index", name, self.version, self.ann.kind)
+        try:  # the BM25 index beside the vectors (None: a version built without one, dense only)
+            self.lexical = LexicalIndex(self.folder, m.lexical) if m.lexical is not None else None
+        except LexicalError as exc:
+            self.store.close()
+            raise IndexLoadError(str(exc)) from exc
         self.filters = FilterCache()
 
     @property
@@ -201,6 +207,14 @@ class IndexVersion:
         assert match.prepared is not None, "a match prepared for this process's index"
         scores, ids, _ = self.ann.filtered_search(vectors, k, match.prepared, knobs=knobs)
         return scores, ids
+
+    def lexical_search(self, queries: list[str], k: int, match: FilterMatch | None = None
+                       ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per query, (scores, ids) of its best k documents by BM25 (fewer when fewer share a term with it); with
+        a `match`, among its documents only (exact). The caller checks `lexical` is not None."""
+        assert self.lexical is not None
+        allowed = None if match is None else match.ids
+        return [self.lexical.search(q, k, allowed=allowed) for q in queries]
 
     def hits(self, scores: np.ndarray, ids: np.ndarray) -> list[list[Hit]]:
         """Per query, its hits with external ids, texts and metadata, without the -1 padding."""

@@ -4,7 +4,7 @@ Owns, one module each:
 - `engine`: the front door: admission (the in-flight cap), the timeout, the worker pool, engine metrics and
   the reload triggers (the `current` watcher, SIGHUP);
 - `errors`: what the engine refuses (`NotReady`, `Overloaded`, `TimedOut`, `SwapRefused`, `Mismatch`,
-  `BadFilter`, `BadSearchParams`, `WriteRefused`, `WritesUnsupported`, `WritesUnavailable`);
+  `BadFilter`, `BadSearchParams`, `ModeUnavailable`, `WriteRefused`, `WritesUnsupported`, `WritesUnavailable`);
 - `batching`: micro-batching of concurrent calls into one ONNX run;
 - `leases`: leases on the served searcher, so a swap never changes a batch's version under it;
 - `swap`: swapping to a new version, behind its gates (loads, matches its encoder, answers a probe, MRR@10);
@@ -31,6 +31,7 @@ from service.engine.errors import (
     BadSearchParams,
     EngineError,
     Mismatch,
+    ModeUnavailable,
     NotReady,
     Overloaded,
     SwapRefused,
@@ -44,5 +45,6 @@ from service.engine.swap import Refusal, SwapResult
 from service.engine.writes import Document, WriteResult
 
 __all__ = ["BadFilter", "BadSearchParams", "DimensionChanged", "Document", "Engine", "EngineError", "Hits", "Mismatch",
-           "NotReady", "Overloaded", "Refusal", "ServedModel", "Status", "SwapRefused", "SwapResult", "TimedOut",
-           "UnknownModel", "Vectors", "WriteRefused", "WriteResult", "WritesUnavailable", "WritesUnsupported"]
+           "ModeUnavailable", "NotReady", "Overloaded", "Refusal", "ServedModel", "Status", "SwapRefused", "SwapResult",
+           "TimedOut", "UnknownModel", "Vectors", "WriteRefused", "WriteResult", "WritesUnavailable",
+           "WritesUnsupported"]

@@ -31,6 +31,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from indexer.runtime.fusion import Fusion
+from indexer.runtime.manifest import SearchMode
 from service.engine.searcher import Job, Searcher, SearchResult
 
 Answer = tuple[Searcher, SearchResult]  # the searcher that answered, and this request's share of the batch
@@ -46,6 +48,8 @@ class _Request:
     tokens: int = 0  # what it costs against `max_tokens`
     heavy: bool = False  # over `max_tokens` on its own: runs alone, in a heavy slot
     knobs: dict[str, int] | None = None  # this request's search parameters (None: the served ones)
+    mode: SearchMode | None = None  # /search's mode (None: the version's default)
+    fusion: Fusion | None = None
 
 
 class MicroBatcher:
@@ -76,13 +80,14 @@ class MicroBatcher:
             await asyncio.gather(*self.batches, return_exceptions=True)
 
     def submit(self, texts: list[str], top_k: int | None, flt: dict[str, Any] | None = None,
-               knobs: dict[str, int] | None = None) -> asyncio.Future[Answer]:
+               knobs: dict[str, int] | None = None, mode: SearchMode | None = None,
+               fusion: Fusion | None = None) -> asyncio.Future[Answer]:
         """Queue `texts` (searched with `top_k` unless None, among the documents matching `flt` if given); the
         future resolves when their batch has run. Requests with different filters share the batch's ONNX run."""
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         tokens = self.count_tokens(texts) if self.max_tokens and self.count_tokens else 0
         self.queue.append(_Request(texts, top_k, flt, future, tokens, heavy=bool(self.max_tokens) and
-                                   tokens > self.max_tokens, knobs=knobs))
+                                   tokens > self.max_tokens, knobs=knobs, mode=mode, fusion=fusion))
         self.wakeup.set()
         return future
 
@@ -144,7 +149,7 @@ class MicroBatcher:
                 return
 
     async def _run(self, batch: list[_Request]) -> None:
-        jobs = [Job(r.texts, r.top_k, r.filter, r.knobs) for r in batch]
+        jobs = [Job(r.texts, r.top_k, r.filter, r.knobs, r.mode, r.fusion) for r in batch]
         try:
             searcher, results = await self.run(jobs)
         except BaseException as exc:  # not ready, or a bug: every request of the batch gets it

@@ -31,13 +31,14 @@ import numpy as np
 
 from indexer.runtime.ann import HnswParams, IvfParams
 from indexer.runtime.faiss_index import clamp_nprobe, set_threads
-from indexer.runtime.manifest import Manifest
+from indexer.runtime.fusion import Fusion
+from indexer.runtime.manifest import Manifest, SearchMode
 from indexer.runtime.writelog import Delete, ExtId, Upsert
 from service.engine.batching import MicroBatcher
 from service.engine.errors import NotReady, Overloaded, TimedOut
 from service.engine.leases import Leases
 from service.engine.names import Encoder, ModelNames
-from service.engine.searcher import Hit, Job, Searcher, SearchResult
+from service.engine.searcher import Hit, Job, Searcher, SearchResult, Stages
 from service.engine.swap import Backend, Refusal, Swapper, SwapResult
 from service.engine.write_lane import WriteLane
 from service.engine.writes import Document, WriteResult, Writes
@@ -57,6 +58,8 @@ class Hits:
     truncated: list[bool]
     encode_ms: float
     search_ms: float
+    mode: SearchMode = "dense"  # the mode that ran
+    stages: Stages = field(default_factory=Stages)
 
 
 @dataclass(frozen=True)
@@ -185,17 +188,28 @@ class Engine:
 
     # -- the front door ----------------------------------------------------------------------------------------
     async def search(self, texts: list[str], top_k: int, filter: dict[str, Any] | None = None,  # noqa: A002
-                     knobs: dict[str, int] | None = None) -> Hits:
-        """The `top_k` nearest documents of each text, from one version; with a `filter` (see
+                     knobs: dict[str, int] | None = None, mode: SearchMode | None = None,
+                     fusion: Fusion | None = None) -> Hits:
+        """The `top_k` best documents of each text, from one version, by `mode` (dense: nearest vectors; lexical:
+        BM25; hybrid: both, fused by `fusion`; None: the version's default); with a `filter` (see
         `indexer.runtime.filters`), among the documents whose metadata match it only; with `knobs`, at those
-        search parameters (nprobe for IVF, ef_search for HNSW). Raises `BadFilter` when the filter does not fit
-        the version's metadata, `BadSearchParams` when its index kind takes no such parameter."""
-        searcher, r = await self._call(texts, top_k, filter, knobs or None)
+        search parameters of the vector search (nprobe for IVF, ef_search for HNSW). Raises `BadFilter` when the
+        filter does not fit the version's metadata, `BadSearchParams` when its index kind takes no such
+        parameter, `ModeUnavailable` when the version cannot run the mode."""
+        searcher, r = await self._call(texts, top_k, filter, knobs or None, mode, fusion)
         m = self.metrics
-        m.encode_seconds.labels("/search").observe(r.encode_ms / 1000)
+        ran = r.mode or "dense"
+        if ran != "lexical":
+            m.encode_seconds.labels("/search").observe(r.encode_ms / 1000)
+            m.texts_encoded.labels("/search").inc(len(texts))
         m.search_seconds.observe(r.search_ms / 1000)
-        m.texts_encoded.labels("/search").inc(len(texts))
-        return Hits(searcher.version, r.hits, r.truncated, r.encode_ms, r.search_ms)
+        m.searches.labels(ran).inc()
+        st = r.stages
+        for stage, ms in (("encode", st.encode_ms), ("dense", st.dense_ms), ("lexical", st.lexical_ms),
+                          ("fusion", st.fusion_ms), ("lookup", st.lookup_ms)):
+            if ms > 0:
+                m.stage_seconds.labels(ran, stage).observe(ms / 1000)
+        return Hits(searcher.version, r.hits, r.truncated, r.encode_ms, r.search_ms, ran, r.stages)
 
     async def encode(self, texts: list[str], *, endpoint: str = "/encode") -> Vectors:
         """The texts' vectors, with the encoder of the served version (`endpoint` labels the metrics)."""
@@ -281,7 +295,8 @@ class Engine:
 
     # -- admission, timeout and the workers --------------------------------------------------------------------
     async def _call(self, texts: list[str], top_k: int | None, flt: dict[str, Any] | None = None,
-                    knobs: dict[str, int] | None = None, *, write: bool = False) -> tuple[Searcher, SearchResult]:
+                    knobs: dict[str, int] | None = None, mode: SearchMode | None = None,
+                    fusion: Fusion | None = None, *, write: bool = False) -> tuple[Searcher, SearchResult]:
         """Admit, run and time out one call: a search or encode (micro-batched), or a write's texts (`write`: on
         the write lane)."""
         s = self.settings
@@ -294,9 +309,9 @@ class Engine:
             future: asyncio.Future[tuple[Searcher, SearchResult]] = asyncio.ensure_future(
                 self.write_lane.encode(texts))
         elif self.batcher is not None:
-            future = self.batcher.submit(texts, top_k, flt, knobs)
+            future = self.batcher.submit(texts, top_k, flt, knobs, mode, fusion)
         else:
-            future = asyncio.ensure_future(self._run_one(Job(texts, top_k, flt, knobs)))
+            future = asyncio.ensure_future(self._run_one(Job(texts, top_k, flt, knobs, mode, fusion)))
         self.in_flight += 1
         self.metrics.in_flight.set(self.in_flight)
         admitted = time.time_ns()
@@ -315,7 +330,10 @@ class Engine:
         if self.tracing.enabled and result.timeline is not None:
             self.tracing.record_batch(admitted, result.timeline, {
                 "strata.index_version": searcher.version, "strata.texts": len(texts),
-                "strata.batch_texts": result.batch_texts})
+                "strata.batch_texts": result.batch_texts, **({} if result.mode is None else {
+                    "strata.mode": result.mode, "strata.dense_ms": round(result.stages.dense_ms, 3),
+                    "strata.lexical_ms": round(result.stages.lexical_ms, 3),
+                    "strata.fusion_ms": round(result.stages.fusion_ms, 3)})})
         return searcher, result
 
     async def _run_one(self, job: Job) -> tuple[Searcher, SearchResult]:

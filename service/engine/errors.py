@@ -45,6 +45,11 @@ class BadSearchParams(EngineError):
         self.name = name
 
 
+class ModeUnavailable(EngineError):
+    """A `/search` mode the served version cannot run (lexical or hybrid on a version without a lexical index, or
+    on the sharded backend); the message says why and what to do."""
+
+
 class Mismatch(EngineError):
     """An encoder and an index version cannot be served together (dimension, model hash, or a version the
     backend cannot serve)."""

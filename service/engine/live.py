@@ -39,6 +39,7 @@ import numpy as np
 
 from indexer.runtime.faiss_index import Exclusion, knn_inner_product
 from indexer.runtime.filters import Node, matches, parse_filter
+from indexer.runtime.lexical import LexicalOverlay
 from indexer.runtime.manifest import Manifest
 from indexer.runtime.version import FilterMatch, Hit, IndexVersion
 from indexer.runtime.writelog import ASSIGNED_IDS_FROM, UPSERT, ExtId, LogEntry, own_faiss_id
@@ -123,6 +124,8 @@ class Overlay:
         self._tombstones: set[int] = set()  # base FAISS ids deleted or replaced
         self._exclusion: Exclusion | None = None
         self._next_fid = max(base.store.max_id() + 1, ASSIGNED_IDS_FROM)
+        # written documents' BM25 weights, when the base has a lexical index (kept in step with the rows below)
+        self.lexical = LexicalOverlay(base.lexical) if base.lexical is not None else None
 
     # -- writes --------------------------------------------------------------------------------------------------
     def _resolve(self, ext_ids: list[ExtId]) -> None:
@@ -164,6 +167,8 @@ class Overlay:
                     assert e.vector is not None and e.text is not None
                     self._append_row(fid, e.vector)
                     self._docs[fid] = WrittenDoc(fid, e.ext_id, e.text, e.metadata, e.seq)
+                    if self.lexical is not None:
+                        self.lexical.put(fid, e.text)
                     self._ever.add(fid)
                     if existed:
                         out.replaced += 1
@@ -171,6 +176,8 @@ class Overlay:
                         out.created += 1
                 else:
                     self._docs.pop(fid, None)
+                    if self.lexical is not None:
+                        self.lexical.drop(fid)
                     if existed:
                         out.deleted += 1
                     else:
@@ -309,6 +316,33 @@ class LiveIndex:
         o_scores, rows = knn_inner_product(vectors, snap.vectors[rows_kept], k)
         o_ids = np.where(rows >= 0, snap.fids[rows_kept][np.clip(rows, 0, None)], -1)
         return _merge_top_k(scores, ids, o_scores, o_ids, k)
+
+    def lexical_search(self, queries: list[str], k: int, match: LiveMatch | None = None
+                       ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per query, its best k by BM25 over the base (tombstones excluded inside the search) and the written
+        documents (scored with the base's statistics, `lexical.LexicalOverlay`), with the same filter semantics as
+        `search`: the base's matches exactly, written documents when their metadata match."""
+        base, overlay = self.base.lexical, self.overlay.lexical
+        assert base is not None and overlay is not None
+        snap = self.overlay.snapshot()
+        excluded = snap.exclusion.ids if snap.exclusion is not None else None
+        allowed = None if match is None else match.base.ids
+        out = []
+        for q in queries:
+            scores, ids = base.search(q, k, allowed=allowed, excluded=excluded)
+            written = overlay.scores(q) if len(overlay) else {}
+            if written:
+                docs, _ = self.overlay.lookup(list(written))
+                kept = [(s, f) for f, s in written.items() if f in docs and
+                        (match is None or matches(match.node, docs[f].metadata))]
+                if kept:
+                    o_scores = np.array([[s for s, _ in kept]], np.float32)
+                    o_ids = np.array([[f for _, f in kept]], np.int64)
+                    m_scores, m_ids = _merge_top_k(scores[None, :], ids[None, :], o_scores, o_ids, k)
+                    keep = m_ids[0] >= 0
+                    scores, ids = m_scores[0][keep], m_ids[0][keep]
+            out.append((scores, ids))
+        return out
 
     def hits(self, scores: np.ndarray, ids: np.ndarray) -> list[list[Hit]]:
         """The base's hits for its ids, the written documents' for theirs, in rank order; a document deleted or

@@ -5,13 +5,20 @@ the shard deployments of one version on Ray Serve (the sharded backend). Encodin
 filters and the split of a micro-batch's results back into its requests are the same for both.
 
 A micro-batch shares one ONNX run whatever its requests' filters; its index searches are one per distinct
-filter (the unfiltered requests together), since each request must be searched among its own documents only.
+filter and search parameters (the unfiltered requests together), since each request must be searched among its
+own documents only.
+
+Modes (`Job.mode`; None: the version's default): dense searches the vectors; lexical searches the version's BM25
+index (`indexer.runtime.lexical`) and encodes nothing; hybrid does both and fuses the two top-100 lists
+(`indexer.runtime.fusion`). The lexical searches run on a thread of the searcher's own while the batch encodes.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
@@ -22,13 +29,16 @@ from indexer.runtime.ann import SEARCH_KNOBS, IndexParamError, check_knobs
 from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.faiss_index import set_threads
 from indexer.runtime.filters import FilterError
-from indexer.runtime.manifest import Manifest
+from indexer.runtime.fusion import HYBRID_DEPTH, Fusion, fuse
+from indexer.runtime.manifest import Manifest, SearchMode
 from indexer.runtime.version import FilterCache, FilterMatch, Hit, IndexVersion
-from service.engine.errors import BadFilter, BadSearchParams, Mismatch
+from service.engine.errors import BadFilter, BadSearchParams, Mismatch, ModeUnavailable
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Hit", "Job", "Searcher", "SearchResult", "VectorIndex"]
+__all__ = ["Hit", "Job", "Searcher", "SearchResult", "Stages", "VectorIndex"]
+
+Ranked = tuple[np.ndarray, np.ndarray]  # one query's (scores, FAISS ids), best first
 
 
 class Job(NamedTuple):
@@ -37,11 +47,25 @@ class Job(NamedTuple):
     filter: dict[str, Any] | None = None  # search only the documents whose metadata match (filters.py)
     # this request's search parameters (`ann.SEARCH_KNOBS`: nprobe for IVF, ef_search for HNSW); None: served ones
     knobs: dict[str, int] | None = None
+    mode: SearchMode | None = None  # None: the version's default (`Manifest.search_mode`)
+    fusion: Fusion | None = None  # hybrid only; None: RRF with k 60
+
+
+@dataclass(frozen=True)
+class Stages:
+    """Where a request's time went, in ms (each stage of the batch that ran it; 0 for a stage its mode skips)."""
+
+    encode_ms: float = 0.0
+    dense_ms: float = 0.0  # the filter's store query and the vector index's search
+    lexical_ms: float = 0.0  # its own time: in hybrid it runs beside the encoding, not after it
+    fusion_ms: float = 0.0
+    lookup_ms: float = 0.0  # the hits' texts and metadata read from the store
 
 
 class VectorIndex(Protocol):
     """What a searcher needs of an index version, wherever its vectors live (its vectors are an
-    `indexer.runtime.ann.AnnIndex` of the manifest's kind)."""
+    `indexer.runtime.ann.AnnIndex` of the manifest's kind). An index that also has `lexical_search` (an
+    `IndexVersion`, or the live overlay on one) can serve the lexical and hybrid modes."""
 
     manifest: Manifest
 
@@ -71,7 +95,7 @@ class Timeline:
 
     started: int
     encoded: int
-    searched: int | None = None  # FAISS search done (None: an encode-only batch)
+    searched: int | None = None  # dense, lexical searches and fusion done (None: an encode-only batch)
     looked_up: int | None = None  # the hits' texts read from the store
 
 
@@ -85,14 +109,17 @@ class SearchResult:
     batch_texts: int = 0  # texts in the ONNX run that served this request (micro-batching)
     tokens: list[int] = field(default_factory=list)  # per text: tokens the model ran (special tokens included)
     timeline: Timeline | None = None  # the batch's, shared by its requests
-    # this request alone failed: its filter was refused (BadFilter), or its part of the batch raised (the others
-    # of its batch are still answered)
+    # this request alone failed: it was refused (BadFilter, BadSearchParams, ModeUnavailable), or its part of the
+    # batch raised (the others of its batch are still answered)
     error: Exception | None = None
+    mode: SearchMode | None = None  # the mode that ran (None: encode only)
+    stages: Stages = field(default_factory=Stages)
 
 
 def _failed(step: str, job: Job, exc: Exception) -> Exception:
     """Log a request's failure inside a batch (with its traceback: a bug or a value nothing refused earlier)."""
-    what = "encode" if job.top_k is None else f"search (top_k={job.top_k}, filter={'yes' if job.filter else 'no'})"
+    what = "encode" if job.top_k is None else \
+        f"{job.mode or 'default-mode'} search (top_k={job.top_k}, filter={'yes' if job.filter else 'no'})"
     log.error("a batch's %s step failed for one %s request of %d texts; its neighbours are answered: %r", step,
               what, len(job.texts), exc, exc_info=exc)
     return exc
@@ -109,6 +136,8 @@ class Searcher:
                            f"model index {index.version} was built with ({m.onnx_sha256[:12]}…, {m.dir})")
         self.encoder = encoder
         self.index = index
+        self._pool: ThreadPoolExecutor | None = None  # the lexical searches' thread, started on first use
+        self._pool_lock = threading.Lock()
 
     @classmethod
     def pair(cls, index: VectorIndex, model_dir: Path | None = None, *, threads: int | None = None,
@@ -147,117 +176,195 @@ class Searcher:
         return self.index.manifest
 
     def search(self, texts: list[str], top_k: int, flt: dict[str, Any] | None = None,
-               knobs: dict[str, int] | None = None) -> SearchResult:
+               knobs: dict[str, int] | None = None, mode: SearchMode | None = None,
+               fusion: Fusion | None = None) -> SearchResult:
         """One request on its own; raises what `run_batch` would have put in its `error`."""
-        result = self.run_batch([Job(texts, top_k, flt, knobs)])[0]
+        result = self.run_batch([Job(texts, top_k, flt, knobs, mode, fusion)])[0]
         if result.error is not None:
             raise result.error
         return result
 
     def run_batch(self, jobs: list[Job]) -> list[SearchResult]:
-        """Several requests' texts in one ONNX run, and one index search per distinct filter (the micro-batcher's
-        unit of work).
+        """Several requests' texts in one ONNX run, and one index search per distinct filter and search parameters
+        (the micro-batcher's unit of work).
 
-        Each job is (texts, top_k[, filter]) or (texts, None) for encode-only; results keep job order. Vectors of
-        an encode-only job come back in `SearchResult.vectors`. A job whose filter does not fit the version's
-        metadata gets `error` (a `BadFilter`) and no work: it is refused before anything is encoded.
+        Each job is (texts, top_k[, filter[, knobs[, mode[, fusion]]]]) or (texts, None) for encode-only; results
+        keep job order. Vectors of an encode-only job come back in `SearchResult.vectors`. A job whose filter does
+        not fit the version's metadata (`BadFilter`), whose search parameters its index kind does not take
+        (`BadSearchParams`), or whose mode the version cannot serve (`ModeUnavailable`) gets `error` and no work:
+        it is refused before anything is encoded. Lexical jobs are not encoded at all, and their BM25 searches run
+        on the searcher's own thread while the batch encodes; hybrid jobs take `HYBRID_DEPTH` candidates from each
+        retriever and fuse them (`indexer.runtime.fusion`); the store is read once, for every job's final ids.
 
-        A failure inside the batch fails the request that caused it alone: when the shared ONNX run or a shared
-        index search raises, each request of it is run again on its own, and those that still fail get the
-        exception as their `error` (the engine raises it: a 500 of their own); their neighbours are answered."""
+        A failure inside the batch fails the request that caused it alone: when the shared ONNX run, a shared
+        vector search or the shared store lookup raises, each request of it is run again on its own, and those
+        that still fail get the exception as their `error` (the engine raises it: a 500 of their own); a lexical
+        search or a fusion that raises fails its own request only. Their neighbours are answered."""
         jobs = [Job(*j) for j in jobs]
         t0 = time.perf_counter()
-        # Filters first: the store's query for each distinct filter (the version's cache may answer it).
+        # Refusals first, filters among them: the store's query for each distinct filter (the version's cache may
+        # answer it).
         matches: dict[str, FilterMatch] = {}
-        errors: list[Exception | None] = []
-        kind = self.index.manifest.index.kind
-        for job in jobs:
-            error: Exception | None = None
-            if job.knobs and job.top_k is not None:
-                try:
-                    check_knobs(kind, job.knobs)
-                except IndexParamError as exc:
-                    bad = [k for k in job.knobs if k not in SEARCH_KNOBS[kind]] or list(job.knobs)
-                    errors.append(BadSearchParams(str(exc), bad[0]))
-                    continue
-            if job.filter is not None and job.top_k is not None:
-                try:
-                    key = FilterCache.key(job.filter)
-                    if key not in matches:
-                        matches[key] = self.index.match(job.filter)
-                except FilterError as exc:
-                    error = BadFilter(str(exc))
-                except Exception as exc:  # noqa: BLE001 (not the filter's fault as far as we know: a 500, alone)
-                    error = _failed("filter", job, exc)
-            errors.append(error)
+        default = self.default_mode()
+        modes: list[SearchMode | None] = [None if job.top_k is None else job.mode or default for job in jobs]
+        errors: list[Exception | None] = [self._refusal(job, mode, matches) for job, mode in zip(jobs, modes,
+                                                                                                 strict=True)]
+        searching = [j for j, m in enumerate(modes) if m is not None and errors[j] is None]
+        lexical_jobs = [j for j in searching if modes[j] != "dense"]
+        # the jobs to encode: encode-only, dense and hybrid ones (lexical ones need no encoder)
+        encoding = [j for j, e in enumerate(errors) if e is None and modes[j] != "lexical"]
+        # BM25 needs no vector: the lexical searches run on a thread of their own while the encoder runs (ONNX
+        # Runtime releases the GIL), so a hybrid search costs about the slower of the two, not their sum
+        lexical_future: Future[dict[int, tuple[list[Ranked] | Exception, float]]] | None = \
+            self._lexical_pool().submit(self._lexical, jobs, modes, lexical_jobs, matches) \
+            if lexical_jobs and encoding else None
         t1, started = time.perf_counter(), time.time_ns()
-        vecs, truncated, tokens, n_texts = self._encode(jobs, errors)
+        vecs, truncated, tokens, n_texts = self._encode(jobs, encoding, errors)
         t2, encoded_at = time.perf_counter(), time.time_ns()
-        # the rows of each job in `vecs` (live jobs only), and the jobs of each index search: one group per
-        # (filter, search parameters); filter None = unfiltered
+        # the rows of each encoded job in `vecs` (a job whose encoding failed has none)
         rows_of: dict[int, range] = {}
-        groups: dict[tuple[str | None, str | None], list[int]] = {}
         row = 0
-        for j, job in enumerate(jobs):
-            if errors[j] is not None:
-                continue
-            rows_of[j] = range(row, row + len(job.texts))
-            row += len(job.texts)
-            if job.top_k is not None:
+        for j in encoding:
+            if errors[j] is None:
+                rows_of[j] = range(row, row + len(jobs[j].texts))
+                row += len(jobs[j].texts)
+        # the vector searches: one per (filter, search parameters) of the dense and hybrid jobs; filter None =
+        # unfiltered. Each row's raw (scores, ids): the fusion and the store lookup come after.
+        groups: dict[tuple[str | None, str | None], list[int]] = {}
+        for j in searching:
+            job = jobs[j]
+            if errors[j] is None and modes[j] != "lexical":
                 group = (None if job.filter is None else FilterCache.key(job.filter),
                          FilterCache.key(job.knobs) if job.knobs else None)
                 groups.setdefault(group, []).append(j)
-        hits: dict[int, list[Hit]] = {}
-        # the groups' index searches and store lookups interleave: their sums (the filters' queries count as search)
-        search_ns, lookup_ns = int((t1 - t0) * 1e9), 0
+        dense: dict[int, Ranked] = {}  # by row of `vecs`
+        search_ns = int((t1 - t0) * 1e9)  # the filters' queries count as dense search
         for group, members in groups.items():
             match = None if group[0] is None else matches[group[0]]
             try:
-                g_search, g_lookup = self._search_group(jobs, members, rows_of, vecs, match, hits)
+                search_ns += self._dense_group(jobs, modes, members, rows_of, vecs, match, dense)
             except Exception:  # noqa: BLE001 (one request of the group may be the cause: each runs alone)
-                g_search = g_lookup = 0
                 for j in members:
                     try:
-                        a, b = self._search_group(jobs, [j], rows_of, vecs, match, hits)
-                        g_search, g_lookup = g_search + a, g_lookup + b
+                        search_ns += self._dense_group(jobs, modes, [j], rows_of, vecs, match, dense)
                     except Exception as exc:  # noqa: BLE001
                         errors[j] = _failed("search", jobs[j], exc)
-            search_ns, lookup_ns = search_ns + g_search, lookup_ns + g_lookup
-        t3 = time.perf_counter()
-        timeline = Timeline(started, encoded_at, encoded_at + search_ns if groups else None,
-                            encoded_at + search_ns + lookup_ns if groups else None)
-        filter_ms, encode_ms, search_ms = (t1 - t0) * 1000, (t2 - t1) * 1000, (t3 - t2) * 1000
+        # the lexical answers (from the thread, or run here when nothing was encoded), then the fusion
+        lexical_out = lexical_future.result() if lexical_future is not None else \
+            self._lexical(jobs, modes, lexical_jobs, matches)
+        finals: dict[int, list[Ranked]] = {}  # per job, per query: its final (scores, ids)
+        lexical_ms: dict[int, float] = {}
+        fusion_ms: dict[int, float] = {}
+        for j in searching:
+            job, mode = jobs[j], modes[j]
+            if errors[j] is not None:
+                continue
+            top_k = job.top_k or 0
+            lexical: list[Ranked] = []
+            if mode != "dense":
+                got, lexical_ms[j] = lexical_out[j]
+                if isinstance(got, Exception):
+                    errors[j] = _failed("lexical search", job, got)
+                    continue
+                lexical = got
+            if mode == "lexical":
+                finals[j] = lexical
+                continue
+            f0 = time.perf_counter()
+            try:
+                finals[j] = [(dense[r][0][:top_k], dense[r][1][:top_k]) for r in rows_of[j]] if mode == "dense" else \
+                    [fuse(job.fusion or Fusion(), dense[r], lex, top_k)
+                     for r, lex in zip(rows_of[j], lexical, strict=True)]
+            except Exception as exc:  # noqa: BLE001
+                errors[j] = _failed("fusion", job, exc)
+                continue
+            if mode == "hybrid":
+                fusion_ms[j] = (time.perf_counter() - f0) * 1000
+        # one store lookup for every job's final ids
+        t3, searched_at = time.perf_counter(), time.time_ns()
+        hits: dict[int, list[list[Hit]]] = {}
+        looked_up = [j for j in searching if errors[j] is None]
+        if looked_up:
+            try:
+                self._lookup(looked_up, finals, hits)
+            except Exception:  # noqa: BLE001 (one request's ids may be the cause: each is looked up alone)
+                for j in looked_up:
+                    try:
+                        self._lookup([j], finals, hits)
+                    except Exception as exc:  # noqa: BLE001
+                        errors[j] = _failed("lookup", jobs[j], exc)
+        t4 = time.perf_counter()
+        timeline = Timeline(started, encoded_at, searched_at if looked_up else None,
+                            time.time_ns() if looked_up else None)
+        filter_ms, encode_ms = (t1 - t0) * 1000, (t2 - t1) * 1000
+        dense_ms, lookup_ms = search_ns / 1e6, (t4 - t3) * 1000
         out = []
         for j, job in enumerate(jobs):
-            error = errors[j]
+            error, mode = errors[j], modes[j]
             if error is not None:
                 out.append(SearchResult([], [], 0.0, filter_ms, error=error))
                 continue
-            rows = rows_of[j]
-            job_hits = [] if job.top_k is None else [hits[r][: job.top_k] for r in rows]
-            out.append(SearchResult(job_hits, truncated[rows.start : rows.stop], encode_ms, filter_ms + search_ms,
-                                    vectors=vecs[rows.start : rows.stop] if job.top_k is None else None,
-                                    batch_texts=n_texts, tokens=tokens[rows.start : rows.stop], timeline=timeline))
+            n = len(job.texts)
+            encodes = mode != "lexical"
+            rows = rows_of.get(j, range(0))
+            job_dense = dense_ms if encodes else 0.0
+            lex_ms, fuse_ms = lexical_ms.get(j, 0.0), fusion_ms.get(j, 0.0)
+            stages = Stages(encode_ms if encodes else 0.0, job_dense, lex_ms, fuse_ms, lookup_ms)
+            out.append(SearchResult(hits.get(j, []), truncated[rows.start : rows.stop] if encodes else [False] * n,
+                                    encode_ms if encodes else 0.0, job_dense + lex_ms + fuse_ms + lookup_ms,
+                                    vectors=vecs[rows.start : rows.stop] if mode is None else None,
+                                    batch_texts=n_texts, tokens=tokens[rows.start : rows.stop] if encodes else [],
+                                    timeline=timeline, mode=mode, stages=stages))
         return out
 
-    def _encode(self, jobs: list[Job], errors: list[Exception | None]
+    def _refusal(self, job: Job, mode: SearchMode | None, matches: dict[str, FilterMatch]) -> Exception | None:
+        """Why `job` gets no work (checked before anything is encoded), or None; its filter's matches are put in
+        `matches`."""
+        if mode is None:  # encode only
+            return None
+        if mode != "dense":
+            refused = self._lexical_refusal(mode)
+            if refused is not None:
+                return refused
+        if job.knobs:
+            if mode == "lexical":  # a request naming the mode is refused by its schema; this is the version's default
+                verb = "tune" if len(job.knobs) > 1 else "tunes"
+                return BadSearchParams(f"{' and '.join(job.knobs)} {verb} the vector search; mode 'lexical' (this "
+                                       f"version's default) runs none", next(iter(job.knobs)))
+            kind = self.index.manifest.index.kind
+            try:
+                check_knobs(kind, job.knobs)
+            except IndexParamError as exc:
+                bad = [k for k in job.knobs if k not in SEARCH_KNOBS[kind]] or list(job.knobs)
+                return BadSearchParams(str(exc), bad[0])
+        if job.filter is not None:
+            try:
+                key = FilterCache.key(job.filter)
+                if key not in matches:
+                    matches[key] = self.index.match(job.filter)
+            except FilterError as exc:
+                return BadFilter(str(exc))
+            except Exception as exc:  # noqa: BLE001 (not the filter's fault as far as we know: a 500, alone)
+                return _failed("filter", job, exc)
+        return None
+
+    def _encode(self, jobs: list[Job], wanted: list[int], errors: list[Exception | None]
                 ) -> tuple[np.ndarray, list[bool], list[int], int]:
-        """(vectors, truncated, tokens, texts in the ONNX run) of the jobs without an error, in job order: one
-        run for all of them, or, when that run raises, one run per job (a job whose run still raises gets its
-        `errors` entry and no rows)."""
-        live = [j for j, e in enumerate(errors) if e is None]
-        texts = [t for j in live for t in jobs[j].texts]
-        if not texts:  # every request of the batch was refused
+        """(vectors, truncated, tokens, texts in the ONNX run) of the jobs `wanted`, in job order: one run for all
+        of them, or, when that run raises, one run per job (a job whose run still raises gets its `errors` entry
+        and no rows)."""
+        texts = [t for j in wanted for t in jobs[j].texts]
+        if not texts:  # every request of the batch was refused, or lexical
             return np.zeros((0, self.encoder.dim), dtype=np.float32), [], [], 0
         try:
             e = self.encoder.encode_counted(texts, batch_size=len(texts))
             return e.vectors, list(e.truncated), list(e.tokens), len(texts)
         except Exception as exc:  # noqa: BLE001
-            if len(live) == 1:
-                errors[live[0]] = _failed("encode", jobs[live[0]], exc)
+            if len(wanted) == 1:
+                errors[wanted[0]] = _failed("encode", jobs[wanted[0]], exc)
                 return np.zeros((0, self.encoder.dim), dtype=np.float32), [], [], 0
         parts, truncated, tokens = [], [], []
-        for j in live:
+        for j in wanted:
             try:
                 e = self.encoder.encode_counted(jobs[j].texts, batch_size=len(jobs[j].texts))
             except Exception as exc:  # noqa: BLE001
@@ -267,22 +374,83 @@ class Searcher:
             truncated += list(e.truncated)
             tokens += list(e.tokens)
         vecs = np.concatenate(parts) if parts else np.zeros((0, self.encoder.dim), dtype=np.float32)
-        return vecs, truncated, tokens, max((len(jobs[j].texts) for j in live), default=0)
+        return vecs, truncated, tokens, max((len(jobs[j].texts) for j in wanted), default=0)
 
-    def _search_group(self, jobs: list[Job], members: list[int], rows_of: dict[int, range], vecs: np.ndarray,
-                      match: FilterMatch | None, hits: dict[int, list[Hit]]) -> tuple[int, int]:
-        """One index search for the jobs `members` (same filter and search parameters) and their hits' lookup, into
-        `hits` by row;
-        returns the ns each took."""
+    def _dense_group(self, jobs: list[Job], modes: list[SearchMode | None], members: list[int],
+                     rows_of: dict[int, range], vecs: np.ndarray, match: FilterMatch | None,
+                     dense: dict[int, Ranked]) -> int:
+        """One vector search for the jobs `members` (same filter and search parameters), at the depth the deepest
+        needs (a hybrid job's at least `HYBRID_DEPTH`), its rows' raw (scores, ids) put in `dense`; returns the
+        ns it took."""
         rows = [r for j in members for r in rows_of[j]]
-        k = max(jobs[j].top_k or 0 for j in members)
+        k = max((jobs[j].top_k or 0) if modes[j] == "dense" else max(jobs[j].top_k or 0, HYBRID_DEPTH)
+                for j in members)
         group_vecs = vecs if len(rows) == len(vecs) else vecs[rows]
         g0 = time.time_ns()
         scores, ids = self.index.search(group_vecs, k, match, knobs=jobs[members[0]].knobs or None)
-        g1 = time.time_ns()
-        found = self.index.hits(scores, ids)
-        hits.update(zip(rows, found, strict=True))
-        return g1 - g0, time.time_ns() - g1
+        dense.update(zip(rows, zip(scores, ids, strict=True), strict=True))
+        return time.time_ns() - g0
+
+    def _lexical(self, jobs: list[Job], modes: list[SearchMode | None], which: list[int],
+                 matches: dict[str, FilterMatch]) -> dict[int, tuple[list[Ranked] | Exception, float]]:
+        """Per job of `which` (lexical or hybrid): its queries' lexical answers (or what their search raised: that
+        job alone fails), and the ms they took."""
+        out: dict[int, tuple[list[Ranked] | Exception, float]] = {}
+        for j in which:
+            job = jobs[j]
+            l0 = time.perf_counter()
+            got: list[Ranked] | Exception
+            try:
+                match = None if job.filter is None else matches[FilterCache.key(job.filter)]
+                top_k = job.top_k or 0
+                depth = top_k if modes[j] == "lexical" else max(top_k, HYBRID_DEPTH)
+                got = self.index.lexical_search(job.texts, depth, match)  # type: ignore[attr-defined]
+            except Exception as exc:  # noqa: BLE001
+                got = exc
+            out[j] = (got, (time.perf_counter() - l0) * 1000)
+        return out
+
+    def _lookup(self, which: list[int], finals: dict[int, list[Ranked]], hits: dict[int, list[list[Hit]]]) -> None:
+        """The hits of the jobs `which` (texts, external ids, metadata) in one store read, into `hits` by job."""
+        ranked = [r for j in which for r in finals[j]]
+        found: list[list[Hit]] = []
+        if ranked:
+            width = max(1, max(len(ids) for _, ids in ranked))
+            all_scores = np.full((len(ranked), width), -np.inf, dtype=np.float32)
+            all_ids = np.full((len(ranked), width), -1, dtype=np.int64)
+            for r, (scores, ids) in enumerate(ranked):
+                all_scores[r, : len(ids)], all_ids[r, : len(ids)] = scores, ids
+            found = self.index.hits(all_scores, all_ids)
+        pos = 0
+        for j in which:
+            n = len(finals[j])
+            hits[j] = found[pos : pos + n]
+            pos += n
+
+    def _lexical_pool(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lexical")
+            return self._pool
+
+    def default_mode(self) -> SearchMode:
+        """The mode a request that names none runs: the version's (`Manifest.search_mode`), or dense where this
+        backend serves no lexical index (the sharded one), so that a request without a mode never fails for it."""
+        mode = self.manifest.search_mode()
+        return mode if mode == "dense" or hasattr(self.index, "lexical_search") else "dense"
+
+    def _lexical_refusal(self, mode: SearchMode) -> ModeUnavailable | None:
+        """Why this version cannot serve `mode` (lexical or hybrid), or None."""
+        if not hasattr(self.index, "lexical_search"):
+            return ModeUnavailable(f"mode {mode!r} needs the lexical index, which the sharded (Ray) backend does not "
+                                   f"serve: use mode 'dense', or serve the version with the local backend")
+        if self.manifest.lexical is None:
+            return ModeUnavailable(f"mode {mode!r} needs a lexical index, and version {self.version} was built "
+                                   f"without one (before lexical retrieval, or with --no-lexical): use mode 'dense', "
+                                   f"or rebuild it with `indexer build`")
+        return None
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
         self.index.close()

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 
 from fastapi import APIRouter, Response
 
+from indexer.runtime.fusion import DEFAULT_ALPHA, DEFAULT_RRF_K, Fusion
 from service.deps import EngineDep, StatsDep
 from service.responses import json_response
 from service.schemas import SearchRequest, SearchResponse
@@ -13,18 +15,23 @@ router = APIRouter(tags=["inference"])
 
 @router.post("/search", response_model=SearchResponse, response_model_exclude_none=True)
 async def search(body: SearchRequest, engine: EngineDep, stats: StatsDep) -> Response:
-    """Top-k nearest documents for one `query` or a batch of `queries`, among those matching `filter` if given."""
+    """Top-k documents for one `query` or a batch of `queries` by `mode` (dense, lexical or hybrid), among those
+    matching `filter` if given."""
     t0 = time.perf_counter()
     texts = [body.query] if body.query is not None else list(body.queries or [])
+    fusion = None if body.fusion is None and body.k is None else \
+        Fusion(body.fusion or "rrf", DEFAULT_RRF_K if body.k is None else body.k,
+               DEFAULT_ALPHA if body.alpha is None else body.alpha)
     # one version answers all of it, and names itself
-    answer = await engine.search(texts, body.top_k, body.filter, body.knobs)
+    answer = await engine.search(texts, body.top_k, body.filter, body.knobs, body.mode, fusion)
     took = (time.perf_counter() - t0) * 1000
-    stats.record(took, answer.encode_ms, answer.search_ms, queries=len(texts))  # GET /stats
+    stats.record(took, answer.encode_ms, answer.search_ms, queries=len(texts), mode=answer.mode)  # GET /stats
     # plain JSON-ready values, serialised once (`service.responses`); `SearchResponse` documents the shape
     hit_lists = [[{"id": h.ext_id, "text": h.text, "score": h.score, "metadata": h.metadata} for h in hits]
                  for hits in answer.hits]
     out: dict[str, object] = {"took_ms": round(took, 3), "encode_ms": round(answer.encode_ms, 3),
-                              "search_ms": round(answer.search_ms, 3), "index_version": answer.version}
+                              "search_ms": round(answer.search_ms, 3), "index_version": answer.version,
+                              "mode": answer.mode, "stages": {k: round(v, 3) for k, v in asdict(answer.stages).items()}}
     if body.query is not None:
         out |= {"hits": hit_lists[0], "truncated": answer.truncated[0]}
     else:

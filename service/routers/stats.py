@@ -34,7 +34,8 @@ def stats(engine: EngineDep, live: StatsDep, authorizer: AuthorizerDep) -> Stats
             kind=m.index.kind, search_params=s.search_params or {},
             nlist=m.index.nlist, nprobe=s.nprobe or m.index.nprobe, protocol=m.data.protocol,
             nprobe_target_recall=None if m.index.nprobe_calibration is None
-            else m.index.nprobe_calibration.target_recall, **figures)
+            else m.index.nprobe_calibration.target_recall, default_mode=m.search_mode(),
+            lexical=None if m.lexical is None else m.lexical.model_dump(), **figures)
     return StatsResponse(
         ready=s.ready, reason=s.reason, auth_required=authorizer.enabled, uptime_s=round(live.uptime_s, 3),
         windows=[StatsWindow.model_validate(asdict(w)) for w in live.windows()],

@@ -127,7 +127,7 @@
     if (state.pending) {
       const again = state.pending;
       state.pending = null;
-      runSearch(again.query, again.topK);
+      runSearch(again.query, again.topK, again.mode);
     } else {
       $("query").focus();
     }
@@ -177,14 +177,16 @@
     }
   }
 
-  async function runSearch(query, topK) {
+  async function runSearch(query, topK, mode) {
     const button = $("search-button");
     button.disabled = true;
     $("hits").setAttribute("aria-busy", "true");
     $("summary").textContent = "Searching…";
     hideMessage();
     const started = performance.now();
-    const result = await call("POST", "/search", { query, top_k: topK });
+    const request = { query, top_k: topK };
+    if (mode) request.mode = mode; // none: the index's default mode
+    const result = await call("POST", "/search", request);
     const roundTrip = performance.now() - started;
     button.disabled = false;
     $("hits").removeAttribute("aria-busy");
@@ -194,7 +196,7 @@
       showMessage(result.error, result.status);
       if (result.status === 401) {
         state.authRequired = true;
-        state.pending = { query, topK };
+        state.pending = { query, topK, mode };
         askForKey(result.error);
       }
       return;
@@ -202,9 +204,13 @@
     const body = result.data;
     renderHits(body.hits || []);
     const n = (body.hits || []).length;
-    $("summary").textContent = n + (n === 1 ? " hit" : " hits") + " in " + fmtMs(body.took_ms) +
-      " ms on the server (encode " + fmtMs(body.encode_ms) + " ms, search " + fmtMs(body.search_ms) +
-      " ms), " + fmtMs(roundTrip) + " ms round trip · version " + body.index_version +
+    const st = body.stages || {};
+    const stages = [["encode", st.encode_ms], ["dense", st.dense_ms], ["lexical", st.lexical_ms],
+      ["fusion", st.fusion_ms], ["lookup", st.lookup_ms]].filter(([, ms]) => ms > 0)
+      .map(([name, ms]) => name + " " + fmtMs(ms) + " ms").join(", ");
+    $("summary").textContent = n + (n === 1 ? " hit" : " hits") + " · " + (body.mode || "dense") + " · " +
+      fmtMs(body.took_ms) + " ms on the server (" + stages + "), " + fmtMs(roundTrip) +
+      " ms round trip · version " + body.index_version +
       (body.truncated ? " · query cut to the model's token limit" : "");
     setTimeout(refreshStats, 300);
   }
@@ -213,7 +219,7 @@
     event.preventDefault();
     const form = $("search-form");
     if (!form.reportValidity()) return;
-    runSearch($("query").value, Number($("top-k").value));
+    runSearch($("query").value, Number($("top-k").value), $("mode").value);
   }
 
   // -- the index card and the chart -------------------------------------------------------------------------
@@ -253,6 +259,15 @@
     } else {
       fact(facts, "nprobe", index.nprobe + " of " + index.nlist + " lists");
     }
+    const lex = index.lexical;
+    fact(facts, "Lexical", lex ? "BM25 k1 " + lex.k1 + " b " + lex.b + " · stemmer " + lex.stemmer + " · stopwords " +
+      lex.stopwords : "none (dense only)");
+    fact(facts, "Default mode", index.default_mode || "dense");
+    for (const option of $("mode").options) {
+      // lexical and hybrid need the version's lexical index
+      option.disabled = !lex && (option.value === "lexical" || option.value === "hybrid");
+    }
+    $("mode").options[0].textContent = "Index default (" + (index.default_mode || "dense") + ")";
   }
 
   function renderLive(stats) {
@@ -268,6 +283,9 @@
       body.append(row);
     }
     $("live-rate").textContent = countOf(w.requests, "request") + ", " + fmtRate(w.requests_per_s) + " requests/s";
+    const modes = w.modes || {};
+    $("live-modes").textContent = "By mode: " + ["dense", "lexical", "hybrid"]
+      .map((m) => m + " " + (modes[m] || 0)).join(" · ");
   }
 
   function svg(tag, attrs) {

@@ -70,7 +70,8 @@ def corpus(tmp_path_factory: pytest.TempPathFactory, minilm_mean: Path, quora_fi
     data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     root = tmp / "root"
     r = subprocess.run([sys.executable, "-m", "indexer.cli", "build", "--data", str(data), "--model", str(minilm_mean),
-                        "--root", str(root), "--nprobe", "4", "--threads", "2"], cwd=REPO, capture_output=True,
+                        "--root", str(root), "--nprobe", "4", "--threads", "2", "--default-mode", "dense"],
+                       cwd=REPO, capture_output=True,
                        text=True, timeout=900)
     assert r.returncode == 0, r.stderr
     return root, rows

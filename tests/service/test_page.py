@@ -23,7 +23,7 @@ from selenium import webdriver  # noqa: E402
 from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 
 def _chromium() -> tuple[str, str] | None:
@@ -100,7 +100,8 @@ def test_search_shows_the_hits_search_returns(browser: webdriver.Chrome, server:
     first = browser.find_element(By.CSS_SELECTOR, "#hits li.hit .hit-meta").text
     assert f"id {expected[0]['id']}" in first and f"score {expected[0]['score']:.3f}" in first
     summary = browser.find_element(By.ID, "summary").text
-    assert summary.startswith("5 hits in ") and " ms on the server" in summary and ready["index_version"] in summary
+    assert summary.startswith("5 hits · dense · ") and " ms on the server (encode " in summary
+    assert ready["index_version"] in summary and "Default mode\ndense" in card
 
     # the chart and the live table pick the search up from /stats
     wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#chart .p50"), "the chart's p50")
@@ -131,6 +132,28 @@ def test_search_shows_the_hits_search_returns(browser: webdriver.Chrome, server:
         browser.save_screenshot(str(tmp_path / "search-page-narrow.png"))
     finally:
         browser.set_window_size(size["width"], size["height"])
+
+
+def test_the_mode_selector_runs_the_chosen_mode(browser: webdriver.Chrome, server: Server) -> None:
+    """Lexical mode from the selector: the hits /search answers in that mode, its stages in the summary, and the
+    live table's count by mode."""
+    browser.get(server.url + "/")
+    wait(browser, lambda d: d.find_element(By.ID, "index-state").text == "Ready", "the index card")
+    assert "BM25 k1 0.9 b 0.4" in browser.find_element(By.ID, "index-facts").text
+    with server.client() as c:
+        expected = c.post("/search", json={"query": QUERY, "top_k": 5, "mode": "lexical"}).json()["hits"]
+    Select(browser.find_element(By.ID, "mode")).select_by_value("lexical")
+    search(browser, QUERY, top_k=5)
+    wait(browser, lambda d: "lexical" in d.find_element(By.ID, "summary").text, "a lexical answer")
+    assert hit_texts(browser) == [h["text"] for h in expected]
+    summary = browser.find_element(By.ID, "summary").text
+    assert "lexical " in summary and "encode" not in summary  # lexical mode runs no encoder
+    wait(browser, lambda d: "lexical 0" not in d.find_element(By.ID, "live-modes").text, "the count by mode")
+    Select(browser.find_element(By.ID, "mode")).select_by_value("hybrid")
+    search(browser, QUERY, top_k=5)
+    wait(browser, lambda d: "· hybrid ·" in d.find_element(By.ID, "summary").text, "a hybrid answer")
+    assert "fusion" in browser.find_element(By.ID, "summary").text
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
 
 
 def test_a_blank_query_shows_the_servers_reason(browser: webdriver.Chrome, server: Server) -> None:

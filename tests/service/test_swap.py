@@ -36,7 +36,7 @@ def build_cli(root: Path, model: Path, data: Path, rows: int, *extra: str) -> st
     # nprobe 2 of ~8-11 lists: each version's own clustering shapes its answers, so versions answer QUERY
     # differently and a response mixing two versions would show (an exact-search nprobe could make them agree).
     r = indexer_cli("build", "--root", str(root), "--model", str(model), "--data", str(data), "--rows", str(rows),
-                    "--threads", "1", "--keep", "20", "--nprobe", "2", *extra)
+                    "--threads", "1", "--keep", "20", "--nprobe", "2", "--default-mode", "dense", *extra)
     assert r.returncode == 0, r.stderr
     return IndexRoot(root).current_version() or ""
 

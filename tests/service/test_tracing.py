@@ -89,6 +89,13 @@ def test_a_search_is_one_request_span_with_its_steps_as_children(traced) -> None
         assert earlier.end_time <= later.start_time
     assert spans["encode"].attributes["strata.texts"] == 1 and spans["encode"].attributes["strata.batch_texts"] >= 1
     assert spans["encode"].end_time - spans["encode"].start_time > 100_000  # a real ONNX run: > 0.1 ms
+    assert spans["encode"].attributes["strata.mode"] == "dense"  # the shared index's default
+    # the mode that ran and its stages are on the steps
+    r = httpx.post(f"{srv.url}/search", json={"query": "How can I be a good geologist?", "mode": "hybrid"},
+                   headers={"X-Request-ID": "trace-search-2"}, timeout=30)
+    assert r.status_code == 200
+    hybrid = spans_of(exporter, "trace-search-2")["encode"].attributes
+    assert hybrid["strata.mode"] == "hybrid" and hybrid["strata.lexical_ms"] > 0 and hybrid["strata.fusion_ms"] > 0
 
 
 def test_encode_has_no_search_steps_and_a_4xx_is_not_an_error(traced) -> None:  # noqa: ANN001

@@ -59,8 +59,9 @@ def base_docs(corpus: Path) -> list[dict[str, Any]]:
 
 
 def build(root: Path, corpus: Path, model: Path) -> str:
+    # dense by default: these tests check cosine scores; the lexical side is checked with explicit modes
     r = indexer_cli("build", "--root", str(root), "--data", str(corpus), "--model", str(model), "--nlist", "8",
-                    "--nprobe", "2", "--threads", "1", "--keep", "20")
+                    "--nprobe", "2", "--threads", "1", "--keep", "20", "--default-mode", "dense")
     assert r.returncode == 0, r.stderr
     return IndexRoot(root).current_version() or ""
 
@@ -261,6 +262,75 @@ def test_writes_survive_a_rebuild_from_source_data_compaction_and_restart(root: 
         assert "replayed" not in restarted.log.read_text()
     finally:
         stop_server(restarted)
+
+
+def lexical_ids(c: httpx.Client, query: str, mode: str = "lexical", **body: Any) -> list[int | str]:
+    r = c.post("/search", json={"query": query, "top_k": 10, "mode": mode} | body)
+    assert r.status_code == 200, r.text
+    assert r.json()["mode"] == mode
+    return [h["id"] for h in r.json()["hits"]]
+
+
+def test_acknowledged_writes_are_searchable_lexically_and_survive_sigkill_and_compaction(
+        root: Path, corpus: Path, tmp_path: Path) -> None:
+    """The lexical side of the write path: an acknowledged upsert is found by BM25 at once (filters applied to it),
+    a replaced or deleted document is not; after SIGKILL the log's replay restores the same lexical answers; and
+    `indexer compact` folds them into the new version's own lexical index, which then answers with no replay."""
+    docs = base_docs(corpus)
+    replaced = next(d for d in docs if isinstance(d["id"], int))
+    new = [{"id": "lex-a", "text": "Where do alphaquokka kites nest?", "metadata": {"bucket": 1}},
+           {"id": 50_000_001, "text": "Why is the betaquokka river green?", "metadata": {"bucket": 2}},
+           {"id": replaced["id"], "text": "How loud is a gammaquokka?", "metadata": {"bucket": 3}}]
+
+    def check(c: httpx.Client) -> None:
+        assert lexical_ids(c, "alphaquokka")[:1] == ["lex-a"]
+        assert "lex-a" in lexical_ids(c, "alphaquokka", mode="hybrid")
+        assert lexical_ids(c, "alphaquokka", filter={"bucket": 1}) == ["lex-a"]
+        assert lexical_ids(c, "alphaquokka", filter={"bucket": 2}) == []
+        assert lexical_ids(c, "gammaquokka")[:1] == [replaced["id"]]
+        assert replaced["id"] not in lexical_ids(c, replaced["text"])  # its old text is gone
+        assert lexical_ids(c, "betaquokka") == []  # deleted
+
+    server = serve(tmp_path, root)
+    try:
+        with server.client() as c:
+            r = c.put("/documents", json={"documents": new})
+            assert r.status_code == 200, r.text
+            assert lexical_ids(c, "betaquokka") == [50_000_001]  # visible at once
+            r = c.post("/documents/delete", json={"ids": [50_000_001]})
+            assert r.status_code == 200 and r.json()["deleted"] == 1
+            check(c)
+    finally:
+        kill(server)  # SIGKILL: nothing but the log holds the writes
+    restarted = serve(tmp_path, root)
+    try:
+        with restarted.client() as c:
+            check(c)
+        assert "replayed 4 write(s)" in restarted.log.read_text()
+    finally:
+        stop_server(restarted)
+
+    r = indexer_cli("compact", "--root", str(root), "--threads", "1")
+    assert r.returncode == 0, r.stderr
+    folder = IndexRoot(root).current_dir()
+    m = Manifest.load(folder)
+    assert m.writes is not None and m.lexical is not None and m.lexical.n_docs == m.index.ntotal == DOCS + 1
+    from indexer.runtime.lexical import LexicalIndex
+
+    lexical, store = LexicalIndex(folder, m.lexical), Store(folder / STORE)
+    try:
+        fid = store.ids_of(["lex-a"])["lex-a"]
+        assert lexical.search("alphaquokka", 5)[1].tolist() == [fid]  # in the version's own BM25 index now
+        assert lexical.search("betaquokka", 5)[1].size == 0
+    finally:
+        store.close()
+    compacted = serve(tmp_path, root)
+    try:
+        with compacted.client() as c:
+            check(c)
+        assert "replayed" not in compacted.log.read_text()
+    finally:
+        stop_server(compacted)
 
 
 def test_concurrent_writes_and_searches_across_a_swap(root: Path, corpus: Path, minilm_mean: Path,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,26 @@ def test_chunked_digest_equals_the_one_shot_digest(tmp_path: Path) -> None:
     path = tmp_path / "f"
     path.write_bytes(data)
     assert integrity.file_digest(path) == (len(data), xxhash.xxh3_128(data).hexdigest())
+
+
+def test_a_built_versions_lexical_index_is_sealed(quora_root: Path, tmp_path: Path) -> None:
+    """`indexer build` writes the lexical (BM25) index inside the staging folder, before sealing: each of its
+    real files is in the manifest's checksums, none is left unrecorded, and a damaged one is named."""
+    folder = IndexRoot(quora_root).current_dir()
+    lexical = sorted(p.relative_to(folder).as_posix() for p in (folder / "lexical").rglob("*") if p.is_file())
+    assert "lexical/rows.npy" in lexical and len(lexical) > 2  # the engine's own files beside rows and stats
+    sums = Checksums.model_validate(json.loads((folder / "manifest.json").read_text())["checksums"])
+    assert set(lexical) <= set(sums.files)
+    v = verify_folder(folder)
+    assert v.checked and v.unrecorded == ()
+    copy = tmp_path / folder.name
+    shutil.copytree(folder, copy)
+    rel = max(lexical, key=lambda r: (copy / r).stat().st_size)  # the largest: a postings or vocabulary array
+    with open(copy / rel, "r+b") as fh:
+        fh.seek((copy / rel).stat().st_size // 2)
+        byte = fh.read(1)[0]
+        fh.seek(-1, os.SEEK_CUR)
+        fh.write(bytes([byte ^ 1]))
+    with pytest.raises(IntegrityError, match="does not match its checksum") as err:
+        verify_folder(copy)
+    assert err.value.path == copy / rel

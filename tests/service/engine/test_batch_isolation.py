@@ -51,3 +51,36 @@ def test_a_request_that_breaks_a_shared_step_fails_alone(searcher: Searcher, ste
             assert all(len(q) == 5 for q in res.hits)
     with pytest.raises(type(bad.error)):  # on its own, `search` raises it (the swap's probe relies on that)
         searcher.search(BREAKERS[step].texts, BREAKERS[step].top_k or 1, BREAKERS[step].filter)
+
+
+def test_a_batch_of_mixed_modes_answers_each_request_as_alone(searcher: Searcher) -> None:
+    """Dense, lexical (not encoded: no rows of the ONNX run), hybrid and encode-only requests, with search
+    parameters or not, in one batch (filters across modes: tests/service/test_search_modes.py) — and a hybrid
+    request whose encoding breaks it: it fails alone, the lexical search that ran for it on the searcher's thread
+    is dropped, and every other request gets its answer alone."""
+    assert searcher.manifest.lexical is not None
+    nprobe = {"nprobe": 2} if searcher.index.kind == "ivf" else None
+    good = [Job([QUERIES[0]], 5, None, None, "lexical"), Job(QUERIES[:2], 5, None, None, "hybrid"),
+            Job([QUERIES[1]], None), Job([QUERIES[2]], 7, None, None, "lexical"), Job([QUERIES[3]], 5),
+            Job(QUERIES[2:], 4, None, None, "hybrid"), Job([QUERIES[0]], 6, None, nprobe, "hybrid"),
+            Job([QUERIES[1]], 3, None, nprobe, "dense"), Job(QUERIES[1:3], 5, None, None, "lexical")]
+    breaker = Job(["a lone surrogate \ud800"], 5, None, None, "hybrid")
+    jobs = good[:4] + [breaker] + good[4:]
+    results = searcher.run_batch(jobs)
+    bad = results.pop(4)
+    assert bad.error is not None and bad.hits == []
+    for job, res in zip(good, results, strict=True):
+        alone = searcher.run_batch([job])[0]
+        assert res.error is None and alone.error is None
+        assert res.mode == (None if job.top_k is None else job.mode or "dense")
+        if job.top_k is None:
+            assert res.vectors is not None and alone.vectors is not None
+            assert abs(res.vectors - alone.vectors).max() < 1e-5
+            continue
+        assert [[h.id for h in q] for q in res.hits] == [[h.id for h in q] for q in alone.hits]
+        assert all(0 < len(q) <= job.top_k for q in res.hits) and len(res.hits) == len(job.texts)
+        if job.mode == "lexical":
+            assert res.encode_ms == 0 and res.tokens == [] and res.stages.dense_ms == 0
+        else:
+            assert len(res.tokens) == len(job.texts) and res.stages.encode_ms > 0
+        assert (res.stages.fusion_ms > 0) == (job.mode == "hybrid")

@@ -9,6 +9,12 @@ the write overlay never answer again (HNSW cannot remove in place: the tombstone
 search parameters are the kind's own (nprobe for ivf, ef_search for hnsw, none for flat) and anything else is
 refused with the reason; the index survives save/load; `indexer add`'s and `indexer compact`'s `remove` works.
 
+The lexical retriever beside them (the version's BM25 index, `IndexVersion.lexical_search` under the write overlay)
+runs the cases that apply to it: answers equal Lucene's BM25 by hand, with the corpus' id types; filters answer
+among the matching documents only; a filter matching nothing, or a query sharing no term with any document, is an
+empty answer; deleted and replaced documents never answer, written ones do (filtered or not). The sharded backend
+serves no lexical index (`/search` refuses the lexical and hybrid modes there: tests/service/test_search_modes.py).
+
 The sharded backend serves IVF shards only (`indexer build --engine ray` trains one quantizer for all shards):
 flat and hnsw versions are refused at deploy with a `Mismatch` naming the kind, and writes are refused with
 `WritesUnsupported` (no overlay), both tested here. Real FAISS and SQLite; random unit vectors.
@@ -29,6 +35,7 @@ import pytest
 from indexer.runtime.ann import FlatParams, HnswParams, IndexParamError, IvfParams
 from indexer.runtime.faiss_index import INDEX_FILE, build_index, read_ann, train_empty_ivf, write_index
 from indexer.runtime.filters import matches, parse_filter
+from indexer.runtime.lexical import Analyzer, build_lexical, lexical_info
 from indexer.runtime.manifest import DataInfo, IndexInfo, Manifest, ModelInfo, ShardInfo, Timings
 from indexer.runtime.store import STORE, CorpusStoreWriter
 from indexer.runtime.version import IndexVersion
@@ -36,6 +43,7 @@ from indexer.runtime.writelog import ASSIGNED_IDS_FROM, DELETE, UPSERT, LogEntry
 from service.engine.errors import Mismatch, WritesUnsupported
 from service.engine.live import LiveIndex
 from service.engine.writes import Writes
+from tests.indexer.runtime.test_lexical import reference
 
 DIM, N, NLIST, K = 16, 400, 8, 10
 KINDS = ("flat", "ivf", "hnsw")
@@ -72,13 +80,14 @@ class Corpus:
                 self.fids.append(nxt)
                 nxt += 1
         self.meta = {e: {"n": i, "tag": "even" if i % 2 == 0 else "odd"} for i, e in enumerate(self.ext)}
+        self.texts = {e: f"text of {e}" for e in self.ext}
 
     def served(self) -> dict[int | str, np.ndarray]:
         return dict(zip(self.ext, self.vectors, strict=True))
 
     def write_store(self, folder: Path) -> None:
         writer = CorpusStoreWriter(folder / STORE)
-        writer.put([(f, e, f"text of {e}", json.dumps(self.meta[e]))
+        writer.put([(f, e, self.texts[e], json.dumps(self.meta[e]))
                     for f, e in zip(self.fids, self.ext, strict=True)])
         writer.finish()
 
@@ -326,3 +335,125 @@ def test_sharded_backend_refuses_kinds_other_than_ivf(kind: str, corpus: Corpus,
     folder = corpus.version(tmp_path / f"v-{kind}", kind)
     with pytest.raises(Mismatch, match=f"holds a {kind} index: the sharded backend serves IVF shards"):
         RayBackend(Settings()).open_index(folder)  # refused before anything is deployed
+
+
+# -- the lexical retriever beside them ---------------------------------------------------------------------------
+
+VOCABULARY = ["python", "rice", "java", "cats", "learn", "cook", "music", "river", "garden", "travel", "guitar",
+              "winter", "market", "engine", "poetry", "coffee"]
+
+
+class LexicalCorpus(Corpus):
+    """The same documents (ids, metadata, vectors) with texts of 2 to 6 words of a small vocabulary: many
+    documents share each term, with different term frequencies and lengths."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        rng = np.random.default_rng(11)
+        self.texts = {e: " ".join(rng.choice(VOCABULARY, size=int(rng.integers(2, 7)))) for e in self.ext}
+
+    def lexical_version(self, folder: Path) -> Path:
+        """A flat version with its lexical index, built as `indexer build` does (from the store's texts)."""
+        self.version(folder, "flat")
+        m = Manifest.load(folder)
+        m.lexical = build_lexical(folder, zip(self.fids, (self.texts[e] for e in self.ext), strict=True),
+                                  lexical_info())
+        m.save(folder)
+        return folder
+
+
+@pytest.fixture()
+def lexical_served(tmp_path: Path) -> Iterator[tuple[LexicalCorpus, LiveIndex]]:
+    corpus = LexicalCorpus()
+    index = LiveIndex(IndexVersion(corpus.lexical_version(tmp_path / "v-lexical")))
+    assert index.lexical is not None
+    yield corpus, index
+    index.close()
+
+
+LEXICAL_QUERIES = ["python java", "cook rice rice", "winter river travel guitar", "coffee", "poetry market engine"]
+
+
+def lexical_answers(index: LiveIndex, queries: list[str], k: int, flt: dict | None = None) -> list[list[Any]]:
+    found = index.lexical_search(queries, k, None if flt is None else index.match(flt))
+    width = max(1, max(len(ids) for _, ids in found))
+    scores = np.full((len(found), width), -np.inf, dtype=np.float32)
+    ids = np.full((len(found), width), -1, dtype=np.int64)
+    for r, (s, i) in enumerate(found):
+        scores[r, : len(i)], ids[r, : len(i)] = s, i
+    return index.hits(scores, ids)
+
+
+def assert_bm25_top_k(row: list[Any], ref: dict[int | str, float], k: int) -> None:
+    """`row` is a best-k by Lucene's BM25: each hit's score is its own, and the scores are the k best (ties may
+    come in any order, so the ids are compared through their scores)."""
+    assert len(row) == min(k, len(ref))
+    assert [h.score for h in row] == pytest.approx(sorted(ref.values(), reverse=True)[:k], rel=1e-5)
+    for h in row:
+        assert h.score == pytest.approx(ref[h.ext_id], rel=1e-5)
+
+
+def by_ext(corpus: Corpus, query: str, texts: dict[int | str, str], an: Analyzer) -> dict[int | str, float]:
+    """Lucene BM25 by hand over `texts`, by external id."""
+    fid_of = dict(zip(corpus.ext, corpus.fids, strict=True))
+    ext_of = {f: e for e, f in fid_of.items()}
+    return {ext_of[f]: s for f, s in reference(query, [(fid_of[e], t) for e, t in texts.items()], 0.9, 0.4,
+                                                 an).items()}
+
+
+def test_lexical_answers_equal_bm25_with_the_corpus_id_types(lexical_served: tuple[LexicalCorpus, LiveIndex]
+                                                             ) -> None:
+    corpus, index = lexical_served
+    hits = lexical_answers(index, LEXICAL_QUERIES, K)
+    for query, row in zip(LEXICAL_QUERIES, hits, strict=True):
+        assert_bm25_top_k(row, by_ext(corpus, query, corpus.texts, index.lexical.analyzer), K)
+        for h in row:  # an integer id stays an integer, a string id a string, with its text and metadata
+            assert type(h.ext_id) is type(corpus.ext[corpus.ext.index(h.ext_id)])
+            assert h.text == corpus.texts[h.ext_id] and h.metadata == corpus.meta[h.ext_id]
+    assert {type(h.ext_id) for row in hits for h in row} == {int, str}
+
+
+@pytest.mark.parametrize("flt", FILTERS, ids=["1pct-ish", "half", "range", "in"])
+def test_lexical_filters_answer_among_the_matching_documents_only(
+        lexical_served: tuple[LexicalCorpus, LiveIndex], flt: dict) -> None:
+    """Exact under any filter: the matching documents' best k by the whole corpus' statistics."""
+    corpus, index = lexical_served
+    node = parse_filter(flt, {"n": "int", "tag": "str"})
+    for query, row in zip(LEXICAL_QUERIES, lexical_answers(index, LEXICAL_QUERIES, K, flt), strict=True):
+        ref = by_ext(corpus, query, corpus.texts, index.lexical.analyzer)
+        assert_bm25_top_k(row, {e: s for e, s in ref.items() if matches(node, corpus.meta[e])}, K)
+        assert all(matches(node, h.metadata) for h in row)
+
+
+def test_lexical_empty_answers(lexical_served: tuple[LexicalCorpus, LiveIndex]) -> None:
+    _, index = lexical_served
+    assert lexical_answers(index, LEXICAL_QUERIES[:2], K, {"n": {"gt": 10_000}}) == [[], []]
+    assert lexical_answers(index, ["zebra quantum", "the of and"], K) == [[], []]  # no shared term; stopwords
+
+
+def test_lexical_deletes_and_replacements_through_the_write_overlay(
+        lexical_served: tuple[LexicalCorpus, LiveIndex]) -> None:
+    """Deleted and replaced base documents never answer by their old text; written ones answer by theirs, scored
+    with the base's statistics, filtered or not."""
+    corpus, index = lexical_served
+    vec = unit(3, seed=12)
+    deleted = [corpus.ext[0], corpus.ext[1], corpus.ext[7]]  # 0, "doc-1", "doc-7"
+    entries = [LogEntry(1, UPSERT, "w-new", "zebra zebra python", {"n": 5, "tag": "even"}, vec[0], "sha"),
+               LogEntry(2, UPSERT, 20, "quantum coffee", {"n": 2, "tag": "even"}, vec[1], "sha"),  # replaces an int id
+               LogEntry(3, UPSERT, "doc-3", "zebra garden", {"n": 3, "tag": "odd"}, vec[2], "sha")]
+    entries += [LogEntry(4 + i, DELETE, e, None, {}, None, "sha") for i, e in enumerate(deleted)]
+    index.overlay.apply(entries)
+    # the old texts of the deleted and replaced documents, searched to the full depth: the deleted ones never
+    # answer, the replaced ones only as their written text
+    new_text = {20: "quantum coffee", "doc-3": "zebra garden"}
+    old = [corpus.texts[e] for e in [*deleted, 20, "doc-3"]]
+    found = [h for row in lexical_answers(index, old, N) for h in row]
+    assert found and not set(deleted) & {h.ext_id for h in found}
+    assert all(h.text == new_text[h.ext_id] for h in found if h.ext_id in new_text)
+    zebra = lexical_answers(index, ["zebra"], K)[0]
+    assert [h.ext_id for h in zebra] == ["w-new", "doc-3"]  # two zebras in a shorter text beat one
+    assert zebra[0].text == "zebra zebra python" and zebra[0].metadata == {"n": 5, "tag": "even"}
+    quantum = lexical_answers(index, ["quantum"], K)[0]
+    assert [(h.ext_id, h.text) for h in quantum] == [(20, "quantum coffee")]  # the replacement, not the base text
+    assert [h.ext_id for h in lexical_answers(index, ["zebra"], K, {"tag": "odd"})[0]] == ["doc-3"]
+    assert lexical_answers(index, ["zebra"], K, {"n": {"gt": 100}}) == [[]]

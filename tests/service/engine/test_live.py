@@ -224,3 +224,79 @@ def test_filtered_search_over_the_overlay_equals_brute_force_over_matching_docum
         assert [h.ext_id for h in row_hits] == want
         assert all(matches(node, h.metadata) for h in row_hits)
     live.close()
+
+
+WORDS = ["kite", "river", "python", "garden", "quartz", "violin", "harbor", "meadow", "copper", "lantern", "orbit",
+         "falcon"]
+
+
+def words_text(seed: int, n: int = 6) -> str:
+    rng = np.random.default_rng(seed)
+    return " ".join(rng.choice(WORDS, size=int(rng.integers(1, n + 1))).tolist())
+
+
+@pytest.mark.parametrize("flt", [None, {"n": {"lt": 200}}])
+def test_lexical_search_over_the_overlay_equals_bm25_over_what_is_served(tmp_path: Path, flt: dict | None) -> None:
+    """The lexical side of the overlay: after upserts (new, replacing a base document, replacing a written one)
+    and deletes (base and written), the lexical answers equal BM25 by hand over the documents that should be served
+    — each scored with the base version's statistics (N, avgdl, document frequencies; a term the base never saw
+    counts as in one document) — restricted to the filter's matches."""
+    import math
+
+    from indexer.runtime.filters import matches, parse_filter
+    from indexer.runtime.lexical import Analyzer, build_lexical, lexical_info
+
+    folder = tmp_path / "v1"
+    served_vecs, fid_of = make_version(folder)
+    base_texts = {e: words_text(i) for i, e in enumerate(served_vecs)}
+    info = build_lexical(folder, [(fid_of[e], t) for e, t in base_texts.items()], lexical_info())
+    m = Manifest.load(folder)
+    m.lexical = info
+    m.save(folder)
+    live = LiveIndex(IndexVersion(folder))
+    meta = {e: {"n": i} for i, e in enumerate(served_vecs)}
+    texts = dict(base_texts)
+    vec = unit(1, seed=1)[0]
+    written = [(0, "kite kite unseenword", {"n": 5}), ("doc-1", "violin orbit", {"n": 300}),
+               ("w-a", "falcon harbor harbor", {"n": 7}), ("w-b", "unseenword copper", {"n": 150}),
+               ("w-a", "meadow lantern", {"n": 8}), (123457, "quartz quartz quartz", {"n": 9})]
+    entries = [LogEntry(i + 1, UPSERT, e, t, md, vec, "sha") for i, (e, t, md) in enumerate(written)]
+    entries += [LogEntry(10, DELETE, 20, None, {}, None, "sha"), LogEntry(11, DELETE, "w-b", None, {}, None, "sha"),
+                LogEntry(12, DELETE, "doc-3", None, {}, None, "sha")]
+    live.overlay.apply(entries)
+    for e in entries:
+        if e.op == UPSERT:
+            texts[e.ext_id], meta[e.ext_id] = e.text, e.metadata  # type: ignore[assignment]
+        else:
+            texts.pop(e.ext_id, None)
+
+    an = Analyzer("english", "english")
+    base_terms = [an.terms(t) for t in base_texts.values()]
+    n_base, avgdl = len(base_terms), sum(map(len, base_terms)) / len(base_terms)
+
+    def bm25(query: str, text: str) -> float:
+        dt, s = an.terms(text), 0.0
+        for q in an.terms(query):
+            tf = dt.count(q)
+            if tf:
+                df = sum(q in t for t in base_terms) or 1
+                s += math.log(1 + (n_base - df + 0.5) / (df + 0.5)) * tf / (tf + 0.9 * (0.6 + 0.4 * len(dt) / avgdl))
+        return s
+
+    node = parse_filter(flt, {"n": "int"}) if flt is not None else None
+    queries = ["kite", "unseenword", "harbor falcon", "meadow", "quartz river", "copper", "violin orbit"]
+    got = live.lexical_search(queries, 10, live.match(flt) if flt is not None else None)
+    for q, (scores, ids) in zip(queries, got, strict=True):
+        want = {e: bm25(q, t) for e, t in texts.items() if node is None or matches(node, meta[e])}
+        want = {e: s for e, s in want.items() if s > 0}
+        hits = live.hits(scores[None, :], ids[None, :])[0]
+        got_scores = {h.ext_id: h.score for h in hits}
+        top = sorted(want.values(), reverse=True)[:10]
+        assert sorted(got_scores.values(), reverse=True) == pytest.approx(top, rel=1e-5), q
+        assert all(want[e] == pytest.approx(s, rel=1e-5) for e, s in got_scores.items()), q
+        assert len(set(ids.tolist())) == len(ids)
+    # the replaced and deleted texts are gone; the written ones answer
+    assert "w-b" not in {h.ext_id for h in live.hits(*[x[None, :] for x in live.lexical_search(["copper"], 50)[0]])[0]}
+    falcon = live.lexical_search(["falcon"], 50)[0][1]
+    assert live.overlay._fid_of["w-a"] not in falcon.tolist()
+    live.close()

@@ -126,6 +126,25 @@ def test_two_shard_service_answers_like_the_merged_index(sharded_server: str, ra
     assert overlap >= 0.999 and same_list >= 0.99
 
 
+def test_sharded_serves_dense_by_default_and_refuses_lexical_with_the_reason(sharded_server: str,
+                                                                          ray_sharded: Path) -> None:
+    """The Ray build writes the lexical index like any build (from the version's store), but the shard deployments
+    serve vectors only: a request without a mode runs dense there, and lexical or hybrid is a 422 that says why."""
+    import httpx
+
+    from indexer.runtime.lexical import LexicalIndex
+
+    m = Manifest.load(ray_sharded)
+    assert m.lexical is not None and m.lexical.n_docs == m.index.ntotal and m.search_mode() == "hybrid"
+    assert LexicalIndex(ray_sharded, m.lexical).search(QUERY, 3)[1].size == 3
+    with httpx.Client(base_url=sharded_server, timeout=120) as client:
+        default = client.post("/search", json={"query": QUERY, "top_k": 3})
+        assert default.status_code == 200 and default.json()["mode"] == "dense"
+        for mode in ("lexical", "hybrid"):
+            r = client.post("/search", json={"query": QUERY, "mode": mode})
+            assert r.status_code == 422 and "sharded (Ray) backend does not serve" in r.text, r.text
+
+
 def test_sharded_api_keys(secured: Server) -> None:
     with secured.client() as c:
         assert c.get("/health").status_code == 200  # public
