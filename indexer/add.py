@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from indexer.build import save_and_evaluate
+from indexer.probes import PROBES_FILE
 from indexer.quora import COLUMNS, QuoraFormatError, _open_text, read_rows
 from indexer.runtime.encoder import EncoderLoadError, OnnxEncoder
 from indexer.runtime.faiss_index import INDEX_FILE, set_threads
@@ -138,6 +139,8 @@ def add_questions(root_dir: Path, path: Path, *, model_dir: Path | None = None, 
             with root.staging(version) as stage:
                 index.save(stage / INDEX_FILE)
                 _copy_store(base.folder / STORE, stage / STORE, ids, texts)
+                if (base.folder / PROBES_FILE).is_file():  # calibrate again on the same probes
+                    shutil.copy2(base.folder / PROBES_FILE, stage / PROBES_FILE)
                 if (base.folder / QUERY_VECTORS).is_file():
                     shutil.copy2(base.folder / QUERY_VECTORS, stage / QUERY_VECTORS)
                 # only IVF has a trained quantizer to drift from; flat and HNSW take additions as they come

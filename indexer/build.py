@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
-from indexer.calibrate import calibrate_index
+from indexer.calibrate import calibrate_index, calibration_target
 from indexer.corpus import detect_format
 from indexer.evaluate import evaluate
 from indexer.ingest import build_corpus, data_path, source_for, warn_if_shrinking
+from indexer.probes import Probes, load_probes, make_probes, quora_probe_candidates, save_probes
 from indexer.quora import Protocol, load_split
 from indexer.runtime.ann import AUTO, FlatParams, HnswParams, IvfParams, choose_kind
 from indexer.runtime.encoder import EncoderMeta, OnnxEncoder
@@ -54,12 +56,17 @@ class BuildConfig:
     # here ivf, what every programmatic caller (benches, the Ray equality checks) was written against.
     index: str = "ivf"
     nlist: int | None = None  # IVF; None: DEFAULT_NLIST
-    nprobe: int | None = None  # IVF; None: DEFAULT_NPROBE
-    target_recall: float | None = None  # set: nprobe is chosen per encoder (`indexer.calibrate`), not `nprobe`
+    nprobe: int | None = None  # IVF; given: no calibration (`calibration_target`); None: calibrated
+    # An ivf/hnsw build calibrates its search parameter on query-like probes (`indexer.calibrate`,
+    # `indexer.probes`) to this share of exact search's top 10 (None: DEFAULT_TARGET_RECALL), unless `calibrate`
+    # is False or the kind's parameter (nprobe, ef_search) is given.
+    target_recall: float | None = None
+    calibrate: bool = True
+    probes: str = "auto"  # auto | queries | spans (`indexer.probes`)
     codec: str | None = None  # codes in the IVF lists: "SQfp16" or "Flat" (float32); None: DEFAULT_CODEC
     hnsw_m: int = HnswParams.model_fields["m"].default
     ef_construction: int = HnswParams.model_fields["ef_construction"].default
-    ef_search: int = HnswParams.model_fields["ef_search"].default
+    ef_search: int | None = None  # HNSW; given: no calibration; None: calibrated (64 with --no-calibrate)
     batch_size: int | None = None  # texts per ONNX run (default: the encoder's corpus_batch_size)
     threads: int | None = None
     keep: int = 5
@@ -94,6 +101,11 @@ class BuildConfig:
                  "--metadata-fields": self.metadata_fields, "--queries": self.queries, "--qrels": self.qrels}
         return [k for k, v in named.items() if v is not None]
 
+    def target_for(self, kind: str) -> float | None:
+        """The recall target a new `kind` index of this build calibrates to (None: fixed parameters)."""
+        return calibration_target(kind, calibrate=self.calibrate, target_recall=self.target_recall,
+                                  nprobe=self.nprobe, ef_search=self.ef_search)
+
 
 def index_params(cfg: BuildConfig, n_vectors: int) -> FlatParams | IvfParams | HnswParams:
     """The kind `cfg.index` asks for at this many vectors (`auto`: `ann.choose_kind`, but ivf when --nlist,
@@ -112,7 +124,8 @@ def index_params(cfg: BuildConfig, n_vectors: int) -> FlatParams | IvfParams | H
         return IvfParams(nlist=nlist, nlist_requested=requested, codec=cfg.codec or DEFAULT_CODEC,
                          nprobe=clamp_nprobe(cfg.nprobe or DEFAULT_NPROBE, nlist))
     if kind == "hnsw":
-        return HnswParams(m=cfg.hnsw_m, ef_construction=cfg.ef_construction, ef_search=cfg.ef_search)
+        ef_search = cfg.ef_search or HnswParams.model_fields["ef_search"].default
+        return HnswParams(m=cfg.hnsw_m, ef_construction=cfg.ef_construction, ef_search=ef_search)
     return FlatParams()
 
 
@@ -133,13 +146,16 @@ def model_info(model_dir: Path, meta: EncoderMeta) -> ModelInfo:
 
 
 def save_and_evaluate(stage: Path, manifest: Manifest, t_start: float, *, evaluate_it: bool,
-                      threads: int | None, target_recall: float | None = None) -> None:
+                      threads: int | None, target_recall: float | None = None,
+                      probe_maker: Callable[[IndexVersion], Probes] | None = None) -> None:
     """Write the manifest of a staged version, calibrate its search parameter (IVF's nprobe, HNSW's ef_search)
     when asked, then evaluate it there — before it can become current, so a swap gate can compare its MRR@10
     with the served one's.
 
     `target_recall` None keeps the manifest's parameters, unless the manifest already carries a calibration (a
-    version grown by `--add` or compacted from a calibrated one): that target is met again on the new vectors."""
+    version grown by `--add` or compacted from a calibrated one): that target is met again on the new vectors.
+    `probe_maker` gives the query-like probes to calibrate on (kept in the version as `PROBES_FILE`); None: those
+    in `stage` (a version grown from a calibrated one), else the version's own documents."""
     if manifest.lexical is not None:  # from the staged store: a compacted or grown version indexes its writes too
         store = Store(stage / STORE)
         try:
@@ -159,7 +175,15 @@ def save_and_evaluate(stage: Path, manifest: Manifest, t_start: float, *, evalua
     opened = IndexVersion(stage)
     try:
         if target_recall is not None and opened.ann.knob() is not None:
-            cal = calibrate_index(opened.ann, target_recall)
+            t0 = time.perf_counter()
+            if probe_maker is not None:
+                probes = probe_maker(opened)
+                save_probes(stage, probes)
+            else:  # --add, compact: the probes the version grown from was calibrated on, when it kept them
+                probes = load_probes(stage, calibration.probes if calibration is not None else None)
+            cal = calibrate_index(opened.ann, target_recall, probes=None if probes is None else
+                                  (probes.vectors, probes.self_ids, probes.info))
+            cal.seconds = round(time.perf_counter() - t0, 3)  # encoding the probes included
             if opened.kind == "ivf":
                 manifest.index.set_nprobe(cal.nprobe)
                 manifest.index.nprobe_calibration = cal
@@ -254,8 +278,11 @@ def build(cfg: BuildConfig) -> Manifest:
                 build_seconds=timings,
                 lexical=lexical, default_mode=cfg.default_mode,
             )
+            candidates = quora_probe_candidates(split, cfg.probes)
             save_and_evaluate(stage, manifest, t_start, evaluate_it=cfg.evaluate and bool(ev.query_texts),
-                              threads=cfg.threads, target_recall=cfg.target_recall)
+                              threads=cfg.threads, target_recall=cfg.target_for(index_info.kind),
+                              probe_maker=lambda v: make_probes(candidates, encoder, v.store, split.corpus.ids,
+                                                                cfg.batch_size))
         warn_if_shrinking(root, manifest.index.ntotal)
         root.set_current(version)
         root.prune(cfg.keep)

@@ -1,5 +1,7 @@
-"""`indexer build --target-recall R`: choose an IVF index's nprobe (an HNSW index's ef_search) for the encoder
-it was built with.
+"""Every build of an approximate index (ivf, hnsw) chooses its search parameter (IVF's nprobe, HNSW's
+ef_search) for the encoder and corpus it was built with: the smallest keeping `DEFAULT_TARGET_RECALL` (0.97) of
+exact search's top 10 on query-like probes (`indexer.probes`); `--target-recall R` sets another share,
+`--nprobe N` / `--ef-search N` or `--no-calibrate` keep a fixed value.
 
 Why per encoder: how many lists a query must probe to find its exact neighbours depends on how the encoder
 spreads its vectors, not only on the corpus. On the Quora paper protocol, IVF1024 at nprobe 20 keeps 95 % of the
@@ -7,8 +9,9 @@ exact top 10 for the stock all-MiniLM-L6-v2 but 89 % for the same model after co
 which costs it 1.6 MRR@10 points against its own exact search (bench/results/ivf-gap-mean-mean-s1-20261124.md).
 A fixed default nprobe therefore compares encoders at unequal ANN recall.
 
-The calibration is label-free: its queries are a seeded sample of the version's own documents (each one's own
-id excluded from its results), so it can run on any corpus and never reads an evaluation set. It finds the
+The calibration is label-free: its queries are the build's probes (`indexer.probes`: held-apart queries, the
+evaluation queries' text, declared, or document spans; never qrels), or with none given a seeded sample of the
+version's own documents (each one's own id excluded from its results; `--add` and compact). It finds the
 fewest lists whose top 10 holds at least a share R of exact search's top 10 (ties counted as ann-benchmarks
 counts them, `tie_aware_recall`), by bisection over 1..nlist: probing more lists scans a superset of vectors, so
 that share only grows with nprobe.
@@ -23,11 +26,12 @@ import numpy as np
 
 from indexer.runtime.ann import AnnIndex
 from indexer.runtime.faiss_index import Index, IvfIndex, IvfParams, nlist_of
-from indexer.runtime.manifest import KnobCalibration, KnobRecall, NprobeCalibration, ProbeRecall
+from indexer.runtime.manifest import KnobCalibration, KnobRecall, NprobeCalibration, ProbeInfo, ProbeRecall
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SAMPLE = 2000
+DEFAULT_TARGET_RECALL = 0.97
 K = 10
 
 
@@ -77,18 +81,24 @@ def calibrate_nprobe(index: Index, target_recall: float, *, sample: int = DEFAUL
     return cal
 
 
-def calibrate_index(ann: AnnIndex, target_recall: float, *, sample: int = DEFAULT_SAMPLE, seed: int = 0
+def calibrate_index(ann: AnnIndex, target_recall: float, *, sample: int = DEFAULT_SAMPLE, seed: int = 0,
+                    probes: tuple[np.ndarray, np.ndarray, ProbeInfo] | None = None
                     ) -> NprobeCalibration | KnobCalibration:
     """The smallest value of the index's speed/recall parameter (`AnnIndex.knob`: IVF's nprobe, HNSW's
-    ef_search) reaching `target_recall` ANN recall@10 on `sample` of its own vectors as queries, by bisection
-    (a larger value searches a superset, so recall only grows with it). Leaves it set as the index's default."""
+    ef_search) reaching `target_recall` ANN recall@10 on `probes` (vectors, the id each must not return (-1:
+    none), where they came from), else on `sample` of its own vectors as queries, by bisection (a larger value
+    searches a superset, so recall only grows with it). Leaves it set as the index's default."""
     check_target(target_recall)
     knob = ann.knob()
     if knob is None:
         raise ValueError(f"a {ann.kind} index searches exactly: it has nothing to calibrate")
     name, lowest, highest = knob
     t0 = time.perf_counter()
-    query_ids, queries = ann.sample_stored(sample, seed)
+    if probes is None:
+        query_ids, queries = ann.sample_stored(sample, seed)
+        probe_info = None
+    else:
+        queries, query_ids, probe_info = probes
     depth = K + 1  # one more than k: the query's own id is dropped from both rankings
     exact_scores, exact_ids = without_self(*ann.exact_search(queries, depth), query_ids, K)
     measured: dict[int, float] = {}
@@ -115,16 +125,34 @@ def calibrate_index(ann: AnnIndex, target_recall: float, *, sample: int = DEFAUL
         log.warning("%s %d (the most there is) keeps %.4f of the exact top %d, below the target %.4f: ties among "
                     "equal scores; using it", name, chosen, achieved, K, target_recall)
     seconds = round(time.perf_counter() - t0, 3)
-    log.info("%s %d for ANN recall@%d >= %.3f (%.4f on %d sampled documents, %.1fs)", name, chosen, K,
-             target_recall, achieved, len(query_ids), seconds)
+    what = "sampled documents" if probe_info is None else probe_info.source.replace("_", " ")
+    log.info("%s %d for ANN recall@%d >= %.3f (%.4f on %d %s, %.1fs)", name, chosen, K,
+             target_recall, achieved, len(query_ids), what, seconds)
     if name == "nprobe":
         return NprobeCalibration(
             target_recall=target_recall, nprobe=chosen, recall_at_10=round(achieved, 6), reached=reached,
             sample_queries=len(query_ids), seed=seed,
             measured=[ProbeRecall(nprobe=p, recall_at_10=round(r, 6)) for p, r in sorted(measured.items())],
-            seconds=seconds)
+            seconds=seconds, probes=probe_info)
     return KnobCalibration(
         knob=name, target_recall=target_recall, value=chosen, recall_at_10=round(achieved, 6), reached=reached,
         sample_queries=len(query_ids), seed=seed,
         measured=[KnobRecall(value=p, recall_at_10=round(r, 6)) for p, r in sorted(measured.items())],
-        seconds=seconds)
+        seconds=seconds, probes=probe_info)
+
+
+def calibration_target(kind: str, *, calibrate: bool, target_recall: float | None, nprobe: int | None,
+                       ef_search: int | None) -> float | None:
+    """The recall target a new build of `kind` calibrates to, or None for a fixed search parameter.
+
+    What an ML engineer expects: an approximate index (ivf, hnsw) is calibrated to `DEFAULT_TARGET_RECALL` unless
+    told otherwise; `--target-recall R` picks another share; a value given for the kind's own parameter
+    (`--nprobe` for ivf, `--ef-search` for hnsw) is taken as asked, like `--no-calibrate` (which keeps the
+    defaults, nprobe 20 / ef_search 64). A flat index is exact: nothing to calibrate."""
+    if kind == "flat" or not calibrate:
+        return None
+    if target_recall is not None:
+        return check_target(target_recall)
+    if (kind == "ivf" and nprobe is not None) or (kind == "hnsw" and ef_search is not None):
+        return None
+    return DEFAULT_TARGET_RECALL

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from indexer.calibrate import DEFAULT_TARGET_RECALL
 from indexer.console import configure_logging, run_cli
 from indexer.runtime.ann import AUTO, AUTO_FLAT_BELOW, KINDS, HnswParams
 from indexer.runtime.faiss_index import CODECS, DEFAULT_NLIST, DEFAULT_NPROBE
@@ -82,15 +83,16 @@ def _build(args: argparse.Namespace) -> int:
     from indexer.build import BuildConfig, build
 
     _check_settings()
-    if args.target_recall is not None and args.add is not None:
-        raise ValueError("--target-recall applies to a full build; --add calibrates again by itself when the "
-                         "current version was calibrated")
+    if (args.target_recall is not None or args.no_calibrate) and args.add is not None:
+        raise ValueError("--target-recall and --no-calibrate apply to a full build; --add calibrates again by "
+                         "itself when the current version was calibrated")
     if args.add is not None:
         return _add(args)
     cfg = BuildConfig(model_dir=args.model or default_model_dir(), data=args.data, root=args.root,
                       protocol=args.protocol, rows=args.rows, index=args.index, nlist=args.nlist,
                       nprobe=args.nprobe,
-                      target_recall=args.target_recall, codec=args.codec, hnsw_m=args.hnsw_m,
+                      target_recall=args.target_recall, calibrate=not args.no_calibrate, probes=args.probes,
+                      codec=args.codec, hnsw_m=args.hnsw_m,
                       ef_construction=args.ef_construction, ef_search=args.ef_search,
                       batch_size=args.batch_size, threads=args.threads, keep=args.keep, evaluate=not args.no_eval,
                       id_field=args.id_field, text_field=args.text_field, title_field=args.title_field,
@@ -113,8 +115,8 @@ def _build(args: argparse.Namespace) -> int:
           f"({m.index.factory}{', ' + knobs if knobs else ', exact search'}), {m.build_seconds.total_s:.1f}s")
     if m.index.calibration is not None:
         kc = m.index.calibration
-        print(f"{kc.knob} {kc.value} keeps {kc.recall_at_10:.4f} of the exact top 10 on {kc.sample_queries} sampled "
-              f"documents (target {kc.target_recall}{'' if kc.reached else ', not reached'}; {kc.seconds:.1f}s)")
+        print(f"{kc.knob} {kc.value} keeps {kc.recall_at_10:.4f} of the exact top 10 on {_probes_text(kc)} "
+              f"(target {kc.target_recall}{'' if kc.reached else ', not reached'}; {kc.seconds:.1f}s)")
     lx = m.lexical
     print("lexical: none (dense only)" if lx is None else
           f"lexical: BM25 k1={lx.k1} b={lx.b} over {lx.n_docs} documents ({lx.vocabulary} terms; stemmer "
@@ -122,8 +124,12 @@ def _build(args: argparse.Namespace) -> int:
     cal = m.index.nprobe_calibration
     if cal is not None:
         print(f"nprobe {cal.nprobe} of {m.index.nlist} lists keeps {cal.recall_at_10:.4f} of the exact top 10 on "
-              f"{cal.sample_queries} sampled documents (target {cal.target_recall}"
+              f"{_probes_text(cal)} (target {cal.target_recall}"
               f"{'' if cal.reached else ', not reached: every list is probed'}; {cal.seconds:.1f}s)")
+    probes = (cal or m.index.calibration).probes if (cal or m.index.calibration) else None
+    if probes is not None and probes.sees_eval_queries:
+        print("note: calibrated on the evaluation queries' text (not their qrels): the figures below are measured "
+              "at a setting chosen on those queries; --probes spans keeps them unseen")
     d = m.data
     if d.format is not None:
         rate = d.rows_read / max(m.build_seconds.load_s + m.build_seconds.encode_docs_s, 1e-9)
@@ -136,6 +142,9 @@ def _build(args: argparse.Namespace) -> int:
         print(f"MRR@10 {e.mrr_at_10:.4f} nDCG@10 {e.ndcg_at_10:.4f} Recall@10 {e.recall_at_10:.4f} Recall@100 "
               f"{e.recall_at_100:.4f} (exact search: {e.exact_mrr_at_10:.4f} {e.exact_ndcg_at_10:.4f} "
               f"{e.exact_recall_at_10:.4f} {e.exact_recall_at_100:.4f}) over {e.n_queries} queries")
+        if e.ndcg_at_10_vs_exact is not None:
+            print(f"index vs exact search: nDCG@10 {e.ndcg_at_10_vs_exact * 100:+.2f} points, top-10 overlap "
+                  f"{e.ann_recall_at_10:.4f}")
     elif m.eval:
         print(f"MRR@10 {m.eval.mrr_at_10:.4f} (exact {m.eval.exact_mrr_at_10:.4f}) over {m.eval.n_queries} "
               f"queries")
@@ -164,6 +173,12 @@ def _compact(args: argparse.Namespace) -> int:
     return 0
 
 
+def _probes_text(cal) -> str:  # noqa: ANN001 (NprobeCalibration | KnobCalibration)
+    if cal.probes is None:
+        return f"{cal.sample_queries} sampled documents"
+    return f"{cal.probes.n_probes} {cal.probes.source.replace('_', ' ')} ({cal.probes.detail})"
+
+
 def _knobs_text(e) -> str:  # noqa: ANN001 (EvalFigures)
     if e.index_kind is None or e.index_kind == "ivf":
         return f"nprobe {e.nprobe}"
@@ -184,6 +199,8 @@ def _table(e) -> str:  # noqa: ANN001 (EvalFigures)
     ]
     if e.ndcg_at_10 is not None:  # graded judgments (a corpus's queries and qrels): each figure, then exact search's
         rows[4:4] = [("nDCG@10", f"{e.ndcg_at_10 * 100:.2f}"), ("Recall@100", f"{e.recall_at_100 * 100:.2f}")]
+        if e.ndcg_at_10_vs_exact is not None:
+            rows.append(("index vs exact nDCG@10", f"{e.ndcg_at_10_vs_exact * 100:+.2f}"))
         rows[7:7] = [("exact search nDCG@10", f"{e.exact_ndcg_at_10 * 100:.2f}"),
                      ("exact search Recall@10", f"{e.exact_recall_at_10 * 100:.2f}"),
                      ("exact search Recall@100", f"{e.exact_recall_at_100 * 100:.2f}")]
@@ -247,7 +264,7 @@ def _eval(args: argparse.Namespace) -> int:
         keys = ("mrr_at_10", "recall_at_10", "exact_mrr_at_10", "avg_retrieval_ms", "memory_gb", "n_queries",
                 "n_docs", "ann_recall_at_10", "exact_n_queries", "mrr_at_10_on_exact_sample", "batch_size",
                 "threads", "nprobe", "ndcg_at_10", "recall_at_100", "exact_ndcg_at_10", "exact_recall_at_10",
-                "exact_recall_at_100", "query_set", "index_kind", "search_params")
+                "exact_recall_at_100", "query_set", "index_kind", "search_params", "ndcg_at_10_vs_exact")
         out = {k: getattr(figures, k) for k in keys} | {"version": manifest.version}
         if runs is not None:
             out["runs"] = {f"{k.mode}{'.exact' if k.exact else ''}": str(p) for k, p in written.items()}
@@ -463,18 +480,30 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--ef-construction", type=positive_int,
                    default=HnswParams.model_fields["ef_construction"].default,
                    help="HNSW: candidates kept while building (default %(default)s)")
-    b.add_argument("--ef-search", type=positive_int, default=HnswParams.model_fields["ef_search"].default,
-                   help="HNSW: candidates kept per query (default %(default)s; --target-recall chooses it instead)")
+    b.add_argument("--ef-search", type=positive_int, default=None,
+                   help="HNSW: candidates kept per query, taken as given (no calibration); default: calibrated "
+                        f"(see --target-recall; {HnswParams.model_fields['ef_search'].default} with --no-calibrate)")
     probe = b.add_mutually_exclusive_group()
     probe.add_argument("--nprobe", type=positive_int, default=None,
-                       help=f"IVF lists probed per query (default {DEFAULT_NPROBE}: the cheapest setting within 0.5 "
-                            "MRR@10 of exact search in `indexer tune` on the paper protocol with the stock encoder; "
-                            "the paper used 5)")
+                       help="IVF lists probed per query, taken as given (no calibration); default: calibrated "
+                            "(see --target-recall)")
     probe.add_argument("--target-recall", type=recall_target, default=None, metavar="R",
-                       help="choose nprobe for this encoder instead: the fewest lists whose top 10 keeps a share R "
-                            "of exact search's (e.g. 0.95), measured on 2,000 of the corpus's own documents as "
-                            "queries (label-free; stored in the manifest, kept by --add and compact). Encoders "
-                            "trained contrastively spread neighbours over more lists than the stock one")
+                       help=f"share of exact search's top 10 that an ivf/hnsw index must keep (default "
+                            f"{DEFAULT_TARGET_RECALL}): every such build chooses the fewest IVF lists (the smallest "
+                            "HNSW ef_search) reaching it on up to 1,000 query-like probes (see --probes; label-free; "
+                            "recorded in the manifest, met again by --add and compact). The encoder and corpus "
+                            "decide how many lists a query needs: a fixed nprobe 20 keeps 0.90-0.94 on Quora")
+    probe.add_argument("--no-calibrate", action="store_true",
+                       help=f"keep fixed search parameters (nprobe {DEFAULT_NPROBE}, ef_search "
+                            f"{HnswParams.model_fields['ef_search'].default}, or those given): reproduces builds "
+                            "from before calibration was the default")
+    b.add_argument("--probes", choices=["auto", "queries", "spans"], default="auto",
+                   help="what calibration searches with. auto (default): the dataset's queries that its qrels do "
+                        "not judge (BEIR's train/dev queries; Quora's question1s without a duplicate), else the "
+                        "evaluation queries' text (their qrels are never read, but the nDCG reported for them is "
+                        "then measured at a setting chosen on them: the build says so), else 5-15 word spans of "
+                        "sampled documents. queries: fail without queries. spans: document spans always, to keep "
+                        "the evaluation queries unseen. The source is recorded in the manifest")
     b.add_argument("--codec", choices=list(CODECS), default=None,
                    help="how the IVF lists store vectors: SQfp16 (default; half the memory of Flat and faster to "
                         "scan; exact-search MRR@10 within 0.02) or Flat (float32, the paper's)")

@@ -38,6 +38,7 @@ import numpy as np
 
 from indexer.build import save_and_evaluate
 from indexer.ingest import warn_if_shrinking
+from indexer.probes import PROBES_FILE
 from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.faiss_index import INDEX_FILE, set_threads
 from indexer.runtime.layout import IndexRoot, LayoutError, new_version_name
@@ -159,6 +160,8 @@ def compact(root_dir: Path, *, model_dir: Path | None = None, threads: int | Non
                 index.save(stage / INDEX_FILE)
                 _copy_store(base.folder / STORE, stage / STORE)
                 schema = apply_writes(stage / STORE, upserts, deletes)
+                if (base.folder / PROBES_FILE).is_file():  # calibrate again on the same probes
+                    shutil.copy2(base.folder / PROBES_FILE, stage / PROBES_FILE)
                 if (base.folder / QUERY_VECTORS).is_file():
                     shutil.copy2(base.folder / QUERY_VECTORS, stage / QUERY_VECTORS)
                 # only IVF has a trained quantizer to drift from

@@ -304,6 +304,7 @@ def build_corpus(cfg: BuildConfig, root: IndexRoot, encoder: OnnxEncoder, source
     """Build a version from `source` in a staging folder (renamed into `versions/` only when complete) and
     evaluate it when it has queries and qrels; the caller makes it current."""
     from indexer.build import build_version_index, model_info, save_and_evaluate
+    from indexer.probes import corpus_probe_candidates, make_probes
 
     version = new_version_name()
     with root.staging(version) as stage:
@@ -328,8 +329,12 @@ def build_corpus(cfg: BuildConfig, root: IndexRoot, encoder: OnnxEncoder, source
             build_seconds=timings,
             lexical=cfg.lexical_info(), default_mode=cfg.default_mode,
         )
+        candidates = corpus_probe_candidates(source.queries, source.qrels, loaded.evalset if loaded else None,
+                                             loaded.source if loaded else "", res.ids.resolve, cfg.probes)
+        doc_ids = res.ids.faiss_array()
         save_and_evaluate(stage, manifest, t_start, evaluate_it=cfg.evaluate and loaded is not None,
-                          threads=cfg.threads, target_recall=cfg.target_recall)
+                          threads=cfg.threads, target_recall=cfg.target_for(index_info.kind),
+                          probe_maker=lambda v: make_probes(candidates, encoder, v.store, doc_ids, cfg.batch_size))
     return manifest
 
 

@@ -81,6 +81,8 @@ class QuoraSplit:
     rows_read: int = 0
     skipped_empty_texts: int = 0
     stats: dict[str, int] = field(default_factory=dict)
+    # question1s with no duplicate among the rows read: queries the evaluation does not judge (calibration probes)
+    unjudged_queries: dict[int, str] = field(default_factory=dict)
 
 
 def _open_text(path: Path) -> io.TextIOBase:
@@ -209,6 +211,7 @@ def load_split(path: Path, protocol: Protocol = "paper", rows: int | None = None
         raise QuoraFormatError(f"{path}: no data rows{where}")
     qids = sorted(gold)
     split = QuoraSplit(
+        unjudged_queries={q: t for q, t in queries.items() if q not in gold},
         corpus=Corpus(np.fromiter(docs.keys(), dtype=np.int64, count=len(docs)), list(docs.values())),
         evalset=EvalSet(np.asarray(qids, dtype=np.int64), [queries[q] for q in qids], [gold[q] for q in qids],
                         exclude_self=every_question),

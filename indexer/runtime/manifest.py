@@ -33,6 +33,19 @@ class ShardInfo(BaseModel):
     ntotal: int
 
 
+class ProbeInfo(BaseModel):
+    """The probes a calibration searched (`indexer.probes`): held-apart queries, the evaluation queries' text
+    (`sees_eval_queries`: the reported figures are then measured at a setting chosen on those queries), or
+    spans of sampled documents."""
+
+    source: str  # held_apart_queries | eval_queries_text | document_spans
+    detail: str  # where they came from, e.g. "queries.jsonl: 809 queries not judged by qrels/test.tsv"
+    n_probes: int
+    n_available: int
+    seed: int
+    sees_eval_queries: bool
+
+
 class ProbeRecall(BaseModel):
     nprobe: int
     recall_at_10: float  # overlap of the IVF top 10 with the exact top 10 on the calibration sample
@@ -51,6 +64,7 @@ class NprobeCalibration(BaseModel):
     seed: int
     measured: list[ProbeRecall]  # every nprobe the search tried, ascending
     seconds: float
+    probes: ProbeInfo | None = None  # None: the version's own documents as queries (the first method)
 
 
 class KnobRecall(BaseModel):
@@ -70,6 +84,7 @@ class KnobCalibration(BaseModel):
     seed: int
     measured: list[KnobRecall]
     seconds: float
+    probes: ProbeInfo | None = None  # None: the version's own documents as queries (the first method)
 
 
 class IndexInfo(BaseModel):
@@ -204,6 +219,9 @@ class EvalFigures(BaseModel):
     query_set: str | None = None  # the queries + qrels files measured (None: the version's Quora eval set)
     index_kind: str | None = None  # flat, ivf or hnsw (None in manifests from before there were kinds: ivf)
     search_params: dict[str, int] = {}  # what was searched with: {"nprobe": 20}, {"ef_search": 64}, {} for flat
+    # The index's nDCG@10 minus exact search's on the same queries (those searched exactly): what the index
+    # costs in quality. None: no graded judgments.
+    ndcg_at_10_vs_exact: float | None = None
 
 
 class WritesInfo(BaseModel):

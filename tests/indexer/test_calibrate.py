@@ -1,4 +1,5 @@
-"""`indexer build --target-recall`: nprobe chosen per encoder on the corpus's own documents, checked against a
+"""`indexer build --target-recall`: nprobe chosen per encoder (on the corpus's own documents for
+`calibrate_nprobe`, on query-like probes for a build: tests/indexer/test_calibrate_probes.py), checked against a
 brute-force recall computed here, and carried through the manifest, evaluation, `--add` and the CLI's errors."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 
 from indexer.calibrate import calibrate_nprobe
+from indexer.probes import PROBES_FILE
 from indexer.runtime.faiss_index import build_ivf, sample_stored, stored_vectors
 from indexer.runtime.layout import IndexRoot
 from indexer.runtime.manifest import Manifest
@@ -102,7 +104,8 @@ def calibrated_root(tmp_path_factory: pytest.TempPathFactory, tiny_exported: Pat
     r = cli("build", "--root", str(root), "--model", str(tiny_exported), "--data", str(quora_file), "--rows", "6000",
             "--threads", "2", "--target-recall", "0.9", "--keep", "10")
     assert r.returncode == 0, r.stderr
-    assert "of the exact top 10 on 2000 sampled documents (target 0.9" in r.stdout, r.stdout
+    assert "of the exact top 10 on 1000 held apart queries (paper protocol" in r.stdout, r.stdout
+    assert "(target 0.9;" in r.stdout, r.stdout
     return root
 
 
@@ -110,13 +113,15 @@ def test_the_build_serves_and_evaluates_at_the_calibrated_nprobe(calibrated_root
     folder = IndexRoot(calibrated_root).current_dir()
     m = Manifest.load(folder)
     cal = m.index.nprobe_calibration
-    assert cal is not None and cal.reached and cal.target_recall == 0.9 and cal.sample_queries == 2000
+    assert cal is not None and cal.reached and cal.target_recall == 0.9 and cal.sample_queries == 1000
     assert m.index.nprobe == cal.nprobe and m.eval is not None and m.eval.nprobe == cal.nprobe
     assert m.build_seconds.calibrate_s == cal.seconds > 0
     version = IndexVersion(folder)  # what the API opens: the calibrated nprobe
     try:
         assert version.nprobe == cal.nprobe
-        query_ids, queries = sample_stored(version.index, cal.sample_queries, cal.seed)
+        with np.load(folder / PROBES_FILE) as z:  # the probes it was calibrated on (paper protocol: no self)
+            queries, query_ids = z["vectors"], z["self_ids"]
+        assert len(queries) == cal.sample_queries and (query_ids == -1).all()
         assert brute_force_recall(version.index, query_ids, queries, cal.nprobe) >= 0.9
         if cal.nprobe > 1:
             assert brute_force_recall(version.index, query_ids, queries, cal.nprobe - 1) < 0.9
@@ -148,7 +153,15 @@ def test_add_calibrates_again_with_the_same_target(calibrated_root: Path, tmp_pa
     cal = m.index.nprobe_calibration
     assert cal is not None and cal.target_recall == 0.9 and cal.recall_at_10 >= 0.9 and cal.reached
     assert m.index.nprobe == cal.nprobe
-    assert cal.measured != base.index.nprobe_calibration.measured  # type: ignore[union-attr]  # measured anew
+    # measured anew on the grown index, with the probes the base version was calibrated on
+    assert "calibrating nprobe" in r.stderr and cal.probes == base.index.nprobe_calibration.probes  # type: ignore[union-attr]
+    version = IndexVersion(root.current_dir())
+    try:
+        with np.load(root.current_dir() / PROBES_FILE) as z:
+            queries, query_ids = z["vectors"], z["self_ids"]
+        assert brute_force_recall(version.index, query_ids, queries, cal.nprobe) >= 0.9
+    finally:
+        version.close()
 
 
 def test_a_plain_build_keeps_the_given_nprobe(tiny_exported: Path, quora_file: Path, tmp_path: Path) -> None:
