@@ -119,7 +119,7 @@ def built_root(model: Model, protocol: str, args: argparse.Namespace) -> Path:
             log(f"{model.label} / {protocol}: reusing {root}")
             return root
     cmd = [sys.executable, "-m", "indexer.cli", "build", "--model", str(model.folder), "--root", str(root),
-           "--protocol", protocol, "--no-eval", "--keep", "1",
+           "--protocol", protocol, "--no-eval", "--keep", "1", "--index", "ivf",  # the IVF index is what it compares
            *(["--data", args.data] if args.data else []), *(["--threads", str(args.threads)] if args.threads else []),
            *(["--rows", str(rows)] if rows else [])]
     log(f"{model.label} / {protocol}: {' '.join(cmd[1:])} (load {load()})")

@@ -11,13 +11,13 @@ the scores are written with every digit a float32 has (9 significant digits) and
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from indexer.runtime.atomic import write_bytes_atomic
 
 QUORA_QRELS_SUFFIX = ".qrels"
 
@@ -102,18 +102,7 @@ def write_qrels(path: Path, qrels: Mapping[str, Mapping[str, int]]) -> None:
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_bytes_atomic(Path(path), text.encode("utf-8"))
 
 
 def write_runs(collector: RunCollector, base: Path, ext_ids: Callable[[Iterable[int]], dict[int, str]]

@@ -34,7 +34,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, minilm_mean: Path, tiny_expor
     out: dict[str, Any] = {"beir": beir, "qrels": beir / "qrels" / "test.tsv", "made": made}
     for name, model in (("minilm", minilm_mean), ("tiny", tiny_exported)):
         root = tmp / f"root-{name}"
-        r = cli("build", "--data", str(beir), "--model", str(model), "--root", str(root), "--codec", "Flat",
+        r = cli("build", "--data", str(beir), "--model", str(model), "--root", str(root), "--index", "flat",
                 "--threads", "2", "--no-eval")
         assert r.returncode == 0, r.stderr
         run = tmp / f"{name}.run"
@@ -72,7 +72,7 @@ def test_run_out_writes_trec_runs_with_external_ids(runs: dict[str, Any]) -> Non
             scores = [s for _, _, s in docs]
             assert scores == sorted(scores, reverse=True)
             assert {d for d, _, _ in docs} <= ext_ids and qid not in {d for d, _, _ in docs}  # BEIR drops self
-    # the Flat index is exact: both rankings hold the same documents
+    # the flat index is exact: both rankings hold the same documents
     assert [f[:3] for f in _lines(run)] == [f[:3] for f in _lines(exact)]
 
 

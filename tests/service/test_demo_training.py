@@ -92,7 +92,10 @@ def test_the_demo_keeps_serving_trains_in_the_background_and_swaps_through_the_g
                        for m in logged), logged
         m = Manifest.load(IndexRoot(root).current_dir())
         assert m.model.pooling == "mean" and Path(m.model.dir) == plan.out.resolve()
-        assert m.index.nprobe_calibration is not None and m.index.nprobe_calibration.target_recall == 0.95
+        if m.index.kind == "ivf":  # the demo's 100k rows: ivf at the nprobe the adapted encoder needs
+            assert m.index.nprobe_calibration is not None and m.index.nprobe_calibration.target_recall == 0.95
+        else:  # this tiny corpus is below `--index auto`'s crossover: exact search, nothing to calibrate
+            assert m.index.kind == "flat" and m.index.ntotal < 1_000, (m.index.kind, m.index.ntotal)
         # the API swapped to it by itself (watching `current`), through its gates
         ready = client.get("/ready").json()
         old_eval, new_eval = Manifest.load(IndexRoot(root).version_dir(before)).eval, m.eval
@@ -101,7 +104,8 @@ def test_the_demo_keeps_serving_trains_in_the_background_and_swaps_through_the_g
         assert ready["index_version"] == built and ready["pooling"] == "mean", ready
         hits = client.post("/search", json={"query": "how can i learn python quickly", "top_k": 3}).json()
         assert hits["index_version"] == built and len(hits["hits"]) == 3
-        assert client.get("/stats").json()["index"]["nprobe_target_recall"] == 0.95
+        if m.index.kind == "ivf":
+            assert client.get("/stats").json()["index"]["nprobe_target_recall"] == 0.95
     finally:
         training.stop()
         stop_server(server)

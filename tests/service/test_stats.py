@@ -140,7 +140,9 @@ def test_stats_counts_searches_and_reports_the_index(server: Server, quora_root:
     assert index["exact_mrr_at_10"] == manifest.eval.exact_mrr_at_10
     assert (index["factory"], index["nlist"]) == (manifest.index.factory, manifest.index.nlist)
     assert index["nprobe"] == min(manifest.index.nprobe, manifest.index.nlist)
-    assert index["nprobe_target_recall"] is None  # built with a given nprobe
+    # every ivf build calibrates by default (0.97 of exact's top 10 on query-like probes)
+    assert manifest.index.nprobe_calibration is not None
+    assert index["nprobe_target_recall"] == manifest.index.nprobe_calibration.target_recall == 0.97
     assert index["eval_queries"] == manifest.eval.n_queries > 100
 
 
