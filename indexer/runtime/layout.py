@@ -40,7 +40,11 @@ class LayoutError(RuntimeError):
 
 
 def new_version_name() -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+    """`20261125T161757Z-xxxxxy`: UTC second, then the microsecond in 5 hex digits and one random one, so that
+    names sort by creation time even within one second (a build and its compaction often share it; `versions()`,
+    pruning and rollback rely on that order)."""
+    now = datetime.now(timezone.utc)
+    return now.strftime("%Y%m%dT%H%M%SZ") + f"-{now.microsecond:05x}{secrets.randbelow(16):x}"
 
 
 class IndexRoot:

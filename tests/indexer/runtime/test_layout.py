@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from indexer.runtime.layout import IndexRoot, LayoutError
+from indexer.runtime.layout import IndexRoot, LayoutError, new_version_name
 
 
 def make_version(root: IndexRoot, name: str, content: str = "x") -> None:
@@ -23,6 +23,19 @@ def test_staging_publishes_only_on_success(tmp_path: Path) -> None:
         raise RuntimeError("build failed")
     assert root.versions() == ["v1"]
     assert not any(p.name.startswith(".building") for p in tmp_path.iterdir())
+
+
+def test_version_names_sort_by_creation_time_within_one_second(tmp_path: Path) -> None:
+    """A build and its compaction often start in the same second: `versions()` (and so pruning, rollback and
+    `built, compacted = versions()`) must still list them oldest first."""
+    root = IndexRoot(tmp_path)
+    names = [new_version_name() for _ in range(200)]
+    seconds = [n.split("-")[0] for n in names]
+    assert len(set(seconds)) < len(names)  # some share a second: the order comes from the suffix
+    assert len(set(names)) == len(names)
+    for name in names[:20]:
+        make_version(root, name)
+    assert root.versions() == names[:20]
 
 
 def test_current_switch_is_a_symlink_swap(tmp_path: Path) -> None:
