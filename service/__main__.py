@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ray-address", default=None,
                         help="sharded: Ray cluster (STRATA_RAY_ADDRESS, $RAY_ADDRESS)")
     args = parser.parse_args(argv)
-    from service.demo import DemoError, banner, prepare
+    from service.demo import DemoError, banner, curl_example, prepare
     from service.logs import configure
     from service.settings import Settings, settings_error
 
@@ -67,9 +67,14 @@ def main(argv: list[str] | None = None) -> int:
         except (DemoError, OSError, ValueError, RuntimeError) as exc:
             print(f"demo: error: {exc}", file=sys.stderr)
             return 2
-    # plain text on stdout, whatever the log format: a banner to read and a curl line to paste as it is
-    print(banner(settings), flush=True)
-    logging.getLogger("service").info("serving on http://%s:%d", settings.host, settings.port)
+    url = f"http://{settings.host}:{settings.port}"
+    if settings.log_format == "json":
+        # JSON asked for by name (the image, a log shipper): every line of the output is JSON, the curl line a field
+        logging.getLogger("service").info("serving on %s", url, extra={"try": curl_example(settings)})
+    else:
+        # text or auto: a banner to read and a curl line to paste as it is, plain text on stdout
+        print(banner(settings), flush=True)
+        logging.getLogger("service").info("serving on %s", url)
     if training is not None:
         training.start()
     try:

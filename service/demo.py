@@ -81,7 +81,8 @@ def curl_example(settings: Settings) -> str:
 
 
 def banner(settings: Settings) -> str:
-    """What `python -m service` prints on stdout before it serves: plain text, never inside a log line."""
+    """What `python -m service` prints on stdout before it serves: plain text, never inside a log line (not printed
+    when STRATA_LOG_FORMAT is `json` by name: the 'serving on' log record carries the curl line instead)."""
     url = f"http://{settings.host}:{settings.port}"
     return (f"\nStrata is serving on {url}  (search page: {url}/, OpenAPI docs: {url}/docs)\n"
             f"Try:\n  {curl_example(settings)}\n")
