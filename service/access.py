@@ -27,7 +27,8 @@ access = logging.getLogger("strata.access")
 class AccessLog:
     """Outermost app middleware: tags the response with X-Request-ID, counts and times it by route template,
     logs one line, traces it (when tracing is on), and answers an unhandled exception with a 500 that carries
-    the request id."""
+    the request id. The request's span ends before the last body message goes out: once the client has the
+    response, the span is exported (ended after the send, a client reading its trace could miss it)."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics, tracing: Tracing | None = None) -> None:
         self.app, self.metrics, self.tracing = app, metrics, tracing
@@ -49,6 +50,8 @@ class AccessLog:
             if message["type"] == "http.response.start":
                 status = message["status"]
                 MutableHeaders(scope=message).append("X-Request-ID", rid)
+            elif span is not None and message["type"] == "http.response.body" and not message.get("more_body"):
+                Tracing.end_request(span, scope["method"], _route(scope), status)
             await send(message)
 
         try:
@@ -58,17 +61,16 @@ class AccessLog:
                 log.exception("unhandled error on %s %s", scope["method"], scope["path"])
                 if status:  # the response had started: nothing more can be sent
                     raise
-                status = 500
                 body = json.dumps(error_body(scope["path"], 500, "internal error") | {"request_id": rid}).encode()
-                await send({"type": "http.response.start", "status": 500,
-                            "headers": [(b"content-type", b"application/json"),
-                                        (b"content-length", str(len(body)).encode()),
-                                        (b"x-request-id", rid.encode("latin-1"))]})
-                await send({"type": "http.response.body", "body": body})
+                await tagged({"type": "http.response.start", "status": 500,
+                              "headers": [(b"content-type", b"application/json"),
+                                          (b"content-length", str(len(body)).encode())]})
+                await tagged({"type": "http.response.body", "body": body})
             self._record(scope, status, time.perf_counter() - t0)
         finally:
-            if span is not None:
-                Tracing.end_request(span, scope["method"], getattr(scope.get("route"), "path", None), status)
+            if span is not None:  # ended already unless the response never finished (an error, a disconnect)
+                Tracing.end_request(span, scope["method"], _route(scope), status)
+                Tracing.leave_request(span)
             request_id.reset(token)
 
     def _record(self, scope: Scope, status: int, elapsed: float) -> None:
@@ -84,3 +86,8 @@ class AccessLog:
         access.info("%s %s %d", method, scope["path"], status,
                     extra={"method": method, "path": scope["path"], "status": status,
                            "ms": round(elapsed * 1000, 3), "client": client[0] if client else None})
+
+
+def _route(scope: Scope) -> str | None:
+    """The matched route's template (routing sets it in the shared scope), None when nothing matched."""
+    return getattr(scope.get("route"), "path", None)

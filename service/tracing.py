@@ -6,7 +6,8 @@ background thread (`BatchSpanProcessor`); the standard `OTEL_*` variables still 
 `OTEL_TRACES_SAMPLER`, `OTEL_EXPORTER_OTLP_HEADERS`, ...).
 
 A request's span (`AccessLog`, the outermost middleware) joins the caller's trace when the request carries a
-W3C `traceparent` header, and carries the request id of the log lines (`strata.request_id`). Its children are
+W3C `traceparent` header, and carries the request id of the log lines (`strata.request_id`). It ends just before
+the response's last body message is sent, so a client that holds its response can already find it. Its children are
 `queue` (admitted until a worker takes its micro-batch), `encode`, `faiss_search` and `store_lookup`. A batch
 runs many requests at once on a worker thread, outside any request's context, so the searcher only notes when
 each step ended (`Timeline`) and the engine, back in the request's context, records the steps as spans of each
@@ -53,6 +54,7 @@ def traces_url(endpoint: str) -> str:
 class RequestSpan:
     span: Span
     token: object  # the context token to detach when the request is done
+    ended: bool = False
 
 
 class Tracing:
@@ -121,9 +123,12 @@ class Tracing:
 
     @staticmethod
     def end_request(handle: RequestSpan, method: str, route: str | None, status: int) -> None:
-        from opentelemetry import context
+        """End the request's span, named by its route; a second call does nothing."""
         from opentelemetry.trace import Status, StatusCode
 
+        if handle.ended:
+            return
+        handle.ended = True
         span = handle.span
         if route is not None:  # named by its route template, as OpenTelemetry's conventions ask
             span.update_name(f"{method} {route}")
@@ -132,6 +137,12 @@ class Tracing:
         if status >= 500:  # a 4xx is the client's error, not the server span's
             span.set_status(Status(StatusCode.ERROR))
         span.end()
+
+    @staticmethod
+    def leave_request(handle: RequestSpan) -> None:
+        """Detach the request's context, in the task that `start_request` attached it in."""
+        from opentelemetry import context
+
         context.detach(handle.token)  # type: ignore[arg-type]
 
     # -- the engine's steps ------------------------------------------------------------------------------------

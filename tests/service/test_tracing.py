@@ -122,6 +122,57 @@ def test_the_request_span_joins_the_callers_trace(traced) -> None:  # noqa: ANN0
     assert {s.context.trace_id for s in spans.values()} == {int(trace_id, 16)}
 
 
+
+def test_the_request_span_is_exported_before_the_last_byte_goes_out() -> None:
+    """A client that has its response can read its trace: the span ends before the last body message is sent,
+    not after (the in-process tests above read the exporter as soon as their response arrives)."""
+    import asyncio
+
+    from fastapi import FastAPI
+
+    from service.access import AccessLog
+    from service.metrics import Metrics
+
+    exporter = InMemorySpanExporter()
+    tracing = Tracing(exporter=exporter)
+    tracing.start()
+    app = FastAPI()
+
+    @app.get("/items/{item}")
+    async def item(item: int) -> dict[str, int]:
+        if item == 13:
+            raise RuntimeError("unlucky")
+        return {"item": item}
+
+    app.add_middleware(AccessLog, metrics=Metrics(), tracing=tracing)
+
+    def exported_at_last_byte(path: str) -> tuple[int, set[str]]:
+        seen: dict[str, object] = {}
+
+        async def receive() -> dict[str, object]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: dict[str, object]) -> None:
+            if message["type"] == "http.response.start":
+                seen["status"] = message["status"]
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                seen["names"] = {s.name for s in exporter.get_finished_spans()
+                                 if s.attributes.get("url.path") == path}
+
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "path": path,
+                 "raw_path": path.encode(), "query_string": b"", "headers": [], "scheme": "http",
+                 "server": ("t", 80), "client": ("127.0.0.1", 1), "root_path": ""}
+        asyncio.run(app(scope, receive, send))
+        return seen["status"], seen["names"]  # type: ignore[return-value]
+
+    try:
+        assert exported_at_last_byte("/items/1") == (200, {"GET /items/{item}"})
+        assert exported_at_last_byte("/items/13") == (500, {"GET /items/{item}"})  # the middleware's own 500
+        assert exported_at_last_byte("/nope") == (404, {"GET"})
+        assert len(exporter.get_finished_spans()) == 3  # each ended once
+    finally:
+        tracing.shutdown()
+
 def test_the_apps_provider_is_its_own_not_the_global_one(traced) -> None:  # noqa: ANN001
     _, _, tracing = traced
     assert tracing.provider is not None
