@@ -27,6 +27,19 @@ QUORA_NAME = "quora_duplicate_questions.partial.tsv.gz"
 TEST_ROWS = 3000
 
 
+@pytest.fixture(autouse=True)
+def _log_format_stays_the_callers() -> Iterator[None]:
+    """`indexer.runtime.logs.configure` exports the resolved STRATA_LOG_FORMAT for the child processes a Strata
+    process starts. A test that configures logging in this process must not hand its choice to the servers and
+    CLIs later tests start (a server would read it as set by name: no banner)."""
+    before = os.environ.get("STRATA_LOG_FORMAT")
+    yield
+    if before is None:
+        os.environ.pop("STRATA_LOG_FORMAT", None)
+    else:
+        os.environ["STRATA_LOG_FORMAT"] = before
+
+
 @pytest.fixture(scope="session")
 def quora_file() -> Path:
     path = data_dir() / QUORA_NAME
