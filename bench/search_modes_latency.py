@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -32,6 +31,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.search_latency import free_port  # noqa: E402
 from indexer.runtime.layout import IndexRoot  # noqa: E402
 from indexer.runtime.manifest import Manifest  # noqa: E402
 from indexer.runtime.store import STORE, Store  # noqa: E402
@@ -52,12 +52,6 @@ done = function(summary, latency, requests)
     latency:percentile(50) / 1000, latency:percentile(95) / 1000, latency:percentile(99) / 1000))
 end
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start(root: Path, threads: int | None) -> tuple[subprocess.Popen[bytes], str]:

@@ -462,17 +462,10 @@ def _params_for(knobs: Mapping[str, int] | None, kind: str) -> dict[str, int]:
     return check_knobs(kind, knobs) if knobs else {}
 
 
-class IvfIndex(AnnIndex):
-    """Strata's IVF index (fp16 or float32 codes holding the vectors); nprobe is clamped to nlist everywhere."""
+class _FaissBacked(AnnIndex):
+    """What every kind reads off the FAISS index it wraps (`self._index`)."""
 
-    kind = "ivf"
-
-    def __init__(self, index: faiss.Index, params: IvfParams) -> None:
-        self._index = index
-        self.params = params
-        self._locator: ListLocator | None = None
-        self._lock = threading.Lock()
-        self.params.nprobe = set_nprobe(index, params.nprobe)
+    _index: faiss.Index
 
     @property
     def dim(self) -> int:
@@ -485,6 +478,19 @@ class IvfIndex(AnnIndex):
     @property
     def faiss(self) -> faiss.Index:
         return self._index
+
+
+class IvfIndex(_FaissBacked):
+    """Strata's IVF index (fp16 or float32 codes holding the vectors); nprobe is clamped to nlist everywhere."""
+
+    kind = "ivf"
+
+    def __init__(self, index: faiss.Index, params: IvfParams) -> None:
+        self._index = index
+        self.params = params
+        self._locator: ListLocator | None = None
+        self._lock = threading.Lock()
+        self.params.nprobe = set_nprobe(index, params.nprobe)
 
     @property
     def nlist(self) -> int:
@@ -560,25 +566,13 @@ class IvfIndex(AnnIndex):
         write_index(self._index, path)
 
 
-class _IdMapped(AnnIndex):
+class _IdMapped(_FaissBacked):
     """Flat and HNSW: a FAISS index in an `IndexIDMap2` (rows in insertion order, ids beside them)."""
 
     def __init__(self, index: faiss.Index) -> None:
         self._index = index  # IndexIDMap2
         self._rows: tuple[np.ndarray, np.ndarray] | None = None  # (sorted ids, their rows)
         self._lock = threading.Lock()
-
-    @property
-    def dim(self) -> int:
-        return int(self._index.d)
-
-    @property
-    def ntotal(self) -> int:
-        return int(self._index.ntotal)
-
-    @property
-    def faiss(self) -> faiss.Index:
-        return self._index
 
     def _ids(self) -> np.ndarray:
         return faiss.vector_to_array(faiss.downcast_index(self._index).id_map).astype(np.int64, copy=False)
