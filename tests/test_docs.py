@@ -1,6 +1,7 @@
 """The documentation: README.md is a front page (at most 250 lines), and what README.md and docs/*.md cite exists —
 every `bench/results` file (figures must be traceable to the run that measured them), every relative link to a
-repository file, and every `#anchor` of a link into a Markdown page."""
+repository file, every `#anchor` of a link into a Markdown page, and every source path named in backticks (so a
+module that moves takes its documentation with it)."""
 from __future__ import annotations
 
 import re
@@ -23,6 +24,10 @@ LINK = re.compile(r"!?\[[^\]\n]*\]\(([^)\s]+)\)")
 # a results path, possibly a template (`compare-<stamp>.md`) or a prefix cut short (`search-under-writes-…`)
 RESULTS_PATH = re.compile(r"bench/results/([A-Za-z0-9_.*-]*)(<[^>\s]*>[A-Za-z0-9_.-]*|…)?")
 # a results file named without its folder, in backticks: `int8-20261123T2011*`, `…T151613Z.md`
+# a repository path in backticks: `service/engine/live.py`, `tests/indexer/`
+SOURCE_PATH = re.compile(r"`((?:models|indexer|service|tests|docker|bench|docs)/[A-Za-z0-9_./-]*)`")
+# named on purpose though absent: gitignored, or said to be gone
+NOT_IN_TREE = {"bench/.venv-peers/", "bench/baseline_server.py"}
 BARE_RESULT = re.compile(r"`(…[A-Za-z0-9_*-]*(?:\.md|\.json)"
                          r"|[A-Za-z0-9_.-]*-2026\d{4}T[A-Za-z0-9_*-]*(?:\.md|\.json)?)`")
 
@@ -105,6 +110,13 @@ def test_every_relative_link_resolves(page: Path) -> None:
         elif anchor and path.suffix == ".md" and anchor not in anchors(path):
             broken.append(f"{target} (no heading #{anchor} in {rel(path)})")
     assert not broken, f"{rel(page)}: {broken}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=rel)
+def test_every_source_path_named_exists(page: Path) -> None:
+    named = set(SOURCE_PATH.findall(page.read_text())) - NOT_IN_TREE
+    missing = sorted(p for p in named if not (REPO / p).exists())
+    assert not missing, f"{rel(page)} names paths that are not in the tree: {missing}"
 
 
 def test_pending_pages_are_still_missing() -> None:
