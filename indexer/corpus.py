@@ -5,7 +5,7 @@ Each row becomes a `Doc`: the external id as given (a string stays a string, an 
 encode and its metadata. Bad rows raise `CorpusFormatError` whose message starts with `FILE:LINE` (for Parquet,
 `FILE:ROW`, counting data rows from 1). Format detection leaves the Quora question-pairs TSV to `indexer.quora`.
 
-Conventions (the README repeats them):
+Conventions (docs/own-corpus.md repeats them):
 - Title joining follows BEIR's `SentenceBERT.encode_corpus` (also MTEB's): `(title + " " + text).strip()` when a
   title field is set and the row has a non-empty title, else `text.strip()`. That joined string is what is
   encoded and stored as the document's text.
