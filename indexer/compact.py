@@ -41,19 +41,13 @@ from indexer.ingest import warn_if_shrinking
 from indexer.probes import PROBES_FILE
 from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.faiss_index import INDEX_FILE, set_threads
+from indexer.runtime.ids import FaissIds, own_faiss_id
 from indexer.runtime.layout import IndexRoot, LayoutError, new_version_name
 from indexer.runtime.manifest import Manifest, WritesInfo
 from indexer.runtime.metadata import MetadataError, metadata_json
 from indexer.runtime.store import STORE, apply_writes
 from indexer.runtime.version import QUERY_VECTORS, IndexVersion
-from indexer.runtime.writelog import (
-    ASSIGNED_IDS_FROM,
-    UPSERT,
-    LogEntry,
-    net_effect,
-    open_log,
-    own_faiss_id,
-)
+from indexer.runtime.writelog import UPSERT, LogEntry, net_effect, open_log
 
 log = logging.getLogger(__name__)
 
@@ -129,16 +123,12 @@ def compact(root_dir: Path, *, model_dir: Path | None = None, threads: int | Non
                     raise ValueError(f"version {m.version} is a Quora build and the write log holds a document it "
                                      f"cannot store (id {bad[0].ext_id!r}: string ids and metadata need a corpus "
                                      f"build)")
-            next_fid = max(store.max_id() + 1, ASSIGNED_IDS_FROM)
+            assigner = FaissIds(store.max_id())
             upserts: list[tuple[int, int | str, str, str]] = []
             vectors: list[np.ndarray] = []
             deletes: list[int] = []
             for e in net:
-                fid = present.get(e.ext_id)
-                if fid is None:
-                    fid = own_faiss_id(e.ext_id)
-                if fid is None:
-                    fid, next_fid = next_fid, next_fid + 1
+                fid = assigner.assign(e.ext_id, present.get(e.ext_id))
                 if e.op == UPSERT:
                     assert e.vector is not None and e.text is not None
                     upserts.append((fid, e.ext_id, e.text, _stored_metadata(e)))

@@ -11,7 +11,7 @@
 A search merges the base's top k and the overlay's exact top k by score. A written document that replaces one of
 the base keeps its FAISS id, so the two never both answer.
 
-FAISS ids of written documents (`writelog.faiss_id_for`'s rule, applied per version): an integer id in [0, 2^62)
+FAISS ids of written documents (`indexer.runtime.ids`' rule, applied per version): an integer id in [0, 2^62)
 is its own; an id the base holds keeps the base's FAISS id; any other id gets the next one above every FAISS id
 the base holds (from 2^62 up). They live only in memory: a replay onto another version assigns them anew, and
 `indexer compact` writes them into the version it builds.
@@ -39,10 +39,11 @@ import numpy as np
 
 from indexer.runtime.faiss_index import Exclusion, knn_inner_product
 from indexer.runtime.filters import Node, matches, parse_filter
+from indexer.runtime.ids import ExtId, FaissIds
 from indexer.runtime.lexical import LexicalOverlay
 from indexer.runtime.manifest import Manifest
 from indexer.runtime.version import FilterMatch, Hit, IndexVersion
-from indexer.runtime.writelog import ASSIGNED_IDS_FROM, UPSERT, ExtId, LogEntry, own_faiss_id
+from indexer.runtime.writelog import UPSERT, LogEntry
 
 INITIAL_ROWS = 256
 
@@ -123,7 +124,7 @@ class Overlay:
         self._ever: set[int] = set()  # every FAISS id written here (a hit on one no longer written is dropped)
         self._tombstones: set[int] = set()  # base FAISS ids deleted or replaced
         self._exclusion: Exclusion | None = None
-        self._next_fid = max(base.store.max_id() + 1, ASSIGNED_IDS_FROM)
+        self._ids = FaissIds(base.store.max_id())  # for ids the base does not hold
         # written documents' BM25 weights, when the base has a lexical index (kept in step with the rows below)
         self.lexical = LexicalOverlay(base.lexical) if base.lexical is not None else None
 
@@ -137,14 +138,10 @@ class Overlay:
         in_base = self.base.store.ids_of(new)
         with self._lock:
             for ext in new:
-                fid = in_base.get(ext)
-                if fid is not None:
-                    self._in_base.add(fid)
-                else:
-                    fid = own_faiss_id(ext)
-                    if fid is None:
-                        fid, self._next_fid = self._next_fid, self._next_fid + 1
-                self._fid_of[ext] = fid
+                held = in_base.get(ext)
+                if held is not None:
+                    self._in_base.add(held)
+                self._fid_of[ext] = self._ids.assign(ext, held)
 
     def _live(self, fid: int) -> bool:
         return fid in self._docs or (fid in self._in_base and fid not in self._tombstones)

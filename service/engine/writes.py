@@ -34,17 +34,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from indexer.runtime.ids import ExtId, own_faiss_id
 from indexer.runtime.version import IndexVersion
 from indexer.runtime.writelog import (
     UPSERT,
     Delete,
-    ExtId,
     LogEntry,
     Upsert,
     WriteLog,
     WriteLogError,
     log_path,
-    own_faiss_id,
 )
 from service.engine.errors import NotReady, WriteRefused, WritesUnavailable, WritesUnsupported
 from service.engine.live import Applied, LiveIndex

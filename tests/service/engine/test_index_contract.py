@@ -35,11 +35,12 @@ import pytest
 from indexer.runtime.ann import FlatParams, HnswParams, IndexParamError, IvfParams
 from indexer.runtime.faiss_index import INDEX_FILE, build_index, read_ann, train_empty_ivf, write_index
 from indexer.runtime.filters import matches, parse_filter
+from indexer.runtime.ids import ASSIGNED_IDS_FROM
 from indexer.runtime.lexical import Analyzer, build_lexical, lexical_info
 from indexer.runtime.manifest import DataInfo, IndexInfo, Manifest, ModelInfo, ShardInfo, Timings
 from indexer.runtime.store import STORE, CorpusStoreWriter
 from indexer.runtime.version import IndexVersion
-from indexer.runtime.writelog import ASSIGNED_IDS_FROM, DELETE, UPSERT, LogEntry
+from indexer.runtime.writelog import DELETE, UPSERT, LogEntry
 from service.engine.errors import Mismatch, WritesUnsupported
 from service.engine.live import LiveIndex
 from service.engine.writes import Writes

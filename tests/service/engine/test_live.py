@@ -15,10 +15,11 @@ import numpy as np
 import pytest
 
 from indexer.runtime.faiss_index import INDEX_FILE, build_ivf, write_index
+from indexer.runtime.ids import ASSIGNED_IDS_FROM
 from indexer.runtime.manifest import DataInfo, IndexInfo, Manifest, ModelInfo, Timings
 from indexer.runtime.store import STORE, CorpusStoreWriter
 from indexer.runtime.version import IndexVersion
-from indexer.runtime.writelog import ASSIGNED_IDS_FROM, DELETE, UPSERT, LogEntry
+from indexer.runtime.writelog import DELETE, UPSERT, LogEntry
 from service.engine.errors import WritesUnsupported
 from service.engine.live import LiveIndex
 from service.engine.writes import Writes
