@@ -42,6 +42,7 @@ from indexer.runtime.filters import Node, matches, parse_filter
 from indexer.runtime.ids import ExtId, FaissIds
 from indexer.runtime.lexical import LexicalOverlay
 from indexer.runtime.manifest import Manifest
+from indexer.runtime.topk import merge_top_k
 from indexer.runtime.version import FilterMatch, Hit, IndexVersion
 from indexer.runtime.writelog import UPSERT, LogEntry
 
@@ -92,19 +93,6 @@ class LiveMatch:
 def _written_hit(fid: int, doc: WrittenDoc, score: float) -> Hit:
     """A hit on a written document, in the shape `IndexVersion.hits` gives base hits."""
     return Hit(fid, doc.ext_id, doc.text, score, doc.metadata)
-
-
-def _merge_top_k(scores: np.ndarray, ids: np.ndarray, o_scores: np.ndarray, o_ids: np.ndarray, k: int
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """The best k of two (scores, ids) answers per query; id -1 marks nothing."""
-    all_scores = np.concatenate([np.where(ids >= 0, scores, -np.inf),
-                                 np.where(o_ids >= 0, o_scores, -np.inf)], axis=1)
-    all_ids = np.concatenate([ids, o_ids], axis=1)
-    order = np.argsort(-all_scores, axis=1, kind="stable")[:, :k]
-    top_scores = np.take_along_axis(all_scores, order, axis=1)
-    top_ids = np.take_along_axis(all_ids, order, axis=1)
-    top_ids[~np.isfinite(top_scores)] = -1
-    return np.where(top_ids >= 0, top_scores, -np.inf).astype(np.float32), top_ids
 
 
 class Overlay:
@@ -292,7 +280,7 @@ class LiveIndex:
         # dead rows may rank among the first k: ask for that many more, then drop them
         o_scores, rows = knn_inner_product(vectors, snap.vectors, k + snap.dead)
         o_ids = np.where(rows >= 0, snap.fids[np.clip(rows, 0, None)], -1)
-        return _merge_top_k(scores, ids, o_scores, o_ids, k)
+        return merge_top_k([(scores, ids), (o_scores, o_ids)], k)
 
     def _search_filtered(self, vectors: np.ndarray, k: int, match: LiveMatch, snap: Snapshot,
                          knobs: dict[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -312,7 +300,7 @@ class LiveIndex:
                                  if f in docs and matches(match.node, docs[f].metadata)), dtype=np.int64)
         o_scores, rows = knn_inner_product(vectors, snap.vectors[rows_kept], k)
         o_ids = np.where(rows >= 0, snap.fids[rows_kept][np.clip(rows, 0, None)], -1)
-        return _merge_top_k(scores, ids, o_scores, o_ids, k)
+        return merge_top_k([(scores, ids), (o_scores, o_ids)], k)
 
     def lexical_search(self, queries: list[str], k: int, match: LiveMatch | None = None
                        ) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -335,7 +323,7 @@ class LiveIndex:
                 if kept:
                     o_scores = np.array([[s for s, _ in kept]], np.float32)
                     o_ids = np.array([[f for _, f in kept]], np.int64)
-                    m_scores, m_ids = _merge_top_k(scores[None, :], ids[None, :], o_scores, o_ids, k)
+                    m_scores, m_ids = merge_top_k([(scores[None, :], ids[None, :]), (o_scores, o_ids)], k)
                     keep = m_ids[0] >= 0
                     scores, ids = m_scores[0][keep], m_ids[0][keep]
             out.append((scores, ids))
