@@ -17,7 +17,8 @@ How it folds:
   `indexer.runtime.ids`): an id the version holds keeps its FAISS id, an integer in [0, 2^62) is its own, any
   other gets the next one above the version's largest — a compacted version answers as its overlay did;
 - the store is a copy of the current one with the written documents replaced, added or removed (texts, external
-  ids, metadata and its index and schema), then the version is evaluated (unless `--no-eval`).
+  ids, metadata and its index and schema; a store of before the one schema, an old Quora build's, is brought to it
+  first), then the version is evaluated (unless `--no-eval`).
 
 The log itself is left whole (see `indexer.runtime.writelog`): a build from the source data (folded_seq 0) or a
 rollback still needs its entries. The nightly job runs `indexer compact` after `indexer build`, so the version it
@@ -42,14 +43,13 @@ from indexer.ingest import warn_if_shrinking
 from indexer.probes import PROBES_FILE
 from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.faiss_index import INDEX_FILE, set_threads
-from indexer.runtime.ids import own_faiss_id
 from indexer.runtime.layout import IndexRoot, LayoutError, new_version_name
 from indexer.runtime.manifest import Manifest, WritesInfo
 from indexer.runtime.metadata import MetadataError, metadata_json
 from indexer.runtime.overlay import fold, reencode_stale
 from indexer.runtime.store import STORE, apply_writes
 from indexer.runtime.version import QUERY_VECTORS, IndexVersion
-from indexer.runtime.writelog import UPSERT, LogEntry, net_effect, open_log
+from indexer.runtime.writelog import LogEntry, net_effect, open_log
 
 log = logging.getLogger(__name__)
 
@@ -118,12 +118,6 @@ def compact(root_dir: Path, *, model_dir: Path | None = None, threads: int | Non
             net = list(net_effect(entries).values())
             _reencode_stale(net, m, model_dir, threads)
             store = base.store
-            if not store.is_corpus:
-                bad = [e for e in net if e.op == UPSERT and (own_faiss_id(e.ext_id) is None or e.metadata)]
-                if bad:
-                    raise ValueError(f"version {m.version} is a Quora build and the write log holds a document it "
-                                     f"cannot store (id {bad[0].ext_id!r}: string ids and metadata need a corpus "
-                                     f"build)")
             folded_in = fold(net, store)
             upserts = [(fid, e.ext_id, e.text or "", _stored_metadata(e)) for fid, e in folded_in.upserts]
             deletes = folded_in.deletes
@@ -158,8 +152,7 @@ def compact(root_dir: Path, *, model_dir: Path | None = None, threads: int | Non
                                     entries=(before.entries if before else 0) + len(entries),
                                     upserted=(before.upserted if before else 0) + len(upserts),
                                     deleted=(before.deleted if before else 0) + len(deletes))
-                data = m.data.model_copy(update={"n_docs": int(index.ntotal)}
-                                         | ({"metadata_schema": schema} if store.is_corpus else {}))
+                data = m.data.model_copy(update={"n_docs": int(index.ntotal), "metadata_schema": schema})
                 manifest = m.model_copy(update={
                     "version": version, "created_at": datetime.now(timezone.utc), "index": info, "eval": None,
                     "query_evals": {}, "parent_version": m.version, "data": data, "writes": writes,

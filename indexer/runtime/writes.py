@@ -23,8 +23,8 @@ encoder re-encodes the entry's text when it is applied (`overlay.reencode_stale`
 
 Restrictions, refused before anything is encoded or logged:
 - the sharded backend (Ray) serves shard deployments that have no overlay: `WritesUnsupported` (501);
-- a Quora version (not a corpus build) has integer qids and no metadata: string ids, integers outside [0, 2^62)
-  and metadata are `WriteRefused` (409), with the reason;
+- (`WriteRefused` (409) is a write the served version cannot take: none since every store has one schema, Quora
+  builds' included, which used to refuse string ids and metadata;)
 - a write log that cannot be created (a read-only index root) is `WritesUnavailable` (503).
 
 One process writes a root's log: a second API process on the same root would apply only its own writes (and
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from indexer.runtime.encoder import OnnxEncoder
-from indexer.runtime.ids import ExtId, own_faiss_id
+from indexer.runtime.ids import ExtId
 from indexer.runtime.manifest import Manifest
 from indexer.runtime.overlay import Applied, LiveIndex, reencode_stale
 from indexer.runtime.version import IndexVersion, VectorIndex
@@ -190,22 +190,16 @@ class Writes:
     # -- the write path ------------------------------------------------------------------------------------------
     @staticmethod
     def check(searcher: Served | None, ext_ids: Sequence[ExtId], with_metadata: bool) -> None:
-        """Refuse what this served version cannot take, before anything is encoded or logged."""
+        """Refuse what this served version cannot take, before anything is encoded or logged (`WritesUnsupported`:
+        a version without an overlay, the sharded backend's)."""
         if searcher is None:
             return  # the caller answers that nothing is served
         if not isinstance(searcher.index, LiveIndex):
             raise WritesUnsupported("writes are not supported by the sharded (Ray) backend: run a local API on the "
                                     "root to write, then `indexer compact` and `indexer build --engine ray`")
-        if searcher.index.base.store.is_corpus:
-            return
-        bad = [e for e in ext_ids if own_faiss_id(e) is None]
-        if bad:
-            raise WriteRefused(f"version {searcher.version} is a Quora build: its documents are integer qids in "
-                               f"[0, 2^62), so id {bad[0]!r} cannot be written (string ids need a corpus build, "
-                               f"`indexer build --data FILE.jsonl`)")
-        if with_metadata:
-            raise WriteRefused(f"version {searcher.version} is a Quora build: its documents have no metadata "
-                               f"(metadata needs a corpus build, `indexer build --data FILE.jsonl`)")
+        # Every version takes every id and metadata: all stores have one schema (`indexer.runtime.store`; a Quora
+        # version of before it too, whose store `indexer compact` brings to it). `ext_ids` and `with_metadata` are
+        # what a refusal of a version's own would look at.
 
     def commit(self, current: Callable[[], Served | None], ops: Sequence[Upsert | Delete]) -> WriteResult:
         """Log `ops` durably, then apply them to the served version's overlay (runs in the write thread)."""
