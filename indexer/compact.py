@@ -129,8 +129,8 @@ def compact(root_dir: Path, *, model_dir: Path | None = None, threads: int | Non
                 index.remove(np.asarray(gone, dtype=np.int64))
             if upserts:
                 set_threads(threads)
-                vectors = [e.vector for _, e in folded_in.upserts]
-                assert all(v is not None for v in vectors)
+                vectors = [e.vector for _, e in folded_in.upserts if e.vector is not None]
+                assert len(vectors) == len(upserts)  # every upsert is logged with its vector
                 index.add(np.stack(vectors).astype(np.float32), np.asarray([u[0] for u in upserts], dtype=np.int64))
 
             version = new_version_name()

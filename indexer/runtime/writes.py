@@ -38,7 +38,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.ids import ExtId
@@ -107,6 +107,9 @@ class WriteResult:
     size: int  # documents served after it
 
 
+S = TypeVar("S", bound=Served)
+
+
 def start_seq(searcher: Served, wlog: WriteLog) -> int:
     """The last entry of `wlog` that the version holds already (0: replay them all)."""
     w = searcher.manifest.writes
@@ -154,7 +157,7 @@ class Writes:
                      "version", replayed, searcher.version, start_seq(searcher, wlog) + 1, live.overlay.applied_seq,
                      live.overlay.written, live.overlay.removed_from_base)
 
-    def switch(self, new: Served, swap: Callable[[Served], object]) -> None:
+    def switch(self, new: S, swap: Callable[[S], object]) -> None:
         """Make `new` the served searcher with every write acknowledged so far, none lost in between."""
         with self.lock:
             if isinstance(new.index, LiveIndex):
