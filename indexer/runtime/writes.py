@@ -23,8 +23,8 @@ encoder re-encodes the entry's text when it is applied (`overlay.reencode_stale`
 
 Restrictions, refused before anything is encoded or logged:
 - the sharded backend (Ray) serves shard deployments that have no overlay: `WritesUnsupported` (501);
-- (`WriteRefused` (409) is a write the served version cannot take: none since every store has one schema, Quora
-  builds' included, which used to refuse string ids and metadata;)
+- `WriteRefused` (409) is for a write the served version cannot take. Nothing raises it today: every store has
+  one schema (`indexer.runtime.store`), so Quora versions, which refused string ids and metadata, take them now;
 - a write log that cannot be created (a read-only index root) is `WritesUnavailable` (503).
 
 One process writes a root's log: a second API process on the same root would apply only its own writes (and
@@ -57,7 +57,8 @@ class WriteError(RuntimeError):
 
 
 class WriteRefused(WriteError):
-    """A write the served version cannot take (a string id or metadata for a Quora build); nothing was logged."""
+    """A write the served version cannot take; nothing was logged. (Quora versions refused string ids and metadata
+    with it before every store had one schema; nothing raises it now.)"""
 
 
 class WritesUnsupported(WriteError):
