@@ -10,7 +10,7 @@ the event loop keeps answering. Each batch leases the current searcher (`leases`
 Writes (`upsert`, `delete`) pass the same door (admission, timeout), but their texts are encoded on the write lane
 (`write_lane`: threads of their own, at a lower CPU priority, in small chunks) rather than micro-batched with
 searches, so a stream of writes does not take the searches' workers or cores; then they are logged and applied on a
-thread of their own (`writes`): an fsync never holds an inference worker.
+thread of their own (`indexer.runtime.writes`): an fsync never holds an inference worker.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from indexer.runtime.faiss_index import clamp_nprobe, set_threads
 from indexer.runtime.fusion import Fusion
 from indexer.runtime.manifest import Manifest, SearchMode
 from indexer.runtime.writelog import Delete, ExtId, Upsert
+from indexer.runtime.writes import Document, WriteResult, Writes
 from service.engine.batching import MicroBatcher
 from service.engine.errors import NotReady, Overloaded, TimedOut
 from service.engine.leases import Leases
@@ -41,7 +42,6 @@ from service.engine.names import Encoder, ModelNames
 from service.engine.searcher import Hit, Job, Searcher, SearchResult, Stages
 from service.engine.swap import Backend, Refusal, Swapper, SwapResult
 from service.engine.write_lane import WriteLane
-from service.engine.writes import Document, WriteResult, Writes
 from service.metrics import Metrics
 from service.settings import Settings
 from service.tracing import Tracing

@@ -45,7 +45,7 @@ from service.metrics import Metrics
 from service.settings import Settings
 
 if TYPE_CHECKING:
-    from service.engine.writes import Writes
+    from indexer.runtime.writes import Writes
 
 log = logging.getLogger(__name__)
 

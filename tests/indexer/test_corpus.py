@@ -27,10 +27,11 @@ from indexer.corpus import (
     read_queries,
 )
 from indexer.evalset import graded_eval_set
-from indexer.ingest import ASSIGNED_IDS_FROM, ingest_store
+from indexer.ingest import ingest_store
 from indexer.metrics import mean_metrics, per_query
 from indexer.runtime.filters import FilterError, compile_sql, matches, parse_filter
 from indexer.runtime.guards import DEFAULT_MAX_SHRINK, max_shrink, shrinks_too_much
+from indexer.runtime.ids import ASSIGNED_IDS_FROM
 from indexer.runtime.manifest import Manifest
 from indexer.runtime.store import STORE, Store, write_store
 
