@@ -1,7 +1,8 @@
 """Strata indexer: embeds a corpus with an *exported* ONNX encoder and builds, versions, evaluates and tunes
 FAISS indexes (the `indexer` CLI).
 
-Owns: the build pipeline (`build`, `add`, `compact`, `ray_build`, `ray_embed`, `ray_input`, `shards`), the Quora
+Owns: the build pipeline (`build`, `add`, `compact`, `ray_build`, `ray_embed`, `ray_input`, `shards`; what a build
+is asked for in `build_config`, the steps every build takes in its staging folder in `stage`), the Quora
 loader and evaluation protocols (`quora`), evaluation sets from queries + qrels files (`evalset`), retrieval
 metrics (`metrics`, `evaluate`), TREC run files (`runs`) and their paired comparison (`compare`), the index sweep
 (`tune`), the per-encoder calibration of nprobe/ef_search (`calibrate`) on query-like probes (`probes`) and

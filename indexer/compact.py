@@ -36,7 +36,6 @@ from pathlib import Path
 
 import numpy as np
 
-from indexer.build import save_and_evaluate
 from indexer.ingest import warn_if_shrinking
 from indexer.probes import PROBES_FILE
 from indexer.runtime.encoder import OnnxEncoder
@@ -54,6 +53,7 @@ from indexer.runtime.writelog import (
     open_log,
     own_faiss_id,
 )
+from indexer.stage import save_and_evaluate
 
 log = logging.getLogger(__name__)
 

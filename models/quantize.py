@@ -37,6 +37,7 @@ from indexer.quora import load_split, resolve_source
 from indexer.runtime.encoder import ENCODER_META, ENCODER_ONNX, TOKENIZER_FILE, EncoderMeta, OnnxEncoder
 from indexer.runtime.faiss_index import flat_search
 from indexer.runtime.paths import default_quora_source, strata_home
+from models.parity import PARITY_SENTENCES
 from models.sts import evaluate as sts_evaluate
 from models.sts import load_task
 
@@ -144,8 +145,6 @@ def calibration_texts(n: int = CALIBRATION_TEXTS, data: Path | None = None) -> l
 def check_texts(n: int = CHECK_TEXTS, data: Path | None = None) -> list[str]:
     """Texts for the batch-invariance check: disjoint from the calibration texts, plus the exporter's parity
     sentences (one short, one long enough to be truncated: the most padding a batch can hold)."""
-    from models.export import PARITY_SENTENCES
-
     return sample_texts(n, skip=CALIBRATION_TEXTS, data=data) + PARITY_SENTENCES
 
 
