@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 
 import numpy as np
 
@@ -22,7 +23,7 @@ from indexer.quora import load_split
 from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.faiss_index import set_threads
 from indexer.runtime.layout import IndexRoot, new_version_name
-from indexer.runtime.manifest import DataInfo, Manifest, Timings
+from indexer.runtime.manifest import DataInfo, LexicalInfo, Manifest, Timings
 from indexer.runtime.store import STORE, write_store
 from indexer.runtime.version import QUERY_VECTORS
 from indexer.stage import build_version_index, model_info, save_and_evaluate
@@ -74,48 +75,55 @@ def build(cfg: BuildConfig) -> Manifest:
         if cfg.corpus_options():
             raise ValueError(f"{', '.join(cfg.corpus_options())}: not for the Quora question-pairs TSV {path} "
                              f"(its fields and evaluation set are fixed by --protocol)")
-
-        t0 = time.perf_counter()
-        split = load_split(path, cfg.protocol or "paper", cfg.rows)
-        timings = Timings(load_s=time.perf_counter() - t0)
-
-        version = new_version_name()
-        with root.staging(version) as stage:
-            t0 = time.perf_counter()
-            doc_vecs = encoder.encode(split.corpus.texts, cfg.batch_size, progress=True, desc="documents")
-            timings.encode_docs_s = time.perf_counter() - t0
-            # evaluation reopens the written index: it is not held meanwhile (that would double the memory)
-            index_info = build_version_index(cfg, doc_vecs, np.asarray(split.corpus.ids), stage, timings)
-
-            ev = split.evalset
-            t0 = time.perf_counter()
-            qvecs = encode_reusing(encoder, ev.query_texts, split.corpus.texts, doc_vecs, cfg.batch_size)
-            timings.encode_queries_s = time.perf_counter() - t0
-            del doc_vecs
-            np.save(stage / QUERY_VECTORS, qvecs)
-            write_store(stage / STORE, split.corpus.ids, split.corpus.texts, ev.query_ids, ev.query_texts,
-                        ev.gold, {"source": split.source, "protocol": split.protocol})
-
-            m = encoder.meta
-            manifest = Manifest(
-                version=version,
-                created_at=datetime.now(timezone.utc),
-                model=model_info(cfg.model_dir, m),
-                index=index_info,
-                data=DataInfo(source=split.source, protocol=split.protocol, rows_read=split.rows_read,
-                              skipped_empty_texts=split.skipped_empty_texts, n_docs=len(split.corpus.texts),
-                              n_queries=len(ev.query_texts)),
-                build_seconds=timings,
-                lexical=lexical, default_mode=cfg.default_mode,
-            )
-            candidates = quora_probe_candidates(split, cfg.probes)
-            save_and_evaluate(stage, manifest, t_start, evaluate_it=cfg.evaluate and bool(ev.query_texts),
-                              threads=cfg.threads, target_recall=cfg.target_for(index_info.kind),
-                              probe_maker=lambda v: make_probes(candidates, encoder, v.store, split.corpus.ids,
-                                                                cfg.batch_size))
+        manifest = _build_quora(cfg, root, encoder, path, lexical, t_start)
         warn_if_shrinking(root, manifest.index.ntotal)
-        root.set_current(version)
+        root.set_current(manifest.version)
         root.prune(cfg.keep)
-    log.info("built %s in %.1fs: %d vectors, %s", version, timings.total_s, manifest.index.ntotal,
-             manifest.index.factory)
+    log.info("built %s in %.1fs: %d vectors, %s", manifest.version, manifest.build_seconds.total_s,
+             manifest.index.ntotal, manifest.index.factory)
+    return manifest
+
+
+def _build_quora(cfg: BuildConfig, root: IndexRoot, encoder: OnnxEncoder, path: Path, lexical: LexicalInfo | None,
+                 t_start: float) -> Manifest:
+    """Build a version of the Quora question-pairs TSV in a staging folder (renamed into `versions/` only when
+    complete), evaluated on its protocol's queries; the caller makes it current."""
+    t0 = time.perf_counter()
+    split = load_split(path, cfg.protocol or "paper", cfg.rows)
+    timings = Timings(load_s=time.perf_counter() - t0)
+
+    version = new_version_name()
+    with root.staging(version) as stage:
+        t0 = time.perf_counter()
+        doc_vecs = encoder.encode(split.corpus.texts, cfg.batch_size, progress=True, desc="documents")
+        timings.encode_docs_s = time.perf_counter() - t0
+        # evaluation reopens the written index: it is not held meanwhile (that would double the memory)
+        index_info = build_version_index(cfg, doc_vecs, np.asarray(split.corpus.ids), stage, timings)
+
+        ev = split.evalset
+        t0 = time.perf_counter()
+        qvecs = encode_reusing(encoder, ev.query_texts, split.corpus.texts, doc_vecs, cfg.batch_size)
+        timings.encode_queries_s = time.perf_counter() - t0
+        del doc_vecs
+        np.save(stage / QUERY_VECTORS, qvecs)
+        write_store(stage / STORE, split.corpus.ids, split.corpus.texts, ev.query_ids, ev.query_texts,
+                    ev.gold, {"source": split.source, "protocol": split.protocol})
+
+        m = encoder.meta
+        manifest = Manifest(
+            version=version,
+            created_at=datetime.now(timezone.utc),
+            model=model_info(cfg.model_dir, m),
+            index=index_info,
+            data=DataInfo(source=split.source, protocol=split.protocol, rows_read=split.rows_read,
+                          skipped_empty_texts=split.skipped_empty_texts, n_docs=len(split.corpus.texts),
+                          n_queries=len(ev.query_texts)),
+            build_seconds=timings,
+            lexical=lexical, default_mode=cfg.default_mode,
+        )
+        candidates = quora_probe_candidates(split, cfg.probes)
+        save_and_evaluate(stage, manifest, t_start, evaluate_it=cfg.evaluate and bool(ev.query_texts),
+                          threads=cfg.threads, target_recall=cfg.target_for(index_info.kind),
+                          probe_maker=lambda v: make_probes(candidates, encoder, v.store, split.corpus.ids,
+                                                            cfg.batch_size))
     return manifest

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from indexer.build_config import BuildConfig
-from indexer.corpus import CorpusFormatError, CorpusSource, ExtId, cell_value, open_corpus
+from indexer.corpus import CorpusSource, open_corpus
+from indexer.corpus_rows import CorpusFormatError, ExtId, cell_value
 from indexer.evalset import LoadedEvalSet, load_eval_set
 from indexer.probes import corpus_probe_candidates, make_probes
 from indexer.runtime.guards import max_shrink, shrink_message, shrinks_too_much
