@@ -231,7 +231,7 @@ def _eval(args: argparse.Namespace) -> int:
     written = {}
     try:
         if args.queries is not None:
-            from indexer.corpus import query_files
+            from indexer.eval_files import query_files
             from indexer.evaluate import evaluate_query_files
             from indexer.runtime.encoder import OnnxEncoder
 
@@ -287,7 +287,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 def _compare(args: argparse.Namespace) -> int:
     from indexer.compare import compare_runs, format_comparison
-    from indexer.corpus import read_qrels
+    from indexer.eval_files import read_qrels
     from indexer.runs import read_run
 
     if args.resamples < 100:

@@ -38,7 +38,6 @@ from pathlib import Path
 
 import numpy as np
 
-from indexer.build import save_and_evaluate
 from indexer.ingest import warn_if_shrinking
 from indexer.probes import PROBES_FILE
 from indexer.runtime.encoder import OnnxEncoder
@@ -50,6 +49,7 @@ from indexer.runtime.overlay import fold, reencode_stale
 from indexer.runtime.store import STORE, apply_writes
 from indexer.runtime.version import QUERY_VECTORS, IndexVersion
 from indexer.runtime.writelog import LogEntry, net_effect, open_log
+from indexer.stage import save_and_evaluate
 
 log = logging.getLogger(__name__)
 

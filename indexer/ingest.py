@@ -26,17 +26,20 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from indexer.corpus import CorpusFormatError, CorpusSource, ExtId, cell_value, open_corpus
+from indexer.build_config import BuildConfig
+from indexer.corpus import CorpusSource, open_corpus
+from indexer.corpus_rows import CorpusFormatError, ExtId, cell_value
 from indexer.evalset import LoadedEvalSet, load_eval_set
+from indexer.probes import corpus_probe_candidates, make_probes
 from indexer.runtime.guards import max_shrink, shrink_message, shrinks_too_much
 from indexer.runtime.ids import FaissIds
 from indexer.runtime.layout import IndexRoot, new_version_name
 from indexer.runtime.manifest import CorpusFieldsInfo, DataInfo, Manifest, ManifestError, Timings
 from indexer.runtime.store import STORE, CorpusStoreWriter
 from indexer.runtime.version import QUERY_VECTORS
+from indexer.stage import build_version_index, model_info, save_and_evaluate
 
 if TYPE_CHECKING:
-    from indexer.build import BuildConfig
     from indexer.runtime.encoder import OnnxEncoder
 
 log = logging.getLogger(__name__)
@@ -296,9 +299,6 @@ def build_corpus(cfg: BuildConfig, root: IndexRoot, encoder: OnnxEncoder, source
                  t_start: float) -> Manifest:
     """Build a version from `source` in a staging folder (renamed into `versions/` only when complete) and
     evaluate it when it has queries and qrels; the caller makes it current."""
-    from indexer.build import build_version_index, model_info, save_and_evaluate
-    from indexer.probes import corpus_probe_candidates, make_probes
-
     version = new_version_name()
     with root.staging(version) as stage:
         res, schema, loaded = ingest_store(source, stage, encoder, batch_size=cfg.batch_size, limit=cfg.rows)

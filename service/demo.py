@@ -90,7 +90,8 @@ def banner(settings: Settings) -> str:
 
 ADAPTED_MODEL_NAME = "all-MiniLM-L6-v2-adapted-mean"
 ADAPT_STEPS, ADAPT_BATCH_SIZE = 500, 64  # `encoder adapt`'s defaults (for the ETA; `service` cannot import models)
-TRAINED_TARGET_RECALL = 0.95  # a trained encoder needs more IVF lists than the stock one (docs/cli.md#indexer-build-calibration)
+# a trained encoder needs more IVF lists than the stock one (docs/cli.md#indexer-build-calibration)
+TRAINED_TARGET_RECALL = 0.95
 
 
 @dataclass
