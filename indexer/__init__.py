@@ -7,9 +7,10 @@ read row by row (`corpus`; a row → a document in `corpus_rows`, opening files 
 `corpus_files`), the Quora loader and evaluation protocols (`quora`), queries and qrels files (`eval_files`) and
 the evaluation sets made of them (`evalset`), retrieval metrics (`metrics`, `evaluate`), TREC run files (`runs`)
 and their paired comparison (`compare`), the index sweep (`tune`), the per-encoder calibration of
-nprobe/ef_search (`calibrate`) on query-like probes (`probes`) and the CLI (`cli`, `console`). The torch-free
-runtime it builds on — encoder runtime, FAISS wrapper, version layout, manifest, store, atomic writes, paths — is
-the `indexer.runtime` subpackage, which `service` and `models` use too.
+nprobe/ef_search (`calibrate`) on query-like probes (`probes`) and the CLI (`cli`, the entry point; one module
+per subcommand in `commands`; `console`). The torch-free runtime it builds on — encoder runtime, FAISS wrapper,
+version layout, manifest, store, atomic writes, paths — is the `indexer.runtime` subpackage, which `service` and
+`models` use too.
 
 May import: `indexer.runtime`, numpy, onnxruntime, tokenizers, pydantic, tqdm, ray and pyarrow (the Ray build
 only), ir_measures and scipy (`compare` only: the `eval` extra) and the standard library. Never faiss directly
