@@ -83,6 +83,7 @@ class PrepareError(RuntimeError):
 
 
 TWIST = ("TwistXXF/PaperPilot-Reproduction", "5471766d700d7825c2aad84a37f2746698ade6f5")
+DOTDORAG = ("franciszekparma/DotDoRAG", "f9a0aa4eeb3fcfeb77d2c55e2e0c2be30ef8732d")
 
 DATASETS: dict[str, Dataset] = {
     "scifact": Dataset(
@@ -105,6 +106,25 @@ DATASETS: dict[str, Dataset] = {
             "qrels/test.tsv": "68c0ac63f1c24b9e8ce497649694f09b2d0850bab7ec2b103cc66996f5f8b3a3",
         },
         note="corpus rebuilt from the SciFact corpus CSV (see BEIR_SOURCES.md)",
+    ),
+    "nfcorpus": Dataset(
+        name="nfcorpus",
+        # 12,334 test qrels counted on the official qrels/test.tsv (BEIR Table 1 gives 38.2 judged per query)
+        expected=Expected(docs=3633, test_queries=323, test_qrels=12_334),
+        sources={
+            # BEIR's own nfcorpus.zip, byte for byte (md5 a89dba18a62ef92f7d323ec890a0d38d, the one BEIR lists);
+            # committed there and deleted later, so it lives in that commit only
+            "zip": SourceFile(*DOTDORAG, "data/nfcorpus.zip",
+                              "efe5be03f8c5b86a5870102d0599d227c8c6e2484328e68c6522560385671b0b"),
+        },
+        outputs={
+            "corpus.jsonl": "10cc83ef1826b1425e6a87090b5140b39b27755d5a27e48215a88611c899991f",
+            "queries.jsonl": "d024e6621b84925d485ae473d316a0c3af31c62c8068a59fb29d22f7613aef2a",
+            "qrels/test.tsv": "f8fba6ef3d4dd9c3a242a8ba4ae38276fc3622fce7dcbae764766d564542fd2a",
+            "qrels/dev.tsv": "b1d38b5e8f78c4a5820bce2b7ec2db54911d7690dc601e76811846b211180bd8",
+            "qrels/train.tsv": "6336b80f9bffc4f063f3aa450047ad35c0b7c534efe4a6ba35e16dbace047f6a",
+        },
+        note="BEIR's nfcorpus.zip as is",
     ),
     "quora-heldout": Dataset(
         name="quora-heldout",
@@ -167,6 +187,32 @@ def prepare_scifact(ds: Dataset, out: Path, mirrors: Path) -> None:
             _write(out / key, data)
 
 
+BEIR_ZIP_FILES = ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv", "qrels/dev.tsv", "qrels/train.tsv")
+
+
+def extract_beir_zip(zip_bytes: bytes, folder: str, out: Path) -> list[str]:
+    """Write BEIR's files of one dataset zip (`<folder>/corpus.jsonl`, `queries.jsonl`, `qrels/*.tsv`) as they
+    are; the test qrels, corpus and queries must be there, dev/train qrels are kept when present."""
+    written = []
+    with zipfile.ZipFile(io.BytesIO(zip_bytes)) as zf:
+        members = set(zf.namelist())
+        for rel in BEIR_ZIP_FILES:
+            member = f"{folder}/{rel}"
+            if member not in members:
+                if rel.endswith(("dev.tsv", "train.tsv")):
+                    continue
+                raise PrepareError(f"the {folder} zip has no {member} (members: {sorted(members)[:8]})")
+            _write(out / rel, zf.read(member))
+            written.append(rel)
+    return written
+
+
+def prepare_beir_zip(ds: Dataset, out: Path, mirrors: Path) -> None:
+    say(f"{ds.name}: reading {ds.sources['zip'].repo}:{ds.sources['zip'].path}")
+    written = extract_beir_zip(ds.sources["zip"].read(mirrors), ds.name, out)
+    say(f"{ds.name}: wrote {', '.join(written)}")
+
+
 def prepare_quora_heldout(ds: Dataset, out: Path, mirrors: Path) -> None:
     sys.path.insert(0, str(REPO_ROOT))
     from indexer.quora import load_split
@@ -197,6 +243,7 @@ def prepare_quora_heldout(ds: Dataset, out: Path, mirrors: Path) -> None:
 
 PREPARERS: dict[str, Callable[[Dataset, Path, Path], None]] = {
     "scifact": prepare_scifact,
+    "nfcorpus": prepare_beir_zip,
     "quora-heldout": prepare_quora_heldout,
 }
 
