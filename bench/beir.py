@@ -60,6 +60,7 @@ METRIC_KEYS = ("ndcg_at_10", "mrr_at_10", "recall_at_100")
 ANCHORS: dict[str, dict[str, float | None]] = {
     "scifact": {"anserini_bm25_flat": 67.89, "mteb_minilm_l6": 64.508},
     "nfcorpus": {"anserini_bm25_flat": 32.18, "mteb_minilm_l6": 31.594},
+    "arguana": {"anserini_bm25_flat": 39.70, "mteb_minilm_l6": 50.167},
     "quora-heldout": {"anserini_bm25_flat": None, "mteb_minilm_l6": None},  # Strata's own split: none published
 }
 
