@@ -24,6 +24,7 @@ from bench.beir import (
     paired_ci,
     per_query_metrics,
     rrf,
+    target_lines,
 )
 from bench.bm25_libs import Bm25sRetriever, TantivyRetriever
 
@@ -255,3 +256,19 @@ def test_every_dataset_has_a_preparer_and_published_counts() -> None:
     assert set(beir_data.DATASETS) == set(beir_data.PREPARERS)
     for ds in beir_data.DATASETS.values():
         assert ds.expected.docs > 0 and set(ds.outputs) >= {"corpus.jsonl", "queries.jsonl", "qrels/test.tsv"}
+
+
+def test_target_table_compares_the_default_hybrid_with_the_best_anchor_plus_two() -> None:
+    def res(name: str, bm25: float | None, minilm: float | None, cc05: float, cc03: float) -> dict[str, object]:
+        modes = {"cc@0.5": {"ndcg_at_10": cc05}, "cc@0.3": {"ndcg_at_10": cc03}}
+        return {"dataset": name, "anchors": {"anserini_bm25_flat": bm25, "mteb_minilm_l6": minilm},
+                "poolings": {"mean": {"modes": modes}}}
+
+    report = {"datasets": [res("a", 40.0, 50.0, 53.0, 54.0), res("b", 60.0, 55.0, 61.0, 60.0),
+                           res("own", None, None, 90.0, 10.0)]}  # no anchors: left out of the target
+    text = "\n".join(target_lines(report))
+    assert "| a | 53.00 | 50.00 | 52.00 | +1.00 | yes |" in text
+    assert "| b | 61.00 | 60.00 | 62.00 | -1.00 | no |" in text
+    assert "| **average (2 sets)** | 57.00 | 55.00 | 57.00 | +0.00 | yes |" in text
+    assert "by mode: cc@0.3 57.00, cc@0.5 57.00" in text or "by mode: cc@0.5 57.00, cc@0.3 57.00" in text
+    assert "own" not in text
