@@ -7,9 +7,13 @@
 
 Nothing is downloaded: each source file is read from a bare git snapshot of its repository (`--mirrors DIR` holds
 `owner+name/repo`, as the search tools' `fetch` lays them out), at the commit recorded in `bench/BEIR_SOURCES.md`,
-and refused unless its sha256 is the recorded one. Every prepared dataset is then checked against the counts of
-the BEIR paper (Thakur et al. 2021, Table 1: corpus size, test queries) and its own judged qrels, and its files'
-sha256 are written to `PREPARED.json` beside them. Data is never written inside the repository.
+and refused unless its sha256 is the recorded one. A source is one of: BEIR's own dataset zip (its members written
+as they are, dev/train qrels kept; NFCorpus), one file per prepared file, gunzipped when it ends in `.gz` (ArguAna,
+as Hugging Face's BeIR copies ship them), or a table the corpus is rebuilt from (SciFact). Every prepared dataset
+is then checked against the counts of the BEIR paper (Thakur et al. 2021, Table 1: corpus size, test queries) and
+its own judged qrels (a qrel naming a document missing from the corpus is refused beyond the number BEIR's own
+files have: 5 in ArguAna, 0 elsewhere), and its files' sha256 are written to `PREPARED.json` beside them. Data
+is never written inside the repository.
 
 `quora-heldout` is built from the shared Quora TSV (`indexer.quora.load_split(..., "heldout")`: rows with id
 >= 300,000, every unique question a document, queries = the question1 of duplicate pairs, gold = their
