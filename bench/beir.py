@@ -60,6 +60,7 @@ METRIC_KEYS = ("ndcg_at_10", "mrr_at_10", "recall_at_100")
 ANCHORS: dict[str, dict[str, float | None]] = {
     "scifact": {"anserini_bm25_flat": 67.89, "mteb_minilm_l6": 64.508},
     "nfcorpus": {"anserini_bm25_flat": 32.18, "mteb_minilm_l6": 31.594},
+    "arguana": {"anserini_bm25_flat": 39.70, "mteb_minilm_l6": 50.167},
     "quora-heldout": {"anserini_bm25_flat": None, "mteb_minilm_l6": None},  # Strata's own split: none published
 }
 
@@ -456,7 +457,40 @@ def render(report: dict[str, object]) -> str:
             vals = [r["poolings"][pooling]["modes"][mode]["ndcg_at_10"] for r in report["datasets"]
                     if pooling in r["poolings"]]
             out.append(f"| {pooling} | {mode} | {np.mean(vals):.2f} |")
-    return "\n".join(out) + "\n"
+    return "\n".join(out + target_lines(report)) + "\n"
+
+
+DEFAULT_HYBRID = "cc@0.5"  # the default `hybrid` mode: convex combination, dense weight 0.5 (mean pooling)
+TARGET_MARGIN = 2.0  # issue 26: default hybrid >= max(published BM25, published MiniLM) + 2.0 nDCG@10
+
+
+def target_lines(report: dict[str, object]) -> list[str]:
+    """The issue's target per dataset with both published anchors, and on their average: the default hybrid
+    (mean pooling) against max(Anserini BM25 flat, MTEB all-MiniLM-L6-v2) + 2.0 nDCG@10."""
+    rows = []
+    for res in report["datasets"]:
+        a = res.get("anchors") or {}
+        mean = res["poolings"].get("mean", {}).get("modes", {})
+        if a.get("anserini_bm25_flat") is None or a.get("mteb_minilm_l6") is None or DEFAULT_HYBRID not in mean:
+            continue
+        best = max(a["anserini_bm25_flat"], a["mteb_minilm_l6"])
+        rows.append((res["dataset"], mean[DEFAULT_HYBRID]["ndcg_at_10"], best, best + TARGET_MARGIN, mean))
+    if not rows:
+        return []
+    out = ["", f"## Target: default hybrid (`{DEFAULT_HYBRID}`, mean pooling) vs max(published BM25, published MiniLM)"
+           f" + {TARGET_MARGIN:.1f}", "",
+           "| dataset | default hybrid | max(published) | target | margin | met |", "|---|---:|---:|---:|---:|---|"]
+    for name, got, best, target, _ in rows:
+        out.append(f"| {name} | {got:.2f} | {best:.2f} | {target:.2f} | {got - target:+.2f} | "
+                   f"{'yes' if got >= target else 'no'} |")
+    got, best = np.mean([r[1] for r in rows]), np.mean([r[2] for r in rows])
+    out.append(f"| **average ({len(rows)} sets)** | {got:.2f} | {best:.2f} | {best + TARGET_MARGIN:.2f} | "
+               f"{got - best - TARGET_MARGIN:+.2f} | {'yes' if got >= best + TARGET_MARGIN else 'no'} |")
+    modes = [m for m in rows[0][4] if all(m in r[4] for r in rows)]
+    ranked = sorted(modes, key=lambda m: -np.mean([r[4][m]["ndcg_at_10"] for r in rows]))
+    out += ["", "Mean pooling, average nDCG@10 over these sets by mode: " + ", ".join(
+        f"{m} {np.mean([r[4][m]['ndcg_at_10'] for r in rows]):.2f}" for m in ranked) + "."]
+    return out
 
 
 def _ci(v: list[float] | None) -> str:

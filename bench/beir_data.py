@@ -7,9 +7,13 @@
 
 Nothing is downloaded: each source file is read from a bare git snapshot of its repository (`--mirrors DIR` holds
 `owner+name/repo`, as the search tools' `fetch` lays them out), at the commit recorded in `bench/BEIR_SOURCES.md`,
-and refused unless its sha256 is the recorded one. Every prepared dataset is then checked against the counts of
-the BEIR paper (Thakur et al. 2021, Table 1: corpus size, test queries) and its own judged qrels, and its files'
-sha256 are written to `PREPARED.json` beside them. Data is never written inside the repository.
+and refused unless its sha256 is the recorded one. A source is one of: BEIR's own dataset zip (its members written
+as they are, dev/train qrels kept; NFCorpus), one file per prepared file, gunzipped when it ends in `.gz` (ArguAna,
+as Hugging Face's BeIR copies ship them), or a table the corpus is rebuilt from (SciFact). Every prepared dataset
+is then checked against the counts of the BEIR paper (Thakur et al. 2021, Table 1: corpus size, test queries) and
+its own judged qrels (a qrel naming a document missing from the corpus is refused beyond the number BEIR's own
+files have: 5 in ArguAna, 0 elsewhere), and its files' sha256 are written to `PREPARED.json` beside them. Data
+is never written inside the repository.
 
 `quora-heldout` is built from the shared Quora TSV (`indexer.quora.load_split(..., "heldout")`: rows with id
 >= 300,000, every unique question a document, queries = the question1 of duplicate pairs, gold = their
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import ast
 import csv
+import gzip
 import hashlib
 import io
 import json
@@ -66,6 +71,8 @@ class Expected:
     docs: int
     test_queries: int
     test_qrels: int
+    # qrels naming a document the official corpus lacks (BEIR's own files; 0 everywhere but ArguAna)
+    dangling_qrels: int = 0
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,8 @@ class PrepareError(RuntimeError):
 
 
 TWIST = ("TwistXXF/PaperPilot-Reproduction", "5471766d700d7825c2aad84a37f2746698ade6f5")
+DOTDORAG = ("franciszekparma/DotDoRAG", "f9a0aa4eeb3fcfeb77d2c55e2e0c2be30ef8732d")
+PROYECTOIB = ("ecazar/ProyectoIB", "eb37295a166b5438a3c21043c105a7d6333232c4")
 
 DATASETS: dict[str, Dataset] = {
     "scifact": Dataset(
@@ -105,6 +114,47 @@ DATASETS: dict[str, Dataset] = {
             "qrels/test.tsv": "68c0ac63f1c24b9e8ce497649694f09b2d0850bab7ec2b103cc66996f5f8b3a3",
         },
         note="corpus rebuilt from the SciFact corpus CSV (see BEIR_SOURCES.md)",
+    ),
+    "nfcorpus": Dataset(
+        name="nfcorpus",
+        # 12,334 test qrels counted on the official qrels/test.tsv (BEIR Table 1 gives 38.2 judged per query)
+        expected=Expected(docs=3633, test_queries=323, test_qrels=12_334),
+        sources={
+            # BEIR's own nfcorpus.zip, byte for byte (md5 a89dba18a62ef92f7d323ec890a0d38d, the one BEIR lists);
+            # committed there and deleted later, so it lives in that commit only
+            "zip": SourceFile(*DOTDORAG, "data/nfcorpus.zip",
+                              "efe5be03f8c5b86a5870102d0599d227c8c6e2484328e68c6522560385671b0b"),
+        },
+        outputs={
+            "corpus.jsonl": "10cc83ef1826b1425e6a87090b5140b39b27755d5a27e48215a88611c899991f",
+            "queries.jsonl": "d024e6621b84925d485ae473d316a0c3af31c62c8068a59fb29d22f7613aef2a",
+            "qrels/test.tsv": "f8fba6ef3d4dd9c3a242a8ba4ae38276fc3622fce7dcbae764766d564542fd2a",
+            "qrels/dev.tsv": "b1d38b5e8f78c4a5820bce2b7ec2db54911d7690dc601e76811846b211180bd8",
+            "qrels/train.tsv": "6336b80f9bffc4f063f3aa450047ad35c0b7c534efe4a6ba35e16dbace047f6a",
+        },
+        note="BEIR's nfcorpus.zip as is",
+    ),
+    "arguana": Dataset(
+        name="arguana",
+        # 5 test qrels name a counter-argument missing from BEIR's corpus (beir-cellar/beir issues 101 and 172:
+        # "an issue with the original dataset"); they stay, as in BEIR, MTEB and Anserini, and score 0
+        expected=Expected(docs=8674, test_queries=1406, test_qrels=1406, dangling_qrels=5),
+        sources={
+            # the Hugging Face BeIR/arguana files (corpus/queries gzipped, as that dataset ships them) and
+            # BeIR/arguana-qrels' test.tsv, committed together with BeIR's loading script `arguana.py`
+            "corpus.jsonl": SourceFile(*PROYECTOIB, "data/corpus.jsonl.gz",
+                                       "6572c13e17aa51d42c0498e765c70cfc9f15550a2140213ea267767e3a9f9134"),
+            "queries.jsonl": SourceFile(*PROYECTOIB, "data/queries.jsonl.gz",
+                                        "faae9bb245700b764c29d98a1972d1b10ebb8dfb4e7bb349741e8d4f20d29b13"),
+            "qrels/test.tsv": SourceFile(*PROYECTOIB, "data/test.tsv",
+                                         "0c47b481fa8b47fb9ca5e74bc8a017bdea14518c0e4a5d21345291180b3aca76"),
+        },
+        outputs={
+            "corpus.jsonl": "0627982cec4ee896df6dc98604ef6b499c83fd87a19eaaeb3f23b88bbef6cbce",
+            "queries.jsonl": "f8b7c903f95d9a2d291de3915a8fac25085e9db679f19f59fea4145bfd1df618",
+            "qrels/test.tsv": "0c47b481fa8b47fb9ca5e74bc8a017bdea14518c0e4a5d21345291180b3aca76",
+        },
+        note="BeIR/arguana (Hugging Face) files, gunzipped",
     ),
     "quora-heldout": Dataset(
         name="quora-heldout",
@@ -167,6 +217,45 @@ def prepare_scifact(ds: Dataset, out: Path, mirrors: Path) -> None:
             _write(out / key, data)
 
 
+BEIR_ZIP_FILES = ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv", "qrels/dev.tsv", "qrels/train.tsv")
+
+
+def extract_beir_zip(zip_bytes: bytes, folder: str, out: Path) -> list[str]:
+    """Write BEIR's files of one dataset zip (`<folder>/corpus.jsonl`, `queries.jsonl`, `qrels/*.tsv`) as they
+    are; the test qrels, corpus and queries must be there, dev/train qrels are kept when present."""
+    written = []
+    with zipfile.ZipFile(io.BytesIO(zip_bytes)) as zf:
+        members = set(zf.namelist())
+        for rel in BEIR_ZIP_FILES:
+            member = f"{folder}/{rel}"
+            if member not in members:
+                if rel.endswith(("dev.tsv", "train.tsv")):
+                    continue
+                raise PrepareError(f"the {folder} zip has no {member} (members: {sorted(members)[:8]})")
+            _write(out / rel, zf.read(member))
+            written.append(rel)
+    return written
+
+
+def prepare_beir_zip(ds: Dataset, out: Path, mirrors: Path) -> None:
+    say(f"{ds.name}: reading {ds.sources['zip'].repo}:{ds.sources['zip'].path}")
+    written = extract_beir_zip(ds.sources["zip"].read(mirrors), ds.name, out)
+    say(f"{ds.name}: wrote {', '.join(written)}")
+
+
+def prepare_files(ds: Dataset, out: Path, mirrors: Path) -> None:
+    """One source file per prepared file (keyed by its path in the BEIR layout); a `.gz` source is gunzipped."""
+    for rel, src in ds.sources.items():
+        say(f"{ds.name}: {rel} from {src.repo}:{src.path}")
+        data = src.read(mirrors)
+        if src.path.endswith(".gz"):
+            try:
+                data = gzip.decompress(data)
+            except (OSError, EOFError) as e:
+                raise PrepareError(f"{src.repo}:{src.path}: not a whole gzip file ({e})") from e
+        _write(out / rel, data)
+
+
 def prepare_quora_heldout(ds: Dataset, out: Path, mirrors: Path) -> None:
     sys.path.insert(0, str(REPO_ROOT))
     from indexer.quora import load_split
@@ -197,6 +286,8 @@ def prepare_quora_heldout(ds: Dataset, out: Path, mirrors: Path) -> None:
 
 PREPARERS: dict[str, Callable[[Dataset, Path, Path], None]] = {
     "scifact": prepare_scifact,
+    "nfcorpus": prepare_beir_zip,
+    "arguana": prepare_files,
     "quora-heldout": prepare_quora_heldout,
 }
 
@@ -225,6 +316,7 @@ def check(ds: Dataset, folder: Path) -> dict[str, object]:
             query_ids.add(json.loads(line)["_id"])
     judged: dict[str, int] = {}
     n_qrels = 0
+    dangling: list[str] = []
     with open(folder / "qrels" / "test.tsv", encoding="utf-8", newline="") as fh:
         next(fh)
         for line in fh:
@@ -232,11 +324,14 @@ def check(ds: Dataset, folder: Path) -> dict[str, object]:
             n_qrels += 1
             judged[q] = judged.get(q, 0) + (int(s) > 0)
             if d not in doc_ids:
-                raise PrepareError(f"{folder}: qrels name document {d!r}, not in the corpus")
+                dangling.append(d)
             if q not in query_ids:
                 raise PrepareError(f"{folder}: qrels name query {q!r}, not in queries.jsonl")
+    if len(dangling) != ds.expected.dangling_qrels:
+        raise PrepareError(f"{folder}: {len(dangling)} qrels name documents not in the corpus (expected "
+                           f"{ds.expected.dangling_qrels}), e.g. {dangling[:3]}")
     counts = {"docs": len(doc_ids), "test_queries": len(judged), "test_qrels": n_qrels,
-              "queries_in_file": len(query_ids)}
+              "queries_in_file": len(query_ids), "dangling_qrels": len(dangling)}
     exp = ds.expected
     if exp.docs:
         wanted = {"docs": exp.docs, "test_queries": exp.test_queries, "test_qrels": exp.test_qrels}

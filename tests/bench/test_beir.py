@@ -3,9 +3,12 @@ cross-checked against pytrec_eval, the bootstrap interval, both BM25 libraries, 
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import io
 import json
 import subprocess
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +24,7 @@ from bench.beir import (
     paired_ci,
     per_query_metrics,
     rrf,
+    target_lines,
 )
 from bench.bm25_libs import Bm25sRetriever, TantivyRetriever
 
@@ -153,3 +157,118 @@ def test_source_file_is_read_from_a_bare_snapshot_and_checked(tmp_path: Path) ->
         beir_data.SourceFile("owner/name", commit, "f.txt", "0" * 64).read(mirrors)
     with pytest.raises(beir_data.PrepareError, match="no snapshot"):
         beir_data.SourceFile("other/name", commit, "f.txt", digest).read(mirrors)
+
+
+def _snapshot(tmp_path: Path, files: dict[str, bytes]) -> tuple[Path, str]:
+    """A bare snapshot `owner+name/repo` (as `fetch` lays it out) of one commit holding `files`."""
+    work = tmp_path / "work"
+    for rel, data in files.items():
+        (work / rel).parent.mkdir(parents=True, exist_ok=True)
+        (work / rel).write_bytes(data)
+    git = ["git", "-C", str(work), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git[:3], "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    commit = subprocess.run([*git[:3], "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    mirrors = tmp_path / "mirrors"
+    subprocess.run(["git", "clone", "-q", "--bare", str(work), str(mirrors / "owner+name" / "repo")], check=True)
+    return mirrors, commit
+
+
+TINY_CORPUS = b"".join(json.dumps({"_id": f"d{i}", "title": "", "text": f"text {i}"}).encode() + b"\n"
+                       for i in range(3))
+TINY_QUERIES = json.dumps({"_id": "q1", "text": "text 1"}).encode() + b"\n"
+TINY_QRELS = b"query-id\tcorpus-id\tscore\r\nq1\td1\t1\r\n"
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_beir_zip_is_extracted_as_is_with_dev_qrels_and_checked(tmp_path: Path) -> None:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("tiny/corpus.jsonl", TINY_CORPUS)
+        zf.writestr("tiny/queries.jsonl", TINY_QUERIES)
+        zf.writestr("tiny/qrels/test.tsv", TINY_QRELS)
+        zf.writestr("tiny/qrels/dev.tsv", TINY_QRELS)
+    mirrors, commit = _snapshot(tmp_path, {"data/tiny.zip": buf.getvalue()})
+    ds = beir_data.Dataset(
+        "tiny", beir_data.Expected(docs=3, test_queries=1, test_qrels=1),
+        sources={"zip": beir_data.SourceFile("owner/name", commit, "data/tiny.zip", _sha(buf.getvalue()))},
+        outputs={"corpus.jsonl": _sha(TINY_CORPUS), "qrels/test.tsv": _sha(TINY_QRELS),
+                 "qrels/dev.tsv": _sha(TINY_QRELS)})
+    beir_data.DATASETS["tiny"] = ds
+    beir_data.PREPARERS["tiny"] = beir_data.prepare_beir_zip
+    try:
+        out = beir_data.prepare("tiny", tmp_path / "beir", mirrors, force=False)
+        assert (out / "corpus.jsonl").read_bytes() == TINY_CORPUS
+        assert (out / "qrels" / "dev.tsv").read_bytes() == TINY_QRELS  # kept byte for byte (CRLF)
+        assert not (out / "qrels" / "train.tsv").exists()
+        stamp = json.loads((out / "PREPARED.json").read_text())
+        assert stamp["counts"]["docs"] == 3 and stamp["files"]["qrels/dev.tsv"]["sha256"] == _sha(TINY_QRELS)
+        # a prepared file that differs from the recorded digest is refused
+        (out / "corpus.jsonl").write_bytes(TINY_CORPUS.replace(b"text 2", b"text 9"))
+        with pytest.raises(beir_data.PrepareError, match="sha256"):
+            beir_data.prepare("tiny", tmp_path / "beir", mirrors, force=False)
+        # and so is a zip without the test qrels
+        with pytest.raises(beir_data.PrepareError, match="no tiny/qrels/test.tsv"):
+            beir_data.extract_beir_zip(_zip_without_test(), "tiny", tmp_path / "other")
+    finally:
+        del beir_data.DATASETS["tiny"], beir_data.PREPARERS["tiny"]
+
+
+def _zip_without_test() -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("tiny/corpus.jsonl", TINY_CORPUS)
+        zf.writestr("tiny/queries.jsonl", TINY_QUERIES)
+    return buf.getvalue()
+
+
+def test_gzipped_sources_are_gunzipped_and_dangling_qrels_counted(tmp_path: Path) -> None:
+    # q1's relevant d7 is not in the corpus, as 5 of BEIR's ArguAna qrels are
+    qrels = b"query-id\tcorpus-id\tscore\r\nq1\td1\t1\r\nq1\td7\t1\r\n"
+    files = {"data/corpus.jsonl.gz": gzip.compress(TINY_CORPUS), "data/queries.jsonl.gz": gzip.compress(TINY_QUERIES),
+             "data/test.tsv": qrels}
+    mirrors, commit = _snapshot(tmp_path, files)
+    sources = {rel: beir_data.SourceFile("owner/name", commit, path, _sha(files[path]))
+               for rel, path in [("corpus.jsonl", "data/corpus.jsonl.gz"), ("queries.jsonl", "data/queries.jsonl.gz"),
+                                 ("qrels/test.tsv", "data/test.tsv")]}
+    strict = beir_data.Dataset("tiny", beir_data.Expected(docs=3, test_queries=1, test_qrels=2), sources=sources)
+    out = tmp_path / "beir" / "tiny"
+    beir_data.prepare_files(strict, out, mirrors)
+    assert (out / "corpus.jsonl").read_bytes() == TINY_CORPUS
+    with pytest.raises(beir_data.PrepareError, match="1 qrels name documents not in the corpus"):
+        beir_data.check(strict, out)
+    lenient = beir_data.Dataset("tiny", beir_data.Expected(docs=3, test_queries=1, test_qrels=2, dangling_qrels=1))
+    assert beir_data.check(lenient, out)["dangling_qrels"] == 1
+    # a truncated gzip is a clear error, not a stack trace
+    cut = gzip.compress(TINY_CORPUS)[:20]
+    mirrors2, commit2 = _snapshot(tmp_path / "cut", {"data/corpus.jsonl.gz": cut})
+    source = beir_data.SourceFile("owner/name", commit2, "data/corpus.jsonl.gz", _sha(cut))
+    with pytest.raises(beir_data.PrepareError, match="not a whole gzip file"):
+        beir_data.prepare_files(beir_data.Dataset("tiny", strict.expected, sources={"corpus.jsonl": source}),
+                                tmp_path / "cut-out", mirrors2)
+
+
+def test_every_dataset_has_a_preparer_and_published_counts() -> None:
+    assert set(beir_data.DATASETS) == set(beir_data.PREPARERS)
+    for ds in beir_data.DATASETS.values():
+        assert ds.expected.docs > 0 and set(ds.outputs) >= {"corpus.jsonl", "queries.jsonl", "qrels/test.tsv"}
+
+
+def test_target_table_compares_the_default_hybrid_with_the_best_anchor_plus_two() -> None:
+    def res(name: str, bm25: float | None, minilm: float | None, cc05: float, cc03: float) -> dict[str, object]:
+        modes = {"cc@0.5": {"ndcg_at_10": cc05}, "cc@0.3": {"ndcg_at_10": cc03}}
+        return {"dataset": name, "anchors": {"anserini_bm25_flat": bm25, "mteb_minilm_l6": minilm},
+                "poolings": {"mean": {"modes": modes}}}
+
+    report = {"datasets": [res("a", 40.0, 50.0, 53.0, 54.0), res("b", 60.0, 55.0, 61.0, 60.0),
+                           res("own", None, None, 90.0, 10.0)]}  # no anchors: left out of the target
+    text = "\n".join(target_lines(report))
+    assert "| a | 53.00 | 50.00 | 52.00 | +1.00 | yes |" in text
+    assert "| b | 61.00 | 60.00 | 62.00 | -1.00 | no |" in text
+    assert "| **average (2 sets)** | 57.00 | 55.00 | 57.00 | +0.00 | yes |" in text
+    assert "by mode: cc@0.3 57.00, cc@0.5 57.00" in text or "by mode: cc@0.5 57.00, cc@0.3 57.00" in text
+    assert "own" not in text
