@@ -3,7 +3,7 @@ swaps, write log and metrics series (an `Engine`), all on one shared `Scheduler`
 
 Where they come from (`plan`):
 - `STRATA_COLLECTIONS_DIR=D`: every subfolder of D that is an index root (it holds `versions/` or `current`) is a
-  collection named after it. Names are `[a-z0-9][a-z0-9_-]{0,63}`; other folders are skipped with a log line
+  collection named after it (D may not exist yet: a fresh volume before its first build). Names are `[a-z0-9][a-z0-9_-]{0,63}`; other folders are skipped with a log line
   saying why. D is looked at again every `watch_interval_s`: a folder `indexer build --root D/NAME` creates is
   served without a restart (a folder removed stays served until the next restart);
 - `STRATA_INDEX_ROOT` (or nothing: the default root): one collection named `default`;
@@ -93,7 +93,7 @@ def plan(settings: Settings) -> list[Source] | None:
         raise CollectionsConfigError("the sharded (Ray) backend serves one index root and cannot serve collections "
                                      "(STRATA_COLLECTIONS_DIR): serve the shards of one root with STRATA_INDEX_ROOT, "
                                      "or the collections with the local backend")
-    if not settings.collections_dir.is_dir():
+    if settings.collections_dir.exists() and not settings.collections_dir.is_dir():
         raise CollectionsConfigError(f"STRATA_COLLECTIONS_DIR={settings.collections_dir} is not a folder")
     if settings.default_collection is not None and not NAME_RE.fullmatch(settings.default_collection):
         raise CollectionsConfigError(f"STRATA_DEFAULT_COLLECTION={settings.default_collection!r} is not a "
@@ -121,8 +121,8 @@ class Collections:
             for name, why in self.skipped.items():
                 log.warning("collections: skipped %s: %s", name, why)
             if not sources:
-                log.warning("collections: %s holds no index root yet; new ones are served as they appear",
-                            self.folder)
+                log.warning("collections: %s %s no index root yet; new ones are served as they appear", self.folder,
+                            "holds" if self.folder.is_dir() else "does not exist:")
         for source in sources:
             self._add(source)
 

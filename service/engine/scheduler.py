@@ -179,6 +179,8 @@ def run_routed(jobs: list[Job], routes: Sequence[Route]) -> list[Answer]:
             members = groups[key]
             results = searcher.run_batch([jobs[j] for j in members], shared)
             for j, result in zip(members, results, strict=True):
+                if shared is not None and result.batch_texts:  # its texts ran in the batch's one ONNX run
+                    result.batch_texts = len(shared.rows)  # type: ignore[attr-defined]
                 answers[j] = (searcher, result)
     finally:
         for route, searcher in leased:
