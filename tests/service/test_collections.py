@@ -160,7 +160,10 @@ def test_collections_with_different_encoders_are_searched_written_and_swapped_in
             assert "g-new" not in [h["id"] for h in top(c, "faq", "blue horse road guitar sky")["hits"]]
             r = c.post("/collections/faq/documents/delete", json={"ids": [faq_docs[5]["id"]]})
             assert r.status_code == 200 and r.json()["deleted"] == 1
-            assert (cdir / "garden").joinpath("writes.sqlite").exists() or list((cdir / "garden").glob("*.sqlite*"))
+            # each collection's writes go to its own log (`writes/log.sqlite` in its root); notes took none
+            assert (cdir / "garden" / "writes" / "log.sqlite").is_file()
+            assert (cdir / "faq" / "writes" / "log.sqlite").is_file()
+            assert not (cdir / "notes" / "writes" / "log.sqlite").exists()
 
             # swaps: a new faq version (one more document) is swapped in; garden keeps its version
             garden_version = c.get("/collections/garden").json()["version"]
