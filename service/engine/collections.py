@@ -1,22 +1,22 @@
-"""Collections: the named corpora one process serves, each an index root with its own encoder, versions, gates,
-swaps, write log and metrics series (an `Engine`), all on one shared `Scheduler`.
+"""Collections: the named corpora one process serves, each an index root with its own encoder, versions, gates, swaps,
+write log and metrics series (an `Engine`), all on one shared `Scheduler`.
 
 Where they come from (`plan`):
 - `STRATA_COLLECTIONS_DIR=D`: every subfolder of D that is an index root (it holds `versions/` or `current`) is a
-  collection named after it (D may not exist yet: a fresh volume before its first build). Names are `[a-z0-9][a-z0-9_-]{0,63}`; other folders are skipped with a log line
-  saying why. D is looked at again every `watch_interval_s`: a folder `indexer build --root D/NAME` creates is
-  served without a restart (a folder removed stays served until the next restart);
+  collection named after it (D may not exist yet: a fresh volume before its first build). Names are
+  `[a-z0-9][a-z0-9_-]{0,63}`; other folders are skipped with a log line saying why. D is looked at again every
+  `watch_interval_s`: a folder `indexer build --root D/NAME` creates is served without a restart (a folder removed
+  stays served until the next restart);
 - `STRATA_INDEX_ROOT` (or nothing: the default root): one collection named `default`;
 - both set: `CollectionsConfigError` (the CLI exits 2). The sharded (Ray) backend serves one root: combined with a
-  collections folder it is refused the same way (its shard deployments are per version of one root; serving
-  several roots would need one set of deployments per collection, which `sharded` does not manage yet).
+  collections folder it is refused the same way (its shard deployments are per version of one root; serving several
+  roots would need one set of deployments per collection, which `sharded` does not manage yet).
 
 `STRATA_DEFAULT_COLLECTION` (else `default`, else the only collection) is what the routes without
 `/collections/NAME` serve.
 
 Encoders: collections whose versions were built with the same exported encoder folder share one loaded encoder
-(`encoders.EncoderCache`) and its micro-batches (`scheduler`).
-"""
+(`encoders.EncoderCache`) and its micro-batches (`scheduler`)."""
 
 from __future__ import annotations
 
