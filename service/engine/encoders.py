@@ -40,7 +40,10 @@ class EncoderCache:
 
     def get(self, model_dir: Path) -> OnnxEncoder:
         """The encoder of `model_dir`, loaded (its ONNX bytes checked against encoder.json) unless it is already."""
-        key = encoder_key(model_dir)
+        try:
+            key = encoder_key(model_dir)
+        except EncoderLoadError:  # let the encoder's own loader say what is wrong with the folder
+            return OnnxEncoder(model_dir, threads=self.threads, verify_sha256=True)
         with self._lock:
             encoder = self._loaded.get(key)
             if encoder is None:

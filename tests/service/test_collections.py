@@ -282,3 +282,23 @@ def test_settings_that_cannot_go_together_exit_2_with_the_reason(tmp_path: Path,
                        timeout=120, env=os.environ | {"STRATA_COLLECTIONS_DIR": str(tmp_path)} | env)
     assert r.returncode == 2, r.stderr
     assert message in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_keys_file_grants_scopes_per_collection(tmp_path: Path) -> None:
+    """`KEY grant,...` lines: several grants per key, merged across lines; admin implies read; a key without `@`
+    reaches every collection; a bad grant names its file and line."""
+    from service.auth import ADMIN, READ, KeyConfigError, load_keys
+    from service.settings import Settings
+
+    keys = tmp_path / "keys"
+    keys.write_text("# team keys\nfaqadmin-0123 admin@faq,read@notes\nfaqadmin-0123 read@garden\n"
+                    "everyone-0123\nops-key-0123 admin\n")
+    grants = load_keys(Settings(api_keys_file=keys))
+    faq = grants["faqadmin-0123"]
+    assert faq.may(ADMIN, "faq") and faq.may(READ, "faq") and faq.may(READ, "notes") and faq.may(READ, "garden")
+    assert not faq.may(ADMIN, "notes") and not faq.may(READ, "other") and faq.restricted
+    assert grants["everyone-0123"].may(READ, "anything") and not grants["everyone-0123"].may(ADMIN, "anything")
+    assert grants["ops-key-0123"].may(ADMIN, "anything")
+    keys.write_text("good-key-0123 read@faq\nbad-key-01234 write@faq\n")
+    with pytest.raises(KeyConfigError, match=r"keys:2: 'write@faq'"):
+        load_keys(Settings(api_keys_file=keys))
