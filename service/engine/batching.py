@@ -43,17 +43,19 @@ RunBatch = Callable[[list[Job], list[Any]], Awaitable[list[Answer]]]
 
 
 @dataclass
-class _Request:
-    texts: list[str]
-    top_k: int | None  # None: encode only
-    filter: dict[str, Any] | None
+class _Queued:
+    """A request waiting for its batch: the engine's `Job` as it is (one request type from the door to the
+    searcher), where it goes, and what the batcher needs to place it."""
+
+    job: Job
     future: asyncio.Future[Answer] = field(repr=False)
     tokens: int = 0  # what it costs against `max_tokens`
     heavy: bool = False  # over `max_tokens` on its own: runs alone, in a heavy slot
-    knobs: dict[str, int] | None = None  # this request's search parameters (None: the served ones)
-    mode: SearchMode | None = None  # /search's mode (None: the version's default)
-    fusion: Fusion | None = None
     route: Any = None  # where it is searched (the scheduler's collection); opaque to the batcher
+
+    @property
+    def texts(self) -> list[str]:
+        return self.job.texts
 
 
 class MicroBatcher:
@@ -65,7 +67,7 @@ class MicroBatcher:
         self.count_tokens = count_tokens
         self.heavy_slots = max(1, workers - 1)  # one worker stays free for light requests
         self.heavy_running = 0
-        self.queue: deque[_Request] = deque()
+        self.queue: deque[_Queued] = deque()
         self.wakeup = asyncio.Event()
         self.slots = asyncio.Semaphore(workers)
         self.running = 0
@@ -90,20 +92,19 @@ class MicroBatcher:
         future resolves when their batch has run. Requests with different filters share the batch's ONNX run."""
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         tokens = self.count_tokens(texts) if self.max_tokens and self.count_tokens else 0
-        self.queue.append(_Request(texts, top_k, flt, future, tokens, heavy=bool(self.max_tokens) and
-                                   tokens > self.max_tokens, knobs=knobs, mode=mode, fusion=fusion,
-                                   route=route))
+        self.queue.append(_Queued(Job(texts, top_k, flt, knobs, mode, fusion), future, tokens,
+                                  heavy=bool(self.max_tokens) and tokens > self.max_tokens, route=route))
         self.wakeup.set()
         return future
 
-    def _fits(self, req: _Request, texts: int, tokens: int) -> bool:
+    def _fits(self, req: _Queued, texts: int, tokens: int) -> bool:
         return texts + len(req.texts) <= self.max_texts and \
             (not self.max_tokens or tokens + req.tokens <= self.max_tokens)
 
-    def _take(self) -> list[_Request]:
+    def _take(self) -> list[_Queued]:
         """The next batch: a heavy request alone when it is first in the queue and a heavy slot is free; else
         the light requests in queue order while they fit, passing over heavy ones that must wait for a slot."""
-        batch: list[_Request] = []
+        batch: list[_Queued] = []
         texts = tokens = 0
         for req in list(self.queue):
             if req.future.done():  # its caller gave up (timed out) before it ran: no work for nobody
@@ -153,8 +154,8 @@ class MicroBatcher:
             except TimeoutError:
                 return
 
-    async def _run(self, batch: list[_Request]) -> None:
-        jobs = [Job(r.texts, r.top_k, r.filter, r.knobs, r.mode, r.fusion) for r in batch]
+    async def _run(self, batch: list[_Queued]) -> None:
+        jobs = [r.job for r in batch]
         try:
             answers = await self.run(jobs, [r.route for r in batch])
         except BaseException as exc:  # not ready, or a bug: every request of the batch gets it
