@@ -7,6 +7,8 @@ updates both: one call per event."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 # Sub-millisecond to seconds: search is ~0.1 ms, encoding a batch of 64 ~100 ms.
@@ -81,7 +83,7 @@ class Metrics:
         self.c_write_log_seq = Gauge("strata_collection_write_log_seq", "The collection's write log's last "
                                      "acknowledged seq", ["collection"], registry=r)
 
-    def collection(self, name: str, *, primary: bool = True) -> CollectionMetrics:
+    def collection(self, name: str, *, primary: bool | Callable[[], bool] = True) -> CollectionMetrics:
         return CollectionMetrics(self, name, primary)
 
 
@@ -89,8 +91,13 @@ class CollectionMetrics:
     """One collection's view of the metrics: the labelled `strata_collection_*` series always, the unlabelled
     ones they mirror only for the `primary` (default) collection."""
 
-    def __init__(self, metrics: Metrics, name: str, primary: bool) -> None:
-        self.m, self.name, self.primary = metrics, name, primary
+    def __init__(self, metrics: Metrics, name: str, primary: bool | Callable[[], bool]) -> None:
+        self.m, self.name, self._primary = metrics, name, primary
+
+    @property
+    def primary(self) -> bool:
+        """Whether this is the default collection (asked each time: a collections folder's default may appear)."""
+        return self._primary() if callable(self._primary) else self._primary
 
     def not_ready(self) -> None:
         self.m.c_ready.labels(self.name).set(0)

@@ -161,10 +161,9 @@ class Collections:
         s = self.settings.model_copy(update={"index_root": source.root} | (
             {"model_dir": None} if self.folder is not None else {}))  # each collection pairs with its own encoder
         backend = self._backend or make_backend(s)
-        primary = self.settings.default_collection == source.name if self.settings.default_collection else \
-            source.name == DEFAULT or self.folder is None
+        # the unlabelled metrics follow the default collection (which discovery may add later)
         engine = Engine(s, self.metrics, backend, self.tracing, scheduler=self.scheduler, name=source.name,
-                        primary=primary)
+                        primary=lambda: self.default_name() == source.name)
         self.engines[source.name] = engine
         log.info("collection %s: %s", source.name, source.root)
         return engine

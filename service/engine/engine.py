@@ -120,7 +120,7 @@ class Engine:
 
     def __init__(self, settings: Settings, metrics: Metrics | None = None, backend: Backend | None = None,
                  tracing: Tracing | None = None, *, scheduler: Scheduler | None = None, name: str = "default",
-                 primary: bool = True) -> None:
+                 primary: bool | Callable[[], bool] = True) -> None:
         self.settings, self.name = settings, name
         self.metrics = metrics or Metrics()
         self.tracing = tracing or Tracing()  # off
