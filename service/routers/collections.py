@@ -81,13 +81,13 @@ async def search(name: Name, body: SearchRequest, request: Request, collections:
     return await run_search(body, collections.get(name), [stats, collection_stats(request, name)])
 
 
-@router.put("/{name}/documents", response_model=UpsertResponse, responses=WRITE_ERRORS)
+@router.put("/{name}/documents", response_model=UpsertResponse, responses=WRITE_ERRORS, tags=["documents"])
 async def upsert(name: Name, body: UpsertRequest, collections: CollectionsDep) -> UpsertResponse:
     """`PUT /documents` on this collection: logged in its own write log, served by its versions."""
     return await run_upsert(body, collections.get(name))
 
 
-@router.post("/{name}/documents/delete", response_model=DeleteResponse, responses=WRITE_ERRORS)
+@router.post("/{name}/documents/delete", response_model=DeleteResponse, responses=WRITE_ERRORS, tags=["documents"])
 async def delete(name: Name, body: DeleteRequest, collections: CollectionsDep) -> DeleteResponse:
     """`POST /documents/delete` on this collection."""
     return await run_delete(body, collections.get(name))
