@@ -24,13 +24,21 @@ TEXTS = {
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory: pytest.TempPathFactory, minilm_mean: Path, tiny_exported: Path) -> Path:
+def folder(tmp_path_factory: pytest.TempPathFactory, minilm_mean: Path, tiny_exported: Path,
+           tiny_checkpoint: Path) -> Path:
+    """alpha and beta: MiniLM; gamma: the tiny BERT with CLS pooling; delta: the tiny BERT with mean pooling (another
+    encoder of gamma's dimension)."""
+    from models.export import export_encoder
+
     d = tmp_path_factory.mktemp("scheduler-collections")
-    for name, texts in TEXTS.items():
+    tiny_mean = d.parent / "tiny-mean"
+    export_encoder(tiny_checkpoint, tiny_mean, pooling="mean")
+    models = {"alpha": minilm_mean, "beta": minilm_mean, "gamma": tiny_exported, "delta": tiny_mean}
+    for name, texts in (TEXTS | {"delta": TEXTS["gamma"]}).items():
         data = d.parent / f"{name}.jsonl"
         data.write_text("".join(json.dumps({"id": f"{name}-{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
-        build(BuildConfig(model_dir=tiny_exported if name == "gamma" else minilm_mean, data=str(data), root=d / name,
-                          index="flat", threads=1, evaluate=False, default_mode="dense"))
+        build(BuildConfig(model_dir=models[name], data=str(data), root=d / name, index="flat", threads=1,
+                          evaluate=False, default_mode="dense"))
     return d
 
 
@@ -57,7 +65,7 @@ def test_collections_on_one_encoder_share_its_session_and_its_batches(folder: Pa
         await collections.start()
         try:
             a, b, g = (collections.get(n) for n in ("alpha", "beta", "gamma"))
-            assert collections.scheduler.encoders.loads == 2  # MiniLM once for alpha and beta, the tiny BERT
+            assert collections.scheduler.encoders.loads == 3  # MiniLM once for alpha and beta, two tiny BERTs
             assert a.leases.current.encoder is b.leases.current.encoder
             assert g.leases.current.encoder is not a.leases.current.encoder
             queries = [(name, text) for name in TEXTS for text in TEXTS[name][:4]]
@@ -71,6 +79,36 @@ def test_collections_on_one_encoder_share_its_session_and_its_batches(folder: Pa
             concurrent = batch_sizes(metrics)[before:]
             # a run held more texts than any one collection sent (4): alpha's and beta's shared it
             assert max(concurrent) > 4, concurrent
+        finally:
+            await collections.stop()
+
+    asyncio.run(scenario())
+
+
+def test_two_encoders_of_one_dimension_get_distinct_model_ids(folder: Path) -> None:
+    """/v1 ids: with no default collection every encoder is `strata-<dim>@<first collection>`; gamma's and delta's
+    encoders (both 32-dimensional) are two models, each resolved to its own collection, and `strata-<dim>@<name>`
+    names a collection's encoder."""
+    from service.engine.models import listed, resolve
+
+    settings = Settings(collections_dir=folder, workers=1, threads=1, watch_interval_s=0)
+
+    async def scenario() -> None:
+        collections = Collections(settings, Metrics())
+        await collections.start()
+        try:
+            assert collections.default_name() is None  # four collections, none named default
+            ids = {m.model.name: m.collections for m in listed(collections)}
+            dim = collections.get("gamma").served_model().dim
+            assert ids == {"strata-384@alpha": ["alpha", "beta"], f"strata-{dim}@delta": ["delta"],
+                           f"strata-{dim}@gamma": ["gamma"]}
+            everyone = lambda name: True  # noqa: E731
+            assert resolve(collections, f"strata-{dim}@delta", everyone)[0].name == "delta"
+            assert resolve(collections, f"strata-{dim}@gamma", everyone)[0].name == "gamma"
+            assert resolve(collections, "strata-384@beta", everyone)[0].name == "beta"
+            vectors = {n: (await resolve(collections, f"strata-{dim}@{n}", everyone)[0].encode(["dog cat"])).vectors
+                       for n in ("gamma", "delta")}
+            assert not np.allclose(vectors["gamma"], vectors["delta"])  # two encoders, two kinds of vectors
         finally:
             await collections.stop()
 
