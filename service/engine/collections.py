@@ -137,6 +137,9 @@ class Collections:
 
     def get(self, name: str) -> Engine:
         engine = self.engines.get(name)
+        if engine is None and not NAME_RE.fullmatch(name):
+            raise UnknownCollection(f"{name[:80]!r} is not a collection name ({NAME_PATTERN}: lower-case letters, "
+                                    f"digits, '-' and '_', at most 64)")
         if engine is None:
             where = f" in {self.folder}" if self.folder else ""
             raise UnknownCollection(f"no collection named {name!r}{where}; collections: "

@@ -1,8 +1,8 @@
 """Collections: `GET /collections`, `GET /collections/{name}`, and each collection's search, writes and reload
 (`/collections/{name}/search`, `PUT /collections/{name}/documents`, `POST /collections/{name}/documents/delete`,
 `POST /collections/{name}/admin/reload`): the same bodies and answers as the routes without `/collections/{name}`,
-which serve the default collection. An unknown collection is a 404 naming the ones served; a name that cannot be
-a collection's a 422. Keys restricted to collections (`service.auth`) see only theirs."""
+which serve the default collection. An unknown collection is a 404 naming the ones served; so is a name that
+cannot be a collection's, saying why. Keys restricted to collections (`service.auth`) see only theirs."""
 
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ from service.schemas import (
 router = APIRouter(prefix="/collections", tags=["collections"],
                    responses={404: {"description": "no collection of that name"}})
 
-Name = Annotated[str, Path(pattern=f"^{NAME_PATTERN}$", description="a collection's name (its folder's)")]
+# no `pattern` in the schema: a name that cannot be a collection's is answered like an unknown one (404, with why)
+Name = Annotated[str, Path(description=f"a collection's name (its folder's: {NAME_PATTERN})")]
 
 
 def describe(collections: Collections, engine: Engine) -> CollectionInfo:

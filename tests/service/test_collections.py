@@ -137,7 +137,8 @@ def test_collections_with_different_encoders_are_searched_written_and_swapped_in
             # unknown and invalid names
             r = c.post("/collections/nope/search", json={"query": "x"})
             assert r.status_code == 404 and "nope" in r.json()["detail"] and "garden" in r.json()["detail"]
-            assert c.get("/collections/Bad%20Name").status_code == 422
+            r = c.get("/collections/Bad%20Name")
+            assert r.status_code == 404 and "is not a collection name" in r.json()["detail"]
             # /v1: one model per distinct encoder
             models = [m["id"] for m in c.get("/v1/models").json()["data"]]
             dim_faq, dim_garden = by_name["faq"]["dim"], by_name["garden"]["dim"]
