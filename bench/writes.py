@@ -64,7 +64,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64, help="documents per PUT in the throughput runs")
     ap.add_argument("--threads", type=int, default=1, help="STRATA_THREADS of the server")
     ap.add_argument("--out-dir", type=Path, default=REPO / "bench" / "results",
-                    help="where writes-<UTC>.json goes (the README's figures come from these files)")
+                    help="where writes-<UTC>.json goes (docs/benchmarks.md's figures come from these files)")
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="strata-bench-writes-"))

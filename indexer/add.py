@@ -22,7 +22,6 @@ from pathlib import Path
 
 import numpy as np
 
-from indexer.build import save_and_evaluate
 from indexer.probes import PROBES_FILE
 from indexer.quora import COLUMNS, QuoraFormatError, _open_text, read_rows
 from indexer.runtime.encoder import EncoderLoadError, OnnxEncoder
@@ -31,6 +30,7 @@ from indexer.runtime.layout import IndexRoot, new_version_name
 from indexer.runtime.manifest import Manifest
 from indexer.runtime.store import STORE
 from indexer.runtime.version import QUERY_VECTORS, IndexVersion
+from indexer.stage import save_and_evaluate
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """`indexer compact`: fold the root's write log into a new version, published like a build.
 
-The API serves writes from an overlay on the current version (`service.engine.live`), rebuilt from the log on
+The API serves writes from an overlay on the current version (`indexer.runtime.overlay`), rebuilt from the log on
 every start and swap. Compaction makes them part of a version: from the current version and the log entries after
 its `writes.folded_seq` it writes a new version whose index and store hold them, and whose manifest says so
 (`writes`: the log's id, the last seq folded, and how many entries, upserts and deletes the version's chain has
@@ -13,10 +13,12 @@ How it folds:
 - the index is the current one with the deleted and replaced ids removed and the written vectors added to the
   trained inverted lists, as `indexer build --add` does (no k-means: `index.added_since_training` grows, and the
   command says when a full rebuild is due); SQfp16 lists keep the written vectors as float16 like every other;
-- FAISS ids: an id the version holds keeps its FAISS id, an integer in [0, 2^62) is its own, any other gets the
-  next one above the version's largest;
+- FAISS ids, and which documents are created, replaced or deleted, are the overlay's (`overlay.fold`, by the rule of
+  `indexer.runtime.ids`): an id the version holds keeps its FAISS id, an integer in [0, 2^62) is its own, any
+  other gets the next one above the version's largest — a compacted version answers as its overlay did;
 - the store is a copy of the current one with the written documents replaced, added or removed (texts, external
-  ids, metadata and its index and schema), then the version is evaluated (unless `--no-eval`).
+  ids, metadata and its index and schema; a store of before the one schema, an old Quora build's, is brought to it
+  first), then the version is evaluated (unless `--no-eval`).
 
 The log itself is left whole (see `indexer.runtime.writelog`): a build from the source data (folded_seq 0) or a
 rollback still needs its entries. The nightly job runs `indexer compact` after `indexer build`, so the version it
@@ -36,7 +38,6 @@ from pathlib import Path
 
 import numpy as np
 
-from indexer.build import save_and_evaluate
 from indexer.ingest import warn_if_shrinking
 from indexer.probes import PROBES_FILE
 from indexer.runtime.encoder import OnnxEncoder
@@ -44,16 +45,11 @@ from indexer.runtime.faiss_index import INDEX_FILE, set_threads
 from indexer.runtime.layout import IndexRoot, LayoutError, new_version_name
 from indexer.runtime.manifest import Manifest, WritesInfo
 from indexer.runtime.metadata import MetadataError, metadata_json
+from indexer.runtime.overlay import fold, reencode_stale
 from indexer.runtime.store import STORE, apply_writes
 from indexer.runtime.version import QUERY_VECTORS, IndexVersion
-from indexer.runtime.writelog import (
-    ASSIGNED_IDS_FROM,
-    UPSERT,
-    LogEntry,
-    net_effect,
-    open_log,
-    own_faiss_id,
-)
+from indexer.runtime.writelog import LogEntry, net_effect, open_log
+from indexer.stage import save_and_evaluate
 
 log = logging.getLogger(__name__)
 
@@ -122,37 +118,19 @@ def compact(root_dir: Path, *, model_dir: Path | None = None, threads: int | Non
             net = list(net_effect(entries).values())
             _reencode_stale(net, m, model_dir, threads)
             store = base.store
-            present = store.ids_of([e.ext_id for e in net])
-            if not store.is_corpus:
-                bad = [e for e in net if e.op == UPSERT and (own_faiss_id(e.ext_id) is None or e.metadata)]
-                if bad:
-                    raise ValueError(f"version {m.version} is a Quora build and the write log holds a document it "
-                                     f"cannot store (id {bad[0].ext_id!r}: string ids and metadata need a corpus "
-                                     f"build)")
-            next_fid = max(store.max_id() + 1, ASSIGNED_IDS_FROM)
-            upserts: list[tuple[int, int | str, str, str]] = []
-            vectors: list[np.ndarray] = []
-            deletes: list[int] = []
-            for e in net:
-                fid = present.get(e.ext_id)
-                if fid is None:
-                    fid = own_faiss_id(e.ext_id)
-                if fid is None:
-                    fid, next_fid = next_fid, next_fid + 1
-                if e.op == UPSERT:
-                    assert e.vector is not None and e.text is not None
-                    upserts.append((fid, e.ext_id, e.text, _stored_metadata(e)))
-                    vectors.append(e.vector)
-                elif e.ext_id in present:
-                    deletes.append(fid)
-            created = sum(1 for e in net if e.op == UPSERT and e.ext_id not in present)
+            folded_in = fold(net, store)
+            upserts = [(fid, e.ext_id, e.text or "", _stored_metadata(e)) for fid, e in folded_in.upserts]
+            deletes = folded_in.deletes
+            created = folded_in.created
 
             index = base.ann  # ours to change: read from disk for this command
-            gone = deletes + [u[0] for u in upserts if u[1] in present]
+            gone = deletes + folded_in.replaced
             if gone:  # HNSW cannot remove in place: its graph is rebuilt without them (`HnswIndex.remove`)
                 index.remove(np.asarray(gone, dtype=np.int64))
             if upserts:
                 set_threads(threads)
+                vectors = [e.vector for _, e in folded_in.upserts if e.vector is not None]
+                assert len(vectors) == len(upserts)  # every upsert is logged with its vector
                 index.add(np.stack(vectors).astype(np.float32), np.asarray([u[0] for u in upserts], dtype=np.int64))
 
             version = new_version_name()
@@ -174,8 +152,7 @@ def compact(root_dir: Path, *, model_dir: Path | None = None, threads: int | Non
                                     entries=(before.entries if before else 0) + len(entries),
                                     upserted=(before.upserted if before else 0) + len(upserts),
                                     deleted=(before.deleted if before else 0) + len(deletes))
-                data = m.data.model_copy(update={"n_docs": int(index.ntotal)}
-                                         | ({"metadata_schema": schema} if store.is_corpus else {}))
+                data = m.data.model_copy(update={"n_docs": int(index.ntotal), "metadata_schema": schema})
                 manifest = m.model_copy(update={
                     "version": version, "created_at": datetime.now(timezone.utc), "index": info, "eval": None,
                     "query_evals": {}, "parent_version": m.version, "data": data, "writes": writes,
@@ -196,15 +173,14 @@ def compact(root_dir: Path, *, model_dir: Path | None = None, threads: int | Non
 
 
 def _reencode_stale(net: list[LogEntry], m: Manifest, model_dir: Path | None, threads: int | None) -> None:
-    """Vectors of entries written with another encoder than the version's, encoded anew with the version's."""
-    stale = [i for i, e in enumerate(net) if e.op == UPSERT and e.model != m.model.onnx_sha256]
-    if not stale:
-        return
-    encoder = OnnxEncoder(model_dir or Path(m.model.dir), threads=threads, verify_sha256=True)
-    if encoder.meta.onnx_sha256 != m.model.onnx_sha256:
-        raise ValueError(f"{encoder.model_dir} is not the encoder version {m.version} was built with")
-    log.info("re-encoding %d written documents with the version's encoder", len(stale))
-    vecs = encoder.encode([net[i].text or "" for i in stale])
-    for i, v in zip(stale, vecs, strict=True):
-        e = net[i]
-        net[i] = LogEntry(e.seq, e.op, e.ext_id, e.text, e.metadata, v, m.model.onnx_sha256)
+    """Vectors of entries written with another encoder than the version's, encoded anew with the version's (the
+    encoder is loaded only when there are some)."""
+
+    def encode(texts: list[str]) -> np.ndarray:
+        encoder = OnnxEncoder(model_dir or Path(m.model.dir), threads=threads, verify_sha256=True)
+        if encoder.meta.onnx_sha256 != m.model.onnx_sha256:
+            raise ValueError(f"{encoder.model_dir} is not the encoder version {m.version} was built with")
+        log.info("re-encoding %d written documents with the version's encoder", len(texts))
+        return encoder.encode(texts)
+
+    reencode_stale(net, m.model.onnx_sha256, encode)

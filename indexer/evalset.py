@@ -10,7 +10,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from indexer.corpus import CorpusFormatError, Queries, read_qrels, read_queries
+from indexer.corpus_rows import CorpusFormatError
+from indexer.eval_files import Queries, read_qrels, read_queries
 from indexer.runtime.store import GradedEvalSet
 
 log = logging.getLogger(__name__)

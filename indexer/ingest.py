@@ -4,11 +4,8 @@ store and the encoder, then build the IVF index exactly as for Quora.
 Streaming: rows are read, written to the SQLite store and encoded a chunk at a time, so memory grows with the
 vectors (and one id per document), not with the raw file.
 
-Ids. The store maps each external id to a FAISS int64 id and hits give the external id back as it was given:
-- an integer id in [0, 2^62) is its own FAISS id, so integer-keyed corpora (Quora qids, database keys) keep
-  their ids everywhere, including in APIs that only know FAISS ids;
-- any other id (a string, a negative or a huge integer) gets the next free FAISS id from 2^62 up.
-The two ranges never meet, so 17 and "17" are two documents.
+Ids. The store maps each external id to a FAISS int64 id by the rule of `indexer.runtime.ids`: an integer id in
+[0, 2^62) is its own FAISS id, any other id gets the next free one from 2^62 up (17 and "17" are two documents).
 
 Duplicates: a row whose id an earlier row had replaces it (text, metadata and vector: an upsert, the last row
 wins) and is counted in the manifest (`data.duplicate_ids`). A row with an empty text (after joining the title)
@@ -29,21 +26,24 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from indexer.corpus import CorpusFormatError, CorpusSource, ExtId, cell_value, open_corpus
+from indexer.build_config import BuildConfig
+from indexer.corpus import CorpusSource, open_corpus
+from indexer.corpus_rows import CorpusFormatError, ExtId, cell_value
 from indexer.evalset import LoadedEvalSet, load_eval_set
+from indexer.probes import corpus_probe_candidates, make_probes
 from indexer.runtime.guards import max_shrink, shrink_message, shrinks_too_much
+from indexer.runtime.ids import FaissIds
 from indexer.runtime.layout import IndexRoot, new_version_name
 from indexer.runtime.manifest import CorpusFieldsInfo, DataInfo, Manifest, ManifestError, Timings
 from indexer.runtime.store import STORE, CorpusStoreWriter
 from indexer.runtime.version import QUERY_VECTORS
+from indexer.stage import build_version_index, model_info, save_and_evaluate
 
 if TYPE_CHECKING:
-    from indexer.build import BuildConfig
     from indexer.runtime.encoder import OnnxEncoder
 
 log = logging.getLogger(__name__)
 
-ASSIGNED_IDS_FROM = 1 << 62
 INGEST_CHUNK = 4096  # rows per store write and encoder call (long enough for length-sorted batches to pad little)
 INGEST_CHUNK_CHARS = 8_000_000  # or fewer rows when they are long: what one chunk may hold in memory
 VECTOR_BLOCK = 16_384  # rows per block of the growing vector array
@@ -55,7 +55,7 @@ class DocIds:
     def __init__(self) -> None:
         self.row: dict[ExtId, int] = {}
         self.faiss_ids = array("q")
-        self._next = ASSIGNED_IDS_FROM
+        self._assigner = FaissIds()
 
     def __len__(self) -> int:
         return len(self.faiss_ids)
@@ -65,11 +65,7 @@ class DocIds:
         row = self.row.get(ext)
         if row is not None:
             return row, True
-        if isinstance(ext, int) and 0 <= ext < ASSIGNED_IDS_FROM:
-            fid = ext
-        else:
-            fid = self._next
-            self._next += 1
+        fid = self._assigner.assign(ext)
         row = len(self.faiss_ids)
         self.row[ext] = row
         self.faiss_ids.append(fid)
@@ -303,9 +299,6 @@ def build_corpus(cfg: BuildConfig, root: IndexRoot, encoder: OnnxEncoder, source
                  t_start: float) -> Manifest:
     """Build a version from `source` in a staging folder (renamed into `versions/` only when complete) and
     evaluate it when it has queries and qrels; the caller makes it current."""
-    from indexer.build import build_version_index, model_info, save_and_evaluate
-    from indexer.probes import corpus_probe_candidates, make_probes
-
     version = new_version_name()
     with root.staging(version) as stage:
         res, schema, loaded = ingest_store(source, stage, encoder, batch_size=cfg.batch_size, limit=cfg.rows)

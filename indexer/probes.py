@@ -15,7 +15,7 @@ In order of preference (`choose_probe_texts`):
    them, so the manifest and the build's output say so. `--probes spans` avoids it.
 3. **document spans**: a seeded 5-15 word window of sampled documents (a corpus with no queries).
 
-Imports: numpy, `indexer.corpus`/`indexer.quora` (to read queries) and `indexer.runtime`.
+Imports: numpy, `indexer.eval_files`/`indexer.quora` (to read queries) and `indexer.runtime`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Literal
 
 import numpy as np
 
-from indexer.corpus import read_qrels, read_queries
+from indexer.eval_files import read_qrels, read_queries
 from indexer.quora import QuoraSplit
 from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.manifest import ProbeInfo

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 import ray
 from ray.data import ActorPoolStrategy
 
-from indexer.build import BuildConfig, model_info, save_and_evaluate
+from indexer.build_config import BuildConfig
 from indexer.corpus import detect_format
 from indexer.ingest import corpus_data_info, data_path, ingest_store, source_for, warn_if_shrinking
 from indexer.ray_embed import EmbedBatches, column_vectors
@@ -58,6 +58,7 @@ from indexer.runtime.manifest import (
 from indexer.runtime.store import STORE, write_store
 from indexer.runtime.version import QUERY_VECTORS
 from indexer.shards import SHARDS_DIR, shard_file, shard_of, training_positions
+from indexer.stage import model_info, save_and_evaluate
 
 log = logging.getLogger(__name__)
 

@@ -31,6 +31,7 @@ from torch import nn
 from indexer.runtime.atomic import atomic_dir, sha256_file, write_json_atomic
 from indexer.runtime.encoder import ENCODER_META, ENCODER_ONNX, EncoderMeta, OnnxEncoder
 from models.checkpoint import CheckpointError, default_max_length, encoder_folder
+from models.parity import PARITY_SENTENCES
 
 log = logging.getLogger(__name__)
 
@@ -41,17 +42,6 @@ OPSET = 18
 # 1.39x the sentences/s of the dynamo graph at batch 64 (850 vs 610) and 0.2 ms less at batch 1 (interleaved
 # runs, see the #6 note). It needs eager attention: traced SDPA mis-handles padding (parity cosine 0.90).
 MIN_COSINE = 0.9999
-
-# Varied lengths on purpose: padding inside a batch is where exported graphs go wrong.
-PARITY_SENTENCES = [
-    "hi",
-    "How do I learn Python quickly?",
-    "What is the best way to invest ten thousand dollars in India right now, given the inflation rate?",
-    "A man is playing a guitar.",
-    " ".join(["Why is the sky blue and the sea green and the grass so much greener elsewhere?"] * 40),
-    "Quelle est la capitale de la France ?",
-    "12345 67890 !!! ??? ...",
-]
 
 
 class ParityError(RuntimeError):

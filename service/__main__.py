@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m service",
                                      description="Serve the Strata API with uvicorn. Settings come from "
-                                     "STRATA_* environment variables (see README); flags override them.")
+                                     "STRATA_* environment variables (see docs/operations.md#settings); "
+                                     "flags override them.")
     parser.add_argument("command", nargs="?", choices=["serve", "demo", "sharded"], default="serve",
                         help="serve (default), or demo: export the default encoder and build the Quora index "
                         "if missing, then serve; or sharded: serve a `--shards N` index whose shards are Ray Serve "

@@ -42,7 +42,7 @@ def ensure_model(model_dir: Path, rows: int | None = None) -> None:
         return
     # static int8 when the shared data is there to calibrate and gate it (refused unless its vectors do not depend
     # on the batch and it stays within the quality gate of fp32; a few minutes on 2 cores), else fp32 with a
-    # notice; see the README's export section.
+    # notice; see docs/cli.md#encoder-export-int8.
     log.info("exporting the default encoder (all-MiniLM-L6-v2, pooling %s, static int8 where it can be "
              "calibrated and gated) to %s", DEFAULT_POOLING, model_dir)
     cmd = [sys.executable, "-m", "models.cli", "export", "--out", str(model_dir), "--pooling", DEFAULT_POOLING,
@@ -90,7 +90,8 @@ def banner(settings: Settings) -> str:
 
 ADAPTED_MODEL_NAME = "all-MiniLM-L6-v2-adapted-mean"
 ADAPT_STEPS, ADAPT_BATCH_SIZE = 500, 64  # `encoder adapt`'s defaults (for the ETA; `service` cannot import models)
-TRAINED_TARGET_RECALL = 0.95  # a trained encoder needs more IVF lists than the stock one (README: --target-recall)
+# a trained encoder needs more IVF lists than the stock one (docs/cli.md#indexer-build-calibration)
+TRAINED_TARGET_RECALL = 0.95
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The one module that turns errors into HTTP responses: the engine's refusals and request validation.
 
-    Overloaded   -> 429 with Retry-After       NotReady     -> 503
+    Overloaded   -> 429 with Retry-After       NotReady, NotServing -> 503
     TimedOut     -> 504                        SwapRefused  -> 409 (a ReloadResponse: the old version serves)
     BadFilter    -> 422 (the filter does not fit the served version's metadata)
     BadSearchParams -> 422 (a search parameter the served index kind does not take, e.g. nprobe of a flat index)
@@ -32,6 +32,7 @@ from service.engine import (
     DimensionChanged,
     ModeUnavailable,
     NotReady,
+    NotServing,
     Overloaded,
     SwapRefused,
     TimedOut,
@@ -132,7 +133,7 @@ async def overloaded(request: Request, exc: Overloaded) -> JSONResponse:
     return _error(request, 429, str(exc), headers={"Retry-After": str(exc.retry_after_s)})
 
 
-async def not_ready(request: Request, exc: NotReady) -> JSONResponse:
+async def not_ready(request: Request, exc: NotReady | NotServing) -> JSONResponse:
     return _error(request, 503, str(exc))
 
 
@@ -192,6 +193,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(OpenAIRequestError, openai_refusal)  # type: ignore[arg-type]
     app.add_exception_handler(Overloaded, overloaded)  # type: ignore[arg-type]
     app.add_exception_handler(NotReady, not_ready)  # type: ignore[arg-type]
+    app.add_exception_handler(NotServing, not_ready)  # type: ignore[arg-type]
     app.add_exception_handler(TimedOut, timed_out)  # type: ignore[arg-type]
     app.add_exception_handler(SwapRefused, swap_refused)  # type: ignore[arg-type]
     app.add_exception_handler(BadFilter, bad_filter)  # type: ignore[arg-type]

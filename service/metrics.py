@@ -62,8 +62,10 @@ class Metrics:
         self.write_seconds = Histogram("strata_write_seconds", "Time to log (fsync) and apply a write, by op",
                                        ["op"], buckets=LATENCY_BUCKETS, registry=r)
         self.write_log_seq = Gauge("strata_write_log_seq", "The write log's last acknowledged seq", registry=r)
+        self._per_collection(r)
 
-        # per collection (see CollectionMetrics)
+    def _per_collection(self, r: CollectorRegistry) -> None:
+        """The `collection`-labelled families (see CollectionMetrics)."""
         self.c_ready = Gauge("strata_collection_ready", "1 when the collection serves a version", ["collection"],
                              registry=r)
         self.c_size = Gauge("strata_collection_index_size", "Documents served by the collection (writes included)",

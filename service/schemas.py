@@ -1,4 +1,4 @@
-"""Request and response bodies. Limits are part of the API contract (see README, "HTTP API")."""
+"""Request and response bodies. Limits are part of the API contract (see docs/http-api.md)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
 """What a user installs and types — entry points, --help, the torch-free serving path, README ↔ CI — and the
-import rules between the packages, checked on their source (every import, function-level ones included) and
-on what a real import loads."""
+import rules between the packages, checked on their source by import-linter (every import, function-level ones
+included) and on what a real import loads."""
 
 from __future__ import annotations
 
 import ast
+import os
 import re
 import subprocess
 import sys
@@ -50,84 +51,51 @@ def test_the_api_process_loads_no_build_pipeline_and_the_engine_no_fastapi() -> 
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 
-# -- import rules, on the source ----------------------------------------------------------------------------------
+# -- import rules: the contracts in pyproject.toml's [tool.importlinter] -----------------------------------------------
 PACKAGES = ("indexer", "models", "service")
 
 
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(REPO).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+def _lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    """`lint-imports` on the packages under `root`, with the contracts in its pyproject.toml."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run([sys.executable, "-c", "from importlinter.cli import lint_imports_command as c; c()",
+                           "--no-cache", "--config", str(root / "pyproject.toml")],
+                          capture_output=True, text=True, cwd=root, env=env)
 
 
-def _imports(path: Path) -> set[str]:
-    """Every module `path` imports, anywhere in the file (absolute names; relative imports resolved)."""
-    package = _module_name(path).rsplit(".", 0 if path.name == "__init__.py" else 1)[0]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*anchor, base] if base else anchor)
-            found.add(base)
-            found |= {f"{base}.{alias.name}" for alias in node.names}  # `from pkg import module`
-    return found
+def test_the_import_contracts_hold() -> None:
+    """The layer rules of the package docstrings, as `[tool.importlinter]` contracts: no import circles, the
+    runtime stands alone, no torch/models/build pipeline in `service`, no HTTP in the engine, faiss, the lexical
+    engine and Ray each in their own modules."""
+    r = _lint_imports(REPO)
+    assert r.returncode == 0 and "0 broken" in r.stdout, r.stdout + r.stderr
 
 
-SOURCES = {_module_name(p): _imports(p) for pkg in PACKAGES for p in sorted((REPO / pkg).rglob("*.py"))}
+# A violation of each kind, injected into a copy of the tree as a function-level import (they count too).
+VIOLATIONS = [
+    ("indexer/stage.py", "from indexer.build import build", "No import circles"),
+    ("models/parity.py", "from models.export import export_encoder", "No import circles"),
+    ("indexer/runtime/store.py", "from indexer.evaluate import evaluate", "never the other way round"),
+    ("indexer/evaluate.py", "import torch", "indexer (runtime included) never imports"),
+    ("service/deps.py", "from indexer.build import build", "service never imports"),
+    ("service/engine/leases.py", "from fastapi import Request", "service.engine never imports the HTTP layer"),
+    ("indexer/build.py", "import faiss", "Only indexer.runtime.faiss_index imports faiss"),
+]
 
 
-def _top(name: str) -> str:
-    return name.split(".")[0]
+@pytest.mark.parametrize(("path", "line", "contract"), VIOLATIONS, ids=[v[0] for v in VIOLATIONS])
+def test_a_broken_import_contract_fails_the_check(tmp_path: Path, path: str, line: str, contract: str) -> None:
+    import shutil
 
-
-def _importers(predicate) -> set[str]:  # noqa: ANN001 (str -> bool)
-    return {m for m, imported in SOURCES.items() if any(predicate(i) for i in imported)}
-
-
-def test_only_one_module_imports_faiss() -> None:
-    assert _importers(lambda i: _top(i) == "faiss") == {"indexer.runtime.faiss_index"}
-
-
-def test_only_one_module_imports_the_lexical_engine() -> None:
-    assert _importers(lambda i: _top(i) in {"bm25s", "Stemmer", "tantivy"}) == {"indexer.runtime.lexical"}
-
-
-def test_the_engine_never_imports_fastapi() -> None:
-    web = _importers(lambda i: _top(i) in {"fastapi", "starlette", "uvicorn"})
-    assert not {m for m in web if m == "service.engine" or m.startswith("service.engine.")}, web
-
-
-def test_service_never_imports_torch_models_or_the_build_pipeline() -> None:
-    service = {m: i for m, i in SOURCES.items() if _top(m) == "service"}
-    for module, imported in service.items():
-        assert not {i for i in imported if _top(i) in {"torch", "transformers", "models"}}, module
-        pipeline = {i for i in imported if _top(i) == "indexer" and i != "indexer"
-                    and not i.startswith("indexer.runtime")}
-        assert not pipeline, (module, pipeline)
-
-
-def test_the_runtime_stands_alone() -> None:
-    """`indexer.runtime` imports nothing of the pipeline, the service or the training side."""
-    for module, imported in SOURCES.items():
-        if module.startswith("indexer.runtime"):
-            outside = {i for i in imported if _top(i) in {"service", "models", "torch", "transformers"}
-                       or (_top(i) == "indexer" and i != "indexer" and not i.startswith("indexer.runtime"))}
-            assert not outside, (module, outside)
-
-
-def test_the_indexer_never_imports_torch_models_or_service() -> None:
-    for module, imported in SOURCES.items():
-        if _top(module) == "indexer":
-            assert not {i for i in imported if _top(i) in {"service", "models", "torch", "transformers"}}, module
-
-
-def test_ray_is_imported_only_by_the_distributed_build_and_the_sharded_backend() -> None:
-    ray_users = _importers(lambda i: _top(i) == "ray")
-    assert ray_users <= {"indexer.ray_build", "indexer.ray_input", "indexer.ray_embed", "service.engine.sharded"}
-    assert "service.engine.sharded" in ray_users
+    for name in PACKAGES:
+        shutil.copytree(REPO / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__", "static"))
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    target = tmp_path / path
+    target.write_text(target.read_text() + f"\n\ndef _injected() -> None:\n    {line}  # noqa\n")
+    r = _lint_imports(tmp_path)
+    assert r.returncode != 0, r.stdout
+    broken = [block for block in r.stdout.split("\n\n") if "BROKEN" in block]
+    assert any(contract in " ".join(block.split()) for block in broken), r.stdout
 
 
 @pytest.mark.parametrize("package", ["indexer", "indexer.runtime", "models", "service", "service.engine",

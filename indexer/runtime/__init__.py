@@ -16,8 +16,8 @@ Owns:
   documents with the version's statistics;
 - `fusion`: dense + lexical ranked lists fused into one (reciprocal-rank fusion, convex combination);
 - `version`: an index version opened for searching (FAISS index + lexical index + id → text store + manifest,
-  checked), its
-  typed `Hit`s and its filtered searches (with a small per-version cache of filter → matching ids);
+  checked), the interface every served version has (`VectorIndex`), its typed `Hit`s and its filtered searches
+  (with a small per-version cache of filter → matching ids);
 - `layout`: the index root (`versions/`, the `current` symlink, the build lock, pruning);
 - `manifest`: `manifest.json`, what a version was built from and how well it retrieves;
 - `store`: the id → text SQLite store with the evaluation queries, external ids and metadata;
@@ -26,8 +26,13 @@ Owns:
 - `filters`: the metadata filter language (parsed and validated here, compiled to SQL over the store);
 - `integrity`: checksums of a version's files, sealed into its manifest, verified before it is served;
 - `guards`: the shrink guard (`STRATA_MAX_SHRINK`) shared by builds and swaps;
-- `writelog`: the root's write log (documents written through the API), appended by the service, replayed onto
-  every version it opens, folded into versions by `indexer compact`;
+- the write path, beside its log: `writelog`, the root's write log (documents written through the API, durable);
+  `writes`, a write from its encoded texts on (logged, applied to the served version's overlay, replayed onto every
+  version opened, switched with it; the service encodes and maps its refusals to HTTP); `overlay`, the live
+  overlay of those writes on a version (`LiveIndex`, the version's own interface) and the fold of the same writes
+  that `indexer compact` writes into a version; `ids`, the one external id → FAISS id rule of builds, writes and
+  compaction;
+- `topk`: the one top-k merge of several answers to the same queries (overlay, shards);
 - `logs`: the log format of every Strata process (text on a terminal, JSON lines otherwise, `STRATA_LOG_FORMAT`);
 - `progress`: a long job's progress: a bar on a terminal, log lines with rate and ETA elsewhere, and the
   `STRATA_PROGRESS_FILE` a parent process follows;

@@ -119,7 +119,7 @@ class SessionSettings:
 
 
 # A run may pad up to PAD_SLACK × its real tokens plus RUN_OVERHEAD_TOKENS (the fixed cost of one more ONNX
-# run, in tokens) before it is cut; measured with bench/ort_options.py (see the README).
+# run, in tokens) before it is cut; measured with bench/ort_options.py (see docs/benchmarks.md).
 PAD_SLACK = 1.1
 RUN_OVERHEAD_TOKENS = 32
 # Padded tokens per ONNX run: a batch over it is run in row slices. Attention activations grow with

@@ -1,4 +1,11 @@
-"""The id → text store of an index version (SQLite), plus its evaluation queries and gold pairs."""
+"""The id → text store of an index version (SQLite), plus its evaluation queries and gold pairs.
+
+One schema for every build (`_SCHEMA` + `CORPUS_SCHEMA`): a Quora build's store is a corpus store whose external
+ids are the qids and whose metadata are empty. Stores written before that (Quora builds had `docs`, `queries`,
+`gold` and `meta` only) still load and serve: `Store` gives them the corpus tables in memory when it opens them
+(`_legacy_tables`), and `indexer compact` writes them into the compacted version's copy (`apply_writes`), so the
+code that reads a store has one path.
+"""
 
 from __future__ import annotations
 
@@ -34,18 +41,17 @@ def write_store(
     gold: Sequence[Iterable[int]],
     meta: dict[str, str] | None = None,
 ) -> None:
-    """Create a new store file (the caller writes it inside a not-yet-published build folder)."""
-    con = sqlite3.connect(path)
+    """Create the store of a build whose documents are integer-keyed (a Quora build: each qid is its own FAISS id
+    and external id, and there is no metadata), with its evaluation queries and their relevant documents; the
+    caller writes it inside a not-yet-published build folder."""
+    writer = CorpusStoreWriter(path)
     try:
-        con.executescript(_SCHEMA)
-        con.executemany("INSERT INTO docs VALUES (?, ?)", zip(map(int, doc_ids), doc_texts, strict=True))
-        con.executemany("INSERT INTO queries VALUES (?, ?)", zip(map(int, query_ids), query_texts, strict=True))
-        con.executemany("INSERT INTO gold VALUES (?, ?)",
-                        ((int(q), int(d)) for q, ds in zip(query_ids, gold, strict=True) for d in ds))
-        con.executemany("INSERT INTO meta VALUES (?, ?)", (meta or {}).items())
-        con.commit()
-    finally:
-        con.close()
+        writer.put([(int(i), int(i), t, "{}") for i, t in zip(doc_ids, doc_texts, strict=True)])
+        writer.put_queries(query_ids, query_texts, gold)
+        writer.finish(meta)
+    except BaseException:
+        writer.abort()
+        raise
 
 
 HOT_DOCUMENTS = 100_000  # documents kept in memory per open store (a few tens of MB of short texts)
@@ -70,9 +76,25 @@ class Store:
         self._tables: set[str] | None = None
         try:
             self.count()
+            if not self._has_table("doc_ext"):
+                self._legacy_tables()
         except sqlite3.DatabaseError as exc:
             self._con.close()
             raise ValueError(f"{path} is not a Strata store: {exc}") from exc
+
+    def _legacy_tables(self) -> None:
+        """A store written before the one schema (an old Quora build: no `doc_ext`, `doc_meta`): the corpus tables it
+        would have, built in this connection's temp schema (SQLite's temporary file, gone on close; the store's file
+        stays untouched). Measured (bench/store_schema.py, bench/results/store-schema-20261125T174150Z.md, load ~25 on 2
+        cores): 1.2 s to open 404k Quora questions in the old schema, 0.08 s in the one schema (whose file is 1.38x
+        the size); id lookups take the same time."""
+        with self._lock:
+            self._con.executescript("""
+                CREATE TEMP TABLE doc_ext (id INTEGER PRIMARY KEY, ext_id NOT NULL, metadata TEXT NOT NULL);
+                CREATE TEMP TABLE doc_meta (key TEXT NOT NULL, value NOT NULL, id INTEGER NOT NULL);
+                INSERT INTO temp.doc_ext SELECT id, id, '{}' FROM main.docs;
+                CREATE UNIQUE INDEX temp.doc_ext_by_ext ON doc_ext (ext_id);
+            """)
 
     def count(self) -> int:
         with self._lock:
@@ -105,9 +127,10 @@ class Store:
         with self._lock:
             self._con.close()
 
-    # --- corpus stores (see CORPUS_SCHEMA below); on a Quora store they answer from `docs` alone ---
+    # --- external ids, metadata and graded judgments (CORPUS_SCHEMA below) ---
 
     def _has_table(self, name: str) -> bool:
+        """Whether the file has table `name` (the temp tables of a legacy store do not count)."""
         if self._tables is None:
             with self._lock:
                 rows = self._con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
@@ -140,24 +163,15 @@ class Store:
 
     def _fetch_documents(self, wanted: list[int]) -> dict[int, StoredDoc]:
         out: dict[int, StoredDoc] = {}
-        corpus = self._has_table("doc_ext")
         for part in _chunks(wanted):
             marks = ",".join("?" * len(part))
-            if corpus:
-                sql = (f"SELECT d.id, e.ext_id, d.text, e.metadata FROM docs d LEFT JOIN doc_ext e ON e.id = d.id "
-                       f"WHERE d.id IN ({marks})")
-            else:
-                sql = f"SELECT id, id, text, '{{}}' FROM docs WHERE id IN ({marks})"
+            sql = (f"SELECT d.id, e.ext_id, d.text, e.metadata FROM docs d LEFT JOIN doc_ext e ON e.id = d.id "
+                   f"WHERE d.id IN ({marks})")
             with self._lock:
                 rows = self._con.execute(sql, list(part)).fetchall()
             for fid, ext, text, meta in rows:
                 out[fid] = StoredDoc(fid, fid if ext is None else ext, text, json.loads(meta or "{}"))
         return out
-
-    @property
-    def is_corpus(self) -> bool:
-        """A corpus store (external ids and metadata), not a Quora one (ids are qids, no metadata)."""
-        return self._has_table("doc_ext")
 
     def max_id(self) -> int:
         """The largest FAISS id of a document (-1 when there is none)."""
@@ -167,23 +181,15 @@ class Store:
 
     def ids_of(self, ext_ids: Iterable[int | str]) -> dict[int | str, int]:
         """FAISS ids of the documents with these external ids, typed as given (17 finds the integer id 17 only,
-        "17" the string id only); unknown ids are left out. A Quora store's external ids are its FAISS ids."""
+        "17" the string id only); unknown ids are left out."""
         keys = list(dict.fromkeys(ext_ids))
         out: dict[int | str, int] = {}
-        if self.is_corpus:
-            for part in _chunks(keys):
-                marks = ",".join("?" * len(part))
-                with self._lock:
-                    rows = self._con.execute(f"SELECT ext_id, id FROM doc_ext WHERE ext_id IN ({marks})",
-                                             list(part)).fetchall()
-                out.update(rows)  # ext_id has no column affinity: 17 never matches '17', nor the reverse
-            return out
-        ints = [k for k in keys if isinstance(k, int) and -(1 << 63) <= k < (1 << 63)]
-        for part in _chunks(ints):
+        for part in _chunks(keys):
             marks = ",".join("?" * len(part))
             with self._lock:
-                rows = self._con.execute(f"SELECT id FROM docs WHERE id IN ({marks})", list(part)).fetchall()
-            out.update((fid, fid) for (fid,) in rows)
+                rows = self._con.execute(f"SELECT ext_id, id FROM doc_ext WHERE ext_id IN ({marks})",
+                                         list(part)).fetchall()
+            out.update(rows)  # ext_id has no column affinity: 17 never matches '17', nor the reverse
         return out
 
     def metadata_schema(self) -> dict[str, str]:
@@ -212,17 +218,13 @@ class Store:
         keys = list(dict.fromkeys(keys))
         out: dict[str, int] = {}
         as_int = {k: int(k) for k in keys if _canonical_int(k)}
-        corpus = self._has_table("doc_ext")
         for part in _chunks(keys, 400):
             ints = [as_int[k] for k in part if k in as_int]
             marks, imarks = ",".join("?" * len(part)), ",".join("?" * len(ints))
-            if corpus:
-                sql = f"SELECT ext_id, id FROM doc_ext WHERE ext_id IN ({marks})"
-                if ints:
-                    sql += f" OR ext_id IN ({imarks})"
-                params = [*part, *ints]
-            else:
-                sql, params = f"SELECT id, id FROM docs WHERE id IN ({imarks or 'NULL'})", ints
+            sql = f"SELECT ext_id, id FROM doc_ext WHERE ext_id IN ({marks})"
+            if ints:
+                sql += f" OR ext_id IN ({imarks})"
+            params = [*part, *ints]
             with self._lock:
                 rows = self._con.execute(sql, params).fetchall()
             found = {(type(e), e): fid for e, fid in rows}
@@ -253,7 +255,7 @@ class Store:
                              [-1 if s is None else s for _, _, _, s in queries])
 
 
-# --- corpus stores (`indexer build --data` on JSONL, CSV/TSV, Parquet, BEIR) -----------------------------------
+# --- the tables of every store since the one schema (and of `indexer build --data` stores before it) ----------
 #
 # Added to the tables above, which keep their meaning (docs.id is the FAISS id; queries/gold hold the evaluated
 # queries and their relevant documents, so `eval_set` works unchanged):
@@ -323,6 +325,14 @@ class CorpusStoreWriter:
         self._con.executemany("INSERT OR REPLACE INTO docs VALUES (?, ?)", ((r[0], r[2]) for r in rows))
         self._con.executemany("INSERT OR REPLACE INTO doc_ext VALUES (?, ?, ?)", ((r[0], r[1], r[3]) for r in rows))
 
+    def put_queries(self, query_ids: Sequence[int], query_texts: Sequence[str], gold: Sequence[Iterable[int]]
+                    ) -> None:
+        """Evaluation queries with their relevant documents only (the Quora protocols: no graded judgments)."""
+        self._con.executemany("INSERT INTO queries VALUES (?, ?)",
+                              zip(map(int, query_ids), query_texts, strict=True))
+        self._con.executemany("INSERT INTO gold VALUES (?, ?)",
+                              ((int(q), int(d)) for q, ds in zip(query_ids, gold, strict=True) for d in ds))
+
     def put_eval_set(self, ev: GradedEvalSet) -> None:
         con = self._con
         con.executemany("INSERT INTO queries VALUES (?, ?)", enumerate(ev.query_texts))
@@ -364,29 +374,30 @@ def apply_writes(path: Path, upserts: Sequence[tuple[int, int | str, str, str]],
                  ) -> dict[str, str]:
     """Fold written documents into a store file (a copy in a not-yet-published version folder): `upserts` are
     (FAISS id, external id, text, metadata JSON) rows that replace any document with that FAISS id, `deletes`
-    FAISS ids whose documents go. A corpus store's metadata index and schema are brought up to date; a Quora
-    store has no metadata (its upserts must carry "{}"). Returns the metadata schema; the file is synced."""
+    FAISS ids whose documents go. The metadata index and schema are brought up to date; a store written before the
+    one schema gets its tables first (its external ids are its FAISS ids). Returns the metadata schema; the file is
+    synced."""
     con = sqlite3.connect(path)
     try:
-        corpus = con.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'doc_ext'").fetchone()
+        if con.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'doc_ext'").fetchone() is None:
+            con.executescript(CORPUS_SCHEMA)
+            con.execute("INSERT INTO doc_ext SELECT id, id, '{}' FROM docs")
+            con.execute("CREATE UNIQUE INDEX doc_ext_by_ext ON doc_ext (ext_id)")
+            con.execute("CREATE INDEX doc_meta_kv ON doc_meta (key, value, id)")
         gone = [(fid,) for fid in {*deletes, *(u[0] for u in upserts)}]
         con.executemany("DELETE FROM docs WHERE id = ?", gone)
         con.executemany("INSERT INTO docs VALUES (?, ?)", ((u[0], u[2]) for u in upserts))
-        schema: dict[str, str] = {}
-        if corpus:
-            con.executemany("DELETE FROM doc_ext WHERE id = ?", gone)
-            con.executemany("DELETE FROM doc_meta WHERE id = ?", gone)
-            con.executemany("INSERT INTO doc_ext VALUES (?, ?, ?)", ((u[0], u[1], u[3]) for u in upserts))
-            con.executemany("INSERT INTO doc_meta SELECT j.key, j.value, d.id FROM doc_ext d, json_each(d.metadata) j "
-                            "WHERE d.id = ? AND j.type IN ('integer', 'real', 'text', 'true', 'false')",
-                            ((u[0],) for u in upserts))
-            seen: dict[str, set[str]] = {}
-            for key, jtype in con.execute("SELECT DISTINCT j.key, j.type FROM doc_ext d, json_each(d.metadata) j"):
-                seen.setdefault(key, set()).add(_JSON_TYPES[jtype])
-            schema = {k: merge_types(v) for k, v in sorted(seen.items())}
-            con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (META_SCHEMA_KEY, json.dumps(schema)))
-        elif any(u[3] not in ("{}", "") for u in upserts):
-            raise ValueError(f"{path} is a Quora store: its documents have no metadata")
+        con.executemany("DELETE FROM doc_ext WHERE id = ?", gone)
+        con.executemany("DELETE FROM doc_meta WHERE id = ?", gone)
+        con.executemany("INSERT INTO doc_ext VALUES (?, ?, ?)", ((u[0], u[1], u[3]) for u in upserts))
+        con.executemany("INSERT INTO doc_meta SELECT j.key, j.value, d.id FROM doc_ext d, json_each(d.metadata) j "
+                        "WHERE d.id = ? AND j.type IN ('integer', 'real', 'text', 'true', 'false')",
+                        ((u[0],) for u in upserts))
+        seen: dict[str, set[str]] = {}
+        for key, jtype in con.execute("SELECT DISTINCT j.key, j.type FROM doc_ext d, json_each(d.metadata) j"):
+            seen.setdefault(key, set()).add(_JSON_TYPES[jtype])
+        schema = {k: merge_types(v) for k, v in sorted(seen.items())}
+        con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (META_SCHEMA_KEY, json.dumps(schema)))
         con.commit()
     finally:
         con.close()

@@ -1,7 +1,8 @@
 """An index version opened for searching: FAISS index + id → text store + manifest, checked for consistency.
 
-Also what every backend shares about search results and filters: the `Hit` a search returns (external id as
-the corpus gave it, text, score, metadata), and `FilterCache`, a version's small LRU of filter → matching ids.
+Also what every backend shares about search results and filters: `VectorIndex`, the interface a searcher needs of
+a version (an `IndexVersion`, the live overlay on one, the shards of one), the `Hit` a search returns (external id
+as the corpus gave it, text, score, metadata), and `FilterCache`, a version's small LRU of filter → matching ids.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -63,6 +64,35 @@ class FilterMatch:
 
     ids: np.ndarray  # sorted FAISS ids (int64)
     prepared: IdFilter | None = None  # for the index of this process (None for a sharded version)
+
+
+@runtime_checkable
+class VectorIndex(Protocol):
+    """What a searcher needs of an index version, wherever its vectors live: an `IndexVersion` in this process, the
+    live overlay of the API's writes on one (`indexer.runtime.overlay.LiveIndex`), or the shard deployments of one
+    version on Ray Serve (`service.engine.sharded`). Its vectors are an `indexer.runtime.ann.AnnIndex` of the
+    manifest's kind. An index that also has `lexical_search` (an `IndexVersion`, or the live overlay on one) can
+    serve the lexical and hybrid modes."""
+
+    manifest: Manifest
+
+    @property
+    def version(self) -> str: ...
+
+    @property
+    def dim(self) -> int: ...
+
+    @property
+    def ntotal(self) -> int: ...
+
+    def match(self, flt: object) -> Any: ...  # a FilterMatch, or what the index's own `search` takes
+
+    def search(self, vectors: np.ndarray, k: int, match: Any = None, *,
+               knobs: dict[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def hits(self, scores: np.ndarray, ids: np.ndarray) -> list[list[Hit]]: ...
+
+    def close(self) -> None: ...
 
 
 class FilterCache:

@@ -28,8 +28,8 @@ Torch-free and service-free: the API appends (`WriteLog.append`) and replays (`e
 cannot be opened for writing (an API on a read-only mount) is opened read-only: replayed, never appended to.
 
 FAISS ids. The log holds external ids only. Which FAISS id a written document gets depends on the version it is
-applied to (`faiss_id_for`): an integer id in [0, 2^62) is its own FAISS id, as in builds; any other id keeps
-the FAISS id it has in that version's store, or gets a fresh one above every id the version holds.
+applied to (`indexer.runtime.ids`: an integer id in [0, 2^62) is its own FAISS id, as in builds; any other id keeps
+the FAISS id it has in that version's store, or gets a fresh one above every id the version holds).
 """
 
 from __future__ import annotations
@@ -46,15 +46,14 @@ from typing import Any, Literal
 
 import numpy as np
 
+from indexer.runtime.ids import ExtId
 from indexer.runtime.metadata import metadata_json
 
 WRITES_DIR = "writes"
 LOG_FILE = "log.sqlite"
 UPSERT, DELETE = "upsert", "delete"
-ASSIGNED_IDS_FROM = 1 << 62  # FAISS ids of non-integer external ids start here (as in `indexer.ingest`)
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
-ExtId = int | str
 Op = Literal["upsert", "delete"]
 
 _SCHEMA = """
@@ -78,13 +77,6 @@ class WriteLogError(RuntimeError):
 
 def log_path(root: Path) -> Path:
     return Path(root).expanduser() / WRITES_DIR / LOG_FILE
-
-
-def own_faiss_id(ext_id: ExtId) -> int | None:
-    """The FAISS id an external id is by itself (an integer in [0, 2^62)), else None: it needs one assigned."""
-    if isinstance(ext_id, int) and not isinstance(ext_id, bool) and 0 <= ext_id < ASSIGNED_IDS_FROM:
-        return ext_id
-    return None
 
 
 @dataclass(frozen=True)

@@ -9,18 +9,17 @@ Owns, one module each:
 - `encoders`: each encoder loaded once per process, whichever collections and versions pair with it;
 - `models`: the ids `/v1` serves each distinct encoder under, and which collection answers a `model`;
 - `errors`: what the engine refuses (`NotReady`, `Overloaded`, `TimedOut`, `SwapRefused`, `Mismatch`,
-  `BadFilter`, `BadSearchParams`, `ModeUnavailable`, `WriteRefused`, `WritesUnsupported`, `WritesUnavailable`);
+  `BadFilter`, `BadSearchParams`, `ModeUnavailable`; and the write path's `WriteRefused`, `WritesUnsupported`,
+  `WritesUnavailable`, `NotServing`, re-exported from `indexer.runtime.writes`);
 - `batching`: micro-batching of concurrent calls into one ONNX run;
 - `leases`: leases on the served searcher, so a swap never changes a batch's version under it;
 - `swap`: swapping to a new version, behind its gates (loads, matches its encoder, answers a probe, MRR@10);
 - `names`: the stable names the OpenAI-compatible routes serve the encoder under, across swaps;
 - `searcher`: an encoder paired with an index version, running one micro-batch;
 - `write_lane`: where writes' texts are encoded: threads of their own, at a lower CPU priority, in small chunks,
-  so that searches keep their latency under a stream of writes;
-- `writes`: documents written through the API: logged durably, replayed onto every version opened, switched
-  with it;
-- `live`: the overlay of those writes on a version (an exact set of written vectors, tombstones skipped inside
-  the index's own search, whatever its kind), searched as one index;
+  so that searches keep their latency under a stream of writes. What happens to a write after its encoding — the
+  log, the overlay on the served version, the replay onto every version opened and the switch — is the runtime's
+  (`indexer.runtime.writes`, `indexer.runtime.overlay`), beside the write log and `indexer compact`'s fold;
 - `local`: the local backend (the index searched in this process);
 - `sharded`: the Ray-sharded backend (shards as Ray Serve deployments, searched from this process).
 
@@ -30,6 +29,7 @@ or starlette: the HTTP layer maps this package's errors to status codes (`servic
 `models`, or the build pipeline.
 """
 
+from indexer.runtime.writes import Document, WriteResult
 from service.engine.engine import Engine, Hits, ServedModel, Status, Vectors
 from service.engine.errors import (
     BadFilter,
@@ -38,6 +38,7 @@ from service.engine.errors import (
     Mismatch,
     ModeUnavailable,
     NotReady,
+    NotServing,
     Overloaded,
     SwapRefused,
     TimedOut,
@@ -47,9 +48,8 @@ from service.engine.errors import (
 )
 from service.engine.names import DimensionChanged, UnknownModel
 from service.engine.swap import Refusal, SwapResult
-from service.engine.writes import Document, WriteResult
 
 __all__ = ["BadFilter", "BadSearchParams", "DimensionChanged", "Document", "Engine", "EngineError", "Hits", "Mismatch",
-           "ModeUnavailable", "NotReady", "Overloaded", "Refusal", "ServedModel", "Status", "SwapRefused", "SwapResult",
-           "TimedOut", "UnknownModel", "Vectors", "WriteRefused", "WriteResult", "WritesUnavailable",
+           "ModeUnavailable", "NotReady", "NotServing", "Overloaded", "Refusal", "ServedModel", "Status", "SwapRefused",
+           "SwapResult", "TimedOut", "UnknownModel", "Vectors", "WriteRefused", "WriteResult", "WritesUnavailable",
            "WritesUnsupported"]

@@ -15,8 +15,8 @@ of 250 tokens) runs alone, and at most `workers - 1` heavy batches run at once: 
 queued behind a heavy one go ahead of it on the free worker. So a short query never waits for a long
 document's run, neither inside its batch nor for a worker, and a heavy request waits at most until a heavy
 slot frees (it is taken as soon as it is first in the queue and a slot is free: no starvation). Measured
-with `bench/batching.py` (see the README). Inside a batch the encoder already cuts runs by length, so short
-texts are never padded to a long one.
+with `bench/batching.py` (see docs/operations.md#micro-batching). Inside a batch the encoder already cuts runs by
+length, so short texts are never padded to a long one.
 
 The batcher only groups and dispatches: the in-flight cap and the timeout are the scheduler's, at its door. The
 scheduler keeps one batcher per encoder: requests of several collections that share an encoder are batched together

@@ -10,7 +10,7 @@ swap never mixes two versions in one answer.
 Writes (`upsert`, `delete`) pass the same door (admission, timeout), but their texts are encoded on the write lane
 (`write_lane`: threads of their own, at a lower CPU priority, in small chunks) rather than micro-batched with
 searches, so a stream of writes does not take the searches' workers or cores; then they are logged and applied on a
-thread of the collection's own (`writes`): an fsync never holds an inference worker.
+thread of the collection's own (`indexer.runtime.writes`): an fsync never holds an inference worker.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from indexer.runtime.faiss_index import clamp_nprobe, set_threads
 from indexer.runtime.fusion import Fusion
 from indexer.runtime.manifest import Manifest, SearchMode
 from indexer.runtime.writelog import Delete, ExtId, Upsert
+from indexer.runtime.writes import Document, WriteResult, Writes
 from service.engine.errors import NotReady
 from service.engine.leases import Leases
 from service.engine.names import Encoder, ModelNames
@@ -41,7 +42,6 @@ from service.engine.scheduler import Scheduler
 from service.engine.searcher import Hit, Searcher, SearchResult, Stages
 from service.engine.swap import Backend, Refusal, Swapper, SwapResult
 from service.engine.write_lane import WriteLane
-from service.engine.writes import Document, WriteResult, Writes
 from service.metrics import Metrics
 from service.settings import Settings
 from service.tracing import Tracing

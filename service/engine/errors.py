@@ -1,6 +1,14 @@
-"""What the engine refuses, as domain errors. `service.errors` is the one place that turns them into HTTP."""
+"""What the engine refuses, as domain errors. `service.errors` is the one place that turns them into HTTP.
+
+The write path's refusals are the runtime's own (`indexer.runtime.writes`, where the write path lives): they are
+re-exported here, so that the engine's refusals are all found in one place."""
 
 from __future__ import annotations
+
+from indexer.runtime.writes import NotServing, WriteRefused, WritesUnavailable, WritesUnsupported
+
+__all__ = ["BadFilter", "BadSearchParams", "EngineError", "Mismatch", "ModeUnavailable", "NotReady", "NotServing",
+           "Overloaded", "SwapRefused", "TimedOut", "WriteRefused", "WritesUnavailable", "WritesUnsupported"]
 
 
 class EngineError(RuntimeError):
@@ -68,15 +76,3 @@ class SwapRefused(EngineError):
     @property
     def reason(self) -> str:
         return str(self)
-
-
-class WriteRefused(EngineError):
-    """A write the served version cannot take (a string id or metadata for a Quora build); nothing was logged."""
-
-
-class WritesUnsupported(EngineError):
-    """This backend does not take writes (the sharded Ray backend); nothing was logged."""
-
-
-class WritesUnavailable(EngineError):
-    """The write log cannot be created or written (a read-only index root, a full disk); nothing was acknowledged."""

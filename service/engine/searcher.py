@@ -21,7 +21,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -31,7 +31,7 @@ from indexer.runtime.faiss_index import set_threads
 from indexer.runtime.filters import FilterError
 from indexer.runtime.fusion import HYBRID_DEPTH, Fusion, fuse
 from indexer.runtime.manifest import Manifest, SearchMode
-from indexer.runtime.version import FilterCache, FilterMatch, Hit, IndexVersion
+from indexer.runtime.version import FilterCache, FilterMatch, Hit, IndexVersion, VectorIndex
 from service.engine.errors import BadFilter, BadSearchParams, Mismatch, ModeUnavailable
 
 log = logging.getLogger(__name__)
@@ -60,32 +60,6 @@ class Stages:
     lexical_ms: float = 0.0  # its own time: in hybrid it runs beside the encoding, not after it
     fusion_ms: float = 0.0
     lookup_ms: float = 0.0  # the hits' texts and metadata read from the store
-
-
-class VectorIndex(Protocol):
-    """What a searcher needs of an index version, wherever its vectors live (its vectors are an
-    `indexer.runtime.ann.AnnIndex` of the manifest's kind). An index that also has `lexical_search` (an
-    `IndexVersion`, or the live overlay on one) can serve the lexical and hybrid modes."""
-
-    manifest: Manifest
-
-    @property
-    def version(self) -> str: ...
-
-    @property
-    def dim(self) -> int: ...
-
-    @property
-    def ntotal(self) -> int: ...
-
-    def match(self, flt: object) -> FilterMatch: ...
-
-    def search(self, vectors: np.ndarray, k: int, match: FilterMatch | None = None, *,
-               knobs: dict[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]: ...
-
-    def hits(self, scores: np.ndarray, ids: np.ndarray) -> list[list[Hit]]: ...
-
-    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ from indexer.runtime.faiss_index import (
 )
 from indexer.runtime.manifest import Manifest, ManifestError
 from indexer.runtime.store import STORE, Store
+from indexer.runtime.topk import merge_top_k
 from indexer.runtime.version import FilterCache, FilterMatch, Hit, IndexLoadError, hits_from_store
 from service.engine.errors import Mismatch
 from service.settings import Settings
@@ -92,15 +93,6 @@ class ShardSearcher:
 
     def info(self) -> tuple[int, int]:
         return self.index.ntotal, self.index.dim
-
-
-def merge_top_k(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per query, the k best (score, id) over all shards' answers (ids -1 = no hit sort last)."""
-    scores = np.concatenate([s for s, _ in parts], axis=1)
-    ids = np.concatenate([i for _, i in parts], axis=1)
-    scores = np.where(ids >= 0, scores, -np.inf)
-    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-    return np.take_along_axis(scores, order, 1), np.take_along_axis(ids, order, 1)
 
 
 def _failure_text(app: str, exc: BaseException) -> str:

@@ -46,7 +46,7 @@ from service.metrics import CollectionMetrics, Metrics
 from service.settings import Settings
 
 if TYPE_CHECKING:
-    from service.engine.writes import Writes
+    from indexer.runtime.writes import Writes
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """Writes: `PUT /documents` (upsert) and `POST /documents/delete`. Both answer 200 only once the write is durable
-(fsync'd to the root's write log) and visible to `/search`; see `service.engine.writes`."""
+(fsync'd to the root's write log) and visible to `/search`; see `indexer.runtime.writes`."""
 
 from __future__ import annotations
 

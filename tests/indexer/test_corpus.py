@@ -17,20 +17,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from indexer import ingest as ingest_mod
-from indexer.corpus import (
-    CorpusFormatError,
-    detect_format,
-    join_title,
-    open_corpus,
-    query_files,
-    read_qrels,
-    read_queries,
-)
+from indexer.corpus import CorpusFormatError, detect_format, open_corpus
+from indexer.corpus_rows import join_title
+from indexer.eval_files import query_files, read_qrels, read_queries
 from indexer.evalset import graded_eval_set
-from indexer.ingest import ASSIGNED_IDS_FROM, ingest_store
+from indexer.ingest import ingest_store
 from indexer.metrics import mean_metrics, per_query
 from indexer.runtime.filters import FilterError, compile_sql, matches, parse_filter
 from indexer.runtime.guards import DEFAULT_MAX_SHRINK, max_shrink, shrinks_too_much
+from indexer.runtime.ids import ASSIGNED_IDS_FROM
 from indexer.runtime.manifest import Manifest
 from indexer.runtime.store import STORE, Store, write_store
 
@@ -295,7 +290,7 @@ def test_queries_and_qrels_readers(tmp_path: Path) -> None:
 
 
 def test_eval_set_maps_judgments_to_faiss_ids(tmp_path: Path) -> None:
-    from indexer.corpus import Queries
+    from indexer.eval_files import Queries
 
     resolve = {"d1": 1, "d2": 2, "q1": 7}.get
     ev, stats = graded_eval_set(

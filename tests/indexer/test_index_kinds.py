@@ -145,7 +145,7 @@ def test_build_help_names_the_kinds() -> None:
 
 
 def test_auto_switches_to_ivf_at_the_measured_crossover(tmp_path: Path) -> None:
-    from indexer.build import BuildConfig, index_params
+    from indexer.build_config import BuildConfig, index_params
 
     auto = BuildConfig(model_dir=tmp_path, data="x", root=tmp_path, index="auto")
     assert index_params(auto, AUTO_FLAT_BELOW - 1).kind == "flat"

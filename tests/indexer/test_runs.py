@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from indexer.compare import MEASURES, compare_runs, per_query_scores
-from indexer.corpus import read_qrels
+from indexer.eval_files import read_qrels
 from indexer.metrics import per_query
 from indexer.runs import RunFormatError, RunKey, read_run, run_paths
 from indexer.runtime.layout import IndexRoot

@@ -455,7 +455,10 @@ def test_bad_bodies_get_4xx_with_a_reason_and_nothing_is_logged(root: Path, tmp_
         stop_server(server)
 
 
-def test_quora_versions_take_integer_ids_only(tmp_path: Path, minilm_mean: Path, quora_file: Path) -> None:
+def test_quora_versions_take_string_ids_and_metadata_like_any_corpus(tmp_path: Path, minilm_mean: Path,
+                                                                    quora_file: Path) -> None:
+    """One store schema: a Quora build's store is a corpus store (its qids are its external ids), so it takes
+    writes of any id and metadata, and `indexer compact` folds them (it refused them with a 409 before)."""
     root = tmp_path / "quora"
     r = indexer_cli("build", "--root", str(root), "--model", str(minilm_mean), "--data", str(quora_file), "--rows",
                     "200", "--threads", "1", "--nlist", "4", "--no-eval")
@@ -463,16 +466,23 @@ def test_quora_versions_take_integer_ids_only(tmp_path: Path, minilm_mean: Path,
     server = serve(tmp_path, root)
     try:
         with server.client() as c:
-            refused = c.put("/documents", json={"documents": [{"id": "s", "text": "a string id"}]})
-            assert refused.status_code == 409 and "Quora build" in refused.json()["detail"]
-            meta = c.put("/documents", json={"documents": [{"id": 5, "text": "t", "metadata": {"a": 1}}]})
-            assert meta.status_code == 409 and "no metadata" in meta.json()["detail"]
-            ok = c.put("/documents", json={"documents": [{"id": 999_999, "text": written_text(999_999)}]})
+            docs = [{"id": "s", "text": written_text(7), "metadata": {"a": 1}},
+                    {"id": 999_999, "text": written_text(999_999)}]
+            ok = c.put("/documents", json={"documents": docs})
             assert ok.status_code == 200, ok.text
-            hit = top_hit(c, written_text(999_999))
-            assert hit["id"] == 999_999 and hit["text"] == written_text(999_999)
+            for doc in docs:
+                hit = top_hit(c, doc["text"])
+                assert hit["id"] == doc["id"] and hit["text"] == doc["text"]
+            assert top_hit(c, written_text(7))["metadata"] == {"a": 1}
         r = indexer_cli("compact", "--root", str(root), "--threads", "1", "--no-eval")
-        assert r.returncode == 0 and "folded 1 write log entries" in r.stdout, r.stderr
+        assert r.returncode == 0 and "folded 2 write log entries" in r.stdout, r.stderr
+        m = Manifest.load(IndexRoot(root).current_dir())
+        assert m.data.protocol != "corpus" and m.data.metadata_schema == {"a": "int"}
+        store = Store(IndexRoot(root).current_dir() / STORE)
+        try:
+            assert store.ids_of(["s", 999_999]).keys() == {"s", 999_999}
+        finally:
+            store.close()
     finally:
         stop_server(server)
 

@@ -35,14 +35,15 @@ import pytest
 from indexer.runtime.ann import FlatParams, HnswParams, IndexParamError, IvfParams
 from indexer.runtime.faiss_index import INDEX_FILE, build_index, read_ann, train_empty_ivf, write_index
 from indexer.runtime.filters import matches, parse_filter
+from indexer.runtime.ids import ASSIGNED_IDS_FROM
 from indexer.runtime.lexical import Analyzer, build_lexical, lexical_info
 from indexer.runtime.manifest import DataInfo, IndexInfo, Manifest, ModelInfo, ShardInfo, Timings
+from indexer.runtime.overlay import LiveIndex
 from indexer.runtime.store import STORE, CorpusStoreWriter
 from indexer.runtime.version import IndexVersion
-from indexer.runtime.writelog import ASSIGNED_IDS_FROM, DELETE, UPSERT, LogEntry
+from indexer.runtime.writelog import DELETE, UPSERT, LogEntry
+from indexer.runtime.writes import Writes
 from service.engine.errors import Mismatch, WritesUnsupported
-from service.engine.live import LiveIndex
-from service.engine.writes import Writes
 from tests.indexer.runtime.test_lexical import reference
 
 DIM, N, NLIST, K = 16, 400, 8, 10
@@ -366,7 +367,7 @@ class LexicalCorpus(Corpus):
 def lexical_served(tmp_path: Path) -> Iterator[tuple[LexicalCorpus, LiveIndex]]:
     corpus = LexicalCorpus()
     index = LiveIndex(IndexVersion(corpus.lexical_version(tmp_path / "v-lexical")))
-    assert index.lexical is not None
+    assert index.base.lexical is not None
     yield corpus, index
     index.close()
 
@@ -406,7 +407,7 @@ def test_lexical_answers_equal_bm25_with_the_corpus_id_types(lexical_served: tup
     corpus, index = lexical_served
     hits = lexical_answers(index, LEXICAL_QUERIES, K)
     for query, row in zip(LEXICAL_QUERIES, hits, strict=True):
-        assert_bm25_top_k(row, by_ext(corpus, query, corpus.texts, index.lexical.analyzer), K)
+        assert_bm25_top_k(row, by_ext(corpus, query, corpus.texts, index.base.lexical.analyzer), K)
         for h in row:  # an integer id stays an integer, a string id a string, with its text and metadata
             assert type(h.ext_id) is type(corpus.ext[corpus.ext.index(h.ext_id)])
             assert h.text == corpus.texts[h.ext_id] and h.metadata == corpus.meta[h.ext_id]
@@ -420,7 +421,7 @@ def test_lexical_filters_answer_among_the_matching_documents_only(
     corpus, index = lexical_served
     node = parse_filter(flt, {"n": "int", "tag": "str"})
     for query, row in zip(LEXICAL_QUERIES, lexical_answers(index, LEXICAL_QUERIES, K, flt), strict=True):
-        ref = by_ext(corpus, query, corpus.texts, index.lexical.analyzer)
+        ref = by_ext(corpus, query, corpus.texts, index.base.lexical.analyzer)
         assert_bm25_top_k(row, {e: s for e, s in ref.items() if matches(node, corpus.meta[e])}, K)
         assert all(matches(node, h.metadata) for h in row)
 

@@ -23,8 +23,9 @@ from indexer.runtime.faiss_index import (  # noqa: E402
     write_index,
 )
 from indexer.runtime.layout import IndexRoot  # noqa: E402
+from indexer.runtime.topk import merge_top_k  # noqa: E402
 from indexer.runtime.version import IndexVersion  # noqa: E402
-from service.engine.sharded import ShardSearcher, merge_top_k  # noqa: E402
+from service.engine.sharded import ShardSearcher  # noqa: E402
 from tests.conftest import start_server, stop_server  # noqa: E402
 from tests.indexer.runtime.test_filtered_search import DIM, NLIST, NPROBE, SELECTIVITIES, K, N, corpus  # noqa: E402
 

@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 
 from indexer.runtime.faiss_index import INDEX_FILE, build_ivf, write_index
+from indexer.runtime.ids import ASSIGNED_IDS_FROM
 from indexer.runtime.manifest import DataInfo, IndexInfo, Manifest, ModelInfo, Timings
+from indexer.runtime.overlay import LiveIndex, fold
 from indexer.runtime.store import STORE, CorpusStoreWriter
-from indexer.runtime.version import IndexVersion
-from indexer.runtime.writelog import ASSIGNED_IDS_FROM, DELETE, UPSERT, LogEntry
-from service.engine.errors import WritesUnsupported
-from service.engine.live import LiveIndex
-from service.engine.writes import Writes
+from indexer.runtime.version import IndexVersion, VectorIndex
+from indexer.runtime.writelog import DELETE, UPSERT, LogEntry, net_effect
+from indexer.runtime.writes import Writes, WritesUnsupported
 
 DIM, N, NLIST = 16, 400, 8
 
@@ -114,7 +114,31 @@ def test_overlay_answers_equal_brute_force_over_what_is_served(tmp_path: Path) -
             assert hit.text == (f"written {ext}" if ext in {"fresh-a", 20, "doc-3", 123457, "20"} else f"text of {ext}")
     assert ids[0, 0] == live.overlay._fid_of["fresh-a"] and ids[1, 0] == 20 and abs(scores[1, 0] - 1) < 1e-5
     assert live.overlay.document(20).text == "written 20" and live.overlay.deleted(40)  # type: ignore[union-attr]
+
+    # `indexer compact`'s fold of the same entries gives the same FAISS ids and the same documents served
+    folded = fold(list(net_effect(entries).values()), live.base.store)
+    assert {e.ext_id: f for f, e in folded.upserts} == {e: live.overlay._fid_of[e]
+                                                       for e in ("fresh-a", 20, "doc-3", 123457, "20")}
+    assert folded.deletes == [40] and sorted(folded.replaced) == sorted([20, fid_of["doc-3"]])
+    assert folded.created == applied.created - 1  # "fresh-b" was written then deleted: nothing to fold
+    assert N - len(folded.deletes) + folded.created == live.ntotal
     live.close()
+
+
+def test_the_overlay_is_the_version_interface_and_forwards_nothing_else(tmp_path: Path) -> None:
+    make_version(tmp_path / "v1")
+    base = IndexVersion(tmp_path / "v1")
+    live = LiveIndex(base)
+    try:
+        assert isinstance(base, VectorIndex) and isinstance(live, VectorIndex)
+        assert callable(live.lexical_search)
+        assert not hasattr(LiveIndex, "__getattr__")  # no silent forwarding: the base is `live.base`
+        for name in ("store", "ann", "folder", "nprobe", "filters"):
+            assert hasattr(base, name) and not hasattr(live, name)
+        assert (live.version, live.dim, live.ntotal, live.manifest) == (base.version, base.dim, base.ntotal,
+                                                                        base.manifest)
+    finally:
+        live.close()
 
 
 def test_rows_are_packed_and_search_stays_right(tmp_path: Path) -> None:

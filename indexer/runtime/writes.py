@@ -1,8 +1,14 @@
 """Writes: documents upserted and deleted through the API, durable before they are acknowledged.
 
+The write path of a root, beside its log: the service's engine encodes a write's texts (on its write lane) and
+calls `Writes.commit`; everything after the encoding is here, torch-free and HTTP-free, with the refusals as this
+module's own errors (`WriteRefused`, `WritesUnsupported`, `WritesUnavailable`, `NotServing`), which the service
+maps to HTTP (`service.errors`). The served pairing of an encoder and an index is anything with the `Served`
+shape (`service.engine.searcher.Searcher`).
+
 One write, in order (`Engine.upsert` / `Engine.delete` call `Writes.commit` once the texts are encoded):
 1. the entries are appended to the root's write log in one SQLite transaction, fsync'd (`indexer.runtime.writelog`);
-2. the log's new entries are applied to the served version's overlay (`live.LiveIndex`), so the next search sees
+2. the log's new entries are applied to the served version's overlay (`overlay.LiveIndex`), so the next search sees
    them — visible before the 200, not eventually;
 3. the API answers 200.
 A crash between 1 and 3 loses nothing acknowledged: on restart the overlay is rebuilt from the log.
@@ -13,12 +19,12 @@ the write lock, applies the entries logged while the candidate was being prepare
 acknowledged during a swap is in the new version's overlay, and none is applied to a version nobody will serve.
 
 Encoders. A log entry carries the vector of the encoder that served its write; a version built with another
-encoder re-encodes the entry's text when it is applied.
+encoder re-encodes the entry's text when it is applied (`overlay.reencode_stale`).
 
 Restrictions, refused before anything is encoded or logged:
 - the sharded backend (Ray) serves shard deployments that have no overlay: `WritesUnsupported` (501);
-- a Quora version (not a corpus build) has integer qids and no metadata: string ids, integers outside [0, 2^62)
-  and metadata are `WriteRefused` (409), with the reason;
+- `WriteRefused` (409) is for a write the served version cannot take. Nothing raises it today: every store has
+  one schema (`indexer.runtime.store`), so Quora versions, which refused string ids and metadata, take them now;
 - a write log that cannot be created (a read-only index root) is `WritesUnavailable` (503).
 
 One process writes a root's log: a second API process on the same root would apply only its own writes (and
@@ -32,27 +38,57 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
-from indexer.runtime.version import IndexVersion
-from indexer.runtime.writelog import (
-    UPSERT,
-    Delete,
-    ExtId,
-    LogEntry,
-    Upsert,
-    WriteLog,
-    WriteLogError,
-    log_path,
-    own_faiss_id,
-)
-from service.engine.errors import NotReady, WriteRefused, WritesUnavailable, WritesUnsupported
-from service.engine.live import Applied, LiveIndex
-from service.engine.searcher import Searcher
+from indexer.runtime.encoder import OnnxEncoder
+from indexer.runtime.ids import ExtId
+from indexer.runtime.manifest import Manifest
+from indexer.runtime.overlay import Applied, LiveIndex, reencode_stale
+from indexer.runtime.version import IndexVersion, VectorIndex
+from indexer.runtime.writelog import Delete, LogEntry, Upsert, WriteLog, WriteLogError, log_path
 
 log = logging.getLogger(__name__)
 
 REPLAY_BATCH = 2048
+
+
+class WriteError(RuntimeError):
+    """Base of the write path's refusals; the message is the reason a client or an operator reads."""
+
+
+class WriteRefused(WriteError):
+    """A write the served version cannot take; nothing was logged. (Quora versions refused string ids and metadata
+    with it before every store had one schema; nothing raises it now.)"""
+
+
+class WritesUnsupported(WriteError):
+    """This backend does not take writes (the sharded Ray backend); nothing was logged."""
+
+
+class WritesUnavailable(WriteError):
+    """The write log cannot be created or written (a read-only index root, a full disk); nothing was acknowledged."""
+
+
+class NotServing(WriteError):
+    """No version is served: a write has no overlay to go to (the service answers it like its `NotReady`)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"not ready: {reason}")
+        self.reason = reason
+
+
+class Served(Protocol):
+    """What the write path needs of the served pairing of an encoder and an index version (a
+    `service.engine.searcher.Searcher`): `attach` wraps a local version's `index` in its overlay."""
+
+    encoder: OnnxEncoder
+    index: VectorIndex
+
+    @property
+    def version(self) -> str: ...
+
+    @property
+    def manifest(self) -> Manifest: ...
 
 
 @dataclass(frozen=True)
@@ -72,7 +108,10 @@ class WriteResult:
     size: int  # documents served after it
 
 
-def start_seq(searcher: Searcher, wlog: WriteLog) -> int:
+S = TypeVar("S", bound=Served)
+
+
+def start_seq(searcher: Served, wlog: WriteLog) -> int:
     """The last entry of `wlog` that the version holds already (0: replay them all)."""
     w = searcher.manifest.writes
     return w.folded_seq if w is not None and w.log_id == wlog.log_id else 0
@@ -98,7 +137,7 @@ class Writes:
                 self._log = None
 
     # -- versions ------------------------------------------------------------------------------------------------
-    def attach(self, searcher: Searcher) -> None:
+    def attach(self, searcher: Served) -> None:
         """Wrap a freshly opened local version in its overlay and replay the log entries it does not hold (in the
         swap's worker thread: the served version keeps answering meanwhile). Raises WriteLogError."""
         wlog = self._open(create=False)
@@ -119,14 +158,14 @@ class Writes:
                      "version", replayed, searcher.version, start_seq(searcher, wlog) + 1, live.overlay.applied_seq,
                      live.overlay.written, live.overlay.removed_from_base)
 
-    def switch(self, new: Searcher, swap: Callable[[Searcher], object]) -> None:
+    def switch(self, new: S, swap: Callable[[S], object]) -> None:
         """Make `new` the served searcher with every write acknowledged so far, none lost in between."""
         with self.lock:
             if isinstance(new.index, LiveIndex):
                 self._catch_up(new)
             swap(new)
 
-    def _catch_up(self, searcher: Searcher) -> int:
+    def _catch_up(self, searcher: Served) -> int:
         """Apply the log's entries after the overlay's last one; returns how many."""
         wlog = self._open(create=False)
         live = searcher.index
@@ -144,45 +183,34 @@ class Writes:
         return n + len(batch)
 
     @staticmethod
-    def _apply(searcher: Searcher, entries: list[LogEntry]) -> Applied:
+    def _apply(searcher: Served, entries: list[LogEntry]) -> Applied:
         """Apply entries to the searcher's overlay, re-encoding those written with another encoder."""
-        sha = searcher.encoder.meta.onnx_sha256
-        stale = [i for i, e in enumerate(entries) if e.op == UPSERT and e.model != sha]
-        if stale:
-            vecs = searcher.encoder.encode([entries[i].text or "" for i in stale], batch_size=64)
-            for i, v in zip(stale, vecs, strict=True):
-                e = entries[i]
-                entries[i] = LogEntry(e.seq, e.op, e.ext_id, e.text, e.metadata, v, sha)
+        encoder = searcher.encoder
+        reencode_stale(entries, encoder.meta.onnx_sha256, lambda texts: encoder.encode(texts, batch_size=64))
         live = searcher.index
         assert isinstance(live, LiveIndex)
         return live.overlay.apply(entries)
 
     # -- the write path ------------------------------------------------------------------------------------------
     @staticmethod
-    def check(searcher: Searcher | None, ext_ids: Sequence[ExtId], with_metadata: bool) -> None:
-        """Refuse what this served version cannot take, before anything is encoded or logged."""
+    def check(searcher: Served | None, ext_ids: Sequence[ExtId], with_metadata: bool) -> None:
+        """Refuse what this served version cannot take, before anything is encoded or logged (`WritesUnsupported`:
+        a version without an overlay, the sharded backend's)."""
         if searcher is None:
-            return  # the caller answers NotReady
+            return  # the caller answers that nothing is served
         if not isinstance(searcher.index, LiveIndex):
             raise WritesUnsupported("writes are not supported by the sharded (Ray) backend: run a local API on the "
                                     "root to write, then `indexer compact` and `indexer build --engine ray`")
-        if searcher.index.store.is_corpus:
-            return
-        bad = [e for e in ext_ids if own_faiss_id(e) is None]
-        if bad:
-            raise WriteRefused(f"version {searcher.version} is a Quora build: its documents are integer qids in "
-                               f"[0, 2^62), so id {bad[0]!r} cannot be written (string ids need a corpus build, "
-                               f"`indexer build --data FILE.jsonl`)")
-        if with_metadata:
-            raise WriteRefused(f"version {searcher.version} is a Quora build: its documents have no metadata "
-                               f"(metadata needs a corpus build, `indexer build --data FILE.jsonl`)")
+        # Every version takes every id and metadata: all stores have one schema (`indexer.runtime.store`; a Quora
+        # version of before it too, whose store `indexer compact` brings to it). `ext_ids` and `with_metadata` are
+        # what a refusal of a version's own would look at.
 
-    def commit(self, current: Callable[[], Searcher | None], ops: Sequence[Upsert | Delete]) -> WriteResult:
+    def commit(self, current: Callable[[], Served | None], ops: Sequence[Upsert | Delete]) -> WriteResult:
         """Log `ops` durably, then apply them to the served version's overlay (runs in the write thread)."""
         with self.lock:
             searcher = current()
             if searcher is None:
-                raise NotReady("no index loaded")
+                raise NotServing("no index loaded")
             self.check(searcher, [op.ext_id for op in ops], any(isinstance(op, Upsert) and op.metadata
                                                                  for op in ops))
             try:

@@ -1,7 +1,9 @@
-"""The live overlay: an index version plus the writes acknowledged since it was built, searched as one index.
+"""The live overlay: an index version plus the writes acknowledged since it was built, searched as one index; and
+the fold of the same writes into a version (`fold`, what `indexer compact` writes), by the same rules.
 
-`LiveIndex` has the `VectorIndex` shape (the searcher and the engine see an index like any other) and wraps the
-`IndexVersion` of the local backend with an `Overlay`:
+`LiveIndex` implements the interface of the `IndexVersion` it wraps (`indexer.runtime.version.VectorIndex`, and
+`lexical_search`), so the searcher and the engine see an index like any other; nothing else is forwarded (the
+version beneath is `LiveIndex.base`). It adds an `Overlay`:
 - written documents: their vectors in a small exact (flat inner-product) set, with their external id, text and
   metadata (kept per document so that metadata filters can be applied to them too);
 - tombstones: the base version's FAISS ids that were deleted or replaced. The base search skips them *inside* the
@@ -11,10 +13,13 @@
 A search merges the base's top k and the overlay's exact top k by score. A written document that replaces one of
 the base keeps its FAISS id, so the two never both answer.
 
-FAISS ids of written documents (`writelog.faiss_id_for`'s rule, applied per version): an integer id in [0, 2^62)
-is its own; an id the base holds keeps the base's FAISS id; any other id gets the next one above every FAISS id
-the base holds (from 2^62 up). They live only in memory: a replay onto another version assigns them anew, and
-`indexer compact` writes them into the version it builds.
+FAISS ids of written documents (`indexer.runtime.ids`' rule, applied per version by `resolve_ids`, here and in
+`fold`): an integer id in [0, 2^62) is its own; an id the base holds keeps the base's FAISS id; any other id gets
+the next one above every FAISS id the base holds (from 2^62 up). They live only in memory: a replay onto another
+version assigns them anew, and `indexer compact` writes them into the version it builds (`fold`).
+
+Encoders: an upsert carries the vector of the encoder that served its write; applied to a version built with
+another encoder, its text is encoded anew with the version's (`reencode_stale`, for the replay and the fold).
 
 Concurrency: writes (`Overlay.apply`) are serialised by the caller and take the overlay's lock briefly; a search
 takes a consistent snapshot under that lock (a view of the vector rows, which are never changed once written, a
@@ -32,6 +37,7 @@ filtered until `indexer compact` folds them into a version.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,10 +45,13 @@ import numpy as np
 
 from indexer.runtime.faiss_index import Exclusion, knn_inner_product
 from indexer.runtime.filters import Node, matches, parse_filter
+from indexer.runtime.ids import ExtId, FaissIds
 from indexer.runtime.lexical import LexicalOverlay
 from indexer.runtime.manifest import Manifest
+from indexer.runtime.store import Store
+from indexer.runtime.topk import merge_top_k
 from indexer.runtime.version import FilterMatch, Hit, IndexVersion
-from indexer.runtime.writelog import ASSIGNED_IDS_FROM, UPSERT, ExtId, LogEntry, own_faiss_id
+from indexer.runtime.writelog import UPSERT, LogEntry
 
 INITIAL_ROWS = 256
 
@@ -93,17 +102,48 @@ def _written_hit(fid: int, doc: WrittenDoc, score: float) -> Hit:
     return Hit(fid, doc.ext_id, doc.text, score, doc.metadata)
 
 
-def _merge_top_k(scores: np.ndarray, ids: np.ndarray, o_scores: np.ndarray, o_ids: np.ndarray, k: int
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """The best k of two (scores, ids) answers per query; id -1 marks nothing."""
-    all_scores = np.concatenate([np.where(ids >= 0, scores, -np.inf),
-                                 np.where(o_ids >= 0, o_scores, -np.inf)], axis=1)
-    all_ids = np.concatenate([ids, o_ids], axis=1)
-    order = np.argsort(-all_scores, axis=1, kind="stable")[:, :k]
-    top_scores = np.take_along_axis(all_scores, order, axis=1)
-    top_ids = np.take_along_axis(all_ids, order, axis=1)
-    top_ids[~np.isfinite(top_scores)] = -1
-    return np.where(top_ids >= 0, top_scores, -np.inf).astype(np.float32), top_ids
+def resolve_ids(store: Store, ext_ids: Iterable[ExtId], ids: FaissIds) -> tuple[dict[ExtId, int], set[int]]:
+    """The FAISS ids of `ext_ids` in the version of `store`: the one it holds an id under, else `ids`' rule (its own,
+    or the next free one); and those of them that the version holds."""
+    wanted = list(dict.fromkeys(ext_ids))
+    held = store.ids_of(wanted)
+    return {e: ids.assign(e, held.get(e)) for e in wanted}, set(held.values())
+
+
+def reencode_stale(entries: list[LogEntry], sha: str, encode: Callable[[list[str]], np.ndarray]) -> int:
+    """Give the upserts of `entries` written with another encoder than `sha` the vector of their text by `encode`
+    (the version's encoder), in place; returns how many."""
+    stale = [i for i, e in enumerate(entries) if e.op == UPSERT and e.model != sha]
+    if stale:
+        vecs = encode([entries[i].text or "" for i in stale])
+        for i, v in zip(stale, vecs, strict=True):
+            e = entries[i]
+            entries[i] = LogEntry(e.seq, e.op, e.ext_id, e.text, e.metadata, v, sha)
+    return len(stale)
+
+
+@dataclass(frozen=True)
+class Fold:
+    """Log entries' net effect on a version, in its FAISS ids (`fold`)."""
+
+    upserts: list[tuple[int, LogEntry]]  # (FAISS id, upsert) of each document written, in seq order
+    deletes: list[int]  # FAISS ids of the version's documents deleted
+    replaced: list[int]  # FAISS ids of the version's documents that an upsert replaces
+
+    @property
+    def created(self) -> int:
+        """Documents the version did not hold."""
+        return len(self.upserts) - len(self.replaced)
+
+
+def fold(net: Sequence[LogEntry], store: Store) -> Fold:
+    """The net effect `net` (one entry per external id: `writelog.net_effect`) on the version of `store`, with the
+    FAISS ids the overlay would give it: what `indexer compact` writes into the next version. A delete of an id the
+    version does not hold changes nothing."""
+    fid_of, held = resolve_ids(store, [e.ext_id for e in net], FaissIds(store.max_id()))
+    upserts = [(fid_of[e.ext_id], e) for e in net if e.op == UPSERT]
+    deletes = [fid_of[e.ext_id] for e in net if e.op != UPSERT and fid_of[e.ext_id] in held]
+    return Fold(upserts, deletes, [f for f, _ in upserts if f in held])
 
 
 class Overlay:
@@ -123,28 +163,21 @@ class Overlay:
         self._ever: set[int] = set()  # every FAISS id written here (a hit on one no longer written is dropped)
         self._tombstones: set[int] = set()  # base FAISS ids deleted or replaced
         self._exclusion: Exclusion | None = None
-        self._next_fid = max(base.store.max_id() + 1, ASSIGNED_IDS_FROM)
+        self._ids = FaissIds(base.store.max_id())  # for the ids the base does not hold
         # written documents' BM25 weights, when the base has a lexical index (kept in step with the rows below)
         self.lexical = LexicalOverlay(base.lexical) if base.lexical is not None else None
 
     # -- writes --------------------------------------------------------------------------------------------------
     def _resolve(self, ext_ids: list[ExtId]) -> None:
-        """FAISS ids for external ids not seen here yet: the base's (or their own), else a fresh one. The store is
-        asked outside the lock (searches keep taking snapshots meanwhile); the caller serialises writes."""
+        """FAISS ids for external ids not seen here yet (`resolve_ids`). The store is asked outside the lock
+        (searches keep taking snapshots meanwhile); the caller serialises writes."""
         new = [e for e in dict.fromkeys(ext_ids) if e not in self._fid_of]
         if not new:
             return
-        in_base = self.base.store.ids_of(new)
+        fid_of, in_base = resolve_ids(self.base.store, new, self._ids)
         with self._lock:
-            for ext in new:
-                fid = in_base.get(ext)
-                if fid is not None:
-                    self._in_base.add(fid)
-                else:
-                    fid = own_faiss_id(ext)
-                    if fid is None:
-                        fid, self._next_fid = self._next_fid, self._next_fid + 1
-                self._fid_of[ext] = fid
+            self._in_base |= in_base
+            self._fid_of.update(fid_of)
 
     def _live(self, fid: int) -> bool:
         return fid in self._docs or (fid in self._in_base and fid not in self._tombstones)
@@ -254,15 +287,12 @@ class Overlay:
 
 
 class LiveIndex:
-    """An `IndexVersion` with its overlay of writes: a `VectorIndex` (see `service.engine.searcher`)."""
+    """An `IndexVersion` with its overlay of writes: a `VectorIndex` with `lexical_search`, like the version."""
 
     def __init__(self, base: IndexVersion, applied_seq: int = 0) -> None:
         self.base = base
         self.manifest: Manifest = base.manifest
         self.overlay = Overlay(base, applied_seq)
-
-    def __getattr__(self, name: str) -> Any:  # everything else an IndexVersion offers (store, nprobe, folder, ...)
-        return getattr(self.base, name)
 
     @property
     def version(self) -> str:
@@ -295,7 +325,7 @@ class LiveIndex:
         # dead rows may rank among the first k: ask for that many more, then drop them
         o_scores, rows = knn_inner_product(vectors, snap.vectors, k + snap.dead)
         o_ids = np.where(rows >= 0, snap.fids[np.clip(rows, 0, None)], -1)
-        return _merge_top_k(scores, ids, o_scores, o_ids, k)
+        return merge_top_k([(scores, ids), (o_scores, o_ids)], k)
 
     def _search_filtered(self, vectors: np.ndarray, k: int, match: LiveMatch, snap: Snapshot,
                          knobs: dict[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -315,7 +345,7 @@ class LiveIndex:
                                  if f in docs and matches(match.node, docs[f].metadata)), dtype=np.int64)
         o_scores, rows = knn_inner_product(vectors, snap.vectors[rows_kept], k)
         o_ids = np.where(rows >= 0, snap.fids[rows_kept][np.clip(rows, 0, None)], -1)
-        return _merge_top_k(scores, ids, o_scores, o_ids, k)
+        return merge_top_k([(scores, ids), (o_scores, o_ids)], k)
 
     def lexical_search(self, queries: list[str], k: int, match: LiveMatch | None = None
                        ) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -338,7 +368,7 @@ class LiveIndex:
                 if kept:
                     o_scores = np.array([[s for s, _ in kept]], np.float32)
                     o_ids = np.array([[f for _, f in kept]], np.int64)
-                    m_scores, m_ids = _merge_top_k(scores[None, :], ids[None, :], o_scores, o_ids, k)
+                    m_scores, m_ids = merge_top_k([(scores[None, :], ids[None, :]), (o_scores, o_ids)], k)
                     keep = m_ids[0] >= 0
                     scores, ids = m_scores[0][keep], m_ids[0][keep]
             out.append((scores, ids))

@@ -1,0 +1,105 @@
+"""What one `indexer build` is asked for (`BuildConfig`), and the index kind and parameters that asks for at a
+given number of vectors (`index_params`).
+
+Shared by every build path — the Quora build (`indexer.build`), any other corpus (`indexer.ingest`) and the Ray
+build (`indexer.ray_build`) — so none of them imports another for its configuration.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from indexer.calibrate import calibration_target
+from indexer.quora import Protocol
+from indexer.runtime.ann import AUTO, FlatParams, HnswParams, IvfParams, choose_kind
+from indexer.runtime.faiss_index import DEFAULT_CODEC, DEFAULT_NLIST, DEFAULT_NPROBE, clamp_nprobe, effective_nlist
+from indexer.runtime.lexical import lexical_info
+from indexer.runtime.manifest import LexicalInfo, SearchMode
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BuildConfig:
+    model_dir: Path
+    data: str
+    root: Path
+    protocol: Protocol | None = None  # Quora TSV only; None: "paper"
+    rows: int | None = None
+    # auto | flat | ivf | hnsw (`ann.choose_kind`; auto with nlist or nprobe given: ivf). The CLI defaults to auto;
+    # here ivf, what every programmatic caller (benches, the Ray equality checks) was written against.
+    index: str = "ivf"
+    nlist: int | None = None  # IVF; None: DEFAULT_NLIST
+    nprobe: int | None = None  # IVF; given: no calibration (`calibration_target`); None: calibrated
+    # An ivf/hnsw build calibrates its search parameter on query-like probes (`indexer.calibrate`,
+    # `indexer.probes`) to this share of exact search's top 10 (None: DEFAULT_TARGET_RECALL), unless `calibrate`
+    # is False or the kind's parameter (nprobe, ef_search) is given.
+    target_recall: float | None = None
+    calibrate: bool = True
+    probes: str = "auto"  # auto | queries | spans (`indexer.probes`)
+    codec: str | None = None  # codes in the IVF lists: "SQfp16" or "Flat" (float32); None: DEFAULT_CODEC
+    hnsw_m: int = HnswParams.model_fields["m"].default
+    ef_construction: int = HnswParams.model_fields["ef_construction"].default
+    ef_search: int | None = None  # HNSW; given: no calibration; None: calibrated (64 with --no-calibrate)
+    batch_size: int | None = None  # texts per ONNX run (default: the encoder's corpus_batch_size)
+    threads: int | None = None
+    keep: int = 5
+    evaluate: bool = True
+    seed: int = 1234
+    # Any other corpus (see indexer.corpus); None: the format's defaults
+    id_field: str | None = None
+    text_field: str | None = None
+    title_field: str | None = None
+    metadata_fields: list[str] | None = None
+    queries: Path | None = None  # evaluation queries and their qrels (a BEIR folder's are found by themselves)
+    qrels: Path | None = None
+    # the lexical (BM25) index built beside the vectors (`indexer.runtime.lexical`); lexical False: none
+    lexical: bool = True
+    lexical_stemmer: str = "english"
+    lexical_stopwords: str = "english"
+    bm25_k1: float = 0.9
+    bm25_b: float = 0.4
+    default_mode: SearchMode | None = None  # None: hybrid with a lexical index, else dense
+
+    def lexical_info(self) -> LexicalInfo | None:
+        """The lexical index to build (settings checked: LexicalError names what is wrong), None for none."""
+        if not self.lexical:
+            if self.default_mode in ("lexical", "hybrid"):
+                raise ValueError(f"--default-mode {self.default_mode} needs a lexical index (drop --no-lexical)")
+            return None
+        return lexical_info(self.lexical_stemmer, self.lexical_stopwords, self.bm25_k1, self.bm25_b)
+
+    def corpus_options(self) -> list[str]:
+        """The options that only a non-Quora corpus takes, as the user set them."""
+        named = {"--id-field": self.id_field, "--text-field": self.text_field, "--title-field": self.title_field,
+                 "--metadata-fields": self.metadata_fields, "--queries": self.queries, "--qrels": self.qrels}
+        return [k for k, v in named.items() if v is not None]
+
+    def target_for(self, kind: str) -> float | None:
+        """The recall target a new `kind` index of this build calibrates to (None: fixed parameters)."""
+        return calibration_target(kind, calibrate=self.calibrate, target_recall=self.target_recall,
+                                  nprobe=self.nprobe, ef_search=self.ef_search)
+
+
+def index_params(cfg: BuildConfig, n_vectors: int) -> FlatParams | IvfParams | HnswParams:
+    """The kind `cfg.index` asks for at this many vectors (`auto`: `ann.choose_kind`, but ivf when --nlist,
+    --nprobe or --codec is given: whoever sets them means an IVF index), with its parameters."""
+    ivf_options = [name for name, value in (("--nlist", cfg.nlist), ("--nprobe", cfg.nprobe), ("--codec", cfg.codec))
+                   if value is not None]
+    if ivf_options and cfg.index not in (AUTO, "ivf"):
+        raise ValueError(f"{', '.join(ivf_options)}: IVF options, not for --index {cfg.index}")
+    kind = "ivf" if cfg.index == AUTO and ivf_options else choose_kind(cfg.index, n_vectors)
+    if cfg.index != kind:
+        log.info("--index %s: %s for %d vectors%s", cfg.index, kind, n_vectors,
+                 f" ({', '.join(ivf_options)} given)" if ivf_options else "")
+    if kind == "ivf":
+        requested = cfg.nlist or DEFAULT_NLIST
+        nlist = effective_nlist(n_vectors, requested)
+        return IvfParams(nlist=nlist, nlist_requested=requested, codec=cfg.codec or DEFAULT_CODEC,
+                         nprobe=clamp_nprobe(cfg.nprobe or DEFAULT_NPROBE, nlist))
+    if kind == "hnsw":
+        ef_search = cfg.ef_search or HnswParams.model_fields["ef_search"].default
+        return HnswParams(m=cfg.hnsw_m, ef_construction=cfg.ef_construction, ef_search=ef_search)
+    return FlatParams()

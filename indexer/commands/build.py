@@ -1,0 +1,251 @@
+"""`indexer build`: embed a corpus into a new version (locally or on Ray), or with `--add FILE` grow the current
+version by a file of questions; prints what was built, its calibration and its figures."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from indexer.calibrate import DEFAULT_TARGET_RECALL
+from indexer.commands.common import check_settings, positive_int, recall_target, root_arg, threads_arg
+from indexer.runtime.ann import AUTO, AUTO_FLAT_BELOW, KINDS, HnswParams
+from indexer.runtime.faiss_index import CODECS, DEFAULT_NLIST, DEFAULT_NPROBE
+from indexer.runtime.paths import DEFAULT_MODEL_NAME, default_model_dir, default_quora_source
+
+if TYPE_CHECKING:
+    from indexer.runtime.manifest import Manifest
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """`indexer build` and its arguments (in --help order; each group in a function of its own)."""
+    b = sub.add_parser("build", help="embed a corpus (Quora TSV, JSONL, CSV/TSV, Parquet, BEIR) into a new version",
+                       description="Embed a corpus with an exported ONNX encoder into a FAISS IVF index; write a new "
+                       "version atomically, evaluate it, then switch `current` to it.")
+    root_arg(b)
+    b.add_argument("--model", type=Path, default=None,
+                   help=f"exported encoder folder (default: $STRATA_HOME/models/{DEFAULT_MODEL_NAME}; with --add: "
+                   "the encoder the current version was built with)")
+    b.add_argument("--data", default=default_quora_source(),
+                   help="the corpus: quora_duplicate_questions.tsv[.gz] (or its URL); a .jsonl, .csv or .tsv file "
+                   "with a header, .parquet file or folder, or a BEIR folder (corpus.jsonl, queries.jsonl, "
+                   "qrels/test.tsv); .gz works for text files (default: the local Quora copy under "
+                   "$STRATA_DATA_DIR if any, else the official URL)")
+    b.add_argument("--protocol", choices=["paper", "full", "heldout"], default=None,
+                   help="Quora TSV only. paper (default): first 100k rows, question2 corpus, question1 queries; "
+                   "full: every question; heldout: every question of the held-out rows (id >= 300,000), which "
+                   "nothing trains or tunes on")
+    b.add_argument("--rows", type=int, default=None, help="read only the first N data rows (heldout: the first N "
+                   "held-out rows)")
+    _own_corpus_args(b)
+    _index_args(b)
+    b.add_argument("--batch-size", type=int, default=None,
+                   help="texts per ONNX run when encoding (default: 16 on CPU, 64 on a GPU)")
+    threads_arg(b)
+    b.add_argument("--keep", type=int, default=5, help="versions to keep, the current one included")
+    _lexical_args(b)
+    b.add_argument("--no-eval", action="store_true", help="skip the MRR@10 evaluation")
+    b.add_argument("--add", type=Path, default=None, metavar="FILE",
+                   help="add the questions of FILE (TSV 'id<TAB>question', or Quora pairs) to the current version "
+                   "as a new version, without retraining the coarse quantizer")
+    b.add_argument("--rebuild-after", type=float, default=0.2, metavar="RATIO",
+                   help="with --add: report a full rebuild as due once more than RATIO x the vectors the "
+                   "quantizer was trained on were added since (default 0.2)")
+    _ray_args(b)
+    b.set_defaults(func=run)
+
+
+def _own_corpus_args(b: argparse.ArgumentParser) -> None:
+    c = b.add_argument_group("your own corpus (any --data but the Quora TSV)")
+    c.add_argument("--id-field", default=None, help="field holding the document id, a string or an integer "
+                   "(default: id; BEIR: _id)")
+    c.add_argument("--text-field", default=None, help="field holding the text (default: text)")
+    c.add_argument("--title-field", default=None,
+                   help="field holding a title, encoded as BEIR does: (title + ' ' + text).strip() (default: none; "
+                   "BEIR: title)")
+    c.add_argument("--metadata-fields", type=lambda v: [f.strip() for f in v.split(",") if f.strip()],
+                   default=None, metavar="F1,F2",
+                   help="fields kept as metadata, comma-separated ('' for none; default: every field other than "
+                   "the id and text)")
+    c.add_argument("--queries", type=Path, default=None,
+                   help="evaluation queries (JSONL with _id/id and text) to store and evaluate with --qrels "
+                   "(a BEIR folder's queries.jsonl is found by itself)")
+    c.add_argument("--qrels", type=Path, default=None,
+                   help="relevance judgments for --queries: query-id<TAB>corpus-id<TAB>score (BEIR: qrels/test.tsv)")
+
+
+def _index_args(b: argparse.ArgumentParser) -> None:
+    """The vector index: its kind, parameters and calibration."""
+    b.add_argument("--index", choices=[AUTO, *KINDS], default=AUTO,
+                   help=f"the vector index: flat (exact search), ivf (inverted lists, --nlist/--nprobe/--codec), "
+                   f"hnsw (a graph, --hnsw-m/--ef-search), or auto (default): flat below {AUTO_FLAT_BELOW:,} "
+                   f"documents, where exact search is as fast as IVF at 0.97 of exact's top 10 "
+                   f"(bench/index_crossover.py), ivf from there on, and ivf whenever --nlist, --nprobe or --codec "
+                   f"is given. --engine ray builds ivf only")
+    b.add_argument("--nlist", type=positive_int, default=None,
+                   help=f"IVF lists (default {DEFAULT_NLIST}, scaled down for small corpora; also the paper's)")
+    b.add_argument("--hnsw-m", type=positive_int, default=HnswParams.model_fields["m"].default,
+                   help="HNSW: graph neighbours per node (FAISS's M; default %(default)s)")
+    b.add_argument("--ef-construction", type=positive_int,
+                   default=HnswParams.model_fields["ef_construction"].default,
+                   help="HNSW: candidates kept while building (default %(default)s)")
+    b.add_argument("--ef-search", type=positive_int, default=None,
+                   help="HNSW: candidates kept per query, taken as given (no calibration); default: calibrated "
+                        f"(see --target-recall; {HnswParams.model_fields['ef_search'].default} with --no-calibrate)")
+    probe = b.add_mutually_exclusive_group()
+    probe.add_argument("--nprobe", type=positive_int, default=None,
+                       help="IVF lists probed per query, taken as given (no calibration); default: calibrated "
+                            "(see --target-recall)")
+    probe.add_argument("--target-recall", type=recall_target, default=None, metavar="R",
+                       help=f"share of exact search's top 10 that an ivf/hnsw index must keep (default "
+                            f"{DEFAULT_TARGET_RECALL}): every such build chooses the fewest IVF lists (the smallest "
+                            "HNSW ef_search) reaching it on up to 1,000 query-like probes (see --probes; label-free; "
+                            "recorded in the manifest, met again by --add and compact). The encoder and corpus "
+                            "decide how many lists a query needs: a fixed nprobe 20 keeps 0.90-0.94 on Quora")
+    probe.add_argument("--no-calibrate", action="store_true",
+                       help=f"keep fixed search parameters (nprobe {DEFAULT_NPROBE}, ef_search "
+                            f"{HnswParams.model_fields['ef_search'].default}, or those given): reproduces builds "
+                            "from before calibration was the default")
+    b.add_argument("--probes", choices=["auto", "queries", "spans"], default="auto",
+                   help="what calibration searches with. auto (default): the dataset's queries that its qrels do "
+                        "not judge (BEIR's train/dev queries; Quora's question1s without a duplicate), else the "
+                        "evaluation queries' text (their qrels are never read, but the nDCG reported for them is "
+                        "then measured at a setting chosen on them: the build says so), else 5-15 word spans of "
+                        "sampled documents. queries: fail without queries. spans: document spans always, to keep "
+                        "the evaluation queries unseen. The source is recorded in the manifest")
+    b.add_argument("--codec", choices=list(CODECS), default=None,
+                   help="how the IVF lists store vectors: SQfp16 (default; half the memory of Flat and faster to "
+                        "scan; exact-search MRR@10 within 0.02) or Flat (float32, the paper's)")
+
+
+def _lexical_args(b: argparse.ArgumentParser) -> None:
+    lx = b.add_argument_group("lexical (BM25) index, built beside the vectors in the same version")
+    lx.add_argument("--no-lexical", action="store_true", help="build no lexical index (/search serves dense only)")
+    lx.add_argument("--lexical-stemmer", default="english", metavar="LANG",
+                    help="Snowball stemmer language (PyStemmer), or none (default: english)")
+    lx.add_argument("--lexical-stopwords", default="english", choices=["english", "none"],
+                    help="stopword list dropped before stemming (default: english, Lucene's)")
+    lx.add_argument("--bm25-k1", type=float, default=0.9, help="BM25 k1 (default 0.9, Anserini's BEIR setting)")
+    lx.add_argument("--bm25-b", type=float, default=0.4, help="BM25 b (default 0.4, Anserini's BEIR setting)")
+    lx.add_argument("--default-mode", choices=["dense", "lexical", "hybrid"], default=None,
+                    help="/search's mode when a request names none, recorded in the manifest (default: hybrid "
+                    "with a lexical index, else dense)")
+
+
+def _ray_args(b: argparse.ArgumentParser) -> None:
+    g = b.add_argument_group("distributed build (--engine ray)")
+    g.add_argument("--engine", choices=["local", "ray"], default="local",
+                   help="local (default): this process; ray: encode with a Ray Data actor pool, fill shards as "
+                   "Ray tasks")
+    g.add_argument("--ray-address", default=None,
+                   help="Ray cluster to join (default: $RAY_ADDRESS, else a local instance sized to this machine)")
+    g.add_argument("--workers", type=int, default=None, help="encoding actors (default: cluster CPUs / threads)")
+    g.add_argument("--threads-per-worker", type=int, default=1, help="ONNX Runtime threads (CPUs) per actor")
+    g.add_argument("--gpus-per-worker", type=float, default=0.0, help="GPUs per actor (CUDA provider)")
+    g.add_argument("--shards", type=int, default=1,
+                   help="1: one merged index.faiss; N > 1: N shard files sharing one quantizer (for sharded serving)")
+    g.add_argument("--block-rows", type=int, default=1024, help="rows per Ray Data block and actor call")
+    g.add_argument("--keep-vectors", action="store_true", help="keep the vectors/*.parquet files in the version")
+
+
+def _add(args: argparse.Namespace) -> int:
+    from indexer.add import add_questions
+
+    r = add_questions(args.root, args.add, model_dir=args.model, threads=args.threads, batch_size=args.batch_size,
+                      keep=args.keep, rebuild_after=args.rebuild_after, run_eval=not args.no_eval)
+    m = r.manifest
+    print(f"added {r.added} questions ({r.replaced} replaced, {r.skipped_empty} empty skipped) to "
+          f"{m.parent_version}: version {m.version} in {args.root}, {m.index.ntotal} vectors, quantizer not "
+          f"retrained")
+    if m.eval:
+        print(f"MRR@10 {m.eval.mrr_at_10:.4f} (exact {m.eval.exact_mrr_at_10:.4f}) over {m.eval.n_queries} queries")
+    if r.rebuild_due:
+        print(f"full rebuild due: {r.drift:.0%} of the {m.index.trained_ntotal} vectors the quantizer was trained "
+              f"on were added since (threshold {args.rebuild_after:.0%}); run `indexer build` without --add")
+    else:
+        print(f"no rebuild due yet: {r.drift:.0%} added since training (threshold {args.rebuild_after:.0%})")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    from indexer.build import BuildConfig, build
+
+    check_settings()
+    if (args.target_recall is not None or args.no_calibrate) and args.add is not None:
+        raise ValueError("--target-recall and --no-calibrate apply to a full build; --add calibrates again by "
+                         "itself when the current version was calibrated")
+    if args.add is not None:
+        return _add(args)
+    cfg = BuildConfig(model_dir=args.model or default_model_dir(), data=args.data, root=args.root,
+                      protocol=args.protocol, rows=args.rows, index=args.index, nlist=args.nlist,
+                      nprobe=args.nprobe,
+                      target_recall=args.target_recall, calibrate=not args.no_calibrate, probes=args.probes,
+                      codec=args.codec, hnsw_m=args.hnsw_m,
+                      ef_construction=args.ef_construction, ef_search=args.ef_search,
+                      batch_size=args.batch_size, threads=args.threads, keep=args.keep, evaluate=not args.no_eval,
+                      id_field=args.id_field, text_field=args.text_field, title_field=args.title_field,
+                      metadata_fields=args.metadata_fields, queries=args.queries, qrels=args.qrels,
+                      lexical=not args.no_lexical, lexical_stemmer=args.lexical_stemmer,
+                      lexical_stopwords=args.lexical_stopwords, bm25_k1=args.bm25_k1, bm25_b=args.bm25_b,
+                      default_mode=args.default_mode)
+    if args.engine == "ray":
+        from indexer.ray_build import RayOptions, build_on_ray, summary
+
+        m = build_on_ray(cfg, RayOptions(address=args.ray_address, workers=args.workers, shards=args.shards,
+                                         threads_per_worker=args.threads_per_worker,
+                                         gpus_per_worker=args.gpus_per_worker, block_rows=args.block_rows,
+                                         keep_vectors=args.keep_vectors))
+        print(summary(m))
+    else:
+        m = build(cfg)
+    return _report(args, m)
+
+
+def _report(args: argparse.Namespace, m: Manifest) -> int:
+    """What a build printed: the index, its calibration, the lexical index, the data read and the figures."""
+    knobs = ", ".join(f"{k} {v}" for k, v in m.index.params.model_dump().items() if k in ("nprobe", "ef_search"))
+    print(f"built version {m.version} in {args.root}: {m.index.ntotal} vectors, {m.index.kind} index "
+          f"({m.index.factory}{', ' + knobs if knobs else ', exact search'}), {m.build_seconds.total_s:.1f}s")
+    if m.index.calibration is not None:
+        kc = m.index.calibration
+        print(f"{kc.knob} {kc.value} keeps {kc.recall_at_10:.4f} of the exact top 10 on {_probes_text(kc)} "
+              f"(target {kc.target_recall}{'' if kc.reached else ', not reached'}; {kc.seconds:.1f}s)")
+    lx = m.lexical
+    print("lexical: none (dense only)" if lx is None else
+          f"lexical: BM25 k1={lx.k1} b={lx.b} over {lx.n_docs} documents ({lx.vocabulary} terms; stemmer "
+          f"{lx.stemmer}, stopwords {lx.stopwords}), {lx.seconds:.1f}s; default /search mode {m.search_mode()}")
+    cal = m.index.nprobe_calibration
+    if cal is not None:
+        print(f"nprobe {cal.nprobe} of {m.index.nlist} lists keeps {cal.recall_at_10:.4f} of the exact top 10 on "
+              f"{_probes_text(cal)} (target {cal.target_recall}"
+              f"{'' if cal.reached else ', not reached: every list is probed'}; {cal.seconds:.1f}s)")
+    probes = (cal or m.index.calibration).probes if (cal or m.index.calibration) else None
+    if probes is not None and probes.sees_eval_queries:
+        print("note: calibrated on the evaluation queries' text (not their qrels): the figures below are measured "
+              "at a setting chosen on those queries; --probes spans keeps them unseen")
+    d = m.data
+    if d.format is not None:
+        rate = d.rows_read / max(m.build_seconds.load_s + m.build_seconds.encode_docs_s, 1e-9)
+        print(f"{d.format}: {d.rows_read} rows read ({rate:.0f} rows/s with encoding), {d.n_docs} documents, "
+              f"{d.skipped_empty_texts} empty texts skipped, {d.duplicate_ids} duplicate ids (last row won)")
+        schema = ", ".join(f"{k}: {v}" for k, v in d.metadata_schema.items()) or "none"
+        print(f"metadata: {schema}")
+    if m.eval and m.eval.ndcg_at_10 is not None:
+        e = m.eval
+        print(f"MRR@10 {e.mrr_at_10:.4f} nDCG@10 {e.ndcg_at_10:.4f} Recall@10 {e.recall_at_10:.4f} Recall@100 "
+              f"{e.recall_at_100:.4f} (exact search: {e.exact_mrr_at_10:.4f} {e.exact_ndcg_at_10:.4f} "
+              f"{e.exact_recall_at_10:.4f} {e.exact_recall_at_100:.4f}) over {e.n_queries} queries")
+        if e.ndcg_at_10_vs_exact is not None:
+            print(f"index vs exact search: nDCG@10 {e.ndcg_at_10_vs_exact * 100:+.2f} points, top-10 overlap "
+                  f"{e.ann_recall_at_10:.4f}")
+    elif m.eval:
+        print(f"MRR@10 {m.eval.mrr_at_10:.4f} (exact {m.eval.exact_mrr_at_10:.4f}) over {m.eval.n_queries} "
+              f"queries")
+    return 0
+
+
+def _probes_text(cal) -> str:  # noqa: ANN001 (NprobeCalibration | KnobCalibration)
+    if cal.probes is None:
+        return f"{cal.sample_queries} sampled documents"
+    return f"{cal.probes.n_probes} {cal.probes.source.replace('_', ' ')} ({cal.probes.detail})"
+

@@ -1,0 +1,47 @@
+"""`indexer compact`: fold the write log into a new version."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from indexer.commands.common import check_settings, root_arg, threads_arg
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """`indexer compact` and its arguments (in --help order)."""
+    c = sub.add_parser("compact", help="fold the write log (PUT /documents, POST /documents/delete) into a new "
+                       "version", description="Write a new version holding the current version plus the write log's "
+                       "entries it does not hold yet (the IVF quantizer is reused, as with --add); publish it like a "
+                       "build. Nothing to fold: no new version, exit 0. The log is kept whole.")
+    root_arg(c)
+    c.add_argument("--model", type=Path, default=None,
+                   help="encoder for log entries written with another encoder (default: the version's)")
+    threads_arg(c)
+    c.add_argument("--keep", type=int, default=5, help="versions to keep, the current one included")
+    c.add_argument("--no-eval", action="store_true", help="skip the MRR@10 evaluation")
+    c.add_argument("--rebuild-after", type=float, default=0.2, metavar="RATIO",
+                   help="report a full rebuild as due past RATIO x the vectors the quantizer was trained on")
+    c.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from indexer.compact import compact
+
+    check_settings()
+    r = compact(args.root, model_dir=args.model, threads=args.threads, keep=args.keep, run_eval=not args.no_eval,
+                rebuild_after=args.rebuild_after)
+    m = r.manifest
+    if m is None:
+        print(f"nothing to fold: version {r.parent} holds every write in {args.root}'s log"
+              + (f" (up to seq {r.last_seq})" if r.last_seq else " (no writes logged)"))
+        return 0
+    print(f"folded {r.entries} write log entries (seq {r.first_seq}..{r.last_seq}: {r.upserted} documents written, "
+          f"{r.created} of them new, {r.deleted} deleted) into {r.parent}: version {m.version} in {args.root}, "
+          f"{m.index.ntotal} vectors")
+    if m.eval:
+        print(f"MRR@10 {m.eval.mrr_at_10:.4f} (exact {m.eval.exact_mrr_at_10:.4f}) over {m.eval.n_queries} queries")
+    if r.rebuild_due:
+        print(f"full rebuild due: {r.drift:.0%} of the {m.index.trained_ntotal} vectors the quantizer was trained "
+              f"on were added since (threshold {args.rebuild_after:.0%})")
+    return 0

@@ -1,0 +1,161 @@
+"""`indexer eval`: evaluate a version on its stored queries or on given queries + qrels, store the figures in its
+manifest, print them (the paper's Table 3 row) and optionally write the rankings as TREC runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from indexer.commands.common import root_arg, threads_arg
+
+if TYPE_CHECKING:
+    from indexer.runs import RunCollector
+    from indexer.runtime.manifest import EvalFigures, Manifest
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """`indexer eval` and its arguments (in --help order)."""
+    e = sub.add_parser("eval", help="MRR@10, Recall@10, exact MRR@10, ms/query and memory of a version",
+                       description="Evaluate a version on its stored queries (prints the paper's Table 3 row), or "
+                       "with --queries/--qrels on your own; stores the figures in its manifest.")
+    root_arg(e)
+    e.add_argument("--version", help="version to evaluate (default: current)")
+    e.add_argument("--nprobe", type=int, default=None, help="IVF: override nprobe (default: the manifest's)")
+    e.add_argument("--ef-search", type=int, default=None, help="HNSW: override ef_search (default: the manifest's)")
+    e.add_argument("--batch-size", type=int, default=1, help="queries per search call when timing (default 1)")
+    threads_arg(e)
+    e.add_argument("--exact-all", action="store_true",
+                   help="search every query exactly (default: a seeded sample once queries × documents pass 1e10, "
+                        "about a minute on 2 cores)")
+    e.add_argument("--json", action="store_true", help="print one JSON object")
+    e.add_argument("--queries", type=Path, default=None, metavar="FILE|BEIR_DIR",
+                   help="your own queries (JSONL with _id/id and text, or TSV id<TAB>text), or a BEIR folder: "
+                   "reports MRR@10, nDCG@10, Recall@10 and Recall@100 of the index and of exact search")
+    e.add_argument("--qrels", type=Path, default=None,
+                   help="judgments for --queries: query-id<TAB>corpus-id<TAB>score (header optional; score > 0 is "
+                   "relevant and nDCG uses it as the gain)")
+    e.add_argument("--split", default="test", help="with a BEIR folder: the qrels/<split>.tsv to use (default test)")
+    e.add_argument("--model", type=Path, default=None,
+                   help="with --queries: the encoder (default: the one the version was built with)")
+    e.add_argument("--run-out", type=Path, default=None, metavar="FILE",
+                   help="also write what was evaluated as TREC runs ('qid Q0 docid rank score tag', the qrels' ids; "
+                   "corpus evaluations to depth 100, the Quora protocol its top 10): the index's ranking to FILE, "
+                   "exact search's to FILE.exact (when it covered every query); with several search modes, "
+                   "FILE.{mode} and FILE.{mode}.exact. The Quora protocol's judgments go to FILE.qrels. Compare "
+                   "two runs with `indexer compare`")
+    e.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from indexer.evaluate import EXACT_PAIRS_BUDGET, evaluate
+    from indexer.runtime.layout import IndexRoot
+    from indexer.runtime.version import IndexVersion
+
+    root = IndexRoot(args.root)
+    folder = root.version_dir(args.version) if args.version else root.current_dir()
+    version = IndexVersion(folder)
+    budget = None if args.exact_all else EXACT_PAIRS_BUDGET
+    runs = None
+    if args.run_out is not None:
+        from indexer.runs import RunCollector
+
+        runs = RunCollector()
+    written = {}
+    try:
+        if args.queries is not None:
+            from indexer.eval_files import query_files
+            from indexer.evaluate import evaluate_query_files
+            from indexer.runtime.encoder import OnnxEncoder
+
+            queries, qrels = query_files(args.queries, args.qrels, args.split)
+            encoder = OnnxEncoder(args.model or Path(version.manifest.model.dir), threads=args.threads,
+                                  verify_sha256=True)
+            figures, _ = evaluate_query_files(version, queries, qrels, encoder, nprobe=args.nprobe,
+                                              batch_size=args.batch_size, threads=args.threads, exact_budget=budget,
+                                              search_params={"ef_search": args.ef_search}, runs=runs)
+        elif args.qrels is not None:
+            raise ValueError("--qrels goes with --queries")
+        else:
+            figures = evaluate(version, nprobe=args.nprobe, batch_size=args.batch_size, threads=args.threads,
+                               exact_budget=budget, search_params={"ef_search": args.ef_search},
+                               runs=runs)
+        if runs is not None:
+            from indexer.runs import write_runs
+
+            written = write_runs(runs, args.run_out,
+                                 lambda ids: {i: str(d.ext_id) for i, d in version.store.documents(ids).items()})
+    finally:
+        version.close()
+    manifest = version.manifest
+    if figures.query_set is not None and args.queries is not None:
+        manifest.query_evals[figures.query_set] = figures  # the version's own `eval` stays what gates swaps
+    else:
+        manifest.eval = figures
+    manifest.save(folder)
+    _print(args, figures, manifest, runs, written)
+    return 0
+
+
+def _print(args: argparse.Namespace, figures: EvalFigures, manifest: Manifest, runs: RunCollector | None,
+           written: dict) -> None:
+    """The figures (a table, or one JSON object with --json) and the run files written."""
+    if args.json:
+        keys = ("mrr_at_10", "recall_at_10", "exact_mrr_at_10", "avg_retrieval_ms", "memory_gb", "n_queries",
+                "n_docs", "ann_recall_at_10", "exact_n_queries", "mrr_at_10_on_exact_sample", "batch_size",
+                "threads", "nprobe", "ndcg_at_10", "recall_at_100", "exact_ndcg_at_10", "exact_recall_at_10",
+                "exact_recall_at_100", "query_set", "index_kind", "search_params", "ndcg_at_10_vs_exact")
+        out = {k: getattr(figures, k) for k in keys} | {"version": manifest.version}
+        if runs is not None:
+            out["runs"] = {f"{k.mode}{'.exact' if k.exact else ''}": str(p) for k, p in written.items()}
+        print(json.dumps(out))
+    else:
+        print(f"version {manifest.version} ({manifest.index.factory}, {manifest.model.pooling} pooling, "
+              f"{manifest.data.protocol} {'data' if manifest.data.protocol == 'corpus' else 'protocol'})")
+        print(_table(figures))
+    if runs is not None:
+        out_stream = sys.stderr if args.json else sys.stdout
+        for key, path in written.items():
+            print(f"wrote run {path} ({key.label}, {len(runs.rankings[key].rows)} queries, tag {key.tag})",
+                  file=out_stream)
+        if runs.qrels is not None and written:
+            print(f"wrote qrels {args.run_out}.qrels (the Quora protocol's judgments)", file=out_stream)
+        for note in runs.notes:
+            print(f"note: {note}", file=out_stream)
+
+
+def _knobs_text(e) -> str:  # noqa: ANN001 (EvalFigures)
+    if e.index_kind is None or e.index_kind == "ivf":
+        return f"nprobe {e.nprobe}"
+    return " ".join([e.index_kind, *(f"{k} {v}" for k, v in e.search_params.items())]) + \
+        (" (exact)" if e.index_kind == "flat" else "")
+
+
+def _table(e) -> str:  # noqa: ANN001 (EvalFigures)
+    rows = [
+        ("MRR@10", f"{e.mrr_at_10 * 100:.2f}"),
+        ("avg retrieval time (ms/query)", f"{e.avg_retrieval_ms:.4f}  (batch {e.batch_size}, {e.threads} "
+                                          f"thread(s), {_knobs_text(e)})"),
+        ("index memory (GB)", f"{e.memory_gb:.4f}"),
+        ("Recall@10", f"{e.recall_at_10 * 100:.2f}"),
+        ("exact search MRR@10", f"{e.exact_mrr_at_10 * 100:.2f}"),
+        ("top-10 overlap with exact search", f"{e.ann_recall_at_10 * 100:.2f}"),
+        ("queries / documents", f"{e.n_queries} / {e.n_docs}"),
+    ]
+    if e.ndcg_at_10 is not None:  # graded judgments (a corpus's queries and qrels): each figure, then exact search's
+        rows[4:4] = [("nDCG@10", f"{e.ndcg_at_10 * 100:.2f}"), ("Recall@100", f"{e.recall_at_100 * 100:.2f}")]
+        if e.ndcg_at_10_vs_exact is not None:
+            rows.append(("index vs exact nDCG@10", f"{e.ndcg_at_10_vs_exact * 100:+.2f}"))
+        rows[7:7] = [("exact search nDCG@10", f"{e.exact_ndcg_at_10 * 100:.2f}"),
+                     ("exact search Recall@10", f"{e.exact_recall_at_10 * 100:.2f}"),
+                     ("exact search Recall@100", f"{e.exact_recall_at_100 * 100:.2f}")]
+    if e.query_set is not None:
+        rows.append(("queries + qrels", e.query_set))
+    if e.exact_n_queries is not None:
+        rows.insert(4, ("exact search measured on", f"a seeded sample of {e.exact_n_queries} queries (the index's "
+                                                     f"MRR@10 there: {e.mrr_at_10_on_exact_sample * 100:.2f}; "
+                                                     f"--exact-all for every query)"))
+    width = max(len(r[0]) for r in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

@@ -1,0 +1,124 @@
+"""A corpus's files: opened as binary streams (gzip or not) that count the bytes read from disk, read line by
+line with line numbers, and told apart by name and header (`detect_format`); the BEIR layout's names.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from indexer.corpus_rows import CorpusFormat, CorpusFormatError
+
+JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
+BEIR_CORPUS = "corpus.jsonl"
+BEIR_QUERIES = "queries.jsonl"
+BEIR_QRELS_DIR = "qrels"
+DEFAULT_SPLIT = "test"
+
+
+class _CountingReader(io.RawIOBase):
+    """Counts the (compressed) bytes read from a file, for a progress bar over file size."""
+
+    def __init__(self, raw: io.BufferedReader) -> None:
+        self._raw = raw
+        self.count = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:  # noqa: ANN401 (a writable buffer)
+        n = self._raw.readinto(b) or 0
+        self.count += n
+        return n
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+def open_binary(path: Path) -> tuple[BinaryIO, _CountingReader]:
+    """A binary stream of `path`, decompressed when it is gzip, and the counter of bytes read from disk."""
+    counter = _CountingReader(open(path, "rb"))  # noqa: SIM115 (closed with the stream)
+    buffered = io.BufferedReader(counter, 1 << 16)
+    if buffered.peek(2)[:2] == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=buffered, mode="rb"), counter  # type: ignore[return-value]
+    return buffered, counter
+
+
+def base_name(path: Path) -> str:
+    name = path.name.lower()
+    return name[:-3] if name.endswith(".gz") else name
+
+
+def first_line(path: Path) -> str | None:
+    try:
+        fh, _ = open_binary(path)
+        with fh:
+            return fh.readline(1 << 16).decode("utf-8").rstrip("\r\n")
+    except (OSError, EOFError, UnicodeDecodeError, gzip.BadGzipFile):
+        return None
+
+
+def corpus_files(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith(".")
+                  and base_name(p).endswith(suffixes))
+
+
+def detect_format(path: Path) -> CorpusFormat:
+    """What `path` holds, from its name (and for TSV files its header): a folder with `corpus.jsonl` is BEIR, a
+    folder of `*.parquet` or `*.jsonl` files is that format; a TSV whose header is the Quora question-pairs
+    header, or a file of no known kind, is the Quora TSV (whose reader then says what it expected)."""
+    from indexer.quora import COLUMNS
+
+    if path.is_dir():
+        if (path / BEIR_CORPUS).is_file() or (path / (BEIR_CORPUS + ".gz")).is_file():
+            return "beir"
+        if corpus_files(path, (".parquet",)):
+            return "parquet"
+        if corpus_files(path, JSONL_SUFFIXES):
+            return "jsonl"
+        raise CorpusFormatError(f"{path}: a corpus folder must hold {BEIR_CORPUS} (BEIR layout), *.parquet or "
+                                f"*.jsonl files")
+    name = base_name(path)
+    if name.endswith(".parquet"):
+        return "parquet"
+    if name.endswith(JSONL_SUFFIXES):
+        return "jsonl"
+    if name.endswith(".csv"):
+        return "csv"
+    header = first_line(path)
+    if header is not None and tuple(h.strip() for h in header.split("\t")) == COLUMNS:
+        return "quora"
+    if name.endswith((".tsv", ".tab")):
+        return "tsv"
+    return "quora"
+
+
+def beir_qrels(folder: Path, split: str = DEFAULT_SPLIT) -> Path | None:
+    """`qrels/<split>.tsv` of a BEIR folder, else its only qrels file, else None."""
+    qdir = folder / BEIR_QRELS_DIR
+    if not qdir.is_dir():
+        return None
+    wanted = qdir / f"{split}.tsv"
+    if wanted.is_file():
+        return wanted
+    found = sorted(qdir.glob("*.tsv"))
+    return found[0] if len(found) == 1 else None
+
+
+def numbered_lines(path: Path, fh: BinaryIO) -> Iterator[tuple[int, bytes]]:
+    """(1-based line number, raw line) read one line at a time; a read failure (truncated gzip, I/O error) names
+    the line it happened on."""
+    lineno = 0
+    while True:
+        try:
+            raw = fh.readline()
+        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+            raise CorpusFormatError(f"{path}:{lineno + 1}: unreadable: {exc}") from exc
+        if not raw:
+            return
+        lineno += 1
+        yield lineno, raw

@@ -1,0 +1,83 @@
+"""The `indexer` and `encoder` command lines: every subcommand and every flag, in --help order, as they were
+before the CLIs were split into one module per subcommand (`indexer.commands`, `models.commands`); and each
+subcommand runs from its own module. A flag added on purpose is added here too."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+import pytest
+
+from indexer.cli import build_parser as indexer_parser
+from models.cli import build_parser as encoder_parser
+
+INDEXER = {
+    "build": (
+        "--root", "--model", "--data", "--protocol", "--rows", "--id-field", "--text-field", "--title-field",
+        "--metadata-fields", "--queries", "--qrels", "--index", "--nlist", "--hnsw-m", "--ef-construction",
+        "--ef-search", "--nprobe", "--target-recall", "--no-calibrate", "--probes", "--codec", "--batch-size",
+        "--threads", "--keep", "--no-lexical", "--lexical-stemmer", "--lexical-stopwords", "--bm25-k1", "--bm25-b",
+        "--default-mode", "--no-eval", "--add", "--rebuild-after", "--engine", "--ray-address", "--workers",
+        "--threads-per-worker", "--gpus-per-worker", "--shards", "--block-rows", "--keep-vectors",
+    ),
+    "rollback": ("--root", "VERSION",),
+    "eval": (
+        "--root", "--version", "--nprobe", "--ef-search", "--batch-size", "--threads", "--exact-all", "--json",
+        "--queries", "--qrels", "--split", "--model", "--run-out",
+    ),
+    "compare": ("RUN_A", "RUN_B", "--qrels", "--resamples", "--seed", "--json",),
+    "tune": ("--root", "--version", "--queries", "--threads", "--out", "--factories",),
+    "compact": ("--root", "--model", "--threads", "--keep", "--no-eval", "--rebuild-after",),
+    "verify": ("--root", "--version",),
+    "info": ("--root", "--json",),
+}
+ENCODER = {
+    "export": (
+        "--checkpoint", "--out", "--pooling", "--max-length", "--min-cosine", "--force", "--quantize", "--gate-rows",
+        "--max-drop", "--skip-gate", "--exporter",
+    ),
+    "train": (
+        "--config", "--out", "--model", "--pooler", "--pooler-options", "--objective", "--data", "--max-examples",
+        "--temperature", "--adam-betas", "--sgopt-lambda", "--batch-size", "--max-length", "--lr", "--pooler-lr",
+        "--warmup-ratio", "--epochs", "--max-steps", "--seed", "--eval-every", "--eval-on", "--eval-max-pairs",
+        "--eval-mode", "--resume", "--device", "--threads",
+    ),
+    "mine": (
+        "--model", "--out", "--data", "--skip", "--take", "--depth", "--nlist", "--nprobe", "--threads", "--review",
+        "--review-anchors", "--seed",
+    ),
+    "adapt": (
+        "--out", "--work", "--checkpoint", "--data", "--steps", "--batch-size", "--max-length", "--lr", "--seed",
+        "--skip", "--take", "--quantize", "--threads", "--no-progress",
+    ),
+    "sts": (
+        "--checkpoint", "--onnx", "--mode", "--tasks", "--max-pairs", "--max-length", "--threads", "--name", "--json",
+    ),
+    "lc-search": ("--checkpoint", "--max-layers", "--beam", "--mlp-head", "--max-pairs", "--max-length", "--out",),
+}
+
+
+def _surface(parser: argparse.ArgumentParser) -> dict[str, tuple[str, ...]]:
+    """Each subcommand's flags (the longest spelling) and positionals (upper case), in the order --help shows."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {name: tuple(max(a.option_strings, key=len) if a.option_strings else a.dest.upper()
+                        for a in p._actions if a.dest != "help")
+            for name, p in sub.choices.items()}
+
+
+@pytest.mark.parametrize(("parser", "expected", "package"), [(indexer_parser, INDEXER, "indexer.commands"),
+                                                             (encoder_parser, ENCODER, "models.commands")],
+                         ids=["indexer", "encoder"])
+def test_every_subcommand_and_flag_is_kept_and_each_runs_from_its_own_module(
+        parser: Callable[[], argparse.ArgumentParser], expected: dict[str, tuple[str, ...]], package: str) -> None:
+    p = parser()
+    surface = _surface(p)
+    assert list(surface) == list(expected)  # the subcommands, in --help order
+    for name, flags in expected.items():
+        assert surface[name] == flags, name
+    sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
+    for name, subparser in sub.choices.items():
+        run = subparser.get_default("func")
+        assert run.__name__ == "run" and run.__module__ == f"{package}.{name.replace('-', '_')}", name
+        assert subparser.format_help().startswith(f"usage: {p.prog} {name}")

@@ -1,0 +1,140 @@
+"""The documentation: README.md is a front page (at most 250 lines), and what README.md and docs/*.md cite exists —
+every `bench/results` file (figures must be traceable to the run that measured them), every relative link to a
+repository file, every `#anchor` of a link into a Markdown page, and every source path named in backticks (so a
+module that moves takes its documentation with it)."""
+from __future__ import annotations
+
+import re
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO
+
+README_MAX_LINES = 250
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+# Pages other branches are writing at the time of this test; linked already. Each entry must be removed when its
+# page lands (test_pending_pages_are_still_missing fails until it is).
+PENDING = {"docs/evaluation.md", "docs/adapt.md"}
+
+FENCE = re.compile(r"^```.*?^```[ \t]*$", re.M | re.S)
+INLINE_CODE = re.compile(r"`[^`\n]*`")
+LINK = re.compile(r"!?\[[^\]\n]*\]\(([^)\s]+)\)")
+# a results path, possibly a template (`compare-<stamp>.md`) or a prefix cut short (`search-under-writes-…`)
+RESULTS_PATH = re.compile(r"bench/results/([A-Za-z0-9_.*-]*)(<[^>\s]*>[A-Za-z0-9_.-]*|…)?")
+# a results file named without its folder, in backticks: `int8-20261123T2011*`, `…T151613Z.md`
+# a repository path in backticks: `service/engine/live.py`, `tests/indexer/`
+SOURCE_PATH = re.compile(r"`((?:models|indexer|service|tests|docker|bench|docs)/[A-Za-z0-9_./-]*)`")
+# named on purpose though absent: gitignored, or said to be gone
+NOT_IN_TREE = {"bench/.venv-peers/", "bench/baseline_server.py"}
+BARE_RESULT = re.compile(r"`(…[A-Za-z0-9_*-]*(?:\.md|\.json)"
+                         r"|[A-Za-z0-9_.-]*-2026\d{4}T[A-Za-z0-9_*-]*(?:\.md|\.json)?)`")
+
+
+def rel(path: Path) -> str:
+    return path.relative_to(REPO).as_posix()
+
+
+def prose(text: str) -> str:
+    """The text outside fenced code blocks, where links and headings are Markdown."""
+    return FENCE.sub("", text)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = INLINE_CODE.sub(lambda m: m.group(0).strip("`"), heading.strip()).lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+@cache
+def anchors(path: Path) -> frozenset[str]:
+    seen: dict[str, int] = {}
+    out = set()
+    for line in prose(path.read_text()).splitlines():
+        m = re.match(r"#{1,6} (.+)", line)
+        if m:
+            base = slug(m.group(1))
+            n = seen.get(base, 0)
+            seen[base] = n + 1
+            out.add(base if n == 0 else f"{base}-{n}")
+    return frozenset(out)
+
+
+def results_citations(text: str) -> set[str]:
+    """Glob patterns under bench/results/ for every results file the text cites."""
+    found = set()
+    for m in RESULTS_PATH.finditer(text):
+        name, cut = m.group(1).rstrip("."), m.group(2)
+        if cut:  # a template or a prefix: at least one file must fit it
+            name = name + "*" + (re.sub(r"^<[^>]*>", "", cut) if cut.startswith("<") else "")
+        if name:
+            found.add(name)
+    for m in BARE_RESULT.finditer(text):
+        name = m.group(1)
+        if name.endswith((".md", ".json", "*")):
+            found.add(name.replace("…", "*"))
+    return found
+
+
+def test_readme_is_a_front_page() -> None:
+    lines = (REPO / "README.md").read_text().splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; move sections to docs/"
+    # the two commands a newcomer runs come first, verbatim (test_packaging checks the second against .ci/run)
+    commands = re.findall(r"```bash\n(.*?)\n```", "\n".join(lines), flags=re.S)
+    assert commands[0].endswith("python -m service demo") and "pytest" in commands[1]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=rel)
+def test_every_cited_results_file_exists(page: Path) -> None:
+    results = REPO / "bench" / "results"
+    missing = sorted(p for p in results_citations(page.read_text()) if not any(results.glob(p)))
+    assert not missing, f"{rel(page)} cites bench/results files that do not exist: {missing}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=rel)
+def test_every_relative_link_resolves(page: Path) -> None:
+    broken = []
+    for target in LINK.findall(INLINE_CODE.sub("", prose(page.read_text()))):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
+            continue
+        file_part, _, anchor = target.partition("#")
+        path = (page.parent / file_part).resolve() if file_part else page
+        if not path.is_relative_to(REPO):
+            broken.append(f"{target} (outside the repository)")
+            continue
+        if rel(path) in PENDING and not path.exists():
+            continue
+        if not path.exists():
+            broken.append(f"{target} (no such file)")
+        elif anchor and path.suffix == ".md" and anchor not in anchors(path):
+            broken.append(f"{target} (no heading #{anchor} in {rel(path)})")
+    assert not broken, f"{rel(page)}: {broken}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=rel)
+def test_every_source_path_named_exists(page: Path) -> None:
+    named = set(SOURCE_PATH.findall(page.read_text())) - NOT_IN_TREE
+    missing = sorted(p for p in named if not (REPO / p).exists())
+    assert not missing, f"{rel(page)} names paths that are not in the tree: {missing}"
+
+
+def test_pending_pages_are_still_missing() -> None:
+    """Once a pending page exists, its links must be checked like any other: take it out of PENDING."""
+    landed = sorted(p for p in PENDING if (REPO / p).exists())
+    assert not landed, f"remove {landed} from tests/test_docs.py's PENDING"
+
+
+def test_the_checks_catch_what_they_are_for(tmp_path: Path) -> None:
+    """The extraction finds templates, prefixes, globs and bare names, and the slugs are GitHub's."""
+    cited = results_citations("see `bench/results/compare-<stamp>.md`, `bench/results/search-under-writes-…`, "
+                              "(`bench/results/int8-*.md`), `bench/results/x-20261123T1Z.json`. Also `…T151613Z.md`"
+                              " and `int8-20261123T2011*`; not `bench/results/` itself.")
+    assert cited == {"compare-*.md", "search-under-writes-*", "int8-*.md", "x-20261123T1Z.json", "*T151613Z.md",
+                     "int8-20261123T2011*"}
+    assert slug("Search modes: dense, lexical, hybrid") == "search-modes-dense-lexical-hybrid"
+    assert slug("Scaling past one machine (Ray)") == "scaling-past-one-machine-ray"
+    assert slug("`indexer build` options") == "indexer-build-options"
+    page = tmp_path / "p.md"
+    page.write_text("# A title\n\n```text\n# not a heading\n```\n## A title\n")
+    assert anchors(page) == {"a-title", "a-title-1"}
