@@ -98,7 +98,7 @@ async def models(request: Request, collections: CollectionsDep) -> ModelList:
     may_read = _may_read(request)
     shown = [m.model for m in listed(collections) if any(may_read(n) for n in m.collections)]
     if not shown and not any(e.leases.current for e in collections.engines.values()):
-        collections.default()  # 404 when there is no default collection to be not ready
+        # nothing loaded yet: 503 with the default collection's reason (404 when there is no default collection)
         raise NotReady(collections.default().not_ready_reason())
     return ModelList(data=[_card(m) for m in shown])
 
