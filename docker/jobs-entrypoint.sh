@@ -2,7 +2,8 @@
 # Default job (the nightly rebuild): export the default encoder when no model exists, then build a new index
 # version beside the served one and flip `current`; a running API swaps to it without downtime. When the API has
 # taken writes (PUT /documents), `indexer compact` then folds its write log into one more version.
-# Any arguments replace the default job (e.g. `indexer eval --json`, `indexer rollback`).
+# STRATA_COLLECTION (default quora) names the collection built, /data/indexes/$STRATA_COLLECTION; STRATA_DATA its
+# corpus (default STRATA_QUORA). Any arguments replace the default job (e.g. `indexer eval --json`, `indexer rollback`).
 # STRATA_REBUILD_EVERY_S=N (N > 0): run the job, sleep N seconds, again, until stopped (the `nightly` service);
 # unset or 0: run it once and exit with its status.
 # SIGTERM/SIGINT (`docker compose stop`): forwarded to the running job, which cleans up (a build removes its
@@ -56,7 +57,7 @@ run() {
 }
 
 job() {
-  data="${STRATA_QUORA:-http://qim.fs.quoracdn.net/quora_duplicate_questions.tsv}"
+  data="${STRATA_DATA:-${STRATA_QUORA:-http://qim.fs.quoracdn.net/quora_duplicate_questions.tsv}}"
   model="$MODEL"
   probe=""
   if [ "$ADAPT" -eq 1 ]; then
@@ -73,7 +74,8 @@ job() {
   fi
   # STRATA_BUILD_ARGS is split on spaces on purpose: extra flags such as "--keep 7 --threads 4"
   # shellcheck disable=SC2086
-  root="${STRATA_INDEX_ROOT:-$STRATA_HOME/indexes/quora}"
+  # one collection of the API's STRATA_COLLECTIONS_DIR (/data/indexes): STRATA_COLLECTION names it
+  root="${STRATA_INDEX_ROOT:-$STRATA_HOME/indexes/${STRATA_COLLECTION:-quora}}"
   run indexer build --model "$model" --root "$root" --data "$data" $probe ${STRATA_BUILD_ARGS:-} || return
   # the version built from the source data holds none of the API's writes (the API replays them onto it): fold
   # the write log into a version of its own; without a log this does nothing

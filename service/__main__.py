@@ -92,12 +92,14 @@ def serve(settings: Settings) -> int:
 
     import uvicorn
 
+    from service.auth import KeyConfigError
+    from service.engine.collections import CollectionsConfigError
     from service.main import create_app
     from service.tracing import TracingConfigError
 
     try:
         app = create_app(settings)
-    except TracingConfigError as exc:
+    except (TracingConfigError, CollectionsConfigError, KeyConfigError) as exc:
         print(f"python -m service: error: {exc}", file=sys.stderr)
         return 2
     # log_config=None: uvicorn's loggers go through our (JSON) root handler.

@@ -11,13 +11,28 @@ from fastapi import Depends, Request
 
 from service.auth import Authorizer
 from service.engine import Engine
+from service.engine.collections import Collections
 from service.metrics import Metrics
 from service.settings import Settings
 from service.stats import LiveStats
 
 
 async def get_engine(request: Request) -> Engine:
-    return request.app.state.engine
+    """The default collection's engine (routes without /collections/NAME); UnknownCollection (404) when there is
+    none."""
+    return request.app.state.collections.default()
+
+
+async def get_collections(request: Request) -> Collections:
+    return request.app.state.collections
+
+
+def collection_stats(request: Request, name: str) -> LiveStats:
+    """The live /search windows of one collection, started on its first search."""
+    per: dict[str, LiveStats] = request.app.state.collection_stats
+    if name not in per:
+        per[name] = LiveStats()
+    return per[name]
 
 
 async def get_metrics(request: Request) -> Metrics:
@@ -37,6 +52,7 @@ async def get_authorizer(request: Request) -> Authorizer:
 
 
 EngineDep = Annotated[Engine, Depends(get_engine)]
+CollectionsDep = Annotated[Collections, Depends(get_collections)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 StatsDep = Annotated[LiveStats, Depends(get_stats)]

@@ -8,6 +8,7 @@
     WriteRefused -> 409                        WritesUnsupported -> 501      WritesUnavailable -> 503
     RequestValidationError -> 422 without the echoed input (400 on /v1/*, as OpenAI answers)
     UnknownModel -> 404 `model_not_found`      DimensionChanged -> 410 `model_dimension_changed` (/v1 only)
+    UnknownCollection -> 404 (no collection of that name, or no default collection for the routes without one)
 
 Every body is JSON with a `detail` that says why (or the ReloadResponse), never a stack trace — except under
 `/v1/` (the OpenAI-compatible routes), where every error, from the key check and the body cap to validation and
@@ -40,6 +41,7 @@ from service.engine import (
     WritesUnavailable,
     WritesUnsupported,
 )
+from service.engine.collections import UnknownCollection
 from service.openai_schemas import OpenAIRequestError
 from service.schemas import ReloadResponse
 
@@ -172,6 +174,10 @@ async def writes_unavailable(request: Request, exc: WritesUnavailable) -> JSONRe
     return JSONResponse({"detail": str(exc)}, status_code=503)
 
 
+async def unknown_collection(request: Request, exc: UnknownCollection) -> JSONResponse:
+    return _error(request, 404, str(exc))
+
+
 async def unknown_model(request: Request, exc: UnknownModel) -> JSONResponse:
     return JSONResponse(openai_error(404, str(exc), param="model", code="model_not_found"), 404)
 
@@ -197,4 +203,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(WritesUnsupported, writes_unsupported)  # type: ignore[arg-type]
     app.add_exception_handler(WritesUnavailable, writes_unavailable)  # type: ignore[arg-type]
     app.add_exception_handler(UnknownModel, unknown_model)  # type: ignore[arg-type]
+    app.add_exception_handler(UnknownCollection, unknown_collection)  # type: ignore[arg-type]
     app.add_exception_handler(DimensionChanged, dimension_changed)  # type: ignore[arg-type]

@@ -1,6 +1,7 @@
 """App factory: the same app for every engine backend (local or Ray-sharded).
 
-The lifespan starts and stops the engine and the tracer provider (`service.tracing`, when tracing is on);
+The lifespan starts and stops the collections (`service.engine.collections`: one engine per collection, on one
+shared scheduler) and the tracer provider (`service.tracing`, when tracing is on);
 middleware adds a request id, JSON access logs, per-endpoint metrics, the request's trace span, CORS and the body
 cap; one app-wide dependency checks API keys; `service.errors` maps the engine's refusals to HTTP (in OpenAI's
 shape under /v1/). Routers ask only for what they use (`service.deps`).
@@ -16,11 +17,12 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from service.access import AccessLog
 from service.auth import Authorizer, authorize
-from service.engine import Engine
+from service.engine.collections import Collections
 from service.errors import ERROR_RESPONSES, install_error_handlers
 from service.limits import BodySizeLimit
 from service.metrics import Metrics
 from service.routers import admin, documents, encode, health, openai, page, search, stats
+from service.routers import collections as collections_router
 from service.settings import Settings
 from service.stats import LiveStats
 from service.tracing import Tracing
@@ -31,22 +33,26 @@ def create_app(settings: Settings | None = None, tracing: Tracing | None = None)
     settings = settings or Settings()
     metrics = Metrics()
     tracing = tracing or Tracing.from_settings(settings)
-    engine = Engine(settings, metrics, tracing=tracing)
+    collections = Collections(settings, metrics, tracing)  # raises CollectionsConfigError
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         tracing.start()
-        await engine.start()
+        await collections.start()
         yield
-        await engine.stop()  # after uvicorn stopped accepting and waited for in-flight requests
+        await collections.stop()  # after uvicorn stopped accepting and waited for in-flight requests
         tracing.shutdown()  # exports the spans still queued
 
     app = FastAPI(title="Strata", version="0.1.0", lifespan=lifespan, dependencies=[Depends(authorize)],
                   responses=ERROR_RESPONSES,
                   description="Semantic search over an ONNX sentence encoder and a FAISS index.")
-    app.state.metrics, app.state.engine, app.state.settings, app.state.tracing = metrics, engine, settings, tracing
+    app.state.metrics, app.state.settings, app.state.tracing = metrics, settings, tracing
+    app.state.collections = collections
+    # the default collection's engine at startup (the routes ask `collections.default()`, which follows discovery)
+    app.state.engine = collections.engines.get(collections.default_name() or "")
     app.state.stats = LiveStats()  # the sliding windows of GET /stats, fed by /search
-    app.state.authorizer = Authorizer(settings)
+    app.state.collection_stats = {}  # per collection: its own windows (`deps.collection_stats`)
+    app.state.authorizer = Authorizer(settings, collections.default_name)
     install_error_handlers(app)
 
     # Added innermost first: the body cap sits inside CORS, inside the access log (which sees every 413).
@@ -58,7 +64,7 @@ def create_app(settings: Settings | None = None, tracing: Tracing | None = None)
     app.add_middleware(AccessLog, metrics=metrics, tracing=tracing)
 
     for router in (encode.router, search.router, documents.router, health.router, stats.router, admin.router,
-                   openai.router, page.router):
+                   collections_router.router, openai.router, page.router):
         app.include_router(router)
     page.mount_static(app)
     return app

@@ -1,6 +1,13 @@
-"""Prometheus metrics, in a registry owned by the app (no module-level global state)."""
+"""Prometheus metrics, in a registry owned by the app (no module-level global state).
+
+Per collection (`service.engine.collections`): the `strata_collection_*` families carry a `collection` label;
+the unlabelled index/swap/write families they mirror (`strata_index_size`, `strata_ready`, …) keep describing the
+default collection only, so the dashboards of a one-root server read what they always read. `CollectionMetrics`
+updates both: one call per event."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -55,3 +62,92 @@ class Metrics:
         self.write_seconds = Histogram("strata_write_seconds", "Time to log (fsync) and apply a write, by op",
                                        ["op"], buckets=LATENCY_BUCKETS, registry=r)
         self.write_log_seq = Gauge("strata_write_log_seq", "The write log's last acknowledged seq", registry=r)
+        self._per_collection(r)
+
+    def _per_collection(self, r: CollectorRegistry) -> None:
+        """The `collection`-labelled families (see CollectionMetrics)."""
+        self.c_ready = Gauge("strata_collection_ready", "1 when the collection serves a version", ["collection"],
+                             registry=r)
+        self.c_size = Gauge("strata_collection_index_size", "Documents served by the collection (writes included)",
+                            ["collection"], registry=r)
+        self.c_mrr = Gauge("strata_collection_index_mrr_at_10", "MRR@10 of the collection's served version, from its "
+                           "manifest", ["collection"], registry=r)
+        self.c_info = Gauge("strata_collection_index_info", "The collection's served version (value 1)",
+                            ["collection", "version", "pooling"], registry=r)
+        self.c_searches = Counter("strata_collection_searches_total", "/search requests answered, by collection and "
+                                  "mode", ["collection", "mode"], registry=r)
+        self.c_swaps = Counter("strata_collection_swaps_total", "Index swap attempts, by collection and result",
+                               ["collection", "result"], registry=r)
+        self.c_refused_now = Gauge("strata_collection_last_swap_refused", "1 while the collection's latest swap "
+                                   "attempt was refused", ["collection"], registry=r)
+        self.c_writes = Counter("strata_collection_writes_total", "Documents written, by collection and op",
+                                ["collection", "op"], registry=r)
+        self.c_write_log_seq = Gauge("strata_collection_write_log_seq", "The collection's write log's last "
+                                     "acknowledged seq", ["collection"], registry=r)
+
+    def collection(self, name: str, *, primary: bool | Callable[[], bool] = True) -> CollectionMetrics:
+        return CollectionMetrics(self, name, primary)
+
+
+class CollectionMetrics:
+    """One collection's view of the metrics: the labelled `strata_collection_*` series always, the unlabelled
+    ones they mirror only for the `primary` (default) collection."""
+
+    def __init__(self, metrics: Metrics, name: str, primary: bool | Callable[[], bool]) -> None:
+        self.m, self.name, self._primary = metrics, name, primary
+
+    @property
+    def primary(self) -> bool:
+        """Whether this is the default collection (asked each time: a collections folder's default may appear)."""
+        return self._primary() if callable(self._primary) else self._primary
+
+    def not_ready(self) -> None:
+        self.m.c_ready.labels(self.name).set(0)
+        if self.primary:
+            self.m.ready.set(0)
+
+    def served(self, version: str, pooling: str, size: int, mrr: float, *, swapped: bool) -> None:
+        m, n = self.m, self.name
+        m.c_ready.labels(n).set(1)
+        m.c_size.labels(n).set(size)
+        m.c_mrr.labels(n).set(mrr)
+        m.c_refused_now.labels(n).set(0)
+        for labels in list(m.c_info._metrics):  # noqa: SLF001 (one info series per collection)
+            if labels[0] == n:
+                m.c_info.remove(*labels)
+        m.c_info.labels(n, version, pooling).set(1)
+        if swapped:
+            m.c_swaps.labels(n, "swapped").inc()
+        if self.primary:
+            if swapped:
+                m.swaps.labels("swapped").inc()
+            m.swap_refused_now.set(0)
+            m.ready.set(1)
+            m.index_size.set(size)
+            m.index_mrr.set(mrr)
+            m.index_info.clear()
+            m.index_info.labels(version, pooling).set(1)
+
+    def refused(self, kind: str) -> None:
+        self.m.c_swaps.labels(self.name, "refused").inc()
+        self.m.c_refused_now.labels(self.name).set(1)
+        if self.primary:
+            self.m.swaps.labels("refused").inc()
+            self.m.swap_refused.labels(kind).inc()
+            self.m.swap_refused_now.set(1)
+
+    def refusal_cleared(self) -> None:
+        self.m.c_refused_now.labels(self.name).set(0)
+        if self.primary:
+            self.m.swap_refused_now.set(0)
+
+    def searched(self, mode: str) -> None:
+        self.m.c_searches.labels(self.name, mode).inc()
+
+    def wrote(self, op: str, docs: int, seq: int, size: int) -> None:
+        self.m.c_writes.labels(self.name, op).inc(docs)
+        self.m.c_write_log_seq.labels(self.name).set(seq)
+        self.m.c_size.labels(self.name).set(size)
+        if self.primary:
+            self.m.write_log_seq.set(seq)
+            self.m.index_size.set(size)

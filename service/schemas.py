@@ -192,6 +192,14 @@ class TrainingProgress(BaseModel):
     updated_at: float | None = Field(None, description="Unix time of the status file's last update")
 
 
+class CollectionReady(BaseModel):
+    ready: bool
+    index_version: str | None = None
+    index_size: int | None = None
+    reason: str | None = None
+    swap_refused: SwapRefusal | None = None
+
+
 class Ready(BaseModel):
     ready: bool
     index_version: str | None = None
@@ -201,6 +209,8 @@ class Ready(BaseModel):
     reason: str | None = None
     swap_refused: SwapRefusal | None = Field(None, description="the latest swap attempt, when it was refused")
     training: TrainingProgress | None = Field(None, description="a background training, when one was started")
+    collections: dict[str, CollectionReady] | None = Field(None, description="per collection (with "
+                                                           "STRATA_COLLECTIONS_DIR): is it serving, which version")
 
 
 class ReloadResponse(BaseModel):

@@ -26,6 +26,10 @@ class Settings(BaseSettings):
     port: int = Field(8000, ge=1, le=65535)
     index_root: Path = Field(default_factory=default_index_root,
                              description="index root with versions/ and current")
+    collections_dir: Path | None = Field(None, description="serve every index root under this folder as a "
+                                         "collection named after its subfolder (instead of STRATA_INDEX_ROOT)")
+    default_collection: str | None = Field(None, description="the collection the routes without /collections/NAME "
+                                           "serve (default: `default`, or the only collection)")
     model_dir: Path | None = Field(None, description="exported encoder; default: the one the index was built with")
     nprobe: int | None = Field(None, ge=1, description="override an IVF index's nprobe (other kinds ignore it)")
     ef_search: int | None = Field(None, ge=1, description="override an HNSW index's ef_search (other kinds ignore it)")

@@ -71,6 +71,14 @@ class IndexStats(BaseModel):
                                            "documents (null: none, dense only)")
 
 
+class CollectionStats(BaseModel):
+    name: str
+    ready: bool
+    version: str | None = None
+    documents: int | None = None
+    windows: list[StatsWindow] = Field(description="this collection's /search windows (last minute, last 5)")
+
+
 class StatsResponse(BaseModel):
     ready: bool
     reason: str | None = Field(None, description="why not ready")
@@ -80,3 +88,6 @@ class StatsResponse(BaseModel):
     series_step_s: int
     series: list[StatsPoint] = Field(description="requests/s and total-time p50/p95 per step, oldest first")
     index: IndexStats | None = None
+    collections: list[CollectionStats] | None = Field(None, description="per collection (with "
+                                                      "STRATA_COLLECTIONS_DIR); `index` and the windows above are "
+                                                      "the default collection's and the whole server's")

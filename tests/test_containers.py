@@ -287,6 +287,25 @@ def test_entrypoint_folds_the_write_log_after_the_build(tmp_path: Path, tiny_exp
     assert m.index.ntotal == Manifest.load(root.version_dir(built)).index.ntotal + 1 - (m.writes.deleted)
 
 
+def test_entrypoint_builds_the_collection_named_by_strata_collection(tmp_path: Path, tiny_exported: Path) -> None:
+    """The jobs build any collection of the API's STRATA_COLLECTIONS_DIR (/data/indexes): STRATA_COLLECTION names
+    the root, STRATA_DATA its corpus; the Quora root is not touched."""
+    import json
+
+    home = tmp_path / "data"
+    corpus = tmp_path / "garden.jsonl"
+    corpus.write_text("".join(json.dumps({"id": f"g{i}", "text": f"dog cat sky blue {i}"}) + "\n" for i in range(40)))
+    env = os.environ | {"PYTHONPATH": str(REPO), "STRATA_HOME": str(home), "STRATA_MODEL_DIR": str(tiny_exported),
+                        "STRATA_COLLECTION": "garden", "STRATA_DATA": str(corpus),
+                        "STRATA_BUILD_ARGS": "--threads 1 --no-eval", "HF_HUB_OFFLINE": "1"}
+    r = subprocess.run([str(REPO / "docker" / "jobs-entrypoint.sh")], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    garden = IndexRoot(home / "indexes" / "garden")
+    assert len(garden.versions()) == 1 and garden.current_version() is not None
+    assert not (home / "indexes" / "quora").exists()
+
+
 def test_entrypoint_adapt_chain_trains_once_and_builds_with_the_adapted_encoder(
         tmp_path: Path, tiny_checkpoint: Path) -> None:
     """STRATA_ADAPT=1: `encoder adapt` (train or reuse) → build with its encoder (an ivf build at a calibrated

@@ -1,8 +1,13 @@
 """The serving engine, with one front door: `Engine.search`, `Engine.encode`, `Engine.reload`, `Engine.status`.
 
 Owns, one module each:
-- `engine`: the front door: admission (the in-flight cap), the timeout, the worker pool, engine metrics and
-  the reload triggers (the `current` watcher, SIGHUP);
+- `engine`: one collection's front door (its leases, swapper, writes, model names, metrics series) and its reload
+  triggers (the `current` watcher, SIGHUP);
+- `scheduler`: what every collection of the process shares: admission (the in-flight cap), the timeout, the worker
+  pool, one micro-batcher per encoder (several collections' requests in one ONNX run), the write lane;
+- `collections`: the collections served (`STRATA_COLLECTIONS_DIR` or one root), their discovery and the default;
+- `encoders`: each encoder loaded once per process, whichever collections and versions pair with it;
+- `models`: the ids `/v1` serves each distinct encoder under, and which collection answers a `model`;
 - `errors`: what the engine refuses (`NotReady`, `Overloaded`, `TimedOut`, `SwapRefused`, `Mismatch`,
   `BadFilter`, `BadSearchParams`, `ModeUnavailable`; and the write path's `WriteRefused`, `WritesUnsupported`,
   `WritesUnavailable`, `NotServing`, re-exported from `indexer.runtime.writes`);

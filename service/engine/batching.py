@@ -18,7 +18,9 @@ slot frees (it is taken as soon as it is first in the queue and a slot is free: 
 with `bench/batching.py` (see docs/operations.md#micro-batching). Inside a batch the encoder already cuts runs by
 length, so short texts are never padded to a long one.
 
-The batcher only groups and dispatches: the in-flight cap and the timeout are the engine's, at its door.
+The batcher only groups and dispatches: the in-flight cap and the timeout are the scheduler's, at its door. The
+scheduler keeps one batcher per encoder: requests of several collections that share an encoder are batched together
+(each carries its `route`, the collection it searches), and `run` answers each with its own collection's searcher.
 """
 
 from __future__ import annotations
@@ -36,20 +38,24 @@ from indexer.runtime.manifest import SearchMode
 from service.engine.searcher import Job, Searcher, SearchResult
 
 Answer = tuple[Searcher, SearchResult]  # the searcher that answered, and this request's share of the batch
-RunBatch = Callable[[list[Job]], Awaitable[tuple[Searcher, list[SearchResult]]]]
+# a batch's jobs and their routes (the collection each searches) -> one answer per job, in order
+RunBatch = Callable[[list[Job], list[Any]], Awaitable[list[Answer]]]
 
 
 @dataclass
-class _Request:
-    texts: list[str]
-    top_k: int | None  # None: encode only
-    filter: dict[str, Any] | None
+class _Queued:
+    """A request waiting for its batch: the engine's `Job` as it is (one request type from the door to the
+    searcher), where it goes, and what the batcher needs to place it."""
+
+    job: Job
     future: asyncio.Future[Answer] = field(repr=False)
     tokens: int = 0  # what it costs against `max_tokens`
     heavy: bool = False  # over `max_tokens` on its own: runs alone, in a heavy slot
-    knobs: dict[str, int] | None = None  # this request's search parameters (None: the served ones)
-    mode: SearchMode | None = None  # /search's mode (None: the version's default)
-    fusion: Fusion | None = None
+    route: Any = None  # where it is searched (the scheduler's collection); opaque to the batcher
+
+    @property
+    def texts(self) -> list[str]:
+        return self.job.texts
 
 
 class MicroBatcher:
@@ -61,7 +67,7 @@ class MicroBatcher:
         self.count_tokens = count_tokens
         self.heavy_slots = max(1, workers - 1)  # one worker stays free for light requests
         self.heavy_running = 0
-        self.queue: deque[_Request] = deque()
+        self.queue: deque[_Queued] = deque()
         self.wakeup = asyncio.Event()
         self.slots = asyncio.Semaphore(workers)
         self.running = 0
@@ -81,24 +87,24 @@ class MicroBatcher:
 
     def submit(self, texts: list[str], top_k: int | None, flt: dict[str, Any] | None = None,
                knobs: dict[str, int] | None = None, mode: SearchMode | None = None,
-               fusion: Fusion | None = None) -> asyncio.Future[Answer]:
+               fusion: Fusion | None = None, *, route: Any = None) -> asyncio.Future[Answer]:
         """Queue `texts` (searched with `top_k` unless None, among the documents matching `flt` if given); the
         future resolves when their batch has run. Requests with different filters share the batch's ONNX run."""
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         tokens = self.count_tokens(texts) if self.max_tokens and self.count_tokens else 0
-        self.queue.append(_Request(texts, top_k, flt, future, tokens, heavy=bool(self.max_tokens) and
-                                   tokens > self.max_tokens, knobs=knobs, mode=mode, fusion=fusion))
+        self.queue.append(_Queued(Job(texts, top_k, flt, knobs, mode, fusion), future, tokens,
+                                  heavy=bool(self.max_tokens) and tokens > self.max_tokens, route=route))
         self.wakeup.set()
         return future
 
-    def _fits(self, req: _Request, texts: int, tokens: int) -> bool:
+    def _fits(self, req: _Queued, texts: int, tokens: int) -> bool:
         return texts + len(req.texts) <= self.max_texts and \
             (not self.max_tokens or tokens + req.tokens <= self.max_tokens)
 
-    def _take(self) -> list[_Request]:
+    def _take(self) -> list[_Queued]:
         """The next batch: a heavy request alone when it is first in the queue and a heavy slot is free; else
         the light requests in queue order while they fit, passing over heavy ones that must wait for a slot."""
-        batch: list[_Request] = []
+        batch: list[_Queued] = []
         texts = tokens = 0
         for req in list(self.queue):
             if req.future.done():  # its caller gave up (timed out) before it ran: no work for nobody
@@ -148,10 +154,10 @@ class MicroBatcher:
             except TimeoutError:
                 return
 
-    async def _run(self, batch: list[_Request]) -> None:
-        jobs = [Job(r.texts, r.top_k, r.filter, r.knobs, r.mode, r.fusion) for r in batch]
+    async def _run(self, batch: list[_Queued]) -> None:
+        jobs = [r.job for r in batch]
         try:
-            searcher, results = await self.run(jobs)
+            answers = await self.run(jobs, [r.route for r in batch])
         except BaseException as exc:  # not ready, or a bug: every request of the batch gets it
             for r in batch:
                 if not r.future.done():
@@ -159,12 +165,12 @@ class MicroBatcher:
             if not isinstance(exc, Exception):
                 raise
         else:
-            encoded = max((res.batch_texts for res in results), default=0)  # refused filters encode nothing
+            encoded = max((res.batch_texts for _, res in answers), default=0)  # refused filters encode nothing
             if encoded:
                 self.on_batch(encoded)
-            for r, res in zip(batch, results, strict=True):
+            for r, answer in zip(batch, answers, strict=True):
                 if not r.future.done():
-                    r.future.set_result((searcher, res))
+                    r.future.set_result(answer)
         finally:
             self.running -= 1
             self.heavy_running -= batch[0].heavy

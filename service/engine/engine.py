@@ -1,16 +1,16 @@
-"""The engine's front door: `search`, `encode`, `reload` and `status`, the same for every backend.
+"""A collection's front door: `search`, `encode`, `upsert`, `delete`, `reload` and `status`, the same for every
+backend.
 
-A call is admitted or refused here, once: `Overloaded` when `max_in_flight` calls are already admitted (they
-are refused at once, not queued without bound), `NotReady` when no version is loaded, `TimedOut` when the
-answer takes longer than `request_timeout_s`. Admitted calls are micro-batched (`batching`) and run on a pool
-of `workers` threads: ONNX Runtime and FAISS release the GIL, so `workers` threads use `workers` cores while
-the event loop keeps answering. Each batch leases the current searcher (`leases`) for its whole run, so a swap
-(`swap`) never mixes two versions in one answer.
+An `Engine` is one collection (one index root): its served version (`leases`), its swaps behind their gates
+(`swap`), its write log and overlay (`writes`), its model names (`names`) and its metrics series. The calls pass the
+shared `scheduler` (admission: the in-flight cap, `NotReady`, the timeout; micro-batching per encoder; the
+inference workers; the write lane). Each batch leases the collection's current searcher for its whole run, so a
+swap never mixes two versions in one answer.
 
 Writes (`upsert`, `delete`) pass the same door (admission, timeout), but their texts are encoded on the write lane
 (`write_lane`: threads of their own, at a lower CPU priority, in small chunks) rather than micro-batched with
 searches, so a stream of writes does not take the searches' workers or cores; then they are logged and applied on a
-thread of their own (`indexer.runtime.writes`): an fsync never holds an inference worker.
+thread of the collection's own (`indexer.runtime.writes`): an fsync never holds an inference worker.
 """
 
 from __future__ import annotations
@@ -35,11 +35,11 @@ from indexer.runtime.fusion import Fusion
 from indexer.runtime.manifest import Manifest, SearchMode
 from indexer.runtime.writelog import Delete, ExtId, Upsert
 from indexer.runtime.writes import Document, WriteResult, Writes
-from service.engine.batching import MicroBatcher
-from service.engine.errors import NotReady, Overloaded, TimedOut
+from service.engine.errors import NotReady
 from service.engine.leases import Leases
 from service.engine.names import Encoder, ModelNames
-from service.engine.searcher import Hit, Job, Searcher, SearchResult, Stages
+from service.engine.scheduler import Scheduler
+from service.engine.searcher import Hit, Searcher, SearchResult, Stages
 from service.engine.swap import Backend, Refusal, Swapper, SwapResult
 from service.engine.write_lane import WriteLane
 from service.metrics import Metrics
@@ -114,69 +114,81 @@ def make_backend(settings: Settings) -> Backend:
 
 
 class Engine:
+    """One collection: its served version (`leases`), its swaps (`swapper`), its writes, its model names, and its
+    share of the metrics. The work runs on a `Scheduler` shared by every collection of the process (admission,
+    workers, micro-batching per encoder, the write lane); an engine built without one gets its own (one root)."""
+
     def __init__(self, settings: Settings, metrics: Metrics | None = None, backend: Backend | None = None,
-                 tracing: Tracing | None = None) -> None:
-        self.settings = settings
+                 tracing: Tracing | None = None, *, scheduler: Scheduler | None = None, name: str = "default",
+                 primary: bool | Callable[[], bool] = True) -> None:
+        self.settings, self.name = settings, name
         self.metrics = metrics or Metrics()
         self.tracing = tracing or Tracing()  # off
         self.backend = backend or make_backend(settings)
+        self._owns_scheduler = scheduler is None
+        self.scheduler = scheduler or Scheduler(settings, self.metrics, self.tracing)
         self.leases = Leases()
+        self.collection_metrics = self.metrics.collection(name, primary=primary)
         self.writes = Writes(settings.index_root)
-        self.swapper = Swapper(settings, self.backend, self.leases, self.metrics, writes=self.writes)
+        self.swapper = Swapper(settings, self.backend, self.leases, self.metrics, writes=self.writes,
+                               encoders=self.scheduler.encoders, collection=self.collection_metrics)
         self.names = ModelNames(settings.index_root, settings.model_name, settings.model_aliases)
-        self.metrics.engines_loaded.set_function(self.leases.alive)
-        self.in_flight = 0  # admitted calls not answered yet (queued or in a running batch)
-        # OpenMP's thread count is per thread: each worker sets its own, or every batched FAISS search would take
-        # a team of every core (and libgomp's spin-waiting after it), `workers` teams fighting the ONNX runs.
-        # (The threads start on first use.)
-        self.pool = ThreadPoolExecutor(max_workers=settings.workers, thread_name_prefix="inference",
-                                       initializer=set_threads, initargs=(settings.threads,))
+        if self._owns_scheduler:
+            self.metrics.engines_loaded.set_function(self.leases.alive)
         # one thread: writes are serialised anyway (one log, one overlay), and their fsyncs wait here
-        self.write_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="writes",
+        self.write_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"writes-{name}",
                                              initializer=set_threads, initargs=(settings.threads,))
-        self.write_lane = WriteLane(self.leases, threads=settings.write_threads or max(1, settings.workers // 2),
-                                    nice=settings.write_nice, chunk_texts=settings.write_chunk_texts)
-        self.batcher: MicroBatcher | None = None
         self._tasks: set[asyncio.Task[object]] = set()
         self._sighup = False
 
+    # the scheduler's parts, as the engine of one root always had them
+    @property
+    def pool(self) -> ThreadPoolExecutor:
+        return self.scheduler.pool
+
+    @property
+    def write_lane(self) -> WriteLane:
+        return self.scheduler.write_lane
+
+    @property
+    def in_flight(self) -> int:
+        return self.scheduler.in_flight
+
     # -- lifecycle ---------------------------------------------------------------------------------------------
-    async def start(self) -> None:
-        """Start the backend and the workers, load the current version, and start the reload triggers (the
-        `current` watcher and SIGHUP). A refused startup load leaves the engine running but not ready."""
+    async def start(self, *, signals: bool = True) -> None:
+        """Start the backend, load the current version, and start the reload triggers (the `current` watcher and,
+        with `signals`, SIGHUP; a registry of collections handles SIGHUP for all of them). A refused startup load
+        leaves the engine running but not ready."""
         s = self.settings
+        if self._owns_scheduler:
+            await self.scheduler.start()
         self.backend.start()
-        if s.micro_batching:
-            self.batcher = MicroBatcher(self._run, workers=s.workers, window_ms=s.batch_window_ms,
-                                        max_texts=s.batch_max_texts, max_tokens=s.batch_max_tokens,
-                                        count_tokens=self._count_tokens,
-                                        on_batch=self.metrics.batch_texts.observe)
-            self.batcher.start()
         await self.swapper.attempt("startup")
         if self.leases.current is None:
-            self.metrics.ready.set(0)
-            log.error("not ready: %s", self._not_ready_reason())
-        loop = asyncio.get_running_loop()
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # no signals off the main thread
-            loop.add_signal_handler(signal.SIGHUP, self._spawn, lambda: self.swapper.attempt("sighup", retry=True))
-            self._sighup = True
+            self.collection_metrics.not_ready()
+            log.error("collection %s not ready: %s", self.name, self.not_ready_reason())
+        if signals:
+            loop = asyncio.get_running_loop()
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # none off the main thread
+                loop.add_signal_handler(signal.SIGHUP, self._spawn,
+                                        lambda: self.swapper.attempt("sighup", retry=True))
+                self._sighup = True
         if s.watch_interval_s > 0:
             self._spawn(self.swapper.watch)
 
     async def stop(self) -> None:
-        """Stop the triggers and the batcher, wait for running batches, close every version and the backend.
-        (The HTTP server has already stopped accepting and waited for in-flight requests.)"""
+        """Stop the triggers (and the scheduler, when it is this engine's own), wait for running batches, close
+        every version and the backend. (The HTTP server has already stopped accepting and waited for in-flight
+        requests.)"""
         if self._sighup:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self.batcher is not None:
-            await self.batcher.stop()
-        self.pool.shutdown(wait=True)
+        if self._owns_scheduler:
+            await self.scheduler.stop()
         self.write_pool.shutdown(wait=True)
-        self.write_lane.close()
         self.leases.close()
         self.writes.close()
         self.backend.close()
@@ -199,6 +211,7 @@ class Engine:
         searcher, r = await self._call(texts, top_k, filter, knobs or None, mode, fusion)
         m = self.metrics
         ran = r.mode or "dense"
+        self.collection_metrics.searched(ran)
         if ran != "lexical":
             m.encode_seconds.labels("/search").observe(r.encode_ms / 1000)
             m.texts_encoded.labels("/search").inc(len(texts))
@@ -225,7 +238,7 @@ class Engine:
         UnknownModel, or DimensionChanged for a name whose vectors had another dimension (see `names`)."""
         searcher = self.leases.current
         if searcher is None:
-            raise NotReady(self._not_ready_reason())
+            raise NotReady(self.not_ready_reason())
         meta, encoder = searcher.encoder.meta, searcher.encoder.model_dir.name
         if asked is not None:
             self.names.resolve(asked, Encoder(encoder, meta.dim))
@@ -249,7 +262,7 @@ class Engine:
         """Delete documents by id, durably; a deleted id stays deleted in every version served later (also one
         built from source data that still holds it) until it is written again."""
         if self.leases.current is None:
-            raise NotReady(self._not_ready_reason())
+            raise NotReady(self.not_ready_reason())
         Writes.check(self.leases.current, [], False)
         return await self._commit([Delete(i) for i in ids], "delete")
 
@@ -262,8 +275,7 @@ class Engine:
         m = self.metrics
         m.write_seconds.labels(op).observe(time.perf_counter() - t0)
         m.writes.labels(op).inc(len(ops))
-        m.write_log_seq.set(result.seq)
-        m.index_size.set(result.size)
+        self.collection_metrics.wrote(op, len(ops), result.seq, result.size)
         return result
 
     async def reload(self, trigger: str, force: bool = False) -> SwapResult:
@@ -275,7 +287,7 @@ class Engine:
     def status(self) -> Status:
         searcher, refused = self.leases.current, self.swapper.current_refusal()
         if searcher is None:
-            return Status(False, self.backend.name, reason=self._not_ready_reason(), refused=refused,
+            return Status(False, self.backend.name, reason=self.not_ready_reason(), refused=refused,
                           in_flight=self.in_flight)
         return Status(True, self.backend.name, searcher.version, searcher.index.ntotal, str(searcher.encoder.model_dir),
                       searcher.encoder.meta.pooling, refused=refused, in_flight=self.in_flight,
@@ -293,75 +305,12 @@ class Engine:
             return {"search_params": {"ef_search": self.settings.ef_search or p.ef_search}}
         return {"search_params": {}}
 
-    # -- admission, timeout and the workers --------------------------------------------------------------------
+    # -- the scheduler ---------------------------------------------------------------------------------------
     async def _call(self, texts: list[str], top_k: int | None, flt: dict[str, Any] | None = None,
                     knobs: dict[str, int] | None = None, mode: SearchMode | None = None,
                     fusion: Fusion | None = None, *, write: bool = False) -> tuple[Searcher, SearchResult]:
-        """Admit, run and time out one call: a search or encode (micro-batched), or a write's texts (`write`: on
-        the write lane)."""
-        s = self.settings
-        if self.in_flight >= s.max_in_flight:
-            self.metrics.rejected.labels("busy").inc()
-            raise Overloaded(self.in_flight, s.max_in_flight, s.retry_after_s)
-        if self.leases.current is None:
-            raise NotReady(self._not_ready_reason())
-        if write:
-            future: asyncio.Future[tuple[Searcher, SearchResult]] = asyncio.ensure_future(
-                self.write_lane.encode(texts))
-        elif self.batcher is not None:
-            future = self.batcher.submit(texts, top_k, flt, knobs, mode, fusion)
-        else:
-            future = asyncio.ensure_future(self._run_one(Job(texts, top_k, flt, knobs, mode, fusion)))
-        self.in_flight += 1
-        self.metrics.in_flight.set(self.in_flight)
-        admitted = time.time_ns()
-        try:
-            searcher, result = await asyncio.wait_for(asyncio.shield(future), s.request_timeout_s)
-        except TimeoutError:
-            future.cancel()  # a queued request is dropped; a running batch finishes and returns its lease
-            self.metrics.rejected.labels("timeout").inc()
-            raise TimedOut(s.request_timeout_s) from None
-        finally:
-            self.in_flight -= 1
-            self.metrics.in_flight.set(self.in_flight)
-        # this request alone was refused (its filter, its search parameters) or failed in its batch
-        if result.error is not None:
-            raise result.error
-        if self.tracing.enabled and result.timeline is not None:
-            self.tracing.record_batch(admitted, result.timeline, {
-                "strata.index_version": searcher.version, "strata.texts": len(texts),
-                "strata.batch_texts": result.batch_texts, **({} if result.mode is None else {
-                    "strata.mode": result.mode, "strata.dense_ms": round(result.stages.dense_ms, 3),
-                    "strata.lexical_ms": round(result.stages.lexical_ms, 3),
-                    "strata.fusion_ms": round(result.stages.fusion_ms, 3)})})
-        return searcher, result
+        return await self.scheduler.call(self, texts, top_k, flt, knobs, mode, fusion, write=write)
 
-    async def _run_one(self, job: Job) -> tuple[Searcher, SearchResult]:
-        searcher, results = await self._run([job])
-        return searcher, results[0]
-
-    async def _run(self, jobs: list[Job]) -> tuple[Searcher, list[SearchResult]]:
-        """Run a batch on a worker with the current searcher leased for its whole run."""
-        cell: list[Searcher] = []
-
-        def job() -> list[SearchResult]:
-            searcher = self.leases.acquire()  # raises NotReady once the engine is closed
-            cell.append(searcher)
-            try:
-                return searcher.run_batch(jobs)
-            finally:
-                self.leases.release(searcher)
-
-        ctx = contextvars.copy_context()  # carry the request id into the worker's log lines
-        results = await asyncio.wrap_future(self.pool.submit(ctx.run, job))
-        return cell[0], results
-
-    def _count_tokens(self, texts: list[str]) -> int:
-        """A request's cost for the batcher's token bound, with the served encoder's tokenizer (a swap to
-        another tokenizer in between only makes the count approximate, and the bound a little loose)."""
-        searcher = self.leases.current
-        return sum(searcher.encoder.token_counts(texts)) if searcher is not None else 0
-
-    def _not_ready_reason(self) -> str:
+    def not_ready_reason(self) -> str:
         r = self.swapper.current_refusal()
         return r.reason if r else "loading"

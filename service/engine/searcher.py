@@ -158,7 +158,7 @@ class Searcher:
             raise result.error
         return result
 
-    def run_batch(self, jobs: list[Job]) -> list[SearchResult]:
+    def run_batch(self, jobs: list[Job], encoder: OnnxEncoder | None = None) -> list[SearchResult]:
         """Several requests' texts in one ONNX run, and one index search per distinct filter and search parameters
         (the micro-batcher's unit of work).
 
@@ -169,6 +169,9 @@ class Searcher:
         it is refused before anything is encoded. Lexical jobs are not encoded at all, and their BM25 searches run
         on the searcher's own thread while the batch encodes; hybrid jobs take `HYBRID_DEPTH` candidates from each
         retriever and fuse them (`indexer.runtime.fusion`); the store is read once, for every job's final ids.
+
+        `encoder`: what encodes the batch's texts instead of the searcher's own (the same model: the scheduler's
+        view of vectors already computed for a batch shared by several collections, `scheduler`).
 
         A failure inside the batch fails the request that caused it alone: when the shared ONNX run, a shared
         vector search or the shared store lookup raises, each request of it is run again on its own, and those
@@ -193,7 +196,7 @@ class Searcher:
             self._lexical_pool().submit(self._lexical, jobs, modes, lexical_jobs, matches) \
             if lexical_jobs and encoding else None
         t1, started = time.perf_counter(), time.time_ns()
-        vecs, truncated, tokens, n_texts = self._encode(jobs, encoding, errors)
+        vecs, truncated, tokens, n_texts = self._encode(jobs, encoding, errors, encoder or self.encoder)
         t2, encoded_at = time.perf_counter(), time.time_ns()
         # the rows of each encoded job in `vecs` (a job whose encoding failed has none)
         rows_of: dict[int, range] = {}
@@ -322,7 +325,7 @@ class Searcher:
                 return _failed("filter", job, exc)
         return None
 
-    def _encode(self, jobs: list[Job], wanted: list[int], errors: list[Exception | None]
+    def _encode(self, jobs: list[Job], wanted: list[int], errors: list[Exception | None], encoder: OnnxEncoder
                 ) -> tuple[np.ndarray, list[bool], list[int], int]:
         """(vectors, truncated, tokens, texts in the ONNX run) of the jobs `wanted`, in job order: one run for all
         of them, or, when that run raises, one run per job (a job whose run still raises gets its `errors` entry
@@ -331,7 +334,7 @@ class Searcher:
         if not texts:  # every request of the batch was refused, or lexical
             return np.zeros((0, self.encoder.dim), dtype=np.float32), [], [], 0
         try:
-            e = self.encoder.encode_counted(texts, batch_size=len(texts))
+            e = encoder.encode_counted(texts, batch_size=len(texts))
             return e.vectors, list(e.truncated), list(e.tokens), len(texts)
         except Exception as exc:  # noqa: BLE001
             if len(wanted) == 1:
@@ -340,7 +343,7 @@ class Searcher:
         parts, truncated, tokens = [], [], []
         for j in wanted:
             try:
-                e = self.encoder.encode_counted(jobs[j].texts, batch_size=len(jobs[j].texts))
+                e = encoder.encode_counted(jobs[j].texts, batch_size=len(jobs[j].texts))
             except Exception as exc:  # noqa: BLE001
                 errors[j] = _failed("encode", jobs[j], exc)
                 continue

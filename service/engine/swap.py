@@ -38,10 +38,11 @@ from indexer.runtime.integrity import IntegrityError, verify_folder
 from indexer.runtime.layout import CURRENT, IndexRoot, LayoutError
 from indexer.runtime.version import IndexLoadError
 from indexer.runtime.writelog import WriteLogError
+from service.engine.encoders import EncoderCache
 from service.engine.errors import Mismatch, SwapRefused
 from service.engine.leases import Leases
 from service.engine.searcher import Searcher, VectorIndex
-from service.metrics import Metrics
+from service.metrics import CollectionMetrics, Metrics
 from service.settings import Settings
 
 if TYPE_CHECKING:
@@ -83,8 +84,11 @@ class Refusal:
 
 class Swapper:
     def __init__(self, settings: Settings, backend: Backend, leases: Leases, metrics: Metrics, *,
-                 writes: Writes | None = None) -> None:
+                 writes: Writes | None = None, encoders: EncoderCache | None = None,
+                 collection: CollectionMetrics | None = None) -> None:
         self.settings, self.backend, self.leases, self.metrics = settings, backend, leases, metrics
+        self.encoders = encoders or EncoderCache(settings.threads)  # shared by the collections of a process
+        self.collection = collection or metrics.collection("default")
         self.writes = writes  # the write log replayed onto each candidate, and the switch made under its lock
         self.root = IndexRoot(settings.index_root)
         self.refused: Refusal | None = None  # the latest attempt's refusal; cleared by a successful swap
@@ -149,8 +153,14 @@ class Swapper:
             raise SwapRefused("missing", f"{self.root.root}/current points to {version}, which does not exist")
         self._verify(folder)
         try:
-            searcher = Searcher.pair(self.backend.open_index(folder), s.model_dir, threads=s.threads,
-                                     reuse=served.encoder if served else None)
+            index = self.backend.open_index(folder)
+            try:  # each encoder folder is loaded once per process, whichever collections and versions pair with it
+                searcher = Searcher(self.encoders.get(Path(s.model_dir or index.manifest.model.dir)), index)
+            except BaseException:
+                index.close()
+                raise
+            log.info("opened index %s (%d vectors) with encoder %s", index.version, index.ntotal,
+                     searcher.encoder.model_dir)
         except (IndexLoadError, EncoderLoadError, OSError) as exc:
             raise SwapRefused("corrupt", str(exc)) from exc
         except Mismatch as exc:
@@ -227,32 +237,25 @@ class Swapper:
         r = self.refused
         if r is not None and r.version != self.target():
             self.refused = None
-            self.metrics.swap_refused_now.set(0)
+            self.collection.refusal_cleared()
             log.info("the refusal of %s no longer applies: current points at %s", r.version, self.target())
             return None
         return r
 
     def _refuse(self, exc: SwapRefused, version: str | None, trigger: str) -> None:
         self.refused = Refusal(version, exc.kind, str(exc), datetime.now(timezone.utc))
-        self.metrics.swaps.labels("refused").inc()
-        self.metrics.swap_refused.labels(exc.kind).inc()
-        self.metrics.swap_refused_now.set(1)
+        self.collection.refused(exc.kind)
         served = self.leases.current
         log.error("refused index swap to %s (%s, trigger %s): %s; still serving %s", version, exc.kind, trigger,
                   exc, served.version if served else "nothing")
 
     def _publish(self, searcher: Searcher, trigger: str, previous: str | None) -> None:
-        m, manifest = self.metrics, searcher.manifest
-        if previous is not None:
-            m.swaps.labels("swapped").inc()
-        m.swap_refused_now.set(0)
+        manifest = searcher.manifest
         self.served_since = datetime.now(timezone.utc)
-        m.ready.set(1)
-        m.index_size.set(searcher.index.ntotal)
-        m.index_mrr.set(manifest.eval.mrr_at_10 if manifest.eval else float("nan"))
-        m.index_info.clear()
-        m.index_info.labels(searcher.version, searcher.encoder.meta.pooling).set(1)
-        log.info("serving index %s (trigger %s, previous %s)", searcher.version, trigger, previous)
+        self.collection.served(searcher.version, searcher.encoder.meta.pooling, int(searcher.index.ntotal),
+                               manifest.eval.mrr_at_10 if manifest.eval else float("nan"), swapped=previous is not None)
+        log.info("collection %s: serving index %s (trigger %s, previous %s)", self.collection.name, searcher.version,
+                 trigger, previous)
 
     async def watch(self) -> None:
         """Poll the `current` symlink (a readlink: cheap, and works on any volume, unlike inotify)."""

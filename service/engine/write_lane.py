@@ -64,8 +64,8 @@ def lower_thread_priority(by: int) -> int | None:
 class WriteLane:
     """Encodes writes' texts on `threads` low-priority threads, `chunk_texts` per ONNX run."""
 
-    def __init__(self, leases: Leases, *, threads: int, nice: int, chunk_texts: int) -> None:
-        self.leases = leases
+    def __init__(self, leases: Leases | None = None, *, threads: int, nice: int, chunk_texts: int) -> None:
+        self.leases = leases  # the default collection's (one lane serves every collection: `encode(leases=)`)
         self.chunk_texts = chunk_texts
         self.nice = nice
         self._counts = threading.Lock()
@@ -83,13 +83,15 @@ class WriteLane:
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
-    async def encode(self, texts: list[str]) -> tuple[Searcher, SearchResult]:
+    async def encode(self, texts: list[str], leases: Leases | None = None) -> tuple[Searcher, SearchResult]:
         """The texts' vectors, with the served searcher's encoder (`SearchResult.vectors`, in text order). Raises
         NotReady when no version is served. Cancelled (the caller timed out): the chunks not started are dropped,
         and the lease is returned when the running ones end."""
-        searcher = self.leases.acquire()
+        leases = leases or self.leases
+        assert leases is not None, "a lane without default leases encodes with the caller's"
+        searcher = leases.acquire()
         chunks = [texts[i : i + self.chunk_texts] for i in range(0, len(texts), self.chunk_texts)]
-        release = _ReleaseWhenDone(self, searcher, len(chunks))
+        release = _ReleaseWhenDone(self, leases, searcher, len(chunks))
         with self._counts:
             self.pending += len(chunks)
         ctx = contextvars.copy_context()  # the request id, in the lane threads' log lines
@@ -125,11 +127,11 @@ class WriteLane:
 class _ReleaseWhenDone:
     """Counts a write's chunks as they end (run, failed or cancelled) and returns its lease after the last."""
 
-    def __init__(self, lane: WriteLane, searcher: Searcher, chunks: int) -> None:
-        self.lane, self.searcher, self.left = lane, searcher, chunks
+    def __init__(self, lane: WriteLane, leases: Leases, searcher: Searcher, chunks: int) -> None:
+        self.lane, self.leases, self.searcher, self.left = lane, leases, searcher, chunks
         self.lock = threading.Lock()
         if chunks == 0:
-            lane.leases.release(searcher)
+            leases.release(searcher)
 
     def __call__(self, future: Future[Encoded]) -> None:
         self.lane._ended(future)
@@ -137,4 +139,4 @@ class _ReleaseWhenDone:
             self.left -= 1
             last = self.left == 0
         if last:
-            self.lane.leases.release(self.searcher)
+            self.leases.release(self.searcher)

@@ -3,17 +3,24 @@ from __future__ import annotations
 from fastapi import APIRouter, Query
 
 from service.deps import EngineDep
+from service.engine import Engine
 from service.schemas import ReloadResponse
 
 router = APIRouter(prefix="/admin", tags=["admin"])
 
 
+FORCE = Query(False, description="serve the version even when it holds more than STRATA_MAX_SHRINK fewer documents "
+              "than the served one (the shrink guard); checksums, loading, the encoder match, the probe and MRR@10 "
+              "still gate it")
+
+
 @router.post("/reload", response_model=ReloadResponse, responses={409: {"model": ReloadResponse}})
-async def reload(engine: EngineDep, force: bool = Query(
-        False, description="serve the version even when it holds more than STRATA_MAX_SHRINK fewer documents than "
-        "the served one (the shrink guard); checksums, loading, the encoder match, the probe and MRR@10 still "
-        "gate it")) -> ReloadResponse:
+async def reload(engine: EngineDep, force: bool = FORCE) -> ReloadResponse:
     """Swap to the version `current` points to now (also done by the watcher and on SIGHUP). 409 when the
     candidate is refused: the previous index keeps serving and `reason` says why."""
+    return await run_reload(engine, force)
+
+
+async def run_reload(engine: Engine, force: bool) -> ReloadResponse:
     r = await engine.reload("admin", force=force)
     return ReloadResponse(outcome=r.outcome, index_version=r.version, candidate=r.candidate, reason=r.reason)

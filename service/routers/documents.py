@@ -8,7 +8,7 @@ import time
 from fastapi import APIRouter
 
 from service.deps import EngineDep
-from service.engine import Document
+from service.engine import Document, Engine
 from service.schemas import DeleteRequest, DeleteResponse, UpsertRequest, UpsertResponse
 
 router = APIRouter(prefix="/documents", tags=["documents"])
@@ -25,6 +25,10 @@ WRITE_ERRORS: dict[int | str, dict[str, object]] = {
 async def upsert(body: UpsertRequest, engine: EngineDep) -> UpsertResponse:
     """Add or replace documents by id. Their texts are encoded with the served encoder; the 200 comes once the
     write is in the write log (fsync'd) and searchable."""
+    return await run_upsert(body, engine)
+
+
+async def run_upsert(body: UpsertRequest, engine: Engine) -> UpsertResponse:
     t0 = time.perf_counter()
     r = await engine.upsert([Document(d.id, d.text, d.metadata) for d in body.documents])
     a = r.applied
@@ -37,6 +41,10 @@ async def upsert(body: UpsertRequest, engine: EngineDep) -> UpsertResponse:
 async def delete(body: DeleteRequest, engine: EngineDep) -> DeleteResponse:
     """Delete documents by id. Durable and applied before the 200; a deleted id stays deleted in later versions
     (even one rebuilt from source data that holds it) until it is written again."""
+    return await run_delete(body, engine)
+
+
+async def run_delete(body: DeleteRequest, engine: Engine) -> DeleteResponse:
     t0 = time.perf_counter()
     r = await engine.delete(list(body.ids))
     a = r.applied

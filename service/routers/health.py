@@ -7,9 +7,9 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from service.chain import read_json, swap_outcome
-from service.deps import EngineDep, MetricsDep, SettingsDep
+from service.deps import CollectionsDep, MetricsDep, SettingsDep
 from service.engine import Status
-from service.schemas import Ready, SwapRefusal, TrainingProgress
+from service.schemas import CollectionReady, Ready, SwapRefusal, TrainingProgress
 
 router = APIRouter(tags=["operations"])
 
@@ -38,20 +38,36 @@ def training_progress(path: Path | None, status: Status) -> TrainingProgress | N
         return None
 
 
+def _refusal(s: Status) -> SwapRefusal | None:
+    r = s.refused
+    return SwapRefusal(version=r.version, kind=r.kind, reason=r.reason, at=r.at) if r else None
+
+
 @router.get("/ready", response_model=Ready, responses={503: {"model": Ready}})
-async def ready(engine: EngineDep, settings: SettingsDep) -> Response:
+async def ready(collections: CollectionsDep, settings: SettingsDep) -> Response:
     """Readiness: an encoder and an index are loaded (with the index version), and why the latest swap was
     refused if it was (the previous index keeps serving); with `demo --train`, the background training's stage,
-    step and ETA (serving never waits for it)."""
-    s = engine.status()
-    r = s.refused
-    refused = SwapRefusal(version=r.version, kind=r.kind, reason=r.reason, at=r.at) if r else None
+    step and ETA (serving never waits for it). With a collections folder: each collection's state under
+    `collections`; ready when the default collection serves (when there is none: when any collection does)."""
+    per = {name: collections.engines[name].status() for name in collections.names()}
+    listed = None if collections.folder is None else {
+        name: CollectionReady(ready=st.ready, index_version=st.version, index_size=st.size, reason=st.reason,
+                              swap_refused=_refusal(st)) for name, st in per.items()}
+    default = collections.default_name()
+    if default is None:
+        ready = any(st.ready for st in per.values())
+        reason = None if ready else "no collection serves yet" if per else \
+            f"no collection in {collections.folder} yet (build one with `indexer build --root DIR/NAME`)"
+        body = Ready(ready=ready, reason=reason, collections=listed)
+        return JSONResponse(body.model_dump(mode="json", exclude_none=True), status_code=200 if ready else 503)
+    s = per[default]
+    refused = _refusal(s)
     training = training_progress(settings.training_status, s)
     if not s.ready:
-        body = Ready(ready=False, reason=s.reason, swap_refused=refused, training=training)
+        body = Ready(ready=False, reason=s.reason, swap_refused=refused, training=training, collections=listed)
         return JSONResponse(body.model_dump(mode="json", exclude_none=True), status_code=503)
     body = Ready(ready=True, index_version=s.version, index_size=s.size, model=s.model, pooling=s.pooling,
-                 swap_refused=refused, training=training)
+                 swap_refused=refused, training=training, collections=listed)
     return JSONResponse(body.model_dump(mode="json", exclude_none=True))
 
 

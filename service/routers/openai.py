@@ -4,7 +4,9 @@ The same engine call as `/encode` (keys, limits, the in-flight cap, micro-batchi
 metrics are labelled `/v1/embeddings`), in OpenAI's request and response shapes, so that OpenAI's clients work
 with `base_url="http://HOST:PORT/v1"`. Errors here have OpenAI's shape (`service.errors`).
 
-`model` must be the served id (`STRATA_MODEL_NAME`, default `strata-<dim>`: the same across swaps that keep the
+Each distinct encoder of the collections is a model (`service.engine.models` says how they are named; a key
+restricted to collections sees only their encoders).
+`model` must be a served id (`STRATA_MODEL_NAME`, default `strata-<dim>`: the same across swaps that keep the
 dimension) or an alias: the served encoder's folder name, the encoders of the versions a rollback can serve (of the
 same dimension), `STRATA_MODEL_ALIASES` (`["*"]`: any name); another name is a 404 `model_not_found`, as OpenAI
 answers, and a name whose vectors had another dimension a 410 `model_dimension_changed` (`service.engine.names`).
@@ -14,12 +16,16 @@ An answer's `model` names the encoder that made its vectors.
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 
 import numpy as np
-from fastapi import APIRouter
+from fastapi import APIRouter, HTTPException, Request
 
-from service.deps import EngineDep
-from service.engine import ServedModel
+from service.auth import READ
+from service.deps import CollectionsDep
+from service.engine import Engine, NotReady, ServedModel
+from service.engine.collections import Collections
+from service.engine.models import Forbidden, listed, resolve
 from service.openai_schemas import (
     Embedding,
     EmbeddingRequest,
@@ -34,6 +40,7 @@ from service.openai_schemas import (
 router = APIRouter(prefix="/v1", tags=["openai"], responses={
     400: {"model": OpenAIErrorBody, "description": "invalid request: validation, token arrays, `dimensions`"},
     401: {"model": OpenAIErrorBody, "description": "missing or invalid API key (only when keys are configured)"},
+    403: {"model": OpenAIErrorBody, "description": "`model` is served only for collections the key may not use"},
     404: {"model": OpenAIErrorBody, "description": "`model` is not the served model or an accepted alias"},
     410: {"model": OpenAIErrorBody, "description": "`model` named vectors of a dimension no longer served (a swap "
           "changed it); the message names the served id"},
@@ -53,10 +60,23 @@ def _base64(vector: np.ndarray) -> str:
     return base64.b64encode(vector.astype("<f4", copy=False).tobytes()).decode("ascii")
 
 
+def _may_read(request: Request) -> Callable[[str], bool]:
+    grants = getattr(request.state, "grants", None)
+    return lambda name: grants is None or grants.may(READ, name)
+
+
+def _resolve(request: Request, collections: Collections, asked: str) -> tuple[Engine, ServedModel]:
+    try:
+        return resolve(collections, asked, _may_read(request))
+    except Forbidden as exc:
+        raise HTTPException(403, detail=str(exc)) from None
+
+
 @router.post("/embeddings", response_model=EmbeddingResponse)
-async def embeddings(body: EmbeddingRequest, engine: EngineDep) -> EmbeddingResponse:
-    """OpenAI's embeddings call: the same L2-normalised vectors as `/encode`, as floats or base64."""
-    served = engine.served_model(body.model)
+async def embeddings(body: EmbeddingRequest, request: Request, collections: CollectionsDep) -> EmbeddingResponse:
+    """OpenAI's embeddings call: the same L2-normalised vectors as `/encode`, as floats or base64, from the encoder
+    `model` names (each distinct encoder of the collections is a model)."""
+    engine, served = _resolve(request, collections, body.model)
     if body.dimensions is not None and body.dimensions != served.dim:
         raise OpenAIRequestError(400, f"`{served.name}` makes {served.dim}-dimensional vectors and cannot shorten "
                                  f"them (it was not trained for truncated, Matryoshka-style vectors): omit "
@@ -72,13 +92,18 @@ async def embeddings(body: EmbeddingRequest, engine: EngineDep) -> EmbeddingResp
 
 
 @router.get("/models", response_model=ModelList)
-async def models(engine: EngineDep) -> ModelList:
-    """The served id (aliases are accepted by `/v1/embeddings` but not listed, so the list does not change when a
-    swap changes the encoder)."""
-    return ModelList(data=[_card(engine.served_model())])
+async def models(request: Request, collections: CollectionsDep) -> ModelList:
+    """The served ids, one per distinct encoder of the collections this key may read (aliases are accepted by
+    `/v1/embeddings` but not listed, so the list does not change when a swap changes an encoder)."""
+    may_read = _may_read(request)
+    shown = [m.model for m in listed(collections) if any(may_read(n) for n in m.collections)]
+    if not shown and not any(e.leases.current for e in collections.engines.values()):
+        # nothing loaded yet: 503 with the default collection's reason (404 when there is no default collection)
+        raise NotReady(collections.default().not_ready_reason())
+    return ModelList(data=[_card(m) for m in shown])
 
 
 @router.get("/models/{model}", response_model=ModelCard)
-async def model(model: str, engine: EngineDep) -> ModelCard:
-    """The served model, asked for by its id or an accepted alias."""
-    return _card(engine.served_model(model))
+async def model(model: str, request: Request, collections: CollectionsDep) -> ModelCard:
+    """A served model, asked for by its id or an accepted alias."""
+    return _card(_resolve(request, collections, model)[1])

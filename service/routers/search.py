@@ -3,20 +3,28 @@ from __future__ import annotations
 import time
 from dataclasses import asdict
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 
 from indexer.runtime.fusion import DEFAULT_ALPHA, DEFAULT_RRF_K, Fusion
-from service.deps import EngineDep, StatsDep
+from service.deps import EngineDep, StatsDep, collection_stats
+from service.engine import Engine
 from service.responses import json_response
 from service.schemas import SearchRequest, SearchResponse
+from service.stats import LiveStats
 
 router = APIRouter(tags=["inference"])
 
 
 @router.post("/search", response_model=SearchResponse, response_model_exclude_none=True)
-async def search(body: SearchRequest, engine: EngineDep, stats: StatsDep) -> Response:
+async def search(body: SearchRequest, request: Request, engine: EngineDep, stats: StatsDep) -> Response:
     """Top-k documents for one `query` or a batch of `queries` by `mode` (dense, lexical or hybrid), among those
-    matching `filter` if given."""
+    matching `filter` if given (the default collection's; see /collections/{name}/search)."""
+    return await run_search(body, engine, [stats, collection_stats(request, engine.name)])
+
+
+async def run_search(body: SearchRequest, engine: Engine, stats: list[LiveStats]) -> Response:
+    """`/search` and `/collections/{name}/search`: the engine's answer as the response body; the timings are
+    recorded in each of `stats` (the app's windows, and the collection's)."""
     t0 = time.perf_counter()
     texts = [body.query] if body.query is not None else list(body.queries or [])
     # `k` alone means rrf (only rrf takes it); `alpha` alone the default, convex
@@ -26,7 +34,8 @@ async def search(body: SearchRequest, engine: EngineDep, stats: StatsDep) -> Res
     # one version answers all of it, and names itself
     answer = await engine.search(texts, body.top_k, body.filter, body.knobs, body.mode, fusion)
     took = (time.perf_counter() - t0) * 1000
-    stats.record(took, answer.encode_ms, answer.search_ms, queries=len(texts), mode=answer.mode)  # GET /stats
+    for windows in stats:  # GET /stats
+        windows.record(took, answer.encode_ms, answer.search_ms, queries=len(texts), mode=answer.mode)
     # plain JSON-ready values, serialised once (`service.responses`); `SearchResponse` documents the shape
     hit_lists = [[{"id": h.ext_id, "text": h.text, "score": h.score, "metadata": h.metadata} for h in hits]
                  for hits in answer.hits]

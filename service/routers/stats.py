@@ -3,11 +3,12 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
-from service.deps import AuthorizerDep, EngineDep, StatsDep
-from service.stats import SERIES_STEP_S
-from service.stats_schemas import IndexStats, StatsPoint, StatsResponse, StatsWindow
+from service.deps import AuthorizerDep, CollectionsDep, StatsDep, collection_stats
+from service.engine import Status
+from service.stats import SERIES_STEP_S, LiveStats
+from service.stats_schemas import CollectionStats, IndexStats, StatsPoint, StatsResponse, StatsWindow
 
 router = APIRouter(tags=["operations"])
 
@@ -15,11 +16,12 @@ router = APIRouter(tags=["operations"])
 # A plain `def`: FastAPI runs it in its thread pool. Sorting five minutes of samples takes milliseconds at a
 # thousand requests/s, and the searches being recorded must not wait on the event loop for it.
 @router.get("/stats", response_model=StatsResponse)
-def stats(engine: EngineDep, live: StatsDep, authorizer: AuthorizerDep) -> StatsResponse:
+def stats(request: Request, collections: CollectionsDep, live: StatsDep, authorizer: AuthorizerDep) -> StatsResponse:
     """Live /search latency (p50/p95/p99 of total, encode and FAISS search time) and requests/s over the last
     1 and 5 minutes, a per-10-second series for charts, and the served index's quality figures from its
     manifest — for people without Prometheus (the search page's index card and chart read it)."""
-    s = engine.status()
+    default = collections.default_name()
+    s = collections.engines[default].status() if default else Status(False, "local", reason="no default collection")
     index = None
     if s.manifest is not None and s.version is not None:
         m, e = s.manifest, s.manifest.eval
@@ -41,4 +43,11 @@ def stats(engine: EngineDep, live: StatsDep, authorizer: AuthorizerDep) -> Stats
         windows=[StatsWindow.model_validate(asdict(w)) for w in live.windows()],
         series_step_s=SERIES_STEP_S,
         series=[StatsPoint.model_validate(asdict(p)) for p in live.series(SERIES_STEP_S)],
-        index=index)
+        index=index, collections=None if collections.folder is None else [
+            _collection(name, collections.engines[name].status(), collection_stats(request, name))
+            for name in collections.names()])
+
+
+def _collection(name: str, s: Status, live: LiveStats) -> CollectionStats:
+    return CollectionStats(name=name, ready=s.ready, version=s.version, documents=s.size,
+                           windows=[StatsWindow.model_validate(asdict(w)) for w in live.windows()])

@@ -1,4 +1,4 @@
-// Strata's search page: POST /search, GET /stats, nothing else. No libraries and no build step. Every text that
+// Strata's search page: POST /search (or /collections/NAME/search), GET /stats, /ready and /collections, nothing else. No libraries and no build step. Every text that
 // comes from the server is set with textContent (never innerHTML): a document's text cannot become markup.
 "use strict";
 
@@ -124,6 +124,7 @@
     hideMessage();
     showKeyState();
     refreshStats();
+    loadCollections();
     if (state.pending) {
       const again = state.pending;
       state.pending = null;
@@ -186,7 +187,9 @@
     const started = performance.now();
     const request = { query, top_k: topK };
     if (mode) request.mode = mode; // none: the index's default mode
-    const result = await call("POST", "/search", request);
+    const collection = $("collection").value;
+    const path = collection ? "/collections/" + encodeURIComponent(collection) + "/search" : "/search";
+    const result = await call("POST", path, request);
     const roundTrip = performance.now() - started;
     button.disabled = false;
     $("hits").removeAttribute("aria-busy");
@@ -210,7 +213,8 @@
       .map(([name, ms]) => name + " " + fmtMs(ms) + " ms").join(", ");
     $("summary").textContent = n + (n === 1 ? " hit" : " hits") + " · " + (body.mode || "dense") + " · " +
       fmtMs(body.took_ms) + " ms on the server (" + stages + "), " + fmtMs(roundTrip) +
-      " ms round trip · version " + body.index_version +
+      " ms round trip · " + (collection ? "collection " + collection + " · " : "") + "version " +
+      body.index_version +
       (body.truncated ? " · query cut to the model's token limit" : "");
     setTimeout(refreshStats, 300);
   }
@@ -220,6 +224,26 @@
     const form = $("search-form");
     if (!form.reportValidity()) return;
     runSearch($("query").value, Number($("top-k").value), $("mode").value);
+  }
+
+  // -- the collections (a selector when the server serves more than one this key may read) ----------------------
+  async function loadCollections() {
+    const result = await call("GET", "/collections");
+    if (!result.ok) return; // no key yet (401): loaded again once one is given
+    const list = result.data.collections || [];
+    const select = $("collection");
+    const keep = select.value;
+    select.replaceChildren();
+    for (const c of list) {
+      const docs = c.documents === null || c.documents === undefined ? "" : " · " + c.documents + " docs";
+      const option = el("option", "", c.name + (c.default ? " (default)" : "") + docs);
+      option.value = c.name;
+      select.append(option);
+    }
+    const names = list.map((c) => c.name);
+    select.value = names.includes(keep) ? keep : names.includes(result.data.default) ? result.data.default :
+      names[0] || "";
+    $("collection-field").hidden = list.length < 2;
   }
 
   // -- the index card and the chart -------------------------------------------------------------------------
@@ -470,6 +494,7 @@
     document.addEventListener("visibilitychange", pollStats);
     showKeyState();
     refreshStats();
+    loadCollections();
     setInterval(pollStats, STATS_EVERY_MS);
   });
 })();

@@ -313,3 +313,32 @@ def test_low_traffic_axis_and_the_background_training(browser: webdriver.Chrome,
         assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
     finally:
         stop_server(srv)
+
+
+def test_the_collection_selector_searches_the_chosen_collection(browser: webdriver.Chrome, quora_root: Path,
+                                                                tmp_path: Path) -> None:
+    """With two collections the page shows a selector (default first); a search runs on the chosen collection's
+    route, and the summary names it. (Both are the session's Quora root, linked: one encoder, loaded once.)"""
+    folder = tmp_path / "collections"
+    folder.mkdir()
+    for name in ("alpha", "beta"):
+        (folder / name).symlink_to(quora_root, target_is_directory=True)
+    srv = start_server(tmp_path, {"STRATA_COLLECTIONS_DIR": str(folder), "STRATA_DEFAULT_COLLECTION": "beta",
+                                  "STRATA_WATCH_INTERVAL_S": "0"})
+    try:
+        browser.get("about:blank")
+        browser.get_log("browser")  # drop what an earlier test's page logged (its server stopped under it)
+        browser.get(srv.url + "/")
+        wait(browser, lambda d: d.find_element(By.ID, "collection-field").is_displayed(), "the collection selector")
+        select = Select(browser.find_element(By.ID, "collection"))
+        assert [o.get_attribute("value") for o in select.options] == ["alpha", "beta"]
+        assert select.first_selected_option.get_attribute("value") == "beta"  # the default collection
+        select.select_by_value("alpha")
+        with srv.client() as c:
+            expected = c.post("/collections/alpha/search", json={"query": QUERY, "top_k": 3}).json()["hits"]
+        search(browser, QUERY, top_k=3)
+        wait(browser, lambda d: "collection alpha" in d.find_element(By.ID, "summary").text, "alpha's answer")
+        assert hit_texts(browser) == [h["text"] for h in expected]
+        assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+    finally:
+        stop_server(srv)

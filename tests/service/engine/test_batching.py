@@ -100,14 +100,14 @@ def _record_batches(max_texts: int, max_tokens: int, requests: list[list[str]], 
         index = {id(texts): i for i, texts in enumerate(requests)}
         blocker: list[str] = ["busy"]
 
-        async def run(jobs: list[Job]) -> tuple[object, list[SearchResult]]:
+        async def run(jobs: list[Job], routes: list[object]) -> list[tuple[object, SearchResult]]:
             if jobs[0].texts is blocker:
                 await release.wait()
             else:
                 ran.append([index[id(job.texts)] for job in jobs])
                 if any(len(" ".join(job.texts).split()) > 100 for job in jobs):
                     await asyncio.sleep(0.1)
-            return None, [SearchResult([], [], 0.0, 0.0) for _ in jobs]
+            return [(None, SearchResult([], [], 0.0, 0.0)) for _ in jobs]
 
         batcher = MicroBatcher(run, workers=workers, window_ms=0, max_texts=max_texts,  # type: ignore[arg-type]
                                max_tokens=max_tokens, count_tokens=lambda texts: sum(len(t.split()) for t in texts))

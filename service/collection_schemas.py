@@ -1,0 +1,34 @@
+"""Response bodies of `GET /collections` and `GET /collections/{name}` (the request bodies of the per-collection
+routes are those of the routes without `/collections/`, `service.schemas`)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+from service.schemas import SwapRefusal
+
+
+class CollectionInfo(BaseModel):
+    name: str
+    default: bool = Field(description="the collection the routes without /collections/NAME serve")
+    ready: bool
+    reason: str | None = Field(None, description="why not ready")
+    documents: int | None = Field(None, description="documents served, writes included")
+    version: str | None = None
+    since: datetime | None = Field(None, description="when the served version was swapped in")
+    encoder: str | None = Field(None, description="the encoder folder's name")
+    model: str | None = Field(None, description="the encoder's id in /v1 (`/v1/models`)")
+    dim: int | None = None
+    pooling: str | None = None
+    index_kind: str | None = Field(None, description="flat, ivf or hnsw")
+    default_mode: str | None = Field(None, description="/search's mode when a request names none")
+    mrr_at_10: float | None = Field(None, description="from the version's manifest (null: built with --no-eval)")
+    ndcg_at_10: float | None = Field(None, description="from the version's manifest, where its eval measured it")
+    swap_refused: SwapRefusal | None = None
+
+
+class CollectionList(BaseModel):
+    default: str | None = Field(description="the default collection (null: none)")
+    collections: list[CollectionInfo] = Field(description="those the API key may read, by name")

@@ -1,0 +1,232 @@
+"""Collections: the named corpora one process serves, each an index root with its own encoder, versions, gates, swaps,
+write log and metrics series (an `Engine`), all on one shared `Scheduler`.
+
+Where they come from (`plan`):
+- `STRATA_COLLECTIONS_DIR=D`: every subfolder of D that is an index root (it holds `versions/` or `current`) is a
+  collection named after it (D may not exist yet: a fresh volume before its first build). Names are
+  `[a-z0-9][a-z0-9_-]{0,63}`; other folders are skipped with a log line saying why. D is looked at again every
+  `watch_interval_s`: a folder `indexer build --root D/NAME` creates is served without a restart (a folder removed
+  stays served until the next restart);
+- `STRATA_INDEX_ROOT` (or nothing: the default root): one collection named `default`;
+- both set: `CollectionsConfigError` (the CLI exits 2). The sharded (Ray) backend serves one root: combined with a
+  collections folder it is refused the same way (its shard deployments are per version of one root; serving several
+  roots would need one set of deployments per collection, which `sharded` does not manage yet).
+
+`STRATA_DEFAULT_COLLECTION` (else `default`, else the only collection) is what the routes without
+`/collections/NAME` serve.
+
+Encoders: collections whose versions were built with the same exported encoder folder share one loaded encoder
+(`encoders.EncoderCache`) and its micro-batches (`scheduler`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import signal
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+
+from indexer.runtime.layout import CURRENT, VERSIONS
+from service.engine.engine import Engine, make_backend
+from service.engine.errors import EngineError
+from service.engine.scheduler import Scheduler
+from service.engine.swap import Backend
+from service.metrics import Metrics
+from service.settings import Settings
+from service.tracing import Tracing
+
+log = logging.getLogger(__name__)
+
+NAME_PATTERN = r"[a-z0-9][a-z0-9_-]{0,63}"
+NAME_RE = re.compile(NAME_PATTERN)
+DEFAULT = "default"
+
+
+class CollectionsConfigError(ValueError):
+    """Settings that cannot be served together (the CLI prints it and exits 2)."""
+
+
+class UnknownCollection(EngineError):
+    """No collection of that name (the HTTP layer answers 404 with this reason)."""
+
+
+@dataclass(frozen=True)
+class Source:
+    name: str
+    root: Path
+
+
+def is_index_root(folder: Path) -> bool:
+    return (folder / VERSIONS).is_dir() or (folder / CURRENT).is_symlink()
+
+
+def scan(folder: Path) -> tuple[list[Source], dict[str, str]]:
+    """The collections under `folder`, by name, and the subfolders skipped, each with why."""
+    found, skipped = [], {}
+    for child in sorted(folder.iterdir()) if folder.is_dir() else []:
+        if not child.is_dir() or child.name.startswith("."):
+            continue
+        if not NAME_RE.fullmatch(child.name):
+            skipped[child.name] = f"{child.name!r} is not a collection name ({NAME_PATTERN}: lower-case letters, " \
+                                  f"digits, '-' and '_', at most 64)"
+        elif not is_index_root(child):
+            skipped[child.name] = f"{child} is not an index root (no {VERSIONS}/ or {CURRENT}: build one with " \
+                                  f"`indexer build --root {child}`)"
+        else:
+            found.append(Source(child.name, child))
+    return found, skipped
+
+
+def plan(settings: Settings) -> list[Source] | None:
+    """The collections to serve at startup (None: those of `collections_dir`, scanned); raises
+    CollectionsConfigError for settings that cannot go together."""
+    if settings.collections_dir is None:
+        return [Source(DEFAULT, settings.index_root)]
+    if "index_root" in settings.model_fields_set:
+        raise CollectionsConfigError(f"STRATA_INDEX_ROOT ({settings.index_root}) and STRATA_COLLECTIONS_DIR "
+                                     f"({settings.collections_dir}) are both set: serve one root (STRATA_INDEX_ROOT) "
+                                     f"or a folder of collections (STRATA_COLLECTIONS_DIR), not both")
+    if settings.engine == "sharded":
+        raise CollectionsConfigError("the sharded (Ray) backend serves one index root and cannot serve collections "
+                                     "(STRATA_COLLECTIONS_DIR): serve the shards of one root with STRATA_INDEX_ROOT, "
+                                     "or the collections with the local backend")
+    if settings.collections_dir.exists() and not settings.collections_dir.is_dir():
+        raise CollectionsConfigError(f"STRATA_COLLECTIONS_DIR={settings.collections_dir} is not a folder")
+    if settings.default_collection is not None and not NAME_RE.fullmatch(settings.default_collection):
+        raise CollectionsConfigError(f"STRATA_DEFAULT_COLLECTION={settings.default_collection!r} is not a "
+                                     f"collection name ({NAME_PATTERN})")
+    return None
+
+
+class Collections:
+    def __init__(self, settings: Settings, metrics: Metrics, tracing: Tracing | None = None,
+                 backend: Backend | None = None) -> None:
+        self.settings, self.metrics, self.tracing = settings, metrics, tracing or Tracing()
+        sources = plan(settings)
+        self.folder = settings.collections_dir if sources is None else None
+        self.scheduler = Scheduler(settings, metrics, self.tracing)
+        self.engines: dict[str, Engine] = {}
+        self.skipped: dict[str, str] = {}
+        self._backend = backend  # one root only (a test's, or the sharded one)
+        self._started = False
+        self._tasks: set[asyncio.Task[object]] = set()
+        self._sighup = False
+        metrics.engines_loaded.set_function(lambda: sum(e.leases.alive() for e in self.engines.values()))
+        if sources is None:
+            assert self.folder is not None
+            sources, self.skipped = scan(self.folder)
+            for name, why in self.skipped.items():
+                log.warning("collections: skipped %s: %s", name, why)
+            if not sources:
+                log.warning("collections: %s %s no index root yet; new ones are served as they appear", self.folder,
+                            "holds" if self.folder.is_dir() else "does not exist:")
+        for source in sources:
+            self._add(source)
+
+    # -- lookup ---------------------------------------------------------------------------------------------------
+    def default_name(self) -> str | None:
+        wanted = self.settings.default_collection
+        if wanted is not None:
+            return wanted if wanted in self.engines else None
+        if DEFAULT in self.engines:
+            return DEFAULT
+        return next(iter(self.engines)) if len(self.engines) == 1 else None
+
+    def get(self, name: str) -> Engine:
+        engine = self.engines.get(name)
+        if engine is None and not NAME_RE.fullmatch(name):
+            raise UnknownCollection(f"{name[:80]!r} is not a collection name ({NAME_PATTERN}: lower-case letters, "
+                                    f"digits, '-' and '_', at most 64)")
+        if engine is None:
+            where = f" in {self.folder}" if self.folder else ""
+            raise UnknownCollection(f"no collection named {name!r}{where}; collections: "
+                                    f"{', '.join(sorted(self.engines)) or 'none'}")
+        return engine
+
+    def default(self) -> Engine:
+        name = self.default_name()
+        if name is None:
+            wanted = self.settings.default_collection
+            raise UnknownCollection(
+                f"STRATA_DEFAULT_COLLECTION={wanted!r} is not a collection" if wanted else
+                f"no default collection: {len(self.engines)} collections and none named {DEFAULT!r}; use "
+                f"/collections/NAME/… or set STRATA_DEFAULT_COLLECTION")
+        return self.engines[name]
+
+    def names(self) -> list[str]:
+        return sorted(self.engines)
+
+    # -- lifecycle --------------------------------------------------------------------------------------------------
+    def _add(self, source: Source) -> Engine:
+        s = self.settings.model_copy(update={"index_root": source.root} | (
+            {"model_dir": None} if self.folder is not None else {}))  # each collection pairs with its own encoder
+        backend = self._backend or make_backend(s)
+        # the unlabelled metrics follow the default collection (which discovery may add later)
+        engine = Engine(s, self.metrics, backend, self.tracing, scheduler=self.scheduler, name=source.name,
+                        primary=lambda: self.default_name() == source.name)
+        self.engines[source.name] = engine
+        log.info("collection %s: %s", source.name, source.root)
+        return engine
+
+    async def start(self) -> None:
+        await self.scheduler.start()
+        for engine in list(self.engines.values()):  # one at a time: a shared encoder is loaded by the first
+            await engine.start(signals=False)
+        self._started = True
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # no signals off the main thread
+            loop.add_signal_handler(signal.SIGHUP, self._spawn, self._reload_all)
+            self._sighup = True
+        if self.folder is not None and self.settings.watch_interval_s > 0:
+            self._spawn(self._watch)
+
+    async def stop(self) -> None:
+        if self._sighup:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.scheduler.stop()  # the batches running finish first: they hold leases on the collections
+        for engine in self.engines.values():
+            await engine.stop()
+
+    async def discover(self) -> list[str]:
+        """Serve the collections that appeared in the folder since the last look; their names."""
+        if self.folder is None:
+            return []
+        sources, skipped = await asyncio.to_thread(scan, self.folder)
+        for name, why in skipped.items():
+            if self.skipped.get(name) != why:
+                log.warning("collections: skipped %s: %s", name, why)
+        self.skipped = skipped
+        added = []
+        for source in sources:
+            if source.name not in self.engines:
+                engine = self._add(source)
+                if self._started:
+                    await engine.start(signals=False)
+                added.append(source.name)
+                log.info("collections: serving new collection %s", source.name)
+        return added
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.watch_interval_s)
+            try:
+                await self.discover()
+            except Exception:  # noqa: BLE001 (the watcher must outlive any one failed look)
+                log.exception("collections watcher: discovery failed")
+
+    async def _reload_all(self) -> None:
+        await self.discover()
+        for engine in list(self.engines.values()):
+            await engine.swapper.attempt("sighup", retry=True)
+
+    def _spawn(self, start: Callable[[], Coroutine[object, object, object]]) -> None:
+        task = asyncio.get_running_loop().create_task(start())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)

@@ -1,0 +1,120 @@
+"""The models `/v1` serves when there are several collections: each distinct encoder once, under a stable id.
+
+Ids (decided so that a client's stored id means one encoder's vectors):
+- the default collection's encoder keeps its id of one root (`STRATA_MODEL_NAME`, else `strata-<dim>`, see `names`);
+- every other distinct encoder is listed as `strata-<dim>@<collection>`, `<collection>` the first collection (by
+  name) that pairs with it: two encoders of the same dimension never share an id;
+- `strata-<dim>@<name>` names collection `<name>`'s encoder, whichever it is, and is always accepted: the id to pin
+  when a client wants "the model of collection X" across added collections; the encoder folder names and the
+  aliases of each collection (`names`) are accepted too.
+
+Access: a key restricted to collections (`service.auth`) sees and uses an encoder only through a collection it may
+read; `may_read` is the key's test. A name that only an unreadable collection answers to is `Forbidden`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from service.engine.collections import Collections
+from service.engine.engine import Engine, ServedModel
+from service.engine.errors import EngineError, NotReady
+from service.engine.names import DimensionChanged, UnknownModel
+
+
+class Forbidden(EngineError):
+    """The name is served, but only by collections the key may not read (the HTTP layer answers 403)."""
+
+
+@dataclass(frozen=True)
+class ListedModel:
+    model: ServedModel  # `name` is its listed id
+    collections: list[str]  # those pairing with it, by name
+
+
+def listed(collections: Collections) -> list[ListedModel]:
+    """Each distinct encoder of the ready collections, default collection's first."""
+    default = collections.default_name()
+    order = ([default] if default else []) + [n for n in collections.names() if n != default]
+    groups: dict[int, tuple[ServedModel, list[str]]] = {}
+    for name in order:
+        engine = collections.engines[name]
+        searcher = engine.leases.current
+        if searcher is None:
+            continue
+        key = id(searcher.encoder)
+        if key not in groups:
+            served = engine.served_model()
+            if name != default:
+                served = ServedModel(f"strata-{served.dim}@{name}", served.encoder, served.dim, served.max_length,
+                                     served.pooling, served.exported_at)
+            groups[key] = (served, [])
+        groups[key][1].append(name)
+    return [ListedModel(m, names) for m, names in groups.values()]
+
+
+def resolve(collections: Collections, asked: str, may_read: Callable[[str], bool]) -> tuple[Engine, ServedModel]:
+    """The collection whose encoder answers `asked`, and the model as listed; raises UnknownModel,
+    DimensionChanged, Forbidden or NotReady."""
+    models = listed(collections)
+    if not models and collections.engines:
+        engine = collections.default() if collections.default_name() else next(iter(collections.engines.values()))
+        raise NotReady(engine.not_ready_reason())
+    forbidden = False
+    base, at, name = asked.partition("@")
+    if at and name in collections.engines:  # strata-<dim>@<collection>
+        engine = collections.engines[name]
+        if not may_read(name):
+            raise Forbidden(f"this API key may not use collection {name!r}")
+        served = engine.served_model()
+        if base == f"strata-{served.dim}":
+            return engine, _as_listed(models, engine, served)
+        if base.startswith("strata-"):
+            raise DimensionChanged(asked, _dim(base), f"strata-{served.dim}@{name}", served.dim, served.encoder)
+        raise UnknownModel(asked, f"strata-{served.dim}@{name}")
+    for m in models:
+        if m.model.name == asked:
+            readable = [n for n in m.collections if may_read(n)]
+            if readable:
+                engine = collections.engines[readable[0]]
+                return engine, m.model
+            forbidden = True
+    # aliases: the default collection's first (its DimensionChanged and aliases behave as with one root)
+    default = collections.default_name()
+    order = ([default] if default else []) + [n for n in collections.names() if n != default]
+    first_error: EngineError | None = None
+    for name in order:
+        engine = collections.engines[name]
+        if engine.leases.current is None:
+            continue
+        try:
+            served = engine.served_model(asked)
+        except (UnknownModel, DimensionChanged) as exc:
+            if name == default and isinstance(exc, DimensionChanged) and first_error is None:
+                first_error = exc
+            continue
+        if not may_read(name):
+            forbidden = True
+            continue
+        return engine, _as_listed(models, engine, served)
+    if forbidden:
+        raise Forbidden(f"the model `{asked}` is served only for collections this API key may not use")
+    if first_error is not None:
+        raise first_error
+    readable = [m.model.name for m in models if any(may_read(n) for n in m.collections)]
+    raise UnknownModel(asked, ", ".join(f"`{r}`" for r in readable).strip("`") or "no model you may use")
+
+
+def _as_listed(models: list[ListedModel], engine: Engine, served: ServedModel) -> ServedModel:
+    for m in models:
+        if engine.name in m.collections:
+            return m.model
+    return served
+
+
+def _dim(base: str) -> int:
+    try:
+        return int(base.removeprefix("strata-"))
+    except ValueError:
+        return 0

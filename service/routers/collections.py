@@ -1,0 +1,100 @@
+"""Collections: `GET /collections`, `GET /collections/{name}`, and each collection's search, writes and reload
+(`/collections/{name}/search`, `PUT /collections/{name}/documents`, `POST /collections/{name}/documents/delete`,
+`POST /collections/{name}/admin/reload`): the same bodies and answers as the routes without `/collections/{name}`,
+which serve the default collection. An unknown collection is a 404 naming the ones served; so is a name that
+cannot be a collection's, saying why. Keys restricted to collections (`service.auth`) see only theirs."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Request, Response
+
+from service.auth import READ
+from service.collection_schemas import CollectionInfo, CollectionList
+from service.deps import CollectionsDep, StatsDep, collection_stats
+from service.engine import Engine
+from service.engine.collections import NAME_PATTERN, Collections
+from service.engine.models import listed
+from service.routers.admin import FORCE, run_reload
+from service.routers.documents import WRITE_ERRORS, run_delete, run_upsert
+from service.routers.search import run_search
+from service.schemas import (
+    DeleteRequest,
+    DeleteResponse,
+    ReloadResponse,
+    SearchRequest,
+    SearchResponse,
+    SwapRefusal,
+    UpsertRequest,
+    UpsertResponse,
+)
+
+router = APIRouter(prefix="/collections", tags=["collections"],
+                   responses={404: {"description": "no collection of that name"}})
+
+# no `pattern` in the schema: a name that cannot be a collection's is answered like an unknown one (404, with why)
+Name = Annotated[str, Path(description=f"a collection's name (its folder's: {NAME_PATTERN})")]
+
+
+def describe(collections: Collections, engine: Engine) -> CollectionInfo:
+    s = engine.status()
+    r = s.refused
+    refused = SwapRefusal(version=r.version, kind=r.kind, reason=r.reason, at=r.at) if r else None
+    info = CollectionInfo(name=engine.name, default=engine.name == collections.default_name(), ready=s.ready,
+                          reason=s.reason, swap_refused=refused)
+    if not s.ready or s.manifest is None:
+        return info
+    m = s.manifest
+    model = next((lm.model for lm in listed(collections) if engine.name in lm.collections), None)
+    served = engine.served_model()
+    return info.model_copy(update={
+        "documents": s.size, "version": s.version, "since": s.since, "encoder": served.encoder,
+        "model": model.name if model else served.name, "dim": served.dim, "pooling": served.pooling,
+        "index_kind": m.index.kind, "default_mode": m.search_mode(),
+        "mrr_at_10": m.eval.mrr_at_10 if m.eval else None, "ndcg_at_10": m.eval.ndcg_at_10 if m.eval else None})
+
+
+def _may_read(request: Request, name: str) -> bool:
+    grants = getattr(request.state, "grants", None)
+    return grants is None or grants.may(READ, name)
+
+
+@router.get("", response_model=CollectionList)
+async def list_collections(request: Request, collections: CollectionsDep) -> CollectionList:
+    """The collections served (those this API key may read), with their size, encoder, index kind, version and
+    quality figures."""
+    return CollectionList(default=collections.default_name(),
+                          collections=[describe(collections, collections.engines[n]) for n in collections.names()
+                                       if _may_read(request, n)])
+
+
+@router.get("/{name}", response_model=CollectionInfo)
+async def get_collection(name: Name, collections: CollectionsDep) -> CollectionInfo:
+    """One collection (403 for a key that may not read it, 404 when there is none of that name)."""
+    return describe(collections, collections.get(name))
+
+
+@router.post("/{name}/search", response_model=SearchResponse, response_model_exclude_none=True)
+async def search(name: Name, body: SearchRequest, request: Request, collections: CollectionsDep,
+                 stats: StatsDep) -> Response:
+    """`POST /search` on this collection."""
+    return await run_search(body, collections.get(name), [stats, collection_stats(request, name)])
+
+
+@router.put("/{name}/documents", response_model=UpsertResponse, responses=WRITE_ERRORS, tags=["documents"])
+async def upsert(name: Name, body: UpsertRequest, collections: CollectionsDep) -> UpsertResponse:
+    """`PUT /documents` on this collection: logged in its own write log, served by its versions."""
+    return await run_upsert(body, collections.get(name))
+
+
+@router.post("/{name}/documents/delete", response_model=DeleteResponse, responses=WRITE_ERRORS, tags=["documents"])
+async def delete(name: Name, body: DeleteRequest, collections: CollectionsDep) -> DeleteResponse:
+    """`POST /documents/delete` on this collection."""
+    return await run_delete(body, collections.get(name))
+
+
+@router.post("/{name}/admin/reload", response_model=ReloadResponse, responses={409: {"model": ReloadResponse}})
+async def reload(name: Name, collections: CollectionsDep, force: bool = FORCE) -> ReloadResponse:
+    """`POST /admin/reload` on this collection: swap to what its `current` points to, behind its own gates."""
+    return await run_reload(collections.get(name), force)

@@ -1,0 +1,115 @@
+"""The shared scheduler with real collections (real ONNX encoders, FAISS indexes built by the indexer): collections
+built with one encoder share one loaded encoder and one micro-batch, and each is answered from its own index, as
+it is when searched alone; a collection with another encoder is batched apart."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from indexer.build import BuildConfig, build
+from service.engine.collections import Collections
+from service.metrics import Metrics
+from service.settings import Settings
+
+TEXTS = {
+    "alpha": [f"how do I learn {w} quickly" for w in ("python", "guitar", "cooking", "chess", "french", "piano")],
+    "beta": [f"where is the best {w} in india" for w in ("road", "food", "sea", "horse", "car", "school")],
+    "gamma": [f"dog cat {w} sky blue" for w in ("sea", "green", "road", "car", "horse", "food")],
+}
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory, minilm_mean: Path, tiny_exported: Path,
+           tiny_checkpoint: Path) -> Path:
+    """alpha and beta: MiniLM; gamma: the tiny BERT with CLS pooling; delta: the tiny BERT with mean pooling (another
+    encoder of gamma's dimension)."""
+    from models.export import export_encoder
+
+    d = tmp_path_factory.mktemp("scheduler-collections")
+    tiny_mean = d.parent / "tiny-mean"
+    export_encoder(tiny_checkpoint, tiny_mean, pooling="mean")
+    models = {"alpha": minilm_mean, "beta": minilm_mean, "gamma": tiny_exported, "delta": tiny_mean}
+    for name, texts in (TEXTS | {"delta": TEXTS["gamma"]}).items():
+        data = d.parent / f"{name}.jsonl"
+        data.write_text("".join(json.dumps({"id": f"{name}-{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
+        build(BuildConfig(model_dir=models[name], data=str(data), root=d / name, index="flat", threads=1,
+                          evaluate=False, default_mode="dense"))
+    return d
+
+
+def batch_sizes(metrics: Metrics) -> list[float]:
+    """Every micro-batch's texts, from the histogram: the upper bound of the bucket each fell in."""
+    sizes: list[float] = []
+    below = 0.0
+    for family in metrics.registry.collect():
+        if family.name != "strata_batch_texts":
+            continue
+        for s in family.samples:
+            if s.name.endswith("_bucket") and s.labels["le"] != "+Inf":
+                sizes += [float(s.labels["le"])] * int(s.value - below)
+                below = s.value
+    return sizes
+
+
+def test_collections_on_one_encoder_share_its_session_and_its_batches(folder: Path) -> None:
+    settings = Settings(collections_dir=folder, workers=1, threads=1, watch_interval_s=0, micro_batching=True)
+
+    async def scenario() -> None:
+        metrics = Metrics()
+        collections = Collections(settings, metrics)
+        await collections.start()
+        try:
+            a, b, g = (collections.get(n) for n in ("alpha", "beta", "gamma"))
+            assert collections.scheduler.encoders.loads == 3  # MiniLM once for alpha and beta, two tiny BERTs
+            assert a.leases.current.encoder is b.leases.current.encoder
+            assert g.leases.current.encoder is not a.leases.current.encoder
+            queries = [(name, text) for name in TEXTS for text in TEXTS[name][:4]]
+            alone = [await collections.get(n).search([q], 3) for n, q in queries]  # one request at a time
+            before = len(batch_sizes(metrics))
+            together = await asyncio.gather(*(collections.get(n).search([q], 3) for n, q in queries))
+            for (name, query), x, y in zip(queries, alone, together, strict=True):
+                assert [h.ext_id for h in x.hits[0]] == [h.ext_id for h in y.hits[0]], (name, query)
+                assert all(h.ext_id.startswith(name) for h in y.hits[0])
+                np.testing.assert_allclose([h.score for h in x.hits[0]], [h.score for h in y.hits[0]], atol=1e-5)
+            concurrent = batch_sizes(metrics)[before:]
+            # a run held more texts than any one collection sent (4): alpha's and beta's shared it
+            assert max(concurrent) > 4, concurrent
+        finally:
+            await collections.stop()
+
+    asyncio.run(scenario())
+
+
+def test_two_encoders_of_one_dimension_get_distinct_model_ids(folder: Path) -> None:
+    """/v1 ids: with no default collection every encoder is `strata-<dim>@<first collection>`; gamma's and delta's
+    encoders (both 32-dimensional) are two models, each resolved to its own collection, and `strata-<dim>@<name>`
+    names a collection's encoder."""
+    from service.engine.models import listed, resolve
+
+    settings = Settings(collections_dir=folder, workers=1, threads=1, watch_interval_s=0)
+
+    async def scenario() -> None:
+        collections = Collections(settings, Metrics())
+        await collections.start()
+        try:
+            assert collections.default_name() is None  # four collections, none named default
+            ids = {m.model.name: m.collections for m in listed(collections)}
+            dim = collections.get("gamma").served_model().dim
+            assert ids == {"strata-384@alpha": ["alpha", "beta"], f"strata-{dim}@delta": ["delta"],
+                           f"strata-{dim}@gamma": ["gamma"]}
+            everyone = lambda name: True  # noqa: E731
+            assert resolve(collections, f"strata-{dim}@delta", everyone)[0].name == "delta"
+            assert resolve(collections, f"strata-{dim}@gamma", everyone)[0].name == "gamma"
+            assert resolve(collections, "strata-384@beta", everyone)[0].name == "beta"
+            vectors = {n: (await resolve(collections, f"strata-{dim}@{n}", everyone)[0].encode(["dog cat"])).vectors
+                       for n in ("gamma", "delta")}
+            assert not np.allclose(vectors["gamma"], vectors["delta"])  # two encoders, two kinds of vectors
+        finally:
+            await collections.stop()
+
+    asyncio.run(scenario())
