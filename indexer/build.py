@@ -19,7 +19,7 @@ import numpy as np
 
 from indexer.calibrate import calibrate_index, calibration_target
 from indexer.corpus import detect_format
-from indexer.evaluate import evaluate
+from indexer.eval_modes import evaluate_modes
 from indexer.ingest import build_corpus, data_path, source_for, warn_if_shrinking
 from indexer.probes import Probes, load_probes, make_probes, quora_probe_candidates, save_probes
 from indexer.quora import Protocol, load_split
@@ -195,8 +195,9 @@ def save_and_evaluate(stage: Path, manifest: Manifest, t_start: float, *, evalua
             manifest.save(stage)
         elif target_recall is not None:
             log.info("a %s index searches exactly: nothing to calibrate for --target-recall", opened.kind)
-        if evaluate_it:
-            manifest.eval = evaluate(opened, threads=threads)
+        if evaluate_it:  # every mode the version serves; `eval` stays dense's (what a swap gate compares)
+            manifest.eval_modes = evaluate_modes(opened, threads=threads)
+            manifest.eval = manifest.eval_modes["dense"]
             manifest.save(stage)
     finally:
         opened.close()

@@ -38,7 +38,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory, minilm_mean: Path, tiny_expor
                 "--threads", "2", "--no-eval")
         assert r.returncode == 0, r.stderr
         run = tmp / f"{name}.run"
-        r = cli("eval", "--root", str(root), "--run-out", str(run), "--exact-all", "--json")
+        # dense alone: one mode writes FILE and FILE.exact (every mode: tests/indexer/test_eval_modes.py)
+        r = cli("eval", "--root", str(root), "--run-out", str(run), "--exact-all", "--modes", "dense", "--json")
         assert r.returncode == 0, r.stderr
         out[name] = {"root": root, "run": run, "eval": json.loads(r.stdout), "stderr": r.stderr}
     return out
