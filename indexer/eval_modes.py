@@ -325,6 +325,6 @@ def format_modes(figures: dict[str, EvalFigures]) -> str:
             d_mrr = (f.mrr_at_10 if f.mrr_at_10_on_exact_sample is None else f.mrr_at_10_on_exact_sample) - \
                 f.exact_mrr_at_10
             vs = f"index vs exact: {d_ndcg}MRR@10 {d_mrr * 100:+.2f}, top-10 overlap {f.ann_recall_at_10:.4f}"
-        how = "" if f.fusion is None else " (" + ", ".join(f"{k} {v}" for k, v in f.fusion.items()) + ")"
-        lines.append(f"{mode + how:<24} {ndcg}MRR@10 {f.mrr_at_10 * 100:.2f}  {vs}  {f.avg_retrieval_ms:.3f} ms/query")
+        how = "" if f.fusion is None else " (" + " ".join(str(v) for v in f.fusion.values()) + ")"
+        lines.append(f"{mode + how:<21} {ndcg}MRR@10 {f.mrr_at_10 * 100:.2f}  {vs}  {f.avg_retrieval_ms:.3f} ms/query")
     return "\n".join(lines)
