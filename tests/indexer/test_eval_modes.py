@@ -69,7 +69,8 @@ def hand_bm25(docs: dict[str, str], query: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for d, terms in tok.items():
         tf = Counter(terms)
-        s = sum(math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) * tf[t] / (tf[t] + K1 * (1 - B + B * len(terms) / avgdl))
+        norm = K1 * (1 - B + B * len(terms) / avgdl)
+        s = sum(math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) * tf[t] / (tf[t] + norm)
                 for t in re.findall(r"\b\w\w+\b", query.lower()) if tf[t])
         if s > 0:
             out[d] = s
