@@ -572,7 +572,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("eval", help="MRR@10, Recall@10, exact MRR@10, ms/query and memory of a version",
                        description="Evaluate a version on its stored queries (prints the paper's Table 3 row), or "
-                       "with --queries/--qrels on your own; stores the figures in its manifest.")
+                       "with --queries/--qrels on your own, for every /search mode it serves (dense, lexical, hybrid; "
+                       "--modes to choose; docs/evaluation.md); stores the figures in its manifest.")
     root_arg(e)
     e.add_argument("--version", help="version to evaluate (default: current)")
     e.add_argument("--nprobe", type=int, default=None, help="IVF: override nprobe (default: the manifest's)")

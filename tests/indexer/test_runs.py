@@ -194,16 +194,22 @@ def test_quora_protocol_run_comes_with_its_qrels(quora_root: Path, tmp_path: Pat
     figures = json.loads(r.stdout)
     qrels_file = Path(f"{run}.qrels")
     assert qrels_file.is_file() and f"wrote qrels {qrels_file}" in r.stderr
-    c = compare_runs(read_run(run), read_run(run), read_qrels(qrels_file))
-    assert c.queries == figures["n_queries"] == Manifest.load(IndexRoot(root).current_dir()).data.n_queries
-    assert c.measures["mrr_at_10"].a == pytest.approx(figures["mrr_at_10"], abs=1e-6)
+    # every mode the version serves, one run each (FILE.{mode}); each scores as its figures say
+    assert set(figures["runs"]) == {"dense", "dense.exact", "lexical", "hybrid", "hybrid.exact"}
+    for mode in ("dense", "lexical", "hybrid"):
+        mode_run = read_run(Path(f"{run}.{mode}"))
+        c = compare_runs(mode_run, mode_run, read_qrels(qrels_file))
+        assert c.queries == figures["n_queries"] == Manifest.load(IndexRoot(root).current_dir()).data.n_queries
+        assert c.measures["mrr_at_10"].a == pytest.approx(figures["modes"][mode]["mrr_at_10"], abs=1e-6), mode
+    assert figures["modes"]["dense"]["mrr_at_10"] == figures["mrr_at_10"]
 
 
 def test_run_out_with_your_own_queries_matches_the_stored_set(runs: dict[str, Any], tmp_path: Path) -> None:
     """`--queries DIR --run-out` (queries encoded now) writes the same ranking as the build's stored queries."""
     got = runs["minilm"]
     run = tmp_path / "own.run"
-    r = cli("eval", "--root", str(got["root"]), "--queries", str(runs["beir"]), "--run-out", str(run), "--exact-all")
+    r = cli("eval", "--root", str(got["root"]), "--queries", str(runs["beir"]), "--run-out", str(run), "--exact-all",
+            "--modes", "dense")
     assert r.returncode == 0, r.stderr
     assert f"wrote run {run} (dense, index, {len(runs['made']['dups'])} queries, tag strata.dense)" in r.stdout
     assert [f[:4] for f in _lines(run)] == [f[:4] for f in _lines(got["run"])]
