@@ -200,7 +200,10 @@ def test_quora_protocol_run_comes_with_its_qrels(quora_root: Path, tmp_path: Pat
         mode_run = read_run(Path(f"{run}.{mode}"))
         c = compare_runs(mode_run, mode_run, read_qrels(qrels_file))
         assert c.queries == figures["n_queries"] == Manifest.load(IndexRoot(root).current_dir()).data.n_queries
-        assert c.measures["mrr_at_10"].a == pytest.approx(figures["modes"][mode]["mrr_at_10"], abs=1e-6), mode
+        # trec_eval (ir_measures) orders equal scores by document id, Strata by FAISS id: BM25 gives identical
+        # questions identical scores, so lexical (and hybrid, through it) may differ by those ties alone
+        tol = 1e-6 if mode == "dense" else 5e-3
+        assert c.measures["mrr_at_10"].a == pytest.approx(figures["modes"][mode]["mrr_at_10"], abs=tol), mode
     assert figures["modes"]["dense"]["mrr_at_10"] == figures["mrr_at_10"]
 
 
