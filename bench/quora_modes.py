@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from indexer.runtime.layout import IndexRoot  # noqa: E402
-from indexer.runtime.manifest import Manifest  # noqa: E402
+from indexer.runtime.manifest import EvalFigures, Manifest  # noqa: E402
 
 # What the README states for the served demo today (BERT-LC layers:0,6 int8 through its IVF index, MRR@10 × 100),
 # from bench/results/encoder-choice-20261124T215444Z.md; and the adapted encoder the demo swaps to after training.
@@ -34,11 +34,45 @@ README_SERVED = {"paper": 73.47, "heldout": 71.40}
 README_ADAPTED = {"paper": 73.80, "heldout": 72.02}
 
 
+def evaluate_now(folder: Path) -> dict[str, object]:
+    """Dense, lexical and hybrid MRR@10 of a version folder computed now, with the functions `indexer.eval_modes`
+    uses (the same rankings and figures as the build's evaluation) but batch searches only, without its
+    single-query timing loops: for a version whose build is still timing them (a staged folder) on a loaded
+    machine. Returns {mode: (index MRR@10, exact MRR@10)} and the knobs."""
+    from indexer.eval_modes import _fused, _lexical_lists, _quora_queries
+    from indexer.evaluate import drop_self_scored, search_knobs
+    from indexer.runtime.fusion import HYBRID_DEPTH, Fusion
+    from indexer.runtime.version import IndexVersion
+
+    v = IndexVersion(folder)
+    try:
+        q, qvecs = _quora_queries(v, None)
+        knobs = search_knobs(v)
+        depth = HYBRID_DEPTH + q.extra
+        ds, di = v.ann.search(qvecs, depth, knobs=knobs)
+        es, ei = v.ann.exact_search(qvecs, depth)
+        if q.extra:
+            di, ds = drop_self_scored(di, ds, q.self_ids, HYBRID_DEPTH)
+            ei, es = drop_self_scored(ei, es, q.self_ids, HYBRID_DEPTH)
+        ls, li, _ = _lexical_lists(v, q, HYBRID_DEPTH)
+        _, hi, _ = _fused(Fusion(), (ds, di), (ls, li), 10)
+        _, xi, _ = _fused(Fusion(), (es, ei), (ls, li), 10)
+        mrr = lambda ids: q.metrics(ids)["mrr_at_10"]  # noqa: E731
+        return {"dense": (mrr(di[:, :10]), mrr(ei[:, :10])), "lexical": (mrr(li[:, :10]),) * 2,
+                "hybrid": (mrr(hi), mrr(xi)), "nprobe": knobs.get("nprobe"), "n_queries": len(q.texts),
+                "n_docs": v.ntotal, "manifest": v.manifest}
+    finally:
+        v.close()
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--root", action="append", required=True, metavar="PROTOCOL=DIR",
                    help="an index root built with `indexer build --protocol PROTOCOL` (repeat per protocol)")
     p.add_argument("--command", default="", help="the build commands, recorded in the results")
+    p.add_argument("--evaluate", action="append", default=[], metavar="PROTOCOL=VERSION_DIR",
+                   help="compute a version folder's figures now (batch searches, no timing: `evaluate_now`) instead "
+                   "of reading its manifest's (repeatable)")
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     a = p.parse_args()
     now = datetime.now(timezone.utc)
@@ -53,15 +87,26 @@ def main() -> int:
              "hybrid exact | hybrid − dense | README served (dense) | default (hybrid) − README |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     verdicts = []
-    for spec in a.root:
+    for spec in [*a.root, *(f"{e}#now" for e in a.evaluate)]:
         protocol, _, folder = spec.partition("=")
-        m = Manifest.load(IndexRoot(Path(folder)).current_dir())
-        ev = m.eval_modes
+        if folder.endswith("#now"):
+            now_figs = evaluate_now(Path(folder.removesuffix("#now")))
+            m = now_figs["manifest"]
+            ev = {mode: EvalFigures(mrr_at_10=now_figs[mode][0], exact_mrr_at_10=now_figs[mode][1],
+                                    recall_at_10=0.0, ann_recall_at_10=0.0, avg_retrieval_ms=0.0, batch_size=0,
+                                    threads=0, nprobe=now_figs["nprobe"], memory_gb=0.0,
+                                    n_queries=now_figs["n_queries"], n_docs=now_figs["n_docs"], measured_at=now)
+                  for mode in ("dense", "lexical", "hybrid")}
+            protocol += " (computed now: `--evaluate`)"
+        else:
+            m = Manifest.load(IndexRoot(Path(folder)).current_dir())
+            ev = m.eval_modes
         if not {"dense", "lexical", "hybrid"} <= ev.keys():
             raise SystemExit(f"{folder}: its manifest has no per-mode figures ({sorted(ev)}); build it with today's "
                              "`indexer build` (lexical index on, evaluation on)")
         d, lx, h = ev["dense"], ev["lexical"], ev["hybrid"]
-        readme = README_SERVED.get(protocol)
+        protocol_key = protocol.split(" ")[0]
+        readme = README_SERVED.get(protocol_key)
         served = h if m.search_mode() == "hybrid" else d
         gap = "—" if readme is None else f"{served.mrr_at_10 * 100 - readme:+.2f}"
         lines.append(f"| {protocol} | {d.n_queries:,} / {d.n_docs:,} | {d.nprobe} | {d.mrr_at_10 * 100:.2f} | "
@@ -74,7 +119,7 @@ def main() -> int:
                         + ("" if readme is None else
                            f"{'below' if served.mrr_at_10 * 100 < readme else 'not below'} the README's served "
                            f"{readme} (dense, BERT-LC int8 at the nprobe of --target-recall 0.95); the adapted "
-                           f"encoder the demo swaps to after training: {README_ADAPTED[protocol]}.")
+                           f"encoder the demo swaps to after training: {README_ADAPTED[protocol_key]}.")
                         + f" Version {m.version}, encoder {Path(m.model.dir).name} ({m.model.pooling}, "
                           f"{m.model.onnx_sha256[:12]}).")
     text = "\n".join(lines + [""] + verdicts) + "\n"
