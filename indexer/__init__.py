@@ -3,7 +3,7 @@ FAISS indexes (the `indexer` CLI).
 
 Owns: the build pipeline (`build`, `add`, `compact`, `ray_build`, `ray_embed`, `ray_input`, `shards`), the Quora
 loader and evaluation protocols (`quora`), evaluation sets from queries + qrels files (`evalset`), retrieval
-metrics (`metrics`, `evaluate`), TREC run files (`runs`) and their paired comparison (`compare`), the index sweep
+metrics (`metrics`, `evaluate`; per `/search` mode: `eval_modes`), TREC run files (`runs`) and their paired comparison (`compare`), the index sweep
 (`tune`), the per-encoder calibration of nprobe/ef_search (`calibrate`) on query-like probes (`probes`) and
 the CLI (`cli`, `console`). The torch-free runtime it builds on — encoder runtime, FAISS wrapper, version
 layout, manifest, store, atomic writes, paths — is the `indexer.runtime` subpackage, which `service` and
