@@ -22,6 +22,13 @@ nDCG@10 is within 0.3 of MTEB's all-MiniLM-L6-v2 figure and BM25 within 1.0 of A
 `--bm25-libs` also measures bm25s against tantivy (build time, peak memory, single-query p50, nDCG@10), each in
 its own process, interleaved.
 
+`--latency` adds, per dataset and pooling, the build's documents/s (documents over the manifest's build time:
+reading, encoding, training, adding, calibrating; not the evaluation) and `/search` p50 at 1 client for each
+served mode (dense, lexical, hybrid at the version's default fusion), measured with wrk against `python -m
+service` on 127.0.0.1 (`bench/search_modes_latency.py`'s server start, Lua script and wrk run; the modes' order
+rotating per round), sending the dataset's judged queries cycled. In the tables: dense-index's row carries the
+dense p50, bm25's the lexical one, cc@0.5's (the served default fusion) the hybrid one.
+
 Everything is cached under `--work` (encoders, index roots, query vectors, runs), so an interrupted run resumes;
 results go to `bench/results/beir-<stamp>.{md,json}`. Queries are the qrels' queries with a relevant document;
 a document whose id equals the query's is dropped from every ranking (BEIR's `ignore_identical_ids`).
@@ -34,6 +41,7 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -318,11 +326,59 @@ def paired_ci(a: np.ndarray, b: np.ndarray, n_boot: int, seed: int = 0) -> tuple
     return round(float(diff.mean()), 2), round(float(lo), 2), round(float(hi), 2)
 
 
+# ---------------------------------------------------------------- /search latency (--latency)
+
+SERVED_MODES = ("dense", "lexical", "hybrid")
+# the bench's rows that are what each served mode returns (hybrid: the default fusion, convex alpha 0.5)
+LATENCY_ROW = {"dense-index": "dense", "bm25": "lexical", "cc@0.5": "hybrid"}
+
+
+def search_latency(root: Path, queries: list[str], cache: Path, seconds: float, rounds: int) -> dict[str, object]:
+    """`/search` p50 (ms) at 1 client per served mode over real HTTP with wrk, median of `rounds` rounds, and the
+    build's documents/s from the manifest; cached in `cache`/latency.json."""
+    path = cache / "latency.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    import tempfile
+
+    from bench.search_modes_latency import lua_script, run_wrk, start
+    from indexer.runtime.layout import IndexRoot
+    from indexer.runtime.manifest import Manifest
+
+    m = Manifest.load(IndexRoot(root).current_dir())
+    b = m.build_seconds
+    modes = SERVED_MODES if m.lexical is not None else ("dense",)
+    say(f"latency: {root.name}, {', '.join(modes)} at 1 client, {rounds} x {seconds:g} s each (wrk)")
+    proc, url = start(root, None)
+    p50s: dict[str, list[float]] = {mode: [] for mode in modes}
+    failed = 0
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            scripts = {mode: lua_script(queries, mode, 10, Path(tmp)) for mode in modes}
+            for mode in modes:  # warm-up: ONNX Runtime's first runs, the store's pages
+                run_wrk(url, scripts[mode], 1, 2)
+            for r in range(rounds):
+                for mode in modes[r % len(modes):] + modes[: r % len(modes)]:
+                    res = run_wrk(url, scripts[mode], 1, seconds)
+                    p50s[mode].append(res["p50_ms"])
+                    failed += int(res["non2xx"] + res["errors"])
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+    out = {"p50_ms_1_client": {mode: round(float(np.median(v)), 3) for mode, v in p50s.items()},
+           "rounds_p50_ms": p50s, "failed": failed, "seconds": seconds, "rounds": rounds,
+           "build_docs_per_s": round(m.index.ntotal / max(b.total_s, 1e-9), 1), "build_total_s": round(b.total_s, 1),
+           "load_at_end": round(os.getloadavg()[0], 2)}
+    cache.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out))
+    return out
+
+
 # ---------------------------------------------------------------- one dataset
 
 
 def bench_dataset(folder: Path, work: Path, poolings: list[str], alphas: list[float], n_boot: int,
-                  eta: Eta, cli_eval: bool = True) -> dict[str, object]:
+                  eta: Eta, cli_eval: bool = True, latency: tuple[float, int] | None = None) -> dict[str, object]:
     ds = load_dataset(folder)
     say(f"{ds.name}: {len(ds.doc_ids):,} documents, {len(ds.query_ids):,} judged queries")
     out: dict[str, object] = {"dataset": ds.name, "docs": len(ds.doc_ids), "queries": len(ds.query_ids),
@@ -367,6 +423,8 @@ def bench_dataset(folder: Path, work: Path, poolings: list[str], alphas: list[fl
         cis["dense-index"] = {"vs_dense_exact": list(paired_ci(ix_pq["ndcg_at_10"], ex_pq["ndcg_at_10"], n_boot))}
         out["poolings"][pooling] = {"modes": modes, "ci_ndcg_at_10": cis, "timing": timing, "build": build,
                                     "indexer_eval": cli}
+        if latency is not None:
+            out["poolings"][pooling]["latency"] = search_latency(root, ds.query_texts, pcache, *latency)
         eta.step(f"{ds.name} {pooling}: exact {modes['dense-exact']['ndcg_at_10']} index "
                  f"{modes['dense-index']['ndcg_at_10']} rrf {modes['rrf']['ndcg_at_10']}")
     if len(poolings) > 1 and "mean" in poolings:
@@ -421,19 +479,21 @@ def render(report: dict[str, object]) -> str:
                 f"Anchors (nDCG@10): Anserini BM25 flat {a.get('anserini_bm25_flat') or '—'}, "
                 f"MTEB all-MiniLM-L6-v2 {a.get('mteb_minilm_l6') or '—'}.", ""]
         for pooling, p in res["poolings"].items():
-            t, b = p["timing"], p.get("build", {})
+            t, b, lat = p["timing"], p.get("build", {}), p.get("latency")
             out += [f"### pooling `{pooling}` — IVF nlist {t['nlist']}, nprobe {t['nprobe']}; build "
                     f"{b.get('build_s', '—')} s ({b.get('docs_per_s', '—')} docs/s); index search "
                     f"{t['index_ms_per_query']} ms/query", "",
-                    "| mode | nDCG@10 | MRR@10 | R@100 | Δ nDCG vs dense-index [95 % CI] | Δ nDCG vs BM25 [95 % CI] |",
-                    "|---|---:|---:|---:|---|---|"]
+                    "| mode | nDCG@10 | MRR@10 | R@100 | Δ nDCG vs dense-index [95 % CI] | Δ nDCG vs BM25 [95 % CI] |"
+                    + (" /search p50 ms, 1 client |" if lat else ""),
+                    "|---|---:|---:|---:|---|---|" + ("---:|" if lat else "")]
             for mode, m in p["modes"].items():
                 ci = p["ci_ndcg_at_10"].get(mode, {})
                 vd, vb = ci.get("vs_dense_index"), ci.get("vs_bm25")
                 if mode == "dense-index":
                     vd = ci.get("vs_dense_exact")
                 out.append(f"| {mode} | {m['ndcg_at_10']:.2f} | {m['mrr_at_10']:.2f} | {m['recall_at_100']:.2f} | "
-                           f"{_ci(vd) + (' (vs exact)' if mode == 'dense-index' and vd else '')} | {_ci(vb)} |")
+                           f"{_ci(vd) + (' (vs exact)' if mode == 'dense-index' and vd else '')} | {_ci(vb)} |"
+                           + (f" {_p50(lat, mode)} |" if lat else ""))
             if "ci_vs_mean_exact" in p:
                 out.append(f"\nExact nDCG@10 vs `mean` exact: {_ci(p['ci_vs_mean_exact'])}.")
             cli = p.get("indexer_eval") or {}
@@ -449,6 +509,20 @@ def render(report: dict[str, object]) -> str:
         for row in report["bm25_libs"]:
             out.append(f"| {row['dataset']} | {row['library']} | {row['build_s']} | {row.get('index_rss_mib', '—')} | "
                        f"{row['query_p50_ms']} | {row['ndcg_at_10']} |")
+        out.append("")
+    lat_rows = [(r["dataset"], pooling, p["latency"]) for r in report["datasets"]
+                for pooling, p in r["poolings"].items() if p.get("latency")]
+    if lat_rows:
+        out += ["## Build speed and `/search` p50 at 1 client (`--latency`)", "",
+                "wrk, 1 connection, the dataset's judged queries cycled, top_k 10, median of the rounds (modes "
+                "interleaved); the machine's 2 cores are shared, so compare modes within a row.", "",
+                "| dataset | pooling | build docs/s | dense p50 ms | lexical p50 ms | hybrid p50 ms | hybrid / dense | "
+                "load |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+        for name, pooling, lat in lat_rows:
+            p50 = lat["p50_ms_1_client"]
+            ratio = f"{p50['hybrid'] / p50['dense']:.2f}" if "hybrid" in p50 else "—"
+            out.append(f"| {name} | {pooling} | {lat['build_docs_per_s']} | {p50.get('dense', '—')} | "
+                       f"{p50.get('lexical', '—')} | {p50.get('hybrid', '—')} | {ratio} | {lat['load_at_end']} |")
         out.append("")
     out += ["## Average over datasets (nDCG@10)", "", "| pooling | mode | mean nDCG@10 |", "|---|---|---:|"]
     for pooling in report["poolings"]:
@@ -493,6 +567,12 @@ def target_lines(report: dict[str, object]) -> list[str]:
     return out
 
 
+def _p50(lat: dict[str, object], row: str) -> str:
+    mode = LATENCY_ROW.get(row)
+    got = lat["p50_ms_1_client"].get(mode) if mode else None  # type: ignore[union-attr]
+    return f"{got:.3f} ({mode})" if got is not None else ""
+
+
 def _ci(v: list[float] | None) -> str:
     return "" if not v else f"{v[0]:+.2f} [{v[1]:+.2f}, {v[2]:+.2f}]"
 
@@ -516,6 +596,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bm25-libs", action="store_true", help="also compare bm25s and tantivy (bench/bm25_libs.py)")
     p.add_argument("--no-cli-eval", action="store_true",
                    help="skip `indexer eval` (report the figures `indexer build` stored) — for large query sets")
+    p.add_argument("--latency", action="store_true",
+                   help="also measure build documents/s and /search p50 at 1 client per served mode with wrk")
+    p.add_argument("--latency-seconds", type=float, default=5.0, help="wrk seconds per mode and round (default 5)")
+    p.add_argument("--latency-rounds", type=int, default=3, help="rounds, the modes interleaved (default 3)")
     p.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results", help="results folder")
     p.add_argument("--render", type=Path, help="print the Markdown of a results JSON and exit")
     p.add_argument("--merge", type=Path, nargs="+", metavar="JSON",
@@ -548,6 +632,8 @@ def main(argv: list[str] | None = None) -> int:
     # the layer-combination pooling contains a comma: rejoin "layers:0" + "6"
     poolings = _join_layers(poolings)
     alphas = [float(a) for a in args.alphas.split(",")]
+    if args.latency and shutil.which("wrk") is None:
+        p.error("--latency needs wrk (Debian's): apt-get install -y wrk")
     args.work.mkdir(parents=True, exist_ok=True)
     eta = Eta(len(folders) * (1 + len(poolings)) + (len(folders) if args.bm25_libs else 0))
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -556,7 +642,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared), load {os.getloadavg()[0]:.1f} at start",
         "bootstrap": args.bootstrap, "poolings": poolings, "alphas": alphas, "datasets": [], "checks": []}
     for folder in folders:
-        res = bench_dataset(folder, args.work, poolings, alphas, args.bootstrap, eta, cli_eval=not args.no_cli_eval)
+        res = bench_dataset(folder, args.work, poolings, alphas, args.bootstrap, eta, cli_eval=not args.no_cli_eval,
+                            latency=(args.latency_seconds, args.latency_rounds) if args.latency else None)
         report["datasets"].append(res)
         report["checks"] += checks(res)
         for line in checks(res):

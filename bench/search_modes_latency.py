@@ -136,6 +136,7 @@ def main() -> int:
     if not queries:
         raise SystemExit(f"{folder} has no stored queries to send")
 
+    load_start = os.getloadavg()[0]
     proc, url = start(a.root, a.threads)
     runs: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
     try:
@@ -170,7 +171,9 @@ def main() -> int:
              f"Index {manifest.version}: {manifest.index.factory}, nprobe {manifest.index.nprobe}, "
              f"{manifest.model.pooling} pooling ({Path(manifest.model.dir).name}); lexical {lx.engine} "
              f"{lx.engine_version}, BM25 k1={lx.k1} b={lx.b}, stemmer {lx.stemmer}, stopwords {lx.stopwords}, "
-             f"{lx.n_docs:,} documents, {lx.vocabulary:,} terms. Hybrid: RRF k=60 over the top 100 of each.", "",
+             f"{lx.n_docs:,} documents, {lx.vocabulary:,} terms. Hybrid: the default fusion (convex, alpha 0.5) over "
+             f"the top 100 of each. Load (1-min average) {load_start:.1f} at start, {os.getloadavg()[0]:.1f} at end.",
+             "",
              "| mode | p50 ms | p95 ms | p99 ms | req/s | p50 / dense | failed | server stages (median ms) |",
              "|---|---|---|---|---|---|---|---|"]
     for m in MODES:

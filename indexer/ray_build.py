@@ -28,6 +28,7 @@ from ray.data import ActorPoolStrategy
 from indexer.build_config import BuildConfig
 from indexer.corpus import detect_format
 from indexer.ingest import corpus_data_info, data_path, ingest_store, source_for, warn_if_shrinking
+from indexer.probes import corpus_probe_candidates, make_probes, quora_probe_candidates
 from indexer.ray_embed import EmbedBatches, column_vectors
 from indexer.ray_input import read_corpus, store_corpus
 from indexer.runtime.ann import AUTO, IvfParams
@@ -261,8 +262,21 @@ def build_on_ray(cfg: BuildConfig, opts: RayOptions) -> Manifest:
                                             embed_wall_s=round(embed_wall, 3)),
                 lexical=cfg.lexical_info(), default_mode=cfg.default_mode,
             )
+            # calibrated as the local build is (`indexer.calibrate`): nprobe for the target recall on the same
+            # query-like probes (`indexer.probes`), encoded on the driver
+            if split is not None:
+                candidates = quora_probe_candidates(split, cfg.probes)
+                doc_ids = np.asarray(split.corpus.ids, dtype=np.int64)
+            else:
+                candidates = corpus_probe_candidates(source.queries, source.qrels,
+                                                     loaded.evalset if loaded else None,
+                                                     loaded.source if loaded else "", ingested.ids.resolve,
+                                                     cfg.probes)
+                doc_ids = ingested.ids.faiss_array()
             save_and_evaluate(stage, manifest, t_start, evaluate_it=cfg.evaluate and bool(data.n_queries),
-                              threads=cfg.threads, target_recall=cfg.target_recall)
+                              threads=cfg.threads, target_recall=cfg.target_for("ivf"),
+                              probe_maker=lambda v: make_probes(candidates, driver_encoder, v.store, doc_ids,
+                                                                cfg.batch_size))
         warn_if_shrinking(root, manifest.index.ntotal)
         root.set_current(version)
         root.prune(cfg.keep)

@@ -15,7 +15,7 @@ import numpy as np
 
 from indexer.build_config import BuildConfig, index_params
 from indexer.calibrate import calibrate_index
-from indexer.evaluate import evaluate
+from indexer.eval_modes import evaluate_modes
 from indexer.probes import Probes, load_probes, save_probes
 from indexer.runtime.encoder import EncoderMeta
 from indexer.runtime.faiss_index import INDEX_FILE, AnnIndex, build_index
@@ -93,8 +93,9 @@ def save_and_evaluate(stage: Path, manifest: Manifest, t_start: float, *, evalua
             manifest.save(stage)
         elif target_recall is not None:
             log.info("a %s index searches exactly: nothing to calibrate for --target-recall", opened.kind)
-        if evaluate_it:
-            manifest.eval = evaluate(opened, threads=threads)
+        if evaluate_it:  # every mode the version serves; `eval` stays dense's (what a swap gate compares)
+            manifest.eval_modes = evaluate_modes(opened, threads=threads)
+            manifest.eval = manifest.eval_modes["dense"]
             manifest.save(stage)
     finally:
         opened.close()

@@ -24,7 +24,7 @@ INDEXER = {
     "rollback": ("--root", "VERSION",),
     "eval": (
         "--root", "--version", "--nprobe", "--ef-search", "--batch-size", "--threads", "--exact-all", "--json",
-        "--queries", "--qrels", "--split", "--model", "--run-out",
+        "--queries", "--qrels", "--split", "--model", "--run-out", "--modes", "--fusion", "--alpha", "--rrf-k",
     ),
     "compare": ("RUN_A", "RUN_B", "--qrels", "--resamples", "--seed", "--json",),
     "tune": ("--root", "--version", "--queries", "--threads", "--out", "--factories",),

@@ -241,6 +241,10 @@ def _report(args: argparse.Namespace, m: Manifest) -> int:
     elif m.eval:
         print(f"MRR@10 {m.eval.mrr_at_10:.4f} (exact {m.eval.exact_mrr_at_10:.4f}) over {m.eval.n_queries} "
               f"queries")
+    if len(m.eval_modes) > 1:
+        from indexer.eval_modes import format_modes
+
+        print("by /search mode:\n" + format_modes(m.eval_modes))
     return 0
 
 

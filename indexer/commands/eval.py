@@ -20,7 +20,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     """`indexer eval` and its arguments (in --help order)."""
     e = sub.add_parser("eval", help="MRR@10, Recall@10, exact MRR@10, ms/query and memory of a version",
                        description="Evaluate a version on its stored queries (prints the paper's Table 3 row), or "
-                       "with --queries/--qrels on your own; stores the figures in its manifest.")
+                       "with --queries/--qrels on your own, for every /search mode it serves (dense, lexical, hybrid; "
+                       "--modes to choose; docs/evaluation.md); stores the figures in its manifest.")
     root_arg(e)
     e.add_argument("--version", help="version to evaluate (default: current)")
     e.add_argument("--nprobe", type=int, default=None, help="IVF: override nprobe (default: the manifest's)")
@@ -46,11 +47,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "exact search's to FILE.exact (when it covered every query); with several search modes, "
                    "FILE.{mode} and FILE.{mode}.exact. The Quora protocol's judgments go to FILE.qrels. Compare "
                    "two runs with `indexer compare`")
+    e.add_argument("--modes", default=None, metavar="MODE[,MODE]",
+                   help="the /search modes to evaluate, comma-separated: dense, lexical, hybrid (default: every mode "
+                   "the version serves); lexical alone needs no encoder")
+    e.add_argument("--fusion", choices=("convex", "rrf"), default="convex",
+                   help="hybrid: how the dense and BM25 top 100 are fused, as /search's `fusion` (default convex)")
+    e.add_argument("--alpha", type=float, default=0.5, help="hybrid convex: the dense list's weight (default 0.5)")
+    e.add_argument("--rrf-k", type=float, default=60.0, help="hybrid rrf: the rank constant k (default 60)")
     e.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from indexer.evaluate import EXACT_PAIRS_BUDGET, evaluate
+    from indexer.eval_modes import evaluate_modes, evaluate_modes_on_files, parse_modes
+    from indexer.evaluate import EXACT_PAIRS_BUDGET
+    from indexer.runtime.fusion import Fusion
     from indexer.runtime.layout import IndexRoot
     from indexer.runtime.version import IndexVersion
 
@@ -58,6 +68,10 @@ def run(args: argparse.Namespace) -> int:
     folder = root.version_dir(args.version) if args.version else root.current_dir()
     version = IndexVersion(folder)
     budget = None if args.exact_all else EXACT_PAIRS_BUDGET
+    if not 0.0 <= args.alpha <= 1.0 or args.rrf_k <= 0:
+        raise ValueError(f"--alpha must be in [0, 1] and --rrf-k > 0 (got {args.alpha}, {args.rrf_k})")
+    fusion = Fusion(kind=args.fusion, alpha=args.alpha, k=args.rrf_k)
+    knobs = {"ef_search": args.ef_search}
     runs = None
     if args.run_out is not None:
         from indexer.runs import RunCollector
@@ -65,23 +79,23 @@ def run(args: argparse.Namespace) -> int:
         runs = RunCollector()
     written = {}
     try:
+        modes = parse_modes(args.modes, version)
         if args.queries is not None:
             from indexer.eval_files import query_files
-            from indexer.evaluate import evaluate_query_files
             from indexer.runtime.encoder import OnnxEncoder
 
             queries, qrels = query_files(args.queries, args.qrels, args.split)
             encoder = OnnxEncoder(args.model or Path(version.manifest.model.dir), threads=args.threads,
-                                  verify_sha256=True)
-            figures, _ = evaluate_query_files(version, queries, qrels, encoder, nprobe=args.nprobe,
-                                              batch_size=args.batch_size, threads=args.threads, exact_budget=budget,
-                                              search_params={"ef_search": args.ef_search}, runs=runs)
+                                  verify_sha256=True) if modes != ["lexical"] else None  # BM25 encodes nothing
+            by_mode, _ = evaluate_modes_on_files(version, queries, qrels, encoder, modes, fusion=fusion,
+                                                 nprobe=args.nprobe, batch_size=args.batch_size,
+                                                 threads=args.threads, exact_budget=budget, search_params=knobs,
+                                                 runs=runs)
         elif args.qrels is not None:
             raise ValueError("--qrels goes with --queries")
         else:
-            figures = evaluate(version, nprobe=args.nprobe, batch_size=args.batch_size, threads=args.threads,
-                               exact_budget=budget, search_params={"ef_search": args.ef_search},
-                               runs=runs)
+            by_mode = evaluate_modes(version, modes, fusion=fusion, nprobe=args.nprobe, batch_size=args.batch_size,
+                                     threads=args.threads, exact_budget=budget, search_params=knobs, runs=runs)
         if runs is not None:
             from indexer.runs import write_runs
 
@@ -89,32 +103,43 @@ def run(args: argparse.Namespace) -> int:
                                  lambda ids: {i: str(d.ext_id) for i, d in version.store.documents(ids).items()})
     finally:
         version.close()
+    figures = by_mode.get("dense") or next(iter(by_mode.values()))
     manifest = version.manifest
-    if figures.query_set is not None and args.queries is not None:
-        manifest.query_evals[figures.query_set] = figures  # the version's own `eval` stays what gates swaps
+    if args.queries is not None:
+        manifest.query_eval_modes[figures.query_set] = manifest.query_eval_modes.get(figures.query_set, {}) | by_mode
+        if "dense" in by_mode:
+            manifest.query_evals[figures.query_set] = figures  # the version's own `eval` stays what gates swaps
     else:
-        manifest.eval = figures
+        manifest.eval_modes = manifest.eval_modes | by_mode
+        if "dense" in by_mode:
+            manifest.eval = figures
     manifest.save(folder)
-    _print(args, figures, manifest, runs, written)
+    _print(args, figures, by_mode, manifest, runs, written)
     return 0
 
 
-def _print(args: argparse.Namespace, figures: EvalFigures, manifest: Manifest, runs: RunCollector | None,
-           written: dict) -> None:
-    """The figures (a table, or one JSON object with --json) and the run files written."""
+def _print(args: argparse.Namespace, figures: EvalFigures, by_mode: dict[str, EvalFigures], manifest: Manifest,
+           runs: RunCollector | None, written: dict) -> None:
+    """The figures (a table per mode, or one JSON object with --json) and the run files written."""
+    from indexer.eval_modes import format_modes
+
     if args.json:
         keys = ("mrr_at_10", "recall_at_10", "exact_mrr_at_10", "avg_retrieval_ms", "memory_gb", "n_queries",
                 "n_docs", "ann_recall_at_10", "exact_n_queries", "mrr_at_10_on_exact_sample", "batch_size",
                 "threads", "nprobe", "ndcg_at_10", "recall_at_100", "exact_ndcg_at_10", "exact_recall_at_10",
-                "exact_recall_at_100", "query_set", "index_kind", "search_params", "ndcg_at_10_vs_exact")
+                "exact_recall_at_100", "query_set", "index_kind", "search_params", "ndcg_at_10_vs_exact", "mode",
+                "fusion")
         out = {k: getattr(figures, k) for k in keys} | {"version": manifest.version}
+        out["modes"] = {m: {k: getattr(f, k) for k in keys} for m, f in by_mode.items()}
         if runs is not None:
             out["runs"] = {f"{k.mode}{'.exact' if k.exact else ''}": str(p) for k, p in written.items()}
         print(json.dumps(out))
     else:
         print(f"version {manifest.version} ({manifest.index.factory}, {manifest.model.pooling} pooling, "
               f"{manifest.data.protocol} {'data' if manifest.data.protocol == 'corpus' else 'protocol'})")
-        print(_table(figures))
+        if "dense" in by_mode:
+            print(_table(by_mode["dense"]))
+        print(format_modes(by_mode))
     if runs is not None:
         out_stream = sys.stderr if args.json else sys.stdout
         for key, path in written.items():

@@ -37,28 +37,30 @@ class Fusion:
 
 
 def _valid(scores: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    ids = np.asarray(ids, np.int64)
     keep = ids >= 0
-    return np.asarray(scores, np.float64)[keep], np.asarray(ids, np.int64)[keep]
+    return np.asarray(scores, np.float64)[keep], ids[keep]
 
 
-def _top(ids: np.ndarray, fused: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    order = np.lexsort((ids, -fused))[:k]
-    return fused[order].astype(np.float32), ids[order]
+def _accumulate(ids: list[np.ndarray], weights: list[np.ndarray], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The best k of the lists' documents by the sum of their weights, ties by the smaller id. In numpy, not a
+    Python loop over the candidates (it runs on every hybrid `/search`): the sums are taken in the lists' order,
+    as a dict accumulating list by list would take them, so the scores are the same to the last bit."""
+    all_ids = np.concatenate(ids)
+    if not all_ids.size:
+        return np.zeros(0, np.float32), np.zeros(0, np.int64)
+    uniq, inverse = np.unique(all_ids, return_inverse=True)  # ascending ids
+    fused = np.bincount(inverse, weights=np.concatenate(weights), minlength=uniq.size)
+    order = np.argsort(-fused, kind="stable")[:k]  # stable over ascending ids: ties go to the smaller id
+    return fused[order].astype(np.float32), uniq[order]
 
 
 def rrf(lists: list[tuple[np.ndarray, np.ndarray]], k: int, rrf_k: float = DEFAULT_RRF_K
         ) -> tuple[np.ndarray, np.ndarray]:
     """The best k of the lists' documents by reciprocal-rank fusion; each list (scores, ids) best first, id -1
     ignored."""
-    acc: dict[int, float] = {}
-    for scores, ids in lists:
-        _, ids = _valid(scores, ids)
-        for rank, i in enumerate(ids.tolist(), start=1):
-            acc[i] = acc.get(i, 0.0) + 1.0 / (rrf_k + rank)
-    if not acc:
-        return np.zeros(0, np.float32), np.zeros(0, np.int64)
-    all_ids = np.fromiter(acc, dtype=np.int64, count=len(acc))
-    return _top(all_ids, np.fromiter(acc.values(), dtype=np.float64, count=len(acc)), k)
+    valid = [_valid(scores, ids)[1] for scores, ids in lists]
+    return _accumulate(valid, [1.0 / (rrf_k + np.arange(1, len(ids) + 1, dtype=np.float64)) for ids in valid], k)
 
 
 def minmax(scores: np.ndarray) -> np.ndarray:
@@ -71,15 +73,8 @@ def minmax(scores: np.ndarray) -> np.ndarray:
 def convex(dense: tuple[np.ndarray, np.ndarray], lexical: tuple[np.ndarray, np.ndarray], k: int,
            alpha: float = DEFAULT_ALPHA) -> tuple[np.ndarray, np.ndarray]:
     """The best k by alpha · minmax(dense) + (1 − alpha) · minmax(lexical)."""
-    acc: dict[int, float] = {}
-    for (scores, ids), weight in ((dense, alpha), (lexical, 1.0 - alpha)):
-        scores, ids = _valid(*[np.asarray(x) for x in (scores, ids)])
-        for i, s in zip(ids.tolist(), minmax(scores).tolist(), strict=True):
-            acc[i] = acc.get(i, 0.0) + weight * s
-    if not acc:
-        return np.zeros(0, np.float32), np.zeros(0, np.int64)
-    all_ids = np.fromiter(acc, dtype=np.int64, count=len(acc))
-    return _top(all_ids, np.fromiter(acc.values(), dtype=np.float64, count=len(acc)), k)
+    (ds, di), (ls, li) = _valid(*dense), _valid(*lexical)
+    return _accumulate([di, li], [alpha * minmax(ds), (1.0 - alpha) * minmax(ls)], k)
 
 
 def fuse(fusion: Fusion, dense: tuple[np.ndarray, np.ndarray], lexical: tuple[np.ndarray, np.ndarray], k: int

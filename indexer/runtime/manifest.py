@@ -222,6 +222,11 @@ class EvalFigures(BaseModel):
     # The index's nDCG@10 minus exact search's on the same queries (those searched exactly): what the index
     # costs in quality. None: no graded judgments.
     ndcg_at_10_vs_exact: float | None = None
+    # Which `/search` mode was measured (`indexer.eval_modes`): dense (the vector index; older manifests), lexical
+    # (BM25: exact by construction, so its exact_* figures are its own and index vs exact is 0) or hybrid (the
+    # index's and BM25's top 100 fused; exact_*: exact dense search fused with the same BM25 lists).
+    mode: str = "dense"
+    fusion: dict[str, str | float] | None = None  # hybrid: {"kind": "convex", "alpha": 0.5} | {"kind": "rrf", "k": 60}
 
 
 class WritesInfo(BaseModel):
@@ -288,6 +293,10 @@ class Manifest(BaseModel):
     # `/search`'s mode when a request names none (`indexer build --default-mode`); None: hybrid when the version
     # has a lexical index, else dense
     default_mode: SearchMode | None = None
+    # Per served mode (dense, lexical, hybrid), the version's own eval set (`eval` stays the dense figures, which
+    # gate swaps) and each `query_evals` set: what `indexer eval` and the build measured (`indexer.eval_modes`)
+    eval_modes: dict[str, EvalFigures] = {}
+    query_eval_modes: dict[str, dict[str, EvalFigures]] = {}
 
     def search_mode(self) -> SearchMode:
         """The mode a `/search` without one runs on this version."""

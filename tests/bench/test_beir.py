@@ -272,3 +272,23 @@ def test_target_table_compares_the_default_hybrid_with_the_best_anchor_plus_two(
     assert "| **average (2 sets)** | 57.00 | 55.00 | 57.00 | +0.00 | yes |" in text
     assert "by mode: cc@0.3 57.00, cc@0.5 57.00" in text or "by mode: cc@0.5 57.00, cc@0.3 57.00" in text
     assert "own" not in text
+
+
+def test_render_puts_latency_beside_the_served_modes_rows() -> None:
+    """`--latency` results: each served mode's p50 on the row that is what it returns (dense-index, bm25, cc@0.5),
+    and the per-dataset speed table with build documents/s and hybrid / dense."""
+    from bench.beir import render
+
+    modes = {m: {"ndcg_at_10": 50.0, "mrr_at_10": 40.0, "recall_at_100": 90.0}
+             for m in ("dense-exact", "dense-index", "bm25", "rrf", "cc@0.5")}
+    latency = {"p50_ms_1_client": {"dense": 2.0, "lexical": 0.5, "hybrid": 3.0}, "build_docs_per_s": 123.4,
+               "load_at_end": 1.5}
+    report = {"stamp": "s", "command": "c", "machine": "m", "bootstrap": 10, "poolings": ["mean"], "datasets": [
+        {"dataset": "d", "docs": 10, "queries": 2, "anchors": {}, "poolings": {"mean": {
+            "modes": modes, "ci_ndcg_at_10": {}, "build": {}, "latency": latency,
+            "timing": {"nlist": 4, "nprobe": 2, "index_ms_per_query": 0.1}}}}]}
+    md = render(report)
+    rows = {line.split("|")[1].strip(): line for line in md.splitlines() if line.startswith("| ")}
+    assert rows["dense-index"].endswith("2.000 (dense) |") and rows["bm25"].endswith("0.500 (lexical) |")
+    assert rows["cc@0.5"].endswith("3.000 (hybrid) |") and rows["rrf"].endswith("|  |")
+    assert "| d | mean | 123.4 | 2.0 | 0.5 | 3.0 | 1.50 | 1.5 |" in md

@@ -54,6 +54,22 @@ def test_ray_build_equals_single_machine_build(ray_sharded: Path, single_version
     assert dist.data.n_queries == single.data.n_queries
 
 
+def test_ray_build_is_calibrated_like_the_local_build(ray_sharded: Path, single_version: Path) -> None:
+    """With no --nprobe/--target-recall, a Ray build calibrates nprobe to the default target on the same query-like
+    probes as the local build (the Quora split's unjudged question1s), and keeps them for --add and compact."""
+    from indexer.calibrate import DEFAULT_TARGET_RECALL
+    from indexer.probes import PROBES_FILE
+
+    single, dist = Manifest.load(single_version), Manifest.load(ray_sharded)
+    cal_s, cal_r = single.index.nprobe_calibration, dist.index.nprobe_calibration
+    assert cal_s is not None and cal_r is not None
+    assert cal_r.target_recall == DEFAULT_TARGET_RECALL and cal_r.reached and cal_r.recall_at_10 >= 0.97
+    assert cal_r.probes is not None and cal_s.probes is not None
+    assert cal_r.probes.source == cal_s.probes.source == "held_apart_queries"
+    assert cal_r.probes.n_probes == cal_s.probes.n_probes
+    assert dist.index.nprobe == cal_r.nprobe and (ray_sharded / PROBES_FILE).is_file()
+
+
 def _descends_from_us(pid: int) -> bool:
     """True when `pid` runs under this test process: the local Ray cluster's raylet is our child, its workers
     are its children. Other Ray clusters on the same machine (another test run) must not be touched."""
@@ -252,6 +268,15 @@ def test_ray_reads_your_own_corpus_through_the_same_reader(ray_cluster: str, min
     assert (ray_m.data.duplicate_ids, ray_m.data.skipped_empty_texts) == (1, 1)
     assert local.eval is not None and ray_m.eval is not None and ray_m.eval.ndcg_at_10 is not None
     assert abs(ray_m.eval.ndcg_at_10 - local.eval.ndcg_at_10) < 0.01
+    # Ray builds IVF and calibrates it on the corpus's queries (no unjudged ones here: their text), as the local
+    # build does
+    cal = ray_m.index.nprobe_calibration
+    assert ray_m.index.kind == "ivf" and cal is not None and cal.probes is not None
+    assert cal.probes.source == "eval_queries_text" and ray_m.index.nprobe == cal.nprobe
+    local_cal = local.index.nprobe_calibration
+    if local.index.kind == "ivf":
+        assert local_cal is not None and local_cal.probes is not None
+        assert (local_cal.probes.source, local_cal.probes.n_probes) == (cal.probes.source, cal.probes.n_probes)
 
     folders = [IndexRoot(tmp_path / name).current_dir() for name in ("local", "ray")]
     (ids_l, vecs_l), (ids_r, vecs_r) = (vectors_by_id(f) for f in folders)
