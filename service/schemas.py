@@ -192,6 +192,16 @@ class TrainingProgress(BaseModel):
     updated_at: float | None = Field(None, description="Unix time of the status file's last update")
 
 
+class EncoderAdaptation(BaseModel):
+    """How the served encoder was adapted to a corpus (`encoder adapt --data`), from its `encoder.json`."""
+
+    recipe: str = Field(description="crops | simcse")
+    adapted: bool = Field(description="false: the gate kept the stock encoder (no checkpoint beat it)")
+    verified: bool = Field(description="false: selected on a label-free proxy only, no dev queries measured it")
+    selected_on: str
+    note: str | None = None
+
+
 class Ready(BaseModel):
     ready: bool
     index_version: str | None = None
@@ -201,6 +211,8 @@ class Ready(BaseModel):
     reason: str | None = None
     swap_refused: SwapRefusal | None = Field(None, description="the latest swap attempt, when it was refused")
     training: TrainingProgress | None = Field(None, description="a background training, when one was started")
+    adaptation: EncoderAdaptation | None = Field(None, description="the served encoder's corpus adaptation, when "
+                                                 "it has one (`verified: false` = unverified)")
 
 
 class ReloadResponse(BaseModel):

@@ -9,7 +9,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from service.chain import read_json, swap_outcome
 from service.deps import EngineDep, MetricsDep, SettingsDep
 from service.engine import Status
-from service.schemas import Ready, SwapRefusal, TrainingProgress
+from service.schemas import EncoderAdaptation, Ready, SwapRefusal, TrainingProgress
 
 router = APIRouter(tags=["operations"])
 
@@ -42,7 +42,8 @@ def training_progress(path: Path | None, status: Status) -> TrainingProgress | N
 async def ready(engine: EngineDep, settings: SettingsDep) -> Response:
     """Readiness: an encoder and an index are loaded (with the index version), and why the latest swap was
     refused if it was (the previous index keeps serving); with `demo --train`, the background training's stage,
-    step and ETA (serving never waits for it)."""
+    step and ETA (serving never waits for it); and, for an encoder adapted to a corpus, how (`verified: false`:
+    selected without dev queries)."""
     s = engine.status()
     r = s.refused
     refused = SwapRefusal(version=r.version, kind=r.kind, reason=r.reason, at=r.at) if r else None
@@ -50,8 +51,9 @@ async def ready(engine: EngineDep, settings: SettingsDep) -> Response:
     if not s.ready:
         body = Ready(ready=False, reason=s.reason, swap_refused=refused, training=training)
         return JSONResponse(body.model_dump(mode="json", exclude_none=True), status_code=503)
+    adaptation = EncoderAdaptation.model_validate(s.adaptation) if s.adaptation else None
     body = Ready(ready=True, index_version=s.version, index_size=s.size, model=s.model, pooling=s.pooling,
-                 swap_refused=refused, training=training)
+                 swap_refused=refused, training=training, adaptation=adaptation)
     return JSONResponse(body.model_dump(mode="json", exclude_none=True))
 
 
