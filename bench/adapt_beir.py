@@ -309,6 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-cap", type=int, default=500, help="evaluation queries at most")
     p.add_argument("--eval-docs", type=int, default=2_500, help="evaluation corpus size above which a declared "
                    "fixed subset is used")
+    p.add_argument("--order", choices=["dataset", "arm"], default="dataset",
+                   help="dataset: every arm of a dataset before the next dataset (default); arm: each arm on every "
+                   "dataset before the next arm")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--bootstrap", type=int, default=2000)
     p.add_argument("--render", type=Path, help="print the Markdown of a results JSON and exit")
@@ -317,6 +320,9 @@ def main(argv: list[str] | None = None) -> int:
         print(render(json.loads(args.render.read_text())), end="")
         return 0
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")  # training/encoding progress
     args.work.mkdir(parents=True, exist_ok=True)
     stamp_file = args.work / "stamp.txt"
     if not stamp_file.is_file():
@@ -357,35 +363,37 @@ def main(argv: list[str] | None = None) -> int:
         bm25, _ = bm25s_run(ds, dest / "runs")
         res["bm25"] = mean_pct(per_query_metrics(bm25, ds))
         state[name] = {"ds": ds, "bm25": bm25, "res": res, "base": {}}
-    # arm-major: the first seed of every recipe on every dataset before the next seeds
-    for arm in arms:
-        for name in splits:
-            st = state[name]
-            ds, bm25, res, base = st["ds"], st["bm25"], st["res"], st["base"]
-            dest = args.work / name
-            rec = {"arm": "stock", "model": str(stock)} if arm == "stock" else run_arm(
-                arm, dest / "data", dest / arm.replace(":", "-s"), args)
-            t0 = time.perf_counter()
-            dense, encode_s = dense_run(ds, Path(rec["model"]), dest / "runs" / model_key(Path(rec["model"])),
-                                        args.threads)
-            hybrid = convex(dense, bm25, ALPHA)
-            dpq, hpq = per_query_metrics(dense, ds), per_query_metrics(hybrid, ds)
-            entry = {**rec, "dense": mean_pct(dpq), "hybrid": mean_pct(hpq), "eval_encode_s": encode_s}
-            if arm == "stock":
-                base.update(dense=dpq["ndcg_at_10"], hybrid=hpq["ndcg_at_10"])
-            elif base:
-                entry["ci_dense"] = list(paired_ci(dpq["ndcg_at_10"], base["dense"], args.bootstrap))
-                entry["ci_hybrid"] = list(paired_ci(hpq["ndcg_at_10"], base["hybrid"], args.bootstrap))
-            res["arms"].append(entry)
-            say(f"{name} {arm}: dense {entry['dense']['ndcg_at_10']} hybrid {entry['hybrid']['ndcg_at_10']} "
-                f"(eval {time.perf_counter() - t0:.0f}s, load {load()})")
-            pts = [(c["dev"], c["proxy_acc"]) for a in res["arms"] for c in (a.get("curve") or [])
-                   if c.get("proxy_acc") is not None]
-            res["proxy_spearman"] = spearman([d for d, _ in pts], [x for _, x in pts])
-            res["proxy_spearman_per_arm"] = {
-                a["arm"]: spearman([c["dev"] for c in a["curve"]], [c["proxy_acc"] for c in a["curve"]])
-                for a in res["arms"] if a.get("curve")}
-            write()
+    # dataset-major (default: a whole dataset's table first) or arm-major (each arm on every dataset first)
+    order = ([(arm, name) for name in splits for arm in arms] if args.order == "dataset"
+             else [(arm, name) for arm in arms for name in splits])
+    for arm, name in order:
+        st = state[name]
+        ds, bm25, res, base = st["ds"], st["bm25"], st["res"], st["base"]
+        dest = args.work / name
+        rec = {"arm": "stock", "model": str(stock)} if arm == "stock" else run_arm(
+            arm, dest / "data", dest / arm.replace(":", "-s"), args)
+        t0 = time.perf_counter()
+        kept_stock = arm != "stock" and not (rec.get("adaptation") or {}).get("adapted")
+        model = stock if kept_stock else Path(rec["model"])  # the gate wrote the stock encoder: the same vectors
+        dense, encode_s = dense_run(ds, model, dest / "runs" / model_key(model), args.threads)
+        hybrid = convex(dense, bm25, ALPHA)
+        dpq, hpq = per_query_metrics(dense, ds), per_query_metrics(hybrid, ds)
+        entry = {**rec, "dense": mean_pct(dpq), "hybrid": mean_pct(hpq), "eval_encode_s": encode_s}
+        if arm == "stock":
+            base.update(dense=dpq["ndcg_at_10"], hybrid=hpq["ndcg_at_10"])
+        elif base:
+            entry["ci_dense"] = list(paired_ci(dpq["ndcg_at_10"], base["dense"], args.bootstrap))
+            entry["ci_hybrid"] = list(paired_ci(hpq["ndcg_at_10"], base["hybrid"], args.bootstrap))
+        res["arms"].append(entry)
+        say(f"{name} {arm}: dense {entry['dense']['ndcg_at_10']} hybrid {entry['hybrid']['ndcg_at_10']} "
+            f"(eval {time.perf_counter() - t0:.0f}s, load {load()})")
+        pts = [(c["dev"], c["proxy_acc"]) for a in res["arms"] for c in (a.get("curve") or [])
+               if c.get("proxy_acc") is not None]
+        res["proxy_spearman"] = spearman([d for d, _ in pts], [x for _, x in pts])
+        res["proxy_spearman_per_arm"] = {
+            a["arm"]: spearman([c["dev"] for c in a["curve"]], [c["proxy_acc"] for c in a["curve"]])
+            for a in res["arms"] if a.get("curve")}
+        write()
     write()
     print(render(report), end="")
     say(f"wrote {args.out}/adapt-beir-{stamp}.{{md,json}}")
