@@ -315,9 +315,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--bootstrap", type=int, default=2000)
     p.add_argument("--render", type=Path, help="print the Markdown of a results JSON and exit")
+    p.add_argument("--merge", type=Path, nargs="+", metavar="JSON",
+                   help="merge results JSONs (datasets run by parallel processes) into adapt-beir-<first stamp>-merged"
+                   ".{md,json} under --out and exit")
     args = p.parse_args(argv)
     if args.render:
         print(render(json.loads(args.render.read_text())), end="")
+        return 0
+    if args.merge:
+        parts = [json.loads(f.read_text()) for f in args.merge]
+        merged = {**parts[0], "datasets": [d for r in parts for d in r["datasets"]],
+                  "command": " ; ".join(r["command"] for r in parts),
+                  "machine": " ; ".join(dict.fromkeys(r["machine"] for r in parts)),
+                  "merged_from": [str(f) for f in args.merge]}
+        merged["verdict"] = verdict(merged)
+        stem = args.out / f"adapt-beir-{parts[0]['stamp']}-merged"
+        stem.with_suffix(".json").write_text(json.dumps(merged, indent=1) + "\n")
+        stem.with_suffix(".md").write_text(render(merged))
+        print(render(merged), end="")
         return 0
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import logging

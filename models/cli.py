@@ -166,8 +166,8 @@ def _adapt_corpus(args: argparse.Namespace, work: Path) -> int:
     out = adapt_corpus(cfg)
     meta = json.loads((out / "encoder.json").read_text()).get("adaptation") or {}
     if not meta.get("adapted"):
-        print(f"encoder adapt: the gate kept the stock encoder: no checkpoint beat it on {meta.get('selected_on')} "
-              f"(stock {meta.get('stock_score')}; no trained checkpoint scored above it); wrote the stock encoder to {out}")
+        print(f"encoder adapt: the gate kept the stock encoder: no trained checkpoint scored above it on "
+              f"{meta.get('selected_on')} (stock {meta.get('stock_score')}); wrote the stock encoder to {out}")
     elif meta.get("verified"):
         print(f"encoder adapt: adapted ({recipe}): dev nDCG@10 {meta.get('stock_score')} → {meta.get('best_score')} "
               f"at step {meta.get('best_step')}; wrote {out}")
