@@ -206,6 +206,34 @@ def dense_run(ds: EvalData, model: Path, cache: Path, threads: int) -> tuple[Run
     return run, encode_s
 
 
+def evaluate(name: str, arm: str, rec: dict[str, object], model: Path, ds: EvalData, bm25: Run,
+             res: dict[str, object], base: dict[str, np.ndarray], dest: Path, args: argparse.Namespace) -> None:
+    """Dense and hybrid runs of `model` on the evaluation split, with paired CIs against stock (`base`)."""
+    t0 = time.perf_counter()
+    dense, encode_s = dense_run(ds, model, dest / "runs" / model_key(model), args.threads)
+    hybrid = convex(dense, bm25, ALPHA)
+    dpq, hpq = per_query_metrics(dense, ds), per_query_metrics(hybrid, ds)
+    entry = {**rec, "dense": mean_pct(dpq), "hybrid": mean_pct(hpq), "eval_encode_s": encode_s}
+    if arm == "stock":
+        base.update(dense=dpq["ndcg_at_10"], hybrid=hpq["ndcg_at_10"])
+    elif base:
+        entry["ci_dense"] = list(paired_ci(dpq["ndcg_at_10"], base["dense"], args.bootstrap))
+        entry["ci_hybrid"] = list(paired_ci(hpq["ndcg_at_10"], base["hybrid"], args.bootstrap))
+    res["arms"].append(entry)
+    say(f"{name} {arm}: dense {entry['dense']['ndcg_at_10']} hybrid {entry['hybrid']['ndcg_at_10']} "
+        f"(eval {time.perf_counter() - t0:.0f}s, load {load()})")
+
+
+def ungated_model(arm_dir: Path) -> Path:
+    """The last trained checkpoint of an arm exported as the gate would have (fp32, mean), for the record."""
+    from models.export import export_encoder
+
+    out = arm_dir / "ungated-model"
+    if not (out / "encoder.json").is_file():
+        export_encoder(arm_dir / "work" / "train" / "last", out, pooling="mean", force=True)
+    return out
+
+
 def model_key(model: Path) -> str:
     """Runs are cached by the ONNX graph's hash: an arm whose gate kept stock costs no second encoding."""
     return json.loads((model / "encoder.json").read_text())["onnx_sha256"][:16]
@@ -242,7 +270,8 @@ def render(report: dict[str, object]) -> str:
                 "|---|---|---|---:|---|---:|---|---:|---:|---:|---|"]
         for arm in res["arms"]:
             a = arm.get("adaptation") or {}
-            gate = "—" if arm["arm"] == "stock" else ("adapted" if a.get("adapted") else "kept stock")
+            gate = ("—" if arm["arm"] == "stock" else "refused by the gate" if "ungated" in arm["arm"]
+                    else "adapted" if a.get("adapted") else "kept stock")
             devs = (f"{a.get('stock_score')} → {a.get('best_score')} ({a.get('best_step')})" if a else "—")
             d, h = arm.get("dense", {}), arm.get("hybrid", {})
             out.append(f"| {arm['arm']} | {gate} | {devs} | {d.get('ndcg_at_10', '—')} | {_ci(arm.get('ci_dense'))} "
@@ -272,9 +301,10 @@ def _ci(v: list[float] | None) -> str:
 def verdict(report: dict[str, object]) -> str:
     lines = []
     recipes = sorted({a["arm"].split(":")[0] for r in report["datasets"] for a in r["arms"] if a["arm"] != "stock"})
+    lines.append("Over the gated arms (what `encoder adapt --data --queries` writes); `ungated` rows are not counted.")
     for recipe in recipes:
         arms = [(r["dataset"], a) for r in report["datasets"] for a in r["arms"] if a["arm"].startswith(recipe + ":")
-                and a.get("ci_dense")]
+                and a.get("ci_dense") and "ungated" not in a["arm"]]
         if not arms:
             continue
         wins = all(a["ci_dense"][1] > 0 and (a.get("ci_hybrid") or [0, 0, 0])[0] >= 0 for _, a in arms)
@@ -312,6 +342,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--order", choices=["dataset", "arm"], default="dataset",
                    help="dataset: every arm of a dataset before the next dataset (default); arm: each arm on every "
                    "dataset before the next arm")
+    p.add_argument("--ungated", action="store_true",
+                   help="also evaluate, for each arm whose gate kept stock, its last trained checkpoint (the "
+                   "rows marked `ungated`: what the gate kept out)")
+    p.add_argument("--suffix", default="", help="appended to the results file names (a second process over the same "
+                   "work folder)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--bootstrap", type=int, default=2000)
     p.add_argument("--render", type=Path, help="print the Markdown of a results JSON and exit")
@@ -351,7 +386,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"selection every {args.eval_every} steps on ≤ {args.dev_cap} dev queries over {args.dev_docs} "
                     f"documents, ≤ {args.max_docs} training documents, torch/ORT threads {args.threads}",
         "bootstrap": args.bootstrap, "datasets": []}
-    results_json = args.work / "results.json"
+    stamp += args.suffix
+    results_json = args.work / f"results{args.suffix}.json"
 
     def write() -> None:
         report["verdict"] = verdict(report)
@@ -387,21 +423,13 @@ def main(argv: list[str] | None = None) -> int:
         dest = args.work / name
         rec = {"arm": "stock", "model": str(stock)} if arm == "stock" else run_arm(
             arm, dest / "data", dest / arm.replace(":", "-s"), args)
-        t0 = time.perf_counter()
         kept_stock = arm != "stock" and not (rec.get("adaptation") or {}).get("adapted")
         model = stock if kept_stock else Path(rec["model"])  # the gate wrote the stock encoder: the same vectors
-        dense, encode_s = dense_run(ds, model, dest / "runs" / model_key(model), args.threads)
-        hybrid = convex(dense, bm25, ALPHA)
-        dpq, hpq = per_query_metrics(dense, ds), per_query_metrics(hybrid, ds)
-        entry = {**rec, "dense": mean_pct(dpq), "hybrid": mean_pct(hpq), "eval_encode_s": encode_s}
-        if arm == "stock":
-            base.update(dense=dpq["ndcg_at_10"], hybrid=hpq["ndcg_at_10"])
-        elif base:
-            entry["ci_dense"] = list(paired_ci(dpq["ndcg_at_10"], base["dense"], args.bootstrap))
-            entry["ci_hybrid"] = list(paired_ci(hpq["ndcg_at_10"], base["hybrid"], args.bootstrap))
-        res["arms"].append(entry)
-        say(f"{name} {arm}: dense {entry['dense']['ndcg_at_10']} hybrid {entry['hybrid']['ndcg_at_10']} "
-            f"(eval {time.perf_counter() - t0:.0f}s, load {load()})")
+        evaluate(name, arm, rec, model, ds, bm25, res, base, dest, args)
+        if kept_stock and args.ungated:  # what the gate refused: the last trained checkpoint, on the test set
+            last = ungated_model(dest / arm.replace(":", "-s"))
+            evaluate(name, f"{arm} ungated", {"arm": f"{arm} ungated (last, step {args.steps})",
+                                              "model": str(last)}, last, ds, bm25, res, base, dest, args)
         pts = [(c["dev"], c["proxy_acc"]) for a in res["arms"] for c in (a.get("curve") or [])
                if c.get("proxy_acc") is not None]
         res["proxy_spearman"] = spearman([d for d, _ in pts], [x for _, x in pts])
