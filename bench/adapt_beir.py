@@ -359,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.merge:
         parts = [json.loads(f.read_text()) for f in args.merge]
-        merged = {**parts[0], "datasets": [d for r in parts for d in r["datasets"]],
+        merged = {**parts[0], "datasets": [d for r in parts for d in r["datasets"] if d["arms"]],
                   "command": " ; ".join(r["command"] for r in parts),
                   "machine": " ; ".join(dict.fromkeys(r["machine"] for r in parts)),
                   "merged_from": [str(f) for f in args.merge]}
