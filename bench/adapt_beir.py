@@ -359,7 +359,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.merge:
         parts = [json.loads(f.read_text()) for f in args.merge]
-        merged = {**parts[0], "datasets": [d for r in parts for d in r["datasets"] if d["arms"]],
+        by_name: dict[str, dict[str, object]] = {}
+        for d in (d for r in parts for d in r["datasets"] if d["arms"]):  # one section per dataset, arms once
+            if d["dataset"] not in by_name:
+                by_name[d["dataset"]] = {**d, "arms": list(d["arms"])}
+            else:
+                seen = {a["arm"] for a in by_name[d["dataset"]]["arms"]}
+                by_name[d["dataset"]]["arms"] += [a for a in d["arms"] if a["arm"] not in seen]
+        merged = {**parts[0], "datasets": list(by_name.values()),
                   "command": " ; ".join(r["command"] for r in parts),
                   "machine": " ; ".join(dict.fromkeys(r["machine"] for r in parts)),
                   "merged_from": [str(f) for f in args.merge]}
