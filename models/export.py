@@ -22,7 +22,7 @@ import warnings
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -214,6 +214,7 @@ def export_encoder(
     max_drop: float = 0.5,
     skip_gate: bool = False,
     exporter: Exporter = "torchscript",
+    adaptation: dict[str, Any] | None = None,
 ) -> EncoderMeta:
     """Export `checkpoint` to `out_dir` atomically; refuse (writing nothing) if parity is below `min_cosine`
     or, with `quantize="int8"` (static int8, `models.quantize`), if a vector changes by more than
@@ -277,6 +278,7 @@ def export_encoder(
             exported_at=datetime.now(timezone.utc),
             opset=OPSET,
             exporter=exporter,
+            adaptation=adaptation,
         )
         write_json_atomic(tmp / ENCODER_META, meta.model_dump(mode="json"))
         worst = check_parity(wrapper, tokenizer, tmp, max_length)

@@ -14,9 +14,11 @@ import math
 import random
 import shutil
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -30,6 +32,15 @@ from models.train_config import TrainConfig
 
 log = logging.getLogger(__name__)
 STATE = "trainer_state.pt"
+
+
+class DevSet(Protocol):
+    """A selection set of its own: `score(encode)` (higher is better), named `metric` in the log, with optional
+    `extras` (side figures of the same call) logged beside it."""
+
+    metric: str
+
+    def score(self, encode: Callable[[list[str]], np.ndarray]) -> float: ...
 
 
 @dataclass
@@ -73,7 +84,7 @@ def linear_schedule(optimizer: torch.optim.Optimizer, warmup: int, total: int) -
 
 class Trainer:
     def __init__(
-        self, config: TrainConfig, examples: list[Example] | None = None, dev: StsSet | QuoraDev | None = None
+        self, config: TrainConfig, examples: list[Example] | None = None, dev: StsSet | QuoraDev | DevSet | None = None
     ) -> None:
         self.cfg = config
         if config.threads:
@@ -124,6 +135,8 @@ class Trainer:
 
         if isinstance(self.dev, QuoraDev):
             return self.dev.mrr_at_10(encode)
+        if hasattr(self.dev, "score"):  # a selection set of its own (models.corpus_adapt: BEIR dev, crop proxy)
+            return float(self.dev.score(encode))
         return evaluate(encode, [self.dev])["avg"]
 
     def _log(self, **record: object) -> None:
@@ -191,10 +204,12 @@ class Trainer:
         if score > self.best_dev:
             self.best_dev, self.best_step = score, self.step
             self.save_best()
-        metric = "quora_dev_mrr10" if isinstance(self.dev, QuoraDev) else "stsb_dev"
+        metric = "quora_dev_mrr10" if isinstance(self.dev, QuoraDev) else getattr(self.dev, "metric", "stsb_dev")
+        extras = dict(getattr(self.dev, "extras", None) or {})  # side figures the selection set measured too
         log.info("step %d/%d: dev %s %.4f (best %.4f at step %d)", self.step, self.total_steps, metric, score,
                  self.best_dev, self.best_step)
-        self._log(step=self.step, **{metric: round(score, 4)}, dev=round(score, 4), best_dev=round(self.best_dev, 4))
+        self._log(step=self.step, **{metric: round(score, 4)}, dev=round(score, 4), best_dev=round(self.best_dev, 4),
+                  **extras)
         return score
 
     # -- the loop -------------------------------------------------------------------------------------------

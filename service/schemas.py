@@ -200,6 +200,16 @@ class CollectionReady(BaseModel):
     swap_refused: SwapRefusal | None = None
 
 
+class EncoderAdaptation(BaseModel):
+    """How the served encoder was adapted to a corpus (`encoder adapt --data`), from its `encoder.json`."""
+
+    recipe: str = Field(description="crops | simcse")
+    adapted: bool = Field(description="false: the gate kept the stock encoder (no checkpoint beat it)")
+    verified: bool = Field(description="false: selected on a label-free proxy only, no dev queries measured it")
+    selected_on: str
+    note: str | None = None
+
+
 class Ready(BaseModel):
     ready: bool
     index_version: str | None = None
@@ -211,6 +221,8 @@ class Ready(BaseModel):
     training: TrainingProgress | None = Field(None, description="a background training, when one was started")
     collections: dict[str, CollectionReady] | None = Field(None, description="per collection (with "
                                                            "STRATA_COLLECTIONS_DIR): is it serving, which version")
+    adaptation: EncoderAdaptation | None = Field(None, description="the served encoder's corpus adaptation, when "
+                                                 "it has one (`verified: false` = unverified)")
 
 
 class ReloadResponse(BaseModel):

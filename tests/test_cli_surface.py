@@ -48,8 +48,9 @@ ENCODER = {
         "--review-anchors", "--seed",
     ),
     "adapt": (
-        "--out", "--work", "--checkpoint", "--data", "--steps", "--batch-size", "--max-length", "--lr", "--seed",
-        "--skip", "--take", "--quantize", "--threads", "--no-progress",
+        "--out", "--work", "--checkpoint", "--data", "--recipe", "--queries", "--qrels", "--split", "--max-docs",
+        "--eval-every", "--id-field", "--text-field", "--title-field", "--steps", "--batch-size", "--max-length",
+        "--lr", "--seed", "--skip", "--take", "--quantize", "--threads", "--no-progress",
     ),
     "sts": (
         "--checkpoint", "--onnx", "--mode", "--tasks", "--max-pairs", "--max-length", "--threads", "--name", "--json",

@@ -45,6 +45,9 @@ class EncoderMeta(BaseModel):
     quantization: str | None = None
     quality_gate: dict[str, float] | None = None  # int8 vs fp32 figures when quantized
     quantization_details: dict[str, Any] | None = None  # how the int8 graph was made (models/quantize.py)
+    # `encoder adapt --data CORPUS` (models/corpus_adapt.py): recipe, whether the adapted weights were kept, and
+    # whether dev queries verified it ("verified": false = selected on a label-free proxy only)
+    adaptation: dict[str, Any] | None = None
 
 
 class EncoderLoadError(RuntimeError):

@@ -9,7 +9,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from service.chain import read_json, swap_outcome
 from service.deps import CollectionsDep, MetricsDep, SettingsDep
 from service.engine import Status
-from service.schemas import CollectionReady, Ready, SwapRefusal, TrainingProgress
+from service.schemas import CollectionReady, EncoderAdaptation, Ready, SwapRefusal, TrainingProgress
 
 router = APIRouter(tags=["operations"])
 
@@ -47,7 +47,8 @@ def _refusal(s: Status) -> SwapRefusal | None:
 async def ready(collections: CollectionsDep, settings: SettingsDep) -> Response:
     """Readiness: an encoder and an index are loaded (with the index version), and why the latest swap was
     refused if it was (the previous index keeps serving); with `demo --train`, the background training's stage,
-    step and ETA (serving never waits for it). With a collections folder: each collection's state under
+    step and ETA (serving never waits for it); for an encoder adapted to a corpus, how (`verified: false`:
+    selected without dev queries). With a collections folder: each collection's state under
     `collections`; ready when the default collection serves (when there is none: when any collection does)."""
     per = {name: collections.engines[name].status() for name in collections.names()}
     listed = None if collections.folder is None else {
@@ -66,8 +67,9 @@ async def ready(collections: CollectionsDep, settings: SettingsDep) -> Response:
     if not s.ready:
         body = Ready(ready=False, reason=s.reason, swap_refused=refused, training=training, collections=listed)
         return JSONResponse(body.model_dump(mode="json", exclude_none=True), status_code=503)
+    adaptation = EncoderAdaptation.model_validate(s.adaptation) if s.adaptation else None
     body = Ready(ready=True, index_version=s.version, index_size=s.size, model=s.model, pooling=s.pooling,
-                 swap_refused=refused, training=training, collections=listed)
+                 swap_refused=refused, training=training, collections=listed, adaptation=adaptation)
     return JSONResponse(body.model_dump(mode="json", exclude_none=True))
 
 
