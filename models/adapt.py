@@ -90,6 +90,15 @@ class StatusWriter:
         if self.on_status:
             self.on_status(self.status)
 
+    def run(self, stages: Callable[[], Path]) -> Path:
+        """Run a recipe's stages; on any way out but success (KeyboardInterrupt and SIGTERM included) the status
+        says `failed` and why, so it never claims to be still running."""
+        try:
+            return stages()
+        except BaseException as exc:
+            self.update(stage="failed", eta_s=None, message=f"{self.status.stage}: {type(exc).__name__}: {exc}")
+            raise
+
 
 def _stamp_ok(path: Path, want: dict[str, object]) -> bool:
     try:
@@ -129,11 +138,7 @@ def adapt(cfg: AdaptConfig, on_status: Callable[[AdaptStatus], None] | None = No
     work = Path(cfg.work)
     work.mkdir(parents=True, exist_ok=True)
     status = StatusWriter(work, on_status)
-    try:
-        return _run(cfg, work, status)
-    except BaseException as exc:  # KeyboardInterrupt/SIGTERM included: the status must not claim it still runs
-        status.update(stage="failed", eta_s=None, message=f"{status.status.stage}: {type(exc).__name__}: {exc}")
-        raise
+    return status.run(lambda: _run(cfg, work, status))
 
 
 def _run(cfg: AdaptConfig, work: Path, status: StatusWriter) -> Path:

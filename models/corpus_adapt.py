@@ -279,11 +279,7 @@ def adapt_corpus(cfg: CorpusAdaptConfig, on_status: Callable[[AdaptStatus], None
     work = Path(cfg.work)
     work.mkdir(parents=True, exist_ok=True)
     status = StatusWriter(work, on_status)
-    try:
-        return _run(cfg, work, status)
-    except BaseException as exc:  # KeyboardInterrupt/SIGTERM included: the status must not claim it still runs
-        status.update(stage="failed", eta_s=None, message=f"{status.status.stage}: {type(exc).__name__}: {exc}")
-        raise
+    return status.run(lambda: _run(cfg, work, status))
 
 
 def _run(cfg: CorpusAdaptConfig, work: Path, status: StatusWriter) -> Path:
