@@ -224,13 +224,15 @@ def evaluate(name: str, arm: str, rec: dict[str, object], model: Path, ds: EvalD
         f"(eval {time.perf_counter() - t0:.0f}s, load {load()})")
 
 
-def ungated_model(arm_dir: Path) -> Path:
-    """The last trained checkpoint of an arm exported as the gate would have (fp32, mean), for the record."""
+def ungated_model(arm_dir: Path, recipe: str) -> Path:
+    """The last trained checkpoint of an arm exported as the gate would have (fp32, the vector the recipe serves),
+    for the record."""
+    from models.corpus_adapt import RECIPE_TRAINING
     from models.export import export_encoder
 
     out = arm_dir / "ungated-model"
     if not (out / "encoder.json").is_file():
-        export_encoder(arm_dir / "work" / "train" / "last", out, pooling="mean", force=True)
+        export_encoder(arm_dir / "work" / "train" / "last", out, pooling=RECIPE_TRAINING[recipe].served, force=True)
     return out
 
 
@@ -256,9 +258,10 @@ def render(report: dict[str, object]) -> str:
            f"Machine: {report['machine']}. Settings: {report['settings']}.", "",
            "Each adapted arm is what `encoder adapt --data CORPUS --queries DEV` writes: checkpoints (step 0 = stock "
            "included) are selected on dev nDCG@10 and the adapted encoder is kept only when it beats stock there "
-           "(the gate), else stock is written. Evaluation: the exported ONNX graph (fp32, token mean, 256 tokens) "
-           "over the evaluation corpus, exact top 100; hybrid = convex 0.5·dense + 0.5·BM25 (bm25s, min-max over "
-           "each top 100). Δ = arm − stock, nDCG@10 points, paired bootstrap 95 % CI over the evaluation queries "
+           "(the gate), else stock is written. Evaluation: the exported ONNX graph (fp32, 256 tokens; token mean, or "
+           "[CLS] for an adapted sgopt arm) over the evaluation corpus, exact top 100; hybrid = convex 0.5·dense + "
+           "0.5·BM25 (bm25s, min-max over each top 100). Δ = arm − stock, nDCG@10 points, paired bootstrap 95 % CI "
+           "over the evaluation queries "
            f"({report['bootstrap']} resamples).", ""]
     for res in report["datasets"]:
         sp = res["split"]
@@ -434,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
         model = stock if kept_stock else Path(rec["model"])  # the gate wrote the stock encoder: the same vectors
         evaluate(name, arm, rec, model, ds, bm25, res, base, dest, args)
         if kept_stock and args.ungated:  # what the gate refused: the last trained checkpoint, on the test set
-            last = ungated_model(dest / arm.replace(":", "-s"))
+            last = ungated_model(dest / arm.replace(":", "-s"), arm.split(":")[0])
             evaluate(name, f"{arm} ungated", {"arm": f"{arm} ungated (last, step {args.steps})",
                                               "model": str(last)}, last, ds, bm25, res, base, dest, args)
         pts = [(c["dev"], c["proxy_acc"]) for a in res["arms"] for c in (a.get("curve") or [])

@@ -1,6 +1,6 @@
 """`encoder adapt --data CORPUS`: label-free adaptation of the encoder to a user's own corpus, gated.
 
-Two recipes, both training the token mean (what the stock all-MiniLM-L6-v2 serves) and exporting it:
+Three recipes; each serves the vector it trained (`RECIPE_TRAINING`):
 
 - `crops` (Contriever-style positives from the documents themselves): a document with a title gives the pair
   title → body; one without gives two independent random crops (10–50 % of its words, each at least
@@ -8,6 +8,10 @@ Two recipes, both training the token mean (what the stock all-MiniLM-L6-v2 serve
   index with `models.mine` (the base encoder's nearest other documents, skipping the first `skip`, where
   near-duplicates — false negatives — sit), trained with the supervised hard-negative SimCSE loss.
 - `simcse`: unsupervised SimCSE on the documents (two dropout views of the same text), in-batch negatives.
+- `sgopt`: SG-OPT (`models.objectives.sgopt`) on the documents: the tuned copy's last-layer [CLS] against a frozen
+  copy's hidden layers through the projection head, which is detached; it trains and serves [CLS]. Its step 0 is the
+  stock [CLS], not what the stock encoder serves, so its gate compares with the stock token mean scored on the
+  same dev set (or proxy).
 
 Stages (each written into `work/`, stamped with its inputs and skipped when done, as `models.adapt`'s):
 base export (fp32, mean, length capped: what mines) → mine (crops only) → views (the training examples,
@@ -46,8 +50,23 @@ from models.adapt import AdaptStatus, StatusWriter, _eta_from_log, _stamp_ok
 
 log = logging.getLogger(__name__)
 
-Recipe = Literal["crops", "simcse"]
-RECIPES: tuple[str, ...] = ("crops", "simcse")
+Recipe = Literal["crops", "simcse", "sgopt"]
+RECIPES: tuple[str, ...] = ("crops", "simcse", "sgopt")
+
+
+@dataclass(frozen=True)
+class RecipeTraining:
+    pooler: str  # the training pooler (`models.poolers`); the served vector never uses it
+    objective: str  # `models.objectives`
+    served: Literal["mean", "cls"]  # what is selected on, gated and exported: the vector the objective trains
+
+
+RECIPE_TRAINING: dict[str, RecipeTraining] = {
+    "crops": RecipeTraining("avg_last", "sup_hardneg", "mean"),
+    "simcse": RecipeTraining("avg_last", "unsup", "mean"),
+    "sgopt": RecipeTraining("sgopt_head", "sgopt", "cls"),
+}
+STOCK_SERVED = "mean"  # what the stock all-MiniLM-L6-v2 serves: the gate's reference
 CORPUS_STAGES = ("base", "mine", "views", "train", "export")
 MIN_CROP_WORDS = 5
 CROP_RATIO = (0.1, 0.5)  # Contriever's independent cropping
@@ -74,7 +93,7 @@ class CorpusAdaptConfig:
     batch_size: int = 32
     max_length: int = 128  # document length cap in tokens, training, mining and selection alike
     lr: float = 2e-5
-    temperature: float = 0.05
+    temperature: float | None = None  # None: the objective's paper value (SimCSE 0.05, SG-OPT 0.01)
     warmup_ratio: float = 0.1
     eval_every: int = 50
     seed: int = 1
@@ -92,9 +111,14 @@ class CorpusAdaptConfig:
     title_field: str | None = None
 
     def train_settings(self) -> dict[str, object]:
-        keys = ("recipe", "steps", "batch_size", "max_length", "lr", "temperature", "warmup_ratio", "eval_every",
-                "seed")
-        return {k: getattr(self, k) for k in keys}
+        keys = ("recipe", "steps", "batch_size", "max_length", "lr", "warmup_ratio", "eval_every", "seed")
+        return {**{k: getattr(self, k) for k in keys}, "temperature": self.effective_temperature()}
+
+    def effective_temperature(self) -> float:
+        from models.objectives import REGISTRY
+
+        objective = REGISTRY[RECIPE_TRAINING[self.recipe].objective]
+        return objective.default_temperature if self.temperature is None else self.temperature
 
 
 # --- the corpus ------------------------------------------------------------------------------------------------
@@ -293,6 +317,7 @@ def _run(cfg: CorpusAdaptConfig, work: Path, status: StatusWriter) -> Path:
     from models.trainer import Trainer
 
     checkpoint = Path(cfg.checkpoint) if cfg.checkpoint else Path(default_checkpoint())
+    recipe = RECIPE_TRAINING[cfg.recipe]
     cache = Path(cfg.cache) if cfg.cache else work
     cache.mkdir(parents=True, exist_ok=True)
 
@@ -370,11 +395,10 @@ def _run(cfg: CorpusAdaptConfig, work: Path, status: StatusWriter) -> Path:
         if not _stamp_ok(work / "train.json", {**train_stamp, "finished": False}):
             shutil.rmtree(train_dir, ignore_errors=True)  # another run's checkpoints: not resumable here
             write_json_atomic(work / "train.json", {**train_stamp, "finished": False})
-        objective = "sup_hardneg" if cfg.recipe == "crops" else "unsup"
         tcfg = TrainConfig(
-            out=train_dir, model=str(checkpoint), pooler="avg_last", objective=objective, data="corpus",
-            batch_size=cfg.batch_size, max_length=cfg.max_length, lr=cfg.lr, temperature=cfg.temperature,
-            max_steps=cfg.steps, warmup_ratio=cfg.warmup_ratio, eval_every=cfg.eval_every, eval_mode="mean",
+            out=train_dir, model=str(checkpoint), pooler=recipe.pooler, objective=recipe.objective, data="corpus",
+            batch_size=cfg.batch_size, max_length=cfg.max_length, lr=cfg.lr, temperature=cfg.effective_temperature(),
+            max_steps=cfg.steps, warmup_ratio=cfg.warmup_ratio, eval_every=cfg.eval_every, eval_mode=recipe.served,
             eval_at_start=True, seed=cfg.seed, resume=True, device="cpu", threads=cfg.threads, progress=cfg.progress)
         stop_watch = threading.Event()
 
@@ -394,25 +418,30 @@ def _run(cfg: CorpusAdaptConfig, work: Path, status: StatusWriter) -> Path:
         write_json_atomic(work / "train.json", {**train_stamp, "finished": True})
     done("train")
 
-    # 5. the gate, then export: the adapted weights only when a trained checkpoint beat step 0 (stock)
+    # 5. the gate, then export: the adapted weights only when a trained checkpoint beat the stock encoder as it
+    # serves (step 0 when the recipe serves what stock serves; else stock's token mean scored on the same set)
     curve = selection_curve(train_dir / "log.jsonl")
     best = json.loads((train_dir / "best" / "train.json").read_text())
-    stock_score = next((row["dev"] for row in curve if row["step"] == 0), None)
-    adapted = int(best["step"]) > 0
+    if recipe.served == STOCK_SERVED:
+        stock_score = next((row["dev"] for row in curve if row["step"] == 0), None)
+    else:
+        stock_score = stock_served_score(checkpoint, dev, cfg, work / "stock_served.json", train_stamp)
+    adapted = int(best["step"]) > 0 and (stock_score is None or float(best["dev"]) > stock_score)
     adaptation: dict[str, Any] = {
         "recipe": cfg.recipe, "adapted": adapted, "verified": bool(cfg.queries) and adapted,
         "selected_on": selected_on, "best_step": int(best["step"]), "best_score": round(float(best["dev"]), 4),
         "stock_score": stock_score, "steps": cfg.steps, "seed": cfg.seed, "corpus": str(cfg.data),
-        "max_length_trained": cfg.max_length,
+        "max_length_trained": cfg.max_length, "served": recipe.served if adapted else STOCK_SERVED,
     }
     if not adapted:
-        adaptation["note"] = (f"no checkpoint beat the stock encoder on {selected_on}: the stock encoder is "
-                              "exported")
+        adaptation["note"] = (f"no checkpoint beat the stock encoder (its token mean) on {selected_on}: the stock "
+                              "encoder is exported")
     elif not cfg.queries:
         adaptation["note"] = ("unverified: selected on a label-free proxy only; give dev queries (--queries) to "
                               "verify that retrieval does not drop")
     source_ckpt = train_dir / "best" if adapted else checkpoint
-    stage("export", f"{'adapted' if adapted else 'stock (gate)'} encoder (mean, quantize {cfg.quantize}) to "
+    stage("export", f"{'adapted' if adapted else 'stock (gate)'} encoder ({adaptation['served']}, quantize "
+          f"{cfg.quantize}) to "
           f"{cfg.out}")
     quantize: Literal["int8"] | None = "int8" if cfg.quantize == "int8" else None
     if cfg.quantize == "auto":
@@ -429,7 +458,7 @@ def _run(cfg: CorpusAdaptConfig, work: Path, status: StatusWriter) -> Path:
                    else None)
     if not (current_sha and _stamp_ok(work / "export.json", {**export_stamp, "onnx_sha256": current_sha})):
         what = f"{cfg.recipe}, {cfg.steps} steps, seed {cfg.seed}"
-        meta = export_encoder(source_ckpt, cfg.out, pooling="mean", force=True, quantize=quantize,
+        meta = export_encoder(source_ckpt, cfg.out, pooling=adaptation["served"], force=True, quantize=quantize,
                               adaptation=adaptation,
                               source=(f"encoder adapt --data {cfg.data} of {checkpoint} ({what})" if adapted else
                                       f"{checkpoint} (encoder adapt --data {cfg.data} kept stock: {what})"))
@@ -439,6 +468,25 @@ def _run(cfg: CorpusAdaptConfig, work: Path, status: StatusWriter) -> Path:
     status.update(stage="done", message=f"{verdict}: exported {cfg.out}", eta_s=0.0)
     write_json_atomic(work / "adaptation.json", {**adaptation, "curve": curve})
     return Path(cfg.out)
+
+
+def stock_served_score(checkpoint: Path, dev: RetrievalDev | CropProxy, cfg: CorpusAdaptConfig, path: Path,
+                       stamp: dict[str, Any]) -> float:
+    """The stock encoder's selection score as it serves (token mean), on the set the checkpoints were scored on:
+    the gate's reference for a recipe that serves another vector. Kept in `path`, stamped like the training."""
+    try:
+        kept = json.loads(path.read_text())
+        if kept.get("stamp") == json.loads(json.dumps(stamp)):
+            return float(kept["score"])
+    except (OSError, ValueError):
+        pass
+    from models.sentence_model import SentenceModel
+
+    model = SentenceModel.from_checkpoint(str(checkpoint), pooler="avg_last", max_length=cfg.max_length)
+    model.eval()
+    score = round(float(dev.score(lambda texts: model.encode(texts, mode=STOCK_SERVED))), 4)
+    write_json_atomic(path, {"stamp": stamp, "score": score})
+    return score
 
 
 def read_mined_ids(path: Path) -> dict[int, int]:
@@ -458,7 +506,7 @@ def training_views(recipe: str, docs: list[CorpusDoc], train: list[int], negativ
     rng = random.Random(seed)
     out: list[list[str]] = []
     for i in train:
-        if recipe == "simcse":
+        if recipe != "crops":  # simcse, sgopt: one text, its views made in the model (dropout; frozen layers)
             out.append([docs[i].text])
             continue
         if i not in negatives:

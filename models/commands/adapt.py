@@ -15,26 +15,28 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     a = sub.add_parser("adapt", help="adapt the encoder: to your own corpus without labels (--data CORPUS), or the "
                        "supervised Quora recipe",
                        description="Two families, one resumable command. (1) Label-free, to your own corpus: "
-                       "`encoder adapt --data CORPUS --out DIR [--recipe crops|simcse] [--queries DEV]`, CORPUS in "
-                       "any format `indexer build --data` reads. crops (default): title→body pairs where documents "
-                       "have titles, else two independent random crops (Contriever), with in-batch negatives and one "
-                       "hard negative per pair mined from your own index (the nearest other documents after --skip); "
-                       "simcse: unsupervised SimCSE (dropout views). Both train and serve the token mean. With "
+                       "`encoder adapt --data CORPUS --out DIR [--recipe crops|simcse|sgopt] [--queries DEV]`, CORPUS"
+                       " in any format `indexer build --data` reads. crops (default): title→body pairs where "
+                       "documents have titles, else two independent random crops (Contriever), with in-batch "
+                       "negatives and one hard negative per pair mined from your own index (the nearest other "
+                       "documents after --skip); simcse: unsupervised SimCSE (dropout views); both train and serve "
+                       "the token mean. sgopt: SG-OPT (the last-layer [CLS] against a frozen copy's hidden layers, "
+                       "projection head detached): trains and serves [CLS], gated against the stock token mean. With "
                        "--queries (dev queries + qrels), checkpoints are selected on dev nDCG@10 and the adapted "
                        "encoder is written only if it beats the stock one there, else the stock encoder is written "
                        "and the manifest says so; without, a label-free proxy selects (held-out crop-pair top-1 "
                        "accuracy) and the manifest marks the result unverified (shown by /ready). See docs/adapt.md "
                        "for what it gained on BEIR. (2) Quora (no --data, or --data the Quora TSV): the recipe of "
-                       "bench/quora_experiment.py's best trained arm: mine → train on Quora duplicates → export; "
-                       "rows >= 300,000 are never read; about 45 min on 2 cores. Each stage is kept in --work and "
-                       "skipped when already done from the same inputs; training resumes from its last checkpoint. "
+                       "bench/quora_experiment.py's best trained arm: mine → train on Quora duplicates → export; rows"
+                       " >= 300,000 are never read; about 45 min on 2 cores. Each stage is kept in --work and skipped"
+                       " when already done from the same inputs; training resumes from its last checkpoint. "
                        "WORK/status.json gives the stage, step and ETA.")
     a.add_argument("--out", required=True, type=Path, help="exported model folder to write (atomically)")
     a.add_argument("--work", type=Path, help="work folder (default: OUT.work beside --out)")
     a.add_argument("--checkpoint", type=Path, help="Hugging Face folder to adapt (default: all-MiniLM-L6-v2)")
     a.add_argument("--data", help="your corpus (BEIR folder, JSONL, CSV/TSV, Parquet: label-free), or the Quora TSV "
                    "or its URL (the supervised Quora recipe; default: the shared data file)")
-    a.add_argument("--recipe", choices=["auto", "crops", "simcse", "quora"], default="auto",
+    a.add_argument("--recipe", choices=["auto", "crops", "simcse", "sgopt", "quora"], default="auto",
                    help="auto (default): crops for a corpus, quora for the Quora TSV or no --data")
     a.add_argument("--queries", type=Path, help="label-free recipes: dev queries for selection and the gate: a BEIR "
                    "folder (its qrels/<--split>.tsv) or a queries file with --qrels; never your test queries")
@@ -89,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _label_free(args: argparse.Namespace) -> bool:
-    """`--recipe crops|simcse`, or `--data` naming a corpus that is not the Quora question-pairs TSV."""
+    """`--recipe crops|simcse|sgopt`, or `--data` naming a corpus that is not the Quora question-pairs TSV."""
     if args.recipe != "auto":
         return args.recipe != "quora"
     if args.data is None or "://" in str(args.data) or not Path(args.data).exists():
@@ -103,7 +105,8 @@ def _adapt_corpus(args: argparse.Namespace, work: Path) -> int:
     from models.corpus_adapt import AdaptInputError, CorpusAdaptConfig, adapt_corpus
 
     if args.data is None:
-        raise AdaptInputError("--recipe crops|simcse needs --data CORPUS (the formats `indexer build --data` reads)")
+        raise AdaptInputError("--recipe crops|simcse|sgopt needs --data CORPUS (the formats `indexer build --data` "
+                              "reads)")
     recipe = "crops" if args.recipe == "auto" else args.recipe
     cfg = CorpusAdaptConfig(
         out=args.out, work=work, data=Path(args.data), recipe=recipe, checkpoint=args.checkpoint,

@@ -89,7 +89,7 @@ def adaptation(out: Path) -> dict[str, object]:
     return json.loads((out / "encoder.json").read_text())["adaptation"]
 
 
-@pytest.mark.parametrize("recipe", ["crops", "simcse"])
+@pytest.mark.parametrize("recipe", ["crops", "simcse", "sgopt"])
 def test_each_recipe_exports_a_servable_folder_that_indexer_build_accepts(recipe: str, tiny_bert: Path,
                                                                           tmp_path: Path) -> None:
     data = beir_folder(tmp_path / "beir")
@@ -116,6 +116,8 @@ def test_each_recipe_exports_a_servable_folder_that_indexer_build_accepts(recipe
         views = [json.loads(line) for line in (work / "views.jsonl").read_text().splitlines()]
         bodies = {" ".join(json.loads(line)["text"].split()) for line in (data / "corpus.jsonl").open()}
         assert views and all(len(v) == 3 and v[1] in bodies and v[2] in bodies and v[1] != v[2] for v in views)
+    served = json.loads((out / "encoder.json").read_text())["pooling"]
+    assert served == meta["served"] == ("cls" if recipe == "sgopt" and meta["adapted"] else "mean")
     root = tmp_path / "root"
     built = indexer_cli("build", "--data", str(data), "--model", str(out), "--root", str(root), "--threads", "1")
     assert built.returncode == 0, built.stderr[-2000:]
@@ -141,6 +143,43 @@ def test_the_gate_keeps_stock_when_dev_drops(tiny_bert: Path, tmp_path: Path) ->
     got = OnnxEncoder(cfg.out).encode(texts)
     want = OnnxEncoder(tmp_path / "stock").encode(texts)
     assert stock.dim == got.shape[1] and np.allclose(got, want, atol=1e-6)
+
+
+@pytest.mark.parametrize("lr", [1e-3, 0.5])
+def test_sgopt_is_gated_against_what_stock_serves_its_token_mean(lr: float, tiny_bert: Path, tmp_path: Path) -> None:
+    """SG-OPT trains and serves [CLS]; its step 0 is the stock [CLS], which the stock encoder does not serve. The
+    gate's reference is the stock token mean scored on the same dev set: the adapted [CLS] is written only above
+    it, else the stock encoder (token mean) is written. lr 0.5 wrecks the encoder, so that run must keep stock."""
+    from indexer.runtime.encoder import OnnxEncoder
+    from models.corpus_adapt import crop_proxy, dev_set, read_corpus, split_docs, words_window
+    from models.export import export_encoder
+    from models.sentence_model import SentenceModel
+
+    data = beir_folder(tmp_path / "beir")
+    cfg = config(tmp_path, tiny_bert, data, queries=data, recipe="sgopt", lr=lr)
+    adapt_corpus(cfg)
+    meta = adaptation(cfg.out)
+    docs = read_corpus(cfg)
+    dev = dev_set(cfg, docs, crop_proxy(docs, split_docs(len(docs), cfg.proxy_docs, cfg.max_docs),
+                                        words_window(cfg.max_length)))
+    stock = SentenceModel.from_checkpoint(str(tiny_bert), pooler="avg_last", max_length=cfg.max_length).eval()
+    stock_mean = dev.score(lambda texts: stock.encode(texts, mode="mean"))
+    assert meta["stock_score"] == pytest.approx(stock_mean, abs=1e-3)
+    curve = json.loads((cfg.work / "adaptation.json").read_text())["curve"]
+    best = max(curve, key=lambda c: c["dev"])
+    assert meta["best_score"] == pytest.approx(best["dev"], abs=1e-3)
+    assert meta["adapted"] is (meta["best_step"] > 0 and meta["best_score"] > meta["stock_score"])
+    if lr == 0.5:
+        assert meta["adapted"] is False
+    texts = ["how do i learn python quickly", "the dog runs on the grass"]
+    got = OnnxEncoder(cfg.out).encode(texts)
+    if meta["adapted"]:  # the best checkpoint's [CLS], its projection head left out
+        best_ckpt = SentenceModel.from_checkpoint(str(cfg.work / "train" / "best"), max_length=64).eval()
+        assert np.allclose(got, best_ckpt.encode(texts, mode="cls"), atol=1e-4)
+    else:
+        export_encoder(tiny_bert, tmp_path / "stock", pooling="mean")
+        assert np.allclose(got, OnnxEncoder(tmp_path / "stock").encode(texts), atol=1e-6)
+        assert "token mean" in str(meta["note"])
 
 
 def test_without_dev_queries_the_proxy_selects_and_the_result_is_unverified(tiny_bert: Path, tmp_path: Path) -> None:
