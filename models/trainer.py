@@ -252,7 +252,6 @@ class Trainer:
             self.step += 1
             step_seconds += time.perf_counter() - t0  # optimisation only: evaluation and saving excluded
             bar.update(1)
-            bar.set_postfix(refresh=False, loss=f"{loss.item():.4f}", best=f"{self.best_dev:.2f}")
             if self.step % 10 == 0 or self.step == self.total_steps:
                 self._log(
                     step=self.step,
@@ -263,6 +262,8 @@ class Trainer:
             if self.step % cfg.eval_every == 0 or self.step == self.total_steps:
                 self.evaluate_and_keep()
                 self.model.train()
+            # after the evaluation, so that the last line's "best" counts the last checkpoint
+            bar.set_postfix(refresh=False, loss=f"{loss.item():.4f}", best=f"{self.best_dev:.2f}")
             if self.step % save_every == 0 or self.step == self.total_steps:
                 self.save_last()
         bar.close()
