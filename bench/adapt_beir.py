@@ -158,16 +158,19 @@ def run_arm(arm: str, data: Path, dest: Path, args: argparse.Namespace) -> dict[
 
     recipe, seed = arm.split(":")
     done = dest / "adapt.json"
-    if done.is_file():
-        return json.loads(done.read_text())
+    earlier = json.loads(done.read_text()) if done.is_file() else None
+    if earlier and (earlier["adaptation"].get("gate") or {}).get("rule") == args.gate:
+        return earlier
     cfg = CorpusAdaptConfig(out=dest / "model", work=dest / "work", data=data, recipe=recipe,  # type: ignore[arg-type]
                             queries=data, split="dev", max_docs=args.max_docs, steps=args.steps,
                             batch_size=args.batch_size, max_length=args.max_length, lr=args.lr,
                             eval_every=args.eval_every, seed=int(seed), dev_queries=args.dev_cap,
-                            dev_docs=args.dev_docs, quantize="none", threads=args.threads, progress=False,
+                            dev_docs=args.dev_docs, gate=args.gate, quantize="none", threads=args.threads,
+                            progress=False,
                             cache=dest.parent / "cache")
-    say(f"{data.parent.name} {arm}: adapting ({args.steps} steps, batch {args.batch_size}, {args.max_length} tokens; "
-        f"load {load()}); status: {cfg.work / 'status.json'}")
+    say(f"{data.parent.name} {arm}: {'re-deciding with the ' + args.gate + ' gate' if earlier else 'adapting'} "
+        f"({args.steps} steps, batch {args.batch_size}, {args.max_length} tokens; load {load()}); status: "
+        f"{cfg.work / 'status.json'}")
     t0, load0 = time.perf_counter(), os.getloadavg()[0]
     adapt_corpus(cfg)
     wall = time.perf_counter() - t0
@@ -179,6 +182,9 @@ def run_arm(arm: str, data: Path, dest: Path, args: argparse.Namespace) -> dict[
               "seconds_per_1k_steps": end[-1]["seconds_per_1k_steps"] if end else None,
               "train_seconds_total": end[-1]["seconds"] if end else None, "adapt_wall_s": round(wall, 1),
               "load_start": round(load0, 1), "load_end": round(os.getloadavg()[0], 1)}
+    if earlier:  # only the gate ran again (the training is reused): the cost figures are the training run's
+        record.update({k: earlier[k] for k in ("adapt_wall_s", "load_start", "load_end") if k in earlier})
+        record["earlier_gates"] = [*earlier.get("earlier_gates", []), earlier["adaptation"]]
     done.write_text(json.dumps(record, indent=1))
     return record
 
@@ -224,16 +230,17 @@ def evaluate(name: str, arm: str, rec: dict[str, object], model: Path, ds: EvalD
         f"(eval {time.perf_counter() - t0:.0f}s, load {load()})")
 
 
-def ungated_model(arm_dir: Path, recipe: str) -> Path:
-    """The last trained checkpoint of an arm exported as the gate would have (fp32, the vector the recipe serves),
-    for the record."""
+def ungated_model(arm_dir: Path, recipe: str, best_step: int, steps: int) -> tuple[Path, str]:
+    """What the gate kept out, exported as the recipe serves it (fp32), for the record: the selected checkpoint
+    when a trained one was selected, else (step 0, stock, was the best) the last."""
     from models.corpus_adapt import RECIPE_TRAINING
     from models.export import export_encoder
 
-    out = arm_dir / "ungated-model"
+    source, label = (("best", f"best, step {best_step}") if best_step > 0 else ("last", f"last, step {steps}"))
+    out = arm_dir / f"ungated-{source}-model"
     if not (out / "encoder.json").is_file():
-        export_encoder(arm_dir / "work" / "train" / "last", out, pooling=RECIPE_TRAINING[recipe].served, force=True)
-    return out
+        export_encoder(arm_dir / "work" / "train" / source, out, pooling=RECIPE_TRAINING[recipe].served, force=True)
+    return out, label
 
 
 def model_key(model: Path) -> str:
@@ -257,27 +264,31 @@ def render(report: dict[str, object]) -> str:
            f"Command: `{report['command']}`", "",
            f"Machine: {report['machine']}. Settings: {report['settings']}.", "",
            "Each adapted arm is what `encoder adapt --data CORPUS --queries DEV` writes: checkpoints (step 0 = stock "
-           "included) are selected on dev nDCG@10 and the adapted encoder is kept only when it beats stock there "
-           "(the gate), else stock is written. Evaluation: the exported ONNX graph (fp32, 256 tokens; token mean, or "
-           "[CLS] for an adapted sgopt arm) over the evaluation corpus, exact top 100; hybrid = convex 0.5·dense + "
-           "0.5·BM25 (bm25s, min-max over each top 100). Δ = arm − stock, nDCG@10 points, paired bootstrap 95 % CI "
-           "over the evaluation queries "
+           "included) are selected on dev nDCG@10 and the adapted encoder is kept only when it beats stock there (the"
+           " gate; `significant`: the paired 95 % bootstrap interval of its dev gain over stock's token mean, the "
+           "`dev Δ` column, is above 0; `better`: the gain is above 0), else stock is written. Evaluation: the "
+           "exported ONNX graph (fp32, 256 tokens; token mean, or [CLS] for an adapted sgopt arm) over the evaluation"
+           " corpus, exact top 100; hybrid = convex 0.5·dense + 0.5·BM25 (bm25s, min-max over each top 100). Δ = arm "
+           "− stock, nDCG@10 points, paired bootstrap 95 % CI over the evaluation queries "
            f"({report['bootstrap']} resamples).", ""]
     for res in report["datasets"]:
         sp = res["split"]
         out += [f"## {res['dataset']}", "", f"- Split (declared before any run): {sp['selection']}.",
                 f"- Evaluation corpus: {sp['corpus']}; {sp['eval_queries']} evaluation queries, {sp['dev_queries']} "
                 "dev queries.", f"- BM25 nDCG@10: {res.get('bm25', {}).get('ndcg_at_10', '—')}", "",
-                "| arm | gate | dev nDCG@10 stock → best (step) | dense nDCG@10 | Δ dense [95 % CI] | hybrid nDCG@10 "
-                "| Δ hybrid [95 % CI] | R@100 dense | train s / 1k steps | adapt wall s | load |",
-                "|---|---|---|---:|---|---:|---|---:|---:|---:|---|"]
+                "| arm | gate | dev nDCG@10 stock → best (step) | dev Δ [95 % CI] | dense nDCG@10 | Δ dense [95 % CI] "
+                "| hybrid nDCG@10 | Δ hybrid [95 % CI] | R@100 dense | train s / 1k steps | adapt wall s | load |",
+                "|---|---|---|---|---:|---|---:|---|---:|---:|---:|---|"]
         for arm in res["arms"]:
             a = arm.get("adaptation") or {}
             gate = ("—" if arm["arm"] == "stock" else "refused by the gate" if "ungated" in arm["arm"]
                     else "adapted" if a.get("adapted") else "kept stock")
             devs = (f"{a.get('stock_score')} → {a.get('best_score')} ({a.get('best_step')})" if a else "—")
+            g = a.get("gate") or {}
+            dev_delta = _ci([g["delta"], *g["ci"]]) if g.get("ci") else ""
             d, h = arm.get("dense", {}), arm.get("hybrid", {})
-            out.append(f"| {arm['arm']} | {gate} | {devs} | {d.get('ndcg_at_10', '—')} | {_ci(arm.get('ci_dense'))} "
+            out.append(f"| {arm['arm']} | {gate} | {devs} | {dev_delta} | {d.get('ndcg_at_10', '—')} "
+                       f"| {_ci(arm.get('ci_dense'))} "
                        f"| {h.get('ndcg_at_10', '—')} | {_ci(arm.get('ci_hybrid'))} | {d.get('recall_at_100', '—')} "
                        f"| {arm.get('seconds_per_1k_steps') or '—'} | {arm.get('adapt_wall_s') or '—'} | "
                        f"{arm.get('load_start', '—')}→{arm.get('load_end', '—')} |")
@@ -345,6 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--order", choices=["dataset", "arm"], default="dataset",
                    help="dataset: every arm of a dataset before the next dataset (default); arm: each arm on every "
                    "dataset before the next arm")
+    p.add_argument("--gate", choices=["significant", "better"], default="significant",
+                   help="the product's gate rule (`encoder adapt --gate`); arms already adapted under another rule "
+                   "are re-decided without training again")
     p.add_argument("--ungated", action="store_true",
                    help="also evaluate, for each arm whose gate kept stock, its last trained checkpoint (the "
                    "rows marked `ungated`: what the gate kept out)")
@@ -394,7 +408,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": f"{platform.machine()}, {os.cpu_count()} cores shared with other agents, load {load()} at start",
         "settings": f"steps {args.steps}, batch {args.batch_size}, max length {args.max_length}, lr {args.lr}, "
                     f"selection every {args.eval_every} steps on ≤ {args.dev_cap} dev queries over {args.dev_docs} "
-                    f"documents, ≤ {args.max_docs} training documents, torch/ORT threads {args.threads}",
+                    f"documents, ≤ {args.max_docs} training documents, torch/ORT threads {args.threads}, gate "
+                    f"{args.gate}",
         "bootstrap": args.bootstrap, "datasets": []}
     stamp += args.suffix
     results_json = args.work / f"results{args.suffix}.json"
@@ -436,10 +451,11 @@ def main(argv: list[str] | None = None) -> int:
         kept_stock = arm != "stock" and not (rec.get("adaptation") or {}).get("adapted")
         model = stock if kept_stock else Path(rec["model"])  # the gate wrote the stock encoder: the same vectors
         evaluate(name, arm, rec, model, ds, bm25, res, base, dest, args)
-        if kept_stock and args.ungated:  # what the gate refused: the last trained checkpoint, on the test set
-            last = ungated_model(dest / arm.replace(":", "-s"), arm.split(":")[0])
-            evaluate(name, f"{arm} ungated", {"arm": f"{arm} ungated (last, step {args.steps})",
-                                              "model": str(last)}, last, ds, bm25, res, base, dest, args)
+        if kept_stock and args.ungated:  # what the gate refused, on the test set
+            best_step = int((rec.get("adaptation") or {}).get("best_step") or 0)
+            refused, label = ungated_model(dest / arm.replace(":", "-s"), arm.split(":")[0], best_step, args.steps)
+            evaluate(name, f"{arm} ungated", {"arm": f"{arm} ungated ({label})", "model": str(refused)}, refused,
+                     ds, bm25, res, base, dest, args)
         pts = [(c["dev"], c["proxy_acc"]) for a in res["arms"] for c in (a.get("curve") or [])
                if c.get("proxy_acc") is not None]
         res["proxy_spearman"] = spearman([d for d, _ in pts], [x for _, x in pts])

@@ -57,6 +57,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--seed", type=int, default=1)
     a.add_argument("--skip", type=int, default=2, help="mined candidates skipped first (default 2)")
     a.add_argument("--take", type=int, default=1, help="mined negatives per pair (default 1)")
+    a.add_argument("--gate", choices=["significant", "better"], default="significant",
+                   help="label-free: when the adapted encoder replaces the stock one. significant (default): its "
+                   "paired gain on the dev queries (or the proxy) has a 95 %% bootstrap interval above 0; better: "
+                   "any gain")
     a.add_argument("--quantize", choices=["int8", "none", "auto"], default="auto",
                    help="auto (default): static int8 when its calibration and gate data are readable, else fp32")
     a.add_argument("--threads", type=int, help="torch and ONNX Runtime threads")
@@ -110,19 +114,22 @@ def _adapt_corpus(args: argparse.Namespace, work: Path) -> int:
     recipe = "crops" if args.recipe == "auto" else args.recipe
     cfg = CorpusAdaptConfig(
         out=args.out, work=work, data=Path(args.data), recipe=recipe, checkpoint=args.checkpoint,
-        queries=args.queries, qrels=args.qrels, split=args.split, max_docs=args.max_docs, steps=args.steps or 200,
+        queries=args.queries, qrels=args.qrels, split=args.split, gate=args.gate, max_docs=args.max_docs,
+        steps=args.steps or 200,
         batch_size=args.batch_size or 32, max_length=args.max_length or 128, lr=args.lr or 2e-5,
         eval_every=args.eval_every, seed=args.seed, skip=args.skip, take=args.take, quantize=args.quantize,
         threads=args.threads, progress=not args.no_progress, id_field=args.id_field, text_field=args.text_field,
         title_field=args.title_field)
     out = adapt_corpus(cfg)
     meta = json.loads((out / "encoder.json").read_text()).get("adaptation") or {}
+    gate = meta.get("gate") or {}
+    gain = f"gain {gate.get('delta', 0):+.2f} [95 % CI {', '.join(f'{x:+.2f}' for x in gate.get('ci', []))}]"
     if not meta.get("adapted"):
-        print(f"encoder adapt: the gate kept the stock encoder: no trained checkpoint scored above it on "
-              f"{meta.get('selected_on')} (stock {meta.get('stock_score')}); wrote the stock encoder to {out}")
+        print(f"encoder adapt: the gate ({gate.get('rule')}) kept the stock encoder: {meta.get('note')}; wrote the "
+              f"stock encoder to {out}")
     elif meta.get("verified"):
         print(f"encoder adapt: adapted ({recipe}): dev nDCG@10 {meta.get('stock_score')} → {meta.get('best_score')} "
-              f"at step {meta.get('best_step')}; wrote {out}")
+              f"at step {meta.get('best_step')}, {gain} over {gate.get('items')} dev queries; wrote {out}")
     else:
         print(f"encoder adapt: adapted ({recipe}) but UNVERIFIED: selected on the {meta.get('selected_on')} "
               f"({meta.get('stock_score')} → {meta.get('best_score')}); no dev queries measured retrieval "

@@ -106,8 +106,8 @@ def test_each_recipe_exports_a_servable_folder_that_indexer_build_accepts(recipe
     work = tmp_path / "adapted.work"
     status = json.loads((work / "status.json").read_text())
     assert status["stage"] == "done" and status["step"] == 8
-    expected = ["base", "mine", "views", "train", "export"] if recipe == "crops" else ["base", "views", "train",
-                                                                                        "export"]
+    expected = ["base", "mine", "views", "train", "gate", "export"] if recipe == "crops" else [
+        "base", "views", "train", "gate", "export"]
     assert status["stages_done"] == expected
     curve = json.loads((work / "adaptation.json").read_text())["curve"]
     assert [c["step"] for c in curve] == [0, 4, 8]  # step 0 (stock) competes
@@ -168,7 +168,11 @@ def test_sgopt_is_gated_against_what_stock_serves_its_token_mean(lr: float, tiny
     curve = json.loads((cfg.work / "adaptation.json").read_text())["curve"]
     best = max(curve, key=lambda c: c["dev"])
     assert meta["best_score"] == pytest.approx(best["dev"], abs=1e-3)
-    assert meta["adapted"] is (meta["best_step"] > 0 and meta["best_score"] > meta["stock_score"])
+    gate = meta["gate"]
+    assert gate["rule"] == "significant" and gate["items"] == len(dev.query_ids)
+    assert meta["adapted"] is (meta["best_step"] > 0 and gate["ci"][0] > 0)
+    if meta["best_step"] > 0:  # the gate's gain is the selected [CLS] against the stock token mean, query by query
+        assert gate["delta"] == pytest.approx(meta["best_score"] - meta["stock_score"], abs=1e-3)
     if lr == 0.5:
         assert meta["adapted"] is False
     texts = ["how do i learn python quickly", "the dog runs on the grass"]
@@ -180,6 +184,42 @@ def test_sgopt_is_gated_against_what_stock_serves_its_token_mean(lr: float, tiny
         export_encoder(tiny_bert, tmp_path / "stock", pooling="mean")
         assert np.allclose(got, OnnxEncoder(tmp_path / "stock").encode(texts), atol=1e-6)
         assert "token mean" in str(meta["note"])
+
+
+def test_the_significant_gate_needs_a_paired_interval_above_zero() -> None:
+    """One query up by 10 points among 99 unchanged: a mean gain, but a bootstrap interval that touches 0 — the
+    `better` rule adapts, `significant` does not; a broad gain of 1–3 points on every query passes both."""
+    from models.corpus_adapt import decide
+
+    stock = np.full(100, 50.0)
+    lucky = stock.copy()
+    lucky[7] += 10
+    one = decide("significant", stock, lucky, 2000)
+    assert one["delta"] == pytest.approx(0.1) and one["ci"][0] == 0 and one["adapted"] is False
+    assert decide("better", stock, lucky, 2000)["adapted"] is True
+    broad = stock + np.random.default_rng(0).uniform(1, 3, 100)
+    assert decide("significant", stock, broad, 2000)["adapted"] is True
+    assert decide("significant", stock, stock, 2000) == {**one, "adapted": False, "delta": 0.0, "ci": [0.0, 0.0]}
+    assert decide("better", stock, stock - 1, 2000)["adapted"] is False
+    with pytest.raises(AdaptInputError, match="unknown gate"):
+        decide("lenient", stock, lucky, 2000)
+
+
+def test_another_gate_rule_re_decides_without_training_again(tiny_bert: Path, tmp_path: Path) -> None:
+    """The gate is the last stage before export: a second run over the same work folder with the other rule reuses
+    the training (one `start` in the log) and decides from the same paired figures."""
+    data = beir_folder(tmp_path / "beir")
+    first = config(tmp_path, tiny_bert, data, queries=data, gate="better", lr=2e-3)
+    adapt_corpus(first)
+    before = adaptation(first.out)
+    adapt_corpus(config(tmp_path, tiny_bert, data, queries=data, gate="significant", lr=2e-3))
+    after = adaptation(first.out)
+    log = [json.loads(line) for line in (first.work / "train" / "log.jsonl").read_text().splitlines()]
+    assert sum(row.get("event") == "start" for row in log) == 1
+    assert before["gate"]["rule"] == "better" and after["gate"]["rule"] == "significant"
+    assert before["gate"]["delta"] == after["gate"]["delta"] and before["gate"]["ci"] == after["gate"]["ci"]
+    assert before["adapted"] is (before["gate"]["delta"] > 0 and before["best_step"] > 0)
+    assert after["adapted"] is (after["gate"]["ci"][0] > 0 and after["best_step"] > 0)
 
 
 def test_without_dev_queries_the_proxy_selects_and_the_result_is_unverified(tiny_bert: Path, tmp_path: Path) -> None:
