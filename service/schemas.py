@@ -203,11 +203,25 @@ class CollectionReady(BaseModel):
 class EncoderAdaptation(BaseModel):
     """How the served encoder was adapted to a corpus (`encoder adapt --data`), from its `encoder.json`."""
 
-    recipe: str = Field(description="crops | simcse")
-    adapted: bool = Field(description="false: the gate kept the stock encoder (no checkpoint beat it)")
+    recipe: str = Field(description="crops | simcse | sgopt")
+    adapted: bool = Field(description="false: the gate kept the stock encoder (no checkpoint's gain over it passed)")
     verified: bool = Field(description="false: selected on a label-free proxy only, no dev queries measured it")
     selected_on: str
+    served: str | None = Field(None, description="the vector served: mean, or cls (sgopt)")
+    gate: str | None = Field(None, description="the gate's rule: significant (a paired 95 % interval of the gain "
+                             "above 0) | better (any gain)")
+    gain: float | None = Field(None, description="the selected checkpoint's mean gain over stock on `selected_on`")
+    gain_ci: list[float] | None = Field(None, description="its paired bootstrap 95 % interval")
     note: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flatten_gate(cls, data: Any) -> Any:
+        """encoder.json keeps the gate's record nested (`gate: {rule, delta, ci, ...}`)."""
+        if isinstance(data, dict) and isinstance(data.get("gate"), dict):
+            gate = data["gate"]
+            data = {**data, "gate": gate.get("rule"), "gain": gate.get("delta"), "gain_ci": gate.get("ci")}
+        return data
 
 
 class Ready(BaseModel):

@@ -257,6 +257,10 @@ def test_ready_shows_an_unverified_adaptation(tiny_bert: Path, tmp_path: Path) -
         stop_server(server)
     assert body["ready"] and body["adaptation"]["verified"] is False
     assert body["adaptation"]["recipe"] == "crops" and "proxy" in body["adaptation"]["selected_on"]
+    gate = adaptation(cfg.out)["gate"]  # the gate's rule, gain and interval, flattened
+    assert body["adaptation"]["gate"] == gate["rule"] == "significant"
+    assert body["adaptation"]["gain"] == gate["delta"] and body["adaptation"]["gain_ci"] == gate["ci"]
+    assert body["adaptation"]["served"] == "mean"
 
 
 def test_an_interrupted_run_resumes_from_its_checkpoint(tiny_bert: Path, tmp_path: Path) -> None:
