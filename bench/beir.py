@@ -282,7 +282,11 @@ def convex(dense: Run, lexical: Run, alpha: float) -> Run:
     out: Run = []
     for hd, hl in zip(dense, lexical, strict=True):
         nd, nl = _minmax(hd), _minmax(hl)
-        score = {d: alpha * nd.get(d, 0.0) + (1 - alpha) * nl.get(d, 0.0) for d in nd.keys() | nl.keys()}
+        # candidates in a fixed order (dense rank, then lexical-only by rank) and a stable sort: equal fused scores
+        # (duplicate documents) keep that order, where iterating a set of string ids would follow the process's
+        # hash seed and move nDCG@10 by up to 0.15 between runs on NFCorpus
+        candidates = [*nd, *(d for d in nl if d not in nd)]
+        score = {d: alpha * nd.get(d, 0.0) + (1 - alpha) * nl.get(d, 0.0) for d in candidates}
         out.append(sorted(score.items(), key=lambda x: -x[1])[:DEPTH])
     return out
 
