@@ -50,7 +50,7 @@ ENCODER = {
     "adapt": (
         "--out", "--work", "--checkpoint", "--data", "--recipe", "--queries", "--qrels", "--split", "--max-docs",
         "--eval-every", "--id-field", "--text-field", "--title-field", "--steps", "--batch-size", "--max-length",
-        "--lr", "--seed", "--skip", "--take", "--quantize", "--threads", "--no-progress",
+        "--lr", "--seed", "--skip", "--take", "--gate", "--quantize", "--threads", "--no-progress",
     ),
     "sts": (
         "--checkpoint", "--onnx", "--mode", "--tasks", "--max-pairs", "--max-length", "--threads", "--name", "--json",
