@@ -283,6 +283,10 @@ def render(report: dict[str, object]) -> str:
             a = arm.get("adaptation") or {}
             gate = ("—" if arm["arm"] == "stock" else "refused by the gate" if "ungated" in arm["arm"]
                     else "adapted" if a.get("adapted") else "kept stock")
+            rule = (a.get("gate") or {}).get("rule")
+            if rule and "ungated" not in arm["arm"]:
+                other = "better" if rule == "significant" else "significant"
+                gate += f" (`{other}`: {'adapt' if would_adapt(a, other) else 'stock'})"
             devs = (f"{a.get('stock_score')} → {a.get('best_score')} ({a.get('best_step')})" if a else "—")
             g = a.get("gate") or {}
             dev_delta = _ci([g["delta"], *g["ci"]]) if g.get("ci") else ""
@@ -302,14 +306,33 @@ def render(report: dict[str, object]) -> str:
             out += ["", f"Proxy vs dev nDCG@10, Spearman over every evaluated checkpoint of this dataset: "
                     f"{res.get('proxy_spearman')}; per arm: {res.get('proxy_spearman_per_arm')}."]
         out.append("")
-    if report.get("verdict"):
+    if report.get("datasets"):  # recomputed, so that --render of an older JSON says what today's rule says
         out += ["## Verdict (the issue's rule: beats stock on every dataset in every seed, dense, hybrid not worse)",
-                "", report["verdict"], ""]
+                "", verdict(report), ""]
     return "\n".join(out) + "\n"
 
 
 def _ci(v: list[float] | None) -> str:
     return "" if not v else f"{v[0]:+.2f} [{v[1]:+.2f}, {v[2]:+.2f}]"
+
+
+def would_adapt(adaptation: dict[str, object], rule: str) -> bool:
+    """What the gate `rule` decides from an arm's recorded gain (the `gate` record holds both rules' inputs)."""
+    g = adaptation.get("gate") or {}
+    if not g or int(adaptation.get("best_step") or 0) == 0:  # type: ignore[call-overload]
+        return False
+    return bool(g["ci"][0] > 0) if rule == "significant" else bool(g["delta"] > 0)  # type: ignore[index]
+
+
+def written_by(res: dict[str, object], entry: dict[str, object], rule: str) -> dict[str, object] | None:
+    """The evaluated row of what `rule` would have written for a gated arm: the arm itself when it adapted under
+    its own rule, the refused selected checkpoint (`ungated (best …)`) when only `rule` adapts; None = stock."""
+    a = entry.get("adaptation") or {}
+    if not would_adapt(a, rule):  # type: ignore[arg-type]
+        return None
+    if a.get("adapted"):  # type: ignore[union-attr]
+        return entry
+    return next((u for u in res["arms"] if u["arm"].startswith(f"{entry['arm']} ungated (best")), None)  # type: ignore[attr-defined]
 
 
 def verdict(report: dict[str, object]) -> str:
@@ -327,6 +350,22 @@ def verdict(report: dict[str, object]) -> str:
                      f"kept the adapted encoder in {kept}; "
                      + ("beats stock in every run (dense CI above 0, hybrid not worse): recommended"
                         if wins else "does not beat stock in every run: not recommended"))
+    lines.append("")
+    lines.append("What each gate rule writes, from the recorded dev gains (a refused selected checkpoint is the "
+                 "`ungated (best …)` row; Δ dense on test, * = CI excludes 0):")
+    for recipe in recipes:
+        for rule in ("significant", "better"):
+            runs = [(r, a) for r in report["datasets"] for a in r["arms"] if a["arm"].startswith(recipe + ":")
+                    and "ungated" not in a["arm"] and (a.get("adaptation") or {}).get("gate")]
+            if not runs:
+                continue
+            written = [(r["dataset"], a["arm"], written_by(r, a, rule)) for r, a in runs]
+            adapted = [(d, arm, w) for d, arm, w in written if w is not None]
+            shown = ", ".join(f"{d} {arm.split(':')[1]}: " + (f"{w['ci_dense'][0]:+.2f}" + (
+                "*" if w["ci_dense"][1] > 0 or w["ci_dense"][2] < 0 else "") if w.get("ci_dense") else "not evaluated")
+                for d, arm, w in adapted)
+            lines.append(f"- `{recipe}`, gate `{rule}`: adapts in {len(adapted)} of {len(runs)} runs"
+                         + (f" ({shown})" if adapted else "") + "; stock elsewhere.")
     return "\n".join(lines)
 
 
