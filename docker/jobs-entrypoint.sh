@@ -26,16 +26,32 @@ case "$EVERY" in
   "" | *[!0-9]*) echo "jobs-entrypoint: STRATA_REBUILD_EVERY_S must be a whole number of seconds, got '$EVERY'" >&2
                  exit 2 ;;
 esac
-# STRATA_ADAPT=1: the nightly chain trains (or reuses) an encoder adapted to Quora (`encoder adapt`: its finished
-# stages and checkpoints are kept in ADAPTED.work, so a night only redoes what changed) and builds with it,
-# choosing nprobe for it (--target-recall); the API swaps only if its gates pass (MRR@10 included).
-# STRATA_ADAPT_ARGS is passed to `encoder adapt` (e.g. "--steps 500 --threads 2").
+# STRATA_ADAPT=1: the nightly chain trains (or reuses) an encoder adapted to Quora with its duplicate labels
+# (`encoder adapt --recipe quora`: its finished stages and checkpoints are kept in ADAPTED.work, so a night only
+# redoes what changed) and builds with it, choosing nprobe for it (--target-recall); the API swaps only if its
+# gates pass (MRR@10 included). Only the Quora TSV (or a URL, taken as Quora's) has those labels: a collection
+# with another corpus is built with the stock encoder, and a notice says so — nothing adapts to it unasked.
+# STRATA_ADAPT=corpus: label-free adaptation to the corpus itself (`encoder adapt --data CORPUS`, recipe crops
+# unless STRATA_ADAPT_ARGS says otherwise, e.g. "--recipe simcse --queries /data/dev"); not recommended at present
+# (docs/adapt.md). STRATA_ADAPT_ARGS is passed to `encoder adapt` (e.g. "--steps 500 --threads 2").
 ADAPT="${STRATA_ADAPT:-0}"
 case "$ADAPT" in
-  0 | 1) ;;
-  *) echo "jobs-entrypoint: STRATA_ADAPT must be 0 or 1, got '$ADAPT'" >&2; exit 2 ;;
+  0 | 1 | corpus) ;;
+  *) echo "jobs-entrypoint: STRATA_ADAPT must be 0, 1 or corpus, got '$ADAPT'" >&2; exit 2 ;;
 esac
 ADAPTED="${STRATA_ADAPTED_MODEL_DIR:-$STRATA_HOME/models/$NAME-adapted-mean}"
+ADAPTED_CORPUS="${STRATA_ADAPTED_MODEL_DIR:-$STRATA_HOME/models/$NAME-adapted-to-${STRATA_COLLECTION:-quora}}"
+
+# is_quora_tsv DATA: whether DATA is the Quora question-pairs TSV that the supervised recipe reads (a URL is taken
+# as Quora's, as `encoder adapt` takes it); the same format detection as `indexer build --data`
+is_quora_tsv() {
+  case "$1" in *://*) return 0 ;; esac
+  python -c 'import sys; from pathlib import Path; from indexer.corpus import detect_format
+try:
+    sys.exit(0 if detect_format(Path(sys.argv[1])) == "quora" else 1)
+except Exception:
+    sys.exit(1)' "$1"
+}
 
 child=""
 stop() {
@@ -60,11 +76,26 @@ job() {
   data="${STRATA_DATA:-${STRATA_QUORA:-http://qim.fs.quoracdn.net/quora_duplicate_questions.tsv}}"
   model="$MODEL"
   probe=""
-  if [ "$ADAPT" -eq 1 ]; then
+  adapt="$ADAPT"
+  if [ "$adapt" = 1 ] && ! is_quora_tsv "$data"; then
+    echo "jobs-entrypoint: STRATA_ADAPT=1 adapts to the Quora TSV's duplicate labels only; $data is another corpus," \
+         "so it is built with the stock encoder (label-free adaptation to it: STRATA_ADAPT=corpus, not" \
+         "recommended at present, see docs/adapt.md)" >&2
+    adapt=0
+  fi
+  if [ "$adapt" = 1 ]; then
     # shellcheck disable=SC2086
-    run encoder adapt --out "$ADAPTED" --data "$data" --no-progress --quantize "${STRATA_QUANTIZE:-auto}" \
-      ${STRATA_CHECKPOINT:+--checkpoint "$STRATA_CHECKPOINT"} ${STRATA_ADAPT_ARGS:-} || return
+    run encoder adapt --recipe quora --out "$ADAPTED" --data "$data" --no-progress \
+      --quantize "${STRATA_QUANTIZE:-auto}" ${STRATA_CHECKPOINT:+--checkpoint "$STRATA_CHECKPOINT"} \
+      ${STRATA_ADAPT_ARGS:-} || return
     model="$ADAPTED"
+    probe="--target-recall ${STRATA_TARGET_RECALL:-0.95}"
+  elif [ "$adapt" = corpus ]; then
+    # shellcheck disable=SC2086
+    run encoder adapt --recipe crops --out "$ADAPTED_CORPUS" --data "$data" --no-progress \
+      --quantize "${STRATA_QUANTIZE:-auto}" ${STRATA_CHECKPOINT:+--checkpoint "$STRATA_CHECKPOINT"} \
+      ${STRATA_ADAPT_ARGS:-} || return
+    model="$ADAPTED_CORPUS"
     probe="--target-recall ${STRATA_TARGET_RECALL:-0.95}"
   elif [ ! -f "$MODEL/encoder.json" ]; then
     # STRATA_QUANTIZE: auto (default: static int8 when STRATA_DATA_DIR holds the STS-B dev, Quora and calibration

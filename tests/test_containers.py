@@ -339,7 +339,61 @@ def test_entrypoint_adapt_chain_trains_once_and_builds_with_the_adapted_encoder(
     assert second.returncode == 0, second.stderr[-3000:]
     assert train_log.read_text().count("\n") == lines and len(root.versions()) == 2  # reused, built again
     bad = subprocess.run([entrypoint], env=env | {"STRATA_ADAPT": "yes"}, capture_output=True, text=True, timeout=30)
-    assert bad.returncode == 2 and "STRATA_ADAPT must be 0 or 1, got 'yes'" in bad.stderr
+    assert bad.returncode == 2 and "STRATA_ADAPT must be 0, 1 or corpus, got 'yes'" in bad.stderr
+
+
+def _worded_corpus(path: Path, n: int = 64) -> Path:
+    import json
+    import random
+
+    from tests.models.fixtures import WORDS
+
+    rng = random.Random(3)
+    path.write_text("".join(json.dumps({"id": f"g{i}", "text": " ".join(rng.sample(WORDS, 11))}) + "\n"
+                            for i in range(n)))
+    return path
+
+
+def test_entrypoint_adapt_1_never_adapts_another_corpus_unasked(tmp_path: Path, tiny_checkpoint: Path) -> None:
+    """STRATA_ADAPT=1 (the nightly's compose default) is the supervised Quora recipe: a collection with another
+    corpus is built with the stock encoder and a notice, never with a label-free adaptation nobody asked for."""
+    from indexer.runtime.manifest import Manifest
+
+    home = tmp_path / "data"
+    env = os.environ | {
+        "PYTHONPATH": str(REPO), "STRATA_HOME": str(home), "STRATA_ADAPT": "1", "STRATA_COLLECTION": "garden",
+        "STRATA_DATA": str(_worded_corpus(tmp_path / "garden.jsonl")), "STRATA_CHECKPOINT": str(tiny_checkpoint),
+        "STRATA_QUANTIZE": "none", "STRATA_BUILD_ARGS": "--threads 1 --no-eval", "HF_HUB_OFFLINE": "1"}
+    r = subprocess.run([str(REPO / "docker" / "jobs-entrypoint.sh")], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "STRATA_ADAPT=1 adapts to the Quora TSV's duplicate labels only" in r.stderr
+    assert sorted(p.name for p in (home / "models").iterdir()) == [f"{tiny_checkpoint.name}-mean"]
+    m = Manifest.load(IndexRoot(home / "indexes" / "garden").current_dir())
+    assert Path(m.model.dir) == (home / "models" / f"{tiny_checkpoint.name}-mean").resolve()
+
+
+def test_entrypoint_adapt_corpus_adapts_label_free_when_asked(tmp_path: Path, tiny_checkpoint: Path) -> None:
+    """STRATA_ADAPT=corpus: `encoder adapt --data CORPUS` (crops; without dev queries, selected on the proxy and
+    marked unverified), then the build serves that encoder."""
+    import json
+
+    from indexer.runtime.manifest import Manifest
+
+    home = tmp_path / "data"
+    env = os.environ | {
+        "PYTHONPATH": str(REPO), "STRATA_HOME": str(home), "STRATA_ADAPT": "corpus", "STRATA_COLLECTION": "garden",
+        "STRATA_DATA": str(_worded_corpus(tmp_path / "garden.jsonl")), "STRATA_CHECKPOINT": str(tiny_checkpoint),
+        "STRATA_ADAPT_ARGS": "--steps 4 --batch-size 8 --max-length 32 --eval-every 2 --threads 1",
+        "STRATA_QUANTIZE": "none", "STRATA_BUILD_ARGS": "--threads 1 --no-eval", "HF_HUB_OFFLINE": "1"}
+    r = subprocess.run([str(REPO / "docker" / "jobs-entrypoint.sh")], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    adapted = home / "models" / f"{tiny_checkpoint.name}-adapted-to-garden"
+    meta = json.loads((adapted / "encoder.json").read_text())["adaptation"]
+    assert meta["recipe"] == "crops" and meta["verified"] is False and "proxy" in meta["selected_on"]
+    m = Manifest.load(IndexRoot(home / "indexes" / "garden").current_dir())
+    assert Path(m.model.dir) == adapted.resolve()
 
 
 def test_entrypoint_rejects_a_bad_interval(tmp_path: Path) -> None:
