@@ -125,8 +125,9 @@ def _adapt_corpus(args: argparse.Namespace, work: Path) -> int:
     gate = meta.get("gate") or {}
     gain = f"gain {gate.get('delta', 0):+.2f} [95 % CI {', '.join(f'{x:+.2f}' for x in gate.get('ci', []))}]"
     if not meta.get("adapted"):
-        print(f"encoder adapt: the gate ({gate.get('rule')}) kept the stock encoder: {meta.get('note')}; wrote the "
-              f"stock encoder to {out}")
+        why = str(meta.get("note") or "").removesuffix(": the stock encoder is exported")
+        print(f"encoder adapt: the gate ({gate.get('rule')}) kept the stock encoder: {why}; wrote the stock encoder "
+              f"to {out}")
     elif meta.get("verified"):
         print(f"encoder adapt: adapted ({recipe}): dev nDCG@10 {meta.get('stock_score')} → {meta.get('best_score')} "
               f"at step {meta.get('best_step')}, {gain} over {gate.get('items')} dev queries; wrote {out}")
