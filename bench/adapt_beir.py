@@ -318,10 +318,12 @@ def _ci(v: list[float] | None) -> str:
 
 def would_adapt(adaptation: dict[str, object], rule: str) -> bool:
     """What the gate `rule` decides from an arm's recorded gain (the `gate` record holds both rules' inputs)."""
+    from models.corpus_adapt import gate_passes
+
     g = adaptation.get("gate") or {}
     if not g or int(adaptation.get("best_step") or 0) == 0:  # type: ignore[call-overload]
         return False
-    return bool(g["ci"][0] > 0) if rule == "significant" else bool(g["delta"] > 0)  # type: ignore[index]
+    return gate_passes(rule, g["delta"], g["ci"][0])  # type: ignore[index]
 
 
 def written_by(res: dict[str, object], entry: dict[str, object], rule: str) -> dict[str, object] | None:
