@@ -1,0 +1,113 @@
+"""What the sync and the async client share: settings, and turning answers into results."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from strata_client import _calls
+from strata_client.errors import APIError, TransportError, error_from
+from strata_client.retry import RetryPolicy
+from strata_client.types import (
+    CollectionInfo,
+    DeleteResult,
+    Embeddings,
+    ReloadResult,
+    SearchResult,
+    UpsertResult,
+    merge_writes,
+    search_results,
+)
+
+DEFAULT_TIMEOUT_S = 30.0
+# what a failed connection attempt raises before a byte of the request is sent: always safe to try again
+RETRIED_TRANSPORT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+
+
+class Base:
+    """`url` the server's base URL; `api_key` sent as `Authorization: Bearer`; `collection` the collection the
+    calls act on (None: the server's default collection); `timeout` seconds per request; `retry` when to send a
+    refused (429/503) or unconnected request again."""
+
+    def __init__(self, url: str, api_key: str | None = None, collection: str | None = None, *,
+                 timeout: float = DEFAULT_TIMEOUT_S, retry: RetryPolicy | None = None) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"url must start with http:// or https://, not {url!r}")
+        self.url, self.api_key, self.collection = url.rstrip("/"), api_key, collection
+        self.timeout, self.retry = timeout, retry or RetryPolicy()
+        self._model_id: str | None = None  # the collection's /v1 model id, for encode()
+
+    def __repr__(self) -> str:
+        on = f", collection={self.collection!r}" if self.collection else ""
+        return f"{type(self).__name__}({self.url!r}{on})"
+
+    def _http_options(self) -> dict[str, Any]:
+        return {"base_url": self.url, "headers": _calls.headers(self.api_key), "timeout": self.timeout}
+
+    @staticmethod
+    def _answer(call: _calls.Call, response: httpx.Response, attempts: int) -> Any:
+        if response.status_code in call.answers:
+            return response.json()
+        error = error_from(response)
+        error.attempts = attempts
+        raise error
+
+    @staticmethod
+    def _refused(call: _calls.Call, response: httpx.Response, policy: RetryPolicy) -> APIError | None:
+        """The error to retry on, or None when the answer is final."""
+        if call.retry and response.status_code in policy.statuses and response.status_code not in call.answers:
+            return error_from(response)
+        return None
+
+    @staticmethod
+    def _unreachable(call: _calls.Call, exc: Exception, attempts: int) -> TransportError:
+        return TransportError(f"{call.method} {call.path}: {type(exc).__name__}: {exc} (after {attempts} "
+                              f"attempt{'s' if attempts > 1 else ''})")
+
+    # -- answers into results ----------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _search(texts: list[str], answers: list[dict[str, Any]]) -> list[SearchResult]:
+        out: list[SearchResult] = []
+        for part, body in zip(_calls.chunks(texts, _calls.MAX_TEXTS), answers, strict=True):
+            out += search_results(part, body)
+        return out
+
+    @staticmethod
+    def _encoded(answers: list[dict[str, Any]]) -> Embeddings:
+        vectors = [v for a in answers for v in a["vectors"]]
+        return Embeddings(vectors, int(answers[0]["dim"]), [t for a in answers for t in a["truncated"]],
+                          answers[-1]["index_version"], sum(float(a["took_ms"]) for a in answers))
+
+    @staticmethod
+    def _embedded(answers: list[dict[str, Any]], version: str) -> Embeddings:
+        """/v1/embeddings' answers (a collection's encoder): no truncation flags there, so none are claimed."""
+        vectors = [d["embedding"] for a in answers for d in sorted(a["data"], key=lambda d: d["index"])]
+        return Embeddings(vectors, len(vectors[0]), [], version, 0.0)
+
+    @staticmethod
+    def _upserted(answers: list[dict[str, Any]]) -> UpsertResult:
+        return merge_writes(UpsertResult, answers)  # type: ignore[return-value]
+
+    @staticmethod
+    def _deleted(answers: list[dict[str, Any]]) -> DeleteResult:
+        return merge_writes(DeleteResult, answers)  # type: ignore[return-value]
+
+    @staticmethod
+    def _collections(body: dict[str, Any]) -> list[CollectionInfo]:
+        return [CollectionInfo.from_json(c) for c in body["collections"]]
+
+    @staticmethod
+    def _reloaded(body: dict[str, Any]) -> ReloadResult:
+        return ReloadResult(body["outcome"], body.get("index_version"), body.get("candidate"))
+
+    @staticmethod
+    def _texts(texts: str | list[str]) -> list[str]:
+        return [texts] if isinstance(texts, str) else list(texts)
+
+    def _collection_name(self, name: str | None) -> str:
+        name = name or self.collection
+        if name is None:
+            raise ValueError("no collection named (pass one, or make the client with collection=...)")
+        return name

@@ -1,0 +1,113 @@
+"""The requests each client method sends, built once for the sync and the async client (which differ only in
+how they send them): routes, bodies, batching to the server's limits."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from strata_client.types import DocId, Document
+
+# the server's limits (service/schemas.py): larger inputs are split into several requests
+MAX_TEXTS = 64  # texts per /encode, queries per /search
+MAX_WRITE_DOCS = 128  # documents per PUT /documents
+MAX_DELETE_IDS = 1000  # ids per POST /documents/delete
+
+
+@dataclass(frozen=True)
+class Call:
+    method: str
+    path: str
+    json: Any = None
+    params: dict[str, str] | None = None
+    answers: tuple[int, ...] = (200,)  # statuses whose body is the answer (/ready: 503 too)
+    retry: bool = True
+
+
+def route(collection: str | None, path: str) -> str:
+    """The route on `collection`, or on the default collection when None (the routes without /collections/)."""
+    return path if collection is None else f"/collections/{quote(collection, safe='')}{path}"
+
+
+def chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+def search_body(texts: list[str], single: bool, *, top_k: int, filter: dict[str, Any] | None, mode: str | None,
+                fusion: str | None, k: float | None, alpha: float | None, nprobe: int | None,
+                ef_search: int | None) -> dict[str, Any]:
+    body: dict[str, Any] = {"query": texts[0]} if single else {"queries": texts}
+    body["top_k"] = top_k
+    optional = {"filter": filter, "mode": mode, "fusion": fusion, "k": k, "alpha": alpha, "nprobe": nprobe,
+                "ef_search": ef_search}
+    body |= {name: value for name, value in optional.items() if value is not None}
+    return body
+
+
+def search_calls(collection: str | None, query: str | list[str], **options: Any) -> tuple[list[str], list[Call]]:
+    single = isinstance(query, str)
+    texts = [query] if single else list(query)
+    if not texts:
+        raise ValueError("no queries given")
+    path = route(collection, "/search")
+    calls = [Call("POST", path, search_body(part, single, **options)) for part in chunks(texts, MAX_TEXTS)]
+    return texts, calls
+
+
+def encode_calls(texts: list[str]) -> list[Call]:
+    if not texts:
+        raise ValueError("no texts given")
+    return [Call("POST", "/encode", {"texts": part}) for part in chunks(texts, MAX_TEXTS)]
+
+
+def embeddings_calls(texts: list[str], model: str) -> list[Call]:
+    """A collection's encoder is reached through /v1/embeddings by its model id (/encode serves the default)."""
+    if not texts:
+        raise ValueError("no texts given")
+    return [Call("POST", "/v1/embeddings", {"input": part, "model": model, "encoding_format": "float"})
+            for part in chunks(texts, MAX_TEXTS)]
+
+
+def upsert_calls(collection: str | None, documents: Iterable[Any], batch_size: int) -> list[Call]:
+    docs = [Document.of(d).to_json() for d in documents]
+    if not docs:
+        raise ValueError("no documents given")
+    size = _batch(batch_size, MAX_WRITE_DOCS)
+    return [Call("PUT", route(collection, "/documents"), {"documents": part}) for part in chunks(docs, size)]
+
+
+def delete_calls(collection: str | None, ids: Iterable[DocId], batch_size: int) -> list[Call]:
+    if isinstance(ids, str | int):
+        raise TypeError("ids is a list of ids (a single id goes in a list: [id])")
+    wanted = list(ids)
+    if not wanted:
+        raise ValueError("no ids given")
+    size = _batch(batch_size, MAX_DELETE_IDS)
+    return [Call("POST", route(collection, "/documents/delete"), {"ids": part}) for part in chunks(wanted, size)]
+
+
+def _batch(size: int, limit: int) -> int:
+    if not 1 <= size <= limit:
+        raise ValueError(f"batch_size must be 1..{limit} (the server's limit per request)")
+    return size
+
+
+def ready_call() -> Call:
+    return Call("GET", "/ready", answers=(200, 503), retry=False)
+
+
+def reload_call(collection: str | None, force: bool) -> Call:
+    return Call("POST", route(collection, "/admin/reload"), params={"force": "true"} if force else None,
+                retry=False)
+
+
+def headers(api_key: str | None) -> dict[str, str]:
+    from strata_client import __version__
+
+    out = {"User-Agent": f"strata-client/{__version__}"}
+    if api_key:
+        out["Authorization"] = f"Bearer {api_key}"
+    return out

@@ -1,0 +1,164 @@
+"""The asynchronous client (httpx.AsyncClient): the same surface as `Client`, every call awaited; close it with
+`await client.aclose()` or use `async with`."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import httpx
+
+from strata_client import _calls
+from strata_client._base import RETRIED_TRANSPORT, Base
+from strata_client.errors import APIError, TransportError
+from strata_client.retry import RetryPolicy
+from strata_client.types import (
+    CollectionInfo,
+    DeleteResult,
+    DocId,
+    Document,
+    Embeddings,
+    Fusion,
+    Mode,
+    Readiness,
+    ReloadResult,
+    SearchResult,
+    Stats,
+    UpsertResult,
+)
+
+
+class AsyncClient(Base):
+    """`Client`'s API, async: `hits = (await strata.search("How do I learn Python?", top_k=3)).hits`."""
+
+    def __init__(self, url: str, api_key: str | None = None, collection: str | None = None, *,
+                 timeout: float = 30.0, retry: RetryPolicy | None = None,
+                 http: httpx.AsyncClient | None = None) -> None:
+        super().__init__(url, api_key, collection, timeout=timeout, retry=retry)
+        self._owns_http = http is None
+        self._http = http or httpx.AsyncClient(**self._http_options())
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._owns_http:
+            await self._http.aclose()
+
+    def with_collection(self, name: str) -> AsyncClient:
+        """A client for collection `name` sharing this one's connections, key and settings (close this one)."""
+        return AsyncClient(self.url, self.api_key, name, timeout=self.timeout, retry=self.retry, http=self._http)
+
+    async def _send(self, call: _calls.Call) -> Any:
+        policy = self.retry if call.retry else RetryPolicy(max_attempts=1)
+        waited, attempt = 0.0, 0
+        while True:
+            attempt += 1
+            try:
+                response = await self._http.request(call.method, call.path, json=call.json, params=call.params)
+            except RETRIED_TRANSPORT as exc:
+                delay = policy.next_wait(attempt, None, waited)
+                if delay is None:
+                    raise self._unreachable(call, exc, attempt) from exc
+            except httpx.TransportError as exc:  # sent, or partly: not known to be safe, not retried
+                raise self._unreachable(call, exc, attempt) from exc
+            else:
+                refused = self._refused(call, response, policy)
+                delay = None if refused is None else policy.next_wait(attempt, refused.retry_after_s, waited)
+                if delay is None:
+                    return self._answer(call, response, attempt)
+            await asyncio.sleep(delay)
+            waited += delay
+
+    async def _send_all(self, calls: list[_calls.Call]) -> list[Any]:
+        return [await self._send(c) for c in calls]
+
+    # -- search and encode -------------------------------------------------------------------------------------------
+
+    async def search(self, query: str, *, top_k: int = 10, filter: dict[str, Any] | None = None,
+                     mode: Mode | None = None, fusion: Fusion | None = None, k: float | None = None,
+                     alpha: float | None = None, nprobe: int | None = None,
+                     ef_search: int | None = None) -> SearchResult:
+        """The `top_k` (1..100) best documents for `query`, among those whose metadata match `filter`
+        (docs/search.md#filtered-search), by `mode` (default: the served version's); hybrid fuses by `fusion`
+        (convex with the dense weight `alpha`, or rrf with rank constant `k`)."""
+        texts, calls = _calls.search_calls(self.collection, query, top_k=top_k, filter=filter, mode=mode,
+                                           fusion=fusion, k=k, alpha=alpha, nprobe=nprobe, ef_search=ef_search)
+        return self._search(texts, await self._send_all(calls))[0]
+
+    async def search_many(self, queries: Iterable[str], *, top_k: int = 10,
+                          filter: dict[str, Any] | None = None, mode: Mode | None = None,
+                          fusion: Fusion | None = None, k: float | None = None, alpha: float | None = None,
+                          nprobe: int | None = None, ef_search: int | None = None) -> list[SearchResult]:
+        """`search` for several queries, in order (sent 64 per request)."""
+        texts, calls = _calls.search_calls(self.collection, list(queries), top_k=top_k, filter=filter, mode=mode,
+                                           fusion=fusion, k=k, alpha=alpha, nprobe=nprobe, ef_search=ef_search)
+        return self._search(texts, await self._send_all(calls))
+
+    async def encode(self, texts: str | Iterable[str]) -> Embeddings:
+        """L2-normalised vectors of `texts` by the collection's encoder (the vectors its index holds)."""
+        wanted = self._texts(texts)  # type: ignore[arg-type]
+        if self.collection is None:
+            return self._encoded(await self._send_all(_calls.encode_calls(wanted)))
+        info = await self.collection_info()
+        if info.model is None:
+            raise APIError(503, f"collection {info.name!r} serves no encoder yet: {info.reason}", method="GET",
+                           url=f"{self.url}/collections/{info.name}")
+        return self._embedded(await self._send_all(_calls.embeddings_calls(wanted, info.model)), info.version or "")
+
+    # -- writes ------------------------------------------------------------------------------------------------------
+
+    async def upsert(self, documents: Iterable[Document | dict[str, Any] | tuple[Any, ...]], *,
+                     batch_size: int = _calls.MAX_WRITE_DOCS) -> UpsertResult:
+        """Add or replace documents by id (encoded by the server). Durable and searchable when it returns; more
+        than `batch_size` documents go in several requests, each durable on its own."""
+        return self._upserted(await self._send_all(_calls.upsert_calls(self.collection, documents, batch_size)))
+
+    async def delete(self, ids: Iterable[DocId], *, batch_size: int = _calls.MAX_DELETE_IDS) -> DeleteResult:
+        """Delete documents by id; durable and applied when it returns."""
+        return self._deleted(await self._send_all(_calls.delete_calls(self.collection, ids, batch_size)))
+
+    # -- operations --------------------------------------------------------------------------------------------------
+
+    async def health(self) -> bool:
+        return (await self._send(_calls.Call("GET", "/health")))["status"] == "ok"
+
+    async def ready(self) -> Readiness:
+        """`GET /ready`: ready or not, and why not (not an error: `ready` is false)."""
+        return Readiness.from_json(await self._send(_calls.ready_call()))
+
+    async def wait_ready(self, timeout: float = 60.0, interval: float = 0.5) -> Readiness:
+        """Poll /ready until the server serves; TimeoutError (with the last reason) after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                state = await self.ready()
+            except TransportError as exc:  # not listening yet
+                state = Readiness(False, f"unreachable: {exc}", None, None, None, {}, {})
+            if state.ready:
+                return state
+            if time.monotonic() + interval > deadline:
+                raise TimeoutError(f"{self.url} not ready after {timeout} s: {state.reason}")
+            await asyncio.sleep(interval)
+
+    async def stats(self) -> Stats:
+        return Stats.from_json(await self._send(_calls.Call("GET", "/stats")))
+
+    async def collections(self) -> list[CollectionInfo]:
+        """The collections served that this key may read."""
+        return self._collections(await self._send(_calls.Call("GET", "/collections")))
+
+    async def collection_info(self, name: str | None = None) -> CollectionInfo:
+        """One collection (this client's when `name` is None)."""
+        path = _calls.route(self._collection_name(name), "")
+        return CollectionInfo.from_json(await self._send(_calls.Call("GET", path)))
+
+    async def reload(self, *, force: bool = False) -> ReloadResult:
+        """Swap to what the index root's `current` points to (needs `admin`); a refused swap is a ConflictError
+        whose reason says why (the served version keeps serving)."""
+        return self._reloaded(await self._send(_calls.reload_call(self.collection, force)))

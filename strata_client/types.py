@@ -1,0 +1,204 @@
+"""What the client sends and gets back, as dataclasses (the server's JSON, typed). `raw` keeps the whole answer
+for fields a newer server adds."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+DocId = int | str  # kept as given: 17 and "17" are two documents
+Mode = Literal["dense", "lexical", "hybrid"]
+Fusion = Literal["rrf", "convex"]
+
+
+@dataclass(frozen=True)
+class Document:
+    """A document to upsert: `metadata` values are strings, numbers and bools (filterable), lists and objects."""
+
+    id: DocId
+    text: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "text": self.text, "metadata": self.metadata}
+
+    @classmethod
+    def of(cls, doc: Document | Mapping[str, Any] | tuple[Any, ...]) -> Document:
+        """A Document from itself, a dict `{"id", "text", "metadata"?}` or a tuple `(id, text[, metadata])`."""
+        if isinstance(doc, Document):
+            return doc
+        if isinstance(doc, Mapping):
+            unknown = set(doc) - {"id", "text", "metadata"}
+            if unknown or not {"id", "text"} <= set(doc):
+                raise TypeError(f"a document is {{'id', 'text', 'metadata'?}}; got keys {sorted(doc)}")
+            return cls(doc["id"], doc["text"], dict(doc.get("metadata") or {}))
+        if isinstance(doc, tuple) and len(doc) in (2, 3):
+            return cls(doc[0], doc[1], dict(doc[2]) if len(doc) == 3 and doc[2] else {})
+        raise TypeError(f"a document is a strata_client.Document, a dict or an (id, text[, metadata]) tuple, "
+                        f"not {type(doc).__name__}")
+
+
+@dataclass(frozen=True)
+class Hit:
+    id: DocId
+    text: str
+    score: float
+    metadata: dict[str, Any]
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Hit:
+        return cls(d["id"], d["text"], float(d["score"]), dict(d.get("metadata") or {}))
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """One query's answer: `hits` best first; `mode` the mode that ran; `truncated`: the query was cut to the
+    model's max_length tokens; `stages`: where the server's time went (ms)."""
+
+    query: str
+    hits: list[Hit]
+    truncated: bool
+    mode: Mode
+    index_version: str
+    took_ms: float
+    stages: dict[str, float]
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    def __iter__(self):  # noqa: ANN204 - `for hit in client.search(...)`
+        return iter(self.hits)
+
+    def __len__(self) -> int:
+        return len(self.hits)
+
+    @property
+    def ids(self) -> list[DocId]:
+        return [h.id for h in self.hits]
+
+
+def search_results(queries: list[str], body: dict[str, Any]) -> list[SearchResult]:
+    common = {"mode": body["mode"], "index_version": body["index_version"], "took_ms": float(body["took_ms"]),
+              "stages": dict(body.get("stages") or {}), "raw": body}
+    if "results" in body:
+        return [SearchResult(query=r["query"], hits=[Hit.from_json(h) for h in r["hits"]],
+                             truncated=bool(r["truncated"]), **common) for r in body["results"]]
+    return [SearchResult(query=queries[0], hits=[Hit.from_json(h) for h in body["hits"]],
+                         truncated=bool(body.get("truncated", False)), **common)]
+
+
+@dataclass(frozen=True)
+class Embeddings:
+    """`/encode`'s answer: L2-normalised vectors, the same the index holds, by the served version's encoder."""
+
+    vectors: list[list[float]]
+    dim: int
+    truncated: list[bool]
+    index_version: str
+    took_ms: float
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Embeddings:
+        return cls(d["vectors"], int(d["dim"]), list(d["truncated"]), d["index_version"], float(d["took_ms"]))
+
+
+@dataclass(frozen=True)
+class UpsertResult:
+    """Durable (fsync'd) and searchable when returned. Over several requests (more than 128 documents), the
+    counts add up and `seq`, `index_version`, `index_size` are the last request's."""
+
+    upserted: int
+    created: int
+    replaced: int
+    seq: int
+    index_version: str
+    index_size: int
+    took_ms: float
+
+
+@dataclass(frozen=True)
+class DeleteResult:
+    """`missing`: ids that were not served (they stay deleted should a later version hold them)."""
+
+    deleted: int
+    missing: int
+    seq: int
+    index_version: str
+    index_size: int
+    took_ms: float
+
+
+def merge_writes(kind: type[UpsertResult] | type[DeleteResult], answers: list[dict[str, Any]]
+                 ) -> UpsertResult | DeleteResult:
+    counts = ("upserted", "created", "replaced") if kind is UpsertResult else ("deleted", "missing")
+    last = answers[-1]
+    return kind(**{c: sum(int(a[c]) for a in answers) for c in counts},  # type: ignore[arg-type]
+                seq=int(last["seq"]), index_version=last["index_version"], index_size=int(last["index_size"]),
+                took_ms=sum(float(a["took_ms"]) for a in answers))
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """`GET /ready`: `ready` false with the `reason` while no index serves (a 503 is an answer here, not an
+    error); `collections` per collection when the server serves a folder of them."""
+
+    ready: bool
+    reason: str | None
+    index_version: str | None
+    index_size: int | None
+    model: str | None
+    collections: dict[str, dict[str, Any]]
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Readiness:
+        return cls(bool(d.get("ready")), d.get("reason"), d.get("index_version"), d.get("index_size"),
+                   d.get("model"), dict(d.get("collections") or {}), dict(d))
+
+
+@dataclass(frozen=True)
+class Stats:
+    """`GET /stats`: `windows` (the last 1 and 5 minutes of /search: latency percentiles, requests/s), `index`
+    (the served version's manifest figures), `collections` (per collection)."""
+
+    ready: bool
+    auth_required: bool
+    uptime_s: float
+    windows: list[dict[str, Any]]
+    index: dict[str, Any] | None
+    collections: list[dict[str, Any]] | None
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Stats:
+        return cls(bool(d["ready"]), bool(d.get("auth_required")), float(d["uptime_s"]), list(d["windows"]),
+                   d.get("index"), d.get("collections"), dict(d))
+
+
+@dataclass(frozen=True)
+class CollectionInfo:
+    """One collection of `GET /collections`: its size, encoder, `/v1` model id, index kind and version."""
+
+    name: str
+    default: bool
+    ready: bool
+    reason: str | None
+    documents: int | None
+    version: str | None
+    model: str | None
+    dim: int | None
+    index_kind: str | None
+    default_mode: str | None
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> CollectionInfo:
+        return cls(d["name"], bool(d["default"]), bool(d["ready"]), d.get("reason"), d.get("documents"),
+                   d.get("version"), d.get("model"), d.get("dim"), d.get("index_kind"), d.get("default_mode"),
+                   dict(d))
+
+
+@dataclass(frozen=True)
+class ReloadResult:
+    outcome: Literal["swapped", "unchanged"]
+    index_version: str | None
+    candidate: str | None
