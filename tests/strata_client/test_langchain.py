@@ -1,0 +1,82 @@
+"""`strata_client.langchain` against a real Strata server: LangChain's VectorStore and retriever interfaces, sync
+and async, write through PUT /documents and search through /search (filters and modes included)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+pytest.importorskip("langchain_core")
+
+from langchain_core.documents import Document  # noqa: E402
+
+from strata_client import Client, ValidationError  # noqa: E402
+from strata_client.langchain import StrataEmbeddings, StrataVectorStore  # noqa: E402
+from tests.conftest import Server  # noqa: E402
+
+NOTES = ["Tomatoes need six hours of sun and deep watering twice a week.",
+         "Prune roses in late winter, just before new growth starts.",
+         "A violin's bow is strung with horsehair and rosin."]
+
+
+def test_add_search_filter_modes_and_delete(corpus_server: Server) -> None:
+    store = StrataVectorStore.from_url(corpus_server.url)
+    ids = store.add_texts(NOTES, [{"topic": "life", "year": 2030}] * 2 + [{"topic": "tech", "year": 2030}],
+                          ids=["lc-1", "lc-2", "lc-3"])
+    assert ids == ["lc-1", "lc-2", "lc-3"]
+    # each test writes under its own year: the server is shared by the package's tests
+    [top] = store.similarity_search("how much sun do tomato plants need", k=1, mode="dense", filter={"year": 2030})
+    assert (top.id, top.page_content, top.metadata) == ("lc-1", NOTES[0], {"topic": "life", "year": 2030})
+    # filters on the corpus's metadata fields, modes and fusion are Strata's
+    found = store.similarity_search("pruning roses in winter", k=5, filter={"topic": "life", "year": 2030})
+    assert {d.id for d in found} == {"lc-1", "lc-2"}
+    scored = store.similarity_search_with_score("horsehair rosin", k=3, mode="lexical")
+    assert [d.id for d, _ in scored] == ["lc-3"] and scored[0][1] > 0  # BM25: only documents with the words
+    with Client(corpus_server.url) as raw:  # the scores are the server's
+        want = raw.search("violin bow", top_k=3, mode="hybrid", fusion="rrf", k=10)
+    got = store.similarity_search_with_score("violin bow", k=3, mode="hybrid", fusion="rrf", rrf_k=10)
+    assert [(d.id, s) for d, s in got] == [(str(h.id), h.score) for h in want.hits]
+    # relevance in [0, 1] from dense cosine; refused for scores that are not bounded similarities
+    relevant = store.similarity_search_with_relevance_scores("tomato sun", k=3, mode="dense")
+    assert relevant[0][0].id == "lc-1" and all(0 <= s <= 1 for _, s in relevant)
+    with pytest.raises(ValueError, match="need mode 'dense'"):
+        store.similarity_search_with_relevance_scores("tomato sun", k=3, mode="lexical")
+    with pytest.raises(ValidationError, match="unknown field 'colour'"):
+        store.similarity_search("x", filter={"colour": "red"})
+    assert store.delete(["lc-1", "lc-2", "lc-3"])
+    assert not {"lc-1", "lc-2", "lc-3"} & {d.id for d in store.similarity_search("tomatoes roses violin", k=20)}
+
+
+def test_add_documents_from_texts_retriever_and_embeddings(corpus_server: Server) -> None:
+    store = StrataVectorStore.from_texts(NOTES[:1], None, [{"year": 2032}], ids=["lc-t"], url=corpus_server.url,
+                                         mode="dense")
+    ids = store.add_documents([Document(page_content=NOTES[1], metadata={"year": 2032}, id="lc-d"),
+                               Document(page_content=NOTES[2])])
+    assert ids[0] == "lc-d" and len(ids[1]) == 36  # a uuid4 for the document without an id
+    retriever = store.as_retriever(search_kwargs={"k": 2, "filter": {"year": 2032}})
+    assert [d.id for d in retriever.invoke("when should I prune my roses")] == ["lc-d", "lc-t"]
+    assert [d.id for d in retriever.invoke("violin strings", k=1)] != []
+    emb = store.embeddings
+    assert isinstance(emb, StrataEmbeddings)
+    vector = emb.embed_query("when should I prune my roses")
+    assert len(vector) == 384 and emb.embed_documents([NOTES[1]])[0] == pytest.approx(
+        Client(corpus_server.url).encode(NOTES[1]).vectors[0], abs=1e-6)
+    store.delete(ids + ["lc-t"])
+
+
+def test_async_store_and_retriever(corpus_server: Server) -> None:
+    async def main() -> None:
+        store = StrataVectorStore.from_url(corpus_server.url, mode="dense")
+        ids = await store.aadd_documents([Document(page_content=n, metadata={"year": 2033}, id=f"lca-{i}")
+                                          for i, n in enumerate(NOTES)])
+        retriever = store.as_retriever(search_kwargs={"k": 1, "filter": {"year": 2033}})
+        docs = await retriever.ainvoke("sunlight for tomato plants")
+        assert [d.id for d in docs] == ["lca-0"]
+        hits = await store.asimilarity_search_with_score("rosin for the bow", k=1, filter={"year": 2033})
+        assert hits[0][0].id == "lca-2"
+        assert await store.adelete(ids)
+        assert "lca-0" not in {d.id for d in await store.asimilarity_search("sunlight for tomato plants", k=10)}
+        assert len(await store.embeddings.aembed_query("a query")) == 384
+
+    asyncio.run(main())
