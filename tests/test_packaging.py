@@ -51,8 +51,26 @@ def test_the_api_process_loads_no_build_pipeline_and_the_engine_no_fastapi() -> 
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 
+def test_the_client_imports_without_the_server_or_the_frameworks() -> None:
+    """`pip install -e ".[client]"` is httpx alone: strata_client must load without the server's packages, numpy
+    or the integrations' frameworks (each loaded only by its module)."""
+    code = (
+        "import sys\nclass Block:\n    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in {'service', 'indexer', 'models', 'numpy', 'fastapi', 'pydantic',\n"
+        "                                  'langchain_core', 'llama_index', 'torch'}:\n"
+        "            raise ImportError(f'{name} is not allowed in the client')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import strata_client\nstrata_client.Client('http://127.0.0.1:1').close()\nprint('ok')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert extras["client"] == ["httpx>=0.27"]
+    assert {"langchain-core", "llama-index-core"} <= {d.split(">")[0] for d in extras["langchain"] + extras["llamaindex"]}
+
+
 # -- import rules: the contracts in pyproject.toml's [tool.importlinter] -----------------------------------------------
-PACKAGES = ("indexer", "models", "service")
+PACKAGES = ("indexer", "models", "service", "strata_client")
 
 
 def _lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
@@ -80,6 +98,8 @@ VIOLATIONS = [
     ("service/deps.py", "from indexer.build import build", "service never imports"),
     ("service/engine/leases.py", "from fastapi import Request", "service.engine never imports the HTTP layer"),
     ("indexer/build.py", "import faiss", "Only indexer.runtime.faiss_index imports faiss"),
+    ("strata_client/client.py", "from service.schemas import Hit", "strata_client never imports the server"),
+    ("strata_client/types.py", "import langchain_core", "The client's framework integrations import their framework"),
 ]
 
 
