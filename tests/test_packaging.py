@@ -66,7 +66,8 @@ def test_the_client_imports_without_the_server_or_the_frameworks() -> None:
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert extras["client"] == ["httpx>=0.27"]
-    assert {"langchain-core", "llama-index-core"} <= {d.split(">")[0] for d in extras["langchain"] + extras["llamaindex"]}
+    frameworks = {d.split(">")[0] for d in extras["langchain"] + extras["llamaindex"]}
+    assert {"langchain-core", "llama-index-core", "httpx"} <= frameworks
 
 
 # -- import rules: the contracts in pyproject.toml's [tool.importlinter] -----------------------------------------------
