@@ -49,7 +49,7 @@ def search_body(texts: list[str], single: bool, *, top_k: int, filter: dict[str,
 
 def search_calls(collection: str | None, query: str | list[str], **options: Any) -> tuple[list[str], list[Call]]:
     single = isinstance(query, str)
-    texts = [query] if single else list(query)
+    texts: list[str] = [query] if isinstance(query, str) else list(query)
     if not texts:
         raise ValueError("no queries given")
     path = route(collection, "/search")

@@ -15,6 +15,7 @@ the version was built becomes filterable after `indexer compact`); `delete_nodes
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -111,7 +112,7 @@ class StrataVectorStore(BasePydanticVectorStore):
 
     def __init__(self, client: Client, async_client: AsyncClient | None = None, *, mode: str | None = None,
                  alpha: float | None = None) -> None:
-        super().__init__(mode=mode, alpha=alpha)
+        super().__init__(mode=mode, alpha=alpha)  # type: ignore[call-arg]  # this class's pydantic fields
         self._client, self._aclient = client, async_client
 
     @classmethod
@@ -131,17 +132,17 @@ class StrataVectorStore(BasePydanticVectorStore):
     # -- writes ------------------------------------------------------------------------------------------------------
 
     @staticmethod
-    def _documents(nodes: list[BaseNode]) -> list[Document]:
+    def _documents(nodes: Sequence[BaseNode]) -> list[Document]:
         return [Document(n.node_id, n.get_content(metadata_mode=MetadataMode.NONE),
                          node_to_metadata_dict(n, remove_text=True, flat_metadata=False)) for n in nodes]
 
-    def add(self, nodes: list[BaseNode], **kwargs: Any) -> list[str]:
+    def add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
         """Upsert the nodes (their embeddings, if any, are not sent: the server embeds their text)."""
         if nodes:
             self._client.upsert(self._documents(nodes))
         return [n.node_id for n in nodes]
 
-    async def async_add(self, nodes: list[BaseNode], **kwargs: Any) -> list[str]:
+    async def async_add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
         if self._aclient is None:
             return self.add(nodes)
         if nodes:

@@ -88,7 +88,9 @@ def search_results(queries: list[str], body: dict[str, Any]) -> list[SearchResul
 
 @dataclass(frozen=True)
 class Embeddings:
-    """`/encode`'s answer: L2-normalised vectors, the same the index holds, by the served version's encoder."""
+    """`/encode`'s answer: L2-normalised vectors, the same the index holds, by the served version's encoder;
+    `truncated` per text (cut to the model's max_length tokens), empty when the route does not say (a
+    non-default collection's encoder, reached through /v1/embeddings)."""
 
     vectors: list[list[float]]
     dim: int
