@@ -36,14 +36,15 @@ class Base:
             raise ValueError(f"url must start with http:// or https://, not {url!r}")
         self.url, self.api_key, self.collection = url.rstrip("/"), api_key, collection
         self.timeout, self.retry = timeout, retry or RetryPolicy()
-        self._model_id: str | None = None  # the collection's /v1 model id, for encode()
+        # sent with every request, also through an `http` client the caller made (its own headers apply too)
+        self._headers = _calls.headers(api_key)
 
     def __repr__(self) -> str:
         on = f", collection={self.collection!r}" if self.collection else ""
         return f"{type(self).__name__}({self.url!r}{on})"
 
     def _http_options(self) -> dict[str, Any]:
-        return {"base_url": self.url, "headers": _calls.headers(self.api_key), "timeout": self.timeout}
+        return {"base_url": self.url, "timeout": self.timeout}
 
     @staticmethod
     def _answer(call: _calls.Call, response: httpx.Response, attempts: int) -> Any:

@@ -60,7 +60,8 @@ class AsyncClient(Base):
         while True:
             attempt += 1
             try:
-                response = await self._http.request(call.method, call.path, json=call.json, params=call.params)
+                response = await self._http.request(call.method, call.path, json=call.json, params=call.params,
+                                                    headers=self._headers)
             except RETRIED_TRANSPORT as exc:
                 delay = policy.next_wait(attempt, None, waited)
                 if delay is None:
@@ -87,6 +88,8 @@ class AsyncClient(Base):
         """The `top_k` (1..100) best documents for `query`, among those whose metadata match `filter`
         (docs/search.md#filtered-search), by `mode` (default: the served version's); hybrid fuses by `fusion`
         (convex with the dense weight `alpha`, or rrf with rank constant `k`)."""
+        if not isinstance(query, str):
+            raise TypeError("search takes one query string; search_many takes several")
         texts, calls = _calls.search_calls(self.collection, query, top_k=top_k, filter=filter, mode=mode,
                                            fusion=fusion, k=k, alpha=alpha, nprobe=nprobe, ef_search=ef_search)
         return self._search(texts, await self._send_all(calls))[0]

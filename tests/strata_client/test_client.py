@@ -137,10 +137,10 @@ def test_429s_of_a_full_server_are_retried_after_retry_after(capped_server: Serv
 
     def run(policy: RetryPolicy, errors: list[Exception], start: threading.Barrier) -> None:
         start.wait()
-        http = httpx.Client(base_url=capped_server.url, timeout=60, headers={"Authorization": f"Bearer {READ_KEY}"},
+        http = httpx.Client(base_url=capped_server.url, timeout=60,
                             event_hooks={"response": [lambda r: seen.append(r.status_code)]})
         try:
-            Client(capped_server.url, retry=policy, http=http).encode(HEAVY)
+            Client(capped_server.url, READ_KEY, retry=policy, http=http).encode(HEAVY)
         except Exception as exc:  # noqa: BLE001 - collected, asserted below
             errors.append(exc)
         finally:
