@@ -276,7 +276,8 @@ def ingest_store(source: CorpusSource, stage: Path, encoder: OnnxEncoder | None,
                  limit: int | None) -> tuple[IngestResult, dict[str, str], LoadedEvalSet | None]:
     """Write the store of a corpus (documents, metadata, and the evaluation set when queries and qrels are
     there) into `stage`; the vectors come back in the result when `encoder` is given."""
-    with storage_errors(stage / STORE, "writing the store"):  # a full disk names the store, not the folder
+    # a full disk names the store, not the folder; a source file that cannot be read keeps its own error
+    with storage_errors(stage / STORE, "writing the store", within=stage):
         writer = CorpusStoreWriter(stage / STORE)
         try:
             res = ingest(source, writer, encoder, batch_size=batch_size, limit=limit)

@@ -139,9 +139,8 @@ class IndexRoot:
         sealed whatever files it holds. A fault of the disk is raised as a StorageError naming the file (the
         folder when the writer did not say which)."""
         tmp = self.root / f"{BUILDING_PREFIX}{version}"
-        with storage_errors(tmp, "creating the staging folder"):
-            tmp.mkdir(parents=True)
         try:
+            tmp.mkdir(parents=True)  # inside the try: a SIGTERM right after it still removes the folder
             yield tmp
             seal(tmp)
             sync_tree(tmp)  # every file on the disk before the rename publishes it (a crash cannot leave it short)
@@ -149,9 +148,10 @@ class IndexRoot:
             os.replace(tmp, self.version_dir(version))
             fsync_dir(self.versions_dir)
         except BaseException as exc:
-            shutil.rmtree(tmp, ignore_errors=True)
-            fault = as_storage_error(exc, tmp, f"staging version {version}") if isinstance(exc, Exception) \
-                else None
+            if not (isinstance(exc, FileExistsError) and exc.filename == str(tmp)):  # not another's folder
+                shutil.rmtree(tmp, ignore_errors=True)
+            fault = as_storage_error(exc, tmp, f"staging version {version}", within=self.root) \
+                if isinstance(exc, Exception) else None
             if fault is None or fault is exc:
                 raise
             raise fault from exc

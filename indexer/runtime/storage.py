@@ -83,15 +83,19 @@ def _reason(exc: BaseException, code: int) -> str:
     return match.group(1) if match else errno.errorcode.get(code, str(code))
 
 
-def as_storage_error(exc: BaseException, path: Path | str, doing: str = "writing it") -> StorageError | None:
+def as_storage_error(exc: BaseException, path: Path | str, doing: str = "writing it", *,
+                     within: Path | None = None) -> StorageError | None:
     """`exc` as a StorageFull / StorageUnavailable naming the file (the OSError's own file when it has one, else
-    `path`), or None when it is not a fault of the disk."""
+    `path`), or None when it is not a fault of the disk — nor one of a file outside `within` (a source file that
+    cannot be read is the caller's error, not the disk of the root's)."""
     if isinstance(exc, StorageError):
         return exc
     code = fault_errno(exc)
     if code is None:
         return None
     named = getattr(exc, "filename", None) or path
+    if within is not None and not Path(named).is_relative_to(within):
+        return None
     reason = _reason(exc, code)
     if code in FULL_ERRNOS:
         return StorageFull(f"no space left on the device for {named} (while {doing}): {reason}; free some space, "
@@ -101,13 +105,13 @@ def as_storage_error(exc: BaseException, path: Path | str, doing: str = "writing
 
 
 @contextmanager
-def storage_errors(path: Path | str, doing: str = "writing it") -> Iterator[None]:
+def storage_errors(path: Path | str, doing: str = "writing it", *, within: Path | None = None) -> Iterator[None]:
     """Re-raise a fault of the disk inside the block as a StorageError naming `path` (other errors pass as they
-    are)."""
+    are; see `as_storage_error` for `within`)."""
     try:
         yield
     except Exception as exc:
-        err = as_storage_error(exc, path, doing)
+        err = as_storage_error(exc, path, doing, within=within)
         if err is None or err is exc:
             raise
         raise err from exc

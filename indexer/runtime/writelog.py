@@ -153,7 +153,8 @@ class WriteLog:
                 if fault is not None:
                     raise fault from exc
                 raise WriteLogError(f"cannot open the write log {self.path}: {exc}") from exc
-            # An existing log on a read-only mount (an API that only serves): still replayed, never appended to.
+            # An existing log on a read-only mount (an API that only serves): still replayed; appended to once the
+            # mount is writable again (`_writer`).
             row = self._open_read_only(exc)
         self.log_id: str = row[0]
         self._lock = threading.Lock()
@@ -184,6 +185,7 @@ class WriteLog:
         mount is writable again."""
         if not (self.read_only or self._suspect):
             return self._con
+        con: sqlite3.Connection | None = None
         try:
             con = self._connect()
             con.execute("SELECT value FROM meta WHERE key = 'log_id'").fetchone()
@@ -191,6 +193,8 @@ class WriteLog:
                 con.execute("BEGIN IMMEDIATE")
                 con.execute("ROLLBACK")
         except (OSError, sqlite3.Error) as exc:
+            if con is not None:
+                con.close()
             fault = as_storage_error(exc, self.path, "opening the write log")
             if self.read_only:
                 raise StorageUnavailable(f"the write log {self.path} is read-only here (a read-only mount of the "

@@ -125,3 +125,22 @@ def test_staging_when_fsync_fails_names_the_file_and_publishes_nothing(tmp_path:
     assert IndexRoot(root).versions() == [] and list(root.iterdir()) == []
     flag.unlink()
     assert stage() == ["published"] and IndexRoot(root).versions() == ["v1"]
+
+
+def test_only_faults_of_the_disk_of_the_root_become_storage_errors(tmp_path: Path) -> None:
+    import errno
+    import sqlite3
+
+    from indexer.runtime.storage import as_storage_error
+
+    root = tmp_path / "root"
+    full = as_storage_error(OSError(errno.ENOSPC, "No space left on device", str(root / "a")), root / "b")
+    assert isinstance(full, StorageFull) and full.path == root / "a" and full.errno == errno.ENOSPC
+    eio = as_storage_error(sqlite3.OperationalError("disk I/O error"), root / "log.sqlite")
+    assert isinstance(eio, StorageUnavailable) and eio.path == root / "log.sqlite"
+    faiss_full = as_storage_error(RuntimeError("write error in x: 1 != 2 (No space left on device)"), root / "i")
+    assert isinstance(faiss_full, StorageFull) and "No space left on device" in str(faiss_full)
+    # a source file outside the root that cannot be read is the caller's error; other errors are not the disk's
+    assert as_storage_error(PermissionError(errno.EACCES, "Permission denied", "/data/x"), root, within=root) is None
+    assert as_storage_error(FileNotFoundError(errno.ENOENT, "No such file", str(root / "x")), root) is None
+    assert as_storage_error(sqlite3.OperationalError("database is locked"), root) is None
