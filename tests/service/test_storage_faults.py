@@ -234,7 +234,7 @@ def indexer_cli_env(env: dict[str, str], *args: str) -> subprocess.CompletedProc
 
 
 def test_a_read_only_root_serves_its_log_refuses_writes_with_503_and_takes_them_once_writable(
-        template: Path, minilm_mean: Path, tmp_path: Path) -> None:
+        template: Path, small_corpus: Path, minilm_mean: Path, tmp_path: Path) -> None:
     """The root's tmpfs remounted read-only: the API starts and serves the writes in its log (opened read-only), a
     PUT is 503 "read-only" with Retry-After, `indexer build` exits 2 naming the root's lock file; remounted
     read-write, the next PUT succeeds without a restart."""
@@ -249,7 +249,8 @@ def test_a_read_only_root_serves_its_log_refuses_writes_with_503_and_takes_them_
                 assert_served(c, logged)
                 detail = refusal(c.put("/documents", json={"documents": batch(1)}), 503)
                 assert "read-only" in detail and str(log_path(root)) in detail, detail
-                r = indexer_cli("build", "--root", str(root), "--data", str(root), "--model", str(minilm_mean))
+                r = indexer_cli("build", "--root", str(root), "--data", str(small_corpus), "--model",
+                                str(minilm_mean))
                 line = r.stderr.strip().splitlines()[-1]
                 assert r.returncode == 2 and line.startswith(f"indexer build: error: cannot write {root}/.build.lock")
                 assert "read-only" in line, line
