@@ -24,6 +24,7 @@ from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.faiss_index import set_threads
 from indexer.runtime.layout import IndexRoot, new_version_name
 from indexer.runtime.manifest import DataInfo, LexicalInfo, Manifest, Timings
+from indexer.runtime.storage import storage_errors
 from indexer.runtime.store import STORE, write_store
 from indexer.runtime.version import QUERY_VECTORS
 from indexer.stage import build_version_index, model_info, save_and_evaluate
@@ -106,8 +107,9 @@ def _build_quora(cfg: BuildConfig, root: IndexRoot, encoder: OnnxEncoder, path: 
         timings.encode_queries_s = time.perf_counter() - t0
         del doc_vecs
         np.save(stage / QUERY_VECTORS, qvecs)
-        write_store(stage / STORE, split.corpus.ids, split.corpus.texts, ev.query_ids, ev.query_texts,
-                    ev.gold, {"source": split.source, "protocol": split.protocol})
+        with storage_errors(stage / STORE, "writing the store"):
+            write_store(stage / STORE, split.corpus.ids, split.corpus.texts, ev.query_ids, ev.query_texts,
+                        ev.gold, {"source": split.source, "protocol": split.protocol})
 
         m = encoder.meta
         manifest = Manifest(

@@ -46,6 +46,7 @@ from indexer.runtime.layout import IndexRoot, LayoutError, new_version_name
 from indexer.runtime.manifest import Manifest, WritesInfo
 from indexer.runtime.metadata import MetadataError, metadata_json
 from indexer.runtime.overlay import fold, reencode_stale
+from indexer.runtime.storage import storage_errors
 from indexer.runtime.store import STORE, apply_writes
 from indexer.runtime.version import QUERY_VECTORS, IndexVersion
 from indexer.runtime.writelog import LogEntry, net_effect, open_log
@@ -136,8 +137,9 @@ def compact(root_dir: Path, *, model_dir: Path | None = None, threads: int | Non
             version = new_version_name()
             with root.staging(version) as stage:
                 index.save(stage / INDEX_FILE)
-                _copy_store(base.folder / STORE, stage / STORE)
-                schema = apply_writes(stage / STORE, upserts, deletes)
+                with storage_errors(stage / STORE, "writing the store"):
+                    _copy_store(base.folder / STORE, stage / STORE)
+                    schema = apply_writes(stage / STORE, upserts, deletes)
                 if (base.folder / PROBES_FILE).is_file():  # calibrate again on the same probes
                     shutil.copy2(base.folder / PROBES_FILE, stage / PROBES_FILE)
                 if (base.folder / QUERY_VECTORS).is_file():

@@ -35,6 +35,7 @@ from indexer.runtime.guards import max_shrink, shrink_message, shrinks_too_much
 from indexer.runtime.ids import FaissIds
 from indexer.runtime.layout import IndexRoot, new_version_name
 from indexer.runtime.manifest import CorpusFieldsInfo, DataInfo, Manifest, ManifestError, Timings
+from indexer.runtime.storage import storage_errors
 from indexer.runtime.store import STORE, CorpusStoreWriter
 from indexer.runtime.version import QUERY_VECTORS
 from indexer.stage import build_version_index, model_info, save_and_evaluate
@@ -275,23 +276,25 @@ def ingest_store(source: CorpusSource, stage: Path, encoder: OnnxEncoder | None,
                  limit: int | None) -> tuple[IngestResult, dict[str, str], LoadedEvalSet | None]:
     """Write the store of a corpus (documents, metadata, and the evaluation set when queries and qrels are
     there) into `stage`; the vectors come back in the result when `encoder` is given."""
-    writer = CorpusStoreWriter(stage / STORE)
-    try:
-        res = ingest(source, writer, encoder, batch_size=batch_size, limit=limit)
-        if res.n_docs == 0:
-            raise CorpusFormatError(f"{source.path}: no documents with text ({res.rows_read} rows read, "
-                                    f"{res.skipped_empty} with an empty text)")
-        loaded = None
-        if source.queries is not None and source.qrels is not None:
-            loaded = load_eval_set(source.queries, source.qrels, res.ids.resolve)
-            writer.put_eval_set(loaded.evalset)
-        elif source.queries is not None or source.qrels is not None:
-            log.warning("queries and qrels are both needed for an evaluation set; %s alone is ignored",
-                        source.queries or source.qrels)
-        schema = writer.finish({"source": str(source.path), "protocol": "corpus", "format": source.format})
-    except BaseException:
-        writer.abort()
-        raise
+    # a full disk names the store, not the folder; a source file that cannot be read keeps its own error
+    with storage_errors(stage / STORE, "writing the store", within=stage):
+        writer = CorpusStoreWriter(stage / STORE)
+        try:
+            res = ingest(source, writer, encoder, batch_size=batch_size, limit=limit)
+            if res.n_docs == 0:
+                raise CorpusFormatError(f"{source.path}: no documents with text ({res.rows_read} rows read, "
+                                        f"{res.skipped_empty} with an empty text)")
+            loaded = None
+            if source.queries is not None and source.qrels is not None:
+                loaded = load_eval_set(source.queries, source.qrels, res.ids.resolve)
+                writer.put_eval_set(loaded.evalset)
+            elif source.queries is not None or source.qrels is not None:
+                log.warning("queries and qrels are both needed for an evaluation set; %s alone is ignored",
+                            source.queries or source.qrels)
+            schema = writer.finish({"source": str(source.path), "protocol": "corpus", "format": source.format})
+        except BaseException:
+            writer.abort()
+            raise
     return res, schema, loaded
 
 

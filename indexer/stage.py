@@ -19,8 +19,9 @@ from indexer.eval_modes import evaluate_modes
 from indexer.probes import Probes, load_probes, save_probes
 from indexer.runtime.encoder import EncoderMeta
 from indexer.runtime.faiss_index import INDEX_FILE, AnnIndex, build_index
-from indexer.runtime.lexical import build_lexical
+from indexer.runtime.lexical import LEXICAL_DIR, build_lexical
 from indexer.runtime.manifest import IndexInfo, Manifest, ModelInfo, Timings
+from indexer.runtime.storage import storage_errors
 from indexer.runtime.store import STORE, Store
 from indexer.runtime.version import IndexVersion
 
@@ -57,7 +58,8 @@ def save_and_evaluate(stage: Path, manifest: Manifest, t_start: float, *, evalua
     if manifest.lexical is not None:  # from the staged store: a compacted or grown version indexes its writes too
         store = Store(stage / STORE)
         try:
-            manifest.lexical = build_lexical(stage, store.all_texts(), manifest.lexical)
+            with storage_errors(stage / LEXICAL_DIR, "writing the lexical index"):
+                manifest.lexical = build_lexical(stage, store.all_texts(), manifest.lexical)
         finally:
             store.close()
         manifest.build_seconds.lexical_s = manifest.lexical.seconds

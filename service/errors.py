@@ -6,6 +6,8 @@
     BadSearchParams -> 422 (a search parameter the served index kind does not take, e.g. nprobe of a flat index)
     ModeUnavailable -> 422 (lexical/hybrid on a version without a lexical index, or on the sharded backend)
     WriteRefused -> 409                        WritesUnsupported -> 501      WritesUnavailable -> 503
+    StorageFull -> 507 Insufficient Storage    StorageUnavailable -> 503 (an I/O error, a failed fsync, a read-only
+                                               root); both with Retry-After and the reason naming the file
     RequestValidationError -> 422 without the echoed input (400 on /v1/*, as OpenAI answers)
     UnknownModel -> 404 `model_not_found`      DimensionChanged -> 410 `model_dimension_changed` (/v1 only)
     UnknownCollection -> 404 (no collection of that name, or no default collection for the routes without one)
@@ -34,6 +36,8 @@ from service.engine import (
     NotReady,
     NotServing,
     Overloaded,
+    StorageFull,
+    StorageUnavailable,
     SwapRefused,
     TimedOut,
     UnknownModel,
@@ -174,6 +178,15 @@ async def writes_unavailable(request: Request, exc: WritesUnavailable) -> JSONRe
     return JSONResponse({"detail": str(exc)}, status_code=503)
 
 
+async def storage_full(request: Request, exc: StorageFull) -> JSONResponse:
+    """507 Insufficient Storage (RFC 4918): the disk of the index root is full; nothing was written."""
+    return _error(request, 507, f"insufficient storage: {exc}", headers={"Retry-After": str(exc.retry_after_s)})
+
+
+async def storage_unavailable(request: Request, exc: StorageUnavailable) -> JSONResponse:
+    return _error(request, 503, f"storage unavailable: {exc}", headers={"Retry-After": str(exc.retry_after_s)})
+
+
 async def unknown_collection(request: Request, exc: UnknownCollection) -> JSONResponse:
     return _error(request, 404, str(exc))
 
@@ -202,6 +215,8 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(WriteRefused, write_refused)  # type: ignore[arg-type]
     app.add_exception_handler(WritesUnsupported, writes_unsupported)  # type: ignore[arg-type]
     app.add_exception_handler(WritesUnavailable, writes_unavailable)  # type: ignore[arg-type]
+    app.add_exception_handler(StorageFull, storage_full)  # type: ignore[arg-type]
+    app.add_exception_handler(StorageUnavailable, storage_unavailable)  # type: ignore[arg-type]
     app.add_exception_handler(UnknownModel, unknown_model)  # type: ignore[arg-type]
     app.add_exception_handler(UnknownCollection, unknown_collection)  # type: ignore[arg-type]
     app.add_exception_handler(DimensionChanged, dimension_changed)  # type: ignore[arg-type]

@@ -192,11 +192,16 @@ class TrainingProgress(BaseModel):
     updated_at: float | None = Field(None, description="Unix time of the status file's last update")
 
 
+DAMAGED_DOC = ("a file of the served version is missing or resized on disk: it keeps answering from the files it "
+               "has open, but a restart or swap will refuse it (rebuild, or `indexer rollback`)")
+
+
 class CollectionReady(BaseModel):
     ready: bool
     index_version: str | None = None
     index_size: int | None = None
     reason: str | None = None
+    damaged: str | None = Field(None, description=DAMAGED_DOC)
     swap_refused: SwapRefusal | None = None
 
 
@@ -231,6 +236,7 @@ class Ready(BaseModel):
     model: str | None = None
     pooling: str | None = None
     reason: str | None = None
+    damaged: str | None = Field(None, description=DAMAGED_DOC)
     swap_refused: SwapRefusal | None = Field(None, description="the latest swap attempt, when it was refused")
     training: TrainingProgress | None = Field(None, description="a background training, when one was started")
     collections: dict[str, CollectionReady] | None = Field(None, description="per collection (with "

@@ -27,7 +27,8 @@ def recall_target(value: str) -> float:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("--target-recall ")) from None
 
 
-# Errors that are the user's to fix: printed as one line, no traceback (bad runs and qrels, `indexer.runs` and
+# Errors that are the user's to fix: printed as one line, no traceback (a full or failing disk included,
+# `indexer.runtime.storage`, naming the file) (bad runs and qrels, `indexer.runs` and
 # `indexer.compare`, raise ValueErrors).
 def known_errors() -> tuple[type[BaseException], ...]:
     from indexer.evaluate import EvalError
@@ -36,10 +37,11 @@ def known_errors() -> tuple[type[BaseException], ...]:
     from indexer.runtime.integrity import IntegrityError
     from indexer.runtime.layout import LayoutError
     from indexer.runtime.manifest import ManifestError
+    from indexer.runtime.storage import StorageError
     from indexer.runtime.version import IndexLoadError
 
     return (EvalError, LayoutError, ManifestError, EncoderLoadError, QuoraFormatError, IndexLoadError, IntegrityError,
-            FileNotFoundError, PermissionError, ValueError, OSError)
+            StorageError, FileNotFoundError, PermissionError, ValueError, OSError)
 
 
 def check_settings() -> None:

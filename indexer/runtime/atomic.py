@@ -17,8 +17,27 @@ def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
     finally:
         os.close(fd)
+
+
+def sync_tree(folder: Path) -> None:
+    """fsync every file and folder below `folder` (a staged version before it is published), so that a crash of
+    the machine after the rename cannot leave a published file empty or short. A failed fsync raises the OSError
+    with the file named."""
+    for dirpath, _, filenames in os.walk(folder):
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            except OSError as exc:
+                raise OSError(exc.errno, exc.strerror, path) from exc
+            finally:
+                os.close(fd)
+        fsync_dir(Path(dirpath))
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
@@ -26,10 +45,13 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.chmod(tmp, 0o644)  # mkstemp makes 0600; other users (a container's non-root user) must read it
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:  # name the file being written (a write's or fsync's OSError has no filename)
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -153,7 +153,18 @@ def read_merged(paths: Sequence[str | Path]) -> faiss.Index:
 
 
 def write_index(index: faiss.Index, path: str | Path) -> None:
-    faiss.write_index(index, str(path))
+    """Write `index` to `path` through a Python file: FAISS's own file writer reports an error of the final
+    flush (its `fclose`) only on stderr, which left a short file on a full disk; here every write error raises,
+    as an OSError naming the file."""
+    try:
+        with open(path, "wb") as fh:
+            writer = faiss.PyCallbackIOWriter(fh.write)
+            try:
+                faiss.write_index(index, writer)
+            finally:
+                del writer
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
 
 
 def serialize(index: faiss.Index) -> bytes:

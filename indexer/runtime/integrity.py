@@ -163,6 +163,33 @@ def verify(folder: Path, checksums: dict[str, object] | None) -> Verified:
     return Verified(True, len(files), sum(int(i["size"]) for i in files.values()), unrecorded)
 
 
+def damage(folder: Path) -> str | None:
+    """What is wrong with a served version's files by their sizes alone (a stat each, no hashing: cheap enough for
+    every `/ready`): the first recorded file that is missing or of another size, the manifest gone, or None. A
+    version being served keeps answering from the files it has open; this is how an operator learns that the next
+    restart or swap will refuse it."""
+    path = Path(folder) / MANIFEST
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        return f"{path} is missing"
+    except (OSError, ValueError) as exc:
+        return f"{path} cannot be read: {exc}"
+    checksums = raw.get(CHECKSUMS_KEY) if isinstance(raw, dict) else None
+    files = checksums.get("files", {}) if isinstance(checksums, dict) else {}
+    for rel, info in files.items():
+        size = int(info["size"])
+        try:
+            actual = (Path(folder) / rel).stat().st_size
+        except FileNotFoundError:
+            return f"{Path(folder) / rel} is missing (the manifest records {size:,} bytes)"
+        except OSError as exc:
+            return f"{Path(folder) / rel} cannot be read: {exc}"
+        if actual != size:
+            return f"{Path(folder) / rel} is {actual:,} bytes but the manifest records {size:,}"
+    return None
+
+
 def verify_folder(folder: Path) -> Verified:
     """`verify` with the checksums read from the folder's own manifest (raw JSON: no model needed)."""
     path = Path(folder) / MANIFEST

@@ -8,8 +8,12 @@
       .building-<version>/     a build in progress; left behind only by a killed build, removed by the next
 
 A build writes only inside its `.building-*` folder, seals it (the checksum of every file goes into its manifest,
-`integrity.seal`), renames it into `versions/` when complete, then flips `current`. Readers that
-resolved `current` before the flip keep their (untouched) version.
+`integrity.seal`), fsyncs every file and folder in it, renames it into `versions/` when complete, then flips
+`current`. Readers that resolved `current` before the flip keep their (untouched) version.
+
+A fault of the disk while a version is staged or published (full, an I/O error or a failed fsync, a read-only
+root) removes the staging folder and raises `storage.StorageFull` / `StorageUnavailable` naming the file; nothing
+half-written is ever renamed into `versions/`, and `current` is left as it was.
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
-from indexer.runtime.atomic import fsync_dir
+from indexer.runtime.atomic import fsync_dir, sync_tree
 from indexer.runtime.integrity import seal
+from indexer.runtime.storage import as_storage_error, storage_errors
 
 log = logging.getLogger(__name__)
 
@@ -93,16 +98,19 @@ class IndexRoot:
         if not self.version_dir(version).is_dir():
             raise LayoutError(f"no version {version} under {self.versions_dir}")
         tmp = self.root / f".{CURRENT}.{os.getpid()}.tmp"
-        tmp.unlink(missing_ok=True)
-        os.symlink(Path(VERSIONS) / version, tmp)  # relative, so the root can be moved or mounted elsewhere
-        os.replace(tmp, self.root / CURRENT)
-        fsync_dir(self.root)
+        with storage_errors(self.root / CURRENT, f"pointing it at version {version}"):
+            tmp.unlink(missing_ok=True)
+            os.symlink(Path(VERSIONS) / version, tmp)  # relative, so the root can be moved or mounted elsewhere
+            os.replace(tmp, self.root / CURRENT)
+            fsync_dir(self.root)
         log.info("current -> %s", version)
 
     @contextmanager
     def build_lock(self) -> Iterator[None]:
-        self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / LOCK, "a+") as fh:
+        with storage_errors(self.root / LOCK, "taking the build lock"):
+            self.root.mkdir(parents=True, exist_ok=True)
+            fh = open(self.root / LOCK, "a+")  # noqa: SIM115 (closed below, after the lock is released)
+        with fh:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError as exc:
@@ -128,18 +136,25 @@ class IndexRoot:
     def staging(self, version: str) -> Iterator[Path]:
         """A folder to build `version` in; sealed (checksums into its manifest) and renamed into `versions/` on
         success, deleted on failure. Every path that writes a version goes through here, so every version is
-        sealed whatever files it holds."""
+        sealed whatever files it holds. A fault of the disk is raised as a StorageError naming the file (the
+        folder when the writer did not say which)."""
         tmp = self.root / f"{BUILDING_PREFIX}{version}"
-        tmp.mkdir(parents=True)
         try:
+            tmp.mkdir(parents=True)  # inside the try: a SIGTERM right after it still removes the folder
             yield tmp
             seal(tmp)
+            sync_tree(tmp)  # every file on the disk before the rename publishes it (a crash cannot leave it short)
             self.versions_dir.mkdir(parents=True, exist_ok=True)
             os.replace(tmp, self.version_dir(version))
             fsync_dir(self.versions_dir)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        except BaseException as exc:
+            if not (isinstance(exc, FileExistsError) and exc.filename == str(tmp)):  # not another's folder
+                shutil.rmtree(tmp, ignore_errors=True)
+            fault = as_storage_error(exc, tmp, f"staging version {version}", within=self.root) \
+                if isinstance(exc, Exception) else None
+            if fault is None or fault is exc:
+                raise
+            raise fault from exc
 
     def prune(self, keep: int) -> list[str]:
         """Delete the oldest versions beyond `keep`, never the current one."""

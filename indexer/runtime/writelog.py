@@ -25,7 +25,17 @@ every entry after that version's `folded_seq`. Its size is about 2 kB per upsert
 
 Torch-free and service-free: the API appends (`WriteLog.append`) and replays (`entries`), the pipeline's
 `indexer compact` reads (`entries`); several processes may read while one appends (WAL). An existing log that
-cannot be opened for writing (an API on a read-only mount) is opened read-only: replayed, never appended to.
+cannot be opened for writing (an API on a read-only mount) is opened read-only: replayed, and appended to only
+once the mount is writable again (each append tries to reopen it for writing).
+
+Faults of the disk (`indexer.runtime.storage`): an append that the disk refuses — full (SQLITE_FULL), an I/O error
+or a failed fsync of the WAL (SQLITE_IOERR), a read-only mount — rolls back, raises `StorageFull` /
+`StorageUnavailable` naming the log, and is not acknowledged. The connection that saw the fault is not trusted
+again (as PostgreSQL does after a failed fsync): the next append opens a fresh one, which reads the log's state
+from the file, so it succeeds as soon as the fault is gone, without a restart. An entry whose commit reported a
+failed fsync may still be in the WAL file and be replayed after a restart: a write answered with an error may or
+may not have been applied (a client retries it: upserts and deletes are idempotent), but one that was acknowledged
+is always there.
 
 FAISS ids. The log holds external ids only. Which FAISS id a written document gets depends on the version it is
 applied to (`indexer.runtime.ids`: an integer id in [0, 2^62) is its own FAISS id, as in builds; any other id keeps
@@ -48,6 +58,7 @@ import numpy as np
 
 from indexer.runtime.ids import ExtId
 from indexer.runtime.metadata import metadata_json
+from indexer.runtime.storage import StorageUnavailable, as_storage_error
 
 WRITES_DIR = "writes"
 LOG_FILE = "log.sqlite"
@@ -138,11 +149,16 @@ class WriteLog:
             row = self._con.execute("SELECT value FROM meta WHERE key = 'log_id'").fetchone()
         except (OSError, sqlite3.Error) as exc:
             if create or not self.path.is_file():
+                fault = as_storage_error(exc, self.path, "creating the write log")
+                if fault is not None:
+                    raise fault from exc
                 raise WriteLogError(f"cannot open the write log {self.path}: {exc}") from exc
-            # An existing log on a read-only mount (an API that only serves): still replayed, never appended to.
+            # An existing log on a read-only mount (an API that only serves): still replayed; appended to once the
+            # mount is writable again (`_writer`).
             row = self._open_read_only(exc)
         self.log_id: str = row[0]
         self._lock = threading.Lock()
+        self._suspect = False  # the writer connection saw a fault of the disk: the next append opens a fresh one
 
     def _open_read_only(self, cause: BaseException) -> tuple[str]:
         for uri in (f"file:{self.path}?mode=ro", f"file:{self.path}?immutable=1"):  # immutable: no -shm to be had
@@ -164,10 +180,34 @@ class WriteLog:
         con.execute("PRAGMA synchronous = FULL")
         return con
 
+    def _writer(self) -> sqlite3.Connection:
+        """The connection to append with (under the lock): a fresh one after a fault, or once a read-only log's
+        mount is writable again."""
+        if not (self.read_only or self._suspect):
+            return self._con
+        con: sqlite3.Connection | None = None
+        try:
+            con = self._connect()
+            con.execute("SELECT value FROM meta WHERE key = 'log_id'").fetchone()
+            if self.read_only:  # appending needs a writable WAL: try it before calling the log writable
+                con.execute("BEGIN IMMEDIATE")
+                con.execute("ROLLBACK")
+        except (OSError, sqlite3.Error) as exc:
+            if con is not None:
+                con.close()
+            fault = as_storage_error(exc, self.path, "opening the write log")
+            if self.read_only:
+                raise StorageUnavailable(f"the write log {self.path} is read-only here (a read-only mount of the "
+                                         f"index root): {exc}", self.path) from exc
+            raise fault or WriteLogError(f"cannot reopen the write log {self.path}: {exc}") from exc
+        old, self._con = self._con, con
+        old.close()
+        self._reader_uri, self.read_only, self._suspect = f"file:{self.path}?mode=ro", False, False
+        return con
+
     def append(self, ops: Sequence[Upsert | Delete]) -> int:
-        """Write `ops` in one transaction, durable when this returns; returns the seq of the last one."""
-        if self.read_only:
-            raise WriteLogError(f"the write log {self.path} is read-only here (a read-only mount of the index root)")
+        """Write `ops` in one transaction, durable when this returns; returns the seq of the last one. Raises
+        StorageFull / StorageUnavailable (nothing appended) when the disk refuses it, WriteLogError otherwise."""
         now = time.time()
         rows: list[tuple[object, ...]] = []
         for op in ops:
@@ -177,18 +217,26 @@ class WriteLog:
             else:
                 rows.append((DELETE, op.ext_id, None, None, None, None, now))
         with self._lock:
+            con = self._writer()
             try:
-                self._con.execute("BEGIN IMMEDIATE")
+                con.execute("BEGIN IMMEDIATE")
                 try:
-                    self._con.executemany("INSERT INTO entries (op, ext_id, text, metadata, vector, model, "
-                                          "written_at) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
-                    last = self._con.execute("SELECT MAX(seq) FROM entries").fetchone()[0]
-                    self._con.execute("COMMIT")  # the WAL is fsync'd here (synchronous=FULL)
+                    con.executemany("INSERT INTO entries (op, ext_id, text, metadata, vector, model, written_at) "
+                                    "VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+                    last = con.execute("SELECT MAX(seq) FROM entries").fetchone()[0]
+                    con.execute("COMMIT")  # the WAL is fsync'd here (synchronous=FULL)
                 except BaseException:
-                    self._con.execute("ROLLBACK")
+                    try:
+                        con.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass  # SQLite rolled back already (a full disk, an I/O error): what failed is reported
                     raise
             except sqlite3.Error as exc:
-                raise WriteLogError(f"cannot write to the write log {self.path}: {exc}") from exc
+                fault = as_storage_error(exc, self.path, "appending to the write log")
+                if fault is None:
+                    raise WriteLogError(f"cannot write to the write log {self.path}: {exc}") from exc
+                self._suspect = True
+                raise fault from exc
         return int(last)
 
     def last_seq(self) -> int:

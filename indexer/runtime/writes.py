@@ -25,7 +25,11 @@ Restrictions, refused before anything is encoded or logged:
 - the sharded backend (Ray) serves shard deployments that have no overlay: `WritesUnsupported` (501);
 - `WriteRefused` (409) is for a write the served version cannot take. Nothing raises it today: every store has
   one schema (`indexer.runtime.store`), so Quora versions, which refused string ids and metadata, take them now;
-- a write log that cannot be created (a read-only index root) is `WritesUnavailable` (503).
+- a write log that cannot be created (its folder is a file, a foreign file) is `WritesUnavailable` (503).
+
+Faults of the disk are the runtime's `StorageFull` (507) and `StorageUnavailable` (503 with Retry-After), from
+`indexer.runtime.storage`, raised as they are: the write was not logged, so it was not applied nor acknowledged,
+and the next write after the fault is gone succeeds (`WriteLog.append` opens a fresh connection after a fault).
 
 One process writes a root's log: a second API process on the same root would apply only its own writes (and
 the other's on its next restart or swap).
@@ -44,6 +48,7 @@ from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.ids import ExtId
 from indexer.runtime.manifest import Manifest
 from indexer.runtime.overlay import Applied, LiveIndex, reencode_stale
+from indexer.runtime.storage import StorageError
 from indexer.runtime.version import IndexVersion, VectorIndex
 from indexer.runtime.writelog import Delete, LogEntry, Upsert, WriteLog, WriteLogError, log_path
 
@@ -66,7 +71,8 @@ class WritesUnsupported(WriteError):
 
 
 class WritesUnavailable(WriteError):
-    """The write log cannot be created or written (a read-only index root, a full disk); nothing was acknowledged."""
+    """The write log cannot be created or written for a reason other than the disk's (whose faults are
+    `indexer.runtime.storage`'s StorageFull / StorageUnavailable); nothing was acknowledged."""
 
 
 class NotServing(WriteError):
@@ -127,7 +133,9 @@ class Writes:
     def _open(self, *, create: bool) -> WriteLog | None:
         with self._log_lock:
             if self._log is None and (create or self.path.is_file()):
-                self._log = WriteLog(self.path)
+                # an existing log that cannot be written (a read-only mount) opens read-only: replayed, and
+                # appended to once the mount is writable again
+                self._log = WriteLog(self.path, create=create)
             return self._log
 
     def close(self) -> None:
@@ -217,6 +225,8 @@ class Writes:
                 wlog = self._open(create=True)
                 assert wlog is not None
                 seq = wlog.append(ops)
+            except StorageError:
+                raise  # the disk's fault (full, I/O error, read-only): nothing logged, nothing applied
             except WriteLogError as exc:
                 raise WritesUnavailable(str(exc)) from exc
             live = searcher.index

@@ -10,7 +10,8 @@ Owns, one module each:
 - `models`: the ids `/v1` serves each distinct encoder under, and which collection answers a `model`;
 - `errors`: what the engine refuses (`NotReady`, `Overloaded`, `TimedOut`, `SwapRefused`, `Mismatch`,
   `BadFilter`, `BadSearchParams`, `ModeUnavailable`; and the write path's `WriteRefused`, `WritesUnsupported`,
-  `WritesUnavailable`, `NotServing`, re-exported from `indexer.runtime.writes`);
+  `WritesUnavailable`, `NotServing`, re-exported from `indexer.runtime.writes`, and the disk's `StorageFull`,
+  `StorageUnavailable` from `indexer.runtime.storage`);
 - `batching`: micro-batching of concurrent calls into one ONNX run;
 - `leases`: leases on the served searcher, so a swap never changes a batch's version under it;
 - `swap`: swapping to a new version, behind its gates (loads, matches its encoder, answers a probe, MRR@10);
@@ -40,6 +41,8 @@ from service.engine.errors import (
     NotReady,
     NotServing,
     Overloaded,
+    StorageFull,
+    StorageUnavailable,
     SwapRefused,
     TimedOut,
     WriteRefused,
@@ -50,6 +53,7 @@ from service.engine.names import DimensionChanged, UnknownModel
 from service.engine.swap import Refusal, SwapResult
 
 __all__ = ["BadFilter", "BadSearchParams", "DimensionChanged", "Document", "Engine", "EngineError", "Hits", "Mismatch",
-           "ModeUnavailable", "NotReady", "NotServing", "Overloaded", "Refusal", "ServedModel", "Status", "SwapRefused",
+           "ModeUnavailable", "NotReady", "NotServing", "Overloaded", "Refusal", "ServedModel", "Status", "StorageFull",
+           "StorageUnavailable", "SwapRefused",
            "SwapResult", "TimedOut", "UnknownModel", "Vectors", "WriteRefused", "WriteResult", "WritesUnavailable",
            "WritesUnsupported"]

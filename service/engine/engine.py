@@ -102,6 +102,7 @@ class Status:
     search_params: dict[str, int] | None = None  # what a search uses by default ({} for flat: exact)
     since: datetime | None = None  # when the served version was swapped in
     adaptation: dict[str, Any] | None = None  # the served encoder's `encoder adapt --data` record (encoder.json)
+    damaged: str | None = None  # a file of the served version gone or resized on disk (`Swapper.served_damage`)
 
 
 def make_backend(settings: Settings) -> Backend:
@@ -293,7 +294,8 @@ class Engine:
         return Status(True, self.backend.name, searcher.version, searcher.index.ntotal, str(searcher.encoder.model_dir),
                       searcher.encoder.meta.pooling, refused=refused, in_flight=self.in_flight,
                       manifest=searcher.manifest, since=self.swapper.served_since,
-                      adaptation=searcher.encoder.meta.adaptation, **self._search_params(searcher.manifest))
+                      adaptation=searcher.encoder.meta.adaptation, damaged=self.swapper.served_damage(searcher.version),
+                      **self._search_params(searcher.manifest))
 
     def _search_params(self, manifest: Manifest) -> dict[str, Any]:
         """The served search parameters of a version: its manifest's, overridden by STRATA_NPROBE /

@@ -1,14 +1,17 @@
 """What the engine refuses, as domain errors. `service.errors` is the one place that turns them into HTTP.
 
-The write path's refusals are the runtime's own (`indexer.runtime.writes`, where the write path lives): they are
-re-exported here, so that the engine's refusals are all found in one place."""
+The write path's refusals are the runtime's own (`indexer.runtime.writes`, where the write path lives, and the
+disk's faults, `indexer.runtime.storage`): they are re-exported here, so that the engine's refusals are all found
+in one place."""
 
 from __future__ import annotations
 
+from indexer.runtime.storage import StorageError, StorageFull, StorageUnavailable
 from indexer.runtime.writes import NotServing, WriteRefused, WritesUnavailable, WritesUnsupported
 
 __all__ = ["BadFilter", "BadSearchParams", "EngineError", "Mismatch", "ModeUnavailable", "NotReady", "NotServing",
-           "Overloaded", "SwapRefused", "TimedOut", "WriteRefused", "WritesUnavailable", "WritesUnsupported"]
+           "Overloaded", "StorageError", "StorageFull", "StorageUnavailable", "SwapRefused", "TimedOut",
+           "WriteRefused", "WritesUnavailable", "WritesUnsupported"]
 
 
 class EngineError(RuntimeError):

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 from indexer.runtime.encoder import EncoderLoadError
 from indexer.runtime.guards import MAX_SHRINK_ENV, shrinks_too_much
-from indexer.runtime.integrity import IntegrityError, verify_folder
+from indexer.runtime.integrity import IntegrityError, damage, verify_folder
 from indexer.runtime.layout import CURRENT, IndexRoot, LayoutError
 from indexer.runtime.version import IndexLoadError
 from indexer.runtime.writelog import WriteLogError
@@ -93,6 +93,7 @@ class Swapper:
         self.root = IndexRoot(settings.index_root)
         self.refused: Refusal | None = None  # the latest attempt's refusal; cleared by a successful swap
         self.served_since: datetime | None = None  # when the served version was swapped in
+        self._damage: str | None = None  # the served version's damage last reported (logged once per change)
         self._lock = asyncio.Lock()
 
     def target(self) -> str | None:
@@ -229,6 +230,18 @@ class Swapper:
             self.refused = None
             self._publish(new, trigger, served_version)
             return SwapResult("swapped", new.version, target)
+
+    def served_damage(self, version: str) -> str | None:
+        """A file of the served version gone or resized on disk since it was verified (`integrity.damage`: a stat
+        per file). The version keeps answering from what it has open (its index in memory, its store's open
+        file), but a restart or swap would refuse it: said in `/ready` and the log, once per change."""
+        found = damage(self.root.version_dir(version))
+        if found != self._damage:
+            if found is not None:
+                log.error("the served version %s is damaged on disk: %s; it keeps answering from the files it has "
+                          "open, but a restart or swap will refuse it (rebuild, or `indexer rollback`)", version, found)
+            self._damage = found
+        return found
 
     def current_refusal(self) -> Refusal | None:
         """The latest refusal while it still applies: `current` points at the refused version (or at nothing,

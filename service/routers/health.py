@@ -48,12 +48,13 @@ async def ready(collections: CollectionsDep, settings: SettingsDep) -> Response:
     """Readiness: an encoder and an index are loaded (with the index version), and why the latest swap was
     refused if it was (the previous index keeps serving); with `demo --train`, the background training's stage,
     step and ETA (serving never waits for it); for an encoder adapted to a corpus, how (`verified: false`:
-    selected without dev queries). With a collections folder: each collection's state under
+    selected without dev queries); `damaged` when a file of the served version is gone from the disk (it keeps
+    answering; a restart or swap would refuse it). With a collections folder: each collection's state under
     `collections`; ready when the default collection serves (when there is none: when any collection does)."""
     per = {name: collections.engines[name].status() for name in collections.names()}
     listed = None if collections.folder is None else {
         name: CollectionReady(ready=st.ready, index_version=st.version, index_size=st.size, reason=st.reason,
-                              swap_refused=_refusal(st)) for name, st in per.items()}
+                              damaged=st.damaged, swap_refused=_refusal(st)) for name, st in per.items()}
     default = collections.default_name()
     if default is None:
         ready = any(st.ready for st in per.values())
@@ -69,7 +70,7 @@ async def ready(collections: CollectionsDep, settings: SettingsDep) -> Response:
         return JSONResponse(body.model_dump(mode="json", exclude_none=True), status_code=503)
     adaptation = EncoderAdaptation.model_validate(s.adaptation) if s.adaptation else None
     body = Ready(ready=True, index_version=s.version, index_size=s.size, model=s.model, pooling=s.pooling,
-                 swap_refused=refused, training=training, collections=listed, adaptation=adaptation)
+                 damaged=s.damaged, swap_refused=refused, training=training, collections=listed, adaptation=adaptation)
     return JSONResponse(body.model_dump(mode="json", exclude_none=True))
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from indexer.runtime.faiss_index import Exclusion, build_ivf, knn_inner_product, remove_ids, search, search_excluding
+from indexer.runtime.storage import StorageUnavailable
 from indexer.runtime.writelog import (
     DELETE,
     UPSERT,
@@ -159,10 +160,10 @@ def test_a_log_that_cannot_be_opened_for_writing_is_still_read(tmp_path: Path,
         raise __import__("sqlite3").OperationalError("attempt to write a readonly database")
 
     monkeypatch.setattr(WriteLog, "_connect", readonly)
-    with pytest.raises(WriteLogError, match="readonly database"):
+    with pytest.raises(StorageUnavailable, match="read-only"):  # a fault of the disk: the API's 503
         WriteLog(log_path(tmp_path / "new"))  # nothing to read: creating it fails as before
     reader = WriteLog(log_path(tmp_path), create=False)
     assert reader.read_only and reader.log_id == log_id and reader.last_seq() == 1
     assert [e.ext_id for e in reader.entries()] == ["a"]
-    with pytest.raises(WriteLogError, match="read-only"):
+    with pytest.raises(StorageUnavailable, match="read-only"):  # reopening for writing is tried, and fails
         reader.append([Delete("a")])
