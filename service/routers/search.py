@@ -6,6 +6,7 @@ from dataclasses import asdict
 from fastapi import APIRouter, Request, Response
 
 from indexer.runtime.fusion import DEFAULT_ALPHA, DEFAULT_RRF_K, Fusion
+from service.auth import READ_DEFAULT
 from service.deps import EngineDep, StatsDep, collection_stats
 from service.engine import Engine
 from service.responses import json_response
@@ -15,7 +16,8 @@ from service.stats import LiveStats
 router = APIRouter(tags=["inference"])
 
 
-@router.post("/search", response_model=SearchResponse, response_model_exclude_none=True)
+@router.post("/search", response_model=SearchResponse, response_model_exclude_none=True,
+             dependencies=[READ_DEFAULT])
 async def search(body: SearchRequest, request: Request, engine: EngineDep, stats: StatsDep) -> Response:
     """Top-k documents for one `query` or a batch of `queries` by `mode` (dense, lexical or hybrid), among those
     matching `filter` if given (the default collection's; see /collections/{name}/search)."""
