@@ -1,7 +1,7 @@
 """App factory: the same app for every engine backend (local or Ray-sharded).
 
 The lifespan starts and stops the collections (`service.engine.collections`: one engine per collection, on one
-shared scheduler) and the tracer provider (`service.tracing`, when tracing is on);
+shared scheduler) and the tracer provider (`service.engine.tracing`, when tracing is on);
 middleware adds a request id, JSON access logs, per-endpoint metrics, the request's trace span, CORS and the body
 cap; each route declares the scope it needs (`service.auth`: the app refuses to start with a route that declares
 none); `service.errors` maps the engine's refusals to HTTP (in OpenAI's shape under /v1/). Routers ask only for what
@@ -19,14 +19,14 @@ from fastapi.middleware.cors import CORSMiddleware
 from service.access import AccessLog
 from service.auth import Authorizer, check_routes
 from service.engine.collections import Collections
+from service.engine.metrics import Metrics
+from service.engine.tracing import Tracing
 from service.errors import ERROR_RESPONSES, install_error_handlers
 from service.limits import BodySizeLimit
-from service.metrics import Metrics
 from service.routers import admin, documents, encode, health, openai, page, search, stats
 from service.routers import collections as collections_router
 from service.settings import Settings
 from service.stats import LiveStats
-from service.tracing import Tracing
 
 
 def create_app(settings: Settings | None = None, tracing: Tracing | None = None) -> FastAPI:

@@ -32,11 +32,11 @@ from pathlib import Path
 from indexer.runtime.layout import CURRENT, VERSIONS
 from service.engine.engine import Engine, make_backend
 from service.engine.errors import EngineError
+from service.engine.metrics import Metrics
 from service.engine.scheduler import Scheduler
+from service.engine.settings import EngineSettings
 from service.engine.swap import Backend
-from service.metrics import Metrics
-from service.settings import Settings
-from service.tracing import Tracing
+from service.engine.tracing import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def scan(folder: Path) -> tuple[list[Source], dict[str, str]]:
     return found, skipped
 
 
-def plan(settings: Settings) -> list[Source] | None:
+def plan(settings: EngineSettings) -> list[Source] | None:
     """The collections to serve at startup (None: those of `collections_dir`, scanned); raises
     CollectionsConfigError for settings that cannot go together."""
     if settings.collections_dir is None:
@@ -102,7 +102,7 @@ def plan(settings: Settings) -> list[Source] | None:
 
 
 class Collections:
-    def __init__(self, settings: Settings, metrics: Metrics, tracing: Tracing | None = None,
+    def __init__(self, settings: EngineSettings, metrics: Metrics, tracing: Tracing | None = None,
                  backend: Backend | None = None) -> None:
         self.settings, self.metrics, self.tracing = settings, metrics, tracing or Tracing()
         sources = plan(settings)

@@ -37,14 +37,14 @@ from indexer.runtime.writelog import Delete, ExtId, Upsert
 from indexer.runtime.writes import Document, WriteResult, Writes
 from service.engine.errors import NotReady
 from service.engine.leases import Leases
+from service.engine.metrics import Metrics
 from service.engine.names import Encoder, ModelNames
 from service.engine.scheduler import Scheduler
 from service.engine.searcher import Hit, Searcher, SearchResult, Stages
+from service.engine.settings import EngineSettings
 from service.engine.swap import Backend, Refusal, Swapper, SwapResult
+from service.engine.tracing import Tracing
 from service.engine.write_lane import WriteLane
-from service.metrics import Metrics
-from service.settings import Settings
-from service.tracing import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class Status:
     adaptation: dict[str, Any] | None = None  # the served encoder's `encoder adapt --data` record (encoder.json)
 
 
-def make_backend(settings: Settings) -> Backend:
+def make_backend(settings: EngineSettings) -> Backend:
     if settings.engine == "sharded":
         from service.engine.sharded import RayBackend  # Ray only where it is used
 
@@ -119,7 +119,7 @@ class Engine:
     share of the metrics. The work runs on a `Scheduler` shared by every collection of the process (admission,
     workers, micro-batching per encoder, the write lane); an engine built without one gets its own (one root)."""
 
-    def __init__(self, settings: Settings, metrics: Metrics | None = None, backend: Backend | None = None,
+    def __init__(self, settings: EngineSettings, metrics: Metrics | None = None, backend: Backend | None = None,
                  tracing: Tracing | None = None, *, scheduler: Scheduler | None = None, name: str = "default",
                  primary: bool | Callable[[], bool] = True) -> None:
         self.settings, self.name = settings, name

@@ -32,11 +32,11 @@ from service.engine.batching import Answer, MicroBatcher
 from service.engine.encoders import EncoderCache
 from service.engine.errors import EngineError, NotReady, Overloaded, TimedOut
 from service.engine.leases import Leases
+from service.engine.metrics import Metrics
 from service.engine.searcher import Job, Searcher, SearchResult
+from service.engine.settings import EngineSettings
+from service.engine.tracing import Tracing
 from service.engine.write_lane import WriteLane
-from service.metrics import Metrics
-from service.settings import Settings
-from service.tracing import Tracing
 
 
 class Route(Protocol):
@@ -49,7 +49,7 @@ class Route(Protocol):
 
 
 class Scheduler:
-    def __init__(self, settings: Settings, metrics: Metrics, tracing: Tracing | None = None) -> None:
+    def __init__(self, settings: EngineSettings, metrics: Metrics, tracing: Tracing | None = None) -> None:
         self.settings, self.metrics, self.tracing = settings, metrics, tracing or Tracing()
         self.encoders = EncoderCache(settings.threads)
         self.in_flight = 0  # admitted calls not answered yet (queued or in a running batch), all collections

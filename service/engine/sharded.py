@@ -53,7 +53,7 @@ from indexer.runtime.store import STORE, Store
 from indexer.runtime.topk import merge_top_k
 from indexer.runtime.version import FilterCache, FilterMatch, Hit, IndexLoadError, hits_from_store
 from service.engine.errors import Mismatch
-from service.settings import Settings
+from service.engine.settings import EngineSettings
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +164,7 @@ class ShardedIndex:
 class RayBackend:
     name = "sharded"
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: EngineSettings) -> None:
         self.settings = settings
         self.prefix = f"strata-{secrets.token_hex(3)}"  # this process's applications, in a cluster maybe shared
         self._lock = threading.Lock()

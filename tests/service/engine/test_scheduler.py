@@ -13,7 +13,7 @@ import pytest
 
 from indexer.build import BuildConfig, build
 from service.engine.collections import Collections
-from service.metrics import Metrics
+from service.engine.metrics import Metrics
 from service.settings import Settings
 
 TEXTS = {
