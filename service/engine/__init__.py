@@ -20,6 +20,8 @@ Owns, one module each:
   so that searches keep their latency under a stream of writes. What happens to a write after its encoding — the
   log, the overlay on the served version, the replay onto every version opened and the switch — is the runtime's
   (`indexer.runtime.writes`, `indexer.runtime.overlay`), beside the write log and `indexer compact`'s fold;
+- `triggers`: the background tasks (watchers, a SIGHUP's reload) and the SIGHUP handler of an engine or of the
+  collections, stopped in one place;
 - `local`: the local backend (the index searched in this process);
 - `sharded`: the Ray-sharded backend (shards as Ray Serve deployments, searched from this process).
 

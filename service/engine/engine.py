@@ -16,12 +16,10 @@ thread of the collection's own (`indexer.runtime.writes`): an fsync never holds 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import logging
-import signal
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -44,6 +42,7 @@ from service.engine.searcher import Hit, Searcher, SearchResult, Stages
 from service.engine.settings import EngineSettings
 from service.engine.swap import Backend, Refusal, Swapper, SwapResult
 from service.engine.tracing import Tracing
+from service.engine.triggers import Triggers
 from service.engine.write_lane import WriteLane
 
 log = logging.getLogger(__name__)
@@ -139,8 +138,7 @@ class Engine:
         # one thread: writes are serialised anyway (one log, one overlay), and their fsyncs wait here
         self.write_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"writes-{name}",
                                              initializer=set_threads, initargs=(settings.threads,))
-        self._tasks: set[asyncio.Task[object]] = set()
-        self._sighup = False
+        self.triggers = Triggers()
 
     # the scheduler's parts, as the engine of one root always had them
     @property
@@ -169,35 +167,21 @@ class Engine:
             self.collection_metrics.not_ready()
             log.error("collection %s not ready: %s", self.name, self.not_ready_reason())
         if signals:
-            loop = asyncio.get_running_loop()
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # none off the main thread
-                loop.add_signal_handler(signal.SIGHUP, self._spawn,
-                                        lambda: self.swapper.attempt("sighup", retry=True))
-                self._sighup = True
+            self.triggers.on_sighup(lambda: self.swapper.attempt("sighup", retry=True))
         if s.watch_interval_s > 0:
-            self._spawn(self.swapper.watch)
+            self.triggers.spawn(self.swapper.watch)
 
     async def stop(self) -> None:
         """Stop the triggers (and the scheduler, when it is this engine's own), wait for running batches, close
         every version and the backend. (The HTTP server has already stopped accepting and waited for in-flight
         requests.)"""
-        if self._sighup:
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.triggers.stop()
         if self._owns_scheduler:
             await self.scheduler.stop()
         self.write_pool.shutdown(wait=True)
         self.leases.close()
         self.writes.close()
         self.backend.close()
-
-    def _spawn(self, start: Callable[[], Coroutine[object, object, object]]) -> None:
-        task = asyncio.get_running_loop().create_task(start())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     # -- the front door ----------------------------------------------------------------------------------------
     async def search(self, texts: list[str], top_k: int, filter: dict[str, Any] | None = None,  # noqa: A002
