@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -29,8 +29,8 @@ import numpy as np
 
 from indexer.runtime.ann import HnswParams, IvfParams
 from indexer.runtime.faiss_index import clamp_nprobe, set_threads
-from indexer.runtime.fusion import Fusion
 from indexer.runtime.manifest import Manifest, SearchMode
+from indexer.runtime.query import Query
 from indexer.runtime.writelog import Delete, ExtId, Upsert
 from indexer.runtime.writes import Document, WriteResult, Writes
 from service.engine.errors import NotReady
@@ -184,22 +184,22 @@ class Engine:
         self.backend.close()
 
     # -- the front door ----------------------------------------------------------------------------------------
-    async def search(self, texts: list[str], top_k: int, filter: dict[str, Any] | None = None,  # noqa: A002
-                     knobs: dict[str, int] | None = None, mode: SearchMode | None = None,
-                     fusion: Fusion | None = None) -> Hits:
-        """The `top_k` best documents of each text, from one version, by `mode` (dense: nearest vectors; lexical:
-        BM25; hybrid: both, fused by `fusion`; None: the version's default); with a `filter` (see
+    async def search(self, query: Query) -> Hits:
+        """The `top_k` best documents of each of the query's texts, from one version, by `mode` (dense: nearest
+        vectors; lexical: BM25; hybrid: both, fused by `fusion`; None: the version's default); with a `filter` (see
         `indexer.runtime.filters`), among the documents whose metadata match it only; with `knobs`, at those
         search parameters of the vector search (nprobe for IVF, ef_search for HNSW). Raises `BadFilter` when the
         filter does not fit the version's metadata, `BadSearchParams` when its index kind takes no such
         parameter, `ModeUnavailable` when the version cannot run the mode."""
-        searcher, r = await self._call(texts, top_k, filter, knobs or None, mode, fusion)
+        if query.knobs == {}:
+            query = replace(query, knobs=None)
+        searcher, r = await self._call(query)
         m = self.metrics
         ran = r.mode or "dense"
         self.collection_metrics.searched(ran)
         if ran != "lexical":
             m.encode_seconds.labels("/search").observe(r.encode_ms / 1000)
-            m.texts_encoded.labels("/search").inc(len(texts))
+            m.texts_encoded.labels("/search").inc(len(query.texts))
         m.search_seconds.observe(r.search_ms / 1000)
         m.searches.labels(ran).inc()
         st = r.stages
@@ -211,7 +211,7 @@ class Engine:
 
     async def encode(self, texts: list[str], *, endpoint: str = "/encode") -> Vectors:
         """The texts' vectors, with the encoder of the served version (`endpoint` labels the metrics)."""
-        searcher, r = await self._call(texts, None)
+        searcher, r = await self._call(Query(texts, None))
         assert r.vectors is not None  # encode-only jobs always carry their vectors
         self.metrics.encode_seconds.labels(endpoint).observe(r.encode_ms / 1000)
         self.metrics.texts_encoded.labels(endpoint).inc(len(texts))
@@ -235,7 +235,7 @@ class Engine:
         then searchable — all before this returns. Raises WriteRefused / WritesUnsupported / WritesUnavailable."""
         searcher = self.leases.current
         Writes.check(searcher, [d.id for d in docs], any(d.metadata for d in docs))
-        encoded_by, r = await self._call([d.text for d in docs], None, write=True)
+        encoded_by, r = await self._call(Query([d.text for d in docs], None), write=True)
         assert r.vectors is not None
         self.metrics.encode_seconds.labels("/documents").observe(r.encode_ms / 1000)
         self.metrics.texts_encoded.labels("/documents").inc(len(docs))
@@ -291,10 +291,8 @@ class Engine:
         return {"search_params": {}}
 
     # -- the scheduler ---------------------------------------------------------------------------------------
-    async def _call(self, texts: list[str], top_k: int | None, flt: dict[str, Any] | None = None,
-                    knobs: dict[str, int] | None = None, mode: SearchMode | None = None,
-                    fusion: Fusion | None = None, *, write: bool = False) -> tuple[Searcher, SearchResult]:
-        return await self.scheduler.call(self, texts, top_k, flt, knobs, mode, fusion, write=write)
+    async def _call(self, query: Query, *, write: bool = False) -> tuple[Searcher, SearchResult]:
+        return await self.scheduler.call(self, query, write=write)
 
     def not_ready_reason(self) -> str:
         r = self.swapper.current_refusal()

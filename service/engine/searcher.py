@@ -21,7 +21,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -31,24 +31,18 @@ from indexer.runtime.faiss_index import set_threads
 from indexer.runtime.filters import FilterError
 from indexer.runtime.fusion import HYBRID_DEPTH, Fusion, fuse
 from indexer.runtime.manifest import Manifest, SearchMode
+from indexer.runtime.query import Query
 from indexer.runtime.version import FilterCache, FilterMatch, Hit, IndexVersion, VectorIndex
 from service.engine.errors import BadFilter, BadSearchParams, Mismatch, ModeUnavailable
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Hit", "Job", "Searcher", "SearchResult", "Stages", "VectorIndex"]
+__all__ = ["Hit", "Job", "Query", "Searcher", "SearchResult", "Stages", "VectorIndex"]
 
 Ranked = tuple[np.ndarray, np.ndarray]  # one query's (scores, FAISS ids), best first
 
 
-class Job(NamedTuple):
-    texts: list[str]
-    top_k: int | None  # None: encode only
-    filter: dict[str, Any] | None = None  # search only the documents whose metadata match (filters.py)
-    # this request's search parameters (`ann.SEARCH_KNOBS`: nprobe for IVF, ef_search for HNSW); None: served ones
-    knobs: dict[str, int] | None = None
-    mode: SearchMode | None = None  # None: the version's default (`Manifest.search_mode`)
-    fusion: Fusion | None = None  # hybrid only; None: the default (convex, alpha 0.5)
+Job = Query  # a request in a micro-batch: the route's `Query` as it is
 
 
 @dataclass(frozen=True)
@@ -153,7 +147,7 @@ class Searcher:
                knobs: dict[str, int] | None = None, mode: SearchMode | None = None,
                fusion: Fusion | None = None) -> SearchResult:
         """One request on its own; raises what `run_batch` would have put in its `error`."""
-        result = self.run_batch([Job(texts, top_k, flt, knobs, mode, fusion)])[0]
+        result = self.run_batch([Query(texts, top_k, flt, knobs, mode, fusion)])[0]
         if result.error is not None:
             raise result.error
         return result
@@ -177,7 +171,6 @@ class Searcher:
         vector search or the shared store lookup raises, each request of it is run again on its own, and those
         that still fail get the exception as their `error` (the engine raises it: a 500 of their own); a lexical
         search or a fusion that raises fails its own request only. Their neighbours are answered."""
-        jobs = [Job(*j) for j in jobs]
         t0 = time.perf_counter()
         # Refusals first, filters among them: the store's query for each distinct filter (the version's cache may
         # answer it).
