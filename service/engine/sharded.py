@@ -109,7 +109,10 @@ def _failure_text(app: str, exc: BaseException) -> str:
 
 
 class ShardedIndex:
-    """A version whose vectors live in shard deployments (a `searcher.VectorIndex`)."""
+    """A version whose vectors live in shard deployments (a `searcher.VectorIndex`). No lexical search: the
+    shards hold vectors only."""
+
+    serves_lexical = False
 
     def __init__(self, backend: RayBackend, manifest: Manifest, apps: list[str], handles: list, store: Store,
                  ntotal: int, nprobe: int) -> None:  # handles: list[DeploymentHandle]
@@ -119,6 +122,9 @@ class ShardedIndex:
         self.nlist = manifest.index.params.nlist
         self.nprobe = clamp_nprobe(nprobe, self.nlist)
         self.filters = FilterCache()
+
+    def lexical_search(self, queries: list[str], k: int, match: object = None) -> list[tuple[np.ndarray, np.ndarray]]:
+        raise NotImplementedError("the sharded (Ray) backend serves no lexical index")
 
     @property
     def version(self) -> str:
