@@ -77,7 +77,7 @@ def hook_cost_us(enabled: bool, n: int) -> float:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     from service.engine.searcher import Timeline
-    from service.tracing import Tracing
+    from service.engine.tracing import Tracing
 
     tracing = Tracing()
     if enabled:  # the OTLP setup, with the network left out

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from indexer.ingest import publish
 from indexer.probes import PROBES_FILE
 from indexer.quora import COLUMNS, QuoraFormatError, _open_text, read_rows
 from indexer.runtime.encoder import EncoderLoadError, OnnxEncoder
@@ -159,8 +160,7 @@ def add_questions(root_dir: Path, path: Path, *, model_dir: Path | None = None, 
                                   threads=threads)
         finally:
             base.close()
-        root.set_current(version)
-        root.prune(keep)
+        publish(root, manifest, keep)  # an add never shrinks: the warning cannot fire
     drift = info.added_since_training / max(trained or 1, 1)
     result = AddResult(manifest, added, len(present), skipped, drift > rebuild_after, drift)
     log.info("added %d questions (%d replaced) to %s as %s; %.0f%% added since the quantizer was trained",

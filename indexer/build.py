@@ -17,7 +17,7 @@ import numpy as np
 
 from indexer.build_config import BuildConfig
 from indexer.corpus import detect_format
-from indexer.ingest import build_corpus, data_path, source_for, warn_if_shrinking
+from indexer.ingest import build_corpus, data_path, publish, source_for
 from indexer.probes import make_probes, quora_probe_candidates
 from indexer.quora import load_split
 from indexer.runtime.encoder import OnnxEncoder
@@ -67,9 +67,7 @@ def build(cfg: BuildConfig) -> Manifest:
             if cfg.protocol is not None:
                 raise ValueError(f"--protocol applies to the Quora question-pairs TSV; {path} is another corpus")
             manifest = build_corpus(cfg, root, encoder, source_for(cfg, path), t_start)
-            warn_if_shrinking(root, manifest.index.ntotal)
-            root.set_current(manifest.version)
-            root.prune(cfg.keep)
+            publish(root, manifest, cfg.keep)
             log.info("built %s in %.1fs: %d vectors, %s", manifest.version, manifest.build_seconds.total_s,
                      manifest.index.ntotal, manifest.index.factory)
             return manifest
@@ -77,9 +75,7 @@ def build(cfg: BuildConfig) -> Manifest:
             raise ValueError(f"{', '.join(cfg.corpus_options())}: not for the Quora question-pairs TSV {path} "
                              f"(its fields and evaluation set are fixed by --protocol)")
         manifest = _build_quora(cfg, root, encoder, path, lexical, t_start)
-        warn_if_shrinking(root, manifest.index.ntotal)
-        root.set_current(manifest.version)
-        root.prune(cfg.keep)
+        publish(root, manifest, cfg.keep)
     log.info("built %s in %.1fs: %d vectors, %s", manifest.version, manifest.build_seconds.total_s,
              manifest.index.ntotal, manifest.index.factory)
     return manifest

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from indexer.ingest import warn_if_shrinking
+from indexer.ingest import publish
 from indexer.probes import PROBES_FILE
 from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.faiss_index import INDEX_FILE, set_threads
@@ -164,9 +164,7 @@ def compact(root_dir: Path, *, model_dir: Path | None = None, threads: int | Non
                                   threads=threads)
         finally:
             base.close()
-        warn_if_shrinking(root, manifest.index.ntotal)
-        root.set_current(version)
-        root.prune(keep)
+        publish(root, manifest, keep)
     drift = info.added_since_training / max(trained or 1, 1)
     log.info("folded %d write log entries (seq %d..%d) into %s as %s", len(entries), folded + 1, upto, m.version,
              version)

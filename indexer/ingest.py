@@ -349,3 +349,13 @@ def warn_if_shrinking(root: IndexRoot, new_docs: int) -> str | None:
     message = shrink_message(current, served, new_docs, limit)
     log.warning("%s", message)
     return message
+
+
+def publish(root: IndexRoot, manifest: Manifest, keep: int) -> str | None:
+    """The one publish step of every build (build, the Ray build, add, compact), for a version already sealed in
+    `versions/`: warn when it holds much fewer documents than the served one, point `current` at it (atomically),
+    and prune the oldest versions beyond `keep`. Returns the shrink warning, if any."""
+    warning = warn_if_shrinking(root, manifest.index.ntotal)
+    root.set_current(manifest.version)
+    root.prune(keep)
+    return warning

@@ -27,7 +27,7 @@ from ray.data import ActorPoolStrategy
 
 from indexer.build_config import BuildConfig
 from indexer.corpus import detect_format
-from indexer.ingest import corpus_data_info, data_path, ingest_store, source_for, warn_if_shrinking
+from indexer.ingest import corpus_data_info, data_path, ingest_store, publish, source_for
 from indexer.probes import corpus_probe_candidates, make_probes, quora_probe_candidates
 from indexer.ray_embed import EmbedBatches, column_vectors
 from indexer.ray_input import read_corpus, store_corpus
@@ -277,9 +277,7 @@ def build_on_ray(cfg: BuildConfig, opts: RayOptions) -> Manifest:
                               threads=cfg.threads, target_recall=cfg.target_for("ivf"),
                               probe_maker=lambda v: make_probes(candidates, driver_encoder, v.store, doc_ids,
                                                                 cfg.batch_size))
-        warn_if_shrinking(root, manifest.index.ntotal)
-        root.set_current(version)
-        root.prune(cfg.keep)
+        publish(root, manifest, cfg.keep)
     log.info("built %s on Ray in %.1fs: %d vectors, %s%s", version, timings.total_s, n, manifest.index.factory,
              f", {opts.shards} shards in {SHARDS_DIR}/" if opts.shards > 1 else "")
     return manifest

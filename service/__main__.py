@@ -94,8 +94,8 @@ def serve(settings: Settings) -> int:
 
     from service.auth import KeyConfigError
     from service.engine.collections import CollectionsConfigError
+    from service.engine.tracing import TracingConfigError
     from service.main import create_app
-    from service.tracing import TracingConfigError
 
     try:
         app = create_app(settings)

@@ -15,10 +15,10 @@ import uuid
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.engine.metrics import Metrics
+from service.engine.tracing import Tracing
 from service.errors import error_body
 from service.logs import request_id
-from service.metrics import Metrics
-from service.tracing import Tracing
 
 log = logging.getLogger(__name__)
 access = logging.getLogger("strata.access")

@@ -13,36 +13,37 @@ Keys come from `STRATA_API_KEYS` ("key1:admin,key2,key3:read@garden") and/or `ST
 the search page's chart need no secret. The search page itself (`/` and `/static/…`) holds no data and always loads
 without a key: it asks for one and sends it with its calls.
 
-The check is app-wide (`authorize`): it finds the collection a path acts on and the scope it needs, and leaves the
-key's `Grants` on `request.state.grants` for the routes that list or choose collections (`GET /collections`,
-`/v1/*`). An open API leaves `None` there: everything is allowed.
+Each route declares what it needs, as one of the dependencies below in its `dependencies=[...]`: `PUBLIC` (never a
+key: the page), `ANY_KEY` (any valid key; the route itself filters by the key's grants: `GET /collections`, `/v1/*`;
+and the operations routes, which the default `public_paths` open), `READ_DEFAULT`/`ADMIN_DEFAULT` (that scope on
+the default collection) and `READ_NAMED`/`ADMIN_NAMED` (that scope on the collection of the path's `{name}`).
+`check_routes` refuses an app with a route that declares none, or more than one (`create_app` and the lifespan call
+it): a route added without a declaration fails closed, at startup. The dependency leaves the key's `Grants` on
+`request.state.grants` for the routes that list or choose collections. An open API leaves `None` there: everything
+is allowed.
 """
 
 from __future__ import annotations
 
 import hmac
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
-from fastapi import Depends, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.routing import BaseRoute, Mount, Route
 
 from service.settings import Settings
 
 READ, ADMIN = "read", "admin"
-ADMIN_PREFIX = "/admin/"
 PAGE_PATH = "/"  # the search page (see service.routers.page)
-WRITES_PATH = "/documents"
-COLLECTIONS_PATH = "/collections"
-DEFAULT_ROUTES = ("/search", "/encode")  # read routes of the default collection
+NAME_PARAM = "name"  # the path parameter naming the collection of a `*_NAMED` route
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
-
-
-def needs_admin(path: str) -> bool:
-    return path.startswith(ADMIN_PREFIX) or path == WRITES_PATH or path.startswith(WRITES_PATH + "/")
 
 
 bearer = HTTPBearer(auto_error=False, description="API key (only when the server is configured with keys)")
@@ -109,19 +110,6 @@ def load_keys(settings: Settings) -> dict[str, Grants]:
     return keys
 
 
-def target(path: str, default: Callable[[], str | None]) -> tuple[str | None, str] | None:
-    """The collection a path acts on and the scope it needs; None for a path of no collection (any valid key)."""
-    if path.startswith(COLLECTIONS_PATH + "/"):
-        name, _, rest = path[len(COLLECTIONS_PATH) + 1:].partition("/")
-        rest = "/" + rest
-        return name, ADMIN if needs_admin(rest) else READ
-    if needs_admin(path):
-        return default(), ADMIN
-    if path in DEFAULT_ROUTES:
-        return default(), READ
-    return None
-
-
 class Authorizer:
     def __init__(self, settings: Settings, default_collection: Callable[[], str | None] = lambda: "default") -> None:
         self.keys = load_keys(settings)
@@ -139,8 +127,10 @@ class Authorizer:
                 found = grants
         return found
 
-    def check(self, path: str, credentials: HTTPAuthorizationCredentials | None) -> Grants | None:
-        """The key's grants (None: no keys, or a public path); raises 401/403."""
+    def check(self, path: str, credentials: HTTPAuthorizationCredentials | None,
+              aim: tuple[str | None, str] | None) -> Grants | None:
+        """The key's grants (None: no keys, or a public path); raises 401/403. `aim`: the collection the route acts
+        on and the scope it needs there (None: any valid key)."""
         if not self.keys or path in self.public:
             return None
         challenge = {"WWW-Authenticate": "Bearer"}
@@ -150,7 +140,6 @@ class Authorizer:
         grants = self.grants(credentials.credentials)
         if grants is None:
             raise HTTPException(401, detail="invalid API key", headers=challenge)
-        aim = target(path, self.default_collection)
         if aim is not None:
             collection, scope = aim
             if not grants.may(scope, collection):
@@ -166,8 +155,83 @@ class Authorizer:
             "this API key may not use the default collection (none is set)"
 
 
-async def authorize(request: Request,
-                    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
-    """App-wide dependency: every route checks the key (public paths and an open API pass)."""
-    authorizer: Authorizer = request.app.state.authorizer
-    request.state.grants = authorizer.check(request.url.path, credentials)
+@dataclass(frozen=True)
+class Requires:
+    """A route's declared scope, and the dependency that enforces it (`check_routes` looks for it on every route).
+
+    `scope`: "public" (no key, whatever the keys), "key" (any valid key), READ or ADMIN; `on` (READ and ADMIN
+    only): the collection the route acts on, the default one or the path's `{name}`."""
+
+    scope: Literal["public", "key", "read", "admin"]
+    on: Literal["default", "named"] | None = None
+
+    async def __call__(self, request: Request,
+                       credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
+        if self.scope == "public":
+            request.state.grants = None
+            return
+        authorizer: Authorizer = request.app.state.authorizer
+        aim = None
+        if self.on == "default":
+            aim = authorizer.default_collection(), self.scope
+        elif self.on == "named":
+            aim = request.path_params[NAME_PARAM], self.scope
+        request.state.grants = authorizer.check(request.url.path, credentials, aim)
+
+
+# What a route puts in its `dependencies=[...]`: exactly one of these.
+PUBLIC = Depends(Requires("public"))
+ANY_KEY = Depends(Requires("key"))
+READ_DEFAULT = Depends(Requires(READ, "default"))
+ADMIN_DEFAULT = Depends(Requires(ADMIN, "default"))
+READ_NAMED = Depends(Requires(READ, "named"))
+ADMIN_NAMED = Depends(Requires(ADMIN, "named"))
+
+
+class RouteScopeError(RuntimeError):
+    """A route that declares no scope, or several: the app refuses to start."""
+
+
+def declared(dependant: Dependant) -> list[Requires]:
+    """The scopes a route declares: its own dependencies, its routers' and the app's, and theirs."""
+    found, todo = [], list(dependant.dependencies)
+    while todo:
+        dep = todo.pop()
+        if isinstance(dep.call, Requires):
+            found.append(dep.call)
+        todo.extend(dep.dependencies)
+    return found
+
+
+def served_routes(app: FastAPI) -> Iterator[tuple[BaseRoute, Any]]:
+    """Every route as served: (the route as written, the route with the dependencies and prefix of the routers that
+    include it). FastAPI >= 0.160 keeps included routers whole and combines them lazily; before, `app.routes` held
+    copies already combined."""
+    try:
+        from fastapi.routing import iter_route_contexts
+    except ImportError:  # an older FastAPI
+        yield from ((route, route) for route in app.routes)
+        return
+    for context in iter_route_contexts(app.routes):
+        yield context.original_route, context
+
+
+def check_routes(app: FastAPI) -> None:
+    """Raises RouteScopeError unless every route declares exactly one scope. Not routes: FastAPI's own schema and
+    docs pages (no data), and mounts (the page's static files)."""
+    own = {app.openapi_url, app.docs_url, app.redoc_url, app.swagger_ui_oauth2_redirect_url} - {None}
+    bad = []
+    for original, route in served_routes(app):
+        if isinstance(original, APIRoute):
+            scopes = declared(route.dependant)
+            where = f"{','.join(sorted(route.methods))} {route.path}"
+            if len(scopes) != 1:
+                bad.append(f"{where}: declares {len(scopes)} scopes, not one")
+            elif scopes[0].on == "named" and f"{{{NAME_PARAM}}}" not in route.path_format:
+                bad.append(f"{where}: acts on a named collection but has no {{{NAME_PARAM}}} in its path")
+        elif not isinstance(original, Mount) and not (isinstance(original, Route) and original.path in own):
+            bad.append(f"{getattr(route, 'path', original)}: not an API route, so it cannot declare a scope")
+    if bad:
+        raise RouteScopeError("routes without exactly one declared scope (service.auth: add one of PUBLIC, ANY_KEY, "
+                              "READ_DEFAULT, ADMIN_DEFAULT, READ_NAMED, ADMIN_NAMED to its dependencies): "
+                              + "; ".join(bad))

@@ -12,7 +12,7 @@ from fastapi import Depends, Request
 from service.auth import Authorizer
 from service.engine import Engine
 from service.engine.collections import Collections
-from service.metrics import Metrics
+from service.engine.metrics import Metrics
 from service.settings import Settings
 from service.stats import LiveStats
 

@@ -4,12 +4,11 @@ on a terminal (`STRATA_LOG_FORMAT`: json | text | auto; `indexer.runtime.logs` f
 from __future__ import annotations
 
 import logging
-from contextvars import ContextVar
 
-from indexer.runtime.logs import JsonFormatter, LogFormat
+from indexer.runtime.logs import JsonFormatter, LogFormat, request_id
 from indexer.runtime.logs import configure as configure_root
 
-request_id: ContextVar[str | None] = ContextVar("request_id", default=None)
+__all__ = ["request_id", "configure"]
 
 
 class RequestJsonFormatter(JsonFormatter):

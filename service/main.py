@@ -1,10 +1,11 @@
 """App factory: the same app for every engine backend (local or Ray-sharded).
 
 The lifespan starts and stops the collections (`service.engine.collections`: one engine per collection, on one
-shared scheduler) and the tracer provider (`service.tracing`, when tracing is on);
+shared scheduler) and the tracer provider (`service.engine.tracing`, when tracing is on);
 middleware adds a request id, JSON access logs, per-endpoint metrics, the request's trace span, CORS and the body
-cap; one app-wide dependency checks API keys; `service.errors` maps the engine's refusals to HTTP (in OpenAI's
-shape under /v1/). Routers ask only for what they use (`service.deps`).
+cap; each route declares the scope it needs (`service.auth`: the app refuses to start with a route that declares
+none); `service.errors` maps the engine's refusals to HTTP (in OpenAI's shape under /v1/). Routers ask only for what
+they use (`service.deps`).
 """
 
 from __future__ import annotations
@@ -12,20 +13,20 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import Depends, FastAPI
+from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from service.access import AccessLog
-from service.auth import Authorizer, authorize
+from service.auth import Authorizer, check_routes
 from service.engine.collections import Collections
+from service.engine.metrics import Metrics
+from service.engine.tracing import Tracing
 from service.errors import ERROR_RESPONSES, install_error_handlers
 from service.limits import BodySizeLimit
-from service.metrics import Metrics
 from service.routers import admin, documents, encode, health, openai, page, search, stats
 from service.routers import collections as collections_router
 from service.settings import Settings
 from service.stats import LiveStats
-from service.tracing import Tracing
 
 
 def create_app(settings: Settings | None = None, tracing: Tracing | None = None) -> FastAPI:
@@ -37,13 +38,14 @@ def create_app(settings: Settings | None = None, tracing: Tracing | None = None)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        check_routes(app)  # again: routes added after create_app declare their scope too
         tracing.start()
         await collections.start()
         yield
         await collections.stop()  # after uvicorn stopped accepting and waited for in-flight requests
         tracing.shutdown()  # exports the spans still queued
 
-    app = FastAPI(title="Strata", version="0.1.0", lifespan=lifespan, dependencies=[Depends(authorize)],
+    app = FastAPI(title="Strata", version="0.1.0", lifespan=lifespan,
                   responses=ERROR_RESPONSES,
                   description="Semantic search over an ONNX sentence encoder and a FAISS index.")
     app.state.metrics, app.state.settings, app.state.tracing = metrics, settings, tracing
@@ -67,4 +69,5 @@ def create_app(settings: Settings | None = None, tracing: Tracing | None = None)
                    collections_router.router, openai.router, page.router):
         app.include_router(router)
     page.mount_static(app)
+    check_routes(app)  # every route declares its scope (`service.auth`), or the app does not start
     return app

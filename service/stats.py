@@ -1,6 +1,6 @@
 """Live latency and throughput over sliding windows, for `GET /stats` and the search page's chart.
 
-Prometheus histograms (`service.metrics`) answer "since the process started", in fixed buckets, and need a
+Prometheus histograms (`service.engine.metrics`) answer "since the process started", in fixed buckets, and need a
 Prometheus to turn into percentiles. This recorder answers "the last minute" and "the last five minutes" in one
 JSON call: a ring of one-second buckets, each holding the number of searches answered in that second and a
 bounded sample of their total, encode and FAISS search times. A window's percentiles merge the samples of its

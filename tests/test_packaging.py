@@ -97,14 +97,20 @@ VIOLATIONS = [
     ("indexer/runtime/store.py", "from indexer.evaluate import evaluate", "never the other way round"),
     ("indexer/evaluate.py", "import torch", "indexer (runtime included) never imports"),
     ("service/deps.py", "from indexer.build import build", "service never imports"),
-    ("service/engine/leases.py", "from fastapi import Request", "service.engine never imports the HTTP layer"),
+    ("service/engine/leases.py", "from fastapi import Request", "service.engine imports of Strata only itself"),
+    # the allow-list: a module of service the contract never names is out of the engine's reach too
+    ("service/engine/leases.py", "from service.collection_schemas import CollectionInfo",
+     "service.engine imports of Strata only itself"),
+    ("service/engine/swap.py", "from service.settings import Settings", "service.engine imports of Strata only itself"),
+    ("service/engine/scheduler.py", "from indexer.build import build", "service.engine imports of Strata only itself"),
     ("indexer/build.py", "import faiss", "Only indexer.runtime.faiss_index imports faiss"),
     ("strata_client/client.py", "from service.schemas import Hit", "strata_client never imports the server"),
     ("strata_client/types.py", "import langchain_core", "The client's framework integrations import their framework"),
 ]
 
 
-@pytest.mark.parametrize(("path", "line", "contract"), VIOLATIONS, ids=[v[0] for v in VIOLATIONS])
+@pytest.mark.parametrize(("path", "line", "contract"), VIOLATIONS,
+                         ids=[f"{v[0]}:{v[1].split()[1]}" for v in VIOLATIONS])
 def test_a_broken_import_contract_fails_the_check(tmp_path: Path, path: str, line: str, contract: str) -> None:
     import shutil
 

@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 from collections.abc import Iterable
+from contextvars import ContextVar
 from datetime import datetime, timezone
 from typing import Literal
 
@@ -23,6 +24,9 @@ FORMATS = ("json", "text", "auto")
 
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "color_message"}
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+# The id of the request being served (the API sets it per request; its JSON log lines and trace spans carry it).
+request_id: ContextVar[str | None] = ContextVar("request_id", default=None)
 
 
 def is_terminal(stream: object = None) -> bool:

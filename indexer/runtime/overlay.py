@@ -255,8 +255,7 @@ class Overlay:
     # -- reads ---------------------------------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
         with self._lock:
-            return Snapshot(self._vecs[: self._rows], self._row_fid[: self._rows].copy(), self._dead,
-                            self._exclusion)
+            return Snapshot(self._vecs[: self._rows], self._row_fid[: self._rows].copy(), self._dead, self._exclusion)
 
     def lookup(self, fids: list[int]) -> tuple[dict[int, WrittenDoc], set[int]]:
         """The written documents among `fids`, and those of `fids` that are gone (deleted or replaced since a
@@ -288,6 +287,7 @@ class Overlay:
 
 class LiveIndex:
     """An `IndexVersion` with its overlay of writes: a `VectorIndex` with `lexical_search`, like the version."""
+    serves_lexical = True
 
     def __init__(self, base: IndexVersion, applied_seq: int = 0) -> None:
         self.base = base

@@ -71,10 +71,11 @@ class VectorIndex(Protocol):
     """What a searcher needs of an index version, wherever its vectors live: an `IndexVersion` in this process, the
     live overlay of the API's writes on one (`indexer.runtime.overlay.LiveIndex`), or the shard deployments of one
     version on Ray Serve (`service.engine.sharded`). Its vectors are an `indexer.runtime.ann.AnnIndex` of the
-    manifest's kind. An index that also has `lexical_search` (an `IndexVersion`, or the live overlay on one) can
-    serve the lexical and hybrid modes."""
+    manifest's kind. An index whose `serves_lexical` is true (an `IndexVersion`, or the live overlay on one)
+    answers `lexical_search`, and so can serve the lexical and hybrid modes when its manifest has a lexical index."""
 
     manifest: Manifest
+    serves_lexical: bool  # False: `lexical_search` raises NotImplementedError (the sharded backend)
 
     @property
     def version(self) -> str: ...
@@ -91,6 +92,9 @@ class VectorIndex(Protocol):
                knobs: dict[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]: ...
 
     def hits(self, scores: np.ndarray, ids: np.ndarray) -> list[list[Hit]]: ...
+
+    def lexical_search(self, queries: list[str], k: int, match: Any = None) -> list[tuple[np.ndarray, np.ndarray]]:
+        ...
 
     def close(self) -> None: ...
 
@@ -135,6 +139,8 @@ class FilterCache:
 class IndexVersion:
     """A version folder opened in this process. Its vectors are `ann`, an `AnnIndex` of the manifest's kind;
     `index` is the FAISS index beneath it (for code that writes files)."""
+
+    serves_lexical = True
 
     def __init__(self, folder: str | Path, *, nprobe: int | None = None,
                  search_params: dict[str, int | None] | None = None) -> None:

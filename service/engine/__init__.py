@@ -21,13 +21,20 @@ Owns, one module each:
   so that searches keep their latency under a stream of writes. What happens to a write after its encoding — the
   log, the overlay on the served version, the replay onto every version opened and the switch — is the runtime's
   (`indexer.runtime.writes`, `indexer.runtime.overlay`), beside the write log and `indexer compact`'s fold;
+- `triggers`: the background tasks (watchers, a SIGHUP's reload) and the SIGHUP handler of an engine or of the
+  collections, stopped in one place;
 - `local`: the local backend (the index searched in this process);
 - `sharded`: the Ray-sharded backend (shards as Ray Serve deployments, searched from this process).
 
-May import: `indexer.runtime`, `service.settings`, `service.metrics`, `service.tracing` (spans of its steps),
-numpy, the standard library, and Ray (in `sharded` only, which is imported only for that backend). Never fastapi
-or starlette: the HTTP layer maps this package's errors to status codes (`service.errors`). Never torch,
-`models`, or the build pipeline.
+- `settings`: what the engine reads of the `STRATA_*` variables (`EngineSettings`; the HTTP edge's `Settings`
+  extends it);
+- `metrics`: the Prometheus families, in a registry the app owns; `tracing`: OpenTelemetry spans of the engine's
+  steps (and the request spans the HTTP edge starts with it).
+
+May import: `indexer.runtime`, numpy, pydantic(-settings), prometheus-client, OpenTelemetry (when tracing is on),
+the standard library, and Ray (in `sharded` only, which is imported only for that backend). Nothing else of
+`service` (an allow-list contract in pyproject.toml): the HTTP layer maps this package's errors to status codes
+(`service.errors`). Never fastapi or starlette, torch, `models`, or the build pipeline.
 """
 
 from indexer.runtime.writes import Document, WriteResult

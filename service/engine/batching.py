@@ -33,8 +33,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from indexer.runtime.fusion import Fusion
-from indexer.runtime.manifest import SearchMode
+from indexer.runtime.query import Query
 from service.engine.searcher import Job, Searcher, SearchResult
 
 Answer = tuple[Searcher, SearchResult]  # the searcher that answered, and this request's share of the batch
@@ -85,14 +84,12 @@ class MicroBatcher:
         if self.batches:
             await asyncio.gather(*self.batches, return_exceptions=True)
 
-    def submit(self, texts: list[str], top_k: int | None, flt: dict[str, Any] | None = None,
-               knobs: dict[str, int] | None = None, mode: SearchMode | None = None,
-               fusion: Fusion | None = None, *, route: Any = None) -> asyncio.Future[Answer]:
-        """Queue `texts` (searched with `top_k` unless None, among the documents matching `flt` if given); the
-        future resolves when their batch has run. Requests with different filters share the batch's ONNX run."""
+    def submit(self, query: Query, *, route: Any = None) -> asyncio.Future[Answer]:
+        """Queue `query`; the future resolves when its batch has run. Requests with different filters, modes and
+        search parameters share the batch's ONNX run."""
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        tokens = self.count_tokens(texts) if self.max_tokens and self.count_tokens else 0
-        self.queue.append(_Queued(Job(texts, top_k, flt, knobs, mode, fusion), future, tokens,
+        tokens = self.count_tokens(query.texts) if self.max_tokens and self.count_tokens else 0
+        self.queue.append(_Queued(query, future, tokens,
                                   heavy=bool(self.max_tokens) and tokens > self.max_tokens, route=route))
         self.wakeup.set()
         return future

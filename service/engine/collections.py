@@ -21,22 +21,20 @@ Encoders: collections whose versions were built with the same exported encoder f
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
-import signal
-from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 
 from indexer.runtime.layout import CURRENT, VERSIONS
 from service.engine.engine import Engine, make_backend
 from service.engine.errors import EngineError
+from service.engine.metrics import Metrics
 from service.engine.scheduler import Scheduler
+from service.engine.settings import EngineSettings
 from service.engine.swap import Backend
-from service.metrics import Metrics
-from service.settings import Settings
-from service.tracing import Tracing
+from service.engine.tracing import Tracing
+from service.engine.triggers import Triggers
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +78,7 @@ def scan(folder: Path) -> tuple[list[Source], dict[str, str]]:
     return found, skipped
 
 
-def plan(settings: Settings) -> list[Source] | None:
+def plan(settings: EngineSettings) -> list[Source] | None:
     """The collections to serve at startup (None: those of `collections_dir`, scanned); raises
     CollectionsConfigError for settings that cannot go together."""
     if settings.collections_dir is None:
@@ -102,7 +100,7 @@ def plan(settings: Settings) -> list[Source] | None:
 
 
 class Collections:
-    def __init__(self, settings: Settings, metrics: Metrics, tracing: Tracing | None = None,
+    def __init__(self, settings: EngineSettings, metrics: Metrics, tracing: Tracing | None = None,
                  backend: Backend | None = None) -> None:
         self.settings, self.metrics, self.tracing = settings, metrics, tracing or Tracing()
         sources = plan(settings)
@@ -112,8 +110,7 @@ class Collections:
         self.skipped: dict[str, str] = {}
         self._backend = backend  # one root only (a test's, or the sharded one)
         self._started = False
-        self._tasks: set[asyncio.Task[object]] = set()
-        self._sighup = False
+        self.triggers = Triggers()
         metrics.engines_loaded.set_function(lambda: sum(e.leases.alive() for e in self.engines.values()))
         if sources is None:
             assert self.folder is not None
@@ -176,20 +173,12 @@ class Collections:
         for engine in list(self.engines.values()):  # one at a time: a shared encoder is loaded by the first
             await engine.start(signals=False)
         self._started = True
-        loop = asyncio.get_running_loop()
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # no signals off the main thread
-            loop.add_signal_handler(signal.SIGHUP, self._spawn, self._reload_all)
-            self._sighup = True
+        self.triggers.on_sighup(self._reload_all)
         if self.folder is not None and self.settings.watch_interval_s > 0:
-            self._spawn(self._watch)
+            self.triggers.spawn(self._watch)
 
     async def stop(self) -> None:
-        if self._sighup:
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.triggers.stop()
         await self.scheduler.stop()  # the batches running finish first: they hold leases on the collections
         for engine in self.engines.values():
             await engine.stop()
@@ -225,8 +214,3 @@ class Collections:
         await self.discover()
         for engine in list(self.engines.values()):
             await engine.swapper.attempt("sighup", retry=True)
-
-    def _spawn(self, start: Callable[[], Coroutine[object, object, object]]) -> None:
-        task = asyncio.get_running_loop().create_task(start())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)

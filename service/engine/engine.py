@@ -16,14 +16,12 @@ thread of the collection's own (`indexer.runtime.writes`): an fsync never holds 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import logging
-import signal
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -31,20 +29,21 @@ import numpy as np
 
 from indexer.runtime.ann import HnswParams, IvfParams
 from indexer.runtime.faiss_index import clamp_nprobe, set_threads
-from indexer.runtime.fusion import Fusion
 from indexer.runtime.manifest import Manifest, SearchMode
+from indexer.runtime.query import Query
 from indexer.runtime.writelog import Delete, ExtId, Upsert
 from indexer.runtime.writes import Document, WriteResult, Writes
 from service.engine.errors import NotReady
 from service.engine.leases import Leases
+from service.engine.metrics import Metrics
 from service.engine.names import Encoder, ModelNames
 from service.engine.scheduler import Scheduler
 from service.engine.searcher import Hit, Searcher, SearchResult, Stages
+from service.engine.settings import EngineSettings
 from service.engine.swap import Backend, Refusal, Swapper, SwapResult
+from service.engine.tracing import Tracing
+from service.engine.triggers import Triggers
 from service.engine.write_lane import WriteLane
-from service.metrics import Metrics
-from service.settings import Settings
-from service.tracing import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +104,7 @@ class Status:
     damaged: str | None = None  # a file of the served version gone or resized on disk (`Swapper.served_damage`)
 
 
-def make_backend(settings: Settings) -> Backend:
+def make_backend(settings: EngineSettings) -> Backend:
     if settings.engine == "sharded":
         from service.engine.sharded import RayBackend  # Ray only where it is used
 
@@ -120,7 +119,7 @@ class Engine:
     share of the metrics. The work runs on a `Scheduler` shared by every collection of the process (admission,
     workers, micro-batching per encoder, the write lane); an engine built without one gets its own (one root)."""
 
-    def __init__(self, settings: Settings, metrics: Metrics | None = None, backend: Backend | None = None,
+    def __init__(self, settings: EngineSettings, metrics: Metrics | None = None, backend: Backend | None = None,
                  tracing: Tracing | None = None, *, scheduler: Scheduler | None = None, name: str = "default",
                  primary: bool | Callable[[], bool] = True) -> None:
         self.settings, self.name = settings, name
@@ -140,8 +139,7 @@ class Engine:
         # one thread: writes are serialised anyway (one log, one overlay), and their fsyncs wait here
         self.write_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"writes-{name}",
                                              initializer=set_threads, initargs=(settings.threads,))
-        self._tasks: set[asyncio.Task[object]] = set()
-        self._sighup = False
+        self.triggers = Triggers()
 
     # the scheduler's parts, as the engine of one root always had them
     @property
@@ -170,24 +168,15 @@ class Engine:
             self.collection_metrics.not_ready()
             log.error("collection %s not ready: %s", self.name, self.not_ready_reason())
         if signals:
-            loop = asyncio.get_running_loop()
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # none off the main thread
-                loop.add_signal_handler(signal.SIGHUP, self._spawn,
-                                        lambda: self.swapper.attempt("sighup", retry=True))
-                self._sighup = True
+            self.triggers.on_sighup(lambda: self.swapper.attempt("sighup", retry=True))
         if s.watch_interval_s > 0:
-            self._spawn(self.swapper.watch)
+            self.triggers.spawn(self.swapper.watch)
 
     async def stop(self) -> None:
         """Stop the triggers (and the scheduler, when it is this engine's own), wait for running batches, close
         every version and the backend. (The HTTP server has already stopped accepting and waited for in-flight
         requests.)"""
-        if self._sighup:
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.triggers.stop()
         if self._owns_scheduler:
             await self.scheduler.stop()
         self.write_pool.shutdown(wait=True)
@@ -195,28 +184,23 @@ class Engine:
         self.writes.close()
         self.backend.close()
 
-    def _spawn(self, start: Callable[[], Coroutine[object, object, object]]) -> None:
-        task = asyncio.get_running_loop().create_task(start())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
     # -- the front door ----------------------------------------------------------------------------------------
-    async def search(self, texts: list[str], top_k: int, filter: dict[str, Any] | None = None,  # noqa: A002
-                     knobs: dict[str, int] | None = None, mode: SearchMode | None = None,
-                     fusion: Fusion | None = None) -> Hits:
-        """The `top_k` best documents of each text, from one version, by `mode` (dense: nearest vectors; lexical:
-        BM25; hybrid: both, fused by `fusion`; None: the version's default); with a `filter` (see
+    async def search(self, query: Query) -> Hits:
+        """The `top_k` best documents of each of the query's texts, from one version, by `mode` (dense: nearest
+        vectors; lexical: BM25; hybrid: both, fused by `fusion`; None: the version's default); with a `filter` (see
         `indexer.runtime.filters`), among the documents whose metadata match it only; with `knobs`, at those
         search parameters of the vector search (nprobe for IVF, ef_search for HNSW). Raises `BadFilter` when the
         filter does not fit the version's metadata, `BadSearchParams` when its index kind takes no such
         parameter, `ModeUnavailable` when the version cannot run the mode."""
-        searcher, r = await self._call(texts, top_k, filter, knobs or None, mode, fusion)
+        if query.knobs == {}:
+            query = replace(query, knobs=None)
+        searcher, r = await self._call(query)
         m = self.metrics
         ran = r.mode or "dense"
         self.collection_metrics.searched(ran)
         if ran != "lexical":
             m.encode_seconds.labels("/search").observe(r.encode_ms / 1000)
-            m.texts_encoded.labels("/search").inc(len(texts))
+            m.texts_encoded.labels("/search").inc(len(query.texts))
         m.search_seconds.observe(r.search_ms / 1000)
         m.searches.labels(ran).inc()
         st = r.stages
@@ -228,7 +212,7 @@ class Engine:
 
     async def encode(self, texts: list[str], *, endpoint: str = "/encode") -> Vectors:
         """The texts' vectors, with the encoder of the served version (`endpoint` labels the metrics)."""
-        searcher, r = await self._call(texts, None)
+        searcher, r = await self._call(Query(texts, None))
         assert r.vectors is not None  # encode-only jobs always carry their vectors
         self.metrics.encode_seconds.labels(endpoint).observe(r.encode_ms / 1000)
         self.metrics.texts_encoded.labels(endpoint).inc(len(texts))
@@ -252,7 +236,7 @@ class Engine:
         then searchable — all before this returns. Raises WriteRefused / WritesUnsupported / WritesUnavailable."""
         searcher = self.leases.current
         Writes.check(searcher, [d.id for d in docs], any(d.metadata for d in docs))
-        encoded_by, r = await self._call([d.text for d in docs], None, write=True)
+        encoded_by, r = await self._call(Query([d.text for d in docs], None), write=True)
         assert r.vectors is not None
         self.metrics.encode_seconds.labels("/documents").observe(r.encode_ms / 1000)
         self.metrics.texts_encoded.labels("/documents").inc(len(docs))
@@ -309,10 +293,8 @@ class Engine:
         return {"search_params": {}}
 
     # -- the scheduler ---------------------------------------------------------------------------------------
-    async def _call(self, texts: list[str], top_k: int | None, flt: dict[str, Any] | None = None,
-                    knobs: dict[str, int] | None = None, mode: SearchMode | None = None,
-                    fusion: Fusion | None = None, *, write: bool = False) -> tuple[Searcher, SearchResult]:
-        return await self.scheduler.call(self, texts, top_k, flt, knobs, mode, fusion, write=write)
+    async def _call(self, query: Query, *, write: bool = False) -> tuple[Searcher, SearchResult]:
+        return await self.scheduler.call(self, query, write=write)
 
     def not_ready_reason(self) -> str:
         r = self.swapper.current_refusal()

@@ -6,13 +6,13 @@ from pathlib import Path
 
 from indexer.runtime.faiss_index import set_threads
 from indexer.runtime.version import IndexVersion
-from service.settings import Settings
+from service.engine.settings import EngineSettings
 
 
 class LocalBackend:
     name = "local"
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: EngineSettings) -> None:
         self.settings = settings
 
     def start(self) -> None:

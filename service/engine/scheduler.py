@@ -26,17 +26,16 @@ import numpy as np
 
 from indexer.runtime.encoder import Encoded, OnnxEncoder
 from indexer.runtime.faiss_index import set_threads
-from indexer.runtime.fusion import Fusion
-from indexer.runtime.manifest import SearchMode
+from indexer.runtime.query import Query
 from service.engine.batching import Answer, MicroBatcher
 from service.engine.encoders import EncoderCache
 from service.engine.errors import EngineError, NotReady, Overloaded, TimedOut
 from service.engine.leases import Leases
+from service.engine.metrics import Metrics
 from service.engine.searcher import Job, Searcher, SearchResult
+from service.engine.settings import EngineSettings
+from service.engine.tracing import Tracing
 from service.engine.write_lane import WriteLane
-from service.metrics import Metrics
-from service.settings import Settings
-from service.tracing import Tracing
 
 
 class Route(Protocol):
@@ -49,7 +48,7 @@ class Route(Protocol):
 
 
 class Scheduler:
-    def __init__(self, settings: Settings, metrics: Metrics, tracing: Tracing | None = None) -> None:
+    def __init__(self, settings: EngineSettings, metrics: Metrics, tracing: Tracing | None = None) -> None:
         self.settings, self.metrics, self.tracing = settings, metrics, tracing or Tracing()
         self.encoders = EncoderCache(settings.threads)
         self.in_flight = 0  # admitted calls not answered yet (queued or in a running batch), all collections
@@ -75,9 +74,7 @@ class Scheduler:
         self.write_lane.close()
 
     # -- admission, timeout -------------------------------------------------------------------------------------
-    async def call(self, route: Route, texts: list[str], top_k: int | None, flt: dict[str, Any] | None = None,
-                   knobs: dict[str, int] | None = None, mode: SearchMode | None = None,
-                   fusion: Fusion | None = None, *, write: bool = False) -> Answer:
+    async def call(self, route: Route, query: Query, *, write: bool = False) -> Answer:
         """Admit, run and time out one call on `route`'s collection: a search or encode (micro-batched), or a
         write's texts (`write`: on the write lane)."""
         s = self.settings
@@ -89,11 +86,11 @@ class Scheduler:
             raise NotReady(route.not_ready_reason())
         future: asyncio.Future[Answer]
         if write:
-            future = asyncio.ensure_future(self.write_lane.encode(texts, route.leases))
+            future = asyncio.ensure_future(self.write_lane.encode(query.texts, route.leases))
         elif s.micro_batching:
-            future = self._batcher(searcher.encoder).submit(texts, top_k, flt, knobs, mode, fusion, route=route)
+            future = self._batcher(searcher.encoder).submit(query, route=route)
         else:
-            future = asyncio.ensure_future(self._run_one(Job(texts, top_k, flt, knobs, mode, fusion), route))
+            future = asyncio.ensure_future(self._run_one(query, route))
         self.in_flight += 1
         self.metrics.in_flight.set(self.in_flight)
         admitted = time.time_ns()
@@ -112,7 +109,7 @@ class Scheduler:
         if self.tracing.enabled and result.timeline is not None:
             self.tracing.record_batch(admitted, result.timeline, {
                 "strata.collection": route.name,
-                "strata.index_version": answered_by.version, "strata.texts": len(texts),
+                "strata.index_version": answered_by.version, "strata.texts": len(query.texts),
                 "strata.batch_texts": result.batch_texts, **({} if result.mode is None else {
                     "strata.mode": result.mode, "strata.dense_ms": round(result.stages.dense_ms, 3),
                     "strata.lexical_ms": round(result.stages.lexical_ms, 3),

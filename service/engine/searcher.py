@@ -21,7 +21,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -31,24 +31,18 @@ from indexer.runtime.faiss_index import set_threads
 from indexer.runtime.filters import FilterError
 from indexer.runtime.fusion import HYBRID_DEPTH, Fusion, fuse
 from indexer.runtime.manifest import Manifest, SearchMode
+from indexer.runtime.query import Query
 from indexer.runtime.version import FilterCache, FilterMatch, Hit, IndexVersion, VectorIndex
 from service.engine.errors import BadFilter, BadSearchParams, Mismatch, ModeUnavailable
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Hit", "Job", "Searcher", "SearchResult", "Stages", "VectorIndex"]
+__all__ = ["Batch", "Hit", "Job", "Query", "Searcher", "SearchResult", "Stages", "VectorIndex"]
 
 Ranked = tuple[np.ndarray, np.ndarray]  # one query's (scores, FAISS ids), best first
 
 
-class Job(NamedTuple):
-    texts: list[str]
-    top_k: int | None  # None: encode only
-    filter: dict[str, Any] | None = None  # search only the documents whose metadata match (filters.py)
-    # this request's search parameters (`ann.SEARCH_KNOBS`: nprobe for IVF, ef_search for HNSW); None: served ones
-    knobs: dict[str, int] | None = None
-    mode: SearchMode | None = None  # None: the version's default (`Manifest.search_mode`)
-    fusion: Fusion | None = None  # hybrid only; None: the default (convex, alpha 0.5)
+Job = Query  # a request in a micro-batch: the route's `Query` as it is
 
 
 @dataclass(frozen=True)
@@ -88,6 +82,31 @@ class SearchResult:
     error: Exception | None = None
     mode: SearchMode | None = None  # the mode that ran (None: encode only)
     stages: Stages = field(default_factory=Stages)
+
+
+@dataclass
+class Batch:
+    """One micro-batch in the making, by job index: what each stage of `Searcher.run_batch` reads and fills in."""
+
+    jobs: list[Job]
+    modes: list[SearchMode | None]  # None: encode only
+    errors: list[Exception | None] = field(default_factory=list)  # a job with an error gets no more work
+    matches: dict[str, FilterMatch] = field(default_factory=dict)  # by filter key
+    searching: list[int] = field(default_factory=list)
+    lexical_jobs: list[int] = field(default_factory=list)  # lexical and hybrid
+    encoding: list[int] = field(default_factory=list)  # encode-only, dense and hybrid
+    vecs: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
+    truncated: list[bool] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    n_texts: int = 0  # texts in the ONNX run
+    rows_of: dict[int, range] = field(default_factory=dict)  # each encoded job's rows of `vecs`
+    dense: dict[int, Ranked] = field(default_factory=dict)  # by row: raw (scores, ids) of the vector search
+    dense_ns: int = 0
+    lexical: dict[int, tuple[list[Ranked] | Exception, float]] = field(default_factory=dict)
+    finals: dict[int, list[Ranked]] = field(default_factory=dict)  # per job, per query: final (scores, ids)
+    lexical_ms: dict[int, float] = field(default_factory=dict)
+    fusion_ms: dict[int, float] = field(default_factory=dict)
+    hits: dict[int, list[list[Hit]]] = field(default_factory=dict)
 
 
 def _failed(step: str, job: Job, exc: Exception) -> Exception:
@@ -153,22 +172,24 @@ class Searcher:
                knobs: dict[str, int] | None = None, mode: SearchMode | None = None,
                fusion: Fusion | None = None) -> SearchResult:
         """One request on its own; raises what `run_batch` would have put in its `error`."""
-        result = self.run_batch([Job(texts, top_k, flt, knobs, mode, fusion)])[0]
+        result = self.run_batch([Query(texts, top_k, flt, knobs, mode, fusion)])[0]
         if result.error is not None:
             raise result.error
         return result
 
     def run_batch(self, jobs: list[Job], encoder: OnnxEncoder | None = None) -> list[SearchResult]:
         """Several requests' texts in one ONNX run, and one index search per distinct filter and search parameters
-        (the micro-batcher's unit of work).
+        (the micro-batcher's unit of work): its stages, in order, each a method of its own — `plan` (modes and
+        refusals), `encode_batch`, `retrieve` (dense; lexical on the searcher's thread), `fuse_batch`, `look_up`,
+        `answers`.
 
-        Each job is (texts, top_k[, filter[, knobs[, mode[, fusion]]]]) or (texts, None) for encode-only; results
-        keep job order. Vectors of an encode-only job come back in `SearchResult.vectors`. A job whose filter does
-        not fit the version's metadata (`BadFilter`), whose search parameters its index kind does not take
-        (`BadSearchParams`), or whose mode the version cannot serve (`ModeUnavailable`) gets `error` and no work:
-        it is refused before anything is encoded. Lexical jobs are not encoded at all, and their BM25 searches run
-        on the searcher's own thread while the batch encodes; hybrid jobs take `HYBRID_DEPTH` candidates from each
-        retriever and fuse them (`indexer.runtime.fusion`); the store is read once, for every job's final ids.
+        Each job is a `Query` (top_k None: encode only); results keep job order. Vectors of an encode-only job
+        come back in `SearchResult.vectors`. A job whose filter does not fit the version's metadata (`BadFilter`),
+        whose search parameters its index kind does not take (`BadSearchParams`), or whose mode the version cannot
+        serve (`ModeUnavailable`) gets `error` and no work: it is refused before anything is encoded. Lexical jobs
+        are not encoded at all, and their BM25 searches run on the searcher's own thread while the batch encodes;
+        hybrid jobs take `HYBRID_DEPTH` candidates from each retriever and fuse them (`indexer.runtime.fusion`);
+        the store is read once, for every job's final ids.
 
         `encoder`: what encodes the batch's texts instead of the searcher's own (the same model: the scheduler's
         view of vectors already computed for a batch shared by several collections, `scheduler`).
@@ -177,120 +198,143 @@ class Searcher:
         vector search or the shared store lookup raises, each request of it is run again on its own, and those
         that still fail get the exception as their `error` (the engine raises it: a 500 of their own); a lexical
         search or a fusion that raises fails its own request only. Their neighbours are answered."""
-        jobs = [Job(*j) for j in jobs]
         t0 = time.perf_counter()
-        # Refusals first, filters among them: the store's query for each distinct filter (the version's cache may
-        # answer it).
-        matches: dict[str, FilterMatch] = {}
-        default = self.default_mode()
-        modes: list[SearchMode | None] = [None if job.top_k is None else job.mode or default for job in jobs]
-        errors: list[Exception | None] = [self._refusal(job, mode, matches) for job, mode in zip(jobs, modes,
-                                                                                                 strict=True)]
-        searching = [j for j, m in enumerate(modes) if m is not None and errors[j] is None]
-        lexical_jobs = [j for j in searching if modes[j] != "dense"]
-        # the jobs to encode: encode-only, dense and hybrid ones (lexical ones need no encoder)
-        encoding = [j for j, e in enumerate(errors) if e is None and modes[j] != "lexical"]
+        batch = self.plan(jobs)
         # BM25 needs no vector: the lexical searches run on a thread of their own while the encoder runs (ONNX
         # Runtime releases the GIL), so a hybrid search costs about the slower of the two, not their sum
         lexical_future: Future[dict[int, tuple[list[Ranked] | Exception, float]]] | None = \
-            self._lexical_pool().submit(self._lexical, jobs, modes, lexical_jobs, matches) \
-            if lexical_jobs and encoding else None
+            self._lexical_pool().submit(self._lexical, batch) if batch.lexical_jobs and batch.encoding else None
         t1, started = time.perf_counter(), time.time_ns()
-        vecs, truncated, tokens, n_texts = self._encode(jobs, encoding, errors, encoder or self.encoder)
+        self.encode_batch(batch, encoder or self.encoder)
         t2, encoded_at = time.perf_counter(), time.time_ns()
-        # the rows of each encoded job in `vecs` (a job whose encoding failed has none)
-        rows_of: dict[int, range] = {}
+        batch.dense_ns = int((t1 - t0) * 1e9)  # the filters' queries count as dense search
+        self.retrieve(batch, lexical_future)
+        self.fuse_batch(batch)
+        t3, searched_at = time.perf_counter(), time.time_ns()
+        looked_up = self.look_up(batch)
+        t4 = time.perf_counter()
+        timeline = Timeline(started, encoded_at, searched_at if looked_up else None,
+                            time.time_ns() if looked_up else None)
+        return self.answers(batch, filter_ms=(t1 - t0) * 1000, encode_ms=(t2 - t1) * 1000,
+                            lookup_ms=(t4 - t3) * 1000, timeline=timeline)
+
+    # -- the stages of a batch, in order ------------------------------------------------------------------------
+    def plan(self, jobs: list[Job]) -> Batch:
+        """Each job's mode (None: encode only) and its refusal, if any (filters among them: the store's query for
+        each distinct filter, which the version's cache may answer); which jobs search, search lexically, and
+        are encoded."""
+        default = self.default_mode()
+        batch = Batch(jobs, [None if job.top_k is None else job.mode or default for job in jobs])
+        batch.errors = [self._refusal(job, mode, batch.matches) for job, mode in zip(jobs, batch.modes, strict=True)]
+        batch.searching = [j for j, m in enumerate(batch.modes) if m is not None and batch.errors[j] is None]
+        batch.lexical_jobs = [j for j in batch.searching if batch.modes[j] != "dense"]
+        # the jobs to encode: encode-only, dense and hybrid ones (lexical ones need no encoder)
+        batch.encoding = [j for j, e in enumerate(batch.errors) if e is None and batch.modes[j] != "lexical"]
+        return batch
+
+    def encode_batch(self, batch: Batch, encoder: OnnxEncoder) -> None:
+        """One ONNX run for the texts of every job to encode, and the rows of each in `batch.vecs` (a job whose
+        encoding failed has none)."""
+        batch.vecs, batch.truncated, batch.tokens, batch.n_texts = self._encode(batch.jobs, batch.encoding,
+                                                                                batch.errors, encoder)
         row = 0
-        for j in encoding:
-            if errors[j] is None:
-                rows_of[j] = range(row, row + len(jobs[j].texts))
-                row += len(jobs[j].texts)
-        # the vector searches: one per (filter, search parameters) of the dense and hybrid jobs; filter None =
-        # unfiltered. Each row's raw (scores, ids): the fusion and the store lookup come after.
+        for j in batch.encoding:
+            if batch.errors[j] is None:
+                batch.rows_of[j] = range(row, row + len(batch.jobs[j].texts))
+                row += len(batch.jobs[j].texts)
+
+    def retrieve(self, batch: Batch, lexical_future: Future[dict[int, tuple[list[Ranked] | Exception, float]]]
+                 | None = None) -> None:
+        """The vector searches: one per (filter, search parameters) of the dense and hybrid jobs, each row's raw
+        (scores, ids) into `batch.dense` (filter None = unfiltered); then the lexical answers, from
+        `lexical_future` (the searcher's thread) or run here."""
         groups: dict[tuple[str | None, str | None], list[int]] = {}
-        for j in searching:
-            job = jobs[j]
-            if errors[j] is None and modes[j] != "lexical":
+        for j in batch.searching:
+            job = batch.jobs[j]
+            if batch.errors[j] is None and batch.modes[j] != "lexical":
                 group = (None if job.filter is None else FilterCache.key(job.filter),
                          FilterCache.key(job.knobs) if job.knobs else None)
                 groups.setdefault(group, []).append(j)
-        dense: dict[int, Ranked] = {}  # by row of `vecs`
-        search_ns = int((t1 - t0) * 1e9)  # the filters' queries count as dense search
         for group, members in groups.items():
-            match = None if group[0] is None else matches[group[0]]
+            match = None if group[0] is None else batch.matches[group[0]]
             try:
-                search_ns += self._dense_group(jobs, modes, members, rows_of, vecs, match, dense)
+                batch.dense_ns += self._dense_group(batch, members, match)
             except Exception:  # noqa: BLE001 (one request of the group may be the cause: each runs alone)
                 for j in members:
                     try:
-                        search_ns += self._dense_group(jobs, modes, [j], rows_of, vecs, match, dense)
+                        batch.dense_ns += self._dense_group(batch, [j], match)
                     except Exception as exc:  # noqa: BLE001
-                        errors[j] = _failed("search", jobs[j], exc)
-        # the lexical answers (from the thread, or run here when nothing was encoded), then the fusion
-        lexical_out = lexical_future.result() if lexical_future is not None else \
-            self._lexical(jobs, modes, lexical_jobs, matches)
-        finals: dict[int, list[Ranked]] = {}  # per job, per query: its final (scores, ids)
-        lexical_ms: dict[int, float] = {}
-        fusion_ms: dict[int, float] = {}
-        for j in searching:
-            job, mode = jobs[j], modes[j]
-            if errors[j] is not None:
+                        batch.errors[j] = _failed("search", batch.jobs[j], exc)
+        batch.lexical = lexical_future.result() if lexical_future is not None else self._lexical(batch)
+
+    def fuse_batch(self, batch: Batch) -> None:
+        """Each searching job's final (scores, ids) per query, into `batch.finals`: its dense top_k, its lexical
+        answer, or (hybrid) the two fused."""
+        for j in batch.searching:
+            job, mode = batch.jobs[j], batch.modes[j]
+            if batch.errors[j] is not None:
                 continue
             top_k = job.top_k or 0
             lexical: list[Ranked] = []
             if mode != "dense":
-                got, lexical_ms[j] = lexical_out[j]
+                got, batch.lexical_ms[j] = batch.lexical[j]
                 if isinstance(got, Exception):
-                    errors[j] = _failed("lexical search", job, got)
+                    batch.errors[j] = _failed("lexical search", job, got)
                     continue
                 lexical = got
             if mode == "lexical":
-                finals[j] = lexical
+                batch.finals[j] = lexical
                 continue
+            dense, rows = batch.dense, batch.rows_of[j]
             f0 = time.perf_counter()
             try:
-                finals[j] = [(dense[r][0][:top_k], dense[r][1][:top_k]) for r in rows_of[j]] if mode == "dense" else \
-                    [fuse(job.fusion or Fusion(), dense[r], lex, top_k)
-                     for r, lex in zip(rows_of[j], lexical, strict=True)]
+                batch.finals[j] = [(dense[r][0][:top_k], dense[r][1][:top_k]) for r in rows] if mode == "dense" \
+                    else [fuse(job.fusion or Fusion(), dense[r], lex, top_k) for r, lex in zip(rows, lexical,
+                                                                                               strict=True)]
             except Exception as exc:  # noqa: BLE001
-                errors[j] = _failed("fusion", job, exc)
+                batch.errors[j] = _failed("fusion", job, exc)
                 continue
             if mode == "hybrid":
-                fusion_ms[j] = (time.perf_counter() - f0) * 1000
-        # one store lookup for every job's final ids
-        t3, searched_at = time.perf_counter(), time.time_ns()
-        hits: dict[int, list[list[Hit]]] = {}
-        looked_up = [j for j in searching if errors[j] is None]
-        if looked_up:
-            try:
-                self._lookup(looked_up, finals, hits)
-            except Exception:  # noqa: BLE001 (one request's ids may be the cause: each is looked up alone)
-                for j in looked_up:
-                    try:
-                        self._lookup([j], finals, hits)
-                    except Exception as exc:  # noqa: BLE001
-                        errors[j] = _failed("lookup", jobs[j], exc)
-        t4 = time.perf_counter()
-        timeline = Timeline(started, encoded_at, searched_at if looked_up else None,
-                            time.time_ns() if looked_up else None)
-        filter_ms, encode_ms = (t1 - t0) * 1000, (t2 - t1) * 1000
-        dense_ms, lookup_ms = search_ns / 1e6, (t4 - t3) * 1000
+                batch.fusion_ms[j] = (time.perf_counter() - f0) * 1000
+
+    def look_up(self, batch: Batch) -> bool:
+        """One store read for every job's final ids, into `batch.hits`; whether there was anything to look up."""
+        which = [j for j in batch.searching if batch.errors[j] is None]
+        if not which:
+            return False
+        try:
+            self._lookup(which, batch.finals, batch.hits)
+        except Exception:  # noqa: BLE001 (one request's ids may be the cause: each is looked up alone)
+            for j in which:
+                try:
+                    self._lookup([j], batch.finals, batch.hits)
+                except Exception as exc:  # noqa: BLE001
+                    batch.errors[j] = _failed("lookup", batch.jobs[j], exc)
+        return True
+
+    @staticmethod
+    def answers(batch: Batch, *, filter_ms: float, encode_ms: float, lookup_ms: float,
+                timeline: Timeline | None) -> list[SearchResult]:
+        """Each job's `SearchResult`, in job order: its error, or its hits, vectors and stage times."""
+        dense_ms = batch.dense_ns / 1e6
         out = []
-        for j, job in enumerate(jobs):
-            error, mode = errors[j], modes[j]
+        for j, job in enumerate(batch.jobs):
+            error, mode = batch.errors[j], batch.modes[j]
             if error is not None:
                 out.append(SearchResult([], [], 0.0, filter_ms, error=error))
                 continue
             n = len(job.texts)
             encodes = mode != "lexical"
-            rows = rows_of.get(j, range(0))
+            rows = batch.rows_of.get(j, range(0))
             job_dense = dense_ms if encodes else 0.0
-            lex_ms, fuse_ms = lexical_ms.get(j, 0.0), fusion_ms.get(j, 0.0)
+            lex_ms, fuse_ms = batch.lexical_ms.get(j, 0.0), batch.fusion_ms.get(j, 0.0)
             stages = Stages(encode_ms if encodes else 0.0, job_dense, lex_ms, fuse_ms, lookup_ms)
-            out.append(SearchResult(hits.get(j, []), truncated[rows.start : rows.stop] if encodes else [False] * n,
+            out.append(SearchResult(batch.hits.get(j, []),
+                                    batch.truncated[rows.start : rows.stop] if encodes else [False] * n,
                                     encode_ms if encodes else 0.0, job_dense + lex_ms + fuse_ms + lookup_ms,
-                                    vectors=vecs[rows.start : rows.stop] if mode is None else None,
-                                    batch_texts=n_texts, tokens=tokens[rows.start : rows.stop] if encodes else [],
+                                    vectors=batch.vecs[rows.start : rows.stop] if mode is None else None,
+                                    batch_texts=batch.n_texts,
+                                    tokens=batch.tokens[rows.start : rows.stop] if encodes else [],
                                     timeline=timeline, mode=mode, stages=stages))
         return out
 
@@ -353,35 +397,33 @@ class Searcher:
         vecs = np.concatenate(parts) if parts else np.zeros((0, self.encoder.dim), dtype=np.float32)
         return vecs, truncated, tokens, max((len(jobs[j].texts) for j in wanted), default=0)
 
-    def _dense_group(self, jobs: list[Job], modes: list[SearchMode | None], members: list[int],
-                     rows_of: dict[int, range], vecs: np.ndarray, match: FilterMatch | None,
-                     dense: dict[int, Ranked]) -> int:
+    def _dense_group(self, batch: Batch, members: list[int], match: FilterMatch | None) -> int:
         """One vector search for the jobs `members` (same filter and search parameters), at the depth the deepest
-        needs (a hybrid job's at least `HYBRID_DEPTH`), its rows' raw (scores, ids) put in `dense`; returns the
-        ns it took."""
-        rows = [r for j in members for r in rows_of[j]]
+        needs (a hybrid job's at least `HYBRID_DEPTH`), its rows' raw (scores, ids) put in `batch.dense`; returns
+        the ns it took."""
+        jobs, modes, vecs = batch.jobs, batch.modes, batch.vecs
+        rows = [r for j in members for r in batch.rows_of[j]]
         k = max((jobs[j].top_k or 0) if modes[j] == "dense" else max(jobs[j].top_k or 0, HYBRID_DEPTH)
                 for j in members)
         group_vecs = vecs if len(rows) == len(vecs) else vecs[rows]
         g0 = time.time_ns()
         scores, ids = self.index.search(group_vecs, k, match, knobs=jobs[members[0]].knobs or None)
-        dense.update(zip(rows, zip(scores, ids, strict=True), strict=True))
+        batch.dense.update(zip(rows, zip(scores, ids, strict=True), strict=True))
         return time.time_ns() - g0
 
-    def _lexical(self, jobs: list[Job], modes: list[SearchMode | None], which: list[int],
-                 matches: dict[str, FilterMatch]) -> dict[int, tuple[list[Ranked] | Exception, float]]:
-        """Per job of `which` (lexical or hybrid): its queries' lexical answers (or what their search raised: that
-        job alone fails), and the ms they took."""
+    def _lexical(self, batch: Batch) -> dict[int, tuple[list[Ranked] | Exception, float]]:
+        """Per lexical or hybrid job: its queries' lexical answers (or what their search raised: that job alone
+        fails), and the ms they took."""
         out: dict[int, tuple[list[Ranked] | Exception, float]] = {}
-        for j in which:
-            job = jobs[j]
+        for j in batch.lexical_jobs:
+            job = batch.jobs[j]
             l0 = time.perf_counter()
             got: list[Ranked] | Exception
             try:
-                match = None if job.filter is None else matches[FilterCache.key(job.filter)]
+                match = None if job.filter is None else batch.matches[FilterCache.key(job.filter)]
                 top_k = job.top_k or 0
-                depth = top_k if modes[j] == "lexical" else max(top_k, HYBRID_DEPTH)
-                got = self.index.lexical_search(job.texts, depth, match)  # type: ignore[attr-defined]
+                depth = top_k if batch.modes[j] == "lexical" else max(top_k, HYBRID_DEPTH)
+                got = self.index.lexical_search(job.texts, depth, match)
             except Exception as exc:  # noqa: BLE001
                 got = exc
             out[j] = (got, (time.perf_counter() - l0) * 1000)
@@ -414,11 +456,11 @@ class Searcher:
         """The mode a request that names none runs: the version's (`Manifest.search_mode`), or dense where this
         backend serves no lexical index (the sharded one), so that a request without a mode never fails for it."""
         mode = self.manifest.search_mode()
-        return mode if mode == "dense" or hasattr(self.index, "lexical_search") else "dense"
+        return mode if mode == "dense" or self.index.serves_lexical else "dense"
 
     def _lexical_refusal(self, mode: SearchMode) -> ModeUnavailable | None:
         """Why this version cannot serve `mode` (lexical or hybrid), or None."""
-        if not hasattr(self.index, "lexical_search"):
+        if not self.index.serves_lexical:
             return ModeUnavailable(f"mode {mode!r} needs the lexical index, which the sharded (Ray) backend does not "
                                    f"serve: use mode 'dense', or serve the version with the local backend")
         if self.manifest.lexical is None:

@@ -53,7 +53,7 @@ from indexer.runtime.store import STORE, Store
 from indexer.runtime.topk import merge_top_k
 from indexer.runtime.version import FilterCache, FilterMatch, Hit, IndexLoadError, hits_from_store
 from service.engine.errors import Mismatch
-from service.settings import Settings
+from service.engine.settings import EngineSettings
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,10 @@ def _failure_text(app: str, exc: BaseException) -> str:
 
 
 class ShardedIndex:
-    """A version whose vectors live in shard deployments (a `searcher.VectorIndex`)."""
+    """A version whose vectors live in shard deployments (a `searcher.VectorIndex`). No lexical search: the
+    shards hold vectors only."""
+
+    serves_lexical = False
 
     def __init__(self, backend: RayBackend, manifest: Manifest, apps: list[str], handles: list, store: Store,
                  ntotal: int, nprobe: int) -> None:  # handles: list[DeploymentHandle]
@@ -119,6 +122,9 @@ class ShardedIndex:
         self.nlist = manifest.index.params.nlist
         self.nprobe = clamp_nprobe(nprobe, self.nlist)
         self.filters = FilterCache()
+
+    def lexical_search(self, queries: list[str], k: int, match: object = None) -> list[tuple[np.ndarray, np.ndarray]]:
+        raise NotImplementedError("the sharded (Ray) backend serves no lexical index")
 
     @property
     def version(self) -> str:
@@ -164,7 +170,7 @@ class ShardedIndex:
 class RayBackend:
     name = "sharded"
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: EngineSettings) -> None:
         self.settings = settings
         self.prefix = f"strata-{secrets.token_hex(3)}"  # this process's applications, in a cluster maybe shared
         self._lock = threading.Lock()

@@ -41,9 +41,9 @@ from indexer.runtime.writelog import WriteLogError
 from service.engine.encoders import EncoderCache
 from service.engine.errors import Mismatch, SwapRefused
 from service.engine.leases import Leases
+from service.engine.metrics import CollectionMetrics, Metrics
 from service.engine.searcher import Searcher, VectorIndex
-from service.metrics import CollectionMetrics, Metrics
-from service.settings import Settings
+from service.engine.settings import EngineSettings
 
 if TYPE_CHECKING:
     from indexer.runtime.writes import Writes
@@ -83,7 +83,7 @@ class Refusal:
 
 
 class Swapper:
-    def __init__(self, settings: Settings, backend: Backend, leases: Leases, metrics: Metrics, *,
+    def __init__(self, settings: EngineSettings, backend: Backend, leases: Leases, metrics: Metrics, *,
                  writes: Writes | None = None, encoders: EncoderCache | None = None,
                  collection: CollectionMetrics | None = None) -> None:
         self.settings, self.backend, self.leases, self.metrics = settings, backend, leases, metrics

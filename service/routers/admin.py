@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Query
 
+from service.auth import ADMIN_DEFAULT
 from service.deps import EngineDep
 from service.engine import Engine
 from service.schemas import ReloadResponse
@@ -14,7 +15,8 @@ FORCE = Query(False, description="serve the version even when it holds more than
               "still gate it")
 
 
-@router.post("/reload", response_model=ReloadResponse, responses={409: {"model": ReloadResponse}})
+@router.post("/reload", response_model=ReloadResponse, responses={409: {"model": ReloadResponse}},
+             dependencies=[ADMIN_DEFAULT])
 async def reload(engine: EngineDep, force: bool = FORCE) -> ReloadResponse:
     """Swap to the version `current` points to now (also done by the watcher and on SIGHUP). 409 when the
     candidate is refused: the previous index keeps serving and `reason` says why."""

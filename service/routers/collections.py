@@ -10,7 +10,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Request, Response
 
-from service.auth import READ
+from service.auth import ADMIN_NAMED, ANY_KEY, READ, READ_NAMED
 from service.collection_schemas import CollectionInfo, CollectionList
 from service.deps import CollectionsDep, StatsDep, collection_stats
 from service.engine import Engine
@@ -60,7 +60,7 @@ def _may_read(request: Request, name: str) -> bool:
     return grants is None or grants.may(READ, name)
 
 
-@router.get("", response_model=CollectionList)
+@router.get("", response_model=CollectionList, dependencies=[ANY_KEY])
 async def list_collections(request: Request, collections: CollectionsDep) -> CollectionList:
     """The collections served (those this API key may read), with their size, encoder, index kind, version and
     quality figures."""
@@ -69,32 +69,36 @@ async def list_collections(request: Request, collections: CollectionsDep) -> Col
                                        if _may_read(request, n)])
 
 
-@router.get("/{name}", response_model=CollectionInfo)
+@router.get("/{name}", response_model=CollectionInfo, dependencies=[READ_NAMED])
 async def get_collection(name: Name, collections: CollectionsDep) -> CollectionInfo:
     """One collection (403 for a key that may not read it, 404 when there is none of that name)."""
     return describe(collections, collections.get(name))
 
 
-@router.post("/{name}/search", response_model=SearchResponse, response_model_exclude_none=True)
+@router.post("/{name}/search", response_model=SearchResponse, response_model_exclude_none=True,
+             dependencies=[READ_NAMED])
 async def search(name: Name, body: SearchRequest, request: Request, collections: CollectionsDep,
                  stats: StatsDep) -> Response:
     """`POST /search` on this collection."""
     return await run_search(body, collections.get(name), [stats, collection_stats(request, name)])
 
 
-@router.put("/{name}/documents", response_model=UpsertResponse, responses=WRITE_ERRORS, tags=["documents"])
+@router.put("/{name}/documents", response_model=UpsertResponse, responses=WRITE_ERRORS, tags=["documents"],
+            dependencies=[ADMIN_NAMED])
 async def upsert(name: Name, body: UpsertRequest, collections: CollectionsDep) -> UpsertResponse:
     """`PUT /documents` on this collection: logged in its own write log, served by its versions."""
     return await run_upsert(body, collections.get(name))
 
 
-@router.post("/{name}/documents/delete", response_model=DeleteResponse, responses=WRITE_ERRORS, tags=["documents"])
+@router.post("/{name}/documents/delete", response_model=DeleteResponse, responses=WRITE_ERRORS, tags=["documents"],
+             dependencies=[ADMIN_NAMED])
 async def delete(name: Name, body: DeleteRequest, collections: CollectionsDep) -> DeleteResponse:
     """`POST /documents/delete` on this collection."""
     return await run_delete(body, collections.get(name))
 
 
-@router.post("/{name}/admin/reload", response_model=ReloadResponse, responses={409: {"model": ReloadResponse}})
+@router.post("/{name}/admin/reload", response_model=ReloadResponse, responses={409: {"model": ReloadResponse}},
+             dependencies=[ADMIN_NAMED])
 async def reload(name: Name, collections: CollectionsDep, force: bool = FORCE) -> ReloadResponse:
     """`POST /admin/reload` on this collection: swap to what its `current` points to, behind its own gates."""
     return await run_reload(collections.get(name), force)

@@ -5,6 +5,7 @@ import time
 import numpy as np
 from fastapi import APIRouter, Response
 
+from service.auth import READ_DEFAULT
 from service.deps import EngineDep
 from service.responses import json_response
 from service.schemas import EncodeRequest, EncodeResponse
@@ -12,7 +13,7 @@ from service.schemas import EncodeRequest, EncodeResponse
 router = APIRouter(tags=["inference"])
 
 
-@router.post("/encode", response_model=EncodeResponse)
+@router.post("/encode", response_model=EncodeResponse, dependencies=[READ_DEFAULT])
 async def encode(body: EncodeRequest, engine: EngineDep) -> Response:
     """Encode 1–64 texts into L2-normalised vectors (the same vectors the index holds)."""
     t0 = time.perf_counter()

@@ -6,12 +6,14 @@ from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from service.auth import ANY_KEY
 from service.chain import read_json, swap_outcome
 from service.deps import CollectionsDep, MetricsDep, SettingsDep
 from service.engine import Status
 from service.schemas import CollectionReady, EncoderAdaptation, Ready, SwapRefusal, TrainingProgress
 
-router = APIRouter(tags=["operations"])
+# Any valid key; the default STRATA_PUBLIC_PATHS opens all four to probes and scrapers without one.
+router = APIRouter(tags=["operations"], dependencies=[ANY_KEY])
 
 
 @router.get("/health")

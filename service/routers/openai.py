@@ -21,7 +21,7 @@ from collections.abc import Callable
 import numpy as np
 from fastapi import APIRouter, HTTPException, Request
 
-from service.auth import READ
+from service.auth import ANY_KEY, READ
 from service.deps import CollectionsDep
 from service.engine import Engine, NotReady, ServedModel
 from service.engine.collections import Collections
@@ -37,7 +37,8 @@ from service.openai_schemas import (
     Usage,
 )
 
-router = APIRouter(prefix="/v1", tags=["openai"], responses={
+# any valid key: each route finds the collections the key may read (`_may_read`)
+router = APIRouter(prefix="/v1", tags=["openai"], dependencies=[ANY_KEY], responses={
     400: {"model": OpenAIErrorBody, "description": "invalid request: validation, token arrays, `dimensions`"},
     401: {"model": OpenAIErrorBody, "description": "missing or invalid API key (only when keys are configured)"},
     403: {"model": OpenAIErrorBody, "description": "`model` is served only for collections the key may not use"},

@@ -12,7 +12,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.routing import Mount
 from starlette.types import Receive, Scope, Send
 
-from service.auth import PAGE_PATH
+from service.auth import PAGE_PATH, PUBLIC
 
 STATIC_DIR = Path(__file__).resolve().parents[1] / "static"
 
@@ -29,7 +29,7 @@ PAGE_HEADERS = {
 router = APIRouter(include_in_schema=False)
 
 
-@router.get(PAGE_PATH)
+@router.get(PAGE_PATH, dependencies=[PUBLIC])
 async def page() -> FileResponse:
     return FileResponse(STATIC_DIR / "index.html", media_type="text/html", headers=PAGE_HEADERS)
 

@@ -6,6 +6,8 @@ from dataclasses import asdict
 from fastapi import APIRouter, Request, Response
 
 from indexer.runtime.fusion import DEFAULT_ALPHA, DEFAULT_RRF_K, Fusion
+from indexer.runtime.query import Query
+from service.auth import READ_DEFAULT
 from service.deps import EngineDep, StatsDep, collection_stats
 from service.engine import Engine
 from service.responses import json_response
@@ -15,7 +17,8 @@ from service.stats import LiveStats
 router = APIRouter(tags=["inference"])
 
 
-@router.post("/search", response_model=SearchResponse, response_model_exclude_none=True)
+@router.post("/search", response_model=SearchResponse, response_model_exclude_none=True,
+             dependencies=[READ_DEFAULT])
 async def search(body: SearchRequest, request: Request, engine: EngineDep, stats: StatsDep) -> Response:
     """Top-k documents for one `query` or a batch of `queries` by `mode` (dense, lexical or hybrid), among those
     matching `filter` if given (the default collection's; see /collections/{name}/search)."""
@@ -32,7 +35,7 @@ async def run_search(body: SearchRequest, engine: Engine, stats: list[LiveStats]
         Fusion(body.fusion or ("rrf" if body.k is not None else "convex"), DEFAULT_RRF_K if body.k is None else body.k,
                DEFAULT_ALPHA if body.alpha is None else body.alpha)
     # one version answers all of it, and names itself
-    answer = await engine.search(texts, body.top_k, body.filter, body.knobs, body.mode, fusion)
+    answer = await engine.search(Query(texts, body.top_k, body.filter, body.knobs, body.mode, fusion))
     took = (time.perf_counter() - t0) * 1000
     for windows in stats:  # GET /stats
         windows.record(took, answer.encode_ms, answer.search_ms, queries=len(texts), mode=answer.mode)

@@ -5,12 +5,13 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from service.auth import ANY_KEY
 from service.deps import AuthorizerDep, CollectionsDep, StatsDep, collection_stats
 from service.engine import Status
 from service.stats import SERIES_STEP_S, LiveStats
 from service.stats_schemas import CollectionStats, IndexStats, StatsPoint, StatsResponse, StatsWindow
 
-router = APIRouter(tags=["operations"])
+router = APIRouter(tags=["operations"], dependencies=[ANY_KEY])  # public by default (STRATA_PUBLIC_PATHS)
 
 
 # A plain `def`: FastAPI runs it in its thread pool. Sorting five minutes of samples takes milliseconds at a

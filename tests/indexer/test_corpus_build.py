@@ -164,6 +164,32 @@ def test_build_warns_when_the_corpus_shrinks(served_root: Path, tiny_exported: P
     assert r.returncode == 0 and "STRATA_MAX_SHRINK" not in r.stderr, r.stderr
 
 
+def test_publish_warns_on_a_shrink_makes_it_current_and_prunes(served_root: Path, tmp_path: Path) -> None:
+    """The one publish step of build, the Ray build, add and compact (`indexer.ingest.publish`)."""
+    import shutil
+
+    from indexer.ingest import publish
+    from indexer.runtime.layout import IndexRoot
+    from indexer.runtime.manifest import Manifest
+
+    shutil.copytree(served_root, tmp_path / "root", symlinks=True)
+    root = IndexRoot(tmp_path / "root")
+    old = root.current_version()
+    assert old is not None and root.versions() == [old]
+    manifest = Manifest.load(root.version_dir(old))
+    for name, docs in ((old + "-b", 100), (old + "-c", 290)):  # sealed versions in versions/, as staging leaves them
+        shutil.copytree(root.version_dir(old), root.version_dir(name))
+        smaller = manifest.model_copy(update={"version": name,
+                                              "index": manifest.index.model_copy(update={"ntotal": docs})})
+        warning = publish(root, smaller, keep=2)
+        assert root.current_version() == name
+        if docs == 100:  # 300 -> 100: over STRATA_MAX_SHRINK's 10 %
+            assert warning is not None and "holds 100 documents" in warning
+            assert root.versions() == [old, name]
+        else:  # 100 -> 290 grows; the oldest beyond keep=2 is pruned, never the current one
+            assert warning is None and root.versions() == [old + "-b", name]
+
+
 # --- BEIR ------------------------------------------------------------------------------------------------------
 
 BEIR_ROWS = 400

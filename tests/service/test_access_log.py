@@ -9,7 +9,7 @@ import httpx
 from fastapi import FastAPI
 
 from service.access import AccessLog
-from service.metrics import Metrics
+from service.engine.metrics import Metrics
 
 
 def _app(metrics: Metrics) -> FastAPI:

@@ -19,9 +19,9 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+from service.engine.tracing import REQUEST_ID, Tracing, traces_url
 from service.main import create_app
 from service.settings import Settings
-from service.tracing import REQUEST_ID, Tracing, traces_url
 from tests.conftest import REPO, free_port, start_server, stop_server
 
 STEPS = ["queue", "encode", "faiss_search", "store_lookup"]
@@ -131,7 +131,7 @@ def test_the_request_span_is_exported_before_the_last_byte_goes_out() -> None:
     from fastapi import FastAPI
 
     from service.access import AccessLog
-    from service.metrics import Metrics
+    from service.engine.metrics import Metrics
 
     exporter = InMemorySpanExporter()
     tracing = Tracing(exporter=exporter)
@@ -194,7 +194,7 @@ def test_an_endpoint_without_the_exporter_installed_is_a_clear_error() -> None:
     code = ("import sys\nclass Block:\n    def find_spec(self, name, path=None, target=None):\n"
             "        if name.startswith('opentelemetry.exporter'):\n            raise ModuleNotFoundError(name)\n"
             "sys.meta_path.insert(0, Block())\n"
-            "from service.main import create_app\nfrom service.tracing import TracingConfigError\n"
+            "from service.main import create_app\nfrom service.engine.tracing import TracingConfigError\n"
             "try:\n    create_app()\nexcept TracingConfigError as exc:\n    print(exc)\n")
     env = os.environ | {"STRATA_OTLP_ENDPOINT": "http://127.0.0.1:1"}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env)

@@ -19,12 +19,12 @@ QUERIES = ["How can I be a good geologist?", "What is the step by step guide to 
 
 def test_run_batch_equals_separate_calls(quora_root: Path) -> None:
     engine = Searcher.open(IndexRoot(quora_root).current_dir())
-    jobs: list[tuple[list[str], int | None]] = [(QUERIES[:2], 5), (QUERIES[2:3], None), (QUERIES[3:6], 10),
-                                                 (QUERIES[6:], 1)]
+    jobs = [Job(QUERIES[:2], 5), Job(QUERIES[2:3], None), Job(QUERIES[3:6], 10), Job(QUERIES[6:], 1)]
     batched = engine.run_batch(jobs)
     assert [r.batch_texts for r in batched] == [len(QUERIES)] * 4
-    for (texts, k), res in zip(jobs, batched, strict=True):
-        alone = engine.run_batch([(texts, k)])[0]
+    for job, res in zip(jobs, batched, strict=True):
+        k = job.top_k
+        alone = engine.run_batch([job])[0]
         if k is None:
             assert res.hits == [] and res.vectors is not None
             assert np.allclose(res.vectors, alone.vectors, atol=1e-5)
@@ -112,9 +112,9 @@ def _record_batches(max_texts: int, max_tokens: int, requests: list[list[str]], 
         batcher = MicroBatcher(run, workers=workers, window_ms=0, max_texts=max_texts,  # type: ignore[arg-type]
                                max_tokens=max_tokens, count_tokens=lambda texts: sum(len(t.split()) for t in texts))
         batcher.start()
-        first = batcher.submit(blocker, 1)
+        first = batcher.submit(Job(blocker, 1))
         await asyncio.sleep(0.01)  # a worker is now held by the blocker
-        futures = [batcher.submit(texts, 1) for texts in requests]
+        futures = [batcher.submit(Job(texts, 1)) for texts in requests]
         release.set()
         await asyncio.gather(first, *futures)
         await batcher.stop()

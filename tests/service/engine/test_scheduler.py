@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from indexer.build import BuildConfig, build
+from indexer.runtime.query import Query
 from service.engine.collections import Collections
-from service.metrics import Metrics
+from service.engine.metrics import Metrics
 from service.settings import Settings
 
 TEXTS = {
@@ -69,9 +70,9 @@ def test_collections_on_one_encoder_share_its_session_and_its_batches(folder: Pa
             assert a.leases.current.encoder is b.leases.current.encoder
             assert g.leases.current.encoder is not a.leases.current.encoder
             queries = [(name, text) for name in TEXTS for text in TEXTS[name][:4]]
-            alone = [await collections.get(n).search([q], 3) for n, q in queries]  # one request at a time
+            alone = [await collections.get(n).search(Query([q], 3)) for n, q in queries]  # one request at a time
             before = len(batch_sizes(metrics))
-            together = await asyncio.gather(*(collections.get(n).search([q], 3) for n, q in queries))
+            together = await asyncio.gather(*(collections.get(n).search(Query([q], 3)) for n, q in queries))
             for (name, query), x, y in zip(queries, alone, together, strict=True):
                 assert [h.ext_id for h in x.hits[0]] == [h.ext_id for h in y.hits[0]], (name, query)
                 assert all(h.ext_id.startswith(name) for h in y.hits[0])

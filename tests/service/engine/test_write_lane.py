@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from indexer.runtime.query import Query
 from indexer.runtime.writelog import WriteLog, log_path
 from service.engine import Document, Engine, TimedOut
 from service.settings import Settings
@@ -73,13 +74,13 @@ def test_a_search_sent_while_a_large_write_is_encoded_is_answered_first(root: Pa
                 await asyncio.sleep(0.005)
             assert not write.done()
             events.append("search sent")
-            hits = await engine.search([QUERIES[2]], 5)
+            hits = await engine.search(Query([QUERIES[2]], 5))
             events.append("search answered")
             assert len(hits.hits[0]) == 5
             assert engine.write_lane.pending > 0, "the write was no longer being encoded when the search was answered"
             result = await write
             assert result.seq == len(docs)
-            top = await engine.search([docs[50].text], 1)
+            top = await engine.search(Query([docs[50].text], 1))
             assert top.hits[0][0].id == docs[50].id  # acknowledged, so served
         finally:
             await engine.stop()
@@ -105,7 +106,7 @@ def test_writes_complete_under_a_continuous_search_stream(root: Path) -> None:
         async def client(n: int) -> None:
             i = n
             while not stop.is_set():
-                await engine.search([QUERIES[i % len(QUERIES)]], 10)
+                await engine.search(Query([QUERIES[i % len(QUERIES)]], 10))
                 searched.append(time.monotonic())
                 i += 1
 
@@ -120,7 +121,7 @@ def test_writes_complete_under_a_continuous_search_stream(root: Path) -> None:
             assert len(during) >= 16, "the search stream stopped while the writes ran"
             assert not any(c.done() for c in clients)  # no search failed
             for d in docs[::37]:
-                assert (await engine.search([d.text], 1)).hits[0][0].id == d.id
+                assert (await engine.search(Query([d.text], 1))).hits[0][0].id == d.id
         finally:
             stop.set()
             await asyncio.gather(*clients)
@@ -143,7 +144,7 @@ def test_a_timed_out_write_drops_its_remaining_chunks_and_logs_nothing(root: Pat
                 await asyncio.sleep(0.01)
             lane = engine.write_lane
             assert lane.dropped > 0 and lane.ran + lane.dropped == len(docs) // 16
-            assert len((await engine.search([QUERIES[0]], 3)).hits[0]) == 3
+            assert len((await engine.search(Query([QUERIES[0]], 3))).hits[0]) == 3
         finally:
             await engine.stop()
 

@@ -16,7 +16,8 @@ request of the batch (`strata.batch_texts` says how many texts shared them).
 The provider is this object's, built in the lifespan and shut down (flushed) with it — never OpenTelemetry's
 global one, so two apps in one process (the tests) never share spans, and nothing outlives the app.
 
-Imports no FastAPI or Starlette: the engine uses it.
+May import: the standard library, `indexer.runtime`, `service.engine` (OpenTelemetry is imported only when on).
+The HTTP edge starts and ends the request spans (`service.access`); the engine records its steps.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from service.logs import request_id
-from service.settings import Settings
+from indexer.runtime.logs import request_id
+from service.engine.settings import EngineSettings
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -76,7 +77,7 @@ class Tracing:
                                          "or unset STRATA_OTLP_ENDPOINT") from exc
 
     @classmethod
-    def from_settings(cls, settings: Settings, exporter: SpanExporter | None = None) -> Tracing:
+    def from_settings(cls, settings: EngineSettings, exporter: SpanExporter | None = None) -> Tracing:
         return cls(settings.otlp_endpoint, exporter)
 
     # -- lifecycle (the app's lifespan) ------------------------------------------------------------------------

@@ -1,0 +1,27 @@
+"""One request to a searcher: its texts and what to do with them (search, or encode only). The HTTP route builds
+it, and it travels as it is through the engine, the scheduler and the micro-batcher to the searcher's batch.
+
+May import: the standard library, `indexer.runtime`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from indexer.runtime.fusion import Fusion
+from indexer.runtime.manifest import SearchMode
+
+
+@dataclass(frozen=True)
+class Query:
+    texts: list[str]
+    top_k: int | None  # None: encode only
+    filter: dict[str, Any] | None = None  # search only the documents whose metadata match (filters.py)
+    # this request's search parameters (`ann.SEARCH_KNOBS`: nprobe for IVF, ef_search for HNSW); None: served ones
+    knobs: dict[str, int] | None = None
+    mode: SearchMode | None = None  # None: the version's default (`Manifest.search_mode`)
+    fusion: Fusion | None = None  # hybrid only; None: the default (convex, alpha 0.5)
+
+    @property
+    def encode_only(self) -> bool:
+        return self.top_k is None
