@@ -5,9 +5,11 @@ ONNX encoder, FAISS, SQLite and files):
   and `/admin/reload`, visible in /ready, /metrics and the log, and served with `force=true`; a rebuild from source
   after a compaction, which the write log tops back up, is not refused (sizes compared after replay);
 - a refusal is shown only while `current` points at the refused version (`indexer rollback` clears it);
+- a refused version stays refused after SIGKILL and restarts (the serving record), until forced;
 - integrity: a version whose files do not match their checksums (2 MiB overwritten in the middle of index.faiss,
   64 KiB of its IVF centroids, 1 MiB of random bytes in store.sqlite, a truncated file) is refused at swap and at
-  startup with the file named, and `indexer verify` names it; a manifest older than checksums still loads.
+  startup with the file named (a restart serves the version that passed last; a root with none is not ready), and
+  `indexer verify` names it; a manifest older than checksums still loads.
 """
 
 from __future__ import annotations
@@ -399,7 +401,26 @@ def test_a_damaged_version_is_refused_at_swap_and_at_startup_with_the_file_named
         assert (metric(damage_server, 'strata_index_swap_refused_total{reason="corrupt"}') or 0) >= before + 2
         assert f"refused index swap to {bad} (corrupt" in damage_server.log.read_text()
 
-        # at startup: a fresh server on the root is not ready, and says which file
+        # at startup (a restart): a fresh server serves the version that passed last, and says which file of
+        # `current`'s version is damaged (it is not opened again: the refusal is in the serving record)
+        fresh = serve(tmp_path, damage_root, watch="0")
+        try:
+            resp = httpx.get(f"{fresh.url}/ready")
+            assert resp.status_code == 200, resp.text
+            body = resp.json()
+            assert body["index_version"] == served
+            assert body["swap_refused"]["kind"] == "corrupt" and path in body["swap_refused"]["reason"]
+            assert "remembered across restarts" in body["swap_refused"]["reason"]
+            search = httpx.post(f"{fresh.url}/search", json={"query": "How do I learn Python?"})
+            assert search.status_code == 200 and search.json()["index_version"] == served
+        finally:
+            stop_server(fresh)
+
+        # with no version that passed to fall back on (a root never served: no record), startup is not ready and
+        # says which file
+        record = damage_root / "serving.json"
+        saved = record.read_bytes()
+        record.unlink()
         fresh = serve(tmp_path, damage_root, watch="0")
         try:
             resp = httpx.get(f"{fresh.url}/ready")
@@ -411,6 +432,7 @@ def test_a_damaged_version_is_refused_at_swap_and_at_startup_with_the_file_named
             assert search.status_code == 503
         finally:
             stop_server(fresh)
+            record.write_bytes(saved)
 
         # on demand
         v = indexer_cli("verify", "--root", str(damage_root))
