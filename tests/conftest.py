@@ -9,6 +9,9 @@ import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The suite's builds are the work under test, not a background job beside a production API: at their default
+# nice 19 they would crawl on a shared machine (tests/indexer/test_build_signals.py checks the default).
+os.environ.setdefault("STRATA_BUILD_PRIORITY", "normal")
 
 import socket
 import subprocess

@@ -56,7 +56,8 @@ def test_compose_services_ports_volumes_healthchecks() -> None:
     assert api["ports"] == ["${STRATA_API_PORT:-8000}:8000"] and api["restart"] == "unless-stopped"
     assert api["read_only"] is True and "/tmp" in api["tmpfs"]
     assert api["build"]["dockerfile"] == "docker/Dockerfile.api"
-    assert api["volumes"] == ["strata:/data:ro"]
+    assert api["volumes"] == ["strata:/data:ro", "api-state:/state"]  # the serving records survive restarts
+    assert api["environment"]["STRATA_STATE_DIR"] == "/state" and "api-state" in spec["volumes"]
     hc = api["healthcheck"]
     assert hc["test"][0] == "CMD" and "http://127.0.0.1:8000/health" in " ".join(hc["test"])
     assert {"interval", "timeout", "retries", "start_period"} <= hc.keys()

@@ -26,6 +26,9 @@ Owns:
 - `filters`: the metadata filter language (parsed and validated here, compiled to SQL over the store);
 - `integrity`: checksums of a version's files, sealed into its manifest, verified before it is served;
 - `guards`: the shrink guard (`STRATA_MAX_SHRINK`) shared by builds and swaps;
+- `priority`: the lowered CPU and IO priority of builds and compactions (`STRATA_BUILD_PRIORITY`);
+- `serving`: the serving record (`serving.json`: the version an API last swapped in, the versions its gates
+  refused), so that restarts hold the swap gates;
 - the write path, beside its log: `writelog`, the root's write log (documents written through the API, durable);
   `writes`, a write from its encoded texts on (logged, applied to the served version's overlay, replayed onto every
   version opened, switched with it; the service encodes and maps its refusals to HTTP); `overlay`, the live

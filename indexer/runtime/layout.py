@@ -6,6 +6,8 @@
       current -> versions/<v>  symlink, replaced atomically (rename of a new link over the old one)
       .build.lock              held (flock) by the running build; a second build refuses to start
       .building-<version>/     a build in progress; left behind only by a killed build, removed by the next
+      serving.json             what an API last served (passed its swap gates) and what they refused
+                               (`indexer.runtime.serving`); pruning never deletes the served version
 
 A build writes only inside its `.building-*` folder, seals it (the checksum of every file goes into its manifest,
 `integrity.seal`), fsyncs every file and folder in it, renames it into `versions/` when complete, then flips
@@ -30,6 +32,7 @@ from pathlib import Path
 
 from indexer.runtime.atomic import fsync_dir, sync_tree
 from indexer.runtime.integrity import seal
+from indexer.runtime.serving import served_in
 from indexer.runtime.storage import as_storage_error, storage_errors
 
 log = logging.getLogger(__name__)
@@ -157,9 +160,10 @@ class IndexRoot:
             raise fault from exc
 
     def prune(self, keep: int) -> list[str]:
-        """Delete the oldest versions beyond `keep`, never the current one."""
-        current = self.current_version()
-        old = [v for v in self.versions() if v != current]
+        """Delete the oldest versions beyond `keep`, never the current one nor the one an API serves (a refused
+        build leaves `current` ahead of it)."""
+        current, served = self.current_version(), served_in(self.root)
+        old = [v for v in self.versions() if v not in (current, served)]
         excess = max(0, len(old) - max(keep - (current is not None), 0))
         removed = old[:excess]
         for v in removed:

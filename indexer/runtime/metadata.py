@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -154,3 +156,55 @@ def json_safe(value: Any, max_depth: int = 240, _path: str = "", _notes: list[st
 
 def _repair_str(s: str) -> str:
     return "".join(REPLACEMENT if "\ud800" <= c <= "\udfff" else c for c in s)
+
+
+def json_kind(v: object) -> str:
+    """The schema's name for a metadata value's JSON type (what SQLite's json_each reports, in the schema's
+    words): int, float, str, bool, json (lists and objects) or null."""
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, int):
+        return "int"
+    if isinstance(v, float):
+        return "float"
+    if isinstance(v, str):
+        return "str"
+    return "null" if v is None else "json"
+
+
+def merge_types(types: Iterable[str]) -> str:
+    """One schema type for the JSON types a field was seen with: int and float make float; bool, str and json
+    stay apart ("int|str"); null only counts when it is all there is."""
+    kinds = set(types)
+    if {"int", "float"} <= kinds:
+        kinds.discard("int")
+    if len(kinds) > 1:
+        kinds.discard("null")
+    return "|".join(sorted(kinds))
+
+
+class FieldTypes:
+    """The (field, type) pairs of a changing set of documents' metadata, counted, so that documents can come and go
+    (the write overlay's): `schema(base)` is the schema a store holding `base`'s documents and these would record
+    (`indexer.runtime.store` derives it the same way, from json_each's types)."""
+
+    def __init__(self) -> None:
+        self._seen: Counter[tuple[str, str]] = Counter()
+
+    def add(self, meta: Mapping[str, Any], sign: int = 1) -> None:
+        for key, v in meta.items():
+            pair = (key, json_kind(v))
+            self._seen[pair] += sign
+            if self._seen[pair] <= 0:
+                del self._seen[pair]
+
+    def remove(self, meta: Mapping[str, Any]) -> None:
+        self.add(meta, -1)
+
+    def schema(self, base: Mapping[str, str]) -> dict[str, str]:
+        if not self._seen:
+            return dict(base)
+        kinds: dict[str, set[str]] = {k: set(t.split("|")) for k, t in base.items()}
+        for key, kind in self._seen:
+            kinds.setdefault(key, set()).add(kind)
+        return {k: merge_types(v) for k, v in sorted(kinds.items())}

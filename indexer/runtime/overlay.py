@@ -30,8 +30,8 @@ Filtered search (`match` + `search(..., match)`): the base searches its matching
 (`IndexVersion.match`), asked for as many more hits as there are tombstoned documents among the matches, which
 are then dropped — so the base's answer is exact where its filtered search is exact; the written documents are
 kept when their metadata matches (`filters.matches`, the SQL's reference semantics). A filter's fields and types
-are checked against the base version's metadata schema: a field that only written documents have cannot be
-filtered until `indexer compact` folds them into a version.
+are checked against the schema the base and the written documents make together (`metadata.FieldTypes`): a field
+or a type first written over HTTP filters at once, as it will after `indexer compact`.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from indexer.runtime.filters import Node, matches, parse_filter
 from indexer.runtime.ids import ExtId, FaissIds
 from indexer.runtime.lexical import LexicalOverlay
 from indexer.runtime.manifest import Manifest
+from indexer.runtime.metadata import FieldTypes
 from indexer.runtime.store import Store
 from indexer.runtime.topk import merge_top_k
 from indexer.runtime.version import FilterMatch, Hit, IndexVersion
@@ -164,6 +165,7 @@ class Overlay:
         self._tombstones: set[int] = set()  # base FAISS ids deleted or replaced
         self._exclusion: Exclusion | None = None
         self._ids = FaissIds(base.store.max_id())  # for the ids the base does not hold
+        self._types = FieldTypes()  # the metadata fields and types of the written documents
         # written documents' BM25 weights, when the base has a lexical index (kept in step with the rows below)
         self.lexical = LexicalOverlay(base.lexical) if base.lexical is not None else None
 
@@ -199,7 +201,9 @@ class Overlay:
                 if e.op == UPSERT:
                     assert e.vector is not None and e.text is not None
                     self._append_row(fid, e.vector)
+                    self._forget(fid)
                     self._docs[fid] = WrittenDoc(fid, e.ext_id, e.text, e.metadata, e.seq)
+                    self._types.add(e.metadata)
                     if self.lexical is not None:
                         self.lexical.put(fid, e.text)
                     self._ever.add(fid)
@@ -208,7 +212,7 @@ class Overlay:
                     else:
                         out.created += 1
                 else:
-                    self._docs.pop(fid, None)
+                    self._forget(fid)
                     if self.lexical is not None:
                         self.lexical.drop(fid)
                     if existed:
@@ -221,6 +225,11 @@ class Overlay:
             if self._dead > max(1024, self._rows // 2):
                 self._pack()
         return out
+
+    def _forget(self, fid: int) -> None:
+        old = self._docs.pop(fid, None)
+        if old is not None:
+            self._types.remove(old.metadata)
 
     def _drop_row(self, fid: int) -> None:
         row = self._row_of.pop(fid, None)
@@ -276,6 +285,11 @@ class Overlay:
             fid = self._fid_of.get(ext_id)
             return fid is not None and fid not in self._docs
 
+    def schema(self, base: dict[str, str]) -> dict[str, str]:
+        """The metadata schema of the base's documents (`base`) and the written ones together."""
+        with self._lock:
+            return self._types.schema(base)
+
     @property
     def written(self) -> int:
         return len(self._docs)
@@ -308,9 +322,11 @@ class LiveIndex:
         return self.base.ntotal - self.overlay.removed_from_base + self.overlay.written
 
     def match(self, flt: object) -> LiveMatch:
-        """A filter prepared for `search`; raises `FilterError` when it does not fit the base's metadata."""
-        base = self.base.match(flt)
-        return LiveMatch(base, parse_filter(flt, self.base.store.metadata_schema()))
+        """A filter prepared for `search`; raises `FilterError` when it fits neither the base's metadata nor the
+        written documents'."""
+        schema = self.overlay.schema(self.base.store.metadata_schema())
+        node = parse_filter(flt, schema)
+        return LiveMatch(self.base.match(flt, schema), node)
 
     def search(self, vectors: np.ndarray, k: int, match: LiveMatch | None = None, *,
                knobs: dict[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from indexer.runtime.metadata import merge_types
+
 STORE = "store.sqlite"
 
 _SCHEMA = """
@@ -198,12 +200,14 @@ class Store:
             row = self._con.execute("SELECT value FROM meta WHERE key = ?", (META_SCHEMA_KEY,)).fetchone()
         return json.loads(row[0]) if row else {}
 
-    def filter_ids(self, flt: object) -> np.ndarray:
+    def filter_ids(self, flt: object, schema: dict[str, str] | None = None) -> np.ndarray:
         """Sorted FAISS ids (int64) of the documents matching filter `flt` (see `indexer.runtime.filters`); raises
-        `FilterError` for an unknown field, operator or a mistyped value."""
+        `FilterError` for an unknown field, operator or a mistyped value. `schema`: check `flt` against it instead
+        of this store's (a wider one: the write overlay's fields and types too; what the store lacks matches
+        nothing here)."""
         from indexer.runtime.filters import compile_sql, parse_filter
 
-        node = parse_filter(flt, self.metadata_schema())
+        node = parse_filter(flt, self.metadata_schema() if schema is None else schema)
         sql, params = compile_sql(node)
         with self._lock:
             rows = self._con.execute(sql, params).fetchall()
@@ -294,17 +298,6 @@ class GradedEvalSet:
     query_texts: list[str]
     qrels: list[dict[int, int]]  # per query: FAISS id (≤ -2: not in the corpus) → grade
     self_docs: list[int]  # per query: the FAISS id of the document with the query's external id, else -1
-
-
-def merge_types(types: Iterable[str]) -> str:
-    """One schema type for the JSON types a field was seen with: int and float make float; bool, str and json
-    stay apart ("int|str"); null only counts when it is all there is."""
-    kinds = set(types)
-    if {"int", "float"} <= kinds:
-        kinds.discard("int")
-    if len(kinds) > 1:
-        kinds.discard("null")
-    return "|".join(sorted(kinds))
 
 
 class CorpusStoreWriter:

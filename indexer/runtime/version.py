@@ -222,14 +222,15 @@ class IndexVersion:
         """A request's search parameters, checked against this version's kind (`IndexParamError`)."""
         return check_knobs(self.ann.kind, knobs)
 
-    def match(self, flt: object) -> FilterMatch:
+    def match(self, flt: object, schema: dict[str, str] | None = None) -> FilterMatch:
         """The documents filter `flt` matches (see `indexer.runtime.filters`), prepared for `search`; raises
-        `FilterError` with the reason when it does not fit this version's metadata."""
+        `FilterError` with the reason when it does not fit this version's metadata (or `schema`, a wider one:
+        the overlay's; the ids matched do not depend on it, so the cache holds either)."""
         key = FilterCache.key(flt)
         cached = self.filters.get(key)
         if cached is not None:
             return cached
-        ids = self.store.filter_ids(flt)
+        ids = self.store.filter_ids(flt, schema)
         found = FilterMatch(ids, self.ann.prepare(ids))
         self.filters.put(key, found)
         return found

@@ -163,7 +163,7 @@ class Engine:
         if self._owns_scheduler:
             await self.scheduler.start()
         self.backend.start()
-        await self.swapper.attempt("startup")
+        await self.swapper.start()
         if self.leases.current is None:
             self.collection_metrics.not_ready()
             log.error("collection %s not ready: %s", self.name, self.not_ready_reason())

@@ -69,6 +69,9 @@ class EngineSettings(BaseSettings):
     max_shrink: float = Field(DEFAULT_MAX_SHRINK, ge=0, le=1, description="refuse to swap by itself (watcher, "
                               "SIGHUP, POST /admin/reload without force) to a newer version holding fewer than "
                               "(1 - this) of the served documents, both counted after the write log is replayed")
+    state_dir: Path | None = Field(None, description="where the API keeps each collection's serving record (what it "
+                                   "served, what its gates refused: `NAME.serving.json`) when the index root is "
+                                   "read-only; default: `serving.json` in the index root")
 
     # OpenAI-compatible routes (/v1/embeddings, /v1/models): the name clients send as `model`
     model_name: str | None = Field(None, description="the served encoder's name in /v1 (default: its folder's "

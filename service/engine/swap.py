@@ -17,6 +17,12 @@ same for every backend: only opening the index differs (in this process, or as s
 
 A refusal is shown (`/ready`, `strata_index_last_swap_refused`) only while `current` still points at the refused
 version: once it points elsewhere (`indexer rollback` back to the served one) the refusal is no longer current.
+
+Restarts hold the same gates (`indexer.runtime.serving`): every swap records the version served, every verdict on a
+version (`VERDICTS`) records the refusal, in the serving record. At startup the API first opens the version it last
+served, then tries `current` as any swap: a version refused before stays refused without being opened again (shown
+in `/ready` and the metrics, logged), one it never saw goes through every gate. Only a forced reload (or a newer
+version that passes) lifts a remembered refusal; SIGHUP and a reload without force judge the version again.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from indexer.runtime.encoder import EncoderLoadError
 from indexer.runtime.guards import MAX_SHRINK_ENV, shrinks_too_much
 from indexer.runtime.integrity import IntegrityError, damage, verify_folder
 from indexer.runtime.layout import CURRENT, IndexRoot, LayoutError
+from indexer.runtime.serving import RECORD, VERDICTS, ServingRecord
 from indexer.runtime.version import IndexLoadError
 from indexer.runtime.writelog import WriteLogError
 from service.engine.encoders import EncoderCache
@@ -91,6 +98,8 @@ class Swapper:
         self.collection = collection or metrics.collection("default")
         self.writes = writes  # the write log replayed onto each candidate, and the switch made under its lock
         self.root = IndexRoot(settings.index_root)
+        self.record = ServingRecord.load(settings.state_dir / f"{self.collection.name}.{RECORD}"
+                                         if settings.state_dir else self.root.root / RECORD)
         self.refused: Refusal | None = None  # the latest attempt's refusal; cleared by a successful swap
         self.served_since: datetime | None = None  # when the served version was swapped in
         self._damage: str | None = None  # the served version's damage last reported (logged once per change)
@@ -194,13 +203,28 @@ class Swapper:
             raise SwapRefused(kind, result.reason or "refused", candidate=result.candidate, served=result.version)
         return result
 
-    async def attempt(self, trigger: str, *, retry: bool = False, force: bool = False) -> SwapResult:
+    async def start(self) -> SwapResult:
+        """The startup load: the version last served (from the serving record) first, when `current` points
+        elsewhere, then `current` through the gates like any swap (a version refused before stays refused)."""
+        target, last = self.target(), self.record.served
+        if last is not None and last != target:
+            if self.root.version_dir(last).is_dir():
+                log.info("collection %s: opening %s, the version served last, before current's %s",
+                         self.collection.name, last, target)
+                await self.attempt("startup", version=last, retry=True)
+            else:
+                log.error("collection %s: %s, the version served last, is gone", self.collection.name, last)
+        return await self.attempt("startup")
+
+    async def attempt(self, trigger: str, *, retry: bool = False, force: bool = False,
+                      version: str | None = None) -> SwapResult:
         """`reload` that reports a refusal in its result instead of raising it (startup, watcher, SIGHUP).
-        Without `retry` (the watcher), a refused version is not tried again until `current` changes."""
+        Without `retry` (the watcher, startup), a refused version is not tried again until `current` changes,
+        nor after a restart. `version`: that one instead of `current`'s (the startup's last served version)."""
         async with self._lock:
             served = self.leases.current
             served_version = served.version if served else None
-            target = self.target()
+            target = version or self.target()
             self.current_refusal()  # forget a refusal of a version `current` no longer points at
             if target is None:
                 reason = f"{self.root.root} has no current index (build one with `indexer build --root " \
@@ -212,6 +236,12 @@ class Swapper:
             if target == served_version or (not retry and self.refused and self.refused.version == target):
                 return SwapResult("unchanged", served_version, target,
                                   self.refused.reason if self.refused and self.refused.version == target else None)
+            remembered = self.record.refused.get(target)
+            if remembered is not None and not retry and not force:  # refused before a restart: stays refused
+                reason = (f"{remembered.reason} [refused at {remembered.at}, remembered across restarts; "
+                          f"serving {served_version or 'nothing'}; POST /admin/reload?force=true serves it]")
+                self._refuse(SwapRefused(remembered.kind, reason), target, trigger, record=False)
+                return SwapResult("refused", served_version, target, reason)
             try:
                 new = await asyncio.to_thread(self._prepare, target, force)
             except SwapRefused as exc:
@@ -228,6 +258,8 @@ class Swapper:
             del served  # drop our reference so the old searcher can be freed once its requests finish
             gc.collect()
             self.refused = None
+            self.record.passed(new.version)
+            await asyncio.to_thread(self.record.save)
             self._publish(new, trigger, served_version)
             return SwapResult("swapped", new.version, target)
 
@@ -255,9 +287,12 @@ class Swapper:
             return None
         return r
 
-    def _refuse(self, exc: SwapRefused, version: str | None, trigger: str) -> None:
+    def _refuse(self, exc: SwapRefused, version: str | None, trigger: str, *, record: bool = True) -> None:
         self.refused = Refusal(version, exc.kind, str(exc), datetime.now(timezone.utc))
         self.collection.refused(exc.kind)
+        if record and version is not None and exc.kind in VERDICTS:  # durably: a restart keeps it refused
+            self.record.refuse(version, exc.kind, str(exc), self.refused.at.isoformat(timespec="seconds"))
+            self.record.save()
         served = self.leases.current
         log.error("refused index swap to %s (%s, trigger %s): %s; still serving %s", version, exc.kind, trigger,
                   exc, served.version if served else "nothing")

@@ -5,9 +5,11 @@ ONNX encoder, FAISS, SQLite and files):
   and `/admin/reload`, visible in /ready, /metrics and the log, and served with `force=true`; a rebuild from source
   after a compaction, which the write log tops back up, is not refused (sizes compared after replay);
 - a refusal is shown only while `current` points at the refused version (`indexer rollback` clears it);
+- a refused version stays refused after SIGKILL and restarts (the serving record), until forced;
 - integrity: a version whose files do not match their checksums (2 MiB overwritten in the middle of index.faiss,
   64 KiB of its IVF centroids, 1 MiB of random bytes in store.sqlite, a truncated file) is refused at swap and at
-  startup with the file named, and `indexer verify` names it; a manifest older than checksums still loads.
+  startup with the file named (a restart serves the version that passed last; a root with none is not ready), and
+  `indexer verify` names it; a manifest older than checksums still loads.
 """
 
 from __future__ import annotations
@@ -186,6 +188,68 @@ def test_rollback_to_the_served_version_clears_the_refusal(tmp_path: Path, shrin
         stop_server(server)
 
 
+def kill9(server: Server) -> None:
+    server.proc.send_signal(signal.SIGKILL)
+    server.proc.wait(timeout=30)
+
+
+def assert_serves_despite_refusal(server: Server, served: str, refused: str, size: int) -> None:
+    body = ready(server)
+    assert body["index_version"] == served and body["index_size"] == size, body
+    r = body["swap_refused"]
+    assert r["version"] == refused and r["kind"] == "shrink", r
+    hit = httpx.post(f"{server.url}/search", json={"query": "How do I learn Python?", "top_k": 3}).json()
+    assert hit["index_version"] == served
+    assert metric(server, "strata_index_last_swap_refused ") == 1
+    assert f"refused index swap to {refused} (shrink, trigger startup)" in server.log.read_text()
+
+
+def test_a_refused_version_stays_refused_after_sigkill_and_restarts(
+        tmp_path: Path, shrink_data: tuple[Path, Path], minilm_mean: Path) -> None:
+    """The defect: a build the watcher refused became `current`, and after `kill -9` and a restart (what `restart:
+    unless-stopped` does) it was served with no warning. Now every restart serves the version that passed the gates
+    last, says so in /ready, /metrics and the log; a bad build published while the API is down is judged at
+    startup; only a forced reload serves a refused version, and it is then what restarts serve."""
+    full, cut = shrink_data
+    root = tmp_path / "root"
+    v0 = build(root, full, minilm_mean, "--nlist", "8", "--no-eval")
+    server = serve(tmp_path, root)
+    try:
+        v1 = build(root, cut, minilm_mean, "--nlist", "1", "--no-eval")
+        wait_until(lambda: (refusal(server) or {}).get("version") == v1, "the watcher's refusal")
+        record = json.loads((root / "serving.json").read_text())
+        assert record["served"] == v0 and record["refused"][v1]["kind"] == "shrink"
+    finally:
+        kill9(server)
+    for _ in range(2):  # any number of crashes: the refusal is remembered, v1 is never opened again
+        server = serve(tmp_path, root)
+        try:
+            assert_serves_despite_refusal(server, v0, v1, 300)
+            assert "remembered across restarts" in refusal(server)["reason"]
+            time.sleep(1.0)  # several watch intervals: the watcher does not swap either
+            assert ready(server)["index_version"] == v0
+        finally:
+            kill9(server)
+
+    v2 = build(root, cut, minilm_mean, "--nlist", "1", "--no-eval")  # published while no API runs
+    server = serve(tmp_path, root)
+    try:
+        assert_serves_despite_refusal(server, v0, v2, 300)  # judged at startup against the version served last
+        assert "remembered" not in refusal(server)["reason"]
+        resp = httpx.post(f"{server.url}/admin/reload", params={"force": "true"}, timeout=60)  # the operator
+        assert resp.status_code == 200 and resp.json()["outcome"] == "swapped", resp.text
+        assert ready(server)["index_version"] == v2
+    finally:
+        kill9(server)
+    server = serve(tmp_path, root)
+    try:
+        assert ready(server)["index_version"] == v2 and "swap_refused" not in ready(server)
+        assert metric(server, "strata_index_last_swap_refused ") == 0
+        assert json.loads((root / "serving.json").read_text()) == {"served": v2, "refused": {}}
+    finally:
+        stop_server(server)
+
+
 def test_a_rebuild_from_source_after_compaction_is_not_refused(tmp_path: Path, quora_file: Path,
                                                                minilm_mean: Path) -> None:
     """The issue's case, scaled down: 200 source documents, 150 more written through the API and compacted into a
@@ -337,7 +401,26 @@ def test_a_damaged_version_is_refused_at_swap_and_at_startup_with_the_file_named
         assert (metric(damage_server, 'strata_index_swap_refused_total{reason="corrupt"}') or 0) >= before + 2
         assert f"refused index swap to {bad} (corrupt" in damage_server.log.read_text()
 
-        # at startup: a fresh server on the root is not ready, and says which file
+        # at startup (a restart): a fresh server serves the version that passed last, and says which file of
+        # `current`'s version is damaged (it is not opened again: the refusal is in the serving record)
+        fresh = serve(tmp_path, damage_root, watch="0")
+        try:
+            resp = httpx.get(f"{fresh.url}/ready")
+            assert resp.status_code == 200, resp.text
+            body = resp.json()
+            assert body["index_version"] == served
+            assert body["swap_refused"]["kind"] == "corrupt" and path in body["swap_refused"]["reason"]
+            assert "remembered across restarts" in body["swap_refused"]["reason"]
+            search = httpx.post(f"{fresh.url}/search", json={"query": "How do I learn Python?"})
+            assert search.status_code == 200 and search.json()["index_version"] == served
+        finally:
+            stop_server(fresh)
+
+        # with no version that passed to fall back on (a root never served: no record), startup is not ready and
+        # says which file
+        record = damage_root / "serving.json"
+        saved = record.read_bytes()
+        record.unlink()
         fresh = serve(tmp_path, damage_root, watch="0")
         try:
             resp = httpx.get(f"{fresh.url}/ready")
@@ -349,6 +432,7 @@ def test_a_damaged_version_is_refused_at_swap_and_at_startup_with_the_file_named
             assert search.status_code == 503
         finally:
             stop_server(fresh)
+            record.write_bytes(saved)
 
         # on demand
         v = indexer_cli("verify", "--root", str(damage_root))

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from indexer.runtime.layout import IndexRoot, LayoutError, new_version_name
+from indexer.runtime.serving import RECORD, ServingRecord
 
 
 def make_version(root: IndexRoot, name: str, content: str = "x") -> None:
@@ -62,6 +63,27 @@ def test_prune_keeps_current_and_newest(tmp_path: Path) -> None:
     root.set_current("v2")
     assert root.prune(keep=2) == ["v1", "v3"]
     assert root.versions() == ["v2", "v4"]
+
+
+def test_prune_keeps_the_version_an_api_serves(tmp_path: Path) -> None:
+    """Builds the serving API refused leave `current` ahead of what it serves: pruning keeps that one too, so a
+    restart can still serve it (`indexer.runtime.serving`)."""
+    root = IndexRoot(tmp_path)
+    for v in ("v1", "v2", "v3", "v4", "v5"):
+        make_version(root, v)
+    root.set_current("v5")
+    record = ServingRecord(tmp_path / RECORD)
+    record.passed("v1")
+    record.refuse("v4", "shrink", "too small", "2026-11-27T10:00:00+00:00")
+    assert record.save()
+    assert root.prune(keep=2) == ["v2", "v3"]
+    assert root.versions() == ["v1", "v4", "v5"]
+    again = ServingRecord.load(tmp_path / RECORD)
+    assert again.served == "v1" and again.refused["v4"].kind == "shrink"
+    again.passed("v5")  # a newer version passed: older refusals no longer apply
+    assert again.served == "v5" and again.refused == {}
+    (tmp_path / RECORD).write_text("{not json")
+    assert ServingRecord.load(tmp_path / RECORD).served is None  # unreadable: started without it (logged)
 
 
 def test_second_build_is_refused_while_locked(tmp_path: Path) -> None:
