@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """`indexer build` and its arguments (in --help order; each group in a function of its own)."""
-    b = sub.add_parser("build", help="embed a corpus (Quora TSV, JSONL, CSV/TSV, Parquet, BEIR) into a new version",
+    b = sub.add_parser("build", help="embed a corpus (Quora TSV, JSONL, CSV/TSV, Parquet, BEIR, documents) into a "
+                       "new version",
                        description="Embed a corpus with an exported ONNX encoder into a FAISS IVF index; write a new "
                        "version atomically, evaluate it, then switch `current` to it.")
     root_arg(b)
@@ -29,7 +30,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--data", default=default_quora_source(),
                    help="the corpus: quora_duplicate_questions.tsv[.gz] (or its URL); a .jsonl, .csv or .tsv file "
                    "with a header, .parquet file or folder, a BEIR folder (corpus.jsonl, queries.jsonl, "
-                   "qrels/test.tsv), or a folder of .md, .html, .pdf and .txt files (one document each); .gz works for text files (default: the local Quora copy under "
+                   "qrels/test.tsv), or a folder of .md, .html, .pdf and .txt files (one document each: the "
+                   "files extra); .gz works for text files (default: the local Quora copy under "
                    "$STRATA_DATA_DIR if any, else the official URL)")
     b.add_argument("--protocol", choices=["paper", "full", "heldout"], default=None,
                    help="Quora TSV only. paper (default): first 100k rows, question2 corpus, question1 queries; "
