@@ -5,8 +5,9 @@ quality of candidates, measured side by side on generated files whose body text 
 
 Body text: real Wikipedia sentences (/work/shared/data/train/wiki1m_for_simcse.head11914.txt.gz, or
 $STRATA_DATA_DIR/train/...), `--sentences` per document, in paragraphs of 5. Each document is written as
-- HTML: a page with the body in <article><p>, wrapped in boilerplate a real site carries (a <nav> menu of 30 links, a
-  <header>, an <aside> of related links, a <footer> with copyright text, <script> and <style>);
+- HTML: a page with the body in <article><p> (with inline <b>, <a> and a word split by <i>), wrapped in
+  boilerplate a real site carries (a <nav> menu of 30 links, a <header>, an <aside> of related links, a <footer>
+  with copyright text, <script> and <style>);
 - PDF: reportlab's platypus paragraphs (several pages per document), with a metadata title;
 - Markdown: headings, emphasis, links with URLs, inline code and a list around the same sentences.
 Quality is token recall and precision of the extracted text against the body's tokens (lowercase `\\w+`, as
@@ -62,8 +63,19 @@ def paragraphs(body: list[str]) -> list[str]:
 NAV = "".join(f'<li><a href="/section/{i}">Section {i} menu item</a></li>' for i in range(30))
 
 
+def inline_markup(p: str) -> str:
+    """Inline elements on words of the body, as pages have them (a link, bold, a word split by <i>)."""
+    words = p.split(" ")
+    if len(words) > 8:
+        words[2] = f"<b>{words[2]}</b>"
+        words[5] = f'<a href="/wiki/{words[5]}">{words[5]}</a>'
+        w = words[7]
+        words[7] = f"{w[:len(w) // 2]}<i>{w[len(w) // 2:]}</i>" if len(w) > 3 else w
+    return " ".join(words)
+
+
 def html_page(title: str, body: list[str]) -> str:
-    paras = "".join(f"<p>{esc(p)}</p>" for p in paragraphs(body))
+    paras = "".join(f"<p>{inline_markup(esc(p))}</p>" for p in paragraphs(body))
     return (f"<!doctype html><html><head><title>{esc(title)}</title><meta charset='utf-8'>"
             "<style>body{font-family:sans-serif} .nav li{display:inline}</style>"
             "<script>window.analytics=function(){return 'tracking pixel loaded';};</script></head><body>"

@@ -35,6 +35,7 @@ from indexer.corpus_rows import CorpusFormatError, Doc, Fields, make_doc
 
 if TYPE_CHECKING:
     from markdown_it import MarkdownIt
+    from selectolax.lexbor import LexborNode
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,10 @@ PLACEHOLDER_TITLES = {"(anonymous)", "untitled", "(untitled)", "unknown", "no ti
 ROW_FIELDS = ("id", "path", "title", "mtime", "type", "text")  # what each file's row holds (`file_row`)
 SHOWN_SKIPS = 20  # skipped files named in the message of a build where none could be read
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.S)
+_BLOCKS = frozenset(("address", "article", "blockquote", "br", "dd", "details", "dialog", "div", "dl", "dt",
+                     "fieldset", "figcaption", "figure", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header", "hr",
+                     "li", "main", "ol", "p", "pre", "section", "summary", "table", "td", "th", "tr", "ul",
+                     "caption", "body", "html"))
 _CHROME = ("script", "style", "noscript", "template", "nav", "aside", "footer", "svg", "iframe")
 
 
@@ -153,9 +158,30 @@ def html_text(data: bytes) -> tuple[str, str]:
     if not title and (h1 := tree.css_first("h1")) is not None:
         title = " ".join(h1.text().split())
     root = tree.body or tree.root
-    text = root.text(separator="\n") if root is not None else ""
+    text = _block_text(root) if root is not None else ""
     text = "\n".join(" ".join(ln.split()) for ln in text.splitlines() if ln.strip())
     return title[:TITLE_CHARS], text
+
+
+def _block_text(root: LexborNode) -> str:
+    """The text under `root` with a line break around each block element only, so that inline markup
+    (`re<i>treat</i>ed`, links) does not split words or sentences. Iterative: a page may nest deeper than Python's
+    recursion limit."""
+    out: list[str] = []
+    stack: list[LexborNode | None] = [root]
+    while stack:
+        node = stack.pop()
+        tag = node.tag or "" if node is not None else ""
+        if node is None:  # the end of a block
+            out.append("\n")
+        elif tag == "-text":
+            out.append(node.text_content or "")
+        elif not tag.startswith("-"):  # comments and the like have no text to show
+            if tag in _BLOCKS:
+                out.append("\n")
+                stack.append(None)
+            stack.extend(reversed(list(node.iter(include_text=True))))
+    return "".join(out)
 
 
 def pdf_text(path: Path) -> tuple[str, str]:

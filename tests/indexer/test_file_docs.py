@@ -51,9 +51,9 @@ def encrypted(data: bytes) -> bytes:
 
 HTML = ("<!doctype html><html><head><title>Glacier  report</title><script>var tracker='zebracode';</script>"
         "<style>p{color:red}</style></head><body><header><nav><a href='/'>Homepage navigation</a></nav></header>"
-        "<main><article><header><h1>Ice</h1></header><p>The glacier retreated quickly during the warm "
-        "decade.</p></article></main><aside>Related sidebar</aside><footer>Copyright boilerplate</footer>"
-        "</body></html>")
+        "<main><article><header><h1>Ice</h1></header><p>The <a href='/g'>glacier</a> retreated <b>quickly</b> "
+        "during the warm de<i>cade</i>.</p></article></main><aside>Related sidebar</aside>"
+        "<footer>Copyright boilerplate</footer></body></html>")
 MARKDOWN = ("# Volcano notes\n\nBasalt **lava** flows from [the vent](https://example.org/volcano-url) "
             "and `magma` cools.\n\n## Later\n\n- pumice floats\n")
 
@@ -91,7 +91,8 @@ def test_each_kind_gives_its_title_text_and_metadata_and_bad_files_are_skipped_w
     assert md.metadata == {"path": "notes.md", "title": "Volcano notes", "mtime": "2023-11-14T22:13:20Z",
                            "type": "md"}
     assert md.text == "Volcano notes\nBasalt lava flows from the vent and magma cools.\nLater\npumice floats"
-    # the page's chrome (scripts, nav, a header outside the article, aside, footer) is gone; the article's kept
+    # the page's chrome (scripts, nav, a header outside the article, aside, footer) is gone; the article's kept,
+    # a line per block: inline markup splits no word
     assert html.metadata["title"] == "Glacier report" and html.metadata["type"] == "html"
     assert html.text == "Ice\nThe glacier retreated quickly during the warm decade."
     assert paper.metadata["title"] == "Orchid study" and "humid greenhouses" in paper.text
