@@ -252,7 +252,11 @@ def file_row(path: Path, root: Path) -> dict[str, str]:
     """The row of one file (see the module docstring); raises `Unreadable`."""
     kind, title, text = read_file(path)
     rel = path.relative_to(root).as_posix()
-    mtime = datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        stamp = path.stat().st_mtime
+    except OSError as exc:  # removed while the build ran
+        raise Unreadable(f"cannot open: {exc.strerror or exc}") from None
+    mtime = datetime.fromtimestamp(stamp, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     row = {"id": rel, "path": rel, "title": title, "mtime": mtime, "type": kind, "text": text}
     if not title:
         del row["title"]
