@@ -1,5 +1,6 @@
 """Reading a user's own corpus, streamed row by row: JSONL, CSV/TSV with a header, Parquet (a file or a folder of
-files) and the BEIR layout (`corpus.jsonl` + `queries.jsonl` + `qrels/<split>.tsv`).
+files), the BEIR layout (`corpus.jsonl` + `queries.jsonl` + `qrels/<split>.tsv`) and a folder of documents
+(Markdown, HTML, PDF, text: one per file, read by `indexer.file_docs`).
 
 Each row becomes a `Doc`: the external id as given (a string stays a string, an integer an integer), the text to
 encode and its metadata. Bad rows raise `CorpusFormatError` whose message starts with `FILE:LINE` (for Parquet,
@@ -14,7 +15,7 @@ from __future__ import annotations
 import csv
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
@@ -30,6 +31,7 @@ from indexer.corpus_files import (
     open_binary,
 )
 from indexer.corpus_rows import CorpusFormat, CorpusFormatError, Doc, Fields, default_fields, make_doc
+from indexer.file_docs import FileReport, doc_files, file_docs, finish
 from indexer.runtime.metadata import MAX_DEPTH
 
 PARQUET_BATCH_ROWS = 4096
@@ -45,6 +47,7 @@ class CorpusSource:
     fields: Fields
     queries: Path | None = None
     qrels: Path | None = None
+    files_report: FileReport = field(default_factory=FileReport)  # format "files": files read and skipped
 
     def total_bytes(self) -> int:
         return sum(f.stat().st_size for f in self.files)
@@ -56,12 +59,20 @@ class CorpusSource:
         for f in self.files:
             if limit is not None and n >= limit:
                 return
+            if self.format == "files":  # a folder of documents (indexer.file_docs): one per file
+                docs = file_docs(f, self.path, self.fields, self.files_report, progress)
+                for doc in docs:
+                    yield doc
+                    n += 1
+                continue
             rows = {"parquet": _parquet_docs, "csv": _csv_docs, "tsv": _csv_docs}.get(self.format, _jsonl_docs)
             for doc in rows(f, self, progress):
                 yield doc
                 n += 1
                 if limit is not None and n >= limit:
                     return
+        if self.format == "files":
+            finish(self.path, self.files_report)
 
 
 def open_corpus(path: Path, *, id_field: str | None = None, text_field: str | None = None,
@@ -81,6 +92,8 @@ def open_corpus(path: Path, *, id_field: str | None = None, text_field: str | No
             queries = next((q for q in (path / BEIR_QUERIES, path / (BEIR_QUERIES + ".gz")) if q.is_file()), None)
         if qrels is None:
             qrels = beir_qrels(path, split)
+    elif fmt == "files":
+        files = doc_files(path)
     elif path.is_dir():
         files = corpus_files(path, (".parquet",) if fmt == "parquet" else JSONL_SUFFIXES)
     else:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from indexer.corpus_rows import CorpusFormat, CorpusFormatError
+from indexer.file_docs import doc_files
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
 BEIR_CORPUS = "corpus.jsonl"
@@ -69,7 +70,8 @@ def corpus_files(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
 
 def detect_format(path: Path) -> CorpusFormat:
     """What `path` holds, from its name (and for TSV files its header): a folder with `corpus.jsonl` is BEIR, a
-    folder of `*.parquet` or `*.jsonl` files is that format; a TSV whose header is the Quora question-pairs
+    folder of `*.parquet` or `*.jsonl` files is that format, else a folder of documents (Markdown, HTML, PDF, text:
+    `indexer.file_docs`) is "files"; a TSV whose header is the Quora question-pairs
     header, or a file of no known kind, is the Quora TSV (whose reader then says what it expected)."""
     from indexer.quora import COLUMNS
 
@@ -80,8 +82,10 @@ def detect_format(path: Path) -> CorpusFormat:
             return "parquet"
         if corpus_files(path, JSONL_SUFFIXES):
             return "jsonl"
+        if doc_files(path):
+            return "files"
         raise CorpusFormatError(f"{path}: a corpus folder must hold {BEIR_CORPUS} (BEIR layout), *.parquet or "
-                                f"*.jsonl files")
+                                f"*.jsonl files, or documents (*.md, *.html, *.pdf, *.txt)")
     name = base_name(path)
     if name.endswith(".parquet"):
         return "parquet"

@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from indexer.runtime.metadata import INT64_MAX, INT64_MIN, MAX_DEPTH, MetadataError, check_metadata, valid_unicode
 
-CorpusFormat = Literal["quora", "jsonl", "csv", "tsv", "parquet", "beir"]
+CorpusFormat = Literal["quora", "jsonl", "csv", "tsv", "parquet", "beir", "files"]
 ExtId = str | int
 INT_RE = re.compile(r"-?(0|[1-9][0-9]*)")
 FLOAT_RE = re.compile(r"-?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+(\.[0-9]*)?[eE][-+]?[0-9]+)")

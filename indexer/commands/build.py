@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """`indexer build` and its arguments (in --help order; each group in a function of its own)."""
-    b = sub.add_parser("build", help="embed a corpus (Quora TSV, JSONL, CSV/TSV, Parquet, BEIR) into a new version",
+    b = sub.add_parser("build", help="embed a corpus (Quora TSV, JSONL, CSV/TSV, Parquet, BEIR, documents) into a "
+                       "new version",
                        description="Embed a corpus with an exported ONNX encoder into a FAISS IVF index; write a new "
                        "version atomically, evaluate it, then switch `current` to it.")
     root_arg(b)
@@ -28,8 +29,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "the encoder the current version was built with)")
     b.add_argument("--data", default=default_quora_source(),
                    help="the corpus: quora_duplicate_questions.tsv[.gz] (or its URL); a .jsonl, .csv or .tsv file "
-                   "with a header, .parquet file or folder, or a BEIR folder (corpus.jsonl, queries.jsonl, "
-                   "qrels/test.tsv); .gz works for text files (default: the local Quora copy under "
+                   "with a header, .parquet file or folder, a BEIR folder (corpus.jsonl, queries.jsonl, "
+                   "qrels/test.tsv), or a folder of .md, .html, .pdf and .txt files (one document each: the "
+                   "files extra); .gz works for text files (default: the local Quora copy under "
                    "$STRATA_DATA_DIR if any, else the official URL)")
     b.add_argument("--protocol", choices=["paper", "full", "heldout"], default=None,
                    help="Quora TSV only. paper (default): first 100k rows, question2 corpus, question1 queries; "
@@ -228,6 +230,9 @@ def _report(args: argparse.Namespace, m: Manifest) -> int:
         rate = d.rows_read / max(m.build_seconds.load_s + m.build_seconds.encode_docs_s, 1e-9)
         print(f"{d.format}: {d.rows_read} rows read ({rate:.0f} rows/s with encoding), {d.n_docs} documents, "
               f"{d.skipped_empty_texts} empty texts skipped, {d.duplicate_ids} duplicate ids (last row won)")
+        if d.format == "files":
+            print(f"files: {d.rows_read} read, {d.skipped_files} skipped (could not be read: the log names each "
+                  f"with its reason)")
         schema = ", ".join(f"{k}: {v}" for k, v in d.metadata_schema.items()) or "none"
         print(f"metadata: {schema}")
     if m.eval and m.eval.ndcg_at_10 is not None:

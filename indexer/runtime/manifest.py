@@ -157,8 +157,9 @@ class DataInfo(BaseModel):
     n_docs: int
     n_queries: int
     # Corpus builds (`--data` JSONL, CSV/TSV, Parquet, BEIR); the defaults describe a Quora build.
-    format: str | None = None  # jsonl, csv, tsv, parquet or beir (None: the Quora TSV)
+    format: str | None = None  # jsonl, csv, tsv, parquet, beir or files (None: the Quora TSV)
     fields: CorpusFieldsInfo | None = None
+    skipped_files: int = 0  # format "files": files that could not be read (the build log names them)
     duplicate_ids: int = 0  # rows whose id an earlier row had: the later row replaced it (an upsert)
     metadata_schema: dict[str, str] = {}  # field → int, float, str, bool, json, or a union such as "int|str"
     eval_source: str | None = None  # the queries and qrels files of the stored evaluation set

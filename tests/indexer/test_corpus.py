@@ -169,8 +169,11 @@ def test_format_detection(tmp_path: Path) -> None:
     assert [detect_format(p) for p in (quora, other, junk, tmp_path / "pq")] == ["quora", "tsv", "quora", "parquet"]
     (tmp_path / "texts").mkdir()
     (tmp_path / "texts" / "notes.txt").write_text("hello\n")
-    with pytest.raises(CorpusFormatError, match="must hold corpus.jsonl"):
-        detect_format(tmp_path / "texts")
+    assert detect_format(tmp_path / "texts") == "files"  # a folder of documents (tests/indexer/test_file_docs.py)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.rtf").write_text("hello\n")
+    with pytest.raises(CorpusFormatError, match=r"must hold corpus.jsonl .*, or documents \(\*.md, \*.html"):
+        detect_format(tmp_path / "other")
 
 
 BAD = {
