@@ -36,6 +36,7 @@ from indexer.runtime.ids import FaissIds
 from indexer.runtime.layout import IndexRoot, new_version_name
 from indexer.runtime.manifest import CorpusFieldsInfo, DataInfo, Manifest, ManifestError, Timings
 from indexer.runtime.store import STORE, CorpusStoreWriter
+from indexer.runtime.vectors import check_vectors
 from indexer.runtime.version import QUERY_VECTORS
 from indexer.stage import build_version_index, model_info, save_and_evaluate
 
@@ -91,12 +92,30 @@ def _is_int(s: str) -> bool:
 
 
 class VectorRows:
-    """A growing (rows × dim) float32 array kept as fixed blocks, so growing never copies what is there."""
+    """A growing (rows × dim) float32 array kept as fixed blocks, so growing never copies what is there.
 
-    def __init__(self, dim: int) -> None:
+    With `path` the blocks are windows of one file (memory-mapped: the kernel writes them out and may drop them,
+    so a corpus's vectors never have to fit in RAM, and `take` hands back the file mapped read-only, no copy);
+    without, they live in memory."""
+
+    def __init__(self, dim: int, path: Path | None = None) -> None:
         self.dim = dim
+        self.path = path
         self.blocks: list[np.ndarray] = []
         self.n = 0
+        if path is not None:
+            path.write_bytes(b"")
+
+    def _grow(self) -> None:
+        if self.path is None:
+            self.blocks.append(np.empty((VECTOR_BLOCK, self.dim), dtype=np.float32))
+            return
+        block_bytes = VECTOR_BLOCK * self.dim * 4
+        offset = len(self.blocks) * block_bytes
+        with open(self.path, "r+b") as f:
+            f.truncate(offset + block_bytes)
+        self.blocks.append(np.memmap(self.path, dtype=np.float32, mode="r+", offset=offset,
+                                     shape=(VECTOR_BLOCK, self.dim)))
 
     def put(self, rows: np.ndarray, vecs: np.ndarray) -> None:
         # the last of repeated rows wins (an id twice in one chunk)
@@ -104,7 +123,7 @@ class VectorRows:
         rows, vecs = rows[last], vecs[last]
         need = int(rows.max()) + 1
         while len(self.blocks) * VECTOR_BLOCK < need:
-            self.blocks.append(np.empty((VECTOR_BLOCK, self.dim), dtype=np.float32))
+            self._grow()
         self.n = max(self.n, need)
         block = rows // VECTOR_BLOCK
         for b in np.unique(block):
@@ -112,10 +131,19 @@ class VectorRows:
             self.blocks[b][rows[mine] % VECTOR_BLOCK] = vecs[mine]
 
     def take(self) -> np.ndarray:
-        """All rows as one array (the blocks are released)."""
-        out = np.concatenate(self.blocks)[: self.n] if self.blocks else np.zeros((0, self.dim), np.float32)
+        """All rows as one array (the blocks are released): for a file, the file itself mapped read-only."""
+        if not self.blocks:
+            return np.zeros((0, self.dim), np.float32)
+        if self.path is None:
+            out = np.concatenate(self.blocks)[: self.n]
+            self.blocks = []
+            return out
+        for block in self.blocks:
+            block.flush()  # type: ignore[attr-defined]
         self.blocks = []
-        return out
+        with open(self.path, "r+b") as f:
+            f.truncate(self.n * self.dim * 4)
+        return np.memmap(self.path, dtype=np.float32, mode="r", shape=(self.n, self.dim))
 
 
 @dataclass
@@ -127,6 +155,7 @@ class IngestResult:
     duplicate_ids: int = 0
     read_s: float = 0.0
     encode_s: float = 0.0
+    brought_vectors: bool = False  # the rows brought their vectors (nothing was encoded)
 
     @property
     def n_docs(self) -> int:
@@ -180,18 +209,49 @@ class ChunkProgress:
         self.bar.close()
 
 
+def _brought(pending: list[Pending], dim: int, field: str) -> np.ndarray:
+    """The vectors a chunk's rows brought, checked against the encoder's space and normalised
+    (`indexer.runtime.vectors`); a bad one is a `FILE:LINE` error."""
+    for p in pending:  # ragged or non-numeric rows first: they cannot form one array
+        v = p.vector
+        n = v.shape[0] if isinstance(v, np.ndarray) else len(v) if isinstance(v, (list, tuple)) else -1
+        if n != dim:
+            got = f"dimension {n}" if n >= 0 else f"a {type(v).__name__}"
+            raise CorpusFormatError(f"{p.where}: vector field {field!r} holds {got}, but the collection's encoder "
+                                    f"has dimension {dim}")
+    try:
+        return check_vectors(np.stack([np.asarray(p.vector, dtype=np.float32) for p in pending]), dim)
+    except (TypeError, ValueError) as exc:
+        row = int(str(exc).split(":")[0].removeprefix("row ")) if str(exc).startswith("row ") else 0
+        reason = str(exc).split(": ", 1)[-1]
+        raise CorpusFormatError(f"{pending[row].where}: vector field {field!r}: {reason}") from None
+
+
+@dataclass(slots=True)
+class Pending:
+    row: int
+    ext: ExtId
+    text: str
+    meta: str  # JSON
+    vector: object
+    where: str
+
+
 def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder | None, *,
            batch_size: int | None = None, limit: int | None = None, progress: bool = True,
-           on_advance: Callable[[int], None] | None = None) -> IngestResult:
+           on_advance: Callable[[int], None] | None = None, vectors_path: Path | None = None) -> IngestResult:
     """Stream `source` into `writer` (and through `encoder`, unless None: the Ray engine encodes elsewhere).
-    `on_advance` hears each move of the progress bar (`ChunkProgress`)."""
+    `on_advance` hears each move of the progress bar (`ChunkProgress`). Rows that bring vectors (every row or
+    none) are not encoded: their vectors are checked against the encoder's dimension and normalised. With
+    `vectors_path`, the vectors are kept in that file (memory-mapped), not in memory."""
     ids = DocIds()
-    rows = VectorRows(encoder.dim) if encoder is not None else None
+    rows = VectorRows(encoder.dim, vectors_path) if encoder is not None else None
     result = IngestResult(ids, None)
     bar = ChunkProgress(source.total_bytes(), enabled=progress, on_advance=on_advance)
-    pending: list[tuple[int, ExtId, str, str]] = []  # (row, external id, text, metadata JSON)
+    pending: list[Pending] = []
     pending_chars = 0
     t_start = time.perf_counter()
+    field = source.fields.vector
 
     def flush() -> None:
         nonlocal pending_chars
@@ -199,25 +259,39 @@ def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder
         if not pending:
             return
         bar.start_chunk(len(pending))
-        writer.put([(ids.faiss_ids[r], ext, text, meta) for r, ext, text, meta in pending])
         if encoder is not None and rows is not None:
             t0 = time.perf_counter()
-            vecs = encoder.encode([p[2] for p in pending], batch_size, on_progress=bar.texts_done)
-            result.encode_s += time.perf_counter() - t0
-            rows.put(np.fromiter((p[0] for p in pending), dtype=np.int64, count=len(pending)), vecs)
+            if result.brought_vectors:
+                vecs = _brought(pending, encoder.dim, field)
+                bar.texts_done(len(pending))
+            else:
+                vecs = encoder.encode([p.text for p in pending], batch_size, on_progress=bar.texts_done)
+                result.encode_s += time.perf_counter() - t0
+            rows.put(np.fromiter((p.row for p in pending), dtype=np.int64, count=len(pending)), vecs)
+        writer.put([(ids.faiss_ids[p.row], p.ext, p.text, p.meta) for p in pending])
         pending.clear()
         bar.end_chunk(len(ids))
 
     try:
         for doc in source.docs(limit, bar.bytes_read):
             result.rows_read += 1
+            has = doc.vector is not None
+            if result.rows_read == 1:
+                result.brought_vectors = has
+                if has and encoder is None:
+                    raise CorpusFormatError(f"{doc.where}: the corpus brings vectors ({field!r}); the Ray build "
+                                            f"encodes: build it with --engine local")
+            elif has != result.brought_vectors:
+                raise CorpusFormatError(
+                    f"{doc.where}: {'a' if has else 'no'} vector field {field!r}, but the rows before it have "
+                    f"{'none' if has else 'one each'}: every row brings a vector, or none does")
             if not doc.text:
                 result.skipped_empty += 1
                 continue
             row, seen = ids.add(doc.ext_id)
             result.duplicate_ids += seen
             meta = json.dumps(doc.metadata, ensure_ascii=False)
-            pending.append((row, doc.ext_id, doc.text, meta))
+            pending.append(Pending(row, doc.ext_id, doc.text, meta, doc.vector, doc.where))
             pending_chars += len(doc.text) + len(meta)
             if len(pending) >= INGEST_CHUNK or pending_chars >= INGEST_CHUNK_CHARS:
                 flush()
@@ -251,7 +325,8 @@ def data_path(data: str) -> Path:
 
 def source_for(cfg: BuildConfig, path: Path) -> CorpusSource:
     return open_corpus(path, id_field=cfg.id_field, text_field=cfg.text_field, title_field=cfg.title_field,
-                       metadata_fields=cfg.metadata_fields, queries=cfg.queries, qrels=cfg.qrels)
+                       metadata_fields=cfg.metadata_fields, queries=cfg.queries, qrels=cfg.qrels,
+                       vector_field=cfg.vector_field)
 
 
 def fields_info(source: CorpusSource) -> CorpusFieldsInfo:
@@ -263,6 +338,7 @@ def fields_info(source: CorpusSource) -> CorpusFieldsInfo:
 def corpus_data_info(source: CorpusSource, res: IngestResult, schema: dict[str, str],
                      loaded: LoadedEvalSet | None) -> DataInfo:
     return DataInfo(source=str(source.path), protocol="corpus", rows_read=res.rows_read,
+                    vectors="brought" if res.brought_vectors else "encoded",
                     skipped_empty_texts=res.skipped_empty, n_docs=res.n_docs,
                     n_queries=len(loaded.evalset.query_texts) if loaded else 0, format=source.format,
                     fields=fields_info(source), duplicate_ids=res.duplicate_ids, metadata_schema=schema,
@@ -271,13 +347,17 @@ def corpus_data_info(source: CorpusSource, res: IngestResult, schema: dict[str, 
                     eval_judged_docs_missing=loaded.stats.missing_docs if loaded else 0)
 
 
+VECTORS_SPILL = ".vectors.f32"  # the build's vectors, memory-mapped in the staging folder (removed before publishing)
+
+
 def ingest_store(source: CorpusSource, stage: Path, encoder: OnnxEncoder | None, *, batch_size: int | None,
                  limit: int | None) -> tuple[IngestResult, dict[str, str], LoadedEvalSet | None]:
     """Write the store of a corpus (documents, metadata, and the evaluation set when queries and qrels are
-    there) into `stage`; the vectors come back in the result when `encoder` is given."""
+    there) into `stage`; the vectors come back in the result when `encoder` is given (memory-mapped from
+    `stage / VECTORS_SPILL`, which the caller removes once the index is built)."""
     writer = CorpusStoreWriter(stage / STORE)
     try:
-        res = ingest(source, writer, encoder, batch_size=batch_size, limit=limit)
+        res = ingest(source, writer, encoder, batch_size=batch_size, limit=limit, vectors_path=stage / VECTORS_SPILL)
         if res.n_docs == 0:
             raise CorpusFormatError(f"{source.path}: no documents with text ({res.rows_read} rows read, "
                                     f"{res.skipped_empty} with an empty text)")
@@ -308,6 +388,7 @@ def build_corpus(cfg: BuildConfig, root: IndexRoot, encoder: OnnxEncoder, source
         index_info = build_version_index(cfg, vectors, res.ids.faiss_array(), stage, timings)
         del vectors
         res.vectors = None
+        (stage / VECTORS_SPILL).unlink(missing_ok=True)
         if loaded is not None:
             t0 = time.perf_counter()
             qvecs = encoder.encode(loaded.evalset.query_texts, cfg.batch_size, progress=True, desc="eval queries")
