@@ -34,6 +34,7 @@ from service.engine.engine import Engine, Hits, ServedModel, Status, Vectors
 from service.engine.errors import (
     BadFilter,
     BadSearchParams,
+    BadVector,
     EngineError,
     Mismatch,
     ModeUnavailable,
@@ -49,7 +50,7 @@ from service.engine.errors import (
 from service.engine.names import DimensionChanged, UnknownModel
 from service.engine.swap import Refusal, SwapResult
 
-__all__ = ["BadFilter", "BadSearchParams", "DimensionChanged", "Document", "Engine", "EngineError", "Hits", "Mismatch",
+__all__ = ["BadFilter", "BadSearchParams", "BadVector", "DimensionChanged", "Document", "Engine", "EngineError", "Hits", "Mismatch",
            "ModeUnavailable", "NotReady", "NotServing", "Overloaded", "Refusal", "ServedModel", "Status", "SwapRefused",
            "SwapResult", "TimedOut", "UnknownModel", "Vectors", "WriteRefused", "WriteResult", "WritesUnavailable",
            "WritesUnsupported"]

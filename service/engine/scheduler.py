@@ -77,9 +77,11 @@ class Scheduler:
     # -- admission, timeout -------------------------------------------------------------------------------------
     async def call(self, route: Route, texts: list[str], top_k: int | None, flt: dict[str, Any] | None = None,
                    knobs: dict[str, int] | None = None, mode: SearchMode | None = None,
-                   fusion: Fusion | None = None, *, write: bool = False) -> Answer:
+                   fusion: Fusion | None = None, *, write: bool = False, vectors: np.ndarray | None = None
+                   ) -> Answer:
         """Admit, run and time out one call on `route`'s collection: a search or encode (micro-batched), or a
-        write's texts (`write`: on the write lane)."""
+        write's texts (`write`: on the write lane). A search that brings its query `vectors` encodes nothing: it
+        is not batched with texts to encode, it runs on a worker at once."""
         s = self.settings
         if self.in_flight >= s.max_in_flight:
             self.metrics.rejected.labels("busy").inc()
@@ -90,6 +92,8 @@ class Scheduler:
         future: asyncio.Future[Answer]
         if write:
             future = asyncio.ensure_future(self.write_lane.encode(texts, route.leases))
+        elif vectors is not None:
+            future = asyncio.ensure_future(self._run_one(Job(texts, top_k, flt, knobs, mode, fusion, vectors), route))
         elif s.micro_batching:
             future = self._batcher(searcher.encoder).submit(texts, top_k, flt, knobs, mode, fusion, route=route)
         else:
@@ -200,7 +204,7 @@ def _prefetch(jobs: list[Job], groups: dict[int, list[int]], searchers: dict[int
         default = searcher.default_mode()
         for j in groups[key]:
             job = jobs[j]
-            if job.top_k is None or (job.mode or default) != "lexical":
+            if job.vectors is None and (job.top_k is None or (job.mode or default) != "lexical"):
                 texts.update(dict.fromkeys(job.texts))
     if not texts:
         return None

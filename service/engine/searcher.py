@@ -32,7 +32,7 @@ from indexer.runtime.filters import FilterError
 from indexer.runtime.fusion import HYBRID_DEPTH, Fusion, fuse
 from indexer.runtime.manifest import Manifest, SearchMode
 from indexer.runtime.version import FilterCache, FilterMatch, Hit, IndexVersion, VectorIndex
-from service.engine.errors import BadFilter, BadSearchParams, Mismatch, ModeUnavailable
+from service.engine.errors import BadFilter, BadSearchParams, BadVector, Mismatch, ModeUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,9 @@ class Job(NamedTuple):
     knobs: dict[str, int] | None = None
     mode: SearchMode | None = None  # None: the version's default (`Manifest.search_mode`)
     fusion: Fusion | None = None  # hybrid only; None: the default (convex, alpha 0.5)
+    # the queries' vectors, brought by the request (normalised, one row per text): nothing is encoded for it; its
+    # texts serve BM25 only (hybrid)
+    vectors: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -196,7 +199,7 @@ class Searcher:
             self._lexical_pool().submit(self._lexical, jobs, modes, lexical_jobs, matches) \
             if lexical_jobs and encoding else None
         t1, started = time.perf_counter(), time.time_ns()
-        vecs, truncated, tokens, n_texts = self._encode(jobs, encoding, errors, encoder or self.encoder)
+        vecs, truncated, tokens, n_texts = self._vectors(jobs, encoding, errors, encoder or self.encoder)
         t2, encoded_at = time.perf_counter(), time.time_ns()
         # the rows of each encoded job in `vecs` (a job whose encoding failed has none)
         rows_of: dict[int, range] = {}
@@ -282,9 +285,9 @@ class Searcher:
                 out.append(SearchResult([], [], 0.0, filter_ms, error=error))
                 continue
             n = len(job.texts)
-            encodes = mode != "lexical"
+            encodes = mode != "lexical" and job.vectors is None  # a brought vector: nothing encoded
             rows = rows_of.get(j, range(0))
-            job_dense = dense_ms if encodes else 0.0
+            job_dense = dense_ms if mode != "lexical" else 0.0
             lex_ms, fuse_ms = lexical_ms.get(j, 0.0), fusion_ms.get(j, 0.0)
             stages = Stages(encode_ms if encodes else 0.0, job_dense, lex_ms, fuse_ms, lookup_ms)
             out.append(SearchResult(hits.get(j, []), truncated[rows.start : rows.stop] if encodes else [False] * n,
@@ -299,6 +302,9 @@ class Searcher:
         `matches`."""
         if mode is None:  # encode only
             return None
+        if job.vectors is not None and job.vectors.shape[1] != self.encoder.dim:  # a swap to another encoder
+            return BadVector(f"a vector of dimension {job.vectors.shape[1]}, but the served encoder has dimension "
+                             f"{self.encoder.dim}", ["vector"])
         if mode != "dense":
             refused = self._lexical_refusal(mode)
             if refused is not None:
@@ -324,6 +330,35 @@ class Searcher:
             except Exception as exc:  # noqa: BLE001 (not the filter's fault as far as we know: a 500, alone)
                 return _failed("filter", job, exc)
         return None
+
+    def _vectors(self, jobs: list[Job], wanted: list[int], errors: list[Exception | None], encoder: OnnxEncoder
+                 ) -> tuple[np.ndarray, list[bool], list[int], int]:
+        """`_encode` of the jobs `wanted` that bring no vectors, with the brought vectors of the others put in
+        their place (job order kept; a brought text is neither encoded nor truncated: 0 tokens)."""
+        if all(jobs[j].vectors is None for j in wanted):
+            return self._encode(jobs, wanted, errors, encoder)
+        to_encode = [j for j in wanted if jobs[j].vectors is None]
+        vecs, truncated, tokens, n_texts = self._encode(jobs, to_encode, errors, encoder)
+        parts: list[np.ndarray] = []
+        out_trunc: list[bool] = []
+        out_tokens: list[int] = []
+        row = 0
+        for j in wanted:
+            if errors[j] is not None:
+                continue
+            n = len(jobs[j].texts)
+            brought = jobs[j].vectors
+            if brought is not None:
+                parts.append(np.asarray(brought, dtype=np.float32))
+                out_trunc += [False] * n
+                out_tokens += [0] * n
+            else:
+                parts.append(vecs[row : row + n])
+                out_trunc += truncated[row : row + n]
+                out_tokens += tokens[row : row + n]
+                row += n
+        dim = self.encoder.dim
+        return (np.concatenate(parts) if parts else np.zeros((0, dim), np.float32)), out_trunc, out_tokens, n_texts
 
     def _encode(self, jobs: list[Job], wanted: list[int], errors: list[Exception | None], encoder: OnnxEncoder
                 ) -> tuple[np.ndarray, list[bool], list[int], int]:
