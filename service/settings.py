@@ -33,6 +33,8 @@ class Settings(BaseSettings):
     model_dir: Path | None = Field(None, description="exported encoder; default: the one the index was built with")
     nprobe: int | None = Field(None, ge=1, description="override an IVF index's nprobe (other kinds ignore it)")
     ef_search: int | None = Field(None, ge=1, description="override an HNSW index's ef_search (other kinds ignore it)")
+    mmap: bool = Field(True, description="open versions' vector index files memory-mapped (read through the page "
+                       "cache, file-backed: a swap does not need a second copy in memory); false: read into memory")
     log_level: str = "info"
     log_format: Literal["json", "text", "auto"] = Field("auto", description="auto: readable text lines when stderr "
                                                         "is a terminal, one JSON object a line otherwise")

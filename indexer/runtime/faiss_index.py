@@ -174,9 +174,14 @@ def get_threads() -> int:
     return int(faiss.omp_get_max_threads())
 
 
-def read_index(path: str | Path) -> faiss.Index:
-    """Read an index file; RuntimeError for truncated or foreign files (FAISS's own error)."""
-    return faiss.read_index(str(path))
+def read_index(path: str | Path, *, mmap: bool = False) -> faiss.Index:
+    """Read an index file; RuntimeError for truncated or foreign files (FAISS's own error).
+
+    `mmap`: the file is memory-mapped, not copied into memory (FAISS's IO_FLAG_MMAP_IFC, FAISS >= 1.11: the
+    flat codes of Flat and HNSW storage and the arrays of IVF inverted lists point into the mapping). Pages are
+    read through the page cache as searches touch them and are file-backed, so the kernel can drop them; the
+    index is then read-only (a build, `add` or `compact` opens without it, to change the index)."""
+    return faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC if mmap else 0)
 
 
 def read_merged(paths: Sequence[str | Path]) -> faiss.Index:
@@ -843,8 +848,10 @@ def wrap_index(index: faiss.Index, params: FlatParams | IvfParams | HnswParams) 
     return FlatIndex(top, params.model_copy())
 
 
-def read_ann(paths: Sequence[str | Path], params: FlatParams | IvfParams | HnswParams) -> AnnIndex:
-    """Read a version's index file (or IVF shard files, merged) as the `AnnIndex` of `params.kind`."""
+def read_ann(paths: Sequence[str | Path], params: FlatParams | IvfParams | HnswParams, *, mmap: bool = False
+             ) -> AnnIndex:
+    """Read a version's index file (or IVF shard files, merged: in memory, whatever `mmap`) as the `AnnIndex` of
+    `params.kind`; `mmap`: see `read_index`."""
     if len(paths) > 1 and not isinstance(params, IvfParams):
         raise ValueError(f"only IVF versions are kept as shards; the manifest says {params.kind}")
-    return wrap_index(read_index(paths[0]) if len(paths) == 1 else read_merged(paths), params)
+    return wrap_index(read_index(paths[0], mmap=mmap) if len(paths) == 1 else read_merged(paths), params)
