@@ -42,7 +42,7 @@ from bench.runlog import load, log
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
-WRK_SECONDS = 8
+WRK_SECONDS = int(os.environ.get("STRATA_SCALE_WRK_S", "8"))
 FILTER = {"bucket": 7}
 
 
@@ -263,9 +263,8 @@ def run_size(n: int, quora: Path, work: Path, threads: int, rebuild: bool, mmap:
         out["steady_rss_mib"] = round(rss(proc.pid).total / 2**20)
         out["search"] = latencies(url, qvecs, qtexts, tmp)
         out["writes"] = writes(url, dim, n)
-        log_file = root / "writes" / "log.sqlite"
-        out["bytes_per_doc"]["write_log_per_written_doc"] = round(log_file.stat().st_size / 320, 1) \
-            if log_file.is_file() else None  # type: ignore[index]
+        log_bytes = sum(f.stat().st_size for f in (root / "writes").iterdir() if f.is_file())  # with its WAL
+        out["bytes_per_doc"]["write_log_per_written_doc"] = round(log_bytes / 320, 1)  # type: ignore[index]
         out["swap"] = swap(url, proc.pid, root, model, qvecs, threads)
     finally:
         proc.terminate()
@@ -287,7 +286,8 @@ def report(results: list[dict[str, object]], stamp: str, mmap: bool) -> str:
                   f"- bytes per document: {r['bytes_per_doc']}", f"- dense recall@10 vs exact: {r['recall']}",
                   f"- startup {r['startup_s']} s, steady RSS {r['steady_rss_mib']} MiB",
                   f"- writes: {r['writes']}", f"- compact and swap: {r['swap']}", f"- load at the end: {r['load_end']}",
-                  "", "| mode | filter | conns | p50 ms | p99 ms | req/s | errors | load |", "|---|---|---|---|---|---|---|---|"]
+                  "", "| mode | filter | conns | p50 ms | p99 ms | req/s | errors | load |",
+                  "|---|---|---|---|---|---|---|---|"]
         for s in r["search"]:  # type: ignore[union-attr]
             lines.append(f"| {s['mode']} | {s['filter']} | {s['conns']} | {s['p50_ms']} | {s['p99_ms']} | {s['rps']} | "
                          f"{s['errors']} | {s['load']} |")

@@ -83,7 +83,8 @@ class BuildConfig:
     def corpus_options(self) -> list[str]:
         """The options that only a non-Quora corpus takes, as the user set them."""
         named = {"--id-field": self.id_field, "--text-field": self.text_field, "--title-field": self.title_field,
-                 "--metadata-fields": self.metadata_fields, "--vector-field": self.vector_field, "--queries": self.queries, "--qrels": self.qrels}
+                 "--metadata-fields": self.metadata_fields, "--vector-field": self.vector_field,
+                 "--queries": self.queries, "--qrels": self.qrels}
         return [k for k, v in named.items() if v is not None]
 
     def target_for(self, kind: str) -> float | None:

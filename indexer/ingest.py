@@ -30,13 +30,13 @@ from indexer.build_config import BuildConfig
 from indexer.corpus import CorpusSource, open_corpus
 from indexer.corpus_rows import CorpusFormatError, ExtId, cell_value
 from indexer.evalset import LoadedEvalSet, load_eval_set
+from indexer.ingest_vectors import Pending, RowVectors, VectorRows, brought_vectors
 from indexer.probes import corpus_probe_candidates, make_probes
 from indexer.runtime.guards import max_shrink, shrink_message, shrinks_too_much
 from indexer.runtime.ids import FaissIds
 from indexer.runtime.layout import IndexRoot, new_version_name
 from indexer.runtime.manifest import CorpusFieldsInfo, DataInfo, Manifest, ManifestError, Timings
 from indexer.runtime.store import STORE, CorpusStoreWriter
-from indexer.runtime.vectors import check_vectors
 from indexer.runtime.version import QUERY_VECTORS
 from indexer.stage import build_version_index, model_info, save_and_evaluate
 
@@ -47,7 +47,6 @@ log = logging.getLogger(__name__)
 
 INGEST_CHUNK = 4096  # rows per store write and encoder call (long enough for length-sorted batches to pad little)
 INGEST_CHUNK_CHARS = 8_000_000  # or fewer rows when they are long: what one chunk may hold in memory
-VECTOR_BLOCK = 16_384  # rows per block of the growing vector array
 
 
 class DocIds:
@@ -89,61 +88,6 @@ class DocIds:
 
 def _is_int(s: str) -> bool:
     return isinstance(cell_value(s), int)
-
-
-class VectorRows:
-    """A growing (rows × dim) float32 array kept as fixed blocks, so growing never copies what is there.
-
-    With `path` the blocks are windows of one file (memory-mapped: the kernel writes them out and may drop them,
-    so a corpus's vectors never have to fit in RAM, and `take` hands back the file mapped read-only, no copy);
-    without, they live in memory."""
-
-    def __init__(self, dim: int, path: Path | None = None) -> None:
-        self.dim = dim
-        self.path = path
-        self.blocks: list[np.ndarray] = []
-        self.n = 0
-        if path is not None:
-            path.write_bytes(b"")
-
-    def _grow(self) -> None:
-        if self.path is None:
-            self.blocks.append(np.empty((VECTOR_BLOCK, self.dim), dtype=np.float32))
-            return
-        block_bytes = VECTOR_BLOCK * self.dim * 4
-        offset = len(self.blocks) * block_bytes
-        with open(self.path, "r+b") as f:
-            f.truncate(offset + block_bytes)
-        self.blocks.append(np.memmap(self.path, dtype=np.float32, mode="r+", offset=offset,
-                                     shape=(VECTOR_BLOCK, self.dim)))
-
-    def put(self, rows: np.ndarray, vecs: np.ndarray) -> None:
-        # the last of repeated rows wins (an id twice in one chunk)
-        last = len(rows) - 1 - np.unique(rows[::-1], return_index=True)[1]
-        rows, vecs = rows[last], vecs[last]
-        need = int(rows.max()) + 1
-        while len(self.blocks) * VECTOR_BLOCK < need:
-            self._grow()
-        self.n = max(self.n, need)
-        block = rows // VECTOR_BLOCK
-        for b in np.unique(block):
-            mine = block == b
-            self.blocks[b][rows[mine] % VECTOR_BLOCK] = vecs[mine]
-
-    def take(self) -> np.ndarray:
-        """All rows as one array (the blocks are released): for a file, the file itself mapped read-only."""
-        if not self.blocks:
-            return np.zeros((0, self.dim), np.float32)
-        if self.path is None:
-            out = np.concatenate(self.blocks)[: self.n]
-            self.blocks = []
-            return out
-        for block in self.blocks:
-            block.flush()  # type: ignore[attr-defined]
-        self.blocks = []
-        with open(self.path, "r+b") as f:
-            f.truncate(self.n * self.dim * 4)
-        return np.memmap(self.path, dtype=np.float32, mode="r", shape=(self.n, self.dim))
 
 
 @dataclass
@@ -209,41 +153,12 @@ class ChunkProgress:
         self.bar.close()
 
 
-def _brought(pending: list[Pending], dim: int, field: str) -> np.ndarray:
-    """The vectors a chunk's rows brought, checked against the encoder's space and normalised
-    (`indexer.runtime.vectors`); a bad one is a `FILE:LINE` error."""
-    for p in pending:  # ragged or non-numeric rows first: they cannot form one array
-        v = p.vector
-        n = v.shape[0] if isinstance(v, np.ndarray) else len(v) if isinstance(v, (list, tuple)) else -1
-        if n != dim:
-            got = f"dimension {n}" if n >= 0 else f"a {type(v).__name__}"
-            raise CorpusFormatError(f"{p.where}: vector field {field!r} holds {got}, but the collection's encoder "
-                                    f"has dimension {dim}")
-    try:
-        return check_vectors(np.stack([np.asarray(p.vector, dtype=np.float32) for p in pending]), dim)
-    except (TypeError, ValueError) as exc:
-        row = int(str(exc).split(":")[0].removeprefix("row ")) if str(exc).startswith("row ") else 0
-        reason = str(exc).split(": ", 1)[-1]
-        raise CorpusFormatError(f"{pending[row].where}: vector field {field!r}: {reason}") from None
-
-
-@dataclass(slots=True)
-class Pending:
-    row: int
-    ext: ExtId
-    text: str
-    meta: str  # JSON
-    vector: object
-    where: str
-
-
 def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder | None, *,
            batch_size: int | None = None, limit: int | None = None, progress: bool = True,
            on_advance: Callable[[int], None] | None = None, vectors_path: Path | None = None) -> IngestResult:
     """Stream `source` into `writer` (and through `encoder`, unless None: the Ray engine encodes elsewhere).
     `on_advance` hears each move of the progress bar (`ChunkProgress`). Rows that bring vectors (every row or
-    none) are not encoded: their vectors are checked against the encoder's dimension and normalised. With
-    `vectors_path`, the vectors are kept in that file (memory-mapped), not in memory."""
+    none) are not encoded (`indexer.ingest_vectors`). `vectors_path`: the vectors' file (memory-mapped)."""
     ids = DocIds()
     rows = VectorRows(encoder.dim, vectors_path) if encoder is not None else None
     result = IngestResult(ids, None)
@@ -251,7 +166,7 @@ def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder
     pending: list[Pending] = []
     pending_chars = 0
     t_start = time.perf_counter()
-    field = source.fields.vector
+    rows_vectors = RowVectors(source.fields.vector, encoder is not None)
 
     def flush() -> None:
         nonlocal pending_chars
@@ -261,8 +176,8 @@ def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder
         bar.start_chunk(len(pending))
         if encoder is not None and rows is not None:
             t0 = time.perf_counter()
-            if result.brought_vectors:
-                vecs = _brought(pending, encoder.dim, field)
+            if rows_vectors.brought:
+                vecs = brought_vectors(pending, encoder.dim, rows_vectors.field)
                 bar.texts_done(len(pending))
             else:
                 vecs = encoder.encode([p.text for p in pending], batch_size, on_progress=bar.texts_done)
@@ -275,16 +190,7 @@ def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder
     try:
         for doc in source.docs(limit, bar.bytes_read):
             result.rows_read += 1
-            has = doc.vector is not None
-            if result.rows_read == 1:
-                result.brought_vectors = has
-                if has and encoder is None:
-                    raise CorpusFormatError(f"{doc.where}: the corpus brings vectors ({field!r}); the Ray build "
-                                            f"encodes: build it with --engine local")
-            elif has != result.brought_vectors:
-                raise CorpusFormatError(
-                    f"{doc.where}: {'a' if has else 'no'} vector field {field!r}, but the rows before it have "
-                    f"{'none' if has else 'one each'}: every row brings a vector, or none does")
+            rows_vectors.check(doc)
             if not doc.text:
                 result.skipped_empty += 1
                 continue
@@ -299,6 +205,7 @@ def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder
     finally:
         bar.close()
     result.read_s = time.perf_counter() - t_start - result.encode_s
+    result.brought_vectors = bool(rows_vectors.brought)
     if rows is not None:
         result.vectors = rows.take()
     if result.duplicate_ids:

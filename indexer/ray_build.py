@@ -35,9 +35,9 @@ from indexer.runtime.ann import AUTO, IvfParams
 from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.faiss_index import (
     DEFAULT_CODEC,
-    auto_nlist,
     DEFAULT_NPROBE,
     INDEX_FILE,
+    auto_nlist,
     clamp_nprobe,
     deserialize,
     effective_nlist,

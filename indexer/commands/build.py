@@ -232,7 +232,8 @@ def _report(args: argparse.Namespace, m: Manifest) -> int:
     d = m.data
     if d.format is not None:
         rate = d.rows_read / max(m.build_seconds.load_s + m.build_seconds.encode_docs_s, 1e-9)
-        print(f"{d.format}: {d.rows_read} rows read ({rate:.0f} rows/s {'with their vectors, nothing encoded' if d.vectors == 'brought' else 'with encoding'}), {d.n_docs} documents, "
+        how = "with their vectors, nothing encoded" if d.vectors == "brought" else "with encoding"
+        print(f"{d.format}: {d.rows_read} rows read ({rate:.0f} rows/s {how}), {d.n_docs} documents, "
               f"{d.skipped_empty_texts} empty texts skipped, {d.duplicate_ids} duplicate ids (last row won)")
         schema = ", ".join(f"{k}: {v}" for k, v in d.metadata_schema.items()) or "none"
         print(f"metadata: {schema}")

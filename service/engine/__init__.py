@@ -50,7 +50,8 @@ from service.engine.errors import (
 from service.engine.names import DimensionChanged, UnknownModel
 from service.engine.swap import Refusal, SwapResult
 
-__all__ = ["BadFilter", "BadSearchParams", "BadVector", "DimensionChanged", "Document", "Engine", "EngineError", "Hits", "Mismatch",
+__all__ = ["BadFilter", "BadSearchParams", "BadVector", "DimensionChanged", "Document", "Engine", "EngineError",
+           "Hits", "Mismatch",
            "ModeUnavailable", "NotReady", "NotServing", "Overloaded", "Refusal", "ServedModel", "Status", "SwapRefused",
            "SwapResult", "TimedOut", "UnknownModel", "Vectors", "WriteRefused", "WriteResult", "WritesUnavailable",
            "WritesUnsupported"]
