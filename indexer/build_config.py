@@ -15,12 +15,12 @@ from indexer.calibrate import calibration_target
 from indexer.quora import Protocol
 from indexer.runtime.ann import AUTO, FlatParams, HnswParams, IvfParams, choose_kind
 from indexer.runtime.faiss_index import (
-    DEFAULT_CODEC,
     DEFAULT_NPROBE,
     MIN_POINTS_PER_LIST,
     TRAIN_POINTS_PER_LIST,
     auto_nlist,
     clamp_nprobe,
+    codec_for_budget,
     effective_nlist,
 )
 from indexer.runtime.lexical import lexical_info
@@ -47,7 +47,10 @@ class BuildConfig:
     target_recall: float | None = None
     calibrate: bool = True
     probes: str = "auto"  # auto | queries | spans (`indexer.probes`)
-    codec: str | None = None  # codes in the IVF lists: "SQfp16" or "Flat" (float32); None: DEFAULT_CODEC
+    codec: str | None = None  # codes in the IVF lists: "SQfp16", "SQ8" or "Flat" (float32); None: DEFAULT_CODEC
+    # bytes the IVF vectors may take (codes, ids, quantizer): the codec is the most precise that fits
+    # (`faiss_index.codec_for_budget`); None: DEFAULT_CODEC. Not with `codec`.
+    memory_budget: int | None = None
     hnsw_m: int = HnswParams.model_fields["m"].default
     ef_construction: int = HnswParams.model_fields["ef_construction"].default
     ef_search: int | None = None  # HNSW; given: no calibration; None: calibrated (64 with --no-calibrate)
@@ -93,11 +96,13 @@ class BuildConfig:
                                   nprobe=self.nprobe, ef_search=self.ef_search)
 
 
-def index_params(cfg: BuildConfig, n_vectors: int) -> FlatParams | IvfParams | HnswParams:
+def index_params(cfg: BuildConfig, n_vectors: int, dim: int = 384) -> FlatParams | IvfParams | HnswParams:
     """The kind `cfg.index` asks for at this many vectors (`auto`: `ann.choose_kind`, but ivf when --nlist,
     --nprobe or --codec is given: whoever sets them means an IVF index), with its parameters."""
-    ivf_options = [name for name, value in (("--nlist", cfg.nlist), ("--nprobe", cfg.nprobe), ("--codec", cfg.codec))
-                   if value is not None]
+    ivf_options = [name for name, value in (("--nlist", cfg.nlist), ("--nprobe", cfg.nprobe), ("--codec", cfg.codec),
+                                            ("--memory-budget", cfg.memory_budget)) if value is not None]
+    if cfg.codec is not None and cfg.memory_budget is not None:
+        raise ValueError("--codec and --memory-budget both choose the codec: give one")
     if ivf_options and cfg.index not in (AUTO, "ivf"):
         raise ValueError(f"{', '.join(ivf_options)}: IVF options, not for --index {cfg.index}")
     kind = "ivf" if cfg.index == AUTO and ivf_options else choose_kind(cfg.index, n_vectors)
@@ -112,7 +117,13 @@ def index_params(cfg: BuildConfig, n_vectors: int) -> FlatParams | IvfParams | H
             reason += f", cut to {nlist} for >= {MIN_POINTS_PER_LIST} training vectors per list"
         sample = min(n_vectors, TRAIN_POINTS_PER_LIST * nlist)
         log.info("IVF lists: nlist %d (%s); k-means on %d vectors", nlist, reason, sample)
-        return IvfParams(nlist=nlist, nlist_requested=requested, codec=cfg.codec or DEFAULT_CODEC,
+        codec = cfg.codec
+        if codec is None:
+            codec, why = codec_for_budget(n_vectors, dim, nlist, cfg.memory_budget)
+            if cfg.memory_budget is not None:
+                log.info("IVF codec %s (%s)", codec, why)
+                reason += f"; codec {codec}: {why}"
+        return IvfParams(nlist=nlist, nlist_requested=requested, codec=codec,
                          nprobe=clamp_nprobe(cfg.nprobe or DEFAULT_NPROBE, nlist), nlist_reason=reason,
                          train_sample=sample)
     if kind == "hnsw":

@@ -120,7 +120,12 @@ def _index_args(b: argparse.ArgumentParser) -> None:
                         "the evaluation queries unseen. The source is recorded in the manifest")
     b.add_argument("--codec", choices=list(CODECS), default=None,
                    help="how the IVF lists store vectors: SQfp16 (default; half the memory of Flat and faster to "
-                        "scan; exact-search MRR@10 within 0.02) or Flat (float32, the paper's)")
+                        "scan; exact-search MRR@10 within 0.02), SQ8 (8 bits per dimension, half of SQfp16) or Flat "
+                        "(float32, the paper's)")
+    b.add_argument("--memory-budget", type=byte_size, default=None, metavar="SIZE",
+                   help="what the IVF vectors may take in memory (codes, ids, quantizer), e.g. 8G or 512M: the codec "
+                        "is the most precise that fits (SQfp16, else SQ8; refused when neither does), logged and "
+                        "recorded in the manifest; not with --codec")
 
 
 def _lexical_args(b: argparse.ArgumentParser) -> None:
@@ -172,6 +177,19 @@ def _add(args: argparse.Namespace) -> int:
     return 0
 
 
+def byte_size(value: str) -> int:
+    """`8G`, `512M`, `1.5G`, `100000` (bytes; K, M, G, T in powers of 1024)."""
+    units = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    v = value.strip().upper().removesuffix("B").removesuffix("I")
+    try:
+        n = float(v[:-1]) * units[v[-1]] if v and v[-1] in units else float(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a size (e.g. 8G, 512M)") from None
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"{value!r}: a size must be positive")
+    return int(n)
+
+
 def run(args: argparse.Namespace) -> int:
     from indexer.build import BuildConfig, build
 
@@ -185,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
                       protocol=args.protocol, rows=args.rows, index=args.index, nlist=args.nlist,
                       nprobe=args.nprobe,
                       target_recall=args.target_recall, calibrate=not args.no_calibrate, probes=args.probes,
-                      codec=args.codec, hnsw_m=args.hnsw_m,
+                      codec=args.codec, memory_budget=args.memory_budget, hnsw_m=args.hnsw_m,
                       ef_construction=args.ef_construction, ef_search=args.ef_search,
                       batch_size=args.batch_size, threads=args.threads, keep=args.keep, evaluate=not args.no_eval,
                       id_field=args.id_field, text_field=args.text_field, title_field=args.title_field,

@@ -43,7 +43,10 @@ MIN_POINTS_PER_LIST = 39
 # 0.127 ms but 158 MB and no inverted lists to shard or grow. The paper's nprobe 5: 71.60, 0.067 ms.
 DEFAULT_NLIST = 1024
 DEFAULT_NPROBE = 20
-CODECS = ("Flat", "SQfp16")
+CODECS = ("Flat", "SQfp16", "SQ8")
+# bytes per dimension of each codec's codes: what `--memory-budget` weighs (`codec_for_budget`)
+CODEC_BYTES_PER_DIM = {"Flat": 4.0, "SQfp16": 2.0, "SQ8": 1.0}
+ID_BYTES = 8  # each IVF list entry's int64 id
 DEFAULT_CODEC = "SQfp16"
 
 
@@ -94,9 +97,30 @@ def index_from_factory(dim: int, factory: str) -> faiss.Index:
     the vectors, not their residuals to the centroid. fp16 needs no residual to be accurate, the scan skips a
     per-list term, and the codes decode back to the vectors for exact search."""
     index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
-    if factory.startswith("IVF") and factory.endswith(",SQfp16"):
-        faiss.extract_index_ivf(index).by_residual = False
+    if factory.startswith("IVF") and factory.endswith((",SQfp16", ",SQ8")):
+        faiss.extract_index_ivf(index).by_residual = False  # SQ8 too: its codes then decode to the vectors
     return index
+
+
+def codec_for_budget(n_vectors: int, dim: int, nlist: int, budget_bytes: int | None) -> tuple[str, str]:
+    """(codec, why): the most precise codec whose vectors (codes + ids + the quantizer) fit `budget_bytes` —
+    SQfp16 (the default: exact-search MRR@10 within 0.02 of float32), else SQ8 (half of it; scalar
+    quantisation to 8 bits per dimension, trained per dimension) — or ValueError when not even SQ8 fits (the
+    message says what would). None: the default."""
+    if budget_bytes is None:
+        return DEFAULT_CODEC, "default"
+
+    def size(b: float) -> str:
+        return f"{b / 2**30:.2f} GiB" if b >= 2**30 else f"{b / 2**20:.1f} MiB"
+
+    need = {c: int(n_vectors * (CODEC_BYTES_PER_DIM[c] * dim + ID_BYTES) + nlist * dim * 4)
+            for c in ("SQfp16", "SQ8")}
+    for codec in ("SQfp16", "SQ8"):
+        if need[codec] <= budget_bytes:
+            return codec, (f"--memory-budget {size(budget_bytes)}: {codec} needs {size(need[codec])} for "
+                           f"{n_vectors} vectors of {dim} dimensions")
+    raise ValueError(f"--memory-budget {size(budget_bytes)} is too small for {n_vectors} vectors of {dim} dimensions: "
+                     f"SQ8 codes need {size(need['SQ8'])} (SQfp16 {size(need['SQfp16'])})")
 
 
 def new_ivf(dim: int, nlist: int, codec: str, seed: int) -> faiss.Index:
@@ -264,13 +288,16 @@ def flat_search(vectors: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.nd
     return flat.search(np.ascontiguousarray(queries, dtype=np.float32), k)
 
 
-def _code_dtype(ivf: faiss.IndexIVF) -> type[np.floating]:
-    """How the codes of `ivf`'s lists read as vectors: float32 (Flat) or float16 (SQfp16 without residuals)."""
+def _code_dtype(ivf: faiss.IndexIVF) -> type[np.floating] | type[np.uint8]:
+    """How the codes of `ivf`'s lists read as vectors: float32 (Flat), float16 (SQfp16 without residuals), or
+    uint8 codes to decode (SQ8 without residuals)."""
     if isinstance(ivf, faiss.IndexIVFFlat):
         return np.float32
-    if (isinstance(ivf, faiss.IndexIVFScalarQuantizer) and ivf.sq.qtype == faiss.ScalarQuantizer.QT_fp16
-            and not ivf.by_residual):
-        return np.float16
+    if isinstance(ivf, faiss.IndexIVFScalarQuantizer) and not ivf.by_residual:
+        if ivf.sq.qtype == faiss.ScalarQuantizer.QT_fp16:
+            return np.float16
+        if ivf.sq.qtype == faiss.ScalarQuantizer.QT_8bit:
+            return np.uint8
     raise ValueError(f"exact search needs an IVF index whose lists hold the vectors (IVF-Flat, or IVF-SQfp16 built "
                      f"by Strata), not {type(ivf).__name__}")
 
@@ -287,7 +314,10 @@ def _list_views(index: faiss.Index) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         if size:
             ids = faiss.rev_swig_ptr(invlists.get_ids(lst), size).copy()
             codes = faiss.rev_swig_ptr(invlists.get_codes(lst), size * code_size)
-            yield ids, codes.view(dtype).reshape(size, dim).astype(np.float32, copy=False)
+            if dtype is np.uint8:  # SQ8: decoded by the index's own scalar quantizer
+                yield ids, ivf.sq.decode(codes.reshape(size, code_size))
+            else:
+                yield ids, codes.view(dtype).reshape(size, dim).astype(np.float32, copy=False)
 
 
 def stored_vectors(index: faiss.Index) -> tuple[np.ndarray, np.ndarray]:

@@ -38,8 +38,9 @@ def rows(vecs: np.ndarray, field: str = "vector") -> list[dict]:
 
 
 def cfg(data: Path, root: Path, model: Path, **kw: object) -> BuildConfig:
-    return BuildConfig(model_dir=model, data=str(data), root=root, index="flat", evaluate=False, threads=1,
-                       lexical=False, **kw)  # type: ignore[arg-type]
+    kw = {"index": "flat"} | kw
+    return BuildConfig(model_dir=model, data=str(data), root=root, evaluate=False, threads=1, lexical=False,
+                       **kw)  # type: ignore[arg-type]
 
 
 def held(root: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -112,3 +113,28 @@ def test_parquet_null_and_ragged_vectors_and_the_cli_exit_code(tmp_path: Path, t
         assert r.returncode == 2, r.stderr
         assert f"{name}.parquet:8: " in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert IndexRoot(tmp_path / "root").current_version() is None
+
+
+def test_memory_budget_picks_the_codec_that_fits_and_sq8_serves(tmp_path: Path, tiny_exported: Path) -> None:
+    """`--memory-budget` between what SQ8 and SQfp16 need gives SQ8 (recorded with its reason); its lists decode
+    to the vectors for exact search; a budget that not even SQ8 fits is refused before any work."""
+    n = 2000
+    vecs = np.random.default_rng(2).normal(size=(n, DIM)).astype(np.float32)
+    data = jsonl(tmp_path / "v.jsonl", rows(vecs))
+    sq8, fp16 = n * (DIM + 8), n * (2 * DIM + 8)  # + the quantizer's nlist × dim × 4 bytes
+    root = tmp_path / "root"
+    build(BuildConfig(model_dir=tiny_exported, data=str(data), root=root, index="auto", evaluate=False, threads=1,
+                      lexical=False, memory_budget=(sq8 + fp16) // 2 + 64 * DIM * 4))
+    ir = IndexRoot(root)
+    v = IndexVersion(ir.version_dir(ir.current_version() or ""))
+    try:
+        p = v.manifest.index.params
+        assert p.kind == "ivf" and p.codec == "SQ8" and "SQ8 needs" in (p.nlist_reason or "")  # type: ignore[union-attr]
+        assert v.manifest.index.factory.endswith(",SQ8")
+        unit = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+        _, top = v.ann.exact_search(unit[:20], 1)
+        assert (top[:, 0] == np.arange(20)).all()  # 8-bit codes still find each vector itself
+    finally:
+        v.close()
+    with pytest.raises(ValueError, match="too small"):
+        build(cfg(data, tmp_path / "small", tiny_exported, index="ivf", memory_budget=sq8 // 2))
