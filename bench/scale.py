@@ -30,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -229,7 +230,9 @@ def swap(url: str, pid: int, root: Path, model: Path, qvecs: np.ndarray, threads
             "after_swap_rss_mib": round(after.total / 2**20)}
 
 
-def run_size(n: int, quora: Path, work: Path, threads: int, rebuild: bool, mmap: bool) -> dict[str, object]:
+def run_size(n: int, quora: Path, work: Path, threads: int, rebuild: bool, mmap: bool,
+             save: Callable[[dict[str, object]], None]) -> dict[str, object]:
+    """Every measurement of one size; `save(out)` after each stage, so that a run cut short keeps what it had."""
     from indexer.runtime.manifest import Manifest
 
     model = sc.encoder_dir()
@@ -240,8 +243,13 @@ def run_size(n: int, quora: Path, work: Path, threads: int, rebuild: bool, mmap:
         shutil.rmtree(root)
         state.unlink(missing_ok=True)
     if not state.is_file():
-        state.write_text(json.dumps(build(n, corpus, root, model, threads)))
+        state.write_text(json.dumps(build(n, corpus, root, model, threads) | {"version": version_dir(root).name}))
     built = json.loads(state.read_text())
+    # a rerun serves the built version again, without the writes of the run before (resumable, same figures)
+    from indexer.runtime.layout import IndexRoot
+
+    IndexRoot(root).set_current(built["version"])
+    shutil.rmtree(root / "writes", ignore_errors=True)
     folder = version_dir(root)
     m = Manifest.load(folder)
     dim = m.model.dim
@@ -252,6 +260,7 @@ def run_size(n: int, quora: Path, work: Path, threads: int, rebuild: bool, mmap:
                               "bytes_per_doc": bytes_per_doc(folder, m.index.ntotal, code)}
     qvecs, qtexts = sc.queries(quora), sc.query_texts(quora)
     out["recall"] = recall(folder, qvecs)
+    save(out)
     log(f"N={n}: {out}")
     tmp = work / "tmp"
     tmp.mkdir(exist_ok=True)
@@ -261,11 +270,15 @@ def run_size(n: int, quora: Path, work: Path, threads: int, rebuild: bool, mmap:
         for q in qvecs[:200]:  # warm-up
             httpx.post(f"{url}/search", json={"vector": q.tolist(), "top_k": 10}, timeout=60)
         out["steady_rss_mib"] = round(rss(proc.pid).total / 2**20)
+        save(out)
         out["search"] = latencies(url, qvecs, qtexts, tmp)
+        save(out)
         out["writes"] = writes(url, dim, n)
+        save(out)
         log_bytes = sum(f.stat().st_size for f in (root / "writes").iterdir() if f.is_file())  # with its WAL
         out["bytes_per_doc"]["write_log_per_written_doc"] = round(log_bytes / 320, 1)  # type: ignore[index]
         out["swap"] = swap(url, proc.pid, root, model, qvecs, threads)
+        save(out)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -281,14 +294,16 @@ def report(results: list[dict[str, object]], stamp: str, mmap: bool) -> str:
              f"`bench/scale_corpus.py` (Quora's real texts and all-MiniLM-L6-v2 vectors, grown). Served with "
              f"STRATA_MMAP={'1' if mmap else '0'}, STRATA_THREADS=1.", ""]
     for r in results:
+        g = r.get
         lines += [f"## N = {r['n_docs']:,} ({r['index']}, {r['dim']} dims)", "",
                   f"- build: {r['build']} — stages (s): {r['stages_s']}", f"- nlist: {r['nlist_reason']}",
-                  f"- bytes per document: {r['bytes_per_doc']}", f"- dense recall@10 vs exact: {r['recall']}",
-                  f"- startup {r['startup_s']} s, steady RSS {r['steady_rss_mib']} MiB",
-                  f"- writes: {r['writes']}", f"- compact and swap: {r['swap']}", f"- load at the end: {r['load_end']}",
+                  f"- bytes per document: {r['bytes_per_doc']}", f"- dense recall@10 vs exact: {g('recall')}",
+                  f"- startup {g('startup_s')} s, steady RSS {g('steady_rss_mib')} MiB",
+                  f"- writes: {g('writes')}", f"- compact and swap: {g('swap')}",
+                  f"- load at the end: {g('load_end', 'not reached: the run was cut short')}",
                   "", "| mode | filter | conns | p50 ms | p99 ms | req/s | errors | load |",
                   "|---|---|---|---|---|---|---|---|"]
-        for s in r["search"]:  # type: ignore[union-attr]
+        for s in r.get("search", []):  # type: ignore[union-attr]
             lines.append(f"| {s['mode']} | {s['filter']} | {s['conns']} | {s['p50_ms']} | {s['p99_ms']} | {s['rps']} | "
                          f"{s['errors']} | {s['load']} |")
         lines.append("")
@@ -308,13 +323,18 @@ def main() -> None:
     quora = data_dir() / "quora_duplicate_questions.partial.tsv.gz"
     args.work.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%MZ")
-    results = []
+    results: list[dict[str, object]] = []
     for n in args.sizes:
-        results.append(run_size(n, quora, args.work, args.threads, args.rebuild, not args.no_mmap))
-        name = f"scale-{'-'.join(str(r['n_docs']) for r in results)}-{stamp}{'-nommap' if args.no_mmap else ''}"
-        (RESULTS / f"{name}.json").write_text(json.dumps(results, indent=1))
-        (RESULTS / f"{name}.md").write_text(report(results, stamp, not args.no_mmap))
-        print(report(results[-1:], stamp, not args.no_mmap))
+        def save(out: dict[str, object], n: int = n) -> None:
+            done = [*results, out]
+            name = f"scale-{'-'.join(str(r['n_docs']) for r in done)}-{stamp}{'-nommap' if args.no_mmap else ''}"
+            (RESULTS / f"{name}.json").write_text(json.dumps(done, indent=1))
+            (RESULTS / f"{name}.md").write_text(report(done, stamp, not args.no_mmap))
+
+        out = run_size(n, quora, args.work, args.threads, args.rebuild, not args.no_mmap, save)
+        save(out)
+        results.append(out)
+        print(report([out], stamp, not args.no_mmap))
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ Owns:
 - `filters`: the metadata filter language (parsed and validated here, compiled to SQL over the store);
 - `integrity`: checksums of a version's files, sealed into its manifest, verified before it is served;
 - `guards`: the shrink guard (`STRATA_MAX_SHRINK`) shared by builds and swaps;
+- `vectors`: the check of vectors a user brings (dimension, finite, non-zero) and their normalisation, shared by
+  builds, `PUT /documents` and `/search`;
 - the write path, beside its log: `writelog`, the root's write log (documents written through the API, durable);
   `writes`, a write from its encoded texts on (logged, applied to the served version's overlay, replayed onto every
   version opened, switched with it; the service encodes and maps its refusals to HTTP); `overlay`, the live
