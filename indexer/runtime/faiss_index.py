@@ -97,8 +97,8 @@ def index_from_factory(dim: int, factory: str) -> faiss.Index:
     the vectors, not their residuals to the centroid. fp16 needs no residual to be accurate, the scan skips a
     per-list term, and the codes decode back to the vectors for exact search."""
     index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
-    if factory.startswith("IVF") and factory.endswith((",SQfp16", ",SQ8")):
-        faiss.extract_index_ivf(index).by_residual = False  # SQ8 too: its codes then decode to the vectors
+    if factory.startswith("IVF") and factory.endswith(",SQfp16"):
+        faiss.extract_index_ivf(index).by_residual = False
     return index
 
 
@@ -128,6 +128,8 @@ def new_ivf(dim: int, nlist: int, codec: str, seed: int) -> faiss.Index:
     if codec not in CODECS:
         raise ValueError(f"codec {codec!r} is not one of {', '.join(CODECS)}")
     index = index_from_factory(dim, ivf_factory(nlist, codec))
+    if codec == "SQ8":  # a build's SQ8 lists hold the vectors too (not residuals): they decode for exact search
+        faiss.extract_index_ivf(index).by_residual = False
     faiss.extract_index_ivf(index).cp.seed = seed
     return index
 
