@@ -14,7 +14,15 @@ from pathlib import Path
 from indexer.calibrate import calibration_target
 from indexer.quora import Protocol
 from indexer.runtime.ann import AUTO, FlatParams, HnswParams, IvfParams, choose_kind
-from indexer.runtime.faiss_index import DEFAULT_CODEC, DEFAULT_NLIST, DEFAULT_NPROBE, clamp_nprobe, effective_nlist
+from indexer.runtime.faiss_index import (
+    DEFAULT_NPROBE,
+    MIN_POINTS_PER_LIST,
+    TRAIN_POINTS_PER_LIST,
+    auto_nlist,
+    clamp_nprobe,
+    codec_for_budget,
+    effective_nlist,
+)
 from indexer.runtime.lexical import lexical_info
 from indexer.runtime.manifest import LexicalInfo, SearchMode
 
@@ -31,7 +39,7 @@ class BuildConfig:
     # auto | flat | ivf | hnsw (`ann.choose_kind`; auto with nlist or nprobe given: ivf). The CLI defaults to auto;
     # here ivf, what every programmatic caller (benches, the Ray equality checks) was written against.
     index: str = "ivf"
-    nlist: int | None = None  # IVF; None: DEFAULT_NLIST
+    nlist: int | None = None  # IVF; None: by size (`faiss_index.auto_nlist`)
     nprobe: int | None = None  # IVF; given: no calibration (`calibration_target`); None: calibrated
     # An ivf/hnsw build calibrates its search parameter on query-like probes (`indexer.calibrate`,
     # `indexer.probes`) to this share of exact search's top 10 (None: DEFAULT_TARGET_RECALL), unless `calibrate`
@@ -39,7 +47,10 @@ class BuildConfig:
     target_recall: float | None = None
     calibrate: bool = True
     probes: str = "auto"  # auto | queries | spans (`indexer.probes`)
-    codec: str | None = None  # codes in the IVF lists: "SQfp16" or "Flat" (float32); None: DEFAULT_CODEC
+    codec: str | None = None  # codes in the IVF lists: "SQfp16", "SQ8" or "Flat" (float32); None: DEFAULT_CODEC
+    # bytes the IVF vectors may take (codes, ids, quantizer): the codec is the most precise that fits
+    # (`faiss_index.codec_for_budget`); None: DEFAULT_CODEC. Not with `codec`.
+    memory_budget: int | None = None
     hnsw_m: int = HnswParams.model_fields["m"].default
     ef_construction: int = HnswParams.model_fields["ef_construction"].default
     ef_search: int | None = None  # HNSW; given: no calibration; None: calibrated (64 with --no-calibrate)
@@ -53,6 +64,7 @@ class BuildConfig:
     text_field: str | None = None
     title_field: str | None = None
     metadata_fields: list[str] | None = None
+    vector_field: str | None = None  # the rows' vectors (None: a field named "vector" when the corpus has one)
     queries: Path | None = None  # evaluation queries and their qrels (a BEIR folder's are found by themselves)
     qrels: Path | None = None
     # the lexical (BM25) index built beside the vectors (`indexer.runtime.lexical`); lexical False: none
@@ -74,7 +86,8 @@ class BuildConfig:
     def corpus_options(self) -> list[str]:
         """The options that only a non-Quora corpus takes, as the user set them."""
         named = {"--id-field": self.id_field, "--text-field": self.text_field, "--title-field": self.title_field,
-                 "--metadata-fields": self.metadata_fields, "--queries": self.queries, "--qrels": self.qrels}
+                 "--metadata-fields": self.metadata_fields, "--vector-field": self.vector_field,
+                 "--queries": self.queries, "--qrels": self.qrels}
         return [k for k, v in named.items() if v is not None]
 
     def target_for(self, kind: str) -> float | None:
@@ -83,11 +96,13 @@ class BuildConfig:
                                   nprobe=self.nprobe, ef_search=self.ef_search)
 
 
-def index_params(cfg: BuildConfig, n_vectors: int) -> FlatParams | IvfParams | HnswParams:
+def index_params(cfg: BuildConfig, n_vectors: int, dim: int = 384) -> FlatParams | IvfParams | HnswParams:
     """The kind `cfg.index` asks for at this many vectors (`auto`: `ann.choose_kind`, but ivf when --nlist,
     --nprobe or --codec is given: whoever sets them means an IVF index), with its parameters."""
-    ivf_options = [name for name, value in (("--nlist", cfg.nlist), ("--nprobe", cfg.nprobe), ("--codec", cfg.codec))
-                   if value is not None]
+    ivf_options = [name for name, value in (("--nlist", cfg.nlist), ("--nprobe", cfg.nprobe), ("--codec", cfg.codec),
+                                            ("--memory-budget", cfg.memory_budget)) if value is not None]
+    if cfg.codec is not None and cfg.memory_budget is not None:
+        raise ValueError("--codec and --memory-budget both choose the codec: give one")
     if ivf_options and cfg.index not in (AUTO, "ivf"):
         raise ValueError(f"{', '.join(ivf_options)}: IVF options, not for --index {cfg.index}")
     kind = "ivf" if cfg.index == AUTO and ivf_options else choose_kind(cfg.index, n_vectors)
@@ -95,10 +110,22 @@ def index_params(cfg: BuildConfig, n_vectors: int) -> FlatParams | IvfParams | H
         log.info("--index %s: %s for %d vectors%s", cfg.index, kind, n_vectors,
                  f" ({', '.join(ivf_options)} given)" if ivf_options else "")
     if kind == "ivf":
-        requested = cfg.nlist or DEFAULT_NLIST
+        requested = cfg.nlist or auto_nlist(n_vectors)
         nlist = effective_nlist(n_vectors, requested)
-        return IvfParams(nlist=nlist, nlist_requested=requested, codec=cfg.codec or DEFAULT_CODEC,
-                         nprobe=clamp_nprobe(cfg.nprobe or DEFAULT_NPROBE, nlist))
+        reason = (f"--nlist {cfg.nlist}" if cfg.nlist else f"by size: 4·sqrt({n_vectors}) rounded to a power of two")
+        if nlist != requested:
+            reason += f", cut to {nlist} for >= {MIN_POINTS_PER_LIST} training vectors per list"
+        sample = min(n_vectors, TRAIN_POINTS_PER_LIST * nlist)
+        log.info("IVF lists: nlist %d (%s); k-means on %d vectors", nlist, reason, sample)
+        codec = cfg.codec
+        if codec is None:
+            codec, why = codec_for_budget(n_vectors, dim, nlist, cfg.memory_budget)
+            if cfg.memory_budget is not None:
+                log.info("IVF codec %s (%s)", codec, why)
+                reason += f"; codec {codec}: {why}"
+        return IvfParams(nlist=nlist, nlist_requested=requested, codec=codec,
+                         nprobe=clamp_nprobe(cfg.nprobe or DEFAULT_NPROBE, nlist), nlist_reason=reason,
+                         train_sample=sample)
     if kind == "hnsw":
         ef_search = cfg.ef_search or HnswParams.model_fields["ef_search"].default
         return HnswParams(m=cfg.hnsw_m, ef_construction=cfg.ef_construction, ef_search=ef_search)

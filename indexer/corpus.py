@@ -77,14 +77,14 @@ class CorpusSource:
 
 def open_corpus(path: Path, *, id_field: str | None = None, text_field: str | None = None,
                 title_field: str | None = None, metadata_fields: list[str] | None = None,
-                queries: Path | None = None, qrels: Path | None = None, split: str = DEFAULT_SPLIT
-                ) -> CorpusSource:
+                queries: Path | None = None, qrels: Path | None = None, split: str = DEFAULT_SPLIT,
+                vector_field: str | None = None) -> CorpusSource:
     """A non-Quora corpus at `path` (see `detect_format`); BEIR's queries and qrels are found unless given."""
     fmt = detect_format(path)
     if fmt == "quora":
         raise CorpusFormatError(f"{path} is a Quora question-pairs TSV (read it with indexer.quora)")
     fields = default_fields(fmt, id_field=id_field, text_field=text_field, title_field=title_field,
-                            metadata_fields=metadata_fields)
+                            metadata_fields=metadata_fields, vector_field=vector_field)
     if fmt == "beir":
         corpus = path / BEIR_CORPUS if (path / BEIR_CORPUS).is_file() else path / (BEIR_CORPUS + ".gz")
         files = [corpus]
@@ -216,7 +216,10 @@ def _parquet_docs(path: Path, src: CorpusSource, progress: Callable[[int], None]
         t = schema.field(name).type if name else None
         if t is not None and not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t)):
             raise CorpusFormatError(f"{path}: {role} column {name!r} has type {t}; it must hold strings")
-    wanted = {fields.id, fields.text} | ({fields.title} if fields.title else set())
+    has_vectors = fields.vector in names
+    if has_vectors:
+        _check_vector_type(path, fields.vector, schema.field(fields.vector).type)
+    wanted = {fields.id, fields.text, fields.vector} | ({fields.title} if fields.title else set())
     columns = [n for n in names if n in wanted or fields.metadata is None or n in fields.metadata
                or n == "metadata"]
     size = path.stat().st_size
@@ -225,13 +228,52 @@ def _parquet_docs(path: Path, src: CorpusSource, progress: Callable[[int], None]
     reported = 0
     try:
         for batch in pf.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns):
-            cols = {name: batch.column(name).to_pylist() for name in batch.schema.names}
+            cols = {name: batch.column(name).to_pylist() for name in batch.schema.names if name != fields.vector}
+            vecs = _batch_vectors(path, row_no, batch.column(fields.vector)) if has_vectors else None
             for i in range(batch.num_rows):
                 row_no += 1
-                yield make_doc({k: v[i] for k, v in cols.items()}, fields, f"{path}:{row_no}")
+                yield make_doc({k: v[i] for k, v in cols.items()}, fields, f"{path}:{row_no}",
+                               vector=None if vecs is None else vecs[i])
             if progress is not None:
                 done = size * row_no // n_rows
                 progress(done - reported)
                 reported = done
     except (OSError, pa.ArrowException) as exc:
         raise CorpusFormatError(f"{path}:{row_no + 1}: unreadable: {str(exc).splitlines()[0]}") from exc
+
+
+def _check_vector_type(path: Path, name: str, t: object) -> None:
+    import pyarrow as pa
+
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)) or not (
+            pa.types.is_floating(t.value_type) or pa.types.is_integer(t.value_type)):  # type: ignore[attr-defined]
+        raise CorpusFormatError(f"{path}: vector column {name!r} has type {t}; it must be list<float32> or "
+                                f"fixed_size_list<float32, dim>")
+
+
+def _batch_vectors(path: Path, rows_before: int, col: object) -> list[object]:
+    """A batch's vector column as one float32 row per document (a view of one array), None where the row has
+    none; a row of another length than the batch's first is a `FILE:ROW` error (the dimension check proper is
+    the ingest's, against the encoder)."""
+    import numpy as np
+    import pyarrow as pa
+
+    assert isinstance(col, (pa.ListArray, pa.LargeListArray, pa.FixedSizeListArray))
+    n = len(col)
+    valid = np.ones(n, dtype=bool) if col.null_count == 0 else ~np.asarray(col.is_null())
+    lengths = np.asarray(col.value_lengths().fill_null(0))
+    flat = np.asarray(col.flatten().to_numpy(zero_copy_only=False), dtype=np.float32)
+    present = lengths[valid]
+    dim = int(present[0]) if len(present) else 0
+    bad = np.flatnonzero(valid & (lengths != dim))
+    if len(bad):
+        i = int(bad[0])
+        raise CorpusFormatError(f"{path}:{rows_before + i + 1}: a vector of dimension {int(lengths[i])}, but the "
+                                f"rows before it have dimension {dim}")
+    out: list[object] = [None] * n
+    if dim:
+        matrix = flat.reshape(-1, dim)
+        rows = np.cumsum(valid) - 1
+        for i in np.flatnonzero(valid):
+            out[i] = matrix[rows[i]]
+    return out

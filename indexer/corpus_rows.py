@@ -44,6 +44,9 @@ class Fields:
     text: str = "text"
     title: str | None = None
     metadata: tuple[str, ...] | None = None
+    # the field holding a vector the user brings (`indexer.runtime.vectors`); never metadata. A corpus whose
+    # rows have it is built from those vectors, not encoded; one without it is encoded.
+    vector: str = "vector"
 
 
 @dataclass(slots=True)
@@ -52,16 +55,19 @@ class Doc:
     text: str  # title and text joined (see the module docstring); "" for an empty text
     metadata: dict[str, Any]
     where: str  # FILE:LINE, for messages
+    vector: Any = None  # the row's vector as given (a list or a float32 array; checked by the ingest), or None
 
 
 def default_fields(fmt: CorpusFormat, *, id_field: str | None = None, text_field: str | None = None,
-                   title_field: str | None = None, metadata_fields: list[str] | None = None) -> Fields:
+                   title_field: str | None = None, metadata_fields: list[str] | None = None,
+                   vector_field: str | None = None) -> Fields:
     """The fields of a format, with the user's choices applied: BEIR defaults to `_id`, `text` and `title`; the
     other formats to `id` and `text`, no title."""
     beir = fmt == "beir"
     return Fields(id=id_field or ("_id" if beir else "id"), text=text_field or "text",
                   title=title_field if title_field is not None else ("title" if beir else None),
-                  metadata=tuple(metadata_fields) if metadata_fields is not None else None)
+                  metadata=tuple(metadata_fields) if metadata_fields is not None else None,
+                  vector=vector_field or "vector")
 
 
 def join_title(title: str | None, text: str) -> str:
@@ -139,8 +145,9 @@ def text_value(v: object, where: str, field: str) -> str:
     return v
 
 
-def make_doc(row: dict[str, Any], fields: Fields, where: str, *, typed: bool = True) -> Doc:
-    """A `Doc` from one row (a JSON object, a CSV record or a Parquet row)."""
+def make_doc(row: dict[str, Any], fields: Fields, where: str, *, typed: bool = True, vector: Any = None) -> Doc:  # noqa: ANN401
+    """A `Doc` from one row (a JSON object, a CSV record or a Parquet row); `vector`: the row's vector when the
+    reader took it out already (Parquet reads a batch's vectors as one array), else the vector field's value."""
     if fields.id not in row:
         raise CorpusFormatError(f"{where}: no id field {fields.id!r} (pick one with --id-field)")
     if fields.text not in row:
@@ -152,8 +159,13 @@ def make_doc(row: dict[str, Any], fields: Fields, where: str, *, typed: bool = T
     text = text_value(row[fields.text], where, fields.text)
     title = text_value(row.get(fields.title), where, fields.title) if fields.title else ""
     meta: dict[str, Any] = {}
+    if vector is None:
+        vector = row.get(fields.vector)
+        if vector is not None and not typed:
+            raise CorpusFormatError(f"{where}: a vector field {fields.vector!r} in a CSV/TSV file; bring vectors in "
+                                    f"JSONL or Parquet")
     for key, value in row.items():
-        if key in (fields.id, fields.text):
+        if key in (fields.id, fields.text, fields.vector):
             continue
         if key == "metadata" and isinstance(value, dict):
             continue  # flattened below, after the top-level fields
@@ -174,4 +186,4 @@ def make_doc(row: dict[str, Any], fields: Fields, where: str, *, typed: bool = T
         check_metadata(out)  # the one schema, shared with PUT /documents (indexer.runtime.metadata)
     except MetadataError as exc:
         raise CorpusFormatError(f"{where}: {exc}") from None
-    return Doc(ext_id, join_title(title, text), out, where)
+    return Doc(ext_id, join_title(title, text), out, where, vector)

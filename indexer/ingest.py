@@ -30,6 +30,7 @@ from indexer.build_config import BuildConfig
 from indexer.corpus import CorpusSource, open_corpus
 from indexer.corpus_rows import CorpusFormatError, ExtId, cell_value
 from indexer.evalset import LoadedEvalSet, load_eval_set
+from indexer.ingest_vectors import Pending, RowVectors, VectorRows, brought_vectors
 from indexer.probes import corpus_probe_candidates, make_probes
 from indexer.runtime.guards import max_shrink, shrink_message, shrinks_too_much
 from indexer.runtime.ids import FaissIds
@@ -47,7 +48,6 @@ log = logging.getLogger(__name__)
 
 INGEST_CHUNK = 4096  # rows per store write and encoder call (long enough for length-sorted batches to pad little)
 INGEST_CHUNK_CHARS = 8_000_000  # or fewer rows when they are long: what one chunk may hold in memory
-VECTOR_BLOCK = 16_384  # rows per block of the growing vector array
 
 
 class DocIds:
@@ -91,34 +91,6 @@ def _is_int(s: str) -> bool:
     return isinstance(cell_value(s), int)
 
 
-class VectorRows:
-    """A growing (rows × dim) float32 array kept as fixed blocks, so growing never copies what is there."""
-
-    def __init__(self, dim: int) -> None:
-        self.dim = dim
-        self.blocks: list[np.ndarray] = []
-        self.n = 0
-
-    def put(self, rows: np.ndarray, vecs: np.ndarray) -> None:
-        # the last of repeated rows wins (an id twice in one chunk)
-        last = len(rows) - 1 - np.unique(rows[::-1], return_index=True)[1]
-        rows, vecs = rows[last], vecs[last]
-        need = int(rows.max()) + 1
-        while len(self.blocks) * VECTOR_BLOCK < need:
-            self.blocks.append(np.empty((VECTOR_BLOCK, self.dim), dtype=np.float32))
-        self.n = max(self.n, need)
-        block = rows // VECTOR_BLOCK
-        for b in np.unique(block):
-            mine = block == b
-            self.blocks[b][rows[mine] % VECTOR_BLOCK] = vecs[mine]
-
-    def take(self) -> np.ndarray:
-        """All rows as one array (the blocks are released)."""
-        out = np.concatenate(self.blocks)[: self.n] if self.blocks else np.zeros((0, self.dim), np.float32)
-        self.blocks = []
-        return out
-
-
 @dataclass
 class IngestResult:
     ids: DocIds
@@ -128,6 +100,7 @@ class IngestResult:
     duplicate_ids: int = 0
     read_s: float = 0.0
     encode_s: float = 0.0
+    brought_vectors: bool = False  # the rows brought their vectors (nothing was encoded)
 
     @property
     def n_docs(self) -> int:
@@ -183,16 +156,18 @@ class ChunkProgress:
 
 def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder | None, *,
            batch_size: int | None = None, limit: int | None = None, progress: bool = True,
-           on_advance: Callable[[int], None] | None = None) -> IngestResult:
+           on_advance: Callable[[int], None] | None = None, vectors_path: Path | None = None) -> IngestResult:
     """Stream `source` into `writer` (and through `encoder`, unless None: the Ray engine encodes elsewhere).
-    `on_advance` hears each move of the progress bar (`ChunkProgress`)."""
+    `on_advance` hears each move of the progress bar (`ChunkProgress`). Rows that bring vectors (every row or
+    none) are not encoded (`indexer.ingest_vectors`). `vectors_path`: the vectors' file (memory-mapped)."""
     ids = DocIds()
-    rows = VectorRows(encoder.dim) if encoder is not None else None
+    rows = VectorRows(encoder.dim, vectors_path) if encoder is not None else None
     result = IngestResult(ids, None)
     bar = ChunkProgress(source.total_bytes(), enabled=progress, on_advance=on_advance)
-    pending: list[tuple[int, ExtId, str, str]] = []  # (row, external id, text, metadata JSON)
+    pending: list[Pending] = []
     pending_chars = 0
     t_start = time.perf_counter()
+    rows_vectors = RowVectors(source.fields.vector, encoder is not None)
 
     def flush() -> None:
         nonlocal pending_chars
@@ -200,25 +175,30 @@ def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder
         if not pending:
             return
         bar.start_chunk(len(pending))
-        writer.put([(ids.faiss_ids[r], ext, text, meta) for r, ext, text, meta in pending])
         if encoder is not None and rows is not None:
             t0 = time.perf_counter()
-            vecs = encoder.encode([p[2] for p in pending], batch_size, on_progress=bar.texts_done)
-            result.encode_s += time.perf_counter() - t0
-            rows.put(np.fromiter((p[0] for p in pending), dtype=np.int64, count=len(pending)), vecs)
+            if rows_vectors.brought:
+                vecs = brought_vectors(pending, encoder.dim, rows_vectors.field)
+                bar.texts_done(len(pending))
+            else:
+                vecs = encoder.encode([p.text for p in pending], batch_size, on_progress=bar.texts_done)
+                result.encode_s += time.perf_counter() - t0
+            rows.put(np.fromiter((p.row for p in pending), dtype=np.int64, count=len(pending)), vecs)
+        writer.put([(ids.faiss_ids[p.row], p.ext, p.text, p.meta) for p in pending])
         pending.clear()
         bar.end_chunk(len(ids))
 
     try:
         for doc in source.docs(limit, bar.bytes_read):
             result.rows_read += 1
+            rows_vectors.check(doc)
             if not doc.text:
                 result.skipped_empty += 1
                 continue
             row, seen = ids.add(doc.ext_id)
             result.duplicate_ids += seen
             meta = json.dumps(doc.metadata, ensure_ascii=False)
-            pending.append((row, doc.ext_id, doc.text, meta))
+            pending.append(Pending(row, doc.ext_id, doc.text, meta, doc.vector, doc.where))
             pending_chars += len(doc.text) + len(meta)
             if len(pending) >= INGEST_CHUNK or pending_chars >= INGEST_CHUNK_CHARS:
                 flush()
@@ -226,6 +206,7 @@ def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder
     finally:
         bar.close()
     result.read_s = time.perf_counter() - t_start - result.encode_s
+    result.brought_vectors = bool(rows_vectors.brought)
     if rows is not None:
         result.vectors = rows.take()
     if result.duplicate_ids:
@@ -252,7 +233,8 @@ def data_path(data: str) -> Path:
 
 def source_for(cfg: BuildConfig, path: Path) -> CorpusSource:
     return open_corpus(path, id_field=cfg.id_field, text_field=cfg.text_field, title_field=cfg.title_field,
-                       metadata_fields=cfg.metadata_fields, queries=cfg.queries, qrels=cfg.qrels)
+                       metadata_fields=cfg.metadata_fields, queries=cfg.queries, qrels=cfg.qrels,
+                       vector_field=cfg.vector_field)
 
 
 def fields_info(source: CorpusSource) -> CorpusFieldsInfo:
@@ -264,6 +246,7 @@ def fields_info(source: CorpusSource) -> CorpusFieldsInfo:
 def corpus_data_info(source: CorpusSource, res: IngestResult, schema: dict[str, str],
                      loaded: LoadedEvalSet | None) -> DataInfo:
     return DataInfo(source=str(source.path), protocol="corpus", rows_read=res.rows_read,
+                    vectors="brought" if res.brought_vectors else "encoded",
                     skipped_empty_texts=res.skipped_empty, n_docs=res.n_docs,
                     n_queries=len(loaded.evalset.query_texts) if loaded else 0, format=source.format,
                     fields=fields_info(source), duplicate_ids=res.duplicate_ids,
@@ -273,15 +256,20 @@ def corpus_data_info(source: CorpusSource, res: IngestResult, schema: dict[str, 
                     eval_judged_docs_missing=loaded.stats.missing_docs if loaded else 0)
 
 
+VECTORS_SPILL = ".vectors.f32"  # the build's vectors, memory-mapped in the staging folder (removed before publishing)
+
+
 def ingest_store(source: CorpusSource, stage: Path, encoder: OnnxEncoder | None, *, batch_size: int | None,
                  limit: int | None) -> tuple[IngestResult, dict[str, str], LoadedEvalSet | None]:
     """Write the store of a corpus (documents, metadata, and the evaluation set when queries and qrels are
-    there) into `stage`; the vectors come back in the result when `encoder` is given."""
+    there) into `stage`; the vectors come back in the result when `encoder` is given (memory-mapped from
+    `stage / VECTORS_SPILL`, which the caller removes once the index is built)."""
     # a full disk names the store, not the folder; a source file that cannot be read keeps its own error
     with storage_errors(stage / STORE, "writing the store", within=stage):
         writer = CorpusStoreWriter(stage / STORE)
         try:
-            res = ingest(source, writer, encoder, batch_size=batch_size, limit=limit)
+            res = ingest(source, writer, encoder, batch_size=batch_size, limit=limit,
+                         vectors_path=stage / VECTORS_SPILL)
             if res.n_docs == 0:
                 raise CorpusFormatError(f"{source.path}: no documents with text ({res.rows_read} rows read, "
                                         f"{res.skipped_empty} with an empty text)")
@@ -312,6 +300,7 @@ def build_corpus(cfg: BuildConfig, root: IndexRoot, encoder: OnnxEncoder, source
         index_info = build_version_index(cfg, vectors, res.ids.faiss_array(), stage, timings)
         del vectors
         res.vectors = None
+        (stage / VECTORS_SPILL).unlink(missing_ok=True)
         if loaded is not None:
             t0 = time.perf_counter()
             qvecs = encoder.encode(loaded.evalset.query_texts, cfg.batch_size, progress=True, desc="eval queries")

@@ -35,9 +35,9 @@ from indexer.runtime.ann import AUTO, IvfParams
 from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.faiss_index import (
     DEFAULT_CODEC,
-    DEFAULT_NLIST,
     DEFAULT_NPROBE,
     INDEX_FILE,
+    auto_nlist,
     clamp_nprobe,
     deserialize,
     effective_nlist,
@@ -204,7 +204,7 @@ def build_on_ray(cfg: BuildConfig, opts: RayOptions) -> Manifest:
 
             driver_encoder = OnnxEncoder(cfg.model_dir, threads=cfg.threads, verify_sha256=True)
             dim = driver_encoder.dim
-            nlist = effective_nlist(n, cfg.nlist or DEFAULT_NLIST)
+            nlist = effective_nlist(n, cfg.nlist or auto_nlist(n))
             nprobe = clamp_nprobe(cfg.nprobe or DEFAULT_NPROBE, nlist)
             t0 = time.perf_counter()
             sample = _vectors_at(files, training_positions(pos, nlist, cfg.seed), dim)
@@ -253,7 +253,7 @@ def build_on_ray(cfg: BuildConfig, opts: RayOptions) -> Manifest:
                 version=version,
                 created_at=datetime.now(timezone.utc),
                 model=model_info(cfg.model_dir, m),
-                index=IndexInfo.for_params(IvfParams(nlist=nlist, nlist_requested=cfg.nlist or DEFAULT_NLIST,
+                index=IndexInfo.for_params(IvfParams(nlist=nlist, nlist_requested=cfg.nlist or auto_nlist(n),
                                                      codec=cfg.codec or DEFAULT_CODEC, nprobe=nprobe), n,
                                            shards=shards),
                 data=data,

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 def build_version_index(cfg: BuildConfig, vectors: np.ndarray, ids: np.ndarray, stage: Path, timings: Timings
                         ) -> IndexInfo:
     """Build the index `cfg` asks for over `vectors`, write it into `stage`; returns the manifest's section."""
-    params = index_params(cfg, len(vectors))
+    params = index_params(cfg, len(vectors), vectors.shape[1])
     log.info("building a %s index of %d vectors (%s)", params.kind, len(vectors), params.model_dump())
     index: AnnIndex
     index, timings.train_s, timings.add_s = build_index(params, vectors, ids, cfg.seed)

@@ -3,6 +3,7 @@
     Overloaded   -> 429 with Retry-After       NotReady, NotServing -> 503
     TimedOut     -> 504                        SwapRefused  -> 409 (a ReloadResponse: the old version serves)
     BadFilter    -> 422 (the filter does not fit the served version's metadata)
+    BadVector    -> 422 (a brought vector outside the served encoder's space: dimension, NaN/inf, zeros)
     BadSearchParams -> 422 (a search parameter the served index kind does not take, e.g. nprobe of a flat index)
     ModeUnavailable -> 422 (lexical/hybrid on a version without a lexical index, or on the sharded backend)
     WriteRefused -> 409                        WritesUnsupported -> 501      WritesUnavailable -> 503
@@ -31,6 +32,7 @@ from starlette.exceptions import HTTPException
 from service.engine import (
     BadFilter,
     BadSearchParams,
+    BadVector,
     DimensionChanged,
     ModeUnavailable,
     NotReady,
@@ -157,6 +159,12 @@ async def bad_search_params(request: Request, exc: BadSearchParams) -> JSONRespo
                                      "msg": str(exc)}]}, status_code=422)
 
 
+async def bad_vector(request: Request, exc: BadVector) -> JSONResponse:
+    """422 shaped like a request validation error, at the vector (for a write: the document's)."""
+    return JSONResponse({"detail": [{"type": "vector", "loc": ["body", *exc.loc], "msg": str(exc)}]},
+                        status_code=422)
+
+
 async def mode_unavailable(request: Request, exc: ModeUnavailable) -> JSONResponse:
     return JSONResponse({"detail": [{"type": "mode", "loc": ["body", "mode"], "msg": str(exc)}]}, status_code=422)
 
@@ -210,6 +218,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(TimedOut, timed_out)  # type: ignore[arg-type]
     app.add_exception_handler(SwapRefused, swap_refused)  # type: ignore[arg-type]
     app.add_exception_handler(BadFilter, bad_filter)  # type: ignore[arg-type]
+    app.add_exception_handler(BadVector, bad_vector)  # type: ignore[arg-type]
     app.add_exception_handler(BadSearchParams, bad_search_params)  # type: ignore[arg-type]
     app.add_exception_handler(ModeUnavailable, mode_unavailable)  # type: ignore[arg-type]
     app.add_exception_handler(WriteRefused, write_refused)  # type: ignore[arg-type]

@@ -63,9 +63,19 @@ class EncodeResponse(BaseModel):
     index_version: str = Field(description="the index version whose encoder produced these vectors")
 
 
+MAX_VECTOR_DIM = 8192
+VECTOR_DOC = ("this document's vector, brought instead of encoding its text: it must come from the served "
+              "encoder's space (same model, pooling and normalisation: docs/own-corpus.md), of its dimension "
+              "(GET /stats), finite and not all zeros; it is L2-normalised as the encoder's are")
+
+
 class SearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     query: Text | None = None
+    vector: list[float] | None = Field(None, min_length=1, max_length=MAX_VECTOR_DIM, description=(
+        "a query vector instead of encoding text, from the served encoder's space (its dimension, finite, not all "
+        "zeros). Alone: mode dense (the default for it). With 'query' too: mode hybrid, the vector for the "
+        "dense side and the text for BM25. Mode lexical takes no vector"))
     queries: list[Text] | None = Field(None, min_length=1, max_length=MAX_TEXTS)
     top_k: StrictInt = Field(10, ge=1, le=MAX_TOP_K)  # strict: "5", 5.0 and true are 422s
     filter: dict[str, Any] | None = Field(None, description=FILTER_DOC, examples=[
@@ -94,8 +104,19 @@ class SearchRequest(BaseModel):
 
     @model_validator(mode="after")
     def _one_of(self) -> SearchRequest:
-        if (self.query is None) == (self.queries is None):
-            raise ValueError("give exactly one of 'query' (a string) or 'queries' (a list of strings)")
+        if self.vector is not None:
+            if self.queries is not None:
+                raise ValueError("'vector' is one query's vector: give it with 'query' (hybrid) or alone, not with "
+                                 "'queries'")
+            if self.query is None and self.mode not in (None, "dense"):
+                raise ValueError(f"mode {self.mode!r} needs the query's text for BM25: give 'query' too (hybrid), "
+                                 f"or use mode 'dense' with a vector alone")
+            if self.query is not None and self.mode not in (None, "hybrid"):
+                raise ValueError(f"'vector' and 'query' together run mode 'hybrid' (the vector for the dense side, "
+                                 f"the text for BM25), not {self.mode!r}: give one of them for that mode")
+        elif (self.query is None) == (self.queries is None):
+            raise ValueError("give exactly one of 'query' (a string) or 'queries' (a list of strings), or a "
+                             "'vector'")
         if self.mode in ("dense", "lexical") and (self.fusion, self.k, self.alpha) != (None, None, None):
             raise ValueError(f"'fusion', 'k' and 'alpha' apply to mode 'hybrid', not {self.mode!r}")
         if self.mode == "lexical" and self.knobs:
@@ -295,6 +316,7 @@ class WriteDocument(BaseModel):
     id: DocId = Field(description="a string or a 64-bit integer, kept as given (17 and \"17\" are two documents)")
     text: Text
     metadata: dict[str, Any] = Field(default_factory=dict, description=METADATA_DOC)
+    vector: list[float] | None = Field(None, max_length=MAX_VECTOR_DIM, description=VECTOR_DOC)
 
     @model_validator(mode="after")
     def _metadata_schema(self) -> WriteDocument:

@@ -15,8 +15,9 @@ from models.cli import build_parser as encoder_parser
 INDEXER = {
     "build": (
         "--root", "--model", "--data", "--protocol", "--rows", "--id-field", "--text-field", "--title-field",
-        "--metadata-fields", "--queries", "--qrels", "--index", "--nlist", "--hnsw-m", "--ef-construction",
-        "--ef-search", "--nprobe", "--target-recall", "--no-calibrate", "--probes", "--codec", "--batch-size",
+        "--metadata-fields", "--vector-field", "--queries", "--qrels", "--index", "--nlist", "--hnsw-m",
+        "--ef-construction", "--ef-search", "--nprobe", "--target-recall", "--no-calibrate", "--probes", "--codec",
+        "--memory-budget", "--batch-size",
         "--threads", "--keep", "--no-lexical", "--lexical-stemmer", "--lexical-stopwords", "--bm25-k1", "--bm25-b",
         "--default-mode", "--no-eval", "--add", "--rebuild-after", "--engine", "--ray-address", "--workers",
         "--threads-per-worker", "--gpus-per-worker", "--shards", "--block-rows", "--keep-vectors",

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from indexer.calibrate import DEFAULT_TARGET_RECALL
 from indexer.commands.common import check_settings, positive_int, recall_target, root_arg, threads_arg
 from indexer.runtime.ann import AUTO, AUTO_FLAT_BELOW, KINDS, HnswParams
-from indexer.runtime.faiss_index import CODECS, DEFAULT_NLIST, DEFAULT_NPROBE
+from indexer.runtime.faiss_index import CODECS, DEFAULT_NPROBE
 from indexer.runtime.paths import DEFAULT_MODEL_NAME, default_model_dir, default_quora_source
 
 if TYPE_CHECKING:
@@ -69,6 +69,10 @@ def _own_corpus_args(b: argparse.ArgumentParser) -> None:
                    default=None, metavar="F1,F2",
                    help="fields kept as metadata, comma-separated ('' for none; default: every field other than "
                    "the id and text)")
+    c.add_argument("--vector-field", default=None, metavar="FIELD",
+                   help="field holding each row's vector (JSONL list, Parquet list<float32>/fixed_size_list; default: "
+                        "vector): a corpus that has it is built from those vectors, not encoded; they must come from "
+                        "the --model encoder's space (its dimension is checked)")
     c.add_argument("--queries", type=Path, default=None,
                    help="evaluation queries (JSONL with _id/id and text) to store and evaluate with --qrels "
                    "(a BEIR folder's queries.jsonl is found by itself)")
@@ -85,7 +89,8 @@ def _index_args(b: argparse.ArgumentParser) -> None:
                    f"(bench/index_crossover.py), ivf from there on, and ivf whenever --nlist, --nprobe or --codec "
                    f"is given. --engine ray builds ivf only")
     b.add_argument("--nlist", type=positive_int, default=None,
-                   help=f"IVF lists (default {DEFAULT_NLIST}, scaled down for small corpora; also the paper's)")
+                   help="IVF lists (default: by size, 4·sqrt(N) rounded to a power of two: 1024 at 100k, 4096 at 1M; "
+                        "scaled down for small corpora)")
     b.add_argument("--hnsw-m", type=positive_int, default=HnswParams.model_fields["m"].default,
                    help="HNSW: graph neighbours per node (FAISS's M; default %(default)s)")
     b.add_argument("--ef-construction", type=positive_int,
@@ -117,7 +122,12 @@ def _index_args(b: argparse.ArgumentParser) -> None:
                         "the evaluation queries unseen. The source is recorded in the manifest")
     b.add_argument("--codec", choices=list(CODECS), default=None,
                    help="how the IVF lists store vectors: SQfp16 (default; half the memory of Flat and faster to "
-                        "scan; exact-search MRR@10 within 0.02) or Flat (float32, the paper's)")
+                        "scan; exact-search MRR@10 within 0.02), SQ8 (8 bits per dimension, half of SQfp16) or Flat "
+                        "(float32, the paper's)")
+    b.add_argument("--memory-budget", type=byte_size, default=None, metavar="SIZE",
+                   help="what the IVF vectors may take in memory (codes, ids, quantizer), e.g. 8G or 512M: the codec "
+                        "is the most precise that fits (SQfp16, else SQ8; refused when neither does), logged and "
+                        "recorded in the manifest; not with --codec")
 
 
 def _lexical_args(b: argparse.ArgumentParser) -> None:
@@ -169,6 +179,19 @@ def _add(args: argparse.Namespace) -> int:
     return 0
 
 
+def byte_size(value: str) -> int:
+    """`8G`, `512M`, `1.5G`, `100000` (bytes; K, M, G, T in powers of 1024)."""
+    units = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    v = value.strip().upper().removesuffix("B").removesuffix("I")
+    try:
+        n = float(v[:-1]) * units[v[-1]] if v and v[-1] in units else float(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a size (e.g. 8G, 512M)") from None
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"{value!r}: a size must be positive")
+    return int(n)
+
+
 def run(args: argparse.Namespace) -> int:
     from indexer.build import BuildConfig, build
 
@@ -182,11 +205,12 @@ def run(args: argparse.Namespace) -> int:
                       protocol=args.protocol, rows=args.rows, index=args.index, nlist=args.nlist,
                       nprobe=args.nprobe,
                       target_recall=args.target_recall, calibrate=not args.no_calibrate, probes=args.probes,
-                      codec=args.codec, hnsw_m=args.hnsw_m,
+                      codec=args.codec, memory_budget=args.memory_budget, hnsw_m=args.hnsw_m,
                       ef_construction=args.ef_construction, ef_search=args.ef_search,
                       batch_size=args.batch_size, threads=args.threads, keep=args.keep, evaluate=not args.no_eval,
                       id_field=args.id_field, text_field=args.text_field, title_field=args.title_field,
-                      metadata_fields=args.metadata_fields, queries=args.queries, qrels=args.qrels,
+                      metadata_fields=args.metadata_fields, vector_field=args.vector_field, queries=args.queries,
+                      qrels=args.qrels,
                       lexical=not args.no_lexical, lexical_stemmer=args.lexical_stemmer,
                       lexical_stopwords=args.lexical_stopwords, bm25_k1=args.bm25_k1, bm25_b=args.bm25_b,
                       default_mode=args.default_mode)
@@ -228,7 +252,8 @@ def _report(args: argparse.Namespace, m: Manifest) -> int:
     d = m.data
     if d.format is not None:
         rate = d.rows_read / max(m.build_seconds.load_s + m.build_seconds.encode_docs_s, 1e-9)
-        print(f"{d.format}: {d.rows_read} rows read ({rate:.0f} rows/s with encoding), {d.n_docs} documents, "
+        how = "with their vectors, nothing encoded" if d.vectors == "brought" else "with encoding"
+        print(f"{d.format}: {d.rows_read} rows read ({rate:.0f} rows/s {how}), {d.n_docs} documents, "
               f"{d.skipped_empty_texts} empty texts skipped, {d.duplicate_ids} duplicate ids (last row won)")
         if d.format == "files":
             print(f"files: {d.rows_read} read, {d.skipped_files} skipped (could not be read: the log names each "

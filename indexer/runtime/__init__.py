@@ -29,6 +29,8 @@ Owns:
 - `priority`: the lowered CPU and IO priority of builds and compactions (`STRATA_BUILD_PRIORITY`);
 - `serving`: the serving record (`serving.json`: the version an API last swapped in, the versions its gates
   refused), so that restarts hold the swap gates;
+- `vectors`: the check of vectors a user brings (dimension, finite, non-zero) and their normalisation, shared by
+  builds, `PUT /documents` and `/search`;
 - the write path, beside its log: `writelog`, the root's write log (documents written through the API, durable);
   `writes`, a write from its encoded texts on (logged, applied to the served version's overlay, replayed onto every
   version opened, switched with it; the service encodes and maps its refusals to HTTP); `overlay`, the live

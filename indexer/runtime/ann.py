@@ -54,6 +54,8 @@ class IvfParams(BaseModel):
     nlist_requested: int = Field(ge=1)
     codec: str = "SQfp16"  # codes in the lists: SQfp16 or Flat (float32)
     nprobe: int = Field(ge=1)  # lists probed per query by default (clamped to nlist)
+    nlist_reason: str | None = None  # why this nlist (logged at build time too)
+    train_sample: int | None = None  # vectors k-means was trained on (bounded: `faiss_index.training_sample`)
 
 
 class HnswParams(BaseModel):

@@ -43,8 +43,40 @@ MIN_POINTS_PER_LIST = 39
 # 0.127 ms but 158 MB and no inverted lists to shard or grow. The paper's nprobe 5: 71.60, 0.067 ms.
 DEFAULT_NLIST = 1024
 DEFAULT_NPROBE = 20
-CODECS = ("Flat", "SQfp16")
+CODECS = ("Flat", "SQfp16", "SQ8")
+# bytes per dimension of each codec's codes: what `--memory-budget` weighs (`codec_for_budget`)
+CODEC_BYTES_PER_DIM = {"Flat": 4.0, "SQfp16": 2.0, "SQ8": 1.0}
+ID_BYTES = 8  # each IVF list entry's int64 id
 DEFAULT_CODEC = "SQfp16"
+
+
+# nlist when none is given, by size: about 4·sqrt(N) lists (FAISS's guideline is 4–16·sqrt(N)), rounded to a
+# power of two, within [1, MAX_AUTO_NLIST]. At 100k that is 1,024, the list count measured best there (above);
+# 4,096 at 1M, 16,384 at 10M: each list then holds ~250–600 vectors and a probe's scan stays short as N grows,
+# while nprobe is calibrated per build (`indexer.calibrate`) to hold the recall target.
+MAX_AUTO_NLIST = 65_536
+# k-means learns the lists from a bounded, seeded sample: TRAIN_POINTS_PER_LIST vectors per list (FAISS wants
+# >= 39 and subsamples to 256 by default): the training cost grows with nlist, not with N, and the sample is the
+# only copy of vectors training makes.
+TRAIN_POINTS_PER_LIST = 64
+ADD_CHUNK = 65_536  # vectors added per call (a memory-mapped corpus is read a chunk at a time)
+
+
+def auto_nlist(n_vectors: int) -> int:
+    """The default list count for `n_vectors`: 4·sqrt(N) rounded to a power of two, bounded (see above)."""
+    if n_vectors < 2:
+        return 1
+    return int(min(MAX_AUTO_NLIST, 2 ** round(math.log2(4 * math.sqrt(n_vectors)))))
+
+
+def training_sample(vectors: np.ndarray, nlist: int, seed: int) -> np.ndarray:
+    """At most TRAIN_POINTS_PER_LIST · nlist rows of `vectors`, drawn uniformly without replacement (seeded) and
+    read in row order (a memory-mapped array is read once, forward); all of them when there are fewer."""
+    cap = TRAIN_POINTS_PER_LIST * nlist
+    if len(vectors) <= cap:
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+    rows = np.sort(np.random.default_rng(seed).choice(len(vectors), size=cap, replace=False))
+    return np.ascontiguousarray(vectors[rows], dtype=np.float32)
 
 
 def effective_nlist(n_vectors: int, nlist: int) -> int:
@@ -70,11 +102,34 @@ def index_from_factory(dim: int, factory: str) -> faiss.Index:
     return index
 
 
+def codec_for_budget(n_vectors: int, dim: int, nlist: int, budget_bytes: int | None) -> tuple[str, str]:
+    """(codec, why): the most precise codec whose vectors (codes + ids + the quantizer) fit `budget_bytes` —
+    SQfp16 (the default: exact-search MRR@10 within 0.02 of float32), else SQ8 (half of it; scalar
+    quantisation to 8 bits per dimension, trained per dimension) — or ValueError when not even SQ8 fits (the
+    message says what would). None: the default."""
+    if budget_bytes is None:
+        return DEFAULT_CODEC, "default"
+
+    def size(b: float) -> str:
+        return f"{b / 2**30:.2f} GiB" if b >= 2**30 else f"{b / 2**20:.1f} MiB"
+
+    need = {c: int(n_vectors * (CODEC_BYTES_PER_DIM[c] * dim + ID_BYTES) + nlist * dim * 4)
+            for c in ("SQfp16", "SQ8")}
+    for codec in ("SQfp16", "SQ8"):
+        if need[codec] <= budget_bytes:
+            return codec, (f"--memory-budget {size(budget_bytes)}: {codec} needs {size(need[codec])} for "
+                           f"{n_vectors} vectors of {dim} dimensions")
+    raise ValueError(f"--memory-budget {size(budget_bytes)} is too small for {n_vectors} vectors of {dim} dimensions: "
+                     f"SQ8 codes need {size(need['SQ8'])} (SQfp16 {size(need['SQfp16'])})")
+
+
 def new_ivf(dim: int, nlist: int, codec: str, seed: int) -> faiss.Index:
     """An untrained inner-product IVF index with `codec` codes in its lists."""
     if codec not in CODECS:
         raise ValueError(f"codec {codec!r} is not one of {', '.join(CODECS)}")
     index = index_from_factory(dim, ivf_factory(nlist, codec))
+    if codec == "SQ8":  # a build's SQ8 lists hold the vectors too (not residuals): they decode for exact search
+        faiss.extract_index_ivf(index).by_residual = False
     faiss.extract_index_ivf(index).cp.seed = seed
     return index
 
@@ -86,9 +141,16 @@ def build_ivf(vectors: np.ndarray, ids: np.ndarray, nlist: int, nprobe: int, see
 
     index = new_ivf(vectors.shape[1], nlist, codec, seed)
     t0 = time.perf_counter()
-    index.train(vectors)
+    sample = training_sample(vectors, nlist, seed)
+    log.info("IVF%d: k-means on %d of %d vectors (<= %d per list)", nlist, len(sample), len(vectors),
+             TRAIN_POINTS_PER_LIST)
+    index.train(sample)
+    del sample
     t1 = time.perf_counter()
-    index.add_with_ids(vectors, ids.astype(np.int64))
+    ids = np.asarray(ids, dtype=np.int64)
+    for start in range(0, len(vectors), ADD_CHUNK):  # chunks: no whole float32 copy of a mapped corpus
+        index.add_with_ids(np.ascontiguousarray(vectors[start : start + ADD_CHUNK], dtype=np.float32),
+                           ids[start : start + ADD_CHUNK])
     t2 = time.perf_counter()
     set_nprobe(index, nprobe)
     return index, t1 - t0, t2 - t1
@@ -138,9 +200,14 @@ def get_threads() -> int:
     return int(faiss.omp_get_max_threads())
 
 
-def read_index(path: str | Path) -> faiss.Index:
-    """Read an index file; RuntimeError for truncated or foreign files (FAISS's own error)."""
-    return faiss.read_index(str(path))
+def read_index(path: str | Path, *, mmap: bool = False) -> faiss.Index:
+    """Read an index file; RuntimeError for truncated or foreign files (FAISS's own error).
+
+    `mmap`: the file is memory-mapped, not copied into memory (FAISS's IO_FLAG_MMAP_IFC, FAISS >= 1.11: the
+    flat codes of Flat and HNSW storage and the arrays of IVF inverted lists point into the mapping). Pages are
+    read through the page cache as searches touch them and are file-backed, so the kernel can drop them; the
+    index is then read-only (a build, `add` or `compact` opens without it, to change the index)."""
+    return faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC if mmap else 0)
 
 
 def read_merged(paths: Sequence[str | Path]) -> faiss.Index:
@@ -234,13 +301,16 @@ def flat_search(vectors: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.nd
     return flat.search(np.ascontiguousarray(queries, dtype=np.float32), k)
 
 
-def _code_dtype(ivf: faiss.IndexIVF) -> type[np.floating]:
-    """How the codes of `ivf`'s lists read as vectors: float32 (Flat) or float16 (SQfp16 without residuals)."""
+def _code_dtype(ivf: faiss.IndexIVF) -> type[np.floating] | type[np.uint8]:
+    """How the codes of `ivf`'s lists read as vectors: float32 (Flat), float16 (SQfp16 without residuals), or
+    uint8 codes to decode (SQ8 without residuals)."""
     if isinstance(ivf, faiss.IndexIVFFlat):
         return np.float32
-    if (isinstance(ivf, faiss.IndexIVFScalarQuantizer) and ivf.sq.qtype == faiss.ScalarQuantizer.QT_fp16
-            and not ivf.by_residual):
-        return np.float16
+    if isinstance(ivf, faiss.IndexIVFScalarQuantizer) and not ivf.by_residual:
+        if ivf.sq.qtype == faiss.ScalarQuantizer.QT_fp16:
+            return np.float16
+        if ivf.sq.qtype == faiss.ScalarQuantizer.QT_8bit:
+            return np.uint8
     raise ValueError(f"exact search needs an IVF index whose lists hold the vectors (IVF-Flat, or IVF-SQfp16 built "
                      f"by Strata), not {type(ivf).__name__}")
 
@@ -257,7 +327,10 @@ def _list_views(index: faiss.Index) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         if size:
             ids = faiss.rev_swig_ptr(invlists.get_ids(lst), size).copy()
             codes = faiss.rev_swig_ptr(invlists.get_codes(lst), size * code_size)
-            yield ids, codes.view(dtype).reshape(size, dim).astype(np.float32, copy=False)
+            if dtype is np.uint8:  # SQ8: decoded by the index's own scalar quantizer
+                yield ids, ivf.sq.decode(codes.reshape(size, code_size))
+            else:
+                yield ids, codes.view(dtype).reshape(size, dim).astype(np.float32, copy=False)
 
 
 def stored_vectors(index: faiss.Index) -> tuple[np.ndarray, np.ndarray]:
@@ -818,8 +891,10 @@ def wrap_index(index: faiss.Index, params: FlatParams | IvfParams | HnswParams) 
     return FlatIndex(top, params.model_copy())
 
 
-def read_ann(paths: Sequence[str | Path], params: FlatParams | IvfParams | HnswParams) -> AnnIndex:
-    """Read a version's index file (or IVF shard files, merged) as the `AnnIndex` of `params.kind`."""
+def read_ann(paths: Sequence[str | Path], params: FlatParams | IvfParams | HnswParams, *, mmap: bool = False
+             ) -> AnnIndex:
+    """Read a version's index file (or IVF shard files, merged: in memory, whatever `mmap`) as the `AnnIndex` of
+    `params.kind`; `mmap`: see `read_index`."""
     if len(paths) > 1 and not isinstance(params, IvfParams):
         raise ValueError(f"only IVF versions are kept as shards; the manifest says {params.kind}")
-    return wrap_index(read_index(paths[0]) if len(paths) == 1 else read_merged(paths), params)
+    return wrap_index(read_index(paths[0], mmap=mmap) if len(paths) == 1 else read_merged(paths), params)

@@ -148,16 +148,17 @@ def build_lexical(folder: Path, docs: Iterable[tuple[int, str]], info: LexicalIn
 class LexicalIndex:
     """A version's lexical index opened for searching (read-only; safe to share between threads)."""
 
-    def __init__(self, folder: Path, info: LexicalInfo) -> None:
+    def __init__(self, folder: Path, info: LexicalInfo, *, mmap: bool = False) -> None:
+        """`mmap`: the postings and row ids are memory-mapped (read through the page cache), not loaded."""
         self.folder = Path(folder) / LEXICAL_DIR
         self.info = info
         self.analyzer = Analyzer(info.stemmer, info.stopwords)
         try:
-            self.fids = np.load(self.folder / ROWS_FILE)
+            self.fids = np.load(self.folder / ROWS_FILE, mmap_mode="r" if mmap else None)
             raw = json.loads((self.folder / STATS_FILE).read_text())
             self.stats = Stats(int(raw["n_docs"]), float(raw["avgdl"]))
             if self.fids.size:
-                self.model = bm25s.BM25.load(str(self.folder), mmap=False, show_progress=False, verbosity=0)
+                self.model = bm25s.BM25.load(str(self.folder), mmap=mmap, show_progress=False, verbosity=0)
                 self.vocab: dict[str, int] = self.model.vocab_dict
                 self.df = np.diff(self.model.scores["indptr"]).astype(np.int64)
             else:

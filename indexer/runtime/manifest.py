@@ -165,6 +165,7 @@ class DataInfo(BaseModel):
     eval_source: str | None = None  # the queries and qrels files of the stored evaluation set
     eval_queries_without_relevant: int = 0  # queries whose judgments hold no grade > 0 (not evaluated)
     eval_judged_docs_missing: int = 0  # judged documents not in the corpus (they stay in recall denominators)
+    vectors: Literal["encoded", "brought"] = "encoded"  # brought: the corpus's vector column, not encoded
 
 
 class Timings(BaseModel):

@@ -1,12 +1,14 @@
 """One request to a searcher: its texts and what to do with them (search, or encode only). The HTTP route builds
 it, and it travels as it is through the engine, the scheduler and the micro-batcher to the searcher's batch.
 
-May import: the standard library, `indexer.runtime`."""
+May import: the standard library, numpy, `indexer.runtime`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from indexer.runtime.fusion import Fusion
 from indexer.runtime.manifest import SearchMode
@@ -21,6 +23,9 @@ class Query:
     knobs: dict[str, int] | None = None
     mode: SearchMode | None = None  # None: the version's default (`Manifest.search_mode`)
     fusion: Fusion | None = None  # hybrid only; None: the default (convex, alpha 0.5)
+    # the queries' vectors, brought by the request (checked and normalised, one row per text): nothing is encoded
+    # for them; the texts then serve BM25 only (hybrid)
+    vectors: np.ndarray | None = None
 
     @property
     def encode_only(self) -> bool:

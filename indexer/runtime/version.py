@@ -143,8 +143,9 @@ class IndexVersion:
     serves_lexical = True
 
     def __init__(self, folder: str | Path, *, nprobe: int | None = None,
-                 search_params: dict[str, int | None] | None = None) -> None:
+                 search_params: dict[str, int | None] | None = None, mmap: bool = False) -> None:
         self.folder = Path(folder)
+        self.mmap = mmap  # the index file memory-mapped, read-only (`faiss_index.read_index`): what serving opens
         try:
             self.manifest = Manifest.load(self.folder)
         except ManifestError as exc:
@@ -157,7 +158,7 @@ class IndexVersion:
             if not p.is_file():
                 raise IndexLoadError(f"{p} is missing")
         try:
-            self.ann: AnnIndex = read_ann(paths, self.manifest.index.params)
+            self.ann: AnnIndex = read_ann(paths, self.manifest.index.params, mmap=mmap)
         except RuntimeError as exc:  # FAISS raises RuntimeError for truncated or foreign files
             raise IndexLoadError(f"{path} is not a readable FAISS index: {str(exc).splitlines()[0]}") from exc
         except ValueError as exc:  # the file holds another kind of index than the manifest says
@@ -183,7 +184,7 @@ class IndexVersion:
                 except IndexParamError:
                     log.info("%s does not apply to %s's %s index", name, self.version, self.ann.kind)
         try:  # the BM25 index beside the vectors (None: a version built without one, dense only)
-            self.lexical = LexicalIndex(self.folder, m.lexical) if m.lexical is not None else None
+            self.lexical = LexicalIndex(self.folder, m.lexical, mmap=mmap) if m.lexical is not None else None
         except LexicalError as exc:
             self.store.close()
             raise IndexLoadError(str(exc)) from exc

@@ -104,6 +104,7 @@ class Document:
     id: ExtId
     text: str
     metadata: dict[str, Any]
+    vector: list[float] | None = None  # brought by the client (`indexer.runtime.vectors`): not encoded
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from service.engine.engine import Engine, Hits, ServedModel, Status, Vectors
 from service.engine.errors import (
     BadFilter,
     BadSearchParams,
+    BadVector,
     EngineError,
     Mismatch,
     ModeUnavailable,
@@ -59,8 +60,8 @@ from service.engine.errors import (
 from service.engine.names import DimensionChanged, UnknownModel
 from service.engine.swap import Refusal, SwapResult
 
-__all__ = ["BadFilter", "BadSearchParams", "DimensionChanged", "Document", "Engine", "EngineError", "Hits", "Mismatch",
-           "ModeUnavailable", "NotReady", "NotServing", "Overloaded", "Refusal", "ServedModel", "Status", "StorageFull",
-           "StorageUnavailable", "SwapRefused",
+__all__ = ["BadFilter", "BadSearchParams", "BadVector", "DimensionChanged", "Document", "Engine", "EngineError",
+           "Hits", "Mismatch", "ModeUnavailable", "NotReady", "NotServing", "Overloaded", "Refusal", "ServedModel",
+           "Status", "StorageFull", "StorageUnavailable", "SwapRefused",
            "SwapResult", "TimedOut", "UnknownModel", "Vectors", "WriteRefused", "WriteResult", "WritesUnavailable",
            "WritesUnsupported"]

@@ -19,7 +19,7 @@ import asyncio
 import contextvars
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -31,9 +31,10 @@ from indexer.runtime.ann import HnswParams, IvfParams
 from indexer.runtime.faiss_index import clamp_nprobe, set_threads
 from indexer.runtime.manifest import Manifest, SearchMode
 from indexer.runtime.query import Query
+from indexer.runtime.vectors import VectorError, check_vector
 from indexer.runtime.writelog import Delete, ExtId, Upsert
 from indexer.runtime.writes import Document, WriteResult, Writes
-from service.engine.errors import NotReady
+from service.engine.errors import BadVector, NotReady
 from service.engine.leases import Leases
 from service.engine.metrics import Metrics
 from service.engine.names import Encoder, ModelNames
@@ -185,20 +186,27 @@ class Engine:
         self.backend.close()
 
     # -- the front door ----------------------------------------------------------------------------------------
-    async def search(self, query: Query) -> Hits:
+    async def search(self, query: Query, vector: Sequence[float] | None = None) -> Hits:
         """The `top_k` best documents of each of the query's texts, from one version, by `mode` (dense: nearest
         vectors; lexical: BM25; hybrid: both, fused by `fusion`; None: the version's default); with a `filter` (see
         `indexer.runtime.filters`), among the documents whose metadata match it only; with `knobs`, at those
         search parameters of the vector search (nprobe for IVF, ef_search for HNSW). Raises `BadFilter` when the
         filter does not fit the version's metadata, `BadSearchParams` when its index kind takes no such
-        parameter, `ModeUnavailable` when the version cannot run the mode."""
+        parameter, `ModeUnavailable` when the version cannot run the mode.
+
+        `vector`: one query's vector, brought instead of encoding (the query's text then serves BM25, or ""
+        alone: mode dense); `BadVector` when it is not of the served encoder's space."""
         if query.knobs == {}:
             query = replace(query, knobs=None)
+        if vector is not None:
+            texts = query.texts
+            query = replace(query, vectors=self._brought_query(vector),
+                            mode=query.mode or ("hybrid" if texts and texts[0] else "dense"))
         searcher, r = await self._call(query)
         m = self.metrics
         ran = r.mode or "dense"
         self.collection_metrics.searched(ran)
-        if ran != "lexical":
+        if ran != "lexical" and query.vectors is None:
             m.encode_seconds.labels("/search").observe(r.encode_ms / 1000)
             m.texts_encoded.labels("/search").inc(len(query.texts))
         m.search_seconds.observe(r.search_ms / 1000)
@@ -209,6 +217,15 @@ class Engine:
             if ms > 0:
                 m.stage_seconds.labels(ran, stage).observe(ms / 1000)
         return Hits(searcher.version, r.hits, r.truncated, r.encode_ms, r.search_ms, ran, r.stages)
+
+    def _brought_query(self, vector: Sequence[float]) -> np.ndarray:
+        searcher = self.leases.current
+        if searcher is None:
+            raise NotReady(self.not_ready_reason())
+        try:
+            return check_vector(vector, searcher.encoder.dim)[None, :]
+        except VectorError as exc:
+            raise BadVector(str(exc), ["vector"]) from None
 
     async def encode(self, texts: list[str], *, endpoint: str = "/encode") -> Vectors:
         """The texts' vectors, with the encoder of the served version (`endpoint` labels the metrics)."""
@@ -236,13 +253,29 @@ class Engine:
         then searchable — all before this returns. Raises WriteRefused / WritesUnsupported / WritesUnavailable."""
         searcher = self.leases.current
         Writes.check(searcher, [d.id for d in docs], any(d.metadata for d in docs))
-        encoded_by, r = await self._call(Query([d.text for d in docs], None), write=True)
-        assert r.vectors is not None
-        self.metrics.encode_seconds.labels("/documents").observe(r.encode_ms / 1000)
-        self.metrics.texts_encoded.labels("/documents").inc(len(docs))
+        assert searcher is not None  # Writes.check raises NotReady without one
+        brought = {}  # documents that bring their vector: checked before anything is encoded or written
+        for i, d in enumerate(docs):
+            if d.vector is not None:
+                try:
+                    brought[i] = check_vector(d.vector, searcher.encoder.dim)
+                except VectorError as exc:
+                    raise BadVector(f"document {d.id!r}: {exc}", ["documents", i, "vector"]) from None
+        encoded_by, vectors = searcher, list(brought.values())
+        if len(brought) < len(docs):
+            encoded_by, r = await self._call(Query([d.text for d in docs if d.vector is None], None),
+                                              write=True)
+            assert r.vectors is not None
+            self.metrics.encode_seconds.labels("/documents").observe(r.encode_ms / 1000)
+            self.metrics.texts_encoded.labels("/documents").inc(len(docs) - len(brought))
+            encoded = iter(r.vectors)
+            vectors = [brought[i] if i in brought else next(encoded) for i in range(len(docs))]
+            if brought and encoded_by.encoder.dim != searcher.encoder.dim:  # a swap to another space meanwhile
+                raise BadVector(f"the served encoder changed to dimension {encoded_by.encoder.dim} during the write",
+                                ["documents", next(iter(brought)), "vector"])
         sha = encoded_by.encoder.meta.onnx_sha256
         return await self._commit([Upsert(d.id, d.text, d.metadata, v, sha)
-                                   for d, v in zip(docs, r.vectors, strict=True)], "upsert")
+                                   for d, v in zip(docs, vectors, strict=True)], "upsert")
 
     async def delete(self, ids: list[ExtId]) -> WriteResult:
         """Delete documents by id, durably; a deleted id stays deleted in every version served later (also one

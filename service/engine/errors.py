@@ -56,6 +56,15 @@ class BadSearchParams(EngineError):
         self.name = name
 
 
+class BadVector(EngineError):
+    """A vector a request brings (`/search`'s `vector`, a document's in `PUT /documents`) that does not fit the
+    served encoder's space: another dimension, NaN or infinity, all zeros. `loc`: where in the body it is."""
+
+    def __init__(self, message: str, loc: list[str | int]) -> None:
+        super().__init__(message)
+        self.loc = loc
+
+
 class ModeUnavailable(EngineError):
     """A `/search` mode the served version cannot run (lexical or hybrid on a version without a lexical index, or
     on the sharded backend); the message says why and what to do."""

@@ -76,7 +76,8 @@ class Scheduler:
     # -- admission, timeout -------------------------------------------------------------------------------------
     async def call(self, route: Route, query: Query, *, write: bool = False) -> Answer:
         """Admit, run and time out one call on `route`'s collection: a search or encode (micro-batched), or a
-        write's texts (`write`: on the write lane)."""
+        write's texts (`write`: on the write lane). A search that brings its query `vectors` encodes nothing: it
+        is not batched with texts to encode, it runs on a worker at once."""
         s = self.settings
         if self.in_flight >= s.max_in_flight:
             self.metrics.rejected.labels("busy").inc()
@@ -87,6 +88,8 @@ class Scheduler:
         future: asyncio.Future[Answer]
         if write:
             future = asyncio.ensure_future(self.write_lane.encode(query.texts, route.leases))
+        elif query.vectors is not None:  # nothing to encode: not batched with texts, run on a worker at once
+            future = asyncio.ensure_future(self._run_one(query, route))
         elif s.micro_batching:
             future = self._batcher(searcher.encoder).submit(query, route=route)
         else:
@@ -197,7 +200,7 @@ def _prefetch(jobs: list[Job], groups: dict[int, list[int]], searchers: dict[int
         default = searcher.default_mode()
         for j in groups[key]:
             job = jobs[j]
-            if job.top_k is None or (job.mode or default) != "lexical":
+            if job.vectors is None and (job.top_k is None or (job.mode or default) != "lexical"):
                 texts.update(dict.fromkeys(job.texts))
     if not texts:
         return None

@@ -33,7 +33,7 @@ from indexer.runtime.fusion import HYBRID_DEPTH, Fusion, fuse
 from indexer.runtime.manifest import Manifest, SearchMode
 from indexer.runtime.query import Query
 from indexer.runtime.version import FilterCache, FilterMatch, Hit, IndexVersion, VectorIndex
-from service.engine.errors import BadFilter, BadSearchParams, Mismatch, ModeUnavailable
+from service.engine.errors import BadFilter, BadSearchParams, BadVector, Mismatch, ModeUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -235,8 +235,8 @@ class Searcher:
     def encode_batch(self, batch: Batch, encoder: OnnxEncoder) -> None:
         """One ONNX run for the texts of every job to encode, and the rows of each in `batch.vecs` (a job whose
         encoding failed has none)."""
-        batch.vecs, batch.truncated, batch.tokens, batch.n_texts = self._encode(batch.jobs, batch.encoding,
-                                                                                batch.errors, encoder)
+        batch.vecs, batch.truncated, batch.tokens, batch.n_texts = self._vectors(batch.jobs, batch.encoding,
+                                                                                 batch.errors, encoder)
         row = 0
         for j in batch.encoding:
             if batch.errors[j] is None:
@@ -324,9 +324,9 @@ class Searcher:
                 out.append(SearchResult([], [], 0.0, filter_ms, error=error))
                 continue
             n = len(job.texts)
-            encodes = mode != "lexical"
+            encodes = mode != "lexical" and job.vectors is None  # a brought vector: nothing encoded
             rows = batch.rows_of.get(j, range(0))
-            job_dense = dense_ms if encodes else 0.0
+            job_dense = dense_ms if mode != "lexical" else 0.0
             lex_ms, fuse_ms = batch.lexical_ms.get(j, 0.0), batch.fusion_ms.get(j, 0.0)
             stages = Stages(encode_ms if encodes else 0.0, job_dense, lex_ms, fuse_ms, lookup_ms)
             out.append(SearchResult(batch.hits.get(j, []),
@@ -343,6 +343,9 @@ class Searcher:
         `matches`."""
         if mode is None:  # encode only
             return None
+        if job.vectors is not None and job.vectors.shape[1] != self.encoder.dim:  # a swap to another encoder
+            return BadVector(f"a vector of dimension {job.vectors.shape[1]}, but the served encoder has dimension "
+                             f"{self.encoder.dim}", ["vector"])
         if mode != "dense":
             refused = self._lexical_refusal(mode)
             if refused is not None:
@@ -368,6 +371,35 @@ class Searcher:
             except Exception as exc:  # noqa: BLE001 (not the filter's fault as far as we know: a 500, alone)
                 return _failed("filter", job, exc)
         return None
+
+    def _vectors(self, jobs: list[Job], wanted: list[int], errors: list[Exception | None], encoder: OnnxEncoder
+                 ) -> tuple[np.ndarray, list[bool], list[int], int]:
+        """`_encode` of the jobs `wanted` that bring no vectors, with the brought vectors of the others put in
+        their place (job order kept; a brought text is neither encoded nor truncated: 0 tokens)."""
+        if all(jobs[j].vectors is None for j in wanted):
+            return self._encode(jobs, wanted, errors, encoder)
+        to_encode = [j for j in wanted if jobs[j].vectors is None]
+        vecs, truncated, tokens, n_texts = self._encode(jobs, to_encode, errors, encoder)
+        parts: list[np.ndarray] = []
+        out_trunc: list[bool] = []
+        out_tokens: list[int] = []
+        row = 0
+        for j in wanted:
+            if errors[j] is not None:
+                continue
+            n = len(jobs[j].texts)
+            brought = jobs[j].vectors
+            if brought is not None:
+                parts.append(np.asarray(brought, dtype=np.float32))
+                out_trunc += [False] * n
+                out_tokens += [0] * n
+            else:
+                parts.append(vecs[row : row + n])
+                out_trunc += truncated[row : row + n]
+                out_tokens += tokens[row : row + n]
+                row += n
+        dim = self.encoder.dim
+        return (np.concatenate(parts) if parts else np.zeros((0, dim), np.float32)), out_trunc, out_tokens, n_texts
 
     def _encode(self, jobs: list[Job], wanted: list[int], errors: list[Exception | None], encoder: OnnxEncoder
                 ) -> tuple[np.ndarray, list[bool], list[int], int]:

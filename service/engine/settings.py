@@ -34,6 +34,8 @@ class EngineSettings(BaseSettings):
     model_dir: Path | None = Field(None, description="exported encoder; default: the one the index was built with")
     nprobe: int | None = Field(None, ge=1, description="override an IVF index's nprobe (other kinds ignore it)")
     ef_search: int | None = Field(None, ge=1, description="override an HNSW index's ef_search (other kinds ignore it)")
+    mmap: bool = Field(True, description="open versions' vector index files memory-mapped (read through the page "
+                       "cache, file-backed: a swap does not need a second copy in memory); false: read into memory")
 
     # CPU: `workers` inference threads, each running ONNX Runtime and FAISS with `threads` threads, so that
     # concurrent requests use workers × threads cores instead of oversubscribing them.

@@ -26,14 +26,16 @@ WRITE_ERRORS: dict[int | str, dict[str, object]] = {
 
 @router.put("", response_model=UpsertResponse, responses=WRITE_ERRORS, dependencies=[ADMIN_DEFAULT])
 async def upsert(body: UpsertRequest, engine: EngineDep) -> UpsertResponse:
-    """Add or replace documents by id. Their texts are encoded with the served encoder; the 200 comes once the
-    write is in the write log (fsync'd) and searchable."""
+    """Add or replace documents by id. Their texts are encoded with the served encoder, unless a document brings
+    its `vector` (of the served encoder's space: its dimension, finite, not all zeros; 422 naming the document
+    otherwise, and nothing is written); the 200 comes once the write is in the write log (fsync'd) and
+    searchable."""
     return await run_upsert(body, engine)
 
 
 async def run_upsert(body: UpsertRequest, engine: Engine) -> UpsertResponse:
     t0 = time.perf_counter()
-    r = await engine.upsert([Document(d.id, d.text, d.metadata) for d in body.documents])
+    r = await engine.upsert([Document(d.id, d.text, d.metadata, d.vector) for d in body.documents])
     a = r.applied
     return UpsertResponse(seq=r.seq, index_version=r.version, index_size=r.size,
                           took_ms=round((time.perf_counter() - t0) * 1000, 3), upserted=len(body.documents),

@@ -29,13 +29,16 @@ async def run_search(body: SearchRequest, engine: Engine, stats: list[LiveStats]
     """`/search` and `/collections/{name}/search`: the engine's answer as the response body; the timings are
     recorded in each of `stats` (the app's windows, and the collection's)."""
     t0 = time.perf_counter()
-    texts = [body.query] if body.query is not None else list(body.queries or [])
+    if body.vector is not None:  # its text, if any, is BM25's (hybrid); nothing is encoded
+        texts = [body.query or ""]
+    else:
+        texts = [body.query] if body.query is not None else list(body.queries or [])
     # `k` alone means rrf (only rrf takes it); `alpha` alone the default, convex
     fusion = None if (body.fusion, body.k, body.alpha) == (None, None, None) else \
         Fusion(body.fusion or ("rrf" if body.k is not None else "convex"), DEFAULT_RRF_K if body.k is None else body.k,
                DEFAULT_ALPHA if body.alpha is None else body.alpha)
     # one version answers all of it, and names itself
-    answer = await engine.search(Query(texts, body.top_k, body.filter, body.knobs, body.mode, fusion))
+    answer = await engine.search(Query(texts, body.top_k, body.filter, body.knobs, body.mode, fusion), body.vector)
     took = (time.perf_counter() - t0) * 1000
     for windows in stats:  # GET /stats
         windows.record(took, answer.encode_ms, answer.search_ms, queries=len(texts), mode=answer.mode)
@@ -45,7 +48,7 @@ async def run_search(body: SearchRequest, engine: Engine, stats: list[LiveStats]
     out: dict[str, object] = {"took_ms": round(took, 3), "encode_ms": round(answer.encode_ms, 3),
                               "search_ms": round(answer.search_ms, 3), "index_version": answer.version,
                               "mode": answer.mode, "stages": {k: round(v, 3) for k, v in asdict(answer.stages).items()}}
-    if body.query is not None:
+    if body.query is not None or body.vector is not None:
         out |= {"hits": hit_lists[0], "truncated": answer.truncated[0]}
     else:
         out["results"] = [{"query": q, "hits": h, "truncated": t}

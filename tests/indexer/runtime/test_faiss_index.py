@@ -96,3 +96,18 @@ def test_default_build_stores_fp16_codes(quora_root: Path) -> None:
 
     assert not faiss.extract_index_ivf(index_from_factory(16, "IVF4,SQfp16")).by_residual
     assert faiss.extract_index_ivf(index_from_factory(16, "IVF4,SQ8")).by_residual
+
+
+def test_nlist_grows_with_the_corpus_and_kmeans_trains_on_a_bounded_sample() -> None:
+    """4·sqrt(N) lists rounded to a power of two (1,024 at 100k as measured there, 4,096 at 1M, 16,384 at 10M,
+    capped), and a seeded sample of at most TRAIN_POINTS_PER_LIST per list, read in row order."""
+    from indexer.runtime.faiss_index import MAX_AUTO_NLIST, TRAIN_POINTS_PER_LIST, auto_nlist, training_sample
+
+    assert [auto_nlist(n) for n in (100_000, 1_000_000, 10_000_000)] == [1024, 4096, 16384]
+    assert auto_nlist(10**12) == MAX_AUTO_NLIST and auto_nlist(1) == 1
+    vecs = np.arange(40_000 * 4, dtype=np.float32).reshape(40_000, 4)
+    sample = training_sample(vecs, 16, seed=3)
+    assert len(sample) == 16 * TRAIN_POINTS_PER_LIST and sample.flags.c_contiguous
+    assert (np.diff(sample[:, 0]) > 0).all()  # distinct rows, in row order
+    np.testing.assert_array_equal(sample, training_sample(vecs, 16, seed=3))
+    assert len(training_sample(vecs[:500], 16, seed=3)) == 500  # fewer than the cap: all of them

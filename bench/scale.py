@@ -1,0 +1,341 @@
+"""What Strata costs as N grows: build, bytes per document, memory, startup, swaps, search latency, writes.
+
+    PYTHONPATH=$PWD STRATA_DATA_DIR=/work/shared/data nice -n 15 python -m bench.scale 100000 1000000
+
+Per size N, on a corpus of Quora's real texts and real vectors grown to N (`bench.scale_corpus`: how and why):
+- `indexer build --data <parquet folder>` from the corpus's vectors (nothing encoded), under /usr/bin/time:
+  seconds per stage (the manifest's `build_seconds`) and peak RSS;
+- bytes per document by part: vectors (IVF codes), id map (the lists' int64 ids), the quantizer, store (texts,
+  external ids and metadata JSON), filters (the store's metadata table and its index), lexical (BM25 files), write
+  log (per document written by PUT);
+- a server (`python -m service`, STRATA_MMAP default on): startup to /ready, steady RSS after warm-up, then
+  `/search` p50/p99 and throughput with wrk at 1 and 8 connections for dense (a query vector), lexical (text)
+  and hybrid (vector + text), each with and without a 1 % filter (`{"bucket": 7}`);
+- dense recall@10 of the served defaults against exact search on 300 query vectors (in-process, same version);
+- `PUT /documents` latency of 16 documents with vectors (20 writes), `indexer compact` time, and the swap to the
+  compacted version under search load: RSS sampled every 20 ms (total and anonymous), swap seconds.
+Results: bench/results/scale-<N>-<stamp>.md and .json. Resumable: a size whose build is there is not rebuilt
+(`--rebuild` forces it). Every figure is printed beside the load average it was measured under.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from bench import scale_corpus as sc
+from bench.procmem import PeakSampler, rss
+from bench.runlog import load, log
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results"
+WRK_SECONDS = int(os.environ.get("STRATA_SCALE_WRK_S", "8"))
+FILTER = {"bucket": 7}
+
+
+def _env() -> dict[str, str]:
+    return os.environ | {"PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+
+
+def build(n: int, corpus: Path, root: Path, model: Path, threads: int) -> dict[str, object]:
+    """`indexer build` under /usr/bin/time -v: the manifest's stage seconds and the peak RSS."""
+    cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "indexer.cli", "build", "--model", str(model), "--data",
+           str(corpus), "--root", str(root), "--no-eval", "--threads", str(threads), "--keep", "3"]
+    log(f"N={n}: building ({' '.join(cmd[2:])}), load {load()}")
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise RuntimeError(r.stderr[-3000:])
+    peak_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", r.stderr).group(1))  # type: ignore[union-attr]
+    return {"wall_s": round(wall, 1), "peak_rss_mib": round(peak_kb / 1024), "load": load()}
+
+
+def version_dir(root: Path) -> Path:
+    from indexer.runtime.layout import IndexRoot
+
+    ir = IndexRoot(root)
+    return ir.version_dir(ir.current_version() or "")
+
+
+def bytes_per_doc(folder: Path, n: int, code_size: int) -> dict[str, float]:
+    """Bytes per document of each part of a version (the write log's is measured after the PUTs)."""
+    index = (folder / "index.faiss").stat().st_size
+    con = sqlite3.connect(f"file:{folder / 'store.sqlite'}?mode=ro", uri=True)
+    try:
+        pages = dict(con.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name").fetchall())
+    finally:
+        con.close()
+    filters = sum(v for k, v in pages.items() if k.startswith("doc_meta"))
+    store = (folder / "store.sqlite").stat().st_size - filters
+    lexical = sum(f.stat().st_size for f in (folder / "lexical").rglob("*") if f.is_file()) \
+        if (folder / "lexical").is_dir() else 0
+    return {"vectors": code_size, "id_map": 8.0, "quantizer+lists": round((index - n * (code_size + 8)) / n, 2),
+            "store": round(store / n, 1), "filters": round(filters / n, 1), "lexical": round(lexical / n, 1),
+            "total_on_disk": round((index + store + filters + lexical) / n, 1)}
+
+
+def start(root: Path, tmp: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str, float]:
+    from tests.conftest import free_port
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    e = _env() | {"STRATA_INDEX_ROOT": str(root), "STRATA_PORT": str(port), "STRATA_HOST": "127.0.0.1",
+                  "STRATA_WATCH_INTERVAL_S": "0", "STRATA_LOG_LEVEL": "warning"} | env
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "service"], cwd=REPO, env=e,
+                            stdout=open(tmp / f"server-{port}.log", "wb"), stderr=subprocess.STDOUT)
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError((tmp / f"server-{port}.log").read_text()[-3000:])
+        try:
+            if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
+                return proc, url, time.perf_counter() - t0
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+
+
+def wrk(url: str, bodies: list[dict[str, object]], conns: int, tmp: Path) -> dict[str, float]:
+    """p50/p99 ms and requests/s of POST /search cycling through `bodies` (wrk, `WRK_SECONDS`)."""
+    script = tmp / "bodies.lua"
+    lua_bodies = ",\n".join("[[" + json.dumps(b) + "]]" for b in bodies)
+    script.write_text(f"""local bodies = {{{lua_bodies}}}
+local i = 0
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+request = function()
+  i = i % #bodies + 1
+  return wrk.format(nil, "/search", nil, bodies[i])
+end
+done = function(summary, latency, requests)
+  io.write(string.format("STRATA %d %d %d %d %d\\n", latency:percentile(50), latency:percentile(99),
+    summary.requests, summary.duration, summary.errors.status + summary.errors.timeout))
+end
+""")
+    r = subprocess.run(["wrk", "-t1", f"-c{conns}", f"-d{WRK_SECONDS}s", "-s", str(script), url], capture_output=True,
+                       text=True, timeout=WRK_SECONDS + 60)
+    m = re.search(r"STRATA (\d+) (\d+) (\d+) (\d+) (\d+)", r.stdout)
+    if m is None:
+        raise RuntimeError(r.stdout + r.stderr)
+    p50, p99, reqs, dur_us, errors = (int(x) for x in m.groups())
+    return {"p50_ms": round(p50 / 1000, 2), "p99_ms": round(p99 / 1000, 2), "rps": round(reqs / (dur_us / 1e6), 1),
+            "errors": errors}
+
+
+def latencies(url: str, qvecs: np.ndarray, qtexts: list[str], tmp: Path) -> list[dict[str, object]]:
+    out = []
+    for mode in ("dense", "lexical", "hybrid"):
+        for filtered in (False, True):
+            bodies: list[dict[str, object]] = []
+            for v, t in zip(qvecs[:100], qtexts[:100], strict=True):
+                body: dict[str, object] = {"top_k": 10}
+                if mode != "lexical":
+                    body["vector"] = [round(float(x), 6) for x in v]
+                if mode != "dense":
+                    body["query"] = t
+                if mode == "lexical":
+                    body["mode"] = "lexical"
+                if filtered:
+                    body["filter"] = FILTER
+                bodies.append(body)
+            for conns in (1, 8):
+                r = wrk(url, bodies, conns, tmp)
+                row = {"mode": mode, "filter": "1 %" if filtered else "none", "conns": conns, **r, "load": load()}
+                log(f"  {row}")
+                out.append(row)
+    return out
+
+
+def recall(folder: Path, qvecs: np.ndarray) -> dict[str, float]:
+    """Dense recall@10 of the served defaults against exact search, same version (in-process, memory-mapped)."""
+    from indexer.runtime.version import IndexVersion
+
+    v = IndexVersion(folder, mmap=True)
+    try:
+        _, got = v.ann.search(qvecs, 10)
+        _, exact = v.ann.exact_search(qvecs, 10)
+        r = np.mean([len(set(g) & set(e)) / 10 for g, e in zip(got, exact, strict=True)])
+        return {"recall_at_10": round(float(r), 4), **v.ann.defaults()}
+    finally:
+        v.close()
+
+
+def writes(url: str, dim: int, n: int) -> dict[str, float]:
+    rng = np.random.default_rng(n)
+    took = []
+    with httpx.Client(base_url=url, timeout=60) as c:
+        for w in range(20):
+            vecs = rng.normal(size=(16, dim)).astype(np.float32)
+            docs = [{"id": n + 1_000_000 + 16 * w + k, "text": f"written document {w} {k}",
+                     "metadata": {"bucket": 7, "year": 2025, "lang": "en"}, "vector": vecs[k].tolist()}
+                    for k in range(16)]
+            t0 = time.perf_counter()
+            r = c.put("/documents", json={"documents": docs})
+            took.append((time.perf_counter() - t0) * 1000)
+            r.raise_for_status()
+    return {"put16_p50_ms": round(float(np.percentile(took, 50)), 1),
+            "put16_p99_ms": round(float(np.percentile(took, 99)), 1)}
+
+
+def swap(url: str, pid: int, root: Path, model: Path, qvecs: np.ndarray, threads: int) -> dict[str, object]:
+    """`indexer compact` (timed), then the swap to it under search load, RSS sampled."""
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "indexer.cli", "compact", "--root", str(root), "--model", str(model),
+                        "--no-eval", "--threads", str(threads)], cwd=REPO, env=_env(), capture_output=True, text=True)
+    compact_s = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise RuntimeError(r.stderr[-3000:])
+    steady = rss(pid)
+    stop = threading.Event()
+
+    def load_it() -> None:
+        with httpx.Client(base_url=url, timeout=60) as c:
+            i = 0
+            while not stop.is_set():
+                c.post("/search", json={"vector": qvecs[i % len(qvecs)].tolist(), "top_k": 10})
+                i += 1
+
+    loaders = [threading.Thread(target=load_it) for _ in range(2)]
+    with PeakSampler(pid) as peak:
+        for t in loaders:
+            t.start()
+        t1 = time.perf_counter()
+        resp = httpx.post(f"{url}/admin/reload", timeout=600)
+        swap_s = time.perf_counter() - t1
+        time.sleep(1.0)  # the old version is closed once its leases drain
+        stop.set()
+        for t in loaders:
+            t.join()
+    after = rss(pid)
+    return {"compact_s": round(compact_s, 1), "swap_s": round(swap_s, 2), "swap_outcome": resp.json().get("outcome"),
+            "steady_rss_mib": round(steady.total / 2**20), "steady_anon_mib": round(steady.anon / 2**20),
+            "swap_peak_rss_mib": round(peak.peak_total / 2**20), "swap_peak_anon_mib": round(peak.peak_anon / 2**20),
+            "swap_ratio_rss": round(peak.peak_total / steady.total, 3),
+            "swap_ratio_anon": round(peak.peak_anon / steady.anon, 3),
+            "after_swap_rss_mib": round(after.total / 2**20)}
+
+
+def run_size(n: int, quora: Path, work: Path, threads: int, rebuild: bool, mmap: bool,
+             save: Callable[[dict[str, object]], None]) -> dict[str, object]:
+    """Every measurement of one size; `save(out)` after each stage, so that a run cut short keeps what it had."""
+    from indexer.runtime.manifest import Manifest
+
+    model = sc.encoder_dir()
+    corpus = sc.corpus(quora, n)
+    root = work / f"root-{n}"
+    state = work / f"build-{n}.json"
+    if rebuild and root.exists():
+        shutil.rmtree(root)
+        state.unlink(missing_ok=True)
+    if not state.is_file():
+        state.write_text(json.dumps(build(n, corpus, root, model, threads) | {"version": version_dir(root).name}))
+    built = json.loads(state.read_text())
+    # a rerun serves the built version again, without the writes of the run before (resumable, same figures)
+    from indexer.runtime.layout import IndexRoot
+
+    IndexRoot(root).set_current(built["version"])
+    shutil.rmtree(root / "writes", ignore_errors=True)
+    folder = version_dir(root)
+    m = Manifest.load(folder)
+    dim = m.model.dim
+    code = 2 * dim if m.index.params.kind == "ivf" and m.index.params.codec == "SQfp16" else 4 * dim
+    out: dict[str, object] = {"n_docs": m.index.ntotal, "dim": dim, "index": m.index.factory, "build": built,
+                              "stages_s": {k: round(v, 1) for k, v in m.build_seconds.model_dump().items()},
+                              "nlist_reason": getattr(m.index.params, "nlist_reason", None),
+                              "bytes_per_doc": bytes_per_doc(folder, m.index.ntotal, code)}
+    qvecs, qtexts = sc.queries(quora), sc.query_texts(quora)
+    out["recall"] = recall(folder, qvecs)
+    save(out)
+    log(f"N={n}: {out}")
+    tmp = work / "tmp"
+    tmp.mkdir(exist_ok=True)
+    proc, url, startup = start(root, tmp, {"STRATA_MMAP": "1" if mmap else "0", "STRATA_THREADS": "1"})
+    try:
+        out["startup_s"] = round(startup, 2)
+        for q in qvecs[:200]:  # warm-up
+            httpx.post(f"{url}/search", json={"vector": q.tolist(), "top_k": 10}, timeout=60)
+        out["steady_rss_mib"] = round(rss(proc.pid).total / 2**20)
+        save(out)
+        out["search"] = latencies(url, qvecs, qtexts, tmp)
+        save(out)
+        out["writes"] = writes(url, dim, n)
+        save(out)
+        log_bytes = sum(f.stat().st_size for f in (root / "writes").iterdir() if f.is_file())  # with its WAL
+        out["bytes_per_doc"]["write_log_per_written_doc"] = round(log_bytes / 320, 1)  # type: ignore[index]
+        out["swap"] = swap(url, proc.pid, root, model, qvecs, threads)
+        save(out)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    out["load_end"] = load()
+    return out
+
+
+def report(results: list[dict[str, object]], stamp: str, mmap: bool) -> str:
+    lines = [f"# Scale: {', '.join(str(r['n_docs']) for r in results)} documents ({stamp})", "",
+             f"`PYTHONPATH=$PWD STRATA_DATA_DIR=/work/shared/data nice -n 15 python -m bench.scale "
+             f"{' '.join(str(r['n_docs']) for r in results)}{'' if mmap else ' --no-mmap'}` on a shared 2-core machine "
+             f"(load averages beside each figure: other sessions ran tests and benches throughout). Corpus: "
+             f"`bench/scale_corpus.py` (Quora's real texts and all-MiniLM-L6-v2 vectors, grown). Served with "
+             f"STRATA_MMAP={'1' if mmap else '0'}, STRATA_THREADS=1.", ""]
+    for r in results:
+        g = r.get
+        lines += [f"## N = {r['n_docs']:,} ({r['index']}, {r['dim']} dims)", "",
+                  f"- build: {r['build']} — stages (s): {r['stages_s']}", f"- nlist: {r['nlist_reason']}",
+                  f"- bytes per document: {r['bytes_per_doc']}", f"- dense recall@10 vs exact: {g('recall')}",
+                  f"- startup {g('startup_s')} s, steady RSS {g('steady_rss_mib')} MiB",
+                  f"- writes: {g('writes')}", f"- compact and swap: {g('swap')}",
+                  f"- load at the end: {g('load_end', 'not reached: the run was cut short')}",
+                  "", "| mode | filter | conns | p50 ms | p99 ms | req/s | errors | load |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for s in r.get("search", []):  # type: ignore[union-attr]
+            lines.append(f"| {s['mode']} | {s['filter']} | {s['conns']} | {s['p50_ms']} | {s['p99_ms']} | {s['rps']} | "
+                         f"{s['errors']} | {s['load']} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("sizes", nargs="+", type=int)
+    p.add_argument("--work", type=Path, default=sc.cache_dir() / "work")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rebuild", action="store_true")
+    p.add_argument("--no-mmap", action="store_true", help="serve with STRATA_MMAP=0 (the in-memory comparison)")
+    args = p.parse_args()
+    from indexer.runtime.paths import data_dir
+
+    quora = data_dir() / "quora_duplicate_questions.partial.tsv.gz"
+    args.work.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%MZ")
+    results: list[dict[str, object]] = []
+    for n in args.sizes:
+        def save(out: dict[str, object], n: int = n) -> None:
+            done = [*results, out]
+            name = f"scale-{'-'.join(str(r['n_docs']) for r in done)}-{stamp}{'-nommap' if args.no_mmap else ''}"
+            (RESULTS / f"{name}.json").write_text(json.dumps(done, indent=1))
+            (RESULTS / f"{name}.md").write_text(report(done, stamp, not args.no_mmap))
+
+        out = run_size(n, quora, args.work, args.threads, args.rebuild, not args.no_mmap, save)
+        save(out)
+        results.append(out)
+        print(report([out], stamp, not args.no_mmap))
+
+
+if __name__ == "__main__":
+    main()

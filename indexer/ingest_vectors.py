@@ -1,0 +1,126 @@
+"""Vectors in a build: the rows' vectors a corpus brings (`indexer build --data` with a vector column), checked
+against the encoder's space, and the growing array every corpus build keeps its vectors in (memory-mapped in the
+staging folder, so a corpus's vectors never have to fit in RAM).
+
+A corpus brings a vector on every row or on none (the first row decides; a mix is a `FILE:LINE` error); the checks
+(dimension, finite, non-zero) and the normalisation are `indexer.runtime.vectors`', shared with the API.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from indexer.corpus_rows import CorpusFormatError, Doc, ExtId
+from indexer.runtime.vectors import check_vectors
+
+VECTOR_BLOCK = 16_384  # rows per block of the growing vector array
+
+
+@dataclass(slots=True)
+class Pending:
+    """A row read and waiting for its chunk's store write and vectors."""
+
+    row: int
+    ext: ExtId
+    text: str
+    meta: str  # JSON
+    vector: object
+    where: str
+
+
+class RowVectors:
+    """Whether the corpus brings vectors (decided by its first row), and the check that every row agrees."""
+
+    def __init__(self, field: str, encoding: bool) -> None:
+        self.field, self.encoding = field, encoding
+        self.brought: bool | None = None
+
+    def check(self, doc: Doc) -> None:
+        has = doc.vector is not None
+        if self.brought is None:
+            self.brought = has
+            if has and not self.encoding:
+                raise CorpusFormatError(f"{doc.where}: the corpus brings vectors ({self.field!r}); the Ray build "
+                                        f"encodes: build it with --engine local")
+        elif has != self.brought:
+            raise CorpusFormatError(
+                f"{doc.where}: {'a' if has else 'no'} vector field {self.field!r}, but the rows before it have "
+                f"{'none' if has else 'one each'}: every row brings a vector, or none does")
+
+
+def brought_vectors(pending: list[Pending], dim: int, field: str) -> np.ndarray:
+    """The vectors a chunk's rows brought, checked against the encoder's space and normalised
+    (`indexer.runtime.vectors`); a bad one is a `FILE:LINE` error."""
+    for p in pending:  # ragged or non-numeric rows first: they cannot form one array
+        v = p.vector
+        n = v.shape[0] if isinstance(v, np.ndarray) else len(v) if isinstance(v, (list, tuple)) else -1
+        if n != dim:
+            got = f"dimension {n}" if n >= 0 else f"a {type(v).__name__}"
+            raise CorpusFormatError(f"{p.where}: vector field {field!r} holds {got}, but the collection's encoder "
+                                    f"has dimension {dim}")
+    try:
+        return check_vectors(np.stack([np.asarray(p.vector, dtype=np.float32) for p in pending]), dim)
+    except (TypeError, ValueError) as exc:
+        row = int(str(exc).split(":")[0].removeprefix("row ")) if str(exc).startswith("row ") else 0
+        reason = str(exc).split(": ", 1)[-1]
+        raise CorpusFormatError(f"{pending[row].where}: vector field {field!r}: {reason}") from None
+
+
+class VectorRows:
+    """A growing (rows × dim) float32 array kept as fixed blocks, so growing never copies what is there.
+
+    With `path` the blocks are windows of one file (memory-mapped: the kernel writes them out and may drop them,
+    so a corpus's vectors never have to fit in RAM, and `take` hands back the file mapped read-only, no copy);
+    without, they live in memory."""
+
+    def __init__(self, dim: int, path: Path | None = None) -> None:
+        self.dim = dim
+        self.path = path
+        self.blocks: list[np.ndarray] = []
+        self.n = 0
+        if path is not None:
+            path.write_bytes(b"")
+
+    def _grow(self) -> None:
+        if self.path is None:
+            self.blocks.append(np.empty((VECTOR_BLOCK, self.dim), dtype=np.float32))
+            return
+        block_bytes = VECTOR_BLOCK * self.dim * 4
+        offset = len(self.blocks) * block_bytes
+        with open(self.path, "r+b") as f:
+            f.truncate(offset + block_bytes)
+        self.blocks.append(np.memmap(self.path, dtype=np.float32, mode="r+", offset=offset,
+                                     shape=(VECTOR_BLOCK, self.dim)))
+
+    def put(self, rows: np.ndarray, vecs: np.ndarray) -> None:
+        # the last of repeated rows wins (an id twice in one chunk)
+        last = len(rows) - 1 - np.unique(rows[::-1], return_index=True)[1]
+        rows, vecs = rows[last], vecs[last]
+        need = int(rows.max()) + 1
+        while len(self.blocks) * VECTOR_BLOCK < need:
+            self._grow()
+        self.n = max(self.n, need)
+        block = rows // VECTOR_BLOCK
+        for b in np.unique(block):
+            mine = block == b
+            self.blocks[b][rows[mine] % VECTOR_BLOCK] = vecs[mine]
+
+    def take(self) -> np.ndarray:
+        """All rows as one array (the blocks are released): for a file, the file itself mapped read-only."""
+        if not self.blocks:
+            return np.zeros((0, self.dim), np.float32)
+        if self.path is None:
+            out = np.concatenate(self.blocks)[: self.n]
+            self.blocks = []
+            return out
+        for block in self.blocks:
+            block.flush()  # type: ignore[attr-defined]
+        self.blocks = []
+        with open(self.path, "r+b") as f:
+            f.truncate(self.n * self.dim * 4)
+        return np.memmap(self.path, dtype=np.float32, mode="r", shape=(self.n, self.dim))
+
+

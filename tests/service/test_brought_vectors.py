@@ -1,0 +1,113 @@
+"""Vectors a user brings, end to end on a real server (uvicorn on 127.0.0.1, real ONNX encoder, FAISS, SQLite):
+a version built from a JSONL vector column (nothing encoded), `/search` by `"vector"` (dense alone, hybrid with
+its text, lexical refused), `PUT /documents` with `"vector"` searchable at once, and bad vectors — another
+dimension, NaN, all zeros — refused with a 422 naming the document, nothing written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from indexer.runtime.layout import IndexRoot
+from indexer.runtime.manifest import Manifest
+from tests.conftest import indexer_cli, start_server, stop_server
+
+N_DOCS = 400
+DIM = 32  # the tiny encoder's
+WORDS = "how what why can learn python money invest india sky blue sea green".split()
+
+
+def unit(rng: np.random.Generator, n: int) -> np.ndarray:
+    v = rng.normal(size=(n, DIM)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, tiny_exported: Path):
+    tmp = tmp_path_factory.mktemp("brought")
+    rng = np.random.default_rng(7)
+    vecs = unit(rng, N_DOCS)
+    data = tmp / "docs.jsonl"
+    with open(data, "w") as f:
+        for i in range(N_DOCS):
+            text = " ".join(rng.choice(WORDS, 5)) + f" doc{i}"
+            # unnormalised on purpose: the build normalises like the encoder does
+            f.write(json.dumps({"id": i, "text": text, "bucket": i % 4, "vector": (vecs[i] * 3).tolist()}) + "\n")
+    root = tmp / "root"
+    r = indexer_cli("build", "--model", str(tiny_exported), "--data", str(data), "--root", str(root), "--index",
+                    "flat", "--threads", "1")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "nothing encoded" in r.stdout
+    version = IndexRoot(root).current_version()
+    assert version is not None
+    m = Manifest.load(IndexRoot(root).version_dir(version))
+    server = start_server(tmp, {"STRATA_INDEX_ROOT": str(root), "STRATA_WATCH_INTERVAL_S": "0"})
+    try:
+        yield server, vecs, m
+    finally:
+        stop_server(server)
+
+
+def test_a_version_built_from_brought_vectors_answers_them_exactly(served) -> None:
+    server, vecs, manifest = served
+    assert manifest.data.vectors == "brought" and manifest.build_seconds.encode_docs_s == 0.0
+    with server.client() as c:
+        for i in (0, 17, 399):
+            r = c.post("/search", json={"vector": vecs[i].tolist(), "top_k": 3})
+            assert r.status_code == 200, r.text
+            body = r.json()
+            assert body["mode"] == "dense" and body["encode_ms"] == 0
+            assert body["hits"][0]["id"] == i and body["hits"][0]["score"] == pytest.approx(1.0, abs=1e-5)
+        # with a filter, and scaled: the query vector is normalised too
+        r = c.post("/search", json={"vector": (vecs[5] * 0.01).tolist(), "filter": {"bucket": 1}, "top_k": 2})
+        assert r.status_code == 200 and r.json()["hits"][0]["id"] == 5, r.text
+        # vector + text: hybrid, the text feeds BM25
+        r = c.post("/search", json={"vector": vecs[9].tolist(), "query": "doc9", "top_k": 1})
+        assert r.status_code == 200 and r.json()["mode"] == "hybrid" and r.json()["hits"][0]["id"] == 9, r.text
+        for body, says in (({"vector": vecs[0].tolist(), "mode": "lexical"}, "needs the query's text"),
+                           ({"vector": vecs[0].tolist(), "mode": "hybrid"}, "needs the query's text"),
+                           ({"vector": vecs[0].tolist(), "query": "x", "mode": "dense"}, "together"),
+                           ({"vector": vecs[0].tolist(), "queries": ["x"]}, "not with 'queries'"),
+                           ({"vector": [0.1] * (DIM + 1)}, f"dimension {DIM}"),
+                           ({"vector": [0.0] * DIM}, "all zeros")):
+            r = c.post("/search", json=body)
+            assert r.status_code == 422 and says in r.text, (body.get("mode"), r.text)
+        nan = c.post("/search", content=json.dumps({"vector": [float("nan")] * DIM}),
+                     headers={"content-type": "application/json"})
+        assert nan.status_code == 422, nan.text
+
+
+def test_put_documents_with_vectors_is_searchable_and_bad_ones_write_nothing(served) -> None:
+    server, _, _ = served
+    rng = np.random.default_rng(11)
+    new = unit(rng, 3)
+    with server.client() as c:
+        size = c.post("/search", json={"vector": new[0].tolist()}).json()  # served before any write
+        assert size["hits"]
+        docs = [{"id": f"v{k}", "text": f"brought vector {k}", "metadata": {"bucket": 9}, "vector": new[k].tolist()}
+                for k in range(2)] + [{"id": "encoded", "text": "how to learn python"}]  # mixed: one encoded
+        r = c.put("/documents", json={"documents": docs})
+        assert r.status_code == 200, r.text
+        after = r.json()["index_size"]
+        assert r.json()["created"] == 3
+        hit = c.post("/search", json={"vector": new[1].tolist(), "top_k": 1}).json()["hits"][0]
+        assert hit["id"] == "v1" and hit["score"] == pytest.approx(1.0, abs=1e-5)
+        for bad, says in (([0.5] * (DIM - 1), f"dimension {DIM - 1}"), ([0.0] * DIM, "all zeros")):
+            body = {"documents": [{"id": "ok", "text": "fine", "vector": new[2].tolist()},
+                                  {"id": "bad", "text": "not fine", "vector": bad}]}
+            r = c.put("/documents", json=body)
+            assert r.status_code == 422 and "'bad'" in r.text and says in r.text, r.text
+            assert r.json()["detail"][0]["loc"] == ["body", "documents", 1, "vector"]
+        r = c.put("/documents", content=json.dumps({"documents": [{"id": "nan", "text": "t",
+                                                                   "vector": [float("inf")] * DIM}]}),
+                  headers={"content-type": "application/json"})
+        assert r.status_code == 422 and "'nan'" in r.text, r.text
+        # nothing of the refused writes is there: "ok" was in each refused body
+        assert c.post("/search", json={"vector": new[2].tolist(), "top_k": 1}).json()["hits"][0]["id"] != "ok"
+        r = c.put("/documents", json={"documents": [{"id": "v0", "text": "brought vector 0 again",
+                                                     "vector": new[0].tolist()}]})
+        assert r.json()["index_size"] == after and r.json()["replaced"] == 1
+    assert after == N_DOCS + 3
