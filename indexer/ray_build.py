@@ -276,7 +276,7 @@ def build_on_ray(cfg: BuildConfig, opts: RayOptions) -> Manifest:
             save_and_evaluate(stage, manifest, t_start, evaluate_it=cfg.evaluate and bool(data.n_queries),
                               threads=cfg.threads, target_recall=cfg.target_for("ivf"),
                               probe_maker=lambda v: make_probes(candidates, driver_encoder, v.store, doc_ids,
-                                                                cfg.batch_size))
+                                                                cfg.batch_size), report_after=cfg.report_after)
         warn_if_shrinking(root, manifest.index.ntotal)
         root.set_current(version)
         root.prune(cfg.keep)

@@ -22,8 +22,8 @@ from service.errors import ERROR_RESPONSES, install_error_handlers
 from service.limits import BodySizeLimit
 from service.metrics import Metrics
 from service.routers import admin, documents, encode, health, openai, page, search, stats
-from service.routers.docs import mount_docs
 from service.routers import collections as collections_router
+from service.routers.docs import mount_docs
 from service.settings import Settings
 from service.stats import LiveStats
 from service.tracing import Tracing

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -113,6 +114,10 @@ def run(args: argparse.Namespace) -> int:
         manifest.eval_modes = manifest.eval_modes | by_mode
         if "dense" in by_mode:
             manifest.eval = figures
+        r = manifest.report  # a build's report cut short (`indexer.report`): measured now
+        if r is not None and r.state != "done" and set(r.modes) <= set(manifest.eval_modes):
+            manifest.report = r.model_copy(update={"state": "done", "error": None,
+                                                   "finished_at": datetime.now(timezone.utc)})
     manifest.save(folder)
     _print(args, figures, by_mode, manifest, runs, written)
     return 0
