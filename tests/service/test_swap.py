@@ -233,6 +233,17 @@ def _edit_manifest(**changes: object):  # noqa: ANN202
     return mutate
 
 
+def _published_before_its_report(folder: Path) -> None:
+    """As `indexer build` publishes (`indexer.report`): the gate's MRR@10 only, here 0.1 below the served one's."""
+    raw = json.loads((folder / "manifest.json").read_text())
+    e = raw.pop("eval")
+    raw["eval_modes"] = {}
+    raw["gate"] = {"mrr_at_10": e["mrr_at_10"] - 0.1, "recall_at_10": e["recall_at_10"], "n_queries": e["n_queries"],
+                   "seconds": 0.1, "measured_at": e["measured_at"]}
+    raw["report"] = {"state": "pending", "modes": ["dense"]}
+    (folder / "manifest.json").write_text(json.dumps(raw))
+
+
 def _junk_store(folder: Path) -> None:
     (folder / "store.sqlite").write_bytes(os.urandom(4096))
 
@@ -244,6 +255,7 @@ def _junk_store(folder: Path) -> None:
     (_edit_manifest(model__dim=768), "corrupt", "has dimension 384 but the manifest says 768"),
     (_edit_manifest(model__onnx_sha256="0" * 64), "mismatch", "is not the model index"),
     (_edit_manifest(eval__mrr_at_10=lambda v: v - 0.1), "quality", "below the served"),
+    (_published_before_its_report, "quality", "below the served"),  # gated on the figure measured before publishing
 ])
 def test_bad_version_is_refused_and_the_old_one_keeps_serving(swap_server: Server, swap_root: Path, mutate,  # noqa: ANN001
                                                               kind: str, reason: str) -> None:
