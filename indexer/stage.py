@@ -97,13 +97,17 @@ def save_and_evaluate(stage: Path, manifest: Manifest, t_start: float, *, evalua
             manifest.save(stage)
         elif target_recall is not None:
             log.info("a %s index searches exactly: nothing to calibrate for --target-recall", opened.kind)
-        if evaluate_it and report_after:  # the gate now, the report once the version is served
-            manifest.gate = gate_figures(opened, threads=threads)
-            manifest.report = pending_report(opened)
-            manifest.save(stage)
-        elif evaluate_it:  # every mode the version serves; `eval` stays dense's (what a swap gate compares)
-            manifest.eval_modes = evaluate_modes(opened, threads=threads)
-            manifest.eval = manifest.eval_modes["dense"]
+        if evaluate_it:
+            _evaluate(opened, manifest, threads, report_after)
             manifest.save(stage)
     finally:
         opened.close()
+
+
+def _evaluate(opened: IndexVersion, manifest: Manifest, threads: int | None, report_after: bool) -> None:
+    if report_after:  # the gate now, the report once the version is served (`indexer.report`)
+        manifest.gate = gate_figures(opened, threads=threads)
+        manifest.report = pending_report(opened)
+    else:  # every mode the version serves; `eval` stays dense's (what a swap gate compares)
+        manifest.eval_modes = evaluate_modes(opened, threads=threads)
+        manifest.eval = manifest.eval_modes["dense"]

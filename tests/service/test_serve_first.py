@@ -87,3 +87,15 @@ def test_indexer_build_publishes_then_reports(tiny_exported: Path, tmp_path: Pat
     out = r.stdout
     assert out.index(f"published version {version}") < out.index("by /search mode:"), out
     assert f"gate: MRR@10 {m.gate.mrr_at_10:.4f}" in out and "+ report " in out  # type: ignore[union-attr]
+
+
+def test_indexer_eval_measures_a_report_that_was_cut_short(tiny_exported: Path, tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    m = build(BuildConfig(model_dir=tiny_exported, data=str(write_quora_like(tmp_path / "q.tsv.gz")), root=root,
+                          rows=60, threads=1, report_after=True))
+    assert m.report is not None and m.report.state == "pending"
+    r = indexer_cli("eval", "--root", str(root), "--threads", "1")
+    assert r.returncode == 0, r.stderr
+    after = Manifest.load(IndexRoot(root).version_dir(m.version))
+    assert after.report is not None and after.report.state == "done" and after.report.finished_at is not None
+    assert sorted(after.eval_modes) == ["dense", "hybrid", "lexical"] and after.eval is not None
