@@ -115,10 +115,28 @@ def test_cors_and_request_id_in_json_logs(secured: Server) -> None:
         r = c.post("/search", json={"query": "geologist"}, headers=auth(USER) | {"X-Request-ID": "trace-42"})
         generated = c.get("/health").headers["X-Request-ID"]
     assert r.headers["X-Request-ID"] == "trace-42" and len(generated) == 32
-    time.sleep(0.2)
-    lines = [json.loads(line) for line in secured.log.read_text().splitlines() if line.startswith("{")]
-    access = [x for x in lines if x.get("request_id") == "trace-42" and x["logger"] == "strata.access"]
+
+    def access_lines() -> list[dict]:
+        lines = [json.loads(line) for line in secured.log.read_text().splitlines() if line.startswith("{")]
+        return [x for x in lines if x.get("request_id") == "trace-42" and x["logger"] == "strata.access"]
+
+    until(access_lines, "the access log line")  # written after the response is sent
+    access = access_lines()
     assert access and access[0]["status"] == 200 and access[0]["path"] == "/search" and access[0]["ms"] > 0
+
+
+def until(condition, what: str, timeout: float = 120) -> None:  # noqa: ANN001 (a no-argument predicate)
+    """Until `condition()` holds (a condition, not a pause: a loaded machine takes longer, never less)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout} s for {what}")
+        time.sleep(0.05)
+
+
+def in_flight(srv: Server) -> bool:
+    """A request holds an inference slot (it reached the server and is being encoded)."""
+    return "strata_inference_in_flight 1.0" in httpx.get(f"{srv.url}/metrics", timeout=30).text
 
 
 def test_timeout_is_a_504(tmp_path: Path, quora_root: Path) -> None:
@@ -149,7 +167,7 @@ def test_graceful_shutdown_finishes_in_flight_requests(tmp_path: Path, quora_roo
     result: list[httpx.Response] = []
     t = threading.Thread(target=lambda: result.append(httpx.post(f"{srv.url}/encode", json=HEAVY, timeout=60)))
     t.start()
-    time.sleep(0.3)  # the request is being encoded
+    until(lambda: in_flight(srv), "the request being encoded")
     srv.proc.send_signal(signal.SIGTERM)
     t.join(timeout=60)
     assert srv.proc.wait(timeout=60) == 0  # a clean shutdown exits 0
@@ -174,17 +192,16 @@ def test_shutdown_timeout_cuts_in_flight_requests_short(tmp_path: Path, quora_ro
 
     t = threading.Thread(target=heavy)
     t.start()
-    time.sleep(0.3)  # the request is being encoded (several seconds on one thread)
+    until(lambda: in_flight(srv), "the request being encoded (several seconds on one thread)")
     srv.proc.send_signal(signal.SIGTERM)
-    t0 = time.monotonic()
     t.join(timeout=120)
-    cut_after = time.monotonic() - t0
     assert srv.proc.wait(timeout=120) == 0
     # uvicorn answers the cancelled request 500 (or the connection drops): its vectors never came back
     assert result and (isinstance(result[0], httpx.HTTPError) or result[0].status_code == 500), result
     log = srv.log.read_text()
+    # cut at the end of the grace, not at the end of the request's run: uvicorn says so, and no answer was logged
+    # (a wall-clock bound here failed on a loaded machine, where shutting down itself takes seconds)
     assert "timeout graceful shutdown exceeded" in log and "POST /encode 200" not in log
-    assert cut_after < 10, cut_after  # 1 s of grace, not the request's whole run
 
 
 def test_inference_workers_run_faiss_with_the_configured_threads() -> None:
