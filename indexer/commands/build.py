@@ -21,7 +21,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     """`indexer build` and its arguments (in --help order; each group in a function of its own)."""
     b = sub.add_parser("build", help="embed a corpus (Quora TSV, JSONL, CSV/TSV, Parquet, BEIR) into a new version",
                        description="Embed a corpus with an exported ONNX encoder into a FAISS IVF index; write a new "
-                       "version atomically, evaluate it, then switch `current` to it.")
+                       "version atomically, switch `current` to it once its gates pass (calibration, the MRR@10 a "
+                       "swap gate compares), then measure the report's evaluations while it is served.")
     root_arg(b)
     b.add_argument("--model", type=Path, default=None,
                    help=f"exported encoder folder (default: $STRATA_HOME/models/{DEFAULT_MODEL_NAME}; with --add: "
