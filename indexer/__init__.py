@@ -6,8 +6,9 @@ asked for in `build_config`, the steps every build takes in its staging folder i
 by row (`corpus`; a row → a document in `corpus_rows`, opening files and telling formats apart in `corpus_files`;
 the vectors a corpus brings and the memory-mapped array a build keeps its vectors in, `ingest_vectors`), the
 Quora loader and evaluation protocols (`quora`), queries and qrels files (`eval_files`) and the evaluation sets made
-of them (`evalset`), retrieval metrics (`metrics`, `evaluate`; per `/search` mode: `eval_modes`), TREC run files
-(`runs`) and their paired comparison (`compare`), the index sweep (`tune`), the per-encoder calibration of
+of them (`evalset`), retrieval metrics (`metrics`, `evaluate`; per `/search` mode: `eval_modes`; which are gates
+before a version is published and which a report after: `report`), TREC run files (`runs`) and their paired
+comparison (`compare`), the index sweep (`tune`), the per-encoder calibration of
 nprobe/ef_search (`calibrate`) on query-like probes (`probes`) and the CLI (`cli`, the entry point; one module per
 subcommand in `commands`; `console`). The torch-free runtime it builds on — encoder runtime, FAISS wrapper, version
 layout, manifest, store, atomic writes, paths — is the `indexer.runtime` subpackage, which `service` and

@@ -123,5 +123,5 @@ def _build_quora(cfg: BuildConfig, root: IndexRoot, encoder: OnnxEncoder, path: 
         save_and_evaluate(stage, manifest, t_start, evaluate_it=cfg.evaluate and bool(ev.query_texts),
                           threads=cfg.threads, target_recall=cfg.target_for(index_info.kind),
                           probe_maker=lambda v: make_probes(candidates, encoder, v.store, split.corpus.ids,
-                                                            cfg.batch_size))
+                                                            cfg.batch_size), report_after=cfg.report_after)
     return manifest

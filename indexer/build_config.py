@@ -58,6 +58,9 @@ class BuildConfig:
     threads: int | None = None
     keep: int = 5
     evaluate: bool = True
+    # True (`indexer build`): measure only the gate's figure before publishing, the report after
+    # (`indexer.report`); False: every evaluation before the version can become current
+    report_after: bool = False
     seed: int = 1234
     # Any other corpus (see indexer.corpus); None: the format's defaults
     id_field: str | None = None

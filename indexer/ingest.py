@@ -320,7 +320,8 @@ def build_corpus(cfg: BuildConfig, root: IndexRoot, encoder: OnnxEncoder, source
         doc_ids = res.ids.faiss_array()
         save_and_evaluate(stage, manifest, t_start, evaluate_it=cfg.evaluate and loaded is not None,
                           threads=cfg.threads, target_recall=cfg.target_for(index_info.kind),
-                          probe_maker=lambda v: make_probes(candidates, encoder, v.store, doc_ids, cfg.batch_size))
+                          probe_maker=lambda v: make_probes(candidates, encoder, v.store, doc_ids, cfg.batch_size),
+                          report_after=cfg.report_after)
     return manifest
 
 

@@ -276,7 +276,7 @@ def build_on_ray(cfg: BuildConfig, opts: RayOptions) -> Manifest:
             save_and_evaluate(stage, manifest, t_start, evaluate_it=cfg.evaluate and bool(data.n_queries),
                               threads=cfg.threads, target_recall=cfg.target_for("ivf"),
                               probe_maker=lambda v: make_probes(candidates, driver_encoder, v.store, doc_ids,
-                                                                cfg.batch_size))
+                                                                cfg.batch_size), report_after=cfg.report_after)
         publish(root, manifest, cfg.keep)
     log.info("built %s on Ray in %.1fs: %d vectors, %s%s", version, timings.total_s, n, manifest.index.factory,
              f", {opts.shards} shards in {SHARDS_DIR}/" if opts.shards > 1 else "")

@@ -1,7 +1,7 @@
 """The steps every build takes in its staging folder, whatever fed it (`indexer.build`, `indexer.ingest`,
 `indexer.ray_build`, `indexer.add`, `indexer.compact`): build the vector index the config asks for, describe the
 encoder in the manifest, then save the manifest, calibrate the search parameter and evaluate the version — all
-before it can become current.
+before it can become current, or, with `report_after`, only its gate's figure (`indexer.report`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from indexer.build_config import BuildConfig, index_params
 from indexer.calibrate import calibrate_index
 from indexer.eval_modes import evaluate_modes
 from indexer.probes import Probes, load_probes, save_probes
+from indexer.report import gate_figures, pending_report
 from indexer.runtime.encoder import EncoderMeta
 from indexer.runtime.faiss_index import INDEX_FILE, AnnIndex, build_index
 from indexer.runtime.lexical import LEXICAL_DIR, build_lexical
@@ -46,7 +47,8 @@ def model_info(model_dir: Path, meta: EncoderMeta) -> ModelInfo:
 
 def save_and_evaluate(stage: Path, manifest: Manifest, t_start: float, *, evaluate_it: bool,
                       threads: int | None, target_recall: float | None = None,
-                      probe_maker: Callable[[IndexVersion], Probes] | None = None) -> None:
+                      probe_maker: Callable[[IndexVersion], Probes] | None = None, report_after: bool = False
+                      ) -> None:
     """Write the manifest of a staged version, calibrate its search parameter (IVF's nprobe, HNSW's ef_search)
     when asked, then evaluate it there — before it can become current, so a swap gate can compare its MRR@10
     with the served one's.
@@ -54,7 +56,9 @@ def save_and_evaluate(stage: Path, manifest: Manifest, t_start: float, *, evalua
     `target_recall` None keeps the manifest's parameters, unless the manifest already carries a calibration (a
     version grown by `--add` or compacted from a calibrated one): that target is met again on the new vectors.
     `probe_maker` gives the query-like probes to calibrate on (kept in the version as `PROBES_FILE`); None: those
-    in `stage` (a version grown from a calibrated one), else the version's own documents."""
+    in `stage` (a version grown from a calibrated one), else the version's own documents.
+    `report_after`: measure only the gate's figure here, and leave the report's evaluations pending, for
+    `indexer.report.run_report` once the version is published."""
     if manifest.lexical is not None:  # from the staged store: a compacted or grown version indexes its writes too
         store = Store(stage / STORE)
         try:
@@ -95,9 +99,17 @@ def save_and_evaluate(stage: Path, manifest: Manifest, t_start: float, *, evalua
             manifest.save(stage)
         elif target_recall is not None:
             log.info("a %s index searches exactly: nothing to calibrate for --target-recall", opened.kind)
-        if evaluate_it:  # every mode the version serves; `eval` stays dense's (what a swap gate compares)
-            manifest.eval_modes = evaluate_modes(opened, threads=threads)
-            manifest.eval = manifest.eval_modes["dense"]
+        if evaluate_it:
+            _evaluate(opened, manifest, threads, report_after)
             manifest.save(stage)
     finally:
         opened.close()
+
+
+def _evaluate(opened: IndexVersion, manifest: Manifest, threads: int | None, report_after: bool) -> None:
+    if report_after:  # the gate now, the report once the version is served (`indexer.report`)
+        manifest.gate = gate_figures(opened, threads=threads)
+        manifest.report = pending_report(opened)
+    else:  # every mode the version serves; `eval` stays dense's (what a swap gate compares)
+        manifest.eval_modes = evaluate_modes(opened, threads=threads)
+        manifest.eval = manifest.eval_modes["dense"]

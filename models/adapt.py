@@ -125,6 +125,17 @@ def _eta_from_log(log_path: Path, total: int) -> tuple[int, float | None]:
     return int(last["step"]), max(0.0, (total - last["step"]) * rate)
 
 
+def _best_dev_from_log(log_path: Path) -> float | None:
+    """The best dev figure so far, from the trainer's log.jsonl (its last evaluation row): what the status shows
+    while training runs, and after a run that found the training finished already (resumed, nothing retrained)."""
+    try:
+        rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return None
+    best = [r["best_dev"] for r in rows if isinstance(r.get("best_dev"), (int, float)) and r["best_dev"] > -1e30]
+    return float(best[-1]) if best else None
+
+
 def adapt(cfg: AdaptConfig, on_status: Callable[[AdaptStatus], None] | None = None) -> Path:
     """Run (or continue) the recipe; returns `cfg.out`. Raises on bad data or a failed export, leaving `out`
     untouched."""
@@ -211,7 +222,8 @@ def _run(cfg: AdaptConfig, work: Path, status: StatusWriter) -> Path:
         def watch() -> None:  # the ETA in status.json follows the trainer's log
             while not stop_watch.wait(10):
                 step, eta = _eta_from_log(train_dir / "log.jsonl", cfg.steps)
-                status.update(step=step, total_steps=cfg.steps, eta_s=eta)
+                status.update(step=step, total_steps=cfg.steps, eta_s=eta,
+                              best_dev=_best_dev_from_log(train_dir / "log.jsonl"))
 
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
@@ -222,6 +234,8 @@ def _run(cfg: AdaptConfig, work: Path, status: StatusWriter) -> Path:
             watcher.join()
         status.update(step=result.steps, total_steps=cfg.steps, eta_s=0.0, best_dev=result.best_dev)
         write_json_atomic(work / "train.json", {**train_stamp, "finished": True})
+    else:  # trained by an earlier run: its best dev figure is in its log
+        status.update(best_dev=_best_dev_from_log(train_dir / "log.jsonl"))
     done("train")
 
     # 4. export the best checkpoint with the token mean served (int8 where it can be calibrated and gated)

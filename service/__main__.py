@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ray-address", default=None,
                         help="sharded: Ray cluster (STRATA_RAY_ADDRESS, $RAY_ADDRESS)")
     args = parser.parse_args(argv)
-    from service.demo import DemoError, banner, curl_example, prepare
+    from service.demo import DemoError, banner, curl_example, finish_report, prepare
     from service.logs import configure
     from service.settings import Settings, settings_error
 
@@ -55,10 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.train is not None and args.command != "demo":
         parser.error("--train/--no-train apply to demo")
     train = args.command == "demo" and args.train is not False  # the demo trains unless told not to
-    training = None
+    training = report = None
     if args.command == "demo":
         try:
-            prepare(settings, rows=args.rows, rebuild=args.rebuild)
+            report = prepare(settings, rows=args.rows, rebuild=args.rebuild)
             if train:
                 from service.demo import BackgroundTraining, training_plan
 
@@ -83,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if training is not None:
             training.stop()
+        finish_report(report)
 
 
 def serve(settings: Settings) -> int:

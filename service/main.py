@@ -25,6 +25,7 @@ from service.errors import ERROR_RESPONSES, install_error_handlers
 from service.limits import BodySizeLimit
 from service.routers import admin, documents, encode, health, openai, page, search, stats
 from service.routers import collections as collections_router
+from service.routers.docs import mount_docs
 from service.settings import Settings
 from service.stats import LiveStats
 
@@ -46,6 +47,7 @@ def create_app(settings: Settings | None = None, tracing: Tracing | None = None)
         tracing.shutdown()  # exports the spans still queued
 
     app = FastAPI(title="Strata", version="0.1.0", lifespan=lifespan,
+                  docs_url=None, redoc_url=None,  # served offline by `service.routers.docs`
                   responses=ERROR_RESPONSES,
                   description="Semantic search over an ONNX sentence encoder and a FAISS index.")
     app.state.metrics, app.state.settings, app.state.tracing = metrics, settings, tracing
@@ -69,5 +71,6 @@ def create_app(settings: Settings | None = None, tracing: Tracing | None = None)
                    collections_router.router, openai.router, page.router):
         app.include_router(router)
     page.mount_static(app)
+    mount_docs(app)
     check_routes(app)  # every route declares its scope (`service.auth`), or the app does not start
     return app

@@ -250,12 +250,41 @@ class EncoderAdaptation(BaseModel):
         return data
 
 
+class ModeFigures(BaseModel):
+    """One `/search` mode's figures on the version's evaluation set (the manifest's `eval_modes`)."""
+
+    mrr_at_10: float
+    exact_mrr_at_10: float | None = Field(None, description="exact search's (BM25 for lexical: its own)")
+    recall_at_10: float | None = None
+    ndcg_at_10: float | None = Field(None, description="graded qrels (corpus builds) only")
+    avg_retrieval_ms: float | None = Field(None, description="one query at a time, offline")
+    n_queries: int | None = None
+
+
+class ReadyEvaluation(BaseModel):
+    """The served version's evaluations: the gate's MRR@10 (measured before it was published) and the report's
+    figures by mode, which a build measures after publishing (`indexer.report`) and appear here when done."""
+
+    state: Literal["pending", "running", "done", "failed"] = Field(
+        description="the report's: pending/running (the gate's figure only so far), done, failed (see `error`)")
+    mrr_at_10: float | None = Field(None, description="dense MRR@10: what the swap gate compares")
+    modes: dict[str, ModeFigures] = Field(default_factory=dict, description="the report's figures, by mode")
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    seconds: float | None = Field(None, description="the report's time, after publishing")
+    error: str | None = None
+
+
 class Ready(BaseModel):
     ready: bool
     index_version: str | None = None
     index_size: int | None = None
-    model: str | None = None
+    model: str | None = Field(None, description="the served encoder's folder")
+    model_name: str | None = Field(None, description="its name (the folder's)")
+    model_source: str | None = Field(None, description="what it was exported from (`encoder.json`'s source)")
     pooling: str | None = None
+    evaluation: ReadyEvaluation | None = Field(None, description="the served version's figures (none: built "
+                                               "with --no-eval)")
     reason: str | None = None
     damaged: str | None = Field(None, description=DAMAGED_DOC)
     swap_refused: SwapRefusal | None = Field(None, description="the latest swap attempt, when it was refused")

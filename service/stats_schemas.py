@@ -66,6 +66,9 @@ class IndexStats(BaseModel):
     eval_avg_retrieval_ms: float | None = Field(None, description="offline: ms per query at the eval's batch "
                                                 "size and threads, encoding excluded")
     measured_at: datetime | None = None
+    report_state: str | None = Field(None, description="the build's report, run after publishing: pending, running "
+                                     "(mrr_at_10 and recall_at_10 are the gate's until it is done), done, failed; "
+                                     "null: evaluated before publishing, or not at all")
     default_mode: str = Field("dense", description="/search's mode when a request names none")
     lexical: dict[str, Any] | None = Field(None, description="the lexical (BM25) index: engine, analysis, k1, b, "
                                            "documents (null: none, dense only)")

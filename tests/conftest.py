@@ -137,7 +137,7 @@ class Server:
 
 
 def start_server(tmp: Path, env_overrides: dict[str, str], *, wait_ready: bool = True, args: tuple[str, ...] = (),
-                 timeout: float = 60) -> Server:
+                 timeout: float = 180) -> Server:
     """`python -m service` as a user runs it, on 127.0.0.1 and a free port; waits until it answers."""
     port = free_port()
     env = os.environ | {"STRATA_PORT": str(port), "STRATA_HOST": "127.0.0.1", "STRATA_THREADS": "2"} | env_overrides

@@ -22,7 +22,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     b = sub.add_parser("build", help="embed a corpus (Quora TSV, JSONL, CSV/TSV, Parquet, BEIR, documents) into a "
                        "new version",
                        description="Embed a corpus with an exported ONNX encoder into a FAISS IVF index; write a new "
-                       "version atomically, evaluate it, then switch `current` to it.")
+                       "version atomically, switch `current` to it once its gates pass (calibration, the MRR@10 a "
+                       "swap gate compares), then measure the report's evaluations while it is served.")
     root_arg(b)
     b.add_argument("--model", type=Path, default=None,
                    help=f"exported encoder folder (default: $STRATA_HOME/models/{DEFAULT_MODEL_NAME}; with --add: "
@@ -208,6 +209,7 @@ def run(args: argparse.Namespace) -> int:
                       codec=args.codec, memory_budget=args.memory_budget, hnsw_m=args.hnsw_m,
                       ef_construction=args.ef_construction, ef_search=args.ef_search,
                       batch_size=args.batch_size, threads=args.threads, keep=args.keep, evaluate=not args.no_eval,
+                      report_after=True,
                       id_field=args.id_field, text_field=args.text_field, title_field=args.title_field,
                       metadata_fields=args.metadata_fields, vector_field=args.vector_field, queries=args.queries,
                       qrels=args.qrels,
@@ -224,14 +226,24 @@ def run(args: argparse.Namespace) -> int:
         print(summary(m))
     else:
         m = build(cfg)
+    if m.report is not None and m.report.state == "pending":
+        from indexer.report import run_report
+
+        g = m.gate
+        gate = f"; gate: MRR@10 {g.mrr_at_10:.4f} over {g.n_queries} queries ({g.seconds:.1f}s)" if g else ""
+        print(f"published version {m.version} in {args.root} (`current` points to it; a running API swaps to it if "
+              f"its gates pass){gate}; the report's evaluations ({', '.join(m.report.modes)}, exact reference) "
+              f"run now", flush=True)
+        m = run_report(args.root, m.version, threads=args.threads)
     return _report(args, m)
 
 
 def _report(args: argparse.Namespace, m: Manifest) -> int:
     """What a build printed: the index, its calibration, the lexical index, the data read and the figures."""
     knobs = ", ".join(f"{k} {v}" for k, v in m.index.params.model_dump().items() if k in ("nprobe", "ef_search"))
+    report = f" + report {m.report.seconds:.1f}s after publishing" if m.report and m.report.seconds else ""
     print(f"built version {m.version} in {args.root}: {m.index.ntotal} vectors, {m.index.kind} index "
-          f"({m.index.factory}{', ' + knobs if knobs else ', exact search'}), {m.build_seconds.total_s:.1f}s")
+          f"({m.index.factory}{', ' + knobs if knobs else ', exact search'}), {m.build_seconds.total_s:.1f}s{report}")
     if m.index.calibration is not None:
         kc = m.index.calibration
         print(f"{kc.knob} {kc.value} keeps {kc.recall_at_10:.4f} of the exact top 10 on {_probes_text(kc)} "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -113,9 +114,18 @@ def run(args: argparse.Namespace) -> int:
         manifest.eval_modes = manifest.eval_modes | by_mode
         if "dense" in by_mode:
             manifest.eval = figures
+        _report_measured(manifest)
     manifest.save(folder)
     _print(args, figures, by_mode, manifest, runs, written)
     return 0
+
+
+def _report_measured(manifest: Manifest) -> None:
+    """A build's report that did not finish (`indexer.report`), now measured by this evaluation: done."""
+    r = manifest.report
+    if r is not None and r.state != "done" and set(r.modes) <= set(manifest.eval_modes):
+        now = datetime.now(timezone.utc)
+        manifest.report = r.model_copy(update={"state": "done", "error": None, "finished_at": now})
 
 
 def _print(args: argparse.Namespace, figures: EvalFigures, by_mode: dict[str, EvalFigures], manifest: Manifest,

@@ -231,6 +231,36 @@ class EvalFigures(BaseModel):
     fusion: dict[str, str | float] | None = None  # hybrid: {"kind": "convex", "alpha": 0.5} | {"kind": "rrf", "k": 60}
 
 
+class GateFigures(BaseModel):
+    """The swap gate's figure, measured before the version is published (`indexer.report`): dense MRR@10 and
+    Recall@10 (nDCG@10 for graded qrels) of the index at its search parameters over every evaluation query,
+    searched in batches. The same ranking the report's dense evaluation scores, without its exact-search
+    reference, its one-query-at-a-time timing and the other modes."""
+
+    mrr_at_10: float
+    recall_at_10: float
+    ndcg_at_10: float | None = None
+    n_queries: int
+    search_params: dict[str, int] = {}
+    seconds: float
+    measured_at: datetime
+
+
+ReportStateName = Literal["pending", "running", "done", "failed"]
+
+
+class ReportState(BaseModel):
+    """The evaluations that are reports, not gates (`indexer.report`): run after the version was published, their
+    figures written into this manifest (`eval`, `eval_modes`) when done."""
+
+    state: ReportStateName
+    modes: list[str]  # the /search modes the report measures
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    seconds: float | None = None
+    error: str | None = None  # failed: why (the version is served all the same)
+
+
 class WritesInfo(BaseModel):
     """The write log folded into this version (`indexer compact`; see `indexer.runtime.writelog`). A version without
     it folded nothing: whoever serves it replays the whole log."""
@@ -299,6 +329,17 @@ class Manifest(BaseModel):
     # gate swaps) and each `query_evals` set: what `indexer eval` and the build measured (`indexer.eval_modes`)
     eval_modes: dict[str, EvalFigures] = {}
     query_eval_modes: dict[str, dict[str, EvalFigures]] = {}
+    # A build that published before its report (`indexer.report`): the gate's figure, measured before publishing,
+    # and the report's state; None: evaluated before publishing (older builds, --add, compact, ray) or not at all
+    gate: GateFigures | None = None
+    report: ReportState | None = None
+
+    def gate_mrr_at_10(self) -> float | None:
+        """Dense MRR@10 on the version's own evaluation set, what a swap gate compares: the full evaluation's,
+        else the gate's (the same ranking, measured before publishing); None: not evaluated."""
+        if self.eval is not None:
+            return self.eval.mrr_at_10
+        return self.gate.mrr_at_10 if self.gate is not None else None
 
     def search_mode(self) -> SearchMode:
         """The mode a `/search` without one runs on this version."""

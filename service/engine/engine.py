@@ -304,6 +304,7 @@ class Engine:
         return await self.swapper.reload(trigger, force=force)
 
     def status(self) -> Status:
+        self.swapper.refresh_report()  # a report running after publishing: its figures once they are written
         searcher, refused = self.leases.current, self.swapper.current_refusal()
         if searcher is None:
             return Status(False, self.backend.name, reason=self.not_ready_reason(), refused=refused,

@@ -42,6 +42,7 @@ from indexer.runtime.encoder import EncoderLoadError
 from indexer.runtime.guards import MAX_SHRINK_ENV, shrinks_too_much
 from indexer.runtime.integrity import IntegrityError, damage, verify_folder
 from indexer.runtime.layout import CURRENT, IndexRoot, LayoutError
+from indexer.runtime.manifest import MANIFEST, Manifest, ManifestError
 from indexer.runtime.serving import RECORD, VERDICTS, ServingRecord
 from indexer.runtime.version import IndexLoadError
 from indexer.runtime.writelog import WriteLogError
@@ -104,6 +105,7 @@ class Swapper:
         self.served_since: datetime | None = None  # when the served version was swapped in
         self._damage: str | None = None  # the served version's damage last reported (logged once per change)
         self._lock = asyncio.Lock()
+        self._report_stamp: tuple[str, int] | None = None  # the served manifest's (version, mtime) last read
 
     def target(self) -> str | None:
         try:
@@ -115,16 +117,18 @@ class Swapper:
         if served is None or new.version <= served.version:
             return
         a, b = served.manifest, new.manifest
-        if a.eval is None or b.eval is None or math.isnan(a.eval.mrr_at_10):
+        # the full evaluation's MRR@10, or the gate's when the report runs after publishing (`indexer.report`)
+        served_mrr, new_mrr = a.gate_mrr_at_10(), b.gate_mrr_at_10()
+        if served_mrr is None or new_mrr is None or math.isnan(served_mrr):
             return
         if (a.data.protocol, a.data.n_queries) != (b.data.protocol, b.data.n_queries):
             log.info("MRR@10 of %s and %s are not comparable (different evaluation sets): not gated",
                      served.version, new.version)
             return
-        if b.eval.mrr_at_10 < a.eval.mrr_at_10 - self.settings.max_mrr_drop:
-            raise SwapRefused("quality", f"version {new.version} has MRR@10 {b.eval.mrr_at_10:.4f}, more than "
+        if new_mrr < served_mrr - self.settings.max_mrr_drop:
+            raise SwapRefused("quality", f"version {new.version} has MRR@10 {new_mrr:.4f}, more than "
                               f"{self.settings.max_mrr_drop} below the served {served.version} "
-                              f"({a.eval.mrr_at_10:.4f})")
+                              f"({served_mrr:.4f})")
 
     def _check_size(self, new: Searcher, served: Searcher | None) -> None:
         """The shrink guard: both sizes are the documents served after the write log's replay (`LiveIndex.ntotal`),
@@ -300,10 +304,32 @@ class Swapper:
     def _publish(self, searcher: Searcher, trigger: str, previous: str | None) -> None:
         manifest = searcher.manifest
         self.served_since = datetime.now(timezone.utc)
+        mrr = manifest.gate_mrr_at_10()
         self.collection.served(searcher.version, searcher.encoder.meta.pooling, int(searcher.index.ntotal),
-                               manifest.eval.mrr_at_10 if manifest.eval else float("nan"), swapped=previous is not None)
+                               float("nan") if mrr is None else mrr, swapped=previous is not None)
         log.info("collection %s: serving index %s (trigger %s, previous %s)", self.collection.name, searcher.version,
                  trigger, previous)
+
+    def refresh_report(self) -> None:
+        """While the served version's report runs after its publishing (`indexer.report`), take its figures from
+        the manifest on disk once it is rewritten (a stat per call until then; nothing once the report is over)."""
+        searcher = self.leases.current
+        report = searcher.manifest.report if searcher is not None else None
+        if searcher is None or report is None or report.state in ("done", "failed"):
+            return
+        folder = self.root.version_dir(searcher.version)
+        try:
+            stamp = (searcher.version, (folder / MANIFEST).stat().st_mtime_ns)
+            if stamp == self._report_stamp:
+                return
+            fresh = Manifest.load(folder)
+        except (OSError, ManifestError):
+            return  # the version was removed under us, or a rewrite is not readable: the figures stay as they were
+        self._report_stamp = stamp
+        served = searcher.manifest  # the figures first, the state last: a reader never sees "done" without them
+        served.eval, served.eval_modes, served.report = fresh.eval, fresh.eval_modes, fresh.report
+        if fresh.report is not None and fresh.report.state == "done":
+            log.info("the report of %s is done: its figures are served", searcher.version)
 
     async def watch(self) -> None:
         """Poll the `current` symlink (a readlink: cheap, and works on any volume, unlike inotify)."""

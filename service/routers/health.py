@@ -6,11 +6,20 @@ from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from indexer.runtime.manifest import Manifest
 from service.auth import ANY_KEY
 from service.chain import read_json, swap_outcome
 from service.deps import CollectionsDep, MetricsDep, SettingsDep
 from service.engine import Status
-from service.schemas import CollectionReady, EncoderAdaptation, Ready, SwapRefusal, TrainingProgress
+from service.schemas import (
+    CollectionReady,
+    EncoderAdaptation,
+    ModeFigures,
+    Ready,
+    ReadyEvaluation,
+    SwapRefusal,
+    TrainingProgress,
+)
 
 # Any valid key; the default STRATA_PUBLIC_PATHS opens all four to probes and scrapers without one.
 router = APIRouter(tags=["operations"], dependencies=[ANY_KEY])
@@ -38,6 +47,21 @@ def training_progress(path: Path | None, status: Status) -> TrainingProgress | N
         return TrainingProgress.model_validate(swap_outcome(chain, status.version, since, refused))
     except ValueError:
         return None
+
+
+def evaluation(m: Manifest) -> ReadyEvaluation | None:
+    """The gate's MRR@10 and the report's figures by mode (`indexer.report`); a version evaluated in full before
+    it was published (older builds, --add, compact) reads as a report done."""
+    mrr = m.gate_mrr_at_10()
+    if mrr is None:
+        return None
+    r = m.report
+    modes = m.eval_modes or ({"dense": m.eval} if m.eval is not None else {})
+    return ReadyEvaluation(
+        state="done" if r is None else r.state, mrr_at_10=mrr,
+        modes={k: ModeFigures.model_validate(f.model_dump()) for k, f in modes.items()},
+        started_at=r.started_at if r else None, finished_at=r.finished_at if r else None,
+        seconds=r.seconds if r else None, error=r.error if r else None)
 
 
 def _refusal(s: Status) -> SwapRefusal | None:
@@ -71,8 +95,11 @@ async def ready(collections: CollectionsDep, settings: SettingsDep) -> Response:
         body = Ready(ready=False, reason=s.reason, swap_refused=refused, training=training, collections=listed)
         return JSONResponse(body.model_dump(mode="json", exclude_none=True), status_code=503)
     adaptation = EncoderAdaptation.model_validate(s.adaptation) if s.adaptation else None
-    body = Ready(ready=True, index_version=s.version, index_size=s.size, model=s.model, pooling=s.pooling,
-                 damaged=s.damaged, swap_refused=refused, training=training, collections=listed, adaptation=adaptation)
+    body = Ready(ready=True, index_version=s.version, index_size=s.size, model=s.model,
+                 model_name=Path(s.model).name if s.model else None,
+                 model_source=s.manifest.model.source if s.manifest else None, pooling=s.pooling,
+                 evaluation=evaluation(s.manifest) if s.manifest else None, damaged=s.damaged,
+                 swap_refused=refused, training=training, collections=listed, adaptation=adaptation)
     return JSONResponse(body.model_dump(mode="json", exclude_none=True))
 
 

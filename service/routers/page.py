@@ -34,9 +34,9 @@ async def page() -> FileResponse:
     return FileResponse(STATIC_DIR / "index.html", media_type="text/html", headers=PAGE_HEADERS)
 
 
-class _StaticFiles(StaticFiles):
+class NamedStaticFiles(StaticFiles):
     """Names its mount as the request's route, so that the access log and the metrics count `/static/…` under
-    one `/static` label rather than as unmatched paths."""
+    one label (`/static`, `/static-docs`) rather than as unmatched paths."""
 
     mount: Mount | None = None
 
@@ -47,6 +47,6 @@ class _StaticFiles(StaticFiles):
 
 def mount_static(app: FastAPI) -> None:
     # A mount is not a route: the app-wide key check (a route dependency) does not apply to these files.
-    files = _StaticFiles(directory=STATIC_DIR)
+    files = NamedStaticFiles(directory=STATIC_DIR)
     files.mount = Mount("/static", app=files, name="static")
     app.router.routes.append(files.mount)

@@ -276,6 +276,12 @@
     fact(facts, "MRR@10", fixed(index.mrr_at_10, 3) + (index.exact_mrr_at_10 !== null &&
       index.exact_mrr_at_10 !== undefined ? " (exact search " + fixed(index.exact_mrr_at_10, 3) + ")" : ""));
     fact(facts, "Recall@10", fixed(index.recall_at_10, 3));
+    if (index.report_state === "pending" || index.report_state === "running") {
+      // the build published before its report: the gate's figures so far, exact search and the modes to come
+      fact(facts, "Evaluation", "report " + index.report_state + " (served meanwhile)");
+    } else if (index.report_state === "failed") {
+      fact(facts, "Evaluation", "report failed (see /ready)");
+    }
     if (index.kind === "flat") {
       fact(facts, "Index", "flat (exact search)");
     } else if (index.kind === "hnsw") {

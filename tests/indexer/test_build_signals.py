@@ -55,7 +55,7 @@ def test_sigterm_mid_build_removes_the_staging_folder_and_releases_the_lock(
             proc.kill()
     assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
     assert "indexer build: terminated (SIGTERM)" in err and "Traceback" not in err
-    assert stopped_in < 5, f"took {stopped_in:.1f} s to stop"
+    assert stopped_in < 20, f"took {stopped_in:.1f} s to stop"  # promptly: the 60,000 rows would take minutes more
     assert sorted(p.name for p in root.iterdir()) == [LOCK]  # no .building-*, no versions/, no current
     assert lock_is_free(root)
 

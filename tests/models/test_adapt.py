@@ -84,6 +84,9 @@ def test_adapt_runs_every_stage_then_reuses_them(tiny_bert: Path, tmp_path: Path
     adapt(cfg)
     assert (cfg.work / "mined.tsv").stat().st_mtime_ns == mined_mtime
     assert len((cfg.work / "train" / "log.jsonl").read_text().splitlines()) == n_log
+    # nothing retrained, and the status still says how good the training was (from the trainer's log)
+    again = json.loads((cfg.work / "status.json").read_text())
+    assert status["best_dev"] is not None and again["best_dev"] == pytest.approx(status["best_dev"], abs=1e-4)
     assert (cfg.out / "encoder.onnx").stat().st_mtime_ns == onnx_mtime
     # an export replaced by hand is written again
     (cfg.out / "encoder.json").write_text((cfg.out / "encoder.json").read_text().replace(meta["onnx_sha256"], "0" * 64))

@@ -252,7 +252,7 @@ def test_ready_shows_an_unverified_adaptation(tiny_bert: Path, tmp_path: Path) -
                        "--threads", "1").returncode == 0
     server = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(root)})
     try:
-        body = httpx.get(f"{server.url}/ready").json()
+        body = httpx.get(f"{server.url}/ready", timeout=30).json()
     finally:
         stop_server(server)
     assert body["ready"] and body["adaptation"]["verified"] is False

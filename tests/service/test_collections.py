@@ -100,7 +100,7 @@ def top(c: httpx.Client, name: str, query: str, **kw: Any) -> dict[str, Any]:
     return r.json()
 
 
-def wait_for(check: Any, timeout: float = 20) -> Any:
+def wait_for(check: Any, timeout: float = 120) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         got = check()

@@ -140,9 +140,9 @@ def test_ready_ignores_an_unreadable_status_file(tmp_path: Path, quora_root: Pat
     status.write_text("{not json")
     server = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(quora_root), "STRATA_TRAINING_STATUS": str(status)})
     try:
-        assert "training" not in httpx.get(f"{server.url}/ready").json()
+        assert "training" not in httpx.get(f"{server.url}/ready", timeout=30).json()
         status.write_text('{"stage": "mine", "message": "hard negatives", "updated_at": 1.0}')
-        body = httpx.get(f"{server.url}/ready").json()
+        body = httpx.get(f"{server.url}/ready", timeout=30).json()
         assert body["ready"] and body["training"]["stage"] == "mine" and body["training"]["step"] == 0
     finally:
         stop_server(server)

@@ -111,7 +111,7 @@ def test_the_banner_is_plain_text_and_its_curl_line_pastes_as_it_is(tiny_exporte
     assert all(json.loads(line) for line in r.stderr.splitlines() if line.strip())  # a pipe: JSON lines
     server = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(root)})
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120
         while "curl" not in server.log.read_text() and time.monotonic() < deadline:
             time.sleep(0.1)
         lines = server.log.read_text().splitlines()
@@ -126,6 +126,6 @@ def test_the_banner_is_plain_text_and_its_curl_line_pastes_as_it_is(tiny_exporte
         # everything else in the log is JSON lines (stderr is a file here), none from `uvicorn.error`
         others = [json.loads(line) for line in lines if line.startswith("{")]
         assert others and not any(rec["logger"] == "uvicorn.error" for rec in others)
-        assert httpx.get(f"{server.url}/ready").status_code == 200
+        assert httpx.get(f"{server.url}/ready", timeout=30).status_code == 200
     finally:
         stop_server(server)

@@ -33,13 +33,13 @@ def build(root: Path, model: Path, data: Path) -> str:
     return version
 
 
-def wait_for_version(server: Server, version: str, timeout: float = 60) -> None:
+def wait_for_version(server: Server, version: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if httpx.get(f"{server.url}/ready").json().get("index_version") == version:
+        if httpx.get(f"{server.url}/ready", timeout=30).json().get("index_version") == version:
             return
         time.sleep(0.2)
-    pytest.fail(f"the server did not swap to {version}: {httpx.get(f'{server.url}/ready').text}")
+    pytest.fail(f"the server did not swap to {version}: {httpx.get(f'{server.url}/ready', timeout=30).text}")
 
 
 @pytest.fixture(scope="module")

@@ -16,10 +16,11 @@ from tests.conftest import Server, start_server, stop_server
 
 INSTALL = "apt-get install chromium chromium-driver"
 QUERY = "How can I be a good geologist?"
-WAIT_S = 30  # a loaded 2-core machine: the first search of a server warms ONNX Runtime up
+WAIT_S = 120  # a deadline, not a pause: a loaded 2-core machine (beside CPU burners) answers late, never wrongly
 
 selenium = pytest.importorskip("selenium", reason=f"selenium is not installed: pip install selenium; {INSTALL}")
 from selenium import webdriver  # noqa: E402
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
@@ -56,11 +57,22 @@ def browser() -> Iterator[webdriver.Chrome]:
 
 
 def wait(driver: webdriver.Chrome, condition, what: str):  # noqa: ANN001, ANN201 (a Selenium condition)
-    return WebDriverWait(driver, WAIT_S).until(condition, message=f"waited {WAIT_S} s for {what}")
+    """Until `condition` holds. The page re-renders the index card, the live table and the chart on every /stats
+    poll (and 300 ms after a search): an element a condition found can be replaced before it reads it, so a stale
+    element means "not yet", and the condition is evaluated again on the new page state."""
+    return WebDriverWait(driver, WAIT_S, ignored_exceptions=(StaleElementReferenceException,)).until(
+        condition, message=f"waited {WAIT_S} s for {what}")
+
+
+def texts(driver: webdriver.Chrome, css: str) -> list[str]:
+    """The text of every element matching `css`, read in one script run: a snapshot of one page state, where a
+    find_elements then `.text` per element could meet an element that a re-render replaced in between."""
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0]), e => (e.innerText ?? e.textContent).trim())", css)
 
 
 def hit_texts(driver: webdriver.Chrome) -> list[str]:
-    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#hits li.hit .hit-text")]
+    return texts(driver, "#hits li.hit .hit-text")
 
 
 def search(driver: webdriver.Chrome, query: str, top_k: int | None = None) -> None:
@@ -94,10 +106,10 @@ def test_search_shows_the_hits_search_returns(browser: webdriver.Chrome, server:
 
     search(browser, QUERY, top_k=5)
     wait(browser, lambda d: len(hit_texts(d)) == 5, "5 hits")
-    texts = hit_texts(browser)
-    assert texts == [h["text"] for h in expected]
-    assert texts[0] == "What should I do to be a great geologist?"
-    first = browser.find_element(By.CSS_SELECTOR, "#hits li.hit .hit-meta").text
+    shown = hit_texts(browser)
+    assert shown == [h["text"] for h in expected]
+    assert shown[0] == "What should I do to be a great geologist?"
+    first = texts(browser, "#hits li.hit .hit-meta")[0]
     assert f"id {expected[0]['id']}" in first and f"score {expected[0]['score']:.3f}" in first
     summary = browser.find_element(By.ID, "summary").text
     assert summary.startswith("5 hits · dense · ") and " ms on the server (encode " in summary
@@ -105,8 +117,7 @@ def test_search_shows_the_hits_search_returns(browser: webdriver.Chrome, server:
 
     # the chart and the live table pick the search up from /stats
     wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#chart .p50"), "the chart's p50")
-    rows = browser.find_elements(By.CSS_SELECTOR, "#live-table tbody tr")
-    assert [r.find_element(By.TAG_NAME, "th").text for r in rows] == ["total", "encode", "search"]
+    assert texts(browser, "#live-table tbody tr th") == ["total", "encode", "search"]  # re-rendered every poll
     assert "requests/s" in browser.find_element(By.ID, "live-rate").text
 
     # "/" brings the keyboard back to the search box
@@ -218,21 +229,24 @@ def test_with_api_keys_the_page_asks_for_one_and_keeps_it_in_the_tab(browser: we
 def test_a_busy_server_says_when_to_retry(browser: webdriver.Chrome, tmp_path: Path, quora_root: Path) -> None:
     """A real 429: one slot in flight, held by a heavy /encode, when the page searches."""
     heavy = {"texts": [("many different words in a long sentence " * 45)[:1990]] * 64}  # 64 × 256 tokens
+    # STRATA_REQUEST_TIMEOUT_S: the heavy call must outlast the page's search, however slow the machine (it took
+    # over the default 30 s beside two CPU burners, and its 504 failed this test)
     srv = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(quora_root), "STRATA_MAX_IN_FLIGHT": "1",
-                                  "STRATA_WORKERS": "1", "STRATA_RETRY_AFTER_S": "2"})
+                                  "STRATA_WORKERS": "1", "STRATA_RETRY_AFTER_S": "2",
+                                  "STRATA_REQUEST_TIMEOUT_S": "600"})
     done: list[int] = []
     try:
         browser.get(srv.url + "/")
         wait(browser, lambda d: d.find_element(By.ID, "index-state").text == "Ready", "the index card")
         browser.find_element(By.ID, "query").send_keys(QUERY)
         worker = threading.Thread(target=lambda: done.append(
-            httpx.post(f"{srv.url}/encode", json=heavy, timeout=120).status_code))
+            httpx.post(f"{srv.url}/encode", json=heavy, timeout=600).status_code))
         worker.start()
         with srv.client() as c:
             wait(browser, lambda _: "strata_inference_in_flight 1.0" in c.get("/metrics").text, "the heavy call")
         browser.find_element(By.ID, "query").send_keys(Keys.ENTER)
         status, text = message(browser)
-        worker.join(timeout=120)
+        worker.join(timeout=600)
     finally:
         stop_server(srv)
     assert done == [200], "the heavy call must still have been running when the page searched"
@@ -301,7 +315,7 @@ def test_low_traffic_axis_and_the_background_training(browser: webdriver.Chrome,
         wait(browser, lambda d: len(hit_texts(d)) == 3, "3 hits")
         wait(browser, lambda d: d.find_element(By.ID, "live-rate").text.startswith("1 request,"), "1 request")
         wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#chart rect.bar"), "the requests/s bar")
-        ticks = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#chart text.rps")]
+        ticks = texts(browser, "#chart text.rps")  # the chart is redrawn on every /stats poll
         assert len(ticks) == 3 and len(set(ticks)) == 3 and ticks[0] == "0", ticks
         assert float(ticks[0]) < float(ticks[1]) < float(ticks[2]), ticks
         assert "5 minutes: 1 request, p50" in browser.find_element(By.ID, "chart-desc").get_attribute("textContent")
@@ -342,3 +356,23 @@ def test_the_collection_selector_searches_the_chosen_collection(browser: webdriv
         assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
     finally:
         stop_server(srv)
+
+
+def test_the_api_docs_render_offline(browser: webdriver.Chrome, server: Server) -> None:
+    """/docs (Swagger UI) and /redoc load every script and style from this server (`service.routers.docs`): the
+    machine has no route to a CDN, so a page that needed one would stay blank. Swagger UI renders the API's
+    operations from /openapi.json; ReDoc renders its operations' headings."""
+    browser.get("about:blank")
+    browser.get_log("browser")  # drop what earlier tests left in the shared browser's log
+    browser.get(server.url + "/docs")
+    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, ".opblock")) >= 5, "Swagger UI's operations")
+    paths = texts(browser, ".opblock .opblock-summary-path")
+    assert "/search" in paths and "/ready" in paths, paths
+    scripts = browser.execute_script("return Array.from(document.scripts, s => s.src).filter(Boolean)")
+    assert scripts and all(s.startswith(server.url + "/static-docs/") for s in scripts), scripts
+    browser.get(server.url + "/redoc")
+    wait(browser, lambda d: "/search" in d.find_element(By.TAG_NAME, "body").text, "ReDoc's operations")
+    assert "Strata" in browser.title
+    # the one outside request: ReDoc's decorative "powered by" logo, an <img> that removes itself when it fails
+    logo = "https://cdn.redoc.ly/redoc/logo-mini.svg"
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE" and not e["message"].startswith(logo)] == []

@@ -60,7 +60,7 @@ def expected_top10(root: Path, version: str) -> tuple[int, ...]:
 
 
 def metric(server: Server, line_start: str) -> float | None:
-    text = httpx.get(f"{server.url}/metrics").text
+    text = httpx.get(f"{server.url}/metrics", timeout=30).text
     line = next((ln for ln in text.splitlines() if ln.startswith(line_start)), None)
     return float(line.rsplit(" ", 1)[1]) if line else None
 
@@ -81,13 +81,22 @@ def swap_server(tmp_path_factory: pytest.TempPathFactory, swap_root: Path) -> It
     stop_server(srv)
 
 
-def wait_for_version(server: Server, version: str, timeout: float = 60) -> None:
+def wait_for_version(server: Server, version: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if httpx.get(f"{server.url}/ready").json().get("index_version") == version:
+        if httpx.get(f"{server.url}/ready", timeout=30).json().get("index_version") == version:
             return
         time.sleep(0.1)
-    raise AssertionError(f"server did not swap to {version}: {httpx.get(f'{server.url}/ready').text}")
+    raise AssertionError(f"server did not swap to {version}: {httpx.get(f'{server.url}/ready', timeout=30).text}")
+
+
+def wait_until(condition, what: str, timeout: float = 120) -> None:  # noqa: ANN001 (a no-argument predicate)
+    """Until `condition()` holds; the deadline only bounds a hang (a loaded machine is slow, not wrong)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout} s for {what}")
+        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -149,11 +158,13 @@ def swap_under_load(server: Server, root: Path, model: Path, data: Path, rows: i
         t.start()
     built = [v0]
     try:
-        time.sleep(0.5)
+        # every kind of call answered by the old version before the new one is built (not a fixed pause: the
+        # clients may take seconds to start on a loaded machine)
+        wait_until(lambda: bool(answers.get(v0)) and encode_versions[v0] > 0 or bool(failures), "answers from v0")
         built.append(build_cli(root, model, data, rows))
         if trigger != "watch":  # the watcher is off: nothing swaps until the trigger under test is pulled
             time.sleep(1.0)
-            assert httpx.get(f"{server.url}/ready").json()["index_version"] == v0
+            assert httpx.get(f"{server.url}/ready", timeout=30).json()["index_version"] == v0
         if trigger == "sighup":
             os.kill(server.proc.pid, signal.SIGHUP)
         elif trigger == "admin":
@@ -161,7 +172,9 @@ def swap_under_load(server: Server, root: Path, model: Path, data: Path, rows: i
             assert r.status_code == 200 and r.json()["outcome"] == "swapped", r.text
             assert r.json()["index_version"] == built[-1]
         wait_for_version(server, built[-1])
-        time.sleep(1.0)
+        # and by the new one, searches and encodes alike
+        wait_until(lambda: bool(answers.get(built[-1])) and encode_versions[built[-1]] > 0 or bool(failures),
+                   "answers from the new version")
     finally:
         stop.set()
         for t in threads:
@@ -181,10 +194,8 @@ def swap_under_load(server: Server, root: Path, model: Path, data: Path, rows: i
         assert set(expected[version]) <= doc_ids(root, version)
 
     assert metric(server, 'strata_index_swaps_total{result="swapped"}') == swaps_before + 1
-    deadline = time.monotonic() + 10  # old engines go when their last request is done
-    while metric(server, "strata_engines_loaded ") != 1 and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert metric(server, "strata_engines_loaded ") == 1
+    # old engines go when their last request is done
+    wait_until(lambda: metric(server, "strata_engines_loaded ") == 1, "the old engine to be closed", timeout=60)
 
 
 def test_swap_under_load_by_the_watcher(swap_server: Server, swap_root: Path, minilm_mean: Path,
@@ -233,6 +244,17 @@ def _edit_manifest(**changes: object):  # noqa: ANN202
     return mutate
 
 
+def _published_before_its_report(folder: Path) -> None:
+    """As `indexer build` publishes (`indexer.report`): the gate's MRR@10 only, here 0.1 below the served one's."""
+    raw = json.loads((folder / "manifest.json").read_text())
+    e = raw.pop("eval")
+    raw["eval_modes"] = {}
+    raw["gate"] = {"mrr_at_10": e["mrr_at_10"] - 0.1, "recall_at_10": e["recall_at_10"], "n_queries": e["n_queries"],
+                   "seconds": 0.1, "measured_at": e["measured_at"]}
+    raw["report"] = {"state": "pending", "modes": ["dense"]}
+    (folder / "manifest.json").write_text(json.dumps(raw))
+
+
 def _junk_store(folder: Path) -> None:
     (folder / "store.sqlite").write_bytes(os.urandom(4096))
 
@@ -244,20 +266,21 @@ def _junk_store(folder: Path) -> None:
     (_edit_manifest(model__dim=768), "corrupt", "has dimension 384 but the manifest says 768"),
     (_edit_manifest(model__onnx_sha256="0" * 64), "mismatch", "is not the model index"),
     (_edit_manifest(eval__mrr_at_10=lambda v: v - 0.1), "quality", "below the served"),
+    (_published_before_its_report, "quality", "below the served"),  # gated on the figure measured before publishing
 ])
 def test_bad_version_is_refused_and_the_old_one_keeps_serving(swap_server: Server, swap_root: Path, mutate,  # noqa: ANN001
                                                               kind: str, reason: str) -> None:
-    served = httpx.get(f"{swap_server.url}/ready").json()["index_version"]
+    served = httpx.get(f"{swap_server.url}/ready", timeout=30).json()["index_version"]
     before = metric(swap_server, f'strata_index_swap_refused_total{{reason="{kind}"}}') or 0
     bad = fake_version(swap_root, mutate)
     try:
         r = httpx.post(f"{swap_server.url}/admin/reload", timeout=60)
         assert r.status_code == 409 and r.json()["outcome"] == "refused" and reason in r.json()["reason"], r.text
-        ready = httpx.get(f"{swap_server.url}/ready").json()
+        ready = httpx.get(f"{swap_server.url}/ready", timeout=30).json()
         assert ready["ready"] and ready["index_version"] == served
         assert ready["swap_refused"]["version"] == bad and ready["swap_refused"]["kind"] == kind
         assert reason in ready["swap_refused"]["reason"]
-        hit = httpx.post(f"{swap_server.url}/search", json={"query": QUERY, "top_k": 1}).json()
+        hit = httpx.post(f"{swap_server.url}/search", timeout=30, json={"query": QUERY, "top_k": 1}).json()
         assert hit["index_version"] == served and hit["hits"]
         refused = metric(swap_server, f'strata_index_swap_refused_total{{reason="{kind}"}}') or 0
         assert refused >= before + 1  # the watcher may have refused it too, before the explicit reload
@@ -271,19 +294,19 @@ def test_bad_version_is_refused_and_the_old_one_keeps_serving(swap_server: Serve
         assert rb.returncode == 0, rb.stderr
         shutil.rmtree(swap_root / "versions" / bad)
     wait_for_version(swap_server, served)
-    assert httpx.post(f"{swap_server.url}/admin/reload").json()["outcome"] == "unchanged"
+    assert httpx.post(f"{swap_server.url}/admin/reload", timeout=30).json()["outcome"] == "unchanged"
 
 
 def test_newer_version_within_the_mrr_drop_is_swapped(swap_server: Server, swap_root: Path) -> None:
     """STRATA_MAX_MRR_DROP (0.02 by default): a newer version 0.01 below the served one's MRR@10 is swapped in."""
-    served = httpx.get(f"{swap_server.url}/ready").json()["index_version"]
+    served = httpx.get(f"{swap_server.url}/ready", timeout=30).json()["index_version"]
     within = fake_version(swap_root, _edit_manifest(eval__mrr_at_10=lambda v: v - 0.01))
     try:
         r = httpx.post(f"{swap_server.url}/admin/reload", timeout=60)  # or the watcher, whichever is first
         assert r.status_code == 200 and r.json()["outcome"] in ("swapped", "unchanged"), r.text
         wait_for_version(swap_server, within)
-        assert "swap_refused" not in httpx.get(f"{swap_server.url}/ready").json()
-        hit = httpx.post(f"{swap_server.url}/search", json={"query": QUERY, "top_k": 1}).json()
+        assert "swap_refused" not in httpx.get(f"{swap_server.url}/ready", timeout=30).json()
+        hit = httpx.post(f"{swap_server.url}/search", timeout=30, json={"query": QUERY, "top_k": 1}).json()
         assert hit["index_version"] == within
     finally:
         rb = indexer_cli("rollback", "--root", str(swap_root), served)
@@ -305,7 +328,7 @@ def test_rollback_to_previous_version(swap_root: Path, swap_server: Server) -> N
     r = indexer_cli("rollback", "--root", str(swap_root))
     assert r.returncode == 0 and f"{current} -> {previous}" in r.stdout, r.stderr
     wait_for_version(swap_server, previous)  # an older version is not quality-gated: the operator decided
-    assert "swap_refused" not in httpx.get(f"{swap_server.url}/ready").json()
+    assert "swap_refused" not in httpx.get(f"{swap_server.url}/ready", timeout=30).json()
     assert (metric(swap_server, 'strata_index_swap_refused_total{reason="quality"}') or 0) == refused_before
     bad = indexer_cli("rollback", "--root", str(swap_root), "19990101T000000Z-nope00")
     assert bad.returncode == 2 and "no version 19990101T000000Z-nope00" in bad.stderr
@@ -340,7 +363,8 @@ def test_add_questions_without_retraining(swap_root: Path, swap_server: Server, 
 
     assert np.array_equal(centroids(base), centroids(added))  # the coarse quantizer was not retrained
     wait_for_version(swap_server, added)
-    hits = httpx.post(f"{swap_server.url}/search", json={"query": "the tallest volcano on Mars", "top_k": 1}).json()
+    hits = httpx.post(f"{swap_server.url}/search",
+                      timeout=30, json={"query": "the tallest volcano on Mars", "top_k": 1}).json()
     assert hits["hits"][0]["id"] == 900001 and hits["index_version"] == added
 
     again = indexer_cli("build", "--root", str(swap_root), "--add", str(new), "--threads", "1", "--keep", "20",
@@ -383,17 +407,15 @@ def test_kill_during_build_leaves_current_intact(swap_root: Path, swap_server: S
     proc = subprocess.Popen([sys.executable, "-m", "indexer.cli", "build", "--root", str(swap_root), "--model",
                              str(minilm_mean), "--data", str(quora_file), "--rows", "3000", "--threads", "1"],
                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while not list(swap_root.glob(".building-*")) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.5)  # midway: encoding the documents
+    wait_until(lambda: bool(list(swap_root.glob(".building-*"))) or proc.poll() is not None, "the staging folder",
+               timeout=300)  # killed once it stages: 3,000 rows on one thread take far longer to encode
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     partial = list(swap_root.glob(".building-*"))
     assert partial, "the build finished before it could be killed"
     assert root.current_version() == served and root.versions() == versions
-    assert httpx.get(f"{swap_server.url}/ready").json()["index_version"] == served
-    assert httpx.post(f"{swap_server.url}/search", json={"query": QUERY}).status_code == 200
+    assert httpx.get(f"{swap_server.url}/ready", timeout=30).json()["index_version"] == served
+    assert httpx.post(f"{swap_server.url}/search", timeout=30, json={"query": QUERY}).status_code == 200
 
     built = build_cli(swap_root, minilm_mean, quora_file, 300, "--no-eval")
     assert not list(swap_root.glob(".building-*")) and built != served

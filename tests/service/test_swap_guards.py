@@ -71,16 +71,16 @@ def build(root: Path, data: Path, model: Path, *extra: str, env: dict[str, str] 
 
 
 def ready(server: Server) -> dict:
-    return httpx.get(f"{server.url}/ready").json()
+    return httpx.get(f"{server.url}/ready", timeout=30).json()
 
 
 def metric(server: Server, line_start: str) -> float | None:
-    text = httpx.get(f"{server.url}/metrics").text
+    text = httpx.get(f"{server.url}/metrics", timeout=30).text
     line = next((ln for ln in text.splitlines() if ln.startswith(line_start)), None)
     return float(line.rsplit(" ", 1)[1]) if line else None
 
 
-def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 60) -> None:
+def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -144,7 +144,8 @@ def test_a_much_smaller_build_is_refused_on_automatic_swaps_and_served_with_forc
         resp = httpx.post(f"{server.url}/admin/reload", timeout=60)
         assert resp.status_code == 409 and resp.json()["outcome"] == "refused", resp.text
         assert "would serve 30 documents" in resp.json()["reason"]
-        hit = httpx.post(f"{server.url}/search", json={"query": "How do I learn Python?", "top_k": 3}).json()
+        hit = httpx.post(f"{server.url}/search",
+                         timeout=30, json={"query": "How do I learn Python?", "top_k": 3}).json()
         assert hit["index_version"] == v0 and len(hit["hits"]) == 3
 
         # the operator insists: force=true serves it
@@ -280,7 +281,7 @@ def test_a_rebuild_from_source_after_compaction_is_not_refused(tmp_path: Path, q
         assert refusal(server) is None and ready(server)["index_version"] == v2
         assert ready(server)["index_size"] == 350  # 200 built + 150 replayed from the log
         assert (metric(server, 'strata_index_swap_refused_total{reason="shrink"}') or 0) == 0
-        hit = httpx.post(f"{server.url}/search", json={"query": written[42]["text"], "top_k": 1}).json()
+        hit = httpx.post(f"{server.url}/search", timeout=30, json={"query": written[42]["text"], "top_k": 1}).json()
         assert hit["index_version"] == v2 and hit["hits"][0]["id"] == written[42]["id"]
     finally:
         stop_server(server)
@@ -396,7 +397,8 @@ def test_a_damaged_version_is_refused_at_swap_and_at_startup_with_the_file_named
         resp = httpx.post(f"{damage_server.url}/admin/reload", params={"force": "true"}, timeout=60)
         assert resp.status_code == 409 and path in resp.json()["reason"], resp.text  # force never serves damage
         assert ready(damage_server)["index_version"] == served
-        hit = httpx.post(f"{damage_server.url}/search", json={"query": "How do I learn Python?", "top_k": 1}).json()
+        hit = httpx.post(f"{damage_server.url}/search",
+                         timeout=30, json={"query": "How do I learn Python?", "top_k": 1}).json()
         assert hit["index_version"] == served and hit["hits"]
         assert (metric(damage_server, 'strata_index_swap_refused_total{reason="corrupt"}') or 0) >= before + 2
         assert f"refused index swap to {bad} (corrupt" in damage_server.log.read_text()
@@ -423,12 +425,12 @@ def test_a_damaged_version_is_refused_at_swap_and_at_startup_with_the_file_named
         record.unlink()
         fresh = serve(tmp_path, damage_root, watch="0")
         try:
-            resp = httpx.get(f"{fresh.url}/ready")
+            resp = httpx.get(f"{fresh.url}/ready", timeout=30)
             assert resp.status_code == 503, resp.text
             body = resp.json()
             assert body["ready"] is False and path in body["reason"]
             assert body["swap_refused"]["kind"] == "corrupt" and path in body["swap_refused"]["reason"]
-            search = httpx.post(f"{fresh.url}/search", json={"query": "How do I learn Python?"})
+            search = httpx.post(f"{fresh.url}/search", timeout=30, json={"query": "How do I learn Python?"})
             assert search.status_code == 503
         finally:
             stop_server(fresh)

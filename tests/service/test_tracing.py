@@ -41,7 +41,7 @@ class InProcessServer:
 
     def __enter__(self) -> InProcessServer:
         self.thread.start()
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while not self.server.started:
             assert time.monotonic() < deadline and self.thread.is_alive(), "uvicorn did not start"
             time.sleep(0.05)
@@ -100,8 +100,8 @@ def test_a_search_is_one_request_span_with_its_steps_as_children(traced) -> None
 
 def test_encode_has_no_search_steps_and_a_4xx_is_not_an_error(traced) -> None:  # noqa: ANN001
     srv, exporter, _ = traced
-    ok = httpx.post(f"{srv.url}/encode", json={"texts": ["a", "b"]}, headers={"X-Request-ID": "trace-enc"})
-    bad = httpx.post(f"{srv.url}/encode", json={"texts": [""]}, headers={"X-Request-ID": "trace-bad"})
+    ok = httpx.post(f"{srv.url}/encode", timeout=30, json={"texts": ["a", "b"]}, headers={"X-Request-ID": "trace-enc"})
+    bad = httpx.post(f"{srv.url}/encode", timeout=30, json={"texts": [""]}, headers={"X-Request-ID": "trace-bad"})
     assert ok.status_code == 200 and bad.status_code == 422
     assert set(spans_of(exporter, "trace-enc")) == {"POST /encode", "queue", "encode"}
     bad_spans = spans_of(exporter, "trace-bad")
@@ -231,7 +231,8 @@ def test_spans_are_exported_over_otlp_http(tmp_path: Path, quora_root: Path) -> 
                                   "STRATA_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.server_port}",
                                   "OTEL_SERVICE_NAME": "strata-test"})
     try:
-        r = httpx.post(f"{srv.url}/search", json={"query": "geologist"}, headers={"X-Request-ID": "trace-otlp"})
+        r = httpx.post(f"{srv.url}/search",
+                       timeout=30, json={"query": "geologist"}, headers={"X-Request-ID": "trace-otlp"})
         assert r.status_code == 200
     finally:
         stop_server(srv)  # the lifespan's shutdown flushes the batch processor

@@ -90,6 +90,15 @@ def kill(server: Server) -> None:
     server.proc.wait(timeout=30)
 
 
+def until(condition, what: str, timeout: float = 300) -> None:  # noqa: ANN001 (a no-argument predicate)
+    """Until `condition()` holds; the deadline only bounds a hang."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout} s for {what}")
+        time.sleep(0.05)
+
+
 def written_text(n: int) -> str:
     return f"Strata write number {n}: how would a {['red', 'blue', 'green'][n % 3]} kite fly in weather {n * 7}?"
 
@@ -384,11 +393,15 @@ def test_concurrent_writes_and_searches_across_a_swap(root: Path, corpus: Path, 
     for t in threads:
         t.start()
     try:
-        time.sleep(3)
+        # the load runs before the build, and goes on across and after the swap: counted, not timed (the same
+        # seconds carry a fraction of the requests on a loaded machine)
+        until(lambda: counts["write"] >= 5 and counts["search"] >= 10 or bool(failures), "load before the build")
         v1 = build(root, corpus, minilm_mean)  # built while the load runs
         r = httpx.post(f"{server.url}/admin/reload", timeout=120)
         assert r.status_code == 200 and r.json()["index_version"] == v1, r.text
-        time.sleep(3)
+        at_swap = dict(counts)
+        until(lambda: counts["write"] >= at_swap["write"] + 5 and counts["search"] >= at_swap["search"] + 10
+              or bool(failures), "writes and searches on the new version")
     finally:
         stop.set()
         for t in threads:
@@ -498,10 +511,7 @@ def test_writes_need_the_admin_scope_and_an_unwritable_log_is_503(root: Path, tm
     body = {"documents": [{"id": 1, "text": "needs a key"}]}
     try:
         with server.client() as c:
-            deadline = time.monotonic() + 60
-            while c.get("/ready", headers={"Authorization": f"Bearer {USER}"}).status_code != 200:
-                assert time.monotonic() < deadline
-                time.sleep(0.2)
+            until(lambda: c.get("/ready", headers={"Authorization": f"Bearer {USER}"}).status_code == 200, "ready")
             assert c.put("/documents", json=body).status_code == 401
             for method, path, payload in (("PUT", "/documents", body), ("POST", "/documents/delete", {"ids": [1]})):
                 r = c.request(method, path, json=payload, headers={"Authorization": f"Bearer {USER}"})

@@ -109,7 +109,7 @@ def test_acknowledged_appends_survive_sigkill(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, text=True, cwd=REPO)
     acked: list[tuple[int, int]] = []
     assert proc.stdout is not None
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120
     while len(acked) < 40 and time.monotonic() < deadline:
         line = proc.stdout.readline()
         if line:

@@ -99,9 +99,11 @@ def _record_batches(max_texts: int, max_tokens: int, requests: list[list[str]], 
         release = asyncio.Event()
         index = {id(texts): i for i, texts in enumerate(requests)}
         blocker: list[str] = ["busy"]
+        held = asyncio.Event()
 
         async def run(jobs: list[Job], routes: list[object]) -> list[tuple[object, SearchResult]]:
             if jobs[0].texts is blocker:
+                held.set()
                 await release.wait()
             else:
                 ran.append([index[id(job.texts)] for job in jobs])
@@ -113,7 +115,7 @@ def _record_batches(max_texts: int, max_tokens: int, requests: list[list[str]], 
                                max_tokens=max_tokens, count_tokens=lambda texts: sum(len(t.split()) for t in texts))
         batcher.start()
         first = batcher.submit(Job(blocker, 1))
-        await asyncio.sleep(0.01)  # a worker is now held by the blocker
+        await held.wait()  # a worker is now held by the blocker
         futures = [batcher.submit(Job(texts, 1)) for texts in requests]
         release.set()
         await asyncio.gather(first, *futures)

@@ -112,7 +112,8 @@ def test_writes_complete_under_a_continuous_search_stream(root: Path) -> None:
 
         clients = [asyncio.create_task(client(n)) for n in range(16)]
         try:
-            await asyncio.sleep(0.5)  # the stream is running
+            while len(searched) < 16:  # the stream is running (a count, not a pause: a loaded machine is slower)
+                await asyncio.sleep(0.01)
             t0 = time.monotonic()
             results = [await engine.upsert(docs[i : i + 64]) for i in range(0, len(docs), 64)]
             t1 = time.monotonic()
