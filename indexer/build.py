@@ -69,8 +69,8 @@ def build(cfg: BuildConfig) -> Manifest:
             warn_if_shrinking(root, manifest.index.ntotal)
             root.set_current(manifest.version)
             root.prune(cfg.keep)
-            log.info("built %s in %.1fs: %d vectors, %s", manifest.version, manifest.build_seconds.total_s,
-                     manifest.index.ntotal, manifest.index.factory)
+            log.info("built %s in %.1fs (%s): %d vectors, %s", manifest.version, manifest.build_seconds.total_s,
+                     manifest.build_seconds.breakdown(), manifest.index.ntotal, manifest.index.factory)
             return manifest
         if cfg.corpus_options():
             raise ValueError(f"{', '.join(cfg.corpus_options())}: not for the Quora question-pairs TSV {path} "
@@ -79,8 +79,8 @@ def build(cfg: BuildConfig) -> Manifest:
         warn_if_shrinking(root, manifest.index.ntotal)
         root.set_current(manifest.version)
         root.prune(cfg.keep)
-    log.info("built %s in %.1fs: %d vectors, %s", manifest.version, manifest.build_seconds.total_s,
-             manifest.index.ntotal, manifest.index.factory)
+    log.info("built %s in %.1fs (%s): %d vectors, %s", manifest.version, manifest.build_seconds.total_s,
+             manifest.build_seconds.breakdown(), manifest.index.ntotal, manifest.index.factory)
     return manifest
 
 
