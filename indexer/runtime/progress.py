@@ -197,6 +197,8 @@ class Working:
         import sys
 
         every = HEARTBEAT_TTY_S if self._tty else self.interval
+        if os.environ.get(FILE_ENV) and not self._tty:
+            return  # a parent follows this process (the demo's chain) and prints the periodic line itself
         while every > 0 and not self._stop.wait(every):
             took = format_duration(time.monotonic() - self._t0)
             if self._tty:
