@@ -119,8 +119,9 @@ def check_texts(n: int = CHECK_TEXTS, data: Path | None = None) -> list[str]:
 class TextCalibrationReader:
     """ONNX Runtime calibration data without padding: texts of the same token length share a run (up to
     `per_run`), so no padded position enters the activation ranges. MinMax takes each tensor's min and max over
-    every run, so the ranges are those of one text per run up to float rounding (a MatMul of 8 rows may round
-    differently from 8 of 1), at ~9x fewer runs (the 512 calibration texts: 58 runs)."""
+    every run, so the ranges are those of one text per run (all-MiniLM-L6-v2, layers:0,6: the same int8 graph bit
+    for bit, sha256 bdf1fafe3f2f… either way) at ~9x fewer runs (the 512 calibration texts: 58 runs; 17.7 instead
+    of 25.3 CPU-seconds for the whole quantization)."""
 
     def __init__(self, model_dir: Path, texts: list[str], per_run: int = 32) -> None:
         from tokenizers import Tokenizer
