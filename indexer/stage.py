@@ -80,8 +80,7 @@ def save_and_evaluate(stage: Path, manifest: Manifest, t_start: float, *, evalua
                 save_probes(stage, probes)
             else:  # --add, compact: the probes the version grown from was calibrated on, when it kept them
                 probes = load_probes(stage, calibration.probes if calibration is not None else None)
-            with Working(f"calibrating the {opened.kind} index's search parameter for recall@10 >= "
-                         f"{target_recall}", logger=log):
+            with Working(f"calibrating the {opened.kind} index for recall@10 >= {target_recall}", logger=log):
                 cal = calibrate_index(opened.ann, target_recall, probes=None if probes is None else
                                       (probes.vectors, probes.self_ids, probes.info))
             cal.seconds = round(time.perf_counter() - t0, 3)  # encoding the probes included
