@@ -10,7 +10,7 @@ Staged, so that a clear case costs a small sample and only a close one pays the 
    estimates against `max_drop`.
 
 `bench/int8_gate.py` measured the screen's decisions against the full gate's on the recorded schemes and on
-deliberately damaged quantizations (bench/results/int8-gate-*.md). The fp32 side of each sample (per-pair
+deliberately damaged quantizations (its tables go to bench/results/). The fp32 side of each sample (per-pair
 cosines, per-query reciprocal ranks: a few kB) is cached under `$STRATA_HOME/cache/int8-gate`, keyed by the fp32
 graph's sha256, its max length, the sample and the data files' size and mtime: a second export of the same
 checkpoint and pooling encodes only the int8 side.
