@@ -68,16 +68,16 @@ def build(cfg: BuildConfig) -> Manifest:
                 raise ValueError(f"--protocol applies to the Quora question-pairs TSV; {path} is another corpus")
             manifest = build_corpus(cfg, root, encoder, source_for(cfg, path), t_start)
             publish(root, manifest, cfg.keep)
-            log.info("built %s in %.1fs: %d vectors, %s", manifest.version, manifest.build_seconds.total_s,
-                     manifest.index.ntotal, manifest.index.factory)
+            log.info("built %s in %.1fs (%s): %d vectors, %s", manifest.version, manifest.build_seconds.total_s,
+                     manifest.build_seconds.breakdown(), manifest.index.ntotal, manifest.index.factory)
             return manifest
         if cfg.corpus_options():
             raise ValueError(f"{', '.join(cfg.corpus_options())}: not for the Quora question-pairs TSV {path} "
                              f"(its fields and evaluation set are fixed by --protocol)")
         manifest = _build_quora(cfg, root, encoder, path, lexical, t_start)
         publish(root, manifest, cfg.keep)
-    log.info("built %s in %.1fs: %d vectors, %s", manifest.version, manifest.build_seconds.total_s,
-             manifest.index.ntotal, manifest.index.factory)
+    log.info("built %s in %.1fs (%s): %d vectors, %s", manifest.version, manifest.build_seconds.total_s,
+             manifest.build_seconds.breakdown(), manifest.index.ntotal, manifest.index.factory)
     return manifest
 
 

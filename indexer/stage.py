@@ -22,6 +22,7 @@ from indexer.runtime.encoder import EncoderMeta
 from indexer.runtime.faiss_index import INDEX_FILE, AnnIndex, build_index
 from indexer.runtime.lexical import LEXICAL_DIR, build_lexical
 from indexer.runtime.manifest import IndexInfo, Manifest, ModelInfo, Timings
+from indexer.runtime.progress import Working
 from indexer.runtime.storage import storage_errors
 from indexer.runtime.store import STORE, Store
 from indexer.runtime.version import IndexVersion
@@ -33,9 +34,9 @@ def build_version_index(cfg: BuildConfig, vectors: np.ndarray, ids: np.ndarray, 
                         ) -> IndexInfo:
     """Build the index `cfg` asks for over `vectors`, write it into `stage`; returns the manifest's section."""
     params = index_params(cfg, len(vectors), vectors.shape[1])
-    log.info("building a %s index of %d vectors (%s)", params.kind, len(vectors), params.model_dump())
     index: AnnIndex
-    index, timings.train_s, timings.add_s = build_index(params, vectors, ids, cfg.seed)
+    with Working(f"building a {params.kind} index of {len(vectors):,} vectors ({params.model_dump()})", logger=log):
+        index, timings.train_s, timings.add_s = build_index(params, vectors, ids, cfg.seed)
     index.save(stage / INDEX_FILE)
     return IndexInfo.for_params(index.params, index.ntotal)
 
@@ -85,8 +86,9 @@ def save_and_evaluate(stage: Path, manifest: Manifest, t_start: float, *, evalua
                 save_probes(stage, probes)
             else:  # --add, compact: the probes the version grown from was calibrated on, when it kept them
                 probes = load_probes(stage, calibration.probes if calibration is not None else None)
-            cal = calibrate_index(opened.ann, target_recall, probes=None if probes is None else
-                                  (probes.vectors, probes.self_ids, probes.info))
+            with Working(f"calibrating the {opened.kind} index for recall@10 >= {target_recall}", logger=log):
+                cal = calibrate_index(opened.ann, target_recall, probes=None if probes is None else
+                                      (probes.vectors, probes.self_ids, probes.info))
             cal.seconds = round(time.perf_counter() - t0, 3)  # encoding the probes included
             if opened.kind == "ivf":
                 manifest.index.set_nprobe(cal.nprobe)
@@ -100,7 +102,11 @@ def save_and_evaluate(stage: Path, manifest: Manifest, t_start: float, *, evalua
         elif target_recall is not None:
             log.info("a %s index searches exactly: nothing to calibrate for --target-recall", opened.kind)
         if evaluate_it:
-            _evaluate(opened, manifest, threads, report_after)
+            what = "the gate's evaluation (dense MRR@10)" if report_after else "evaluating every search mode"
+            with Working(f"{what} on the version's queries", logger=log) as step:
+                _evaluate(opened, manifest, threads, report_after)
+            manifest.build_seconds.evaluate_s = round(step.elapsed, 3)
+            manifest.build_seconds.total_s = time.perf_counter() - t_start  # "built … in" counts every stage
             manifest.save(stage)
     finally:
         opened.close()

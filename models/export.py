@@ -30,6 +30,7 @@ from torch import nn
 
 from indexer.runtime.atomic import atomic_dir, sha256_file, write_json_atomic
 from indexer.runtime.encoder import ENCODER_META, ENCODER_ONNX, EncoderMeta, OnnxEncoder
+from indexer.runtime.progress import Working
 from models.checkpoint import CheckpointError, default_max_length, encoder_folder
 from models.parity import PARITY_SENTENCES
 
@@ -211,6 +212,7 @@ def export_encoder(
     source: str | None = None,
     quantize: Literal["int8"] | None = None,
     gate_rows: int = 20_000,
+    gate_screen_rows: int = 2_000,
     max_drop: float = 0.5,
     skip_gate: bool = False,
     exporter: Exporter = "torchscript",
@@ -219,7 +221,8 @@ def export_encoder(
     """Export `checkpoint` to `out_dir` atomically; refuse (writing nothing) if parity is below `min_cosine`
     or, with `quantize="int8"` (static int8, `models.quantize`), if a vector changes by more than
     `DETERMINISM_TOL` between a batch of one and a padded batch, or if int8 loses more than `max_drop` points on
-    STS-B dev or Quora MRR@10. The Python default is fp32; the `encoder export` command defaults to int8.
+    STS-B dev or Quora MRR@10 (screened on `gate_screen_rows` rows first, `models.int8_gate`; 0: the full gate
+    only). The Python default is fp32; the `encoder export` command defaults to int8.
     `pooling` None: the checkpoint's declared pooling, else `cls` (`resolve_pooling`)."""
     from transformers import AutoModel, AutoTokenizer
 
@@ -260,9 +263,9 @@ def export_encoder(
 
     with atomic_dir(out_dir, overwrite=force) as tmp:
         sample = tokenizer(PARITY_SENTENCES[:2], padding=True, return_tensors="pt")
-        log.info("exporting to ONNX (%s exporter, opset %d, pooling=%s)", exporter, OPSET, pooling)
         try:
-            _to_onnx(wrapper, (sample["input_ids"], sample["attention_mask"]), tmp / ENCODER_ONNX, exporter)
+            with Working(f"exporting to ONNX ({exporter} exporter, opset {OPSET}, pooling={pooling})", logger=log):
+                _to_onnx(wrapper, (sample["input_ids"], sample["attention_mask"]), tmp / ENCODER_ONNX, exporter)
         except Exception as exc:  # tracer/torch.export failures: name the way out instead of a traceback
             other = "dynamo" if exporter == "torchscript" else "torchscript"
             raise CheckpointError(f"the {exporter} ONNX exporter failed on {folder}: {type(exc).__name__}: "
@@ -281,7 +284,8 @@ def export_encoder(
             adaptation=adaptation,
         )
         write_json_atomic(tmp / ENCODER_META, meta.model_dump(mode="json"))
-        worst = check_parity(wrapper, tokenizer, tmp, max_length)
+        with Working("checking parity torch vs ONNX", logger=log):
+            worst = check_parity(wrapper, tokenizer, tmp, max_length)
         log.info("parity torch vs ONNX: min cosine %.6f (threshold %.4f)", worst, min_cosine)
         if not worst >= min_cosine:
             raise ParityError(
@@ -292,17 +296,18 @@ def export_encoder(
         write_json_atomic(tmp / ENCODER_META, meta.model_dump(mode="json"))
         if quantize == "int8":
             meta = _quantize_in_place(tmp, meta, gate_rows=gate_rows, max_drop=max_drop, skip_gate=skip_gate,
-                                      out_dir=out_dir)
+                                      out_dir=out_dir, screen_rows=gate_screen_rows)
     return meta
 
 
 def _quantize_in_place(folder: Path, meta: EncoderMeta, *, gate_rows: int, max_drop: float, skip_gate: bool,
-                       out_dir: Path) -> EncoderMeta:
+                       out_dir: Path, screen_rows: int) -> EncoderMeta:
     """Replace the fp32 graph in `folder` by its static int8 version if its vectors do not depend on the batch
     and it passes the quality gate."""
     import shutil
 
     from models.quantize import (
+        CALIBRATION_TEXTS,
         DETERMINISM_TOL,
         QUANTIZATION,
         DeterminismError,
@@ -316,12 +321,14 @@ def _quantize_in_place(folder: Path, meta: EncoderMeta, *, gate_rows: int, max_d
 
     int8_dir = folder / ".int8"
     shutil.copytree(folder, int8_dir, ignore=shutil.ignore_patterns(".int8", ENCODER_ONNX))
-    log.info("quantizing to int8 (static: weights per channel, activation scales calibrated once)")
-    details = quantize_static_onnx(folder, int8_dir / ENCODER_ONNX, calibration_texts())
+    with Working("quantizing to int8 (static: weights per channel, activation scales calibrated on "
+                 f"{CALIBRATION_TEXTS} sentences)", logger=log):
+        details = quantize_static_onnx(folder, int8_dir / ENCODER_ONNX, calibration_texts())
     int8_meta = meta.model_copy(update={"onnx_sha256": sha256_file(int8_dir / ENCODER_ONNX),
                                         "quantization": QUANTIZATION, "quantization_details": details})
     write_json_atomic(int8_dir / ENCODER_META, int8_meta.model_dump(mode="json"))
-    invariance = batch_invariance(int8_dir, check_texts())
+    with Working("checking that int8 vectors do not depend on their batch", logger=log):
+        invariance = batch_invariance(int8_dir, check_texts())
     log.info("int8 batch invariance: max |change| %.3g over %d texts alone vs in padded batches (tolerance %g)",
              invariance["max_abs_diff"], invariance["texts"], DETERMINISM_TOL)
     if not invariance["max_abs_diff"] <= DETERMINISM_TOL:
@@ -331,7 +338,7 @@ def _quantize_in_place(folder: Path, meta: EncoderMeta, *, gate_rows: int, max_d
             "export fp32 with --quantize none")
     int8_meta.quantization_details = details | {"batch_invariance": invariance}
     if not skip_gate:
-        report = quality_gate(folder, int8_dir, rows=gate_rows, max_drop=max_drop)
+        report = quality_gate(folder, int8_dir, rows=gate_rows, max_drop=max_drop, screen_rows=screen_rows)
         if not report.passed:
             raise QualityGateError(f"refusing to write {out_dir}: int8 loses too much quality: {report.summary()} "
                                    "(export fp32 with --quantize none)")

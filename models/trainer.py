@@ -199,6 +199,12 @@ class Trainer:
             "resumed from %s at step %d (best dev %.2f at step %d)", last, self.step, self.best_dev, self.best_step
         )
 
+    def shown(self, score: float) -> str:
+        """A dev score as people read it: Quora's MRR@10 on the page's 0-1 scale (kept × 100 inside)."""
+        if isinstance(self.dev, QuoraDev):
+            return f"MRR@10 {score / 100:.4f}"
+        return f"{getattr(self.dev, 'metric', 'stsb_dev')} {score:.2f}"
+
     def evaluate_and_keep(self) -> float:
         score = self.dev_score()
         if score > self.best_dev:
@@ -206,8 +212,8 @@ class Trainer:
             self.save_best()
         metric = "quora_dev_mrr10" if isinstance(self.dev, QuoraDev) else getattr(self.dev, "metric", "stsb_dev")
         extras = dict(getattr(self.dev, "extras", None) or {})  # side figures the selection set measured too
-        log.info("step %d/%d: dev %s %.4f (best %.4f at step %d)", self.step, self.total_steps, metric, score,
-                 self.best_dev, self.best_step)
+        log.info("step %d/%d: dev %s (best %s at step %d)", self.step, self.total_steps, self.shown(score),
+                 self.shown(self.best_dev), self.best_step)
         self._log(step=self.step, **{metric: round(score, 4)}, dev=round(score, 4), best_dev=round(self.best_dev, 4),
                   **extras)
         return score
@@ -263,7 +269,9 @@ class Trainer:
                 self.evaluate_and_keep()
                 self.model.train()
             # after the evaluation, so that the last line's "best" counts the last checkpoint
-            bar.set_postfix(refresh=False, loss=f"{loss.item():.4f}", best=f"{self.best_dev:.2f}")
+            # no "best" before the first dev evaluation (-inf until then)
+            best = {"best": self.shown(self.best_dev)} if math.isfinite(self.best_dev) else {}
+            bar.set_postfix(refresh=False, loss=f"{loss.item():.4f}", **best)
             if self.step % save_every == 0 or self.step == self.total_steps:
                 self.save_last()
         bar.close()

@@ -74,8 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("service").info("serving on %s", url, extra={"try": curl_example(settings)})
     else:
         # text or auto: a banner to read and a curl line to paste as it is, plain text on stdout
-        print(banner(settings), flush=True)
-        logging.getLogger("service").info("serving on %s", url)
+        print(banner(settings), flush=True)  # says "serving" once: no log line repeats it
     if training is not None:
         training.start()
     try:

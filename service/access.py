@@ -24,14 +24,69 @@ log = logging.getLogger(__name__)
 access = logging.getLogger("strata.access")
 
 
+SUMMARY_EVERY_S = 10.0
+
+
+class AccessSummary:
+    """On a terminal, one line per `every` seconds that saw requests instead of one per request (a load test would
+    push everything else out of the scrollback): counts by route and status class, p50 and max latency. The page
+    and `/stats` have the details; off a terminal (JSON logs) every request keeps its own line."""
+
+    def __init__(self, every: float = SUMMARY_EVERY_S) -> None:
+        import threading
+
+        self.every = every
+        self._lock = threading.Lock()
+        self._routes: dict[str, int] = {}
+        self._status = {"2xx": 0, "3xx": 0, "4xx": 0, "5xx": 0}
+        self._ms: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="access-summary", daemon=True)
+        self._thread.start()
+
+    def add(self, method: str, endpoint: str, status: int, ms: float) -> None:
+        with self._lock:
+            key = f"{method} {endpoint}"
+            self._routes[key] = self._routes.get(key, 0) + 1
+            cls = f"{min(max(status // 100, 2), 5)}xx"
+            self._status[cls] += 1
+            self._ms.append(ms)
+
+    def line(self) -> str | None:
+        """The window's summary (and a new window), or None when it saw no request."""
+        with self._lock:
+            if not self._ms:
+                return None
+            routes, status, ms = self._routes, self._status, sorted(self._ms)
+            self._routes, self._status, self._ms = {}, dict.fromkeys(status, 0), []
+        top = ", ".join(f"{k} {n:,}" for k, n in sorted(routes.items(), key=lambda kv: -kv[1])[:4])
+        codes = ", ".join(f"{k} {n:,}" for k, n in status.items() if n)
+        return (f"{len(ms):,} requests in the last {self.every:.0f}s ({top}; {codes}); p50 "
+                f"{ms[len(ms) // 2]:.1f} ms, max {ms[-1]:.1f} ms (details: /stats and the page)")
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            text = self.line()
+            if text:
+                access.info("%s", text)
+
+    def close(self) -> None:
+        self._stop.set()
+        text = self.line()
+        if text:
+            access.info("%s", text)
+
+
 class AccessLog:
     """Outermost app middleware: tags the response with X-Request-ID, counts and times it by route template,
-    logs one line, traces it (when tracing is on), and answers an unhandled exception with a 500 that carries
-    the request id. The request's span ends before the last body message goes out: once the client has the
-    response, the span is exported (ended after the send, a client reading its trace could miss it)."""
+    logs one line (or feeds the terminal's `AccessSummary`), traces it (when tracing is on), and answers an
+    unhandled exception with a 500 that carries the request id. The request's span ends before the last body
+    message goes out: once the client has the response, the span is exported (ended after the send, a client
+    reading its trace could miss it)."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics, tracing: Tracing | None = None) -> None:
-        self.app, self.metrics, self.tracing = app, metrics, tracing
+    def __init__(self, app: ASGIApp, metrics: Metrics, tracing: Tracing | None = None,
+                 summary: AccessSummary | None = None) -> None:
+        self.app, self.metrics, self.tracing, self.summary = app, metrics, tracing, summary
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -82,6 +137,9 @@ class AccessLog:
         m.requests.labels(endpoint, method, str(status)).inc()
         if status >= 400:
             m.errors.labels(endpoint, str(status)).inc()
+        if self.summary is not None:
+            self.summary.add(method, endpoint, status, elapsed * 1000)
+            return
         client = scope.get("client")
         access.info("%s %s %d", method, scope["path"], status,
                     extra={"method": method, "path": scope["path"], "status": status,

@@ -18,12 +18,13 @@ class RequestJsonFormatter(JsonFormatter):
 
 
 class UvicornName(logging.Filter):
-    """uvicorn logs its start-up and shutdown on a logger named `uvicorn.error`; they are not errors."""
+    """uvicorn logs its start-up and shutdown on a logger named `uvicorn.error`; they are not errors. Its
+    "Uvicorn running on URL" is dropped: Strata's banner (or its "serving on" record) says it once."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.name == "uvicorn.error":
             record.name = "uvicorn"
-        return True
+        return not (record.name == "uvicorn" and str(record.msg).startswith("Uvicorn running on"))
 
 
 def configure(fmt: str, level: str) -> LogFormat:

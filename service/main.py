@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from service.access import AccessLog
+from service.access import AccessLog, AccessSummary
 from service.auth import Authorizer, check_routes
 from service.engine.collections import Collections
 from service.engine.metrics import Metrics
@@ -36,6 +36,7 @@ def create_app(settings: Settings | None = None, tracing: Tracing | None = None)
     metrics = Metrics()
     tracing = tracing or Tracing.from_settings(settings)
     collections = Collections(settings, metrics, tracing)  # raises CollectionsConfigError
+    summary = AccessSummary() if settings.access_log_mode() == "summary" else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -45,6 +46,8 @@ def create_app(settings: Settings | None = None, tracing: Tracing | None = None)
         yield
         await collections.stop()  # after uvicorn stopped accepting and waited for in-flight requests
         tracing.shutdown()  # exports the spans still queued
+        if summary is not None:
+            summary.close()
 
     app = FastAPI(title="Strata", version="0.1.0", lifespan=lifespan,
                   docs_url=None, redoc_url=None,  # served offline by `service.routers.docs`
@@ -65,7 +68,7 @@ def create_app(settings: Settings | None = None, tracing: Tracing | None = None)
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
                            expose_headers=["X-Request-ID", "Retry-After"])
-    app.add_middleware(AccessLog, metrics=metrics, tracing=tracing)
+    app.add_middleware(AccessLog, metrics=metrics, tracing=tracing, summary=summary)
 
     for router in (encode.router, search.router, documents.router, health.router, stats.router, admin.router,
                    collections_router.router, openai.router, page.router):

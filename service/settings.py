@@ -20,6 +20,9 @@ class Settings(EngineSettings):
     log_level: str = "info"
     log_format: Literal["json", "text", "auto"] = Field("auto", description="auto: readable text lines when stderr "
                                                         "is a terminal, one JSON object a line otherwise")
+    access_log: Literal["requests", "summary", "auto"] = Field(
+        "auto", description="requests: one line per request; summary: one line per 10 s that saw requests (counts, "
+        "p50); auto: summary when the log is text (a terminal), one line per request otherwise")
 
     max_body_bytes: int = Field(2 * 1024 * 1024, ge=1024, description="larger request bodies answer 413")
     shutdown_timeout_s: float = Field(30.0, ge=0, description="grace for in-flight requests on SIGTERM")
@@ -35,6 +38,16 @@ class Settings(EngineSettings):
     # A background `encoder adapt` (`python -m service demo --train`): its status.json, shown in /ready
     training_status: Path | None = Field(None, description="status.json of a background in-domain training "
                                          "(set by `demo --train`); its stage, step and ETA appear in /ready")
+
+    def access_log_mode(self) -> Literal["requests", "summary"]:
+        if self.access_log != "auto":
+            return self.access_log
+        from indexer.runtime.logs import resolve_format
+
+        try:
+            return "summary" if resolve_format(self.log_format) == "text" else "requests"
+        except ValueError:
+            return "requests"
 
 
 def settings_error(exc: ValidationError) -> str:

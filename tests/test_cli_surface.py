@@ -36,7 +36,7 @@ INDEXER = {
 ENCODER = {
     "export": (
         "--checkpoint", "--out", "--pooling", "--max-length", "--min-cosine", "--force", "--quantize", "--gate-rows",
-        "--max-drop", "--skip-gate", "--exporter",
+        "--gate-screen-rows", "--max-drop", "--skip-gate", "--exporter",
     ),
     "train": (
         "--config", "--out", "--model", "--pooler", "--pooler-options", "--objective", "--data", "--max-examples",

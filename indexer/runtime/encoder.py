@@ -43,7 +43,8 @@ class EncoderMeta(BaseModel):
     exporter: str | None = None  # "torchscript" or "dynamo" (torch.onnx.export's two paths)
     parity_min_cosine: float | None = None
     quantization: str | None = None
-    quality_gate: dict[str, float] | None = None  # int8 vs fp32 figures when quantized
+    # int8 vs fp32 figures when quantized (numbers; the staged gate adds `stage` and its screen's bounds)
+    quality_gate: dict[str, float | str | list[float] | None] | None = None
     quantization_details: dict[str, Any] | None = None  # how the int8 graph was made (models/quantize.py)
     # `encoder adapt --data CORPUS` (models/corpus_adapt.py): recipe, whether the adapted weights were kept, and
     # whether dev queries verified it ("verified": false = selected on a label-free proxy only)

@@ -176,7 +176,19 @@ class Timings(BaseModel):
     add_s: float = 0.0
     calibrate_s: float = 0.0
     lexical_s: float = 0.0
+    evaluate_s: float = 0.0  # the per-mode evaluation before the version becomes current
     total_s: float = 0.0
+
+    def breakdown(self) -> str:
+        """Every stage's share of `total_s`, for the "built … in" line."""
+        parts = [("load", self.load_s), ("encode", self.encode_docs_s), ("queries", self.encode_queries_s),
+                 ("index", self.train_s + self.add_s), ("BM25", self.lexical_s), ("calibrate", self.calibrate_s),
+                 ("evaluate", self.evaluate_s)]
+        shown = [f"{name} {s:.1f}s" for name, s in parts if s >= 0.05]
+        other = self.total_s - sum(s for _, s in parts)
+        if other >= 0.05:
+            shown.append(f"other {other:.1f}s")
+        return " + ".join(shown)
 
 
 class ActorThroughput(BaseModel):

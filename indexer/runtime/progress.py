@@ -8,9 +8,13 @@ container's log, `python -m service demo > demo.log`); there, `Progress` logs on
 
 `on_update(done, total, eta_s)` is called at the same interval (and at the end) in both cases, so a job can put
 its progress in a status file (`encoder adapt`'s status.json, shown in the API's `/ready`). With
-`STRATA_PROGRESS_FILE` set, each job's progress is also written there (JSON, atomically, at most every 2 s and at
-its end; the latest `KEPT_JOBS` jobs, oldest first): how a parent process (the demo's background chain) follows
-the progress of the CLIs it starts.
+`STRATA_PROGRESS_FILE` set, each job's progress is written there instead of logged (JSON, atomically, at most
+every 2 s and at its end; the latest `KEPT_JOBS` jobs, oldest first): how a parent process (the demo's background
+chain) follows the progress of the CLIs it starts and prints one line for them (`service.chain`).
+
+`Working` is the same for a step without counts (an ONNX export, an int8 calibration, an IVF index's training):
+its name at the start, the elapsed time in place on a terminal or a line every 10 s elsewhere, and its time at
+the end, so no step is silent.
 """
 
 from __future__ import annotations
@@ -141,7 +145,9 @@ class Progress:
             self._bar.set_postfix(refresh=refresh, **values)
 
     def _report(self) -> None:
-        if self._bar is None:
+        # under a parent that follows this job through the progress file (the demo's chain), the parent prints
+        # the one line per stage: this job's own would repeat it
+        if self._bar is None and not self._file:
             self.logger.info("%s", self.line())
         if self.on_update is not None:
             self.on_update(self.n, self.total, self.eta_s())
@@ -165,3 +171,57 @@ class Progress:
             self.close()
         elif self._bar is not None:
             self._bar.close()
+
+
+HEARTBEAT_TTY_S = 1.0
+
+
+class Working:
+    """A step without counts (an ONNX export, a calibration, an index's training): `desc` when it starts, then —
+    so it is never silent — its elapsed time updated in place every second on a terminal, or a log line every
+    `interval` seconds elsewhere (default `STRATA_PROGRESS_INTERVAL_S`, at most 10 s), and `desc: done in Ns` at
+    its end."""
+
+    def __init__(self, desc: str, *, logger: logging.Logger | None = None, interval: float | None = None) -> None:
+        import threading
+
+        self.desc, self.logger = desc, logger or log
+        self.interval = min(10.0, log_interval()) if interval is None else interval
+        self._tty = _bars()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="progress-heartbeat", daemon=True)
+        self._t0 = time.monotonic()
+        self.elapsed = 0.0
+
+    def _beat(self) -> None:
+        import sys
+
+        every = HEARTBEAT_TTY_S if self._tty else self.interval
+        if os.environ.get(FILE_ENV) and not self._tty:
+            return  # a parent follows this process (the demo's chain) and prints the periodic line itself
+        while every > 0 and not self._stop.wait(every):
+            took = format_duration(time.monotonic() - self._t0)
+            if self._tty:
+                sys.stderr.write(f"\r{self.desc}… {took}\x1b[K")
+                sys.stderr.flush()
+            else:
+                self.logger.info("%s… %s so far", self.desc, took)
+
+    def __enter__(self) -> Working:
+        self.logger.info("%s", self.desc)
+        self._t0 = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        import sys
+
+        self._stop.set()
+        self._thread.join()
+        self.elapsed = time.monotonic() - self._t0
+        if self._tty:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+        if exc_type is None:
+            self.logger.info("%s: done in %s", self.desc, format_duration(self.elapsed))

@@ -4,8 +4,10 @@ every response is counted under its route template (never the raw path)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import httpx
+import pytest
 from fastapi import FastAPI
 
 from service.access import AccessLog
@@ -46,3 +48,35 @@ def test_unhandled_error_is_a_json_500_with_request_id_and_counted() -> None:
     assert count("strata_requests_total", {"endpoint": "/items/{item}", "method": "GET", "status": "500"}) == 1
     assert count("strata_errors_total", {"endpoint": "unmatched", "status": "404"}) == 1
     assert count("strata_request_latency_seconds_count", {"endpoint": "/items/{item}", "method": "GET"}) == 2
+
+
+def test_on_a_terminal_requests_are_summarised_not_logged_one_by_one(caplog: pytest.LogCaptureFixture) -> None:
+    from service.access import AccessSummary
+
+    summary = AccessSummary(every=3600)  # the window closes when the app stops (`close`), not on a timer here
+    app = FastAPI()
+
+    @app.get("/items/{item}")
+    async def item(item: int) -> dict[str, int]:
+        return {"item": item}
+
+    app.add_middleware(AccessLog, metrics=Metrics(), summary=summary)
+    with caplog.at_level(logging.INFO, logger="strata.access"):
+        responses = _get(app, [(f"/items/{i}", {}) for i in range(50)] + [("/nope", {})])
+        assert [r.status_code for r in responses] == [200] * 50 + [404]
+        assert caplog.records == []  # nothing per request
+        summary.close()
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith("51 requests in the last 3600s (GET /items/{item} 50, GET unmatched 1; 2xx 50, 4xx 1)")
+    assert "p50 " in line and "/stats" in line
+    summary.close()
+    assert len(caplog.records) == 1  # an empty window prints nothing
+
+
+def test_access_log_mode_follows_the_log_format(monkeypatch: pytest.MonkeyPatch) -> None:
+    from service.settings import Settings
+
+    assert Settings(log_format="text").access_log_mode() == "summary"
+    assert Settings(log_format="json").access_log_mode() == "requests"
+    assert Settings(log_format="text", access_log="requests").access_log_mode() == "requests"
+    assert Settings(log_format="json", access_log="summary").access_log_mode() == "summary"

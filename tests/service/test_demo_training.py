@@ -5,6 +5,7 @@ adapted version through its gates. And a stop mid-training: the child ends, noth
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import sys
@@ -38,7 +39,8 @@ def plan_for(tmp_path: Path, root: Path, data: Path, checkpoint: Path, steps: in
 
 
 def test_the_demo_keeps_serving_trains_in_the_background_and_swaps_through_the_gate(
-        tiny_checkpoint: Path, tiny_exported: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+        tiny_checkpoint: Path, tiny_exported: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        capfd: pytest.CaptureFixture[str]) -> None:
     caplog.set_level(logging.INFO, logger="service.chain")
     data = quora_like(tmp_path / "quora.tsv.gz")
     root = served_root(tmp_path, tiny_exported, data)
@@ -90,6 +92,13 @@ def test_the_demo_keeps_serving_trains_in_the_background_and_swaps_through_the_g
         for number, name in enumerate(STAGES, 1):
             assert any(m.startswith(f"background [{number}/6] {name}: ") and "for the whole chain" in m
                        for m in logged), logged
+        # one numbering, one line per stage: the children the chain follows print neither their own stage numbers
+        # ("adapt [k/4]") nor their progress lines (the chain's "background [k/6]" lines carry them)
+        children = [json.loads(line) for line in capfd.readouterr().err.splitlines() if line.startswith("{")]
+        assert any(rec["logger"].startswith("models.") for rec in children), children[:5]  # their log is here
+        assert not [rec for rec in children if rec["msg"].startswith("adapt [")]
+        assert not [rec for rec in children if rec["logger"] == "indexer.runtime.progress"]
+        assert not [rec for rec in children if "best=-inf" in rec["msg"]]
         m = Manifest.load(IndexRoot(root).current_dir())
         assert m.model.pooling == "mean" and Path(m.model.dir) == plan.out.resolve()
         if m.index.kind == "ivf":  # the demo's 100k rows: ivf at the nprobe the adapted encoder needs

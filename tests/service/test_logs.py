@@ -109,6 +109,16 @@ def test_the_banner_is_plain_text_and_its_curl_line_pastes_as_it_is(tiny_exporte
                        cwd=REPO, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert all(json.loads(line) for line in r.stderr.splitlines() if line.strip())  # a pipe: JSON lines
+    msgs = [json.loads(line)["msg"] for line in r.stderr.splitlines() if line.strip()]
+    # every step says when it is done, and "built … in" accounts for every stage, the evaluation included
+    building = next(m for m in msgs if m.startswith("building a flat index"))
+    assert any(m.startswith(building + ": done in ") for m in msgs)
+    assert any(m.startswith("evaluating every search mode") and ": done in " in m for m in msgs)
+    built = next(m for m in msgs if m.startswith("built "))
+    total = float(re.search(r" in ([\d.]+)s \(", built).group(1))
+    parts = [float(x) for x in re.findall(r"(?:load|encode|queries|index|BM25|calibrate|evaluate|other) ([\d.]+)s",
+                                          built)]
+    assert "evaluate " in built and abs(sum(parts) - total) <= 0.1 * len(parts), built
     server = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(root)})
     try:
         deadline = time.monotonic() + 120

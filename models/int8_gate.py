@@ -1,0 +1,247 @@
+"""The int8 quality gate: int8 against fp32 on STS-B dev (Spearman × 100) and Quora MRR@10 (paper protocol, exact
+search, so only the encoder differs); refused when either drops more than `max_drop` points.
+
+Staged, so that a clear case costs a small sample and only a close one pays the full gate (issue 38):
+
+1. **screen**: a seeded 500-pair sample of STS-B dev and the first 2,000 Quora rows. Each drop gets a paired
+   bootstrap interval (`CONFIDENCE`, over pairs and queries). Both upper bounds within `max_drop`: passed; either
+   lower bound beyond it: refused; else
+2. **full**: the gate as it always was, all 1,500 STS-B dev pairs and `rows` (default 20,000) Quora rows, point
+   estimates against `max_drop`.
+
+`bench/int8_gate.py` measured the screen's decisions against the full gate's on the recorded schemes and on
+deliberately damaged quantizations (its tables go to bench/results/). The fp32 side of each sample (per-pair
+cosines, per-query reciprocal ranks: a few kB) is cached under `$STRATA_HOME/cache/int8-gate`, keyed by the fp32
+graph's sha256, its max length, the sample and the data files' size and mtime: a second export of the same
+checkpoint and pooling encodes only the int8 side.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from indexer.evaluate import per_query_ranks
+from indexer.quora import load_split, resolve_source
+from indexer.runtime.encoder import ENCODER_META, OnnxEncoder
+from indexer.runtime.faiss_index import flat_search
+from indexer.runtime.paths import default_quora_source, strata_home
+
+log = logging.getLogger(__name__)
+
+SCREEN_PAIRS = 500
+SCREEN_ROWS = 2_000
+CONFIDENCE = 0.99  # each bound is one-sided at this level
+BOOTSTRAP = 1_000
+SEED = 0
+Stage = Literal["screen", "full"]
+
+
+@dataclass
+class GateReport:
+    stsb_dev_fp32: float
+    stsb_dev_int8: float
+    quora_mrr_fp32: float
+    quora_mrr_int8: float
+    quora_rows: int
+    max_drop: float
+    stage: Stage = "full"
+    stsb_pairs: int = 0
+    # screen only: the bootstrap interval of each drop, in points ([lower, upper] at CONFIDENCE each side)
+    stsb_drop_bounds: tuple[float, float] | None = None
+    mrr_drop_bounds: tuple[float, float] | None = None
+
+    @property
+    def stsb_drop(self) -> float:
+        return self.stsb_dev_fp32 - self.stsb_dev_int8
+
+    @property
+    def mrr_drop(self) -> float:
+        return (self.quora_mrr_fp32 - self.quora_mrr_int8) * 100
+
+    @property
+    def passed(self) -> bool:
+        if self.stage == "screen" and self.stsb_drop_bounds and self.mrr_drop_bounds:
+            return self.stsb_drop_bounds[1] <= self.max_drop and self.mrr_drop_bounds[1] <= self.max_drop
+        return self.stsb_drop <= self.max_drop and self.mrr_drop <= self.max_drop
+
+    @property
+    def clear(self) -> bool:
+        """The screen's decision stands: both drops clearly within `max_drop`, or one clearly beyond it."""
+        if self.stage == "full" or not (self.stsb_drop_bounds and self.mrr_drop_bounds):
+            return True
+        return self.passed or self.stsb_drop_bounds[0] > self.max_drop or self.mrr_drop_bounds[0] > self.max_drop
+
+    def summary(self) -> str:
+        def bounds(b: tuple[float, float] | None) -> str:
+            return f", {CONFIDENCE:.0%} bounds [{-b[1]:+.2f}, {-b[0]:+.2f}]" if b else ""
+
+        where = (f"screen: {self.stsb_pairs} pairs / {self.quora_rows} rows" if self.stage == "screen"
+                 else f"{self.stsb_pairs} pairs / {self.quora_rows} rows")
+        return (f"STS-B dev {self.stsb_dev_fp32:.2f} → {self.stsb_dev_int8:.2f} ({-self.stsb_drop:+.2f}"
+                f"{bounds(self.stsb_drop_bounds)}); Quora MRR@10 ({self.quora_rows} rows, exact search) "
+                f"{self.quora_mrr_fp32 * 100:.2f} → {self.quora_mrr_int8 * 100:.2f} ({-self.mrr_drop:+.2f}"
+                f"{bounds(self.mrr_drop_bounds)}); allowed drop {self.max_drop} points ({where})")
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self) | {"stsb_drop": round(self.stsb_drop, 4), "mrr_drop": round(self.mrr_drop, 4)}
+
+
+@dataclass
+class Items:
+    """One graph's per-item figures on one sample: STS pair cosines (with the gold scores) and per-query
+    reciprocal ranks @10."""
+
+    cosines: np.ndarray
+    gold: np.ndarray
+    rr: np.ndarray
+
+
+def _spearman(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Spearman's rho of each row of x against y (rows: bootstrap resamples), ties averaged."""
+    from scipy.stats import rankdata
+
+    rx, ry = rankdata(x, axis=-1), rankdata(y, axis=-1)
+    rx = rx - rx.mean(-1, keepdims=True)
+    ry = ry - ry.mean(-1, keepdims=True)
+    return (rx * ry).sum(-1) / np.sqrt((rx * rx).sum(-1) * (ry * ry).sum(-1))
+
+
+def stsb_x100(items: Items) -> float:
+    return float(_spearman(items.cosines, items.gold)) * 100
+
+
+def drop_bounds(fp32: Items, int8: Items, *, seed: int = SEED) -> tuple[tuple[float, float], tuple[float, float]]:
+    """Paired bootstrap `CONFIDENCE` bounds of the STS-B and the MRR@10 drop (fp32 − int8, points)."""
+    rng = np.random.default_rng(seed)
+    lo, hi = (1 - CONFIDENCE) * 100, CONFIDENCE * 100
+    idx = rng.integers(0, len(fp32.gold), (BOOTSTRAP, len(fp32.gold)))
+    gold = fp32.gold[idx]
+    sts = (_spearman(fp32.cosines[idx], gold) - _spearman(int8.cosines[idx], gold)) * 100
+    q = rng.integers(0, len(fp32.rr), (BOOTSTRAP, len(fp32.rr)))
+    mrr = (fp32.rr[q].mean(1) - int8.rr[q].mean(1)) * 100
+    return ((float(np.percentile(sts, lo)), float(np.percentile(sts, hi))),
+            (float(np.percentile(mrr, lo)), float(np.percentile(mrr, hi))))
+
+
+def stsb_sample(pairs: int | None, data: Path | None = None):  # -> StsSet
+    """All of STS-B dev (`pairs` None or >= its size) or a seeded sample of `pairs` of them (the dev file is
+    ordered by genre: its head would be one genre)."""
+    from models.sts import StsSet, load_task
+
+    full = load_task("STSB-dev", data)
+    if pairs is None or pairs >= len(full):
+        return full
+    keep = np.sort(np.random.default_rng(SEED).permutation(len(full))[:pairs])
+    return StsSet(full.name, [full.s1[i] for i in keep], [full.s2[i] for i in keep], [full.gold[i] for i in keep])
+
+
+def measure(enc: OnnxEncoder, label: str, pairs: int | None, rows: int, quora: str | None = None) -> Items:
+    """`enc`'s per-item figures on the sample; its progress bars are labelled `label`."""
+    sts = stsb_sample(pairs)
+    unique = sorted({*sts.s1, *sts.s2})
+    row = {s: i for i, s in enumerate(unique)}
+    vecs = enc.encode(unique, progress=True, desc=f"int8 gate, {label}: STS-B dev sentences")
+    v1, v2 = vecs[[row[s] for s in sts.s1]], vecs[[row[s] for s in sts.s2]]
+    cosines = (v1 * v2).sum(1) / (np.linalg.norm(v1, axis=1) * np.linalg.norm(v2, axis=1)).clip(min=1e-12)
+    split = load_split(resolve_source(quora or default_quora_source(), strata_home() / "downloads"), "paper", rows)
+    docs = enc.encode(split.corpus.texts, progress=True, desc=f"int8 gate, {label}: Quora documents")
+    queries = enc.encode(split.evalset.query_texts, progress=True, desc=f"int8 gate, {label}: Quora queries")
+    ranked = split.corpus.ids[flat_search(docs, queries, 10)[1]]
+    rr, _ = per_query_ranks(ranked, split.evalset.gold, 10)
+    return Items(cosines.astype(np.float64), np.asarray(sts.gold, dtype=np.float64), rr)
+
+
+def _cache_key(fp32_dir: Path, pairs: int | None, rows: int, quora: str | None) -> str:
+    from models.data import data_dir
+
+    meta = json.loads((fp32_dir / ENCODER_META).read_text())
+    files = []
+    for f in (Path(quora or default_quora_source()), data_dir() / "sts"):
+        try:
+            st = f.stat()
+            files.append([str(f.resolve()), st.st_size, st.st_mtime_ns])
+        except OSError:
+            files.append([str(f), None, None])
+    spec = {"onnx": meta.get("onnx_sha256"), "max_length": meta.get("max_length"), "pairs": pairs, "rows": rows,
+            "seed": SEED, "files": files, "v": 1}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def fp32_reference(fp32_dir: Path, pairs: int | None, rows: int, quora: str | None = None) -> Items:
+    """The fp32 graph's figures on the sample, from the cache when this graph was measured on it before."""
+    path = strata_home() / "cache" / "int8-gate" / f"{_cache_key(fp32_dir, pairs, rows, quora)}.npz"
+    try:
+        with np.load(path) as z:
+            items = Items(z["cosines"], z["gold"], z["rr"])
+        log.info("int8 gate: fp32 reference of %s (%s pairs, %d rows) read from %s", fp32_dir,
+                 pairs or "all", rows, path)
+        return items
+    except (OSError, KeyError, ValueError):
+        pass
+    enc = OnnxEncoder(fp32_dir)
+    try:
+        items = measure(enc, "fp32 reference", pairs, rows, quora)
+    finally:
+        enc.close()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp.npz")
+        np.savez(tmp, cosines=items.cosines, gold=items.gold, rr=items.rr)
+        tmp.replace(path)
+    except OSError as exc:  # a cache that cannot be written costs time next run, never the export
+        log.warning("int8 gate: cannot cache the fp32 reference in %s: %s", path, exc)
+    return items
+
+
+def compare(fp32_dir: Path, int8_dir: Path, *, pairs: int | None, rows: int, max_drop: float, stage: Stage,
+            quora: str | None = None) -> GateReport:
+    ref = fp32_reference(fp32_dir, pairs, rows, quora)
+    enc = OnnxEncoder(int8_dir)
+    try:
+        got = measure(enc, "int8", pairs, rows, quora)
+    finally:
+        enc.close()
+    report = GateReport(round(stsb_x100(ref), 4), round(stsb_x100(got), 4), round(float(ref.rr.mean()), 6),
+                        round(float(got.rr.mean()), 6), rows, max_drop, stage, len(ref.gold))
+    if stage == "screen":
+        sts_b, mrr_b = drop_bounds(ref, got)
+        report.stsb_drop_bounds = (round(sts_b[0], 4), round(sts_b[1], 4))
+        report.mrr_drop_bounds = (round(mrr_b[0], 4), round(mrr_b[1], 4))
+    return report
+
+
+def quality_gate(fp32_dir: Path, int8_dir: Path, *, rows: int = 20_000, max_drop: float = 0.5,
+                 data: str | None = None, screen_rows: int = SCREEN_ROWS,
+                 screen_pairs: int = SCREEN_PAIRS) -> GateReport:
+    """The screen, then the full gate only when the screen cannot decide (`screen_rows` 0, or not below `rows`:
+    the full gate alone)."""
+    if 0 < screen_rows < rows:
+        report = compare(fp32_dir, int8_dir, pairs=screen_pairs, rows=screen_rows, max_drop=max_drop,
+                         stage="screen", quora=data)
+        log.info("int8 quality gate, screen: %s", report.summary())
+        if report.clear:
+            return report
+        log.info("int8 quality gate: the screen cannot decide; measuring the full gate (%d rows)", rows)
+    report = compare(fp32_dir, int8_dir, pairs=None, rows=rows, max_drop=max_drop, stage="full", quora=data)
+    log.info("int8 quality gate: %s", report.summary())
+    return report
+
+
+def quora_mrr(encoders: list[OnnxEncoder], rows: int, data: str | None = None) -> list[float]:
+    """MRR@10 of each encoder on the first `rows` Quora rows, paper protocol, exact inner-product search."""
+    split = load_split(resolve_source(data or default_quora_source(), strata_home() / "downloads"), "paper", rows)
+    out = []
+    for k, enc in enumerate(encoders):
+        docs = enc.encode(split.corpus.texts, progress=True, desc=f"gate [{k + 1}/{len(encoders)}]: documents")
+        queries = enc.encode(split.evalset.query_texts, progress=True,
+                             desc=f"gate [{k + 1}/{len(encoders)}]: queries")
+        ranked = split.corpus.ids[flat_search(docs, queries, 10)[1]]
+        out.append(float(per_query_ranks(ranked, split.evalset.gold, 10)[0].mean()))
+    return out

@@ -1,0 +1,98 @@
+"""The int8 gate's screen and its fp32 reference cache, on a real tiny export, real ONNX Runtime, real Quora rows:
+a clear case is decided on the screen, a close one by the full gate, and a refusal still writes nothing."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+from models.int8_gate import GateReport, Items, compare, drop_bounds, quality_gate  # noqa: E402
+
+ROWS, SCREEN = 1_200, 300
+
+
+@pytest.fixture(scope="module")
+def graphs(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The tiny model's fp32 export and its static int8 graph (batch-invariance checked, gate skipped)."""
+    from models.export import export_encoder
+
+    base = tmp_path_factory.mktemp("gate")
+    export_encoder(tiny_checkpoint, base / "fp32", pooling="cls")
+    export_encoder(tiny_checkpoint, base / "int8", pooling="cls", quantize="int8", skip_gate=True)
+    return base / "fp32", base / "int8"
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STRATA_HOME", str(tmp_path / "home"))
+
+
+def test_the_bounds_bracket_the_drop_and_shrink_with_the_sample() -> None:
+    rng = np.random.default_rng(0)
+    gold = rng.uniform(0, 5, 2000)
+    cos = gold / 5 + rng.normal(0, 0.2, 2000)
+    rr = (rng.uniform(size=4000) < 0.7).astype(float)
+    worse = np.where(rng.uniform(size=4000) < 0.05, 0.0, rr)  # int8 loses 5 % of the hits: -3.5 points
+    ref, got = Items(cos, gold, rr), Items(cos + rng.normal(0, 0.05, 2000), gold, worse)
+    (s_lo, s_hi), (m_lo, m_hi) = drop_bounds(ref, got)
+    mrr = (rr.mean() - worse.mean()) * 100
+    assert m_lo < mrr < m_hi and m_lo > 0 and s_lo < s_hi
+    small = drop_bounds(Items(cos[:200], gold[:200], rr[:400]), Items(got.cosines[:200], gold[:200], worse[:400]))
+    assert small[1][1] - small[1][0] > m_hi - m_lo  # fewer queries, a wider interval
+
+
+def test_a_clear_pass_and_a_clear_refusal_are_decided_on_the_screen(graphs: tuple[Path, Path], quora_file: Path,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    fp32, int8 = graphs
+    with caplog.at_level(logging.INFO, logger="models.int8_gate"):
+        passed = quality_gate(fp32, int8, rows=ROWS, max_drop=100, screen_rows=SCREEN)
+        refused = quality_gate(fp32, int8, rows=ROWS, max_drop=-100, screen_rows=SCREEN)
+    for report in (passed, refused):
+        assert report.stage == "screen" and report.quora_rows == SCREEN and report.stsb_pairs == 500
+        assert report.clear and report.mrr_drop_bounds[0] <= report.mrr_drop <= report.mrr_drop_bounds[1]
+    assert passed.passed and not refused.passed
+    assert "measuring the full gate" not in caplog.text  # neither paid for the full sample
+    # the second screen read the fp32 side from the cache the first one wrote, and measured the same figures
+    assert caplog.text.count("fp32 reference of") == 1
+    assert (passed.stsb_dev_fp32, passed.quora_mrr_fp32) == (refused.stsb_dev_fp32, refused.quora_mrr_fp32)
+
+
+def test_a_close_case_goes_to_the_full_gate(graphs: tuple[Path, Path], quora_file: Path,
+                                           caplog: pytest.LogCaptureFixture) -> None:
+    fp32, int8 = graphs
+    # 20 STS pairs: a wide STS interval, so that one max drop can sit inside both intervals
+    screen = compare(fp32, int8, pairs=20, rows=SCREEN, max_drop=0.0, stage="screen")
+    lo = max(screen.mrr_drop_bounds[0], screen.stsb_drop_bounds[0])
+    hi = min(screen.mrr_drop_bounds[1], screen.stsb_drop_bounds[1])
+    assert lo < hi  # a random tiny BERT's int8 moves some ranks: the intervals are not points
+    with caplog.at_level(logging.INFO, logger="models.int8_gate"):
+        report = quality_gate(fp32, int8, rows=ROWS, max_drop=(lo + hi) / 2, screen_rows=SCREEN, screen_pairs=20)
+    assert "the screen cannot decide" in caplog.text
+    assert report.stage == "full" and report.quora_rows == ROWS and report.stsb_pairs == 1500
+    assert report.mrr_drop_bounds is None and report.passed == (report.stsb_drop <= report.max_drop
+                                                                 and report.mrr_drop <= report.max_drop)
+
+
+def test_a_refusal_on_the_screen_writes_nothing(tiny_checkpoint: Path, tmp_path: Path, quora_file: Path) -> None:
+    from models.export import export_encoder
+    from models.quantize import QualityGateError
+
+    out = tmp_path / "int8"
+    with pytest.raises(QualityGateError, match=r"screen: 500 pairs / 300 rows.*--quantize none"):
+        export_encoder(tiny_checkpoint, out, pooling="cls", quantize="int8", gate_rows=ROWS, gate_screen_rows=SCREEN,
+                       max_drop=-100)
+    assert not out.exists()
+
+
+def test_a_screen_report_passes_only_within_its_bounds() -> None:
+    r = GateReport(80.0, 79.9, 0.8, 0.799, 2000, 0.5, "screen", 500, (-0.2, 0.4), (-0.1, 0.6))
+    assert not r.passed and not r.clear  # the MRR drop's upper bound is past 0.5: the full gate decides
+    r.mrr_drop_bounds = (0.55, 0.9)
+    assert not r.passed and r.clear  # clearly past: refused on the screen
+    r.mrr_drop_bounds = (-0.1, 0.3)
+    assert r.passed and r.clear
