@@ -32,7 +32,6 @@ import numpy as np
 from indexer.runtime.metadata import scalar_problem
 
 
-
 @dataclass(frozen=True)
 class FilterLimits:
     """What a filter may hold: the one definition, checked by `check_limits` at the API's edge (before the
