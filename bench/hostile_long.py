@@ -5,7 +5,7 @@ PUT /documents, /documents/delete) and the store-level filter property of tests/
 alone (CI sends neighbours beside it). The target: 0 × 5xx. Hypothesis' own statistics give the examples each
 route ran; they are written to bench/results/hostile-long-<UTC>.md with the command and the machine's load.
 
-    STRATA_DATA_DIR=/work/shared/data nice python bench/hostile_long.py [--examples 2000]
+    STRATA_DATA_DIR=/work/shared/data nice python bench/hostile_long.py [--examples 2000] [--only http|store]
 """
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -46,20 +48,31 @@ def parse(output: str) -> dict[str, tuple[int, int, int]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--examples", type=int, default=2000, help="hypothesis examples per route (default 2000)")
+    ap.add_argument("--only", choices=["http", "store"], help="the HTTP routes only, or the store's property only")
     args = ap.parse_args()
+    tests = [t for t in TESTS if args.only is None or (t.startswith("tests/service") == (args.only == "http"))]
     env = os.environ | {"STRATA_HOSTILE_EXAMPLES": str(args.examples), "STRATA_FILTER_EXAMPLES": str(args.examples),
                         "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--hypothesis-show-statistics", *TESTS]
+    # a base folder of its own: pytest deletes all but the 3 newest numbered ones of a user, other runs' included
+    base = Path(tempfile.mkdtemp(prefix="hostile-long-"))
+    log = base.with_suffix(".log")
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--hypothesis-show-statistics",
+           "--basetemp", str(base / "t"), *tests]
+    print(f"pytest's output goes to {log} as it runs", flush=True)
     load_before = os.getloadavg()
     start = time.monotonic()
-    r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    with open(log, "w") as fh:
+        r = subprocess.run(cmd, cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT, text=True)
     seconds = time.monotonic() - start
+    r.stdout = log.read_text()
+    shutil.rmtree(base, ignore_errors=True)
     counts = parse(r.stdout)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     summary = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else "(no output)"
     lines = [
         f"# Hostile long run ({stamp})", "",
-        f"Command: `STRATA_DATA_DIR=... nice python bench/hostile_long.py --examples {args.examples}` (pytest exit "
+        f"Command: `STRATA_DATA_DIR=... nice python bench/hostile_long.py --examples {args.examples}"
+        f"{' --only ' + args.only if args.only else ''}` (pytest exit "
         f"{r.returncode}: {summary}); {seconds / 60:.1f} min; load average before {load_before[0]:.1f}, after "
         f"{os.getloadavg()[0]:.1f} (2 cores shared with other jobs). Randomized (not derandomized), each request sent "
         "alone. A failing example is a 5xx or a wrong answer (see each test's assertions).", "",
