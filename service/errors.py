@@ -23,12 +23,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.exception_handlers import http_exception_handler
+from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse as _JSONResponse
+from fastapi.utils import is_body_allowed_for_status_code
 from starlette.exceptions import HTTPException
 
+from indexer.runtime.metadata import json_safe
 from service.engine import (
     BadFilter,
     BadSearchParams,
@@ -50,6 +51,18 @@ from service.engine import (
 from service.engine.collections import UnknownCollection
 from service.openai_schemas import OpenAIRequestError
 from service.schemas import ReloadResponse
+
+
+class JSONResponse(_JSONResponse):
+    """Every error body of this module: one that echoes what the client sent (a model id, a field, a collection
+    name) renders even when that holds what UTF-8 cannot encode (a lone surrogate: "\\ud800" in the request's
+    JSON), with U+FFFD in its place, instead of a UnicodeEncodeError and a 500."""
+
+    def render(self, content: Any) -> bytes:  # noqa: ANN401
+        try:
+            return super().render(content)
+        except (UnicodeEncodeError, ValueError, TypeError):
+            return super().render(json_safe(content)[0])
 
 OPENAI_PREFIX = "/v1/"
 # OpenAI's `code` for the statuses every route may answer (a route's own refusals name theirs)
@@ -124,7 +137,10 @@ async def validation_error(request: Request, exc: RequestValidationError) -> JSO
 async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
     """The key check's 401/403 and routing's 404/405: OpenAI's shape under /v1/, FastAPI's elsewhere."""
     if not is_openai(request.url.path):
-        return await http_exception_handler(request, exc)  # type: ignore[return-value]
+        if not is_body_allowed_for_status_code(exc.status_code):
+            return Response(status_code=exc.status_code, headers=exc.headers)  # type: ignore[return-value]
+        # FastAPI's own handler, with the response that renders whatever `detail` echoes
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
     message = str(exc.detail)
     if exc.status_code == 404:
         message = f"Invalid URL ({request.method} {request.url.path})"

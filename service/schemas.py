@@ -10,12 +10,14 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictFloat,
     StrictInt,
     StrictStr,
     WithJsonSchema,
     model_validator,
 )
 
+from indexer.runtime.filters import LIMITS, FilterError, check_limits
 from indexer.runtime.metadata import INT64_MAX, INT64_MIN, MAX_BYTES, MAX_DEPTH, MetadataError, check_metadata
 
 MAX_TEXTS = 64  # texts per /encode call, queries per /search call
@@ -47,7 +49,19 @@ FILTER_DOC = (
     "all match. Values are strings, numbers or bools of the field's type (numbers match int and float fields; "
     "string ranges compare as text; bools have no ranges). A document without the field never matches. An "
     "unknown field or operator, a value of the wrong type, or one outside the metadata schema (integers beyond 64 "
-    "bits, NaN or infinities, lone surrogates) is a 422 that says why.")
+    "bits, NaN or infinities, lone surrogates) is a 422 that says why. Limits (every mode, every route): and/or "
+    f"nested at most {LIMITS.depth} deep, at most {LIMITS.width} filters in one and/or list or fields in one "
+    f"object, {LIMITS.conditions} field conditions and {LIMITS.values} values (`in` lists included) in all.")
+
+
+def _within_limits(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    if value is not None:
+        try:
+            check_limits(value)
+        except FilterError as exc:  # the same limits the store checks: refused here, before the engine
+            raise ValueError(str(exc)) from None
+    return value
+
 
 
 class EncodeRequest(BaseModel):
@@ -78,7 +92,8 @@ class SearchRequest(BaseModel):
         "dense side and the text for BM25. Mode lexical takes no vector"))
     queries: list[Text] | None = Field(None, min_length=1, max_length=MAX_TEXTS)
     top_k: StrictInt = Field(10, ge=1, le=MAX_TOP_K)  # strict: "5", 5.0 and true are 422s
-    filter: dict[str, Any] | None = Field(None, description=FILTER_DOC, examples=[
+    filter: Annotated[dict[str, Any] | None, AfterValidator(_within_limits)] = Field(
+        None, description=FILTER_DOC, examples=[
         {"bucket": 1}, {"bucket": {"in": [1, 2]}}, {"year": {"gte": 2000, "lt": 2010}},
         {"and": [{"lang": "en"}, {"or": [{"year": {"gte": 2020}}, {"bucket": 0}]}]}])
     # Per-request search parameters of the served index's kind (GET /stats: `index.kind`). One the kind does
@@ -94,9 +109,10 @@ class SearchRequest(BaseModel):
     fusion: Literal["rrf", "convex"] | None = Field(
         None, description="hybrid only. convex (default): alpha · dense + (1 − alpha) · lexical over min-max "
         "normalised scores; rrf: reciprocal-rank fusion, sum of 1/(k + rank)")
-    k: float | None = Field(None, gt=0, le=10_000,
-                            description="rrf's rank constant (default 60); alone, it selects rrf")
-    alpha: float | None = Field(None, ge=0, le=1, description="convex: the dense list's weight (default 0.5)")
+    # strict like top_k: "0.5", true and "60" are 422s (lax mode reads them as numbers); 60 is taken as 60.0
+    k: StrictFloat | None = Field(None, gt=0, le=10_000,
+                                  description="rrf's rank constant (default 60); alone, it selects rrf")
+    alpha: StrictFloat | None = Field(None, ge=0, le=1, description="convex: the dense list's weight (default 0.5)")
 
     @property
     def knobs(self) -> dict[str, int]:

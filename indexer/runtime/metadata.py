@@ -6,11 +6,14 @@ A document's metadata is a JSON object whose values are, all the way down:
 - integers in the signed 64-bit range [-2^63, 2^63 - 1] (SQLite's INTEGER, FAISS-side ids, and what JSON
   clients in most languages read without loss; orjson refuses anything wider);
 - finite floats (JSON has no NaN or infinity);
-- strings of valid Unicode (no lone surrogates such as "\\ud800": UTF-8, SQLite and JSON encoders refuse them);
+- strings of valid Unicode (no lone surrogates such as "\\ud800": UTF-8, SQLite and JSON encoders refuse them)
+  without NUL (U+0000: SQLite's JSON functions, which index the metadata, end a string there, so "a\\u0000b"
+  would be filtered as "a"; PostgreSQL's jsonb refuses it too);
 - booleans and null;
 - lists and objects of these, nested at most `MAX_DEPTH` levels (the metadata object itself is level 1) — the
   response of a `/search` wraps each hit's metadata in 5 more levels, and orjson stops at 254;
-- with field names that are valid Unicode, and top-level names that are not empty or blank;
+- with field names that are valid Unicode without NUL (SQLite would index `k\\u0000z` as `k`), and top-level
+  names that are not empty or blank;
 - `MAX_BYTES` bytes at most as compact JSON (every hit carries its metadata: 100 hits of the limit are 6.4 MB).
 
 Filter values (`indexer.runtime.filters`) are scalars under the same rules. Breaking a rule raises
@@ -65,6 +68,8 @@ def scalar_problem(v: object) -> str | None:
     elif isinstance(v, str):
         if not valid_unicode(v):
             return f"string {_show(v)} is not valid Unicode (it holds a lone surrogate)"
+        if "\x00" in v:
+            return f"string {_show(v)} holds a NUL character (U+0000), which metadata strings may not hold"
     return None
 
 
@@ -89,7 +94,7 @@ def _field(path: str, key: str) -> str:
 def _check(value: object, path: str, depth: int, top: str = "") -> None:
     """`top`: the top-level field `path` is under (named when nesting is too deep: 32 levels of path say less)."""
     if isinstance(value, str):  # the common cases first: this runs once per value of every document built
-        if not valid_unicode(value):
+        if not valid_unicode(value) or "\x00" in value:
             raise MetadataError(f"metadata field {path!r}: {scalar_problem(value)}")
     elif isinstance(value, dict):
         if depth > MAX_DEPTH:
@@ -100,6 +105,9 @@ def _check(value: object, path: str, depth: int, top: str = "") -> None:
             if not valid_unicode(key):
                 raise MetadataError(f"metadata field name {_show(key)} in {path or 'metadata'!r} is not valid "
                                     f"Unicode (it holds a lone surrogate)")
+            if "\x00" in key:
+                raise MetadataError(f"metadata field name {_show(key)} in {path or 'metadata'!r} holds a NUL "
+                                    f"character (U+0000), which field names may not hold")
             _check(v, _field(path, key), depth + 1, top or key)
     elif isinstance(value, (list, tuple)):
         if depth > MAX_DEPTH:

@@ -202,19 +202,18 @@ class Store:
 
     def filter_ids(self, flt: object, schema: dict[str, str] | None = None) -> np.ndarray:
         """Sorted FAISS ids (int64) of the documents matching filter `flt` (see `indexer.runtime.filters`); raises
-        `FilterError` for an unknown field, operator or a mistyped value. `schema`: check `flt` against it instead
-        of this store's (a wider one: the write overlay's fields and types too; what the store lacks matches
-        nothing here)."""
-        from indexer.runtime.filters import compile_sql, parse_filter
+        `FilterError` for an unknown field, operator or a mistyped value, or a filter beyond its `FilterLimits`.
+        `schema`: check `flt` against it instead of this store's (a wider one: the write overlay's fields and types
+        too; what the store lacks matches nothing here)."""
+        from indexer.runtime.filters import parse_filter, plan, run_plan
 
         node = parse_filter(flt, self.metadata_schema() if schema is None else schema)
-        sql, params = compile_sql(node)
+        return run_plan(plan(node), self._select_ids)
+
+    def _select_ids(self, sql: str, params: list[Any]) -> np.ndarray:
         with self._lock:
             rows = self._con.execute(sql, params).fetchall()
-        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-        if len(ids) > 1 and not (ids[1:] > ids[:-1]).all():  # compound selects come sorted already
-            ids.sort()
-        return ids
+        return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
 
     def resolve_ext_ids(self, keys: Iterable[str]) -> dict[str, int]:
         """FAISS ids of documents named by external ids written as strings (qrels files have no types): "17" finds

@@ -9,7 +9,10 @@ Ids (decided so that a client's stored id means one encoder's vectors):
   aliases of each collection (`names`) are accepted too.
 
 Access: a key restricted to collections (`service.auth`) sees and uses an encoder only through a collection it may
-read; `may_read` is the key's test. A name that only an unreadable collection answers to is `Forbidden`.
+read; `may_read` is the key's test. What a name means does not depend on the key (`_named` resolves it first): a
+name whose encoder serves only collections the key may not read is `Forbidden` (403), even when a readable
+collection would also answer to it as an alias (issue 35: `strata-384` was garden's vectors for a garden key and
+faq's for an admin key).
 """
 
 from __future__ import annotations
@@ -61,7 +64,6 @@ def resolve(collections: Collections, asked: str, may_read: Callable[[str], bool
     if not models and collections.engines:
         engine = collections.default() if collections.default_name() else next(iter(collections.engines.values()))
         raise NotReady(engine.not_ready_reason())
-    forbidden = False
     base, at, name = asked.partition("@")
     if at and name in collections.engines:  # strata-<dim>@<collection>
         engine = collections.engines[name]
@@ -73,14 +75,28 @@ def resolve(collections: Collections, asked: str, may_read: Callable[[str], bool
         if base.startswith("strata-"):
             raise DimensionChanged(asked, _dim(base), f"strata-{served.dim}@{name}", served.dim, served.encoder)
         raise UnknownModel(asked, f"strata-{served.dim}@{name}")
+    # one id names one encoder whoever asks: found without the key, which is then checked (a key that may not use
+    # it gets a 403, never the encoder of another collection that answers to the same name)
+    try:
+        engine, served = _named(collections, models, asked)
+    except UnknownModel:
+        readable = [m.model.name for m in models if any(may_read(n) for n in m.collections)]
+        raise UnknownModel(asked, ", ".join(f"`{r}`" for r in readable).strip("`") or "no model you may use") \
+            from None
+    pairing = next((m.collections for m in models if engine.name in m.collections), [engine.name])
+    readable = [n for n in pairing if may_read(n)]
+    if not readable:
+        raise Forbidden(f"the model `{asked}` is served only for collections this API key may not use")
+    return collections.engines[readable[0]], _as_listed(models, engine, served)
+
+
+def _named(collections: Collections, models: list[ListedModel], asked: str) -> tuple[Engine, ServedModel]:
+    """The collection whose encoder `asked` names, for every caller: a listed id, else the first collection
+    (the default one first, then by name) that takes it as an alias; raises UnknownModel, or the default
+    collection's DimensionChanged when no collection takes it."""
     for m in models:
         if m.model.name == asked:
-            readable = [n for n in m.collections if may_read(n)]
-            if readable:
-                engine = collections.engines[readable[0]]
-                return engine, m.model
-            forbidden = True
-    # aliases: the default collection's first (its DimensionChanged and aliases behave as with one root)
+            return collections.engines[m.collections[0]], m.model
     default = collections.default_name()
     order = ([default] if default else []) + [n for n in collections.names() if n != default]
     first_error: EngineError | None = None
@@ -89,21 +105,13 @@ def resolve(collections: Collections, asked: str, may_read: Callable[[str], bool
         if engine.leases.current is None:
             continue
         try:
-            served = engine.served_model(asked)
+            return engine, engine.served_model(asked)
         except (UnknownModel, DimensionChanged) as exc:
             if name == default and isinstance(exc, DimensionChanged) and first_error is None:
                 first_error = exc
-            continue
-        if not may_read(name):
-            forbidden = True
-            continue
-        return engine, _as_listed(models, engine, served)
-    if forbidden:
-        raise Forbidden(f"the model `{asked}` is served only for collections this API key may not use")
     if first_error is not None:
         raise first_error
-    readable = [m.model.name for m in models if any(may_read(n) for n in m.collections)]
-    raise UnknownModel(asked, ", ".join(f"`{r}`" for r in readable).strip("`") or "no model you may use")
+    raise UnknownModel(asked, "")
 
 
 def _as_listed(models: list[ListedModel], engine: Engine, served: ServedModel) -> ServedModel:

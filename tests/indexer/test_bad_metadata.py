@@ -28,6 +28,11 @@ BAD_ROWS: dict[str, tuple[str, str]] = {  # name: (the bad row, what the error l
     "surrogate": ('{"id": 900, "text": "s", "tag": "\\ud800"}',
                   "metadata field 'tag': string '\\ud800' is not valid Unicode"),
     "surrogate-text": ('{"id": 900, "text": "how \\udfff"}', "field 'text' is not valid Unicode"),
+    # issue 35: SQLite's JSON functions, which index the metadata, cut at a NUL (compaction stored `k\0z` as `k`)
+    "nul-name": ('{"id": 900, "text": "nul", "k\\u0000z": 1}',
+                 "metadata field name 'k\\x00z' in 'metadata' holds a NUL"),
+    "nul-value": ('{"id": 900, "text": "nul", "tag": "a\\u0000b"}',
+                  "metadata field 'tag': string 'a\\x00b' holds a NUL"),
 }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import os
 import random
 import tracemalloc
 from pathlib import Path
@@ -15,6 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from indexer import ingest as ingest_mod
 from indexer.corpus import CorpusFormatError, detect_format, open_corpus
@@ -23,7 +26,19 @@ from indexer.eval_files import query_files, read_qrels, read_queries
 from indexer.evalset import graded_eval_set
 from indexer.ingest import ingest_store
 from indexer.metrics import mean_metrics, per_query
-from indexer.runtime.filters import FilterError, compile_sql, matches, parse_filter
+from indexer.runtime.filters import (
+    LIMITS,
+    SQL_MAX_NESTING,
+    SQL_MAX_TERMS,
+    Combine,
+    FilterError,
+    Sql,
+    check_limits,
+    compile_sql,
+    matches,
+    parse_filter,
+    plan,
+)
 from indexer.runtime.guards import DEFAULT_MAX_SHRINK, max_shrink, shrinks_too_much
 from indexer.runtime.ids import ASSIGNED_IDS_FROM
 from indexer.runtime.manifest import Manifest
@@ -335,6 +350,15 @@ def meta_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Store, list[di
     return store, rows
 
 
+@pytest.fixture(scope="module")
+def small_meta_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Store, list[dict[str, Any]]]:
+    """300 rows: for filters of 1,000 conditions, which brute force evaluates in Python per row."""
+    tmp = tmp_path_factory.mktemp("meta-small")
+    rows = random_rows(300)
+    store, _, _ = ingest_only(write_jsonl(tmp / "c.jsonl", rows), tmp)
+    return store, rows
+
+
 def brute_force(flt: dict[str, Any], row: dict[str, Any]) -> bool:
     """The filter semantics written out independently of indexer.runtime.filters."""
     out = True
@@ -477,6 +501,108 @@ def test_deep_filters_are_refused_and_sql_has_one_parameter_per_value() -> None:
     sql, params = compile_sql(parse_filter({"or": [{"a": {"in": [1, 2, 3]}}, {"b": {"gte": "x"}}]},
                                            {"a": "int", "b": "str"}))
     assert sql.count("?") == len(params) == 6 and "UNION" in sql
+
+
+def nest(depth: int, leaf: dict[str, Any], sibling: dict[str, Any]) -> dict[str, Any]:
+    """`leaf` under `depth` and/or lists (alternating), each with `sibling` beside it."""
+    flt = leaf
+    for level in range(depth):
+        flt = {("and", "or")[level % 2]: [flt, sibling]}
+    return flt
+
+
+def assert_brute_force(store: Store, rows: list[dict[str, Any]], flt: dict[str, Any]) -> int:
+    fid = {(type(d.ext_id), d.ext_id): d.id for d in store.documents(
+        [r[0] for r in store._con.execute("SELECT id FROM docs")]).values()}
+    want = sorted(fid[(type(r["id"]), r["id"])] for r in rows if brute_force(flt, r))
+    assert store.filter_ids(flt).tolist() == want
+    return len(want)
+
+
+def test_issue_35_filters_wider_or_deeper_than_one_sqlite_statement(
+        small_meta_store: tuple[Store, list[dict[str, Any]]]) -> None:
+    """501 or-terms were `too many terms in compound SELECT` and 15-16 levels `parser stack overflow` (500s): now
+    every filter within `FilterLimits` runs (split into statements SQLite takes) and the rest is refused."""
+    store, rows = small_meta_store
+    schema = store.metadata_schema()
+    for n in (500, 501, LIMITS.width):
+        wide = {"or": [{"bucket": 100 + i} if i % 2 else {"year": {"lt": 1985 + i % 3}} for i in range(n - 1)]
+                + [{"lang": "en"}]}
+        assert 0 < assert_brute_force(store, rows, wide) < len(rows)
+        assert isinstance(plan(parse_filter(wide, schema)), Combine if n > SQL_MAX_TERMS else Sql)
+    for depth in (8, 14, 15, 16):
+        deep = nest(depth, {"bucket": 3}, {"lang": {"gte": "e", "lt": "f"}})
+        assert assert_brute_force(store, rows, deep) > 0
+        assert isinstance(plan(parse_filter(deep, schema)), Combine if depth > SQL_MAX_NESTING else Sql)
+    too_wide = {"and": [{"bucket": 1}] * (LIMITS.width + 1)}
+    refusals = [
+        (nest(17, {"bucket": 3}, {"lang": "en"}), "deeper than 16 levels"),
+        (too_wide, "'and' has 1025 filters; the limit is 1024"),
+        ({f"f{i}": 1 for i in range(LIMITS.width + 1)}, "has 1025 fields; the limit is 1024"),
+        ({"or": [{"and": [{"bucket": 1}] * 600}, {"and": [{"bucket": 2}] * 600}]}, "more than 1024 field conditions"),
+        ({"bucket": {"in": list(range(LIMITS.values + 1))}}, "more than 10000 values"),
+        ({"or": [{"bucket": {"in": list(range(900))}}] * 12}, "more than 10000 values"),
+    ]
+    for flt, reason in refusals:
+        with pytest.raises(FilterError, match=reason):
+            store.filter_ids(flt)
+        with pytest.raises(FilterError, match=reason):  # the same check, without a schema: the API's edge
+            check_limits(flt)
+
+
+def shaped_filter(rng: random.Random, depth: int, width: int) -> dict[str, Any]:
+    """A random filter `depth` and/or levels deep whose top list holds `width` filters (random_filter's leaves)."""
+    flt = random_filter(rng, 2)
+    for level in range(depth):
+        n = width if level == depth - 1 else rng.randrange(1, 4)
+        items = [flt] + [random_filter(rng, 2) for _ in range(n - 1)]
+        rng.shuffle(items)
+        flt = {rng.choice(["and", "or"]): items}
+    return flt
+
+
+def conditions(flt: dict[str, Any]) -> int:
+    return sum(sum(map(conditions, v)) if k in ("and", "or") else 1 for k, v in flt.items())
+
+
+FILTER_EXAMPLES = int(os.environ.get("STRATA_FILTER_EXAMPLES", "25"))  # bench/hostile_long.py runs thousands
+
+
+@settings(max_examples=FILTER_EXAMPLES, deadline=None, derandomize=True, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 2**32), depth=st.integers(0, LIMITS.depth + 1),
+       width=st.sampled_from([1, 2, 3, 499, 500, 501, 700, LIMITS.width, LIMITS.width + 1]))
+def test_filters_of_every_width_and_depth_match_brute_force_or_are_refused(
+        small_meta_store: tuple[Store, list[dict[str, Any]]], seed: int, depth: int, width: int) -> None:
+    store, rows = small_meta_store
+    flt = shaped_filter(random.Random(seed), depth, width)
+    try:
+        check_limits(flt)
+    except FilterError:
+        with pytest.raises(FilterError, match="limit"):
+            store.filter_ids(flt)
+        assert depth > LIMITS.depth or width > LIMITS.width or conditions(flt) > LIMITS.conditions
+        return
+    assert_brute_force(store, rows, flt)
+
+
+def test_a_bool_is_never_a_number_even_in_a_field_holding_both(tmp_path: Path) -> None:
+    """Issue 35: a bool stored in a numeric field matched numeric filters (the store keeps bools as 1/0). Now
+    types stay apart, as in PostgreSQL's jsonb and MongoDB: the docs say bools match by equality only."""
+    values = [True, False, 1, 0, 2, 1.0, 0.5, "1", "a"]
+    rows = [{"id": f"m{i}", "text": f"mixed {i}", "m": v} for i, v in enumerate(values)]
+    store, _, _ = ingest_only(write_jsonl(tmp_path / "m.jsonl", rows), tmp_path)
+    assert store.metadata_schema()["m"] == "bool|float|str"
+    ext = {d.id: d.ext_id for d in store.documents([r[0] for r in store._con.execute("SELECT id FROM docs")]).values()}
+    cases = [({"m": True}, [True]), ({"m": 1}, [1, 1.0]), ({"m": {"in": [True, 2]}}, [True, 2]),
+             ({"m": {"gt": 0}}, [1, 2, 1.0, 0.5]), ({"m": {"lte": 1}}, [1, 0, 1.0, 0.5]),
+             ({"m": {"in": [False, 0, "a"]}}, [False, 0, "a"]), ({"m": False}, [False])]
+    for flt, want in cases:
+        got = [values[int(ext[i][1:])] for i in store.filter_ids(flt)]
+        assert got == want and [type(v) for v in got] == [type(v) for v in want], (flt, got)
+        node = parse_filter(flt, store.metadata_schema())
+        assert [v for v in values if matches(node, {"m": v})] == want  # the overlay's evaluator agrees
+        assert [v for v in values if brute_force(flt, {"m": v})] == want
 
 
 def test_quora_store_answers_documents_and_refuses_filters(tmp_path: Path) -> None:

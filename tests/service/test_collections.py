@@ -305,3 +305,65 @@ def test_a_keys_file_grants_scopes_per_collection(tmp_path: Path) -> None:
     keys.write_text("good-key-0123 read@faq\nbad-key-01234 write@faq\n")
     with pytest.raises(KeyConfigError, match=r"keys:2: 'write@faq'"):
         load_keys(Settings(api_keys_file=keys))
+
+
+@pytest.fixture(scope="module")
+def minilm_cls(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """all-MiniLM-L6-v2 exported with CLS pooling: 384 dimensions like `minilm_mean`, other vectors."""
+    from models.checkpoint import default_checkpoint
+    from models.export import export_encoder
+
+    out = tmp_path_factory.mktemp("models") / "minilm-cls"
+    export_encoder(default_checkpoint(), out, pooling="cls")
+    return out
+
+
+def test_one_model_id_means_one_encoder_for_every_key(template: Path, corpora: dict[str, Path], minilm_mean: Path,
+                                                      minilm_cls: Path, tmp_path: Path) -> None:
+    """Issue 35, the scenario as found: collections `garden` (mean) and `faq` (cls), STRATA_DEFAULT_COLLECTION=faq,
+    the key `gardenkey1:read@garden`. `strata-384` was garden's vectors for that key and faq's for an admin key
+    (`resolve()` fell through to garden, which takes the same id as an alias): now it names faq's encoder for
+    everyone, and the garden key gets a 403. A lone surrogate in `model` is a 404 for every key (it was a 500)."""
+    cdir = tmp_path / "collections"
+    shutil.copytree(template / "notes", cdir / "garden", symlinks=True)  # built with minilm_mean (mean pooling)
+    build(cdir / "faq", corpora["faq"], minilm_cls)
+    admin, garden_key = "adminkey-0123", "gardenkey1"
+    srv = serve(tmp_path, cdir, STRATA_API_KEYS=f"{admin}:admin,{garden_key}:read@garden")
+    try:
+        with srv.client() as c:
+            a, g = auth(admin), auth(garden_key)
+            ids = [m["id"] for m in c.get("/v1/models", headers=a).json()["data"]]
+            assert ids == ["strata-384", "strata-384@garden"]  # the default collection's encoder keeps the plain id
+            assert [m["id"] for m in c.get("/v1/models", headers=g).json()["data"]] == ["strata-384@garden"]
+
+            def vector(model: str, headers: dict[str, str]) -> list[float]:
+                r = c.post("/v1/embeddings", json={"model": model, "input": "how do I water tomatoes",
+                                                   "encoding_format": "float"}, headers=headers)
+                assert r.status_code == 200, r.text
+                return r.json()["data"][0]["embedding"]
+
+            faq_vec, garden_vec = vector("strata-384", a), vector("strata-384@garden", a)
+            assert faq_vec != garden_vec  # two encoders (cls and mean pooling), same dimension
+            assert vector("strata-384@faq", a) == faq_vec
+            assert vector("strata-384@garden", g) == garden_vec
+            r = c.post("/v1/embeddings", json={"model": "strata-384", "input": "x"}, headers=g)
+            assert r.status_code == 403 and r.json()["error"]["message"], r.text  # never garden's vectors
+            assert c.get("/v1/models/strata-384", headers=g).status_code == 403
+            assert c.get("/v1/models/strata-384", headers=a).json()["id"] == "strata-384"
+            # the encoder folder's name is an alias of the encoder it names, for every key
+            assert vector(minilm_mean.name, g) == garden_vec and vector(minilm_mean.name, a) == garden_vec
+            assert c.post("/v1/embeddings", json={"model": minilm_cls.name, "input": "x"},
+                          headers=g).status_code == 403
+            for key in (a, g):
+                for asked in ("\ud800", "strata-384\udfff"):
+                    r = c.post("/v1/embeddings", content=json.dumps({"model": asked, "input": "x"}),
+                               headers=key | {"Content-Type": "application/json"})
+                    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found", r.text[:300]
+            # a filter past the limits is refused on a collection's route as on /search, before any search
+            deep: dict[str, Any] = {"bed": 1}
+            for _ in range(17):
+                deep = {"or": [deep]}
+            r = c.post("/collections/garden/search", json={"query": "x", "filter": deep}, headers=g)
+            assert r.status_code == 422 and "deeper than 16 levels" in r.text
+    finally:
+        stop_server(srv)

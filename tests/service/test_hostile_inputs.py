@@ -11,6 +11,8 @@ in CI in well under a minute once the index is built."""
 from __future__ import annotations
 
 import json
+import operator
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -19,6 +21,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -26,6 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from indexer.quora import read_rows
+from indexer.runtime.filters import LIMITS, FilterError, check_limits
 from indexer.runtime.layout import IndexRoot
 from indexer.runtime.metadata import MAX_BYTES, MAX_DEPTH
 from tests.conftest import REPO, Server, start_server, stop_server
@@ -209,6 +213,10 @@ POISONING_METADATA: list[tuple[dict[str, Any], str]] = [
     ({"s": "a\ud800"}, "metadata field 's': string 'a\\ud800' is not valid Unicode"),
     ({"big": "x" * (MAX_BYTES + 1)}, f"the limit is {MAX_BYTES:,}"),
     ({" ": 1}, "metadata field names must not be empty or blank"),
+    # issue 35: compaction (SQLite's json_each) cut `k\0z` to `k`; build, writes and compaction now agree: refused
+    ({"k\x00z": 1}, "metadata field name 'k\\x00z' in 'metadata' holds a NUL character"),
+    ({"m": {"k\x00": [1]}}, "metadata field name 'k\\x00' in 'm' holds a NUL character"),
+    ({"s": "a\x00b"}, "metadata field 's': string 'a\\x00b' holds a NUL character"),
 ]
 
 
@@ -266,16 +274,40 @@ def test_numeric_request_fields_are_strict(client: httpx.Client, model: str) -> 
         r = client.post("/search", json={"query": GOOD_QUERY, "top_k": top_k})
         assert r.status_code == 422 and "top_k" in r.text, (top_k, r.text)
     assert len(client.post("/search", json={"query": GOOD_QUERY, "top_k": 5}).json()["hits"]) == 5
+    # issue 35: alpha and k took "0.5", true and "60"
+    for name, bad in (("alpha", "0.5"), ("alpha", True), ("alpha", [0.5]), ("k", "60"), ("k", True), ("k", False)):
+        r = client.post("/search", json={"query": GOOD_QUERY, "mode": "hybrid", name: bad})
+        assert r.status_code == 422 and [d["loc"] for d in r.json()["detail"]] == [["body", name]], (name, bad, r.text)
+    for name, good in (("alpha", 0.5), ("alpha", 1), ("alpha", 0), ("k", 60), ("k", 60.5)):
+        r = client.post("/search", json={"query": GOOD_QUERY, "mode": "hybrid", name: good})
+        assert r.status_code == 200, (name, good, r.text)
     for dims in ("384", True, 384.0):
         r = client.post("/v1/embeddings", json={"input": "ok", "model": model, "dimensions": dims})
         assert r.status_code == 400 and r.json()["error"]["param"] == "dimensions", (dims, r.text)
     assert client.post("/v1/embeddings", json={"input": "ok", "model": model, "dimensions": 384}).status_code == 200
 
 
+def test_issue_35_a_lone_surrogate_in_model_is_a_404_not_a_500(client: httpx.Client) -> None:
+    """`/v1/embeddings` with `"model": "\\ud800"` was a 500 (UnicodeEncodeError rendering the 404 that names it).
+    Every error that echoes what the client sent now renders, the surrogate as U+FFFD."""
+    for asked in ("\ud800", "strata-\udfff", "a\udbff\udbffb", "strata-384\ud83d"):
+        r = post_json(client, "/v1/embeddings", {"input": GOOD_QUERY, "model": asked})
+        assert r.status_code == 404, r.text[:300]
+        err = r.json()["error"]
+        assert err["code"] == "model_not_found" and err["param"] == "model" and "\ufffd" in err["message"], err
+    r = client.get("/v1/models/%ED%A0%80")  # the surrogate's bytes in the path
+    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found", r.text[:300]
+    r = client.post("/collections/%ED%A0%80/search", json={"query": GOOD_QUERY})
+    assert 400 <= r.status_code < 500 and r.json()["detail"], r.text[:300]
+
+
 # --- property-based: every endpoint, hostile values, well-formed neighbours ---------------------------------------
 
 HOSTILE = settings(max_examples=50, deadline=None, derandomize=True, database=None,
                    suppress_health_check=list(HealthCheck))
+PER_ROUTE = settings(max_examples=int(os.environ.get("STRATA_HOSTILE_EXAMPLES", "0")) or 12, deadline=None,
+                     derandomize="STRATA_HOSTILE_EXAMPLES" not in os.environ, database=None,
+                     suppress_health_check=list(HealthCheck))
 
 surrogates = st.sampled_from(["\ud800", "a\udfffb", "\udbff\udbff", "x\ud83d"])
 hostile_text = st.text(max_size=30) | surrogates | st.text(max_size=10).map(lambda s: s + "\ud800")
@@ -315,7 +347,7 @@ def with_neighbours(client: httpx.Client, hostile: httpx.Request) -> httpx.Respo
 
 
 def request(client: httpx.Client, method: str, path: str, body: object) -> httpx.Request:
-    return client.build_request(method, path, content=json.dumps(body),
+    return client.build_request(method, path, content=None if body is None else json.dumps(body),
                                 headers={"Content-Type": "application/json"})
 
 
@@ -340,19 +372,150 @@ def test_hostile_filters_are_answered_or_refused_alone(client: httpx.Client, flt
     assert r.status_code in (200, 422), r.text[:300]
 
 
-@HOSTILE
-@given(endpoint=st.sampled_from(["/encode", "/search", "/v1/embeddings", "PUT /documents", "/documents/delete"]),
-       text=hostile_text, doc_id=ids, top_k=scalars)
+@pytest.mark.parametrize("endpoint", ["/encode", "/search", "/v1/embeddings", "/v1/embeddings model",
+                                      "/v1/models/{model}", "PUT /documents", "/documents/delete"])
+@PER_ROUTE
+@given(text=hostile_text, doc_id=ids, top_k=scalars)
 def test_hostile_texts_and_ids_on_every_endpoint(client: httpx.Client, model: str, endpoint: str, text: str,
                                                 doc_id: object, top_k: object) -> None:
     method, path, body = {
         "/encode": ("POST", "/encode", {"texts": [text, GOOD_QUERY]}),
         "/search": ("POST", "/search", {"queries": [GOOD_QUERY, text], "top_k": top_k}),
         "/v1/embeddings": ("POST", "/v1/embeddings", {"input": [text], "model": model, "dimensions": top_k}),
+        "/v1/embeddings model": ("POST", "/v1/embeddings", {"input": GOOD_QUERY, "model": text}),
+        "/v1/models/{model}": ("GET", f"/v1/models/{quote(text.encode('utf-8', 'surrogatepass'), safe='') or 'x'}",
+                               None),
         "PUT /documents": ("PUT", "/documents", {"documents": [{"id": doc_id, "text": text}]}),
         "/documents/delete": ("POST", "/documents/delete", {"ids": [doc_id, "never-written"]}),
     }[endpoint]
     with_neighbours(client, request(client, method, path, body))
+
+
+# --- issue 35: the filter grammar's whole width and depth, on every route that takes a filter -------------------
+
+FILTER_ROUTES = {  # name: (path, extra body)
+    "dense": ("/search", {"mode": "dense"}),
+    "lexical": ("/search", {"mode": "lexical"}),
+    "hybrid": ("/search", {"mode": "hybrid"}),
+    "default-mode": ("/search", {}),
+    "collection-hybrid": ("/collections/default/search", {"mode": "hybrid"}),
+    "collection-lexical": ("/collections/default/search", {"mode": "lexical"}),
+}
+# the corpus's fields (built by `indexer build --data`), each with conditions it matches
+GOOD_LEAVES: list[dict[str, Any]] = [{"bucket": 1}, {"bucket": {"in": [0, 2, 4]}}, {"tag": "red"}, {"flag": True},
+                                     {"n": {"gte": 1000, "lt": 90_000}}, {"f": {"lt": 10.5}}, {"tag": {"gte": "g"}},
+                                     {"bucket": 3, "tag": "blue"}]
+
+
+def nest(depth: int, leaf: dict[str, Any], sibling: dict[str, Any]) -> dict[str, Any]:
+    """`leaf` under `depth` and/or lists (alternating and, or), each with `sibling` beside it."""
+    flt = leaf
+    for level in range(depth):
+        flt = {("and", "or")[level % 2]: [flt, sibling]}
+    return flt
+
+
+def wide(n: int, op: str = "or") -> dict[str, Any]:
+    """`n` filters of one condition each (n conditions in all)."""
+    leaves = [leaf for leaf in GOOD_LEAVES if len(leaf) == 1]
+    return {op: [leaves[i % len(leaves)] if i % 3 else {"n": i * 1000} for i in range(n)]}
+
+
+def search_filtered(c: httpx.Client, route: str, flt: object, **extra: Any) -> httpx.Response:  # noqa: ANN401
+    path, body = FILTER_ROUTES[route]
+    return post_json(c, path, {"query": GOOD_QUERY, "top_k": 10, "filter": flt, **body, **extra})
+
+
+@pytest.mark.parametrize("route", FILTER_ROUTES)
+def test_issue_35_filters_up_to_every_limit_answer_and_past_it_are_422(client: httpx.Client, route: str) -> None:
+    """501 and/or terms were a 500 (`too many terms in compound SELECT`), and 15-16 levels too (`parser stack
+    overflow`), in every mode: now each shape up to `FilterLimits` answers 200, whose hits all match, and each past
+    it is a 422 naming the limit, the same in every mode and on the collection's route."""
+    accepted = [wide(500), wide(501), wide(LIMITS.width), wide(LIMITS.width, "and"),
+                nest(15, {"bucket": 1}, {"tag": "red"}), nest(16, {"bucket": 1}, {"tag": "red"}),
+                nest(15, wide(600), {"flag": True}), {"bucket": {"in": list(range(LIMITS.values))}}]
+    for flt in accepted:
+        r = search_filtered(client, route, flt)
+        assert r.status_code == 200, (route, r.text[:300])
+        assert all(brute_match(flt, h["metadata"]) for h in r.json()["hits"]), route
+    assert search_filtered(client, route, wide(501)).json()["hits"]  # the wide or matches most documents
+    refused = [(wide(LIMITS.width + 1), "'or' has 1025 filters; the limit is 1024"),
+               (nest(17, {"bucket": 1}, {"tag": "red"}), "deeper than 16 levels"),
+               ({"or": [wide(600, "and"), wide(600)]}, "more than 1024 field conditions"),
+               ({"bucket": {"in": list(range(LIMITS.values + 1))}}, "more than 10000 values"),
+               (nest(400, {"bucket": 1}, {"tag": "red"}), "deeper than 16 levels")]
+    for flt, words in refused:
+        r = search_filtered(client, route, flt)
+        assert r.status_code == 422 and words in reason(r), (route, r.text[:300])
+    # deeper than any JSON parser should recurse: refused all the same, never a 500
+    path = FILTER_ROUTES[route][0]
+    raw = '{"query": "x", "filter": ' + '{"or": [' * 100_000 + '{"bucket": 1}' + "]}" * 100_000 + "}"
+    r = client.post(path, content=raw, headers={"Content-Type": "application/json"})
+    assert 400 <= r.status_code < 500 and r.json()["detail"], (route, r.status_code, r.text[:300])
+
+
+def brute_match(flt: dict[str, Any], meta: dict[str, Any]) -> bool:
+    """The filter semantics, independently of `indexer.runtime.filters` (the shapes above use no mixed field)."""
+    ok = True
+    for key, cond in flt.items():
+        if key in ("and", "or"):
+            ok &= (all if key == "and" else any)(brute_match(f, meta) for f in cond)
+        elif key not in meta:
+            ok = False
+        elif not isinstance(cond, dict):
+            ok &= meta[key] == cond and isinstance(meta[key], bool) == isinstance(cond, bool)
+        else:
+            ok &= all(COMPARE[op](meta[key], b) for op, b in cond.items())
+    return ok
+
+
+COMPARE = {"eq": operator.eq, "in": lambda v, b: v in b, "gt": operator.gt, "gte": operator.ge, "lt": operator.lt,
+           "lte": operator.le}
+
+
+EXAMPLES = int(os.environ.get("STRATA_HOSTILE_EXAMPLES", "0"))  # bench/hostile_long.py: a long run (2,000 per route)
+GRAMMAR = settings(max_examples=EXAMPLES or 8, deadline=None, derandomize=not EXAMPLES, database=None,
+                   suppress_health_check=list(HealthCheck))
+hostile_leaves = st.dictionaries(fields, conditions, min_size=1, max_size=2)
+widths = st.sampled_from([1, 2, 3, 499, 500, 501, 1023, 1024, 1025]) | st.integers(1, 40)
+depths = st.integers(0, LIMITS.depth + 2) | st.sampled_from([14, 15, 16, 17, 40])
+
+
+@st.composite
+def grammar_filters(draw: st.DrawFn) -> dict[str, Any]:
+    """A filter `depth` and/or levels deep whose widest list holds `width` filters: good leaves of the corpus's
+    fields (seeded, so that a 1,024-wide list costs one draw), a hostile leaf or `in` list somewhere, maybe."""
+    import random
+
+    rng = random.Random(draw(st.integers(0, 2**32)))
+    depth, width, wide_at = draw(depths), draw(widths), draw(st.integers(0, LIMITS.depth + 2))
+    leaf = draw(hostile_leaves) if draw(st.booleans()) else rng.choice(GOOD_LEAVES)
+    if draw(st.integers(0, 9)) == 0:
+        leaf = {"bucket": {"in": list(range(draw(st.sampled_from([1, 9_999, 10_000, 10_001]))))}}
+    flt: dict[str, Any] = leaf
+    for level in range(depth):
+        n = width if level == min(wide_at, depth - 1) else rng.randrange(1, 4)
+        items = [flt] + [rng.choice(GOOD_LEAVES) for _ in range(n - 1)]
+        rng.shuffle(items)
+        flt = {rng.choice(["and", "or"]): items}
+    return flt
+
+
+@pytest.mark.parametrize("route", FILTER_ROUTES)
+@GRAMMAR
+@given(flt=grammar_filters(), knobs=st.fixed_dictionaries({}, optional={"alpha": scalars, "k": scalars}))
+def test_the_filter_grammar_up_to_and_past_every_limit_never_fails(client: httpx.Client, route: str,
+                                                                 flt: dict[str, Any], knobs: dict[str, Any]) -> None:
+    """Never a 5xx: a 200, or a 422 with the reason (one past a limit names it); neighbours answered. In the long
+    run (STRATA_HOSTILE_EXAMPLES) one request per example, without neighbours."""
+    hostile = request(client, "POST", FILTER_ROUTES[route][0],
+                      {"query": GOOD_QUERY, "top_k": 10, "filter": flt, **FILTER_ROUTES[route][1], **knobs})
+    r = client.send(hostile) if EXAMPLES else with_neighbours(client, hostile)
+    assert r.status_code in (200, 422), (route, r.status_code, r.text[:300])
+    try:
+        check_limits(flt)
+    except FilterError as exc:
+        assert r.status_code == 422 and str(exc) in reason(r), (route, r.text[:300])
 
 
 def test_the_poisoned_documents_are_still_served_after_the_attack(client: httpx.Client) -> None:
