@@ -8,6 +8,7 @@ A corpus brings a vector on every row or on none (the first row decides; a mix i
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,6 +82,7 @@ class VectorRows:
         self.path = path
         self.blocks: list[np.ndarray] = []
         self.n = 0
+        self.reserved = 0  # rows whose bytes the file has on disk
         if path is not None:
             path.write_bytes(b"")
 
@@ -91,9 +93,18 @@ class VectorRows:
         block_bytes = VECTOR_BLOCK * self.dim * 4
         offset = len(self.blocks) * block_bytes
         with open(self.path, "r+b") as f:
-            f.truncate(offset + block_bytes)
+            f.truncate(offset + block_bytes)  # sparse: the rows written are reserved by `_reserve`
         self.blocks.append(np.memmap(self.path, dtype=np.float32, mode="r+", offset=offset,
                                      shape=(VECTOR_BLOCK, self.dim)))
+
+    def _reserve(self, rows: int) -> None:
+        """Disk blocks for the first `rows` rows before they are written through the map: on a full disk that is
+        an OSError (ENOSPC) here, where a write into a sparse mapped page would be a SIGBUS."""
+        if self.path is None or rows <= self.reserved:
+            return
+        with open(self.path, "r+b") as f:
+            os.posix_fallocate(f.fileno(), self.reserved * self.dim * 4, (rows - self.reserved) * self.dim * 4)
+        self.reserved = rows
 
     def put(self, rows: np.ndarray, vecs: np.ndarray) -> None:
         # the last of repeated rows wins (an id twice in one chunk)
@@ -102,6 +113,7 @@ class VectorRows:
         need = int(rows.max()) + 1
         while len(self.blocks) * VECTOR_BLOCK < need:
             self._grow()
+        self._reserve(need)
         self.n = max(self.n, need)
         block = rows // VECTOR_BLOCK
         for b in np.unique(block):

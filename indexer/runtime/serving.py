@@ -24,7 +24,8 @@ from indexer.runtime.atomic import write_json_atomic
 log = logging.getLogger(__name__)
 
 RECORD = "serving.json"
-VERDICTS = frozenset({"corrupt", "mismatch", "probe", "quality", "shrink"})  # refusals that judge the version
+# refusals that judge the version itself (a mismatch judges the pairing with the configured encoder: not kept)
+VERDICTS = frozenset({"corrupt", "probe", "quality", "shrink"})
 
 
 @dataclass(frozen=True)

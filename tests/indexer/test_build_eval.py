@@ -30,8 +30,8 @@ def test_manifest_records_the_build(quora_root: Path, minilm_mean: Path) -> None
     assert m.model.onnx_sha256 == enc["onnx_sha256"] and m.model.pooling == "mean" and m.model.dim == 384
     assert m.data.rows_read == TEST_ROWS and m.data.protocol == "paper"
     assert m.index.ntotal == m.data.n_docs > 2900
-    # 2,982 vectors cannot train 1,024 lists: nlist is scaled to n // 39
-    assert m.index.nlist_requested == 1024 and m.index.nlist == m.data.n_docs // 39
+    # nlist by size (4·sqrt(2,982) → 256), which 2,982 vectors cannot train either: scaled to n // 39
+    assert m.index.nlist_requested == 256 and m.index.nlist == m.data.n_docs // 39
     assert m.eval is not None and m.eval.n_queries == m.data.n_queries
     # all-MiniLM-L6-v2 was trained on Quora duplicates: on this easy subset it is near-perfect
     assert 0.8 < m.eval.mrr_at_10 <= m.eval.exact_mrr_at_10 + 0.02
