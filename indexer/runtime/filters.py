@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from indexer.runtime.metadata import scalar_problem
+from indexer.runtime.metadata import json_kind, scalar_problem
 
 
 @dataclass(frozen=True)
@@ -89,15 +89,9 @@ Node = Eq | In | Range | And | Or
 
 
 def _kind(v: object) -> str:
-    if isinstance(v, bool):
-        return "bool"
-    if isinstance(v, int):
-        return "int"
-    if isinstance(v, float):
-        return "float"
-    if isinstance(v, str):
-        return "str"
-    return "null" if v is None else type(v).__name__
+    """The schema's kind of a filter value; lists and objects by their Python name (what a refusal says)."""
+    kind = json_kind(v)
+    return type(v).__name__ if kind == "json" else kind
 
 
 def _family(kind: str) -> str:
