@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -144,7 +145,7 @@ def build_ivf(vectors: np.ndarray, ids: np.ndarray, nlist: int, nprobe: int, see
     sample = training_sample(vectors, nlist, seed)
     log.info("IVF%d: k-means on %d of %d vectors (<= %d per list)", nlist, len(sample), len(vectors),
              TRAIN_POINTS_PER_LIST)
-    index.train(sample)
+    log.info("IVF%d: k-means ran on the %s", nlist, train(index, sample).upper())
     del sample
     t1 = time.perf_counter()
     ids = np.asarray(ids, dtype=np.int64)
@@ -161,7 +162,7 @@ def train_empty_ivf(sample: np.ndarray, nlist: int, nprobe: int, seed: int, code
     """`IVF{nlist},{codec}` (inner product) trained on `sample`, holding no vectors yet: the shared quantizer of
     a sharded build (same seed as the single-machine build: same sample order -> same centroids)."""
     index = new_ivf(sample.shape[1], nlist, codec, seed)
-    index.train(np.ascontiguousarray(sample, dtype=np.float32))
+    train(index, sample)
     set_nprobe(index, nprobe)
     return index
 
@@ -198,6 +199,61 @@ def set_threads(threads: int | None) -> None:
 def get_threads() -> int:
     """OpenMP threads FAISS uses in the calling thread."""
     return int(faiss.omp_get_max_threads())
+
+
+# The GPU path (the `gpu` extra: faiss-gpu-cu12, onnxruntime-gpu). When this faiss sees GPUs, IVF k-means and
+# brute-force k-NN (exact search: calibration's reference, recall checks) run on them; the index itself stays a CPU
+# index (what is written, memory-mapped and served with ID selectors, which FAISS's GPU indexes lack), and
+# `gpu_clone` gives a GPU copy for batch search. STRATA_GPU=0 keeps everything on the CPU.
+_gpu_resources: list[object] = []  # one StandardGpuResources, made on first use (it reserves GPU memory)
+
+
+def gpu_count() -> int:
+    """GPUs this faiss can use: 0 for the CPU wheel, without GPUs, or with STRATA_GPU=0."""
+    if os.environ.get("STRATA_GPU", "1") == "0":
+        return 0
+    get = getattr(faiss, "get_num_gpus", None)  # absent from some CPU builds
+    return int(get()) if get is not None else 0
+
+
+def _gpu_res() -> object:
+    if not _gpu_resources:
+        _gpu_resources.append(faiss.StandardGpuResources())
+    return _gpu_resources[0]
+
+
+def train(index: faiss.Index, sample: np.ndarray) -> str:
+    """`index.train(sample)`, with an IVF index's k-means assigning points on the GPU(s) when there are any (the
+    centroids land in the CPU index's own quantizer); returns where it ran, "gpu" or "cpu"."""
+    sample = np.ascontiguousarray(sample, dtype=np.float32)
+    ivf = faiss.try_extract_index_ivf(index)
+    if ivf is None or not gpu_count():
+        index.train(sample)
+        return "cpu"
+    flat = faiss.IndexFlatIP(ivf.d) if ivf.metric_type == faiss.METRIC_INNER_PRODUCT else faiss.IndexFlatL2(ivf.d)
+    on_gpu = faiss.index_cpu_to_all_gpus(flat)  # kept referenced while FAISS holds the raw pointer
+    ivf.clustering_index = on_gpu
+    try:
+        index.train(sample)
+    finally:
+        ivf.clustering_index = None
+    return "gpu"
+
+
+def gpu_clone(index: faiss.Index) -> faiss.Index:
+    """A copy of `index` on the GPU(s) for batch search (same nprobe); ValueError without a GPU."""
+    if not gpu_count():
+        raise ValueError("no GPU: this faiss has none (the faiss-cpu wheel, no device, or STRATA_GPU=0)")
+    return faiss.index_cpu_to_all_gpus(index)
+
+
+def _knn_ip(queries: np.ndarray, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-k inner products (scores, row positions), on the first GPU when there is one."""
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    if gpu_count():
+        return faiss.knn_gpu(_gpu_res(), queries, vectors, k, metric=faiss.METRIC_INNER_PRODUCT)
+    return faiss.knn(queries, vectors, k, metric=faiss.METRIC_INNER_PRODUCT)
 
 
 def read_index(path: str | Path, *, mmap: bool = False) -> faiss.Index:
@@ -282,8 +338,7 @@ def knn_inner_product(queries: np.ndarray, vectors: np.ndarray, k: int) -> tuple
     k = min(k, len(vectors))
     if k == 0:
         return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
-    return faiss.knn(np.ascontiguousarray(queries, dtype=np.float32),
-                     np.ascontiguousarray(vectors, dtype=np.float32), k, metric=faiss.METRIC_INNER_PRODUCT)
+    return _knn_ip(queries, vectors, k)
 
 
 def set_search_param(index: faiss.Index, name: str, value: int) -> None:
@@ -379,7 +434,7 @@ def exact_search(index: faiss.Index, queries: np.ndarray, k: int, chunk_vectors:
     def flush() -> None:
         ids = np.concatenate(ids_parts)
         vecs = vec_parts[0] if len(vec_parts) == 1 else np.concatenate(vec_parts)
-        scores, pos = faiss.knn(queries, vecs, min(k, len(vecs)), metric=faiss.METRIC_INNER_PRODUCT)
+        scores, pos = _knn_ip(queries, vecs, min(k, len(vecs)))
         heap.add_result(scores, np.where(pos >= 0, ids[np.clip(pos, 0, None)], -1))
         ids_parts.clear()
         vec_parts.clear()

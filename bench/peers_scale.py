@@ -1,0 +1,377 @@
+"""Strata beside the vector databases people pick instead, on the same grown-Quora vectors (`bench.scale_corpus`).
+
+    PYTHONPATH=$PWD STRATA_DATA_DIR=/work/shared/data python -m bench.peers_scale ingest 1000000
+    PYTHONPATH=$PWD STRATA_DATA_DIR=/work/shared/data python -m bench.peers_scale measure 1000000 --rounds 2
+
+- **Peers**, each from its own venv under bench/.venv-peers/ (`python -m bench.peers.venvs`; never a project
+  dependency): Chroma (`chroma run`, HTTP), Milvus Lite (pymilvus + milvus-lite: a local Milvus server process the
+  client starts, gRPC only). Qdrant's server is not on PyPI (its binaries download from GitHub, unreachable here)
+  and qdrant-client's "local mode" is a Python library, not a server: not run.
+- **Ingest** (`ingest`, at nice 10 for every system): the first N rows of the corpus (id, text, vector, bucket).
+  Strata: `indexer build --data` from the vectors (nothing encoded), as bench/scale.py; Chroma: `add` in batches
+  of 5,000 to a collection with inner-product HNSW; Milvus Lite: inserts of 10,000, then an IVF_FLAT index
+  (nlist as Strata's for the size) built and loaded. Ingest time is until the system answers queries.
+- **Recall** (`measure`): recall@10 against exact inner-product search (computed here with numpy on the same
+  vectors) on the corpus's 300 query vectors, through each system's own API; each system's knob (Strata nprobe,
+  Chroma ef_search, Milvus nprobe) is stepped up until recall@10 >= --target, and the reached recall is reported.
+- **Load**, rounds interleaved (every system once per round): one- and eight-connection closed loops of one-vector
+  top-10 queries at the chosen knob. HTTP servers (Strata, Chroma) with wrk and a Lua script POSTing JSON; every
+  system, Milvus Lite included, also through one Python harness (bench/peers/vector_worker.py: threads over the
+  peer's own client, http.client for Strata): the comparison with Milvus is made on that harness only, where both
+  sides pay the same client cost. Server RSS (the server's process tree, peak while measured), on-disk size.
+Results: bench/results/peers-<N>-<stamp>.md and .json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from bench import scale_corpus as sc
+from bench.peers.http_load import TreeRss
+from bench.peers.venvs import ROOT as VENVS
+from bench.runlog import load, log
+from bench.search_latency import free_port
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results"
+WORKER = REPO / "bench" / "peers" / "vector_worker.py"
+PY = {"chroma": VENVS / "chroma" / "bin" / "python", "milvus": VENVS / "milvus" / "bin" / "python",
+      "strata": VENVS / "milvus" / "bin" / "python"}  # the harness's Python for Strata: any venv with numpy
+KNOBS = {"strata": [8, 12, 16, 24, 32, 48, 64, 96, 128], "chroma": [10, 16, 24, 32, 48, 64, 96, 128, 192, 256],
+         "milvus": [8, 12, 16, 24, 32, 48, 64, 96, 128]}
+CHROMA_QUERY = "/api/v2/tenants/default_tenant/databases/default_database/collections/{id}/query"
+
+
+def du(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else path.stat().st_size
+
+
+def corpus_view(n: int) -> Path:
+    """The 1M corpus's parts, of which the first `n` rows are used (its rows do not depend on its size)."""
+    if n > 1_000_000:
+        raise ValueError("the peers bench reads the 1M corpus: at most 1,000,000 documents")
+    from indexer.runtime.paths import data_dir
+
+    return sc.corpus(data_dir() / "quora_duplicate_questions.partial.tsv.gz", 1_000_000)
+
+
+def truth(work: Path, n: int, queries: np.ndarray) -> np.ndarray:
+    """Exact top-10 ids by inner product over the first `n` corpus vectors (cached)."""
+    out = work / f"truth-{n}.npy"
+    if out.is_file():
+        return np.load(out)
+    import pyarrow.parquet as pq
+
+    best_s = np.full((len(queries), 10), -np.inf, np.float32)
+    best_i = np.zeros((len(queries), 10), np.int64)
+    done = 0
+    for part in sorted(corpus_view(n).glob("*.parquet")):
+        if done >= n:
+            break
+        t = pq.read_table(part, columns=["id", "vector"]).slice(0, n - done)
+        vecs = t.column("vector").combine_chunks().flatten().to_numpy().reshape(len(t), -1)
+        s = np.concatenate([best_s, queries @ vecs.T], axis=1)
+        i = np.concatenate([best_i, np.broadcast_to(t.column("id").to_numpy(), (len(queries), len(t)))], axis=1)
+        top = np.argsort(-s, axis=1)[:, :10]
+        best_s, best_i = np.take_along_axis(s, top, 1), np.take_along_axis(i, top, 1)
+        done += len(t)
+    np.save(out, best_i)
+    return best_i
+
+
+def worker(peer: str, *args: str, nice: bool = False) -> dict[str, Any]:
+    cmd = (["nice", "-n", "10"] if nice else []) + [str(PY[peer]), str(WORKER), args[0], peer, *args[1:]]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=os.environ | {"PYTHONPATH": ""})
+    if r.returncode != 0:
+        raise RuntimeError(f"{peer} {args[0]} failed: {r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+class Proc:
+    """A server subprocess on 127.0.0.1 and its readiness."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str], ready: str, log_file: Path, port: int) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc = subprocess.Popen(cmd, cwd=REPO, env=os.environ | env, stdout=open(log_file, "wb"),
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        t0 = time.perf_counter()
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{cmd[0]} exited: {log_file.read_text()[-2000:]}")
+            try:
+                if httpx.get(self.url + ready, timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        self.startup_s = round(time.perf_counter() - t0, 1)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def chroma_server(path: Path, work: Path, nice: bool = False) -> Proc:
+    port = free_port()
+    cmd = (["nice", "-n", "10"] if nice else []) + [str(VENVS / "chroma" / "bin" / "chroma"), "run", "--path",
+                                                   str(path), "--host", "127.0.0.1", "--port", str(port)]
+    return Proc(cmd, {"ANONYMIZED_TELEMETRY": "False"}, "/api/v2/heartbeat", work / "chroma.log", port)
+
+
+def strata_server(root: Path, work: Path) -> Proc:
+    port = free_port()
+    env = {"PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "STRATA_INDEX_ROOT": str(root), "STRATA_PORT": str(port),
+           "STRATA_HOST": "127.0.0.1", "STRATA_WATCH_INTERVAL_S": "0", "STRATA_LOG_LEVEL": "warning",
+           "STRATA_THREADS": "1"}
+    return Proc([sys.executable, "-m", "service"], env, "/ready", work / "strata.log", port)
+
+
+def ingest(peer: str, n: int, work: Path) -> dict[str, Any]:
+    state = work / f"ingest-{peer}-{n}.json"
+    if state.is_file():
+        return json.loads(state.read_text())
+    log(f"{peer}: ingesting {n:,} documents, load {load()}")
+    if peer == "strata":
+        out = strata_build(n, work)
+    elif peer == "chroma":
+        path = work / f"chroma-{n}"
+        shutil.rmtree(path, ignore_errors=True)
+        srv = chroma_server(path, work, nice=True)
+        rss = TreeRss(srv.proc.pid)
+        try:
+            out = worker("chroma", "ingest", "--url", srv.url, "--data", str(corpus_view(n)), "--n", str(n),
+                         nice=True)
+        finally:
+            out_rss = rss.stop()
+            srv.stop()
+        out |= {"server_peak_rss_gib": out_rss, "disk_bytes": du(path)}
+    else:
+        path = work / f"milvus-{n}"
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True)
+        from indexer.runtime.faiss_index import auto_nlist
+
+        out = worker("milvus", "ingest", "--path", str(path / "milvus.db"), "--data", str(corpus_view(n)),
+                     "--n", str(n), "--nlist", str(auto_nlist(n)), nice=True)
+        out |= {"disk_bytes": du(path)}
+    out |= {"load_after": load()}
+    state.write_text(json.dumps(out))
+    log(f"{peer}: {out}")
+    return out
+
+
+def strata_build(n: int, work: Path) -> dict[str, Any]:
+    """`indexer build` from the vectors at nice 10 (STRATA_BUILD_PRIORITY=normal: the build's own nice 19 is for
+    sharing a machine with the API, and would make this ingest slower than the peers' for no reason of its own)."""
+    root = work / f"strata-{n}"
+    shutil.rmtree(root, ignore_errors=True)
+    logf = work / f"build-{n}.log"
+    cmd = ["nice", "-n", "10", "/usr/bin/time", "-v", sys.executable, "-m", "indexer.cli", "build", "--model",
+           str(sc.encoder_dir()), "--data", str(corpus_view(n)), "--rows", str(n), "--root", str(root), "--no-eval",
+           "--threads", "2", "--keep", "2"]
+    t0 = time.perf_counter()
+    with open(logf, "w") as f:
+        r = subprocess.run(cmd, cwd=REPO, env=os.environ | {"PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1",
+                                                            "STRATA_BUILD_PRIORITY": "normal"}, stderr=f, stdout=f)
+    if r.returncode:
+        raise RuntimeError(logf.read_text()[-3000:])
+    return strata_built(root, logf, time.perf_counter() - t0)
+
+
+def strata_built(root: Path, logf: Path, wall: float | None) -> dict[str, Any]:
+    from bench.scale import version_dir
+    from indexer.runtime.manifest import Manifest
+
+    text = logf.read_text()
+    peak_kb = int(re.findall(r"Maximum resident set size \(kbytes\): (\d+)", text)[-1])
+    if wall is None:
+        h, m, s = ("0:" + re.findall(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", text)[-1]
+                   ).split(":")[-3:]
+        wall = int(h) * 3600 + int(m) * 60 + float(s)
+    folder = version_dir(root)
+    m = Manifest.load(folder)
+    return {"ingest_s": round(wall, 1), "build_peak_rss_gib": round(peak_kb / 2**20, 3), "index": m.index.factory,
+            "stages_s": {k: round(v, 1) for k, v in m.build_seconds.model_dump().items()},
+            "disk_bytes": du(folder), "root": str(root)}
+
+
+def wrk(url: str, path: str, bodies: list[str], conns: int, seconds: int, work: Path) -> dict[str, Any]:
+    script = work / "bodies.lua"
+    script.write_text("local bodies = {" + ",\n".join("[[" + b + "]]" for b in bodies) + """}
+local i = 0
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+request = function()
+  i = i % #bodies + 1
+  return wrk.format(nil, \"""" + path + """\", nil, bodies[i])
+end
+done = function(summary, latency, requests)
+  io.write(string.format("PEERS %d %d %d %d %d\\n", latency:percentile(50), latency:percentile(99),
+    summary.requests, summary.duration, summary.errors.status + summary.errors.timeout))
+end
+""")
+    r = subprocess.run(["wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "-s", str(script), url], capture_output=True,
+                       text=True, timeout=seconds + 60)
+    m = re.search(r"PEERS (\d+) (\d+) (\d+) (\d+) (\d+)", r.stdout)
+    if m is None:
+        raise RuntimeError(r.stdout + r.stderr)
+    p50, p99, reqs, dur_us, errors = (int(x) for x in m.groups())
+    return {"conns": conns, "p50_ms": round(p50 / 1000, 2), "p99_ms": round(p99 / 1000, 2),
+            "rps": round(reqs / (dur_us / 1e6), 1), "errors": errors}
+
+
+def tune(peer: str, where: list[str], work: Path, n: int, target: float) -> dict[str, Any]:
+    """Each knob in turn until recall@10 >= target (the reached recall is what is reported)."""
+    r = worker(peer, "recall", *where, "--queries", str(work / "queries.npy"), "--truth", str(work / f"truth-{n}.npy"),
+               "--knobs", ",".join(map(str, KNOBS[peer])), "--stop-at", str(target))["recall"]
+    chosen = next((x for x in r if x["recall_at_10"] >= target), r[-1])
+    log(f"{peer}: recall sweep {r} -> knob {chosen['knob']}")
+    return {"sweep": r, "knob": chosen["knob"], "recall_at_10": chosen["recall_at_10"]}
+
+
+def bodies(peer: str, queries: np.ndarray, knob: int) -> list[str]:
+    out = []
+    for q in queries[:100]:
+        v = [round(float(x), 6) for x in q]
+        out.append(json.dumps({"vector": v, "top_k": 10, "nprobe": knob} if peer == "strata" else
+                              {"query_embeddings": [v], "n_results": 10, "include": ["distances"]}))
+    return out
+
+
+def measure(peers: list[str], n: int, work: Path, target: float, rounds: int, seconds: int) -> dict[str, Any]:
+    queries = np.load(work / "queries.npy")
+    truth(work, n, queries)
+    built = {p: ingest(p, n, work) for p in peers}
+    servers: dict[str, Proc] = {}
+    rss: dict[str, TreeRss] = {}
+    where: dict[str, list[str]] = {}
+    out: dict[str, Any] = {p: {"ingest": built[p], "load": []} for p in peers}
+    try:
+        if "strata" in peers:
+            servers["strata"] = strata_server(Path(built["strata"]["root"]), work)
+        if "chroma" in peers:
+            servers["chroma"] = chroma_server(work / f"chroma-{n}", work)
+        for p, s in servers.items():
+            rss[p] = TreeRss(s.proc.pid)
+            where[p] = ["--url", s.url]
+            out[p]["startup_s"] = s.startup_s
+        if "milvus" in peers:
+            where["milvus"] = ["--path", str(work / f"milvus-{n}" / "milvus.db")]
+        for p in peers:
+            out[p]["recall"] = tune(p, where[p], work, n, target)
+        for rnd in range(rounds):
+            for p in peers:  # interleaved: every system once per round
+                knob = str(out[p]["recall"]["knob"])
+                for conns in (1, 8):
+                    row: dict[str, Any] = {"round": rnd, "conns": conns}
+                    if p in servers:
+                        path = "/search" if p == "strata" else CHROMA_QUERY.format(id=built[p]["collection_id"])
+                        if p == "chroma":  # the knob lives on the collection: set it before wrk's run
+                            worker(p, "recall", *where[p], "--queries", str(work / "queries.npy"), "--truth",
+                                   str(work / f"truth-{n}.npy"), "--knobs", knob)
+                        row["wrk"] = wrk(servers[p].url, path, bodies(p, queries, int(knob)), conns, seconds, work)
+                    row["python"] = milvus_load(p, where[p], work, knob, conns, seconds) if p == "milvus" else \
+                        worker(p, "load", *where[p], "--queries", str(work / "queries.npy"), "--knob", knob,
+                               "--conns", str(conns), "--seconds", str(seconds))
+                    row["load"] = load()
+                    log(f"{p}: {row}")
+                    out[p]["load"].append(row)
+        for p in servers:
+            out[p]["server_peak_rss_gib"] = rss[p].stop()
+    finally:
+        for s in servers.values():
+            s.stop()
+    return out
+
+
+def milvus_load(peer: str, where: list[str], work: Path, knob: str, conns: int, seconds: int) -> dict[str, Any]:
+    """The Python harness against Milvus Lite, with the peak RSS of the server process its client starts (the
+    client's own Python process is not counted)."""
+    cmd = [str(PY[peer]), str(WORKER), "load", peer, *where, "--queries", str(work / "queries.npy"), "--knob", knob,
+           "--conns", str(conns), "--seconds", str(seconds)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                            env=os.environ | {"PYTHONPATH": ""})
+    import psutil
+
+    peak = 0
+    while proc.poll() is None:
+        try:
+            kids = psutil.Process(proc.pid).children(recursive=True)
+            peak = max(peak, sum(k.memory_info().rss for k in kids))
+        except psutil.Error:
+            pass
+        time.sleep(0.25)
+    so, se = proc.communicate()
+    if proc.returncode:
+        raise RuntimeError(se[-3000:])
+    return json.loads(so.strip().splitlines()[-1]) | {"server_peak_rss_gib": round(peak / 2**30, 3)}
+
+
+def report(res: dict[str, Any], n: int, stamp: str, cmd: str) -> str:
+    lines = [f"# Strata beside Chroma and Milvus Lite: {n:,} documents ({stamp})", "", f"`{cmd}`", "",
+             "| system | ingest s | disk bytes/doc | startup s | knob | recall@10 | server peak RSS GiB |",
+             "|---|---|---|---|---|---|---|"]
+    for p, r in res.items():
+        if p.startswith("_"):
+            continue
+        rs = r.get("server_peak_rss_gib") or max((x["python"].get("server_peak_rss_gib", 0) for x in r["load"]),
+                                                 default=None)
+        lines.append(f"| {p} | {r['ingest']['ingest_s']} | {r['ingest']['disk_bytes'] / n:.0f} | "
+                     f"{r.get('startup_s', '-')} | {r['recall']['knob']} | {r['recall']['recall_at_10']} | {rs} |")
+    lines += ["", "| system | round | conns | wrk req/s | wrk p50 ms | wrk p99 ms | harness req/s | harness p50 ms | "
+              "harness p99 ms | errors | load |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for p, r in res.items():
+        for x in r.get("load", []) if not p.startswith("_") else []:
+            w, h = x.get("wrk", {}), x["python"]
+            lines.append(f"| {p} | {x['round']} | {x['conns']} | {w.get('rps', '-')} | {w.get('p50_ms', '-')} | "
+                         f"{w.get('p99_ms', '-')} | {h['rps']} | {h['p50_ms']} | {h['p99_ms']} | "
+                         f"{w.get('errors', 0) + h['errors']} | {x['load']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("step", choices=["ingest", "measure"])
+    p.add_argument("n", type=int)
+    p.add_argument("--peers", nargs="+", choices=["strata", "chroma", "milvus"], default=["strata", "chroma", "milvus"])
+    p.add_argument("--work", type=Path, default=Path.home() / ".cache" / "strata-peers")
+    p.add_argument("--target", type=float, default=0.95)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--seconds", type=int, default=10)
+    args = p.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    from indexer.runtime.paths import data_dir
+
+    np.save(args.work / "queries.npy", sc.queries(data_dir() / "quora_duplicate_questions.partial.tsv.gz"))
+    if args.step == "ingest":
+        for peer in args.peers:
+            ingest(peer, args.n, args.work)
+        return
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%MZ")
+    res = measure(args.peers, args.n, args.work, args.target, args.rounds, args.seconds)
+    res["_meta"] = {"load_end": load(), "cmd": " ".join(sys.argv), "cores": os.cpu_count()}
+    name = f"peers-{args.n}-{stamp}"
+    (RESULTS / f"{name}.json").write_text(json.dumps(res, indent=1))
+    md = report(res, args.n, stamp, f"PYTHONPATH=$PWD python -m bench.peers_scale {' '.join(sys.argv[1:])}")
+    (RESULTS / f"{name}.md").write_text(md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
