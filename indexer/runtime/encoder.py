@@ -208,6 +208,8 @@ class OnnxEncoder:
         available = ort.get_available_providers()
         if providers is None:
             providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
+        if "CUDAExecutionProvider" in set(providers) & set(available) and hasattr(ort, "preload_dlls"):
+            ort.preload_dlls()  # onnxruntime-gpu >= 1.21 finds the CUDA/cuDNN of the nvidia-* wheels only this way
         if settings.parallel_runs and list(providers)[:1] != ["CPUExecutionProvider"]:
             settings = settings.replace(parallel_runs=False)  # a GPU runs one batch at a time faster than several
         # decided before the session exists, so the recorded settings are the ones it was created with
