@@ -4,8 +4,9 @@
     PYTHONPATH=$PWD STRATA_DATA_DIR=/work/shared/data python -m bench.peers_scale measure 1000000 --rounds 2
 
 - **Peers**, each from its own venv under bench/.venv-peers/ (`python -m bench.peers.venvs`; never a project
-  dependency): Chroma (`chroma run`, HTTP), Milvus Lite (pymilvus + milvus-lite: a local Milvus server process the
-  client starts, gRPC only). Qdrant's server is not on PyPI (its binaries download from GitHub, unreachable here)
+  dependency): Chroma (`chroma run`, HTTP), Milvus Lite (milvus-lite 3: Milvus's gRPC API over a Python engine
+  with FAISS indexes; ingested through pymilvus's in-process server for a `.db` folder, then served for the
+  measurements by `milvus-lite server` on that folder, gRPC only). Qdrant's server is not on PyPI (its binaries download from GitHub, unreachable here)
   and qdrant-client's "local mode" is a Python library, not a server: not run.
 - **Ingest** (`ingest`, at nice 10 for every system): the first N rows of the corpus (id, text, vector, bucket).
   Strata: `indexer build --data` from the vectors (nothing encoded), as bench/scale.py; Chroma: `add` in batches
@@ -29,6 +30,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -103,7 +105,7 @@ def worker(peer: str, *args: str, nice: bool = False) -> dict[str, Any]:
 class Proc:
     """A server subprocess on 127.0.0.1 and its readiness."""
 
-    def __init__(self, cmd: list[str], env: dict[str, str], ready: str, log_file: Path, port: int) -> None:
+    def __init__(self, cmd: list[str], env: dict[str, str], ready: str | None, log_file: Path, port: int) -> None:
         self.url = f"http://127.0.0.1:{port}"
         self.proc = subprocess.Popen(cmd, cwd=REPO, env=os.environ | env, stdout=open(log_file, "wb"),
                                      stderr=subprocess.STDOUT, start_new_session=True)
@@ -112,9 +114,12 @@ class Proc:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{cmd[0]} exited: {log_file.read_text()[-2000:]}")
             try:
+                if ready is None:  # a gRPC server: ready once its port accepts connections
+                    socket.create_connection(("127.0.0.1", port), timeout=2).close()
+                    break
                 if httpx.get(self.url + ready, timeout=2).status_code == 200:
                     break
-            except httpx.TransportError:
+            except (httpx.TransportError, OSError):
                 pass
             time.sleep(0.2)
         self.startup_s = round(time.perf_counter() - t0, 1)
@@ -132,6 +137,15 @@ def chroma_server(path: Path, work: Path, nice: bool = False) -> Proc:
     cmd = (["nice", "-n", "10"] if nice else []) + [str(VENVS / "chroma" / "bin" / "chroma"), "run", "--path",
                                                    str(path), "--host", "127.0.0.1", "--port", str(port)]
     return Proc(cmd, {"ANONYMIZED_TELEMETRY": "False"}, "/api/v2/heartbeat", work / "chroma.log", port)
+
+
+def milvus_server(path: Path, work: Path) -> Proc:
+    """`milvus-lite server` (milvus-lite 3: Milvus's gRPC API over a Python engine with FAISS indexes) on the
+    folder the ingestion wrote."""
+    port = free_port()
+    cmd = [str(VENVS / "milvus" / "bin" / "milvus-lite"), "server", "--data-dir", str(path), "--host", "127.0.0.1",
+           "--port", str(port)]
+    return Proc(cmd, {"PYTHONPATH": ""}, None, work / "milvus.log", port)
 
 
 def strata_server(root: Path, work: Path) -> Proc:
@@ -267,12 +281,12 @@ def measure(peers: list[str], n: int, work: Path, target: float, rounds: int, se
             servers["strata"] = strata_server(Path(built["strata"]["root"]), work)
         if "chroma" in peers:
             servers["chroma"] = chroma_server(work / f"chroma-{n}", work)
+        if "milvus" in peers:
+            servers["milvus"] = milvus_server(work / f"milvus-{n}" / "milvus.db", work)
         for p, s in servers.items():
             rss[p] = TreeRss(s.proc.pid)
             where[p] = ["--url", s.url]
             out[p]["startup_s"] = s.startup_s
-        if "milvus" in peers:
-            where["milvus"] = ["--path", str(work / f"milvus-{n}" / "milvus.db")]
         for p in peers:
             out[p]["recall"] = tune(p, where[p], work, n, target)
         for rnd in range(rounds):
@@ -280,15 +294,14 @@ def measure(peers: list[str], n: int, work: Path, target: float, rounds: int, se
                 knob = str(out[p]["recall"]["knob"])
                 for conns in (1, 8):
                     row: dict[str, Any] = {"round": rnd, "conns": conns}
-                    if p in servers:
+                    if p != "milvus":
                         path = "/search" if p == "strata" else CHROMA_QUERY.format(id=built[p]["collection_id"])
                         if p == "chroma":  # the knob lives on the collection: set it before wrk's run
                             worker(p, "recall", *where[p], "--queries", str(work / "queries.npy"), "--truth",
                                    str(work / f"truth-{n}.npy"), "--knobs", knob)
                         row["wrk"] = wrk(servers[p].url, path, bodies(p, queries, int(knob)), conns, seconds, work)
-                    row["python"] = milvus_load(p, where[p], work, knob, conns, seconds) if p == "milvus" else \
-                        worker(p, "load", *where[p], "--queries", str(work / "queries.npy"), "--knob", knob,
-                               "--conns", str(conns), "--seconds", str(seconds))
+                    row["python"] = worker(p, "load", *where[p], "--queries", str(work / "queries.npy"), "--knob",
+                                           knob, "--conns", str(conns), "--seconds", str(seconds))
                     row["load"] = load()
                     log(f"{p}: {row}")
                     out[p]["load"].append(row)
@@ -300,29 +313,6 @@ def measure(peers: list[str], n: int, work: Path, target: float, rounds: int, se
     return out
 
 
-def milvus_load(peer: str, where: list[str], work: Path, knob: str, conns: int, seconds: int) -> dict[str, Any]:
-    """The Python harness against Milvus Lite, with the peak RSS of the server process its client starts (the
-    client's own Python process is not counted)."""
-    cmd = [str(PY[peer]), str(WORKER), "load", peer, *where, "--queries", str(work / "queries.npy"), "--knob", knob,
-           "--conns", str(conns), "--seconds", str(seconds)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-                            env=os.environ | {"PYTHONPATH": ""})
-    import psutil
-
-    peak = 0
-    while proc.poll() is None:
-        try:
-            kids = psutil.Process(proc.pid).children(recursive=True)
-            peak = max(peak, sum(k.memory_info().rss for k in kids))
-        except psutil.Error:
-            pass
-        time.sleep(0.25)
-    so, se = proc.communicate()
-    if proc.returncode:
-        raise RuntimeError(se[-3000:])
-    return json.loads(so.strip().splitlines()[-1]) | {"server_peak_rss_gib": round(peak / 2**30, 3)}
-
-
 def report(res: dict[str, Any], n: int, stamp: str, cmd: str) -> str:
     lines = [f"# Strata beside Chroma and Milvus Lite: {n:,} documents ({stamp})", "", f"`{cmd}`", "",
              "| system | ingest s | disk bytes/doc | startup s | knob | recall@10 | server peak RSS GiB |",
@@ -330,8 +320,7 @@ def report(res: dict[str, Any], n: int, stamp: str, cmd: str) -> str:
     for p, r in res.items():
         if p.startswith("_"):
             continue
-        rs = r.get("server_peak_rss_gib") or max((x["python"].get("server_peak_rss_gib", 0) for x in r["load"]),
-                                                 default=None)
+        rs = r.get("server_peak_rss_gib")
         lines.append(f"| {p} | {r['ingest']['ingest_s']} | {r['ingest']['disk_bytes'] / n:.0f} | "
                      f"{r.get('startup_s', '-')} | {r['recall']['knob']} | {r['recall']['recall_at_10']} | {rs} |")
     lines += ["", "| system | round | conns | wrk req/s | wrk p50 ms | wrk p99 ms | harness req/s | harness p50 ms | "

@@ -3,8 +3,8 @@ standard library and the peer's own client are imported here). Every command pri
 
     python vector_worker.py ingest chroma --url URL --data DIR --n N
     python vector_worker.py ingest milvus --path DB --data DIR --n N [--nlist L]
-    python vector_worker.py recall PEER (--url URL | --path DB) --queries Q.npy --truth T.npy --knobs 8,16,32
-    python vector_worker.py load PEER (--url URL | --path DB) --queries Q.npy --knob K --conns C --seconds S
+    python vector_worker.py recall PEER --url URL --queries Q.npy --truth T.npy --knobs 8,16,32
+    python vector_worker.py load PEER --url URL --queries Q.npy --knob K --conns C --seconds S
 
 Ingestion sends what Strata's build reads: integer id, text, vector and the `bucket` metadata, in batches.
 `load` is a closed loop of `--conns` threads, each sending the next one-vector top-10 query as soon as the answer
@@ -76,10 +76,12 @@ def chroma_searcher(args: argparse.Namespace, knob: int) -> Callable[[np.ndarray
 
 # --- Milvus Lite (pymilvus + milvus-lite: a local server process over gRPC) -------------------------------------
 
-def milvus_client(path: str) -> Any:
+def milvus_client(path: str | None, url: str | None = None) -> Any:
+    """A client of the standalone `milvus-lite server` at `url`, or of the in-process one pymilvus starts for a
+    `.db` path (used for ingestion)."""
     from pymilvus import MilvusClient
 
-    return MilvusClient(path)
+    return MilvusClient(uri=url) if url else MilvusClient(path)
 
 
 def milvus_ingest(args: argparse.Namespace) -> dict[str, Any]:
@@ -111,7 +113,7 @@ def milvus_ingest(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def milvus_searcher(args: argparse.Namespace, knob: int) -> Callable[[np.ndarray], list[int]]:
-    client = milvus_client(args.path)
+    client = milvus_client(args.path, args.url)
     client.load_collection(COLLECTION)
     params = {"metric_type": "IP", "params": {"nprobe": knob} if knob else {}}
 
