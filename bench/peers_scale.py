@@ -6,8 +6,9 @@
 - **Peers**, each from its own venv under bench/.venv-peers/ (`python -m bench.peers.venvs`; never a project
   dependency): Chroma (`chroma run`, HTTP), Milvus Lite (milvus-lite 3: Milvus's gRPC API over a Python engine
   with FAISS indexes; ingested through pymilvus's in-process server for a `.db` folder, then served for the
-  measurements by `milvus-lite server` on that folder, gRPC only). Qdrant's server is not on PyPI (its binaries download from GitHub, unreachable here)
-  and qdrant-client's "local mode" is a Python library, not a server: not run.
+  measurements by `milvus-lite server` on that folder, gRPC only). Qdrant's server is not on PyPI (its binaries
+  download from GitHub, unreachable here) and qdrant-client's "local mode" is a Python library, not a server: not
+  run.
 - **Ingest** (`ingest`, at nice 10 for every system): the first N rows of the corpus (id, text, vector, bucket).
   Strata: `indexer build --data` from the vectors (nothing encoded), as bench/scale.py; Chroma: `add` in batches
   of 5,000 to a collection with inner-product HNSW; Milvus Lite: inserts of 10,000, then an IVF_FLAT index
@@ -264,7 +265,8 @@ def bodies(peer: str, queries: np.ndarray, knob: int) -> list[str]:
     for q in queries[:100]:
         v = [round(float(x), 6) for x in q]
         out.append(json.dumps({"vector": v, "top_k": 10, "nprobe": knob} if peer == "strata" else
-                              {"query_embeddings": [v], "n_results": 10, "include": ["distances"]}))
+                              {"query_embeddings": [v], "n_results": 10,
+                               "include": ["documents", "metadatas", "distances"]}))
     return out
 
 

@@ -6,7 +6,8 @@ standard library and the peer's own client are imported here). Every command pri
     python vector_worker.py recall PEER --url URL --queries Q.npy --truth T.npy --knobs 8,16,32
     python vector_worker.py load PEER --url URL --queries Q.npy --knob K --conns C --seconds S
 
-Ingestion sends what Strata's build reads: integer id, text, vector and the `bucket` metadata, in batches.
+Ingestion sends what Strata's build reads: integer id, text, vector and the `bucket` metadata, in batches. Every
+query asks for what Strata's `/search` answers with: ids, scores, texts and metadata of the top 10.
 `load` is a closed loop of `--conns` threads, each sending the next one-vector top-10 query as soon as the answer
 is back, through the peer's own client (Milvus Lite speaks gRPC only) or, for `strata`, plain HTTP/1.1 keep-alive
 requests from http.client: the same Python harness on both sides, so the client costs the same.
@@ -69,7 +70,7 @@ def chroma_searcher(args: argparse.Namespace, knob: int) -> Callable[[np.ndarray
     col.modify(configuration={"hnsw": {"ef_search": knob}})
 
     def search(q: np.ndarray) -> list[int]:
-        r = col.query(query_embeddings=q[None, :], n_results=TOP_K, include=["distances"])
+        r = col.query(query_embeddings=q[None, :], n_results=TOP_K, include=["documents", "metadatas", "distances"])
         return [int(i) for i in r["ids"][0]]
     return search
 
@@ -118,7 +119,8 @@ def milvus_searcher(args: argparse.Namespace, knob: int) -> Callable[[np.ndarray
     params = {"metric_type": "IP", "params": {"nprobe": knob} if knob else {}}
 
     def search(q: np.ndarray) -> list[int]:
-        r = client.search(COLLECTION, data=[q.tolist()], limit=TOP_K, search_params=params)
+        r = client.search(COLLECTION, data=[q.tolist()], limit=TOP_K, search_params=params,
+                          output_fields=["text", "bucket"])
         return [int(h["id"]) for h in r[0]]
     return search
 

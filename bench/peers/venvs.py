@@ -49,6 +49,10 @@ VENVS: dict[str, PeerVenv] = {v.name: v for v in (
              ("infinity-emb", "optimum", "onnxruntime", "transformers", "torch")),
     PeerVenv("txtai", True, ("txtai[api]==9.14.0", "faiss-cpu==1.15.1"),
              ("txtai", "faiss-cpu", "sentence-transformers", "transformers", "torch")),
+    # the vector databases of bench/peers_scale.py (fed vectors: no torch)
+    PeerVenv("chroma", False, ("chromadb==1.5.9", "pyarrow==26.0.1"), ("chromadb", "numpy", "pyarrow")),
+    PeerVenv("milvus", False, ("pymilvus==3.0.2", "milvus-lite==3.2.2", "pyarrow==26.0.1"),
+             ("pymilvus", "milvus-lite", "faiss-cpu", "numpy", "pyarrow")),
 )}
 
 
