@@ -231,13 +231,19 @@ def train(index: faiss.Index, sample: np.ndarray) -> str:
         index.train(sample)
         return "cpu"
     flat = faiss.IndexFlatIP(ivf.d) if ivf.metric_type == faiss.METRIC_INNER_PRODUCT else faiss.IndexFlatL2(ivf.d)
-    on_gpu = faiss.index_cpu_to_all_gpus(flat)  # kept referenced while FAISS holds the raw pointer
-    ivf.clustering_index = on_gpu
+    train_with(index, sample, faiss.index_cpu_to_all_gpus(flat))
+    return "gpu"
+
+
+def train_with(index: faiss.Index, sample: np.ndarray, assigner: faiss.Index) -> None:
+    """Train an IVF index with `assigner` (a flat index of the quantizer's metric, on any device) doing k-means'
+    nearest-centroid searches; the centroids land in the index's own quantizer."""
+    ivf = faiss.extract_index_ivf(index)
+    ivf.clustering_index = assigner  # `assigner` stays referenced here while FAISS holds the raw pointer
     try:
-        index.train(sample)
+        index.train(np.ascontiguousarray(sample, dtype=np.float32))
     finally:
         ivf.clustering_index = None
-    return "gpu"
 
 
 def gpu_clone(index: faiss.Index) -> faiss.Index:

@@ -51,6 +51,19 @@ def test_train_on_the_cpu_is_faiss_own_training(monkeypatch: pytest.MonkeyPatch)
     assert np.array_equal(fi.centroids(a), fi.centroids(b))
 
 
+def test_kmeans_through_a_separate_assigner_gives_the_same_centroids() -> None:
+    """The mechanism of GPU training (k-means' searches in another flat index, FAISS's clustering_index), run with
+    a CPU flat index: the same centroids as the quantizer training itself, and the index is left as it was."""
+    import faiss
+
+    docs, _ = _corpus(5_000)
+    a, b = fi.new_ivf(docs.shape[1], 32, "SQfp16", seed=3), fi.new_ivf(docs.shape[1], 32, "SQfp16", seed=3)
+    a.train(docs)
+    fi.train_with(b, docs, faiss.IndexFlatIP(docs.shape[1]))
+    assert np.array_equal(fi.centroids(a), fi.centroids(b))
+    assert faiss.extract_index_ivf(b).clustering_index is None  # no dangling pointer to the assigner
+
+
 @needs_gpu
 def test_gpu_kmeans_gives_lists_as_good_as_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     docs, queries = _corpus()
