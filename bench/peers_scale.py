@@ -228,7 +228,8 @@ def strata_built(root: Path, logf: Path, wall: float | None) -> dict[str, Any]:
 
 def wrk(url: str, path: str, bodies: list[str], conns: int, seconds: int, work: Path) -> dict[str, Any]:
     script = work / "bodies.lua"
-    script.write_text("local bodies = {" + ",\n".join("[[" + b + "]]" for b in bodies) + """}
+    # long brackets of level 1: Chroma's bodies hold "]]" (a list of query vectors), which closes a plain [[ ]]
+    script.write_text("local bodies = {" + ",\n".join("[=[" + b + "]=]" for b in bodies) + """}
 local i = 0
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"

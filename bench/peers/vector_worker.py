@@ -142,7 +142,7 @@ def strata_searcher(args: argparse.Namespace, knob: int) -> Callable[[np.ndarray
         out = json.loads(r.read())
         if r.status != 200:
             raise RuntimeError(f"{r.status}: {out}")
-        return [int(h["id"]) for h in out["results"]]
+        return [int(h["id"]) for h in out["hits"]]
     return search
 
 
