@@ -76,6 +76,7 @@ class BuildConfig:
     lexical_stopwords: str = "english"
     bm25_k1: float = 0.9
     bm25_b: float = 0.4
+    lexical_engine: str = "auto"  # a name of `lexical.ENGINES`, or auto: chosen by corpus size (`choose_engine`)
     default_mode: SearchMode | None = None  # None: hybrid with a lexical index, else dense
 
     def lexical_info(self) -> LexicalInfo | None:
@@ -84,7 +85,8 @@ class BuildConfig:
             if self.default_mode in ("lexical", "hybrid"):
                 raise ValueError(f"--default-mode {self.default_mode} needs a lexical index (drop --no-lexical)")
             return None
-        return lexical_info(self.lexical_stemmer, self.lexical_stopwords, self.bm25_k1, self.bm25_b)
+        return lexical_info(self.lexical_stemmer, self.lexical_stopwords, self.bm25_k1, self.bm25_b,
+                            engine=self.lexical_engine)
 
     def corpus_options(self) -> list[str]:
         """The options that only a non-Quora corpus takes, as the user set them."""

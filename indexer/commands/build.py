@@ -12,6 +12,7 @@ from indexer.commands.common import check_settings, positive_int, recall_target,
 from indexer.runtime.ann import AUTO, AUTO_FLAT_BELOW, KINDS, HnswParams
 from indexer.runtime.faiss_index import CODECS, DEFAULT_NPROBE
 from indexer.runtime.paths import DEFAULT_MODEL_NAME, default_model_dir, default_quora_source
+from indexer.runtime.lexical import AUTO_TANTIVY_FROM, ENGINES
 
 if TYPE_CHECKING:
     from indexer.runtime.manifest import Manifest
@@ -140,6 +141,11 @@ def _lexical_args(b: argparse.ArgumentParser) -> None:
                     help="stopword list dropped before stemming (default: english, Lucene's)")
     lx.add_argument("--bm25-k1", type=float, default=0.9, help="BM25 k1 (default 0.9, Anserini's BEIR setting)")
     lx.add_argument("--bm25-b", type=float, default=0.4, help="BM25 b (default 0.4, Anserini's BEIR setting)")
+    lx.add_argument("--lexical-engine", choices=[AUTO, *ENGINES], default=AUTO,
+                    help=f"the BM25 engine (indexer/runtime/lexical.py): bm25s (any k1/b), tantivy (k1=1.2, b=0.75 "
+                    f"fixed; holds at millions of documents), or auto: bm25s below {AUTO_TANTIVY_FROM:,} documents, "
+                    f"tantivy from there on (bench/lexical_engines.py), recorded in the manifest with its reason "
+                    f"(default: auto)")
     lx.add_argument("--default-mode", choices=["dense", "lexical", "hybrid"], default=None,
                     help="/search's mode when a request names none, recorded in the manifest (default: hybrid "
                     "with a lexical index, else dense)")
@@ -215,6 +221,7 @@ def run(args: argparse.Namespace) -> int:
                       qrels=args.qrels,
                       lexical=not args.no_lexical, lexical_stemmer=args.lexical_stemmer,
                       lexical_stopwords=args.lexical_stopwords, bm25_k1=args.bm25_k1, bm25_b=args.bm25_b,
+                      lexical_engine=args.lexical_engine,
                       default_mode=args.default_mode)
     if args.engine == "ray":
         from indexer.ray_build import RayOptions, build_on_ray, summary
@@ -250,7 +257,7 @@ def _report(args: argparse.Namespace, m: Manifest) -> int:
               f"(target {kc.target_recall}{'' if kc.reached else ', not reached'}; {kc.seconds:.1f}s)")
     lx = m.lexical
     print("lexical: none (dense only)" if lx is None else
-          f"lexical: BM25 k1={lx.k1} b={lx.b} over {lx.n_docs} documents ({lx.vocabulary} terms; stemmer "
+          f"lexical: {lx.engine} BM25 k1={lx.k1} b={lx.b} over {lx.n_docs} documents ({lx.vocabulary} terms; stemmer "
           f"{lx.stemmer}, stopwords {lx.stopwords}), {lx.seconds:.1f}s; default /search mode {m.search_mode()}")
     cal = m.index.nprobe_calibration
     if cal is not None:

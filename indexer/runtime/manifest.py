@@ -297,11 +297,12 @@ class Checksums(BaseModel):
 
 
 class LexicalInfo(BaseModel):
-    """The version's lexical (BM25) index in `lexical/` (see `indexer.runtime.lexical`): how its text was analysed
-    and scored. Queries are analysed with the same settings."""
+    """The version's lexical (BM25) index in `lexical/` (see `indexer.runtime.lexical`): the engine that opens it,
+    how its text was analysed and scored. Queries are analysed with the same settings."""
 
-    engine: str = "bm25s"
+    engine: str = "bm25s"  # a name of `lexical.ENGINES` (a manifest without one was built by bm25s)
     engine_version: str
+    engine_reason: str | None = None  # why this engine (`--lexical-engine auto` chooses by size)
     stemmer: str = "english"  # a Snowball language (PyStemmer), or "none"
     stopwords: str = "english"  # Lucene's English list, or "none"
     k1: float = 0.9  # Anserini's BEIR settings

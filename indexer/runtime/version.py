@@ -19,7 +19,7 @@ import numpy as np
 
 from indexer.runtime.ann import AnnIndex, IndexParamError, check_knobs
 from indexer.runtime.faiss_index import INDEX_FILE, IdFilter, read_ann
-from indexer.runtime.lexical import LexicalError, LexicalIndex
+from indexer.runtime.lexical import LexicalError, LexicalIndex, open_lexical
 from indexer.runtime.manifest import Manifest, ManifestError
 from indexer.runtime.store import STORE, Store
 
@@ -184,7 +184,7 @@ class IndexVersion:
                 except IndexParamError:
                     log.info("%s does not apply to %s's %s index", name, self.version, self.ann.kind)
         try:  # the BM25 index beside the vectors (None: a version built without one, dense only)
-            self.lexical = LexicalIndex(self.folder, m.lexical, mmap=mmap) if m.lexical is not None else None
+            self.lexical = open_lexical(self.folder, m.lexical, mmap=mmap) if m.lexical is not None else None
         except LexicalError as exc:
             self.store.close()
             raise IndexLoadError(str(exc)) from exc
