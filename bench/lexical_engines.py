@@ -142,13 +142,14 @@ def scale_section(n: int, lines: list[str]) -> None:
     runs = {e: run_child(["scale", e, str(n)]) for e in ("none", *ENGINES)}
     b, t = runs["bm25s"], runs["tantivy"]
     lines += [f"## {n:,} documents", "",
-              f"Texts loaded: {runs['none']['peak_rss_mb']:.0f} MB RSS (subtracted below). Vocabulary {b['vocabulary']:,}"
-              f" terms.", "",
+              f"Texts loaded: {runs['none']['peak_rss_mb']:.0f} MB RSS (subtracted below). Vocabulary "
+              f"{b['vocabulary']:,} terms.", "",
               "| engine | build s | build peak RSS MB | serving RSS MB | disk MB | common@10 p50 / p99 ms | "
               "rare@10 p50 / p99 ms | common@100 p50 / p99 ms |", "|---|---|---|---|---|---|---|---|"]
     for e in ENGINES:
         r = runs[e]
-        cells = " | ".join(f"{r[s]['p50_ms']:.2f} / {r[s]['p99_ms']:.2f}" for s in ("common@10", "rare@10", "common@100"))
+        cells = " | ".join(f"{r[s]['p50_ms']:.2f} / {r[s]['p99_ms']:.2f}"
+                           for s in ("common@10", "rare@10", "common@100"))
         lines.append(f"| {e} | {r['build_s']:.1f} | {r['build_peak_rss_mb']:.0f} | {r['serve_rss_mb']:.0f} | "
                      f"{r['disk_mb']:.1f} | {cells} |")
     agree = {s: float(np.mean([len(set(x) & set(y)) / max(1, len(x)) for x, y in zip(b["tops"][s], t["tops"][s],

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 
 from indexer.calibrate import DEFAULT_TARGET_RECALL
 from indexer.commands.common import check_settings, positive_int, recall_target, root_arg, threads_arg
-from indexer.runtime.ann import AUTO, AUTO_FLAT_BELOW, KINDS, HnswParams
+from indexer.runtime.ann import AUTO, AUTO_FLAT_BELOW, KIND_SPECS, KINDS, KNOBS, HnswParams
 from indexer.runtime.faiss_index import CODECS, DEFAULT_NPROBE
-from indexer.runtime.paths import DEFAULT_MODEL_NAME, default_model_dir, default_quora_source
 from indexer.runtime.lexical import AUTO_TANTIVY_FROM, ENGINES
+from indexer.runtime.paths import DEFAULT_MODEL_NAME, default_model_dir, default_quora_source
 
 if TYPE_CHECKING:
     from indexer.runtime.manifest import Manifest
@@ -85,8 +85,8 @@ def _own_corpus_args(b: argparse.ArgumentParser) -> None:
 def _index_args(b: argparse.ArgumentParser) -> None:
     """The vector index: its kind, parameters and calibration."""
     b.add_argument("--index", choices=[AUTO, *KINDS], default=AUTO,
-                   help=f"the vector index: flat (exact search), ivf (inverted lists, --nlist/--nprobe/--codec), "
-                   f"hnsw (a graph, --hnsw-m/--ef-search), or auto (default): flat below {AUTO_FLAT_BELOW:,} "
+                   help=f"the vector index: {', '.join(f'{k} ({spec.summary})' for k, spec in KIND_SPECS.items())}, "
+                   f"or auto (default): flat below {AUTO_FLAT_BELOW:,} "
                    f"documents, where exact search is as fast as IVF at 0.97 of exact's top 10 "
                    f"(bench/index_crossover.py), ivf from there on, and ivf whenever --nlist, --nprobe or --codec "
                    f"is given. --engine ray builds ivf only")
@@ -101,6 +101,12 @@ def _index_args(b: argparse.ArgumentParser) -> None:
     b.add_argument("--ef-search", type=positive_int, default=None,
                    help="HNSW: candidates kept per query, taken as given (no calibration); default: calibrated "
                         f"(see --target-recall; {HnswParams.model_fields['ef_search'].default} with --no-calibrate)")
+    for knob in KNOBS:  # the search knob of every other kind (`ann.KIND_SPECS`), as given (no calibration)
+        if knob.name not in ("nprobe", "ef_search"):  # those two: their own flags, above and below
+            kinds = "/".join(k for k, spec in KIND_SPECS.items() if spec.knob is knob)
+            b.add_argument(knob.flag, type=positive_int, default=None,
+                           help=f"{kinds}: {knob.what} per query, taken as given (no calibration); default: "
+                                "calibrated (see --target-recall)")
     probe = b.add_mutually_exclusive_group()
     probe.add_argument("--nprobe", type=positive_int, default=None,
                        help="IVF lists probed per query, taken as given (no calibration); default: calibrated "
@@ -214,6 +220,8 @@ def run(args: argparse.Namespace) -> int:
                       target_recall=args.target_recall, calibrate=not args.no_calibrate, probes=args.probes,
                       codec=args.codec, memory_budget=args.memory_budget, hnsw_m=args.hnsw_m,
                       ef_construction=args.ef_construction, ef_search=args.ef_search,
+                      search_knobs={k.name: v for k in KNOBS if (v := getattr(args, k.name, None)) is not None
+                                    and k.name not in ("nprobe", "ef_search")},
                       batch_size=args.batch_size, threads=args.threads, keep=args.keep, evaluate=not args.no_eval,
                       report_after=True,
                       id_field=args.id_field, text_field=args.text_field, title_field=args.title_field,
@@ -247,7 +255,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace, m: Manifest) -> int:
     """What a build printed: the index, its calibration, the lexical index, the data read and the figures."""
-    knobs = ", ".join(f"{k} {v}" for k, v in m.index.params.model_dump().items() if k in ("nprobe", "ef_search"))
+    knob = KIND_SPECS[m.index.kind].knob
+    knobs = f"{knob.name} {getattr(m.index.params, knob.name)}" if knob else ""
     report = f" + report {m.report.seconds:.1f}s after publishing" if m.report and m.report.seconds else ""
     print(f"built version {m.version} in {args.root}: {m.index.ntotal} vectors, {m.index.kind} index "
           f"({m.index.factory}{', ' + knobs if knobs else ', exact search'}), {m.build_seconds.total_s:.1f}s{report}")

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError, model_validator
 
-from indexer.runtime.ann import FlatParams, HnswParams, IndexParams, IvfParams
+from indexer.runtime.ann import KIND_SPECS, IndexParams, IvfParams, KindParams
 from indexer.runtime.atomic import write_json_atomic
 
 MANIFEST = "manifest.json"
@@ -132,13 +132,12 @@ class IndexInfo(BaseModel):
         self.params.nprobe = self.nprobe = nprobe
 
     @classmethod
-    def for_params(cls, params: FlatParams | IvfParams | HnswParams, ntotal: int, **extra: Any) -> IndexInfo:
-        """The index section of a new version of `params.kind`."""
-        if isinstance(params, IvfParams):
-            factory = f"IVF{params.nlist},{params.codec}"
+    def for_params(cls, params: KindParams, ntotal: int, **extra: Any) -> IndexInfo:
+        """The index section of a new version of `params.kind` (its factory string: `ann.KIND_SPECS`)."""
+        factory = KIND_SPECS[params.kind].factory(params)
+        if isinstance(params, IvfParams):  # the fields IVF manifests carried before there were kinds
             return cls(factory=factory, nlist=params.nlist, nlist_requested=params.nlist_requested,
                        nprobe=params.nprobe, ntotal=ntotal, params=params, **extra)
-        factory = f"IDMap2,HNSW{params.m}" if isinstance(params, HnswParams) else "IDMap2,Flat"
         return cls(factory=factory, ntotal=ntotal, params=params, **extra)
 
 

@@ -10,10 +10,11 @@ search parameters are the kind's own (nprobe for ivf, ef_search for hnsw, none f
 refused with the reason; the index survives save/load; `indexer add`'s and `indexer compact`'s `remove` works.
 
 The lexical retriever beside them (the version's BM25 index, `IndexVersion.lexical_search` under the write overlay)
-runs the cases that apply to it, once per lexical engine (`lexical.ENGINES`: bm25s, tantivy): answers equal Lucene's BM25 by hand, with the corpus' id types; filters answer
-among the matching documents only; a filter matching nothing, or a query sharing no term with any document, is an
-empty answer; deleted and replaced documents never answer, written ones do (filtered or not). The sharded backend
-serves no lexical index (`/search` refuses the lexical and hybrid modes there: tests/service/test_search_modes.py).
+runs the cases that apply to it, once per lexical engine (`lexical.ENGINES`: bm25s, tantivy): answers equal Lucene's
+BM25 by hand, with the corpus' id types; filters answer among the matching documents only; a filter matching
+nothing, or a query sharing no term with any document, is an empty answer; deleted and replaced documents never
+answer, written ones do (filtered or not). The sharded backend serves no lexical index (`/search` refuses the
+lexical and hybrid modes there: tests/service/test_search_modes.py).
 
 The sharded backend serves IVF shards only (`indexer build --engine ray` trains one quantizer for all shards):
 flat and hnsw versions are refused at deploy with a `Mismatch` naming the kind, and writes are refused with
@@ -32,11 +33,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from indexer.runtime.ann import FlatParams, HnswParams, IndexParamError, IvfParams
+from indexer.runtime.ann import FlatParams, HnswParams, IndexParamError, IvfParams, KindParams
 from indexer.runtime.faiss_index import INDEX_FILE, build_index, read_ann, train_empty_ivf, write_index
 from indexer.runtime.filters import matches, parse_filter
 from indexer.runtime.ids import ASSIGNED_IDS_FROM
-from indexer.runtime.lexical import ENGINES, Analyzer, LexicalIndex, build_lexical, lexical_info
+from indexer.runtime.lexical import ENGINES, LexicalIndex, build_lexical, lexical_info
 from indexer.runtime.manifest import DataInfo, IndexInfo, Manifest, ModelInfo, ShardInfo, Timings
 from indexer.runtime.overlay import LiveIndex
 from indexer.runtime.store import STORE, CorpusStoreWriter
@@ -57,7 +58,7 @@ def unit(n: int, seed: int) -> np.ndarray:
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
-def params_for(kind: str) -> FlatParams | IvfParams | HnswParams:
+def params_for(kind: str) -> KindParams:
     """Each kind at settings that search exactly at this size: all lists, and a candidate list past N."""
     if kind == "ivf":
         return IvfParams(nlist=NLIST, nlist_requested=NLIST, codec="Flat", nprobe=NLIST)
