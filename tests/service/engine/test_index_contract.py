@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from indexer.runtime import ann
 from indexer.runtime.ann import FlatParams, HnswParams, IndexParamError, IvfParams, KindParams
 from indexer.runtime.faiss_index import INDEX_FILE, build_index, read_ann, train_empty_ivf, write_index
 from indexer.runtime.filters import matches, parse_filter
@@ -48,7 +49,7 @@ from service.engine.errors import Mismatch, WritesUnsupported
 from tests.indexer.runtime.test_lexical import reference
 
 DIM, N, NLIST, K = 16, 400, 8, 10
-KINDS = ("flat", "ivf", "hnsw")
+KINDS = ann.KINDS  # every kind declared in `ann.KIND_SPECS`
 FILTERS: list[dict[str, Any]] = [{"n": {"lt": 12}}, {"tag": "even"}, {"n": {"gte": 100, "lt": 300}},
                                  {"n": {"in": [3, 5, 7, 200, 399]}}]
 
@@ -62,9 +63,10 @@ def params_for(kind: str) -> KindParams:
     """Each kind at settings that search exactly at this size: all lists, and a candidate list past N."""
     if kind == "ivf":
         return IvfParams(nlist=NLIST, nlist_requested=NLIST, codec="Flat", nprobe=NLIST)
-    if kind == "hnsw":
-        return HnswParams(m=16, ef_construction=200, ef_search=2 * N)
-    return FlatParams()
+    spec = ann.KIND_SPECS[kind]
+    if issubclass(spec.params, HnswParams):  # every graph kind
+        return spec.params(m=16, ef_construction=200, ef_search=2 * N)  # type: ignore[return-value]
+    return spec.params()  # type: ignore[return-value]
 
 
 class Corpus:
