@@ -92,6 +92,10 @@ def choose_engine(requested: str, n_docs: int) -> tuple[str, str]:
         engine_class(requested)
         return requested, "asked for"
     if n_docs >= AUTO_TANTIVY_FROM:
+        try:
+            engine_class("tantivy")
+        except LexicalError as exc:  # an install without it still builds
+            return "bm25s", f"auto: {n_docs:,} documents >= {AUTO_TANTIVY_FROM:,} but {exc}"
         return "tantivy", f"auto: {n_docs:,} documents >= {AUTO_TANTIVY_FROM:,} (bench/lexical_engines.py)"
     return "bm25s", f"auto: {n_docs:,} documents < {AUTO_TANTIVY_FROM:,} (bench/lexical_engines.py)"
 
