@@ -13,7 +13,7 @@ manifest has a `lexical` entry at all. Engines:
   k1/b (Anserini's BEIR k1=0.9, b=0.4 by default);
 - **tantivy** (`lexical_tantivy`): Lucene-style inverted index with block-max WAND top-k; its Python bindings fix
   BM25 at k1=1.2, b=0.75.
-`auto` (`choose_engine`) picks by corpus size (`AUTO_TANTIVY_FROM`, measured by `bench/lexical_engines.py`).
+`auto` (`choose_engine`) picks by corpus size (`AUTO_TANTIVY_FROM`, from `bench/lexical_engines.py`'s figures).
 
 What every engine shares lives here, so all of them search the same terms: analysis (`Analyzer`: lowercase,
 tokens of two or more word characters, Lucene's English stopwords, a Snowball stemmer from PyStemmer; recorded in
@@ -62,10 +62,12 @@ ENGINES: dict[str, str] = {"bm25s": "indexer.runtime.lexical_bm25s", "tantivy": 
 DEFAULT_ENGINE = "bm25s"  # what a manifest without `engine` was built with
 AUTO = "auto"
 # `--lexical-engine auto`: bm25s below this many documents, tantivy from it on. Measured by bench/lexical_engines.py
-# (bench/results/lexical-engines-20261127T142848Z.md, same texts, same k1/b, loaded 2 cores): at 200k bm25s answers
-# common questions in 1.0 ms p50; at 1M it takes 100 ms against tantivy's 50 (rare terms 22 ms against 0.35), with
-# 1.8x tantivy's memory and 2.4x its disk. The crossover lies between the two; 500k sits inside that bracket.
-AUTO_TANTIVY_FROM = 500_000
+# (bench/results/lexical-engines-20261127T145251Z.md: same texts, same k1/b, CPU time per query on a loaded 2-core
+# machine): common questions cost tantivy 2.6x bm25s's CPU at 200k and 2.2x at 1M (both grow about linearly with
+# N on that corpus), rare terms 0.49x and 0.13x; tantivy holds 0.55x the memory (346 vs 624 MB at 1M: 0.36 vs 0.65
+# KB per document), 0.42x the disk and builds in 0.6x the CPU. No latency crossover up to 1M, so auto switches
+# where bm25s's memory starts to weigh on one machine's serving budget: 5M documents, ~3.2 GB for its index alone.
+AUTO_TANTIVY_FROM = 5_000_000
 
 
 class LexicalError(ValueError):
