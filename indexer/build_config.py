@@ -8,12 +8,12 @@ build (`indexer.ray_build`) — so none of them imports another for its configur
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from indexer.calibrate import calibration_target
 from indexer.quora import Protocol
-from indexer.runtime.ann import AUTO, FlatParams, HnswParams, IvfParams, choose_kind
+from indexer.runtime.ann import AUTO, KIND_SPECS, HnswParams, IvfParams, KindParams, choose_kind
 from indexer.runtime.faiss_index import (
     DEFAULT_NPROBE,
     MIN_POINTS_PER_LIST,
@@ -54,6 +54,8 @@ class BuildConfig:
     hnsw_m: int = HnswParams.model_fields["m"].default
     ef_construction: int = HnswParams.model_fields["ef_construction"].default
     ef_search: int | None = None  # HNSW; given: no calibration; None: calibrated (64 with --no-calibrate)
+    # the search knobs of the other kinds (`ann.KIND_SPECS`), by name (`indexer build --<knob>`); given: no calibration
+    search_knobs: dict[str, int] = field(default_factory=dict)
     batch_size: int | None = None  # texts per ONNX run (default: the encoder's corpus_batch_size)
     threads: int | None = None
     keep: int = 5
@@ -76,6 +78,7 @@ class BuildConfig:
     lexical_stopwords: str = "english"
     bm25_k1: float = 0.9
     bm25_b: float = 0.4
+    lexical_engine: str = "auto"  # a name of `lexical.ENGINES`, or auto: chosen by corpus size (`choose_engine`)
     default_mode: SearchMode | None = None  # None: hybrid with a lexical index, else dense
 
     def lexical_info(self) -> LexicalInfo | None:
@@ -84,7 +87,8 @@ class BuildConfig:
             if self.default_mode in ("lexical", "hybrid"):
                 raise ValueError(f"--default-mode {self.default_mode} needs a lexical index (drop --no-lexical)")
             return None
-        return lexical_info(self.lexical_stemmer, self.lexical_stopwords, self.bm25_k1, self.bm25_b)
+        return lexical_info(self.lexical_stemmer, self.lexical_stopwords, self.bm25_k1, self.bm25_b,
+                            engine=self.lexical_engine)
 
     def corpus_options(self) -> list[str]:
         """The options that only a non-Quora corpus takes, as the user set them."""
@@ -96,10 +100,10 @@ class BuildConfig:
     def target_for(self, kind: str) -> float | None:
         """The recall target a new `kind` index of this build calibrates to (None: fixed parameters)."""
         return calibration_target(kind, calibrate=self.calibrate, target_recall=self.target_recall,
-                                  nprobe=self.nprobe, ef_search=self.ef_search)
+                                  given={"nprobe": self.nprobe, "ef_search": self.ef_search, **self.search_knobs})
 
 
-def index_params(cfg: BuildConfig, n_vectors: int, dim: int = 384) -> FlatParams | IvfParams | HnswParams:
+def index_params(cfg: BuildConfig, n_vectors: int, dim: int = 384) -> KindParams:
     """The kind `cfg.index` asks for at this many vectors (`auto`: `ann.choose_kind`, but ivf when --nlist,
     --nprobe or --codec is given: whoever sets them means an IVF index), with its parameters."""
     ivf_options = [name for name, value in (("--nlist", cfg.nlist), ("--nprobe", cfg.nprobe), ("--codec", cfg.codec),
@@ -132,4 +136,6 @@ def index_params(cfg: BuildConfig, n_vectors: int, dim: int = 384) -> FlatParams
     if kind == "hnsw":
         ef_search = cfg.ef_search or HnswParams.model_fields["ef_search"].default
         return HnswParams(m=cfg.hnsw_m, ef_construction=cfg.ef_construction, ef_search=ef_search)
-    return FlatParams()
+    knob = KIND_SPECS[kind].knob  # any other kind: its declared defaults, and its knob's value when given
+    given = {knob.name: cfg.search_knobs[knob.name]} if knob and knob.name in cfg.search_knobs else {}
+    return KIND_SPECS[kind].params(**given)  # type: ignore[return-value]

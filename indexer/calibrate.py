@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 
 import numpy as np
 
-from indexer.runtime.ann import AnnIndex
+from indexer.runtime.ann import KIND_SPECS, AnnIndex
 from indexer.runtime.faiss_index import Index, IvfIndex, IvfParams, nlist_of
 from indexer.runtime.manifest import KnobCalibration, KnobRecall, NprobeCalibration, ProbeInfo, ProbeRecall
 
@@ -141,18 +142,20 @@ def calibrate_index(ann: AnnIndex, target_recall: float, *, sample: int = DEFAUL
         seconds=seconds, probes=probe_info)
 
 
-def calibration_target(kind: str, *, calibrate: bool, target_recall: float | None, nprobe: int | None,
-                       ef_search: int | None) -> float | None:
+def calibration_target(kind: str, *, calibrate: bool, target_recall: float | None,
+                       given: Mapping[str, int | None]) -> float | None:
     """The recall target a new build of `kind` calibrates to, or None for a fixed search parameter.
 
-    What an ML engineer expects: an approximate index (ivf, hnsw) is calibrated to `DEFAULT_TARGET_RECALL` unless
-    told otherwise; `--target-recall R` picks another share; a value given for the kind's own parameter
-    (`--nprobe` for ivf, `--ef-search` for hnsw) is taken as asked, like `--no-calibrate` (which keeps the
-    defaults, nprobe 20 / ef_search 64). A flat index is exact: nothing to calibrate."""
-    if kind == "flat" or not calibrate:
+    What an ML engineer expects: an approximate index (one whose kind has a search knob: ivf, hnsw) is calibrated
+    to `DEFAULT_TARGET_RECALL` unless told otherwise; `--target-recall R` picks another share; a value `given` for
+    the kind's own knob (`--nprobe` for ivf, `--ef-search` for hnsw: `ann.KIND_SPECS`) is taken as asked, like
+    `--no-calibrate` (which keeps the defaults, nprobe 20 / ef_search 64). A flat index is exact: nothing to
+    calibrate."""
+    knob = KIND_SPECS[kind].knob
+    if knob is None or not calibrate:
         return None
     if target_recall is not None:
         return check_target(target_recall)
-    if (kind == "ivf" and nprobe is not None) or (kind == "hnsw" and ef_search is not None):
+    if given.get(knob.name) is not None:
         return None
     return DEFAULT_TARGET_RECALL

@@ -14,9 +14,11 @@ from pydantic import (
     StrictInt,
     StrictStr,
     WithJsonSchema,
+    create_model,
     model_validator,
 )
 
+from indexer.runtime.ann import KIND_SPECS, KNOBS, Knob
 from indexer.runtime.filters import LIMITS, FilterError, check_limits
 from indexer.runtime.metadata import INT64_MAX, INT64_MIN, MAX_BYTES, MAX_DEPTH, MetadataError, check_metadata
 
@@ -83,7 +85,7 @@ VECTOR_DOC = ("this document's vector, brought instead of encoding its text: it 
               "(GET /stats), finite and not all zeros; it is L2-normalised as the encoder's are")
 
 
-class SearchRequest(BaseModel):
+class _SearchBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     query: Text | None = None
     vector: list[float] | None = Field(None, min_length=1, max_length=MAX_VECTOR_DIM, description=(
@@ -96,13 +98,23 @@ class SearchRequest(BaseModel):
         None, description=FILTER_DOC, examples=[
         {"bucket": 1}, {"bucket": {"in": [1, 2]}}, {"year": {"gte": 2000, "lt": 2010}},
         {"and": [{"lang": "en"}, {"or": [{"year": {"gte": 2020}}, {"bucket": 0}]}]}])
-    # Per-request search parameters of the served index's kind (GET /stats: `index.kind`). One the kind does
-    # not take is a 422 naming what it takes, not silently ignored: a sweep of nprobe against a flat version
-    # would otherwise measure the same exact search at every setting and look like a finding.
-    nprobe: StrictInt | None = Field(None, ge=1, le=1_000_000, description="IVF only: lists probed for this request "
-                               "(clamped to nlist; default: the served nprobe)")
-    ef_search: StrictInt | None = Field(None, ge=1, le=100_000, description="HNSW only: candidates kept for this "
-                                  "request (default: the served ef_search)")
+
+
+def _knob_doc(knob: Knob) -> str:
+    kinds = [k for k, spec in KIND_SPECS.items() if spec.knob is knob]
+    return (f"{' and '.join(k.upper() for k in kinds)} only: {knob.what} for this request (default: the served "
+            f"{knob.name})")
+
+
+# Per-request search parameters of the served index's kind (GET /stats: `index.kind`), one field per kind's knob
+# (`ann.KNOBS`). One the kind does not take is a 422 naming what it takes, not silently ignored: a sweep of nprobe
+# against a flat version would otherwise measure the same exact search at every setting and look like a finding.
+_SearchKnobs: type[_SearchBody] = create_model(  # type: ignore[call-overload]
+    "_SearchKnobs", __base__=_SearchBody,
+    **{k.name: (StrictInt | None, Field(None, ge=1, le=k.max_request, description=_knob_doc(k))) for k in KNOBS})
+
+
+class SearchRequest(_SearchKnobs):  # type: ignore[misc,valid-type]
     mode: Literal["dense", "lexical", "hybrid"] | None = Field(
         None, description="dense: nearest vectors; lexical: BM25 (no encoder); hybrid: both, fused. Default: the "
         "served version's (`indexer build --default-mode`; hybrid when it has a lexical index, else dense)")
@@ -116,7 +128,7 @@ class SearchRequest(BaseModel):
 
     @property
     def knobs(self) -> dict[str, int]:
-        return {k: v for k, v in (("nprobe", self.nprobe), ("ef_search", self.ef_search)) if v is not None}
+        return {k.name: v for k in KNOBS if (v := getattr(self, k.name)) is not None}
 
     @model_validator(mode="after")
     def _one_of(self) -> SearchRequest:

@@ -19,6 +19,7 @@ INDEXER = {
         "--ef-construction", "--ef-search", "--nprobe", "--target-recall", "--no-calibrate", "--probes", "--codec",
         "--memory-budget", "--batch-size",
         "--threads", "--keep", "--no-lexical", "--lexical-stemmer", "--lexical-stopwords", "--bm25-k1", "--bm25-b",
+        "--lexical-engine",
         "--default-mode", "--no-eval", "--add", "--rebuild-after", "--engine", "--ray-address", "--workers",
         "--threads-per-worker", "--gpus-per-worker", "--shards", "--block-rows", "--keep-vectors",
     ),

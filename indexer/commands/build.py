@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 
 from indexer.calibrate import DEFAULT_TARGET_RECALL
 from indexer.commands.common import check_settings, positive_int, recall_target, root_arg, threads_arg
-from indexer.runtime.ann import AUTO, AUTO_FLAT_BELOW, KINDS, HnswParams
+from indexer.runtime.ann import AUTO, AUTO_FLAT_BELOW, KIND_SPECS, KINDS, KNOBS, HnswParams
 from indexer.runtime.faiss_index import CODECS, DEFAULT_NPROBE
+from indexer.runtime.lexical import AUTO_TANTIVY_FROM, ENGINES
 from indexer.runtime.paths import DEFAULT_MODEL_NAME, default_model_dir, default_quora_source
 
 if TYPE_CHECKING:
@@ -84,8 +85,8 @@ def _own_corpus_args(b: argparse.ArgumentParser) -> None:
 def _index_args(b: argparse.ArgumentParser) -> None:
     """The vector index: its kind, parameters and calibration."""
     b.add_argument("--index", choices=[AUTO, *KINDS], default=AUTO,
-                   help=f"the vector index: flat (exact search), ivf (inverted lists, --nlist/--nprobe/--codec), "
-                   f"hnsw (a graph, --hnsw-m/--ef-search), or auto (default): flat below {AUTO_FLAT_BELOW:,} "
+                   help=f"the vector index: {', '.join(f'{k} ({spec.summary})' for k, spec in KIND_SPECS.items())}, "
+                   f"or auto (default): flat below {AUTO_FLAT_BELOW:,} "
                    f"documents, where exact search is as fast as IVF at 0.97 of exact's top 10 "
                    f"(bench/index_crossover.py), ivf from there on, and ivf whenever --nlist, --nprobe or --codec "
                    f"is given. --engine ray builds ivf only")
@@ -100,6 +101,12 @@ def _index_args(b: argparse.ArgumentParser) -> None:
     b.add_argument("--ef-search", type=positive_int, default=None,
                    help="HNSW: candidates kept per query, taken as given (no calibration); default: calibrated "
                         f"(see --target-recall; {HnswParams.model_fields['ef_search'].default} with --no-calibrate)")
+    for knob in KNOBS:  # the search knob of every other kind (`ann.KIND_SPECS`), as given (no calibration)
+        if knob.name not in ("nprobe", "ef_search"):  # those two: their own flags, above and below
+            kinds = "/".join(k for k, spec in KIND_SPECS.items() if spec.knob is knob)
+            b.add_argument(knob.flag, type=positive_int, default=None,
+                           help=f"{kinds}: {knob.what} per query, taken as given (no calibration); default: "
+                                "calibrated (see --target-recall)")
     probe = b.add_mutually_exclusive_group()
     probe.add_argument("--nprobe", type=positive_int, default=None,
                        help="IVF lists probed per query, taken as given (no calibration); default: calibrated "
@@ -140,6 +147,11 @@ def _lexical_args(b: argparse.ArgumentParser) -> None:
                     help="stopword list dropped before stemming (default: english, Lucene's)")
     lx.add_argument("--bm25-k1", type=float, default=0.9, help="BM25 k1 (default 0.9, Anserini's BEIR setting)")
     lx.add_argument("--bm25-b", type=float, default=0.4, help="BM25 b (default 0.4, Anserini's BEIR setting)")
+    lx.add_argument("--lexical-engine", choices=[AUTO, *ENGINES], default=AUTO,
+                    help=f"the BM25 engine (indexer/runtime/lexical.py): bm25s (any k1/b), tantivy (k1=1.2, b=0.75 "
+                    f"fixed; holds at millions of documents), or auto: bm25s below {AUTO_TANTIVY_FROM:,} documents, "
+                    f"tantivy from there on (bench/lexical_engines.py), recorded in the manifest with its reason "
+                    f"(default: auto)")
     lx.add_argument("--default-mode", choices=["dense", "lexical", "hybrid"], default=None,
                     help="/search's mode when a request names none, recorded in the manifest (default: hybrid "
                     "with a lexical index, else dense)")
@@ -208,6 +220,8 @@ def run(args: argparse.Namespace) -> int:
                       target_recall=args.target_recall, calibrate=not args.no_calibrate, probes=args.probes,
                       codec=args.codec, memory_budget=args.memory_budget, hnsw_m=args.hnsw_m,
                       ef_construction=args.ef_construction, ef_search=args.ef_search,
+                      search_knobs={k.name: v for k in KNOBS if (v := getattr(args, k.name, None)) is not None
+                                    and k.name not in ("nprobe", "ef_search")},
                       batch_size=args.batch_size, threads=args.threads, keep=args.keep, evaluate=not args.no_eval,
                       report_after=True,
                       id_field=args.id_field, text_field=args.text_field, title_field=args.title_field,
@@ -215,6 +229,7 @@ def run(args: argparse.Namespace) -> int:
                       qrels=args.qrels,
                       lexical=not args.no_lexical, lexical_stemmer=args.lexical_stemmer,
                       lexical_stopwords=args.lexical_stopwords, bm25_k1=args.bm25_k1, bm25_b=args.bm25_b,
+                      lexical_engine=args.lexical_engine,
                       default_mode=args.default_mode)
     if args.engine == "ray":
         from indexer.ray_build import RayOptions, build_on_ray, summary
@@ -240,7 +255,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace, m: Manifest) -> int:
     """What a build printed: the index, its calibration, the lexical index, the data read and the figures."""
-    knobs = ", ".join(f"{k} {v}" for k, v in m.index.params.model_dump().items() if k in ("nprobe", "ef_search"))
+    knob = KIND_SPECS[m.index.kind].knob
+    knobs = f"{knob.name} {getattr(m.index.params, knob.name)}" if knob else ""
     report = f" + report {m.report.seconds:.1f}s after publishing" if m.report and m.report.seconds else ""
     print(f"built version {m.version} in {args.root}: {m.index.ntotal} vectors, {m.index.kind} index "
           f"({m.index.factory}{', ' + knobs if knobs else ', exact search'}), {m.build_seconds.total_s:.1f}s{report}")
@@ -250,7 +266,7 @@ def _report(args: argparse.Namespace, m: Manifest) -> int:
               f"(target {kc.target_recall}{'' if kc.reached else ', not reached'}; {kc.seconds:.1f}s)")
     lx = m.lexical
     print("lexical: none (dense only)" if lx is None else
-          f"lexical: BM25 k1={lx.k1} b={lx.b} over {lx.n_docs} documents ({lx.vocabulary} terms; stemmer "
+          f"lexical: {lx.engine} BM25 k1={lx.k1} b={lx.b} over {lx.n_docs} documents ({lx.vocabulary} terms; stemmer "
           f"{lx.stemmer}, stopwords {lx.stopwords}), {lx.seconds:.1f}s; default /search mode {m.search_mode()}")
     cal = m.index.nprobe_calibration
     if cal is not None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from indexer.commands.common import root_arg, threads_arg
+from indexer.runtime.ann import KIND_SPECS, KNOBS
 
 if TYPE_CHECKING:
     from indexer.runs import RunCollector
@@ -25,8 +26,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        "--modes to choose; docs/evaluation.md); stores the figures in its manifest.")
     root_arg(e)
     e.add_argument("--version", help="version to evaluate (default: current)")
-    e.add_argument("--nprobe", type=int, default=None, help="IVF: override nprobe (default: the manifest's)")
-    e.add_argument("--ef-search", type=int, default=None, help="HNSW: override ef_search (default: the manifest's)")
+    for knob in KNOBS:  # each index kind's search knob (`ann.KIND_SPECS`): --nprobe, --ef-search, ...
+        kinds = "/".join(k.upper() for k, spec in KIND_SPECS.items() if spec.knob is knob)
+        e.add_argument(knob.flag, type=int, default=None, help=f"{kinds}: override {knob.name} (default: the "
+                       "manifest's)")
     e.add_argument("--batch-size", type=int, default=1, help="queries per search call when timing (default 1)")
     threads_arg(e)
     e.add_argument("--exact-all", action="store_true",
@@ -72,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0.0 <= args.alpha <= 1.0 or args.rrf_k <= 0:
         raise ValueError(f"--alpha must be in [0, 1] and --rrf-k > 0 (got {args.alpha}, {args.rrf_k})")
     fusion = Fusion(kind=args.fusion, alpha=args.alpha, k=args.rrf_k)
-    knobs = {"ef_search": args.ef_search}
+    knobs = {k.name: getattr(args, k.name) for k in KNOBS}
     runs = None
     if args.run_out is not None:
         from indexer.runs import RunCollector

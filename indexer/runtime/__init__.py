@@ -6,14 +6,15 @@ export and int8 gate (`models`). The pipeline is built on it, never the other wa
 
 Owns:
 - `encoder`: the exported sentence encoder at run time (tokenizers + ONNX Runtime);
-- `ann`: the one index seam, `AnnIndex`, with the index kinds (flat, ivf, hnsw), their typed build and search
-  parameters (recorded in the manifest), `--index auto`'s measured crossover and the per-request search
-  parameter checks;
+- `ann`: the one index seam, `AnnIndex`, and the registry of index kinds (`KIND_SPECS`: flat, ivf, hnsw), each
+  with its typed build and search parameters (recorded in the manifest), its factory string and its search knob,
+  `--index auto`'s measured crossover and the per-request search parameter checks;
 - `faiss_index`: the one module that imports faiss (the kinds' implementations `FlatIndex`, `IvfIndex`,
-  `HnswIndex`, index construction, I/O, search, nprobe clamping and OpenMP threads);
-- `lexical`: the one module that imports bm25s and PyStemmer: the BM25 index built in every version beside the
-  vectors (English analysis by default), searched exactly under filters, and the overlay that scores written
-  documents with the version's statistics;
+  `HnswIndex`, registered by kind, index construction, I/O, search, nprobe clamping and OpenMP threads);
+- `lexical`: the lexical seam (the one module that imports PyStemmer): the analysis, `LexicalIndex` and the
+  engines by name, the BM25 index built in every version beside the vectors, searched exactly under filters, and
+  the overlay that scores written documents with the version's statistics; its engines `lexical_bm25s` and
+  `lexical_tantivy`, each the one module importing its library;
 - `fusion`: dense + lexical ranked lists fused into one (reciprocal-rank fusion, convex combination);
 - `version`: an index version opened for searching (FAISS index + lexical index + id → text store + manifest,
   checked), the interface every served version has (`VectorIndex`), its typed `Hit`s and its filtered searches
@@ -44,7 +45,7 @@ Owns:
 - `atomic`: atomic file and folder writes;
 - `paths`: default locations (`STRATA_HOME`, `STRATA_DATA_DIR`).
 
-May import: numpy, onnxruntime, tokenizers, faiss (in `faiss_index` only), bm25s and PyStemmer (in `lexical`
-only), pydantic, tqdm, xxhash and the standard library. Never torch, transformers, `models`, `service`, or the
-rest of `indexer` (the build pipeline).
+May import: numpy, onnxruntime, tokenizers, faiss (in `faiss_index` only), PyStemmer (in `lexical` only), bm25s and
+tantivy (in their engine's module only), pydantic, tqdm, xxhash and the standard library. Never torch, transformers,
+`models`, `service`, or the rest of `indexer` (the build pipeline).
 """

@@ -7,15 +7,20 @@ overlay, the sharded backend, build/add/compact, eval/tune/calibrate) talks to a
 - **hnsw**: FAISS's HNSW graph (search parameter `ef_search`; it cannot remove vectors in place, so a removal
   rebuilds the graph from the stored vectors, and the API's deletes go through the write overlay's tombstones).
 
-The implementations live in `faiss_index` (the only module that imports faiss); this module holds what needs no
-faiss: the kinds, their build and search parameters (pydantic, recorded in the manifest's `index.params`), the
+Each kind declares itself once, in `KIND_SPECS` (like Qdrant's enum of index kinds): its build parameters (a
+pydantic model, recorded in the manifest's `index.params`), the FAISS factory string the manifest names, and its
+search knob (`Knob`: name, range, the request field, the `STRATA_` variable, the CLI flag, what calibration tunes);
+the request schema, the engine's settings, the CLI flags, the served defaults and the checks are generated from it.
+How a kind is built and opened is its `AnnIndex` class in `faiss_index` (the only module that imports faiss),
+registered there under the same name. This module holds what needs no faiss: the kinds, their parameters, the
 abstract interface, the `auto` choice and the per-request search-parameter checks.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -65,10 +70,66 @@ class HnswParams(BaseModel):
     ef_search: int = Field(64, ge=1)  # candidates kept per query by default (FAISS's efSearch)
 
 
-IndexParams = Annotated[FlatParams | IvfParams | HnswParams, Field(discriminator="kind")]
+# The one spelling of "the parameters of some kind" (a new kind's model joins it here), and its pydantic reading
+KindParams = FlatParams | IvfParams | HnswParams
+IndexParams = Annotated[KindParams, Field(discriminator="kind")]
+
+
+@dataclass(frozen=True)
+class Knob:
+    """A kind's per-query search parameter: what trades speed for recall, and the default in its params model
+    (`name` is both the request field and the params field). The request's `/search` field, the `STRATA_<NAME>`
+    setting, `indexer eval`/`indexer build` `--<name>` flags and calibration's target are generated from it."""
+
+    name: str
+    max_request: int  # the largest value a /search request may ask for (part of the API contract)
+    what: str  # one line: what it sets ("lists probed", "candidates kept")
+    clamp: Callable[[Any, int], int] = lambda params, value: value  # the served value for a version's params
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return "STRATA_" + self.name.upper()
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    """One index kind, declared in one place."""
+
+    name: str
+    params: type[BaseModel]  # its build and search parameters (recorded in the manifest)
+    summary: str  # for `--index`'s help
+    factory: Callable[[Any], str]  # the manifest's FAISS factory string for its params
+    knob: Knob | None = None  # None: exact search, nothing to tune
+
+
+KIND_SPECS: dict[str, KindSpec] = {spec.name: spec for spec in (
+    KindSpec("flat", FlatParams, "exact search", lambda p: "IDMap2,Flat"),
+    KindSpec("ivf", IvfParams, "inverted lists, --nlist/--nprobe/--codec", lambda p: f"IVF{p.nlist},{p.codec}",
+             Knob("nprobe", 1_000_000, "lists probed (clamped to nlist)",
+                  clamp=lambda p, v: max(1, min(int(v), p.nlist)))),
+    KindSpec("hnsw", HnswParams, "graph, --hnsw-m/--ef-construction/--ef-search", lambda p: f"IDMap2,HNSW{p.m}",
+             Knob("ef_search", 100_000, "candidates kept")),
+)}
+assert tuple(KIND_SPECS) == KINDS
 
 # The per-query search parameters each kind takes (a /search request, `indexer eval --nprobe/--ef-search`).
-SEARCH_KNOBS: dict[str, tuple[str, ...]] = {"flat": (), "ivf": ("nprobe",), "hnsw": ("ef_search",)}
+SEARCH_KNOBS: dict[str, tuple[str, ...]] = {k: (s.knob.name,) if s.knob else () for k, s in KIND_SPECS.items()}
+# Every kind's knob, once each (the request fields, settings and flags generated from them)
+KNOBS: tuple[Knob, ...] = tuple({s.knob.name: s.knob for s in KIND_SPECS.values() if s.knob}.values())
+
+
+def served_knobs(params: KindParams, overrides: Mapping[str, int | None] | None = None) -> dict[str, int]:
+    """The search parameters a version of `params` serves by default: its knob's value in `params`, or the
+    override given for it (`STRATA_<KNOB>`), clamped by the kind; {} for exact search."""
+    knob = KIND_SPECS[params.kind].knob
+    if knob is None:
+        return {}
+    value = (overrides or {}).get(knob.name) or getattr(params, knob.name)
+    return {knob.name: knob.clamp(params, int(value))}
 
 
 def check_knobs(kind: str, knobs: Mapping[str, int | None] | None) -> dict[str, int]:
@@ -101,7 +162,7 @@ class AnnIndex(ABC):
     dropping hits afterwards."""
 
     kind: ClassVar[str]
-    params: FlatParams | IvfParams | HnswParams
+    params: KindParams
 
     @property
     @abstractmethod
@@ -110,11 +171,6 @@ class AnnIndex(ABC):
     @property
     @abstractmethod
     def ntotal(self) -> int: ...
-
-    @property
-    @abstractmethod
-    def faiss(self) -> Any:
-        """The underlying FAISS index (for code that writes or merges files; searches go through this class)."""
 
     @abstractmethod
     def search(self, queries: np.ndarray, k: int, *, exclude: Any = None,

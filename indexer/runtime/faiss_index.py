@@ -21,14 +21,16 @@ import logging
 import math
 import os
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import faiss
 import numpy as np
 
-from indexer.runtime.ann import AnnIndex, FlatParams, HnswParams, IvfParams, check_knobs
+from indexer.runtime.ann import KIND_SPECS, AnnIndex, FlatParams, HnswParams, IvfParams, KindParams, check_knobs
 
 log = logging.getLogger(__name__)
 
@@ -607,10 +609,39 @@ def _params_for(knobs: Mapping[str, int] | None, kind: str) -> dict[str, int]:
     return check_knobs(kind, knobs) if knobs else {}
 
 
+# The implementation of each kind of `ann.KIND_SPECS`, by name (`@implements`): how it is built and opened.
+IMPLEMENTATIONS: dict[str, type[_FaissBacked]] = {}
+
+
+def implements(kind: str) -> Callable[[type[_FaissBacked]], type[_FaissBacked]]:
+    """Register a class as the implementation of `kind` (declared in `ann.KIND_SPECS`)."""
+
+    def register(cls: type[_FaissBacked]) -> type[_FaissBacked]:
+        assert kind in KIND_SPECS and cls.kind == kind, f"{cls.__name__}: declare {kind!r} in ann.KIND_SPECS"
+        IMPLEMENTATIONS[kind] = cls
+        return cls
+    return register
+
+
 class _FaissBacked(AnnIndex):
-    """What every kind reads off the FAISS index it wraps (`self._index`)."""
+    """What every kind reads off the FAISS index it wraps (`self._index`), and what each kind implements to be
+    built (`build_from`) and opened (`holds`, then the constructor `(faiss index, params)`)."""
 
     _index: faiss.Index
+
+    @classmethod
+    def build_from(cls, params: Any, vectors: np.ndarray, ids: np.ndarray, seed: int
+                   ) -> tuple[AnnIndex, float, float]:
+        """An index of this kind over `vectors` under `ids`: (index, train_s, add_s)."""
+        t0 = time.perf_counter()
+        index = cls.build(vectors, ids, params)  # type: ignore[attr-defined]
+        return index, 0.0, time.perf_counter() - t0
+
+    @classmethod
+    def holds(cls, top: faiss.Index) -> bool:
+        """Whether an opened (downcast) FAISS index is one of this kind."""
+        inner = faiss.downcast_index(top.index) if isinstance(top, faiss.IndexIDMap2) else None
+        return isinstance(inner, cls.INNER)  # type: ignore[attr-defined]
 
     @property
     def dim(self) -> int:
@@ -625,10 +656,21 @@ class _FaissBacked(AnnIndex):
         return self._index
 
 
+@implements("ivf")
 class IvfIndex(_FaissBacked):
     """Strata's IVF index (fp16 or float32 codes holding the vectors); nprobe is clamped to nlist everywhere."""
 
     kind = "ivf"
+
+    @classmethod
+    def build_from(cls, params: IvfParams, vectors: np.ndarray, ids: np.ndarray, seed: int
+                   ) -> tuple[AnnIndex, float, float]:
+        index, train_s, add_s = build_ivf(vectors, ids, params.nlist, params.nprobe, seed, params.codec)
+        return cls(index, params), train_s, add_s
+
+    @classmethod
+    def holds(cls, top: faiss.Index) -> bool:
+        return isinstance(top, faiss.IndexIVF)
 
     def __init__(self, index: faiss.Index, params: IvfParams) -> None:
         self._index = index
@@ -793,10 +835,12 @@ class _IdMapped(_FaissBacked):
         write_index(self._index, path)
 
 
+@implements("flat")
 class FlatIndex(_IdMapped):
     """Exact search (`IndexFlatIP` in an `IndexIDMap2`): every answer, filtered or not, is exact."""
 
     kind = "flat"
+    INNER = faiss.IndexFlat
 
     def __init__(self, index: faiss.Index, params: FlatParams | None = None) -> None:
         super().__init__(index)
@@ -839,6 +883,7 @@ HNSW_EXACT_FILTER_SHARE = 0.1
 HNSW_MAX_EF = 4096
 
 
+@implements("hnsw")
 class HnswIndex(_IdMapped):
     """FAISS's HNSW graph with flat float32 storage (`IndexHNSWFlat` in an `IndexIDMap2`).
 
@@ -847,6 +892,7 @@ class HnswIndex(_IdMapped):
     cost); the API's deletes never reach it: they are tombstones of the write overlay, skipped inside the search."""
 
     kind = "hnsw"
+    INNER = faiss.IndexHNSW
 
     def __init__(self, index: faiss.Index, params: HnswParams) -> None:
         super().__init__(index)
@@ -917,43 +963,26 @@ class HnswIndex(_IdMapped):
         return removed
 
 
-def build_index(params: FlatParams | IvfParams | HnswParams, vectors: np.ndarray, ids: np.ndarray,
-                seed: int = 1234) -> tuple[AnnIndex, float, float]:
+def build_index(params: KindParams, vectors: np.ndarray, ids: np.ndarray, seed: int = 1234
+                ) -> tuple[AnnIndex, float, float]:
     """An index of `params.kind` over `vectors` under `ids`; returns (index, train_s, add_s)."""
-    import time
-
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-    t0 = time.perf_counter()
-    if isinstance(params, IvfParams):
-        index, train_s, add_s = build_ivf(vectors, ids, params.nlist, params.nprobe, seed, params.codec)
-        return IvfIndex(index, params), train_s, add_s
-    if isinstance(params, HnswParams):
-        return HnswIndex.build(vectors, ids, params), 0.0, time.perf_counter() - t0
-    return FlatIndex.build(vectors, ids, params), 0.0, time.perf_counter() - t0
+    return IMPLEMENTATIONS[params.kind].build_from(params, vectors, ids, seed)
 
 
-def wrap_index(index: faiss.Index, params: FlatParams | IvfParams | HnswParams) -> AnnIndex:
+def wrap_index(index: faiss.Index, params: KindParams) -> AnnIndex:
     """An opened FAISS index as the `AnnIndex` of its manifest's kind (checked against what the file holds)."""
     top = faiss.downcast_index(index)
     if top is not index and index.this.own():  # the typed wrapper takes over the C++ object's ownership
         index.this.disown()
         top.this.acquire()
-    if isinstance(params, IvfParams):
-        if not isinstance(top, faiss.IndexIVF):
-            raise ValueError(f"the manifest says ivf but the file holds {type(top).__name__}")
-        return IvfIndex(top, params.model_copy())
-    inner = faiss.downcast_index(top.index) if isinstance(top, faiss.IndexIDMap2) else None
-    if isinstance(params, HnswParams):
-        if not isinstance(inner, faiss.IndexHNSW):
-            raise ValueError(f"the manifest says hnsw but the file holds {type(top).__name__}")
-        return HnswIndex(top, params.model_copy())
-    if not isinstance(inner, faiss.IndexFlat):
-        raise ValueError(f"the manifest says flat but the file holds {type(top).__name__}")
-    return FlatIndex(top, params.model_copy())
+    impl = IMPLEMENTATIONS[params.kind]
+    if not impl.holds(top):
+        raise ValueError(f"the manifest says {params.kind} but the file holds {type(top).__name__}")
+    return impl(top, params.model_copy())  # type: ignore[call-arg]
 
 
-def read_ann(paths: Sequence[str | Path], params: FlatParams | IvfParams | HnswParams, *, mmap: bool = False
-             ) -> AnnIndex:
+def read_ann(paths: Sequence[str | Path], params: KindParams, *, mmap: bool = False) -> AnnIndex:
     """Read a version's index file (or IVF shard files, merged: in memory, whatever `mmap`) as the `AnnIndex` of
     `params.kind`; `mmap`: see `read_index`."""
     if len(paths) > 1 and not isinstance(params, IvfParams):

@@ -1,57 +1,73 @@
-"""Lexical retrieval: BM25 over a version's documents, on bm25s (the only module that imports bm25s and Stemmer).
+"""Lexical retrieval: the seam over BM25 engines, and what every engine shares.
 
-    <version>/lexical/      bm25s's files (a CSC matrix of precomputed per-(term, document) BM25 weights and the
-                            vocabulary) + rows.npy (FAISS id of each row, ascending) + stats.json (N, avgdl,
-                            the analysis) — written by `build_lexical` inside the build's staging folder, so it is
-                            published with the vectors in the same rename.
+    <version>/lexical/      the engine's own files + rows.npy (FAISS id of each row, ascending) + stats.json (N,
+                            avgdl) — written by `build_lexical` inside the build's staging folder, so it is published
+                            with the vectors in the same rename.
 
-Why bm25s (`bench/results/lexical-engines-*.md`): it scores with Lucene's BM25 at any k1/b, so Anserini's BEIR
-settings (k1=0.9, b=0.4) are reproduced exactly; tantivy's Python bindings fix k1=1.2, b=0.75. On 100k Quora
-questions it builds faster and answers a query in less time. What bm25s lacks — deletes and additions — the
-serving side needs only until `indexer compact` rebuilds the index from the folded store: `LexicalOverlay` scores
-written documents with the base version's statistics (N, avgdl, document frequencies), which is what Lucene
-does too until segments merge (deleted documents keep counting in the statistics).
+Like the vector index seam (`ann`), an engine is a `LexicalIndex` subclass in a module of its own, the only one
+importing its library, named in `ENGINES` (engine name → module, imported when first used, so an engine's
+library is needed only by the versions built with it). The manifest's `LexicalInfo.engine` says which engine
+opens a version's `lexical/` (a manifest without one was built by bm25s); a version serves lexical search when its
+manifest has a `lexical` entry at all. Engines:
+- **bm25s** (`lexical_bm25s`): a CSC matrix of precomputed BM25 weights, every document scored per query; any
+  k1/b (Anserini's BEIR k1=0.9, b=0.4 by default);
+- **tantivy** (`lexical_tantivy`): Lucene-style inverted index with block-max WAND top-k; its Python bindings fix
+  BM25 at k1=1.2, b=0.75.
+`auto` (`choose_engine`) picks by corpus size (`AUTO_TANTIVY_FROM`, from `bench/lexical_engines.py`'s figures).
 
-Analysis (`Analyzer`): lowercase, tokens of two or more word characters (bm25s's and scikit-learn's pattern),
-stopwords dropped (Lucene's English list, the one Anserini uses), then a Snowball stemmer (PyStemmer; "english" is
-Porter2). Both configurable per build and recorded in the manifest (`LexicalInfo`); queries are analysed the same
-way, by the same code.
+What every engine shares lives here, so all of them search the same terms: analysis (`Analyzer`: lowercase,
+tokens of two or more word characters, Lucene's English stopwords, a Snowball stemmer from PyStemmer; recorded in
+the manifest and applied to queries by the same code), the row ↔ FAISS id map, and the overlay of written
+documents (`LexicalOverlay`), scored with the base version's statistics (N, avgdl, document frequencies) until
+`indexer compact` rebuilds the index — what Lucene does too until segments merge.
 
-Search is exact: every document's score is computed (a sum of the query terms' sparse rows), then restricted to the
-allowed rows (a metadata filter's ids) and stripped of tombstones before the top k is taken — so a filter never
-leaves fewer than k hits when k documents match with a score > 0. Documents that share no term with the query
-(score 0) are not hits.
+Every engine's search is exact: the top k by score among the allowed ids (a metadata filter's matches) less the
+excluded ones (the overlay's tombstones), ties by FAISS id; documents sharing no term with the query are not hits.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import math
 import re
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import bm25s
 import numpy as np
 import Stemmer
-from bm25s.stopwords import STOPWORDS_EN
 
 from indexer.runtime.manifest import LexicalInfo
 
 log = logging.getLogger(__name__)
-logging.getLogger("bm25s").setLevel(logging.WARNING)  # its per-build debug lines are not ours to show
 
 LEXICAL_DIR = "lexical"
 ROWS_FILE = "rows.npy"
 STATS_FILE = "stats.json"
 TOKEN_PATTERN = r"(?u)\b\w\w+\b"
-STOPWORD_LISTS = {"english": frozenset(STOPWORDS_EN), "none": frozenset()}
-ENGINE = "bm25s"
-SAMPLE_STRIDE = 16  # top-k preselection: one score in 16 read for a threshold (see LexicalIndex._candidates)
+# Lucene's English stopword list (the one Anserini and bm25s use)
+LUCENE_ENGLISH = frozenset(
+    "a an and are as at be but by for if in into is it no not of on or such that the their then there these "
+    "they this to was will with".split())
+STOPWORD_LISTS = {"english": LUCENE_ENGLISH, "none": frozenset()}
+
+# The engines: name → the module implementing it (its `Engine` class, a `LexicalIndex`). Adding one is a module
+# and a line here (and its library's import contract in pyproject.toml).
+ENGINES: dict[str, str] = {"bm25s": "indexer.runtime.lexical_bm25s", "tantivy": "indexer.runtime.lexical_tantivy"}
+DEFAULT_ENGINE = "bm25s"  # what a manifest without `engine` was built with
+AUTO = "auto"
+# `--lexical-engine auto`: bm25s below this many documents, tantivy from it on. Measured by bench/lexical_engines.py
+# (bench/results/lexical-engines-20261127T145251Z.md: same texts, same k1/b, CPU time per query on a loaded 2-core
+# machine): common questions cost tantivy 2.6x bm25s's CPU at 200k and 2.2x at 1M (both grow about linearly with
+# N on that corpus), rare terms 0.49x and 0.13x; tantivy holds 0.55x the memory (346 vs 624 MB at 1M: 0.36 vs 0.65
+# KB per document), 0.42x the disk and builds in 0.6x the CPU. No latency crossover up to 1M, so auto switches
+# where bm25s's memory starts to weigh on one machine's serving budget: 5M documents, ~3.2 GB for its index alone.
+AUTO_TANTIVY_FROM = 5_000_000
 
 
 class LexicalError(ValueError):
@@ -62,8 +78,32 @@ def stemmer_languages() -> list[str]:
     return sorted(Stemmer.algorithms())
 
 
-def check_settings(stemmer: str, stopwords: str, k1: float, b: float) -> None:
-    """Raise LexicalError naming what is wrong with these analysis/BM25 settings."""
+def engine_class(name: str) -> type[LexicalIndex]:
+    """The `LexicalIndex` class of engine `name` (LexicalError naming the engines when unknown or not installed)."""
+    if name not in ENGINES:
+        raise LexicalError(f"unknown lexical engine {name!r}: one of {', '.join(ENGINES)}")
+    try:
+        return importlib.import_module(ENGINES[name]).Engine  # type: ignore[no-any-return]
+    except ImportError as exc:
+        raise LexicalError(f"lexical engine {name!r} is not installed ({exc})") from exc
+
+
+def choose_engine(requested: str, n_docs: int) -> tuple[str, str]:
+    """(engine, why) for `--lexical-engine`: the one asked for, or for `auto` by corpus size."""
+    if requested != AUTO:
+        engine_class(requested)
+        return requested, "asked for"
+    if n_docs >= AUTO_TANTIVY_FROM:
+        try:
+            engine_class("tantivy")
+        except LexicalError as exc:  # an install without it still builds
+            return "bm25s", f"auto: {n_docs:,} documents >= {AUTO_TANTIVY_FROM:,} but {exc}"
+        return "tantivy", f"auto: {n_docs:,} documents >= {AUTO_TANTIVY_FROM:,} (bench/lexical_engines.py)"
+    return "bm25s", f"auto: {n_docs:,} documents < {AUTO_TANTIVY_FROM:,} (bench/lexical_engines.py)"
+
+
+def check_settings(stemmer: str, stopwords: str, k1: float, b: float, engine: str = DEFAULT_ENGINE) -> None:
+    """Raise LexicalError naming what is wrong with these analysis/BM25 settings for `engine` (or auto)."""
     if stemmer != "none" and stemmer not in Stemmer.algorithms():
         raise LexicalError(f"unknown stemmer {stemmer!r}: one of none, {', '.join(stemmer_languages())}")
     if stopwords not in STOPWORD_LISTS:
@@ -72,14 +112,20 @@ def check_settings(stemmer: str, stopwords: str, k1: float, b: float) -> None:
         raise LexicalError(f"BM25 k1 must be a finite number >= 0, not {k1}")
     if not (math.isfinite(b) and 0 <= b <= 1):
         raise LexicalError(f"BM25 b must be in [0, 1], not {b}")
+    if engine != AUTO:
+        fixed = engine_class(engine).FIXED_K1_B
+        if fixed is not None and (k1, b) not in (fixed, (0.9, 0.4)):  # 0.9/0.4: the defaults, not asked for
+            raise LexicalError(f"the {engine} engine scores with BM25 k1={fixed[0]}, b={fixed[1]} only; "
+                               f"not k1={k1}, b={b}")
 
 
-def lexical_info(stemmer: str = "english", stopwords: str = "english", k1: float = 0.9, b: float = 0.4
-                 ) -> LexicalInfo:
-    """The settings of a lexical index to build (its counts are filled in by `build_lexical`)."""
-    check_settings(stemmer, stopwords, k1, b)
-    return LexicalInfo(engine=ENGINE, engine_version=bm25s.__version__, stemmer=stemmer, stopwords=stopwords,
-                       k1=k1, b=b, token_pattern=TOKEN_PATTERN)
+def lexical_info(stemmer: str = "english", stopwords: str = "english", k1: float = 0.9, b: float = 0.4,
+                 engine: str = DEFAULT_ENGINE) -> LexicalInfo:
+    """The settings of a lexical index to build (engine `auto` is resolved, and the counts filled in, by
+    `build_lexical`)."""
+    check_settings(stemmer, stopwords, k1, b, engine)
+    return LexicalInfo(engine=engine, engine_version="", stemmer=stemmer, stopwords=stopwords, k1=k1, b=b,
+                       token_pattern=TOKEN_PATTERN)
 
 
 class Analyzer:
@@ -112,44 +158,59 @@ class Stats:
     avgdl: float
 
 
-def _weight(idf: float, tf: int, dl: int, stats: Stats, k1: float, b: float) -> float:
-    """Lucene's BM25 weight of one term in one document (bm25s's `lucene` method, which the base index holds)."""
+def bm25_weight(idf: float, tf: int, dl: int, stats: Stats, k1: float, b: float) -> float:
+    """Lucene's BM25 weight of one term in one document."""
     return idf * tf / (k1 * ((1 - b) + b * dl / stats.avgdl) + tf) if stats.avgdl > 0 else 0.0
 
 
-def _idf(df: int, n: int) -> float:
+def bm25_idf(df: int, n: int) -> float:
     return math.log(1 + (n - df + 0.5) / (df + 0.5))
 
 
 def build_lexical(folder: Path, docs: Iterable[tuple[int, str]], info: LexicalInfo) -> LexicalInfo:
-    """Index `docs` ((FAISS id, text), any order) into `folder/lexical/`; returns `info` with its counts."""
+    """Index `docs` ((FAISS id, text), any order) into `folder/lexical/` with `info.engine` (`auto`: chosen by
+    size, with its reason logged and recorded); returns `info` with the engine, its version and the counts."""
     t0 = time.perf_counter()
     analyzer = Analyzer(info.stemmer, info.stopwords)
     pairs = sorted(docs, key=lambda p: p[0])
     fids = np.fromiter((p[0] for p in pairs), dtype=np.int64, count=len(pairs))
     terms = [analyzer.terms(t) for _, t in pairs]
     del pairs
+    engine, why = choose_engine(info.engine, len(terms))
+    cls = engine_class(engine)
+    if info.engine == AUTO and cls.FIXED_K1_B is not None and (info.k1, info.b) not in (cls.FIXED_K1_B, (0.9, 0.4)):
+        engine, why = DEFAULT_ENGINE, f"auto: BM25 k1={info.k1}, b={info.b} asked for, which {engine} cannot score"
+        cls = engine_class(engine)
+    if cls.FIXED_K1_B is not None:
+        info = info.model_copy(update={"k1": cls.FIXED_K1_B[0], "b": cls.FIXED_K1_B[1]})
     out = folder / LEXICAL_DIR
     out.mkdir(parents=True, exist_ok=True)
     n_terms = sum(map(len, terms))
-    model = bm25s.BM25(method="lucene", k1=info.k1, b=info.b)
-    if fids.size:
-        model.index(terms, show_progress=False)
-        model.save(str(out), show_progress=False)
-    vocab = len(model.vocab_dict) if fids.size else 0
+    vocab = cls.build(out, terms, info) if fids.size else 0
     np.save(out / ROWS_FILE, fids)
     (out / STATS_FILE).write_text(json.dumps({"n_docs": int(fids.size),
                                               "avgdl": n_terms / fids.size if fids.size else 0.0}))
     seconds = time.perf_counter() - t0
-    log.info("lexical index: %d documents, %d terms in the vocabulary, %.1fs", fids.size, vocab, seconds)
-    return info.model_copy(update={"n_docs": int(fids.size), "vocabulary": vocab, "seconds": round(seconds, 3)})
+    log.info("lexical index (%s, %s): %d documents, %d terms in the vocabulary, %.1fs", engine, why, fids.size,
+             vocab, seconds)
+    return info.model_copy(update={"engine": engine, "engine_version": cls.version(), "engine_reason": why,
+                                   "n_docs": int(fids.size), "vocabulary": vocab, "seconds": round(seconds, 3)})
 
 
-class LexicalIndex:
-    """A version's lexical index opened for searching (read-only; safe to share between threads)."""
+def open_lexical(folder: Path, info: LexicalInfo, *, mmap: bool = False) -> LexicalIndex:
+    """A version's lexical index opened by the engine its manifest names (LexicalError when it cannot be)."""
+    return engine_class(info.engine)(folder, info, mmap=mmap)
+
+
+class LexicalIndex(ABC):
+    """A version's lexical index opened for searching (read-only; safe to share between threads). An engine
+    implements `build`, `_open`, `search` and `doc_freq`; the rows, statistics and analysis are shared."""
+
+    FIXED_K1_B: tuple[float, float] | None = None  # an engine that scores at fixed BM25 parameters says which
+    SCORE_SCALE = 1.0  # its scores over Lucene's BM25 (`bm25_weight`): how written documents are scored alike
 
     def __init__(self, folder: Path, info: LexicalInfo, *, mmap: bool = False) -> None:
-        """`mmap`: the postings and row ids are memory-mapped (read through the page cache), not loaded."""
+        """`mmap`: the postings and row ids are memory-mapped (read through the page cache) where the engine can."""
         self.folder = Path(folder) / LEXICAL_DIR
         self.info = info
         self.analyzer = Analyzer(info.stemmer, info.stopwords)
@@ -158,79 +219,63 @@ class LexicalIndex:
             raw = json.loads((self.folder / STATS_FILE).read_text())
             self.stats = Stats(int(raw["n_docs"]), float(raw["avgdl"]))
             if self.fids.size:
-                self.model = bm25s.BM25.load(str(self.folder), mmap=mmap, show_progress=False, verbosity=0)
-                self.vocab: dict[str, int] = self.model.vocab_dict
-                self.df = np.diff(self.model.scores["indptr"]).astype(np.int64)
-            else:
-                self.model, self.vocab, self.df = None, {}, np.zeros(0, np.int64)
+                self._open(mmap)
         except (OSError, ValueError, KeyError) as exc:
             raise LexicalError(f"{self.folder} is not a readable lexical index: {exc}") from exc
         if len(self.fids) != info.n_docs or self.stats.n_docs != info.n_docs:
             raise LexicalError(f"{self.folder} holds {len(self.fids)} documents but the manifest says {info.n_docs}")
 
+    # -- what an engine implements ---------------------------------------------------------------------------------
+    @staticmethod
+    @abstractmethod
+    def version() -> str:
+        """The engine library's version (recorded in the manifest)."""
+
+    @staticmethod
+    @abstractmethod
+    def build(out: Path, terms: list[list[str]], info: LexicalInfo) -> int:
+        """Index the analysed documents (row i: FAISS id `rows.npy[i]`) into `out`; returns the vocabulary size."""
+
+    @abstractmethod
+    def _open(self, mmap: bool) -> None:
+        """Open the engine's files in `self.folder` (only called when the index holds documents)."""
+
+    @abstractmethod
+    def top_rows(self, terms: list[str], k: int, allowed_rows: np.ndarray | None, excluded_rows: np.ndarray | None
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """(scores, rows) of the best k rows with a score > 0 for these query terms (a repeated term counts each
+        time), best first and ties by row; `allowed_rows`: only these (sorted); `excluded_rows`: never these."""
+
+    @abstractmethod
+    def doc_freq(self, term: str) -> int:
+        """How many documents hold `term` (0: unknown)."""
+
+    # -- shared -----------------------------------------------------------------------------------------------------
     @property
     def ntotal(self) -> int:
         return int(self.fids.size)
 
     def rows_of(self, fids: np.ndarray) -> np.ndarray:
-        """The rows of those FAISS ids that this index holds."""
+        """The rows of those FAISS ids that this index holds (ascending)."""
         fids = np.asarray(fids, dtype=np.int64)
         if not len(self.fids) or not len(fids):
             return np.zeros(0, np.int64)
         rows = np.minimum(np.searchsorted(self.fids, fids), len(self.fids) - 1)
-        return rows[self.fids[rows] == fids]
-
-    def term_ids(self, query: str) -> list[int]:
-        return [self.vocab[t] for t in self.analyzer.terms(query) if t in self.vocab]
-
-    def scores(self, query: str) -> np.ndarray:
-        """BM25 score of every row for `query` (0 where no query term occurs)."""
-        ids = self.term_ids(query)
-        if not ids or self.model is None:
-            return np.zeros(len(self.fids), dtype=np.float32)
-        return self.model.get_scores_from_ids(ids)
+        return np.unique(rows[self.fids[rows] == fids])
 
     def search(self, query: str, k: int, *, allowed: np.ndarray | None = None, excluded: np.ndarray | None = None
                ) -> tuple[np.ndarray, np.ndarray]:
-        """(scores, FAISS ids) of the best k documents with a score > 0, best first (fewer when fewer match);
-        `allowed`: only these FAISS ids (a filter's matches); `excluded`: never these (tombstones)."""
-        scores = self.scores(query)
-        if excluded is not None and len(excluded):
-            scores = scores.copy() if not scores.flags.writeable else scores
-            scores[self.rows_of(excluded)] = 0.0
-        rows = None if allowed is None else self.rows_of(allowed)
-        cand = scores if rows is None else scores[rows]
-        if k <= 0:
+        """(scores, FAISS ids) of the best k documents with a score > 0, best first (fewer when fewer match), ties
+        by FAISS id; `allowed`: only these FAISS ids (a filter's matches); `excluded`: never these (tombstones)."""
+        if k <= 0 or not self.fids.size:
             return np.zeros(0, np.float32), np.zeros(0, np.int64)
-        nz = self._candidates(cand, k)
-        if nz.size == 0:
+        terms = self.analyzer.terms(query)
+        allowed_rows = None if allowed is None else self.rows_of(allowed)
+        if not terms or (allowed_rows is not None and not allowed_rows.size):
             return np.zeros(0, np.float32), np.zeros(0, np.int64)
-        sub = cand[nz]
-        if k < nz.size:  # the k best; of those tied with the k-th, the first rows (nz ascends): deterministic
-            kth = np.partition(sub, nz.size - k)[nz.size - k]
-            above = np.flatnonzero(sub > kth)
-            tied = np.flatnonzero(sub == kth)[: k - above.size]
-            keep = np.concatenate([above, tied])
-            nz, sub = nz[keep], sub[keep]
-        order = np.lexsort((nz, -sub))  # by score, ties by row (= by FAISS id): deterministic
-        picked = nz[order] if rows is None else rows[nz[order]]
-        return sub[order].astype(np.float32), self.fids[picked]
-
-    @staticmethod
-    def _candidates(cand: np.ndarray, k: int) -> np.ndarray:
-        """Positions holding the top k of `cand` (every position with a score > 0 when fewer), plus possibly some
-        more. Common terms ("what", "how" are not stopwords) give a score to almost half of Quora's questions, and
-        selecting among all of them costs more than scoring: a threshold read off a strided sample usually keeps a
-        few hundred; when it keeps fewer than k, every scored position is taken — so the result is always exact."""
-        if len(cand) > 8 * SAMPLE_STRIDE * k:
-            sample = cand[::SAMPLE_STRIDE]
-            rank = len(sample) - 1 - 2 * (k // SAMPLE_STRIDE + 1)  # about 2k positions above it in all
-            thr = float(np.partition(sample, rank)[rank])
-            if thr > 0:
-                nz = np.flatnonzero(cand >= thr)
-                if nz.size >= k:
-                    return nz
-        return np.flatnonzero(cand > 0)
+        excluded_rows = self.rows_of(excluded) if excluded is not None and len(excluded) else None
+        scores, rows = self.top_rows(terms, k, allowed_rows, excluded_rows)
+        return scores.astype(np.float32, copy=False), np.asarray(self.fids[rows], dtype=np.int64)
 
     def weights(self, text: str) -> dict[str, float]:
         """A new document's term → BM25 weight under this index's statistics (N, avgdl, document frequencies): how
@@ -243,11 +288,25 @@ class LexicalIndex:
         n = max(self.stats.n_docs, 1)
         out = {}
         for t, f in tf.items():
-            tid = self.vocab.get(t)
-            df = int(self.df[tid]) if tid is not None else 0
-            out[t] = _weight(_idf(df + 1 if tid is None else df, n), f, len(terms), self.stats, self.info.k1,
-                             self.info.b)
+            df = self.doc_freq(t) if self.fids.size else 0
+            out[t] = self.SCORE_SCALE * bm25_weight(bm25_idf(df or 1, n), f, len(terms), self.stats, self.info.k1,
+                                                    self.info.b)
         return out
+
+
+def top_k_rows(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The best k of (scores, rows) with a score > 0, best first, ties by row (deterministic)."""
+    keep = scores > 0
+    scores, rows = scores[keep], rows[keep]
+    if k < scores.size:  # the k best; of those tied with the k-th, the lowest rows
+        kth = np.partition(scores, scores.size - k)[scores.size - k]
+        above = np.flatnonzero(scores > kth)
+        tied = np.flatnonzero(scores == kth)
+        tied = tied[np.argsort(rows[tied], kind="stable")][: k - above.size]
+        sel = np.concatenate([above, tied])
+        scores, rows = scores[sel], rows[sel]
+    order = np.lexsort((rows, -scores))
+    return scores[order], rows[order]
 
 
 class LexicalOverlay:

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError, model_validator
 
-from indexer.runtime.ann import FlatParams, HnswParams, IndexParams, IvfParams
+from indexer.runtime.ann import KIND_SPECS, IndexParams, IvfParams, KindParams
 from indexer.runtime.atomic import write_json_atomic
 
 MANIFEST = "manifest.json"
@@ -132,13 +132,12 @@ class IndexInfo(BaseModel):
         self.params.nprobe = self.nprobe = nprobe
 
     @classmethod
-    def for_params(cls, params: FlatParams | IvfParams | HnswParams, ntotal: int, **extra: Any) -> IndexInfo:
-        """The index section of a new version of `params.kind`."""
-        if isinstance(params, IvfParams):
-            factory = f"IVF{params.nlist},{params.codec}"
+    def for_params(cls, params: KindParams, ntotal: int, **extra: Any) -> IndexInfo:
+        """The index section of a new version of `params.kind` (its factory string: `ann.KIND_SPECS`)."""
+        factory = KIND_SPECS[params.kind].factory(params)
+        if isinstance(params, IvfParams):  # the fields IVF manifests carried before there were kinds
             return cls(factory=factory, nlist=params.nlist, nlist_requested=params.nlist_requested,
                        nprobe=params.nprobe, ntotal=ntotal, params=params, **extra)
-        factory = f"IDMap2,HNSW{params.m}" if isinstance(params, HnswParams) else "IDMap2,Flat"
         return cls(factory=factory, ntotal=ntotal, params=params, **extra)
 
 
@@ -297,11 +296,12 @@ class Checksums(BaseModel):
 
 
 class LexicalInfo(BaseModel):
-    """The version's lexical (BM25) index in `lexical/` (see `indexer.runtime.lexical`): how its text was analysed
-    and scored. Queries are analysed with the same settings."""
+    """The version's lexical (BM25) index in `lexical/` (see `indexer.runtime.lexical`): the engine that opens it,
+    how its text was analysed and scored. Queries are analysed with the same settings."""
 
-    engine: str = "bm25s"
+    engine: str = "bm25s"  # a name of `lexical.ENGINES` (a manifest without one was built by bm25s)
     engine_version: str
+    engine_reason: str | None = None  # why this engine (`--lexical-engine auto` chooses by size)
     stemmer: str = "english"  # a Snowball language (PyStemmer), or "none"
     stopwords: str = "english"  # Lucene's English list, or "none"
     k1: float = 0.9  # Anserini's BEIR settings

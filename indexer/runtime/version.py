@@ -19,7 +19,7 @@ import numpy as np
 
 from indexer.runtime.ann import AnnIndex, IndexParamError, check_knobs
 from indexer.runtime.faiss_index import INDEX_FILE, IdFilter, read_ann
-from indexer.runtime.lexical import LexicalError, LexicalIndex
+from indexer.runtime.lexical import LexicalError, open_lexical
 from indexer.runtime.manifest import Manifest, ManifestError
 from indexer.runtime.store import STORE, Store
 
@@ -137,8 +137,9 @@ class FilterCache:
 
 
 class IndexVersion:
-    """A version folder opened in this process. Its vectors are `ann`, an `AnnIndex` of the manifest's kind;
-    `index` is the FAISS index beneath it (for code that writes files)."""
+    """A version folder opened in this process. Its vectors are `ann`, an `AnnIndex` of the manifest's kind (the
+    seam: nothing here knows FAISS); `index` is the FAISS index beneath it, for benches and tests that call
+    `faiss_index`'s functions on it directly."""
 
     serves_lexical = True
 
@@ -163,19 +164,18 @@ class IndexVersion:
             raise IndexLoadError(f"{path} is not a readable FAISS index: {str(exc).splitlines()[0]}") from exc
         except ValueError as exc:  # the file holds another kind of index than the manifest says
             raise IndexLoadError(f"{path}: {exc}") from exc
-        self.index = self.ann.faiss
         m = self.manifest
-        if self.index.d != m.model.dim:
-            raise IndexLoadError(f"{path} has dimension {self.index.d} but the manifest says {m.model.dim}")
-        if self.index.ntotal != m.index.ntotal:
-            raise IndexLoadError(f"{path} holds {self.index.ntotal} vectors but the manifest says "
+        if self.ann.dim != m.model.dim:
+            raise IndexLoadError(f"{path} has dimension {self.ann.dim} but the manifest says {m.model.dim}")
+        if self.ann.ntotal != m.index.ntotal:
+            raise IndexLoadError(f"{path} holds {self.ann.ntotal} vectors but the manifest says "
                                  f"{m.index.ntotal}")
         try:
             self.store = Store(self.folder / STORE)
         except (FileNotFoundError, ValueError) as exc:
             raise IndexLoadError(str(exc)) from exc
-        # served defaults: STRATA_NPROBE / STRATA_EF_SEARCH where the kind takes them (others are ignored, so
-        # one service setting fits every version it may swap to), else the manifest's
+        # served defaults: the kinds' knob settings (STRATA_NPROBE, ...) where this kind takes them (others are
+        # ignored, so one service setting fits every version it may swap to), else the manifest's
         wanted = {"nprobe": nprobe, **(search_params or {})}
         for name, value in wanted.items():
             if value is not None:
@@ -184,7 +184,7 @@ class IndexVersion:
                 except IndexParamError:
                     log.info("%s does not apply to %s's %s index", name, self.version, self.ann.kind)
         try:  # the BM25 index beside the vectors (None: a version built without one, dense only)
-            self.lexical = LexicalIndex(self.folder, m.lexical, mmap=mmap) if m.lexical is not None else None
+            self.lexical = open_lexical(self.folder, m.lexical, mmap=mmap) if m.lexical is not None else None
         except LexicalError as exc:
             self.store.close()
             raise IndexLoadError(str(exc)) from exc
@@ -195,12 +195,17 @@ class IndexVersion:
         return self.manifest.version
 
     @property
+    def index(self) -> Any:
+        """The FAISS index beneath `ann` (not part of the seam: benches and tests that call `faiss_index`)."""
+        return self.ann.faiss  # type: ignore[attr-defined]
+
+    @property
     def dim(self) -> int:
-        return int(self.index.d)
+        return self.ann.dim
 
     @property
     def ntotal(self) -> int:
-        return int(self.index.ntotal)
+        return self.ann.ntotal
 
     @property
     def kind(self) -> str:

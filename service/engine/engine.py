@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from indexer.runtime.ann import HnswParams, IvfParams
-from indexer.runtime.faiss_index import clamp_nprobe, set_threads
+from indexer.runtime.ann import served_knobs
+from indexer.runtime.faiss_index import set_threads
 from indexer.runtime.manifest import Manifest, SearchMode
 from indexer.runtime.query import Query
 from indexer.runtime.vectors import VectorError, check_vector
@@ -316,15 +316,10 @@ class Engine:
                       **self._search_params(searcher.manifest))
 
     def _search_params(self, manifest: Manifest) -> dict[str, Any]:
-        """The served search parameters of a version: its manifest's, overridden by STRATA_NPROBE /
-        STRATA_EF_SEARCH where its kind takes them."""
-        p = manifest.index.params
-        if isinstance(p, IvfParams):
-            nprobe = clamp_nprobe(self.settings.nprobe or p.nprobe, p.nlist)
-            return {"nprobe": nprobe, "search_params": {"nprobe": nprobe}}
-        if isinstance(p, HnswParams):
-            return {"search_params": {"ef_search": self.settings.ef_search or p.ef_search}}
-        return {"search_params": {}}
+        """The served search parameters of a version: its manifest's, overridden by its kind's knob's setting
+        (STRATA_NPROBE, STRATA_EF_SEARCH: `ann.KNOBS`) where given."""
+        served = served_knobs(manifest.index.params, self.settings.knob_overrides())
+        return {"nprobe": served.get("nprobe"), "search_params": served}
 
     # -- the scheduler ---------------------------------------------------------------------------------------
     async def _call(self, query: Query, *, write: bool = False) -> tuple[Searcher, SearchResult]:

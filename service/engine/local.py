@@ -20,7 +20,7 @@ class LocalBackend:
 
     def open_index(self, folder: Path) -> IndexVersion:
         set_threads(self.settings.threads)  # the swap's probe query searches on the calling thread
-        return IndexVersion(folder, nprobe=self.settings.nprobe, search_params={"ef_search": self.settings.ef_search},
+        return IndexVersion(folder, search_params=self.settings.knob_overrides(),
                             mmap=self.settings.mmap)
 
     def close(self) -> None:

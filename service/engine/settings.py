@@ -11,9 +11,10 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, create_model
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from indexer.runtime.ann import KIND_SPECS, KNOBS
 from indexer.runtime.guards import DEFAULT_MAX_SHRINK
 from indexer.runtime.paths import default_index_root
 
@@ -22,7 +23,18 @@ def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-class EngineSettings(BaseSettings):
+def _kinds_of(knob: str) -> str:
+    return " and ".join(k for k, spec in KIND_SPECS.items() if spec.knob and spec.knob.name == knob)
+
+
+# One override per index kind's search knob (`ann.KNOBS`: STRATA_NPROBE, STRATA_EF_SEARCH), generated from the kinds
+_KnobSettings: type[BaseSettings] = create_model(  # type: ignore[call-overload]
+    "_KnobSettings", __base__=BaseSettings,
+    **{k.name: (int | None, Field(None, ge=1, description=f"override a {_kinds_of(k.name)} index's {k.name} "
+                                  f"({k.what}; other kinds ignore it)")) for k in KNOBS})
+
+
+class EngineSettings(_KnobSettings):  # type: ignore[misc,valid-type]
     model_config = SettingsConfigDict(env_prefix="STRATA_", env_file=".env", extra="ignore")
 
     index_root: Path = Field(default_factory=default_index_root,
@@ -32,8 +44,6 @@ class EngineSettings(BaseSettings):
     default_collection: str | None = Field(None, description="the collection the routes without /collections/NAME "
                                            "serve (default: `default`, or the only collection)")
     model_dir: Path | None = Field(None, description="exported encoder; default: the one the index was built with")
-    nprobe: int | None = Field(None, ge=1, description="override an IVF index's nprobe (other kinds ignore it)")
-    ef_search: int | None = Field(None, ge=1, description="override an HNSW index's ef_search (other kinds ignore it)")
     mmap: bool = Field(True, description="open versions' vector index files memory-mapped (read through the page "
                        "cache, file-backed: a swap does not need a second copy in memory); false: read into memory")
 
@@ -91,3 +101,7 @@ class EngineSettings(BaseSettings):
     ray_address: str | None = Field(None, description="sharded: Ray cluster to join (default: $RAY_ADDRESS, "
                                     "else a local Ray instance)")
     shard_replicas: int = Field(1, ge=1, description="sharded: replicas of each shard deployment")
+
+    def knob_overrides(self) -> dict[str, int | None]:
+        """The search knobs' overrides (`ann.KNOBS`), by knob name; None where not set."""
+        return {k.name: getattr(self, k.name) for k in KNOBS}

@@ -196,3 +196,35 @@ def test_bad_modes_are_refused_with_the_reason(built: dict[str, Any], tiny_expor
     r = cli("eval", "--root", str(root), "--json")  # the default: the modes this version serves
     assert r.returncode == 0, r.stderr
     assert list(json.loads(r.stdout)["modes"]) == ["dense"]
+
+
+def test_lexical_engine_is_chosen_at_build_recorded_and_served(built: dict[str, Any], tiny_exported: Path) -> None:
+    """`indexer build --lexical-engine tantivy`: the manifest names the engine and why, the version opens it and
+    `indexer eval --modes lexical` ranks with it like bm25s on the same terms (tantivy fixes k1/b, so here the
+    rankings are compared, not the scores); `auto` on a tiny corpus is bm25s; BM25 parameters an engine cannot
+    score are refused before any work (exit 2, the reason, no traceback)."""
+    root = built["tmp"] / "tantivy"
+    b = cli("build", "--data", str(built["beir"]), "--model", str(tiny_exported), "--root", str(root), "--index",
+            "flat", "--lexical-engine", "tantivy", "--lexical-stemmer", "none", "--lexical-stopwords", "none",
+            "--no-eval", "--threads", "2")
+    assert b.returncode == 0, b.stderr
+    assert "lexical: tantivy BM25 k1=1.2 b=0.75" in b.stdout
+    m = Manifest.load(IndexRoot(root).current_dir())
+    assert m.lexical is not None and (m.lexical.engine, m.lexical.engine_reason) == ("tantivy", "asked for")
+    version = IndexVersion(IndexRoot(root).current_dir())
+    try:
+        assert type(version.lexical).__module__ == "indexer.runtime.lexical_tantivy"
+        [(scores, ids)] = version.lexical_search([WORDS[0]], 5)
+        assert len(ids) and list(scores) == sorted(scores, reverse=True)
+    finally:
+        version.close()
+    e = cli("eval", "--root", str(root), "--modes", "lexical", "--json")
+    assert e.returncode == 0, e.stderr
+    assert json.loads(e.stdout)["modes"]["lexical"]["ndcg_at_10"] > 0
+    auto = Manifest.load(IndexRoot(built["root"]).current_dir()).lexical
+    assert auto is not None and auto.engine == "bm25s" and auto.engine_reason is not None \
+        and auto.engine_reason.startswith("auto:")
+    r = cli("build", "--data", str(built["beir"]), "--model", str(tiny_exported), "--root", str(root), "--index",
+            "flat", "--lexical-engine", "tantivy", "--bm25-k1", "2.0", "--no-eval")
+    assert r.returncode == 2 and "tantivy engine scores with BM25 k1=1.2, b=0.75 only" in r.stderr
+    assert "Traceback" not in r.stderr

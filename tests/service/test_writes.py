@@ -324,9 +324,9 @@ def test_acknowledged_writes_are_searchable_lexically_and_survive_sigkill_and_co
     folder = IndexRoot(root).current_dir()
     m = Manifest.load(folder)
     assert m.writes is not None and m.lexical is not None and m.lexical.n_docs == m.index.ntotal == DOCS + 1
-    from indexer.runtime.lexical import LexicalIndex
+    from indexer.runtime.lexical import open_lexical
 
-    lexical, store = LexicalIndex(folder, m.lexical), Store(folder / STORE)
+    lexical, store = open_lexical(folder, m.lexical), Store(folder / STORE)
     try:
         fid = store.ids_of(["lex-a"])["lex-a"]
         assert lexical.search("alphaquokka", 5)[1].tolist() == [fid]  # in the version's own BM25 index now

@@ -1,6 +1,7 @@
-"""The lexical index on real files (bm25s + PyStemmer): its scores equal Lucene's BM25 computed by hand at the
-recorded k1/b, filters and tombstones are exact, written documents are scored with the base's statistics, and bad
-settings or damaged files are refused with a reason."""
+"""The lexical engines' contract, run against every engine of `lexical.ENGINES` (bm25s, tantivy) on real files:
+scores equal Lucene's BM25 computed by hand at the recorded k1/b (times the engine's `SCORE_SCALE`), filters and
+tombstones are exact, ties go by FAISS id, written documents are scored as the base would score them, a reopened
+or rebuilt index answers the same, and bad settings or damaged files are refused with a reason."""
 
 from __future__ import annotations
 
@@ -11,14 +12,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from indexer.runtime import lexical_tantivy
 from indexer.runtime.lexical import (
+    ENGINES,
     LEXICAL_DIR,
     Analyzer,
     LexicalError,
     LexicalIndex,
     LexicalOverlay,
     build_lexical,
+    choose_engine,
     lexical_info,
+    open_lexical,
 )
 
 DOCS = [
@@ -37,34 +42,72 @@ def reference(query: str, docs: list[tuple[int, str]], k1: float, b: float, an: 
     terms = {fid: an.terms(t) for fid, t in docs}
     n = len(docs)
     avgdl = sum(map(len, terms.values())) / n
+    qterms = an.terms(query)
+    dfs = {q: sum(q in t for t in terms.values()) for q in set(qterms)}
     out = {}
     for fid, dt in terms.items():
         s = 0.0
-        for q in an.terms(query):
+        for q in qterms:
             tf = dt.count(q)
             if tf:
-                df = sum(q in t for t in terms.values())
+                df = dfs[q]
                 s += math.log(1 + (n - df + 0.5) / (df + 0.5)) * tf / (tf + k1 * (1 - b + b * len(dt) / avgdl))
         if s > 0:
             out[fid] = s
     return out
 
 
+@pytest.fixture(params=list(ENGINES))
+def engine(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def ref_of(index: LexicalIndex, query: str, docs: list[tuple[int, str]] = DOCS) -> dict[int, float]:
+    """`reference` at the index's recorded k1/b, on its engine's scale."""
+    return {f: s * index.SCORE_SCALE for f, s in reference(query, docs, index.info.k1, index.info.b,
+                                                             index.analyzer).items()}
+
+
 @pytest.fixture()
-def built(tmp_path: Path) -> tuple[Path, LexicalIndex]:
-    info = build_lexical(tmp_path, DOCS, lexical_info())
-    assert info.n_docs == len(DOCS) and info.stemmer == "english" and (info.k1, info.b) == (0.9, 0.4)
-    return tmp_path, LexicalIndex(tmp_path, info)
+def built(tmp_path: Path, engine: str) -> tuple[Path, LexicalIndex]:
+    info = build_lexical(tmp_path, DOCS, lexical_info(engine=engine))
+    assert info.n_docs == len(DOCS) and info.stemmer == "english" and info.engine == engine and info.engine_version
+    assert (info.k1, info.b) == (0.9, 0.4) if engine == "bm25s" else True
+    return tmp_path, open_lexical(tmp_path, info)
 
 
 @pytest.mark.parametrize("query", ["learn python programming", "cooking rice", "java programmers python python",
                                    "purring cats", "the of"])
 def test_scores_equal_lucene_bm25_by_hand(built: tuple[Path, LexicalIndex], query: str) -> None:
     _, index = built
-    ref = reference(query, DOCS, 0.9, 0.4, index.analyzer)
+    ref = ref_of(index, query)
     scores, ids = index.search(query, 10)
     assert dict(zip(ids.tolist(), scores.tolist(), strict=True)) == pytest.approx(ref, rel=1e-5)
     assert list(scores) == sorted(scores, reverse=True)
+
+
+def test_reopened_and_rebuilt_indexes_answer_the_same(built: tuple[Path, LexicalIndex], tmp_path_factory:
+                                                      pytest.TempPathFactory) -> None:
+    """Save/open and determinism: the files reopened (memory-mapped as served) and a second build of the same
+    documents in another order give the same answers, scores included."""
+    folder, index = built
+    again = tmp_path_factory.mktemp("again")
+    other = open_lexical(again, build_lexical(again, DOCS[::-1], lexical_info(engine=index.info.engine)))
+    for q in ["learn python programming", "rice", "java programmers python python"]:
+        want = index.search(q, 3)
+        for got in (open_lexical(folder, index.info, mmap=True).search(q, 3), other.search(q, 3)):
+            assert got[1].tolist() == want[1].tolist() and got[0].tolist() == want[0].tolist()
+
+
+def test_auto_chooses_by_size_and_says_why(engine: str) -> None:
+    assert choose_engine(engine, 10) == (engine, "asked for")
+    small, why = choose_engine("auto", 10)
+    assert small == "bm25s" and "auto: 10 documents <" in why
+    assert choose_engine("auto", 10**9)[0] == "tantivy"
+    with pytest.raises(LexicalError, match="unknown lexical engine 'lucy': one of bm25s, tantivy"):
+        lexical_info(engine="lucy")
+    with pytest.raises(LexicalError, match="tantivy engine scores with BM25 k1=1.2, b=0.75 only"):
+        lexical_info(k1=2.0, engine="tantivy")
 
 
 def test_english_analysis_stems_and_drops_stopwords() -> None:
@@ -75,7 +118,7 @@ def test_english_analysis_stems_and_drops_stopwords() -> None:
 
 def test_filters_and_tombstones_are_exact(built: tuple[Path, LexicalIndex]) -> None:
     _, index = built
-    ref = reference("python java programming learn", DOCS, 0.9, 0.4, index.analyzer)
+    ref = ref_of(index, "python java programming learn")
     allowed = np.array([42, 8, 3, 999], np.int64)  # 999: not in the index; 3 shares no term
     scores, ids = index.search("python java programming learn", 10, allowed=allowed)
     assert sorted(ids.tolist()) == [8, 42] and dict(zip(ids.tolist(), scores.tolist(), strict=True)) == \
@@ -97,16 +140,16 @@ def test_written_documents_score_as_the_base_would(built: tuple[Path, LexicalInd
     base_scores = dict(zip(*reversed(index.search("learn python programming", 10)), strict=True))
     assert overlay.scores("learn python programming")[100] == pytest.approx(float(base_scores[10]), rel=1e-5)
     overlay.put(101, "zyzzyva beetles")
-    n = len(DOCS)
-    assert overlay.scores("zyzzyva")[101] == pytest.approx(math.log(1 + (n - 1 + 0.5) / 1.5) * 1 / (
-        1 + 0.9 * (1 - 0.4 + 0.4 * 2 / index.stats.avgdl)), rel=1e-6)
+    n, k1, b = len(DOCS), index.info.k1, index.info.b
+    assert overlay.scores("zyzzyva")[101] == pytest.approx(index.SCORE_SCALE * math.log(1 + (n - 1 + 0.5) / 1.5) / (
+        1 + k1 * (1 - b + b * 2 / index.stats.avgdl)), rel=1e-6)
     overlay.put(101, "plain text")
     assert 101 not in overlay.scores("zyzzyva") and 101 in overlay.scores("plain")
     overlay.drop(100)
     assert overlay.scores("python") == {} and len(overlay) == 1
 
 
-def test_bad_settings_and_damaged_files_are_refused(built: tuple[Path, LexicalIndex]) -> None:
+def test_bad_settings_and_damaged_files_are_refused(built: tuple[Path, LexicalIndex]) -> None:  # noqa: PLR0915
     folder, index = built
     with pytest.raises(LexicalError, match="unknown stemmer 'klingon'"):
         lexical_info(stemmer="klingon")
@@ -116,35 +159,41 @@ def test_bad_settings_and_damaged_files_are_refused(built: tuple[Path, LexicalIn
         lexical_info(b=1.5)
     wrong = index.info.model_copy(update={"n_docs": 3})
     with pytest.raises(LexicalError, match="holds 7 documents but the manifest says 3"):
-        LexicalIndex(folder, wrong)
+        open_lexical(folder, wrong)
+    with pytest.raises(LexicalError, match="unknown lexical engine"):
+        open_lexical(folder, index.info.model_copy(update={"engine": "lucy"}))
     shutil.rmtree(folder / LEXICAL_DIR)
     with pytest.raises(LexicalError, match="not a readable lexical index"):
-        LexicalIndex(folder, index.info)
+        open_lexical(folder, index.info)
 
 
-def test_an_empty_corpus_builds_and_finds_nothing(tmp_path: Path) -> None:
-    info = build_lexical(tmp_path, [], lexical_info())
-    assert LexicalIndex(tmp_path, info).search("anything", 5)[1].size == 0
+def test_an_empty_corpus_builds_and_finds_nothing(tmp_path: Path, engine: str) -> None:
+    info = build_lexical(tmp_path, [], lexical_info(engine=engine))
+    assert open_lexical(tmp_path, info).search("anything", 5)[1].size == 0
 
 
-def test_top_k_is_the_full_sort_ties_by_id_on_a_corpus_with_many_ties(tmp_path: Path) -> None:
-    """Large enough for the sampled threshold (`LexicalIndex._candidates`) to be used, with a small vocabulary so
-    that many scores tie: every answer equals a full sort by (score, FAISS id), filtered or not."""
+def test_top_k_is_the_full_sort_ties_by_id_on_a_corpus_with_many_ties(tmp_path: Path, engine: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large enough for bm25s's sampled threshold (`lexical_bm25s._candidates`) to be used, with a small vocabulary
+    so that many scores tie: every answer equals a full sort by (score, FAISS id) of the scores by hand, filtered
+    (tantivy: as a query clause, and read deeper past `TERM_SET_MAX` matches) or not, tombstones skipped."""
     rng = np.random.default_rng(7)
     words = ["alpha", "beta", "gamma", "delta", "omega", "kappa", "sigma", "theta"]
     fids = rng.choice(10**6, 6000, replace=False)
     docs = [(int(f), " ".join(rng.choice(words, int(rng.integers(1, 4))))) for f in fids]
-    info = build_lexical(tmp_path, docs, lexical_info())
-    index = LexicalIndex(tmp_path, info)
+    index = open_lexical(tmp_path, build_lexical(tmp_path, docs, lexical_info(engine=engine)))
     allowed = np.sort(rng.choice(fids, 2000, replace=False))
+    excluded = rng.choice(fids, 300, replace=False)
     for q in ["alpha", "beta gamma", "omega omega kappa", "theta sigma alpha delta"]:
-        full = index.scores(q)
-        for k in (1, 10, 100, 500):
-            for keep in (None, allowed):
-                rows = np.arange(len(index.fids)) if keep is None else index.rows_of(keep)
-                cand = full[rows]
-                nz = np.flatnonzero(cand > 0)
-                want = rows[nz[np.lexsort((nz, -cand[nz]))][:k]]
-                scores, ids = index.search(q, k, allowed=keep)
-                assert ids.tolist() == index.fids[want].tolist(), (q, k, keep is None)
-                assert scores.tolist() == full[want].tolist()
+        ref = ref_of(index, q, docs)
+        for term_set_max in ((50_000, 100) if engine == "tantivy" else (0,)):
+            monkeypatch.setattr(lexical_tantivy, "TERM_SET_MAX", term_set_max)
+            for k in (1, 10, 100, 500):
+                for keep, drop in ((None, None), (allowed, None), (allowed, excluded)):
+                    kept = set(fids.tolist() if keep is None else keep.tolist()) - set(() if drop is None else
+                                                                                    drop.tolist())
+                    cand = {f: s for f, s in ref.items() if f in kept}
+                    want = sorted(cand, key=lambda f: (-round(cand[f], 4), f))[:k]
+                    scores, ids = index.search(q, k, allowed=keep, excluded=drop)
+                    assert ids.tolist() == want, (q, k, keep is None, drop is None)
+                    assert scores.tolist() == pytest.approx([cand[f] for f in want], rel=1e-5)

@@ -10,10 +10,11 @@ search parameters are the kind's own (nprobe for ivf, ef_search for hnsw, none f
 refused with the reason; the index survives save/load; `indexer add`'s and `indexer compact`'s `remove` works.
 
 The lexical retriever beside them (the version's BM25 index, `IndexVersion.lexical_search` under the write overlay)
-runs the cases that apply to it: answers equal Lucene's BM25 by hand, with the corpus' id types; filters answer
-among the matching documents only; a filter matching nothing, or a query sharing no term with any document, is an
-empty answer; deleted and replaced documents never answer, written ones do (filtered or not). The sharded backend
-serves no lexical index (`/search` refuses the lexical and hybrid modes there: tests/service/test_search_modes.py).
+runs the cases that apply to it, once per lexical engine (`lexical.ENGINES`: bm25s, tantivy): answers equal Lucene's
+BM25 by hand, with the corpus' id types; filters answer among the matching documents only; a filter matching
+nothing, or a query sharing no term with any document, is an empty answer; deleted and replaced documents never
+answer, written ones do (filtered or not). The sharded backend serves no lexical index (`/search` refuses the
+lexical and hybrid modes there: tests/service/test_search_modes.py).
 
 The sharded backend serves IVF shards only (`indexer build --engine ray` trains one quantizer for all shards):
 flat and hnsw versions are refused at deploy with a `Mismatch` naming the kind, and writes are refused with
@@ -32,11 +33,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from indexer.runtime.ann import FlatParams, HnswParams, IndexParamError, IvfParams
+from indexer.runtime import ann
+from indexer.runtime.ann import FlatParams, HnswParams, IndexParamError, IvfParams, KindParams
 from indexer.runtime.faiss_index import INDEX_FILE, build_index, read_ann, train_empty_ivf, write_index
 from indexer.runtime.filters import matches, parse_filter
 from indexer.runtime.ids import ASSIGNED_IDS_FROM
-from indexer.runtime.lexical import Analyzer, build_lexical, lexical_info
+from indexer.runtime.lexical import ENGINES, LexicalIndex, build_lexical, lexical_info
 from indexer.runtime.manifest import DataInfo, IndexInfo, Manifest, ModelInfo, ShardInfo, Timings
 from indexer.runtime.overlay import LiveIndex
 from indexer.runtime.store import STORE, CorpusStoreWriter
@@ -47,7 +49,7 @@ from service.engine.errors import Mismatch, WritesUnsupported
 from tests.indexer.runtime.test_lexical import reference
 
 DIM, N, NLIST, K = 16, 400, 8, 10
-KINDS = ("flat", "ivf", "hnsw")
+KINDS = ann.KINDS  # every kind declared in `ann.KIND_SPECS`
 FILTERS: list[dict[str, Any]] = [{"n": {"lt": 12}}, {"tag": "even"}, {"n": {"gte": 100, "lt": 300}},
                                  {"n": {"in": [3, 5, 7, 200, 399]}}]
 
@@ -57,13 +59,14 @@ def unit(n: int, seed: int) -> np.ndarray:
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
-def params_for(kind: str) -> FlatParams | IvfParams | HnswParams:
+def params_for(kind: str) -> KindParams:
     """Each kind at settings that search exactly at this size: all lists, and a candidate list past N."""
     if kind == "ivf":
         return IvfParams(nlist=NLIST, nlist_requested=NLIST, codec="Flat", nprobe=NLIST)
-    if kind == "hnsw":
-        return HnswParams(m=16, ef_construction=200, ef_search=2 * N)
-    return FlatParams()
+    spec = ann.KIND_SPECS[kind]
+    if issubclass(spec.params, HnswParams):  # every graph kind
+        return spec.params(m=16, ef_construction=200, ef_search=2 * N)  # type: ignore[return-value]
+    return spec.params()  # type: ignore[return-value]
 
 
 class Corpus:
@@ -353,21 +356,22 @@ class LexicalCorpus(Corpus):
         rng = np.random.default_rng(11)
         self.texts = {e: " ".join(rng.choice(VOCABULARY, size=int(rng.integers(2, 7)))) for e in self.ext}
 
-    def lexical_version(self, folder: Path) -> Path:
-        """A flat version with its lexical index, built as `indexer build` does (from the store's texts)."""
+    def lexical_version(self, folder: Path, engine: str = "bm25s") -> Path:
+        """A flat version with its lexical index of `engine`, built as `indexer build` does (from the store's
+        texts)."""
         self.version(folder, "flat")
         m = Manifest.load(folder)
         m.lexical = build_lexical(folder, zip(self.fids, (self.texts[e] for e in self.ext), strict=True),
-                                  lexical_info())
+                                  lexical_info(engine=engine))
         m.save(folder)
         return folder
 
 
-@pytest.fixture()
-def lexical_served(tmp_path: Path) -> Iterator[tuple[LexicalCorpus, LiveIndex]]:
+@pytest.fixture(params=list(ENGINES))
+def lexical_served(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[LexicalCorpus, LiveIndex]]:
     corpus = LexicalCorpus()
-    index = LiveIndex(IndexVersion(corpus.lexical_version(tmp_path / "v-lexical")))
-    assert index.base.lexical is not None
+    index = LiveIndex(IndexVersion(corpus.lexical_version(tmp_path / "v-lexical", request.param)))
+    assert index.base.lexical is not None and index.base.lexical.info.engine == request.param
     yield corpus, index
     index.close()
 
@@ -394,12 +398,12 @@ def assert_bm25_top_k(row: list[Any], ref: dict[int | str, float], k: int) -> No
         assert h.score == pytest.approx(ref[h.ext_id], rel=1e-5)
 
 
-def by_ext(corpus: Corpus, query: str, texts: dict[int | str, str], an: Analyzer) -> dict[int | str, float]:
-    """Lucene BM25 by hand over `texts`, by external id."""
+def by_ext(corpus: Corpus, query: str, texts: dict[int | str, str], lex: LexicalIndex) -> dict[int | str, float]:
+    """Lucene BM25 by hand over `texts` at the index's k1/b and on its engine's scale, by external id."""
     fid_of = dict(zip(corpus.ext, corpus.fids, strict=True))
     ext_of = {f: e for e, f in fid_of.items()}
-    return {ext_of[f]: s for f, s in reference(query, [(fid_of[e], t) for e, t in texts.items()], 0.9, 0.4,
-                                                 an).items()}
+    return {ext_of[f]: s * lex.SCORE_SCALE for f, s in reference(
+        query, [(fid_of[e], t) for e, t in texts.items()], lex.info.k1, lex.info.b, lex.analyzer).items()}
 
 
 def test_lexical_answers_equal_bm25_with_the_corpus_id_types(lexical_served: tuple[LexicalCorpus, LiveIndex]
@@ -407,7 +411,7 @@ def test_lexical_answers_equal_bm25_with_the_corpus_id_types(lexical_served: tup
     corpus, index = lexical_served
     hits = lexical_answers(index, LEXICAL_QUERIES, K)
     for query, row in zip(LEXICAL_QUERIES, hits, strict=True):
-        assert_bm25_top_k(row, by_ext(corpus, query, corpus.texts, index.base.lexical.analyzer), K)
+        assert_bm25_top_k(row, by_ext(corpus, query, corpus.texts, index.base.lexical), K)
         for h in row:  # an integer id stays an integer, a string id a string, with its text and metadata
             assert type(h.ext_id) is type(corpus.ext[corpus.ext.index(h.ext_id)])
             assert h.text == corpus.texts[h.ext_id] and h.metadata == corpus.meta[h.ext_id]
@@ -421,7 +425,7 @@ def test_lexical_filters_answer_among_the_matching_documents_only(
     corpus, index = lexical_served
     node = parse_filter(flt, {"n": "int", "tag": "str"})
     for query, row in zip(LEXICAL_QUERIES, lexical_answers(index, LEXICAL_QUERIES, K, flt), strict=True):
-        ref = by_ext(corpus, query, corpus.texts, index.base.lexical.analyzer)
+        ref = by_ext(corpus, query, corpus.texts, index.base.lexical)
         assert_bm25_top_k(row, {e: s for e, s in ref.items() if matches(node, corpus.meta[e])}, K)
         assert all(matches(node, h.metadata) for h in row)
 

@@ -132,11 +132,11 @@ def test_sharded_serves_dense_by_default_and_refuses_lexical_with_the_reason(sha
     serve vectors only: a request without a mode runs dense there, and lexical or hybrid is a 422 that says why."""
     import httpx
 
-    from indexer.runtime.lexical import LexicalIndex
+    from indexer.runtime.lexical import open_lexical
 
     m = Manifest.load(ray_sharded)
     assert m.lexical is not None and m.lexical.n_docs == m.index.ntotal and m.search_mode() == "hybrid"
-    assert LexicalIndex(ray_sharded, m.lexical).search(QUERY, 3)[1].size == 3
+    assert open_lexical(ray_sharded, m.lexical).search(QUERY, 3)[1].size == 3
     with httpx.Client(base_url=sharded_server, timeout=120) as client:
         default = client.post("/search", json={"query": QUERY, "top_k": 3})
         assert default.status_code == 200 and default.json()["mode"] == "dense"

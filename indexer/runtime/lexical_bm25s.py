@@ -1,0 +1,80 @@
+"""The bm25s lexical engine (the only module that imports bm25s): precomputed BM25 weights, every document scored.
+
+    <version>/lexical/      bm25s's files: a CSC matrix of per-(term, document) BM25 weights (Lucene's formula at
+                            the manifest's k1/b) and the vocabulary, beside the seam's rows.npy and stats.json
+
+Why bm25s (`bench/results/lexical-engines-*.md`, docs/scaling.md): it scores with Lucene's BM25 at any k1/b, so
+Anserini's BEIR settings (k1=0.9, b=0.4) are reproduced exactly, and up to 1M documents it answers common questions
+in less than half tantivy's CPU time. A query sums its terms' sparse rows into a score per document, then selects
+the top k: the cost grows with the documents holding the query's terms (a rare term costs ~8x tantivy's at 1M),
+and its weights take ~0.65 KB per document in memory (tantivy ~0.36): what `auto` weighs (`lexical.choose_engine`).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import bm25s
+import numpy as np
+
+from indexer.runtime.lexical import LexicalIndex, top_k_rows
+from indexer.runtime.manifest import LexicalInfo
+
+logging.getLogger("bm25s").setLevel(logging.WARNING)  # its per-build debug lines are not ours to show
+
+SAMPLE_STRIDE = 16  # top-k preselection: one score in 16 read for a threshold (see `_candidates`)
+
+
+class Engine(LexicalIndex):
+    """bm25s's `lucene` method over the version's analysed documents."""
+
+    @staticmethod
+    def version() -> str:
+        return str(bm25s.__version__)
+
+    @staticmethod
+    def build(out: Path, terms: list[list[str]], info: LexicalInfo) -> int:
+        model = bm25s.BM25(method="lucene", k1=info.k1, b=info.b)
+        model.index(terms, show_progress=False)
+        model.save(str(out), show_progress=False)
+        return len(model.vocab_dict)
+
+    def _open(self, mmap: bool) -> None:
+        self.model = bm25s.BM25.load(str(self.folder), mmap=mmap, show_progress=False, verbosity=0)
+        self.vocab: dict[str, int] = self.model.vocab_dict
+        self.df = np.diff(self.model.scores["indptr"]).astype(np.int64)
+
+    def doc_freq(self, term: str) -> int:
+        tid = self.vocab.get(term)
+        return 0 if tid is None else int(self.df[tid])
+
+    def top_rows(self, terms: list[str], k: int, allowed_rows: np.ndarray | None, excluded_rows: np.ndarray | None
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        ids = [self.vocab[t] for t in terms if t in self.vocab]
+        if not ids:
+            return np.zeros(0, np.float32), np.zeros(0, np.int64)
+        scores = self.model.get_scores_from_ids(ids)
+        if excluded_rows is not None:
+            scores = scores.copy() if not scores.flags.writeable else scores
+            scores[excluded_rows] = 0.0
+        cand = scores if allowed_rows is None else scores[allowed_rows]
+        nz = _candidates(cand, k)
+        rows = nz if allowed_rows is None else allowed_rows[nz]
+        return top_k_rows(cand[nz], rows, k)
+
+
+def _candidates(cand: np.ndarray, k: int) -> np.ndarray:
+    """Positions holding the top k of `cand` (every position with a score > 0 when fewer), plus possibly some
+    more. Common terms ("what", "how" are not stopwords) give a score to almost half of Quora's questions, and
+    selecting among all of them costs more than scoring: a threshold read off a strided sample usually keeps a few
+    hundred; when it keeps fewer than k, every scored position is taken — so the result is always exact."""
+    if len(cand) > 8 * SAMPLE_STRIDE * k:
+        sample = cand[::SAMPLE_STRIDE]
+        rank = len(sample) - 1 - 2 * (k // SAMPLE_STRIDE + 1)  # about 2k positions above it in all
+        thr = float(np.partition(sample, rank)[rank])
+        if thr > 0:
+            nz = np.flatnonzero(cand >= thr)
+            if nz.size >= k:
+                return nz
+    return np.flatnonzero(cand > 0)
