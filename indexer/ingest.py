@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from indexer import chunking
 from indexer.build_config import BuildConfig
 from indexer.corpus import CorpusSource, open_corpus
 from indexer.corpus_rows import CorpusFormatError, ExtId, cell_value
@@ -36,6 +37,7 @@ from indexer.runtime.guards import max_shrink, shrink_message, shrinks_too_much
 from indexer.runtime.ids import FaissIds
 from indexer.runtime.layout import IndexRoot, new_version_name
 from indexer.runtime.manifest import CorpusFieldsInfo, DataInfo, Manifest, ManifestError, Timings
+from indexer.runtime.passages import Splitter, passage_rows
 from indexer.runtime.storage import storage_errors
 from indexer.runtime.store import STORE, CorpusStoreWriter
 from indexer.runtime.version import QUERY_VECTORS
@@ -101,6 +103,8 @@ class IngestResult:
     read_s: float = 0.0
     encode_s: float = 0.0
     brought_vectors: bool = False  # the rows brought their vectors (nothing was encoded)
+    passages: int = 0  # rows made by splitting documents (0: documents whole)
+    docs_split: int = 0  # documents cut into more than one passage
 
     @property
     def n_docs(self) -> int:
@@ -156,10 +160,14 @@ class ChunkProgress:
 
 def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder | None, *,
            batch_size: int | None = None, limit: int | None = None, progress: bool = True,
-           on_advance: Callable[[int], None] | None = None, vectors_path: Path | None = None) -> IngestResult:
+           on_advance: Callable[[int], None] | None = None, vectors_path: Path | None = None,
+           splitter: Splitter | None = None) -> IngestResult:
     """Stream `source` into `writer` (and through `encoder`, unless None: the Ray engine encodes elsewhere).
     `on_advance` hears each move of the progress bar (`ChunkProgress`). Rows that bring vectors (every row or
-    none) are not encoded (`indexer.ingest_vectors`). `vectors_path`: the vectors' file (memory-mapped)."""
+    none) are not encoded (`indexer.ingest_vectors`). `vectors_path`: the vectors' file (memory-mapped).
+    `splitter`: each document becomes its passages' rows (`indexer.runtime.passages`); rows then count passages.
+    (A repeated id replaces its document's passages one by one: a repeat with fewer passages leaves the
+    earlier document's last ones.)"""
     ids = DocIds()
     rows = VectorRows(encoder.dim, vectors_path) if encoder is not None else None
     result = IngestResult(ids, None)
@@ -195,11 +203,22 @@ def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder
             if not doc.text:
                 result.skipped_empty += 1
                 continue
-            row, seen = ids.add(doc.ext_id)
-            result.duplicate_ids += seen
-            meta = json.dumps(doc.metadata, ensure_ascii=False)
-            pending.append(Pending(row, doc.ext_id, doc.text, meta, doc.vector, doc.where))
-            pending_chars += len(doc.text) + len(meta)
+            if splitter is None:
+                parts = [(doc.ext_id, doc.text, doc.metadata)]
+            elif doc.vector is not None:
+                raise CorpusFormatError(f"{doc.where}: the row brings a vector, which stands for the whole document; "
+                                        f"--chunk indexes a vector per passage: build without --chunk, or without "
+                                        f"the vectors (encoded then)")
+            else:
+                parts = passage_rows(doc.ext_id, doc.text, doc.metadata, splitter.split(doc.text))
+                result.passages += len(parts)
+                result.docs_split += len(parts) > 1
+            for n, (ext, text, metadata) in enumerate(parts):
+                row, seen = ids.add(ext)
+                result.duplicate_ids += seen and n == 0
+                meta = json.dumps(metadata, ensure_ascii=False)
+                pending.append(Pending(row, ext, text, meta, doc.vector, doc.where))
+                pending_chars += len(text) + len(meta)
             if len(pending) >= INGEST_CHUNK or pending_chars >= INGEST_CHUNK_CHARS:
                 flush()
         flush()
@@ -247,7 +266,8 @@ def corpus_data_info(source: CorpusSource, res: IngestResult, schema: dict[str, 
                      loaded: LoadedEvalSet | None) -> DataInfo:
     return DataInfo(source=str(source.path), protocol="corpus", rows_read=res.rows_read,
                     vectors="brought" if res.brought_vectors else "encoded",
-                    skipped_empty_texts=res.skipped_empty, n_docs=res.n_docs,
+                    skipped_empty_texts=res.skipped_empty,
+                    n_docs=res.rows_read - res.skipped_empty - res.duplicate_ids if res.passages else res.n_docs,
                     n_queries=len(loaded.evalset.query_texts) if loaded else 0, format=source.format,
                     fields=fields_info(source), duplicate_ids=res.duplicate_ids,
                     skipped_files=len(source.files_report.skipped), metadata_schema=schema,
@@ -260,7 +280,8 @@ VECTORS_SPILL = ".vectors.f32"  # the build's vectors, memory-mapped in the stag
 
 
 def ingest_store(source: CorpusSource, stage: Path, encoder: OnnxEncoder | None, *, batch_size: int | None,
-                 limit: int | None) -> tuple[IngestResult, dict[str, str], LoadedEvalSet | None]:
+                 limit: int | None, splitter: Splitter | None = None
+                 ) -> tuple[IngestResult, dict[str, str], LoadedEvalSet | None]:
     """Write the store of a corpus (documents, metadata, and the evaluation set when queries and qrels are
     there) into `stage`; the vectors come back in the result when `encoder` is given (memory-mapped from
     `stage / VECTORS_SPILL`, which the caller removes once the index is built)."""
@@ -269,12 +290,16 @@ def ingest_store(source: CorpusSource, stage: Path, encoder: OnnxEncoder | None,
         writer = CorpusStoreWriter(stage / STORE)
         try:
             res = ingest(source, writer, encoder, batch_size=batch_size, limit=limit,
-                         vectors_path=stage / VECTORS_SPILL)
+                         vectors_path=stage / VECTORS_SPILL, splitter=splitter)
             if res.n_docs == 0:
                 raise CorpusFormatError(f"{source.path}: no documents with text ({res.rows_read} rows read, "
                                         f"{res.skipped_empty} with an empty text)")
             loaded = None
-            if source.queries is not None and source.qrels is not None:
+            if splitter is not None and source.queries is not None and source.qrels is not None:
+                log.warning("the evaluation set (%s) is not stored: its judgments name documents, and the build's "
+                            "evaluation ranks rows, which are passages here (bench/passages.py measures passages "
+                            "against documents)", source.qrels)
+            elif source.queries is not None and source.qrels is not None:
                 loaded = load_eval_set(source.queries, source.qrels, res.ids.resolve)
                 writer.put_eval_set(loaded.evalset)
             elif source.queries is not None or source.qrels is not None:
@@ -291,9 +316,12 @@ def build_corpus(cfg: BuildConfig, root: IndexRoot, encoder: OnnxEncoder, source
                  t_start: float) -> Manifest:
     """Build a version from `source` in a staging folder (renamed into `versions/` only when complete) and
     evaluate it when it has queries and qrels; the caller makes it current."""
+    splitter, passages = chunking.resolve(cfg.chunk, cfg.overlap, source, encoder)
     version = new_version_name()
     with root.staging(version) as stage:
-        res, schema, loaded = ingest_store(source, stage, encoder, batch_size=cfg.batch_size, limit=cfg.rows)
+        res, schema, loaded = ingest_store(source, stage, encoder, batch_size=cfg.batch_size, limit=cfg.rows,
+                                           splitter=splitter)
+        passages.passages, passages.docs_split = res.passages, res.docs_split
         timings = Timings(load_s=res.read_s, encode_docs_s=res.encode_s)
         vectors = res.vectors
         assert vectors is not None
@@ -313,7 +341,7 @@ def build_corpus(cfg: BuildConfig, root: IndexRoot, encoder: OnnxEncoder, source
             index=index_info,
             data=corpus_data_info(source, res, schema, loaded),
             build_seconds=timings,
-            lexical=cfg.lexical_info(), default_mode=cfg.default_mode,
+            lexical=cfg.lexical_info(), default_mode=cfg.default_mode, passages=passages,
         )
         candidates = corpus_probe_candidates(source.queries, source.qrels, loaded.evalset if loaded else None,
                                              loaded.source if loaded else "", res.ids.resolve, cfg.probes)
