@@ -279,7 +279,8 @@ def render(report: dict[str, object]) -> str:
         lines += [f"## {s['name']}", "",
                   f"{s['docs']:,} documents (median {s['doc_tokens_p50']} tokens, p90 {s['doc_tokens_p90']}, "
                   f"{s['share_past_window']:.0%} past the window), {s['queries']} queries.", "",
-                  "| mode | queries | n | nDCG@10 trunc. | passages | Δ [95 % CI] | R@100 trunc. | passages | Δ [95 % CI] |",
+                  "| mode | queries | n | nDCG@10 trunc. | passages | Δ [95 % CI] | R@100 trunc. | passages | "
+                  "Δ [95 % CI] |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for mode, row in s["metrics"].items():
             for sub, cell in row.items():

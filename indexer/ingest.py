@@ -22,14 +22,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from indexer import chunking
 from indexer.build_config import BuildConfig
 from indexer.corpus import CorpusSource, open_corpus
-from indexer.corpus_rows import CorpusFormatError, ExtId, cell_value
+from indexer.corpus_rows import CorpusFormatError, Doc, ExtId, cell_value
 from indexer.evalset import LoadedEvalSet, load_eval_set
 from indexer.ingest_vectors import Pending, RowVectors, VectorRows, brought_vectors
 from indexer.probes import corpus_probe_candidates, make_probes
@@ -164,17 +164,14 @@ def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder
            splitter: Splitter | None = None) -> IngestResult:
     """Stream `source` into `writer` (and through `encoder`, unless None: the Ray engine encodes elsewhere).
     `on_advance` hears each move of the progress bar (`ChunkProgress`). Rows that bring vectors (every row or
-    none) are not encoded (`indexer.ingest_vectors`). `vectors_path`: the vectors' file (memory-mapped).
-    `splitter`: each document becomes its passages' rows (`indexer.runtime.passages`); rows then count passages.
-    (A repeated id replaces its document's passages one by one: a repeat with fewer passages leaves the
-    earlier document's last ones.)"""
+    none) are not encoded (`indexer.ingest_vectors`). `vectors_path`: the vectors' file (memory-mapped);
+    `splitter`: rows are passages (`_rows_of`)."""
     ids = DocIds()
     rows = VectorRows(encoder.dim, vectors_path) if encoder is not None else None
     result = IngestResult(ids, None)
     bar = ChunkProgress(source.total_bytes(), enabled=progress, on_advance=on_advance)
     pending: list[Pending] = []
-    pending_chars = 0
-    t_start = time.perf_counter()
+    pending_chars, t_start = 0, time.perf_counter()
     rows_vectors = RowVectors(source.fields.vector, encoder is not None)
 
     def flush() -> None:
@@ -203,22 +200,11 @@ def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder
             if not doc.text:
                 result.skipped_empty += 1
                 continue
-            if splitter is None:
-                parts = [(doc.ext_id, doc.text, doc.metadata)]
-            elif doc.vector is not None:
-                raise CorpusFormatError(f"{doc.where}: the row brings a vector, which stands for the whole document; "
-                                        f"--chunk indexes a vector per passage: build without --chunk, or without "
-                                        f"the vectors (encoded then)")
-            else:
-                parts = passage_rows(doc.ext_id, doc.text, doc.metadata, splitter.split(doc.text))
-                result.passages += len(parts)
-                result.docs_split += len(parts) > 1
-            for n, (ext, text, metadata) in enumerate(parts):
+            for n, (ext, text, metadata) in enumerate(_rows_of(doc, splitter, result)):
                 row, seen = ids.add(ext)
                 result.duplicate_ids += seen and n == 0
-                meta = json.dumps(metadata, ensure_ascii=False)
-                pending.append(Pending(row, ext, text, meta, doc.vector, doc.where))
-                pending_chars += len(text) + len(meta)
+                pending.append(Pending(row, ext, text, json.dumps(metadata, ensure_ascii=False), doc.vector, doc.where))
+                pending_chars += len(text) + len(pending[-1].meta)
             if len(pending) >= INGEST_CHUNK or pending_chars >= INGEST_CHUNK_CHARS:
                 flush()
         flush()
@@ -233,6 +219,23 @@ def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder
     log.info("read %d rows from %s (%s): %d documents, %d empty texts skipped, %d duplicate ids",
              result.rows_read, source.path, source.format, result.n_docs, result.skipped_empty, result.duplicate_ids)
     return result
+
+
+def _rows_of(doc: Doc, splitter: Splitter | None, result: IngestResult) -> list[tuple[ExtId, str, dict[str, Any]]]:
+    """The rows one document makes: itself, or with `splitter` its passages (`indexer.runtime.passages`), counted in
+    `result`. A repeated id replaces its document's passages one by one: a repeat with fewer passages leaves the
+    earlier document's last ones."""
+    if splitter is None:
+        return [(doc.ext_id, doc.text, doc.metadata)]
+    if doc.vector is not None:
+        raise CorpusFormatError(f"{doc.where}: the row brings a vector, which stands for the whole document; "
+                                f"--chunk indexes a vector per passage: build without --chunk, or without the "
+                                f"vectors (encoded then)")
+    parts: list[tuple[ExtId, str, dict[str, Any]]] = list(passage_rows(doc.ext_id, doc.text, doc.metadata,
+                                                                       splitter.split(doc.text)))
+    result.passages += len(parts)
+    result.docs_split += len(parts) > 1
+    return parts
 
 
 # --- the build ---------------------------------------------------------------------------------------------------

@@ -31,8 +31,9 @@ TOPICS = {
                 "Metamorphic rocks change under heat and pressure."],
     "cooking": ["Bread rises because yeast produces carbon dioxide.", "Salt draws moisture out of vegetables.",
                 "A hot pan sears meat and browns its surface.", "Slow simmering makes a stock rich."],
-    "space": ["The moon orbits the earth every twenty-seven days.", "Jupiter is the largest planet of the solar system.",
-              "Comets grow tails when they approach the sun.", "Neutron stars are the dense cores of collapsed stars."],
+    "space": ["The moon orbits the earth every twenty-seven days.",
+              "Jupiter is the largest planet of the solar system.", "Comets grow tails when they approach the sun.",
+              "Neutron stars are the dense cores of collapsed stars."],
 }
 COMET = "Why do comets grow tails near the sun?"
 
