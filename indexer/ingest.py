@@ -37,7 +37,7 @@ from indexer.runtime.guards import max_shrink, shrink_message, shrinks_too_much
 from indexer.runtime.ids import FaissIds
 from indexer.runtime.layout import IndexRoot, new_version_name
 from indexer.runtime.manifest import CorpusFieldsInfo, DataInfo, Manifest, ManifestError, Timings
-from indexer.runtime.passages import Splitter, passage_rows
+from indexer.runtime.passages import PASSAGE_KEY, Splitter, passage_rows
 from indexer.runtime.storage import storage_errors
 from indexer.runtime.store import STORE, CorpusStoreWriter
 from indexer.runtime.version import QUERY_VECTORS
@@ -273,7 +273,8 @@ def corpus_data_info(source: CorpusSource, res: IngestResult, schema: dict[str, 
                     n_docs=res.rows_read - res.skipped_empty - res.duplicate_ids if res.passages else res.n_docs,
                     n_queries=len(loaded.evalset.query_texts) if loaded else 0, format=source.format,
                     fields=fields_info(source), duplicate_ids=res.duplicate_ids,
-                    skipped_files=len(source.files_report.skipped), metadata_schema=schema,
+                    skipped_files=len(source.files_report.skipped),
+                    metadata_schema={k: v for k, v in schema.items() if k != PASSAGE_KEY},
                     eval_source=loaded.source if loaded else None,
                     eval_queries_without_relevant=loaded.stats.without_relevant if loaded else 0,
                     eval_judged_docs_missing=loaded.stats.missing_docs if loaded else 0)
