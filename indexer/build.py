@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from indexer.build_config import BuildConfig
+from indexer.chunking import check_chunking
 from indexer.corpus import detect_format
 from indexer.ingest import build_corpus, data_path, publish, source_for
 from indexer.probes import make_probes, quora_probe_candidates
@@ -63,6 +64,7 @@ def build(cfg: BuildConfig) -> Manifest:
         set_threads(cfg.threads)
 
         path = data_path(cfg.data)
+        check_chunking(cfg.chunk, cfg.overlap, encoder.meta.max_length)
         if detect_format(path) != "quora":
             if cfg.protocol is not None:
                 raise ValueError(f"--protocol applies to the Quora question-pairs TSV; {path} is another corpus")

@@ -22,13 +22,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from indexer import chunking
 from indexer.build_config import BuildConfig
 from indexer.corpus import CorpusSource, open_corpus
-from indexer.corpus_rows import CorpusFormatError, ExtId, cell_value
+from indexer.corpus_rows import CorpusFormatError, Doc, ExtId, cell_value
 from indexer.evalset import LoadedEvalSet, load_eval_set
 from indexer.ingest_vectors import Pending, RowVectors, VectorRows, brought_vectors
 from indexer.probes import corpus_probe_candidates, make_probes
@@ -36,6 +37,7 @@ from indexer.runtime.guards import max_shrink, shrink_message, shrinks_too_much
 from indexer.runtime.ids import FaissIds
 from indexer.runtime.layout import IndexRoot, new_version_name
 from indexer.runtime.manifest import CorpusFieldsInfo, DataInfo, Manifest, ManifestError, Timings
+from indexer.runtime.passages import PASSAGE_KEY, Splitter, passage_rows
 from indexer.runtime.storage import storage_errors
 from indexer.runtime.store import STORE, CorpusStoreWriter
 from indexer.runtime.version import QUERY_VECTORS
@@ -101,6 +103,8 @@ class IngestResult:
     read_s: float = 0.0
     encode_s: float = 0.0
     brought_vectors: bool = False  # the rows brought their vectors (nothing was encoded)
+    passages: int = 0  # rows made by splitting documents (0: documents whole)
+    docs_split: int = 0  # documents cut into more than one passage
 
     @property
     def n_docs(self) -> int:
@@ -156,17 +160,18 @@ class ChunkProgress:
 
 def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder | None, *,
            batch_size: int | None = None, limit: int | None = None, progress: bool = True,
-           on_advance: Callable[[int], None] | None = None, vectors_path: Path | None = None) -> IngestResult:
+           on_advance: Callable[[int], None] | None = None, vectors_path: Path | None = None,
+           splitter: Splitter | None = None) -> IngestResult:
     """Stream `source` into `writer` (and through `encoder`, unless None: the Ray engine encodes elsewhere).
     `on_advance` hears each move of the progress bar (`ChunkProgress`). Rows that bring vectors (every row or
-    none) are not encoded (`indexer.ingest_vectors`). `vectors_path`: the vectors' file (memory-mapped)."""
+    none) are not encoded (`indexer.ingest_vectors`). `vectors_path`: the vectors' file (memory-mapped);
+    `splitter`: rows are passages (`_rows_of`)."""
     ids = DocIds()
     rows = VectorRows(encoder.dim, vectors_path) if encoder is not None else None
     result = IngestResult(ids, None)
     bar = ChunkProgress(source.total_bytes(), enabled=progress, on_advance=on_advance)
     pending: list[Pending] = []
-    pending_chars = 0
-    t_start = time.perf_counter()
+    pending_chars, t_start = 0, time.perf_counter()
     rows_vectors = RowVectors(source.fields.vector, encoder is not None)
 
     def flush() -> None:
@@ -195,11 +200,11 @@ def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder
             if not doc.text:
                 result.skipped_empty += 1
                 continue
-            row, seen = ids.add(doc.ext_id)
-            result.duplicate_ids += seen
-            meta = json.dumps(doc.metadata, ensure_ascii=False)
-            pending.append(Pending(row, doc.ext_id, doc.text, meta, doc.vector, doc.where))
-            pending_chars += len(doc.text) + len(meta)
+            for n, (ext, text, metadata) in enumerate(_rows_of(doc, splitter, result)):
+                row, seen = ids.add(ext)
+                result.duplicate_ids += seen and n == 0
+                pending.append(Pending(row, ext, text, json.dumps(metadata, ensure_ascii=False), doc.vector, doc.where))
+                pending_chars += len(text) + len(pending[-1].meta)
             if len(pending) >= INGEST_CHUNK or pending_chars >= INGEST_CHUNK_CHARS:
                 flush()
         flush()
@@ -214,6 +219,23 @@ def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder
     log.info("read %d rows from %s (%s): %d documents, %d empty texts skipped, %d duplicate ids",
              result.rows_read, source.path, source.format, result.n_docs, result.skipped_empty, result.duplicate_ids)
     return result
+
+
+def _rows_of(doc: Doc, splitter: Splitter | None, result: IngestResult) -> list[tuple[ExtId, str, dict[str, Any]]]:
+    """The rows one document makes: itself, or with `splitter` its passages (`indexer.runtime.passages`), counted in
+    `result`. A repeated id replaces its document's passages one by one: a repeat with fewer passages leaves the
+    earlier document's last ones."""
+    if splitter is None:
+        return [(doc.ext_id, doc.text, doc.metadata)]
+    if doc.vector is not None:
+        raise CorpusFormatError(f"{doc.where}: the row brings a vector, which stands for the whole document; "
+                                f"--chunk indexes a vector per passage: build without --chunk, or without the "
+                                f"vectors (encoded then)")
+    parts: list[tuple[ExtId, str, dict[str, Any]]] = list(passage_rows(doc.ext_id, doc.text, doc.metadata,
+                                                                       splitter.split(doc.text)))
+    result.passages += len(parts)
+    result.docs_split += len(parts) > 1
+    return parts
 
 
 # --- the build ---------------------------------------------------------------------------------------------------
@@ -247,10 +269,12 @@ def corpus_data_info(source: CorpusSource, res: IngestResult, schema: dict[str, 
                      loaded: LoadedEvalSet | None) -> DataInfo:
     return DataInfo(source=str(source.path), protocol="corpus", rows_read=res.rows_read,
                     vectors="brought" if res.brought_vectors else "encoded",
-                    skipped_empty_texts=res.skipped_empty, n_docs=res.n_docs,
+                    skipped_empty_texts=res.skipped_empty,
+                    n_docs=res.rows_read - res.skipped_empty - res.duplicate_ids if res.passages else res.n_docs,
                     n_queries=len(loaded.evalset.query_texts) if loaded else 0, format=source.format,
                     fields=fields_info(source), duplicate_ids=res.duplicate_ids,
-                    skipped_files=len(source.files_report.skipped), metadata_schema=schema,
+                    skipped_files=len(source.files_report.skipped),
+                    metadata_schema={k: v for k, v in schema.items() if k != PASSAGE_KEY},
                     eval_source=loaded.source if loaded else None,
                     eval_queries_without_relevant=loaded.stats.without_relevant if loaded else 0,
                     eval_judged_docs_missing=loaded.stats.missing_docs if loaded else 0)
@@ -260,7 +284,8 @@ VECTORS_SPILL = ".vectors.f32"  # the build's vectors, memory-mapped in the stag
 
 
 def ingest_store(source: CorpusSource, stage: Path, encoder: OnnxEncoder | None, *, batch_size: int | None,
-                 limit: int | None) -> tuple[IngestResult, dict[str, str], LoadedEvalSet | None]:
+                 limit: int | None, splitter: Splitter | None = None
+                 ) -> tuple[IngestResult, dict[str, str], LoadedEvalSet | None]:
     """Write the store of a corpus (documents, metadata, and the evaluation set when queries and qrels are
     there) into `stage`; the vectors come back in the result when `encoder` is given (memory-mapped from
     `stage / VECTORS_SPILL`, which the caller removes once the index is built)."""
@@ -269,12 +294,16 @@ def ingest_store(source: CorpusSource, stage: Path, encoder: OnnxEncoder | None,
         writer = CorpusStoreWriter(stage / STORE)
         try:
             res = ingest(source, writer, encoder, batch_size=batch_size, limit=limit,
-                         vectors_path=stage / VECTORS_SPILL)
+                         vectors_path=stage / VECTORS_SPILL, splitter=splitter)
             if res.n_docs == 0:
                 raise CorpusFormatError(f"{source.path}: no documents with text ({res.rows_read} rows read, "
                                         f"{res.skipped_empty} with an empty text)")
             loaded = None
-            if source.queries is not None and source.qrels is not None:
+            if splitter is not None and source.queries is not None and source.qrels is not None:
+                log.warning("the evaluation set (%s) is not stored: its judgments name documents, and the build's "
+                            "evaluation ranks rows, which are passages here (bench/passages.py measures passages "
+                            "against documents)", source.qrels)
+            elif source.queries is not None and source.qrels is not None:
                 loaded = load_eval_set(source.queries, source.qrels, res.ids.resolve)
                 writer.put_eval_set(loaded.evalset)
             elif source.queries is not None or source.qrels is not None:
@@ -291,9 +320,12 @@ def build_corpus(cfg: BuildConfig, root: IndexRoot, encoder: OnnxEncoder, source
                  t_start: float) -> Manifest:
     """Build a version from `source` in a staging folder (renamed into `versions/` only when complete) and
     evaluate it when it has queries and qrels; the caller makes it current."""
+    splitter, passages = chunking.resolve(cfg.chunk, cfg.overlap, source, encoder)
     version = new_version_name()
     with root.staging(version) as stage:
-        res, schema, loaded = ingest_store(source, stage, encoder, batch_size=cfg.batch_size, limit=cfg.rows)
+        res, schema, loaded = ingest_store(source, stage, encoder, batch_size=cfg.batch_size, limit=cfg.rows,
+                                           splitter=splitter)
+        passages.passages, passages.docs_split = res.passages, res.docs_split
         timings = Timings(load_s=res.read_s, encode_docs_s=res.encode_s)
         vectors = res.vectors
         assert vectors is not None
@@ -313,7 +345,7 @@ def build_corpus(cfg: BuildConfig, root: IndexRoot, encoder: OnnxEncoder, source
             index=index_info,
             data=corpus_data_info(source, res, schema, loaded),
             build_seconds=timings,
-            lexical=cfg.lexical_info(), default_mode=cfg.default_mode,
+            lexical=cfg.lexical_info(), default_mode=cfg.default_mode, passages=passages,
         )
         candidates = corpus_probe_candidates(source.queries, source.qrels, loaded.evalset if loaded else None,
                                              loaded.source if loaded else "", res.ids.resolve, cfg.probes)

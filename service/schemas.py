@@ -10,6 +10,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     StrictFloat,
     StrictInt,
     StrictStr,
@@ -125,6 +126,9 @@ class SearchRequest(_SearchKnobs):  # type: ignore[misc,valid-type]
     k: StrictFloat | None = Field(None, gt=0, le=10_000,
                                   description="rrf's rank constant (default 60); alone, it selects rrf")
     alpha: StrictFloat | None = Field(None, ge=0, le=1, description="convex: the dense list's weight (default 0.5)")
+    passages: StrictBool = Field(False, description="a version built with passages (`indexer build --chunk`): true "
+                                 "returns the best passages themselves (several of one document may rank), false "
+                                 "(default) their documents, each with its best passage")
 
     @property
     def knobs(self) -> dict[str, int]:
@@ -164,6 +168,19 @@ class Hit(BaseModel):
     text: str
     score: float
     metadata: dict[str, Any] = Field(description="the document's metadata ({} when it has none)")
+    passage: PassageHit | None = Field(None, description="a version built with passages: the passage that matched "
+                                       "('text' is its text); absent for a version of whole documents")
+
+
+class PassageHit(BaseModel):
+    index: int = Field(description="the passage's number in its document, from 0")
+    start: int = Field(description="its first character's offset in the document")
+    end: int = Field(description="the offset just past its last character: document[start:end] is 'text'")
+    count: int = Field(description="the document's passages")
+    snippet: str = Field(description="HTML: a window of the passage, the query's terms in <mark>, the rest escaped")
+
+
+Hit.model_rebuild()
 
 
 class QueryHits(BaseModel):

@@ -75,6 +75,13 @@ def _own_corpus_args(b: argparse.ArgumentParser) -> None:
                    help="field holding each row's vector (JSONL list, Parquet list<float32>/fixed_size_list; default: "
                         "vector): a corpus that has it is built from those vectors, not encoded; they must come from "
                         "the --model encoder's space (its dimension is checked)")
+    c.add_argument("--chunk", type=_chunk_arg, default=None, metavar="TOKENS|auto|off",
+                   help="split each document into passages of at most TOKENS tokens (the encoder's, on sentence "
+                   "boundaries where possible), each embedded and indexed; /search then ranks documents by their best "
+                   "passage and returns it with offsets and a snippet. auto: split when more than 10%% of the "
+                   "documents run past the encoder's window. Default: off (documents whole; see docs/passages.md)")
+    c.add_argument("--overlap", type=int, default=None, metavar="TOKENS",
+                   help="tokens consecutive passages share (whole sentences where possible; default: chunk / 8)")
     c.add_argument("--queries", type=Path, default=None,
                    help="evaluation queries (JSONL with _id/id and text) to store and evaluate with --qrels "
                    "(a BEIR folder's queries.jsonl is found by itself)")
@@ -192,6 +199,15 @@ def _add(args: argparse.Namespace) -> int:
     return 0
 
 
+def _chunk_arg(value: str) -> int | str | None:
+    from indexer.chunking import parse_chunk
+
+    try:
+        return parse_chunk(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def byte_size(value: str) -> int:
     """`8G`, `512M`, `1.5G`, `100000` (bytes; K, M, G, T in powers of 1024)."""
     units = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
@@ -212,6 +228,9 @@ def run(args: argparse.Namespace) -> int:
     if (args.target_recall is not None or args.no_calibrate) and args.add is not None:
         raise ValueError("--target-recall and --no-calibrate apply to a full build; --add calibrates again by "
                          "itself when the current version was calibrated")
+    if args.chunk is not None or args.overlap is not None:
+        if args.add is not None or args.engine == "ray":
+            raise ValueError("--chunk/--overlap apply to a full build with --engine local (not --add or --engine ray)")
     if args.add is not None:
         return _add(args)
     cfg = BuildConfig(model_dir=args.model or default_model_dir(), data=args.data, root=args.root,
@@ -230,7 +249,7 @@ def run(args: argparse.Namespace) -> int:
                       lexical=not args.no_lexical, lexical_stemmer=args.lexical_stemmer,
                       lexical_stopwords=args.lexical_stopwords, bm25_k1=args.bm25_k1, bm25_b=args.bm25_b,
                       lexical_engine=args.lexical_engine,
-                      default_mode=args.default_mode)
+                      default_mode=args.default_mode, chunk=args.chunk, overlap=args.overlap)
     if args.engine == "ray":
         from indexer.ray_build import RayOptions, build_on_ray, summary
 

@@ -38,6 +38,9 @@ Owns:
   overlay of those writes on a version (`LiveIndex`, the version's own interface) and the fold of the same writes
   that `indexer compact` writes into a version; `ids`, the one external id → FAISS id rule of builds, writes and
   compaction;
+- `passages`: long documents as passages: the split (sentence boundaries, the encoder's tokens, character
+  offsets), passages as rows of a version (their ids and record), documents ranked by their best passage, the
+  highlighted snippet, and `--chunk auto`'s rule;
 - `topk`: the one top-k merge of several answers to the same queries (overlay, shards);
 - `logs`: the log format of every Strata process (text on a terminal, JSON lines otherwise, `STRATA_LOG_FORMAT`);
 - `progress`: a long job's progress: a bar on a terminal, log lines with rate and ETA elsewhere, and the

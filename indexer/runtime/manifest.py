@@ -315,6 +315,18 @@ class LexicalInfo(BaseModel):
 SearchMode = Literal["dense", "lexical", "hybrid"]
 
 
+class PassagesInfo(BaseModel):
+    """How the build split documents into passages (`indexer build --chunk`; `indexer.runtime.passages`), and
+    why: writes to the version split the same way."""
+
+    enabled: bool
+    chunk: int | None = None  # tokens per passage (the encoder's, special tokens not counted); None when off
+    overlap: int = 0
+    reason: str = ""  # what decided it (the flag, or the corpus's lengths under --chunk auto)
+    passages: int = 0  # rows indexed (0 when off)
+    docs_split: int = 0  # documents cut into more than one passage
+
+
 class Manifest(BaseModel):
     format_version: int = FORMAT_VERSION
     version: str
@@ -345,6 +357,11 @@ class Manifest(BaseModel):
     # and the report's state; None: evaluated before publishing (older builds, --add, compact, ray) or not at all
     gate: GateFigures | None = None
     report: ReportState | None = None
+    passages: PassagesInfo | None = None  # None: a version built before passages (documents whole)
+
+    def chunking(self) -> PassagesInfo | None:
+        """The passages settings writes must follow; None: documents are indexed whole."""
+        return self.passages if self.passages is not None and self.passages.enabled else None
 
     def gate_mrr_at_10(self) -> float | None:
         """Dense MRR@10 on the version's own evaluation set, what a swap gate compares: the full evaluation's,

@@ -390,6 +390,19 @@ class LiveIndex:
             out.append((scores, ids))
         return out
 
+    def live_metadata(self, ext_id: ExtId) -> dict[str, Any] | None:
+        """The metadata of the document served under `ext_id` now (written, else the base's); None: none."""
+        written = self.overlay.document(ext_id)
+        if written is not None:
+            return written.metadata
+        if self.overlay.deleted(ext_id):
+            return None
+        fid = self.base.store.ids_of([ext_id]).get(ext_id)
+        if fid is None or self.overlay.lookup([fid])[1]:
+            return None
+        doc = self.base.store.documents([fid]).get(fid)
+        return None if doc is None else doc.metadata
+
     def hits(self, scores: np.ndarray, ids: np.ndarray) -> list[list[Hit]]:
         """The base's hits for its ids, the written documents' for theirs, in rank order; a document deleted or
         replaced between the search and this lookup is left out."""

@@ -26,6 +26,8 @@ class Query:
     # the queries' vectors, brought by the request (checked and normalised, one row per text): nothing is encoded
     # for them; the texts then serve BM25 only (hybrid)
     vectors: np.ndarray | None = None
+    # a version built with passages: True returns the passages themselves, False (default) their documents
+    passages: bool = False
 
     @property
     def encode_only(self) -> bool:

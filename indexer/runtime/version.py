@@ -41,6 +41,20 @@ class Hit:
     text: str
     score: float
     metadata: dict[str, Any]
+    # a version built with passages (`indexer.runtime.passages`): the passage that matched; None: a whole document
+    passage: PassageRef | None = None
+
+
+@dataclass(frozen=True)
+class PassageRef:
+    """The passage of a hit: its number in the document, its `[start, end)` character offsets there and, once
+    aggregated for a query, its HTML snippet with the query's terms marked."""
+
+    index: int
+    start: int
+    end: int
+    count: int  # the document's passages
+    snippet: str = ""
 
 
 def hits_from_store(store: Store, scores: np.ndarray, ids: np.ndarray) -> list[list[Hit]]:

@@ -30,6 +30,7 @@ import numpy as np
 from indexer.runtime.ann import served_knobs
 from indexer.runtime.faiss_index import set_threads
 from indexer.runtime.manifest import Manifest, SearchMode
+from indexer.runtime.passages import old_count, passage_rows, stale_ids
 from indexer.runtime.query import Query
 from indexer.runtime.vectors import VectorError, check_vector
 from indexer.runtime.writelog import Delete, ExtId, Upsert
@@ -254,6 +255,8 @@ class Engine:
         searcher = self.leases.current
         Writes.check(searcher, [d.id for d in docs], any(d.metadata for d in docs))
         assert searcher is not None  # Writes.check raises NotReady without one
+        if searcher.splitter() is not None:
+            return await self._upsert_passages(searcher, docs)
         brought = {}  # documents that bring their vector: checked before anything is encoded or written
         for i, d in enumerate(docs):
             if d.vector is not None:
@@ -282,8 +285,44 @@ class Engine:
         built from source data that still holds it) until it is written again."""
         if self.leases.current is None:
             raise NotReady(self.not_ready_reason())
-        Writes.check(self.leases.current, [], False)
+        searcher = self.leases.current
+        Writes.check(searcher, [], False)
+        if searcher.splitter() is not None:  # every passage of each document, in the same transaction
+            live = searcher.index.live_metadata  # type: ignore[attr-defined]  # writes are served: a LiveIndex
+            return await self._commit([Delete(p) for i in ids for p in stale_ids(i, 0, max(1, old_count(i, live)))],
+                                      "delete")
         return await self._commit([Delete(i) for i in ids], "delete")
+
+    async def _upsert_passages(self, searcher: Searcher, docs: list[Document]) -> WriteResult:
+        """A version of passages: each document split as the build split it (`Searcher.splitter`), its passages
+        encoded and written, and its earlier passages past the new count deleted — one log transaction, so a
+        search sees all of a document's old passages or all of its new ones. A brought vector is refused: it
+        would stand for the whole document, not for one passage."""
+        for i, d in enumerate(docs):
+            if d.vector is not None:
+                raise BadVector(f"document {d.id!r}: version {searcher.version} indexes passages (indexer build "
+                                f"--chunk): a vector stands for a whole document; send the text alone",
+                                ["documents", i, "vector"])
+        splitter = searcher.splitter()
+        assert splitter is not None
+        rows = [(d.id, passage_rows(d.id, d.text, d.metadata, ps))
+                for d, ps in zip(docs, splitter.split_many([d.text for d in docs]), strict=True)]
+        texts = [t for _, rs in rows for _, t, _ in rs]
+        vectors: list[np.ndarray] = []
+        encoded_by = searcher
+        if texts:
+            encoded_by, r = await self._call(Query(texts, None), write=True)
+            assert r.vectors is not None
+            self.metrics.encode_seconds.labels("/documents").observe(r.encode_ms / 1000)
+            self.metrics.texts_encoded.labels("/documents").inc(len(texts))
+            vectors = list(r.vectors)
+        sha, vecs = encoded_by.encoder.meta.onnx_sha256, iter(vectors)
+        live = searcher.index.live_metadata  # type: ignore[attr-defined]  # writes are served: a LiveIndex
+        ops: list[Upsert | Delete] = []
+        for doc, rs in rows:
+            ops += [Upsert(rid, text, meta, next(vecs), sha) for rid, text, meta in rs]
+            ops += [Delete(p) for p in stale_ids(doc, len(rs), old_count(doc, live))]
+        return await self._commit(ops, "upsert")
 
     async def _commit(self, ops: list[Upsert | Delete], op: str) -> WriteResult:
         t0 = time.perf_counter()

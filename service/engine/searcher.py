@@ -31,6 +31,7 @@ from indexer.runtime.faiss_index import set_threads
 from indexer.runtime.filters import FilterError
 from indexer.runtime.fusion import HYBRID_DEPTH, Fusion, fuse
 from indexer.runtime.manifest import Manifest, SearchMode
+from indexer.runtime.passages import Splitter, document_hits, fetch_depth, passage_hits
 from indexer.runtime.query import Query
 from indexer.runtime.version import FilterCache, FilterMatch, Hit, IndexVersion, VectorIndex
 from service.engine.errors import BadFilter, BadSearchParams, BadVector, Mismatch, ModeUnavailable
@@ -131,6 +132,8 @@ class Searcher:
         self.index = index
         self._pool: ThreadPoolExecutor | None = None  # the lexical searches' thread, started on first use
         self._pool_lock = threading.Lock()
+        self._passages = index.manifest.chunking() is not None  # rows are passages: hits become documents
+        self._splitter: Splitter | None = None
 
     @classmethod
     def pair(cls, index: VectorIndex, model_dir: Path | None = None, *, threads: int | None = None,
@@ -167,6 +170,16 @@ class Searcher:
     @property
     def manifest(self) -> Manifest:
         return self.index.manifest
+
+    def splitter(self) -> Splitter | None:
+        """How writes to this version split documents: the encoder's tokenizer at the chunk and overlap the build
+        used (the manifest's); None: the version indexes whole documents."""
+        chunking = self.manifest.chunking()
+        if chunking is None or chunking.chunk is None:
+            return None
+        if self._splitter is None:
+            self._splitter = Splitter(self.encoder.tokenizer, chunking.chunk, chunking.overlap)
+        return self._splitter
 
     def search(self, texts: list[str], top_k: int, flt: dict[str, Any] | None = None,
                knobs: dict[str, int] | None = None, mode: SearchMode | None = None,
@@ -274,7 +287,7 @@ class Searcher:
             job, mode = batch.jobs[j], batch.modes[j]
             if batch.errors[j] is not None:
                 continue
-            top_k = job.top_k or 0
+            top_k = self._depth(job)
             lexical: list[Ranked] = []
             if mode != "dense":
                 got, batch.lexical_ms[j] = batch.lexical[j]
@@ -303,11 +316,11 @@ class Searcher:
         if not which:
             return False
         try:
-            self._lookup(which, batch.finals, batch.hits)
+            self._lookup(which, batch.finals, batch.hits, batch.jobs)
         except Exception:  # noqa: BLE001 (one request's ids may be the cause: each is looked up alone)
             for j in which:
                 try:
-                    self._lookup([j], batch.finals, batch.hits)
+                    self._lookup([j], batch.finals, batch.hits, batch.jobs)
                 except Exception as exc:  # noqa: BLE001
                     batch.errors[j] = _failed("lookup", batch.jobs[j], exc)
         return True
@@ -435,7 +448,7 @@ class Searcher:
         the ns it took."""
         jobs, modes, vecs = batch.jobs, batch.modes, batch.vecs
         rows = [r for j in members for r in batch.rows_of[j]]
-        k = max((jobs[j].top_k or 0) if modes[j] == "dense" else max(jobs[j].top_k or 0, HYBRID_DEPTH)
+        k = max(self._depth(jobs[j]) if modes[j] == "dense" else max(self._depth(jobs[j]), HYBRID_DEPTH)
                 for j in members)
         group_vecs = vecs if len(rows) == len(vecs) else vecs[rows]
         g0 = time.time_ns()
@@ -453,7 +466,7 @@ class Searcher:
             got: list[Ranked] | Exception
             try:
                 match = None if job.filter is None else batch.matches[FilterCache.key(job.filter)]
-                top_k = job.top_k or 0
+                top_k = self._depth(job)
                 depth = top_k if batch.modes[j] == "lexical" else max(top_k, HYBRID_DEPTH)
                 got = self.index.lexical_search(job.texts, depth, match)
             except Exception as exc:  # noqa: BLE001
@@ -461,7 +474,8 @@ class Searcher:
             out[j] = (got, (time.perf_counter() - l0) * 1000)
         return out
 
-    def _lookup(self, which: list[int], finals: dict[int, list[Ranked]], hits: dict[int, list[list[Hit]]]) -> None:
+    def _lookup(self, which: list[int], finals: dict[int, list[Ranked]], hits: dict[int, list[list[Hit]]],
+                jobs: list[Job]) -> None:
         """The hits of the jobs `which` (texts, external ids, metadata) in one store read, into `hits` by job."""
         ranked = [r for j in which for r in finals[j]]
         found: list[list[Hit]] = []
@@ -475,8 +489,23 @@ class Searcher:
         pos = 0
         for j in which:
             n = len(finals[j])
-            hits[j] = found[pos : pos + n]
+            hits[j] = self._documents(jobs[j], found[pos : pos + n]) if self._passages else \
+                found[pos : pos + n]
             pos += n
+
+    def _depth(self, job: Job) -> int:
+        """Rows to fetch for a job: its top_k, or, on a version of passages, enough passages for top_k
+        documents (a document may hold several of the best passages)."""
+        top_k = job.top_k or 0
+        return fetch_depth(top_k) if self._passages and not job.passages else top_k
+
+    @staticmethod
+    def _documents(job: Job, per_query: list[list[Hit]]) -> list[list[Hit]]:
+        """A version of passages: each query's passage hits as its top_k documents (best passage each), or with
+        `passages`, the passages themselves — both with offsets and a snippet for the query."""
+        top_k = job.top_k or 0
+        return [passage_hits(hits[:top_k], q) if job.passages else document_hits(hits, q, top_k)
+                for q, hits in zip(job.texts, per_query, strict=True)]
 
     def _lexical_pool(self) -> ThreadPoolExecutor:
         with self._pool_lock:

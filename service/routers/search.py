@@ -7,6 +7,7 @@ from fastapi import APIRouter, Request, Response
 
 from indexer.runtime.fusion import DEFAULT_ALPHA, DEFAULT_RRF_K, Fusion
 from indexer.runtime.query import Query
+from indexer.runtime.version import Hit
 from service.auth import READ_DEFAULT
 from service.deps import EngineDep, StatsDep, collection_stats
 from service.engine import Engine
@@ -38,13 +39,13 @@ async def run_search(body: SearchRequest, engine: Engine, stats: list[LiveStats]
         Fusion(body.fusion or ("rrf" if body.k is not None else "convex"), DEFAULT_RRF_K if body.k is None else body.k,
                DEFAULT_ALPHA if body.alpha is None else body.alpha)
     # one version answers all of it, and names itself
-    answer = await engine.search(Query(texts, body.top_k, body.filter, body.knobs, body.mode, fusion), body.vector)
+    answer = await engine.search(Query(texts, body.top_k, body.filter, body.knobs, body.mode, fusion,
+                                       passages=body.passages), body.vector)
     took = (time.perf_counter() - t0) * 1000
     for windows in stats:  # GET /stats
         windows.record(took, answer.encode_ms, answer.search_ms, queries=len(texts), mode=answer.mode)
     # plain JSON-ready values, serialised once (`service.responses`); `SearchResponse` documents the shape
-    hit_lists = [[{"id": h.ext_id, "text": h.text, "score": h.score, "metadata": h.metadata} for h in hits]
-                 for hits in answer.hits]
+    hit_lists = [[_hit(h) for h in hits] for hits in answer.hits]
     out: dict[str, object] = {"took_ms": round(took, 3), "encode_ms": round(answer.encode_ms, 3),
                               "search_ms": round(answer.search_ms, 3), "index_version": answer.version,
                               "mode": answer.mode, "stages": {k: round(v, 3) for k, v in asdict(answer.stages).items()}}
@@ -54,3 +55,10 @@ async def run_search(body: SearchRequest, engine: Engine, stats: list[LiveStats]
         out["results"] = [{"query": q, "hits": h, "truncated": t}
                           for q, h, t in zip(texts, hit_lists, answer.truncated, strict=True)]
     return json_response(out)
+
+
+def _hit(h: Hit) -> dict[str, object]:
+    out: dict[str, object] = {"id": h.ext_id, "text": h.text, "score": h.score, "metadata": h.metadata}
+    if h.passage is not None:
+        out["passage"] = asdict(h.passage)
+    return out

@@ -154,15 +154,37 @@
     return node;
   }
 
+  // The server's snippet is HTML: the passage escaped, the query's terms in <mark>. It is not parsed as markup:
+  // split at the <mark> tags, each piece unescaped and set as text, so nothing else in it can become an element.
+  const ENTITIES = { "&amp;": "&", "&lt;": "<", "&gt;": ">", "&quot;": '"', "&#x27;": "'" };
+  function unescapeText(text) {
+    return text.replace(/&(amp|lt|gt|quot|#x27);/g, (m) => ENTITIES[m]);
+  }
+
+  function snippetNode(snippet) {
+    const node = el("p", "hit-text hit-snippet");
+    snippet.split(/(<mark>[^<]*<\/mark>)/).forEach((piece) => {
+      const marked = /^<mark>([^<]*)<\/mark>$/.exec(piece);
+      if (marked) node.append(el("mark", "", unescapeText(marked[1])));
+      else if (piece) node.append(document.createTextNode(unescapeText(piece)));
+    });
+    return node;
+  }
+
   function renderHits(hits) {
     const list = $("hits");
     list.replaceChildren();
     for (const hit of hits) {
       const item = el("li", "hit");
-      item.append(el("p", "hit-text", hit.text));
+      const p = hit.passage;
+      item.append(p && typeof p.snippet === "string" ? snippetNode(p.snippet) : el("p", "hit-text", hit.text));
       const meta = el("p", "hit-meta");
       meta.append(el("span", "score", "score " + Number(hit.score).toFixed(3)),
         el("span", "hit-id", "id " + String(hit.id)));
+      if (p) {
+        meta.append(el("span", "hit-passage", "passage " + (Number(p.index) + 1) + " of " + Number(p.count) +
+          " · characters " + Number(p.start) + "–" + Number(p.end)));
+      }
       item.append(meta);
       if (hit.metadata && typeof hit.metadata === "object" && Object.keys(hit.metadata).length) {
         const dl = el("dl", "metadata");

@@ -176,7 +176,10 @@ def test_a_blank_query_shows_the_servers_reason(browser: webdriver.Chrome, serve
     assert hit_texts(browser) == []
 
 
-def test_a_server_without_an_index_says_it_is_not_ready(browser: webdriver.Chrome, tmp_path: Path) -> None:
+def test_a_server_without_an_index_says_it_is_not_ready(browser: webdriver.Chrome, tmp_path: Path,
+                                                        minilm_mean: Path) -> None:
+    """Not ready at first; then a version built with passages appears under the same server (its watcher swaps
+    to it), and each hit shows its best passage's snippet with the query's terms marked, safely."""
     srv = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(tmp_path / "no-index")})
     try:
         browser.get(srv.url + "/")
@@ -186,10 +189,40 @@ def test_a_server_without_an_index_says_it_is_not_ready(browser: webdriver.Chrom
         status, text = message(browser)
         with srv.client() as c:
             reason = c.get("/ready").json()["reason"]
+        assert card == f"Not ready: {reason}"
+        assert status == "503" and text.startswith(f"The index is not ready: {reason}"), text
+        _passages_show_their_snippets(browser, srv, tmp_path, minilm_mean)
     finally:
         stop_server(srv)
-    assert card == f"Not ready: {reason}"
-    assert status == "503" and text.startswith(f"The index is not ready: {reason}"), text
+
+
+def _passages_show_their_snippets(browser: webdriver.Chrome, srv: Server, tmp_path: Path, minilm_mean: Path) -> None:
+    from indexer.build import BuildConfig, build
+    from tests.service.engine.test_passages import corpus, write_jsonl
+
+    rows = corpus()
+    rows[0]["text"] += " Comets <script>x</script> & tails."  # markup in a document stays text on the page
+    build(BuildConfig(model_dir=minilm_mean, data=str(write_jsonl(tmp_path / "docs.jsonl", rows)),
+                      root=tmp_path / "no-index", index="flat", evaluate=False, chunk=24, overlap=4, threads=1))
+    with srv.client() as c:
+        wait(browser, lambda d: c.get("/ready").status_code == 200, "the passages version served")
+        got = c.post("/search", json={"query": "comets tails", "top_k": 3, "mode": "lexical"}).json()["hits"]
+        assert len({h["id"] for h in got}) == 3 and all("<mark>" in h["passage"]["snippet"] for h in got)
+        refused = c.post("/search", json={"query": "comets", "passages": "yes"})
+        assert refused.status_code == 422 and "passages" in refused.text
+        many = c.post("/search", json={"query": "comets", "top_k": 6, "passages": True, "mode": "lexical"}).json()
+        assert len(many["hits"]) == 6 and len({h["id"] for h in many["hits"]}) < 6
+    browser.get(srv.url + "/")
+    wait(browser, lambda d: d.find_element(By.ID, "index-state").text == "Ready", "ready")
+    Select(browser.find_element(By.ID, "mode")).select_by_value("lexical")
+    search(browser, "comets tails", top_k=3)
+    wait(browser, lambda d: len(texts(d, "#hits li.hit .hit-snippet")) == 3, "3 snippets")
+    marks = texts(browser, "#hits li.hit .hit-snippet mark")
+    assert marks and {m.lower().rstrip("s") for m in marks} <= {"comet", "tail"}
+    assert [t.replace("…", "") for t in texts(browser, "#hits li.hit .hit-passage")][0].startswith("passage ")
+    assert browser.find_elements(By.CSS_SELECTOR, "#hits script") == []
+    shown = texts(browser, "#hits li.hit .hit-snippet")
+    assert any("<script>x</script>" in t for t in shown) or all("script" not in t for t in shown)
 
 
 def test_with_api_keys_the_page_asks_for_one_and_keeps_it_in_the_tab(browser: webdriver.Chrome, tmp_path: Path,

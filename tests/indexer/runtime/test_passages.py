@@ -1,0 +1,119 @@
+"""Passages (`indexer.runtime.passages`) with the default encoder's real tokenizer: sentence boundaries, character
+offsets, token budgets and overlap; the documents' ranking from passages; snippets that mark and escape; the
+build's default from the corpus's lengths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from indexer.runtime.encoder import OnnxEncoder
+from indexer.runtime.passages import (
+    PASSAGE_KEY,
+    Passage,
+    PassageError,
+    Splitter,
+    decide,
+    document_hits,
+    parse_passage_id,
+    passage_hits,
+    passage_id,
+    passage_rows,
+    snippet,
+)
+from indexer.runtime.version import Hit
+
+SENTENCES = [f"Sentence number {i} talks about {w} and nothing else." for i, w in
+             enumerate("rivers mountains bridges guitars horses kites comets bread".split())]
+TEXT = " ".join(SENTENCES)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(minilm_mean: Path):  # noqa: ANN201 - tokenizers.Tokenizer
+    return OnnxEncoder(minilm_mean, threads=1).tokenizer
+
+
+def test_passages_end_on_sentence_boundaries_and_their_offsets_are_the_documents(tokenizer) -> None:  # noqa: ANN001
+    splitter = Splitter(tokenizer, 30, 12, max_tokens=256)
+    counts = splitter.token_counts(SENTENCES)
+    assert all(c <= 15 for c in counts)  # two sentences fit a passage, three do not
+    passages = splitter.split(TEXT)
+    assert len(passages) > 1
+    for p in passages:
+        piece = TEXT[p.start : p.end]
+        assert p.tokens <= 30 and splitter.token_counts([piece])[0] == p.tokens
+        assert piece in SENTENCES or piece.endswith(".") and piece.startswith("Sentence")  # whole sentences
+        assert all(s in SENTENCES for s in piece.replace(". ", ".\n").split("\n"))
+    assert passages[0].start == 0 and passages[-1].end == len(TEXT)
+    # the overlap: each passage after the first starts with the last sentence of the one before (<= 12 tokens)
+    for a, b in zip(passages, passages[1:], strict=False):
+        assert b.start < a.end and TEXT[b.start : a.end] in SENTENCES
+    # every sentence is in some passage
+    assert all(any(s in TEXT[p.start : p.end] for p in passages) for s in SENTENCES)
+
+
+def test_a_sentence_longer_than_the_chunk_is_cut_at_token_boundaries(tokenizer) -> None:  # noqa: ANN001
+    long = "word " * 100 + "end."
+    passages = Splitter(tokenizer, 16, 4).split(long)
+    assert len(passages) >= 100 // 16
+    assert all(p.tokens <= 16 for p in passages)
+    assert passages[-1].end == len(long) and long[passages[0].start : passages[0].end].startswith("word")
+    # consecutive windows share their overlap's tokens, and nothing is skipped
+    assert all(b.start < a.end for a, b in zip(passages, passages[1:], strict=False))
+
+
+def test_a_short_document_is_one_passage_and_blank_text_none(tokenizer) -> None:  # noqa: ANN001
+    s = Splitter(tokenizer, 64, 8)
+    assert [(p.start, p.end) for p in s.split("Short text.")] == [(0, 11)]
+    assert s.split("   ") == []
+
+
+@pytest.mark.parametrize(("chunk", "overlap", "why"), [(4, 0, "at least 8"), (300, 10, "window of 256"),
+                                                       (32, 17, "half the chunk"), (32, -1, "half the chunk")])
+def test_bad_sizes_are_refused_with_the_reason(tokenizer, chunk: int, overlap: int, why: str) -> None:  # noqa: ANN001
+    with pytest.raises(PassageError, match=why):
+        Splitter(tokenizer, chunk, overlap, max_tokens=256)
+
+
+def test_documents_are_ranked_by_their_best_passage_and_top_k_counts_documents() -> None:
+    def row(doc: int | str, n: int, score: float) -> Hit:
+        meta = {"lang": "en", PASSAGE_KEY: [n * 10, n * 10 + 9, 3]}
+        return Hit(n, passage_id(doc, n), f"text {doc} {n}", score, meta)
+
+    ranked = [row(1, 2, 0.9), row(1, 0, 0.8), row("1", 1, 0.7), row(2, 0, 0.6), row(3, 1, 0.5)]
+    docs = document_hits(ranked, "text", 2)
+    assert [(h.ext_id, h.score) for h in docs] == [(1, 0.9), ("1", 0.7)]  # 1 and "1" are two documents
+    assert docs[0].passage is not None and (docs[0].passage.index, docs[0].passage.start, docs[0].passage.end) == \
+        (2, 20, 29)
+    assert docs[0].metadata == {"lang": "en"}  # the passage record is not the user's metadata
+    assert "<mark>text</mark>" in docs[0].passage.snippet
+    assert len(document_hits(ranked, "text", 10)) == 4
+    assert [h.ext_id for h in passage_hits(ranked, "text")] == [1, 1, "1", 2, 3]
+
+
+def test_passage_ids_keep_the_documents_id_type() -> None:
+    for doc in (17, "17", "a\x1fb", 2**62):
+        assert parse_passage_id(passage_id(doc, 3)) == (doc, 3)
+    assert parse_passage_id("17") is None and parse_passage_id(17) is None
+    rows = passage_rows("d", "One. Two.", {"k": 1}, [Passage(0, 4, 2), Passage(5, 9, 2)])
+    assert rows == [(passage_id("d", 0), "One.", {"k": 1, PASSAGE_KEY: [0, 4, 2]}),
+                    (passage_id("d", 1), "Two.", {"k": 1, PASSAGE_KEY: [5, 9, 2]})]
+
+
+def test_snippets_mark_the_query_terms_and_escape_the_rest() -> None:
+    html = snippet("Use <script>alert(1)</script> & see the Comets' tails.", "comets tail script")
+    assert "<script>" not in html and "&lt;<mark>script</mark>&gt;" in html and "&amp;" in html
+    assert "<mark>Comets</mark>" in html and "<mark>tails</mark>" in html
+    assert snippet("nothing matches here", "zebra") == "nothing matches here"
+    long = "filler words only. " * 40 + "The geologist studies rocks. " + "more filler text. " * 40
+    cut = snippet(long, "geologist rocks", width=120)
+    assert cut.startswith("…") and cut.endswith("…") and "<mark>geologist</mark>" in cut
+    assert len(cut.replace("<mark>", "").replace("</mark>", "")) <= 125
+
+
+def test_the_default_follows_the_share_of_long_documents() -> None:
+    on, why = decide([300] * 20 + [100] * 80, 254)
+    assert on and "20 of 100" in why and "more than 10%" in why
+    off, why = decide([300] * 5 + [100] * 95, 254)
+    assert not off and "5.0%" in why
