@@ -73,7 +73,7 @@ class Server:
         self.proc = subprocess.Popen([sys.executable, "-m", "service"], cwd=self.src, env=env,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
             try:
                 if httpx.get(f"{self.url}/ready", timeout=1).status_code == 200:
@@ -84,7 +84,7 @@ class Server:
                 raise SystemExit(f"server {self.name} exited with status {self.proc.returncode}")
             time.sleep(0.2)
         self.stop()
-        raise SystemExit(f"server {self.name} was not ready after 180 s")
+        raise SystemExit(f"server {self.name} was not ready after 600 s")
 
     def cpu_s(self) -> float:
         """CPU seconds the server process has used so far, all its threads (user + system)."""
