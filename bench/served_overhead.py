@@ -155,6 +155,63 @@ def bare_round(encoder: OnnxEncoder, version: IndexVersion, queries: list[str], 
             "encode_faiss_cpu_ms": float(np.mean(cpu) * 1000)}
 
 
+def layers(root: Path, queries: list[str], top_k: int, threads: int, reps: int = 3) -> dict[str, float]:
+    """CPU ms per dense request of each layer of the serving path, in this process (process CPU time, all
+    threads: load-robust), the layers interleaved over `reps`: the searcher's batch run alone (`run_batch`, on
+    this thread), `Engine.search` (+ the scheduler's admission, the micro-batcher, the hand-off to an inference
+    worker and back, the metrics), and the ASGI app called without a socket (+ the middleware, FastAPI's routing,
+    dependencies and validation, the route, the JSON answer). The differences are what each layer adds."""
+    import asyncio
+
+    from indexer.runtime.query import Query
+    from service.main import create_app
+    from service.settings import Settings
+
+    app = create_app(Settings(index_root=root, watch_interval_s=0, log_level="warning", threads=threads))
+
+    async def post(body: bytes) -> None:
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+                 "scheme": "http", "path": "/search", "raw_path": b"/search", "query_string": b"", "root_path": "",
+                 "headers": [(b"host", b"bench"), (b"content-type", b"application/json"),
+                             (b"content-length", str(len(body)).encode())],
+                 "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80), "state": {}, "app": app}
+        messages = [{"type": "http.request", "body": body, "more_body": False}]
+        status = []
+
+        async def receive() -> dict[str, object]:
+            return messages.pop() if messages else {"type": "http.disconnect"}
+
+        async def send(message: dict[str, object]) -> None:
+            if message["type"] == "http.response.start":
+                status.append(message["status"])
+
+        await app(scope, receive, send)
+        assert status == [200], status
+
+    async def run() -> dict[str, float]:
+        out: dict[str, list[float]] = {"run_batch": [], "engine": [], "asgi": []}
+        async with app.router.lifespan_context(app):
+            engine = app.state.collections.default()
+            searcher = engine.leases.current
+            bodies = [json.dumps({"query": q, "top_k": top_k, "mode": "dense"}).encode() for q in queries]
+            for body in bodies[:20]:  # warm-up
+                await post(body)
+            for _ in range(reps):
+                for name in out:
+                    c0 = time.process_time()
+                    for q, body in zip(queries, bodies, strict=True):
+                        if name == "run_batch":
+                            searcher.run_batch([Query([q], top_k, mode="dense")])
+                        elif name == "engine":
+                            await engine.search(Query([q], top_k, mode="dense"))
+                        else:
+                            await post(body)
+                    out[name].append((time.process_time() - c0) * 1000 / len(queries))
+        return {k: statistics.median(v) for k, v in out.items()}
+
+    return asyncio.run(run())
+
+
 def stage_medians(url: str, queries: list[str], mode: str, top_k: int) -> dict[str, float]:
     rows: dict[str, list[float]] = {s: [] for s in (*STAGES, "took_ms")}
     with httpx.Client(base_url=url, timeout=30) as c:
@@ -185,6 +242,8 @@ def main() -> int:  # noqa: C901, PLR0915 (one run's steps, in order)
     p.add_argument("--compare", action="append", default=[], metavar="NAME=SRC",
                    help="also serve the code in source tree SRC, named NAME, in the same rounds")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="extra server environment")
+    p.add_argument("--layers", type=int, default=200, help="queries per layer and rep of the in-process CPU "
+                   "breakdown (0: none)")
     p.add_argument("--target-gap-ms", type=float, default=0.5)
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     a = p.parse_args()
@@ -238,6 +297,7 @@ def main() -> int:  # noqa: C901, PLR0915 (one run's steps, in order)
     finally:
         for s in servers:
             s.stop()
+    cpu_layers = layers(a.root, queries[: a.layers], a.top_k, a.threads) if a.layers else None
 
     b = {k: med(bare, k) for k in bare[0]}
     now = datetime.now(UTC)
@@ -295,6 +355,17 @@ def main() -> int:  # noqa: C901, PLR0915 (one run's steps, in order)
         lines += ["", f"this / {other}: dense p50 {this['dense_p50_ms'] / base['dense_p50_ms']:.3f}, dense "
                   f"x{a.load_clients} req/s {this['load_rps'] / base['load_rps']:.3f}, server CPU ms per dense "
                   f"request {cpu_ratio:.3f}."]
+    if cpu_layers:
+        rb, en, asgi = cpu_layers["run_batch"], cpu_layers["engine"], cpu_layers["asgi"]
+        lines += ["", "## Where the CPU goes (this code, in one process; CPU ms per dense request, all threads)", "",
+                  "| encoder call + search (bare) | + plan, lookup, answers (`run_batch`) | + scheduler, batcher, "
+                  "worker hand-off, metrics (`Engine.search`) | + middleware, FastAPI, route, JSON (ASGI app) |",
+                  "|---|---|---|---|",
+                  f"| {b['encode_faiss_cpu_ms']:.3f} | {rb:.3f} (+{rb - b['encode_faiss_cpu_ms']:.3f}) | {en:.3f} "
+                  f"(+{en - rb:.3f}) | {asgi:.3f} (+{asgi - en:.3f}) |", "",
+                  "What the served request adds beyond the ASGI app (uvicorn's HTTP parsing and socket writes, the "
+                  "waits for the event loop and the worker threads) is the server's CPU per request above minus "
+                  "the ASGI app's."]
     lines += ["", "Per round: bare " + "; ".join(", ".join(f"{k} {v:.3f}" for k, v in x.items()) for x in bare) + "."]
     for s in servers:
         lines.append(f"{s.name}: " + "; ".join(
@@ -308,7 +379,8 @@ def main() -> int:  # noqa: C901, PLR0915 (one run's steps, in order)
     stem.with_suffix(".md").write_text(text)
     stem.with_suffix(".json").write_text(json.dumps(
         {"command": cmd, "load": load, "version": manifest.version, "ntotal": manifest.index.ntotal, "nprobe": nprobe,
-         "bare_rounds": bare, "bare": b, "served": served, "stages": stages, "summary": summary}, indent=1))
+         "bare_rounds": bare, "bare": b, "served": served, "stages": stages, "summary": summary,
+         "cpu_layers": cpu_layers}, indent=1))
     print(f"wrote {stem}.md", file=sys.stderr)
     return 0
 
