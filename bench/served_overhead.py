@@ -13,6 +13,9 @@ For an index root, each round (rounds interleaved, so drifting machine load hits
 - **stages**: the server's own figures, from the bodies of `--stage-queries` sequential requests per mode
   (`took_ms`, measured inside the route, and `stages`: encode, dense, lexical, fusion, lookup).
 
+Then (`--layers`), in this process, the CPU each layer of the serving path adds per dense request (`layers`): a
+load-robust breakdown of the gap by cause.
+
 It prints and writes (bench/results/served-overhead-<UTC>.md and .json) the medians over rounds and the gap:
 served dense p50 − (bare ONNX run + bare FAISS search), against the target of `--target-gap-ms` (0.5 ms).
 
