@@ -118,13 +118,17 @@ def make_backend(settings: EngineSettings) -> Backend:
 STAGE_NAMES = ("encode", "dense", "lexical", "fusion", "lookup")  # `Stages`' fields, in order
 
 
-@dataclass(frozen=True)
+@dataclass
 class _SearchSeries:
     collection_searches: Any
     encode_seconds: Any
     texts_encoded: Any
     searches: Any
-    stages: tuple[Any, ...]  # by STAGE_NAMES
+    stages: list[Any] = field(default_factory=lambda: [None] * len(STAGE_NAMES))  # by STAGE_NAMES, on first use
+
+    def stage(self, i: int, child: Any) -> Any:  # noqa: ANN401 (a prometheus child)
+        self.stages[i] = child
+        return child
 
 
 class Engine:
@@ -225,9 +229,9 @@ class Engine:
         self.metrics.search_seconds.observe(r.search_ms / 1000)
         series.searches.inc()
         st = r.stages
-        for stage, ms in zip(series.stages, (st.encode_ms, st.dense_ms, st.lexical_ms, st.fusion_ms, st.lookup_ms),
-                             strict=True):
-            if ms > 0:
+        for i, ms in enumerate((st.encode_ms, st.dense_ms, st.lexical_ms, st.fusion_ms, st.lookup_ms)):
+            if ms > 0:  # a stage the mode never runs gets no series at all (not even an empty one)
+                stage = series.stages[i] or series.stage(i, self.metrics.stage_seconds.labels(ran, STAGE_NAMES[i]))
                 stage.observe(ms / 1000)
         return Hits(searcher.version, r.hits, r.truncated, r.encode_ms, r.search_ms, ran, r.stages)
 
@@ -236,8 +240,7 @@ class Engine:
         builds its key on every request otherwise)."""
         m = self.metrics
         series = _SearchSeries(m.c_searches.labels(self.name, mode), m.encode_seconds.labels("/search"),
-                               m.texts_encoded.labels("/search"), m.searches.labels(mode),
-                               tuple(m.stage_seconds.labels(mode, stage) for stage in STAGE_NAMES))
+                               m.texts_encoded.labels("/search"), m.searches.labels(mode))
         self._series[mode] = series
         return series
 
