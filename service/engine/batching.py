@@ -18,6 +18,11 @@ slot frees (it is taken as soon as it is first in the queue and a slot is free: 
 with `bench/batching.py` (see docs/operations.md#micro-batching). Inside a batch the encoder already cuts runs by
 length, so short texts are never padded to a long one.
 
+A request that finds the engine idle (nothing queued, no batch running) starts its batch from `submit` itself,
+without waking the dispatcher task; when it cannot be heavy (its texts times the encoder's `max_text_tokens`, where
+the tokenizer cuts every text, fit `max_tokens`) its tokens are not counted either: the count only places requests
+that queue. While batches run, requests queue as before, so batching under load is unchanged.
+
 The batcher only groups and dispatches: the in-flight cap and the timeout are the scheduler's, at its door. The
 scheduler keeps one batcher per encoder: requests of several collections that share an encoder are batched together
 (each carries its `route`, the collection it searches), and `run` answers each with its own collection's searcher.
@@ -59,17 +64,18 @@ class _Queued:
 
 class MicroBatcher:
     def __init__(self, run: RunBatch, *, workers: int, window_ms: float, max_texts: int, max_tokens: int = 0,
-                 count_tokens: Callable[[list[str]], int] | None = None,
+                 count_tokens: Callable[[list[str]], int] | None = None, max_text_tokens: int = 0,
                  on_batch: Callable[[int], None] = lambda texts: None) -> None:
         self.run, self.window, self.max_texts, self.on_batch = run, window_ms / 1000, max_texts, on_batch
         self.max_tokens = max_tokens if count_tokens is not None else 0  # 0: texts alone bound a batch
         self.count_tokens = count_tokens
+        self.max_text_tokens = max_text_tokens  # the most tokens one text can cost (0: unknown)
+        self.workers = workers
         self.heavy_slots = max(1, workers - 1)  # one worker stays free for light requests
         self.heavy_running = 0
         self.queue: deque[_Queued] = deque()
         self.wakeup = asyncio.Event()
-        self.slots = asyncio.Semaphore(workers)
-        self.running = 0
+        self.running = 0  # batches running: at most `workers`
         self.task: asyncio.Task[None] | None = None
         self.batches: set[asyncio.Task[None]] = set()
 
@@ -88,11 +94,22 @@ class MicroBatcher:
         """Queue `query`; the future resolves when its batch has run. Requests with different filters, modes and
         search parameters share the batch's ONNX run."""
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        light = not self.max_tokens or 0 < len(query.texts) * self.max_text_tokens <= self.max_tokens
+        if not self.queue and not self.running and light:  # an idle engine: nothing to wait for or batch with
+            self._start([_Queued(query, future, route=route)])
+            return future
         tokens = self.count_tokens(query.texts) if self.max_tokens and self.count_tokens else 0
         self.queue.append(_Queued(query, future, tokens,
                                   heavy=bool(self.max_tokens) and tokens > self.max_tokens, route=route))
         self.wakeup.set()
         return future
+
+    def _start(self, batch: list[_Queued]) -> None:
+        self.running += 1
+        self.heavy_running += batch[0].heavy
+        task = asyncio.get_running_loop().create_task(self._run(batch))
+        self.batches.add(task)
+        task.add_done_callback(self.batches.discard)
 
     def _fits(self, req: _Queued, texts: int, tokens: int) -> bool:
         return texts + len(req.texts) <= self.max_texts and \
@@ -124,19 +141,14 @@ class MicroBatcher:
         while True:
             await self.wakeup.wait()
             self.wakeup.clear()
-            while self.queue:
-                await self.slots.acquire()
+            # every worker busy: the end of a batch wakes this again while requests wait
+            while self.queue and self.running < self.workers:
                 if self.running and self.window > 0:  # under load: let a few more requests join this batch
                     await self._gather_more(time.perf_counter() + self.window)
                 batch = self._take()
                 if not batch:
-                    self.slots.release()
                     break
-                self.running += 1
-                self.heavy_running += batch[0].heavy
-                task = asyncio.get_running_loop().create_task(self._run(batch))
-                self.batches.add(task)
-                task.add_done_callback(self.batches.discard)
+                self._start(batch)
 
     async def _gather_more(self, deadline: float) -> None:
         """Wait until `deadline` or a full batch, woken by each new request rather than polling."""
@@ -171,6 +183,5 @@ class MicroBatcher:
         finally:
             self.running -= 1
             self.heavy_running -= batch[0].heavy
-            self.slots.release()
-            if self.queue:  # a heavy request may have been waiting for this batch's slot
+            if self.queue:  # requests waiting for a worker (a heavy one, for a heavy slot)
                 self.wakeup.set()

@@ -116,6 +116,22 @@ def make_backend(settings: EngineSettings) -> Backend:
     return LocalBackend(settings)
 
 
+STAGE_NAMES = ("encode", "dense", "lexical", "fusion", "lookup")  # `Stages`' fields, in order
+
+
+@dataclass
+class _SearchSeries:
+    collection_searches: Any
+    encode_seconds: Any
+    texts_encoded: Any
+    searches: Any
+    stages: list[Any] = field(default_factory=lambda: [None] * len(STAGE_NAMES))  # by STAGE_NAMES, on first use
+
+    def stage(self, i: int, child: Any) -> Any:  # noqa: ANN401 (a prometheus child)
+        self.stages[i] = child
+        return child
+
+
 class Engine:
     """One collection: its served version (`leases`), its swaps (`swapper`), its writes, its model names, and its
     share of the metrics. The work runs on a `Scheduler` shared by every collection of the process (admission,
@@ -142,6 +158,7 @@ class Engine:
         self.write_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"writes-{name}",
                                              initializer=set_threads, initargs=(settings.threads,))
         self.triggers = Triggers()
+        self._series: dict[str, _SearchSeries] = {}  # by mode
 
     # the scheduler's parts, as the engine of one root always had them
     @property
@@ -204,20 +221,29 @@ class Engine:
             query = replace(query, vectors=self._brought_query(vector),
                             mode=query.mode or ("hybrid" if texts and texts[0] else "dense"))
         searcher, r = await self._call(query)
-        m = self.metrics
         ran = r.mode or "dense"
-        self.collection_metrics.searched(ran)
+        series = self._series.get(ran) or self._search_series(ran)
+        series.collection_searches.inc()
         if ran != "lexical" and query.vectors is None:
-            m.encode_seconds.labels("/search").observe(r.encode_ms / 1000)
-            m.texts_encoded.labels("/search").inc(len(query.texts))
-        m.search_seconds.observe(r.search_ms / 1000)
-        m.searches.labels(ran).inc()
+            series.encode_seconds.observe(r.encode_ms / 1000)
+            series.texts_encoded.inc(len(query.texts))
+        self.metrics.search_seconds.observe(r.search_ms / 1000)
+        series.searches.inc()
         st = r.stages
-        for stage, ms in (("encode", st.encode_ms), ("dense", st.dense_ms), ("lexical", st.lexical_ms),
-                          ("fusion", st.fusion_ms), ("lookup", st.lookup_ms)):
-            if ms > 0:
-                m.stage_seconds.labels(ran, stage).observe(ms / 1000)
+        for i, ms in enumerate((st.encode_ms, st.dense_ms, st.lexical_ms, st.fusion_ms, st.lookup_ms)):
+            if ms > 0:  # a stage the mode never runs gets no series at all (not even an empty one)
+                stage = series.stages[i] or series.stage(i, self.metrics.stage_seconds.labels(ran, STAGE_NAMES[i]))
+                stage.observe(ms / 1000)
         return Hits(searcher.version, r.hits, r.truncated, r.encode_ms, r.search_ms, ran, r.stages)
+
+    def _search_series(self, mode: str) -> _SearchSeries:
+        """The labelled metric series a search of `mode` feeds, looked up once (a `labels` call takes a lock and
+        builds its key on every request otherwise)."""
+        m = self.metrics
+        series = _SearchSeries(m.c_searches.labels(self.name, mode), m.encode_seconds.labels("/search"),
+                               m.texts_encoded.labels("/search"), m.searches.labels(mode))
+        self._series[mode] = series
+        return series
 
     def _brought_query(self, vector: Sequence[float]) -> np.ndarray:
         searcher = self.leases.current

@@ -97,8 +97,9 @@ class Scheduler:
         self.in_flight += 1
         self.metrics.in_flight.set(self.in_flight)
         admitted = time.time_ns()
-        try:
-            answered_by, result = await asyncio.wait_for(asyncio.shield(future), s.request_timeout_s)
+        try:  # (a timeout scope, not wait_for: one hop less through the event loop per call)
+            async with asyncio.timeout(s.request_timeout_s):
+                answered_by, result = await asyncio.shield(future)
         except TimeoutError:
             future.cancel()  # a queued request is dropped; a running batch finishes and returns its leases
             self.metrics.rejected.labels("timeout").inc()
@@ -136,7 +137,7 @@ class Scheduler:
         old = batcher
         batcher = MicroBatcher(self._run, workers=s.workers, window_ms=s.batch_window_ms, max_texts=s.batch_max_texts,
                                max_tokens=s.batch_max_tokens, count_tokens=count_tokens,
-                               on_batch=self.metrics.batch_texts.observe)
+                               max_text_tokens=encoder.meta.max_length, on_batch=self.metrics.batch_texts.observe)
         batcher.start()
         self.batchers[key], self._batcher_encoders[key] = batcher, ref
         if old is not None:  # its encoder is gone: let it drain what it queued

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
+from dataclasses import fields
 
 from fastapi import APIRouter, Request, Response
 
@@ -11,11 +11,13 @@ from indexer.runtime.version import Hit
 from service.auth import READ_DEFAULT
 from service.deps import EngineDep, StatsDep, collection_stats
 from service.engine import Engine
+from service.engine.searcher import Stages
 from service.responses import json_response
 from service.schemas import SearchRequest, SearchResponse
 from service.stats import LiveStats
 
 router = APIRouter(tags=["inference"])
+STAGES = tuple(f.name for f in fields(Stages))  # the answer's `stages`, in order
 
 
 @router.post("/search", response_model=SearchResponse, response_model_exclude_none=True,
@@ -48,7 +50,7 @@ async def run_search(body: SearchRequest, engine: Engine, stats: list[LiveStats]
     hit_lists = [[_hit(h) for h in hits] for hits in answer.hits]
     out: dict[str, object] = {"took_ms": round(took, 3), "encode_ms": round(answer.encode_ms, 3),
                               "search_ms": round(answer.search_ms, 3), "index_version": answer.version,
-                              "mode": answer.mode, "stages": {k: round(v, 3) for k, v in asdict(answer.stages).items()}}
+                              "mode": answer.mode, "stages": {k: round(getattr(answer.stages, k), 3) for k in STAGES}}
     if body.query is not None or body.vector is not None:
         out |= {"hits": hit_lists[0], "truncated": answer.truncated[0]}
     else:
