@@ -13,8 +13,9 @@ The calibration is label-free: its queries are the build's probes (`indexer.prob
 evaluation queries' text, declared, or document spans; never qrels), or with none given a seeded sample of the
 version's own documents (each one's own id excluded from its results; `--add` and compact). It finds the
 fewest lists whose top 10 holds at least a share R of exact search's top 10 (ties counted as ann-benchmarks
-counts them, `tie_aware_recall`), by bisection over 1..nlist: probing more lists scans a superset of vectors, so
-that share only grows with nprobe.
+counts them, `tie_aware_recall`), by galloping then bisection over 1..nlist: probing more lists scans a superset of vectors, so
+that share only grows with nprobe. The search for it gallops up from 1 before it bisects, so its cost follows the
+answer, not the index's size; with `probes`, how many of them `probe_count` bounds as N grows.
 """
 
 from __future__ import annotations
@@ -110,7 +111,13 @@ def calibrate_index(ann: AnnIndex, target_recall: float, *, sample: int = DEFAUL
             log.info("calibrating %s: %d keeps %.4f of the exact top %d", name, value, measured[value], K)
         return measured[value]
 
-    lo, hi = lowest, highest  # invariant: every value < lo misses the target; hi reaches it, or hi == highest
+    # Galloping, then bisection: values lowest, 2·lowest, 4·lowest… until one reaches the target, then bisection
+    # between the last miss and it. A search costs ∝ its value (IVF: nprobe lists scanned), so the whole costs a
+    # few times the answer's search, not the ~N/2 vectors that the first step of a bisection over 1..nlist scans
+    # (at 10M, nlist 16,384: 8,192 lists for each of the probes).
+    lo, hi = lowest, lowest  # invariant: every value < lo misses the target; hi reaches it, or hi == highest
+    while hi < highest and recall_at(hi) < target_recall:
+        lo, hi = hi + 1, min(highest, 2 * hi)
     while lo < hi:
         mid = (lo + hi) // 2
         if recall_at(mid) >= target_recall:
