@@ -13,9 +13,9 @@ The calibration is label-free: its queries are the build's probes (`indexer.prob
 evaluation queries' text, declared, or document spans; never qrels), or with none given a seeded sample of the
 version's own documents (each one's own id excluded from its results; `--add` and compact). It finds the
 fewest lists whose top 10 holds at least a share R of exact search's top 10 (ties counted as ann-benchmarks
-counts them, `tie_aware_recall`), by galloping then bisection over 1..nlist: probing more lists scans a superset of vectors, so
-that share only grows with nprobe. The search for it gallops up from 1 before it bisects, so its cost follows the
-answer, not the index's size; with `probes`, how many of them `probe_count` bounds as N grows.
+counts them, `tie_aware_recall`), galloping up from 1 (1, 2, 4…) and then bisecting: probing more lists scans a
+superset of vectors, so that share only grows with nprobe, and the search costs a few times the answer's, not the
+index's size. With `probes`, how many of them `indexer.probes.probe_count` bounds as N grows.
 """
 
 from __future__ import annotations
