@@ -15,6 +15,7 @@ import numpy as np
 
 from indexer.corpus_batches import DocBatch
 from indexer.corpus_rows import CorpusFormatError
+from indexer.runtime.mapped import release
 from indexer.runtime.vectors import check_vectors
 
 VECTOR_BLOCK = 16_384  # rows per block of the growing vector array
@@ -123,6 +124,7 @@ class VectorRows:
         for b in np.unique(block):
             mine = block == b
             self.blocks[b][rows[mine] % VECTOR_BLOCK] = vecs[mine]
+            release(self.blocks[b])  # written: the page cache holds it, not this process (`runtime.mapped`)
 
     def take(self) -> np.ndarray:
         """All rows as one array (the blocks are released): for a file, the file itself mapped read-only."""

@@ -28,6 +28,7 @@ import faiss
 import numpy as np
 
 from indexer.runtime.ann import AnnIndex, FlatParams, HnswParams, IvfParams, check_knobs
+from indexer.runtime.mapped import release
 from indexer.runtime.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -154,12 +155,14 @@ def build_ivf(vectors: np.ndarray, ids: np.ndarray, nlist: int, nprobe: int, see
         faiss.extract_index_ivf(index).quantizer.add(two_level_centroids(sample, nlist, seed))
     index.train(sample)
     del sample
+    release(vectors)  # the sample's rows, read through the map (`runtime.mapped`)
     t1 = time.perf_counter()
     ids = np.asarray(ids, dtype=np.int64)
     with Progress(len(vectors), "adding vectors", unit="vec", bar=False) as bar:
         for start in range(0, len(vectors), ADD_CHUNK):  # chunks: no whole float32 copy of a mapped corpus
             index.add_with_ids(np.ascontiguousarray(vectors[start : start + ADD_CHUNK], dtype=np.float32),
                                ids[start : start + ADD_CHUNK])
+            release(vectors)
             bar.update(min(ADD_CHUNK, len(vectors) - start))
     t2 = time.perf_counter()
     set_nprobe(index, nprobe)
