@@ -52,7 +52,7 @@ def _search(mode: str, flt: str, conns: int, key: str = "p50_ms") -> Callable[[d
 
 
 FIGURES: dict[str, tuple[str, Series]] = {
-    "build-seconds": ("build seconds by stage", {
+    "build-seconds": ("build wall seconds by stage (under each run's load)", {
         "total": _get("stages_s", "total_s"), "load (read + store)": _get("stages_s", "load_s"),
         "k-means": _get("stages_s", "train_s"), "add": _get("stages_s", "add_s"),
         "BM25": _get("stages_s", "lexical_s"), "calibration": _get("stages_s", "calibrate_s")}),
