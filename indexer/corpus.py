@@ -17,8 +17,11 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
+import numpy as np
+
+from indexer.corpus_batches import DocBatch, batch_of_docs, columnar_batch
 from indexer.corpus_files import (
     BEIR_CORPUS,
     BEIR_QUERIES,
@@ -34,7 +37,7 @@ from indexer.corpus_rows import CorpusFormat, CorpusFormatError, Doc, Fields, de
 from indexer.file_docs import FileReport, doc_files, file_docs, finish
 from indexer.runtime.metadata import MAX_DEPTH
 
-PARQUET_BATCH_ROWS = 4096
+PARQUET_BATCH_ROWS = 4096  # rows per record batch (and per ingest chunk: a chunk is a batch)
 
 
 @dataclass
@@ -73,6 +76,20 @@ class CorpusSource:
                     return
         if self.format == "files":
             finish(self.path, self.files_report)
+
+
+    def parquet_batches(self, limit: int | None = None, progress: Callable[[int], None] | None = None
+                        ) -> Iterator[DocBatch]:
+        """A Parquet corpus's rows (the first `limit`) a record batch at a time (`indexer.corpus_batches`)."""
+        assert self.format == "parquet"
+        n = 0
+        for f in self.files:
+            for batch in _parquet_batches(f, self, progress):
+                if limit is not None and n + len(batch) >= limit:
+                    yield batch.head(limit - n)
+                    return
+                n += len(batch)
+                yield batch
 
 
 def open_corpus(path: Path, *, id_field: str | None = None, text_field: str | None = None,
@@ -196,7 +213,8 @@ def _check_header(path: Path, names: list[str], fields: Fields, what: str) -> No
                                 f"{what}s: {shown}")
 
 
-def _parquet_docs(path: Path, src: CorpusSource, progress: Callable[[int], None] | None) -> Iterator[Doc]:
+def _parquet_open(path: Path, src: CorpusSource) -> tuple[Any, list[str], bool]:
+    """(the Parquet file, the columns to read, whether it has the vector column), its schema checked."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -222,24 +240,59 @@ def _parquet_docs(path: Path, src: CorpusSource, progress: Callable[[int], None]
     wanted = {fields.id, fields.text, fields.vector} | ({fields.title} if fields.title else set())
     columns = [n for n in names if n in wanted or fields.metadata is None or n in fields.metadata
                or n == "metadata"]
+    return pf, columns, has_vectors
+
+
+def _record_batches(path: Path, src: CorpusSource, batch_rows: int
+                    ) -> Iterator[tuple[Any, int, tuple[np.ndarray, np.ndarray] | None, int]]:
+    """(record batch, rows before it, its vectors (`_batch_matrix`) or None, bytes of the file read up to its
+    end, pro rata) for each record batch of a Parquet file."""
+    import pyarrow as pa
+
+    pf, columns, has_vectors = _parquet_open(path, src)
     size = path.stat().st_size
     n_rows = max(pf.metadata.num_rows, 1)
     row_no = 0
-    reported = 0
     try:
-        for batch in pf.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns):
-            cols = {name: batch.column(name).to_pylist() for name in batch.schema.names if name != fields.vector}
-            vecs = _batch_vectors(path, row_no, batch.column(fields.vector)) if has_vectors else None
-            for i in range(batch.num_rows):
-                row_no += 1
-                yield make_doc({k: v[i] for k, v in cols.items()}, fields, f"{path}:{row_no}",
-                               vector=None if vecs is None else vecs[i])
-            if progress is not None:
-                done = size * row_no // n_rows
-                progress(done - reported)
-                reported = done
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
+            matrix = _batch_matrix(path, row_no, batch.column(src.fields.vector)) if has_vectors else None
+            yield batch, row_no, matrix, size * (row_no + batch.num_rows) // n_rows
+            row_no += batch.num_rows
     except (OSError, pa.ArrowException) as exc:
         raise CorpusFormatError(f"{path}:{row_no + 1}: unreadable: {str(exc).splitlines()[0]}") from exc
+
+
+def _batch_docs(batch: Any, src: CorpusSource, path: Path, rows_before: int,  # noqa: ANN401
+                matrix: tuple[np.ndarray, np.ndarray] | None) -> Iterator[Doc]:
+    fields = src.fields
+    cols = {name: batch.column(name).to_pylist() for name in batch.schema.names if name != fields.vector}
+    vecs = _row_vectors(*matrix) if matrix is not None else None
+    for i in range(batch.num_rows):
+        yield make_doc({k: v[i] for k, v in cols.items()}, fields, f"{path}:{rows_before + i + 1}",
+                       vector=None if vecs is None else vecs[i])
+
+
+def _parquet_docs(path: Path, src: CorpusSource, progress: Callable[[int], None] | None) -> Iterator[Doc]:
+    reported = 0
+    for batch, rows_before, matrix, done in _record_batches(path, src, PARQUET_BATCH_ROWS):
+        yield from _batch_docs(batch, src, path, rows_before, matrix)
+        if progress is not None:
+            progress(done - reported)
+            reported = done
+
+
+def _parquet_batches(path: Path, src: CorpusSource, progress: Callable[[int], None] | None) -> Iterator[DocBatch]:
+    """The file's rows a record batch at a time: column-wise where the batch allows it (`columnar_batch`), else
+    row by row (`make_doc`)."""
+    reported = 0
+    for batch, rows_before, matrix, done in _record_batches(path, src, PARQUET_BATCH_ROWS):
+        out = columnar_batch(batch, src.fields, path, rows_before, matrix)
+        if out is None:
+            out = batch_of_docs(list(_batch_docs(batch, src, path, rows_before, matrix)))
+        if progress is not None:
+            progress(done - reported)
+            reported = done
+        yield out
 
 
 def _check_vector_type(path: Path, name: str, t: object) -> None:
@@ -251,11 +304,10 @@ def _check_vector_type(path: Path, name: str, t: object) -> None:
                                 f"fixed_size_list<float32, dim>")
 
 
-def _batch_vectors(path: Path, rows_before: int, col: object) -> list[object]:
-    """A batch's vector column as one float32 row per document (a view of one array), None where the row has
-    none; a row of another length than the batch's first is a `FILE:ROW` error (the dimension check proper is
-    the ingest's, against the encoder)."""
-    import numpy as np
+def _batch_matrix(path: Path, rows_before: int, col: object) -> tuple[np.ndarray, np.ndarray]:
+    """A batch's vector column as (one float32 row per row that has a vector, which rows have one); a row of
+    another length than the batch's first is a `FILE:ROW` error (the dimension check proper is the ingest's,
+    against the encoder)."""
     import pyarrow as pa
 
     assert isinstance(col, (pa.ListArray, pa.LargeListArray, pa.FixedSizeListArray))
@@ -270,9 +322,13 @@ def _batch_vectors(path: Path, rows_before: int, col: object) -> list[object]:
         i = int(bad[0])
         raise CorpusFormatError(f"{path}:{rows_before + i + 1}: a vector of dimension {int(lengths[i])}, but the "
                                 f"rows before it have dimension {dim}")
-    out: list[object] = [None] * n
-    if dim:
-        matrix = flat.reshape(-1, dim)
+    return (flat.reshape(-1, dim) if dim else np.zeros((0, 0), np.float32)), valid
+
+
+def _row_vectors(matrix: np.ndarray, valid: np.ndarray) -> list[object]:
+    """One row of `matrix` per valid row (views of it), None elsewhere."""
+    out: list[object] = [None] * len(valid)
+    if matrix.size:
         rows = np.cumsum(valid) - 1
         for i in np.flatnonzero(valid):
             out[i] = matrix[rows[i]]

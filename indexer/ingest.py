@@ -14,11 +14,10 @@ is skipped and counted (`data.skipped_empty_texts`); it neither adds nor replace
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,15 +28,16 @@ import numpy as np
 from indexer import chunking
 from indexer.build_config import BuildConfig
 from indexer.corpus import CorpusSource, open_corpus
+from indexer.corpus_batches import DocBatch, batch_of_docs
 from indexer.corpus_rows import CorpusFormatError, Doc, ExtId, cell_value
 from indexer.evalset import LoadedEvalSet, load_eval_set
-from indexer.ingest_vectors import Pending, RowVectors, VectorRows, brought_vectors
+from indexer.ingest_vectors import RowVectors, VectorRows, brought_vectors
 from indexer.probes import corpus_probe_candidates, make_probes
 from indexer.runtime.guards import max_shrink, shrink_message, shrinks_too_much
-from indexer.runtime.ids import FaissIds
+from indexer.runtime.ids import ASSIGNED_IDS_FROM, FaissIds
 from indexer.runtime.layout import IndexRoot, new_version_name
 from indexer.runtime.manifest import CorpusFieldsInfo, DataInfo, Manifest, ManifestError, Timings
-from indexer.runtime.passages import PASSAGE_KEY, Splitter, passage_rows
+from indexer.runtime.passages import PASSAGE_KEY, Splitter, parse_passage_id, passage_rows
 from indexer.runtime.storage import storage_errors
 from indexer.runtime.store import STORE, CorpusStoreWriter
 from indexer.runtime.version import QUERY_VECTORS
@@ -73,6 +73,19 @@ class DocIds:
         self.row[ext] = row
         self.faiss_ids.append(fid)
         return row, False
+
+    def add_own(self, exts: list[int]) -> range | None:
+        """`add` for a batch of distinct integer ids in [0, 2^62) none of which was seen (each its own FAISS
+        id), in bulk: their rows; None (nothing added) when the batch is not such a batch."""
+        arr = np.asarray(exts)
+        if arr.dtype.kind not in "iu" or len(arr) == 0 or arr.min() < 0 or arr.max() >= ASSIGNED_IDS_FROM:
+            return None
+        if len(np.unique(arr)) != len(arr) or not self.row.keys().isdisjoint(exts):
+            return None
+        rows = range(len(self.faiss_ids), len(self.faiss_ids) + len(exts))
+        self.row.update(zip(exts, rows, strict=True))
+        self.faiss_ids.frombytes(arr.astype(np.int64).tobytes())
+        return rows
 
     def resolve(self, keys: Iterable[str]) -> dict[str, int]:
         """FAISS ids of external ids written as strings: "17" is the string id "17", else the integer 17."""
@@ -158,56 +171,80 @@ class ChunkProgress:
         self.bar.close()
 
 
+def _batches(source: CorpusSource, limit: int | None, progress: Callable[[int], None], splitter: Splitter | None,
+             result: IngestResult) -> Iterator[DocBatch]:
+    """The rows of `source` a batch at a time: Parquet's as read (column-wise where it can be,
+    `indexer.corpus_batches`), any other format's grouped by `INGEST_CHUNK` rows or `INGEST_CHUNK_CHARS`. With
+    `splitter`, a document's rows are its passages (`_rows_of`), read one document at a time."""
+    if source.format == "parquet" and splitter is None:
+        yield from source.parquet_batches(limit, progress)
+        return
+    docs: list[Doc] = []
+    chars = 0
+    for read in source.docs(limit, progress):
+        rows = [read] if splitter is None or not read.text else [
+            Doc(ext, text, meta, read.where) for ext, text, meta in _rows_of(read, splitter, result)]
+        for doc in rows:
+            docs.append(doc)
+            chars += len(doc.text)
+            if len(docs) >= INGEST_CHUNK or chars >= INGEST_CHUNK_CHARS:
+                yield batch_of_docs(docs)
+                docs, chars = [], 0
+    if docs:
+        yield batch_of_docs(docs)
+
+
 def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder | None, *,
            batch_size: int | None = None, limit: int | None = None, progress: bool = True,
            on_advance: Callable[[int], None] | None = None, vectors_path: Path | None = None,
            splitter: Splitter | None = None) -> IngestResult:
-    """Stream `source` into `writer` (and through `encoder`, unless None: the Ray engine encodes elsewhere).
-    `on_advance` hears each move of the progress bar (`ChunkProgress`). Rows that bring vectors (every row or
-    none) are not encoded (`indexer.ingest_vectors`). `vectors_path`: the vectors' file (memory-mapped);
-    `splitter`: rows are passages (`_rows_of`)."""
+    """Stream `source` into `writer` (and through `encoder`, unless None: the Ray engine encodes elsewhere), a
+    batch of rows at a time (`_batches`). `on_advance` hears each move of the progress bar (`ChunkProgress`).
+    Rows that bring vectors (every row or none) are not encoded (`indexer.ingest_vectors`). `vectors_path`: the
+    vectors' file (memory-mapped); `splitter`: rows are passages (`_rows_of`)."""
     ids = DocIds()
     rows = VectorRows(encoder.dim, vectors_path) if encoder is not None else None
     result = IngestResult(ids, None)
     bar = ChunkProgress(source.total_bytes(), enabled=progress, on_advance=on_advance)
-    pending: list[Pending] = []
-    pending_chars, t_start = 0, time.perf_counter()
+    t_start = time.perf_counter()
     rows_vectors = RowVectors(source.fields.vector, encoder is not None)
 
-    def flush() -> None:
-        nonlocal pending_chars
-        pending_chars = 0
-        if not pending:
+    def put(batch: DocBatch) -> None:
+        result.rows_read += len(batch)
+        rows_vectors.check(batch)
+        kept: list[int] = [i for i, text in enumerate(batch.texts) if text]
+        result.skipped_empty += len(batch) - len(kept)
+        exts = batch.ext_ids if len(kept) == len(batch) else [batch.ext_ids[i] for i in kept]
+        bulk = ids.add_own(exts)  # type: ignore[arg-type]
+        at: list[int] | range  # each kept row's row in the vector array
+        if bulk is not None:
+            at = bulk
+        else:
+            at = []
+            for ext in exts:
+                row, seen = ids.add(ext)
+                # a document's repeat counts once, not once per passage
+                result.duplicate_ids += seen and (splitter is None or (parse_passage_id(ext) or (ext, 0))[1] == 0)
+                at.append(row)
+        if not kept:
             return
-        bar.start_chunk(len(pending))
+        bar.start_chunk(len(kept))
         if encoder is not None and rows is not None:
             t0 = time.perf_counter()
             if rows_vectors.brought:
-                vecs = brought_vectors(pending, encoder.dim, rows_vectors.field)
-                bar.texts_done(len(pending))
+                vecs = brought_vectors(batch, kept, encoder.dim, rows_vectors.field)
+                bar.texts_done(len(kept))
             else:
-                vecs = encoder.encode([p.text for p in pending], batch_size, on_progress=bar.texts_done)
+                vecs = encoder.encode([batch.texts[i] for i in kept], batch_size, on_progress=bar.texts_done)
                 result.encode_s += time.perf_counter() - t0
-            rows.put(np.fromiter((p.row for p in pending), dtype=np.int64, count=len(pending)), vecs)
-        writer.put([(ids.faiss_ids[p.row], p.ext, p.text, p.meta) for p in pending])
-        pending.clear()
+            rows.put(np.asarray(at, dtype=np.int64), vecs)
+        fids, exts, texts, metas = ids.faiss_ids, batch.ext_ids, batch.texts, batch.metas
+        writer.put([(fids[r], exts[i], texts[i], metas[i]) for i, r in zip(kept, at, strict=True)])
         bar.end_chunk(len(ids))
 
     try:
-        for doc in source.docs(limit, bar.bytes_read):
-            result.rows_read += 1
-            rows_vectors.check(doc)
-            if not doc.text:
-                result.skipped_empty += 1
-                continue
-            for n, (ext, text, metadata) in enumerate(_rows_of(doc, splitter, result)):
-                row, seen = ids.add(ext)
-                result.duplicate_ids += seen and n == 0
-                pending.append(Pending(row, ext, text, json.dumps(metadata, ensure_ascii=False), doc.vector, doc.where))
-                pending_chars += len(text) + len(pending[-1].meta)
-            if len(pending) >= INGEST_CHUNK or pending_chars >= INGEST_CHUNK_CHARS:
-                flush()
-        flush()
+        for batch in _batches(source, limit, bar.bytes_read, splitter, result):
+            put(batch)
     finally:
         bar.close()
     result.read_s = time.perf_counter() - t_start - result.encode_s

@@ -9,27 +9,16 @@ A corpus brings a vector on every row or on none (the first row decides; a mix i
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from indexer.corpus_rows import CorpusFormatError, Doc, ExtId
+from indexer.corpus_batches import DocBatch
+from indexer.corpus_rows import CorpusFormatError
+from indexer.runtime.mapped import release
 from indexer.runtime.vectors import check_vectors
 
 VECTOR_BLOCK = 16_384  # rows per block of the growing vector array
-
-
-@dataclass(slots=True)
-class Pending:
-    """A row read and waiting for its chunk's store write and vectors."""
-
-    row: int
-    ext: ExtId
-    text: str
-    meta: str  # JSON
-    vector: object
-    where: str
 
 
 class RowVectors:
@@ -39,35 +28,51 @@ class RowVectors:
         self.field, self.encoding = field, encoding
         self.brought: bool | None = None
 
-    def check(self, doc: Doc) -> None:
-        has = doc.vector is not None
+    def check(self, batch: DocBatch) -> None:
+        """Every row of `batch` brings a vector if the corpus's first row did, none otherwise."""
+        if not len(batch):
+            return
+        has = batch.has_vector if batch.has_vector is not None else np.fromiter(
+            (batch.row_has_vector(i) for i in range(len(batch))), dtype=bool, count=len(batch))
         if self.brought is None:
-            self.brought = has
-            if has and not self.encoding:
-                raise CorpusFormatError(f"{doc.where}: the corpus brings vectors ({self.field!r}); the Ray build "
-                                        f"encodes: build it with --engine local")
-        elif has != self.brought:
+            self.brought = bool(has[0])
+            if self.brought and not self.encoding:
+                raise CorpusFormatError(f"{batch.where(0)}: the corpus brings vectors ({self.field!r}); the Ray "
+                                        f"build encodes: build it with --engine local")
+        odd = np.flatnonzero(has != self.brought)
+        if len(odd):
+            i = int(odd[0])
             raise CorpusFormatError(
-                f"{doc.where}: {'a' if has else 'no'} vector field {self.field!r}, but the rows before it have "
-                f"{'none' if has else 'one each'}: every row brings a vector, or none does")
+                f"{batch.where(i)}: {'no' if self.brought else 'a'} vector field {self.field!r}, but the rows before "
+                f"it have {'one each' if self.brought else 'none'}: every row brings a vector, or none does")
 
 
-def brought_vectors(pending: list[Pending], dim: int, field: str) -> np.ndarray:
-    """The vectors a chunk's rows brought, checked against the encoder's space and normalised
+def brought_vectors(batch: DocBatch, kept: list[int], dim: int, field: str) -> np.ndarray:
+    """The vectors that rows `kept` of `batch` brought, checked against the encoder's space and normalised
     (`indexer.runtime.vectors`); a bad one is a `FILE:LINE` error."""
-    for p in pending:  # ragged or non-numeric rows first: they cannot form one array
-        v = p.vector
-        n = v.shape[0] if isinstance(v, np.ndarray) else len(v) if isinstance(v, (list, tuple)) else -1
-        if n != dim:
-            got = f"dimension {n}" if n >= 0 else f"a {type(v).__name__}"
-            raise CorpusFormatError(f"{p.where}: vector field {field!r} holds {got}, but the collection's encoder "
-                                    f"has dimension {dim}")
+    if batch.matrix is not None:  # read column-wise: every row has one (`RowVectors.check`), all of one length
+        arr = batch.matrix[np.asarray(kept, dtype=np.int64)]
+        if arr.shape[1] != dim:
+            raise CorpusFormatError(f"{batch.where(kept[0])}: vector field {field!r} holds dimension {arr.shape[1]}, "
+                                    f"but the collection's encoder has dimension {dim}")
+    else:
+        vectors = batch.vectors or []
+        for i in kept:  # ragged or non-numeric rows first: they cannot form one array
+            v = vectors[i]
+            n = v.shape[0] if isinstance(v, np.ndarray) else len(v) if isinstance(v, (list, tuple)) else -1
+            if n != dim:
+                got = f"dimension {n}" if n >= 0 else f"a {type(v).__name__}"
+                raise CorpusFormatError(f"{batch.where(i)}: vector field {field!r} holds {got}, but the collection's "
+                                        f"encoder has dimension {dim}")
+        arr = None
     try:
-        return check_vectors(np.stack([np.asarray(p.vector, dtype=np.float32) for p in pending]), dim)
+        return check_vectors(arr if arr is not None else
+                             np.stack([np.asarray(batch.vectors[i], dtype=np.float32) for i in kept]),  # type: ignore[index]
+                             dim)
     except (TypeError, ValueError) as exc:
         row = int(str(exc).split(":")[0].removeprefix("row ")) if str(exc).startswith("row ") else 0
         reason = str(exc).split(": ", 1)[-1]
-        raise CorpusFormatError(f"{pending[row].where}: vector field {field!r}: {reason}") from None
+        raise CorpusFormatError(f"{batch.where(kept[row])}: vector field {field!r}: {reason}") from None
 
 
 class VectorRows:
@@ -119,6 +124,7 @@ class VectorRows:
         for b in np.unique(block):
             mine = block == b
             self.blocks[b][rows[mine] % VECTOR_BLOCK] = vecs[mine]
+            release(self.blocks[b])  # written: the page cache holds it, not this process (`runtime.mapped`)
 
     def take(self) -> np.ndarray:
         """All rows as one array (the blocks are released): for a file, the file itself mapped read-only."""

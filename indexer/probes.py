@@ -37,6 +37,11 @@ from indexer.runtime.store import GradedEvalSet, Store
 log = logging.getLogger(__name__)
 
 PROBE_SAMPLE = 1000  # probes encoded and searched: recall@10 to about ±0.005, a few seconds on 2 cores
+# The calibration's exact search scores every probe against every document: at most this many (probe, document)
+# pairs, so that its cost stops growing with N (1,000 probes up to 3M documents, 300 at 10M: recall@10 of 3,000
+# neighbours, to about ±0.006), but never fewer than MIN_PROBES probes.
+CALIBRATION_PAIRS = 3_000_000_000
+MIN_PROBES = 300
 SPAN_WORDS = (5, 15)
 ProbeMode = Literal["auto", "queries", "spans"]
 PROBE_MODES: tuple[str, ...] = ("auto", "queries", "spans")
@@ -85,20 +90,31 @@ def document_spans(texts: Sequence[str], seed: int, words: tuple[int, int] = SPA
     return out
 
 
+def probe_count(n_docs: int, sample: int = PROBE_SAMPLE) -> int:
+    """How many probes a calibration over `n_docs` documents searches: `sample`, fewer past
+    `CALIBRATION_PAIRS` / `sample` documents (bounded exact-search work), never fewer than `MIN_PROBES`."""
+    return max(min(sample, MIN_PROBES), min(sample, CALIBRATION_PAIRS // max(n_docs, 1)))
+
+
 def make_probes(candidates: ProbeCandidates, encoder: OnnxEncoder, store: Store, doc_ids: np.ndarray,
                 batch_size: int | None = None) -> Probes:
-    """Choose and encode at most `candidates.sample` probes (see the module docstring for the order)."""
+    """Choose and encode at most `candidates.sample` probes (see the module docstring for the order), fewer for
+    a large corpus (`probe_count`)."""
     c = candidates
+    sample = probe_count(len(doc_ids), c.sample)
+    if sample < c.sample:
+        log.info("calibration probes: %d, not %d, over %d documents (exact search bounded to %.1e pairs)",
+                 sample, c.sample, len(doc_ids), CALIBRATION_PAIRS)
     if c.mode not in PROBE_MODES:
         raise ValueError(f"--probes must be one of {', '.join(PROBE_MODES)}; not {c.mode!r}")
     if c.mode != "spans" and c.held_apart:
-        pick = _pick(len(c.held_apart), c.sample, c.seed)
+        pick = _pick(len(c.held_apart), sample, c.seed)
         texts = [c.held_apart[i] for i in pick]
         self_ids = [c.held_apart_self_ids[i] for i in pick] if c.held_apart_self_ids else [-1] * len(pick)
         info = ProbeInfo(source="held_apart_queries", detail=c.held_apart_from, n_probes=len(pick),
                          n_available=len(c.held_apart), seed=c.seed, sees_eval_queries=False)
     elif c.mode != "spans" and c.eval_texts:
-        pick = _pick(len(c.eval_texts), c.sample, c.seed)
+        pick = _pick(len(c.eval_texts), sample, c.seed)
         texts = [c.eval_texts[i] for i in pick]
         self_ids = [c.eval_self_ids[i] for i in pick] if c.eval_self_ids else [-1] * len(pick)
         info = ProbeInfo(source="eval_queries_text", detail=c.eval_from, n_probes=len(pick),
@@ -109,7 +125,7 @@ def make_probes(candidates: ProbeCandidates, encoder: OnnxEncoder, store: Store,
     else:
         if c.mode == "queries":
             raise ValueError("--probes queries: this build has no queries (give --queries, or use auto/spans)")
-        pick = _pick(len(doc_ids), c.sample, c.seed)
+        pick = _pick(len(doc_ids), sample, c.seed)
         chosen = doc_ids[pick]
         by_id = store.texts(chosen.tolist())
         texts = document_spans([by_id[int(i)] for i in chosen], c.seed)

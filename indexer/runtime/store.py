@@ -299,6 +299,9 @@ class GradedEvalSet:
     self_docs: list[int]  # per query: the FAISS id of the document with the query's external id, else -1
 
 
+WRITER_CACHE_KIB = 256 * 1024  # a build's store writer's SQLite page cache (the build's memory, not the API's)
+
+
 class CorpusStoreWriter:
     """Writes a corpus store while the corpus streams in (the caller writes it inside a not-yet-published build
     folder). `put` upserts by FAISS id, so a later row with the same id replaces the earlier one; `finish`
@@ -310,6 +313,8 @@ class CorpusStoreWriter:
         # A fresh file in a staging folder that a failed build deletes: no journal needed; synced in finish().
         self._con.execute("PRAGMA journal_mode = OFF")
         self._con.execute("PRAGMA synchronous = OFF")
+        # the indexes `finish` builds sort every row: a 2 MiB page cache (the default) makes that sort spill
+        self._con.execute(f"PRAGMA cache_size = -{WRITER_CACHE_KIB}")
         self._con.executescript(_SCHEMA + CORPUS_SCHEMA)
 
     def put(self, rows: Sequence[tuple[int, str | int, str, str]]) -> None:

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import fields
+from dataclasses import asdict, fields
 
 from fastapi import APIRouter, Request, Response
 

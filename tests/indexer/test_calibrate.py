@@ -69,7 +69,8 @@ def test_the_fewest_lists_that_reach_the_target(target: float) -> None:
     assert cal.recall_at_10 >= target
     assert brute_force_recall(index, query_ids, queries, cal.nprobe - 1) < target  # one list fewer misses it
     assert [m.nprobe for m in cal.measured] == sorted({m.nprobe for m in cal.measured})
-    assert len(cal.measured) <= 8  # bisection over 64 lists, not a sweep
+    # galloping (1, 2, 4…) then bisection over 64 lists, not a sweep, never far past the answer
+    assert len(cal.measured) <= 13 and max(m.nprobe for m in cal.measured) <= 2 * cal.nprobe
 
 
 def test_an_encoder_that_spreads_neighbours_gets_more_lists() -> None:

@@ -1,0 +1,105 @@
+"""The figures of docs/scaling.md: one log-log plot per figure of `bench/scale.py` against N.
+
+    python -m bench.scale_plots            # reads bench/results/scale-*.json, writes docs/scaling-*.png
+
+For each size the latest result that measured it is taken (a `-nommap` run is left out: it serves the same build
+another way). Figures a run did not reach (cut short) are left out of that size's points.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results"
+DOCS = REPO / "docs"
+
+Series = dict[str, Callable[[dict[str, Any]], float | None]]
+
+
+def latest_per_size() -> list[dict[str, Any]]:
+    """The latest measurement of each N (files are stamped: later names sort later)."""
+    by_n: dict[int, dict[str, Any]] = {}
+    for path in sorted(RESULTS.glob("scale-*.json")):
+        if path.stem.endswith("-nommap"):
+            continue
+        for r in json.loads(path.read_text()):
+            by_n[int(r["n_docs"])] = r
+    return [by_n[n] for n in sorted(by_n)]
+
+
+def _get(*keys: str) -> Callable[[dict[str, Any]], float | None]:
+    def read(r: dict[str, Any]) -> float | None:
+        v: Any = r
+        for k in keys:
+            if not isinstance(v, dict) or k not in v:
+                return None
+            v = v[k]
+        return float(v) if isinstance(v, (int, float)) else None
+    return read
+
+
+def _search(mode: str, flt: str, conns: int, key: str = "p50_ms") -> Callable[[dict[str, Any]], float | None]:
+    def read(r: dict[str, Any]) -> float | None:
+        for s in r.get("search", []):
+            if s["mode"] == mode and s["filter"] == flt and s["conns"] == conns:
+                return float(s[key])
+        return None
+    return read
+
+
+FIGURES: dict[str, tuple[str, Series]] = {
+    "build-seconds": ("build wall seconds by stage (under each run's load)", {
+        "total": _get("stages_s", "total_s"), "load (read + store)": _get("stages_s", "load_s"),
+        "k-means": _get("stages_s", "train_s"), "add": _get("stages_s", "add_s"),
+        "BM25": _get("stages_s", "lexical_s"), "calibration": _get("stages_s", "calibrate_s")}),
+    "build-rss": ("build peak RSS (MiB)", {"peak RSS": _get("build", "peak_rss_mib")}),
+    "bytes-per-doc": ("bytes per document on disk", {
+        "total": _get("bytes_per_doc", "total_on_disk"), "vectors": _get("bytes_per_doc", "vectors"),
+        "store": _get("bytes_per_doc", "store"), "filters": _get("bytes_per_doc", "filters"),
+        "lexical": _get("bytes_per_doc", "lexical"), "quantizer+lists": _get("bytes_per_doc", "quantizer+lists")}),
+    "serving-rss": ("serving RSS (MiB)", {
+        "steady": _get("swap", "steady_rss_mib"), "steady anonymous": _get("swap", "steady_anon_mib"),
+        "swap peak": _get("swap", "swap_peak_rss_mib"), "swap peak anonymous": _get("swap", "swap_peak_anon_mib")}),
+    "startup": ("startup to /ready (s, checksums on)", {"startup": _get("startup_s")}),
+    "search-p50": ("/search p50 ms, 1 connection", {
+        f"{m}{' 1 % filter' if f != 'none' else ''}": _search(m, f, 1)
+        for m in ("dense", "lexical", "hybrid") for f in ("none", "1 %")}),
+    "throughput": ("/search requests/s, 8 connections", {
+        m: _search(m, "none", 8, "rps") for m in ("dense", "lexical", "hybrid")}),
+}
+
+
+def plot(results: list[dict[str, Any]], out: Path = DOCS) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for name, (title, series) in FIGURES.items():
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for label, read in series.items():
+            pts = [(r["n_docs"], v) for r in results if (v := read(r)) is not None and v > 0]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), marker="o", label=label)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("documents (N)")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = out / f"scaling-{name}.png"
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+if __name__ == "__main__":
+    for p in plot(latest_per_size()):
+        print(p)
