@@ -32,6 +32,7 @@ INDEXER = {
     "compact": ("--root", "--model", "--threads", "--keep", "--no-eval", "--rebuild-after",),
     "verify": ("--root", "--version",),
     "info": ("--root", "--json",),
+    "collection": ("--root", "--set", "--unset", "--fingerprint",),
 }
 ENCODER = {
     "export": (
