@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from indexer.runtime.ann import SEARCH_KNOBS, IndexParamError, check_knobs
 from indexer.runtime.atomic import write_json_atomic
-from indexer.runtime.filters import LIMITS, FilterLimits
+from indexer.runtime.filters import LIMITS, FilterError, FilterLimits, check_limits
 from indexer.runtime.fusion import DEFAULT_ALPHA, DEFAULT_RRF_K, Fusion
 from indexer.runtime.query import Query
 
@@ -114,21 +114,19 @@ class CollectionConfig(BaseModel):
     def shape(self, query: Query, kind: str | None, *, brought_vector: bool = False) -> Query:
         """`query` with this collection's defaults under the request's own (its mode unless it brings a vector,
         which decides the mode; the knobs `kind` takes), after checking it against the collection's limits."""
-        self.check_request(query.top_k, query.filter)
+        self.check_request(query)
         mode = query.mode or (None if brought_vector else self.mode)
         knobs = query.knobs if kind is None else self.knobs_for(kind, query.knobs)
         return query if (mode, knobs) == (query.mode, query.knobs) else replace(query, mode=mode, knobs=knobs)
 
-    def check_request(self, top_k: int | None, flt: dict[str, Any] | None) -> None:
-        """Raises ConfigError (field: the request's) for a top_k or filter over this collection's limits."""
-        from indexer.runtime.filters import FilterError, check_limits
-
-        if top_k is not None and self.max_top_k is not None and top_k > self.max_top_k:
-            raise ConfigError(f"top_k {top_k} is over this collection's limit of {self.max_top_k} "
+    def check_request(self, query: Query) -> None:
+        """Raises ConfigError (field: the request's) for a query over this collection's limits."""
+        if query.top_k is not None and self.max_top_k is not None and query.top_k > self.max_top_k:
+            raise ConfigError(f"top_k {query.top_k} is over this collection's limit of {self.max_top_k} "
                               f"(collection.json max_top_k)", "top_k")
-        if flt is not None and self.filter != FilterCaps():
+        if query.filter is not None and self.filter != FilterCaps():
             try:
-                check_limits(flt, self.filter.limits())
+                check_limits(query.filter, self.filter.limits())
             except FilterError as exc:
                 raise ConfigError(f"{exc} (this collection's limits: collection.json filter)", "filter") from None
 
