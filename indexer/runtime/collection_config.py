@@ -7,7 +7,7 @@ process-wide setting or built-in default):
 - `search`: the vector search's knobs by name (`ann.SEARCH_KNOBS`: `nprobe` for IVF, `ef_search` for HNSW),
   checked against the served version's kind when set; a knob the served kind does not take is not applied
   (STRATA_NPROBE / STRATA_EF_SEARCH, then the manifest, decide);
-- `max_top_k`, `filter`: limits, only ever narrower than the API's (`MAX_TOP_K`, `filters.LIMITS`);
+- `max_top_k`, `max_queries`, `filter`: limits, only ever narrower than the API's (`MAX_TOP_K`, `filters.LIMITS`);
 - `access`: what a key may do there, only ever narrower than its grants (`service.auth`): the scope reading
   needs (`read` or `admin`), whether writes are allowed at all, and which keys (by fingerprint) may use it.
 
@@ -91,6 +91,7 @@ class CollectionConfig(BaseModel):
     search: dict[str, int] = Field(default_factory=dict, description="default vector-search knobs by name "
                                    "(nprobe for IVF, ef_search for HNSW)")
     max_top_k: int | None = Field(None, ge=1, le=MAX_TOP_K, description="top_k limit, at most the API's")
+    max_queries: int | None = Field(None, ge=1, description="queries per /search call, at most the API's 64")
     filter: FilterCaps = Field(default_factory=FilterCaps)
     access: Access = Field(default_factory=Access)
 
@@ -124,6 +125,9 @@ class CollectionConfig(BaseModel):
         if query.top_k is not None and self.max_top_k is not None and query.top_k > self.max_top_k:
             raise ConfigError(f"top_k {query.top_k} is over this collection's limit of {self.max_top_k} "
                               f"(collection.json max_top_k)", "top_k")
+        if query.top_k is not None and self.max_queries is not None and len(query.texts) > self.max_queries:
+            raise ConfigError(f"{len(query.texts)} queries are over this collection's limit of {self.max_queries} "
+                              f"(collection.json max_queries)", "queries")
         if query.filter is not None and self.filter != FilterCaps():
             try:
                 check_limits(query.filter, self.filter.limits())

@@ -71,6 +71,15 @@ def test_limits_narrow_the_request() -> None:
     assert caught.value.field == "filter"
 
 
+def test_max_queries_caps_a_batch_of_queries() -> None:
+    config = cc.with_changes(cc.CollectionConfig(), ["max_queries=2"], [], "here")
+    config.shape(Query(["a", "b"], 5), None)
+    config.shape(Query(["a", "b", "c"], None), None)  # encoding (/encode, writes) is not a search
+    with pytest.raises(cc.ConfigError, match="3 queries are over this collection's limit of 2") as caught:
+        config.shape(Query(["a", "b", "c"], 5), None)
+    assert caught.value.field == "queries"
+
+
 def test_served_version_checks() -> None:
     cc.CollectionConfig(search={"nprobe": 8}).check_served("ivf", has_lexical=False)
     with pytest.raises(cc.ConfigError, match="not a search parameter of this version's flat index") as caught:
