@@ -46,6 +46,22 @@ def model_info(model_dir: Path, meta: EncoderMeta) -> ModelInfo:
                      dim=meta.dim, max_length=meta.max_length, source=meta.source)
 
 
+def _stage_lexical(stage: Path, manifest: Manifest) -> None:
+    """The staged version's lexical index, when its manifest asks for one, built from the staged store (a
+    compacted or grown version indexes its writes too); ValueError for a lexical default mode without one."""
+    if manifest.lexical is None:
+        if manifest.default_mode in ("lexical", "hybrid"):
+            raise ValueError(f"--default-mode {manifest.default_mode} needs a lexical index (drop --no-lexical)")
+        return
+    store = Store(stage / STORE)
+    try:
+        with storage_errors(stage / LEXICAL_DIR, "writing the lexical index"):
+            manifest.lexical = build_lexical(stage, store.all_texts(), manifest.lexical)
+    finally:
+        store.close()
+    manifest.build_seconds.lexical_s = manifest.lexical.seconds
+
+
 def save_and_evaluate(stage: Path, manifest: Manifest, t_start: float, *, evaluate_it: bool,
                       threads: int | None, target_recall: float | None = None,
                       probe_maker: Callable[[IndexVersion], Probes] | None = None, report_after: bool = False
@@ -60,16 +76,7 @@ def save_and_evaluate(stage: Path, manifest: Manifest, t_start: float, *, evalua
     in `stage` (a version grown from a calibrated one), else the version's own documents.
     `report_after`: measure only the gate's figure here, and leave the report's evaluations pending, for
     `indexer.report.run_report` once the version is published."""
-    if manifest.lexical is not None:  # from the staged store: a compacted or grown version indexes its writes too
-        store = Store(stage / STORE)
-        try:
-            with storage_errors(stage / LEXICAL_DIR, "writing the lexical index"):
-                manifest.lexical = build_lexical(stage, store.all_texts(), manifest.lexical)
-        finally:
-            store.close()
-        manifest.build_seconds.lexical_s = manifest.lexical.seconds
-    elif manifest.default_mode in ("lexical", "hybrid"):
-        raise ValueError(f"--default-mode {manifest.default_mode} needs a lexical index (drop --no-lexical)")
+    _stage_lexical(stage, manifest)
     calibration = manifest.index.nprobe_calibration or manifest.index.calibration
     if target_recall is None and calibration is not None:
         target_recall = calibration.target_recall

@@ -23,10 +23,13 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from indexer.runtime.atomic import write_json_atomic
 from indexer.runtime.progress import FILE_ENV
+
+if TYPE_CHECKING:
+    from models.data import QuoraDev
 
 log = logging.getLogger(__name__)
 
@@ -155,16 +158,11 @@ def adapt(cfg: AdaptConfig, on_status: Callable[[AdaptStatus], None] | None = No
 
 
 def _run(cfg: AdaptConfig, work: Path, status: StatusWriter) -> Path:
-    import shutil
-    import threading
-
     from indexer.runtime.encoder import EncoderMeta
     from models.checkpoint import default_checkpoint
     from models.data import DEV_ROWS, EVAL_ROWS, HELD_OUT, quora_dev, quora_training_questions
     from models.export import export_encoder
     from models.mine import mine
-    from models.train_config import TrainConfig
-    from models.trainer import Trainer
 
     checkpoint = Path(cfg.checkpoint) if cfg.checkpoint else Path(default_checkpoint())
     dev_rows = cfg.dev_rows or DEV_ROWS
@@ -210,57 +208,108 @@ def _run(cfg: AdaptConfig, work: Path, status: StatusWriter) -> Path:
     train_dir = work / "train"
     train_stamp = {"checkpoint": str(checkpoint.resolve()), "mine": mine_stamp, **cfg.train_settings()}
     stage("train", f"{cfg.steps} steps, batch {cfg.batch_size}, selected on Quora dev every {cfg.eval_every}")
-    if not _stamp_ok(work / "train.json", {**train_stamp, "finished": True}):
-        if not _stamp_ok(work / "train.json", {**train_stamp, "finished": False}):
-            shutil.rmtree(train_dir, ignore_errors=True)  # another recipe's checkpoints: not resumable here
-            write_json_atomic(work / "train.json", {**train_stamp, "finished": False})
-        tcfg = TrainConfig(
-            out=train_dir, model=str(checkpoint), pooler="avg_last", objective="sup_hardneg", data=str(mined),
-            batch_size=cfg.batch_size, max_length=cfg.max_length, lr=cfg.lr, max_steps=cfg.steps,
-            warmup_ratio=cfg.warmup_ratio, eval_every=cfg.eval_every, eval_on="quora", eval_mode="mean",
-            eval_at_start=False, seed=cfg.seed, resume=True, device="cpu", threads=cfg.threads,
-            progress=cfg.progress,
-        )
-        stop_watch = threading.Event()
-
-        def watch() -> None:  # the ETA in status.json follows the trainer's log
-            while not stop_watch.wait(10):
-                step, eta = _eta_from_log(train_dir / "log.jsonl", cfg.steps)
-                status.update(step=step, total_steps=cfg.steps, eta_s=eta,
-                              best_dev=_best_dev_from_log(train_dir / "log.jsonl"))
-
-        watcher = threading.Thread(target=watch, daemon=True)
-        watcher.start()
-        try:
-            result = Trainer(tcfg, dev=quora_dev(data, dev_rows=dev_rows)).train()
-        finally:
-            stop_watch.set()
-            watcher.join()
-        status.update(step=result.steps, total_steps=cfg.steps, eta_s=0.0, best_dev=result.best_dev)
-        write_json_atomic(work / "train.json", {**train_stamp, "finished": True})
-    else:  # trained by an earlier run: its best dev figure is in its log
-        status.update(best_dev=_best_dev_from_log(train_dir / "log.jsonl"))
+    _train(cfg, checkpoint, mined, work, status, train_stamp, lambda: quora_dev(data, dev_rows=dev_rows))
     done("train")
 
     # 4. export the best checkpoint with the token mean served (int8 where it can be calibrated and gated)
     stage("export", f"{train_dir / 'best'} (pooling mean, quantize {cfg.quantize}) to {cfg.out}")
-    quantize: Literal["int8"] | None = "int8" if cfg.quantize == "int8" else None
-    if cfg.quantize == "auto":
-        from models.quantize import int8_data_problem
-
-        problem = int8_data_problem()
-        quantize = None if problem else "int8"
-        if problem:
-            log.warning("adapt: exporting fp32: static int8 needs its calibration and gate data (%s)", problem)
-    # the same training exported the same way and still in place: a nightly rerun costs nothing
-    export_stamp = {"train": train_stamp, "quantize": quantize, "out": str(Path(cfg.out).resolve())}
-    out_meta = Path(cfg.out) / "encoder.json"
-    current_sha = (EncoderMeta.model_validate_json(out_meta.read_text()).onnx_sha256 if out_meta.is_file()
-                   else None)
-    if not (current_sha and _stamp_ok(work / "export.json", {**export_stamp, "onnx_sha256": current_sha})):
-        meta = export_encoder(train_dir / "best", cfg.out, pooling="mean", force=True, quantize=quantize,
-                              source=f"encoder adapt of {checkpoint} (Quora, {cfg.steps} steps, seed {cfg.seed})")
-        write_json_atomic(work / "export.json", {**export_stamp, "onnx_sha256": meta.onnx_sha256})
+    _export(cfg, checkpoint, work, train_stamp)
     done("export")
     status.update(stage="done", message=f"exported {cfg.out}", eta_s=0.0)
     return Path(cfg.out)
+
+
+def _train(cfg: AdaptConfig, checkpoint: Path, mined: Path, work: Path, status: StatusWriter,
+           train_stamp: dict[str, Any], dev: Callable[[], QuoraDev]) -> None:
+    """Stage 3: token-mean pooling, in-batch + mined negatives, selected on Quora dev MRR@10 of the mean; resumed
+    from its checkpoints, skipped when an earlier run finished the same training."""
+    from models.train_config import TrainConfig
+    from models.trainer import Trainer
+
+    train_dir = work / "train"
+    if not start_training(work, train_stamp):  # trained by an earlier run: its best dev figure is in its log
+        status.update(best_dev=_best_dev_from_log(train_dir / "log.jsonl"))
+        return
+    tcfg = TrainConfig(
+        out=train_dir, model=str(checkpoint), pooler="avg_last", objective="sup_hardneg", data=str(mined),
+        batch_size=cfg.batch_size, max_length=cfg.max_length, lr=cfg.lr, max_steps=cfg.steps,
+        warmup_ratio=cfg.warmup_ratio, eval_every=cfg.eval_every, eval_on="quora", eval_mode="mean",
+        eval_at_start=False, seed=cfg.seed, resume=True, device="cpu", threads=cfg.threads, progress=cfg.progress,
+    )
+    train_watched(lambda: Trainer(tcfg, dev=dev()).train(), train_dir, cfg.steps, status, best_dev=True)
+    write_json_atomic(work / "train.json", {**train_stamp, "finished": True})
+
+
+def start_training(work: Path, train_stamp: dict[str, Any]) -> bool:
+    """False when an earlier run finished this very training; else True, its checkpoints kept when they are this
+    training's (resumed), removed when they are another's."""
+    if _stamp_ok(work / "train.json", {**train_stamp, "finished": True}):
+        return False
+    if not _stamp_ok(work / "train.json", {**train_stamp, "finished": False}):
+        import shutil
+
+        shutil.rmtree(work / "train", ignore_errors=True)  # another run's checkpoints: not resumable here
+        write_json_atomic(work / "train.json", {**train_stamp, "finished": False})
+    return True
+
+
+def train_watched(train: Callable[[], Any], train_dir: Path, steps: int, status: StatusWriter, *,
+                  best_dev: bool) -> Any:  # noqa: ANN401 (the trainer's result)
+    """Run `train` while status.json's step and ETA follow the trainer's log (and its best dev figure, with
+    `best_dev`); then the final figures."""
+    import threading
+
+    stop_watch = threading.Event()
+
+    def watch() -> None:
+        while not stop_watch.wait(10):
+            step, eta = _eta_from_log(train_dir / "log.jsonl", steps)
+            extra = {"best_dev": _best_dev_from_log(train_dir / "log.jsonl")} if best_dev else {}
+            status.update(step=step, total_steps=steps, eta_s=eta, **extra)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        result = train()
+    finally:
+        stop_watch.set()
+        watcher.join()
+    status.update(step=result.steps, total_steps=steps, eta_s=0.0, best_dev=result.best_dev)
+    return result
+
+
+def quantize_choice(asked: str) -> Literal["int8"] | None:
+    """`--quantize`: int8, none, or auto (int8 where its calibration and gate data are at hand)."""
+    if asked != "auto":
+        return "int8" if asked == "int8" else None
+    from models.quantize import int8_data_problem
+
+    problem = int8_data_problem()
+    if problem:
+        log.warning("adapt: exporting fp32: static int8 needs its calibration and gate data (%s)", problem)
+    return None if problem else "int8"
+
+
+def export_once(work: Path, out: Path, export_stamp: dict[str, Any], export: Callable[[], Any]) -> None:
+    """Run `export` (it returns the `EncoderMeta` it wrote to `out`) unless the same export is still in place: a
+    nightly rerun costs nothing."""
+    from indexer.runtime.encoder import EncoderMeta
+
+    out_meta = Path(out) / "encoder.json"
+    current_sha = (EncoderMeta.model_validate_json(out_meta.read_text()).onnx_sha256 if out_meta.is_file()
+                   else None)
+    if not (current_sha and _stamp_ok(work / "export.json", {**export_stamp, "onnx_sha256": current_sha})):
+        meta = export()
+        write_json_atomic(work / "export.json", {**export_stamp, "onnx_sha256": meta.onnx_sha256})
+
+
+def _export(cfg: AdaptConfig, checkpoint: Path, work: Path, train_stamp: dict[str, Any]) -> None:
+    """Stage 4: the best checkpoint exported with the token mean served (int8 where it can be calibrated and
+    gated)."""
+    from models.export import export_encoder
+
+    quantize = quantize_choice(cfg.quantize)
+    export_stamp = {"train": train_stamp, "quantize": quantize, "out": str(Path(cfg.out).resolve())}
+    export_once(work, Path(cfg.out), export_stamp, lambda: export_encoder(
+        work / "train" / "best", cfg.out, pooling="mean", force=True, quantize=quantize,
+        source=f"encoder adapt of {checkpoint} (Quora, {cfg.steps} steps, seed {cfg.seed})"))

@@ -35,8 +35,6 @@ import hashlib
 import json
 import logging
 import random
-import shutil
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -46,7 +44,15 @@ from typing import Any, Literal, get_args
 import numpy as np
 
 from indexer.runtime.atomic import write_json_atomic
-from models.adapt import AdaptStatus, StatusWriter, _eta_from_log, _stamp_ok
+from models.adapt import (
+    AdaptStatus,
+    StatusWriter,
+    _stamp_ok,
+    export_once,
+    quantize_choice,
+    start_training,
+    train_watched,
+)
 
 log = logging.getLogger(__name__)
 
@@ -321,15 +327,115 @@ def adapt_corpus(cfg: CorpusAdaptConfig, on_status: Callable[[AdaptStatus], None
     return status.run(lambda: _run(cfg, work, status))
 
 
-def _run(cfg: CorpusAdaptConfig, work: Path, status: StatusWriter) -> Path:
-    from indexer.corpus import CorpusFormatError
+def _views(cfg: CorpusAdaptConfig, docs: list[Any], train: list[int], negatives: dict[int, int], window: int,
+           views: Path, views_stamp: dict[str, Any], work: Path) -> list[tuple[Any, ...]]:
+    """Stage 3: the training views (seeded; title → body or two crops, plus the mined neighbour's view), written
+    once per stamp; new views make an older training not resumable."""
+    if not (_stamp_ok(work / "views.json", views_stamp) and views.is_file()):
+        examples = training_views(cfg.recipe, docs, train, negatives, cfg.seed, window)
+        tmp = views.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(ex) + "\n" for ex in examples))
+        tmp.replace(views)
+        write_json_atomic(work / "views.json", views_stamp)
+        (work / "train.json").unlink(missing_ok=True)
+    return [tuple(json.loads(line)) for line in views.read_text().splitlines() if line.strip()]
+
+
+def _adaptation(cfg: CorpusAdaptConfig, served: str, selected_on: str, best: dict[str, Any],
+                decision: dict[str, Any]) -> dict[str, Any]:
+    """The record `encoder.json` keeps of the adaptation (`/ready` shows it): what was selected, the gate's
+    decision, and a note when the stock encoder was kept or the choice is unverified."""
+    adapted = decision["adapted"]
+    adaptation: dict[str, Any] = {
+        "recipe": cfg.recipe, "adapted": adapted, "verified": bool(cfg.queries) and adapted,
+        "selected_on": selected_on, "best_step": int(best["step"]), "best_score": round(float(best["dev"]), 4),
+        "stock_score": decision["stock_score"], "gate": {k: v for k, v in decision.items() if k != "stock_score"},
+        "steps": cfg.steps, "seed": cfg.seed, "corpus": str(cfg.data), "max_length_trained": cfg.max_length,
+        "served": served if adapted else STOCK_SERVED,
+    }
+    if not adapted:
+        why = ("no trained checkpoint beat the stock encoder" if int(best["step"]) == 0 or decision["delta"] <= 0
+               else f"the gain over the stock encoder, {decision['delta']:+.2f} [95 % CI {decision['ci'][0]:+.2f}, "
+                    f"{decision['ci'][1]:+.2f}], is not significant")
+        adaptation["note"] = f"{why} (its token mean, on {selected_on}): the stock encoder is exported"
+    elif not cfg.queries:
+        adaptation["note"] = ("unverified: selected on a label-free proxy only; give dev queries (--queries) to "
+                              "verify that retrieval does not drop")
+    return adaptation
+
+
+def _base_and_mined(cfg: CorpusAdaptConfig, checkpoint: Path, cache: Path, docs: list[Any], train: list[int],
+                    corpus_key: dict[str, Any], stage: Callable[[str, str], None], done: Callable[[str], None]
+                    ) -> tuple[dict[str, Any], dict[int, int]]:
+    """Stages 1-2, kept in the cache (the same for every seed): the base encoder exported (what mines), and for
+    crops the hard negatives mined with the user's own index. Their stamp, and each document's negative."""
     from indexer.runtime.encoder import EncoderMeta
-    from models.checkpoint import default_checkpoint
     from models.data import TrainingQuestions
     from models.export import export_encoder
     from models.mine import mine
+
+    # 1. the base encoder, exported fp32 with mean pooling at the length cap: what mines the negatives
+    base = cache / "base"
+    base_stamp = {"checkpoint": str(checkpoint.resolve()), "max_length": cfg.max_length}
+    stage("base", f"export {checkpoint} (fp32, mean, {cfg.max_length} tokens) to {base}")
+    if not (_stamp_ok(cache / "base.json", base_stamp) and (base / "encoder.json").is_file()):
+        export_encoder(checkpoint, base, pooling="mean", max_length=cfg.max_length, force=True)
+        write_json_atomic(cache / "base.json", base_stamp)
+    base_sha = EncoderMeta.model_validate_json((base / "encoder.json").read_text()).onnx_sha256
+    done("base")
+
+    # 2. hard negatives from the user's own index (crops only): the same for every seed, so kept in the cache
+    mined = cache / "mined.tsv"
+    mine_stamp = {"base_sha256": base_sha, **corpus_key, "skip": cfg.skip, "take": cfg.take}
+    negatives: dict[int, int] = {}
+    if cfg.recipe == "crops":
+        stage("mine", f"hard negatives over {len(train):,} documents (skip {cfg.skip}, take {cfg.take})")
+        if not (_stamp_ok(cache / "mine.json", mine_stamp) and mined.is_file()):
+            texts = {i: docs[i].text for i in train}
+            mine(TrainingQuestions(texts, [(i, i) for i in train]), base, mined, skip=cfg.skip,
+                 take=cfg.take, threads=cfg.threads, seed=cfg.seed, progress=cfg.progress)
+            write_json_atomic(cache / "mine.json", mine_stamp)
+        negatives = read_mined_ids(mined)
+        done("mine")
+
+    return mine_stamp, negatives
+
+
+def _export(cfg: CorpusAdaptConfig, checkpoint: Path, work: Path, source_ckpt: Path, train_stamp: dict[str, Any],
+            adaptation: dict[str, Any]) -> None:
+    """Stage 6: the selected checkpoint (or stock, when the gate kept it) exported with its served vector."""
+    from models.export import export_encoder
+
+    adapted = adaptation["adapted"]
+    quantize = quantize_choice(cfg.quantize)
+    export_stamp = {"train": train_stamp, "quantize": quantize, "out": str(Path(cfg.out).resolve()),
+                    "adaptation": adaptation}
+    what = f"{cfg.recipe}, {cfg.steps} steps, seed {cfg.seed}"
+    export_once(work, Path(cfg.out), export_stamp, lambda: export_encoder(
+        source_ckpt, cfg.out, pooling=adaptation["served"], force=True, quantize=quantize, adaptation=adaptation,
+        source=(f"encoder adapt --data {cfg.data} of {checkpoint} ({what})" if adapted else
+                f"{checkpoint} (encoder adapt --data {cfg.data} kept stock: {what})")))
+
+
+def _train(cfg: CorpusAdaptConfig, checkpoint: Path, train_dir: Path, examples: list[tuple[Any, ...]],
+           dev: RetrievalDev | CropProxy, status: StatusWriter) -> None:
+    """Stage 4: the recipe's training, every checkpoint (step 0 = stock included) scored on `dev`."""
     from models.train_config import TrainConfig
     from models.trainer import Trainer
+
+    recipe = RECIPE_TRAINING[cfg.recipe]
+    tcfg = TrainConfig(
+        out=train_dir, model=str(checkpoint), pooler=recipe.pooler, objective=recipe.objective, data="corpus",
+        batch_size=cfg.batch_size, max_length=cfg.max_length, lr=cfg.lr, temperature=cfg.effective_temperature(),
+        max_steps=cfg.steps, warmup_ratio=cfg.warmup_ratio, eval_every=cfg.eval_every, eval_mode=recipe.served,
+        eval_at_start=True, seed=cfg.seed, resume=True, device="cpu", threads=cfg.threads, progress=cfg.progress)
+    train_watched(lambda: Trainer(tcfg, examples=examples, dev=dev).train(), train_dir, cfg.steps, status,
+                  best_dev=False)
+
+
+def _run(cfg: CorpusAdaptConfig, work: Path, status: StatusWriter) -> Path:
+    from indexer.corpus import CorpusFormatError
+    from models.checkpoint import default_checkpoint
 
     checkpoint = Path(cfg.checkpoint) if cfg.checkpoint else Path(default_checkpoint())
     recipe = RECIPE_TRAINING[cfg.recipe]
@@ -355,43 +461,14 @@ def _run(cfg: CorpusAdaptConfig, work: Path, status: StatusWriter) -> Path:
     corpus_key = {"data": str(Path(cfg.data).resolve()), "files": _digest(_file_fingerprint(Path(cfg.data))),
                   "docs": len(docs), "max_docs": cfg.max_docs, "proxy_docs": cfg.proxy_docs}
 
-    # 1. the base encoder, exported fp32 with mean pooling at the length cap: what mines the negatives
-    base = cache / "base"
-    base_stamp = {"checkpoint": str(checkpoint.resolve()), "max_length": cfg.max_length}
-    stage("base", f"export {checkpoint} (fp32, mean, {cfg.max_length} tokens) to {base}")
-    if not (_stamp_ok(cache / "base.json", base_stamp) and (base / "encoder.json").is_file()):
-        export_encoder(checkpoint, base, pooling="mean", max_length=cfg.max_length, force=True)
-        write_json_atomic(cache / "base.json", base_stamp)
-    base_sha = EncoderMeta.model_validate_json((base / "encoder.json").read_text()).onnx_sha256
-    done("base")
-
-    # 2. hard negatives from the user's own index (crops only): the same for every seed, so kept in the cache
-    mined = cache / "mined.tsv"
-    mine_stamp = {"base_sha256": base_sha, **corpus_key, "skip": cfg.skip, "take": cfg.take}
-    negatives: dict[int, int] = {}
-    if cfg.recipe == "crops":
-        stage("mine", f"hard negatives over {len(split.train):,} documents (skip {cfg.skip}, take {cfg.take})")
-        if not (_stamp_ok(cache / "mine.json", mine_stamp) and mined.is_file()):
-            texts = {i: docs[i].text for i in split.train}
-            mine(TrainingQuestions(texts, [(i, i) for i in split.train]), base, mined, skip=cfg.skip,
-                 take=cfg.take, threads=cfg.threads, seed=cfg.seed, progress=cfg.progress)
-            write_json_atomic(cache / "mine.json", mine_stamp)
-        negatives = read_mined_ids(mined)
-        done("mine")
+    mine_stamp, negatives = _base_and_mined(cfg, checkpoint, cache, docs, split.train, corpus_key, stage, done)
 
     # 3. the training views (seeded; title → body or two crops, plus the mined neighbour's view)
     views = work / "views.jsonl"
     views_stamp = {**corpus_key, "recipe": cfg.recipe, "seed": cfg.seed, "max_length": cfg.max_length,
                    "mine": mine_stamp if cfg.recipe == "crops" else None}
     stage("views", f"{cfg.recipe} training views of {len(split.train):,} documents")
-    if not (_stamp_ok(work / "views.json", views_stamp) and views.is_file()):
-        examples = training_views(cfg.recipe, docs, split.train, negatives, cfg.seed, window)
-        tmp = views.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(ex) + "\n" for ex in examples))
-        tmp.replace(views)
-        write_json_atomic(work / "views.json", views_stamp)
-        (work / "train.json").unlink(missing_ok=True)  # new views: an older training is not resumable
-    examples = [tuple(json.loads(line)) for line in views.read_text().splitlines() if line.strip()]
+    examples = _views(cfg, docs, split.train, negatives, window, views, views_stamp, work)
     done("views")
 
     # 4. training, every checkpoint (step 0 = stock included) scored on dev nDCG@10 or the label-free proxy
@@ -406,30 +483,8 @@ def _run(cfg: CorpusAdaptConfig, work: Path, status: StatusWriter) -> Path:
                    **cfg.train_settings()}
     stage("train", f"{cfg.recipe}: {cfg.steps} steps, batch {cfg.batch_size}, {cfg.max_length} tokens, selected on "
           f"{selected_on} every {cfg.eval_every}")
-    if not _stamp_ok(work / "train.json", {**train_stamp, "finished": True}):
-        if not _stamp_ok(work / "train.json", {**train_stamp, "finished": False}):
-            shutil.rmtree(train_dir, ignore_errors=True)  # another run's checkpoints: not resumable here
-            write_json_atomic(work / "train.json", {**train_stamp, "finished": False})
-        tcfg = TrainConfig(
-            out=train_dir, model=str(checkpoint), pooler=recipe.pooler, objective=recipe.objective, data="corpus",
-            batch_size=cfg.batch_size, max_length=cfg.max_length, lr=cfg.lr, temperature=cfg.effective_temperature(),
-            max_steps=cfg.steps, warmup_ratio=cfg.warmup_ratio, eval_every=cfg.eval_every, eval_mode=recipe.served,
-            eval_at_start=True, seed=cfg.seed, resume=True, device="cpu", threads=cfg.threads, progress=cfg.progress)
-        stop_watch = threading.Event()
-
-        def watch() -> None:  # the ETA in status.json follows the trainer's log
-            while not stop_watch.wait(10):
-                step, eta = _eta_from_log(train_dir / "log.jsonl", cfg.steps)
-                status.update(step=step, total_steps=cfg.steps, eta_s=eta)
-
-        watcher = threading.Thread(target=watch, daemon=True)
-        watcher.start()
-        try:
-            result = Trainer(tcfg, examples=examples, dev=dev).train()
-        finally:
-            stop_watch.set()
-            watcher.join()
-        status.update(step=result.steps, total_steps=cfg.steps, eta_s=0.0, best_dev=result.best_dev)
+    if start_training(work, train_stamp):
+        _train(cfg, checkpoint, train_dir, examples, dev, status)
         write_json_atomic(work / "train.json", {**train_stamp, "finished": True})
     done("train")
 
@@ -441,45 +496,12 @@ def _run(cfg: CorpusAdaptConfig, work: Path, status: StatusWriter) -> Path:
     decision = gate_decision(cfg, checkpoint, train_dir / "best", int(best["step"]), dev, work / "gate.json",
                              train_stamp)
     adapted = decision["adapted"]
-    adaptation: dict[str, Any] = {
-        "recipe": cfg.recipe, "adapted": adapted, "verified": bool(cfg.queries) and adapted,
-        "selected_on": selected_on, "best_step": int(best["step"]), "best_score": round(float(best["dev"]), 4),
-        "stock_score": decision["stock_score"], "gate": {k: v for k, v in decision.items() if k != "stock_score"},
-        "steps": cfg.steps, "seed": cfg.seed, "corpus": str(cfg.data), "max_length_trained": cfg.max_length,
-        "served": recipe.served if adapted else STOCK_SERVED,
-    }
+    adaptation = _adaptation(cfg, recipe.served, selected_on, best, decision)
     done("gate")
-    if not adapted:
-        why = ("no trained checkpoint beat the stock encoder" if int(best["step"]) == 0 or decision["delta"] <= 0
-               else f"the gain over the stock encoder, {decision['delta']:+.2f} [95 % CI {decision['ci'][0]:+.2f}, "
-                    f"{decision['ci'][1]:+.2f}], is not significant")
-        adaptation["note"] = f"{why} (its token mean, on {selected_on}): the stock encoder is exported"
-    elif not cfg.queries:
-        adaptation["note"] = ("unverified: selected on a label-free proxy only; give dev queries (--queries) to "
-                              "verify that retrieval does not drop")
     source_ckpt = train_dir / "best" if adapted else checkpoint
     stage("export", f"{'adapted' if adapted else 'stock (gate)'} encoder ({adaptation['served']}, quantize "
           f"{cfg.quantize}) to {cfg.out}")
-    quantize: Literal["int8"] | None = "int8" if cfg.quantize == "int8" else None
-    if cfg.quantize == "auto":
-        from models.quantize import int8_data_problem
-
-        problem = int8_data_problem()
-        quantize = None if problem else "int8"
-        if problem:
-            log.warning("adapt: exporting fp32: static int8 needs its calibration and gate data (%s)", problem)
-    export_stamp = {"train": train_stamp, "quantize": quantize, "out": str(Path(cfg.out).resolve()),
-                    "adaptation": adaptation}
-    out_meta = Path(cfg.out) / "encoder.json"
-    current_sha = (EncoderMeta.model_validate_json(out_meta.read_text()).onnx_sha256 if out_meta.is_file()
-                   else None)
-    if not (current_sha and _stamp_ok(work / "export.json", {**export_stamp, "onnx_sha256": current_sha})):
-        what = f"{cfg.recipe}, {cfg.steps} steps, seed {cfg.seed}"
-        meta = export_encoder(source_ckpt, cfg.out, pooling=adaptation["served"], force=True, quantize=quantize,
-                              adaptation=adaptation,
-                              source=(f"encoder adapt --data {cfg.data} of {checkpoint} ({what})" if adapted else
-                                      f"{checkpoint} (encoder adapt --data {cfg.data} kept stock: {what})"))
-        write_json_atomic(work / "export.json", {**export_stamp, "onnx_sha256": meta.onnx_sha256})
+    _export(cfg, checkpoint, work, source_ckpt, train_stamp, adaptation)
     done("export")
     verdict = ("adapted" if adapted else "kept stock") + ("" if cfg.queries or not adapted else " (unverified)")
     status.update(stage="done", message=f"{verdict}: exported {cfg.out}", eta_s=0.0)

@@ -224,8 +224,6 @@ def export_encoder(
     STS-B dev or Quora MRR@10 (screened on `gate_screen_rows` rows first, `models.int8_gate`; 0: the full gate
     only). The Python default is fp32; the `encoder export` command defaults to int8.
     `pooling` None: the checkpoint's declared pooling, else `cls` (`resolve_pooling`)."""
-    from transformers import AutoModel, AutoTokenizer
-
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     folder = encoder_folder(checkpoint)
     choice = resolve_pooling(checkpoint, pooling)
@@ -238,28 +236,7 @@ def export_encoder(
     if out_dir.exists() and not force:
         raise FileExistsError(f"{out_dir} already exists (pass --force to replace it)")
 
-    log.info("loading %s", folder)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        extra = {"attn_implementation": "eager"} if exporter == "torchscript" else {}
-        model = AutoModel.from_pretrained(folder, local_files_only=True, **extra).eval().to("cpu")
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"cannot load a Hugging Face model from {folder}: {exc}") from exc
-    if not tokenizer.is_fast:
-        raise CheckpointError(f"{folder} has no fast tokenizer (tokenizer.json); the serving side needs one")
-    pooler = None
-    if pooling == "pooler":
-        from models.poolers import load_pooler
-
-        pooler_dir = Path(checkpoint) / "pooler"
-        if not pooler_dir.is_dir():
-            raise CheckpointError(f"--pooling pooler: {checkpoint} has no pooler/ folder (a Strata checkpoint)")
-        pooler = load_pooler(pooler_dir).eval()
-    try:
-        wrapper = PooledEncoder(model, pooling, pooler).eval()
-    except ValueError as exc:
-        raise CheckpointError(str(exc)) from exc
-    dim = int(model.config.hidden_size)
+    tokenizer, wrapper, dim = _load(folder, Path(checkpoint), pooling, exporter)
 
     with atomic_dir(out_dir, overwrite=force) as tmp:
         sample = tokenizer(PARITY_SENTENCES[:2], padding=True, return_tensors="pt")
@@ -298,6 +275,35 @@ def export_encoder(
             meta = _quantize_in_place(tmp, meta, gate_rows=gate_rows, max_drop=max_drop, skip_gate=skip_gate,
                                       out_dir=out_dir, screen_rows=gate_screen_rows)
     return meta
+
+
+def _load(folder: Path, checkpoint: Path, pooling: Pooling, exporter: Exporter) -> tuple[Any, PooledEncoder, int]:
+    """The checkpoint's fast tokenizer, its encoder wrapped with `pooling` (a Strata checkpoint's own pooler for
+    `pooler`) and its dimension; CheckpointError saying why it cannot be loaded."""
+    from transformers import AutoModel, AutoTokenizer
+
+    log.info("loading %s", folder)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        extra = {"attn_implementation": "eager"} if exporter == "torchscript" else {}
+        model = AutoModel.from_pretrained(folder, local_files_only=True, **extra).eval().to("cpu")
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"cannot load a Hugging Face model from {folder}: {exc}") from exc
+    if not tokenizer.is_fast:
+        raise CheckpointError(f"{folder} has no fast tokenizer (tokenizer.json); the serving side needs one")
+    pooler = None
+    if pooling == "pooler":
+        from models.poolers import load_pooler
+
+        pooler_dir = checkpoint / "pooler"
+        if not pooler_dir.is_dir():
+            raise CheckpointError(f"--pooling pooler: {checkpoint} has no pooler/ folder (a Strata checkpoint)")
+        pooler = load_pooler(pooler_dir).eval()
+    try:
+        wrapper = PooledEncoder(model, pooling, pooler).eval()
+    except ValueError as exc:
+        raise CheckpointError(str(exc)) from exc
+    return tokenizer, wrapper, int(model.config.hidden_size)
 
 
 def _quantize_in_place(folder: Path, meta: EncoderMeta, *, gate_rows: int, max_drop: float, skip_gate: bool,

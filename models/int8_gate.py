@@ -1,12 +1,12 @@
 """The int8 quality gate: int8 against fp32 on STS-B dev (Spearman × 100) and Quora MRR@10 (paper protocol, exact
 search, so only the encoder differs); refused when either drops more than `max_drop` points.
 
-Staged, so that a clear case costs a small sample and only a close one pays the full gate (issue 38):
+Staged, so that a clear case costs a small sample and only a close one pays the full gate:
 
 1. **screen**: a seeded 500-pair sample of STS-B dev and the first 2,000 Quora rows. Each drop gets a paired
    bootstrap interval (`CONFIDENCE`, over pairs and queries). Both upper bounds within `max_drop`: passed; either
    lower bound beyond it: refused; else
-2. **full**: the gate as it always was, all 1,500 STS-B dev pairs and `rows` (default 20,000) Quora rows, point
+2. **full**: all 1,500 STS-B dev pairs and `rows` (default 20,000) Quora rows, point
    estimates against `max_drop`.
 
 `bench/int8_gate.py` measured the screen's decisions against the full gate's on the recorded schemes and on

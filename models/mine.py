@@ -16,10 +16,14 @@ import logging
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from models.data import MINED_HEADER, TrainingQuestions
+
+if TYPE_CHECKING:
+    from indexer.runtime.encoder import OnnxEncoder
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +83,37 @@ def candidates_for(anchor: int, positive: int, hits: np.ndarray, texts: dict[int
     return out
 
 
+def _encoded(encoder: OnnxEncoder, texts: list[str], out: Path, progress: bool) -> np.ndarray:
+    """The questions' vectors. The encoding is most of the cost (about 15 min on 2 idle cores): kept beside the
+    output, keyed by the model and the questions, so that another --skip/--take or a failed write does not encode
+    again."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cache = out.with_name(out.name + f".{encoder.meta.onnx_sha256[:12]}-{len(texts)}.vectors.npy")
+    if cache.is_file():
+        log.info("reusing the vectors in %s", cache)
+        return np.load(cache)
+    log.info("encoding %d training questions with %s", len(texts), encoder.model_dir)
+    # progress: bars on a terminal; log lines (and $STRATA_PROGRESS_FILE) in any case
+    vectors = encoder.encode(texts, progress=True, bar=progress, desc="mine: encoding")
+    np.save(cache.with_suffix(".tmp.npy"), vectors)
+    cache.with_suffix(".tmp.npy").replace(cache)
+    return vectors
+
+
+def _write_review(path: Path, questions: TrainingQuestions, hits: np.ndarray, cluster: dict[int, int],
+                  rng: random.Random, anchors: int, ranks: int) -> None:
+    """A sample of anchors with their top candidates, for a hand check of the mined negatives."""
+    picked = rng.sample(range(len(questions.pairs)), min(anchors, len(questions.pairs)))
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("# hand check: for each anchor, is the candidate at rank r a duplicate (same intent)?\n")
+        for i in picked:
+            anchor, positive = questions.pairs[i]
+            cands = candidates_for(anchor, positive, hits[i], questions.texts, cluster)[:ranks]
+            f.write(f"\nA {anchor}: {questions.texts[anchor]}\n  positive: {questions.texts[positive]}\n")
+            for r, c in enumerate(cands, 1):
+                f.write(f"  {r}. [{c}] {questions.texts[c]}\n")
+
+
 def mine(
     questions: TrainingQuestions,
     model_dir: Path,
@@ -105,19 +140,7 @@ def mine(
     encoder = OnnxEncoder(model_dir, threads=threads)
     qids = np.fromiter(questions.texts, dtype=np.int64, count=len(questions.texts))
     texts = list(questions.texts.values())
-    # The encoding is most of the cost (about 15 min on 2 idle cores): keep it beside the output, keyed by the
-    # model and the questions, so that another --skip/--take or a failed write does not encode again.
-    out.parent.mkdir(parents=True, exist_ok=True)
-    cache = out.with_name(out.name + f".{encoder.meta.onnx_sha256[:12]}-{len(texts)}.vectors.npy")
-    if cache.is_file():
-        vectors = np.load(cache)
-        log.info("reusing the vectors in %s", cache)
-    else:
-        log.info("encoding %d training questions with %s", len(texts), model_dir)
-        # progress: bars on a terminal; log lines (and $STRATA_PROGRESS_FILE) in any case
-        vectors = encoder.encode(texts, progress=True, bar=progress, desc="mine: encoding")
-        np.save(cache.with_suffix(".tmp.npy"), vectors)
-        cache.with_suffix(".tmp.npy").replace(cache)
+    vectors = _encoded(encoder, texts, out, progress)
     fitted = effective_nlist(len(texts), nlist)
     index, _, _ = build_ivf(vectors, qids, fitted, nprobe)
     position = {int(q): i for i, q in enumerate(qids)}
@@ -152,14 +175,5 @@ def mine(
                           _clean(questions.texts[neg]), anchor, positive, neg, rank])
     tmp.replace(out)
     if review is not None:
-        rng = random.Random(seed)
-        picked = rng.sample(range(len(questions.pairs)), min(review_anchors, len(questions.pairs)))
-        with open(review, "w", encoding="utf-8") as f:
-            f.write("# hand check: for each anchor, is the candidate at rank r a duplicate (same intent)?\n")
-            for i in picked:
-                anchor, positive = questions.pairs[i]
-                cands = candidates_for(anchor, positive, hits[i], questions.texts, cluster)[:review_ranks]
-                f.write(f"\nA {anchor}: {questions.texts[anchor]}\n  positive: {questions.texts[positive]}\n")
-                for r, c in enumerate(cands, 1):
-                    f.write(f"  {r}. [{c}] {questions.texts[c]}\n")
+        _write_review(review, questions, hits, cluster, random.Random(seed), review_anchors, review_ranks)
     return MineReport(len(questions.pairs), with_negative, negatives, skip, take, len(texts), fitted, nprobe)

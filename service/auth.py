@@ -16,7 +16,12 @@ without a key: it asks for one and sends it with its calls.
 Each route declares what it needs, as one of the dependencies below in its `dependencies=[...]`: `PUBLIC` (never a
 key: the page), `ANY_KEY` (any valid key; the route itself filters by the key's grants: `GET /collections`, `/v1/*`;
 and the operations routes, which the default `public_paths` open), `READ_DEFAULT`/`ADMIN_DEFAULT` (that scope on
-the default collection) and `READ_NAMED`/`ADMIN_NAMED` (that scope on the collection of the path's `{name}`).
+the default collection) and `READ_NAMED`/`ADMIN_NAMED` (that scope on the collection of the path's `{name}`);
+`WRITE_DEFAULT`/`WRITE_NAMED` are the admin scope for writes of documents.
+
+A collection's own `access` (its `collection.json`, `indexer.runtime.collection_config`) narrows what the grants
+allow there, never widens it: the scope reading needs, writes refused to every key, the only keys (by fingerprint)
+that may use it (`Authorizer.narrowed`; 403 with the reason).
 `check_routes` refuses an app with a route that declares none, or more than one (`create_app` and the lifespan call
 it): a route added without a declaration fails closed, at startup. The dependency leaves the key's `Grants` on
 `request.state.grants` for the routes that list or choose collections. An open API leaves `None` there: everything
@@ -38,6 +43,7 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.routing import BaseRoute, Mount, Route
 
+from indexer.runtime.collection_config import Access, fingerprint
 from service.settings import Settings
 
 READ, ADMIN = "read", "admin"
@@ -111,10 +117,38 @@ def load_keys(settings: Settings) -> dict[str, Grants]:
 
 
 class Authorizer:
-    def __init__(self, settings: Settings, default_collection: Callable[[], str | None] = lambda: "default") -> None:
+    def __init__(self, settings: Settings, default_collection: Callable[[], str | None] = lambda: "default",
+                 access: Callable[[str], Access | None] = lambda name: None) -> None:
         self.keys = load_keys(settings)
         self.public = set(settings.public_paths) | {PAGE_PATH}
         self.default_collection = default_collection
+        self.access = access  # a collection's own narrowing (collection.json `access`), None: none
+
+    def narrowed(self, grants: Grants | None, key: str | None, scope: str, collection: str, *,
+                 write: bool = False) -> str | None:
+        """Why the collection's own `access` refuses what the key's grants allow (None: it does not). It only ever
+        narrows: `write: none` refuses every writer (an open API's too); `read: admin` and `keys` act on keys."""
+        access = self.access(collection)
+        if access is None:
+            return None
+        where = f"collection {collection!r}"
+        if write and access.write == "none":
+            return f"{where} takes no writes (its collection.json sets access.write: none)"
+        if grants is None or key is None:  # an open API: no key to narrow
+            return None
+        if access.keys is not None and fingerprint(key) not in access.keys:
+            return f"this API key may not use {where} (not in its collection.json access.keys)"
+        if scope == READ and access.read == ADMIN and not grants.may(ADMIN, collection):
+            return f"reading {where} needs the 'admin' scope (its collection.json sets access.read: admin)"
+        return None
+
+    def may_read(self, request: Request, collection: str) -> bool:
+        """Whether the request's key may read `collection`: its grants (`request.state.grants`, left by the route's
+        declared scope), narrowed by the collection's access."""
+        grants = getattr(request.state, "grants", None)
+        if grants is not None and not grants.may(READ, collection):
+            return False
+        return self.narrowed(grants, getattr(request.state, "key", None), READ, collection) is None
 
     @property
     def enabled(self) -> bool:
@@ -164,6 +198,7 @@ class Requires:
 
     scope: Literal["public", "key", "read", "admin"]
     on: Literal["default", "named"] | None = None
+    write: bool = False  # a write of documents (the collection's access.write applies)
 
     async def __call__(self, request: Request,
                        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
@@ -176,7 +211,12 @@ class Requires:
             aim = authorizer.default_collection(), self.scope
         elif self.on == "named":
             aim = request.path_params[NAME_PARAM], self.scope
-        request.state.grants = authorizer.check(request.url.path, credentials, aim)
+        request.state.grants = grants = authorizer.check(request.url.path, credentials, aim)
+        request.state.key = key = credentials.credentials if grants is not None and credentials else None
+        if aim is not None and aim[0] is not None:
+            denied = authorizer.narrowed(grants, key, self.scope, aim[0], write=self.write)
+            if denied:
+                raise HTTPException(403, detail=denied)
 
 
 # What a route puts in its `dependencies=[...]`: exactly one of these.
@@ -186,6 +226,8 @@ READ_DEFAULT = Depends(Requires(READ, "default"))
 ADMIN_DEFAULT = Depends(Requires(ADMIN, "default"))
 READ_NAMED = Depends(Requires(READ, "named"))
 ADMIN_NAMED = Depends(Requires(ADMIN, "named"))
+WRITE_DEFAULT = Depends(Requires(ADMIN, "default", write=True))
+WRITE_NAMED = Depends(Requires(ADMIN, "named", write=True))
 
 
 class RouteScopeError(RuntimeError):
@@ -233,5 +275,6 @@ def check_routes(app: FastAPI) -> None:
             bad.append(f"{getattr(route, 'path', original)}: not an API route, so it cannot declare a scope")
     if bad:
         raise RouteScopeError("routes without exactly one declared scope (service.auth: add one of PUBLIC, ANY_KEY, "
-                              "READ_DEFAULT, ADMIN_DEFAULT, READ_NAMED, ADMIN_NAMED to its dependencies): "
+                              "READ_DEFAULT, ADMIN_DEFAULT, WRITE_DEFAULT, READ_NAMED, ADMIN_NAMED, WRITE_NAMED to its "
+                              "dependencies): "
                               + "; ".join(bad))

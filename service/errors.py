@@ -6,6 +6,7 @@
     BadVector    -> 422 (a brought vector outside the served encoder's space: dimension, NaN/inf, zeros)
     BadSearchParams -> 422 (a search parameter the served index kind does not take, e.g. nprobe of a flat index)
     ModeUnavailable -> 422 (lexical/hybrid on a version without a lexical index, or on the sharded backend)
+    BadConfig    -> 422 (over the collection's own limits, or a collection.json that does not validate: the field)
     WriteRefused -> 409                        WritesUnsupported -> 501      WritesUnavailable -> 503
     StorageFull -> 507 Insufficient Storage    StorageUnavailable -> 503 (an I/O error, a failed fsync, a read-only
                                                root); both with Retry-After and the reason naming the file
@@ -31,6 +32,7 @@ from starlette.exceptions import HTTPException
 
 from indexer.runtime.metadata import json_safe
 from service.engine import (
+    BadConfig,
     BadFilter,
     BadSearchParams,
     BadVector,
@@ -175,6 +177,13 @@ async def bad_search_params(request: Request, exc: BadSearchParams) -> JSONRespo
                                      "msg": str(exc)}]}, status_code=422)
 
 
+async def bad_config(request: Request, exc: BadConfig) -> JSONResponse:
+    """422 shaped like a request validation error, at the field over the collection's limits (or, for
+    `PUT /collections/{name}/config`, the config's field)."""
+    return JSONResponse({"detail": [{"type": "collection_config", "loc": ["body", *exc.loc], "msg": str(exc)}]},
+                        status_code=422)
+
+
 async def bad_vector(request: Request, exc: BadVector) -> JSONResponse:
     """422 shaped like a request validation error, at the vector (for a write: the document's)."""
     return JSONResponse({"detail": [{"type": "vector", "loc": ["body", *exc.loc], "msg": str(exc)}]},
@@ -236,6 +245,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(BadFilter, bad_filter)  # type: ignore[arg-type]
     app.add_exception_handler(BadVector, bad_vector)  # type: ignore[arg-type]
     app.add_exception_handler(BadSearchParams, bad_search_params)  # type: ignore[arg-type]
+    app.add_exception_handler(BadConfig, bad_config)  # type: ignore[arg-type]
     app.add_exception_handler(ModeUnavailable, mode_unavailable)  # type: ignore[arg-type]
     app.add_exception_handler(WriteRefused, write_refused)  # type: ignore[arg-type]
     app.add_exception_handler(WritesUnsupported, writes_unsupported)  # type: ignore[arg-type]

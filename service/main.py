@@ -59,7 +59,7 @@ def create_app(settings: Settings | None = None, tracing: Tracing | None = None)
     app.state.engine = collections.engines.get(collections.default_name() or "")
     app.state.stats = LiveStats()  # the sliding windows of GET /stats, fed by /search
     app.state.collection_stats = {}  # per collection: its own windows (`deps.collection_stats`)
-    app.state.authorizer = Authorizer(settings, collections.default_name)
+    app.state.authorizer = Authorizer(settings, collections.default_name, collections.access)
     install_error_handlers(app)
 
     # Added innermost first: the body cap sits inside CORS, inside the access log (which sees every 413).

@@ -34,6 +34,7 @@ INDEXER = {
     "compact": ("--root", "--model", "--threads", "--keep", "--no-eval", "--rebuild-after",),
     "verify": ("--root", "--version",),
     "info": ("--root", "--json",),
+    "collection": ("--root", "--set", "--unset", "--fingerprint",),
 }
 ENCODER = {
     "export": (

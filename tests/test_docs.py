@@ -138,3 +138,47 @@ def test_the_checks_catch_what_they_are_for(tmp_path: Path) -> None:
     page = tmp_path / "p.md"
     page.write_text("# A title\n\n```text\n# not a heading\n```\n## A title\n")
     assert anchors(page) == {"a-title", "a-title-1"}
+
+
+ARCHITECTURE = REPO / "docs" / "ARCHITECTURE.md"
+PACKAGE_ROW = re.compile(r"^\| `((?:models|indexer|service|strata_client)[a-z_/]*/)` \|([^|]*)\|", re.M)
+DOTTED = re.compile(r"`((?:models|indexer|service|strata_client)(?:\.[a-z_0-9]+)+)")
+
+
+def _is_module(path: Path) -> bool:
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def _names_something(dotted: str) -> bool:
+    """A module, or a name defined at the top of the longest module it starts with (`service.engine.Engine`)."""
+    parts = dotted.split(".")
+    for n in range(len(parts), 1, -1):
+        path = REPO.joinpath(*parts[:n])
+        if _is_module(path):
+            if n == len(parts):
+                return True
+            source = (path.with_suffix(".py") if path.with_suffix(".py").is_file() else path / "__init__.py")
+            return re.search(rf"^(?:class|def|async def) {parts[n]}\b|^{parts[n]}\b.*=|\b{parts[n]}\b.*import|"
+                             rf"import.*\b{parts[n]}\b", source.read_text(), re.M) is not None
+    return False
+
+
+def test_architecture_names_only_modules_that_exist() -> None:
+    """docs/ARCHITECTURE.md's package table names its modules bare (`searcher` in the `service/engine/` row): each
+    must be a module or package there (the CLIs' names, `encoder` and `indexer`, excepted); every dotted module
+    (`indexer.runtime.writes`; a class or function after it is allowed) and every `path/to/module.py` must exist."""
+    text = ARCHITECTURE.read_text()
+    missing = []
+    rows = PACKAGE_ROW.findall(text)
+    assert {pkg for pkg, _ in rows} >= {"models/", "indexer/", "indexer/runtime/", "service/", "service/engine/"}
+    for pkg, owns in rows:
+        for name in re.findall(r"`([a-z_][a-z0-9_]*)`(?! CLI)", owns):
+            if not _is_module(REPO / pkg / name):
+                missing.append(f"{pkg}{name}")
+    for dotted in set(DOTTED.findall(text)):
+        if not _names_something(dotted):
+            missing.append(dotted)
+    for path in set(re.findall(r"`((?:models|indexer|service|strata_client|tests|bench)/[A-Za-z0-9_/]+\.py)", text)):
+        if not (REPO / path).is_file():
+            missing.append(path)
+    assert not missing, f"docs/ARCHITECTURE.md names modules that do not exist: {sorted(missing)}"

@@ -25,22 +25,27 @@ LONG_FILES = {
     "service/schemas.py": "debt: every route's request and response bodies with their documented limits; split per "
     "router next (3 over)",
 }
+# Each entry is at most 80 lines (`MAX_DEBT_LINES`); over that a function is split, whatever its reason.
 LONG_FUNCTIONS = {
-    "indexer/compact.py:compact": "debt: read the log, fold, copy the store and publish in one function",
-    "models/adapt.py:_run": "debt: the Quora recipe's stages in sequence",
-    "models/corpus_adapt.py:_run": "debt: the label-free recipe's stages (base, mine, views, train, select, export)",
-    "indexer/evaluate.py:evaluate": "debt: timing, exact reference and figures of one mode in one function",
-    "indexer/ray_build.py:build_on_ray": "debt: one sequence of Ray stages sharing a dozen locals",
-    "indexer/runtime/encoder.py:OnnxEncoder.__init__": "debt: session options, providers and the meta checks",
-    "models/export.py:export_encoder": "debt: export, parity check and the int8 step in one staging folder",
-    "models/mine.py:mine": "debt: encode, index, search and write the triplets",
-    "models/trainer.py:Trainer.train": "debt: the training loop with its evaluation and checkpoints",
-    "service/__main__.py:main": "debt: the `python -m service` subcommands' parser and dispatch",
-    "indexer/stage.py:save_and_evaluate": "debt: open, calibrate and gate/evaluate a staged version, each step "
-    "timed into the manifest (4 over)",
-    "indexer/ingest.py:ingest": "debt: the streaming loop and its flush closure share the chunk's state; passages' "
-    "rows (`_rows_of`) made it 2 over",
+    "indexer/compact.py:compact": "debt: read the log, fold, copy the store and publish in one function (78)",
+    "models/corpus_adapt.py:_run": "the label-free recipe's six stages in order, each a call of a few lines with "
+    "the status updates between them; what they share (corpus key, stamps, dev set) is built here (74)",
+    "indexer/evaluate.py:evaluate": "debt: timing, exact reference and figures of one mode in one function (70)",
+    "indexer/ray_build.py:build_on_ray": "debt: one sequence of Ray stages sharing a dozen locals (118: over 80; "
+    "left whole while the build pipeline is being changed by another branch, split next)",
+    "indexer/runtime/encoder.py:OnnxEncoder.__init__": "debt: session options, providers and the meta checks (67)",
+    "models/export.py:export_encoder": "export, parity check and the int8 step in one staging folder, which must "
+    "stay one `atomic_dir` block so that nothing half-checked is ever renamed into place (74)",
+    "models/mine.py:mine": "encode (cached), index, search in chunks and write the triplets: one pass over shared "
+    "arrays (63)",
+    "models/trainer.py:Trainer.train": "debt: the training loop with its evaluation and checkpoints (74)",
+    "service/__main__.py:main": "debt: the `python -m service` subcommands' parser and dispatch (72)",
+    "indexer/ingest.py:ingest": "debt: the streaming loop and its put closure share the batch's state (progress, "
+    "ids, vectors file)",
 }
+MAX_DEBT_LINES = 80
+# Over 80 lines with a reason: the few that other branches are changing now (split them after those land).
+OVER_80 = {"indexer/ray_build.py:build_on_ray"}
 
 
 def _sources() -> dict[str, str]:
@@ -69,3 +74,6 @@ def test_functions_over_60_lines_are_the_listed_ones() -> None:
             for name, n in _functions(ast.parse(text)) if n > MAX_FUNCTION_LINES}
     assert set(long) == set(LONG_FUNCTIONS), f"over {MAX_FUNCTION_LINES} lines: {long}; " \
                                              f"allowed: {sorted(LONG_FUNCTIONS)}"
+    too_long = {name: n for name, n in long.items() if n > MAX_DEBT_LINES and name not in OVER_80}
+    assert not too_long, f"over {MAX_DEBT_LINES} lines, split them: {too_long}"
+    assert OVER_80 <= {name for name, n in long.items() if n > MAX_DEBT_LINES}, "drop what is no longer over 80"

@@ -23,8 +23,8 @@ encoder re-encodes the entry's text when it is applied (`overlay.reencode_stale`
 
 Restrictions, refused before anything is encoded or logged:
 - the sharded backend (Ray) serves shard deployments that have no overlay: `WritesUnsupported` (501);
-- `WriteRefused` (409) is for a write the served version cannot take. Nothing raises it today: every store has
-  one schema (`indexer.runtime.store`), so Quora versions, which refused string ids and metadata, take them now;
+- `WriteRefused` (409) is for a write the served version cannot take. Nothing raises it: every store has one
+  schema (`indexer.runtime.store`), which takes string and integer ids and metadata;
 - a write log that cannot be created (its folder is a file, a foreign file) is `WritesUnavailable` (503).
 
 Faults of the disk are the runtime's `StorageFull` (507) and `StorageUnavailable` (503 with Retry-After), from

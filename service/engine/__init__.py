@@ -40,6 +40,7 @@ the standard library, and Ray (in `sharded` only, which is imported only for tha
 from indexer.runtime.writes import Document, WriteResult
 from service.engine.engine import Engine, Hits, ServedModel, Status, Vectors
 from service.engine.errors import (
+    BadConfig,
     BadFilter,
     BadSearchParams,
     BadVector,
@@ -60,8 +61,8 @@ from service.engine.errors import (
 from service.engine.names import DimensionChanged, UnknownModel
 from service.engine.swap import Refusal, SwapResult
 
-__all__ = ["BadFilter", "BadSearchParams", "BadVector", "DimensionChanged", "Document", "Engine", "EngineError",
-           "Hits", "Mismatch", "ModeUnavailable", "NotReady", "NotServing", "Overloaded", "Refusal", "ServedModel",
-           "Status", "StorageFull", "StorageUnavailable", "SwapRefused",
+__all__ = ["BadConfig", "BadFilter", "BadSearchParams", "BadVector", "DimensionChanged", "Document", "Engine",
+           "EngineError", "Hits", "Mismatch", "ModeUnavailable", "NotReady", "NotServing", "Overloaded", "Refusal",
+           "ServedModel", "Status", "StorageFull", "StorageUnavailable", "SwapRefused",
            "SwapResult", "TimedOut", "UnknownModel", "Vectors", "WriteRefused", "WriteResult", "WritesUnavailable",
            "WritesUnsupported"]

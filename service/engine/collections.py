@@ -15,6 +15,11 @@ Where they come from (`plan`):
 `STRATA_DEFAULT_COLLECTION` (else `default`, else the only collection) is what the routes without
 `/collections/NAME` serve.
 
+Each collection's own settings are its index root's `collection.json` (`indexer.runtime.collection_config`): read
+before it is served (one that does not validate: the collection is not served, the error names the file and the
+field, the others are, and it is tried again at each look), and again when it changes (the watcher, SIGHUP,
+`POST .../admin/reload`); `PUT /collections/NAME/config` writes and applies it at once.
+
 Encoders: collections whose versions were built with the same exported encoder folder share one loaded encoder
 (`encoders.EncoderCache`) and its micro-batches (`scheduler`)."""
 
@@ -26,6 +31,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from indexer.runtime import collection_config
+from indexer.runtime.collection_config import Access, ConfigError
 from indexer.runtime.layout import CURRENT, VERSIONS
 from service.engine.engine import Engine, make_backend
 from service.engine.errors import EngineError
@@ -120,6 +127,8 @@ class Collections:
             if not sources:
                 log.warning("collections: %s %s no index root yet; new ones are served as they appear", self.folder,
                             "holds" if self.folder.is_dir() else "does not exist:")
+        self._fixed = sources if self.folder is None else []  # the roots the settings name (no folder to scan)
+        self.refused: dict[str, str] = {}  # collections not served: their collection.json does not validate
         for source in sources:
             self._add(source)
 
@@ -137,6 +146,8 @@ class Collections:
         if engine is None and not NAME_RE.fullmatch(name):
             raise UnknownCollection(f"{name[:80]!r} is not a collection name ({NAME_PATTERN}: lower-case letters, "
                                     f"digits, '-' and '_', at most 64)")
+        if engine is None and name in self.refused:
+            raise UnknownCollection(f"collection {name!r} is not served: {self.refused[name]}")
         if engine is None:
             where = f" in {self.folder}" if self.folder else ""
             raise UnknownCollection(f"no collection named {name!r}{where}; collections: "
@@ -147,6 +158,9 @@ class Collections:
         name = self.default_name()
         if name is None:
             wanted = self.settings.default_collection
+            if (wanted or DEFAULT) in self.refused:
+                raise UnknownCollection(f"collection {wanted or DEFAULT!r} is not served: "
+                                        f"{self.refused[wanted or DEFAULT]}")
             raise UnknownCollection(
                 f"STRATA_DEFAULT_COLLECTION={wanted!r} is not a collection" if wanted else
                 f"no default collection: {len(self.engines)} collections and none named {DEFAULT!r}; use "
@@ -156,14 +170,29 @@ class Collections:
     def names(self) -> list[str]:
         return sorted(self.engines)
 
+    def access(self, name: str) -> Access | None:
+        """A served collection's own access rules (its collection.json), None when none is served by that name."""
+        engine = self.engines.get(name)
+        return engine.config.access if engine is not None else None
+
     # -- lifecycle --------------------------------------------------------------------------------------------------
-    def _add(self, source: Source) -> Engine:
+    def _add(self, source: Source) -> Engine | None:
+        """Serve `source`; None (logged, in `refused`, tried again at each look) when its collection.json does not
+        validate: the other collections are served all the same."""
         s = self.settings.model_copy(update={"index_root": source.root} | (
             {"model_dir": None} if self.folder is not None else {}))  # each collection pairs with its own encoder
+        try:
+            config = collection_config.load(source.root)
+        except ConfigError as exc:
+            if self.refused.get(source.name) != str(exc):
+                log.error("collection %s not served: %s", source.name, exc)
+            self.refused[source.name] = str(exc)
+            return None
+        self.refused.pop(source.name, None)
         backend = self._backend or make_backend(s)
         # the unlabelled metrics follow the default collection (which discovery may add later)
         engine = Engine(s, self.metrics, backend, self.tracing, scheduler=self.scheduler, name=source.name,
-                        primary=lambda: self.default_name() == source.name)
+                        primary=lambda: self.default_name() == source.name, config=config)
         self.engines[source.name] = engine
         log.info("collection %s: %s", source.name, source.root)
         return engine
@@ -174,7 +203,7 @@ class Collections:
             await engine.start(signals=False)
         self._started = True
         self.triggers.on_sighup(self._reload_all)
-        if self.folder is not None and self.settings.watch_interval_s > 0:
+        if self.settings.watch_interval_s > 0:
             self.triggers.spawn(self._watch)
 
     async def stop(self) -> None:
@@ -186,31 +215,40 @@ class Collections:
     async def discover(self) -> list[str]:
         """Serve the collections that appeared in the folder since the last look; their names."""
         if self.folder is None:
-            return []
-        sources, skipped = await asyncio.to_thread(scan, self.folder)
-        for name, why in skipped.items():
-            if self.skipped.get(name) != why:
-                log.warning("collections: skipped %s: %s", name, why)
-        self.skipped = skipped
+            sources = self._fixed
+        else:
+            sources, skipped = await asyncio.to_thread(scan, self.folder)
+            for name, why in skipped.items():
+                if self.skipped.get(name) != why:
+                    log.warning("collections: skipped %s: %s", name, why)
+            self.skipped = skipped
         added = []
         for source in sources:
             if source.name not in self.engines:
                 engine = self._add(source)
+                if engine is None:
+                    continue
                 if self._started:
                     await engine.start(signals=False)
                 added.append(source.name)
                 log.info("collections: serving new collection %s", source.name)
         return added
 
+    def refresh_configs(self) -> list[str]:
+        """Apply the collection.json files changed on disk since the last look; the collections whose changed."""
+        return [name for name, engine in list(self.engines.items()) if engine.refresh_config()]
+
     async def _watch(self) -> None:
         while True:
             await asyncio.sleep(self.settings.watch_interval_s)
             try:
                 await self.discover()
+                await asyncio.to_thread(self.refresh_configs)
             except Exception:  # noqa: BLE001 (the watcher must outlive any one failed look)
                 log.exception("collections watcher: discovery failed")
 
     async def _reload_all(self) -> None:
         await self.discover()
+        self.refresh_configs()
         for engine in list(self.engines.values()):
             await engine.swapper.attempt("sighup", retry=True)

@@ -3,7 +3,7 @@ share one ONNX session and tokenizer.
 
 An encoder is known by its folder (resolved) and the ONNX checksum its `encoder.json` records: a folder whose
 model was re-exported in place is a new encoder. Entries are weak: an encoder no served version pairs with any
-more is freed with its last searcher, as before collections.
+more is freed with its last searcher.
 """
 
 from __future__ import annotations

@@ -23,11 +23,14 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from indexer.runtime import collection_config
 from indexer.runtime.ann import served_knobs
+from indexer.runtime.collection_config import CollectionConfig, ConfigError
 from indexer.runtime.faiss_index import set_threads
 from indexer.runtime.manifest import Manifest, SearchMode
 from indexer.runtime.passages import old_count, passage_rows, stale_ids
@@ -35,7 +38,7 @@ from indexer.runtime.query import Query
 from indexer.runtime.vectors import VectorError, check_vector
 from indexer.runtime.writelog import Delete, ExtId, Upsert
 from indexer.runtime.writes import Document, WriteResult, Writes
-from service.engine.errors import BadVector, NotReady
+from service.engine.errors import BadConfig, BadVector, NotReady
 from service.engine.leases import Leases
 from service.engine.metrics import Metrics
 from service.engine.names import Encoder, ModelNames
@@ -106,6 +109,15 @@ class Status:
     damaged: str | None = None  # a file of the served version gone or resized on disk (`Swapper.served_damage`)
 
 
+def _stamp(root: Path) -> tuple[int, int] | None:
+    """What tells a changed collection.json: its mtime and size (None: there is none)."""
+    try:
+        st = collection_config.path_of(root).stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
 def make_backend(settings: EngineSettings) -> Backend:
     if settings.engine == "sharded":
         from service.engine.sharded import RayBackend  # Ray only where it is used
@@ -139,8 +151,11 @@ class Engine:
 
     def __init__(self, settings: EngineSettings, metrics: Metrics | None = None, backend: Backend | None = None,
                  tracing: Tracing | None = None, *, scheduler: Scheduler | None = None, name: str = "default",
-                 primary: bool | Callable[[], bool] = True) -> None:
+                 primary: bool | Callable[[], bool] = True, config: CollectionConfig | None = None) -> None:
         self.settings, self.name = settings, name
+        # the collection's own settings (collection.json); ConfigError for a bad file, before anything is started
+        self._config_stamp = _stamp(settings.index_root)
+        self.config = config if config is not None else collection_config.load(settings.index_root)
         self.metrics = metrics or Metrics()
         self.tracing = tracing or Tracing()  # off
         self.backend = backend or make_backend(settings)
@@ -216,6 +231,12 @@ class Engine:
         alone: mode dense); `BadVector` when it is not of the served encoder's space."""
         if query.knobs == {}:
             query = replace(query, knobs=None)
+        served = self.leases.current
+        try:  # request > collection.json > process-wide
+            query = self.config.shape(query, served.manifest.index.kind if served else None,
+                                      brought_vector=vector is not None)
+        except ConfigError as exc:
+            raise BadConfig(str(exc), [exc.field or "config"]) from None
         if vector is not None:
             texts = query.texts
             query = replace(query, vectors=self._brought_query(vector),
@@ -365,8 +386,38 @@ class Engine:
     async def reload(self, trigger: str, force: bool = False) -> SwapResult:
         """Swap to the version `current` points at now (a version refused before is tried again); raises
         SwapRefused when it is refused (the served version keeps answering). `force` overrides the shrink guard
-        (`max_shrink`) only."""
+        (`max_shrink`) only. The collection's config is read again first (kept as it was if it does not validate)."""
+        self.refresh_config()
         return await self.swapper.reload(trigger, force=force)
+
+    # -- the collection's config ---------------------------------------------------------------------------------
+    def refresh_config(self) -> bool:
+        """Read collection.json again if it changed on disk (`indexer collection --set`); True when a new config
+        applies. One that does not validate is logged and the served config kept."""
+        stamp = _stamp(self.settings.index_root)
+        if stamp == self._config_stamp:
+            return False
+        self._config_stamp = stamp
+        try:
+            self.config = collection_config.load(self.settings.index_root)
+        except ConfigError as exc:
+            log.error("collection %s: kept its config: %s", self.name, exc)
+            return False
+        log.info("collection %s: config reloaded from %s", self.name,
+                 collection_config.path_of(self.settings.index_root))
+        return True
+
+    def set_config(self, config: CollectionConfig) -> None:
+        """Check `config` against the served version (`BadConfig` naming the field), write it atomically, and
+        apply it from the next request."""
+        served = self.leases.current
+        if served is not None:
+            try:
+                config.check_served(served.manifest.index.kind, served.manifest.lexical is not None)
+            except ConfigError as exc:
+                raise BadConfig(str(exc), (exc.field or "config").split(".")) from None
+        collection_config.save(self.settings.index_root, config)
+        self.config, self._config_stamp = config, _stamp(self.settings.index_root)
 
     def status(self) -> Status:
         self.swapper.refresh_report()  # a report running after publishing: its figures once they are written

@@ -56,6 +56,15 @@ class BadSearchParams(EngineError):
         self.name = name
 
 
+class BadConfig(EngineError):
+    """A request over its collection's limits (`collection.json`: max_top_k, filter), or a collection config that
+    does not validate or that the served version cannot apply; `loc` is the field's path in the request body."""
+
+    def __init__(self, message: str, loc: list[str | int]) -> None:
+        super().__init__(message)
+        self.loc = loc
+
+
 class BadVector(EngineError):
     """A vector a request brings (`/search`'s `vector`, a document's in `PUT /documents`) that does not fit the
     served encoder's space: another dimension, NaN or infinity, all zeros. `loc`: where in the body it is."""

@@ -11,8 +11,8 @@ Ids (decided so that a client's stored id means one encoder's vectors):
 Access: a key restricted to collections (`service.auth`) sees and uses an encoder only through a collection it may
 read; `may_read` is the key's test. What a name means does not depend on the key (`_named` resolves it first): a
 name whose encoder serves only collections the key may not read is `Forbidden` (403), even when a readable
-collection would also answer to it as an alias (issue 35: `strata-384` was garden's vectors for a garden key and
-faq's for an admin key).
+collection would also answer to it as an alias (else one id could mean garden's vectors for a garden key and faq's
+for an admin key).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """The write lane: writes' texts are encoded behind searches, so a stream of `PUT /documents` does not take the
 cores `/search` needs.
 
-Before this lane, a write's texts went through the micro-batcher like a query's: a 64-document write filled a batch
-(a query batched with it waited for all 64 texts), took one of the `workers` for its whole run, and competed for the
-cores at the same priority. Under a steady write stream, `/search` at 8 clients fell from 180 to 66 requests/s and
-its p99 rose from 87 to 386 ms (issue 25). The lane keeps writes out of the searches' way three ways:
+Writes' texts do not go through the searches' micro-batcher: a 64-document write would fill a batch (a query
+batched with it waiting for all 64 texts), hold one of the `workers` for its whole run, and compete for the cores
+at the searches' priority (what that cost `/search` is measured in docs/research.md). The lane keeps writes out of
+the searches' way three ways:
 
 - **threads of its own** (`write_threads`, default: half the `workers`, at least one): a write never takes a search
   worker and never shares an ONNX run with a query; searches are micro-batched on the `workers` exactly as without

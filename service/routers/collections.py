@@ -1,16 +1,19 @@
-"""Collections: `GET /collections`, `GET /collections/{name}`, and each collection's search, writes and reload
-(`/collections/{name}/search`, `PUT /collections/{name}/documents`, `POST /collections/{name}/documents/delete`,
-`POST /collections/{name}/admin/reload`): the same bodies and answers as the routes without `/collections/{name}`,
+"""Collections: `GET /collections`, `GET /collections/{name}`, and each collection's search, writes, reload and
+config (`/collections/{name}/search`, `PUT /collections/{name}/documents`,
+`POST /collections/{name}/documents/delete`, `POST /collections/{name}/admin/reload`,
+`GET|PUT /collections/{name}/config`): the same bodies and answers as the routes without `/collections/{name}`,
 which serve the default collection. An unknown collection is a 404 naming the ones served; so is a name that
 cannot be a collection's, saying why. Keys restricted to collections (`service.auth`) see only theirs."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Request, Response
 
-from service.auth import ADMIN_NAMED, ANY_KEY, READ, READ_NAMED
+from indexer.runtime.collection_config import CollectionConfig
+from service.auth import ADMIN_NAMED, ANY_KEY, READ_NAMED, WRITE_NAMED
 from service.collection_schemas import CollectionInfo, CollectionList
 from service.deps import CollectionsDep, StatsDep, collection_stats
 from service.engine import Engine
@@ -56,8 +59,7 @@ def describe(collections: Collections, engine: Engine) -> CollectionInfo:
 
 
 def _may_read(request: Request, name: str) -> bool:
-    grants = getattr(request.state, "grants", None)
-    return grants is None or grants.may(READ, name)
+    return request.app.state.authorizer.may_read(request, name)
 
 
 @router.get("", response_model=CollectionList, dependencies=[ANY_KEY])
@@ -84,14 +86,14 @@ async def search(name: Name, body: SearchRequest, request: Request, collections:
 
 
 @router.put("/{name}/documents", response_model=UpsertResponse, responses=WRITE_ERRORS, tags=["documents"],
-            dependencies=[ADMIN_NAMED])
+            dependencies=[WRITE_NAMED])
 async def upsert(name: Name, body: UpsertRequest, collections: CollectionsDep) -> UpsertResponse:
     """`PUT /documents` on this collection: logged in its own write log, served by its versions."""
     return await run_upsert(body, collections.get(name))
 
 
 @router.post("/{name}/documents/delete", response_model=DeleteResponse, responses=WRITE_ERRORS, tags=["documents"],
-             dependencies=[ADMIN_NAMED])
+             dependencies=[WRITE_NAMED])
 async def delete(name: Name, body: DeleteRequest, collections: CollectionsDep) -> DeleteResponse:
     """`POST /documents/delete` on this collection."""
     return await run_delete(body, collections.get(name))
@@ -102,3 +104,20 @@ async def delete(name: Name, body: DeleteRequest, collections: CollectionsDep) -
 async def reload(name: Name, collections: CollectionsDep, force: bool = FORCE) -> ReloadResponse:
     """`POST /admin/reload` on this collection: swap to what its `current` points to, behind its own gates."""
     return await run_reload(collections.get(name), force)
+
+
+@router.get("/{name}/config", response_model=CollectionConfig, tags=["admin"], dependencies=[ADMIN_NAMED])
+async def get_config(name: Name, collections: CollectionsDep) -> CollectionConfig:
+    """This collection's own settings (its `collection.json`; all defaults when it has none): default mode, fusion,
+    search knobs, limits and access. A request's own values win over them, and they over the process's settings."""
+    return collections.get(name).config
+
+
+@router.put("/{name}/config", response_model=CollectionConfig, tags=["admin"], dependencies=[ADMIN_NAMED])
+async def put_config(name: Name, body: CollectionConfig, collections: CollectionsDep) -> CollectionConfig:
+    """Replace this collection's settings: validated (422 naming the field; also a search knob its served index
+    kind does not take, a default mode it cannot run), written atomically to its `collection.json`, and applied
+    from the next request, without a restart."""
+    engine = collections.get(name)
+    await asyncio.to_thread(engine.set_config, body)
+    return engine.config

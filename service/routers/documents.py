@@ -7,7 +7,7 @@ import time
 
 from fastapi import APIRouter
 
-from service.auth import ADMIN_DEFAULT
+from service.auth import WRITE_DEFAULT
 from service.deps import EngineDep
 from service.engine import Document, Engine
 from service.schemas import DeleteRequest, DeleteResponse, UpsertRequest, UpsertResponse
@@ -24,7 +24,7 @@ WRITE_ERRORS: dict[int | str, dict[str, object]] = {
 }
 
 
-@router.put("", response_model=UpsertResponse, responses=WRITE_ERRORS, dependencies=[ADMIN_DEFAULT])
+@router.put("", response_model=UpsertResponse, responses=WRITE_ERRORS, dependencies=[WRITE_DEFAULT])
 async def upsert(body: UpsertRequest, engine: EngineDep) -> UpsertResponse:
     """Add or replace documents by id. Their texts are encoded with the served encoder, unless a document brings
     its `vector` (of the served encoder's space: its dimension, finite, not all zeros; 422 naming the document
@@ -42,7 +42,7 @@ async def run_upsert(body: UpsertRequest, engine: Engine) -> UpsertResponse:
                           created=a.created, replaced=a.replaced)
 
 
-@router.post("/delete", response_model=DeleteResponse, responses=WRITE_ERRORS, dependencies=[ADMIN_DEFAULT])
+@router.post("/delete", response_model=DeleteResponse, responses=WRITE_ERRORS, dependencies=[WRITE_DEFAULT])
 async def delete(body: DeleteRequest, engine: EngineDep) -> DeleteResponse:
     """Delete documents by id. Durable and applied before the 200; a deleted id stays deleted in later versions
     (even one rebuilt from source data that holds it) until it is written again."""

@@ -80,12 +80,16 @@ async def ready(collections: CollectionsDep, settings: SettingsDep) -> Response:
     per = {name: collections.engines[name].status() for name in collections.names()}
     listed = None if collections.folder is None else {
         name: CollectionReady(ready=st.ready, index_version=st.version, index_size=st.size, reason=st.reason,
-                              damaged=st.damaged, swap_refused=_refusal(st)) for name, st in per.items()}
+                              damaged=st.damaged, swap_refused=_refusal(st)) for name, st in per.items()} | {
+        name: CollectionReady(ready=False, reason=f"not served: {why}") for name, why in collections.refused.items()}
     default = collections.default_name()
     if default is None:
         ready = any(st.ready for st in per.values())
-        reason = None if ready else "no collection serves yet" if per else \
-            f"no collection in {collections.folder} yet (build one with `indexer build --root DIR/NAME`)"
+        not_served = "; ".join(f"collection {n!r} is not served: {why}"
+                               for n, why in sorted(collections.refused.items()))
+        reason = None if ready else not_served or ("no collection serves yet" if per else
+                                                   f"no collection in {collections.folder} yet (build one with "
+                                                   f"`indexer build --root DIR/NAME`)")
         body = Ready(ready=ready, reason=reason, collections=listed)
         return JSONResponse(body.model_dump(mode="json", exclude_none=True), status_code=200 if ready else 503)
     s = per[default]

@@ -21,7 +21,7 @@ from collections.abc import Callable
 import numpy as np
 from fastapi import APIRouter, HTTPException, Request
 
-from service.auth import ANY_KEY, READ
+from service.auth import ANY_KEY
 from service.deps import CollectionsDep
 from service.engine import Engine, NotReady, ServedModel
 from service.engine.collections import Collections
@@ -62,8 +62,7 @@ def _base64(vector: np.ndarray) -> str:
 
 
 def _may_read(request: Request) -> Callable[[str], bool]:
-    grants = getattr(request.state, "grants", None)
-    return lambda name: grants is None or grants.may(READ, name)
+    return lambda name: request.app.state.authorizer.may_read(request, name)
 
 
 def _resolve(request: Request, collections: Collections, asked: str) -> tuple[Engine, ServedModel]:

@@ -5,7 +5,6 @@ from dataclasses import asdict, fields
 
 from fastapi import APIRouter, Request, Response
 
-from indexer.runtime.fusion import DEFAULT_ALPHA, DEFAULT_RRF_K, Fusion
 from indexer.runtime.query import Query
 from indexer.runtime.version import Hit
 from service.auth import READ_DEFAULT
@@ -36,10 +35,8 @@ async def run_search(body: SearchRequest, engine: Engine, stats: list[LiveStats]
         texts = [body.query or ""]
     else:
         texts = [body.query] if body.query is not None else list(body.queries or [])
-    # `k` alone means rrf (only rrf takes it); `alpha` alone the default, convex
-    fusion = None if (body.fusion, body.k, body.alpha) == (None, None, None) else \
-        Fusion(body.fusion or ("rrf" if body.k is not None else "convex"), DEFAULT_RRF_K if body.k is None else body.k,
-               DEFAULT_ALPHA if body.alpha is None else body.alpha)
+    # the request's fusion over the collection's defaults (collection.json); `k` alone means rrf, `alpha` alone convex
+    fusion = engine.config.fusion_for(body.fusion, body.k, body.alpha)
     # one version answers all of it, and names itself
     answer = await engine.search(Query(texts, body.top_k, body.filter, body.knobs, body.mode, fusion,
                                        passages=body.passages), body.vector)

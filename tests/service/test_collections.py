@@ -367,3 +367,69 @@ def test_one_model_id_means_one_encoder_for_every_key(template: Path, corpora: d
             assert r.status_code == 422 and "deeper than 16 levels" in r.text
     finally:
         stop_server(srv)
+
+
+def test_a_collection_has_a_config_of_its_own(cdir: Path, tmp_path: Path) -> None:
+    """collection.json: a bad one at startup leaves that collection unserved (the others are) until fixed; the
+    admin route and the CLI change it with validation, atomically, applied without a restart; its defaults yield
+    to the request's; its limits and access only narrow."""
+    from indexer.runtime.collection_config import CONFIG_FILE, fingerprint
+
+    (cdir / "garden" / CONFIG_FILE).write_text('{"mode": "fuzzy"}')
+    keys = f"{ALL}:admin,{GARDEN_READ}:read@garden,{FAQ_ADMIN}:admin@faq,{FAQ_ADMIN}:read@notes"
+    srv = serve(tmp_path, cdir, STRATA_API_KEYS=keys)
+    try:
+        with srv.client() as c:
+            a, f = auth(ALL), auth(FAQ_ADMIN)
+            names = lambda h: [x["name"] for x in c.get("/collections", headers=h).json()["collections"]]  # noqa: E731
+            # garden's bad file: garden alone is not served, and every answer about it names the file and field
+            assert names(a) == ["faq", "notes"]
+            r = c.post("/collections/garden/search", json={"query": "dog"}, headers=a)
+            assert r.status_code == 404 and str(cdir / "garden" / CONFIG_FILE) in r.json()["detail"]
+            assert "mode: Input should be" in r.json()["detail"]
+            ready = c.get("/ready").json()
+            assert ready["ready"] and "not served" in ready["collections"]["garden"]["reason"]
+            assert str(cdir / "garden" / CONFIG_FILE) in srv.log.read_text()
+            assert top(c, "faq", "how", headers=a)["hits"]
+            # fixed on disk: served at the next look, with its limit
+            (cdir / "garden" / CONFIG_FILE).write_text('{"max_top_k": 2}')
+            r = wait_for(lambda: (r := c.post("/collections/garden/search", json={"query": "dog", "top_k": 3},
+                                              headers=a)).status_code != 404 and r)
+            assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "top_k"], r.text
+            assert "limit of 2" in r.json()["detail"][0]["msg"]
+            # PUT: a bad value or one the served (flat) version cannot apply is a 422 at the field; nothing written
+            r = c.put("/collections/notes/config", json={"max_top_k": 0}, headers=a)
+            assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "max_top_k"
+            r = c.put("/collections/notes/config", json={"search": {"nprobe": 8}}, headers=a)
+            assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "search"], r.text
+            assert "flat index" in r.json()["detail"][0]["msg"]
+            assert not (cdir / "notes" / CONFIG_FILE).exists()
+            assert c.put("/collections/notes/config", json={}, headers=f).status_code == 403  # read@notes only
+            # a good one applies from the next request: the default mode, under the request's own
+            r = c.put("/collections/notes/config", json={"mode": "lexical", "access": {"read": "admin"}}, headers=a)
+            assert r.status_code == 200, r.text
+            assert json.loads((cdir / "notes" / CONFIG_FILE).read_text()) == {"mode": "lexical",
+                                                                              "access": {"read": "admin"}}
+            assert c.get("/collections/notes/config", headers=a).json() == r.json()
+            assert top(c, "notes", "how", headers=a)["mode"] == "lexical"
+            r = c.post("/collections/notes/search", json={"query": "how", "mode": "dense"}, headers=a)
+            assert r.json()["mode"] == "dense"
+            # access only narrows: reading notes now needs admin, which faq's key has only on faq
+            assert c.post("/collections/notes/search", json={"query": "x"}, headers=f).status_code == 403
+            assert names(f) == ["faq"] and names(a) == ["faq", "garden", "notes"]
+            # the CLI: validated against the served version (exit 2 naming file and field), then applied live
+            faq_file = cdir / "faq" / CONFIG_FILE
+            bad = indexer_cli("collection", "--root", str(cdir / "faq"), "--set", "search.ef_search=9")
+            assert bad.returncode == 2 and str(faq_file) in bad.stderr and "search" in bad.stderr, bad.stderr
+            ok = indexer_cli("collection", "--root", str(cdir / "faq"), "--set", "access.write=none",
+                             "--set", f'access.keys=["{fingerprint(FAQ_ADMIN)}"]')
+            assert ok.returncode == 0 and json.loads(ok.stdout)["access"]["write"] == "none", ok.stderr
+            wait_for(lambda: c.post("/search", json={"query": "x"}, headers=a).status_code == 403)
+            r = c.post("/collections/faq/search", json={"query": "x"}, headers=a)
+            assert r.status_code == 403 and "access.keys" in r.json()["detail"]
+            assert top(c, "faq", "how", headers=f)["hits"]
+            for path in ("/documents", "/collections/faq/documents"):
+                r = c.put(path, json={"documents": [{"id": 1, "text": "x"}]}, headers=f)
+                assert r.status_code == 403 and "takes no writes" in r.json()["detail"], r.text
+    finally:
+        stop_server(srv)

@@ -57,3 +57,32 @@ def test_search_parameters_per_kind(roots: dict[str, Path], tmp_path: Path, kind
             assert c.post("/search", json={"query": QUERY, "nprobe": 0}).status_code == 422  # validation
     finally:
         stop_server(server)
+
+
+def test_a_collections_own_knobs_come_between_the_request_and_the_process(quora_root: Path, tmp_path: Path) -> None:
+    """collection.json's `search` (PUT /collections/NAME/config) on a real IVF version: under the request's own
+    knob, over the version's calibrated nprobe (STRATA_NPROBE unset); one the served kind does not take is a 422."""
+    server = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(quora_root), "STRATA_WATCH_INTERVAL_S": "0"},
+                          timeout=180)
+    queries = [QUERY, "How can I lose weight fast?", "What is the best way to learn Python?", "Why is the sky blue?",
+               "How do I get a job at Google?", "What is love?", "How do I invest in stocks?", "Is time travel real?"]
+
+    def ids(**knobs: int) -> list[list[object]]:
+        r = c.post("/search", json={"queries": queries, "top_k": 10, **knobs})
+        assert r.status_code == 200, r.text
+        return [[h["id"] for h in res["hits"]] for res in r.json()["results"]]
+
+    try:
+        with server.client() as c:
+            assert c.get("/stats").json()["index"]["kind"] == "ivf"
+            served, one_list = ids(), ids(nprobe=1)
+            assert served != one_list  # the precondition: nprobe shows in the answers
+            r = c.put("/collections/default/config", json={"search": {"ef_search": 32}})
+            assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "search"], r.text
+            assert c.put("/collections/default/config", json={"search": {"nprobe": 1}}).status_code == 200
+            assert ids() == one_list  # the collection's nprobe, from the next request
+            assert ids(nprobe=c.get("/stats").json()["index"]["nprobe"]) == served  # the request's own wins
+            assert (quora_root / "collection.json").is_file()
+    finally:
+        stop_server(server)
+        (quora_root / "collection.json").unlink(missing_ok=True)  # other tests serve this root too

@@ -1,0 +1,51 @@
+"""`indexer collection`: show or change a collection's own settings, its index root's `collection.json`
+(`indexer.runtime.collection_config`): default mode and fusion, search knobs, limits, access. A running API applies
+a change without a restart (its watcher, SIGHUP, or `POST /collections/NAME/admin/reload`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from indexer.commands.common import root_arg
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """`indexer collection` and its arguments (in --help order)."""
+    c = sub.add_parser("collection", help="show or change a collection's settings (collection.json)",
+                       description="Print the collection's settings (its index root's collection.json), after "
+                       "applying --set/--unset: validated against the served version, written atomically. "
+                       "Keys: mode, fusion, alpha, rrf_k, search.<knob>, max_top_k, filter.{depth,width,"
+                       "conditions,values}, access.{read,write,keys} (docs/collections.md).")
+    root_arg(c)
+    c.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="set KEY (dotted: search.nprobe=32, access.write=none); VALUE is JSON or a bare word")
+    c.add_argument("--unset", dest="unsets", action="append", default=[], metavar="KEY",
+                   help="back to the default (the version's, then the process's)")
+    c.add_argument("--fingerprint", metavar="KEY", default=None,
+                   help="print the fingerprint of an API key, as access.keys lists it, and exit")
+    c.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from indexer.runtime import collection_config as cc
+    from indexer.runtime.layout import IndexRoot
+    from indexer.runtime.manifest import Manifest
+
+    if args.fingerprint is not None:
+        print(cc.fingerprint(args.fingerprint))
+        return 0
+    config = cc.load(args.root)  # ConfigError names the file and the field (exit 2)
+    if args.sets or args.unsets:
+        path = cc.path_of(args.root)
+        config = cc.with_changes(config, args.sets, args.unsets, str(path))
+        current = IndexRoot(args.root).current_version()
+        if current is not None:  # what the API would refuse, refused here
+            m = Manifest.load(IndexRoot(args.root).version_dir(current))
+            try:
+                config.check_served(m.index.kind, m.lexical is not None)
+            except cc.ConfigError as exc:
+                raise cc.ConfigError(f"{path}: {exc} (version {current})", exc.field) from None
+        cc.save(args.root, config)
+    print(json.dumps(config.model_dump(mode="json"), indent=2))
+    return 0

@@ -1,0 +1,221 @@
+"""A collection's own settings: `collection.json` in its index root (beside `current`), validated here and read
+nowhere else. What it may set, and how each setting composes (a request's value wins, then this file's, then the
+process-wide setting or built-in default):
+
+- `mode`: the default `/search` mode (else the served version's, `Manifest.search_mode`);
+- `fusion`, `alpha`, `rrf_k`: hybrid's defaults (else convex, 0.5, 60);
+- `search`: the vector search's knobs by name (`ann.SEARCH_KNOBS`: `nprobe` for IVF, `ef_search` for HNSW),
+  checked against the served version's kind when set; a knob the served kind does not take is not applied
+  (STRATA_NPROBE / STRATA_EF_SEARCH, then the manifest, decide);
+- `max_top_k`, `max_queries`, `filter`: limits, only ever narrower than the API's (`MAX_TOP_K`, `filters.LIMITS`);
+- `access`: what a key may do there, only ever narrower than its grants (`service.auth`): the scope reading
+  needs (`read` or `admin`), whether writes are allowed at all, and which keys (by fingerprint) may use it.
+
+Bad content raises `ConfigError` naming the file and the field. Written atomically (`atomic.write_json_atomic`).
+
+May import: pydantic, the standard library, `indexer.runtime`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from indexer.runtime.ann import SEARCH_KNOBS, IndexParamError, check_knobs
+from indexer.runtime.atomic import write_json_atomic
+from indexer.runtime.filters import LIMITS, FilterError, FilterLimits, check_limits
+from indexer.runtime.fusion import DEFAULT_ALPHA, DEFAULT_RRF_K, Fusion
+from indexer.runtime.query import Query
+
+CONFIG_FILE = "collection.json"
+MAX_TOP_K = 100  # the API's top_k limit (`service.schemas` states it); a collection may only lower it
+FINGERPRINT_CHARS = 16
+
+
+class ConfigError(ValueError):
+    """A collection.json (or a change to it) that does not validate; `field` is its dotted path."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class FilterCaps(BaseModel):
+    """Narrower filter limits than the API's (`filters.LIMITS`); null: the API's."""
+
+    model_config = ConfigDict(extra="forbid")
+    depth: int | None = Field(None, ge=1, le=LIMITS.depth)
+    width: int | None = Field(None, ge=1, le=LIMITS.width)
+    conditions: int | None = Field(None, ge=1, le=LIMITS.conditions)
+    values: int | None = Field(None, ge=1, le=LIMITS.values)
+
+    def limits(self) -> FilterLimits:
+        return FilterLimits(**{k: v if v is not None else getattr(LIMITS, k) for k, v in self.model_dump().items()})
+
+
+class Access(BaseModel):
+    """What a key may do on this collection, on top of its grants (`service.auth`): never more."""
+
+    model_config = ConfigDict(extra="forbid")
+    read: Literal["read", "admin"] = Field("read", description="the scope searching, encoding and reading need")
+    write: Literal["admin", "none"] = Field("admin", description="the scope writes need; none: no key may write")
+    keys: list[str] | None = Field(None, description=f"fingerprints (`indexer collection --fingerprint KEY`: the "
+                                   f"first {FINGERPRINT_CHARS} hex digits of the key's sha256) of the only keys that "
+                                   f"may use the collection; null: every key its grants allow")
+
+    @field_validator("keys")
+    @classmethod
+    def _fingerprints(cls, keys: list[str] | None) -> list[str] | None:
+        for key in keys or []:
+            if len(key) != FINGERPRINT_CHARS or any(c not in "0123456789abcdef" for c in key):
+                raise ValueError(f"{key[:40]!r} is not a key fingerprint ({FINGERPRINT_CHARS} lower-case hex "
+                                 f"digits: `indexer collection --fingerprint KEY`)")
+        return keys
+
+
+def fingerprint(key: str) -> str:
+    """What `access.keys` lists for a key: never the key itself (collection.json sits beside the index)."""
+    return hashlib.sha256(key.encode()).hexdigest()[:FINGERPRINT_CHARS]
+
+
+class CollectionConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    mode: Literal["dense", "lexical", "hybrid"] | None = Field(None, description="default /search mode")
+    fusion: Literal["rrf", "convex"] | None = Field(None, description="hybrid's default fusion")
+    alpha: float | None = Field(None, ge=0, le=1, description="convex fusion's default dense weight")
+    rrf_k: float | None = Field(None, gt=0, le=10_000, description="rrf's default rank constant")
+    search: dict[str, int] = Field(default_factory=dict, description="default vector-search knobs by name "
+                                   "(nprobe for IVF, ef_search for HNSW)")
+    max_top_k: int | None = Field(None, ge=1, le=MAX_TOP_K, description="top_k limit, at most the API's")
+    max_queries: int | None = Field(None, ge=1, description="queries per /search call, at most the API's 64")
+    filter: FilterCaps = Field(default_factory=FilterCaps)
+    access: Access = Field(default_factory=Access)
+
+    # -- precedence: request > this file > process-wide ------------------------------------------------------------
+    def fusion_for(self, kind: str | None, k: float | None, alpha: float | None) -> Fusion | None:
+        """A request's fusion fields over this collection's defaults (None: nothing set anywhere, the built-in
+        default). `k` alone means rrf and `alpha` alone convex, whatever the default."""
+        if (kind, k, alpha, self.fusion, self.rrf_k, self.alpha) == (None,) * 6:
+            return None
+        kind = kind or ("rrf" if k is not None else "convex" if alpha is not None else self.fusion or "convex")
+        return Fusion(kind, next(v for v in (k, self.rrf_k, DEFAULT_RRF_K) if v is not None),
+                      next(v for v in (alpha, self.alpha, DEFAULT_ALPHA) if v is not None))
+
+    def knobs_for(self, kind: str, asked: dict[str, int] | None) -> dict[str, int] | None:
+        """The request's knobs over this collection's, of those `kind` takes (a later version of another kind
+        leaves them unapplied rather than refusing every search)."""
+        own = {k: v for k, v in self.search.items() if k in SEARCH_KNOBS.get(kind, ())}
+        merged = own | (asked or {})
+        return merged or None
+
+    def shape(self, query: Query, kind: str | None, *, brought_vector: bool = False) -> Query:
+        """`query` with this collection's defaults under the request's own (its mode unless it brings a vector,
+        which decides the mode; the knobs `kind` takes), after checking it against the collection's limits."""
+        self.check_request(query)
+        mode = query.mode or (None if brought_vector else self.mode)
+        knobs = query.knobs if kind is None else self.knobs_for(kind, query.knobs)
+        return query if (mode, knobs) == (query.mode, query.knobs) else replace(query, mode=mode, knobs=knobs)
+
+    def check_request(self, query: Query) -> None:
+        """Raises ConfigError (field: the request's) for a query over this collection's limits."""
+        if query.top_k is not None and self.max_top_k is not None and query.top_k > self.max_top_k:
+            raise ConfigError(f"top_k {query.top_k} is over this collection's limit of {self.max_top_k} "
+                              f"(collection.json max_top_k)", "top_k")
+        if query.top_k is not None and self.max_queries is not None and len(query.texts) > self.max_queries:
+            raise ConfigError(f"{len(query.texts)} queries are over this collection's limit of {self.max_queries} "
+                              f"(collection.json max_queries)", "queries")
+        if query.filter is not None and self.filter != FilterCaps():
+            try:
+                check_limits(query.filter, self.filter.limits())
+            except FilterError as exc:
+                raise ConfigError(f"{exc} (this collection's limits: collection.json filter)", "filter") from None
+
+    def check_served(self, kind: str, has_lexical: bool) -> None:
+        """Raises ConfigError unless the served version can apply this config: knobs its kind takes, in range, and
+        a default mode it can run."""
+        try:
+            check_knobs(kind, self.search)
+        except IndexParamError as exc:
+            raise ConfigError(f"search: {exc}", "search") from None
+        if self.mode in ("lexical", "hybrid") and not has_lexical:
+            raise ConfigError(f"mode: {self.mode!r} needs a lexical index, and the served version has none", "mode")
+
+
+def path_of(root: Path) -> Path:
+    return Path(root) / CONFIG_FILE
+
+
+def _field(err: dict[str, Any]) -> str:
+    return ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
+
+
+def parse(data: Any, origin: str) -> CollectionConfig:
+    """Validate `data` (the file's JSON); ConfigError naming `origin` and the first bad field."""
+    try:
+        return CollectionConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = _field(err)
+        raise ConfigError(f"{origin}: {field}: {err.get('msg')}", field) from None
+
+
+def load(root: Path) -> CollectionConfig:
+    """The collection's config (all defaults when it has no collection.json); ConfigError for a bad file."""
+    path = path_of(root)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return CollectionConfig()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot be read: {exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    return parse(data, str(path))
+
+
+def save(root: Path, config: CollectionConfig) -> Path:
+    """Write the config atomically (tmp, fsync, rename, fsync of the folder); what is unset is left out."""
+    path = path_of(root)
+    write_json_atomic(path, config.model_dump(mode="json", exclude_defaults=True))
+    return path
+
+
+def _value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text  # a bare word: mode=hybrid
+
+
+def with_changes(config: CollectionConfig, sets: list[str], unsets: list[str], origin: str) -> CollectionConfig:
+    """`config` with `KEY=VALUE` assignments (dotted keys: search.nprobe=32, access.write=none; VALUE as JSON,
+    else a string) and KEYs reset to their defaults; ConfigError naming the field."""
+    data = config.model_dump(mode="json", exclude_defaults=True)
+    for item in sets:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise ConfigError(f"{origin}: --set {item!r}: expected KEY=VALUE (e.g. mode=hybrid, search.nprobe=32)")
+        _assign(data, key.strip(), _value(value.strip()), origin)
+    for key in unsets:
+        _assign(data, key.strip(), None, origin, remove=True)
+    return parse(data, origin)
+
+
+def _assign(data: dict[str, Any], key: str, value: Any, origin: str, *, remove: bool = False) -> None:
+    *parents, last = key.split(".")
+    node = data
+    for part in parents:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{origin}: {key}: {part!r} is not a group of settings", key)
+        node = child
+    if remove:
+        node.pop(last, None)
+    else:
+        node[last] = value
