@@ -12,8 +12,12 @@ Staged, so that a clear case costs a small sample and only a close one pays the 
 `bench/int8_gate.py` measured the screen's decisions against the full gate's on the recorded schemes and on
 deliberately damaged quantizations (its tables go to bench/results/). The fp32 side of each sample (per-pair
 cosines, per-query reciprocal ranks: a few kB) is cached under `$STRATA_HOME/cache/int8-gate`, keyed by the fp32
-graph's sha256, its max length, the sample and the data files' size and mtime: a second export of the same
-checkpoint and pooling encodes only the int8 side.
+graph's sha256, its max length and the sample's content (its texts, ids and gold labels, hashed): a second
+export of the same checkpoint and pooling encodes only the int8 side. The package ships the screen's reference
+for the default encoder's two served poolings (`models/gate_refs/`, written by `bench/gate_reference.py`), under
+the same key: the exporter writes the same graph bit for bit from the same checkpoint with the pinned torch, so
+the first export on a new machine (the demo's, the quickstart's) finds it; any other graph, max length or data
+misses the key and is measured.
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ CONFIDENCE = 0.99  # each bound is one-sided at this level
 BOOTSTRAP = 1_000
 SEED = 0
 Stage = Literal["screen", "full"]
+PACKAGED = Path(__file__).resolve().parent / "gate_refs"  # shipped references (package data)
+CACHE_VERSION = 2
 
 
 @dataclass
@@ -142,6 +148,23 @@ def stsb_sample(pairs: int | None, data: Path | None = None):  # -> StsSet
     return StsSet(full.name, [full.s1[i] for i in keep], [full.s2[i] for i in keep], [full.gold[i] for i in keep])
 
 
+def _quora_split(rows: int, quora: str | None):  # -> QuoraSplit
+    return load_split(resolve_source(quora or default_quora_source(), strata_home() / "downloads"), "paper", rows)
+
+
+def sample_digest(pairs: int | None, rows: int, quora: str | None = None) -> str:
+    """sha256 of what the sample holds: the STS-B pairs and scores, the Quora corpus (ids, texts), the queries and
+    their gold ids. Two machines with the same data agree on it whatever the files' paths and times."""
+    h = hashlib.sha256()
+    sts = stsb_sample(pairs)
+    h.update(json.dumps([sts.s1, sts.s2, [float(g) for g in sts.gold]]).encode())
+    split = _quora_split(rows, quora)
+    h.update(np.ascontiguousarray(split.corpus.ids, dtype=np.int64).tobytes())
+    h.update(json.dumps([list(split.corpus.texts), list(split.evalset.query_texts),
+                         [sorted(int(i) for i in g) for g in split.evalset.gold]]).encode())
+    return h.hexdigest()
+
+
 def measure(enc: OnnxEncoder, label: str, pairs: int | None, rows: int, quora: str | None = None) -> Items:
     """`enc`'s per-item figures on the sample; its progress bars are labelled `label`."""
     sts = stsb_sample(pairs)
@@ -150,7 +173,7 @@ def measure(enc: OnnxEncoder, label: str, pairs: int | None, rows: int, quora: s
     vecs = enc.encode(unique, progress=True, desc=f"int8 gate, {label}: STS-B dev sentences")
     v1, v2 = vecs[[row[s] for s in sts.s1]], vecs[[row[s] for s in sts.s2]]
     cosines = (v1 * v2).sum(1) / (np.linalg.norm(v1, axis=1) * np.linalg.norm(v2, axis=1)).clip(min=1e-12)
-    split = load_split(resolve_source(quora or default_quora_source(), strata_home() / "downloads"), "paper", rows)
+    split = _quora_split(rows, quora)
     docs = enc.encode(split.corpus.texts, progress=True, desc=f"int8 gate, {label}: Quora documents")
     queries = enc.encode(split.evalset.query_texts, progress=True, desc=f"int8 gate, {label}: Quora queries")
     ranked = split.corpus.ids[flat_search(docs, queries, 10)[1]]
@@ -158,33 +181,32 @@ def measure(enc: OnnxEncoder, label: str, pairs: int | None, rows: int, quora: s
     return Items(cosines.astype(np.float64), np.asarray(sts.gold, dtype=np.float64), rr)
 
 
-def _cache_key(fp32_dir: Path, pairs: int | None, rows: int, quora: str | None) -> str:
-    from models.data import data_dir
-
+def cache_key(fp32_dir: Path, pairs: int | None, rows: int, quora: str | None = None) -> str:
     meta = json.loads((fp32_dir / ENCODER_META).read_text())
-    files = []
-    for f in (Path(quora or default_quora_source()), data_dir() / "sts"):
-        try:
-            st = f.stat()
-            files.append([str(f.resolve()), st.st_size, st.st_mtime_ns])
-        except OSError:
-            files.append([str(f), None, None])
     spec = {"onnx": meta.get("onnx_sha256"), "max_length": meta.get("max_length"), "pairs": pairs, "rows": rows,
-            "seed": SEED, "files": files, "v": 1}
+            "seed": SEED, "sample": sample_digest(pairs, rows, quora), "v": CACHE_VERSION}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def fp32_reference(fp32_dir: Path, pairs: int | None, rows: int, quora: str | None = None) -> Items:
-    """The fp32 graph's figures on the sample, from the cache when this graph was measured on it before."""
-    path = strata_home() / "cache" / "int8-gate" / f"{_cache_key(fp32_dir, pairs, rows, quora)}.npz"
+def _read(path: Path) -> Items | None:
     try:
         with np.load(path) as z:
-            items = Items(z["cosines"], z["gold"], z["rr"])
-        log.info("int8 gate: fp32 reference of %s (%s pairs, %d rows) read from %s", fp32_dir,
-                 pairs or "all", rows, path)
-        return items
+            return Items(z["cosines"], z["gold"], z["rr"])
     except (OSError, KeyError, ValueError):
-        pass
+        return None
+
+
+def fp32_reference(fp32_dir: Path, pairs: int | None, rows: int, quora: str | None = None) -> Items:
+    """The fp32 graph's figures on the sample: from the user's cache or the package's when this graph was measured
+    on this sample before, else measured (and cached)."""
+    key = cache_key(fp32_dir, pairs, rows, quora)
+    path = strata_home() / "cache" / "int8-gate" / f"{key}.npz"
+    for where in (path, PACKAGED / f"{key}.npz"):
+        items = _read(where)
+        if items is not None:
+            log.info("int8 gate: fp32 reference of %s (%s pairs, %d rows) read from %s", fp32_dir,
+                     pairs or "all", rows, where)
+            return items
     enc = OnnxEncoder(fp32_dir)
     try:
         items = measure(enc, "fp32 reference", pairs, rows, quora)
