@@ -134,3 +134,19 @@ def test_the_shipped_reference_is_this_machines_export(minilm_mean: Path) -> Non
     from models.int8_gate import PACKAGED, SCREEN_PAIRS, SCREEN_ROWS, cache_key
 
     assert (PACKAGED / f"{cache_key(minilm_mean, SCREEN_PAIRS, SCREEN_ROWS)}.npz").is_file()
+
+
+def test_a_gate_on_fewer_rows_than_the_screen_screens_sts_only(graphs: tuple[Path, Path], quora_file: Path,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """A small demo's gate (`--gate-rows` 300 ≤ the screen's rows): the screen takes those 300 rows, samples 500
+    STS-B pairs, and decides the MRR drop on its figure, which is the full gate's own (no bounds)."""
+    fp32, int8 = graphs
+    with caplog.at_level(logging.INFO, logger="models.int8_gate"):
+        report = quality_gate(fp32, int8, rows=SCREEN, max_drop=100, screen_rows=2_000)
+    assert report.stage == "screen" and report.quora_rows == SCREEN and report.stsb_pairs == 500
+    assert report.mrr_drop_bounds is None and report.stsb_drop_bounds is not None and report.passed
+    assert "measuring the full gate" not in caplog.text
+    r = GateReport(80.0, 79.9, 0.8, 0.797, 300, 0.5, "screen", 500, (-0.2, 0.4), None)  # MRR drop 0.3
+    assert r.passed and r.clear
+    r.quora_mrr_int8 = 0.79  # MRR drop 1.0: the full gate's figure is past the limit, refused on the screen
+    assert not r.passed and r.clear
