@@ -113,7 +113,8 @@ def test_int8_export_records_quantization(tiny_checkpoint: Path, exported: dict[
     assert details["scheme"] == "int8-static-qdq" and "MinMax over 512 sentences" in details["calibration"]
     assert details["quantized_ops"].startswith("12 MatMul nodes")  # 2 layers x (Q, K, V, out, 2 feed-forward)
     inv = details["batch_invariance"]
-    assert inv["texts"] == CHECK_TEXTS + len(PARITY_SENTENCES) and inv["max_abs_diff"] <= DETERMINISM_TOL == inv["tolerance"]
+    assert inv["texts"] == CHECK_TEXTS + len(PARITY_SENTENCES)
+    assert inv["max_abs_diff"] <= DETERMINISM_TOL == inv["tolerance"]
     assert (out / "encoder.onnx").stat().st_size < (exported["cls"] / "encoder.onnx").stat().st_size
     assert not (out / ".int8").exists()
     q, f = OnnxEncoder(out, verify_sha256=True).encode(SENTENCES), OnnxEncoder(exported["cls"]).encode(SENTENCES)
