@@ -3,7 +3,8 @@ figures on the gate's screen sample (500 STS-B dev pairs, the first 2,000 Quora 
 up (`models.int8_gate.cache_key`: the graph's sha256, its max length, the sample's content). Run it on
 `encoder export --quantize none` outputs of the default checkpoint, one per served pooling (mean: the quickstart's;
 layers:0,6: the demo's); the exporter writes the same graph bit for bit from the same checkpoint and torch, so the
-first export on another machine finds them (`tests/models/test_int8_gate.py` checks the session's mean export).
+first export on another machine finds them (`tests/models/test_int8_gate.py` checks the session's mean
+export). models/gate_refs/README.md lists what is shipped.
 
     python bench/gate_reference.py FP32_DIR [FP32_DIR ...]
 """
