@@ -99,7 +99,9 @@ class GateReport:
                 f"{bounds(self.mrr_drop_bounds)}); allowed drop {self.max_drop} points ({where})")
 
     def as_dict(self) -> dict[str, object]:
-        return asdict(self) | {"stsb_drop": round(self.stsb_drop, 4), "mrr_drop": round(self.mrr_drop, 4)}
+        """JSON's own types (bounds as lists), so that encoder.json read back equals what the export returned."""
+        bounds = {k: list(v) for k in ("stsb_drop_bounds", "mrr_drop_bounds") if (v := getattr(self, k)) is not None}
+        return asdict(self) | bounds | {"stsb_drop": round(self.stsb_drop, 4), "mrr_drop": round(self.mrr_drop, 4)}
 
 
 @dataclass
