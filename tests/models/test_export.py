@@ -102,7 +102,7 @@ def test_cli_reports_missing_checkpoint(tmp_path: Path) -> None:
 
 
 def test_int8_export_records_quantization(tiny_checkpoint: Path, exported: dict[str, Path], tmp_path: Path) -> None:
-    from models.quantize import DETERMINISM_TOL
+    from models.quantize import CHECK_TEXTS, DETERMINISM_TOL, PARITY_SENTENCES
 
     out = tmp_path / "int8"
     meta = export_encoder(tiny_checkpoint, out, pooling="cls", quantize="int8", skip_gate=True)
@@ -113,7 +113,8 @@ def test_int8_export_records_quantization(tiny_checkpoint: Path, exported: dict[
     assert details["scheme"] == "int8-static-qdq" and "MinMax over 512 sentences" in details["calibration"]
     assert details["quantized_ops"].startswith("12 MatMul nodes")  # 2 layers x (Q, K, V, out, 2 feed-forward)
     inv = details["batch_invariance"]
-    assert inv["texts"] > 200 and inv["max_abs_diff"] <= DETERMINISM_TOL == inv["tolerance"]
+    assert inv["texts"] == CHECK_TEXTS + len(PARITY_SENTENCES)
+    assert inv["max_abs_diff"] <= DETERMINISM_TOL == inv["tolerance"]
     assert (out / "encoder.onnx").stat().st_size < (exported["cls"] / "encoder.onnx").stat().st_size
     assert not (out / ".int8").exists()
     q, f = OnnxEncoder(out, verify_sha256=True).encode(SENTENCES), OnnxEncoder(exported["cls"]).encode(SENTENCES)

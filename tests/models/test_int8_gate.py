@@ -96,3 +96,57 @@ def test_a_screen_report_passes_only_within_its_bounds() -> None:
     assert not r.passed and r.clear  # clearly past: refused on the screen
     r.mrr_drop_bounds = (-0.1, 0.3)
     assert r.passed and r.clear
+
+
+def test_the_fp32_reference_is_keyed_by_content_and_a_shipped_one_is_read(
+        graphs: tuple[Path, Path], quora_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The key is the sample's content, not where the data lies or when it was written (a fresh clone's data has
+    new times and paths); a reference found under the package's `gate_refs/` is read instead of measured."""
+    import shutil
+
+    from indexer.runtime.paths import strata_home
+    from models import int8_gate
+
+    fp32, int8 = graphs
+    moved = tmp_path / "elsewhere" / quora_file.name
+    moved.parent.mkdir()
+    shutil.copyfile(quora_file, moved)  # another path, another mtime, the same rows
+    key = int8_gate.cache_key(fp32, 500, SCREEN, str(quora_file))
+    assert int8_gate.cache_key(fp32, 500, SCREEN, str(moved)) == key
+    assert key not in {int8_gate.cache_key(fp32, 500, SCREEN + 1), int8_gate.cache_key(fp32, 499, SCREEN),
+                       int8_gate.cache_key(int8, 500, SCREEN)}
+    measured = int8_gate.fp32_reference(fp32, 500, SCREEN)
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    shutil.move(strata_home() / "cache" / "int8-gate" / f"{key}.npz", shipped / f"{key}.npz")
+    monkeypatch.setattr(int8_gate, "PACKAGED", shipped)
+    with caplog.at_level(logging.INFO, logger="models.int8_gate"):
+        again = int8_gate.fp32_reference(fp32, 500, SCREEN, str(moved))
+    assert f"read from {shipped / f'{key}.npz'}" in caplog.text
+    assert np.array_equal(again.rr, measured.rr) and np.array_equal(again.cosines, measured.cosines)
+
+
+def test_the_shipped_reference_is_this_machines_export(minilm_mean: Path) -> None:
+    """`models/gate_refs/` holds the screen's fp32 reference of `encoder export`'s default (mean) graph: the
+    session's export of the same checkpoint has the same key, so a first export here reads it (a torch or
+    exporter change that alters the graph fails this; rerun bench/gate_reference.py)."""
+    from models.int8_gate import PACKAGED, SCREEN_PAIRS, SCREEN_ROWS, cache_key
+
+    assert (PACKAGED / f"{cache_key(minilm_mean, SCREEN_PAIRS, SCREEN_ROWS)}.npz").is_file()
+
+
+def test_a_gate_on_fewer_rows_than_the_screen_screens_sts_only(graphs: tuple[Path, Path], quora_file: Path,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """A small demo's gate (`--gate-rows` 300 ≤ the screen's rows): the screen takes those 300 rows, samples 500
+    STS-B pairs, and decides the MRR drop on its figure, which is the full gate's own (no bounds)."""
+    fp32, int8 = graphs
+    with caplog.at_level(logging.INFO, logger="models.int8_gate"):
+        report = quality_gate(fp32, int8, rows=SCREEN, max_drop=100, screen_rows=2_000)
+    assert report.stage == "screen" and report.quora_rows == SCREEN and report.stsb_pairs == 500
+    assert report.mrr_drop_bounds is None and report.stsb_drop_bounds is not None and report.passed
+    assert "measuring the full gate" not in caplog.text
+    r = GateReport(80.0, 79.9, 0.8, 0.797, 300, 0.5, "screen", 500, (-0.2, 0.4), None)  # MRR drop 0.3
+    assert r.passed and r.clear
+    r.quora_mrr_int8 = 0.79  # MRR drop 1.0: the full gate's figure is past the limit, refused on the screen
+    assert not r.passed and r.clear

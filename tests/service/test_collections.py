@@ -308,25 +308,27 @@ def test_a_keys_file_grants_scopes_per_collection(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def minilm_cls(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """all-MiniLM-L6-v2 exported with CLS pooling: 384 dimensions like `minilm_mean`, other vectors."""
-    from models.checkpoint import default_checkpoint
+def cls_384(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 1-layer random BERT of hidden size 384 exported with CLS pooling: 384 dimensions like `minilm_mean`,
+    other vectors (what the scenario needs of faq's encoder; a second export of all-MiniLM-L6-v2 cost ~20 s)."""
     from models.export import export_encoder
+    from tests.tiny_bert import make_tiny_bert
 
-    out = tmp_path_factory.mktemp("models") / "minilm-cls"
-    export_encoder(default_checkpoint(), out, pooling="cls")
+    tmp = tmp_path_factory.mktemp("models")
+    out = tmp / "tiny-cls-384"
+    export_encoder(make_tiny_bert(tmp / "ckpt", layers=1, hidden=384), out, pooling="cls")
     return out
 
 
 def test_one_model_id_means_one_encoder_for_every_key(template: Path, corpora: dict[str, Path], minilm_mean: Path,
-                                                      minilm_cls: Path, tmp_path: Path) -> None:
+                                                      cls_384: Path, tmp_path: Path) -> None:
     """Issue 35, the scenario as found: collections `garden` (mean) and `faq` (cls), STRATA_DEFAULT_COLLECTION=faq,
     the key `gardenkey1:read@garden`. `strata-384` was garden's vectors for that key and faq's for an admin key
     (`resolve()` fell through to garden, which takes the same id as an alias): now it names faq's encoder for
     everyone, and the garden key gets a 403. A lone surrogate in `model` is a 404 for every key (it was a 500)."""
     cdir = tmp_path / "collections"
     shutil.copytree(template / "notes", cdir / "garden", symlinks=True)  # built with minilm_mean (mean pooling)
-    build(cdir / "faq", corpora["faq"], minilm_cls)
+    build(cdir / "faq", corpora["faq"], cls_384)
     admin, garden_key = "adminkey-0123", "gardenkey1"
     srv = serve(tmp_path, cdir, STRATA_API_KEYS=f"{admin}:admin,{garden_key}:read@garden")
     try:
@@ -352,7 +354,7 @@ def test_one_model_id_means_one_encoder_for_every_key(template: Path, corpora: d
             assert c.get("/v1/models/strata-384", headers=a).json()["id"] == "strata-384"
             # the encoder folder's name is an alias of the encoder it names, for every key
             assert vector(minilm_mean.name, g) == garden_vec and vector(minilm_mean.name, a) == garden_vec
-            assert c.post("/v1/embeddings", json={"model": minilm_cls.name, "input": "x"},
+            assert c.post("/v1/embeddings", json={"model": cls_384.name, "input": "x"},
                           headers=g).status_code == 403
             for key in (a, g):
                 for asked in ("\ud800", "strata-384\udfff"):

@@ -261,7 +261,8 @@ def test_with_api_keys_the_page_asks_for_one_and_keeps_it_in_the_tab(browser: we
 
 def test_a_busy_server_says_when_to_retry(browser: webdriver.Chrome, tmp_path: Path, quora_root: Path) -> None:
     """A real 429: one slot in flight, held by a heavy /encode, when the page searches."""
-    heavy = {"texts": [("many different words in a long sentence " * 45)[:1990]] * 64}  # 64 × 256 tokens
+    # 32 × 256 tokens: ~4.6 CPU-seconds on the one worker, seen in flight before the page searches (a condition)
+    heavy = {"texts": [("many different words in a long sentence " * 45)[:1990]] * 32}
     # STRATA_REQUEST_TIMEOUT_S: the heavy call must outlast the page's search, however slow the machine (it took
     # over the default 30 s beside two CPU burners, and its 504 failed this test)
     srv = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(quora_root), "STRATA_MAX_IN_FLIGHT": "1",
