@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from indexer.runtime.ann import SEARCH_KNOBS, IndexParamError, check_knobs
+from indexer.runtime.ann import KNOBS, SEARCH_KNOBS, IndexParamError, check_knobs
 from indexer.runtime.atomic import write_json_atomic
 from indexer.runtime.filters import LIMITS, FilterError, FilterLimits, check_limits
 from indexer.runtime.fusion import DEFAULT_ALPHA, DEFAULT_RRF_K, Fusion
@@ -94,6 +94,18 @@ class CollectionConfig(BaseModel):
     max_queries: int | None = Field(None, ge=1, description="queries per /search call, at most the API's 64")
     filter: FilterCaps = Field(default_factory=FilterCaps)
     access: Access = Field(default_factory=Access)
+
+    @field_validator("search")
+    @classmethod
+    def _known_knobs_in_range(cls, search: dict[str, int]) -> dict[str, int]:
+        # the same range a request may ask (`ann.Knob.max_request`): a default no request could set is a mistake
+        knobs = {k.name: k for k in KNOBS}
+        for name, value in search.items():
+            if name not in knobs:
+                raise ValueError(f"{name!r} is no index kind's search parameter (known: {', '.join(knobs)})")
+            if not 1 <= value <= knobs[name].max_request:
+                raise ValueError(f"{name} must be between 1 and {knobs[name].max_request}, not {value}")
+        return search
 
     # -- precedence: request > this file > process-wide ------------------------------------------------------------
     def fusion_for(self, kind: str | None, k: float | None, alpha: float | None) -> Fusion | None:
