@@ -182,6 +182,7 @@ def _batches(source: CorpusSource, limit: int | None, progress: Callable[[int], 
     docs: list[Doc] = []
     chars = 0
     for read in source.docs(limit, progress):
+        result.rows_read += splitter is not None  # rows read are documents, not the passages made of them
         rows = [read] if splitter is None or not read.text else [
             Doc(ext, text, meta, read.where) for ext, text, meta in _rows_of(read, splitter, result)]
         for doc in rows:
@@ -210,7 +211,7 @@ def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder
     rows_vectors = RowVectors(source.fields.vector, encoder is not None)
 
     def put(batch: DocBatch) -> None:
-        result.rows_read += len(batch)
+        result.rows_read += len(batch) if splitter is None else 0
         rows_vectors.check(batch)
         kept: list[int] = [i for i, text in enumerate(batch.texts) if text]
         result.skipped_empty += len(batch) - len(kept)

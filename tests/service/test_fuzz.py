@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -16,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from service.schemas import MAX_TEXT_CHARS, MAX_TEXTS
-from tests.conftest import Server
+from tests.conftest import Server, start_server, stop_server
 
 EXAMPLES = 80
 sent: Counter[str] = Counter()
@@ -101,10 +104,22 @@ def test_schemathesis_against_the_openapi_schema(server: Server, tmp_path) -> No
     assert summary and int(summary.group(1)) > 100
 
 
-def test_schemathesis_against_the_collections_routes(server: Server, tmp_path) -> None:  # noqa: ANN001
-    """/collections, /collections/{name} and each collection's search and reload (its writes are fuzzed with the
-    other writes' roots): on one worker, see above."""
-    r = subprocess.run([sys.executable, "-m", "schemathesis.cli", "run", f"{server.url}/openapi.json",
+@pytest.fixture(scope="module")
+def own_server(tmp_path_factory: pytest.TempPathFactory, quora_root: Path) -> Iterator[Server]:
+    """A server on a copy of the session's root: the collections' routes include `PUT /collections/{name}/config`,
+    whose fuzzed bodies are written to the root's collection.json (random `access.keys` on the shared root refused
+    every key of the tests after it)."""
+    root = tmp_path_factory.mktemp("fuzz-root") / "quora"
+    shutil.copytree(quora_root, root, symlinks=True)
+    srv = start_server(tmp_path_factory.mktemp("fuzz-server"), {"STRATA_INDEX_ROOT": str(root)})
+    yield srv
+    stop_server(srv)
+
+
+def test_schemathesis_against_the_collections_routes(own_server: Server, tmp_path) -> None:  # noqa: ANN001
+    """/collections, /collections/{name}, each collection's search, reload and config (its writes are fuzzed with
+    the other writes' roots): on one worker, see above; on a root of its own (`own_server`)."""
+    r = subprocess.run([sys.executable, "-m", "schemathesis.cli", "run", f"{own_server.url}/openapi.json",
                         "--checks", SCHEMATHESIS_CHECKS, "--include-tag", "collections", "--exclude-tag", "documents",
                         "--max-examples", "30", "--seed", "20260101", "--workers", "1",
                         "--request-timeout", "20", "--no-color", "--generation-database", "none"],
