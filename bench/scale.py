@@ -199,14 +199,31 @@ def writes(url: str, dim: int, n: int) -> dict[str, float]:
             "put16_p99_ms": round(float(np.percentile(took, 99)), 1)}
 
 
-def swap(url: str, pid: int, root: Path, model: Path, qvecs: np.ndarray, threads: int) -> dict[str, object]:
-    """`indexer compact` (timed), then the swap to it under search load, RSS sampled."""
+def next_version(root: Path, model: Path, threads: int, how: str) -> dict[str, object]:
+    """The version the swap goes to: `indexer compact` (timed), or, where compaction is too long for one sitting
+    (about an hour at 10M), a byte copy of the served version under a new name. A copy has its own inodes, so its
+    pages are as new to the page cache as a compacted version's: the swap's memory is measured the same way."""
     t0 = time.perf_counter()
+    if how == "copy":
+        from indexer.runtime.layout import IndexRoot, new_version_name
+
+        ir = IndexRoot(root)
+        name = new_version_name()
+        shutil.copytree(version_dir(root), ir.versions_dir / f".{name}.tmp")
+        (ir.versions_dir / f".{name}.tmp").rename(ir.version_dir(name))
+        ir.set_current(name)
+        return {"copy_s": round(time.perf_counter() - t0, 1)}
     r = subprocess.run([sys.executable, "-m", "indexer.cli", "compact", "--root", str(root), "--model", str(model),
                         "--no-eval", "--threads", str(threads)], cwd=REPO, env=_env(), capture_output=True, text=True)
-    compact_s = time.perf_counter() - t0
     if r.returncode != 0:
         raise RuntimeError(r.stderr[-3000:])
+    return {"compact_s": round(time.perf_counter() - t0, 1)}
+
+
+def swap(url: str, pid: int, root: Path, model: Path, qvecs: np.ndarray, threads: int,
+         how: str = "compact") -> dict[str, object]:
+    """The next version (compacted or copied), then the swap to it under search load, RSS sampled."""
+    made = next_version(root, model, threads, how)
     steady = rss(pid)
     stop = threading.Event()
 
@@ -229,7 +246,7 @@ def swap(url: str, pid: int, root: Path, model: Path, qvecs: np.ndarray, threads
         for t in loaders:
             t.join()
     after = rss(pid)
-    return {"compact_s": round(compact_s, 1), "swap_s": round(swap_s, 2), "swap_outcome": resp.json().get("outcome"),
+    return {**made, "swap_s": round(swap_s, 2), "swap_outcome": resp.json().get("outcome"),
             "steady_rss_mib": round(steady.total / 2**20), "steady_anon_mib": round(steady.anon / 2**20),
             "swap_peak_rss_mib": round(peak.peak_total / 2**20), "swap_peak_anon_mib": round(peak.peak_anon / 2**20),
             "swap_ratio_rss": round(peak.peak_total / steady.total, 3),
@@ -238,7 +255,7 @@ def swap(url: str, pid: int, root: Path, model: Path, qvecs: np.ndarray, threads
 
 
 def run_size(n: int, quora: Path, work: Path, threads: int, rebuild: bool, mmap: bool,
-             save: Callable[[dict[str, object]], None]) -> dict[str, object]:
+             save: Callable[[dict[str, object]], None], swap_to: str = "compact") -> dict[str, object]:
     """Every measurement of one size; `save(out)` after each stage, so that a run cut short keeps what it had."""
     from indexer.runtime.manifest import Manifest
 
@@ -284,7 +301,7 @@ def run_size(n: int, quora: Path, work: Path, threads: int, rebuild: bool, mmap:
         save(out)
         log_bytes = sum(f.stat().st_size for f in (root / "writes").iterdir() if f.is_file())  # with its WAL
         out["bytes_per_doc"]["write_log_per_written_doc"] = round(log_bytes / 320, 1)  # type: ignore[index]
-        out["swap"] = swap(url, proc.pid, root, model, qvecs, threads)
+        out["swap"] = swap(url, proc.pid, root, model, qvecs, threads, swap_to)
         save(out)
     finally:
         proc.terminate()
@@ -325,6 +342,9 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rebuild", action="store_true")
     p.add_argument("--no-mmap", action="store_true", help="serve with STRATA_MMAP=0 (the in-memory comparison)")
+    p.add_argument("--swap-to", choices=("compact", "copy"), default="compact",
+                   help="the version swapped to: `indexer compact`'s (timed) or a byte copy of the served one "
+                        "(when compaction does not fit the sitting: ~1 h at 10M)")
     args = p.parse_args()
     from indexer.runtime.paths import data_dir
 
@@ -339,7 +359,7 @@ def main() -> None:
             (RESULTS / f"{name}.json").write_text(json.dumps(done, indent=1))
             (RESULTS / f"{name}.md").write_text(report(done, stamp, not args.no_mmap))
 
-        out = run_size(n, quora, args.work, args.threads, args.rebuild, not args.no_mmap, save)
+        out = run_size(n, quora, args.work, args.threads, args.rebuild, not args.no_mmap, save, args.swap_to)
         save(out)
         results.append(out)
         print(report([out], stamp, not args.no_mmap))
