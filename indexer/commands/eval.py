@@ -102,9 +102,11 @@ def run(args: argparse.Namespace) -> int:
                                      threads=args.threads, exact_budget=budget, search_params=knobs, runs=runs)
         if runs is not None:
             from indexer.runs import write_runs
+            from indexer.runtime.passages import document_of
 
-            written = write_runs(runs, args.run_out,
-                                 lambda ids: {i: str(d.ext_id) for i, d in version.store.documents(ids).items()})
+            # a version of passages ranks documents by their passage 0's id: runs name the document
+            written = write_runs(runs, args.run_out, lambda ids: {
+                i: str(document_of(d.ext_id)) for i, d in version.store.documents(ids).items()})
     finally:
         version.close()
     figures = by_mode.get("dense") or next(iter(by_mode.values()))
