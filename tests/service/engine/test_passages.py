@@ -1,8 +1,11 @@
 """A version built with passages (`indexer build --chunk`) on the real engine: ONNX Runtime, FAISS, BM25, SQLite and
 the write log. /search ranks documents by their best passage (top_k counts documents) and returns it with its
 offsets and snippet; `passages` returns passages; filters select by the document's metadata; writes replace or
-delete all of a document's passages in one log transaction; a brought vector is refused; so are corpora that bring
-vectors and bad --chunk/--overlap at build time. 13 short documents, a flat index: seconds."""
+delete all of a document's passages in one log transaction, and concurrent writes of one document leave the last
+acknowledged one's passages; a brought vector is refused; so are corpora that bring vectors, bad --chunk/--overlap
+at build time and --add onto passages. A build with qrels and a repeated id is evaluated by documents (as /search
+ranks them), keeps the last occurrence's passages, and compacts and swaps through the gate. 13-14 short documents,
+flat indexes: seconds."""
 
 from __future__ import annotations
 
@@ -321,3 +324,16 @@ def test_a_build_with_qrels_evaluates_documents_keeps_a_repeated_ids_last_passag
                                                                               relevant), abs=1e-6), mode
 
     run(root, scenario)
+
+
+def test_add_refuses_a_version_of_passages(root: Path, tmp_path: Path) -> None:
+    """`indexer build --add` adds whole questions: onto a version of passages it is refused, nothing published."""
+    from indexer.add import add_questions
+    from indexer.runtime.layout import IndexRoot
+
+    served = IndexRoot(root).current_dir()
+    questions = tmp_path / "more.tsv"
+    questions.write_text("id\tquestion\n500\tWhy do comets have two tails?\n")
+    with pytest.raises(ValueError, match="indexes passages"):
+        add_questions(root, questions)
+    assert IndexRoot(root).current_dir() == served
