@@ -397,7 +397,10 @@ def bench_dataset(folder: Path, work: Path, poolings: list[str], alphas: list[fl
         root = work / "roots" / f"{ds.name}-{pooling_slug(pooling)}"
         build_json = work / "runs" / ds.name / f"build-{pooling_slug(pooling)}.json"
         if not (root / "current").exists():
-            seconds = run_cli(["indexer", "build", "--data", str(folder), "--model", str(model), "--root", str(root)],
+            # --chunk off: this bench measures documents indexed whole (its results predate passages, which
+            # `--chunk auto`, the default, turns on for SciFact and NFCorpus; bench/passages.py compares the two)
+            seconds = run_cli(["indexer", "build", "--data", str(folder), "--model", str(model), "--root", str(root),
+                               "--chunk", "off"],
                               work / f"build-{ds.name}-{pooling_slug(pooling)}.log")
             build_json.parent.mkdir(parents=True, exist_ok=True)
             build_json.write_text(json.dumps({"build_s": round(seconds, 1),

@@ -2,12 +2,13 @@
 FAISS indexes (the `indexer` CLI).
 
 Owns: the build pipeline (`build`, `add`, `compact`, `ray_build`, `ray_embed`, `ray_input`, `shards`; what a build is
-asked for in `build_config`, whether and how it splits documents into passages in `chunking`, the steps every
-build takes in its staging folder in `stage`), a user's corpus read row
+asked for in `build_config`, whether and how it splits documents into passages in `chunking` (a build's
+passages: `ingest_passages`), the steps every build takes in its staging folder in `stage`), a user's corpus read row
 by row (`corpus`; a row → a document in `corpus_rows`, opening files and telling formats apart in `corpus_files`;
 the vectors a corpus brings and the memory-mapped array a build keeps its vectors in, `ingest_vectors`), the
 Quora loader and evaluation protocols (`quora`), queries and qrels files (`eval_files`) and the evaluation sets made
-of them (`evalset`), retrieval metrics (`metrics`, `evaluate`; per `/search` mode: `eval_modes`; which are gates
+of them (`evalset`), retrieval metrics (`metrics`, `evaluate`; per `/search` mode: `eval_modes`; a version of
+passages ranked by its documents: `doc_ranks`; which are gates
 before a version is published and which a report after: `report`), TREC run files (`runs`) and their paired
 comparison (`compare`), the index sweep (`tune`), the per-encoder calibration of
 nprobe/ef_search (`calibrate`) on query-like probes (`probes`) and the CLI (`cli`, the entry point; one module per

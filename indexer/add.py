@@ -122,6 +122,9 @@ def add_questions(root_dir: Path, path: Path, *, model_dir: Path | None = None, 
         base = IndexVersion(root.current_dir())
         try:
             m = base.manifest
+            if m.chunking() is not None:  # whole questions beside passages: neither split nor replaced as such
+                raise ValueError(f"version {m.version} indexes passages (built with --chunk): --add adds whole "
+                                 f"documents; write them with PUT /documents (split as the build did) or rebuild")
             encoder = OnnxEncoder(model_dir or Path(m.model.dir), threads=threads, verify_sha256=True)
             if encoder.meta.onnx_sha256 != m.model.onnx_sha256:
                 raise EncoderLoadError(f"{encoder.model_dir} is not the encoder version {m.version} was built "

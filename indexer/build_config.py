@@ -80,9 +80,9 @@ class BuildConfig:
     bm25_b: float = 0.4
     lexical_engine: str = "auto"  # a name of `lexical.ENGINES`, or auto: chosen by corpus size (`choose_engine`)
     default_mode: SearchMode | None = None  # None: hybrid with a lexical index, else dense
-    # passages (`indexer.chunking`): tokens per passage, "auto" (by the corpus's lengths) or None (whole
-    # documents, the default); overlap None: an eighth of the chunk
-    chunk: int | str | None = None
+    # passages (`indexer.chunking`): tokens per passage, "auto" (by the corpus's lengths: the default) or "off"
+    # (None too: whole documents); overlap None: an eighth of the chunk
+    chunk: int | str | None = "auto"
     overlap: int | None = None
 
     def lexical_info(self) -> LexicalInfo | None:
@@ -98,8 +98,8 @@ class BuildConfig:
         """The options that only a non-Quora corpus takes, as the user set them."""
         named = {"--id-field": self.id_field, "--text-field": self.text_field, "--title-field": self.title_field,
                  "--metadata-fields": self.metadata_fields, "--vector-field": self.vector_field,
-                 "--queries": self.queries, "--qrels": self.qrels, "--chunk": self.chunk,
-                 "--overlap": self.overlap}
+                 "--queries": self.queries, "--qrels": self.qrels, "--overlap": self.overlap,
+                 "--chunk": None if self.chunk in ("auto", "off") else self.chunk}  # auto: off on Quora
         return [k for k, v in named.items() if v is not None]
 
     def target_for(self, kind: str) -> float | None:

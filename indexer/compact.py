@@ -32,6 +32,7 @@ import logging
 import shutil
 import sqlite3
 import time
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -43,11 +44,12 @@ from indexer.probes import PROBES_FILE
 from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.faiss_index import INDEX_FILE, set_threads
 from indexer.runtime.layout import IndexRoot, LayoutError, new_version_name
-from indexer.runtime.manifest import Manifest, WritesInfo
+from indexer.runtime.manifest import Manifest, PassagesInfo, WritesInfo
 from indexer.runtime.metadata import MetadataError, metadata_json
 from indexer.runtime.overlay import fold, reencode_stale
+from indexer.runtime.passages import document_of
 from indexer.runtime.storage import storage_errors
-from indexer.runtime.store import STORE, apply_writes
+from indexer.runtime.store import STORE, Store, apply_writes
 from indexer.runtime.version import QUERY_VECTORS, IndexVersion
 from indexer.runtime.writelog import LogEntry, net_effect, open_log
 from indexer.stage import save_and_evaluate
@@ -154,11 +156,12 @@ def compact(root_dir: Path, *, model_dir: Path | None = None, threads: int | Non
                                     entries=(before.entries if before else 0) + len(entries),
                                     upserted=(before.upserted if before else 0) + len(upserts),
                                     deleted=(before.deleted if before else 0) + len(deletes))
-                data = m.data.model_copy(update={"n_docs": int(index.ntotal), "metadata_schema": schema})
+                n_docs, passages = _documents(stage / STORE, m, int(index.ntotal))
+                data = m.data.model_copy(update={"n_docs": n_docs, "metadata_schema": schema})
                 manifest = m.model_copy(update={
                     "version": version, "created_at": datetime.now(timezone.utc), "index": info, "eval": None,
                     "query_evals": {}, "parent_version": m.version, "data": data, "writes": writes,
-                    "build_seconds": m.build_seconds.model_copy(),
+                    "passages": passages, "build_seconds": m.build_seconds.model_copy(),
                 })
                 save_and_evaluate(stage, manifest, t_start, evaluate_it=run_eval and bool(m.data.n_queries),
                                   threads=threads)
@@ -170,6 +173,20 @@ def compact(root_dir: Path, *, model_dir: Path | None = None, threads: int | Non
              version)
     return CompactResult(manifest, m.version, folded + 1, upto, len(entries), len(upserts), created, len(deletes),
                          drift > rebuild_after, drift)
+
+
+def _documents(store_path: Path, m: Manifest, rows: int) -> tuple[int, PassagesInfo | None]:
+    """The compacted version's documents and passages record: its rows, or, for a version of passages, the
+    documents its passage rows stand for (and the counts of its `passages` record brought up to date)."""
+    if m.chunking() is None or m.passages is None:
+        return rows, m.passages
+    store = Store(store_path)
+    try:
+        per_doc = Counter((type(d), d) for d in (document_of(e) for _, e in store.all_ext_ids()))
+    finally:
+        store.close()
+    split = sum(1 for n in per_doc.values() if n > 1)
+    return len(per_doc), m.passages.model_copy(update={"passages": rows, "docs_split": split})
 
 
 def _reencode_stale(net: list[LogEntry], m: Manifest, model_dir: Path | None, threads: int | None) -> None:

@@ -8,6 +8,10 @@
   Its exact reference fuses exact dense search's top `HYBRID_DEPTH` with the same BM25 lists, so index vs exact
   is what the index costs the hybrid ranking.
 
+A version of passages (`indexer build --chunk`) is ranked as `/search` ranks it: rows (passages) searched
+`fetch_depth` deep, fused as rows, then each document kept at its best row (`indexer.doc_ranks`), so its qrels,
+which judge documents, apply to every mode.
+
 Self-matches (the Quora full/heldout protocols' queries are documents too; BEIR's `ignore_identical_ids`) are
 dropped from each list *before* fusing, so the hybrid ranking is exactly the fusion of the dense and lexical
 rankings written by `--run-out` (corpus evaluations, where every run goes to depth 100; the Quora protocol's runs
@@ -29,11 +33,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from indexer.doc_ranks import DocumentRanks
 from indexer.evaluate import (
     EXACT_PAIRS_BUDGET,
     GRADED_DEPTH,
     EvalError,
-    drop_self_scored,
     evaluate,
     evaluate_graded,
     exact_sample,
@@ -138,15 +142,16 @@ def _pad(ranked: Sequence[tuple[np.ndarray, np.ndarray]], depth: int) -> tuple[n
     return scores, ids
 
 
-def _lexical_lists(version: IndexVersion, q: _Queries, depth: int) -> tuple[np.ndarray, np.ndarray, float]:
-    """Each query's BM25 top `depth` (self dropped), searched one query at a time: (scores, ids, seconds)."""
+def _lexical_lists(version: IndexVersion, q: _Queries, depth: int, ranks: DocumentRanks
+                   ) -> tuple[np.ndarray, np.ndarray, float]:
+    """Each query's BM25 top `depth` rows (self dropped), searched one query at a time: (scores, ids, seconds)."""
     assert version.lexical is not None
     t0 = time.perf_counter()
     got = [version.lexical.search(text, depth + q.extra) for text in q.texts]
     seconds = time.perf_counter() - t0
     scores, ids = _pad(got, depth + q.extra)
     if q.extra:
-        ids, scores = drop_self_scored(ids, scores, q.self_ids, depth)
+        scores, ids = ranks.drop_self(scores, ids, q.self_ids, depth)
     return scores, ids, seconds
 
 
@@ -202,13 +207,14 @@ def _lexical_and_hybrid(version: IndexVersion, q: _Queries, qvecs: np.ndarray | 
                         exact_budget: int | None, runs: RunCollector | None) -> dict[str, EvalFigures]:
     out: dict[str, EvalFigures] = {}
     threads = get_threads()
+    ranks = DocumentRanks(version)  # a version of passages: rows are passages, rankings its documents
     # BM25 once, deep enough for the fusion; the lexical ranking is its top `depth` (BM25's order is total)
-    lex_depth = max(q.depth, HYBRID_DEPTH) if "hybrid" in modes else q.depth
-    lex_scores, lex_ids, lex_s = _lexical_lists(version, q, lex_depth)
+    lex_depth = ranks.depth(max(q.depth, HYBRID_DEPTH) if "hybrid" in modes else q.depth)
+    lex_scores, lex_ids, lex_s = _lexical_lists(version, q, lex_depth, ranks)
     n = len(q.texts)
     lex_bytes = _lexical_bytes(version)
     if "lexical" in modes:
-        ids, scores = lex_ids[:, : q.depth], lex_scores[:, : q.depth]
+        scores, ids = ranks.collapse(lex_scores, lex_ids, q.depth)
         got = q.metrics(ids)
         out["lexical"] = _figures("lexical", q, got, got, got, None, 1.0, lex_s * 1000 / n, version, {}, lex_bytes,
                                   None, threads)
@@ -219,7 +225,7 @@ def _lexical_and_hybrid(version: IndexVersion, q: _Queries, qvecs: np.ndarray | 
     if qvecs is None or len(qvecs) != n:
         raise EvalError(f"{version.folder}: query vectors do not match its {n} queries")
     knobs = search_knobs(version, nprobe, search_params)
-    dense_depth = max(q.depth, HYBRID_DEPTH)
+    dense_depth = ranks.depth(max(q.depth, HYBRID_DEPTH))
     t0 = time.perf_counter()
     for i in range(n):  # one query at a time, as `/search` at 1 client: the time hybrid adds to BM25
         version.ann.search(qvecs[i : i + 1], dense_depth + q.extra, knobs=knobs)
@@ -229,11 +235,14 @@ def _lexical_and_hybrid(version: IndexVersion, q: _Queries, qvecs: np.ndarray | 
     pick = np.arange(n) if sample is None else sample
     e_scores, e_ids = version.ann.exact_search(qvecs[pick], dense_depth + q.extra)
     if q.extra:
-        d_ids, d_scores = drop_self_scored(d_ids, d_scores, q.self_ids, dense_depth)
-        e_ids, e_scores = drop_self_scored(e_ids, e_scores, q.self_ids[pick], dense_depth)
-    lexical = (lex_scores, lex_ids)
-    h_scores, h_ids, fuse_s = _fused(fusion, (d_scores, d_ids), lexical, q.depth)
-    x_scores, x_ids, _ = _fused(fusion, (e_scores, e_ids), (lex_scores[pick], lex_ids[pick]), q.depth)
+        d_scores, d_ids = ranks.drop_self(d_scores, d_ids, q.self_ids, dense_depth)
+        e_scores, e_ids = ranks.drop_self(e_scores, e_ids, q.self_ids[pick], dense_depth)
+    # rows fused as `/search` fuses them, then (passages) each document kept at its best row
+    lexical, fused_depth = (lex_scores, lex_ids), ranks.depth(q.depth)
+    h_scores, h_ids, fuse_s = _fused(fusion, (d_scores, d_ids), lexical, fused_depth)
+    x_scores, x_ids, _ = _fused(fusion, (e_scores, e_ids), (lex_scores[pick], lex_ids[pick]), fused_depth)
+    (h_scores, h_ids), (x_scores, x_ids) = ranks.collapse(h_scores, h_ids, q.depth), \
+        ranks.collapse(x_scores, x_ids, q.depth)
     got = q.metrics(h_ids)
     ref = q.metrics(x_ids, pick)
     on_sample = got if sample is None else q.metrics(h_ids[pick], pick)
@@ -294,7 +303,7 @@ def evaluate_modes_on_files(version: IndexVersion, queries: Path, qrels: Path, e
         raise EvalError("modes dense and hybrid encode the queries: an encoder is needed")
     if encoder is not None and needs_vectors and encoder.meta.onnx_sha256 != version.manifest.model.onnx_sha256:
         raise EvalError(f"{encoder.model_dir} is not the encoder version {version.version} was built with")
-    loaded = load_eval_set(queries, qrels, version.store.resolve_ext_ids)
+    loaded = load_eval_set(queries, qrels, DocumentRanks(version).resolver())
     qvecs = encoder.encode(loaded.evalset.query_texts, progress=True, desc="queries") \
         if needs_vectors and encoder is not None else None
     if threads:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from indexer.doc_ranks import DocumentRanks
 from indexer.metrics import mean_metrics
 from indexer.runs import RunKey
 from indexer.runtime.faiss_index import get_threads, set_threads
@@ -208,7 +209,8 @@ def evaluate_graded(version: IndexVersion, qvecs: np.ndarray, ev: GradedEvalSet,
                     query_set: str | None = None, search_params: dict[str, int | None] | None = None,
                     runs: RunCollector | None = None) -> EvalFigures:
     """MRR@10, nDCG@10, Recall@10 and Recall@100 (`indexer.metrics`) of the index at `nprobe` and of exact search
-    on the index's own vectors, over queries with graded judgments; single-query search timed at depth 10.
+    on the index's own vectors, over queries with graded judgments; single-query search timed at depth 10. A
+    version of passages ranks documents by their best passage (`indexer.doc_ranks`), its qrels naming them so.
 
     As BEIR does by default (`ignore_identical_ids`), a document whose external id equals the query's is
     removed from that query's results (it is the query itself when queries are also documents). `runs`
@@ -219,17 +221,18 @@ def evaluate_graded(version: IndexVersion, qvecs: np.ndarray, ev: GradedEvalSet,
     extra = int((self_docs >= 0).any())
     depth = GRADED_DEPTH + extra
     knobs = search_knobs(version, nprobe, search_params)
+    ranks = DocumentRanks(version)  # a version of passages: its documents by their best passage
     if threads:
         set_threads(threads)
     used_threads = get_threads()
     t0 = time.perf_counter()
     for start in range(0, len(qvecs), batch_size):
-        version.ann.search(qvecs[start : start + batch_size], 10 + extra, knobs=knobs)
+        version.ann.search(qvecs[start : start + batch_size], ranks.depth(10 + extra), knobs=knobs)
     elapsed = time.perf_counter() - t0
-    scores, ids = version.ann.search(qvecs, depth, knobs=knobs)
+    scores, ids = ranks.collapse(*version.ann.search(qvecs, ranks.depth(depth), knobs=knobs), depth)
     sample = exact_sample(len(qvecs), version.ntotal, exact_budget)
     pick = np.arange(len(qvecs)) if sample is None else sample
-    exact_scores, exact = version.ann.exact_search(qvecs[pick], depth)
+    exact_scores, exact = ranks.collapse(*version.ann.exact_search(qvecs[pick], ranks.depth(depth)), depth)
     if extra:
         ids, scores = drop_self_scored(ids, scores, self_docs, GRADED_DEPTH)
         exact, exact_scores = drop_self_scored(exact, exact_scores, self_docs[pick], GRADED_DEPTH)
@@ -282,7 +285,7 @@ def evaluate_query_files(version: IndexVersion, queries: Path, qrels: Path, enco
 
     if encoder.meta.onnx_sha256 != version.manifest.model.onnx_sha256:
         raise EvalError(f"{encoder.model_dir} is not the encoder version {version.version} was built with")
-    loaded = load_eval_set(queries, qrels, version.store.resolve_ext_ids)
+    loaded = load_eval_set(queries, qrels, DocumentRanks(version).resolver())
     qvecs = encoder.encode(loaded.evalset.query_texts, progress=True, desc="queries")
     figures = evaluate_graded(version, qvecs, loaded.evalset, nprobe=nprobe, batch_size=batch_size,
                               threads=threads, exact_budget=exact_budget, query_set=loaded.source,

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,14 +30,16 @@ from indexer.build_config import BuildConfig
 from indexer.corpus import CorpusSource, open_corpus
 from indexer.corpus_batches import DocBatch, batch_of_docs
 from indexer.corpus_rows import CorpusFormatError, Doc, ExtId, cell_value
+from indexer.doc_ranks import first_passage_resolver
 from indexer.evalset import LoadedEvalSet, load_eval_set
+from indexer.ingest_passages import BuildPassages, drop_stale
 from indexer.ingest_vectors import RowVectors, VectorRows, brought_vectors
 from indexer.probes import corpus_probe_candidates, make_probes
 from indexer.runtime.guards import max_shrink, shrink_message, shrinks_too_much
 from indexer.runtime.ids import ASSIGNED_IDS_FROM, FaissIds
 from indexer.runtime.layout import IndexRoot, new_version_name
 from indexer.runtime.manifest import CorpusFieldsInfo, DataInfo, Manifest, ManifestError, Timings
-from indexer.runtime.passages import PASSAGE_KEY, Splitter, parse_passage_id, passage_rows
+from indexer.runtime.passages import PASSAGE_KEY, Splitter, parse_passage_id
 from indexer.runtime.storage import storage_errors
 from indexer.runtime.store import STORE, CorpusStoreWriter
 from indexer.runtime.version import QUERY_VECTORS
@@ -100,6 +102,15 @@ class DocIds:
 
     def faiss_array(self) -> np.ndarray:
         return np.frombuffer(self.faiss_ids, dtype=np.int64).copy()
+
+    def keep(self, rows: np.ndarray, dropped: Iterable[ExtId]) -> None:
+        """Keep the rows `rows` (sorted positions) only, renumbered from 0; `dropped` are the others' ids."""
+        for ext in dropped:
+            self.row.pop(ext, None)
+        renumbered = np.full(len(self.faiss_ids), -1, dtype=np.int64)
+        renumbered[rows] = np.arange(len(rows))
+        self.row = {ext: int(renumbered[r]) for ext, r in self.row.items()}
+        self.faiss_ids = array("q", self.faiss_array()[rows].tobytes())
 
 
 def _is_int(s: str) -> bool:
@@ -171,11 +182,11 @@ class ChunkProgress:
         self.bar.close()
 
 
-def _batches(source: CorpusSource, limit: int | None, progress: Callable[[int], None], splitter: Splitter | None,
-             result: IngestResult) -> Iterator[DocBatch]:
+def _batches(source: CorpusSource, limit: int | None, progress: Callable[[int], None],
+             splitter: BuildPassages | None, result: IngestResult) -> Iterator[DocBatch]:
     """The rows of `source` a batch at a time: Parquet's as read (column-wise where it can be,
     `indexer.corpus_batches`), any other format's grouped by `INGEST_CHUNK` rows or `INGEST_CHUNK_CHARS`. With
-    `splitter`, a document's rows are its passages (`_rows_of`), read one document at a time."""
+    `splitter`, a document's rows are its passages (`BuildPassages.rows_of`), read one document at a time."""
     if source.format == "parquet" and splitter is None:
         yield from source.parquet_batches(limit, progress)
         return
@@ -184,7 +195,7 @@ def _batches(source: CorpusSource, limit: int | None, progress: Callable[[int], 
     for read in source.docs(limit, progress):
         result.rows_read += splitter is not None  # rows read are documents, not the passages made of them
         rows = [read] if splitter is None or not read.text else [
-            Doc(ext, text, meta, read.where) for ext, text, meta in _rows_of(read, splitter, result)]
+            Doc(ext, text, meta, read.where) for ext, text, meta in splitter.rows_of(read)]
         for doc in rows:
             docs.append(doc)
             chars += len(doc.text)
@@ -206,6 +217,7 @@ def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder
     ids = DocIds()
     rows = VectorRows(encoder.dim, vectors_path) if encoder is not None else None
     result = IngestResult(ids, None)
+    passages = BuildPassages(splitter) if splitter is not None else None
     bar = ChunkProgress(source.total_bytes(), enabled=progress, on_advance=on_advance)
     t_start = time.perf_counter()
     rows_vectors = RowVectors(source.fields.vector, encoder is not None)
@@ -244,7 +256,7 @@ def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder
         bar.end_chunk(len(ids))
 
     try:
-        for batch in _batches(source, limit, bar.bytes_read, splitter, result):
+        for batch in _batches(source, limit, bar.bytes_read, passages, result):
             put(batch)
     finally:
         bar.close()
@@ -252,28 +264,17 @@ def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder
     result.brought_vectors = bool(rows_vectors.brought)
     if rows is not None:
         result.vectors = rows.take()
+    if passages is not None:
+        result.passages, result.docs_split = passages.passages, passages.docs_split
+        if passages.stale:  # a repeated id with fewer passages: its last occurrence wins for all of them
+            stale = list(passages.stale)
+            _, result.vectors, kept = drop_stale(stale, ids.row, ids.faiss_array(), result.vectors, writer)
+            ids.keep(kept, stale)
     if result.duplicate_ids:
         log.warning("%d rows repeated an earlier row's id: the later row replaced it", result.duplicate_ids)
     log.info("read %d rows from %s (%s): %d documents, %d empty texts skipped, %d duplicate ids",
              result.rows_read, source.path, source.format, result.n_docs, result.skipped_empty, result.duplicate_ids)
     return result
-
-
-def _rows_of(doc: Doc, splitter: Splitter | None, result: IngestResult) -> list[tuple[ExtId, str, dict[str, Any]]]:
-    """The rows one document makes: itself, or with `splitter` its passages (`indexer.runtime.passages`), counted in
-    `result`. A repeated id replaces its document's passages one by one: a repeat with fewer passages leaves the
-    earlier document's last ones."""
-    if splitter is None:
-        return [(doc.ext_id, doc.text, doc.metadata)]
-    if doc.vector is not None:
-        raise CorpusFormatError(f"{doc.where}: the row brings a vector, which stands for the whole document; "
-                                f"--chunk indexes a vector per passage: build without --chunk, or without the "
-                                f"vectors (encoded then)")
-    parts: list[tuple[ExtId, str, dict[str, Any]]] = list(passage_rows(doc.ext_id, doc.text, doc.metadata,
-                                                                       splitter.split(doc.text)))
-    result.passages += len(parts)
-    result.docs_split += len(parts) > 1
-    return parts
 
 
 # --- the build ---------------------------------------------------------------------------------------------------
@@ -337,12 +338,13 @@ def ingest_store(source: CorpusSource, stage: Path, encoder: OnnxEncoder | None,
                 raise CorpusFormatError(f"{source.path}: no documents with text ({res.rows_read} rows read, "
                                         f"{res.skipped_empty} with an empty text)")
             loaded = None
-            if splitter is not None and source.queries is not None and source.qrels is not None:
-                log.warning("the evaluation set (%s) is not stored: its judgments name documents, and the build's "
-                            "evaluation ranks rows, which are passages here (bench/passages.py measures passages "
-                            "against documents)", source.qrels)
-            elif source.queries is not None and source.qrels is not None:
-                loaded = load_eval_set(source.queries, source.qrels, res.ids.resolve)
+            if source.queries is not None and source.qrels is not None:
+                # passages: a judged document is its passage 0's id, and evaluations rank documents by their best
+                # passage (`indexer.doc_ranks`)
+                ids = res.ids
+                resolve = ids.resolve if splitter is None else first_passage_resolver(
+                    lambda exts: {e: ids.faiss_ids[ids.row[e]] for e in exts if e in ids.row})
+                loaded = load_eval_set(source.queries, source.qrels, resolve)
                 writer.put_eval_set(loaded.evalset)
             elif source.queries is not None or source.qrels is not None:
                 log.warning("queries and qrels are both needed for an evaluation set; %s alone is ignored",

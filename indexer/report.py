@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from indexer.doc_ranks import DocumentRanks
 from indexer.eval_modes import evaluate_modes, served_modes
 from indexer.evaluate import GRADED_DEPTH, EvalError, drop_self, rank_metrics, search_knobs
 from indexer.metrics import mean_metrics
@@ -48,7 +49,9 @@ def gate_figures(version: IndexVersion, threads: int | None = None) -> GateFigur
             raise EvalError(f"{version.folder}: query vectors do not match its {len(graded.query_texts)} queries")
         self_docs = np.asarray(graded.self_docs, dtype=np.int64)
         extra = int((self_docs >= 0).any())
-        _, ids = version.ann.search(qvecs, GRADED_DEPTH + extra, knobs=knobs)
+        ranks = DocumentRanks(version)  # a version of passages: documents by their best passage, as qrels judge
+        _, ids = ranks.collapse(*version.ann.search(qvecs, ranks.depth(GRADED_DEPTH + extra), knobs=knobs),
+                                GRADED_DEPTH + extra)
         if extra:
             ids = drop_self(ids, self_docs, GRADED_DEPTH)
         got = mean_metrics(ids, graded.qrels)

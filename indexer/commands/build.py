@@ -78,8 +78,9 @@ def _own_corpus_args(b: argparse.ArgumentParser) -> None:
     c.add_argument("--chunk", type=_chunk_arg, default=None, metavar="TOKENS|auto|off",
                    help="split each document into passages of at most TOKENS tokens (the encoder's, on sentence "
                    "boundaries where possible), each embedded and indexed; /search then ranks documents by their best "
-                   "passage and returns it with offsets and a snippet. auto: split when more than 10%% of the "
-                   "documents run past the encoder's window. Default: off (documents whole; see docs/passages.md)")
+                   "passage and returns it with offsets and a snippet. off: documents whole. Default auto: split "
+                   "(at the encoder's window) when more than 10%% of the first 2,000 documents run past it, logged "
+                   "with the reason and recorded in the manifest (see docs/passages.md)")
     c.add_argument("--overlap", type=int, default=None, metavar="TOKENS",
                    help="tokens consecutive passages share (whole sentences where possible; default: chunk / 8)")
     c.add_argument("--queries", type=Path, default=None,
@@ -199,7 +200,7 @@ def _add(args: argparse.Namespace) -> int:
     return 0
 
 
-def _chunk_arg(value: str) -> int | str | None:
+def _chunk_arg(value: str) -> int | str:
     from indexer.chunking import parse_chunk
 
     try:
@@ -228,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
     if (args.target_recall is not None or args.no_calibrate) and args.add is not None:
         raise ValueError("--target-recall and --no-calibrate apply to a full build; --add calibrates again by "
                          "itself when the current version was calibrated")
-    if args.chunk is not None or args.overlap is not None:
+    if args.chunk not in (None, "off") or args.overlap is not None:  # not given: auto for a full local build
         if args.add is not None or args.engine == "ray":
             raise ValueError("--chunk/--overlap apply to a full build with --engine local (not --add or --engine ray)")
     if args.add is not None:
@@ -249,7 +250,8 @@ def run(args: argparse.Namespace) -> int:
                       lexical=not args.no_lexical, lexical_stemmer=args.lexical_stemmer,
                       lexical_stopwords=args.lexical_stopwords, bm25_k1=args.bm25_k1, bm25_b=args.bm25_b,
                       lexical_engine=args.lexical_engine,
-                      default_mode=args.default_mode, chunk=args.chunk, overlap=args.overlap)
+                      default_mode=args.default_mode, chunk="auto" if args.chunk is None else args.chunk,
+                      overlap=args.overlap)
     if args.engine == "ray":
         from indexer.ray_build import RayOptions, build_on_ray, summary
 

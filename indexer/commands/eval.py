@@ -14,8 +14,11 @@ from indexer.commands.common import root_arg, threads_arg
 from indexer.runtime.ann import KIND_SPECS, KNOBS
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from indexer.runs import RunCollector
     from indexer.runtime.manifest import EvalFigures, Manifest
+    from indexer.runtime.version import IndexVersion
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -102,9 +105,7 @@ def run(args: argparse.Namespace) -> int:
                                      threads=args.threads, exact_budget=budget, search_params=knobs, runs=runs)
         if runs is not None:
             from indexer.runs import write_runs
-
-            written = write_runs(runs, args.run_out,
-                                 lambda ids: {i: str(d.ext_id) for i, d in version.store.documents(ids).items()})
+            written = write_runs(runs, args.run_out, lambda ids: _names(version, ids))
     finally:
         version.close()
     figures = by_mode.get("dense") or next(iter(by_mode.values()))
@@ -197,3 +198,10 @@ def _table(e) -> str:  # noqa: ANN001 (EvalFigures)
                                                      f"--exact-all for every query)"))
     width = max(len(r[0]) for r in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def _names(version: IndexVersion, ids: Iterable[int]) -> dict[int, str]:
+    """Run files name documents: a version of passages ranks each by its passage 0's id (`indexer.doc_ranks`)."""
+    from indexer.runtime.passages import document_of
+
+    return {i: str(document_of(d.ext_id)) for i, d in version.store.documents(ids).items()}

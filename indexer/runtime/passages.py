@@ -260,6 +260,12 @@ def parse_passage_id(ext: ExtId) -> tuple[ExtId, int] | None:
     return doc, n
 
 
+def document_of(ext: ExtId) -> ExtId:
+    """The document a row stands for: a passage row's document id, any other row's own id."""
+    parsed = parse_passage_id(ext)
+    return ext if parsed is None else parsed[0]
+
+
 def passage_rows(doc: ExtId, text: str, metadata: dict[str, Any], passages: Sequence[Passage]
                  ) -> list[tuple[str, str, dict[str, Any]]]:
     """(row id, passage text, row metadata) of each passage of one document."""

@@ -116,6 +116,11 @@ class Store:
         with self._lock:
             return self._con.execute("SELECT id, text FROM docs").fetchall()
 
+    def all_ext_ids(self) -> list[tuple[int, int | str]]:
+        """(FAISS id, external id) of every document."""
+        with self._lock:
+            return self._con.execute("SELECT id, ext_id FROM doc_ext").fetchall()
+
     def eval_set(self) -> tuple[list[int], list[str], list[set[int]]]:
         with self._lock:
             queries = self._con.execute("SELECT id, text FROM queries ORDER BY id").fetchall()
@@ -321,6 +326,11 @@ class CorpusStoreWriter:
         """(FAISS id, external id, text, metadata JSON) rows, upserted in order."""
         self._con.executemany("INSERT OR REPLACE INTO docs VALUES (?, ?)", ((r[0], r[2]) for r in rows))
         self._con.executemany("INSERT OR REPLACE INTO doc_ext VALUES (?, ?, ?)", ((r[0], r[1], r[3]) for r in rows))
+
+    def delete(self, ids: Sequence[int]) -> None:
+        """Remove rows by FAISS id (a build's passages that a repeated id's last occurrence no longer has)."""
+        self._con.executemany("DELETE FROM docs WHERE id = ?", ((i,) for i in ids))
+        self._con.executemany("DELETE FROM doc_ext WHERE id = ?", ((i,) for i in ids))
 
     def put_queries(self, query_ids: Sequence[int], query_texts: Sequence[str], gold: Sequence[Iterable[int]]
                     ) -> None:

@@ -214,12 +214,17 @@ class Writes:
         # version of before it too, whose store `indexer compact` brings to it). `ext_ids` and `with_metadata` are
         # what a refusal of a version's own would look at.
 
-    def commit(self, current: Callable[[], Served | None], ops: Sequence[Upsert | Delete]) -> WriteResult:
-        """Log `ops` durably, then apply them to the served version's overlay (runs in the write thread)."""
+    def commit(self, current: Callable[[], Served | None],
+               ops: Sequence[Upsert | Delete] | Callable[[Served], Sequence[Upsert | Delete]]) -> WriteResult:
+        """Log `ops` durably, then apply them to the served version's overlay (runs in the write thread). `ops` may
+        be a function of the served searcher, called under the write lock: what it reads of the served state (a
+        document's passages now) cannot change before its ops are logged and applied."""
         with self.lock:
             searcher = current()
             if searcher is None:
                 raise NotServing("no index loaded")
+            if callable(ops):
+                ops = ops(searcher)
             self.check(searcher, [op.ext_id for op in ops], any(isinstance(op, Upsert) and op.metadata
                                                                  for op in ops))
             try:

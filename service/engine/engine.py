@@ -37,7 +37,7 @@ from indexer.runtime.passages import old_count, passage_rows, stale_ids
 from indexer.runtime.query import Query
 from indexer.runtime.vectors import VectorError, check_vector
 from indexer.runtime.writelog import Delete, ExtId, Upsert
-from indexer.runtime.writes import Document, WriteResult, Writes
+from indexer.runtime.writes import Document, WriteResult, Writes, WritesUnavailable
 from service.engine.errors import BadConfig, BadVector, NotReady
 from service.engine.leases import Leases
 from service.engine.metrics import Metrics
@@ -334,9 +334,9 @@ class Engine:
             raise NotReady(self.not_ready_reason())
         searcher = self.leases.current
         Writes.check(searcher, [], False)
-        if searcher.splitter() is not None:  # every passage of each document, in the same transaction
-            live = searcher.index.live_metadata  # type: ignore[attr-defined]  # writes are served: a LiveIndex
-            return await self._commit([Delete(p) for i in ids for p in stale_ids(i, 0, max(1, old_count(i, live)))],
+        if searcher.splitter() is not None:  # every passage of each document, counted under the write lock
+            return await self._commit(lambda served: [Delete(p) for i in ids
+                                                      for p in stale_ids(i, 0, max(1, _served_count(served, i)))],
                                       "delete")
         return await self._commit([Delete(i) for i in ids], "delete")
 
@@ -364,14 +364,24 @@ class Engine:
             self.metrics.texts_encoded.labels("/documents").inc(len(texts))
             vectors = list(r.vectors)
         sha, vecs = encoded_by.encoder.meta.onnx_sha256, iter(vectors)
-        live = searcher.index.live_metadata  # type: ignore[attr-defined]  # writes are served: a LiveIndex
-        ops: list[Upsert | Delete] = []
-        for doc, rs in rows:
-            ops += [Upsert(rid, text, meta, next(vecs), sha) for rid, text, meta in rs]
-            ops += [Delete(p) for p in stale_ids(doc, len(rs), old_count(doc, live))]
+        upserts = [(doc, [Upsert(rid, text, meta, next(vecs), sha) for rid, text, meta in rs]) for doc, rs in rows]
+
+        def ops(served: Searcher) -> list[Upsert | Delete]:
+            # under the write lock: the passages a document has now (a concurrent write's included) are the ones
+            # past the new count to delete, so the write acknowledged last leaves exactly its own passages
+            if _split_as(served) != _split_as(searcher):
+                raise WritesUnavailable(f"the served version changed from {searcher.version} to {served.version} "
+                                        f"(another passages setting) during the write: send it again")
+            out: list[Upsert | Delete] = []
+            for doc, ups in upserts:
+                out += ups
+                out += [Delete(p) for p in stale_ids(doc, len(ups), _served_count(served, doc))]
+            return out
+
         return await self._commit(ops, "upsert")
 
-    async def _commit(self, ops: list[Upsert | Delete], op: str) -> WriteResult:
+    async def _commit(self, ops: list[Upsert | Delete] | Callable[[Searcher], list[Upsert | Delete]],
+                      op: str) -> WriteResult:
         t0 = time.perf_counter()
         ctx = contextvars.copy_context()
         future = self.write_pool.submit(ctx.run, self.writes.commit, lambda: self.leases.current, ops)
@@ -379,8 +389,10 @@ class Engine:
         result = await asyncio.shield(asyncio.wrap_future(future))
         m = self.metrics
         m.write_seconds.labels(op).observe(time.perf_counter() - t0)
-        m.writes.labels(op).inc(len(ops))
-        self.collection_metrics.wrote(op, len(ops), result.seq, result.size)
+        a = result.applied
+        n = a.created + a.replaced + a.deleted + a.missing if callable(ops) else len(ops)  # entries logged
+        m.writes.labels(op).inc(n)
+        self.collection_metrics.wrote(op, n, result.seq, result.size)
         return result
 
     async def reload(self, trigger: str, force: bool = False) -> SwapResult:
@@ -444,3 +456,14 @@ class Engine:
     def not_ready_reason(self) -> str:
         r = self.swapper.current_refusal()
         return r.reason if r else "loading"
+
+
+def _served_count(served: Searcher, doc: ExtId) -> int:
+    """How many passages the served version (its writes included) holds for `doc` now."""
+    return old_count(doc, served.index.live_metadata)  # type: ignore[attr-defined]  # writes are served: a LiveIndex
+
+
+def _split_as(searcher: Searcher) -> tuple[int | None, int | None] | None:
+    """The chunk and overlap a served version's writes are split with (None: documents whole)."""
+    c = searcher.manifest.chunking()
+    return None if c is None else (c.chunk, c.overlap)

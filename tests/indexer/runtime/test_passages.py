@@ -117,3 +117,37 @@ def test_the_default_follows_the_share_of_long_documents() -> None:
     assert on and "20 of 100" in why and "more than 10%" in why
     off, why = decide([300] * 5 + [100] * 95, 254)
     assert not off and "5.0%" in why
+
+
+def test_the_build_default_is_auto_off_for_quora_questions_on_for_long_documents(
+        tmp_path: Path, minilm_mean: Path, quora_file: Path) -> None:
+    """No --chunk is `auto`: real Quora questions (none past the window) stay whole; a corpus where 3 of 20
+    documents run past it (15 %) is split at the window; rows that bring vectors are never split. Each decision
+    carries its reason (what the build logs and the manifest records)."""
+    import gzip
+    import json
+
+    from indexer.build_config import BuildConfig
+    from indexer.chunking import AUTO_CHUNK, resolve
+    from indexer.corpus import open_corpus
+
+    assert BuildConfig(model_dir=minilm_mean, data="x", root=tmp_path).chunk == "auto"
+    encoder = OnnxEncoder(minilm_mean, threads=1)
+
+    def decided(name: str, rows: list[dict]) -> tuple[bool, object]:
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        splitter, info = resolve("auto", None, open_corpus(path), encoder)
+        assert info.enabled is (splitter is not None) and info.reason.startswith("--chunk auto")
+        return info.enabled, info
+
+    with gzip.open(quora_file, "rt", encoding="utf-8") as fh:
+        next(fh)
+        questions = [line.split("\t")[3] for line, _ in zip(fh, range(2000), strict=False)]
+    on, info = decided("quora", [{"id": i, "text": q} for i, q in enumerate(questions) if q.strip()])
+    assert not on and "(0.0%)" in info.reason and "not more than 10%" in info.reason
+    long = [{"id": i, "text": TEXT * (12 if i < 3 else 1)} for i in range(20)]
+    on, info = decided("long", long)
+    assert on and (info.chunk, info.overlap) == (AUTO_CHUNK, AUTO_CHUNK // 8) and "3 of 20" in info.reason
+    on, info = decided("vectors", [{**r, "vector": [0.1] * 384} for r in long])
+    assert not on and "bring their vectors" in info.reason

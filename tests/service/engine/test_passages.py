@@ -1,8 +1,11 @@
 """A version built with passages (`indexer build --chunk`) on the real engine: ONNX Runtime, FAISS, BM25, SQLite and
 the write log. /search ranks documents by their best passage (top_k counts documents) and returns it with its
 offsets and snippet; `passages` returns passages; filters select by the document's metadata; writes replace or
-delete all of a document's passages in one log transaction; a brought vector is refused; so are corpora that bring
-vectors and bad --chunk/--overlap at build time. 13 short documents, a flat index: seconds."""
+delete all of a document's passages in one log transaction, and concurrent writes of one document leave the last
+acknowledged one's passages; a brought vector is refused; so are corpora that bring vectors, bad --chunk/--overlap
+at build time and --add onto passages. A build with qrels and a repeated id is evaluated by documents (as /search
+ranks them), keeps the last occurrence's passages, and compacts and swaps through the gate. 13-14 short documents,
+flat indexes: seconds."""
 
 from __future__ import annotations
 
@@ -189,3 +192,148 @@ def test_corpora_that_bring_vectors_and_bad_sizes_are_refused(tmp_path: Path, mi
         got = indexer_cli("build", "--root", str(tmp_path / "r2"), "--model", str(minilm_mean), "--data", str(data),
                           *flags)
         assert got.returncode == 2 and why in got.stderr, (flags, got.stderr[-500:])
+
+
+async def passages_with_offsets(engine: Engine, query: str, doc: Any) -> list[tuple[int, int, int, int]]:
+    """(passage number, start, end, count) of every passage of `doc` that BM25 finds for `query`."""
+    r = await engine.search(Query([query], 100, mode="lexical", passages=True))
+    return sorted((h.passage.index, h.passage.start, h.passage.end, h.passage.count) for h in r.hits[0]
+                  if h.ext_id == doc)
+
+
+def visitors(n: int) -> str:
+    return " ".join(f"Comets are visitor number {i} from the cold outer solar system." for i in range(n))
+
+
+def test_concurrent_writes_of_one_document_leave_the_passages_of_the_one_acknowledged_last(
+        root: Path, minilm_mean: Path) -> None:
+    """Two concurrent PUTs of one id, 5 and 2 passages, in both orders: the log's later one (higher seq) is what
+    is served, all of its passages and none of the other's (the stale ones are counted under the write lock).
+    The passages are those of the served manifest's chunk and overlap, split by an independent splitter."""
+    from indexer.runtime.encoder import OnnxEncoder
+    from indexer.runtime.layout import IndexRoot
+    from indexer.runtime.passages import Splitter
+
+    p = Manifest.load(IndexRoot(root).current_dir()).chunking()
+    assert p is not None and (p.chunk, p.overlap) == (24, 4)
+    splitter = Splitter(OnnxEncoder(minilm_mean, threads=1).tokenizer, p.chunk, p.overlap)
+    text = {n: visitors(next(k for k in range(1, 40) if len(splitter.split(visitors(k))) == n)) for n in (5, 2)}
+    expected = {n: [(i, s.start, s.end, n) for i, s in enumerate(splitter.split(text[n]))] for n in (5, 2)}
+
+    async def scenario(engine: Engine) -> None:
+        def encoded() -> float:
+            return engine.metrics.registry.get_sample_value("strata_texts_encoded_total",
+                                                            {"endpoint": "/documents"}) or 0.0
+
+        for order in ((5, 2), (2, 5)):
+            await engine.upsert([Document(9, "Comets are icy visitors.", {"topic": "space"})])  # 1 passage
+            # the write lock held until both writes are encoded and on their way to the log: each sees the
+            # document's 1 passage before either is logged, the interleaving that left stale passages behind
+            start = encoded()
+            engine.writes.lock.acquire()
+            try:
+                both = asyncio.gather(*(engine.upsert([Document(9, text[n], {"topic": "space"})]) for n in order))
+                for _ in range(6000):
+                    if encoded() >= start + 7:
+                        break
+                    await asyncio.sleep(0.01)
+                assert encoded() == start + 7
+            finally:
+                engine.writes.lock.release()
+            done = await both
+            last = order[max(range(2), key=lambda i: done[i].seq)]
+            assert await passages_with_offsets(engine, "comets visitor", 9) == expected[last], order
+
+    run(root, scenario)
+
+
+def _mrr_at_10(ranked: list[list[Any]], relevant: list[set[Any]]) -> float:
+    rr = [next((1 / (i + 1) for i, d in enumerate(ids[:10]) if d in rel), 0.0) for ids, rel in
+          zip(ranked, relevant, strict=True)]
+    return sum(rr) / len(rr)
+
+
+QUERIES = {"q1": (COMET, ["d8", 9, "d10", 11]), "q2": ("How does bread rise?", ["d4", 5, "d6", 7]),
+           "q3": ("How do rocks form over time?", ["d0", 1, "d2", 3])}
+
+
+def test_a_build_with_qrels_evaluates_documents_keeps_a_repeated_ids_last_passages_and_compacts(
+        tmp_path: Path, minilm_mean: Path) -> None:
+    """A corpus with queries and qrels and a repeated id (6 passages, then 1): the build keeps exactly the last
+    occurrence's passage; its evaluation (every mode) ranks documents by their best passage, as /search returns
+    them, so its MRR@10 is the one computed from /search's hits. Writes and deletes, then `indexer compact`: the
+    compacted version keeps documents, passages and search results, is evaluated the same way, and the swap gate
+    compares it (same evaluation set) and lets it through."""
+    from indexer.compact import compact
+    from indexer.runtime.layout import IndexRoot
+    from indexer.runtime.passages import passage_id
+    from indexer.runtime.store import STORE, Store
+
+    rows = [*corpus(), {"id": 9, "text": "Comets are icy visitors.", "topic": "space"}]
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text("".join(json.dumps({"_id": q, "text": t}) + "\n" for q, (t, _) in QUERIES.items()))
+    qrels = tmp_path / "qrels.tsv"
+    qrels.write_text("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t1\n" for q, (_, ds) in QUERIES.items()
+                                                               for d in ds))
+    root = tmp_path / "root"
+    m = build(BuildConfig(model_dir=minilm_mean, data=str(write_jsonl(tmp_path / "docs.jsonl", rows)), root=root,
+                          index="flat", chunk=24, overlap=4, threads=1, queries=queries, qrels=qrels))
+    store = Store(IndexRoot(root).current_dir() / STORE)
+    try:
+        nine = sorted(e for _, e in store.all_ext_ids() if parse_passage_id(e) and parse_passage_id(e)[0] == 9)
+    finally:
+        store.close()
+    assert nine == [passage_id(9, 0)]  # the first occurrence's passages 1..5 are gone with it
+    assert (m.data.n_docs, m.data.duplicate_ids, m.passages.passages) == (13, 1, m.index.ntotal)
+    assert m.passages.docs_split == 11 and m.data.n_queries == 3
+    assert m.eval is not None and set(m.eval_modes) == {"dense", "lexical", "hybrid"}
+    relevant = [set(ds) for _, ds in QUERIES.values()]
+
+    async def searched(engine: Engine, mode: str) -> list[list[Any]]:
+        r = await engine.search(Query([t for t, _ in QUERIES.values()], 10, mode=mode))
+        return [[h.ext_id for h in hits] for hits in r.hits]
+
+    async def scenario(engine: Engine) -> None:
+        for mode in ("dense", "lexical"):
+            assert m.eval_modes[mode].mrr_at_10 == pytest.approx(_mrr_at_10(await searched(engine, mode), relevant),
+                                                                 abs=1e-6), mode
+        assert m.eval.mrr_at_10 > 0.5 and m.eval_modes["hybrid"].mrr_at_10 > 0.5
+        await engine.upsert([Document(9, TOPICS["space"][2] + " " + visitors(3), {"topic": "space"}),
+                             Document(50, "Kites fly higher in a steady wind.", {"topic": "misc"})])
+        await engine.delete(["d10", 1])
+        before = {mode: await engine.search(Query([t for t, _ in QUERIES.values()], 10, mode=mode))
+                  for mode in ("dense", "lexical")}
+        nine_before = await passages_with_offsets(engine, "comets visitor", 9)
+        rows_before = engine.leases.current.index.ntotal  # the version's rows and the writes' overlay
+        assert len(nine_before) > 1
+        done = await asyncio.to_thread(compact, root, threads=1)
+        assert done.manifest is not None
+        swap = await engine.reload("test")
+        assert (swap.outcome, swap.version) == ("swapped", done.manifest.version)
+        m2 = Manifest.load(IndexRoot(root).current_dir())
+        assert (m2.data.n_docs, m2.data.n_queries) == (12, 3)  # 13 + 1 written - 2 deleted; the same queries
+        assert m2.passages.passages == m2.index.ntotal == rows_before
+        assert m2.gate_mrr_at_10() is not None and m.gate_mrr_at_10() is not None  # compared by the gate
+        assert await passages_with_offsets(engine, "comets visitor", 9) == nine_before
+        for mode, r in before.items():
+            now = await engine.search(Query([t for t, _ in QUERIES.values()], 10, mode=mode))
+            assert [[(h.ext_id, h.passage.index) for h in hits] for hits in now.hits] == \
+                [[(h.ext_id, h.passage.index) for h in hits] for hits in r.hits], mode
+            assert not {"d10", 1} & {h.ext_id for hits in now.hits for h in hits}
+            assert m2.eval_modes[mode].mrr_at_10 == pytest.approx(_mrr_at_10(await searched(engine, mode),
+                                                                              relevant), abs=1e-6), mode
+
+    run(root, scenario)
+
+
+def test_add_refuses_a_version_of_passages(root: Path, tmp_path: Path) -> None:
+    """`indexer build --add` adds whole questions: onto a version of passages it is refused, nothing published."""
+    from indexer.add import add_questions
+    from indexer.runtime.layout import IndexRoot
+
+    served = IndexRoot(root).current_dir()
+    questions = tmp_path / "more.tsv"
+    questions.write_text("id\tquestion\n500\tWhy do comets have two tails?\n")
+    with pytest.raises(ValueError, match="indexes passages"):
+        add_questions(root, questions)
+    assert IndexRoot(root).current_dir() == served
