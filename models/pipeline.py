@@ -136,7 +136,7 @@ def stamp_ok(path: Path, want: dict[str, object]) -> bool:
         return False
 
 
-def stamped_output(stamp_file: Path, stamp: dict[str, Any], output: Path, make: Callable[[], None],
+def stamped_output(stamp_file: Path, stamp: dict[str, Any], output: Path, make: Callable[[], object],
                    invalidates: Sequence[Path] = ()) -> bool:
     """Run `make` unless `output` is there and `stamp_file` holds `stamp`; then write the stamp and remove the
     stamps in `invalidates` (what was made from the old output). True when `make` ran."""
