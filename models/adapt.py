@@ -22,16 +22,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from models.pipeline import (
-    AdaptStatus,
-    Stage,
-    StatusWriter,
-    export_base,
-    export_stage,
-    run_recipe,
-    stamped_output,
-    train_stage,
-)
+from models import pipeline
+from models.pipeline import Stage, StatusWriter
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +71,7 @@ class QuoraRun:
     stamps: dict[str, Any] = field(default_factory=dict)  # base_sha256, mine, train
 
 
-def adapt(cfg: AdaptConfig, on_status: Callable[[AdaptStatus], None] | None = None) -> Path:
+def adapt(cfg: AdaptConfig, on_status: Callable[[pipeline.AdaptStatus], None] | None = None) -> Path:
     """Run (or continue) the recipe; returns `cfg.out`. Raises on bad data or a failed export, leaving `out`
     untouched."""
     if cfg.data is not None:  # checked (a URL: downloaded, into `indexer build`'s cache) before minutes of export
@@ -89,8 +81,8 @@ def adapt(cfg: AdaptConfig, on_status: Callable[[AdaptStatus], None] | None = No
         cfg = replace(cfg, data=resolve_source(str(cfg.data), strata_home() / "downloads"))
     if cfg.checkpoint is not None and not Path(cfg.checkpoint).is_dir():
         raise FileNotFoundError(f"checkpoint folder {cfg.checkpoint} not found")
-    run_recipe(Path(cfg.work), QUORA_STAGES, lambda status: _start(cfg, status),
-               lambda run: f"exported {run.cfg.out}", on_status, log)
+    pipeline.run_recipe(Path(cfg.work), QUORA_STAGES, lambda status: _start(cfg, status),
+                        lambda run: f"exported {run.cfg.out}", on_status, log)
     return Path(cfg.out)
 
 
@@ -106,7 +98,7 @@ def _start(cfg: AdaptConfig, status: StatusWriter) -> QuoraRun:
 
 def _base(run: QuoraRun) -> None:
     """1. the base encoder, exported fp32 with mean pooling: what mines the negatives."""
-    run.stamps["base_sha256"] = export_base(run.work, run.checkpoint)
+    run.stamps["base_sha256"] = pipeline.export_base(run.work, run.checkpoint)
 
 
 def _mine(run: QuoraRun) -> None:
@@ -126,7 +118,8 @@ def _mine(run: QuoraRun) -> None:
         mine(questions, run.work / "base", run.work / "mined.tsv", skip=cfg.skip, take=cfg.take, threads=cfg.threads,
              seed=cfg.seed, progress=cfg.progress)
 
-    stamped_output(run.work / "mine.json", stamp, run.work / "mined.tsv", make, invalidates=[run.work / "train.json"])
+    pipeline.stamped_output(run.work / "mine.json", stamp, run.work / "mined.tsv", make,
+                            invalidates=[run.work / "train.json"])
 
 
 def _train(run: QuoraRun) -> None:
@@ -146,8 +139,8 @@ def _train(run: QuoraRun) -> None:
         eval_mode="mean", eval_at_start=False, seed=cfg.seed, resume=True, device="cpu", threads=cfg.threads,
         progress=cfg.progress,
     )
-    train_stage(run.work, stamp, lambda: Trainer(tcfg, dev=quora_dev(run.data, dev_rows=run.dev_rows)).train(),
-                cfg.steps, run.status, follow_best_dev=True)
+    pipeline.train_stage(run.work, stamp, lambda: Trainer(tcfg, dev=quora_dev(run.data, dev_rows=run.dev_rows)).train(),
+                         cfg.steps, run.status, follow_best_dev=True)
 
 
 def _export(run: QuoraRun) -> None:
@@ -155,9 +148,9 @@ def _export(run: QuoraRun) -> None:
     from models.export import export_encoder
 
     cfg = run.cfg
-    export_stage(run.work, Path(cfg.out), run.stamps["train"], cfg.quantize, lambda quantize: export_encoder(
-        run.work / "train" / "best", cfg.out, pooling="mean", force=True, quantize=quantize,
-        source=f"encoder adapt of {run.checkpoint} (Quora, {cfg.steps} steps, seed {cfg.seed})"))
+    source = f"encoder adapt of {run.checkpoint} (Quora, {cfg.steps} steps, seed {cfg.seed})"
+    pipeline.export_stage(run.work, Path(cfg.out), run.stamps["train"], cfg.quantize, lambda quantize: export_encoder(
+        run.work / "train" / "best", cfg.out, pooling="mean", force=True, quantize=quantize, source=source))
 
 
 QUORA_STAGES: tuple[Stage[QuoraRun], ...] = (

@@ -37,6 +37,7 @@ from typing import Any, Literal, get_args
 import numpy as np
 
 from indexer.runtime.atomic import write_json_atomic
+from models import pipeline
 from models.corpus_data import (
     AdaptInputError,
     CorpusDoc,
@@ -53,16 +54,7 @@ from models.corpus_data import (
     training_views,
     words_window,
 )
-from models.pipeline import (
-    AdaptStatus,
-    Stage,
-    StatusWriter,
-    export_base,
-    export_stage,
-    run_recipe,
-    stamped_output,
-    train_stage,
-)
+from models.pipeline import Stage, StatusWriter
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +164,7 @@ class CorpusRun:
     adaptation: dict[str, Any] = field(default_factory=dict)
 
 
-def adapt_corpus(cfg: CorpusAdaptConfig, on_status: Callable[[AdaptStatus], None] | None = None) -> Path:
+def adapt_corpus(cfg: CorpusAdaptConfig, on_status: Callable[[pipeline.AdaptStatus], None] | None = None) -> Path:
     """Run (or continue) a label-free recipe; returns `cfg.out` (adapted, or stock when the gate kept stock)."""
     if cfg.recipe not in RECIPES:
         raise AdaptInputError(f"unknown recipe {cfg.recipe!r}; known: {', '.join(RECIPES)}")
@@ -185,7 +177,7 @@ def adapt_corpus(cfg: CorpusAdaptConfig, on_status: Callable[[AdaptStatus], None
             raise AdaptInputError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(cfg, name)}")
     if cfg.max_length < 8:
         raise AdaptInputError(f"--max-length must be at least 8 tokens, got {cfg.max_length}")
-    run_recipe(Path(cfg.work), CORPUS_RECIPE, lambda status: _start(cfg, status), _finish, on_status, log)
+    pipeline.run_recipe(Path(cfg.work), CORPUS_RECIPE, lambda status: _start(cfg, status), _finish, on_status, log)
     return Path(cfg.out)
 
 
@@ -216,7 +208,7 @@ def _start(cfg: CorpusAdaptConfig, status: StatusWriter) -> CorpusRun:
 
 def _base(run: CorpusRun) -> None:
     """1. the base encoder, exported fp32 with mean pooling at the length cap (what mines), kept in the cache."""
-    run.stamps["base_sha256"] = export_base(run.cache, run.checkpoint, run.cfg.max_length)
+    run.stamps["base_sha256"] = pipeline.export_base(run.cache, run.checkpoint, run.cfg.max_length)
 
 
 def _mine(run: CorpusRun) -> None:
@@ -233,7 +225,7 @@ def _mine(run: CorpusRun) -> None:
         mine(TrainingQuestions(texts, [(i, i) for i in train]), run.cache / "base", mined, skip=cfg.skip,
              take=cfg.take, threads=cfg.threads, seed=cfg.seed, progress=cfg.progress)
 
-    stamped_output(run.cache / "mine.json", stamp, mined, make)
+    pipeline.stamped_output(run.cache / "mine.json", stamp, mined, make)
     run.negatives = read_mined_ids(mined)
 
 
@@ -251,7 +243,7 @@ def _views(run: CorpusRun) -> None:
         tmp.write_text("".join(json.dumps(ex) + "\n" for ex in examples))
         tmp.replace(views)
 
-    stamped_output(run.work / "views.json", stamp, views, make, invalidates=[run.work / "train.json"])
+    pipeline.stamped_output(run.work / "views.json", stamp, views, make, invalidates=[run.work / "train.json"])
     run.examples = [tuple(json.loads(line)) for line in views.read_text().splitlines() if line.strip()]
 
 
@@ -272,8 +264,8 @@ def _train(run: CorpusRun) -> None:
         temperature=cfg.effective_temperature(), max_steps=cfg.steps, warmup_ratio=cfg.warmup_ratio,
         eval_every=cfg.eval_every, eval_mode=recipe.served, eval_at_start=True, seed=cfg.seed, resume=True,
         device="cpu", threads=cfg.threads, progress=cfg.progress)
-    train_stage(run.work, stamp, lambda: Trainer(tcfg, examples=run.examples, dev=run.dev).train(), cfg.steps,
-                run.status, follow_best_dev=False)
+    pipeline.train_stage(run.work, stamp, lambda: Trainer(tcfg, examples=run.examples, dev=run.dev).train(),
+                         cfg.steps, run.status, follow_best_dev=False)
 
 
 def _gate(run: CorpusRun) -> None:
@@ -293,7 +285,7 @@ def _export(run: CorpusRun) -> None:
     cfg, adaptation = run.cfg, run.adaptation
     adapted = adaptation["adapted"]
     what = f"{cfg.recipe}, {cfg.steps} steps, seed {cfg.seed}"
-    export_stage(run.work, Path(cfg.out), run.stamps["train"], cfg.quantize, lambda quantize: export_encoder(
+    pipeline.export_stage(run.work, Path(cfg.out), run.stamps["train"], cfg.quantize, lambda quantize: export_encoder(
         run.work / "train" / "best" if adapted else run.checkpoint, cfg.out, pooling=adaptation["served"],
         force=True, quantize=quantize, adaptation=adaptation,
         source=(f"encoder adapt --data {cfg.data} of {run.checkpoint} ({what})" if adapted else
