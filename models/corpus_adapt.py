@@ -186,6 +186,7 @@ def _start(cfg: CorpusAdaptConfig, status: StatusWriter) -> CorpusRun:
     error before any work."""
     from models.checkpoint import default_checkpoint
 
+    checkpoint = Path(cfg.checkpoint) if cfg.checkpoint else Path(default_checkpoint())
     cache = Path(cfg.cache) if cfg.cache else Path(cfg.work)
     cache.mkdir(parents=True, exist_ok=True)
     docs = read_corpus(cfg.data, id_field=cfg.id_field, text_field=cfg.text_field, title_field=cfg.title_field)
@@ -201,7 +202,6 @@ def _start(cfg: CorpusAdaptConfig, status: StatusWriter) -> CorpusRun:
     if dev is None:
         raise AdaptInputError(f"{cfg.data}: too few documents for a held-out proxy; give dev queries (--queries)")
     selected_on = ("dev nDCG@10" if cfg.queries else "label-free proxy: held-out crop-pair top-1 accuracy")
-    checkpoint = Path(cfg.checkpoint) if cfg.checkpoint else Path(default_checkpoint())
     return CorpusRun(cfg, Path(cfg.work), cache, status, checkpoint, docs, split, window, corpus_key, dev,
                      selected_on)
 
