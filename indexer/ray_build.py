@@ -16,7 +16,7 @@ import os
 import shutil
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -26,11 +26,12 @@ import ray
 from ray.data import ActorPoolStrategy
 
 from indexer.build_config import BuildConfig
-from indexer.corpus import detect_format
-from indexer.ingest import corpus_data_info, data_path, ingest_store, publish, source_for
+from indexer.corpus import CorpusSource, detect_format
+from indexer.evalset import LoadedEvalSet
+from indexer.ingest import IngestResult, corpus_data_info, data_path, ingest_store, publish, source_for
 from indexer.probes import corpus_probe_candidates, make_probes, quora_probe_candidates
 from indexer.ray_embed import EmbedBatches, column_vectors
-from indexer.ray_input import read_corpus, store_corpus
+from indexer.ray_input import CorpusInput, read_corpus, store_corpus
 from indexer.runtime.ann import AUTO, IvfParams
 from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.faiss_index import (
@@ -163,7 +164,41 @@ def check_ray_kind(index: str) -> None:
                          f"--index {index} needs the local build (--engine local)")
 
 
+@dataclass
+class _RayBuild:
+    """One Ray build's state, handed from stage to stage inside the staged version folder."""
+
+    cfg: BuildConfig
+    opts: RayOptions
+    address: str
+    workers: int
+    stage: Path  # the staged version folder
+    corpus: CorpusInput
+    timings: Timings
+    other: _OtherCorpus | None = None  # not the Quora TSV: what its single-machine read left
+    files: list[Path] = field(default_factory=list)  # vectors/*.parquet
+    actors: list[ActorThroughput] = field(default_factory=list)
+    embed_wall: float = 0.0
+    pos: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # each vector's corpus position
+    n: int = 0
+    nlist: int = 0
+    nprobe: int = 0
+    counts: list[int] = field(default_factory=list)  # vectors per shard
+
+
+@dataclass
+class _OtherCorpus:
+    """A corpus other than the Quora TSV, read by the driver into the staged store (`indexer.ingest`)."""
+
+    source: CorpusSource
+    ingested: IngestResult
+    schema: dict[str, str]
+    loaded: LoadedEvalSet | None
+
+
 def build_on_ray(cfg: BuildConfig, opts: RayOptions) -> Manifest:
+    """Read (Quora: into a Ray Dataset; another corpus: into the staged store) → encode on the actors → train the
+    quantizer once and fill the shards → store, manifest, calibration and evaluation → publish."""
     check_ray_kind(cfg.index)
     root = IndexRoot(cfg.root)
     t_start = time.perf_counter()
@@ -176,111 +211,138 @@ def build_on_ray(cfg: BuildConfig, opts: RayOptions) -> Manifest:
         set_threads(cfg.threads)
         t0 = time.perf_counter()
         path = data_path(cfg.data)
-        quora = detect_format(path) == "quora"
-        if quora:
-            if cfg.corpus_options():
-                raise ValueError(f"{', '.join(cfg.corpus_options())}: not for the Quora question-pairs TSV {path}")
-            corpus = read_corpus(path, cfg.protocol or "paper", cfg.rows, workers, opts.block_rows)
-        elif cfg.protocol is not None:
-            raise ValueError(f"--protocol applies to the Quora question-pairs TSV; {path} is another corpus")
-
+        quora = _read_quora(cfg, opts, path, workers)
         version = new_version_name()
         with root.staging(version) as stage:
-            if not quora:  # read by the driver into the staged store, through the single-machine reader
+            other = None
+            if quora is None:  # read by the driver into the staged store, through the single-machine reader
                 source = source_for(cfg, path)
                 ingested, schema, loaded = ingest_store(source, stage, None, batch_size=cfg.batch_size,
                                                         limit=cfg.rows)
-                corpus = store_corpus(stage / STORE, str(path), workers, opts.block_rows)
-            timings = Timings(load_s=time.perf_counter() - t0)
-            vec_dir = stage / VECTORS_DIR
-            t0 = time.perf_counter()
-            log.info("encoding on Ray (%s): %d actors x %d thread(s)", address, workers, opts.threads_per_worker)
-            embed(corpus.dataset, cfg, opts, workers, vec_dir)
-            timings.encode_docs_s = embed_wall = time.perf_counter() - t0
-            files = sorted(vec_dir.glob("*.parquet"))
-            pos, ids, actors = _scan(files)
-            _check_complete(pos, ids, corpus, None if quora else ingested.n_docs)
-            n = len(ids)
-
-            driver_encoder = OnnxEncoder(cfg.model_dir, threads=cfg.threads, verify_sha256=True)
-            dim = driver_encoder.dim
-            nlist = effective_nlist(n, cfg.nlist or auto_nlist(n))
-            nprobe = clamp_nprobe(cfg.nprobe or DEFAULT_NPROBE, nlist)
-            t0 = time.perf_counter()
-            sample = _vectors_at(files, training_positions(pos, nlist, cfg.seed), dim)
-            log.info("training IVF%d once on %d sampled vectors", nlist, len(sample))
-            trained = train_empty_ivf(sample, nlist, nprobe, cfg.seed, cfg.codec or DEFAULT_CODEC)
-            del sample
-            timings.train_s = time.perf_counter() - t0
-
-            t0 = time.perf_counter()
-            blob = ray.put(serialize(trained))
-            outs = [str(stage / INDEX_FILE)] if opts.shards == 1 else \
-                [str(stage / shard_file(s)) for s in range(opts.shards)]
-            counts = ray.get([fill_shard.remote(blob, [str(f) for f in files], s, opts.shards, dim, out)
-                              for s, out in enumerate(outs)])
-            timings.add_s = time.perf_counter() - t0
-            if sum(counts) != n:
-                raise DistributedBuildError(f"shards hold {sum(counts)} vectors, {n} were encoded")
-            if not opts.keep_vectors:
-                shutil.rmtree(vec_dir)
-
-            split = corpus.split
-            if split is not None:
-                ev = split.evalset
-                t0 = time.perf_counter()
-                qvecs = driver_encoder.encode(ev.query_texts, cfg.batch_size, progress=True, desc="eval queries")
-                timings.encode_queries_s = time.perf_counter() - t0
-                np.save(stage / QUERY_VECTORS, qvecs)
-                write_store(stage / STORE, split.corpus.ids, split.corpus.texts, ev.query_ids, ev.query_texts,
-                            ev.gold, {"source": split.source, "protocol": split.protocol})
-                data = DataInfo(source=split.source, protocol=split.protocol, rows_read=split.rows_read,
-                                skipped_empty_texts=split.skipped_empty_texts, n_docs=n,
-                                n_queries=len(ev.query_texts))
-            else:  # another corpus: its store (and evaluation set, if any) was written while reading it
-                if loaded is not None:
-                    t0 = time.perf_counter()
-                    qvecs = driver_encoder.encode(loaded.evalset.query_texts, cfg.batch_size, progress=True,
-                                                  desc="eval queries")
-                    timings.encode_queries_s = time.perf_counter() - t0
-                    np.save(stage / QUERY_VECTORS, qvecs)
-                data = corpus_data_info(source, ingested, schema, loaded)
-
-            m = driver_encoder.meta
-            shards = [] if opts.shards == 1 else [ShardInfo(file=shard_file(s), ntotal=c) for s, c in
-                                                  enumerate(counts)]
-            manifest = Manifest(
-                version=version,
-                created_at=datetime.now(timezone.utc),
-                model=model_info(cfg.model_dir, m),
-                index=IndexInfo.for_params(IvfParams(nlist=nlist, nlist_requested=cfg.nlist or auto_nlist(n),
-                                                     codec=cfg.codec or DEFAULT_CODEC, nprobe=nprobe), n,
-                                           shards=shards),
-                data=data,
-                build_seconds=timings,
-                distributed=DistributedInfo(address=address, workers=workers, actors=actors,
-                                            embed_wall_s=round(embed_wall, 3)),
-                lexical=cfg.lexical_info(), default_mode=cfg.default_mode,
-            )
-            # calibrated as the local build is (`indexer.calibrate`): nprobe for the target recall on the same
-            # query-like probes (`indexer.probes`), encoded on the driver
-            if split is not None:
-                candidates = quora_probe_candidates(split, cfg.probes)
-                doc_ids = np.asarray(split.corpus.ids, dtype=np.int64)
-            else:
-                candidates = corpus_probe_candidates(source.queries, source.qrels,
-                                                     loaded.evalset if loaded else None,
-                                                     loaded.source if loaded else "", ingested.ids.resolve,
-                                                     cfg.probes)
-                doc_ids = ingested.ids.faiss_array()
-            save_and_evaluate(stage, manifest, t_start, evaluate_it=cfg.evaluate and bool(data.n_queries),
-                              threads=cfg.threads, target_recall=cfg.target_for("ivf"),
-                              probe_maker=lambda v: make_probes(candidates, driver_encoder, v.store, doc_ids,
-                                                                cfg.batch_size), report_after=cfg.report_after)
+                other = _OtherCorpus(source, ingested, schema, loaded)
+                quora = store_corpus(stage / STORE, str(path), workers, opts.block_rows)
+            run = _RayBuild(cfg, opts, address, workers, stage, quora, Timings(load_s=time.perf_counter() - t0),
+                            other)
+            _encode(run)
+            encoder = OnnxEncoder(cfg.model_dir, threads=cfg.threads, verify_sha256=True)  # the driver's
+            _index(run, encoder.dim)
+            manifest = _manifest(run, version, encoder, _evaluation_set(run, encoder))
+            _calibrate_and_save(run, manifest, encoder, t_start)
         publish(root, manifest, cfg.keep)
-    log.info("built %s on Ray in %.1fs: %d vectors, %s%s", version, timings.total_s, n, manifest.index.factory,
-             f", {opts.shards} shards in {SHARDS_DIR}/" if opts.shards > 1 else "")
+    log.info("built %s on Ray in %.1fs: %d vectors, %s%s", version, run.timings.total_s, run.n,
+             manifest.index.factory, f", {opts.shards} shards in {SHARDS_DIR}/" if opts.shards > 1 else "")
     return manifest
+
+
+def _read_quora(cfg: BuildConfig, opts: RayOptions, path: Path, workers: int) -> CorpusInput | None:
+    """The Quora TSV read into a Ray Dataset (before the version is staged); None for another corpus."""
+    if detect_format(path) == "quora":
+        if cfg.corpus_options():
+            raise ValueError(f"{', '.join(cfg.corpus_options())}: not for the Quora question-pairs TSV {path}")
+        return read_corpus(path, cfg.protocol or "paper", cfg.rows, workers, opts.block_rows)
+    if cfg.protocol is not None:
+        raise ValueError(f"--protocol applies to the Quora question-pairs TSV; {path} is another corpus")
+    return None
+
+
+def _encode(run: _RayBuild) -> None:
+    """The corpus encoded by the actor pool into vectors/*.parquet; every id checked to be there exactly once."""
+    vec_dir = run.stage / VECTORS_DIR
+    t0 = time.perf_counter()
+    log.info("encoding on Ray (%s): %d actors x %d thread(s)", run.address, run.workers, run.opts.threads_per_worker)
+    embed(run.corpus.dataset, run.cfg, run.opts, run.workers, vec_dir)
+    run.timings.encode_docs_s = run.embed_wall = time.perf_counter() - t0
+    run.files = sorted(vec_dir.glob("*.parquet"))
+    pos, ids, run.actors = _scan(run.files)
+    _check_complete(pos, ids, run.corpus, None if run.other is None else run.other.ingested.n_docs)
+    run.n = len(ids)
+    run.pos = pos
+
+
+def _index(run: _RayBuild, dim: int) -> None:
+    """The IVF quantizer trained once on the driver from a sample, then the shards filled by Ray tasks against it."""
+    cfg, opts, n, stage = run.cfg, run.opts, run.n, run.stage
+    run.nlist = effective_nlist(n, cfg.nlist or auto_nlist(n))
+    run.nprobe = clamp_nprobe(cfg.nprobe or DEFAULT_NPROBE, run.nlist)
+    t0 = time.perf_counter()
+    sample = _vectors_at(run.files, training_positions(run.pos, run.nlist, cfg.seed), dim)
+    log.info("training IVF%d once on %d sampled vectors", run.nlist, len(sample))
+    trained = train_empty_ivf(sample, run.nlist, run.nprobe, cfg.seed, cfg.codec or DEFAULT_CODEC)
+    del sample
+    run.timings.train_s = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    blob = ray.put(serialize(trained))
+    outs = [str(stage / INDEX_FILE)] if opts.shards == 1 else [str(stage / shard_file(s)) for s in range(opts.shards)]
+    run.counts = ray.get([fill_shard.remote(blob, [str(f) for f in run.files], s, opts.shards, dim, out)
+                          for s, out in enumerate(outs)])
+    run.timings.add_s = time.perf_counter() - t0
+    if sum(run.counts) != n:
+        raise DistributedBuildError(f"shards hold {sum(run.counts)} vectors, {n} were encoded")
+    if not opts.keep_vectors:
+        shutil.rmtree(stage / VECTORS_DIR)
+
+
+def _evaluation_set(run: _RayBuild, encoder: OnnxEncoder) -> DataInfo:
+    """The evaluation queries encoded on the driver (and, for Quora, the store written); the data's record."""
+    cfg, stage, split = run.cfg, run.stage, run.corpus.split
+    if split is not None:
+        ev = split.evalset
+        t0 = time.perf_counter()
+        qvecs = encoder.encode(ev.query_texts, cfg.batch_size, progress=True, desc="eval queries")
+        run.timings.encode_queries_s = time.perf_counter() - t0
+        np.save(stage / QUERY_VECTORS, qvecs)
+        write_store(stage / STORE, split.corpus.ids, split.corpus.texts, ev.query_ids, ev.query_texts,
+                    ev.gold, {"source": split.source, "protocol": split.protocol})
+        return DataInfo(source=split.source, protocol=split.protocol, rows_read=split.rows_read,
+                        skipped_empty_texts=split.skipped_empty_texts, n_docs=run.n, n_queries=len(ev.query_texts))
+    # another corpus: its store (and evaluation set, if any) was written while reading it
+    other = run.other
+    assert other is not None
+    if other.loaded is not None:
+        t0 = time.perf_counter()
+        qvecs = encoder.encode(other.loaded.evalset.query_texts, cfg.batch_size, progress=True, desc="eval queries")
+        run.timings.encode_queries_s = time.perf_counter() - t0
+        np.save(stage / QUERY_VECTORS, qvecs)
+    return corpus_data_info(other.source, other.ingested, other.schema, other.loaded)
+
+
+def _manifest(run: _RayBuild, version: str, encoder: OnnxEncoder, data: DataInfo) -> Manifest:
+    cfg, opts, n = run.cfg, run.opts, run.n
+    shards = [] if opts.shards == 1 else [ShardInfo(file=shard_file(s), ntotal=c) for s, c in enumerate(run.counts)]
+    return Manifest(
+        version=version,
+        created_at=datetime.now(timezone.utc),
+        model=model_info(cfg.model_dir, encoder.meta),
+        index=IndexInfo.for_params(IvfParams(nlist=run.nlist, nlist_requested=cfg.nlist or auto_nlist(n),
+                                             codec=cfg.codec or DEFAULT_CODEC, nprobe=run.nprobe), n, shards=shards),
+        data=data,
+        build_seconds=run.timings,
+        distributed=DistributedInfo(address=run.address, workers=run.workers, actors=run.actors,
+                                    embed_wall_s=round(run.embed_wall, 3)),
+        lexical=cfg.lexical_info(), default_mode=cfg.default_mode,
+    )
+
+
+def _calibrate_and_save(run: _RayBuild, manifest: Manifest, encoder: OnnxEncoder, t_start: float) -> None:
+    """Calibrated as the local build is (`indexer.calibrate`): nprobe for the target recall on the same query-like
+    probes (`indexer.probes`), encoded on the driver; then the manifest saved and the version evaluated."""
+    cfg, split = run.cfg, run.corpus.split
+    if split is not None:
+        candidates = quora_probe_candidates(split, cfg.probes)
+        doc_ids = np.asarray(split.corpus.ids, dtype=np.int64)
+    else:
+        other = run.other
+        assert other is not None
+        loaded = other.loaded
+        candidates = corpus_probe_candidates(other.source.queries, other.source.qrels,
+                                             loaded.evalset if loaded else None, loaded.source if loaded else "",
+                                             other.ingested.ids.resolve, cfg.probes)
+        doc_ids = other.ingested.ids.faiss_array()
+    save_and_evaluate(run.stage, manifest, t_start, evaluate_it=cfg.evaluate and bool(manifest.data.n_queries),
+                      threads=cfg.threads, target_recall=cfg.target_for("ivf"),
+                      probe_maker=lambda v: make_probes(candidates, encoder, v.store, doc_ids, cfg.batch_size),
+                      report_after=cfg.report_after)
 
 
 def _check_complete(pos: np.ndarray, ids: np.ndarray, corpus: object, expected: int | None = None) -> None:

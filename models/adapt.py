@@ -4,37 +4,28 @@ base export (fp32, mean) → hard negatives mined with Strata's own index (`mode
 training with in-batch and mined negatives, token-mean pooling, selected on the Quora dev split
 (`models.trainer`) → export of the best checkpoint with the token mean served (`models.export`).
 
-Every stage writes into `work/` and is skipped when its output is there and was made from the same inputs (a
-stamp file per stage), so a stopped run continues where it was: training resumes from its last checkpoint
-(every `eval_every` steps). `work/status.json` says which stage runs, the training step and an ETA, for people
-and for the API's `/ready` (the service reads the file; it imports nothing from here). The output folder is
-written atomically by the exporter, so an index build never sees half an encoder.
+The recipe is `QUORA_STAGES`, stages of `models.pipeline`, which owns what every recipe shares: each stage writes
+into `work/` and is skipped when its output is there and was made from the same inputs (a stamp file per stage),
+so a stopped run continues where it was (training resumes from its last checkpoint, every `eval_every` steps);
+`work/status.json` says which stage runs, the training step and an ETA, for people and for the API's `/ready`.
 
 The Quora training split is rows 100,000–295,999 minus every qid of the evaluation rows (< 100,000) and of the dev
-rows (296,000–299,999); rows ≥ 300,000 are never read (`models.data`).
+rows (296,000–299,999); rows ≥ 300,000 are never read (`models.data`). This module imports `models.pipeline` and,
+inside its stages, `models.data`, `models.mine`, `models.trainer` and `models.export`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from indexer.runtime.atomic import write_json_atomic
-from indexer.runtime.progress import FILE_ENV
-
-if TYPE_CHECKING:
-    from models.data import QuoraDev
+from models import pipeline
+from models.pipeline import Stage, StatusWriter
 
 log = logging.getLogger(__name__)
-
-STATUS_FILE = "status.json"
-STAGES = ("base", "mine", "train", "export")
 
 
 @dataclass
@@ -64,84 +55,23 @@ class AdaptConfig:
         return {k: getattr(self, k) for k in keys}
 
 
+
 @dataclass
-class AdaptStatus:
-    stage: str  # one of STAGES, or "done" / "failed"
-    started_at: float
-    updated_at: float
-    step: int = 0
-    total_steps: int = 0
-    eta_s: float | None = None
-    best_dev: float | None = None
-    message: str = ""
-    stages_done: list[str] = field(default_factory=list)
-    stage_started_at: dict[str, float] = field(default_factory=dict)  # Unix time each stage of this run started
+class QuoraRun:
+    """One run of the recipe: its settings, and the stamps each stage hands the next."""
+
+    cfg: AdaptConfig
+    work: Path
+    status: StatusWriter
+    checkpoint: Path
+    dev_rows: tuple[int, int]
+    rows: tuple[int, int]  # the training rows (start, stop)
+    eval_rows: int
+    data: str | None
+    stamps: dict[str, Any] = field(default_factory=dict)  # base_sha256, mine, train
 
 
-class StatusWriter:
-    """`status.json`, rewritten atomically on every change, and the caller's callback told of each."""
-
-    def __init__(self, work: Path, on_status: Callable[[AdaptStatus], None] | None = None) -> None:
-        self.path = work / STATUS_FILE
-        self.on_status = on_status
-        now = time.time()
-        self.status = AdaptStatus(stage="base", started_at=now, updated_at=now)
-
-    def update(self, **changes: object) -> None:
-        for k, v in changes.items():
-            setattr(self.status, k, v)
-        self.status.updated_at = time.time()
-        write_json_atomic(self.path, asdict(self.status))
-        if self.on_status:
-            self.on_status(self.status)
-
-    def run(self, stages: Callable[[], Path]) -> Path:
-        """Run a recipe's stages; on any way out but success (KeyboardInterrupt and SIGTERM included) the status
-        says `failed` and why, so it never claims to be still running."""
-        try:
-            return stages()
-        except BaseException as exc:
-            self.update(stage="failed", eta_s=None, message=f"{self.status.stage}: {type(exc).__name__}: {exc}")
-            raise
-
-
-def _stamp_ok(path: Path, want: dict[str, object]) -> bool:
-    try:
-        return bool(json.loads(path.read_text()) == want)
-    except (OSError, ValueError):
-        return False
-
-
-def _eta_from_log(log_path: Path, total: int) -> tuple[int, float | None]:
-    """(last logged step, seconds left) from the trainer's log.jsonl: the rate of the steps logged in this process's
-    run (wall time between the first and last step records after the latest start or resume)."""
-    try:
-        rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
-    except (OSError, ValueError):
-        return 0, None
-    steps = [r for r in rows if "step" in r and "time" in r and "loss" in r]
-    if not steps:
-        return 0, None
-    last = steps[-1]
-    first = next((r for r in steps if r["time"] >= last["time"] - 3600), steps[0])
-    if last["step"] <= first["step"]:
-        return int(last["step"]), None
-    rate = (last["time"] - first["time"]) / (last["step"] - first["step"])
-    return int(last["step"]), max(0.0, (total - last["step"]) * rate)
-
-
-def _best_dev_from_log(log_path: Path) -> float | None:
-    """The best dev figure so far, from the trainer's log.jsonl (its last evaluation row): what the status shows
-    while training runs, and after a run that found the training finished already (resumed, nothing retrained)."""
-    try:
-        rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
-    except (OSError, ValueError):
-        return None
-    best = [r["best_dev"] for r in rows if isinstance(r.get("best_dev"), (int, float)) and r["best_dev"] > -1e30]
-    return float(best[-1]) if best else None
-
-
-def adapt(cfg: AdaptConfig, on_status: Callable[[AdaptStatus], None] | None = None) -> Path:
+def adapt(cfg: AdaptConfig, on_status: Callable[[pipeline.AdaptStatus], None] | None = None) -> Path:
     """Run (or continue) the recipe; returns `cfg.out`. Raises on bad data or a failed export, leaving `out`
     untouched."""
     if cfg.data is not None:  # checked (a URL: downloaded, into `indexer build`'s cache) before minutes of export
@@ -151,165 +81,85 @@ def adapt(cfg: AdaptConfig, on_status: Callable[[AdaptStatus], None] | None = No
         cfg = replace(cfg, data=resolve_source(str(cfg.data), strata_home() / "downloads"))
     if cfg.checkpoint is not None and not Path(cfg.checkpoint).is_dir():
         raise FileNotFoundError(f"checkpoint folder {cfg.checkpoint} not found")
-    work = Path(cfg.work)
-    work.mkdir(parents=True, exist_ok=True)
-    status = StatusWriter(work, on_status)
-    return status.run(lambda: _run(cfg, work, status))
-
-
-def _run(cfg: AdaptConfig, work: Path, status: StatusWriter) -> Path:
-    from indexer.runtime.encoder import EncoderMeta
-    from models.checkpoint import default_checkpoint
-    from models.data import DEV_ROWS, EVAL_ROWS, HELD_OUT, quora_dev, quora_training_questions
-    from models.export import export_encoder
-    from models.mine import mine
-
-    checkpoint = Path(cfg.checkpoint) if cfg.checkpoint else Path(default_checkpoint())
-    dev_rows = cfg.dev_rows or DEV_ROWS
-    start, stop = cfg.training_rows or (EVAL_ROWS, HELD_OUT)
-    eval_rows = EVAL_ROWS if cfg.eval_rows is None else cfg.eval_rows
-    data = str(cfg.data) if cfg.data else None
-
-    def stage(name: str, message: str) -> None:
-        status.update(stage=name, message=message,
-                      stage_started_at={**status.status.stage_started_at, name: time.time()})
-        # under the demo's chain (which follows this run's files) the chain numbers the stages: one numbering
-        level = logging.DEBUG if os.environ.get(FILE_ENV) else logging.INFO
-        log.log(level, "adapt [%d/%d] %s: %s", STAGES.index(name) + 1, len(STAGES), name, message)
-
-    def done(name: str) -> None:
-        status.update(stages_done=[*status.status.stages_done, name])
-
-    # 1. the base encoder, exported fp32 with mean pooling: what mines the negatives
-    base = work / "base"
-    base_stamp = {"checkpoint": str(checkpoint.resolve())}
-    stage("base", f"export {checkpoint} (fp32, mean) to {base}")
-    if not (_stamp_ok(work / "base.json", base_stamp) and (base / "encoder.json").is_file()):
-        export_encoder(checkpoint, base, pooling="mean", force=True)
-        write_json_atomic(work / "base.json", base_stamp)
-    base_sha = EncoderMeta.model_validate_json((base / "encoder.json").read_text()).onnx_sha256
-    done("base")
-
-    # 2. hard negatives mined with Strata's own index over the training split's questions
-    mined = work / "mined.tsv"
-    mine_stamp = {"base_sha256": base_sha, "data": data, "skip": cfg.skip, "take": cfg.take,
-                  "rows": [start, stop], "eval_rows": eval_rows, "dev_rows": list(dev_rows)}
-    stage("mine", f"hard negatives (skip {cfg.skip}, take {cfg.take}) to {mined}")
-    if not (_stamp_ok(work / "mine.json", mine_stamp) and mined.is_file()):
-        questions = quora_training_questions(data, start=start, stop=stop, eval_rows=eval_rows, dev_rows=dev_rows)
-        mine(questions, base, mined, skip=cfg.skip, take=cfg.take, threads=cfg.threads, seed=cfg.seed,
-             progress=cfg.progress)
-        write_json_atomic(work / "mine.json", mine_stamp)
-        # a new mined file invalidates any training on the old one
-        (work / "train.json").unlink(missing_ok=True)
-    done("mine")
-
-    # 3. training: token-mean pooling, in-batch + mined negatives, selected on Quora dev MRR@10 of the mean
-    train_dir = work / "train"
-    train_stamp = {"checkpoint": str(checkpoint.resolve()), "mine": mine_stamp, **cfg.train_settings()}
-    stage("train", f"{cfg.steps} steps, batch {cfg.batch_size}, selected on Quora dev every {cfg.eval_every}")
-    _train(cfg, checkpoint, mined, work, status, train_stamp, lambda: quora_dev(data, dev_rows=dev_rows))
-    done("train")
-
-    # 4. export the best checkpoint with the token mean served (int8 where it can be calibrated and gated)
-    stage("export", f"{train_dir / 'best'} (pooling mean, quantize {cfg.quantize}) to {cfg.out}")
-    _export(cfg, checkpoint, work, train_stamp)
-    done("export")
-    status.update(stage="done", message=f"exported {cfg.out}", eta_s=0.0)
+    pipeline.run_recipe(Path(cfg.work), QUORA_STAGES, lambda status: _start(cfg, status),
+                        lambda run: f"exported {run.cfg.out}", on_status, log)
     return Path(cfg.out)
 
 
-def _train(cfg: AdaptConfig, checkpoint: Path, mined: Path, work: Path, status: StatusWriter,
-           train_stamp: dict[str, Any], dev: Callable[[], QuoraDev]) -> None:
-    """Stage 3: token-mean pooling, in-batch + mined negatives, selected on Quora dev MRR@10 of the mean; resumed
-    from its checkpoints, skipped when an earlier run finished the same training."""
+def _start(cfg: AdaptConfig, status: StatusWriter) -> QuoraRun:
+    from models.checkpoint import default_checkpoint
+    from models.data import DEV_ROWS, EVAL_ROWS, HELD_OUT
+
+    checkpoint = Path(cfg.checkpoint) if cfg.checkpoint else Path(default_checkpoint())
+    return QuoraRun(cfg, Path(cfg.work), status, checkpoint, cfg.dev_rows or DEV_ROWS,
+                    cfg.training_rows or (EVAL_ROWS, HELD_OUT), EVAL_ROWS if cfg.eval_rows is None else cfg.eval_rows,
+                    str(cfg.data) if cfg.data else None)
+
+
+def _base(run: QuoraRun) -> None:
+    """1. the base encoder, exported fp32 with mean pooling: what mines the negatives."""
+    run.stamps["base_sha256"] = pipeline.export_base(run.work, run.checkpoint)
+
+
+def _mine(run: QuoraRun) -> None:
+    """2. hard negatives mined with Strata's own index over the training split's questions; a new mined file
+    invalidates any training on the old one."""
+    from models.data import quora_training_questions
+    from models.mine import mine
+
+    cfg, (start, stop) = run.cfg, run.rows
+    stamp = {"base_sha256": run.stamps["base_sha256"], "data": run.data, "skip": cfg.skip, "take": cfg.take,
+             "rows": [start, stop], "eval_rows": run.eval_rows, "dev_rows": list(run.dev_rows)}
+    run.stamps["mine"] = stamp
+
+    def make() -> None:
+        questions = quora_training_questions(run.data, start=start, stop=stop, eval_rows=run.eval_rows,
+                                             dev_rows=run.dev_rows)
+        mine(questions, run.work / "base", run.work / "mined.tsv", skip=cfg.skip, take=cfg.take, threads=cfg.threads,
+             seed=cfg.seed, progress=cfg.progress)
+
+    pipeline.stamped_output(run.work / "mine.json", stamp, run.work / "mined.tsv", make,
+                            invalidates=[run.work / "train.json"])
+
+
+def _train(run: QuoraRun) -> None:
+    """3. token-mean pooling, in-batch + mined negatives, selected on Quora dev MRR@10 of the mean; resumed from its
+    checkpoints, skipped when an earlier run finished the same training."""
+    from models.data import quora_dev
     from models.train_config import TrainConfig
     from models.trainer import Trainer
 
-    train_dir = work / "train"
-    if not start_training(work, train_stamp):  # trained by an earlier run: its best dev figure is in its log
-        status.update(best_dev=_best_dev_from_log(train_dir / "log.jsonl"))
-        return
+    cfg = run.cfg
+    stamp = {"checkpoint": str(run.checkpoint.resolve()), "mine": run.stamps["mine"], **cfg.train_settings()}
+    run.stamps["train"] = stamp
     tcfg = TrainConfig(
-        out=train_dir, model=str(checkpoint), pooler="avg_last", objective="sup_hardneg", data=str(mined),
-        batch_size=cfg.batch_size, max_length=cfg.max_length, lr=cfg.lr, max_steps=cfg.steps,
-        warmup_ratio=cfg.warmup_ratio, eval_every=cfg.eval_every, eval_on="quora", eval_mode="mean",
-        eval_at_start=False, seed=cfg.seed, resume=True, device="cpu", threads=cfg.threads, progress=cfg.progress,
+        out=run.work / "train", model=str(run.checkpoint), pooler="avg_last", objective="sup_hardneg",
+        data=str(run.work / "mined.tsv"), batch_size=cfg.batch_size, max_length=cfg.max_length, lr=cfg.lr,
+        max_steps=cfg.steps, warmup_ratio=cfg.warmup_ratio, eval_every=cfg.eval_every, eval_on="quora",
+        eval_mode="mean", eval_at_start=False, seed=cfg.seed, resume=True, device="cpu", threads=cfg.threads,
+        progress=cfg.progress,
     )
-    train_watched(lambda: Trainer(tcfg, dev=dev()).train(), train_dir, cfg.steps, status, best_dev=True)
-    write_json_atomic(work / "train.json", {**train_stamp, "finished": True})
+    pipeline.train_stage(run.work, stamp, lambda: Trainer(tcfg, dev=quora_dev(run.data, dev_rows=run.dev_rows)).train(),
+                         cfg.steps, run.status, follow_best_dev=True)
 
 
-def start_training(work: Path, train_stamp: dict[str, Any]) -> bool:
-    """False when an earlier run finished this very training; else True, its checkpoints kept when they are this
-    training's (resumed), removed when they are another's."""
-    if _stamp_ok(work / "train.json", {**train_stamp, "finished": True}):
-        return False
-    if not _stamp_ok(work / "train.json", {**train_stamp, "finished": False}):
-        import shutil
-
-        shutil.rmtree(work / "train", ignore_errors=True)  # another run's checkpoints: not resumable here
-        write_json_atomic(work / "train.json", {**train_stamp, "finished": False})
-    return True
-
-
-def train_watched(train: Callable[[], Any], train_dir: Path, steps: int, status: StatusWriter, *,
-                  best_dev: bool) -> Any:  # noqa: ANN401 (the trainer's result)
-    """Run `train` while status.json's step and ETA follow the trainer's log (and its best dev figure, with
-    `best_dev`); then the final figures."""
-    import threading
-
-    stop_watch = threading.Event()
-
-    def watch() -> None:
-        while not stop_watch.wait(10):
-            step, eta = _eta_from_log(train_dir / "log.jsonl", steps)
-            extra = {"best_dev": _best_dev_from_log(train_dir / "log.jsonl")} if best_dev else {}
-            status.update(step=step, total_steps=steps, eta_s=eta, **extra)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    try:
-        result = train()
-    finally:
-        stop_watch.set()
-        watcher.join()
-    status.update(step=result.steps, total_steps=steps, eta_s=0.0, best_dev=result.best_dev)
-    return result
-
-
-def quantize_choice(asked: str) -> Literal["int8"] | None:
-    """`--quantize`: int8, none, or auto (int8 where its calibration and gate data are at hand)."""
-    if asked != "auto":
-        return "int8" if asked == "int8" else None
-    from models.quantize import int8_data_problem
-
-    problem = int8_data_problem()
-    if problem:
-        log.warning("adapt: exporting fp32: static int8 needs its calibration and gate data (%s)", problem)
-    return None if problem else "int8"
-
-
-def export_once(work: Path, out: Path, export_stamp: dict[str, Any], export: Callable[[], Any]) -> None:
-    """Run `export` (it returns the `EncoderMeta` it wrote to `out`) unless the same export is still in place: a
-    nightly rerun costs nothing."""
-    from indexer.runtime.encoder import EncoderMeta
-
-    out_meta = Path(out) / "encoder.json"
-    current_sha = (EncoderMeta.model_validate_json(out_meta.read_text()).onnx_sha256 if out_meta.is_file()
-                   else None)
-    if not (current_sha and _stamp_ok(work / "export.json", {**export_stamp, "onnx_sha256": current_sha})):
-        meta = export()
-        write_json_atomic(work / "export.json", {**export_stamp, "onnx_sha256": meta.onnx_sha256})
-
-
-def _export(cfg: AdaptConfig, checkpoint: Path, work: Path, train_stamp: dict[str, Any]) -> None:
-    """Stage 4: the best checkpoint exported with the token mean served (int8 where it can be calibrated and
-    gated)."""
+def _export(run: QuoraRun) -> None:
+    """4. the best checkpoint exported with the token mean served (int8 where it can be calibrated and gated)."""
     from models.export import export_encoder
 
-    quantize = quantize_choice(cfg.quantize)
-    export_stamp = {"train": train_stamp, "quantize": quantize, "out": str(Path(cfg.out).resolve())}
-    export_once(work, Path(cfg.out), export_stamp, lambda: export_encoder(
-        work / "train" / "best", cfg.out, pooling="mean", force=True, quantize=quantize,
-        source=f"encoder adapt of {checkpoint} (Quora, {cfg.steps} steps, seed {cfg.seed})"))
+    cfg = run.cfg
+    source = f"encoder adapt of {run.checkpoint} (Quora, {cfg.steps} steps, seed {cfg.seed})"
+    pipeline.export_stage(run.work, Path(cfg.out), run.stamps["train"], cfg.quantize, lambda quantize: export_encoder(
+        run.work / "train" / "best", cfg.out, pooling="mean", force=True, quantize=quantize, source=source))
+
+
+QUORA_STAGES: tuple[Stage[QuoraRun], ...] = (
+    Stage("base", lambda r: f"export {r.checkpoint} (fp32, mean) to {r.work / 'base'}", _base),
+    Stage("mine", lambda r: f"hard negatives (skip {r.cfg.skip}, take {r.cfg.take}) to {r.work / 'mined.tsv'}",
+          _mine),
+    Stage("train", lambda r: f"{r.cfg.steps} steps, batch {r.cfg.batch_size}, selected on Quora dev every "
+          f"{r.cfg.eval_every}", _train),
+    Stage("export", lambda r: f"{r.work / 'train' / 'best'} (pooling mean, quantize {r.cfg.quantize}) to "
+          f"{r.cfg.out}", _export),
+)
+STAGES = tuple(s.name for s in QUORA_STAGES)

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.adapt import STAGES, AdaptConfig, _eta_from_log, adapt
+from models.adapt import STAGES, AdaptConfig, adapt
+from models.pipeline import eta_from_log
 from tests.conftest import REPO
 from tests.models.fixtures import WORDS
 
@@ -114,11 +115,11 @@ def test_a_failed_stage_is_in_the_status_and_writes_no_model(tiny_bert: Path, tm
 
 def test_eta_follows_the_training_log(tmp_path: Path) -> None:
     log = tmp_path / "log.jsonl"
-    assert _eta_from_log(log, 500) == (0, None)
+    assert eta_from_log(log, 500) == (0, None)
     log.write_text("\n".join(json.dumps(r) for r in [
         {"event": "start", "time": 0.0, "total_steps": 500},
         {"time": 100.0, "step": 10, "loss": 1.0}, {"time": 130.0, "step": 20, "loss": 0.9}]) + "\n")
-    step, eta = _eta_from_log(log, 500)
+    step, eta = eta_from_log(log, 500)
     assert step == 20 and eta == pytest.approx(480 * 3.0)
 
 

@@ -151,7 +151,7 @@ def test_sgopt_is_gated_against_what_stock_serves_its_token_mean(lr: float, tiny
     gate's reference is the stock token mean scored on the same dev set: the adapted [CLS] is written only above
     it, else the stock encoder (token mean) is written. lr 0.5 wrecks the encoder, so that run must keep stock."""
     from indexer.runtime.encoder import OnnxEncoder
-    from models.corpus_adapt import crop_proxy, dev_set, read_corpus, split_docs, words_window
+    from models.corpus_data import crop_proxy, dev_set, read_corpus, split_docs, words_window
     from models.export import export_encoder
     from models.sentence_model import SentenceModel
 
@@ -159,9 +159,9 @@ def test_sgopt_is_gated_against_what_stock_serves_its_token_mean(lr: float, tiny
     cfg = config(tmp_path, tiny_bert, data, queries=data, recipe="sgopt", lr=lr)
     adapt_corpus(cfg)
     meta = adaptation(cfg.out)
-    docs = read_corpus(cfg)
-    dev = dev_set(cfg, docs, crop_proxy(docs, split_docs(len(docs), cfg.proxy_docs, cfg.max_docs),
-                                        words_window(cfg.max_length)))
+    docs = read_corpus(cfg.data)
+    proxy = crop_proxy(docs, split_docs(len(docs), cfg.proxy_docs, cfg.max_docs), words_window(cfg.max_length))
+    dev = dev_set(cfg.data, docs, proxy, cfg.dev_files())
     stock = SentenceModel.from_checkpoint(str(tiny_bert), pooler="avg_last", max_length=cfg.max_length).eval()
     stock_mean = dev.score(lambda texts: stock.encode(texts, mode="mean"))
     assert meta["stock_score"] == pytest.approx(stock_mean, abs=1e-3)
