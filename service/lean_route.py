@@ -26,14 +26,18 @@ import email.message
 import inspect
 import json
 from collections.abc import Callable, Coroutine
-from typing import Any, get_type_hints
+from typing import TYPE_CHECKING, Any, get_type_hints
 
 from fastapi import HTTPException, Request, Response
+from fastapi.dependencies.utils import get_missing_field_error
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 
 from service.auth import Requires, bearer, declared
+
+if TYPE_CHECKING:
+    from fastapi._compat import ModelField
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 
@@ -45,11 +49,12 @@ class LeanRoute(APIRoute):
     def get_route_handler(self) -> Handler:
         scope = _one_scope(_effective(self))
         body_name, model, path_names = _signature(self.endpoint)
-        endpoint = self.endpoint
+        endpoint, field = self.endpoint, self.body_field
+        assert field is not None  # `_signature` found the body model FastAPI made this field of
 
         async def handler(request: Request) -> Response:
             await scope(request, await bearer(request))
-            body = await read_body(request, model)
+            body = await read_body(request, model, field)
             kwargs = {n: request.path_params[n] for n in path_names}
             return await endpoint(**kwargs, **{body_name: body}, request=request)
 
@@ -99,13 +104,14 @@ def _signature(endpoint: Callable[..., Any]) -> tuple[str, type[BaseModel], list
     return body[0][0], body[0][1], path
 
 
-async def read_body(request: Request, model: type[BaseModel]) -> Any:  # noqa: ANN401 (an instance of `model`)
-    """The request's JSON body as `model`: pydantic-core's parse when it passes, else FastAPI's own refusal."""
+async def read_body(request: Request, model: type[BaseModel], field: ModelField) -> Any:  # noqa: ANN401
+    """The request's JSON body as `model` (`field`: FastAPI's body field of it): pydantic-core's parse when it
+    passes, else FastAPI's own reading and refusal."""
     raw = await request.body()
     try:
-        return model.model_validate_json(raw) if raw and _is_json(request) else _fastapi_body(raw, request, model)
+        return model.model_validate_json(raw) if raw and _is_json(request) else _fastapi_body(raw, request, field)
     except ValidationError:  # refused: said as FastAPI says it (the same 422s, reasons and locations as before)
-        return _fastapi_body(raw, request, model)
+        return _fastapi_body(raw, request, field)
 
 
 def _is_json(request: Request) -> bool:
@@ -118,13 +124,12 @@ def _is_json(request: Request) -> bool:
     return message.get_content_maintype() == "application" and (sub == "json" or sub.endswith("+json"))
 
 
-def _fastapi_body(raw: bytes, request: Request, model: type[BaseModel]) -> Any:  # noqa: ANN401
+def _fastapi_body(raw: bytes, request: Request, field: ModelField) -> Any:  # noqa: ANN401
     """FastAPI's reading of a body (fastapi.routing.get_request_handler, strict content type): an empty body is a
     missing one, a body not typed JSON is validated as bytes, JSON that does not parse is a 422 `json_invalid` at
     its position, one that cannot be decoded at all a 400."""
     if not raw:
-        raise RequestValidationError([{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}],
-                                     body=None)
+        raise RequestValidationError([get_missing_field_error(loc=("body",))], body=None)
     value: Any = raw
     if _is_json(request):
         try:
@@ -134,7 +139,7 @@ def _fastapi_body(raw: bytes, request: Request, model: type[BaseModel]) -> Any: 
                                            "input": {}, "ctx": {"error": exc.msg}}], body=exc.doc) from None
         except Exception:  # noqa: BLE001 (undecodable bytes, nesting past the recursion limit: FastAPI's 400)
             raise HTTPException(400, detail="There was an error parsing the body") from None
-    try:
-        return model.model_validate(value)
-    except ValidationError as exc:
-        raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()], body=value) from None
+    body, errors = field.validate(value, {}, loc=("body",))
+    if errors:
+        raise RequestValidationError(errors, body=value)
+    return body
