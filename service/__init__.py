@@ -8,7 +8,8 @@ leases, swaps, the write lane that encodes writes, caps, timeout, backends; a wr
 runtime's, `indexer.runtime.writes`), the HTTP layer around it — app factory (`main`), routers, dependencies
 (`deps`), the mapping of engine errors to HTTP (`errors`), API keys (`auth`), the body cap (`limits`), access log
 and request ids (`access`, `logs`), schemas (`schemas`, `openai_schemas`, `stats_schemas`, `collection_schemas`),
-the hot routes' JSON (`responses`) — plus settings (environment variables prefixed `STRATA_`), Prometheus metrics,
+the hot routes' JSON (`responses`) and their handler without per-request dependency solving (`lean_route`) —
+plus settings (environment variables prefixed `STRATA_`), Prometheus metrics,
 optional OpenTelemetry tracing (`tracing`), the sliding-window recorder behind `/stats` (`stats`), the search page's
 static files (`static/`) and the demo command (`demo`, with its background chain's status and ETA in `chain`).
 

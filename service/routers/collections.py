@@ -15,10 +15,11 @@ from fastapi import APIRouter, Path, Request, Response
 from indexer.runtime.collection_config import CollectionConfig
 from service.auth import ADMIN_NAMED, ANY_KEY, READ_NAMED, WRITE_NAMED
 from service.collection_schemas import CollectionInfo, CollectionList
-from service.deps import CollectionsDep, StatsDep, collection_stats
+from service.deps import CollectionsDep, collection_stats
 from service.engine import Engine
 from service.engine.collections import NAME_PATTERN, Collections
 from service.engine.models import listed
+from service.lean_route import LeanRoute
 from service.routers.admin import FORCE, run_reload
 from service.routers.documents import WRITE_ERRORS, run_delete, run_upsert
 from service.routers.search import run_search
@@ -77,12 +78,15 @@ async def get_collection(name: Name, collections: CollectionsDep) -> CollectionI
     return describe(collections, collections.get(name))
 
 
-@router.post("/{name}/search", response_model=SearchResponse, response_model_exclude_none=True,
-             dependencies=[READ_NAMED])
-async def search(name: Name, body: SearchRequest, request: Request, collections: CollectionsDep,
-                 stats: StatsDep) -> Response:
+async def search(name: Name, body: SearchRequest, request: Request) -> Response:
     """`POST /search` on this collection."""
-    return await run_search(body, collections.get(name), [stats, collection_stats(request, name)])
+    collections: Collections = request.app.state.collections
+    return await run_search(body, collections.get(name), [request.app.state.stats, collection_stats(request, name)])
+
+
+router.add_api_route("/{name}/search", search, methods=["POST"], response_model=SearchResponse,
+                     response_model_exclude_none=True, dependencies=[READ_NAMED],
+                     route_class_override=LeanRoute)  # the hot route: see `service.lean_route`
 
 
 @router.put("/{name}/documents", response_model=UpsertResponse, responses=WRITE_ERRORS, tags=["documents"],

@@ -8,23 +8,25 @@ from fastapi import APIRouter, Request, Response
 from indexer.runtime.query import Query
 from indexer.runtime.version import Hit
 from service.auth import READ_DEFAULT
-from service.deps import EngineDep, StatsDep, collection_stats
+from service.deps import collection_stats
 from service.engine import Engine
 from service.engine.searcher import Stages
+from service.lean_route import LeanRoute
 from service.responses import json_response
 from service.schemas import SearchRequest, SearchResponse
 from service.stats import LiveStats
 
-router = APIRouter(tags=["inference"])
+router = APIRouter(tags=["inference"], route_class=LeanRoute)  # the hot route: see `service.lean_route`
 STAGES = tuple(f.name for f in fields(Stages))  # the answer's `stages`, in order
 
 
 @router.post("/search", response_model=SearchResponse, response_model_exclude_none=True,
              dependencies=[READ_DEFAULT])
-async def search(body: SearchRequest, request: Request, engine: EngineDep, stats: StatsDep) -> Response:
+async def search(body: SearchRequest, request: Request) -> Response:
     """Top-k documents for one `query` or a batch of `queries` by `mode` (dense, lexical or hybrid), among those
     matching `filter` if given (the default collection's; see /collections/{name}/search)."""
-    return await run_search(body, engine, [stats, collection_stats(request, engine.name)])
+    engine: Engine = request.app.state.collections.default()  # UnknownCollection (404) when there is none
+    return await run_search(body, engine, [request.app.state.stats, collection_stats(request, engine.name)])
 
 
 async def run_search(body: SearchRequest, engine: Engine, stats: list[LiveStats]) -> Response:

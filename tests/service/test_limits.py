@@ -85,6 +85,8 @@ def test_body_cap_is_a_json_413(secured: Server) -> None:
         streamed = c.post("/encode", content=chunks(), headers=auth(USER) | {"Content-Type": "application/json"})
         assert streamed.status_code == 413 and streamed.headers["content-type"] == "application/json"
         assert c.post("/encode", json={"texts": ["fits"]}, headers=auth(USER)).status_code == 200
+        vector = c.post("/search", json={"vector": [0.123456789] * 384}, headers=auth(USER))  # ~5 kB of floats
+        assert vector.status_code == 413 and "the limit is 4096" in vector.json()["detail"]
 
 
 def test_full_server_answers_429_with_retry_after(secured: Server) -> None:

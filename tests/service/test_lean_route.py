@@ -1,0 +1,113 @@
+"""`service.lean_route.LeanRoute` answers every body exactly as FastAPI's own route does — the same status and the
+same body, for valid requests and for every kind of bad one (malformed JSON, wrong types, NaN, lone surrogates,
+bodies not typed JSON, empty ones, nesting past the parsers' limits) — and refuses at startup an endpoint whose
+other parameters it would skip. A real FastAPI app with the service's error handlers, called in process."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from service.auth import PUBLIC, READ_DEFAULT
+from service.errors import install_error_handlers
+from service.lean_route import LeanRoute
+from service.schemas import SearchRequest
+
+
+async def echo(body: SearchRequest, request: Request) -> Response:
+    return Response(body.model_dump_json(), media_type="application/json")
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    app = FastAPI()
+    install_error_handlers(app)
+    lean, plain = APIRouter(route_class=LeanRoute), APIRouter()
+    lean.add_api_route("/lean", echo, methods=["POST"], dependencies=[PUBLIC])
+    plain.add_api_route("/plain", echo, methods=["POST"], dependencies=[PUBLIC])
+    app.include_router(lean)
+    app.include_router(plain)
+    with TestClient(app) as c:
+        yield c
+
+
+def both(client: TestClient, body: bytes, content_type: str | None = "application/json") -> None:
+    headers = {"content-type": content_type} if content_type else {}
+    lean = client.post("/lean", content=body, headers=headers)
+    plain = client.post("/plain", content=body, headers=headers)
+    assert (lean.status_code, lean.json()) == (plain.status_code, plain.json()), body[:200]
+    assert lean.status_code in (200, 400, 422), (lean.status_code, lean.text)
+
+
+VECTOR = [0.1] * 8
+EXAMPLES = [
+    b'{"vector": %s}' % json.dumps(VECTOR).encode(), b'{"query": "how to learn python", "mode": "hybrid"}',
+    b'{"vector": [0.1, NaN]}', b'{"vector": [1e400]}', b'{"vector": ["0.5", true]}', b'{"vector": [null]}',
+    b'{"vector": "abc"}', b'{"vector": []}', b'{"vector": %s}' % json.dumps([0.0] * 8193).encode(),
+    b'{"query": "\\ud800"}', b'{"query": "a\x01b"}', b'{"query": "x"} trailing', b'{"query": ', b"[1]", b"",
+    b'{"query": "a", "top_k": 5.0}', b'{"query": "a", "top_k": 10000000000000000000000}', b'{"query": "a", "k": 60}',
+    b'{"query": "a", "bogus": 1}', b'{"queries": ["a", 1]}', b'{"vector": [0.1], "queries": ["a"]}',
+    b'{"query": "a", "filter": %s}' % (b'{"and": [' * 300 + b"{}" + b"]}" * 300),
+    b"\xff\xfe{}", '{"query": "h\u00e9"}'.encode("utf-16"),
+]
+
+
+@pytest.mark.parametrize("body", EXAMPLES)
+def test_the_same_answer_as_fastapi(client: TestClient, body: bytes) -> None:
+    both(client, body)
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded",
+                                          "application/vnd.api+json", "application/json; charset=utf-8"])
+def test_the_same_content_type_rule(client: TestClient, content_type: str | None) -> None:
+    both(client, b'{"query": "a"}', content_type)
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner,
+                                                                                max_size=3), max_leaves=12)
+FIELDS = ("query", "queries", "vector", "top_k", "mode", "fusion", "k", "alpha", "filter", "passages", "nprobe")
+VALUES = {"vector": st.lists(st.floats(width=32) | st.integers() | st.text(max_size=3), max_size=9),
+          "query": st.text(max_size=12), "mode": st.sampled_from(["dense", "lexical", "hybrid", "DENSE"]),
+          "top_k": st.integers(-2, 200) | st.floats()}
+
+
+@st.composite
+def bodies(draw: st.DrawFn) -> bytes:
+    keys = draw(st.lists(st.sampled_from(FIELDS), max_size=4, unique=True))
+    doc = {k: draw(VALUES.get(k, JSON) | JSON) for k in keys}
+    raw = json.dumps(doc).encode()
+    cut = draw(st.none() | st.integers(0, len(raw)))  # sometimes cut short: JSON that does not parse
+    return raw if cut is None else raw[:cut]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=bodies())
+def test_generated_bodies_get_the_same_answer(client: TestClient, body: bytes) -> None:
+    both(client, body)
+
+
+async def needs_something(body: SearchRequest, request: Request, other: int = Depends(lambda: 1)) -> Response:
+    return Response()
+
+
+async def has_a_query_parameter(body: SearchRequest, request: Request, limit: int = 1) -> Response:
+    return Response()
+
+
+@pytest.mark.parametrize(("endpoint", "dependencies", "says"), [
+    (needs_something, [PUBLIC], "no other dependency"),
+    (echo, [PUBLIC, READ_DEFAULT], "one declared scope"),
+    (echo, [], "one declared scope"),
+    (has_a_query_parameter, [PUBLIC], "'limit'"),
+])
+def test_what_it_would_skip_is_refused_at_startup(endpoint: object, dependencies: list[object], says: str) -> None:
+    router = APIRouter(route_class=LeanRoute)
+    with pytest.raises(TypeError, match=says):
+        router.add_api_route("/x", endpoint, methods=["POST"], dependencies=dependencies)  # type: ignore[arg-type]
