@@ -12,7 +12,11 @@ the first 20,000, and the STS screen is a subset of STS-B dev), so a screen of N
 taken from the 20,000-row encoding; int8 static vectors do not depend on their batch, so this is what the gate
 computes (the dynamic graph's vectors move by up to 0.05 with their batch: its screens are approximate).
 
-    python bench/int8_gate.py --fp32 MODEL_DIR [--work bench/work/int8-gate] [--resamples 200]
+    python bench/int8_gate.py --fp32 MODEL_DIR [--work bench/work/int8-gate] [--resamples 200] [--full-rows 20000]
+
+`--full-rows N` (N < 20,000) trims the reference decision to N Quora rows (a cheaper run on a busy machine): the
+"full" columns are then the point estimates on N rows, not the export's full gate, and the screens of N rows or
+more are left out.
 
 Writes bench/results/int8-gate-<stamp>.json and .md.
 """
@@ -106,12 +110,13 @@ def build(fp32: Path, work: Path, name: str) -> Path:
 class Sample:
     """The full sample's texts, and for each screen size its corpus/queries as rows of the full encoding."""
 
-    def __init__(self) -> None:
+    def __init__(self, full_rows: int = FULL_ROWS) -> None:
+        self.full_rows = full_rows
         src = resolve_source(default_quora_source(), strata_home() / "downloads")
         self.sts = stsb_sample(None)
         self.sts_unique = sorted({*self.sts.s1, *self.sts.s2})
-        self.splits = {n: load_split(src, "paper", n) for n in (*SCREEN_SIZES, FULL_ROWS)}
-        full = self.splits[FULL_ROWS]
+        self.splits = {n: load_split(src, "paper", n) for n in (*SCREEN_SIZES, full_rows) if n <= full_rows}
+        full = self.splits[full_rows]
         self.texts = list(dict.fromkeys([*full.corpus.texts, *full.evalset.query_texts]))
         self.row = {t: i for i, t in enumerate(self.texts)}
         pos = {(a, b, g): i for i, (a, b, g) in enumerate(zip(self.sts.s1, self.sts.s2, self.sts.gold, strict=True))}
@@ -164,10 +169,13 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=REPO / "bench" / "work" / "int8-gate")
     ap.add_argument("--resamples", type=int, default=200)
     ap.add_argument("--variants", nargs="*", default=list(VARIANTS))
+    ap.add_argument("--full-rows", type=int, default=FULL_ROWS,
+                    help="Quora rows of the reference decision (default 20000, the export's full gate)")
     args = ap.parse_args()
+    screens = [(rows, pairs) for rows, pairs in SCREENS if rows < args.full_rows]
     args.work.mkdir(parents=True, exist_ok=True)
     load = os.getloadavg()[0]
-    sample = Sample()
+    sample = Sample(args.full_rows)
     log(f"{len(sample.texts)} Quora texts, {len(sample.sts_unique)} STS-B dev sentences per graph")
     models = {"fp32": args.fp32} | {name: build(args.fp32, args.work, name) for name in args.variants}
     encoded = {}
@@ -180,15 +188,15 @@ def main() -> None:
 
     def figures(name: str) -> dict[tuple[int, int | None], Items]:
         return {(rows, pairs): sample.items(*encoded[name], rows, None if pairs is None else sample.screen_pairs[pairs])
-                for rows, pairs in (*SCREENS, (FULL_ROWS, None))}
+                for rows, pairs in (*screens, (args.full_rows, None))}
 
     ref = figures("fp32")
     out = []
     for name in args.variants:
         got = figures(name)
-        full = report(ref[FULL_ROWS, None], got[FULL_ROWS, None], FULL_ROWS, "full")
+        full = report(ref[args.full_rows, None], got[args.full_rows, None], args.full_rows, "full")
         row = {"model": name, "full": full.as_dict() | {"passed": full.passed}, "screens": {}}
-        for rows, pairs in SCREENS:
+        for rows, pairs in screens:
             s = report(ref[rows, pairs], got[rows, pairs], rows, "screen")
             row["screens"][f"{rows}/{pairs}"] = s.as_dict() | {
                 "passed": s.passed, "clear": s.clear,
@@ -201,7 +209,7 @@ def main() -> None:
     res = REPO / "bench" / "results"
     meta = {"load_start": load, "load_end": os.getloadavg()[0], "cpu": os.cpu_count(), "max_drop": MAX_DROP,
             "confidence": CONFIDENCE, "screen_pairs": SCREEN_PAIRS, "default_screen_rows": SCREEN_ROWS,
-            "resamples": args.resamples, "fp32": str(args.fp32)}
+            "resamples": args.resamples, "fp32": str(args.fp32), "full_rows": args.full_rows}
     (res / f"int8-gate-{stamp}.json").write_text(json.dumps({"meta": meta, "rows": out}, indent=1, default=float))
     (res / f"int8-gate-{stamp}.md").write_text(markdown(stamp, meta, out))
     log(f"wrote bench/results/int8-gate-{stamp}.md")
@@ -209,8 +217,10 @@ def main() -> None:
 
 def markdown(stamp: str, meta: dict, rows: list[dict]) -> str:
     lines = [f"# int8 gate: screen vs full gate — {stamp}", "",
-             f"Full gate: all 1,500 STS-B dev pairs and {FULL_ROWS:,} Quora rows, point estimates, max drop "
-             f"{MAX_DROP}. Screen: the first N Quora rows and P seeded STS-B dev pairs (N / P), "
+             f"Full gate: all 1,500 STS-B dev pairs and {meta['full_rows']:,} Quora rows, point estimates, max drop "
+             f"{MAX_DROP}" + (f" (trimmed with --full-rows: the export's full gate takes {FULL_ROWS:,} rows)"
+                                 if meta["full_rows"] != FULL_ROWS else "")
+             + ". Screen: the first N Quora rows and P seeded STS-B dev pairs (N / P), "
              f"{CONFIDENCE:.0%} one-sided paired bootstrap bounds of each drop; decides when both upper bounds are "
              "within the max drop (pass) or a lower bound is beyond it (refuse), else the full gate decides. "
              f"Agreement: share of {meta['resamples']} resamples of the screen's pairs and queries whose staged "

@@ -211,12 +211,17 @@ class StaticScheme:
 
 
 def quantize_static_onnx(model_dir: Path, dst: Path, texts: list[str],
-                         scheme: StaticScheme = StaticScheme()) -> dict[str, object]:
+                         scheme: StaticScheme = StaticScheme(), *, cache: bool = True) -> dict[str, object]:
     """Write the static int8 graph of `model_dir`'s encoder.onnx to `dst`; returns what was done (encoder.json's
-    `quantization_details`)."""
+    `quantization_details`). `cache`: read the calibration ranges from the content-keyed cache when this graph,
+    these texts and this scheme were calibrated before (`models.int8_calibration`), else calibrate and cache them."""
     import onnx
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    from models.int8_calibration import calibration_cache
+
+    cache_path, hit = calibration_cache(model_dir, texts, scheme.label) if cache else (None, False)
 
     with tempfile.TemporaryDirectory(prefix="strata-quant.") as tmp:
         pre = Path(tmp) / "pre.onnx"
@@ -232,11 +237,12 @@ def quantize_static_onnx(model_dir: Path, dst: Path, texts: list[str],
         options: dict[str, object] = {"MatMulConstBOnly": scheme.weight_matmuls_only}
         if scheme.quant_format == "qdq":
             options["OpTypesToExcludeOutputQuantization"] = ["MatMul"]  # float out: MatMulIntegerToFloat
-        quantize_static(str(pre), str(dst), TextCalibrationReader(model_dir, texts),
+        quantize_static(str(pre), str(dst), None if hit else TextCalibrationReader(model_dir, texts),
                         quant_format=QuantFormat.QDQ if scheme.quant_format == "qdq" else QuantFormat.QOperator,
                         op_types_to_quantize=["MatMul"], nodes_to_quantize=chosen, per_channel=True,
                         reduce_range=False, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                        calibrate_method=CalibrationMethod.MinMax, extra_options=options)
+                        calibrate_method=CalibrationMethod.MinMax, extra_options=options,
+                        calibration_cache_path=cache_path)
     if scheme.quant_format == "qdq" and scheme.float_side_inputs:
         restore_float_side_inputs(dst, set(chosen))
     if scheme.quant_format == "qdq" and scheme.fuse_bias:
@@ -244,7 +250,7 @@ def quantize_static_onnx(model_dir: Path, dst: Path, texts: list[str],
         if fused != len(chosen):
             raise QualityGateError(f"only {fused} of the {len(chosen)} quantized MatMuls could be written as "
                                    "MatMulIntegerToFloat")
-    return scheme.describe(len(chosen), len(texts))
+    return scheme.describe(len(chosen), len(texts)) | {"calibration_ranges": "cached" if hit else "measured"}
 
 
 # ---------------------------------------------------------------------------------------------- checks
@@ -257,7 +263,8 @@ def batch_invariance(model_dir: Path, texts: list[str], *, threads: int | None =
     service runs them), and inside the corpus path (`encode`: length-sorted batches on the run pool)."""
     enc = OnnxEncoder(model_dir, threads=threads)
     try:
-        alone = np.concatenate([enc.encode_with_flags([t])[0] for t in texts])
+        # each text alone: one unpadded run of one row per text, the runs spread over the encoder's threads
+        alone, _ = enc.encode_with_flags(texts, batch_size=1, group_by_length=False)
         rng = np.random.default_rng(seed)
         worst = np.zeros(len(texts))
         cosine = 1.0
