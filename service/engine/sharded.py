@@ -61,9 +61,13 @@ log = logging.getLogger(__name__)
 SHARD_CPUS = 0.25
 DEPLOY_TIMEOUT_S = 300.0  # a shard that cannot be placed (no CPUs left) refuses the swap instead of hanging it
 CLOSE_TIMEOUT_S = 60.0
+# A retired replica first sleeps this long before it counts its requests in flight (Serve's default: 2 s, in every
+# `serve.delete`, one application after the other): only this backend's handles call it and they stop at the swap.
+# In-flight requests are still drained (Serve's graceful_shutdown_timeout_s, 20 s, is kept).
+DRAIN_LOOP_S = 0.2
 
 
-@serve.deployment(ray_actor_options={"num_cpus": SHARD_CPUS})
+@serve.deployment(ray_actor_options={"num_cpus": SHARD_CPUS}, graceful_shutdown_wait_loop_s=DRAIN_LOOP_S)
 class ShardSearcher:
     """One IVF shard file in memory (an `IvfIndex`); answers (scores, ids) for a batch of query vectors."""
 
