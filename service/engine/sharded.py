@@ -61,9 +61,13 @@ log = logging.getLogger(__name__)
 SHARD_CPUS = 0.25
 DEPLOY_TIMEOUT_S = 300.0  # a shard that cannot be placed (no CPUs left) refuses the swap instead of hanging it
 CLOSE_TIMEOUT_S = 60.0
+# A retired replica first sleeps this long before it counts its requests in flight (Serve's default: 2 s, in every
+# `serve.delete`, one application after the other): only this backend's handles call it and they stop at the swap.
+# In-flight requests are still drained (Serve's graceful_shutdown_timeout_s, 20 s, is kept).
+DRAIN_LOOP_S = 0.2
 
 
-@serve.deployment(ray_actor_options={"num_cpus": SHARD_CPUS})
+@serve.deployment(ray_actor_options={"num_cpus": SHARD_CPUS}, graceful_shutdown_wait_loop_s=DRAIN_LOOP_S)
 class ShardSearcher:
     """One IVF shard file in memory (an `IvfIndex`); answers (scores, ids) for a batch of query vectors."""
 
@@ -212,15 +216,12 @@ class RayBackend:
         except (FileNotFoundError, ValueError) as exc:
             raise IndexLoadError(str(exc)) from exc
         nprobe = self.settings.nprobe or manifest.index.params.nprobe
-        apps: list[str] = []
+        apps = [f"{self.prefix}-{manifest.version}-shard-{i}" for i in range(len(manifest.index.shards))]
         try:
-            handles = []
-            for i, shard in enumerate(manifest.index.shards):
-                name = f"{self.prefix}-{manifest.version}-shard-{i}"
-                apps.append(name)
-                handles.append(self._deploy(name, ShardSearcher.options(num_replicas=self.settings.shard_replicas)
-                                            .bind(str(folder / shard.file), nprobe, self.settings.threads),
-                                            folder / shard.file))
+            handles = self._deploy(apps, [ShardSearcher.options(num_replicas=self.settings.shard_replicas)
+                                          .bind(str(folder / s.file), nprobe, self.settings.threads)
+                                          for s in manifest.index.shards],
+                                   [folder / s.file for s in manifest.index.shards])
             infos = [h.info.remote().result() for h in handles]
             ntotal = sum(n for n, _ in infos)
             dims = {d for _, d in infos}
@@ -238,22 +239,28 @@ class RayBackend:
                  self.settings.shard_replicas, nprobe)
         return ShardedIndex(self, manifest, apps, handles, store, ntotal, nprobe)
 
-    def _deploy(self, name: str, app: object, path: Path):  # noqa: ANN202 (a DeploymentHandle)
-        """`serve.run` with a deadline: a replica that fails to start (an unreadable shard) or cannot be placed
-        refuses the swap."""
+    def _deploy(self, names: list[str], apps: list[object], paths: list[Path]) -> list:  # list[DeploymentHandle]
+        """The shards' applications started together (`serve.run_many`: their replicas start side by side, not one
+        shard after the other), with a deadline: a replica that fails to start (an unreadable shard) or cannot be
+        placed refuses the swap."""
         with self._lock:
-            self._deployed.add(name)
+            self._deployed.update(names)
         runner = ThreadPoolExecutor(1, thread_name_prefix="serve-deploy")
-        future = runner.submit(serve.run, app, name=name, route_prefix=None)
+        targets = [serve.RunTarget(app, name=name, route_prefix=None)  # type: ignore[arg-type]
+                   for name, app in zip(names, apps, strict=True)]
+        future = runner.submit(serve.run_many, targets)
         try:
             return future.result(timeout=DEPLOY_TIMEOUT_S)
         except FutureTimeout:
-            raise RuntimeError(f"shard deployment {name} was not running after {DEPLOY_TIMEOUT_S:.0f} s") from None
+            raise RuntimeError(f"shard deployments {', '.join(names)} were not running after "
+                               f"{DEPLOY_TIMEOUT_S:.0f} s") from None
         except Exception as exc:  # noqa: BLE001 (Serve wraps a failed constructor in its own error types)
-            said = [ln.split("IndexLoadError:", 1)[1].strip() for ln in _failure_text(name, exc).splitlines()
-                    if "IndexLoadError:" in ln]
-            raise IndexLoadError(said[-1] if said else f"{path} could not be served: {str(exc).splitlines()[0]}") \
-                from exc
+            for name in names:  # which shard's replica said why
+                said = [ln.split("IndexLoadError:", 1)[1].strip() for ln in _failure_text(name, exc).splitlines()
+                        if "IndexLoadError:" in ln]
+                if said:
+                    raise IndexLoadError(said[-1]) from exc
+            raise IndexLoadError(f"{paths[0].parent} could not be served: {str(exc).splitlines()[0]}") from exc
         finally:
             runner.shutdown(wait=False)
 

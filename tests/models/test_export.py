@@ -154,18 +154,39 @@ def test_int8_export_refuses_batch_dependent_vectors(tiny_checkpoint: Path, tmp_
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
-def test_cli_exports_int8_by_default_and_fp32_on_request(tiny_checkpoint: Path, tmp_path: Path) -> None:
-    base = [sys.executable, "-m", "models.cli", "export", "--checkpoint", str(tiny_checkpoint), "--pooling", "cls"]
-    r = subprocess.run([*base, "--out", str(tmp_path / "int8"), "--skip-gate"], capture_output=True, text=True)
+def test_cli_exports_int8_by_default_and_fp32_on_request(tiny_checkpoint: Path, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    import logging
+
+    from models.cli import main
+
+    args = ["export", "--checkpoint", str(tiny_checkpoint), "--pooling", "cls"]
+    # the command as a user runs it (a process of its own)
+    r = subprocess.run([sys.executable, "-m", "models.cli", *args, "--out", str(tmp_path / "int8"), "--skip-gate"],
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "int8-static-qdq" in r.stdout and "int8 batch invariance: max |change|" in r.stdout
     assert json.loads((tmp_path / "int8" / "encoder.json").read_text())["quantization"] == "int8-static-qdq"
-    r = subprocess.run([*base, "--out", str(tmp_path / "fp32"), "--quantize", "none"], capture_output=True, text=True)
-    assert r.returncode == 0 and "fp32" in r.stdout
+
+    def here(*extra: str) -> tuple[int, str, str]:
+        """The same command through `models.cli.main` in this process (torch is loaded already: seconds less);
+        the root logger it configures on capsys's stream is restored after."""
+        root = logging.getLogger()
+        saved = (root.handlers[:], root.level)
+        capsys.readouterr()
+        try:
+            rc = main([*args, *extra])
+        finally:
+            root.handlers[:] = saved[0]
+            root.setLevel(saved[1])
+        out, err = capsys.readouterr()
+        return rc, out, err
+
+    rc, out, _ = here("--out", str(tmp_path / "fp32"), "--quantize", "none")
+    assert rc == 0 and "fp32" in out
     assert json.loads((tmp_path / "fp32" / "encoder.json").read_text())["quantization"] is None
-    r = subprocess.run([*base, "--out", str(tmp_path / "x"), "--quantize", "none", "--skip-gate"],
-                       capture_output=True, text=True)
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "apply to int8 only" in r.stderr
+    rc, _, err = here("--out", str(tmp_path / "x"), "--quantize", "none", "--skip-gate")
+    assert rc == 2 and err.count("\n") == 1 and "apply to int8 only" in err
     assert not (tmp_path / "x").exists()
 
 def test_cli_auto_quantize_writes_fp32_when_the_int8_data_is_missing(tiny_checkpoint: Path, tmp_path: Path) -> None:

@@ -45,6 +45,26 @@ def _export_cli(*args: str) -> subprocess.CompletedProcess[str]:
                           env=env, capture_output=True, text=True, timeout=300)
 
 
+def _export_here(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """The same command through `models.cli.main` in this process (torch is loaded already: seconds less than a
+    process of its own); exit status, stdout, stderr. The root logger it configures on capsys's stream is
+    restored after, or later logs would hit a closed stream."""
+    import logging
+
+    from models.cli import main
+
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level)
+    capsys.readouterr()
+    try:
+        rc = main(["export", "--quantize", "none", *args])
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
 def test_stock_checkpoint_declares_mean() -> None:
     choice = resolve_pooling(default_checkpoint(), None)
     assert choice.pooling == "mean"
@@ -72,11 +92,11 @@ def test_cli_uses_the_declared_pooling_and_says_so(tiny_checkpoint: Path, tmp_pa
     assert not np.allclose(got, _torch_reference(ckpt, SENTENCES, "cls"), atol=1e-2)
 
 
-def test_explicit_pooling_wins(tiny_checkpoint: Path, tmp_path: Path) -> None:
+def test_explicit_pooling_wins(tiny_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ckpt = _st_checkpoint(tiny_checkpoint, tmp_path / "st-mean", mean_tokens=True)
-    r = _export_cli("--checkpoint", str(ckpt), "--out", str(tmp_path / "out"), "--pooling", "cls")
-    assert r.returncode == 0, r.stderr
-    assert "pooling cls (--pooling)" in r.stdout
+    rc, out, err = _export_here(capsys, "--checkpoint", str(ckpt), "--out", str(tmp_path / "out"), "--pooling", "cls")
+    assert rc == 0, err
+    assert "pooling cls (--pooling)" in out
     assert json.loads((tmp_path / "out" / "encoder.json").read_text())["pooling"] == "cls"
     got = OnnxEncoder(tmp_path / "out", threads=1).encode(SENTENCES)
     assert np.allclose(got, _torch_reference(ckpt, SENTENCES, "cls"), atol=1e-4)
@@ -103,7 +123,8 @@ def test_dense_after_pooling_is_reported(tiny_checkpoint: Path, tmp_path: Path) 
     assert choice.pooling == "mean" and any("Dense" in n and "leaves it out" in n for n in choice.notes)
 
 
-def test_unservable_pooling_is_a_clear_error(tiny_checkpoint: Path, tmp_path: Path) -> None:
+def test_unservable_pooling_is_a_clear_error(tiny_checkpoint: Path, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
     ckpt = _st_checkpoint(tiny_checkpoint, tmp_path / "st-max", max_tokens=True)
     with pytest.raises(CheckpointError, match="pooling_mode_max_tokens"):
         declared_pooling(ckpt)
@@ -111,5 +132,5 @@ def test_unservable_pooling_is_a_clear_error(tiny_checkpoint: Path, tmp_path: Pa
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert f"{ckpt / '1_Pooling' / 'config.json'} declares pooling_mode_max_tokens" in r.stderr
     assert "--pooling" in r.stderr and not (tmp_path / "out").exists()
-    assert _export_cli("--checkpoint", str(ckpt), "--out", str(tmp_path / "out"), "--pooling", "mean"
-                       ).returncode == 0  # naming one is the way out
+    rc, _, err = _export_here(capsys, "--checkpoint", str(ckpt), "--out", str(tmp_path / "out"), "--pooling", "mean")
+    assert rc == 0, err  # naming one is the way out

@@ -50,7 +50,7 @@ def check(r: httpx.Response) -> None:
 
 def post(server: Server, path: str, **kwargs: object) -> httpx.Response:
     sent[path] += 1
-    return httpx.post(f"{server.url}{path}", timeout=20, **kwargs)  # type: ignore[arg-type]
+    return httpx.post(f"{server.url}{path}", timeout=60, **kwargs)  # type: ignore[arg-type]
 
 
 fuzz = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
@@ -96,7 +96,7 @@ def test_schemathesis_against_the_openapi_schema(server: Server, tmp_path) -> No
     r = subprocess.run([sys.executable, "-m", "schemathesis.cli", "run", f"{server.url}/openapi.json",
                         "--checks", SCHEMATHESIS_CHECKS, "--exclude-tag", "documents", "--exclude-tag", "collections",
                         "--max-examples", "30", "--seed", "20260101", "--workers", "2",
-                        "--request-timeout", "20", "--no-color", "--generation-database", "none"],
+                        "--request-timeout", "60", "--no-color", "--generation-database", "none"],
                        capture_output=True, text=True, timeout=300, cwd=tmp_path)
     summary = re.search(r"(\d+) generated", r.stdout)
     print(f"\nschemathesis: {summary.group(0) if summary else '?'}; exit {r.returncode}")
@@ -122,7 +122,7 @@ def test_schemathesis_against_the_collections_routes(own_server: Server, tmp_pat
     r = subprocess.run([sys.executable, "-m", "schemathesis.cli", "run", f"{own_server.url}/openapi.json",
                         "--checks", SCHEMATHESIS_CHECKS, "--include-tag", "collections", "--exclude-tag", "documents",
                         "--max-examples", "30", "--seed", "20260101", "--workers", "1",
-                        "--request-timeout", "20", "--no-color", "--generation-database", "none"],
+                        "--request-timeout", "60", "--no-color", "--generation-database", "none"],
                        capture_output=True, text=True, timeout=300, cwd=tmp_path)
     summary = re.search(r"(\d+) generated", r.stdout)
     print(f"\nschemathesis: {summary.group(0) if summary else '?'}; exit {r.returncode}")

@@ -109,11 +109,27 @@ def shrink_data(tmp_path_factory: pytest.TempPathFactory, quora_file: Path) -> t
     return full, cut
 
 
-def test_a_much_smaller_build_is_refused_on_automatic_swaps_and_served_with_force(
-        tmp_path: Path, shrink_data: tuple[Path, Path], minilm_mean: Path) -> None:
-    full, cut = shrink_data
+@pytest.fixture(scope="module")
+def shrink_template(tmp_path_factory: pytest.TempPathFactory, shrink_data: tuple[Path, Path],
+                    minilm_mean: Path) -> Path:
+    """A root holding one version of the 300-document corpus (`indexer build`), never served: each shrink test serves
+    a copy of it (one build for the module; the corpus has no queries, so there is nothing to evaluate)."""
+    root = tmp_path_factory.mktemp("shrink-template") / "root"
+    build(root, shrink_data[0], minilm_mean, "--nlist", "8")
+    return root
+
+
+def served_copy(template: Path, tmp_path: Path) -> tuple[Path, str]:
+    """A copy of `template` (its files, its `current`) and its current version."""
     root = tmp_path / "root"
-    v0 = build(root, full, minilm_mean, "--nlist", "8")
+    shutil.copytree(template, root, symlinks=True)
+    return root, IndexRoot(root).current_version() or ""
+
+
+def test_a_much_smaller_build_is_refused_on_automatic_swaps_and_served_with_force(
+        tmp_path: Path, shrink_data: tuple[Path, Path], shrink_template: Path, minilm_mean: Path) -> None:
+    _, cut = shrink_data
+    root, v0 = served_copy(shrink_template, tmp_path)
     server = serve(tmp_path, root)
     try:
         assert ready(server)["index_version"] == v0 and ready(server)["index_size"] == 300
@@ -165,10 +181,9 @@ def test_a_much_smaller_build_is_refused_on_automatic_swaps_and_served_with_forc
 
 
 def test_rollback_to_the_served_version_clears_the_refusal(tmp_path: Path, shrink_data: tuple[Path, Path],
-                                                           minilm_mean: Path) -> None:
-    full, cut = shrink_data
-    root = tmp_path / "root"
-    v0 = build(root, full, minilm_mean, "--nlist", "8", "--no-eval")
+                                                           shrink_template: Path, minilm_mean: Path) -> None:
+    _, cut = shrink_data
+    root, v0 = served_copy(shrink_template, tmp_path)
     server = serve(tmp_path, root)
     try:
         v1 = build(root, cut, minilm_mean, "--nlist", "1", "--no-eval")
@@ -206,14 +221,13 @@ def assert_serves_despite_refusal(server: Server, served: str, refused: str, siz
 
 
 def test_a_refused_version_stays_refused_after_sigkill_and_restarts(
-        tmp_path: Path, shrink_data: tuple[Path, Path], minilm_mean: Path) -> None:
+        tmp_path: Path, shrink_data: tuple[Path, Path], shrink_template: Path, minilm_mean: Path) -> None:
     """The defect: a build the watcher refused became `current`, and after `kill -9` and a restart (what `restart:
     unless-stopped` does) it was served with no warning. Now every restart serves the version that passed the gates
     last, says so in /ready, /metrics and the log; a bad build published while the API is down is judged at
     startup; only a forced reload serves a refused version, and it is then what restarts serve."""
-    full, cut = shrink_data
-    root = tmp_path / "root"
-    v0 = build(root, full, minilm_mean, "--nlist", "8", "--no-eval")
+    _, cut = shrink_data
+    root, v0 = served_copy(shrink_template, tmp_path)
     server = serve(tmp_path, root)
     try:
         v1 = build(root, cut, minilm_mean, "--nlist", "1", "--no-eval")
