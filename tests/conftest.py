@@ -187,9 +187,17 @@ def ray_cluster() -> Iterator[str]:
     ray = pytest.importorskip("ray")
     if ray.is_initialized():
         ray.shutdown()
-    # PYTHONPATH: workers import this checkout's packages (not another editable install of them).
-    ray.init(num_cpus=2, object_store_memory=400 * 1024**2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}})
+    # PYTHONPATH: workers import this checkout's packages (not another editable install of them). On a busy machine
+    # Ray's own start can time out waiting for its helper processes: a fresh start is tried up to three times.
+    for attempt in range(3):
+        try:
+            ray.init(num_cpus=2, object_store_memory=400 * 1024**2, include_dashboard=False, log_to_driver=False,
+                     runtime_env={"env_vars": {"PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}})
+            break
+        except Exception:  # noqa: BLE001 (Ray raises several kinds for a start that timed out)
+            ray.shutdown()
+            if attempt == 2:
+                raise
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
 
