@@ -19,6 +19,7 @@ matching vector scored).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -105,10 +106,12 @@ def recall(folder: Path, qvecs: np.ndarray) -> dict[str, dict[str, float]]:
                 continue
             match = version.match(flt)
             got = version.search(qvecs[:100], 10, match)[1]
-            ref = fi.filtered_search(version.index, qvecs[:100], 10, match.prepared, probe=version.nlist)[1]
+            every_list = dataclasses.replace(match.prepared, gathered=None)  # not the gathered codes: the lists'
+            ref = fi.filtered_search(version.index, qvecs[:100], 10, every_list, probe=version.nlist)[1]
             hits = [len(set(g[g >= 0]) & set(r[r >= 0])) / max(1, (r >= 0).sum()) for g, r in zip(got, ref,
                                                                                                    strict=True)]
-            out[name] = {"matches": len(match.ids), "recall@10": round(float(np.mean(hits)), 4)}
+            out[name] = {"matches": len(match.ids), "recall@10": round(float(np.mean(hits)), 4),
+                         "gathered": match.prepared.gathered is not None}
     finally:
         version.close()
     return out
