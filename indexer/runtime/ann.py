@@ -181,6 +181,11 @@ class AnnIndex(ABC):
     def prepare(self, ids: np.ndarray) -> Any:
         """The ids among `ids` that this index holds, as a `faiss_index.IdFilter` for `filtered_search`."""
 
+    def with_codes(self, flt: Any) -> Any:
+        """`flt` made faster to search again, for a filter used more than once (IVF: a few matches' codes gathered
+        for exact search, `faiss_index.exact_pays`); the same `flt` where nothing pays."""
+        return flt
+
     @abstractmethod
     def filtered_search(self, queries: np.ndarray, k: int, flt: Any, *, knobs: Mapping[str, int] | None = None
                         ) -> tuple[np.ndarray, np.ndarray, bool]:

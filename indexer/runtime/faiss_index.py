@@ -17,6 +17,7 @@ when it searches the matching vectors exactly.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -712,6 +713,11 @@ class ListLocator:
         gathered = self.gather(pos) if self._scorer is not None and gather(len(ids)) else None
         return IdFilter(ids, lists.astype(np.int64), selector, keep, gathered)
 
+    @property
+    def can_gather(self) -> bool:
+        """Whether this index's codes can be scored outside their lists (not residuals, a codec `Gathered` takes)."""
+        return self._scorer is not None
+
     def gather(self, pos: np.ndarray) -> Gathered:
         """The codes of the vectors at `pos` (positions in `self.ids`), copied list by list into a scorer."""
         invlists, cs = self._ivf.invlists, int(self._ivf.code_size)
@@ -905,11 +911,20 @@ class IvfIndex(_FaissBacked):
             return self._locator
 
     def prepare(self, ids: np.ndarray) -> IdFilter:
-        """The matches, their codes gathered when scoring them all costs less than the filtered IVF search at the
-        default nprobe (`exact_pays`)."""
+        return self.locator().prepare(ids)
+
+    def with_codes(self, flt: IdFilter) -> IdFilter:
+        """`flt` with its matches' codes gathered when scoring them all costs less than the filtered IVF search at
+        the default nprobe (`exact_pays`); else `flt` itself. For a filter used again (the version's cache calls
+        it on a hit): gathering costs about one list walk, so a filter seen once is not worth it."""
         ivf = _ivf_of(self._index)
-        return self.locator().prepare(ids, lambda n: exact_pays(n, self.nprobe, self.ntotal, ivf.nlist,
-                                                                int(ivf.code_size)))
+        if flt.gathered is not None or not exact_pays(len(flt.ids), self.nprobe, self.ntotal, ivf.nlist,
+                                                      int(ivf.code_size)):
+            return flt
+        locator = self.locator()
+        if not locator.can_gather:
+            return flt
+        return dataclasses.replace(flt, gathered=locator.gather(np.searchsorted(locator.ids, flt.ids)))
 
     def filtered_search(self, queries: np.ndarray, k: int, flt: IdFilter, *,
                         knobs: Mapping[str, int] | None = None, ntotal: int | None = None,

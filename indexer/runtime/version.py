@@ -268,6 +268,11 @@ class IndexVersion:
         key = FilterCache.key(flt)
         cached = self.filters.get(key)
         if cached is not None:
+            assert cached.prepared is not None
+            prepared = self.ann.with_codes(cached.prepared)  # used again: worth its codes gathered, if few
+            if prepared is not cached.prepared:
+                cached = FilterMatch(cached.ids, prepared, cached._rows)
+                self.filters.put(key, cached)
             return cached
         ids = self.store.filter_ids(flt, schema)
         found = FilterMatch(ids, self.ann.prepare(ids))

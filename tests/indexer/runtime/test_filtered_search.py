@@ -136,8 +136,10 @@ def test_the_search_is_chosen_by_the_filters_cardinality() -> None:
     index = IvfIndex(build_ivf(docs, ids, NLIST, NPROBE)[0], IvfParams(nlist=NLIST, nlist_requested=NLIST,
                                                                      nprobe=NPROBE))
     for n, gathers in ((10_000, False), (200, True)):
-        flt = index.prepare(np.arange(0, 2 * n, 2, dtype=np.int64))
-        assert (flt.gathered is not None) == gathers
+        first = index.prepare(np.arange(0, 2 * n, 2, dtype=np.int64))
+        assert first.gathered is None  # a filter seen once walks the lists
+        flt = index.with_codes(first)  # used again
+        assert (flt.gathered is not None) == gathers and (flt is first) == (not gathers)
         assert flt.nbytes >= flt.ids.nbytes + (n * DIM * 2 if gathers else 0)
         scores, got, exact = index.filtered_search(queries, K, flt)
         assert exact == gathers and np.isin(got[got >= 0], flt.ids).all()

@@ -327,8 +327,8 @@ def test_lexical_search_over_the_overlay_equals_bm25_over_what_is_served(tmp_pat
 
 
 def test_a_cached_filter_match_still_honours_later_writes(tmp_path: Path) -> None:
-    """A filter's base matches are cached per version, with the matching vectors gathered (few match: exact
-    search over their codes); writes after that are applied at every search: a base document written with metadata
+    """A filter's base matches are cached per version, with the matching vectors gathered once it is used again
+    (few match: exact search over their codes); writes after that are applied at every search: a base document written with metadata
     that no longer matches leaves the next filtered answer, one written to match joins it, a deleted one leaves —
     in dense and lexical search alike, while the cached base match is reused, not recomputed."""
     from indexer.runtime.lexical import build_lexical, lexical_info
@@ -342,8 +342,9 @@ def test_a_cached_filter_match_still_honours_later_writes(tmp_path: Path) -> Non
     live = LiveIndex(IndexVersion(folder))
     flt = {"n": {"lt": 10}}  # 10 of 400 base documents
     q = served[40][None, :]  # document 40 (n=4) is its own nearest neighbour
-    first = live.match(flt)
-    assert first.base.prepared.gathered is not None  # the exact search over gathered codes
+    assert live.match(flt).base.prepared.gathered is None  # a filter seen once: the lists' exact search
+    first = live.match(flt)  # used again: the matches' codes gathered, the cache's entry
+    assert first.base.prepared.gathered is not None
     dense = live.hits(*live.search(q, 5, first))[0]
     lexical = live.hits(*[x[None, :] for x in live.lexical_search(["kite"], 50, first)[0]])[0]
     assert dense[0].ext_id == 40 and 40 in {h.ext_id for h in lexical} and len(lexical) == 10
