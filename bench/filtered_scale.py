@@ -104,7 +104,8 @@ def recall(folder: Path, qvecs: np.ndarray) -> dict[str, dict[str, float]]:
         for name, flt in FILTERS.items():
             if flt is None:
                 continue
-            match = version.match(flt)
+            version.match(flt)
+            match = version.match(flt)  # used again: what a repeated filter is served with (codes gathered)
             got = version.search(qvecs[:100], 10, match)[1]
             every_list = dataclasses.replace(match.prepared, gathered=None)  # not the gathered codes: the lists'
             ref = fi.filtered_search(version.index, qvecs[:100], 10, every_list, probe=version.nlist)[1]

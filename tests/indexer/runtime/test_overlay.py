@@ -328,9 +328,9 @@ def test_lexical_search_over_the_overlay_equals_bm25_over_what_is_served(tmp_pat
 
 def test_a_cached_filter_match_still_honours_later_writes(tmp_path: Path) -> None:
     """A filter's base matches are cached per version, with the matching vectors gathered once it is used again
-    (few match: exact search over their codes); writes after that are applied at every search: a base document written with metadata
-    that no longer matches leaves the next filtered answer, one written to match joins it, a deleted one leaves —
-    in dense and lexical search alike, while the cached base match is reused, not recomputed."""
+    (few match: exact search over their codes); writes after that are applied at every search: a base document
+    written with metadata that no longer matches leaves the next filtered answer, one written to match joins it, a
+    deleted one leaves — in dense and lexical search alike, while the cached base match is reused."""
     from indexer.runtime.lexical import build_lexical, lexical_info
 
     folder = tmp_path / "v1"
