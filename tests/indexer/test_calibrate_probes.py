@@ -257,6 +257,6 @@ def test_probes_queries_without_queries_is_a_clear_error(tiny_exported: Path, tm
     corpus = tmp_path / "corpus.jsonl"
     write_jsonl(corpus, [{"id": i, "text": f"how can i learn python number {i} quickly"} for i in range(1200)])
     r = cli("build", "--root", str(tmp_path / "root"), "--model", str(tiny_exported), "--data", str(corpus),
-            "--probes", "queries")
+            "--probes", "queries", "--index", "ivf")  # 1,200 documents: auto would search exactly
     assert r.returncode != 0 and "Traceback" not in r.stderr and "--probes queries" in r.stderr, r.stderr
     assert IndexRoot(tmp_path / "root").current_version() is None
