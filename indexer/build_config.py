@@ -13,7 +13,7 @@ from pathlib import Path
 
 from indexer.calibrate import calibration_target
 from indexer.quora import Protocol
-from indexer.runtime.ann import AUTO, KIND_SPECS, HnswParams, IvfParams, KindParams, choose_kind
+from indexer.runtime.ann import AUTO, AUTO_FLAT_BELOW, KIND_SPECS, HnswParams, IvfParams, KindParams, choose_kind
 from indexer.runtime.faiss_index import (
     DEFAULT_NPROBE,
     MIN_POINTS_PER_LIST,
@@ -119,8 +119,9 @@ def index_params(cfg: BuildConfig, n_vectors: int, dim: int = 384) -> KindParams
         raise ValueError(f"{', '.join(ivf_options)}: IVF options, not for --index {cfg.index}")
     kind = "ivf" if cfg.index == AUTO and ivf_options else choose_kind(cfg.index, n_vectors)
     if cfg.index != kind:
-        log.info("--index %s: %s for %d vectors%s", cfg.index, kind, n_vectors,
-                 f" ({', '.join(ivf_options)} given)" if ivf_options else "")
+        why = (f"{', '.join(ivf_options)} given" if ivf_options else
+               f"exact search below {AUTO_FLAT_BELOW:,} vectors: under 1 ms of CPU per query, and exact answers")
+        log.info("--index %s: %s for %d vectors (%s)", cfg.index, kind, n_vectors, why)
     if kind == "ivf":
         requested = cfg.nlist or auto_nlist(n_vectors)
         nlist = effective_nlist(n_vectors, requested)

@@ -90,9 +90,11 @@ def quora_root(tmp_path_factory: pytest.TempPathFactory, minilm_mean: Path, quor
 
     root = tmp_path_factory.mktemp("indexes") / "quora"
     # with its lexical index, but dense by default: the tests that share it check dense answers (cosine scores,
-    # FAISS order); the modes are tested on roots of their own (tests/service/test_search_modes.py)
+    # FAISS order); the modes are tested on roots of their own (tests/service/test_search_modes.py). IVF pinned:
+    # its ~5,900 documents are below `--index auto`'s exact-search threshold, and the suite serves, tunes and
+    # calibrates IVF on it (nprobe, the sharded twin built on Ray, whose `auto` is IVF)
     build(BuildConfig(model_dir=minilm_mean, data=str(quora_file), root=root, rows=TEST_ROWS, threads=2,
-                      default_mode="dense"))
+                      default_mode="dense", index="ivf"))
     return root
 
 

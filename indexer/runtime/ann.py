@@ -32,15 +32,14 @@ AUTO = "auto"
 IndexKind = Literal["flat", "ivf", "hnsw"]
 
 # `--index auto`: exact search below this many vectors, IVF from it on. Measured by bench/index_crossover.py
-# (bench/results/index-crossover-20261125T153629Z.md, load 2-4; the -150638Z and -150307Z runs under load 20-30
-# agree): CPU time per query at 1 thread of exact search (fp32) vs the default IVF (effective_nlist(n, 1024)
-# lists, fp16 codes) at the fewest lists keeping >= 0.97 of the exact top 10 on 300 real Quora questions
-# (all-MiniLM-L6-v2 mean). flat / IVF = 0.52 at 500 documents, 1.10 at 1,000 (0.91 in the loaded run), 2.2 at
-# 2,000, 2.4 at 5,000, 2.8 at 10k, 3.4 at 20k, 5.9 at 50k, 13.6 at 100k: the crossover is about 900-1,100
-# documents, and below it exact search is the cheaper *and* the exact one. Above it IVF is cheaper only when it
-# probes enough lists: at the default nprobe 20 it keeps 0.90-0.94 of the exact top 10 from 2k to 100k documents
-# (issue 26's -2.2 nDCG@10 on a few thousand), which is what `--target-recall` is for.
-AUTO_FLAT_BELOW = 1_000
+# (bench/results/index-crossover-20261125T153629Z.md, load 2-4): CPU time per query at 1 thread of exact search
+# (fp32) vs the default IVF (fp16 codes) at the fewest lists keeping >= 0.97 of the exact top 10 on 300 real Quora
+# questions (all-MiniLM-L6-v2 mean): flat 0.06 ms at 1,000 documents, 0.48 at 5,000, 0.86 at 10,000, 1.8 at
+# 20,000. IVF is cheaper from ~1,000 on, but below ~10,000 the saving is under a millisecond of a request that costs
+# 5-7 ms served, while IVF costs answers (0.97 of the exact top 10 at best, 0.90-0.94 at the default nprobe: -0.7 to
+# -0.9 nDCG@10 of the default hybrid on three public 1,400-3,204-document collections) and build time (k-means and
+# nprobe calibration). So the threshold is where exact search stops fitting a 1 ms CPU budget per query.
+AUTO_FLAT_BELOW = 10_000
 
 
 class IndexParamError(ValueError):
@@ -181,6 +180,11 @@ class AnnIndex(ABC):
     @abstractmethod
     def prepare(self, ids: np.ndarray) -> Any:
         """The ids among `ids` that this index holds, as a `faiss_index.IdFilter` for `filtered_search`."""
+
+    def with_codes(self, flt: Any) -> Any:
+        """`flt` made faster to search again, for a filter used more than once (IVF: a few matches' codes gathered
+        for exact search, `faiss_index.exact_pays`); the same `flt` where nothing pays."""
+        return flt
 
     @abstractmethod
     def filtered_search(self, queries: np.ndarray, k: int, flt: Any, *, knobs: Mapping[str, int] | None = None

@@ -263,14 +263,16 @@ class LexicalIndex(ABC):
         rows = np.minimum(np.searchsorted(self.fids, fids), len(self.fids) - 1)
         return np.unique(rows[self.fids[rows] == fids])
 
-    def search(self, query: str, k: int, *, allowed: np.ndarray | None = None, excluded: np.ndarray | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, query: str, k: int, *, allowed: np.ndarray | None = None, excluded: np.ndarray | None = None,
+               allowed_rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(scores, FAISS ids) of the best k documents with a score > 0, best first (fewer when fewer match), ties
-        by FAISS id; `allowed`: only these FAISS ids (a filter's matches); `excluded`: never these (tombstones)."""
+        by FAISS id; `allowed`: only these FAISS ids (a filter's matches), or `allowed_rows`, their `rows_of` found
+        once for many searches; `excluded`: never these (tombstones)."""
         if k <= 0 or not self.fids.size:
             return np.zeros(0, np.float32), np.zeros(0, np.int64)
         terms = self.analyzer.terms(query)
-        allowed_rows = None if allowed is None else self.rows_of(allowed)
+        if allowed is not None:
+            allowed_rows = self.rows_of(allowed)
         if not terms or (allowed_rows is not None and not allowed_rows.size):
             return np.zeros(0, np.float32), np.zeros(0, np.int64)
         excluded_rows = self.rows_of(excluded) if excluded is not None and len(excluded) else None

@@ -372,10 +372,10 @@ class LiveIndex:
         assert base is not None and overlay is not None
         snap = self.overlay.snapshot()
         excluded = snap.exclusion.ids if snap.exclusion is not None else None
-        allowed = None if match is None else match.base.ids
+        rows = None if match is None else match.base.lexical_rows(base.rows_of)
         out = []
         for q in queries:
-            scores, ids = base.search(q, k, allowed=allowed, excluded=excluded)
+            scores, ids = base.search(q, k, allowed_rows=rows, excluded=excluded)
             written = overlay.scores(q) if len(overlay) else {}
             if written:
                 docs, _ = self.overlay.lookup(list(written))

@@ -11,7 +11,8 @@ import json
 import logging
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -78,6 +79,20 @@ class FilterMatch:
 
     ids: np.ndarray  # sorted FAISS ids (int64)
     prepared: IdFilter | None = None  # for the index of this process (None for a sharded version)
+    _rows: list[np.ndarray] = field(default_factory=list, compare=False, repr=False)  # `lexical_rows`, once found
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held: the ids, their lexical rows (when looked up) and what the index prepared of them
+        (selector, gathered codes)."""
+        return 2 * self.ids.nbytes + (getattr(self.prepared, "nbytes", 0) if self.prepared is not None else 0)
+
+    def lexical_rows(self, rows_of: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """The rows of these ids in the version's lexical index (`rows_of`: its `rows_of`), found on the first
+        lexical search and kept: a match belongs to one version, so to one lexical index."""
+        if not self._rows:
+            self._rows.append(rows_of(self.ids))  # two threads may both find them: the same rows either way
+        return self._rows[0]
 
 
 @runtime_checkable
@@ -114,13 +129,16 @@ class VectorIndex(Protocol):
 
 
 class FilterCache:
-    """A version's LRU of filter → `FilterMatch`, bounded in entries and in ids held. A repeated filter (a
-    tenant's, a product line's) skips the store's SQL and the building of its ID selector: at 50 % of 50k
-    documents that is most of the filtered request's time (bench/filtered_search.py, `repeat` vs `fresh`)."""
+    """A version's LRU of filter → `FilterMatch`, bounded in entries and in bytes held. A repeated filter (a
+    tenant's, a product line's) skips the store's SQL, the building of its ID selector and, for a selective one,
+    the gathering of its vectors' codes (`faiss_index.exact_pays`): at 1 % of 1M documents these are most of the
+    filtered request's time (bench/filtered_scale.py). A version never changes, so an entry never goes stale: the
+    API's writes are the live overlay's, applied on top of the base's matches at every search (`LiveIndex`)."""
 
-    # 1 M ids: ~8 MB of ids plus their selectors (a bitmap of similar size, or FAISS's hash set at ~40 B per id)
-    def __init__(self, max_entries: int = 64, max_ids: int = 1_000_000) -> None:
-        self.max_entries, self.max_ids = max_entries, max_ids
+    # 256 MiB: ids (8 B each), their selectors (a bitmap, or FAISS's hash set at ~40 B per id) and gathered codes
+    # (at most `GATHER_MAX_BYTES` per filter: 7.7 MB for 1 % of 1M 384-d fp16 vectors)
+    def __init__(self, max_entries: int = 64, max_bytes: int = 256 << 20) -> None:
+        self.max_entries, self.max_bytes = max_entries, max_bytes
         self._items: OrderedDict[str, FilterMatch] = OrderedDict()
         self._held = 0
         self._lock = threading.Lock()
@@ -138,16 +156,17 @@ class FilterCache:
             return hit
 
     def put(self, key: str, match: FilterMatch) -> None:
-        if len(match.ids) > self.max_ids or self.max_entries <= 0:
+        size = match.nbytes
+        if size > self.max_bytes or self.max_entries <= 0:
             return
         with self._lock:
             old = self._items.pop(key, None)
-            self._held -= 0 if old is None else len(old.ids)
+            self._held -= 0 if old is None else old.nbytes
             self._items[key] = match
-            self._held += len(match.ids)
-            while len(self._items) > self.max_entries or self._held > self.max_ids:
+            self._held += size
+            while len(self._items) > self.max_entries or self._held > self.max_bytes:
                 _, dropped = self._items.popitem(last=False)
-                self._held -= len(dropped.ids)
+                self._held -= dropped.nbytes
 
 
 class IndexVersion:
@@ -249,6 +268,11 @@ class IndexVersion:
         key = FilterCache.key(flt)
         cached = self.filters.get(key)
         if cached is not None:
+            assert cached.prepared is not None
+            prepared = self.ann.with_codes(cached.prepared)  # used again: worth its codes gathered, if few
+            if prepared is not cached.prepared:
+                cached = FilterMatch(cached.ids, prepared, cached._rows)
+                self.filters.put(key, cached)
             return cached
         ids = self.store.filter_ids(flt, schema)
         found = FilterMatch(ids, self.ann.prepare(ids))
@@ -270,8 +294,8 @@ class IndexVersion:
         """Per query, (scores, ids) of its best k documents by BM25 (fewer when fewer share a term with it); with
         a `match`, among its documents only (exact). The caller checks `lexical` is not None."""
         assert self.lexical is not None
-        allowed = None if match is None else match.ids
-        return [self.lexical.search(q, k, allowed=allowed) for q in queries]
+        rows = None if match is None else match.lexical_rows(self.lexical.rows_of)
+        return [self.lexical.search(q, k, allowed_rows=rows) for q in queries]
 
     def hits(self, scores: np.ndarray, ids: np.ndarray) -> list[list[Hit]]:
         """Per query, its hits with external ids, texts and metadata, without the -1 padding."""

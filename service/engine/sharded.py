@@ -92,7 +92,9 @@ class ShardSearcher:
         set_threads(self.threads)  # per thread in OpenMP, and Serve may call from any thread
         if ids is None:
             return self.index.search(vectors, k, knobs=knobs)
-        scores, found, _ = filtered_search(self.index.faiss, vectors, k, self.index.prepare(ids), probe)
+        # the lists' rule only, never codes gathered by this shard's own counts: the merge must equal the merged
+        # index's filtered search at the version's `probe` (and a shard keeps no filter cache to hold them)
+        scores, found, _ = filtered_search(self.index.faiss, vectors, k, self.index.locator().prepare(ids), probe)
         return scores, found
 
     def info(self) -> tuple[int, int]:

@@ -103,7 +103,7 @@ def test_a_target_outside_0_1_is_refused(bad: float) -> None:
 def calibrated_root(tmp_path_factory: pytest.TempPathFactory, tiny_exported: Path, quora_file: Path) -> Path:
     root = tmp_path_factory.mktemp("calibrated") / "root"
     r = cli("build", "--root", str(root), "--model", str(tiny_exported), "--data", str(quora_file), "--rows", "6000",
-            "--threads", "2", "--target-recall", "0.9", "--keep", "10")
+            "--threads", "2", "--target-recall", "0.9", "--keep", "10", "--index", "ivf")
     assert r.returncode == 0, r.stderr
     assert "of the exact top 10 on 1000 held apart queries (paper protocol" in r.stdout, r.stdout
     assert "(target 0.9;" in r.stdout, r.stdout

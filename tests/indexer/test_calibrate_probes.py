@@ -24,7 +24,7 @@ from tests.conftest import indexer_cli as cli
 from .test_corpus import write_jsonl
 from .test_corpus_build import make_beir
 
-QUORA_ROWS = "6000"  # 5,917 documents: `--index auto` gives ivf
+QUORA_ROWS = "6000"  # 5,917 documents (IVF pinned: `--index auto` is exact below 10,000)
 
 
 def brute_force_recall(version: IndexVersion, probes: np.ndarray, self_ids: np.ndarray, knobs: dict[str, int]
@@ -79,7 +79,7 @@ def check_recorded_recall(folder: Path, target: float = DEFAULT_TARGET_RECALL) -
 def quora_default(tmp_path_factory: pytest.TempPathFactory, tiny_exported: Path, quora_file: Path) -> Path:
     root = tmp_path_factory.mktemp("default") / "root"
     r = cli("build", "--root", str(root), "--model", str(tiny_exported), "--data", str(quora_file), "--rows",
-            QUORA_ROWS, "--threads", "2", "--keep", "10")
+            QUORA_ROWS, "--threads", "2", "--keep", "10", "--index", "ivf")
     assert r.returncode == 0, r.stderr
     assert "of the exact top 10 on 1000 held apart queries (paper protocol" in r.stdout, r.stdout
     assert "calibration probes" in r.stderr  # the probes' encoding shows in the progress log
@@ -122,7 +122,7 @@ def test_add_calibrates_again_on_the_same_probes(quora_default: Path, tmp_path: 
 # --- opting out ------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("args", "kind", "param", "value"), [
-    (("--no-calibrate",), "ivf", "nprobe", 20),
+    (("--index", "ivf", "--no-calibrate"), "ivf", "nprobe", 20),
     (("--nprobe", "7"), "ivf", "nprobe", 7),
     (("--index", "hnsw", "--ef-search", "40"), "hnsw", "ef_search", 40),
     (("--index", "hnsw", "--no-calibrate"), "hnsw", "ef_search", 64),
@@ -150,7 +150,7 @@ def test_a_default_hnsw_build_calibrates_ef_search(tiny_exported: Path, quora_fi
 
 def test_a_flat_build_has_nothing_to_calibrate(tiny_exported: Path, quora_file: Path, tmp_path: Path) -> None:
     r = cli("build", "--root", str(tmp_path / "root"), "--model", str(tiny_exported), "--data", str(quora_file),
-            "--rows", "300", "--threads", "2", "--no-eval")  # auto: flat below 1,000 documents
+            "--rows", "300", "--threads", "2", "--no-eval")  # auto: flat below 10,000 documents
     assert r.returncode == 0, r.stderr
     m = Manifest.load(IndexRoot(tmp_path / "root").current_dir())
     assert m.index.kind == "flat" and m.index.calibration is None and m.index.nprobe_calibration is None
@@ -165,7 +165,7 @@ def test_no_calibrate_with_add_is_refused(quora_default: Path, tmp_path: Path) -
 
 # --- BEIR folders and corpora without queries -------------------------------------------------------------------
 
-BEIR_ROWS = 1500  # about 2,900 documents: ivf
+BEIR_ROWS = 1500  # about 2,900 documents (built with --index ivf: auto would search them exactly)
 
 
 def beir_with_held_apart(quora_file: Path, out: Path) -> tuple[dict[str, Any], dict[str, str]]:
@@ -184,7 +184,7 @@ def test_a_beir_folder_calibrates_on_its_unjudged_queries(tiny_exported: Path, q
     beir = tmp_path / "beir"
     made, extra = beir_with_held_apart(quora_file, beir)
     r = cli("build", "--root", str(tmp_path / "root"), "--model", str(tiny_exported), "--data", str(beir),
-            "--threads", "2")
+            "--threads", "2", "--index", "ivf")
     assert r.returncode == 0, r.stderr
     folder = IndexRoot(tmp_path / "root").current_dir()
     m, texts = check_recorded_recall(folder)
@@ -211,7 +211,7 @@ def test_only_evaluation_queries_are_used_as_text_and_declared(tiny_exported: Pa
     beir = tmp_path / "beir"
     made = make_beir(quora_file, beir, BEIR_ROWS)
     r = cli("build", "--root", str(tmp_path / "root"), "--model", str(tiny_exported), "--data", str(beir),
-            "--threads", "2")
+            "--threads", "2", "--index", "ivf")
     assert r.returncode == 0, r.stderr
     m, texts = check_recorded_recall(IndexRoot(tmp_path / "root").current_dir())
     p = m.index.nprobe_calibration.probes  # type: ignore[union-attr]
@@ -220,7 +220,7 @@ def test_only_evaluation_queries_are_used_as_text_and_declared(tiny_exported: Pa
     assert "note: calibrated on the evaluation queries' text" in r.stdout
 
     r = cli("build", "--root", str(tmp_path / "spans"), "--model", str(tiny_exported), "--data", str(beir),
-            "--threads", "2", "--probes", "spans")
+            "--threads", "2", "--probes", "spans", "--index", "ivf")
     assert r.returncode == 0, r.stderr
     m, texts = check_recorded_recall(IndexRoot(tmp_path / "spans").current_dir())
     p = m.index.nprobe_calibration.probes  # type: ignore[union-attr]
@@ -239,7 +239,7 @@ def test_a_corpus_without_queries_calibrates_on_document_spans(tiny_exported: Pa
     corpus = tmp_path / "corpus.jsonl"
     write_jsonl(corpus, [{"id": q, "text": t} for q, t in docs.items()])
     r = cli("build", "--root", str(tmp_path / "root"), "--model", str(tiny_exported), "--data", str(corpus),
-            "--threads", "2")
+            "--threads", "2", "--index", "ivf")
     assert r.returncode == 0, r.stderr
     assert "document spans" in r.stdout
     m, texts = check_recorded_recall(IndexRoot(tmp_path / "root").current_dir())
@@ -257,6 +257,6 @@ def test_probes_queries_without_queries_is_a_clear_error(tiny_exported: Path, tm
     corpus = tmp_path / "corpus.jsonl"
     write_jsonl(corpus, [{"id": i, "text": f"how can i learn python number {i} quickly"} for i in range(1200)])
     r = cli("build", "--root", str(tmp_path / "root"), "--model", str(tiny_exported), "--data", str(corpus),
-            "--probes", "queries")
+            "--probes", "queries", "--index", "ivf")  # 1,200 documents: auto would search exactly
     assert r.returncode != 0 and "Traceback" not in r.stderr and "--probes queries" in r.stderr, r.stderr
     assert IndexRoot(tmp_path / "root").current_version() is None

@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 from indexer.runtime.faiss_index import (
+    IvfIndex,
     ListLocator,
     build_ivf,
+    exact_pays,
     filtered_nprobe,
     filtered_search,
     new_ivf,
@@ -78,6 +80,13 @@ def test_filtered_search_equals_brute_force_and_the_restricted_index(codec: str,
         assert_same_hits((scores, got), want)
         assert np.isin(got, matching).all()
 
+        # the matches' codes gathered and scored exactly: brute force, with no list walked
+        gathered = locator.prepare(matching, gather=lambda n: True)
+        assert gathered.gathered is not None and len(gathered.gathered.ids) == len(matching)
+        scores, got, exact = filtered_search(index, queries, K, gathered, NPROBE)
+        assert exact
+        assert_same_hits((scores, got), want)
+
         # the serving rule
         probe = filtered_nprobe(NPROBE, len(matching), N, NLIST)
         scores, got, exact = filtered_search(index, queries, K, flt, probe)
@@ -115,6 +124,27 @@ def test_fewer_matches_than_k_and_ids_the_index_does_not_hold() -> None:
     assert (got == -1).all()
 
 
+def test_the_search_is_chosen_by_the_filters_cardinality() -> None:
+    """Few matches: gathered and scored exactly; many: the IVF scan with the selector (nothing gathered)."""
+    # at 1M vectors, 4,096 lists, nprobe 49, fp16 384-d: 1 % and 0.1 % are gathered, 10 % and 50 % are not
+    assert [exact_pays(int(1e6 * s), 49, 1_000_000, 4096, 768) for s in SELECTIVITIES] == [False, False, True, True]
+    assert not exact_pays(200_000, 1, 10_000_000, 16_384, 768)  # over GATHER_MAX_BYTES of codes: never gathered
+    docs, queries = corpus()
+    ids = np.arange(N, dtype=np.int64)
+    from indexer.runtime.ann import IvfParams
+
+    index = IvfIndex(build_ivf(docs, ids, NLIST, NPROBE)[0], IvfParams(nlist=NLIST, nlist_requested=NLIST,
+                                                                     nprobe=NPROBE))
+    for n, gathers in ((10_000, False), (200, True)):
+        first = index.prepare(np.arange(0, 2 * n, 2, dtype=np.int64))
+        assert first.gathered is None  # a filter seen once walks the lists
+        flt = index.with_codes(first)  # used again
+        assert (flt.gathered is not None) == gathers and (flt is first) == (not gathers)
+        assert flt.nbytes >= flt.ids.nbytes + (n * DIM * 2 if gathers else 0)
+        scores, got, exact = index.filtered_search(queries, K, flt)
+        assert exact == gathers and np.isin(got[got >= 0], flt.ids).all()
+
+
 def test_filtered_nprobe_grows_as_the_selectivity_falls() -> None:
     assert filtered_nprobe(20, 100_000, 100_000, 1024) == 20  # everything matches: the unfiltered nprobe
     assert filtered_nprobe(20, 50_000, 100_000, 1024) == 40
@@ -122,10 +152,10 @@ def test_filtered_nprobe_grows_as_the_selectivity_falls() -> None:
     assert filtered_nprobe(20, 1_000, 100_000, 1024) == 1024  # clamped to nlist
 
 
-def test_filter_cache_is_an_lru_bounded_in_entries_and_ids() -> None:
+def test_filter_cache_is_an_lru_bounded_in_entries_and_bytes() -> None:
     from indexer.runtime.version import FilterCache, FilterMatch
 
-    cache = FilterCache(max_entries=2, max_ids=10)
+    cache = FilterCache(max_entries=2, max_bytes=10 * 16)  # ten ids (8 bytes each, and 8 for their lexical rows)
     key = FilterCache.key
     assert key({"a": 1, "b": {"in": [1, 2]}}) == key({"b": {"in": [1, 2]}, "a": 1})  # key order does not matter
     assert len({key({"a": 1}), key({"a": 1.0}), key({"a": True}), key({"a": "1"})}) == 4  # types do
@@ -135,7 +165,7 @@ def test_filter_cache_is_an_lru_bounded_in_entries_and_ids() -> None:
     assert cache.get("a") is m["a"]  # a is now the most recent
     cache.put("c", m["c"])  # over 2 entries: b, the least recent, goes
     assert cache.get("b") is None and cache.get("a") is m["a"] and cache.get("c") is m["c"]
-    cache.put("big", m["big"])  # more ids than the whole cache may hold: not kept, nothing evicted for it
+    cache.put("big", m["big"])  # more bytes than the whole cache may hold: not kept, nothing evicted for it
     assert cache.get("big") is None and cache.get("a") is m["a"]
-    cache.put("d", FilterMatch(np.arange(8, dtype=np.int64)))  # 3 + 3 + 8 > 10 ids: the oldest go until it fits
+    cache.put("d", FilterMatch(np.arange(8, dtype=np.int64)))  # 3 + 3 + 8 > 10 ids' bytes: the oldest go until it fits
     assert cache.get("a") is None and cache.get("c") is None and cache.get("d") is not None

@@ -324,3 +324,43 @@ def test_lexical_search_over_the_overlay_equals_bm25_over_what_is_served(tmp_pat
     falcon = live.lexical_search(["falcon"], 50)[0][1]
     assert live.overlay._fid_of["w-a"] not in falcon.tolist()
     live.close()
+
+
+def test_a_cached_filter_match_still_honours_later_writes(tmp_path: Path) -> None:
+    """A filter's base matches are cached per version, with the matching vectors gathered once it is used again
+    (few match: exact search over their codes); writes after that are applied at every search: a base document
+    written with metadata that no longer matches leaves the next filtered answer, one written to match joins it, a
+    deleted one leaves — in dense and lexical search alike, while the cached base match is reused."""
+    from indexer.runtime.lexical import build_lexical, lexical_info
+
+    folder = tmp_path / "v1"
+    served, fid_of = make_version(folder)
+    info = build_lexical(folder, [(fid_of[e], f"kite {i}") for i, e in enumerate(served)], lexical_info())
+    m = Manifest.load(folder)
+    m.lexical = info
+    m.save(folder)
+    live = LiveIndex(IndexVersion(folder))
+    flt = {"n": {"lt": 10}}  # 10 of 400 base documents
+    q = served[40][None, :]  # document 40 (n=4) is its own nearest neighbour
+    assert live.match(flt).base.prepared.gathered is None  # a filter seen once: the lists' exact search
+    first = live.match(flt)  # used again: the matches' codes gathered, the cache's entry
+    assert first.base.prepared.gathered is not None
+    dense = live.hits(*live.search(q, 5, first))[0]
+    lexical = live.hits(*[x[None, :] for x in live.lexical_search(["kite"], 50, first)[0]])[0]
+    assert dense[0].ext_id == 40 and 40 in {h.ext_id for h in lexical} and len(lexical) == 10
+    far = unit(1, seed=99)[0]
+    live.overlay.apply([LogEntry(1, UPSERT, 40, "kite again", {"n": 900}, served[40], "sha"),  # now outside
+                        LogEntry(2, UPSERT, "w-new", "kite new", {"n": 3}, served[40], "sha"),  # written inside
+                        LogEntry(3, UPSERT, 80, "kite moved", {"n": 2}, far, "sha"),  # same metadata, new vector
+                        LogEntry(4, DELETE, 60, None, {}, None, "sha")])  # n=6: deleted
+    again = live.match(flt)
+    assert again.base is first.base  # the cached match, not recomputed
+    dense = live.hits(*live.search(q, 12, again))[0]
+    lexical = live.hits(*[x[None, :] for x in live.lexical_search(["kite"], 50, again)[0]])[0]
+    for hits in (dense, lexical):
+        got = {h.ext_id for h in hits}
+        assert 40 not in got and 60 not in got and "w-new" in got and 80 in got
+        assert all(h.metadata["n"] < 10 for h in hits)
+    assert dense[0].ext_id == "w-new"  # the written vector equals document 40's old one
+    assert len(dense) == 9 and len(lexical) == 9  # 10 base - 40 - 60 + w-new (80 is still inside)
+    live.close()
