@@ -349,9 +349,9 @@ def search_latency(root: Path, queries: list[str], cache: Path, seconds: float, 
     from indexer.runtime.layout import IndexRoot
     from indexer.runtime.manifest import Manifest
 
-    m = Manifest.load(IndexRoot(root).current_dir())
-    b = m.build_seconds
-    modes = SERVED_MODES if m.lexical is not None else ("dense",)
+    manifest = Manifest.load(IndexRoot(root).current_dir())
+    b = manifest.build_seconds
+    modes = SERVED_MODES if manifest.lexical is not None else ("dense",)
     say(f"latency: {root.name}, {', '.join(modes)} at 1 client, {rounds} x {seconds:g} s each (wrk)")
     proc, url = start(root, None)
     p50s: dict[str, list[float]] = {mode: [] for mode in modes}
@@ -371,7 +371,8 @@ def search_latency(root: Path, queries: list[str], cache: Path, seconds: float, 
         proc.wait(timeout=15)
     out = {"p50_ms_1_client": {mode: round(float(np.median(v)), 3) for mode, v in p50s.items()},
            "rounds_p50_ms": p50s, "failed": failed, "seconds": seconds, "rounds": rounds,
-           "build_docs_per_s": round(m.index.ntotal / max(b.total_s, 1e-9), 1), "build_total_s": round(b.total_s, 1),
+           "build_docs_per_s": round(manifest.index.ntotal / max(b.total_s, 1e-9), 1),
+           "build_total_s": round(b.total_s, 1),
            "load_at_end": round(os.getloadavg()[0], 2)}
     cache.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out))

@@ -44,7 +44,8 @@ from indexer.runtime.version import IndexVersion  # noqa: E402
 
 def probe_recall(version: IndexVersion, probes: np.ndarray, self_ids: np.ndarray, nprobe: int) -> float:
     exact_scores, exact_ids = without_self(*version.ann.exact_search(probes, K + 1), self_ids, K)
-    got_scores, got_ids = without_self(*version.ann.search(probes, K + 1, knobs={"nprobe": nprobe}), self_ids, K)
+    got_scores, got_ids = (without_self(*version.ann.search(probes, K + 1, search_params={"nprobe": nprobe}), self_ids,
+                                        K))
     return tie_aware_recall(got_scores, got_ids, exact_scores, exact_ids)
 
 
@@ -54,7 +55,7 @@ def ndcg_ci(version: IndexVersion, nprobe: int) -> list[float]:
     qvecs = version.query_vectors()
     assert ev is not None and qvecs is not None
     self_docs = np.asarray(ev.self_docs, dtype=np.int64)
-    _, ids = version.ann.search(qvecs, 11, knobs={"nprobe": nprobe})
+    _, ids = version.ann.search(qvecs, 11, search_params={"nprobe": nprobe})
     _, exact = version.ann.exact_search(qvecs, 11)
     got = per_query(without_self(ids.astype(np.float32), ids, self_docs, K)[1], ev.qrels)["ndcg_at_10"]
     ref = per_query(without_self(exact.astype(np.float32), exact, self_docs, K)[1], ev.qrels)["ndcg_at_10"]
@@ -64,22 +65,22 @@ def ndcg_ci(version: IndexVersion, nprobe: int) -> list[float]:
 
 def run(root: Path, *, rounds: int, threads: int, target: float) -> dict[str, Any]:
     version = IndexVersion(IndexRoot(root).current_dir())
-    m = version.manifest
-    cal = m.index.nprobe_calibration
-    if m.index.kind != "ivf" or cal is None or cal.probes is None:
+    manifest = version.manifest
+    cal = manifest.index.nprobe_calibration
+    if manifest.index.kind != "ivf" or cal is None or cal.probes is None:
         raise SystemExit(f"{version.folder}: not an IVF version calibrated on probes (build it with a plain "
                          f"`indexer build`)")
     with np.load(version.folder / PROBES_FILE) as z:
         probes, self_ids = z["vectors"], z["self_ids"]
     old = calibrate_index(version.ann, target)  # documents as queries: the first --target-recall
     version.ann.set_default("nprobe", cal.nprobe)
-    nlist = m.index.nlist or 1
+    nlist = manifest.index.nlist or 1
     settings = [("fixed nprobe 20 (old default)", DEFAULT_NPROBE),
                 (f"documents as probes, target {target} (old --target-recall)", old.nprobe),
                 (f"query-like probes, target {cal.target_recall} (new default)", cal.nprobe),
                 ("every list (exact over the fp16 codes)", nlist)]
-    out: dict[str, Any] = {"root": str(version.folder), "version": m.version, "n_docs": m.index.ntotal,
-                           "n_queries": m.data.n_queries, "nlist": nlist, "query_set": m.data.eval_source,
+    out: dict[str, Any] = {"root": str(version.folder), "version": manifest.version, "n_docs": manifest.index.ntotal,
+                           "n_queries": manifest.data.n_queries, "nlist": nlist, "query_set": manifest.data.eval_source,
                            "probes": cal.probes.model_dump(), "calibration_seconds": cal.seconds,
                            "documents_calibration": old.model_dump(), "threads": threads, "rounds": rounds,
                            "load_start": load(), "rows": {}}

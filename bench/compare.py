@@ -119,10 +119,11 @@ def build_index(model: Path, root: Path, rows: int) -> dict[str, Any]:
         wall = round(time.perf_counter() - t0, 1)
     else:
         wall = None  # reused from an earlier run in --work
-    m = Manifest.load(IndexRoot(root).current_dir())
-    return {"root": str(root), "rows": m.data.rows_read, "docs": m.data.n_docs, "queries": m.data.n_queries,
-            "index": f"{m.index.factory} nprobe {m.index.nprobe}", "wall_s": wall,
-            "mrr_at_10": round(m.eval.mrr_at_10 * 100, 2) if m.eval else None}
+    manifest = Manifest.load(IndexRoot(root).current_dir())
+    return {"root": str(root), "rows": manifest.data.rows_read, "docs": manifest.data.n_docs,
+            "queries": manifest.data.n_queries,
+            "index": f"{manifest.index.factory} nprobe {manifest.index.nprobe}", "wall_s": wall,
+            "mrr_at_10": round(manifest.eval.mrr_at_10 * 100, 2) if manifest.eval else None}
 
 
 def serving_corpus(root: Path, out: Path) -> list[str]:

@@ -114,8 +114,8 @@ def built_root(model: Model, protocol: str, args: argparse.Namespace) -> Path:
     rows = args.rows
     root = args.work / f"{slug}-{protocol}{f'-rows{rows}' if rows else ''}"
     if IndexRoot(root).current_version():
-        m = Manifest.load(IndexRoot(root).current_dir())
-        if m.model.onnx_sha256 == model.meta.onnx_sha256 and m.data.protocol == protocol:
+        manifest = Manifest.load(IndexRoot(root).current_dir())
+        if manifest.model.onnx_sha256 == model.meta.onnx_sha256 and manifest.data.protocol == protocol:
             log(f"{model.label} / {protocol}: reusing {root}")
             return root
     cmd = [sys.executable, "-m", "indexer.cli", "build", "--model", str(model.folder), "--root", str(root),
@@ -137,14 +137,15 @@ def measure(model: Model, root: Path, target_recall: float | None = None) -> tup
         calibration = None if target_recall is None else calibrate_nprobe(version.index, target_recall)
         nprobe = version.nprobe if calibration is None else calibration.nprobe
         ranks = query_ranks(version, nprobe=nprobe)
-        m = version.manifest
-        t = m.build_seconds
+        manifest = version.manifest
+        t = manifest.build_seconds
         info = {
-            "version": m.version, "factory": m.index.factory, "nprobe": nprobe, "n_docs": m.index.ntotal,
+            "version": manifest.version, "factory": manifest.index.factory, "nprobe": nprobe,
+            "n_docs": manifest.index.ntotal,
             "calibration_recall": None if calibration is None else calibration.recall_at_10,
             "n_queries": len(ranks.query_ids), "mrr_ivf": float(ranks.ivf_rr.mean() * 100),
             "mrr_exact": float(ranks.exact_rr.mean() * 100), "encode_docs_s": t.encode_docs_s,
-            "docs_per_s": m.index.ntotal / t.encode_docs_s if t.encode_docs_s else None,
+            "docs_per_s": manifest.index.ntotal / t.encode_docs_s if t.encode_docs_s else None,
         }
     finally:
         version.close()

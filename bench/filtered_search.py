@@ -187,9 +187,10 @@ def main() -> int:
 
     from indexer.runtime.manifest import Manifest
 
-    m = Manifest.load(folder)
+    manifest = Manifest.load(folder)
     base = float(np.percentile([t for t, _ in lat["unfiltered"]], 50))
-    lines = [f"index {m.version}: {m.index.ntotal} documents, {m.index.factory}, nprobe {m.index.nprobe}; "
+    lines = [f"index {manifest.version}: {manifest.index.ntotal} documents, {manifest.index.factory}, nprobe "
+             f"{manifest.index.nprobe}; "
              f"{args.rounds} interleaved rounds x {args.requests} sequential requests per condition, 1 client, "
              f"top_k {args.top_k}",
              f"load average (1 min) {load_before[0]:.1f} before, {load_after[0]:.1f} after, on {os.cpu_count()} cores",

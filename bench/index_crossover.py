@@ -100,7 +100,7 @@ def smallest_nprobe(ivf, queries: np.ndarray, exact_scores: np.ndarray, exact_id
 
     def recall(p: int) -> float:
         if p not in seen:
-            s, i = ivf.search(queries, K, knobs={"nprobe": p})
+            s, i = ivf.search(queries, K, search_params={"nprobe": p})
             seen[p] = tie_aware_recall(s, i, exact_scores, exact_ids)
         return seen[p]
 
@@ -114,12 +114,12 @@ def smallest_nprobe(ivf, queries: np.ndarray, exact_scores: np.ndarray, exact_id
     return hi, recall(hi), seen
 
 
-def per_query_ms(index, queries: np.ndarray, knobs: dict[str, int]) -> tuple[float, float]:
+def per_query_ms(index, queries: np.ndarray, search_params: dict[str, int]) -> tuple[float, float]:
     """(CPU ms, wall ms) per query. FAISS on 1 thread runs in the calling thread, so the thread's CPU time is the
     search's own cost; on a machine shared with other jobs the wall clock adds the time spent waiting for a core."""
     c0, t0 = time.thread_time(), time.perf_counter()
     for i in range(len(queries)):
-        index.search(queries[i:i + 1], K, knobs=knobs)
+        index.search(queries[i:i + 1], K, search_params=search_params)
     return (time.thread_time() - c0) * 1000 / len(queries), (time.perf_counter() - t0) * 1000 / len(queries)
 
 
@@ -140,7 +140,7 @@ def measure(args: argparse.Namespace, docs: np.ndarray, queries: np.ndarray) -> 
                                 docs[:n], ids)
         exact_s, exact_i = flat.search(queries, K)
         nprobe, rec, _ = smallest_nprobe(ivf, queries, exact_s, exact_i)
-        s20, i20 = ivf.search(queries, K, knobs={"nprobe": DEFAULT_NPROBE})
+        s20, i20 = ivf.search(queries, K, search_params={"nprobe": DEFAULT_NPROBE})
         rows[n] = {"nlist": nlist, "nprobe": nprobe, "recall": rec,
                    "recall_default": tie_aware_recall(s20, i20, exact_s, exact_i), "flat": [], "ivf": []}
         indexes[(n, "flat")] = (flat, {})
@@ -153,9 +153,9 @@ def measure(args: argparse.Namespace, docs: np.ndarray, queries: np.ndarray) -> 
     for r in range(args.rounds):
         rng.shuffle(order)
         for key in order:
-            index, knobs = indexes[key]
-            per_query_ms(index, queries[:20], knobs)  # warm the caches this index uses
-            rows[key[0]][key[1]].append(per_query_ms(index, queries, knobs))
+            index, search_params = indexes[key]
+            per_query_ms(index, queries[:20], search_params)  # warm the caches this index uses
+            rows[key[0]][key[1]].append(per_query_ms(index, queries, search_params))
         load.append(os.getloadavg()[0])
         print(f"round {r + 1}/{args.rounds} done (load average {load[-1]:.1f})", flush=True)
     lines = [f"# `--index auto` crossover: exact (flat) vs IVF at >= {TARGET_RECALL} recall@10 of exact "

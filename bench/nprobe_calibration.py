@@ -57,7 +57,7 @@ def run(roots: list[tuple[str, Path]], targets: list[float], *, rounds: int, thr
                            "calibration_sample": sample, "load_start": load()}
     settings: dict[str, list[tuple[str, int]]] = {}
     for label, version in opened.items():
-        m = version.manifest
+        manifest = version.manifest
         cals = []
         for target in targets:
             cal = calibrate_nprobe(version.index, target, sample=sample)
@@ -65,9 +65,11 @@ def run(roots: list[tuple[str, Path]], targets: list[float], *, rounds: int, thr
             log(f"{label}: target {target}: nprobe {cal.nprobe} ({cal.recall_at_10:.4f} on {cal.sample_queries} "
                 f"documents, {cal.seconds:.1f}s)")
         set_nprobe(version.index, version.nprobe)
-        out["roots"][label] = {"root": str(version.folder), "version": m.version, "pooling": m.model.pooling,
-                               "onnx_sha256": m.model.onnx_sha256, "n_docs": m.index.ntotal,
-                               "n_queries": m.data.n_queries, "protocol": m.data.protocol, "nlist": m.index.nlist,
+        out["roots"][label] = {"root": str(version.folder), "version": manifest.version,
+                               "pooling": manifest.model.pooling,
+                               "onnx_sha256": manifest.model.onnx_sha256, "n_docs": manifest.index.ntotal,
+                               "n_queries": manifest.data.n_queries, "protocol": manifest.data.protocol,
+                               "nlist": manifest.index.nlist,
                                "calibrations": cals, "rows": {}}
         settings[label] = [("default", DEFAULT_NPROBE)] + [(f"target {c['target_recall']}", c["nprobe"])
                                                            for c in cals]

@@ -40,16 +40,16 @@ def evaluate_now(folder: Path) -> dict[str, object]:
     single-query timing loops: for a version whose build is still timing them (a staged folder) on a loaded
     machine. Returns {mode: (index MRR@10, exact MRR@10)} and the knobs."""
     from indexer.eval_modes import _fused, _lexical_lists, _quora_queries
-    from indexer.evaluate import drop_self_scored, search_knobs
+    from indexer.evaluate import drop_self_scored, eval_search_params
     from indexer.runtime.fusion import HYBRID_DEPTH, Fusion
     from indexer.runtime.version import IndexVersion
 
     v = IndexVersion(folder)
     try:
         q, qvecs = _quora_queries(v, None)
-        knobs = search_knobs(v)
+        search_params = eval_search_params(v)
         depth = HYBRID_DEPTH + q.extra
-        ds, di = v.ann.search(qvecs, depth, knobs=knobs)
+        ds, di = v.ann.search(qvecs, depth, search_params=search_params)
         es, ei = v.ann.exact_search(qvecs, depth)
         if q.extra:
             di, ds = drop_self_scored(di, ds, q.self_ids, HYBRID_DEPTH)
@@ -59,7 +59,7 @@ def evaluate_now(folder: Path) -> dict[str, object]:
         _, xi, _ = _fused(Fusion(), (es, ei), (ls, li), 10)
         mrr = lambda ids: q.metrics(ids)["mrr_at_10"]  # noqa: E731
         return {"dense": (mrr(di[:, :10]), mrr(ei[:, :10])), "lexical": (mrr(li[:, :10]),) * 2,
-                "hybrid": (mrr(hi), mrr(xi)), "nprobe": knobs.get("nprobe"), "n_queries": len(q.texts),
+                "hybrid": (mrr(hi), mrr(xi)), "nprobe": search_params.get("nprobe"), "n_queries": len(q.texts),
                 "n_docs": v.ntotal, "manifest": v.manifest}
     finally:
         v.close()

@@ -35,12 +35,13 @@ def main() -> None:
             load_before = os.getloadavg()[0]
             cfg = BuildConfig(model_dir=args.model, data=args.data, root=Path(tmp), rows=args.rows, evaluate=False,
                               threads=1)
-            m = build_on_ray(cfg, RayOptions(workers=workers, block_rows=256))
-            d = m.distributed
+            manifest = build_on_ray(cfg, RayOptions(workers=workers, block_rows=256))
+            d = manifest.distributed
             assert d is not None
-            rates[workers] = m.index.ntotal / d.embed_wall_s
+            rates[workers] = manifest.index.ntotal / d.embed_wall_s
             per_actor = ", ".join(f"{a.vectors_per_s:.1f}" for a in d.actors)
-            print(f"{workers} worker(s): {m.index.ntotal} vectors in {d.embed_wall_s:.1f}s = {rates[workers]:.1f} "
+            print(f"{workers} worker(s): {manifest.index.ntotal} vectors in {d.embed_wall_s:.1f}s = "
+                  f"{rates[workers]:.1f} "
                   f"vectors/s (per actor busy rate: {per_actor}); load average before {load_before:.2f}, after "
                   f"{os.getloadavg()[0]:.2f}", flush=True)
     base = min(rates)

@@ -275,13 +275,14 @@ def run_size(n: int, quora: Path, work: Path, threads: int, rebuild: bool, mmap:
     IndexRoot(root).set_current(built["version"])
     shutil.rmtree(root / "writes", ignore_errors=True)
     folder = version_dir(root)
-    m = Manifest.load(folder)
-    dim = m.model.dim
-    code = 2 * dim if m.index.params.kind == "ivf" and m.index.params.codec == "SQfp16" else 4 * dim
-    out: dict[str, object] = {"n_docs": m.index.ntotal, "dim": dim, "index": m.index.factory, "build": built,
-                              "stages_s": {k: round(v, 1) for k, v in m.build_seconds.model_dump().items()},
-                              "nlist_reason": getattr(m.index.params, "nlist_reason", None),
-                              "bytes_per_doc": bytes_per_doc(folder, m.index.ntotal, code)}
+    manifest = Manifest.load(folder)
+    dim = manifest.model.dim
+    code = 2 * dim if manifest.index.params.kind == "ivf" and manifest.index.params.codec == "SQfp16" else 4 * dim
+    out: dict[str, object] = {"n_docs": manifest.index.ntotal, "dim": dim, "index": manifest.index.factory,
+                              "build": built,
+                              "stages_s": {k: round(v, 1) for k, v in manifest.build_seconds.model_dump().items()},
+                              "nlist_reason": getattr(manifest.index.params, "nlist_reason", None),
+                              "bytes_per_doc": bytes_per_doc(folder, manifest.index.ntotal, code)}
     qvecs, qtexts = sc.queries(quora), sc.query_texts(quora)
     out["recall"] = recall(folder, qvecs)
     save(out)

@@ -161,7 +161,7 @@ def bare_round(encoder: OnnxEncoder, version: IndexVersion, queries: list[str], 
 def layers(root: Path, queries: list[str], top_k: int, threads: int, reps: int = 3) -> dict[str, float]:
     """CPU ms per dense request of each layer of the serving path, in this process (process CPU time, all
     threads: load-robust), the layers interleaved over `reps`: the searcher's batch run alone (`run_batch`, on
-    this thread), `Engine.search` (+ the scheduler's admission, the micro-batcher, the hand-off to an inference
+    this thread), `Collection.search` (+ the scheduler's admission, the micro-batcher, the hand-off to an inference
     worker and back, the metrics), and the ASGI app called without a socket (+ the middleware, FastAPI's routing,
     dependencies and validation, the route, the JSON answer). The differences are what each layer adds."""
     import asyncio
@@ -194,8 +194,8 @@ def layers(root: Path, queries: list[str], top_k: int, threads: int, reps: int =
     async def run() -> dict[str, float]:
         out: dict[str, list[float]] = {"run_batch": [], "engine": [], "asgi": []}
         async with app.router.lifespan_context(app):
-            engine = app.state.collections.default()
-            searcher = engine.leases.current
+            collection = app.state.collections.default()
+            searcher = collection.leases.current
             bodies = [json.dumps({"query": q, "top_k": top_k, "mode": "dense"}).encode() for q in queries]
             for body in bodies[:20]:  # warm-up
                 await post(body)
@@ -206,7 +206,7 @@ def layers(root: Path, queries: list[str], top_k: int, threads: int, reps: int =
                         if name == "run_batch":
                             searcher.run_batch([Query([q], top_k, mode="dense")])
                         elif name == "engine":
-                            await engine.search(Query([q], top_k, mode="dense"))
+                            await collection.search(Query([q], top_k, mode="dense"))
                         else:
                             await post(body)
                     out[name].append((time.process_time() - c0) * 1000 / len(queries))
@@ -362,7 +362,7 @@ def main() -> int:  # noqa: C901, PLR0915 (one run's steps, in order)
         rb, en, asgi = cpu_layers["run_batch"], cpu_layers["engine"], cpu_layers["asgi"]
         lines += ["", "## Where the CPU goes (this code, in one process; CPU ms per dense request, all threads)", "",
                   "| encoder call + search (bare) | + plan, lookup, answers (`run_batch`) | + scheduler, batcher, "
-                  "worker hand-off, metrics (`Engine.search`) | + middleware, FastAPI, route, JSON (ASGI app) |",
+                  "worker hand-off, metrics (`Collection.search`) | + middleware, FastAPI, route, JSON (ASGI app) |",
                   "|---|---|---|---|",
                   f"| {b['encode_faiss_cpu_ms']:.3f} | {rb:.3f} (+{rb - b['encode_faiss_cpu_ms']:.3f}) | {en:.3f} "
                   f"(+{en - rb:.3f}) | {asgi:.3f} (+{asgi - en:.3f}) |", "",

@@ -72,7 +72,7 @@ class DropExporter:
 
 
 def hook_cost_us(enabled: bool, n: int) -> float:
-    """µs per request of the tracing hooks as AccessLog and Engine._call run them."""
+    """µs per request of the tracing hooks as AccessLog and Collection._call run them."""
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 

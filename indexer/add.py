@@ -121,14 +121,15 @@ def add_questions(root_dir: Path, path: Path, *, model_dir: Path | None = None, 
         root.remove_partial_builds()
         base = IndexVersion(root.current_dir())
         try:
-            m = base.manifest
-            if m.chunking() is not None:  # whole questions beside passages: neither split nor replaced as such
-                raise ValueError(f"version {m.version} indexes passages (built with --chunk): --add adds whole "
+            parent = base.manifest
+            if parent.chunking() is not None:  # whole questions beside passages: neither split nor replaced as such
+                raise ValueError(f"version {parent.version} indexes passages (built with --chunk): --add adds whole "
                                  f"documents; write them with PUT /documents (split as the build did) or rebuild")
-            encoder = OnnxEncoder(model_dir or Path(m.model.dir), threads=threads, verify_sha256=True)
-            if encoder.meta.onnx_sha256 != m.model.onnx_sha256:
-                raise EncoderLoadError(f"{encoder.model_dir} is not the encoder version {m.version} was built "
-                                       f"with (sha256 {encoder.meta.onnx_sha256[:12]}… vs {m.model.onnx_sha256[:12]}…)")
+            encoder = OnnxEncoder(model_dir or Path(parent.model.dir), threads=threads, verify_sha256=True)
+            if encoder.meta.onnx_sha256 != parent.model.onnx_sha256:
+                raise EncoderLoadError(f"{encoder.model_dir} is not the encoder version {parent.version} was built "
+                                       f"with (sha256 {encoder.meta.onnx_sha256[:12]}… vs "
+                                       f"{parent.model.onnx_sha256[:12]}…)")
             ids, texts, skipped = read_questions(path)
             set_threads(threads)
             vecs = encoder.encode(texts, batch_size, progress=True, desc="added questions")
@@ -148,17 +149,17 @@ def add_questions(root_dir: Path, path: Path, *, model_dir: Path | None = None, 
                 if (base.folder / QUERY_VECTORS).is_file():
                     shutil.copy2(base.folder / QUERY_VECTORS, stage / QUERY_VECTORS)
                 # only IVF has a trained quantizer to drift from; flat and HNSW take additions as they come
-                trained = (m.index.trained_ntotal or m.index.ntotal) if m.index.kind == "ivf" else None
+                trained = (parent.index.trained_ntotal or parent.index.ntotal) if parent.index.kind == "ivf" else None
                 added = len(ids) - len(present)
-                info = m.index.model_copy(update={"ntotal": int(index.ntotal), "trained_ntotal": trained,
-                                                  "added_since_training": m.index.added_since_training + added
+                info = parent.index.model_copy(update={"ntotal": int(index.ntotal), "trained_ntotal": trained,
+                                                  "added_since_training": parent.index.added_since_training + added
                                                   if trained is not None else 0})
-                manifest = m.model_copy(update={
+                manifest = parent.model_copy(update={
                     "version": version, "created_at": datetime.now(timezone.utc), "index": info, "eval": None,
-                    "parent_version": m.version,
-                    "data": m.data.model_copy(update={"n_docs": int(index.ntotal)}),
+                    "parent_version": parent.version,
+                    "data": parent.data.model_copy(update={"n_docs": int(index.ntotal)}),
                 })
-                manifest.build_seconds = m.build_seconds.model_copy()
+                manifest.build_seconds = parent.build_seconds.model_copy()
                 save_and_evaluate(stage, manifest, t_start, evaluate_it=run_eval and bool(manifest.data.n_queries),
                                   threads=threads)
         finally:
@@ -167,5 +168,5 @@ def add_questions(root_dir: Path, path: Path, *, model_dir: Path | None = None, 
     drift = info.added_since_training / max(trained or 1, 1)
     result = AddResult(manifest, added, len(present), skipped, drift > rebuild_after, drift)
     log.info("added %d questions (%d replaced) to %s as %s; %.0f%% added since the quantizer was trained",
-             added, len(present), m.version, version, drift * 100)
+             added, len(present), parent.version, version, drift * 100)
     return result

@@ -54,8 +54,9 @@ class BuildConfig:
     hnsw_m: int = HnswParams.model_fields["m"].default
     ef_construction: int = HnswParams.model_fields["ef_construction"].default
     ef_search: int | None = None  # HNSW; given: no calibration; None: calibrated (64 with --no-calibrate)
-    # the search knobs of the other kinds (`ann.KIND_SPECS`), by name (`indexer build --<knob>`); given: no calibration
-    search_knobs: dict[str, int] = field(default_factory=dict)
+    # the search parameters of the other kinds (`ann.KIND_SPECS`), by name (`indexer build --<knob>`); given: no
+    # calibration
+    eval_search_params: dict[str, int] = field(default_factory=dict)
     batch_size: int | None = None  # texts per ONNX run (default: the encoder's corpus_batch_size)
     threads: int | None = None
     keep: int = 5
@@ -105,7 +106,7 @@ class BuildConfig:
     def target_for(self, kind: str) -> float | None:
         """The recall target a new `kind` index of this build calibrates to (None: fixed parameters)."""
         return calibration_target(kind, calibrate=self.calibrate, target_recall=self.target_recall,
-                                  given={"nprobe": self.nprobe, "ef_search": self.ef_search, **self.search_knobs})
+                                  given={"nprobe": self.nprobe, "ef_search": self.ef_search, **self.eval_search_params})
 
 
 def index_params(cfg: BuildConfig, n_vectors: int, dim: int = 384) -> KindParams:
@@ -143,5 +144,5 @@ def index_params(cfg: BuildConfig, n_vectors: int, dim: int = 384) -> KindParams
         ef_search = cfg.ef_search or HnswParams.model_fields["ef_search"].default
         return HnswParams(m=cfg.hnsw_m, ef_construction=cfg.ef_construction, ef_search=ef_search)
     knob = KIND_SPECS[kind].knob  # any other kind: its declared defaults, and its knob's value when given
-    given = {knob.name: cfg.search_knobs[knob.name]} if knob and knob.name in cfg.search_knobs else {}
+    given = {knob.name: cfg.eval_search_params[knob.name]} if knob and knob.name in cfg.eval_search_params else {}
     return KIND_SPECS[kind].params(**given)  # type: ignore[return-value]

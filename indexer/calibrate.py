@@ -125,7 +125,7 @@ def calibrate_index(ann: AnnIndex, target_recall: float, *, sample: int = DEFAUL
 
     def recall_at(value: int) -> float:
         if value not in measured:
-            got_scores, got_ids = without_self(*ann.search(queries, depth, knobs={name: value}), query_ids, K)
+            got_scores, got_ids = without_self(*ann.search(queries, depth, search_params={name: value}), query_ids, K)
             measured[value] = tie_aware_recall(got_scores, got_ids, exact_scores, exact_ids)
             log.info("calibrating %s: %d keeps %.4f of the exact top %d", name, value, measured[value], K)
         return measured[value]

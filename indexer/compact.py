@@ -102,24 +102,25 @@ def compact(root_dir: Path, *, model_dir: Path | None = None, threads: int | Non
         root.remove_partial_builds()
         base = IndexVersion(root.current_dir())
         try:
-            m = base.manifest
+            parent = base.manifest
             wlog = open_log(root.root, create=False)
             if wlog is None:
-                return CompactResult(None, m.version)
+                return CompactResult(None, parent.version)
             try:
-                folded = m.writes.folded_seq if m.writes is not None and m.writes.log_id == wlog.log_id else 0
+                folded = (parent.writes.folded_seq if parent.writes is not None
+                          and parent.writes.log_id == wlog.log_id else 0)
                 upto = wlog.last_seq()
                 if upto <= folded:
-                    return CompactResult(None, m.version, last_seq=folded)
+                    return CompactResult(None, parent.version, last_seq=folded)
                 entries = list(wlog.entries(after=folded, upto=upto))
                 log_id = wlog.log_id
             finally:
                 wlog.close()
-            if m.index.shards:
-                raise LayoutError(f"version {m.version} is sharded ({len(m.index.shards)} shards): compact folds into "
-                                  f"one index file; build the shards again from the source data instead")
+            if parent.index.shards:
+                raise LayoutError(f"version {parent.version} is sharded ({len(parent.index.shards)} shards): compact "
+                                  f"folds into one index file; build the shards again from the source data instead")
             net = list(net_effect(entries).values())
-            _reencode_stale(net, m, model_dir, threads)
+            _reencode_stale(net, parent, model_dir, threads)
             store = base.store
             folded_in = fold(net, store)
             upserts = [(fid, e.ext_id, e.text or "", _stored_metadata(e)) for fid, e in folded_in.upserts]
@@ -147,57 +148,57 @@ def compact(root_dir: Path, *, model_dir: Path | None = None, threads: int | Non
                 if (base.folder / QUERY_VECTORS).is_file():
                     shutil.copy2(base.folder / QUERY_VECTORS, stage / QUERY_VECTORS)
                 # only IVF has a trained quantizer to drift from
-                trained = (m.index.trained_ntotal or m.index.ntotal) if m.index.kind == "ivf" else None
-                info = m.index.model_copy(update={"ntotal": int(index.ntotal), "trained_ntotal": trained,
-                                                  "added_since_training": m.index.added_since_training + created
+                trained = (parent.index.trained_ntotal or parent.index.ntotal) if parent.index.kind == "ivf" else None
+                info = parent.index.model_copy(update={"ntotal": int(index.ntotal), "trained_ntotal": trained,
+                                                  "added_since_training": parent.index.added_since_training + created
                                                   if trained is not None else 0})
-                before = m.writes
+                before = parent.writes
                 writes = WritesInfo(log_id=log_id, folded_seq=upto,
                                     entries=(before.entries if before else 0) + len(entries),
                                     upserted=(before.upserted if before else 0) + len(upserts),
                                     deleted=(before.deleted if before else 0) + len(deletes))
-                n_docs, passages = _documents(stage / STORE, m, int(index.ntotal))
-                data = m.data.model_copy(update={"n_docs": n_docs, "metadata_schema": schema})
-                manifest = m.model_copy(update={
+                n_docs, passages = _documents(stage / STORE, parent, int(index.ntotal))
+                data = parent.data.model_copy(update={"n_docs": n_docs, "metadata_schema": schema})
+                manifest = parent.model_copy(update={
                     "version": version, "created_at": datetime.now(timezone.utc), "index": info, "eval": None,
-                    "query_evals": {}, "parent_version": m.version, "data": data, "writes": writes,
-                    "passages": passages, "build_seconds": m.build_seconds.model_copy(),
+                    "query_evals": {}, "parent_version": parent.version, "data": data, "writes": writes,
+                    "passages": passages, "build_seconds": parent.build_seconds.model_copy(),
                 })
-                save_and_evaluate(stage, manifest, t_start, evaluate_it=run_eval and bool(m.data.n_queries),
+                save_and_evaluate(stage, manifest, t_start, evaluate_it=run_eval and bool(parent.data.n_queries),
                                   threads=threads)
         finally:
             base.close()
         publish(root, manifest, keep)
     drift = info.added_since_training / max(trained or 1, 1)
-    log.info("folded %d write log entries (seq %d..%d) into %s as %s", len(entries), folded + 1, upto, m.version,
+    log.info("folded %d write log entries (seq %d..%d) into %s as %s", len(entries), folded + 1, upto, parent.version,
              version)
-    return CompactResult(manifest, m.version, folded + 1, upto, len(entries), len(upserts), created, len(deletes),
+    return CompactResult(manifest, parent.version, folded + 1, upto, len(entries), len(upserts), created, len(deletes),
                          drift > rebuild_after, drift)
 
 
-def _documents(store_path: Path, m: Manifest, rows: int) -> tuple[int, PassagesInfo | None]:
+def _documents(store_path: Path, manifest: Manifest, rows: int) -> tuple[int, PassagesInfo | None]:
     """The compacted version's documents and passages record: its rows, or, for a version of passages, the
     documents its passage rows stand for (and the counts of its `passages` record brought up to date)."""
-    if m.chunking() is None or m.passages is None:
-        return rows, m.passages
+    if manifest.chunking() is None or manifest.passages is None:
+        return rows, manifest.passages
     store = Store(store_path)
     try:
         per_doc = Counter((type(d), d) for d in (document_of(e) for _, e in store.all_ext_ids()))
     finally:
         store.close()
     split = sum(1 for n in per_doc.values() if n > 1)
-    return len(per_doc), m.passages.model_copy(update={"passages": rows, "docs_split": split})
+    return len(per_doc), manifest.passages.model_copy(update={"passages": rows, "docs_split": split})
 
 
-def _reencode_stale(net: list[LogEntry], m: Manifest, model_dir: Path | None, threads: int | None) -> None:
+def _reencode_stale(net: list[LogEntry], manifest: Manifest, model_dir: Path | None, threads: int | None) -> None:
     """Vectors of entries written with another encoder than the version's, encoded anew with the version's (the
     encoder is loaded only when there are some)."""
 
     def encode(texts: list[str]) -> np.ndarray:
-        encoder = OnnxEncoder(model_dir or Path(m.model.dir), threads=threads, verify_sha256=True)
-        if encoder.meta.onnx_sha256 != m.model.onnx_sha256:
-            raise ValueError(f"{encoder.model_dir} is not the encoder version {m.version} was built with")
+        encoder = OnnxEncoder(model_dir or Path(manifest.model.dir), threads=threads, verify_sha256=True)
+        if encoder.meta.onnx_sha256 != manifest.model.onnx_sha256:
+            raise ValueError(f"{encoder.model_dir} is not the encoder version {manifest.version} was built with")
         log.info("re-encoding %d written documents with the version's encoder", len(texts))
         return encoder.encode(texts)
 
-    reencode_stale(net, m.model.onnx_sha256, encode)
+    reencode_stale(net, manifest.model.onnx_sha256, encode)

@@ -38,11 +38,11 @@ from indexer.evaluate import (
     EXACT_PAIRS_BUDGET,
     GRADED_DEPTH,
     EvalError,
+    eval_search_params,
     evaluate,
     evaluate_graded,
     exact_sample,
     rank_metrics,
-    search_knobs,
 )
 from indexer.metrics import mean_metrics
 from indexer.runs import RunKey
@@ -172,7 +172,7 @@ def _lexical_bytes(version: IndexVersion) -> int:
 
 
 def _figures(mode: str, q: _Queries, got: dict[str, float], ref: dict[str, float], on_sample: dict[str, float],
-             sample: np.ndarray | None, overlap: float, ms: float, version: IndexVersion, knobs: dict[str, int],
+             sample: np.ndarray | None, overlap: float, ms: float, version: IndexVersion, search_params: dict[str, int],
              memory_bytes: int, fusion: Fusion | None, threads: int) -> EvalFigures:
     graded = q.qrels is not None
     r6 = lambda x: None if x is None else round(float(x), 6)  # noqa: E731
@@ -183,8 +183,9 @@ def _figures(mode: str, q: _Queries, got: dict[str, float], ref: dict[str, float
         exact_n_queries=None if sample is None else len(sample),
         mrr_at_10_on_exact_sample=None if sample is None else r6(on_sample["mrr_at_10"]),
         avg_retrieval_ms=round(ms, 5), batch_size=1, threads=threads,
-        nprobe=knobs.get("nprobe") if mode != "lexical" else None,
-        index_kind=version.kind if mode != "lexical" else None, search_params=knobs if mode != "lexical" else {},
+        nprobe=search_params.get("nprobe") if mode != "lexical" else None,
+        index_kind=version.kind if mode != "lexical" else None,
+        search_params=search_params if mode != "lexical" else {},
         memory_gb=round(memory_bytes / 1e9, 4), n_queries=len(q.texts), n_docs=version.ntotal,
         measured_at=datetime.now(timezone.utc), query_set=q.query_set,
         ndcg_at_10=r6(got.get("ndcg_at_10")) if graded else None,
@@ -224,13 +225,13 @@ def _lexical_and_hybrid(version: IndexVersion, q: _Queries, qvecs: np.ndarray | 
         return out
     if qvecs is None or len(qvecs) != n:
         raise EvalError(f"{version.folder}: query vectors do not match its {n} queries")
-    knobs = search_knobs(version, nprobe, search_params)
+    resolved = eval_search_params(version, nprobe, search_params)
     dense_depth = ranks.depth(max(q.depth, HYBRID_DEPTH))
     t0 = time.perf_counter()
     for i in range(n):  # one query at a time, as `/search` at 1 client: the time hybrid adds to BM25
-        version.ann.search(qvecs[i : i + 1], dense_depth + q.extra, knobs=knobs)
+        version.ann.search(qvecs[i : i + 1], dense_depth + q.extra, search_params=resolved)
     dense_s = time.perf_counter() - t0
-    d_scores, d_ids = version.ann.search(qvecs, dense_depth + q.extra, knobs=knobs)
+    d_scores, d_ids = version.ann.search(qvecs, dense_depth + q.extra, search_params=resolved)
     sample = exact_sample(n, version.ntotal, exact_budget)
     pick = np.arange(n) if sample is None else sample
     e_scores, e_ids = version.ann.exact_search(qvecs[pick], dense_depth + q.extra)
@@ -248,7 +249,7 @@ def _lexical_and_hybrid(version: IndexVersion, q: _Queries, qvecs: np.ndarray | 
     on_sample = got if sample is None else q.metrics(h_ids[pick], pick)
     ms = (dense_s + lex_s + fuse_s) * 1000 / n
     out["hybrid"] = _figures("hybrid", q, got, ref, on_sample, sample, _top10_overlap(h_ids[pick], x_ids), ms,
-                             version, knobs, version.ann.memory_bytes() + lex_bytes, fusion, threads)
+                             version, resolved, version.ann.memory_bytes() + lex_bytes, fusion, threads)
     if runs is not None:
         runs.add(RunKey("hybrid"), h_ids, h_scores)
         runs.add(RunKey("hybrid", exact=True), x_ids, x_scores, pick)

@@ -90,16 +90,16 @@ def exact_sample(n_queries: int, n_docs: int, budget: int | None, seed: int = 0)
     return np.sort(np.random.default_rng(seed).choice(n_queries, size=size, replace=False))
 
 
-def search_knobs(version: IndexVersion, nprobe: int | None = None,
+def eval_search_params(version: IndexVersion, nprobe: int | None = None,
                  search_params: dict[str, int | None] | None = None) -> dict[str, int]:
     """The search parameters an evaluation uses: the version's defaults, overridden by those given (`--nprobe`,
     `--ef-search`), which must be ones its kind takes (`IndexParamError` otherwise). nprobe is clamped to nlist:
     what is reported is what was searched."""
     given = version.check_search_params({"nprobe": nprobe, **(search_params or {})})
-    knobs = {**version.search_defaults(), **given}
-    if "nprobe" in knobs and version.nlist:
-        knobs["nprobe"] = max(1, min(knobs["nprobe"], version.nlist))
-    return knobs
+    resolved = {**version.search_defaults(), **given}
+    if "nprobe" in resolved and version.nlist:
+        resolved["nprobe"] = max(1, min(resolved["nprobe"], version.nlist))
+    return resolved
 
 
 def evaluate(version: IndexVersion, *, nprobe: int | None = None, batch_size: int = 1,
@@ -126,7 +126,7 @@ def evaluate(version: IndexVersion, *, nprobe: int | None = None, batch_size: in
     query_ids = np.asarray(qids, dtype=np.int64)
     exclude_self = version.manifest.data.protocol in ("full", "heldout")
     depth = k + 1 if exclude_self else k
-    knobs = search_knobs(version, nprobe, search_params)
+    resolved = eval_search_params(version, nprobe, search_params)
     set_threads(threads)
     used_threads = get_threads()
 
@@ -135,7 +135,7 @@ def evaluate(version: IndexVersion, *, nprobe: int | None = None, batch_size: in
     t0 = time.perf_counter()
     for start in range(0, len(qvecs), batch_size):
         scores[start : start + batch_size], ids[start : start + batch_size] = version.ann.search(
-            qvecs[start : start + batch_size], depth, knobs=knobs)
+            qvecs[start : start + batch_size], depth, search_params=resolved)
     elapsed = time.perf_counter() - t0
 
     sample = exact_sample(len(qvecs), version.ntotal, exact_budget)
@@ -164,13 +164,13 @@ def evaluate(version: IndexVersion, *, nprobe: int | None = None, batch_size: in
         exact_n_queries=None if sample is None else len(sample),
         mrr_at_10_on_exact_sample=None if sample is None else round(sample_mrr, 6),
         avg_retrieval_ms=round(elapsed * 1000 / len(qvecs), 5), batch_size=batch_size, threads=used_threads,
-        nprobe=knobs.get("nprobe"), index_kind=version.kind, search_params=knobs,
+        nprobe=resolved.get("nprobe"), index_kind=version.kind, search_params=resolved,
         memory_gb=round(version.ann.memory_bytes() / 1e9, 4),
         n_queries=len(qids), n_docs=version.ntotal, measured_at=datetime.now(timezone.utc),
     )
     log.info("eval: MRR@10 %.4f (exact %.4f), Recall@10 %.4f, %.4f ms/query (batch %d, %d threads, %s %s)",
              figures.mrr_at_10, figures.exact_mrr_at_10, figures.recall_at_10, figures.avg_retrieval_ms,
-             batch_size, used_threads, version.kind, knobs)
+             batch_size, used_threads, version.kind, resolved)
     return figures
 
 
@@ -194,7 +194,7 @@ def query_ranks(version: IndexVersion, *, nprobe: int | None = None, k: int = 10
     query_ids = np.asarray(qids, dtype=np.int64)
     exclude_self = version.manifest.data.protocol in ("full", "heldout")
     depth = k + 1 if exclude_self else k
-    _, ids = version.ann.search(qvecs, depth, knobs=search_knobs(version, nprobe, search_params))
+    _, ids = version.ann.search(qvecs, depth, search_params=eval_search_params(version, nprobe, search_params))
     _, exact = version.ann.exact_search(qvecs, depth)
     if exclude_self:
         ids, exact = drop_self(ids, query_ids, k), drop_self(exact, query_ids, k)
@@ -220,16 +220,16 @@ def evaluate_graded(version: IndexVersion, qvecs: np.ndarray, ev: GradedEvalSet,
     self_docs = np.asarray(ev.self_docs, dtype=np.int64)
     extra = int((self_docs >= 0).any())
     depth = GRADED_DEPTH + extra
-    knobs = search_knobs(version, nprobe, search_params)
+    resolved = eval_search_params(version, nprobe, search_params)
     ranks = DocumentRanks(version)  # a version of passages: its documents by their best passage
     if threads:
         set_threads(threads)
     used_threads = get_threads()
     t0 = time.perf_counter()
     for start in range(0, len(qvecs), batch_size):
-        version.ann.search(qvecs[start : start + batch_size], ranks.depth(10 + extra), knobs=knobs)
+        version.ann.search(qvecs[start : start + batch_size], ranks.depth(10 + extra), search_params=resolved)
     elapsed = time.perf_counter() - t0
-    scores, ids = ranks.collapse(*version.ann.search(qvecs, ranks.depth(depth), knobs=knobs), depth)
+    scores, ids = ranks.collapse(*version.ann.search(qvecs, ranks.depth(depth), search_params=resolved), depth)
     sample = exact_sample(len(qvecs), version.ntotal, exact_budget)
     pick = np.arange(len(qvecs)) if sample is None else sample
     exact_scores, exact = ranks.collapse(*version.ann.exact_search(qvecs[pick], ranks.depth(depth)), depth)
@@ -253,7 +253,7 @@ def evaluate_graded(version: IndexVersion, qvecs: np.ndarray, ev: GradedEvalSet,
         exact_recall_at_100=_f(ref["recall_at_100"]), ann_recall_at_10=_f(float(overlap)),
         exact_n_queries=None if sample is None else len(sample), mrr_at_10_on_exact_sample=_r(sample_mrr),
         avg_retrieval_ms=round(elapsed * 1000 / len(qvecs), 5), batch_size=batch_size, threads=used_threads,
-        nprobe=knobs.get("nprobe"), index_kind=version.kind, search_params=knobs,
+        nprobe=resolved.get("nprobe"), index_kind=version.kind, search_params=resolved,
         memory_gb=round(version.ann.memory_bytes() / 1e9, 4), n_queries=len(qvecs),
         n_docs=version.ntotal, measured_at=datetime.now(timezone.utc), query_set=query_set,
         ndcg_at_10_vs_exact=_f(on_sample["ndcg_at_10"] - ref["ndcg_at_10"]),

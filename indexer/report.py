@@ -25,7 +25,7 @@ import numpy as np
 
 from indexer.doc_ranks import DocumentRanks
 from indexer.eval_modes import evaluate_modes, served_modes
-from indexer.evaluate import GRADED_DEPTH, EvalError, drop_self, rank_metrics, search_knobs
+from indexer.evaluate import GRADED_DEPTH, EvalError, drop_self, eval_search_params, rank_metrics
 from indexer.metrics import mean_metrics
 from indexer.runtime.faiss_index import set_threads
 from indexer.runtime.layout import IndexRoot
@@ -41,7 +41,7 @@ def gate_figures(version: IndexVersion, threads: int | None = None) -> GateFigur
     t0 = time.perf_counter()
     if threads:
         set_threads(threads)
-    knobs = search_knobs(version)
+    search_params = eval_search_params(version)
     qvecs = version.query_vectors()
     graded = version.store.graded_eval_set()
     if graded is not None:
@@ -50,7 +50,8 @@ def gate_figures(version: IndexVersion, threads: int | None = None) -> GateFigur
         self_docs = np.asarray(graded.self_docs, dtype=np.int64)
         extra = int((self_docs >= 0).any())
         ranks = DocumentRanks(version)  # a version of passages: documents by their best passage, as qrels judge
-        _, ids = ranks.collapse(*version.ann.search(qvecs, ranks.depth(GRADED_DEPTH + extra), knobs=knobs),
+        _, ids = ranks.collapse(*version.ann.search(qvecs, ranks.depth(GRADED_DEPTH + extra),
+                                                    search_params=search_params),
                                 GRADED_DEPTH + extra)
         if extra:
             ids = drop_self(ids, self_docs, GRADED_DEPTH)
@@ -61,16 +62,16 @@ def gate_figures(version: IndexVersion, threads: int | None = None) -> GateFigur
         if not qids or qvecs is None or len(qvecs) != len(qids):
             raise EvalError(f"{version.folder} has no usable evaluation queries")
         exclude_self = version.manifest.data.protocol in ("full", "heldout")
-        _, ids = version.ann.search(qvecs, 11 if exclude_self else 10, knobs=knobs)
+        _, ids = version.ann.search(qvecs, 11 if exclude_self else 10, search_params=search_params)
         if exclude_self:
             ids = drop_self(ids, np.asarray(qids, dtype=np.int64), 10)
         (mrr, recall), ndcg = rank_metrics(ids, gold, 10), None
     figures = GateFigures(mrr_at_10=round(float(mrr), 6), recall_at_10=round(float(recall), 6),
                           ndcg_at_10=None if ndcg is None else round(float(ndcg), 6), n_queries=len(qvecs),
-                          search_params=knobs, seconds=round(time.perf_counter() - t0, 3),
+                          search_params=search_params, seconds=round(time.perf_counter() - t0, 3),
                           measured_at=datetime.now(timezone.utc))
     log.info("gate: MRR@10 %.4f over %d queries at %s (%.1fs); the report's evaluations run after publishing",
-             figures.mrr_at_10, figures.n_queries, knobs, figures.seconds)
+             figures.mrr_at_10, figures.n_queries, search_params, figures.seconds)
     return figures
 
 

@@ -1,7 +1,7 @@
 """Strata service: the FastAPI app serving `/encode`, `/search`, the writes (`PUT /documents`, `POST
 /documents/delete`), `/health`, `/ready`, `/metrics`, `/stats`, `/admin/reload`, the OpenAI-compatible
 `/v1/embeddings` and `/v1/models`, the collections (`/collections`, `/collections/{name}/…`), and the search page at
-`/`, over one engine per collection (one scheduler shared by all) with a local or a Ray-sharded backend.
+`/`, over one `Collection` each (one scheduler shared by all) with a local or a Ray-sharded backend.
 
 Owns: the engine (`service.engine`: one engine per collection on one shared scheduler — micro-batching, workers,
 leases, swaps, the write lane that encodes writes, caps, timeout, backends; a write's log, overlay and replay are the

@@ -132,11 +132,11 @@ class AccessLog:
         # The matched route's template (routing sets it in the shared scope), never the raw path: unknown
         # URLs must not create new label values.
         endpoint = getattr(scope.get("route"), "path", "unmatched")
-        method, m = scope["method"], self.metrics
-        m.request_latency.labels(endpoint, method).observe(elapsed)
-        m.requests.labels(endpoint, method, str(status)).inc()
+        method, metrics = scope["method"], self.metrics
+        metrics.request_latency.labels(endpoint, method).observe(elapsed)
+        metrics.requests.labels(endpoint, method, str(status)).inc()
         if status >= 400:
-            m.errors.labels(endpoint, str(status)).inc()
+            metrics.errors.labels(endpoint, str(status)).inc()
         if self.summary is not None:
             self.summary.add(method, endpoint, status, elapsed * 1000)
             return

@@ -79,11 +79,11 @@ class Rates:
     @classmethod
     def from_served(cls, root: Path) -> Rates:
         try:
-            m = Manifest.load(IndexRoot(root).current_dir())
+            manifest = Manifest.load(IndexRoot(root).current_dir())
         except Exception:  # noqa: BLE001 (no readable served index: no prior)
             return cls()
-        t = m.build_seconds
-        rate = m.index.ntotal / t.encode_docs_s if t.encode_docs_s > 0 else None
+        t = manifest.build_seconds
+        rate = manifest.index.ntotal / t.encode_docs_s if t.encode_docs_s > 0 else None
         return cls(encode_per_s=rate, build_s=t.total_s or None)
 
 

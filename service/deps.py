@@ -10,15 +10,15 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from service.auth import Authorizer
-from service.engine import Engine
+from service.engine import Collection
 from service.engine.collections import Collections
 from service.engine.metrics import Metrics
 from service.settings import Settings
 from service.stats import LiveStats
 
 
-async def get_engine(request: Request) -> Engine:
-    """The default collection's engine (routes without /collections/NAME); UnknownCollection (404) when there is
+async def get_default_collection(request: Request) -> Collection:
+    """The default collection (routes without /collections/NAME); UnknownCollection (404) when there is
     none."""
     return request.app.state.collections.default()
 
@@ -51,7 +51,7 @@ async def get_authorizer(request: Request) -> Authorizer:
     return request.app.state.authorizer
 
 
-EngineDep = Annotated[Engine, Depends(get_engine)]
+DefaultCollectionDep = Annotated[Collection, Depends(get_default_collection)]
 CollectionsDep = Annotated[Collections, Depends(get_collections)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]

@@ -55,8 +55,8 @@ def create_app(settings: Settings | None = None, tracing: Tracing | None = None)
                   description="Semantic search over an ONNX sentence encoder and a FAISS index.")
     app.state.metrics, app.state.settings, app.state.tracing = metrics, settings, tracing
     app.state.collections = collections
-    # the default collection's engine at startup (the routes ask `collections.default()`, which follows discovery)
-    app.state.engine = collections.engines.get(collections.default_name() or "")
+    # the default collection at startup (the routes ask `collections.default()`, which follows discovery)
+    app.state.default_collection = collections.by_name.get(collections.default_name() or "")
     app.state.stats = LiveStats()  # the sliding windows of GET /stats, fed by /search
     app.state.collection_stats = {}  # per collection: its own windows (`deps.collection_stats`)
     app.state.authorizer = Authorizer(settings, collections.default_name, collections.access)

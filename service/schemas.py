@@ -110,12 +110,12 @@ def _knob_doc(knob: Knob) -> str:
 # Per-request search parameters of the served index's kind (GET /stats: `index.kind`), one field per kind's knob
 # (`ann.KNOBS`). One the kind does not take is a 422 naming what it takes, not silently ignored: a sweep of nprobe
 # against a flat version would otherwise measure the same exact search at every setting and look like a finding.
-_SearchKnobs: type[_SearchBody] = create_model(  # type: ignore[call-overload]
-    "_SearchKnobs", __base__=_SearchBody,
+_SearchParamFields: type[_SearchBody] = create_model(  # type: ignore[call-overload]
+    "_SearchParamFields", __base__=_SearchBody,
     **{k.name: (StrictInt | None, Field(None, ge=1, le=k.max_request, description=_knob_doc(k))) for k in KNOBS})
 
 
-class SearchRequest(_SearchKnobs):  # type: ignore[misc,valid-type]
+class SearchRequest(_SearchParamFields):  # type: ignore[misc,valid-type]
     mode: Literal["dense", "lexical", "hybrid"] | None = Field(
         None, description="dense: nearest vectors; lexical: BM25 (no encoder); hybrid: both, fused. Default: the "
         "served version's (`indexer build --default-mode`; hybrid when it has a lexical index, else dense)")
@@ -131,7 +131,7 @@ class SearchRequest(_SearchKnobs):  # type: ignore[misc,valid-type]
                                  "(default) their documents, each with its best passage")
 
     @property
-    def knobs(self) -> dict[str, int]:
+    def search_params(self) -> dict[str, int]:
         return {k.name: v for k in KNOBS if (v := getattr(self, k.name)) is not None}
 
     @model_validator(mode="after")
@@ -151,8 +151,9 @@ class SearchRequest(_SearchKnobs):  # type: ignore[misc,valid-type]
                              "'vector'")
         if self.mode in ("dense", "lexical") and (self.fusion, self.k, self.alpha) != (None, None, None):
             raise ValueError(f"'fusion', 'k' and 'alpha' apply to mode 'hybrid', not {self.mode!r}")
-        if self.mode == "lexical" and self.knobs:
-            raise ValueError(f"{' and '.join(repr(k) for k in self.knobs)} {'tune' if len(self.knobs) > 1 else 'tunes'}"
+        if self.mode == "lexical" and self.search_params:
+            raise ValueError(f"{' and '.join(repr(k) for k in self.search_params)} "
+                             f"{'tune' if len(self.search_params) > 1 else 'tunes'}"
                              " the vector search; mode 'lexical' runs none")
         if self.k is not None and self.fusion == "convex":
             raise ValueError("'k' is rrf's rank constant; fusion 'convex' takes 'alpha'")

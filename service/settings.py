@@ -1,5 +1,5 @@
-"""The service's settings: the engine's (`service.engine.settings.EngineSettings`: indexes, knobs, CPU, batching,
-load limits, swaps, backend) and the HTTP edge's own (host, port, logs, keys, CORS, the body cap, the shutdown
+"""The service's settings: the engine's (`service.engine.settings.EngineSettings`: indexes, search parameters, CPU,
+batching, load limits, swaps, backend) and the HTTP edge's own (host, port, logs, keys, CORS, the body cap, the shutdown
 grace), all read from environment variables prefixed `STRATA_` (or a `.env` file).
 
 `settings_error` turns a bad value into the one line a CLI prints."""

@@ -282,10 +282,10 @@ def test_entrypoint_folds_the_write_log_after_the_build(tmp_path: Path, tiny_exp
     assert r.returncode == 0, r.stderr[-3000:]
     assert "built version" in r.stdout and "folded 2 write log entries" in r.stdout, r.stdout
     built, compacted = root.versions()
-    m = Manifest.load(root.current_dir())
-    assert root.current_version() == compacted and m.parent_version == built
-    assert m.writes is not None and (m.writes.folded_seq, m.writes.upserted) == (2, 1)
-    assert m.index.ntotal == Manifest.load(root.version_dir(built)).index.ntotal + 1 - (m.writes.deleted)
+    manifest = Manifest.load(root.current_dir())
+    assert root.current_version() == compacted and manifest.parent_version == built
+    assert manifest.writes is not None and (manifest.writes.folded_seq, manifest.writes.upserted) == (2, 1)
+    assert manifest.index.ntotal == Manifest.load(root.version_dir(built)).index.ntotal + 1 - (manifest.writes.deleted)
 
 
 def test_entrypoint_builds_the_collection_named_by_strata_collection(tmp_path: Path, tiny_exported: Path) -> None:
@@ -328,12 +328,13 @@ def test_entrypoint_adapt_chain_trains_once_and_builds_with_the_adapted_encoder(
     assert json.loads((adapted / "encoder.json").read_text())["pooling"] == "mean"
     assert not (home / "models" / f"{tiny_checkpoint.name}-mean").exists()  # no stock export in this chain
     root = IndexRoot(home / "indexes" / "quora")
-    m = Manifest.load(root.current_dir())
-    assert Path(m.model.dir) == adapted.resolve()
-    if m.index.kind == "ivf":  # a corpus above `--index auto`'s crossover: ivf at the entrypoint's target recall
-        assert m.index.nprobe_calibration is not None and m.index.nprobe_calibration.target_recall == 0.95
+    manifest = Manifest.load(root.current_dir())
+    assert Path(manifest.model.dir) == adapted.resolve()
+    if manifest.index.kind == "ivf":  # a corpus above `--index auto`'s crossover: ivf at the entrypoint's target recall
+        assert manifest.index.nprobe_calibration is not None and manifest.index.nprobe_calibration.target_recall == 0.95
     else:  # these 60 rows: exact search, nothing to calibrate
-        assert m.index.kind == "flat" and m.index.ntotal < 1_000, (m.index.kind, m.index.ntotal)
+        assert manifest.index.kind == "flat" and manifest.index.ntotal < 1_000, (manifest.index.kind,
+                                                                                 manifest.index.ntotal)
     train_log = adapted.with_name(adapted.name + ".work") / "train" / "log.jsonl"
     lines = train_log.read_text().count("\n")
     second = subprocess.run([entrypoint], env=env, capture_output=True, text=True, timeout=600)
@@ -370,8 +371,8 @@ def test_entrypoint_adapt_1_never_adapts_another_corpus_unasked(tmp_path: Path, 
     assert r.returncode == 0, r.stderr[-3000:]
     assert "STRATA_ADAPT=1 adapts to the Quora TSV's duplicate labels only" in r.stderr
     assert sorted(p.name for p in (home / "models").iterdir()) == [f"{tiny_checkpoint.name}-mean"]
-    m = Manifest.load(IndexRoot(home / "indexes" / "garden").current_dir())
-    assert Path(m.model.dir) == (home / "models" / f"{tiny_checkpoint.name}-mean").resolve()
+    manifest = Manifest.load(IndexRoot(home / "indexes" / "garden").current_dir())
+    assert Path(manifest.model.dir) == (home / "models" / f"{tiny_checkpoint.name}-mean").resolve()
 
 
 def test_entrypoint_adapt_corpus_adapts_label_free_when_asked(tmp_path: Path, tiny_checkpoint: Path) -> None:
@@ -393,8 +394,8 @@ def test_entrypoint_adapt_corpus_adapts_label_free_when_asked(tmp_path: Path, ti
     adapted = home / "models" / f"{tiny_checkpoint.name}-adapted-to-garden"
     meta = json.loads((adapted / "encoder.json").read_text())["adaptation"]
     assert meta["recipe"] == "crops" and meta["verified"] is False and "proxy" in meta["selected_on"]
-    m = Manifest.load(IndexRoot(home / "indexes" / "garden").current_dir())
-    assert Path(m.model.dir) == adapted.resolve()
+    manifest = Manifest.load(IndexRoot(home / "indexes" / "garden").current_dir())
+    assert Path(manifest.model.dir) == adapted.resolve()
 
 
 def test_entrypoint_rejects_a_bad_interval(tmp_path: Path) -> None:

@@ -150,7 +150,7 @@ def _is_module(path: Path) -> bool:
 
 
 def _names_something(dotted: str) -> bool:
-    """A module, or a name defined at the top of the longest module it starts with (`service.engine.Engine`)."""
+    """A module, or a name defined at the top of the longest module it starts with (`service.engine.Collection`)."""
     parts = dotted.split(".")
     for n in range(len(parts), 1, -1):
         path = REPO.joinpath(*parts[:n])

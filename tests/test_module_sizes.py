@@ -23,7 +23,7 @@ LONG_FILES = {
     "retrieve, fuse, look up, answers, each a method of ~10-30 lines) with their failure isolation in one class",
     "indexer/ingest.py": "debt: the streaming ingest (batches, passages, vectors brought or encoded) beside the "
     "build's corpus steps; split the build steps out next (22 over)",
-    "service/engine/engine.py": "debt: one collection's front door (search, encode, writes with passages, config, "
+    "service/engine/collection.py": "debt: one collection's front door (search, encode, writes with passages, config, "
     "reload, status); the write path moves to its own module next (46 over)",
     "service/schemas.py": "debt: every route's request and response bodies with their documented limits; split per "
     "router next (3 over)",

@@ -186,14 +186,17 @@ def _add(args: argparse.Namespace) -> int:
 
     r = add_questions(args.root, args.add, model_dir=args.model, threads=args.threads, batch_size=args.batch_size,
                       keep=args.keep, rebuild_after=args.rebuild_after, run_eval=not args.no_eval)
-    m = r.manifest
+    manifest = r.manifest
     print(f"added {r.added} questions ({r.replaced} replaced, {r.skipped_empty} empty skipped) to "
-          f"{m.parent_version}: version {m.version} in {args.root}, {m.index.ntotal} vectors, quantizer not "
+          f"{manifest.parent_version}: version {manifest.version} in {args.root}, {manifest.index.ntotal} vectors, "
+          f"quantizer not "
           f"retrained")
-    if m.eval:
-        print(f"MRR@10 {m.eval.mrr_at_10:.4f} (exact {m.eval.exact_mrr_at_10:.4f}) over {m.eval.n_queries} queries")
+    if manifest.eval:
+        print(f"MRR@10 {manifest.eval.mrr_at_10:.4f} (exact {manifest.eval.exact_mrr_at_10:.4f}) over "
+              f"{manifest.eval.n_queries} queries")
     if r.rebuild_due:
-        print(f"full rebuild due: {r.drift:.0%} of the {m.index.trained_ntotal} vectors the quantizer was trained "
+        print(f"full rebuild due: {r.drift:.0%} of the {manifest.index.trained_ntotal} vectors the quantizer was "
+              f"trained "
               f"on were added since (threshold {args.rebuild_after:.0%}); run `indexer build` without --add")
     else:
         print(f"no rebuild due yet: {r.drift:.0%} added since training (threshold {args.rebuild_after:.0%})")
@@ -240,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
                       target_recall=args.target_recall, calibrate=not args.no_calibrate, probes=args.probes,
                       codec=args.codec, memory_budget=args.memory_budget, hnsw_m=args.hnsw_m,
                       ef_construction=args.ef_construction, ef_search=args.ef_search,
-                      search_knobs={k.name: v for k in KNOBS if (v := getattr(args, k.name, None)) is not None
+                      eval_search_params={k.name: v for k in KNOBS if (v := getattr(args, k.name, None)) is not None
                                     and k.name not in ("nprobe", "ef_search")},
                       batch_size=args.batch_size, threads=args.threads, keep=args.keep, evaluate=not args.no_eval,
                       report_after=True,
@@ -255,52 +258,57 @@ def run(args: argparse.Namespace) -> int:
     if args.engine == "ray":
         from indexer.ray_build import RayOptions, build_on_ray, summary
 
-        m = build_on_ray(cfg, RayOptions(address=args.ray_address, workers=args.workers, shards=args.shards,
+        manifest = build_on_ray(cfg, RayOptions(address=args.ray_address, workers=args.workers, shards=args.shards,
                                          threads_per_worker=args.threads_per_worker,
                                          gpus_per_worker=args.gpus_per_worker, block_rows=args.block_rows,
                                          keep_vectors=args.keep_vectors))
-        print(summary(m))
+        print(summary(manifest))
     else:
-        m = build(cfg)
-    if m.report is not None and m.report.state == "pending":
+        manifest = build(cfg)
+    if manifest.report is not None and manifest.report.state == "pending":
         from indexer.report import run_report
 
-        g = m.gate
+        g = manifest.gate
         gate = f"; gate: MRR@10 {g.mrr_at_10:.4f} over {g.n_queries} queries ({g.seconds:.1f}s)" if g else ""
-        print(f"published version {m.version} in {args.root} (`current` points to it; a running API swaps to it if "
-              f"its gates pass){gate}; the report's evaluations ({', '.join(m.report.modes)}, exact reference) "
+        print(f"published version {manifest.version} in {args.root} (`current` points to it; a running API swaps to it "
+              f"if "
+              f"its gates pass){gate}; the report's evaluations ({', '.join(manifest.report.modes)}, exact reference) "
               f"run now", flush=True)
-        m = run_report(args.root, m.version, threads=args.threads)
-    return _report(args, m)
+        manifest = run_report(args.root, manifest.version, threads=args.threads)
+    return _report(args, manifest)
 
 
-def _report(args: argparse.Namespace, m: Manifest) -> int:
+def _report(args: argparse.Namespace, manifest: Manifest) -> int:
     """What a build printed: the index, its calibration, the lexical index, the data read and the figures."""
-    knob = KIND_SPECS[m.index.kind].knob
-    knobs = f"{knob.name} {getattr(m.index.params, knob.name)}" if knob else ""
-    report = f" + report {m.report.seconds:.1f}s after publishing" if m.report and m.report.seconds else ""
-    print(f"built version {m.version} in {args.root}: {m.index.ntotal} vectors, {m.index.kind} index "
-          f"({m.index.factory}{', ' + knobs if knobs else ', exact search'}), {m.build_seconds.total_s:.1f}s{report}")
-    if m.index.calibration is not None:
-        kc = m.index.calibration
+    knob = KIND_SPECS[manifest.index.kind].knob
+    search_params = f"{knob.name} {getattr(manifest.index.params, knob.name)}" if knob else ""
+    report = (f" + report {manifest.report.seconds:.1f}s after publishing" if manifest.report
+              and manifest.report.seconds else "")
+    print(f"built version {manifest.version} in {args.root}: {manifest.index.ntotal} vectors, {manifest.index.kind} "
+          f"index "
+          f"({manifest.index.factory}{', ' + search_params if search_params else ', exact search'}), "
+          f"{manifest.build_seconds.total_s:.1f}s{report}")
+    if manifest.index.calibration is not None:
+        kc = manifest.index.calibration
         print(f"{kc.knob} {kc.value} keeps {kc.recall_at_10:.4f} of the exact top 10 on {_probes_text(kc)} "
               f"(target {kc.target_recall}{'' if kc.reached else ', not reached'}; {kc.seconds:.1f}s)")
-    lx = m.lexical
+    lx = manifest.lexical
     print("lexical: none (dense only)" if lx is None else
           f"lexical: {lx.engine} BM25 k1={lx.k1} b={lx.b} over {lx.n_docs} documents ({lx.vocabulary} terms; stemmer "
-          f"{lx.stemmer}, stopwords {lx.stopwords}), {lx.seconds:.1f}s; default /search mode {m.search_mode()}")
-    cal = m.index.nprobe_calibration
+          f"{lx.stemmer}, stopwords {lx.stopwords}), {lx.seconds:.1f}s; default /search mode {manifest.search_mode()}")
+    cal = manifest.index.nprobe_calibration
     if cal is not None:
-        print(f"nprobe {cal.nprobe} of {m.index.nlist} lists keeps {cal.recall_at_10:.4f} of the exact top 10 on "
+        print(f"nprobe {cal.nprobe} of {manifest.index.nlist} lists keeps {cal.recall_at_10:.4f} of the exact top 10 "
+              f"on "
               f"{_probes_text(cal)} (target {cal.target_recall}"
               f"{'' if cal.reached else ', not reached: every list is probed'}; {cal.seconds:.1f}s)")
-    probes = (cal or m.index.calibration).probes if (cal or m.index.calibration) else None
+    probes = (cal or manifest.index.calibration).probes if (cal or manifest.index.calibration) else None
     if probes is not None and probes.sees_eval_queries:
         print("note: calibrated on the evaluation queries' text (not their qrels): the figures below are measured "
               "at a setting chosen on those queries; --probes spans keeps them unseen")
-    d = m.data
+    d = manifest.data
     if d.format is not None:
-        rate = d.rows_read / max(m.build_seconds.load_s + m.build_seconds.encode_docs_s, 1e-9)
+        rate = d.rows_read / max(manifest.build_seconds.load_s + manifest.build_seconds.encode_docs_s, 1e-9)
         how = "with their vectors, nothing encoded" if d.vectors == "brought" else "with encoding"
         print(f"{d.format}: {d.rows_read} rows read ({rate:.0f} rows/s {how}), {d.n_docs} documents, "
               f"{d.skipped_empty_texts} empty texts skipped, {d.duplicate_ids} duplicate ids (last row won)")
@@ -309,21 +317,22 @@ def _report(args: argparse.Namespace, m: Manifest) -> int:
                   f"with its reason)")
         schema = ", ".join(f"{k}: {v}" for k, v in d.metadata_schema.items()) or "none"
         print(f"metadata: {schema}")
-    if m.eval and m.eval.ndcg_at_10 is not None:
-        e = m.eval
+    if manifest.eval and manifest.eval.ndcg_at_10 is not None:
+        e = manifest.eval
         print(f"MRR@10 {e.mrr_at_10:.4f} nDCG@10 {e.ndcg_at_10:.4f} Recall@10 {e.recall_at_10:.4f} Recall@100 "
               f"{e.recall_at_100:.4f} (exact search: {e.exact_mrr_at_10:.4f} {e.exact_ndcg_at_10:.4f} "
               f"{e.exact_recall_at_10:.4f} {e.exact_recall_at_100:.4f}) over {e.n_queries} queries")
         if e.ndcg_at_10_vs_exact is not None:
             print(f"index vs exact search: nDCG@10 {e.ndcg_at_10_vs_exact * 100:+.2f} points, top-10 overlap "
                   f"{e.ann_recall_at_10:.4f}")
-    elif m.eval:
-        print(f"MRR@10 {m.eval.mrr_at_10:.4f} (exact {m.eval.exact_mrr_at_10:.4f}) over {m.eval.n_queries} "
+    elif manifest.eval:
+        print(f"MRR@10 {manifest.eval.mrr_at_10:.4f} (exact {manifest.eval.exact_mrr_at_10:.4f}) over "
+              f"{manifest.eval.n_queries} "
               f"queries")
-    if len(m.eval_modes) > 1:
+    if len(manifest.eval_modes) > 1:
         from indexer.eval_modes import format_modes
 
-        print("by /search mode:\n" + format_modes(m.eval_modes))
+        print("by /search mode:\n" + format_modes(manifest.eval_modes))
     return 0
 
 

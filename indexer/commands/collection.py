@@ -1,5 +1,5 @@
 """`indexer collection`: show or change a collection's own settings, its index root's `collection.json`
-(`indexer.runtime.collection_config`): default mode and fusion, search knobs, limits, access. A running API applies
+(`indexer.runtime.collection_config`): default mode and fusion, search parameters, limits, access. A running API applies
 a change without a restart (its watcher, SIGHUP, or `POST /collections/NAME/admin/reload`)."""
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ def run(args: argparse.Namespace) -> int:
         config = cc.with_changes(config, args.sets, args.unsets, str(path))
         current = IndexRoot(args.root).current_version()
         if current is not None:  # what the API would refuse, refused here
-            m = Manifest.load(IndexRoot(args.root).version_dir(current))
+            manifest = Manifest.load(IndexRoot(args.root).version_dir(current))
             try:
-                config.check_served(m.index.kind, m.lexical is not None)
+                config.check_served(manifest.index.kind, manifest.lexical is not None)
             except cc.ConfigError as exc:
                 raise cc.ConfigError(f"{path}: {exc} (version {current})", exc.field) from None
         cc.save(args.root, config)

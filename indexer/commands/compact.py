@@ -31,17 +31,19 @@ def run(args: argparse.Namespace) -> int:
     check_settings()
     r = compact(args.root, model_dir=args.model, threads=args.threads, keep=args.keep, run_eval=not args.no_eval,
                 rebuild_after=args.rebuild_after)
-    m = r.manifest
-    if m is None:
+    manifest = r.manifest
+    if manifest is None:
         print(f"nothing to fold: version {r.parent} holds every write in {args.root}'s log"
               + (f" (up to seq {r.last_seq})" if r.last_seq else " (no writes logged)"))
         return 0
     print(f"folded {r.entries} write log entries (seq {r.first_seq}..{r.last_seq}: {r.upserted} documents written, "
-          f"{r.created} of them new, {r.deleted} deleted) into {r.parent}: version {m.version} in {args.root}, "
-          f"{m.index.ntotal} vectors")
-    if m.eval:
-        print(f"MRR@10 {m.eval.mrr_at_10:.4f} (exact {m.eval.exact_mrr_at_10:.4f}) over {m.eval.n_queries} queries")
+          f"{r.created} of them new, {r.deleted} deleted) into {r.parent}: version {manifest.version} in {args.root}, "
+          f"{manifest.index.ntotal} vectors")
+    if manifest.eval:
+        print(f"MRR@10 {manifest.eval.mrr_at_10:.4f} (exact {manifest.eval.exact_mrr_at_10:.4f}) over "
+              f"{manifest.eval.n_queries} queries")
     if r.rebuild_due:
-        print(f"full rebuild due: {r.drift:.0%} of the {m.index.trained_ntotal} vectors the quantizer was trained "
+        print(f"full rebuild due: {r.drift:.0%} of the {manifest.index.trained_ntotal} vectors the quantizer was "
+              f"trained "
               f"on were added since (threshold {args.rebuild_after:.0%})")
     return 0

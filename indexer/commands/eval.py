@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0.0 <= args.alpha <= 1.0 or args.rrf_k <= 0:
         raise ValueError(f"--alpha must be in [0, 1] and --rrf-k > 0 (got {args.alpha}, {args.rrf_k})")
     fusion = Fusion(kind=args.fusion, alpha=args.alpha, k=args.rrf_k)
-    knobs = {k.name: getattr(args, k.name) for k in KNOBS}
+    search_params = {k.name: getattr(args, k.name) for k in KNOBS}
     runs = None
     if args.run_out is not None:
         from indexer.runs import RunCollector
@@ -96,13 +96,13 @@ def run(args: argparse.Namespace) -> int:
                                   verify_sha256=True) if modes != ["lexical"] else None  # BM25 encodes nothing
             by_mode, _ = evaluate_modes_on_files(version, queries, qrels, encoder, modes, fusion=fusion,
                                                  nprobe=args.nprobe, batch_size=args.batch_size,
-                                                 threads=args.threads, exact_budget=budget, search_params=knobs,
+                                                 threads=args.threads, exact_budget=budget, search_params=search_params,
                                                  runs=runs)
         elif args.qrels is not None:
             raise ValueError("--qrels goes with --queries")
         else:
             by_mode = evaluate_modes(version, modes, fusion=fusion, nprobe=args.nprobe, batch_size=args.batch_size,
-                                     threads=args.threads, exact_budget=budget, search_params=knobs, runs=runs)
+                                     threads=args.threads, exact_budget=budget, search_params=search_params, runs=runs)
         if runs is not None:
             from indexer.runs import write_runs
             written = write_runs(runs, args.run_out, lambda ids: _names(version, ids))
@@ -165,7 +165,7 @@ def _print(args: argparse.Namespace, figures: EvalFigures, by_mode: dict[str, Ev
             print(f"note: {note}", file=out_stream)
 
 
-def _knobs_text(e) -> str:  # noqa: ANN001 (EvalFigures)
+def _search_params_text(e) -> str:  # noqa: ANN001 (EvalFigures)
     if e.index_kind is None or e.index_kind == "ivf":
         return f"nprobe {e.nprobe}"
     return " ".join([e.index_kind, *(f"{k} {v}" for k, v in e.search_params.items())]) + \
@@ -176,7 +176,7 @@ def _table(e) -> str:  # noqa: ANN001 (EvalFigures)
     rows = [
         ("MRR@10", f"{e.mrr_at_10 * 100:.2f}"),
         ("avg retrieval time (ms/query)", f"{e.avg_retrieval_ms:.4f}  (batch {e.batch_size}, {e.threads} "
-                                          f"thread(s), {_knobs_text(e)})"),
+                                          f"thread(s), {_search_params_text(e)})"),
         ("index memory (GB)", f"{e.memory_gb:.4f}"),
         ("Recall@10", f"{e.recall_at_10 * 100:.2f}"),
         ("exact search MRR@10", f"{e.exact_mrr_at_10 * 100:.2f}"),

@@ -35,11 +35,12 @@ def run(args: argparse.Namespace) -> int:
         return 0
     for v in versions:
         try:
-            m = Manifest.load(root.version_dir(v))
-            desc = (f"{m.index.ntotal} vectors, {m.index.factory}, {m.model.pooling}, {m.data.protocol}"
-                    + (f", MRR@10 {m.eval.mrr_at_10:.4f}" if m.eval else "")
-                    + (", no lexical index" if m.lexical is None else f", BM25 ({m.lexical.stemmer})")
-                    + f", /search mode {m.search_mode()}")
+            manifest = Manifest.load(root.version_dir(v))
+            desc = (f"{manifest.index.ntotal} vectors, {manifest.index.factory}, {manifest.model.pooling}, "
+                    f"{manifest.data.protocol}"
+                    + (f", MRR@10 {manifest.eval.mrr_at_10:.4f}" if manifest.eval else "")
+                    + (", no lexical index" if manifest.lexical is None else f", BM25 ({manifest.lexical.stemmer})")
+                    + f", /search mode {manifest.search_mode()}")
         except ManifestError as exc:
             desc = f"unreadable: {exc}"
         print(f"{'*' if v == current else ' '} {v}  {desc}")

@@ -116,12 +116,12 @@ KIND_SPECS: dict[str, KindSpec] = {spec.name: spec for spec in (
 assert tuple(KIND_SPECS) == KINDS
 
 # The per-query search parameters each kind takes (a /search request, `indexer eval --nprobe/--ef-search`).
-SEARCH_KNOBS: dict[str, tuple[str, ...]] = {k: (s.knob.name,) if s.knob else () for k, s in KIND_SPECS.items()}
+SEARCH_PARAMS: dict[str, tuple[str, ...]] = {k: (s.knob.name,) if s.knob else () for k, s in KIND_SPECS.items()}
 # Every kind's knob, once each (the request fields, settings and flags generated from them)
 KNOBS: tuple[Knob, ...] = tuple({s.knob.name: s.knob for s in KIND_SPECS.values() if s.knob}.values())
 
 
-def served_knobs(params: KindParams, overrides: Mapping[str, int | None] | None = None) -> dict[str, int]:
+def served_search_params(params: KindParams, overrides: Mapping[str, int | None] | None = None) -> dict[str, int]:
     """The search parameters a version of `params` serves by default: its knob's value in `params`, or the
     override given for it (`STRATA_<KNOB>`), clamped by the kind; {} for exact search."""
     knob = KIND_SPECS[params.kind].knob
@@ -131,13 +131,13 @@ def served_knobs(params: KindParams, overrides: Mapping[str, int | None] | None 
     return {knob.name: knob.clamp(params, int(value))}
 
 
-def check_knobs(kind: str, knobs: Mapping[str, int | None] | None) -> dict[str, int]:
-    """The search parameters of `knobs` that are set, checked against what `kind` takes (`IndexParamError` with
+def check_search_params(kind: str, search_params: Mapping[str, int | None] | None) -> dict[str, int]:
+    """The search parameters of `search_params` that are set, checked against what `kind` takes (`IndexParamError` with
     the reason otherwise: asking a flat index for nprobe is a mistake worth hearing about, not a silent no-op)."""
-    given = {k: int(v) for k, v in (knobs or {}).items() if v is not None}
+    given = {k: int(v) for k, v in (search_params or {}).items() if v is not None}
     for name, value in given.items():
-        if name not in SEARCH_KNOBS[kind]:
-            takes = ", ".join(SEARCH_KNOBS[kind]) or "none (it searches exactly)"
+        if name not in SEARCH_PARAMS[kind]:
+            takes = ", ".join(SEARCH_PARAMS[kind]) or "none (it searches exactly)"
             raise IndexParamError(f"'{name}' is not a search parameter of this version's {kind} index; it takes "
                                   f"{takes}")
         if value < 1:
@@ -173,9 +173,9 @@ class AnnIndex(ABC):
 
     @abstractmethod
     def search(self, queries: np.ndarray, k: int, *, exclude: Any = None,
-               knobs: Mapping[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Top k; `exclude` (`faiss_index.Exclusion`): ids to skip inside the search; `knobs`: this search's
-        parameters (`SEARCH_KNOBS`), else the index's defaults."""
+               search_params: Mapping[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top k; `exclude` (`faiss_index.Exclusion`): ids to skip inside the search; `search_params`: this search's
+        parameters (`SEARCH_PARAMS`), else the index's defaults."""
 
     @abstractmethod
     def prepare(self, ids: np.ndarray) -> Any:
@@ -187,7 +187,7 @@ class AnnIndex(ABC):
         return flt
 
     @abstractmethod
-    def filtered_search(self, queries: np.ndarray, k: int, flt: Any, *, knobs: Mapping[str, int] | None = None
+    def filtered_search(self, queries: np.ndarray, k: int, flt: Any, *, search_params: Mapping[str, int] | None = None
                         ) -> tuple[np.ndarray, np.ndarray, bool]:
         """(scores, ids, exact): top k among `flt`'s ids only; `exact` True when every match was scored."""
 

@@ -4,7 +4,7 @@ process-wide setting or built-in default):
 
 - `mode`: the default `/search` mode (else the served version's, `Manifest.search_mode`);
 - `fusion`, `alpha`, `rrf_k`: hybrid's defaults (else convex, 0.5, 60);
-- `search`: the vector search's knobs by name (`ann.SEARCH_KNOBS`: `nprobe` for IVF, `ef_search` for HNSW),
+- `search`: the vector search's parameters by name (`ann.SEARCH_PARAMS`: `nprobe` for IVF, `ef_search` for HNSW),
   checked against the served version's kind when set; a knob the served kind does not take is not applied
   (STRATA_NPROBE / STRATA_EF_SEARCH, then the manifest, decide);
 - `max_top_k`, `max_queries`, `filter`: limits, only ever narrower than the API's (`MAX_TOP_K`, `filters.LIMITS`);
@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from indexer.runtime.ann import KNOBS, SEARCH_KNOBS, IndexParamError, check_knobs
+from indexer.runtime.ann import KNOBS, SEARCH_PARAMS, IndexParamError, check_search_params
 from indexer.runtime.atomic import write_json_atomic
 from indexer.runtime.filters import LIMITS, FilterError, FilterLimits, check_limits
 from indexer.runtime.fusion import DEFAULT_ALPHA, DEFAULT_RRF_K, Fusion
@@ -97,14 +97,14 @@ class CollectionConfig(BaseModel):
 
     @field_validator("search")
     @classmethod
-    def _known_knobs_in_range(cls, search: dict[str, int]) -> dict[str, int]:
+    def _known_search_params_in_range(cls, search: dict[str, int]) -> dict[str, int]:
         # the same range a request may ask (`ann.Knob.max_request`): a default no request could set is a mistake
-        knobs = {k.name: k for k in KNOBS}
+        search_params = {k.name: k for k in KNOBS}
         for name, value in search.items():
-            if name not in knobs:
-                raise ValueError(f"{name!r} is no index kind's search parameter (known: {', '.join(knobs)})")
-            if not 1 <= value <= knobs[name].max_request:
-                raise ValueError(f"{name} must be between 1 and {knobs[name].max_request}, not {value}")
+            if name not in search_params:
+                raise ValueError(f"{name!r} is no index kind's search parameter (known: {', '.join(search_params)})")
+            if not 1 <= value <= search_params[name].max_request:
+                raise ValueError(f"{name} must be between 1 and {search_params[name].max_request}, not {value}")
         return search
 
     # -- precedence: request > this file > process-wide ------------------------------------------------------------
@@ -117,20 +117,22 @@ class CollectionConfig(BaseModel):
         return Fusion(kind, next(v for v in (k, self.rrf_k, DEFAULT_RRF_K) if v is not None),
                       next(v for v in (alpha, self.alpha, DEFAULT_ALPHA) if v is not None))
 
-    def knobs_for(self, kind: str, asked: dict[str, int] | None) -> dict[str, int] | None:
-        """The request's knobs over this collection's, of those `kind` takes (a later version of another kind
-        leaves them unapplied rather than refusing every search)."""
-        own = {k: v for k, v in self.search.items() if k in SEARCH_KNOBS.get(kind, ())}
+    def search_params_for(self, kind: str, asked: dict[str, int] | None) -> dict[str, int] | None:
+        """The request's search parameters over this collection's, of those `kind` takes (a later version of another
+        kind leaves them unapplied rather than refusing every search)."""
+        own = {k: v for k, v in self.search.items() if k in SEARCH_PARAMS.get(kind, ())}
         merged = own | (asked or {})
         return merged or None
 
     def shape(self, query: Query, kind: str | None, *, brought_vector: bool = False) -> Query:
         """`query` with this collection's defaults under the request's own (its mode unless it brings a vector,
-        which decides the mode; the knobs `kind` takes), after checking it against the collection's limits."""
+        which decides the mode; the search parameters `kind` takes), after checking it against the collection's
+        limits."""
         self.check_request(query)
         mode = query.mode or (None if brought_vector else self.mode)
-        knobs = query.knobs if kind is None else self.knobs_for(kind, query.knobs)
-        return query if (mode, knobs) == (query.mode, query.knobs) else replace(query, mode=mode, knobs=knobs)
+        search_params = query.search_params if kind is None else self.search_params_for(kind, query.search_params)
+        return (query if (mode, search_params) == (query.mode, query.search_params)
+                else replace(query, mode=mode, search_params=search_params))
 
     def check_request(self, query: Query) -> None:
         """Raises ConfigError (field: the request's) for a query over this collection's limits."""
@@ -147,10 +149,10 @@ class CollectionConfig(BaseModel):
                 raise ConfigError(f"{exc} (this collection's limits: collection.json filter)", "filter") from None
 
     def check_served(self, kind: str, has_lexical: bool) -> None:
-        """Raises ConfigError unless the served version can apply this config: knobs its kind takes, in range, and
-        a default mode it can run."""
+        """Raises ConfigError unless the served version can apply this config: search parameters its kind takes, in
+        range, and a default mode it can run."""
         try:
-            check_knobs(kind, self.search)
+            check_search_params(kind, self.search)
         except IndexParamError as exc:
             raise ConfigError(f"search: {exc}", "search") from None
         if self.mode in ("lexical", "hybrid") and not has_lexical:

@@ -31,7 +31,7 @@ from typing import Any
 import faiss
 import numpy as np
 
-from indexer.runtime.ann import KIND_SPECS, AnnIndex, FlatParams, HnswParams, IvfParams, KindParams, check_knobs
+from indexer.runtime.ann import KIND_SPECS, AnnIndex, FlatParams, HnswParams, IvfParams, KindParams, check_search_params
 from indexer.runtime.mapped import release
 from indexer.runtime.progress import Progress
 
@@ -798,8 +798,8 @@ def filtered_search(index: faiss.Index, vectors: np.ndarray, k: int, flt: IdFilt
 # --- the index kinds behind `ann.AnnIndex` ----------------------------------------------------------------------
 
 
-def _params_for(knobs: Mapping[str, int] | None, kind: str) -> dict[str, int]:
-    return check_knobs(kind, knobs) if knobs else {}
+def _params_for(search_params: Mapping[str, int] | None, kind: str) -> dict[str, int]:
+    return check_search_params(kind, search_params) if search_params else {}
 
 
 # The implementation of each kind of `ann.KIND_SPECS`, by name (`@implements`): how it is built and opened.
@@ -884,24 +884,24 @@ class IvfIndex(_FaissBacked):
         return ("nprobe", 1, self.nlist)
 
     def set_default(self, name: str, value: int) -> int:
-        check_knobs(self.kind, {name: value})
+        check_search_params(self.kind, {name: value})
         self.params.nprobe = set_nprobe(self._index, value)
         return self.params.nprobe
 
     def defaults(self) -> dict[str, int]:
         return {"nprobe": self.nprobe}
 
-    def _probe(self, knobs: Mapping[str, int] | None) -> int:
-        given = _params_for(knobs, self.kind)
+    def _probe(self, search_params: Mapping[str, int] | None) -> int:
+        given = _params_for(search_params, self.kind)
         return clamp_nprobe(given.get("nprobe", self.nprobe), self.nlist)
 
     def search(self, queries: np.ndarray, k: int, *, exclude: Exclusion | None = None,
-               knobs: Mapping[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        if not knobs and (exclude is None or not len(exclude)):
+               search_params: Mapping[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        if not search_params and (exclude is None or not len(exclude)):
             return search(self._index, queries, k)
         ivf = faiss.extract_index_ivf(self._index)
         sel = exclude.selector if exclude is not None and len(exclude) else None
-        params = faiss.SearchParametersIVF(sel=sel, nprobe=self._probe(knobs))  # type: ignore[call-arg]
+        params = faiss.SearchParametersIVF(sel=sel, nprobe=self._probe(search_params))  # type: ignore[call-arg]
         return ivf.search(np.ascontiguousarray(queries, dtype=np.float32), k, params=params)
 
     def locator(self) -> ListLocator:
@@ -927,12 +927,12 @@ class IvfIndex(_FaissBacked):
         return dataclasses.replace(flt, gathered=locator.gather(np.searchsorted(locator.ids, flt.ids)))
 
     def filtered_search(self, queries: np.ndarray, k: int, flt: IdFilter, *,
-                        knobs: Mapping[str, int] | None = None, ntotal: int | None = None,
+                        search_params: Mapping[str, int] | None = None, ntotal: int | None = None,
                         n_match: int | None = None) -> tuple[np.ndarray, np.ndarray, bool]:
         """`filtered_search` at `filtered_nprobe` of the selectivity `n_match` / `ntotal` (default: this index's
         matches and vectors; a shard passes the whole version's)."""
         n_match = len(flt.ids) if n_match is None else n_match
-        probe = filtered_nprobe(self._probe(knobs), n_match, ntotal or self.ntotal, self.nlist)
+        probe = filtered_nprobe(self._probe(search_params), n_match, ntotal or self.ntotal, self.nlist)
         return filtered_search(self._index, queries, k, flt, probe)
 
     def exact_search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -1060,17 +1060,17 @@ class FlatIndex(_IdMapped):
         return out
 
     def search(self, queries: np.ndarray, k: int, *, exclude: Exclusion | None = None,
-               knobs: Mapping[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        _params_for(knobs, self.kind)
+               search_params: Mapping[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        _params_for(search_params, self.kind)
         queries = np.ascontiguousarray(queries, dtype=np.float32)
         if exclude is None or not len(exclude):
             return self._index.search(queries, k)
         return self._index.search(queries, k, params=faiss.SearchParameters(sel=exclude.selector))
 
     def filtered_search(self, queries: np.ndarray, k: int, flt: IdFilter, *,
-                        knobs: Mapping[str, int] | None = None, ntotal: int | None = None
+                        search_params: Mapping[str, int] | None = None, ntotal: int | None = None
                         ) -> tuple[np.ndarray, np.ndarray, bool]:
-        _params_for(knobs, self.kind)
+        _params_for(search_params, self.kind)
         if flt.selector is None:
             n = len(queries)
             return np.full((n, k), -np.inf, dtype=np.float32), np.full((n, k), -1, dtype=np.int64), True
@@ -1124,24 +1124,24 @@ class HnswIndex(_IdMapped):
         return ("ef_search", 1, min(HNSW_MAX_EF, max(16, self.ntotal)))  # past ntotal candidates change nothing
 
     def set_default(self, name: str, value: int) -> int:
-        check_knobs(self.kind, {name: value})
+        check_search_params(self.kind, {name: value})
         self.params.ef_search = self._hnsw().hnsw.efSearch = int(value)
         return int(value)
 
     def defaults(self) -> dict[str, int]:
         return {"ef_search": self.params.ef_search}
 
-    def _ef(self, knobs: Mapping[str, int] | None, k: int) -> int:
-        return max(k, _params_for(knobs, self.kind).get("ef_search", self.params.ef_search))  # FAISS: ef >= k
+    def _ef(self, search_params: Mapping[str, int] | None, k: int) -> int:
+        return max(k, _params_for(search_params, self.kind).get("ef_search", self.params.ef_search))  # FAISS: ef >= k
 
     def search(self, queries: np.ndarray, k: int, *, exclude: Exclusion | None = None,
-               knobs: Mapping[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+               search_params: Mapping[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         sel = exclude.selector if exclude is not None and len(exclude) else None
-        params = faiss.SearchParametersHNSW(efSearch=self._ef(knobs, k), sel=sel)  # type: ignore[call-arg]
+        params = faiss.SearchParametersHNSW(efSearch=self._ef(search_params, k), sel=sel)  # type: ignore[call-arg]
         return self._index.search(np.ascontiguousarray(queries, dtype=np.float32), k, params=params)
 
     def filtered_search(self, queries: np.ndarray, k: int, flt: IdFilter, *,
-                        knobs: Mapping[str, int] | None = None, ntotal: int | None = None
+                        search_params: Mapping[str, int] | None = None, ntotal: int | None = None
                         ) -> tuple[np.ndarray, np.ndarray, bool]:
         n = len(queries)
         if flt.selector is None:
@@ -1150,7 +1150,7 @@ class HnswIndex(_IdMapped):
         if share <= HNSW_EXACT_FILTER_SHARE:
             scores, ids = self._exact_among(queries, k, flt)
             return scores, ids, True
-        ef = min(HNSW_MAX_EF, max(self._ef(knobs, k), math.ceil(self._ef(knobs, k) / share)))
+        ef = min(HNSW_MAX_EF, max(self._ef(search_params, k), math.ceil(self._ef(search_params, k) / share)))
         params = faiss.SearchParametersHNSW(efSearch=ef, sel=flt.selector)  # type: ignore[call-arg]
         scores, ids = self._index.search(np.ascontiguousarray(queries, dtype=np.float32), k, params=params)
         return scores, ids, False

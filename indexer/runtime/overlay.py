@@ -329,13 +329,13 @@ class LiveIndex:
         return LiveMatch(self.base.match(flt, schema), node)
 
     def search(self, vectors: np.ndarray, k: int, match: LiveMatch | None = None, *,
-               knobs: dict[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+               search_params: dict[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         snap = self.overlay.snapshot()
         if match is not None:
-            return self._search_filtered(vectors, k, match, snap, knobs)
+            return self._search_filtered(vectors, k, match, snap, search_params)
         if snap.empty:
-            return self.base.search(vectors, k, knobs=knobs)
-        scores, ids = self.base.ann.search(vectors, k, exclude=snap.exclusion, knobs=knobs)
+            return self.base.search(vectors, k, search_params=search_params)
+        scores, ids = self.base.ann.search(vectors, k, exclude=snap.exclusion, search_params=search_params)
         if len(snap.fids) == snap.dead:
             return scores, ids
         # dead rows may rank among the first k: ask for that many more, then drop them
@@ -344,12 +344,12 @@ class LiveIndex:
         return merge_top_k([(scores, ids), (o_scores, o_ids)], k)
 
     def _search_filtered(self, vectors: np.ndarray, k: int, match: LiveMatch, snap: Snapshot,
-                         knobs: dict[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                         search_params: dict[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         if snap.empty:
-            return self.base.search(vectors, k, match.base, knobs=knobs)
+            return self.base.search(vectors, k, match.base, search_params=search_params)
         gone = snap.exclusion.ids if snap.exclusion is not None else np.zeros(0, np.int64)
         extra = int(np.isin(gone, match.base.ids, assume_unique=True).sum()) if len(gone) else 0
-        scores, ids = self.base.search(vectors, k + extra, match.base, knobs=knobs)
+        scores, ids = self.base.search(vectors, k + extra, match.base, search_params=search_params)
         if extra:  # tombstoned matches took some of the places: drop them (the extra hits fill in)
             dropped = np.isin(ids, gone)
             ids = np.where(dropped, -1, ids)

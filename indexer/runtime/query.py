@@ -19,8 +19,8 @@ class Query:
     texts: list[str]
     top_k: int | None  # None: encode only
     filter: dict[str, Any] | None = None  # search only the documents whose metadata match (filters.py)
-    # this request's search parameters (`ann.SEARCH_KNOBS`: nprobe for IVF, ef_search for HNSW); None: served ones
-    knobs: dict[str, int] | None = None
+    # this request's search parameters (`ann.SEARCH_PARAMS`: nprobe for IVF, ef_search for HNSW); None: served ones
+    search_params: dict[str, int] | None = None
     mode: SearchMode | None = None  # None: the version's default (`Manifest.search_mode`)
     fusion: Fusion | None = None  # hybrid only; None: the default (convex, alpha 0.5)
     # the queries' vectors, brought by the request (checked and normalised, one row per text): nothing is encoded

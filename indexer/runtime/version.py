@@ -18,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from indexer.runtime.ann import AnnIndex, IndexParamError, check_knobs
+from indexer.runtime.ann import AnnIndex, IndexParamError, check_search_params
 from indexer.runtime.faiss_index import INDEX_FILE, IdFilter, read_ann
 from indexer.runtime.lexical import LexicalError, open_lexical
 from indexer.runtime.manifest import Manifest, ManifestError
@@ -37,7 +37,7 @@ class IndexLoadError(RuntimeError):
 class Hit:
     """One search result."""
 
-    id: int  # the FAISS id
+    faiss_id: int  # the FAISS id
     ext_id: int | str  # the document's id as the corpus gave it (a Quora qid for Quora builds)
     text: str
     score: float
@@ -118,7 +118,7 @@ class VectorIndex(Protocol):
     def match(self, flt: object) -> Any: ...  # a FilterMatch, or what the index's own `search` takes
 
     def search(self, vectors: np.ndarray, k: int, match: Any = None, *,
-               knobs: dict[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]: ...
+               search_params: dict[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]: ...
 
     def hits(self, scores: np.ndarray, ids: np.ndarray) -> list[list[Hit]]: ...
 
@@ -197,12 +197,12 @@ class IndexVersion:
             raise IndexLoadError(f"{path} is not a readable FAISS index: {str(exc).splitlines()[0]}") from exc
         except ValueError as exc:  # the file holds another kind of index than the manifest says
             raise IndexLoadError(f"{path}: {exc}") from exc
-        m = self.manifest
-        if self.ann.dim != m.model.dim:
-            raise IndexLoadError(f"{path} has dimension {self.ann.dim} but the manifest says {m.model.dim}")
-        if self.ann.ntotal != m.index.ntotal:
+        manifest = self.manifest
+        if self.ann.dim != manifest.model.dim:
+            raise IndexLoadError(f"{path} has dimension {self.ann.dim} but the manifest says {manifest.model.dim}")
+        if self.ann.ntotal != manifest.index.ntotal:
             raise IndexLoadError(f"{path} holds {self.ann.ntotal} vectors but the manifest says "
-                                 f"{m.index.ntotal}")
+                                 f"{manifest.index.ntotal}")
         try:
             self.store = Store(self.folder / STORE)
         except (FileNotFoundError, ValueError) as exc:
@@ -217,7 +217,8 @@ class IndexVersion:
                 except IndexParamError:
                     log.info("%s does not apply to %s's %s index", name, self.version, self.ann.kind)
         try:  # the BM25 index beside the vectors (None: a version built without one, dense only)
-            self.lexical = open_lexical(self.folder, m.lexical, mmap=mmap) if m.lexical is not None else None
+            self.lexical = (open_lexical(self.folder, manifest.lexical, mmap=mmap) if manifest.lexical is not None
+                            else None)
         except LexicalError as exc:
             self.store.close()
             raise IndexLoadError(str(exc)) from exc
@@ -257,9 +258,9 @@ class IndexVersion:
         """The search parameters served when a request gives none (nprobe for IVF, ef_search for HNSW)."""
         return self.ann.defaults()
 
-    def check_search_params(self, knobs: dict[str, int | None] | None) -> dict[str, int]:
+    def check_search_params(self, search_params: dict[str, int | None] | None) -> dict[str, int]:
         """A request's search parameters, checked against this version's kind (`IndexParamError`)."""
-        return check_knobs(self.ann.kind, knobs)
+        return check_search_params(self.ann.kind, search_params)
 
     def match(self, flt: object, schema: dict[str, str] | None = None) -> FilterMatch:
         """The documents filter `flt` matches (see `indexer.runtime.filters`), prepared for `search`; raises
@@ -280,13 +281,13 @@ class IndexVersion:
         return found
 
     def search(self, vectors: np.ndarray, k: int, match: FilterMatch | None = None, *,
-               knobs: dict[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+               search_params: dict[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(scores, ids), each (n, k); missing hits have id -1. With a `match`, only its documents are searched
-        (`AnnIndex.filtered_search`: exact when few enough match). `knobs`: this search's parameters."""
+        (`AnnIndex.filtered_search`: exact when few enough match). `search_params`: this search's parameters."""
         if match is None:
-            return self.ann.search(vectors, k, knobs=knobs)
+            return self.ann.search(vectors, k, search_params=search_params)
         assert match.prepared is not None, "a match prepared for this process's index"
-        scores, ids, _ = self.ann.filtered_search(vectors, k, match.prepared, knobs=knobs)
+        scores, ids, _ = self.ann.filtered_search(vectors, k, match.prepared, search_params=search_params)
         return scores, ids
 
     def lexical_search(self, queries: list[str], k: int, match: FilterMatch | None = None

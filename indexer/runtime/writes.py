@@ -6,7 +6,7 @@ module's own errors (`WriteRefused`, `WritesUnsupported`, `WritesUnavailable`, `
 maps to HTTP (`service.errors`). The served pairing of an encoder and an index is anything with the `Served`
 shape (`service.engine.searcher.Searcher`).
 
-One write, in order (`Engine.upsert` / `Engine.delete` call `Writes.commit` once the texts are encoded):
+One write, in order (`Collection.upsert` / `Collection.delete` call `Writes.commit` once the texts are encoded):
 1. the entries are appended to the root's write log in one SQLite transaction, fsync'd (`indexer.runtime.writelog`);
 2. the log's new entries are applied to the served version's overlay (`overlay.LiveIndex`), so the next search sees
    them — visible before the 200, not eventually;

@@ -1,7 +1,7 @@
-"""The serving engine, with one front door: `Engine.search`, `Engine.encode`, `Engine.reload`, `Engine.status`.
+"""The serving engine: one front door per collection (`Collection.search`, `encode`, `reload`, `status`).
 
 Owns, one module each:
-- `engine`: one collection's front door (its leases, swapper, writes, model names, metrics series) and its reload
+- `collection`: one collection's front door (its leases, swapper, writes, model names, metrics series) and its reload
   triggers (the `current` watcher, SIGHUP);
 - `scheduler`: what every collection of the process shares: admission (the in-flight cap), the timeout, the worker
   pool, one micro-batcher per encoder (several collections' requests in one ONNX run), the write lane;
@@ -21,8 +21,8 @@ Owns, one module each:
   so that searches keep their latency under a stream of writes. What happens to a write after its encoding — the
   log, the overlay on the served version, the replay onto every version opened and the switch — is the runtime's
   (`indexer.runtime.writes`, `indexer.runtime.overlay`), beside the write log and `indexer compact`'s fold;
-- `triggers`: the background tasks (watchers, a SIGHUP's reload) and the SIGHUP handler of an engine or of the
-  collections, stopped in one place;
+- `triggers`: the background tasks (watchers, a SIGHUP's reload) and the SIGHUP handler of a collection or of all of
+  them, stopped in one place;
 - `local`: the local backend (the index searched in this process);
 - `sharded`: the Ray-sharded backend (shards as Ray Serve deployments, searched from this process).
 
@@ -38,7 +38,7 @@ the standard library, and Ray (in `sharded` only, which is imported only for tha
 """
 
 from indexer.runtime.writes import Document, WriteResult
-from service.engine.engine import Engine, Hits, ServedModel, Status, Vectors
+from service.engine.collection import Collection, Hits, ServedModel, Status, Vectors
 from service.engine.errors import (
     BadConfig,
     BadFilter,
@@ -61,7 +61,7 @@ from service.engine.errors import (
 from service.engine.names import DimensionChanged, UnknownModel
 from service.engine.swap import Refusal, SwapResult
 
-__all__ = ["BadConfig", "BadFilter", "BadSearchParams", "BadVector", "DimensionChanged", "Document", "Engine",
+__all__ = ["BadConfig", "BadFilter", "BadSearchParams", "BadVector", "DimensionChanged", "Document", "Collection",
            "EngineError", "Hits", "Mismatch", "ModeUnavailable", "NotReady", "NotServing", "Overloaded", "Refusal",
            "ServedModel", "Status", "StorageFull", "StorageUnavailable", "SwapRefused",
            "SwapResult", "TimedOut", "UnknownModel", "Vectors", "WriteRefused", "WriteResult", "WritesUnavailable",

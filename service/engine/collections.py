@@ -1,5 +1,5 @@
 """Collections: the named corpora one process serves, each an index root with its own encoder, versions, gates, swaps,
-write log and metrics series (an `Engine`), all on one shared `Scheduler`.
+write log and metrics series (a `Collection`), all on one shared `Scheduler`.
 
 Where they come from (`plan`):
 - `STRATA_COLLECTIONS_DIR=D`: every subfolder of D that is an index root (it holds `versions/` or `current`) is a
@@ -34,7 +34,7 @@ from pathlib import Path
 from indexer.runtime import collection_config
 from indexer.runtime.collection_config import Access, ConfigError
 from indexer.runtime.layout import CURRENT, VERSIONS
-from service.engine.engine import Engine, make_backend
+from service.engine.collection import Collection, make_backend
 from service.engine.errors import EngineError
 from service.engine.metrics import Metrics
 from service.engine.scheduler import Scheduler
@@ -113,12 +113,12 @@ class Collections:
         sources = plan(settings)
         self.folder = settings.collections_dir if sources is None else None
         self.scheduler = Scheduler(settings, metrics, self.tracing)
-        self.engines: dict[str, Engine] = {}
+        self.by_name: dict[str, Collection] = {}
         self.skipped: dict[str, str] = {}
         self._backend = backend  # one root only (a test's, or the sharded one)
         self._started = False
         self.triggers = Triggers()
-        metrics.engines_loaded.set_function(lambda: sum(e.leases.alive() for e in self.engines.values()))
+        metrics.engines_loaded.set_function(lambda: sum(e.leases.alive() for e in self.by_name.values()))
         if sources is None:
             assert self.folder is not None
             sources, self.skipped = scan(self.folder)
@@ -136,25 +136,25 @@ class Collections:
     def default_name(self) -> str | None:
         wanted = self.settings.default_collection
         if wanted is not None:
-            return wanted if wanted in self.engines else None
-        if DEFAULT in self.engines:
+            return wanted if wanted in self.by_name else None
+        if DEFAULT in self.by_name:
             return DEFAULT
-        return next(iter(self.engines)) if len(self.engines) == 1 else None
+        return next(iter(self.by_name)) if len(self.by_name) == 1 else None
 
-    def get(self, name: str) -> Engine:
-        engine = self.engines.get(name)
-        if engine is None and not NAME_RE.fullmatch(name):
+    def get(self, name: str) -> Collection:
+        collection = self.by_name.get(name)
+        if collection is None and not NAME_RE.fullmatch(name):
             raise UnknownCollection(f"{name[:80]!r} is not a collection name ({NAME_PATTERN}: lower-case letters, "
                                     f"digits, '-' and '_', at most 64)")
-        if engine is None and name in self.refused:
+        if collection is None and name in self.refused:
             raise UnknownCollection(f"collection {name!r} is not served: {self.refused[name]}")
-        if engine is None:
+        if collection is None:
             where = f" in {self.folder}" if self.folder else ""
             raise UnknownCollection(f"no collection named {name!r}{where}; collections: "
-                                    f"{', '.join(sorted(self.engines)) or 'none'}")
-        return engine
+                                    f"{', '.join(sorted(self.by_name)) or 'none'}")
+        return collection
 
-    def default(self) -> Engine:
+    def default(self) -> Collection:
         name = self.default_name()
         if name is None:
             wanted = self.settings.default_collection
@@ -163,20 +163,20 @@ class Collections:
                                         f"{self.refused[wanted or DEFAULT]}")
             raise UnknownCollection(
                 f"STRATA_DEFAULT_COLLECTION={wanted!r} is not a collection" if wanted else
-                f"no default collection: {len(self.engines)} collections and none named {DEFAULT!r}; use "
+                f"no default collection: {len(self.by_name)} collections and none named {DEFAULT!r}; use "
                 f"/collections/NAME/… or set STRATA_DEFAULT_COLLECTION")
-        return self.engines[name]
+        return self.by_name[name]
 
     def names(self) -> list[str]:
-        return sorted(self.engines)
+        return sorted(self.by_name)
 
     def access(self, name: str) -> Access | None:
         """A served collection's own access rules (its collection.json), None when none is served by that name."""
-        engine = self.engines.get(name)
-        return engine.config.access if engine is not None else None
+        collection = self.by_name.get(name)
+        return collection.config.access if collection is not None else None
 
     # -- lifecycle --------------------------------------------------------------------------------------------------
-    def _add(self, source: Source) -> Engine | None:
+    def _add(self, source: Source) -> Collection | None:
         """Serve `source`; None (logged, in `refused`, tried again at each look) when its collection.json does not
         validate: the other collections are served all the same."""
         s = self.settings.model_copy(update={"index_root": source.root} | (
@@ -191,16 +191,16 @@ class Collections:
         self.refused.pop(source.name, None)
         backend = self._backend or make_backend(s)
         # the unlabelled metrics follow the default collection (which discovery may add later)
-        engine = Engine(s, self.metrics, backend, self.tracing, scheduler=self.scheduler, name=source.name,
+        collection = Collection(s, self.metrics, backend, self.tracing, scheduler=self.scheduler, name=source.name,
                         primary=lambda: self.default_name() == source.name, config=config)
-        self.engines[source.name] = engine
+        self.by_name[source.name] = collection
         log.info("collection %s: %s", source.name, source.root)
-        return engine
+        return collection
 
     async def start(self) -> None:
         await self.scheduler.start()
-        for engine in list(self.engines.values()):  # one at a time: a shared encoder is loaded by the first
-            await engine.start(signals=False)
+        for collection in list(self.by_name.values()):  # one at a time: a shared encoder is loaded by the first
+            await collection.start(signals=False)
         self._started = True
         self.triggers.on_sighup(self._reload_all)
         if self.settings.watch_interval_s > 0:
@@ -209,8 +209,8 @@ class Collections:
     async def stop(self) -> None:
         await self.triggers.stop()
         await self.scheduler.stop()  # the batches running finish first: they hold leases on the collections
-        for engine in self.engines.values():
-            await engine.stop()
+        for collection in self.by_name.values():
+            await collection.stop()
 
     async def discover(self) -> list[str]:
         """Serve the collections that appeared in the folder since the last look; their names."""
@@ -224,19 +224,19 @@ class Collections:
             self.skipped = skipped
         added = []
         for source in sources:
-            if source.name not in self.engines:
-                engine = self._add(source)
-                if engine is None:
+            if source.name not in self.by_name:
+                collection = self._add(source)
+                if collection is None:
                     continue
                 if self._started:
-                    await engine.start(signals=False)
+                    await collection.start(signals=False)
                 added.append(source.name)
                 log.info("collections: serving new collection %s", source.name)
         return added
 
     def refresh_configs(self) -> list[str]:
         """Apply the collection.json files changed on disk since the last look; the collections whose changed."""
-        return [name for name, engine in list(self.engines.items()) if engine.refresh_config()]
+        return [name for name, collection in list(self.by_name.items()) if collection.refresh_config()]
 
     async def _watch(self) -> None:
         while True:
@@ -250,5 +250,5 @@ class Collections:
     async def _reload_all(self) -> None:
         await self.discover()
         self.refresh_configs()
-        for engine in list(self.engines.values()):
-            await engine.swapper.attempt("sighup", retry=True)
+        for collection in list(self.by_name.values()):
+            await collection.swapper.attempt("sighup", retry=True)

@@ -20,7 +20,7 @@ class LocalBackend:
 
     def open_index(self, folder: Path) -> IndexVersion:
         set_threads(self.settings.threads)  # the swap's probe query searches on the calling thread
-        return IndexVersion(folder, search_params=self.settings.knob_overrides(),
+        return IndexVersion(folder, search_params=self.settings.search_param_overrides(),
                             mmap=self.settings.mmap)
 
     def close(self) -> None:

@@ -94,7 +94,7 @@ class CollectionMetrics:
     ones they mirror only for the `primary` (default) collection."""
 
     def __init__(self, metrics: Metrics, name: str, primary: bool | Callable[[], bool]) -> None:
-        self.m, self.name, self._primary = metrics, name, primary
+        self.metrics, self.name, self._primary = metrics, name, primary
 
     @property
     def primary(self) -> bool:
@@ -102,52 +102,52 @@ class CollectionMetrics:
         return self._primary() if callable(self._primary) else self._primary
 
     def not_ready(self) -> None:
-        self.m.c_ready.labels(self.name).set(0)
+        self.metrics.c_ready.labels(self.name).set(0)
         if self.primary:
-            self.m.ready.set(0)
+            self.metrics.ready.set(0)
 
     def served(self, version: str, pooling: str, size: int, mrr: float, *, swapped: bool) -> None:
-        m, n = self.m, self.name
-        m.c_ready.labels(n).set(1)
-        m.c_size.labels(n).set(size)
-        m.c_mrr.labels(n).set(mrr)
-        m.c_refused_now.labels(n).set(0)
-        for labels in list(m.c_info._metrics):  # noqa: SLF001 (one info series per collection)
+        metrics, n = self.metrics, self.name
+        metrics.c_ready.labels(n).set(1)
+        metrics.c_size.labels(n).set(size)
+        metrics.c_mrr.labels(n).set(mrr)
+        metrics.c_refused_now.labels(n).set(0)
+        for labels in list(metrics.c_info._metrics):  # noqa: SLF001 (one info series per collection)
             if labels[0] == n:
-                m.c_info.remove(*labels)
-        m.c_info.labels(n, version, pooling).set(1)
+                metrics.c_info.remove(*labels)
+        metrics.c_info.labels(n, version, pooling).set(1)
         if swapped:
-            m.c_swaps.labels(n, "swapped").inc()
+            metrics.c_swaps.labels(n, "swapped").inc()
         if self.primary:
             if swapped:
-                m.swaps.labels("swapped").inc()
-            m.swap_refused_now.set(0)
-            m.ready.set(1)
-            m.index_size.set(size)
-            m.index_mrr.set(mrr)
-            m.index_info.clear()
-            m.index_info.labels(version, pooling).set(1)
+                metrics.swaps.labels("swapped").inc()
+            metrics.swap_refused_now.set(0)
+            metrics.ready.set(1)
+            metrics.index_size.set(size)
+            metrics.index_mrr.set(mrr)
+            metrics.index_info.clear()
+            metrics.index_info.labels(version, pooling).set(1)
 
     def refused(self, kind: str) -> None:
-        self.m.c_swaps.labels(self.name, "refused").inc()
-        self.m.c_refused_now.labels(self.name).set(1)
+        self.metrics.c_swaps.labels(self.name, "refused").inc()
+        self.metrics.c_refused_now.labels(self.name).set(1)
         if self.primary:
-            self.m.swaps.labels("refused").inc()
-            self.m.swap_refused.labels(kind).inc()
-            self.m.swap_refused_now.set(1)
+            self.metrics.swaps.labels("refused").inc()
+            self.metrics.swap_refused.labels(kind).inc()
+            self.metrics.swap_refused_now.set(1)
 
     def refusal_cleared(self) -> None:
-        self.m.c_refused_now.labels(self.name).set(0)
+        self.metrics.c_refused_now.labels(self.name).set(0)
         if self.primary:
-            self.m.swap_refused_now.set(0)
+            self.metrics.swap_refused_now.set(0)
 
     def searched(self, mode: str) -> None:
-        self.m.c_searches.labels(self.name, mode).inc()
+        self.metrics.c_searches.labels(self.name, mode).inc()
 
     def wrote(self, op: str, docs: int, seq: int, size: int) -> None:
-        self.m.c_writes.labels(self.name, op).inc(docs)
-        self.m.c_write_log_seq.labels(self.name).set(seq)
-        self.m.c_size.labels(self.name).set(size)
+        self.metrics.c_writes.labels(self.name, op).inc(docs)
+        self.metrics.c_write_log_seq.labels(self.name).set(seq)
+        self.metrics.c_size.labels(self.name).set(size)
         if self.primary:
-            self.m.write_log_seq.set(seq)
-            self.m.index_size.set(size)
+            self.metrics.write_log_seq.set(seq)
+            self.metrics.index_size.set(size)

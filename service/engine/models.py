@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from service.engine.collection import Collection, ServedModel
 from service.engine.collections import Collections
-from service.engine.engine import Engine, ServedModel
 from service.engine.errors import EngineError, NotReady
 from service.engine.names import DimensionChanged, UnknownModel
 
@@ -42,13 +42,13 @@ def listed(collections: Collections) -> list[ListedModel]:
     order = ([default] if default else []) + [n for n in collections.names() if n != default]
     groups: dict[int, tuple[ServedModel, list[str]]] = {}
     for name in order:
-        engine = collections.engines[name]
-        searcher = engine.leases.current
+        collection = collections.by_name[name]
+        searcher = collection.leases.current
         if searcher is None:
             continue
         key = id(searcher.encoder)
         if key not in groups:
-            served = engine.served_model()
+            served = collection.served_model()
             if name != default:
                 served = ServedModel(f"strata-{served.dim}@{name}", served.encoder, served.dim, served.max_length,
                                      served.pooling, served.exported_at)
@@ -57,55 +57,55 @@ def listed(collections: Collections) -> list[ListedModel]:
     return [ListedModel(m, names) for m, names in groups.values()]
 
 
-def resolve(collections: Collections, asked: str, may_read: Callable[[str], bool]) -> tuple[Engine, ServedModel]:
+def resolve(collections: Collections, asked: str, may_read: Callable[[str], bool]) -> tuple[Collection, ServedModel]:
     """The collection whose encoder answers `asked`, and the model as listed; raises UnknownModel,
     DimensionChanged, Forbidden or NotReady."""
     models = listed(collections)
-    if not models and collections.engines:
-        engine = collections.default() if collections.default_name() else next(iter(collections.engines.values()))
-        raise NotReady(engine.not_ready_reason())
+    if not models and collections.by_name:
+        collection = collections.default() if collections.default_name() else next(iter(collections.by_name.values()))
+        raise NotReady(collection.not_ready_reason())
     base, at, name = asked.partition("@")
-    if at and name in collections.engines:  # strata-<dim>@<collection>
-        engine = collections.engines[name]
+    if at and name in collections.by_name:  # strata-<dim>@<collection>
+        collection = collections.by_name[name]
         if not may_read(name):
             raise Forbidden(f"this API key may not use collection {name!r}")
-        served = engine.served_model()
+        served = collection.served_model()
         if base == f"strata-{served.dim}":
-            return engine, _as_listed(models, engine, served)
+            return collection, _as_listed(models, collection, served)
         if base.startswith("strata-"):
             raise DimensionChanged(asked, _dim(base), f"strata-{served.dim}@{name}", served.dim, served.encoder)
         raise UnknownModel(asked, f"strata-{served.dim}@{name}")
     # one id names one encoder whoever asks: found without the key, which is then checked (a key that may not use
     # it gets a 403, never the encoder of another collection that answers to the same name)
     try:
-        engine, served = _named(collections, models, asked)
+        collection, served = _named(collections, models, asked)
     except UnknownModel:
         readable = [m.model.name for m in models if any(may_read(n) for n in m.collections)]
         raise UnknownModel(asked, ", ".join(f"`{r}`" for r in readable).strip("`") or "no model you may use") \
             from None
-    pairing = next((m.collections for m in models if engine.name in m.collections), [engine.name])
+    pairing = next((m.collections for m in models if collection.name in m.collections), [collection.name])
     readable = [n for n in pairing if may_read(n)]
     if not readable:
         raise Forbidden(f"the model `{asked}` is served only for collections this API key may not use")
-    return collections.engines[readable[0]], _as_listed(models, engine, served)
+    return collections.by_name[readable[0]], _as_listed(models, collection, served)
 
 
-def _named(collections: Collections, models: list[ListedModel], asked: str) -> tuple[Engine, ServedModel]:
+def _named(collections: Collections, models: list[ListedModel], asked: str) -> tuple[Collection, ServedModel]:
     """The collection whose encoder `asked` names, for every caller: a listed id, else the first collection
     (the default one first, then by name) that takes it as an alias; raises UnknownModel, or the default
     collection's DimensionChanged when no collection takes it."""
     for m in models:
         if m.model.name == asked:
-            return collections.engines[m.collections[0]], m.model
+            return collections.by_name[m.collections[0]], m.model
     default = collections.default_name()
     order = ([default] if default else []) + [n for n in collections.names() if n != default]
     first_error: EngineError | None = None
     for name in order:
-        engine = collections.engines[name]
-        if engine.leases.current is None:
+        collection = collections.by_name[name]
+        if collection.leases.current is None:
             continue
         try:
-            return engine, engine.served_model(asked)
+            return collection, collection.served_model(asked)
         except (UnknownModel, DimensionChanged) as exc:
             if name == default and isinstance(exc, DimensionChanged) and first_error is None:
                 first_error = exc
@@ -114,9 +114,9 @@ def _named(collections: Collections, models: list[ListedModel], asked: str) -> t
     raise UnknownModel(asked, "")
 
 
-def _as_listed(models: list[ListedModel], engine: Engine, served: ServedModel) -> ServedModel:
+def _as_listed(models: list[ListedModel], collection: Collection, served: ServedModel) -> ServedModel:
     for m in models:
-        if engine.name in m.collections:
+        if collection.name in m.collections:
             return m.model
     return served
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from indexer.runtime.ann import SEARCH_KNOBS, IndexParamError, check_knobs
+from indexer.runtime.ann import SEARCH_PARAMS, IndexParamError, check_search_params
 from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.faiss_index import set_threads
 from indexer.runtime.filters import FilterError
@@ -182,10 +182,10 @@ class Searcher:
         return self._splitter
 
     def search(self, texts: list[str], top_k: int, flt: dict[str, Any] | None = None,
-               knobs: dict[str, int] | None = None, mode: SearchMode | None = None,
+               search_params: dict[str, int] | None = None, mode: SearchMode | None = None,
                fusion: Fusion | None = None) -> SearchResult:
         """One request on its own; raises what `run_batch` would have put in its `error`."""
-        result = self.run_batch([Query(texts, top_k, flt, knobs, mode, fusion)])[0]
+        result = self.run_batch([Query(texts, top_k, flt, search_params, mode, fusion)])[0]
         if result.error is not None:
             raise result.error
         return result
@@ -266,7 +266,7 @@ class Searcher:
             job = batch.jobs[j]
             if batch.errors[j] is None and batch.modes[j] != "lexical":
                 group = (None if job.filter is None else FilterCache.key(job.filter),
-                         FilterCache.key(job.knobs) if job.knobs else None)
+                         FilterCache.key(job.search_params) if job.search_params else None)
                 groups.setdefault(group, []).append(j)
         for group, members in groups.items():
             match = None if group[0] is None else batch.matches[group[0]]
@@ -363,16 +363,17 @@ class Searcher:
             refused = self._lexical_refusal(mode)
             if refused is not None:
                 return refused
-        if job.knobs:
+        if job.search_params:
             if mode == "lexical":  # a request naming the mode is refused by its schema; this is the version's default
-                verb = "tune" if len(job.knobs) > 1 else "tunes"
-                return BadSearchParams(f"{' and '.join(job.knobs)} {verb} the vector search; mode 'lexical' (this "
-                                       f"version's default) runs none", next(iter(job.knobs)))
+                verb = "tune" if len(job.search_params) > 1 else "tunes"
+                return BadSearchParams(f"{' and '.join(job.search_params)} {verb} the vector search; mode 'lexical' "
+                                       f"(this "
+                                       f"version's default) runs none", next(iter(job.search_params)))
             kind = self.index.manifest.index.kind
             try:
-                check_knobs(kind, job.knobs)
+                check_search_params(kind, job.search_params)
             except IndexParamError as exc:
-                bad = [k for k in job.knobs if k not in SEARCH_KNOBS[kind]] or list(job.knobs)
+                bad = [k for k in job.search_params if k not in SEARCH_PARAMS[kind]] or list(job.search_params)
                 return BadSearchParams(str(exc), bad[0])
         if job.filter is not None:
             try:
@@ -452,7 +453,7 @@ class Searcher:
                 for j in members)
         group_vecs = vecs if len(rows) == len(vecs) else vecs[rows]
         g0 = time.time_ns()
-        scores, ids = self.index.search(group_vecs, k, match, knobs=jobs[members[0]].knobs or None)
+        scores, ids = self.index.search(group_vecs, k, match, search_params=jobs[members[0]].search_params or None)
         batch.dense.update(zip(rows, zip(scores, ids, strict=True), strict=True))
         return time.time_ns() - g0
 

@@ -1,4 +1,4 @@
-"""The engine's settings: what the engine reads (where the indexes are, the search knobs, the CPU, the batching,
+"""The engine's settings: what the engine reads (where the indexes are, the search parameters, the CPU, the batching,
 the load limits, the swap gates, the `/v1` names, tracing's endpoint, the backend), from environment variables
 prefixed `STRATA_` (or a `.env` file). The HTTP edge's settings (`service.settings.Settings`) extend these with
 its own (host, port, logs, keys, CORS, the body cap).
@@ -28,13 +28,13 @@ def _kinds_of(knob: str) -> str:
 
 
 # One override per index kind's search knob (`ann.KNOBS`: STRATA_NPROBE, STRATA_EF_SEARCH), generated from the kinds
-_KnobSettings: type[BaseSettings] = create_model(  # type: ignore[call-overload]
-    "_KnobSettings", __base__=BaseSettings,
+_SearchParamSettings: type[BaseSettings] = create_model(  # type: ignore[call-overload]
+    "_SearchParamSettings", __base__=BaseSettings,
     **{k.name: (int | None, Field(None, ge=1, description=f"override a {_kinds_of(k.name)} index's {k.name} "
                                   f"({k.what}; other kinds ignore it)")) for k in KNOBS})
 
 
-class EngineSettings(_KnobSettings):  # type: ignore[misc,valid-type]
+class EngineSettings(_SearchParamSettings):  # type: ignore[misc,valid-type]
     model_config = SettingsConfigDict(env_prefix="STRATA_", env_file=".env", extra="ignore")
 
     index_root: Path = Field(default_factory=default_index_root,
@@ -102,6 +102,6 @@ class EngineSettings(_KnobSettings):  # type: ignore[misc,valid-type]
                                     "else a local Ray instance)")
     shard_replicas: int = Field(1, ge=1, description="sharded: replicas of each shard deployment")
 
-    def knob_overrides(self) -> dict[str, int | None]:
-        """The search knobs' overrides (`ann.KNOBS`), by knob name; None where not set."""
+    def search_param_overrides(self) -> dict[str, int | None]:
+        """The search parameters' overrides (`ann.KNOBS`), by knob name; None where not set."""
         return {k.name: getattr(self, k.name) for k in KNOBS}

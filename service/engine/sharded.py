@@ -38,7 +38,7 @@ import numpy as np
 import ray
 from ray import serve
 
-from indexer.runtime.ann import IvfParams, check_knobs
+from indexer.runtime.ann import IvfParams, check_search_params
 from indexer.runtime.faiss_index import (
     IvfIndex,
     clamp_nprobe,
@@ -85,13 +85,13 @@ class ShardSearcher:
         self.nprobe = self.index.nprobe  # clamped to nlist, like every index Strata opens
 
     def search(self, vectors: np.ndarray, k: int, ids: np.ndarray | None = None, probe: int = 0,
-               knobs: dict[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """The shard's top k (at `knobs`' nprobe if given); with `ids`, among those ids only (a filter's matches
+               search_params: dict[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The shard's top k (at `search_params`' nprobe if given); with `ids`, among those ids only (a filter's matches
         over the whole version, most of them in other shards), probing `probe` lists or the lists that hold this
         shard's matches."""
         set_threads(self.threads)  # per thread in OpenMP, and Serve may call from any thread
         if ids is None:
-            return self.index.search(vectors, k, knobs=knobs)
+            return self.index.search(vectors, k, search_params=search_params)
         # the lists' rule only, never codes gathered by this shard's own counts: the merge must equal the merged
         # index's filtered search at the version's `probe` (and a shard keeps no filter cache to hold them)
         scores, found, _ = filtered_search(self.index.faiss, vectors, k, self.index.locator().prepare(ids), probe)
@@ -154,13 +154,14 @@ class ShardedIndex:
         return found
 
     def search(self, vectors: np.ndarray, k: int, match: FilterMatch | None = None, *,
-               knobs: dict[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+               search_params: dict[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        knobs = check_knobs("ivf", knobs) or None
+        search_params = check_search_params("ivf", search_params) or None
         if match is None:
-            pending = [h.search.remote(vectors, k, knobs=knobs) for h in self.handles]  # all shards at once
+            pending = [h.search.remote(vectors, k, search_params=search_params) for h in self.handles]  # all shards at
+                                                                                                        # once
         else:
-            nprobe = clamp_nprobe((knobs or {}).get("nprobe", self.nprobe), self.nlist)
+            nprobe = clamp_nprobe((search_params or {}).get("nprobe", self.nprobe), self.nlist)
             probe = filtered_nprobe(nprobe, len(match.ids), self.ntotal, self.nlist)
             pending = [h.search.remote(vectors, k, match.ids, probe) for h in self.handles]
         return merge_top_k([p.result() for p in pending], k)

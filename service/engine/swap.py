@@ -63,7 +63,7 @@ Outcome = Literal["swapped", "unchanged", "refused"]
 
 
 class Backend(Protocol):
-    """Where a version's vectors are searched: opened per version, closed with the engine."""
+    """Where a version's vectors are searched: opened per version, closed with the collection."""
 
     name: str
 

@@ -1,4 +1,4 @@
-"""What starts work in the background of an engine or of the collections: their tasks (the `current` watcher, the
+"""What starts work in the background of a collection or of all of them: their tasks (the `current` watcher, the
 collections folder's watcher, a SIGHUP's reload) and the SIGHUP handler, started and stopped in one place.
 
 May import: the standard library."""

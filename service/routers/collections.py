@@ -16,7 +16,7 @@ from indexer.runtime.collection_config import CollectionConfig
 from service.auth import ADMIN_NAMED, ANY_KEY, READ_NAMED, WRITE_NAMED
 from service.collection_schemas import CollectionInfo, CollectionList
 from service.deps import CollectionsDep, collection_stats
-from service.engine import Engine
+from service.engine import Collection
 from service.engine.collections import NAME_PATTERN, Collections
 from service.engine.models import listed
 from service.lean_route import LeanRoute
@@ -41,22 +41,23 @@ router = APIRouter(prefix="/collections", tags=["collections"],
 Name = Annotated[str, Path(description=f"a collection's name (its folder's: {NAME_PATTERN})")]
 
 
-def describe(collections: Collections, engine: Engine) -> CollectionInfo:
-    s = engine.status()
+def describe(collections: Collections, collection: Collection) -> CollectionInfo:
+    s = collection.status()
     r = s.refused
     refused = SwapRefusal(version=r.version, kind=r.kind, reason=r.reason, at=r.at) if r else None
-    info = CollectionInfo(name=engine.name, default=engine.name == collections.default_name(), ready=s.ready,
+    info = CollectionInfo(name=collection.name, default=collection.name == collections.default_name(), ready=s.ready,
                           reason=s.reason, swap_refused=refused)
     if not s.ready or s.manifest is None:
         return info
-    m = s.manifest
-    model = next((lm.model for lm in listed(collections) if engine.name in lm.collections), None)
-    served = engine.served_model()
+    manifest = s.manifest
+    model = next((lm.model for lm in listed(collections) if collection.name in lm.collections), None)
+    served = collection.served_model()
     return info.model_copy(update={
         "documents": s.size, "version": s.version, "since": s.since, "encoder": served.encoder,
         "model": model.name if model else served.name, "dim": served.dim, "pooling": served.pooling,
-        "index_kind": m.index.kind, "default_mode": m.search_mode(),
-        "mrr_at_10": m.eval.mrr_at_10 if m.eval else None, "ndcg_at_10": m.eval.ndcg_at_10 if m.eval else None})
+        "index_kind": manifest.index.kind, "default_mode": manifest.search_mode(),
+        "mrr_at_10": manifest.eval.mrr_at_10 if manifest.eval else None,
+        "ndcg_at_10": manifest.eval.ndcg_at_10 if manifest.eval else None})
 
 
 def _may_read(request: Request, name: str) -> bool:
@@ -68,7 +69,7 @@ async def list_collections(request: Request, collections: CollectionsDep) -> Col
     """The collections served (those this API key may read), with their size, encoder, index kind, version and
     quality figures."""
     return CollectionList(default=collections.default_name(),
-                          collections=[describe(collections, collections.engines[n]) for n in collections.names()
+                          collections=[describe(collections, collections.by_name[n]) for n in collections.names()
                                        if _may_read(request, n)])
 
 
@@ -113,7 +114,7 @@ async def reload(name: Name, collections: CollectionsDep, force: bool = FORCE) -
 @router.get("/{name}/config", response_model=CollectionConfig, tags=["admin"], dependencies=[ADMIN_NAMED])
 async def get_config(name: Name, collections: CollectionsDep) -> CollectionConfig:
     """This collection's own settings (its `collection.json`; all defaults when it has none): default mode, fusion,
-    search knobs, limits and access. A request's own values win over them, and they over the process's settings."""
+    search parameters, limits and access. A request's own values win over them, and they over the process's settings."""
     return collections.get(name).config
 
 
@@ -122,6 +123,6 @@ async def put_config(name: Name, body: CollectionConfig, collections: Collection
     """Replace this collection's settings: validated (422 naming the field; also a search knob its served index
     kind does not take, a default mode it cannot run), written atomically to its `collection.json`, and applied
     from the next request, without a restart."""
-    engine = collections.get(name)
-    await asyncio.to_thread(engine.set_config, body)
-    return engine.config
+    collection = collections.get(name)
+    await asyncio.to_thread(collection.set_config, body)
+    return collection.config

@@ -8,8 +8,8 @@ import time
 from fastapi import APIRouter
 
 from service.auth import WRITE_DEFAULT
-from service.deps import EngineDep
-from service.engine import Document, Engine
+from service.deps import DefaultCollectionDep
+from service.engine import Collection, Document
 from service.schemas import DeleteRequest, DeleteResponse, UpsertRequest, UpsertResponse
 
 router = APIRouter(prefix="/documents", tags=["documents"])
@@ -25,17 +25,17 @@ WRITE_ERRORS: dict[int | str, dict[str, object]] = {
 
 
 @router.put("", response_model=UpsertResponse, responses=WRITE_ERRORS, dependencies=[WRITE_DEFAULT])
-async def upsert(body: UpsertRequest, engine: EngineDep) -> UpsertResponse:
+async def upsert(body: UpsertRequest, collection: DefaultCollectionDep) -> UpsertResponse:
     """Add or replace documents by id. Their texts are encoded with the served encoder, unless a document brings
     its `vector` (of the served encoder's space: its dimension, finite, not all zeros; 422 naming the document
     otherwise, and nothing is written); the 200 comes once the write is in the write log (fsync'd) and
     searchable."""
-    return await run_upsert(body, engine)
+    return await run_upsert(body, collection)
 
 
-async def run_upsert(body: UpsertRequest, engine: Engine) -> UpsertResponse:
+async def run_upsert(body: UpsertRequest, collection: Collection) -> UpsertResponse:
     t0 = time.perf_counter()
-    r = await engine.upsert([Document(d.id, d.text, d.metadata, d.vector) for d in body.documents])
+    r = await collection.upsert([Document(d.id, d.text, d.metadata, d.vector) for d in body.documents])
     a = r.applied
     return UpsertResponse(seq=r.seq, index_version=r.version, index_size=r.size,
                           took_ms=round((time.perf_counter() - t0) * 1000, 3), upserted=len(body.documents),
@@ -43,15 +43,15 @@ async def run_upsert(body: UpsertRequest, engine: Engine) -> UpsertResponse:
 
 
 @router.post("/delete", response_model=DeleteResponse, responses=WRITE_ERRORS, dependencies=[WRITE_DEFAULT])
-async def delete(body: DeleteRequest, engine: EngineDep) -> DeleteResponse:
+async def delete(body: DeleteRequest, collection: DefaultCollectionDep) -> DeleteResponse:
     """Delete documents by id. Durable and applied before the 200; a deleted id stays deleted in later versions
     (even one rebuilt from source data that holds it) until it is written again."""
-    return await run_delete(body, engine)
+    return await run_delete(body, collection)
 
 
-async def run_delete(body: DeleteRequest, engine: Engine) -> DeleteResponse:
+async def run_delete(body: DeleteRequest, collection: Collection) -> DeleteResponse:
     t0 = time.perf_counter()
-    r = await engine.delete(list(body.ids))
+    r = await collection.delete(list(body.ids))
     a = r.applied
     return DeleteResponse(seq=r.seq, index_version=r.version, index_size=r.size,
                           took_ms=round((time.perf_counter() - t0) * 1000, 3), deleted=a.deleted, missing=a.missing)

@@ -6,7 +6,7 @@ import numpy as np
 from fastapi import APIRouter, Response
 
 from service.auth import READ_DEFAULT
-from service.deps import EngineDep
+from service.deps import DefaultCollectionDep
 from service.responses import json_response
 from service.schemas import EncodeRequest, EncodeResponse
 
@@ -14,10 +14,10 @@ router = APIRouter(tags=["inference"])
 
 
 @router.post("/encode", response_model=EncodeResponse, dependencies=[READ_DEFAULT])
-async def encode(body: EncodeRequest, engine: EngineDep) -> Response:
+async def encode(body: EncodeRequest, collection: DefaultCollectionDep) -> Response:
     """Encode 1–64 texts into L2-normalised vectors (the same vectors the index holds)."""
     t0 = time.perf_counter()
-    answer = await engine.encode(body.texts)
+    answer = await collection.encode(body.texts)
     # orjson writes the float32 vectors widened to float64: the same digits `tolist()` + json gave, much faster
     return json_response({"vectors": answer.vectors.astype(np.float64), "dim": answer.dim,
                            "took_ms": round((time.perf_counter() - t0) * 1000, 3), "truncated": answer.truncated,

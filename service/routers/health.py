@@ -49,14 +49,14 @@ def training_progress(path: Path | None, status: Status) -> TrainingProgress | N
         return None
 
 
-def evaluation(m: Manifest) -> ReadyEvaluation | None:
+def evaluation(manifest: Manifest) -> ReadyEvaluation | None:
     """The gate's MRR@10 and the report's figures by mode (`indexer.report`); a version evaluated in full before
     it was published (older builds, --add, compact) reads as a report done."""
-    mrr = m.gate_mrr_at_10()
+    mrr = manifest.gate_mrr_at_10()
     if mrr is None:
         return None
-    r = m.report
-    modes = m.eval_modes or ({"dense": m.eval} if m.eval is not None else {})
+    r = manifest.report
+    modes = manifest.eval_modes or ({"dense": manifest.eval} if manifest.eval is not None else {})
     return ReadyEvaluation(
         state="done" if r is None else r.state, mrr_at_10=mrr,
         modes={k: ModeFigures.model_validate(f.model_dump()) for k, f in modes.items()},
@@ -77,7 +77,7 @@ async def ready(collections: CollectionsDep, settings: SettingsDep) -> Response:
     selected without dev queries); `damaged` when a file of the served version is gone from the disk (it keeps
     answering; a restart or swap would refuse it). With a collections folder: each collection's state under
     `collections`; ready when the default collection serves (when there is none: when any collection does)."""
-    per = {name: collections.engines[name].status() for name in collections.names()}
+    per = {name: collections.by_name[name].status() for name in collections.names()}
     listed = None if collections.folder is None else {
         name: CollectionReady(ready=st.ready, index_version=st.version, index_size=st.size, reason=st.reason,
                               damaged=st.damaged, swap_refused=_refusal(st)) for name, st in per.items()} | {

@@ -23,7 +23,7 @@ from fastapi import APIRouter, HTTPException, Request
 
 from service.auth import ANY_KEY
 from service.deps import CollectionsDep
-from service.engine import Engine, NotReady, ServedModel
+from service.engine import Collection, NotReady, ServedModel
 from service.engine.collections import Collections
 from service.engine.models import Forbidden, listed, resolve
 from service.openai_schemas import (
@@ -65,7 +65,7 @@ def _may_read(request: Request) -> Callable[[str], bool]:
     return lambda name: request.app.state.authorizer.may_read(request, name)
 
 
-def _resolve(request: Request, collections: Collections, asked: str) -> tuple[Engine, ServedModel]:
+def _resolve(request: Request, collections: Collections, asked: str) -> tuple[Collection, ServedModel]:
     try:
         return resolve(collections, asked, _may_read(request))
     except Forbidden as exc:
@@ -76,13 +76,13 @@ def _resolve(request: Request, collections: Collections, asked: str) -> tuple[En
 async def embeddings(body: EmbeddingRequest, request: Request, collections: CollectionsDep) -> EmbeddingResponse:
     """OpenAI's embeddings call: the same L2-normalised vectors as `/encode`, as floats or base64, from the encoder
     `model` names (each distinct encoder of the collections is a model)."""
-    engine, served = _resolve(request, collections, body.model)
+    collection, served = _resolve(request, collections, body.model)
     if body.dimensions is not None and body.dimensions != served.dim:
         raise OpenAIRequestError(400, f"`{served.name}` makes {served.dim}-dimensional vectors and cannot shorten "
                                  f"them (it was not trained for truncated, Matryoshka-style vectors): omit "
                                  f"'dimensions' or send {served.dim}", param="dimensions")
     texts = [body.input] if isinstance(body.input, str) else body.input
-    answer = await engine.encode(texts, endpoint="/v1/embeddings")
+    answer = await collection.encode(texts, endpoint="/v1/embeddings")
     if body.encoding_format == "base64":
         data = [Embedding(index=i, embedding=_base64(v)) for i, v in enumerate(answer.vectors)]
     else:
@@ -97,7 +97,7 @@ async def models(request: Request, collections: CollectionsDep) -> ModelList:
     `/v1/embeddings` but not listed, so the list does not change when a swap changes an encoder)."""
     may_read = _may_read(request)
     shown = [m.model for m in listed(collections) if any(may_read(n) for n in m.collections)]
-    if not shown and not any(e.leases.current for e in collections.engines.values()):
+    if not shown and not any(e.leases.current for e in collections.by_name.values()):
         # nothing loaded yet: 503 with the default collection's reason (404 when there is no default collection)
         raise NotReady(collections.default().not_ready_reason())
     return ModelList(data=[_card(m) for m in shown])

@@ -9,7 +9,7 @@ from indexer.runtime.query import Query
 from indexer.runtime.version import Hit
 from service.auth import READ_DEFAULT
 from service.deps import collection_stats
-from service.engine import Engine
+from service.engine import Collection
 from service.engine.searcher import Stages
 from service.lean_route import LeanRoute
 from service.responses import json_response
@@ -25,11 +25,11 @@ STAGES = tuple(f.name for f in fields(Stages))  # the answer's `stages`, in orde
 async def search(body: SearchRequest, request: Request) -> Response:
     """Top-k documents for one `query` or a batch of `queries` by `mode` (dense, lexical or hybrid), among those
     matching `filter` if given (the default collection's; see /collections/{name}/search)."""
-    engine: Engine = request.app.state.collections.default()  # UnknownCollection (404) when there is none
-    return await run_search(body, engine, [request.app.state.stats, collection_stats(request, engine.name)])
+    collection: Collection = request.app.state.collections.default()  # UnknownCollection (404) when there is none
+    return await run_search(body, collection, [request.app.state.stats, collection_stats(request, collection.name)])
 
 
-async def run_search(body: SearchRequest, engine: Engine, stats: list[LiveStats]) -> Response:
+async def run_search(body: SearchRequest, collection: Collection, stats: list[LiveStats]) -> Response:
     """`/search` and `/collections/{name}/search`: the engine's answer as the response body; the timings are
     recorded in each of `stats` (the app's windows, and the collection's)."""
     t0 = time.perf_counter()
@@ -38,9 +38,9 @@ async def run_search(body: SearchRequest, engine: Engine, stats: list[LiveStats]
     else:
         texts = [body.query] if body.query is not None else list(body.queries or [])
     # the request's fusion over the collection's defaults (collection.json); `k` alone means rrf, `alpha` alone convex
-    fusion = engine.config.fusion_for(body.fusion, body.k, body.alpha)
+    fusion = collection.config.fusion_for(body.fusion, body.k, body.alpha)
     # one version answers all of it, and names itself
-    answer = await engine.search(Query(texts, body.top_k, body.filter, body.knobs, body.mode, fusion,
+    answer = await collection.search(Query(texts, body.top_k, body.filter, body.search_params, body.mode, fusion,
                                        passages=body.passages), body.vector)
     took = (time.perf_counter() - t0) * 1000
     for windows in stats:  # GET /stats

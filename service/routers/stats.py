@@ -22,35 +22,36 @@ def stats(request: Request, collections: CollectionsDep, live: StatsDep, authori
     1 and 5 minutes, a per-10-second series for charts, and the served index's quality figures from its
     manifest — for people without Prometheus (the search page's index card and chart read it)."""
     default = collections.default_name()
-    s = collections.engines[default].status() if default else Status(False, "local", reason="no default collection")
+    s = collections.by_name[default].status() if default else Status(False, "local", reason="no default collection")
     index = None
     if s.manifest is not None and s.version is not None:
-        m, e = s.manifest, s.manifest.eval
+        manifest, e = s.manifest, s.manifest.eval
         figures: dict[str, Any] = {} if e is None else {  # none for a version built with --no-eval
             "mrr_at_10": e.mrr_at_10, "recall_at_10": e.recall_at_10, "exact_mrr_at_10": e.exact_mrr_at_10,
             "ann_recall_at_10": e.ann_recall_at_10, "exact_n_queries": e.exact_n_queries,
             "eval_queries": e.n_queries, "eval_nprobe": e.nprobe, "eval_avg_retrieval_ms": e.avg_retrieval_ms,
             "measured_at": e.measured_at}
-        if e is None and m.gate is not None:  # the report runs after publishing: the gate's figures meanwhile
-            g = m.gate
+        if e is None and manifest.gate is not None:  # the report runs after publishing: the gate's figures meanwhile
+            g = manifest.gate
             figures = {"mrr_at_10": g.mrr_at_10, "recall_at_10": g.recall_at_10, "eval_queries": g.n_queries,
                        "measured_at": g.measured_at}
-        figures["report_state"] = m.report.state if m.report is not None else None
+        figures["report_state"] = manifest.report.state if manifest.report is not None else None
         index = IndexStats(
-            version=s.version, documents=s.size or m.index.ntotal, model=s.model or m.model.dir,
-            model_source=m.model.source, pooling=m.model.pooling, dim=m.model.dim, factory=m.index.factory,
-            kind=m.index.kind, search_params=s.search_params or {},
-            nlist=m.index.nlist, nprobe=s.nprobe or m.index.nprobe, protocol=m.data.protocol,
-            nprobe_target_recall=None if m.index.nprobe_calibration is None
-            else m.index.nprobe_calibration.target_recall, default_mode=m.search_mode(),
-            lexical=None if m.lexical is None else m.lexical.model_dump(), **figures)
+            version=s.version, documents=s.size or manifest.index.ntotal, model=s.model or manifest.model.dir,
+            model_source=manifest.model.source, pooling=manifest.model.pooling, dim=manifest.model.dim,
+            factory=manifest.index.factory,
+            kind=manifest.index.kind, search_params=s.search_params or {},
+            nlist=manifest.index.nlist, nprobe=s.nprobe or manifest.index.nprobe, protocol=manifest.data.protocol,
+            nprobe_target_recall=None if manifest.index.nprobe_calibration is None
+            else manifest.index.nprobe_calibration.target_recall, default_mode=manifest.search_mode(),
+            lexical=None if manifest.lexical is None else manifest.lexical.model_dump(), **figures)
     return StatsResponse(
         ready=s.ready, reason=s.reason, auth_required=authorizer.enabled, uptime_s=round(live.uptime_s, 3),
         windows=[StatsWindow.model_validate(asdict(w)) for w in live.windows()],
         series_step_s=SERIES_STEP_S,
         series=[StatsPoint.model_validate(asdict(p)) for p in live.series(SERIES_STEP_S)],
         index=index, collections=None if collections.folder is None else [
-            _collection(name, collections.engines[name].status(), collection_stats(request, name))
+            _collection(name, collections.by_name[name].status(), collection_stats(request, name))
             for name in collections.names()])
 
 

@@ -31,15 +31,15 @@ def test_a_run_on_a_default_build(tiny_exported: Path, quora_file: Path, tmp_pat
     assert main(["--root", str(root), "--label", "tiny", "--rounds", "2", "--out", str(out)]) == 0
     res = json.loads(next(out.glob("calibration-probes-tiny-*.json")).read_text())
     md = next(out.glob("calibration-probes-tiny-*.md")).read_text()
-    m = Manifest.load(IndexRoot(root).current_dir())
-    assert m.model_dump_json() == before  # read-only
+    manifest = Manifest.load(IndexRoot(root).current_dir())
+    assert manifest.model_dump_json() == before  # read-only
     rows = res["rows"]
     new = next(v for k, v in rows.items() if "new default" in k)
     every = next(v for k, v in rows.items() if "every list" in k)
-    assert new["nprobe"] == m.index.nprobe and new["probe_recall_at_10"] == pytest.approx(
-        m.index.nprobe_calibration.recall_at_10, abs=1e-6)  # type: ignore[union-attr]
-    assert new["ndcg_at_10_vs_exact"] == pytest.approx(m.eval.ndcg_at_10_vs_exact, abs=1e-6)  # type: ignore[union-attr]
-    assert every["nprobe"] == m.index.nlist and every["probe_recall_at_10"] == 1.0
+    assert new["nprobe"] == manifest.index.nprobe and new["probe_recall_at_10"] == pytest.approx(
+        manifest.index.nprobe_calibration.recall_at_10, abs=1e-6)  # type: ignore[union-attr]
+    assert new["ndcg_at_10_vs_exact"] == pytest.approx(manifest.eval.ndcg_at_10_vs_exact, abs=1e-6)  # type: ignore[union-attr]
+    assert every["nprobe"] == manifest.index.nlist and every["probe_recall_at_10"] == 1.0
     lo, hi = new["ndcg_delta_ci95"]
     assert lo <= new["ndcg_at_10_vs_exact"] <= hi
     assert all(len(v["ms_rounds"]) == 2 for v in rows.values()) and len(rows) == 4

@@ -25,17 +25,18 @@ EVAL_KEYS = {"mrr_at_10", "recall_at_10", "exact_mrr_at_10", "avg_retrieval_ms",
 
 
 def test_manifest_records_the_build(quora_root: Path, minilm_mean: Path) -> None:
-    m = Manifest.load(IndexRoot(quora_root).current_dir())
+    manifest = Manifest.load(IndexRoot(quora_root).current_dir())
     enc = json.loads((minilm_mean / "encoder.json").read_text())
-    assert m.model.onnx_sha256 == enc["onnx_sha256"] and m.model.pooling == "mean" and m.model.dim == 384
-    assert m.data.rows_read == TEST_ROWS and m.data.protocol == "paper"
-    assert m.index.ntotal == m.data.n_docs > 2900
+    assert (manifest.model.onnx_sha256 == enc["onnx_sha256"] and manifest.model.pooling == "mean"
+            and manifest.model.dim == 384)
+    assert manifest.data.rows_read == TEST_ROWS and manifest.data.protocol == "paper"
+    assert manifest.index.ntotal == manifest.data.n_docs > 2900
     # nlist by size (4·sqrt(2,982) → 256), which 2,982 vectors cannot train either: scaled to n // 39
-    assert m.index.nlist_requested == 256 and m.index.nlist == m.data.n_docs // 39
-    assert m.eval is not None and m.eval.n_queries == m.data.n_queries
+    assert manifest.index.nlist_requested == 256 and manifest.index.nlist == manifest.data.n_docs // 39
+    assert manifest.eval is not None and manifest.eval.n_queries == manifest.data.n_queries
     # all-MiniLM-L6-v2 was trained on Quora duplicates: on this easy subset it is near-perfect
-    assert 0.8 < m.eval.mrr_at_10 <= m.eval.exact_mrr_at_10 + 0.02
-    assert m.build_seconds.encode_docs_s > 0
+    assert 0.8 < manifest.eval.mrr_at_10 <= manifest.eval.exact_mrr_at_10 + 0.02
+    assert manifest.build_seconds.encode_docs_s > 0
 
 
 def test_eval_cli_json(quora_root: Path, tmp_path: Path) -> None:
@@ -73,11 +74,11 @@ def test_rebuild_switches_current_and_old_version_stays_readable(
     before = served.search(probe, 5)[1]
 
     with caplog.at_level(logging.WARNING):
-        m = build(BuildConfig(model_dir=minilm_mean, data=str(quora_file), root=root_dir, rows=500, nlist=64,
+        manifest = build(BuildConfig(model_dir=minilm_mean, data=str(quora_file), root=root_dir, rows=500, nlist=64,
                               threads=2, keep=2))
     assert "needs >= 2496 training vectors" in caplog.text
-    assert root.current_version() == m.version != old_version
-    assert root.versions() == sorted([old_version, m.version])
+    assert root.current_version() == manifest.version != old_version
+    assert root.versions() == sorted([old_version, manifest.version])
     assert np.array_equal(served.search(probe, 5)[1], before)  # old files untouched
     assert IndexVersion(root.version_dir(old_version)).ntotal == served.ntotal
     served.close()
@@ -210,9 +211,9 @@ def test_full_protocol_excludes_each_querys_own_id(minilm_mean: Path, quora_file
     evaluation leaves that hit out and ranks the rest."""
     from indexer.evaluate import rank_metrics
 
-    m = build(BuildConfig(model_dir=minilm_mean, data=str(quora_file), root=tmp_path / "root", rows=300,
+    manifest = build(BuildConfig(model_dir=minilm_mean, data=str(quora_file), root=tmp_path / "root", rows=300,
                           protocol="full", threads=2))
-    assert m.data.protocol == "full" and m.eval is not None
+    assert manifest.data.protocol == "full" and manifest.eval is not None
     version = IndexVersion(IndexRoot(tmp_path / "root").current_dir())
     try:
         qids, _, gold = version.store.eval_set()
@@ -226,7 +227,7 @@ def test_full_protocol_excludes_each_querys_own_id(minilm_mean: Path, quora_file
     kept = np.array([[i for i in row if i != q][:10] for row, q in zip(ids.tolist(), qids, strict=True)])
     with_self, _ = rank_metrics(ids[:, :10], gold)
     without_self, _ = rank_metrics(kept, gold)
-    assert m.eval.mrr_at_10 == pytest.approx(without_self, abs=1e-6)  # what the build recorded
+    assert manifest.eval.mrr_at_10 == pytest.approx(without_self, abs=1e-6)  # what the build recorded
     assert with_self < without_self  # counting itself would push every gold hit down a rank
     version = IndexVersion(IndexRoot(tmp_path / "root").current_dir())
     try:
@@ -234,8 +235,8 @@ def test_full_protocol_excludes_each_querys_own_id(minilm_mean: Path, quora_file
     finally:
         version.close()
     assert list(ranks.query_ids) == qids
-    assert ranks.ivf_rr.mean() == pytest.approx(m.eval.mrr_at_10, abs=1e-6)
-    assert ranks.exact_rr.mean() == pytest.approx(m.eval.exact_mrr_at_10, abs=1e-6)
+    assert ranks.ivf_rr.mean() == pytest.approx(manifest.eval.mrr_at_10, abs=1e-6)
+    assert ranks.exact_rr.mean() == pytest.approx(manifest.eval.exact_mrr_at_10, abs=1e-6)
 
 
 def test_query_ranks_are_the_evaluations_rankings_per_query(quora_root: Path) -> None:

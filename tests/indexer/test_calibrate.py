@@ -112,11 +112,11 @@ def calibrated_root(tmp_path_factory: pytest.TempPathFactory, tiny_exported: Pat
 
 def test_the_build_serves_and_evaluates_at_the_calibrated_nprobe(calibrated_root: Path) -> None:
     folder = IndexRoot(calibrated_root).current_dir()
-    m = Manifest.load(folder)
-    cal = m.index.nprobe_calibration
+    manifest = Manifest.load(folder)
+    cal = manifest.index.nprobe_calibration
     assert cal is not None and cal.reached and cal.target_recall == 0.9 and cal.sample_queries == 1000
-    assert m.index.nprobe == cal.nprobe and m.eval is not None and m.eval.nprobe == cal.nprobe
-    assert m.build_seconds.calibrate_s == cal.seconds > 0
+    assert manifest.index.nprobe == cal.nprobe and manifest.eval is not None and manifest.eval.nprobe == cal.nprobe
+    assert manifest.build_seconds.calibrate_s == cal.seconds > 0
     version = IndexVersion(folder)  # what the API opens: the calibrated nprobe
     try:
         assert version.nprobe == cal.nprobe
@@ -131,12 +131,12 @@ def test_the_build_serves_and_evaluates_at_the_calibrated_nprobe(calibrated_root
 
 
 def test_the_api_serves_the_calibrated_nprobe(calibrated_root: Path, tmp_path: Path) -> None:
-    m = Manifest.load(IndexRoot(calibrated_root).current_dir())
+    manifest = Manifest.load(IndexRoot(calibrated_root).current_dir())
     server = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(calibrated_root)})
     try:
         index = server.client().get("/stats").json()["index"]
-        assert index["version"] == m.version and index["nprobe"] == m.index.nprobe
-        assert index["nprobe_target_recall"] == 0.9 and index["eval_nprobe"] == m.index.nprobe
+        assert index["version"] == manifest.version and index["nprobe"] == manifest.index.nprobe
+        assert index["nprobe_target_recall"] == 0.9 and index["eval_nprobe"] == manifest.index.nprobe
     finally:
         stop_server(server)
 
@@ -149,11 +149,11 @@ def test_add_calibrates_again_with_the_same_target(calibrated_root: Path, tmp_pa
                                               for i in range(200)))
     r = cli("build", "--root", str(calibrated_root), "--add", str(new), "--threads", "2", "--keep", "10")
     assert r.returncode == 0, r.stderr
-    m = Manifest.load(root.current_dir())
-    assert m.parent_version == base.version and m.index.ntotal == base.index.ntotal + 200
-    cal = m.index.nprobe_calibration
+    manifest = Manifest.load(root.current_dir())
+    assert manifest.parent_version == base.version and manifest.index.ntotal == base.index.ntotal + 200
+    cal = manifest.index.nprobe_calibration
     assert cal is not None and cal.target_recall == 0.9 and cal.recall_at_10 >= 0.9 and cal.reached
-    assert m.index.nprobe == cal.nprobe
+    assert manifest.index.nprobe == cal.nprobe
     # measured anew on the grown index, with the probes the base version was calibrated on
     assert "calibrating nprobe" in r.stderr and cal.probes == base.index.nprobe_calibration.probes  # type: ignore[union-attr]
     version = IndexVersion(root.current_dir())
@@ -169,8 +169,8 @@ def test_a_plain_build_keeps_the_given_nprobe(tiny_exported: Path, quora_file: P
     r = cli("build", "--root", str(tmp_path / "root"), "--model", str(tiny_exported), "--data", str(quora_file),
             "--rows", "500", "--threads", "2", "--nprobe", "3", "--no-eval")
     assert r.returncode == 0, r.stderr
-    m = Manifest.load(IndexRoot(tmp_path / "root").current_dir())
-    assert m.index.nprobe == 3 and m.index.nprobe_calibration is None
+    manifest = Manifest.load(IndexRoot(tmp_path / "root").current_dir())
+    assert manifest.index.nprobe == 3 and manifest.index.nprobe_calibration is None
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -27,16 +27,17 @@ from .test_corpus_build import make_beir
 QUORA_ROWS = "6000"  # 5,917 documents (IVF pinned: `--index auto` is exact below 10,000)
 
 
-def brute_force_recall(version: IndexVersion, probes: np.ndarray, self_ids: np.ndarray, knobs: dict[str, int]
+def brute_force_recall(version: IndexVersion, probes: np.ndarray, self_ids: np.ndarray, search_params: dict[str, int]
                        ) -> float:
-    """ANN recall@10 of the version's index at `knobs` on `probes`: the exact 10th score computed here with numpy
-    over the stored vectors (each probe's own id excluded), a returned id counting when it scores at least that."""
+    """ANN recall@10 of the version's index at `search_params` on `probes`: the exact 10th score computed here with
+    numpy over the stored vectors (each probe's own id excluded), a returned id counting when it scores at least
+    that."""
     ids, vecs = version.ann.stored_vectors()
     scores = probes @ vecs.T
     scores[ids[None, :] == self_ids[:, None]] = -np.inf
     kth = -np.sort(-scores, axis=1)[:, 9]
     vec_of = {int(i): v for i, v in zip(ids, vecs, strict=True)}
-    _, got = version.ann.search(probes, 11, knobs=knobs)
+    _, got = version.ann.search(probes, 11, search_params=search_params)
     shares = []
     for probe, row, own, threshold in zip(probes, got, self_ids, kth, strict=True):
         returned = [int(i) for i in row if i >= 0 and i != own][:10]
@@ -44,23 +45,23 @@ def brute_force_recall(version: IndexVersion, probes: np.ndarray, self_ids: np.n
     return float(np.mean(shares))
 
 
-def calibration_of(m: Manifest) -> Any:  # noqa: ANN401 (NprobeCalibration | KnobCalibration)
-    return m.index.nprobe_calibration or m.index.calibration
+def calibration_of(manifest: Manifest) -> Any:  # noqa: ANN401 (NprobeCalibration | KnobCalibration)
+    return manifest.index.nprobe_calibration or manifest.index.calibration
 
 
 def check_recorded_recall(folder: Path, target: float = DEFAULT_TARGET_RECALL) -> tuple[Manifest, list[str]]:
     """The recorded figure, recomputed; one step less misses the target (the fewest that reach it)."""
-    m = Manifest.load(folder)
-    cal = calibration_of(m)
+    manifest = Manifest.load(folder)
+    cal = calibration_of(manifest)
     assert cal is not None and cal.reached and cal.target_recall == target and cal.probes is not None
-    name = "nprobe" if m.index.kind == "ivf" else "ef_search"
+    name = "nprobe" if manifest.index.kind == "ivf" else "ef_search"
     value = cal.nprobe if name == "nprobe" else cal.value
-    assert m.index.params.model_dump()[name] == value
-    assert m.eval is None or m.eval.search_params[name] == value
+    assert manifest.index.params.model_dump()[name] == value
+    assert manifest.eval is None or manifest.eval.search_params[name] == value
     with np.load(folder / PROBES_FILE) as z:
         probes, self_ids, texts = z["vectors"], z["self_ids"], z["texts"].tolist()
     # the vectors searched are the encodings of the texts recorded beside them
-    np.testing.assert_allclose(probes, OnnxEncoder(Path(m.model.dir)).encode(texts), atol=1e-5)
+    np.testing.assert_allclose(probes, OnnxEncoder(Path(manifest.model.dir)).encode(texts), atol=1e-5)
     assert len(probes) == cal.sample_queries == cal.probes.n_probes
     version = IndexVersion(folder)
     try:
@@ -70,7 +71,7 @@ def check_recorded_recall(folder: Path, target: float = DEFAULT_TARGET_RECALL) -
             assert brute_force_recall(version, probes, self_ids, {name: value - 1}) < target
     finally:
         version.close()
-    return m, texts
+    return manifest, texts
 
 
 # --- Quora: the default build -----------------------------------------------------------------------------------
@@ -133,11 +134,11 @@ def test_opting_out_keeps_fixed_parameters(tiny_exported: Path, quora_file: Path
             "--rows", "3000", "--threads", "2", *args)
     assert r.returncode == 0, r.stderr
     folder = IndexRoot(tmp_path / "root").current_dir()
-    m = Manifest.load(folder)
-    assert m.index.kind == kind and m.index.params.model_dump()[param] == value
-    assert m.index.nprobe_calibration is None and m.index.calibration is None
+    manifest = Manifest.load(folder)
+    assert manifest.index.kind == kind and manifest.index.params.model_dump()[param] == value
+    assert manifest.index.nprobe_calibration is None and manifest.index.calibration is None
     assert not (folder / PROBES_FILE).exists() and "of the exact top 10 on" not in r.stdout
-    assert m.eval is not None and m.eval.search_params == {param: value}
+    assert manifest.eval is not None and manifest.eval.search_params == {param: value}
 
 
 def test_a_default_hnsw_build_calibrates_ef_search(tiny_exported: Path, quora_file: Path, tmp_path: Path) -> None:
@@ -152,8 +153,9 @@ def test_a_flat_build_has_nothing_to_calibrate(tiny_exported: Path, quora_file: 
     r = cli("build", "--root", str(tmp_path / "root"), "--model", str(tiny_exported), "--data", str(quora_file),
             "--rows", "300", "--threads", "2", "--no-eval")  # auto: flat below 10,000 documents
     assert r.returncode == 0, r.stderr
-    m = Manifest.load(IndexRoot(tmp_path / "root").current_dir())
-    assert m.index.kind == "flat" and m.index.calibration is None and m.index.nprobe_calibration is None
+    manifest = Manifest.load(IndexRoot(tmp_path / "root").current_dir())
+    assert (manifest.index.kind == "flat" and manifest.index.calibration is None
+            and manifest.index.nprobe_calibration is None)
 
 
 def test_no_calibrate_with_add_is_refused(quora_default: Path, tmp_path: Path) -> None:

@@ -669,7 +669,7 @@ def test_manifests_without_the_new_fields_still_load() -> None:
            "eval": {"mrr_at_10": 0.9, "recall_at_10": 0.95, "exact_mrr_at_10": 0.91, "ann_recall_at_10": 0.99,
                     "avg_retrieval_ms": 0.1, "batch_size": 1, "threads": 2, "nprobe": 20, "memory_gb": 0.01,
                     "n_queries": 1127, "n_docs": 2982, "measured_at": "2026-11-01T00:00:00Z"}}
-    m = Manifest.model_validate(old)
-    assert m.data.format is None and m.data.metadata_schema == {} and m.data.duplicate_ids == 0
-    assert m.eval is not None and m.eval.ndcg_at_10 is None and m.query_evals == {}
-    assert Manifest.model_validate_json(m.model_dump_json()) == m
+    manifest = Manifest.model_validate(old)
+    assert manifest.data.format is None and manifest.data.metadata_schema == {} and manifest.data.duplicate_ids == 0
+    assert manifest.eval is not None and manifest.eval.ndcg_at_10 is None and manifest.query_evals == {}
+    assert Manifest.model_validate_json(manifest.model_dump_json()) == manifest

@@ -50,14 +50,14 @@ def test_jsonl_build_keeps_external_ids_metadata_and_the_last_duplicate(minilm_m
     assert "jsonl: 6 rows read" in r.stdout and "4 documents, 1 empty texts skipped, 1 duplicate ids" in r.stdout
     assert "metadata: bucket: int, lang: str, score: float, year: int" in r.stdout
     folder = IndexRoot(root).current_dir()
-    m = Manifest.load(folder)
-    d = m.data
+    manifest = Manifest.load(folder)
+    d = manifest.data
     assert (d.protocol, d.format, d.rows_read, d.n_docs, d.skipped_empty_texts, d.duplicate_ids) == \
         ("corpus", "jsonl", 6, 4, 1, 1)
     assert d.fields is not None and (d.fields.id, d.fields.text, d.fields.title, d.fields.metadata) == \
         ("id", "text", None, None)
     assert d.metadata_schema == {"bucket": "int", "lang": "str", "score": "float", "year": "int"}
-    assert m.eval is None and m.index.ntotal == 4
+    assert manifest.eval is None and manifest.index.ntotal == 4
 
     enc = OnnxEncoder(minilm_mean)
     version = IndexVersion(folder)
@@ -238,8 +238,8 @@ def beir_build(tmp_path_factory: pytest.TempPathFactory, minilm_mean: Path, quor
 
 def test_beir_build_evaluates_its_queries(beir_build: tuple[Path, Path, dict[str, Any]]) -> None:
     beir, folder, made = beir_build
-    m = Manifest.load(folder)
-    d, e = m.data, m.eval
+    manifest = Manifest.load(folder)
+    d, e = manifest.data, manifest.eval
     assert d.format == "beir" and d.n_docs == len(made["docs"]) and d.n_queries == len(made["dups"])
     assert d.eval_source == f"{beir / 'queries.jsonl'} + {beir / 'qrels' / 'test.tsv'}"
     assert d.eval_judged_docs_missing == 1 and d.fields is not None and d.fields.id == "_id"
@@ -294,9 +294,10 @@ def test_eval_with_your_own_queries_on_a_corpus_built_without_them(beir_build: t
     for key in ("mrr_at_10", "ndcg_at_10", "recall_at_10", "recall_at_100", "exact_mrr_at_10", "exact_ndcg_at_10",
                 "exact_recall_at_10", "exact_recall_at_100", "n_queries"):
         assert got[key] == pytest.approx(getattr(ref, key), abs=1e-6), key  # same vectors, same judgments
-    m = Manifest.load(plain)
-    assert m.eval is None and list(m.query_evals) == [got["query_set"]]  # stored apart from the swap gate's
-    assert m.query_evals[got["query_set"]].ndcg_at_10 == got["ndcg_at_10"]
+    manifest = Manifest.load(plain)
+    assert manifest.eval is None and list(manifest.query_evals) == [got["query_set"]]  # stored apart from the swap
+                                                                                       # gate's
+    assert manifest.query_evals[got["query_set"]].ndcg_at_10 == got["ndcg_at_10"]
     # a queries file and a qrels file work too; the table names the figures
     r = cli("eval", "--root", str(root), "--queries", str(beir / "queries.jsonl"), "--qrels",
             str(beir / "qrels" / "test.tsv"))

@@ -121,9 +121,10 @@ def test_eval_reports_every_served_mode_and_the_manifest_keeps_them(built: dict[
     assert lex["index_kind"] is None and lex["nprobe"] is None
     # a flat index is exact search: hybrid's index and exact rankings agree
     assert got["modes"]["hybrid"]["ndcg_at_10_vs_exact"] == 0.0
-    m = Manifest.load(IndexRoot(built["root"]).current_dir())
-    assert set(m.eval_modes) == {"dense", "lexical", "hybrid"}  # (the JSON keeps keys sorted)
-    assert m.eval is not None and m.eval.mode == "dense" and m.eval_modes["lexical"].ndcg_at_10 == lex["ndcg_at_10"]
+    manifest = Manifest.load(IndexRoot(built["root"]).current_dir())
+    assert set(manifest.eval_modes) == {"dense", "lexical", "hybrid"}  # (the JSON keeps keys sorted)
+    assert (manifest.eval is not None and manifest.eval.mode == "dense"
+            and manifest.eval_modes["lexical"].ndcg_at_10 == lex["ndcg_at_10"])
     # the build evaluated every mode too, and said so
     assert "by /search mode:" in built["build"].stdout and "index vs exact: none (BM25" in built["build"].stdout
 
@@ -180,8 +181,8 @@ def test_modes_lexical_needs_no_encoder(built: dict[str, Any]) -> None:
     r = cli("eval", "--root", str(built["root"]), "--queries", str(built["beir"]), "--model", str(missing),
             "--modes", "dense")
     assert r.returncode != 0 and str(missing) in r.stderr and "Traceback" not in r.stderr
-    m = Manifest.load(IndexRoot(built["root"]).current_dir())
-    assert any("lexical" in by_mode for by_mode in m.query_eval_modes.values())
+    manifest = Manifest.load(IndexRoot(built["root"]).current_dir())
+    assert any("lexical" in by_mode for by_mode in manifest.query_eval_modes.values())
 
 
 def test_bad_modes_are_refused_with_the_reason(built: dict[str, Any], tiny_exported: Path) -> None:
@@ -209,8 +210,9 @@ def test_lexical_engine_is_chosen_at_build_recorded_and_served(built: dict[str, 
             "--no-eval", "--threads", "2")
     assert b.returncode == 0, b.stderr
     assert "lexical: tantivy BM25 k1=1.2 b=0.75" in b.stdout
-    m = Manifest.load(IndexRoot(root).current_dir())
-    assert m.lexical is not None and (m.lexical.engine, m.lexical.engine_reason) == ("tantivy", "asked for")
+    manifest = Manifest.load(IndexRoot(root).current_dir())
+    assert (manifest.lexical is not None
+            and (manifest.lexical.engine, manifest.lexical.engine_reason) == ("tantivy", "asked for"))
     version = IndexVersion(IndexRoot(root).current_dir())
     try:
         assert type(version.lexical).__module__ == "indexer.runtime.lexical_tantivy"

@@ -38,10 +38,10 @@ def build(root: Path, model: Path, quora: Path, *args: str) -> Manifest:
 
 def test_auto_is_flat_for_a_small_corpus_and_ivf_when_ivf_options_are_given(tiny_exported: Path, quora_file: Path,
                                                                             tmp_path: Path) -> None:
-    m = build(tmp_path / "auto", tiny_exported, quora_file, "--no-eval")
-    assert m.data.n_docs < AUTO_FLAT_BELOW
-    assert m.index.kind == "flat" and m.index.nlist is None and m.index.nprobe is None
-    assert m.index.factory == "IDMap2,Flat"
+    manifest = build(tmp_path / "auto", tiny_exported, quora_file, "--no-eval")
+    assert manifest.data.n_docs < AUTO_FLAT_BELOW
+    assert manifest.index.kind == "flat" and manifest.index.nlist is None and manifest.index.nprobe is None
+    assert manifest.index.factory == "IDMap2,Flat"
     ivf = build(tmp_path / "ivf", tiny_exported, quora_file, "--nprobe", "3", "--no-eval")
     assert ivf.index.kind == "ivf" and ivf.index.nprobe == 3 and ivf.index.params.nprobe == 3  # type: ignore[union-attr]
     # evaluated: a flat version is exact, so its top 10 is exact search's
@@ -51,13 +51,13 @@ def test_auto_is_flat_for_a_small_corpus_and_ivf_when_ivf_options_are_given(tiny
 
 
 def test_hnsw_calibrates_ef_search_and_serves_it(tiny_exported: Path, quora_file: Path, tmp_path: Path) -> None:
-    m = build(tmp_path / "root", tiny_exported, quora_file, "--index", "hnsw", "--hnsw-m", "8",
+    manifest = build(tmp_path / "root", tiny_exported, quora_file, "--index", "hnsw", "--hnsw-m", "8",
               "--target-recall", "0.99")
-    cal = m.index.calibration
-    assert m.index.kind == "hnsw" and cal is not None and cal.knob == "ef_search" and cal.target_recall == 0.99
+    cal = manifest.index.calibration
+    assert manifest.index.kind == "hnsw" and cal is not None and cal.knob == "ef_search" and cal.target_recall == 0.99
     assert cal.reached and cal.recall_at_10 >= 0.99
-    assert m.index.params.ef_search == cal.value and m.index.params.m == 8  # type: ignore[union-attr]
-    assert m.eval is not None and m.eval.search_params == {"ef_search": cal.value}
+    assert manifest.index.params.ef_search == cal.value and manifest.index.params.m == 8  # type: ignore[union-attr]
+    assert manifest.eval is not None and manifest.eval.search_params == {"ef_search": cal.value}
     version = IndexVersion(IndexRoot(tmp_path / "root").current_dir())  # what the API opens
     try:
         assert version.search_defaults() == {"ef_search": cal.value}

@@ -127,11 +127,11 @@ def test_worker_killed_during_build_is_retried(ray_cluster: str, minilm_mean: Pa
     killer.start()
     cfg = BuildConfig(model_dir=minilm_mean, data=str(quora_file), root=tmp_path / "root", rows=rows, threads=2,
                       evaluate=False)
-    m = build_on_ray(cfg, RayOptions(workers=2, shards=1, block_rows=64))  # 24 batches: work left at the kill
+    manifest = build_on_ray(cfg, RayOptions(workers=2, shards=1, block_rows=64))  # 24 batches: work left at the kill
     killer.join(timeout=5)
     assert killed, "no encoding actor was found to kill while the build ran"
-    assert m.distributed is not None
-    actors = sorted(a.actor for a in m.distributed.actors)
+    assert manifest.distributed is not None
+    actors = sorted(a.actor for a in manifest.distributed.actors)
     print(f"\nkilled actor pid {killed[0]} (of {alive_at_kill}); vectors came from actors {actors}")
     replacements = [a for a in actors if int(a.rsplit(":", 1)[1]) not in alive_at_kill]
     assert replacements  # Ray restarted the actor (a new pid) and it encoded the retried batches
@@ -212,11 +212,11 @@ def _id_text_builds(minilm_mean: Path, quora_file: Path, tmp_path: Path, capsys:
         assert rc == 0, out
         assert f"{len(docs)} vectors" in out and "2 encoding actors" in out
         folder = IndexRoot(root).current_dir()
-        m = Manifest.load(folder)
-        assert m.data.protocol == "corpus" and m.data.n_docs == len(docs) and m.data.n_queries == 0
-        assert m.data.source == str(data) and m.eval is None
-        assert len(m.index.shards) == (0 if shards == 1 else shards)
-        assert m.distributed is not None and sum(a.vectors for a in m.distributed.actors) == len(docs)
+        manifest = Manifest.load(folder)
+        assert manifest.data.protocol == "corpus" and manifest.data.n_docs == len(docs) and manifest.data.n_queries == 0
+        assert manifest.data.source == str(data) and manifest.eval is None
+        assert len(manifest.index.shards) == (0 if shards == 1 else shards)
+        assert manifest.distributed is not None and sum(a.vectors for a in manifest.distributed.actors) == len(docs)
 
         ids_r, vecs_r = vectors_by_id(folder)
         assert np.array_equal(ids_r, ids_t)  # every document once, nothing else
@@ -232,14 +232,14 @@ def _id_text_builds(minilm_mean: Path, quora_file: Path, tmp_path: Path, capsys:
             hits = version.hits(*version.search(vecs_t[:5], 1))
         finally:
             version.close()
-        assert [h[0].id for h in hits] == ids_t[:5].tolist()  # a document's own text finds it first
+        assert [h[0].faiss_id for h in hits] == ids_t[:5].tolist()  # a document's own text finds it first
         assert hits[0][0].text == docs[int(ids_t[0])]
         mrr, _ = rank_metrics(got, gold)
         assert tsv.eval is not None
         with capsys.disabled():
             print(f"\n{name}: {len(ids_r)} ids equal to the TSV build's, cosine min {cosine.min():.7f}, "
                   f"MRR@10 of the TSV eval queries {mrr:.4f} (TSV build {tsv.eval.mrr_at_10:.4f}); actors "
-                  f"{[a.vectors for a in m.distributed.actors]}")
+                  f"{[a.vectors for a in manifest.distributed.actors]}")
         assert abs(mrr - tsv.eval.mrr_at_10) <= 0.01
 
         assert indexer_main(["eval", "--root", str(root)]) == 2  # no eval set in an id,text corpus: said so

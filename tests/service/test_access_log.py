@@ -36,14 +36,15 @@ def _get(app: FastAPI, paths: list[tuple[str, dict[str, str]]]) -> list[httpx.Re
 
 
 def test_unhandled_error_is_a_json_500_with_request_id_and_counted() -> None:
-    m = Metrics()
-    ok, boom, missing = _get(_app(m), [("/items/1", {"X-Request-ID": "abc"}), ("/items/13", {"X-Request-ID": 'q"x'}),
+    metrics = Metrics()
+    ok, boom, missing = _get(_app(metrics),
+                             [("/items/1", {"X-Request-ID": "abc"}), ("/items/13", {"X-Request-ID": 'q"x'}),
                                        ("/nope/1", {})])
     assert ok.status_code == 200 and ok.headers["X-Request-ID"] == "abc"
     assert boom.status_code == 500 and boom.json() == {"detail": "internal error", "request_id": 'q"x'}
     assert boom.headers["X-Request-ID"] == 'q"x'
     assert missing.status_code == 404 and len(missing.headers["X-Request-ID"]) == 32
-    count = m.registry.get_sample_value
+    count = metrics.registry.get_sample_value
     assert count("strata_requests_total", {"endpoint": "/items/{item}", "method": "GET", "status": "200"}) == 1
     assert count("strata_requests_total", {"endpoint": "/items/{item}", "method": "GET", "status": "500"}) == 1
     assert count("strata_errors_total", {"endpoint": "unmatched", "status": "404"}) == 1

@@ -43,10 +43,10 @@ def served(tmp_path_factory: pytest.TempPathFactory, tiny_exported: Path):
     assert "nothing encoded" in r.stdout
     version = IndexRoot(root).current_version()
     assert version is not None
-    m = Manifest.load(IndexRoot(root).version_dir(version))
+    manifest = Manifest.load(IndexRoot(root).version_dir(version))
     server = start_server(tmp, {"STRATA_INDEX_ROOT": str(root), "STRATA_WATCH_INTERVAL_S": "0"})
     try:
-        yield server, vecs, m
+        yield server, vecs, manifest
     finally:
         stop_server(server)
 

@@ -220,12 +220,12 @@ def test_inference_workers_run_faiss_with_the_configured_threads() -> None:
     every core per worker."""
     import faiss
 
-    from service.engine import Engine
+    from service.engine import Collection
     from service.settings import Settings
 
-    engine = Engine(Settings(workers=2, threads=1))
+    collection = Collection(Settings(workers=2, threads=1))
     try:
-        counts = {engine.pool.submit(faiss.omp_get_max_threads).result() for _ in range(8)}
+        counts = {collection.pool.submit(faiss.omp_get_max_threads).result() for _ in range(8)}
     finally:
-        engine.pool.shutdown()
+        collection.pool.shutdown()
     assert counts == {1}

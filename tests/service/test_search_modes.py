@@ -110,11 +110,13 @@ def as_list(hits: list[dict[str, Any]], fids: dict[Any, int]) -> tuple[np.ndarra
 
 
 def test_the_build_records_the_lexical_index_and_the_default_mode(root: Path) -> None:
-    m = Manifest.load(IndexRoot(root).current_dir())
-    assert m.lexical is not None and (m.lexical.stemmer, m.lexical.stopwords) == ("english", "english")
-    assert (m.lexical.k1, m.lexical.b, m.lexical.n_docs) == (0.9, 0.4, N_DOCS) and m.lexical.engine == "bm25s"
+    manifest = Manifest.load(IndexRoot(root).current_dir())
+    assert (manifest.lexical is not None
+            and (manifest.lexical.stemmer, manifest.lexical.stopwords) == ("english", "english"))
+    assert ((manifest.lexical.k1, manifest.lexical.b, manifest.lexical.n_docs) == (0.9, 0.4, N_DOCS)
+            and manifest.lexical.engine == "bm25s")
     assert (IndexRoot(root).current_dir() / "lexical" / "rows.npy").is_file()
-    assert m.default_mode is None and m.search_mode() == "hybrid"
+    assert manifest.default_mode is None and manifest.search_mode() == "hybrid"
 
 
 def test_each_mode_reports_what_ran_and_its_stages(served: Server) -> None:
@@ -262,8 +264,8 @@ def test_stats_and_metrics_show_the_modes(served: Server) -> None:
 def test_a_version_without_a_lexical_index_serves_dense_and_refuses_lexical(
         tmp_path: Path, rows: list[dict[str, Any]], minilm_mean: Path) -> None:
     root = build(tmp_path, rows[:60], minilm_mean, "--no-lexical")
-    m = Manifest.load(IndexRoot(root).current_dir())
-    assert m.lexical is None and m.search_mode() == "dense"
+    manifest = Manifest.load(IndexRoot(root).current_dir())
+    assert manifest.lexical is None and manifest.search_mode() == "dense"
     assert not (IndexRoot(root).current_dir() / "lexical").exists()
     srv = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(root), "STRATA_WATCH_INTERVAL_S": "0"})
     try:
@@ -292,8 +294,8 @@ def test_build_refuses_bad_lexical_settings_before_any_work(tmp_path: Path, rows
 
 def test_default_mode_is_a_build_option(tmp_path: Path, rows: list[dict[str, Any]], minilm_mean: Path) -> None:
     root = build(tmp_path, rows[:60], minilm_mean, "--default-mode", "lexical", "--lexical-stemmer", "none")
-    m = Manifest.load(IndexRoot(root).current_dir())
-    assert m.default_mode == "lexical" and m.lexical is not None and m.lexical.stemmer == "none"
+    manifest = Manifest.load(IndexRoot(root).current_dir())
+    assert manifest.default_mode == "lexical" and manifest.lexical is not None and manifest.lexical.stemmer == "none"
     srv = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(root), "STRATA_WATCH_INTERVAL_S": "0"})
     try:
         with srv.client() as c:

@@ -67,8 +67,8 @@ def test_a_collections_own_knobs_come_between_the_request_and_the_process(quora_
     queries = [QUERY, "How can I lose weight fast?", "What is the best way to learn Python?", "Why is the sky blue?",
                "How do I get a job at Google?", "What is love?", "How do I invest in stocks?", "Is time travel real?"]
 
-    def ids(**knobs: int) -> list[list[object]]:
-        r = c.post("/search", json={"queries": queries, "top_k": 10, **knobs})
+    def ids(**search_params: int) -> list[list[object]]:
+        r = c.post("/search", json={"queries": queries, "top_k": 10, **search_params})
         assert r.status_code == 200, r.text
         return [[h["id"] for h in res["hits"]] for res in r.json()["results"]]
 

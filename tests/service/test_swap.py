@@ -54,7 +54,7 @@ def expected_top10(root: Path, version: str) -> tuple[int, ...]:
 
     searcher = Searcher.open(root / "versions" / version, threads=1)
     try:
-        return tuple(h.id for h in searcher.search([QUERY], 10).hits[0])
+        return tuple(h.faiss_id for h in searcher.search([QUERY], 10).hits[0])
     finally:
         searcher.close()
 
@@ -218,9 +218,9 @@ def fake_version(root: Path, mutate) -> str:  # noqa: ANN001 (callable on the co
     r = IndexRoot(root)
     name = new_version_name()
     shutil.copytree(r.current_dir(), r.version_dir(name))
-    m = Manifest.load(r.version_dir(name))
-    m.version = name
-    m.save(r.version_dir(name))
+    manifest = Manifest.load(r.version_dir(name))
+    manifest.version = name
+    manifest.save(r.version_dir(name))
     mutate(r.version_dir(name))
     r.set_current(name)
     return name

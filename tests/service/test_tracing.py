@@ -182,7 +182,7 @@ def test_the_apps_provider_is_its_own_not_the_global_one(traced) -> None:  # noq
 def test_tracing_off_has_no_provider_and_imports_no_sdk() -> None:
     code = ("import sys\nfrom service.main import create_app\napp = create_app()\n"
             "assert not app.state.tracing.enabled and app.state.tracing.provider is None\n"
-            "assert app.state.engine.tracing is app.state.tracing\n"
+            "assert app.state.default_collection.tracing is app.state.tracing\n"
             "sdk = sorted(m for m in sys.modules if m.startswith('opentelemetry.sdk'))\n"
             "assert not sdk, sdk\nprint('ok')\n")
     env = {k: v for k, v in os.environ.items() if k != "STRATA_OTLP_ENDPOINT"}

@@ -244,11 +244,12 @@ def test_writes_survive_a_rebuild_from_source_data_compaction_and_restart(root: 
             assert r.returncode == 0, r.stderr
             assert "folded 5 write log entries" not in r.stdout and "folded 10 write log entries" in r.stdout
             folder = IndexRoot(root).current_dir()
-            m = Manifest.load(folder)
-            assert m.parent_version == v1 and m.writes is not None
-            assert (m.writes.folded_seq, m.writes.entries, m.writes.upserted, m.writes.deleted) == (10, 10, 2, 5)
-            assert m.index.ntotal == m.data.n_docs == DOCS + 1 - 5
-            assert m.data.metadata_schema == {"bucket": "int", "year": "int"}  # "fresh" (lang) was deleted
+            manifest = Manifest.load(folder)
+            assert manifest.parent_version == v1 and manifest.writes is not None
+            assert ((manifest.writes.folded_seq, manifest.writes.entries, manifest.writes.upserted,
+                     manifest.writes.deleted) == (10, 10, 2, 5))
+            assert manifest.index.ntotal == manifest.data.n_docs == DOCS + 1 - 5
+            assert manifest.data.metadata_schema == {"bucket": "int", "year": "int"}  # "fresh" (lang) was deleted
             store = Store(folder / STORE)
             try:
                 fid = store.ids_of([20_000_001, "fresh"])
@@ -322,11 +323,12 @@ def test_acknowledged_writes_are_searchable_lexically_and_survive_sigkill_and_co
     r = indexer_cli("compact", "--root", str(root), "--threads", "1")
     assert r.returncode == 0, r.stderr
     folder = IndexRoot(root).current_dir()
-    m = Manifest.load(folder)
-    assert m.writes is not None and m.lexical is not None and m.lexical.n_docs == m.index.ntotal == DOCS + 1
+    manifest = Manifest.load(folder)
+    assert (manifest.writes is not None and manifest.lexical is not None
+            and manifest.lexical.n_docs == manifest.index.ntotal == DOCS + 1)
     from indexer.runtime.lexical import open_lexical
 
-    lexical, store = open_lexical(folder, m.lexical), Store(folder / STORE)
+    lexical, store = open_lexical(folder, manifest.lexical), Store(folder / STORE)
     try:
         fid = store.ids_of(["lex-a"])["lex-a"]
         assert lexical.search("alphaquokka", 5)[1].tolist() == [fid]  # in the version's own BM25 index now
@@ -492,8 +494,8 @@ def test_quora_versions_take_string_ids_and_metadata_like_any_corpus(tmp_path: P
             assert top_hit(c, written_text(7))["metadata"] == {"a": 1}
         r = indexer_cli("compact", "--root", str(root), "--threads", "1", "--no-eval")
         assert r.returncode == 0 and "folded 2 write log entries" in r.stdout, r.stderr
-        m = Manifest.load(IndexRoot(root).current_dir())
-        assert m.data.protocol != "corpus" and m.data.metadata_schema == {"a": "int"}
+        manifest = Manifest.load(IndexRoot(root).current_dir())
+        assert manifest.data.protocol != "corpus" and manifest.data.metadata_schema == {"a": "int"}
         store = Store(IndexRoot(root).current_dir() / STORE)
         try:
             assert store.ids_of(["s", 999_999]).keys() == {"s", 999_999}

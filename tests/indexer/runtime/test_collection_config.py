@@ -49,12 +49,12 @@ def test_precedence_request_then_collection_then_defaults() -> None:
     config = cc.CollectionConfig(mode="hybrid", fusion="rrf", rrf_k=20, alpha=0.8, search={"nprobe": 40})
     q = Query(["x"], 5, None, None, None, None)
     shaped = config.shape(q, "ivf")
-    assert (shaped.mode, shaped.knobs) == ("hybrid", {"nprobe": 40})
+    assert (shaped.mode, shaped.search_params) == ("hybrid", {"nprobe": 40})
     asked = config.shape(Query(["x"], 5, None, {"nprobe": 3}, "dense", None), "ivf")
-    assert (asked.mode, asked.knobs) == ("dense", {"nprobe": 3})
+    assert (asked.mode, asked.search_params) == ("dense", {"nprobe": 3})
     # a brought vector decides its own mode; a kind that takes no such knob leaves the collection's unapplied
     assert config.shape(q, "hnsw", brought_vector=True).mode is None
-    assert config.shape(q, "flat").knobs is None
+    assert config.shape(q, "flat").search_params is None
     # fusion: each field from the request, else the collection's, else the built-in default
     assert config.fusion_for(None, None, None) == Fusion("rrf", 20, 0.8)
     assert config.fusion_for(None, None, 0.1) == Fusion("convex", 20, 0.1)  # alpha alone means convex

@@ -85,8 +85,8 @@ def test_exact_search_refuses_codes_that_do_not_hold_the_vectors() -> None:
 def test_default_build_stores_fp16_codes(quora_root: Path) -> None:
     import faiss
 
-    m = Manifest.load(IndexRoot(quora_root).current_dir())
-    assert m.index.factory == f"IVF{m.index.nlist},SQfp16"
+    manifest = Manifest.load(IndexRoot(quora_root).current_dir())
+    assert manifest.index.factory == f"IVF{manifest.index.nlist},SQfp16"
     version = IndexVersion(IndexRoot(quora_root).current_dir())
     ivf = faiss.downcast_index(faiss.extract_index_ivf(version.index))
     assert isinstance(ivf, faiss.IndexIVFScalarQuantizer) and not ivf.by_residual

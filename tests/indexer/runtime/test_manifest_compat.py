@@ -27,9 +27,9 @@ OLD = Path(__file__).parent / "data" / "main-ivf-version"
 def test_a_manifest_written_by_main_loads_as_ivf() -> None:
     raw = json.loads((OLD / "manifest.json").read_text())
     assert "params" not in raw["index"] and raw["index"]["nprobe"] == 2  # really the old shape
-    m = Manifest.load(OLD)
-    assert m.index.kind == "ivf"
-    assert m.index.params == IvfParams(nlist=4, nlist_requested=1024, codec="SQfp16", nprobe=2)
+    manifest = Manifest.load(OLD)
+    assert manifest.index.kind == "ivf"
+    assert manifest.index.params == IvfParams(nlist=4, nlist_requested=1024, codec="SQfp16", nprobe=2)
 
 
 def test_an_old_version_opens_and_searches_as_before(tmp_path: Path) -> None:
@@ -42,7 +42,7 @@ def test_an_old_version_opens_and_searches_as_before(tmp_path: Path) -> None:
         assert version.search_defaults() == {"nprobe": 2}
         queries = vectors[:20]
         _, exact = version.ann.exact_search(queries, 5)
-        _, every_list = version.search(queries, 5, knobs={"nprobe": 4})
+        _, every_list = version.search(queries, 5, search_params={"nprobe": 4})
         assert np.array_equal(every_list, exact)  # every list probed: exact (fp16 codes hold the vectors)
         assert (exact[:, 0] == np.arange(20) * 3).all()  # each vector finds itself first
         hits = version.hits(*version.search(queries[:1], 3))
@@ -54,9 +54,9 @@ def test_an_old_version_opens_and_searches_as_before(tmp_path: Path) -> None:
 def test_saving_keeps_the_old_fields_for_older_readers(tmp_path: Path) -> None:
     folder = tmp_path / "v"
     shutil.copytree(OLD, folder)
-    m = Manifest.load(folder)
-    m.index.set_nprobe(3)
-    m.save(folder)
+    manifest = Manifest.load(folder)
+    manifest.index.set_nprobe(3)
+    manifest.save(folder)
     raw = json.loads((folder / "manifest.json").read_text())["index"]
     assert raw["nprobe"] == 3 and raw["nlist"] == 4 and raw["factory"] == "IVF4,SQfp16"  # what main reads
     old_keys = {"kind": "ivf", "nlist": 4, "nlist_requested": 1024, "codec": "SQfp16", "nprobe": 3}
@@ -68,9 +68,9 @@ def test_saving_keeps_the_old_fields_for_older_readers(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("params", [FlatParams(), HnswParams(m=16, ef_construction=40, ef_search=32)])
 def test_other_kinds_record_their_typed_parameters(params: FlatParams | HnswParams, tmp_path: Path) -> None:
-    m = Manifest.load(OLD)
-    m.index = IndexInfo.for_params(params, 200)
-    m.save(tmp_path)
+    manifest = Manifest.load(OLD)
+    manifest.index = IndexInfo.for_params(params, 200)
+    manifest.save(tmp_path)
     raw = json.loads((tmp_path / "manifest.json").read_text())["index"]
     assert raw["params"]["kind"] == params.kind and raw["nlist"] is None and raw["nprobe"] is None
     assert Manifest.load(tmp_path).index.params == params

@@ -109,7 +109,7 @@ def test_overlay_answers_equal_brute_force_over_what_is_served(tmp_path: Path) -
         assert [fid_to_ext[i] for i in row_ids] == want
         assert len(set(row_ids)) == 10
         for hit in row_hits:
-            ext = fid_to_ext[hit.id]
+            ext = fid_to_ext[hit.faiss_id]
             assert hit.ext_id == ext
             assert hit.text == (f"written {ext}" if ext in {"fresh-a", 20, "doc-3", 123457, "20"} else f"text of {ext}")
     assert ids[0, 0] == live.overlay._fid_of["fresh-a"] and ids[1, 0] == 20 and abs(scores[1, 0] - 1) < 1e-5
@@ -274,9 +274,9 @@ def test_lexical_search_over_the_overlay_equals_bm25_over_what_is_served(tmp_pat
     served_vecs, fid_of = make_version(folder)
     base_texts = {e: words_text(i) for i, e in enumerate(served_vecs)}
     info = build_lexical(folder, [(fid_of[e], t) for e, t in base_texts.items()], lexical_info())
-    m = Manifest.load(folder)
-    m.lexical = info
-    m.save(folder)
+    manifest = Manifest.load(folder)
+    manifest.lexical = info
+    manifest.save(folder)
     live = LiveIndex(IndexVersion(folder))
     meta = {e: {"n": i} for i, e in enumerate(served_vecs)}
     texts = dict(base_texts)
@@ -336,9 +336,9 @@ def test_a_cached_filter_match_still_honours_later_writes(tmp_path: Path) -> Non
     folder = tmp_path / "v1"
     served, fid_of = make_version(folder)
     info = build_lexical(folder, [(fid_of[e], f"kite {i}") for i, e in enumerate(served)], lexical_info())
-    m = Manifest.load(folder)
-    m.lexical = info
-    m.save(folder)
+    manifest = Manifest.load(folder)
+    manifest.lexical = info
+    manifest.save(folder)
     live = LiveIndex(IndexVersion(folder))
     flt = {"n": {"lt": 10}}  # 10 of 400 base documents
     q = served[40][None, :]  # document 40 (n=4) is its own nearest neighbour

@@ -55,7 +55,7 @@ def test_the_old_store_opens_and_answers_like_before(tmp_path: Path) -> None:
         scores, ids = version.search(vectors[:3], 2)
         assert ids[:, 0].tolist() == QIDS[:3]  # each vector finds its own qid first
         hits = version.hits(scores, ids)
-        assert [(h.id, h.ext_id, h.text, h.metadata) for h in (row[0] for row in hits)] == \
+        assert [(h.faiss_id, h.ext_id, h.text, h.metadata) for h in (row[0] for row in hits)] == \
             [(q, q, f"question {q}", {}) for q in QIDS[:3]]
         store = version.store
         assert store.ids_of([4, "4", 5, 7]) == {4: 4, 7: 7}  # typed: the string "4" is another document
@@ -86,8 +86,8 @@ def test_the_overlay_on_an_old_version_takes_any_id_and_compaction_brings_its_st
         hits = live.hits(*live.search(vecs, 1))
         assert [(h[0].ext_id, h[0].text, h[0].metadata) for h in hits] == \
             [("s-1", "a string id", {"lang": "en"}), (4, "qid 4 rewritten", {})]
-        assert hits[1][0].id == 4  # the replaced qid keeps its FAISS id
-        string_fid = hits[0][0].id
+        assert hits[1][0].faiss_id == 4  # the replaced qid keeps its FAISS id
+        string_fid = hits[0][0].faiss_id
     finally:
         live.close()
 

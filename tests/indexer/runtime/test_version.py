@@ -21,7 +21,7 @@ def test_known_duplicate_retrieves_its_partner(quora_root: Path, minilm_mean: Pa
     hits = version.hits(*version.search(vec, 3))
     top = hits[0][0]
     assert top.text == "What should I do to be a great geologist?"
-    assert (top.id, top.ext_id, top.metadata) == (16, 16, {})  # a Quora store: the qid is the id, no metadata
+    assert (top.faiss_id, top.ext_id, top.metadata) == (16, 16, {})  # a Quora store: the qid is the id, no metadata
     version.close()
 
 

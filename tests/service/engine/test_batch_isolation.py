@@ -47,7 +47,7 @@ def test_a_request_that_breaks_a_shared_step_fails_alone(searcher: Searcher, ste
             assert res.vectors is not None and alone.vectors is not None
             assert abs(res.vectors - alone.vectors).max() < 1e-5
         else:
-            assert [[h.id for h in q] for q in res.hits] == [[h.id for h in q] for q in alone.hits]
+            assert [[h.faiss_id for h in q] for q in res.hits] == [[h.faiss_id for h in q] for q in alone.hits]
             assert all(len(q) == 5 for q in res.hits)
     with pytest.raises(type(bad.error)):  # on its own, `search` raises it (the swap's probe relies on that)
         searcher.search(BREAKERS[step].texts, BREAKERS[step].top_k or 1, BREAKERS[step].filter)
@@ -77,7 +77,7 @@ def test_a_batch_of_mixed_modes_answers_each_request_as_alone(searcher: Searcher
             assert res.vectors is not None and alone.vectors is not None
             assert abs(res.vectors - alone.vectors).max() < 1e-5
             continue
-        assert [[h.id for h in q] for q in res.hits] == [[h.id for h in q] for q in alone.hits]
+        assert [[h.faiss_id for h in q] for q in res.hits] == [[h.faiss_id for h in q] for q in alone.hits]
         assert all(0 < len(q) <= job.top_k for q in res.hits) and len(res.hits) == len(job.texts)
         if job.mode == "lexical":
             assert res.encode_ms == 0 and res.tokens == [] and res.stages.dense_ms == 0

@@ -18,20 +18,20 @@ QUERIES = ["How can I be a good geologist?", "What is the step by step guide to 
 
 
 def test_run_batch_equals_separate_calls(quora_root: Path) -> None:
-    engine = Searcher.open(IndexRoot(quora_root).current_dir())
+    searcher = Searcher.open(IndexRoot(quora_root).current_dir())
     jobs = [Job(QUERIES[:2], 5), Job(QUERIES[2:3], None), Job(QUERIES[3:6], 10), Job(QUERIES[6:], 1)]
-    batched = engine.run_batch(jobs)
+    batched = searcher.run_batch(jobs)
     assert [r.batch_texts for r in batched] == [len(QUERIES)] * 4
     for job, res in zip(jobs, batched, strict=True):
         k = job.top_k
-        alone = engine.run_batch([job])[0]
+        alone = searcher.run_batch([job])[0]
         if k is None:
             assert res.hits == [] and res.vectors is not None
             assert np.allclose(res.vectors, alone.vectors, atol=1e-5)
         else:
-            assert [[h.id for h in q] for q in res.hits] == [[h.id for h in q] for q in alone.hits]
+            assert [[h.faiss_id for h in q] for q in res.hits] == [[h.faiss_id for h in q] for q in alone.hits]
             assert all(len(q) == k for q in res.hits)
-    engine.close()
+    searcher.close()
 
 
 async def _burst(url: str, n: int) -> list[httpx.Response]:

@@ -161,13 +161,13 @@ def open_sharded(folder: Path) -> Any:
     from service.engine.sharded import ShardedIndex, ShardSearcher
     from service.settings import Settings
 
-    m = Manifest.load(folder)
-    handles = [InProcessReplica(ShardSearcher.func_or_class(str(folder / s.file), m.index.params.nprobe))
-               for s in m.index.shards]
+    manifest = Manifest.load(folder)
+    handles = [InProcessReplica(ShardSearcher.func_or_class(str(folder / s.file), manifest.index.params.nprobe))
+               for s in manifest.index.shards]
     backend = SimpleNamespace(settings=Settings(), retire=lambda apps: None)
     from indexer.runtime.store import Store
 
-    return ShardedIndex(backend, m, [], handles, Store(folder / STORE), N, m.index.params.nprobe)  # type: ignore[arg-type]
+    return ShardedIndex(backend, manifest, [], handles, Store(folder / STORE), N, manifest.index.params.nprobe)  # type: ignore[arg-type]
 
 
 def open_served(backend: str, kind: str, corpus: Corpus, tmp: Path) -> Any:
@@ -192,8 +192,8 @@ def served(request: pytest.FixtureRequest, corpus: Corpus, tmp_path: Path) -> It
 # -- the contract ------------------------------------------------------------------------------------------------
 
 def answers(index: Any, queries: np.ndarray, k: int, flt: dict | None = None,
-            knobs: dict[str, int] | None = None) -> list[list[Any]]:
-    scores, ids = index.search(queries, k, None if flt is None else index.match(flt), knobs=knobs)
+            search_params: dict[str, int] | None = None) -> list[list[Any]]:
+    scores, ids = index.search(queries, k, None if flt is None else index.match(flt), search_params=search_params)
     return index.hits(scores, ids)
 
 
@@ -245,16 +245,16 @@ def test_search_parameters_are_the_kinds_own(served: tuple[str, str, Any], corpu
     queries = unit(5, seed=6)
     own = {"ivf": {"nprobe": NLIST}, "hnsw": {"ef_search": 2 * N}, "flat": {}}[kind]
     want = brute_force(corpus.served(), queries, K)
-    assert [[h.ext_id for h in row] for row in answers(index, queries, K, knobs=own)] == want
+    assert [[h.ext_id for h in row] for row in answers(index, queries, K, search_params=own)] == want
     if kind == "ivf":  # one list: fewer neighbours found than with all eight, and the answer still well-formed
-        one = answers(index, queries, K, knobs={"nprobe": 1})
+        one = answers(index, queries, K, search_params={"nprobe": 1})
         assert sum(len(set(h.ext_id for h in r) & set(w)) for r, w in zip(one, want, strict=True)) < 5 * K
     for other in ({"nprobe": 4}, {"ef_search": 32}):
         if set(other) <= set(own):
             continue
         with pytest.raises(IndexParamError, match=f"'{next(iter(other))}' is not a search parameter of this "
                                                   f"version's {kind} index"):
-            answers(index, queries, K, knobs=other)
+            answers(index, queries, K, search_params=other)
 
 
 def test_deletes_and_replacements_through_the_write_overlay(served: tuple[str, str, Any], corpus: Corpus) -> None:
@@ -323,9 +323,9 @@ def test_a_manifest_of_the_wrong_kind_for_its_file_is_a_load_error(corpus: Corpu
     from indexer.runtime.version import IndexLoadError
 
     folder = corpus.version(tmp_path / "v", "hnsw")
-    m = Manifest.load(folder)
-    m.index = IndexInfo.for_params(FlatParams(), N)
-    m.save(folder)
+    manifest = Manifest.load(folder)
+    manifest.index = IndexInfo.for_params(FlatParams(), N)
+    manifest.save(folder)
     with pytest.raises(IndexLoadError, match="the manifest says flat but the file holds"):
         IndexVersion(folder)
 
@@ -360,10 +360,10 @@ class LexicalCorpus(Corpus):
         """A flat version with its lexical index of `engine`, built as `indexer build` does (from the store's
         texts)."""
         self.version(folder, "flat")
-        m = Manifest.load(folder)
-        m.lexical = build_lexical(folder, zip(self.fids, (self.texts[e] for e in self.ext), strict=True),
+        manifest = Manifest.load(folder)
+        manifest.lexical = build_lexical(folder, zip(self.fids, (self.texts[e] for e in self.ext), strict=True),
                                   lexical_info(engine=engine))
-        m.save(folder)
+        manifest.save(folder)
         return folder
 
 

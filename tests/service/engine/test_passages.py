@@ -24,7 +24,7 @@ from indexer.runtime.manifest import Manifest
 from indexer.runtime.passages import parse_passage_id
 from indexer.runtime.query import Query
 from indexer.runtime.writelog import WriteLog, log_path
-from service.engine import BadVector, Document, Engine
+from service.engine import BadVector, Collection, Document
 from service.settings import Settings
 from tests.conftest import indexer_cli
 
@@ -76,39 +76,39 @@ def root(template: Path, tmp_path: Path) -> Path:
 
 def run(root: Path, scenario) -> None:  # noqa: ANN001 - an async function of the engine
     async def go() -> None:
-        engine = Engine(Settings(index_root=root, workers=1, threads=1, watch_interval_s=0, write_threads=1,
+        collection = Collection(Settings(index_root=root, workers=1, threads=1, watch_interval_s=0, write_threads=1,
                                  request_timeout_s=300))
-        await engine.start()
+        await collection.start()
         try:
-            await scenario(engine)
+            await scenario(collection)
         finally:
-            await engine.stop()
+            await collection.stop()
 
     asyncio.run(go())
 
 
-async def passages_of(engine: Engine, query: str, **kw: Any) -> list[tuple[Any, int, int]]:
+async def passages_of(collection: Collection, query: str, **kw: Any) -> list[tuple[Any, int, int]]:
     """(document id, passage number, passage count) of every passage BM25 finds for `query`."""
-    r = await engine.search(Query([query], 100, mode="lexical", passages=True, **kw))
+    r = await collection.search(Query([query], 100, mode="lexical", passages=True, **kw))
     return [(h.ext_id, h.passage.index, h.passage.count) for h in r.hits[0]]
 
 
 def test_the_build_records_its_passages_and_why(template: Path) -> None:
     from indexer.runtime.layout import IndexRoot
 
-    m = Manifest.load(IndexRoot(template).current_dir())
-    p = m.chunking()
+    manifest = Manifest.load(IndexRoot(template).current_dir())
+    p = manifest.chunking()
     assert p is not None and (p.chunk, p.overlap, p.reason) == (24, 4, "--chunk 24")
-    assert p.docs_split == 12 and p.passages == m.index.ntotal > 13
-    assert m.data.n_docs == 13  # documents, not passages
+    assert p.docs_split == 12 and p.passages == manifest.index.ntotal > 13
+    assert manifest.data.n_docs == 13  # documents, not passages
 
 
 def test_search_returns_documents_with_their_best_passage(template: Path) -> None:
     texts = {r["id"]: r["text"] for r in corpus()}
 
-    async def scenario(engine: Engine) -> None:
+    async def scenario(collection: Collection) -> None:
         for mode in ("dense", "lexical", "hybrid"):
-            r = await engine.search(Query([COMET], 3, mode=mode))
+            r = await collection.search(Query([COMET], 3, mode=mode))
             hits = r.hits[0]
             assert len(hits) == 3 and len({h.ext_id for h in hits}) == 3, mode  # top_k counts documents
             assert {corpus()[i]["topic"] for i in range(12) if corpus()[i]["id"] in {h.ext_id for h in hits}} == \
@@ -120,11 +120,11 @@ def test_search_returns_documents_with_their_best_passage(template: Path) -> Non
                 assert set(h.metadata) == {"topic"}
             assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
         # passages themselves: several of one document may rank, ids are still the documents'
-        r = await engine.search(Query([COMET], 8, mode="dense", passages=True))
+        r = await collection.search(Query([COMET], 8, mode="dense", passages=True))
         ids = [h.ext_id for h in r.hits[0]]
         assert len(ids) == 8 and len(set(ids)) < 8
         # the short document: one passage, its text escaped in the snippet
-        r = await engine.search(Query(["kites wind"], 1, mode="lexical"))
+        r = await collection.search(Query(["kites wind"], 1, mode="lexical"))
         h = r.hits[0][0]
         assert h.ext_id == 99 and (h.passage.start, h.passage.end, h.passage.count) == (0, len(h.text), 1)
         assert h.passage.snippet == "A short note on <mark>kites</mark> &amp; &lt;b&gt;<mark>wind</mark>&lt;/b&gt;."
@@ -133,9 +133,9 @@ def test_search_returns_documents_with_their_best_passage(template: Path) -> Non
 
 
 def test_filters_select_by_the_documents_metadata(template: Path) -> None:
-    async def scenario(engine: Engine) -> None:
+    async def scenario(collection: Collection) -> None:
         for mode in ("dense", "hybrid"):
-            r = await engine.search(Query([COMET], 5, {"topic": "cooking"}, mode=mode))
+            r = await collection.search(Query([COMET], 5, {"topic": "cooking"}, mode=mode))
             assert len(r.hits[0]) == 4 and {h.metadata["topic"] for h in r.hits[0]} == {"cooking"}
 
     run(template, scenario)
@@ -144,28 +144,28 @@ def test_filters_select_by_the_documents_metadata(template: Path) -> None:
 def test_writes_replace_and_delete_all_of_a_documents_passages_in_one_transaction(root: Path) -> None:
     count_seen: list[int] = []
 
-    async def scenario(engine: Engine) -> None:
-        before = [p for p in await passages_of(engine, "comets") if p[0] == 9]
+    async def scenario(collection: Collection) -> None:
+        before = [p for p in await passages_of(collection, "comets") if p[0] == 9]
         assert len(before) >= 1 and before[0][2] == 6
         # a shorter text: 1 passage now; the other 5 are deleted in the same log transaction
-        w = await engine.upsert([Document(9, "Comets are icy visitors.", {"topic": "space"})])
+        w = await collection.upsert([Document(9, "Comets are icy visitors.", {"topic": "space"})])
         assert (w.applied.replaced, w.applied.deleted) == (1, 5)
-        assert [p for p in await passages_of(engine, "comets") if p[0] == 9] == [(9, 0, 1)]
-        r = await engine.search(Query(["Comets are icy visitors."], 1, mode="dense"))
+        assert [p for p in await passages_of(collection, "comets") if p[0] == 9] == [(9, 0, 1)]
+        r = await collection.search(Query(["Comets are icy visitors."], 1, mode="dense"))
         assert r.hits[0][0].ext_id == 9 and r.hits[0][0].text == "Comets are icy visitors."
         # longer again: 6 passages, created where there were none
         text = " ".join(f"Comets are visitor number {i} from the cold outer solar system." for i in range(8))
-        w = await engine.upsert([Document(9, text, {"topic": "space"})])
-        count = (await passages_of(engine, "visitor", filter={"topic": "space"}))[0][2]
+        w = await collection.upsert([Document(9, text, {"topic": "space"})])
+        count = (await passages_of(collection, "visitor", filter={"topic": "space"}))[0][2]
         count_seen.append(count)
         assert count > 1 and w.applied.created == count - 1 and w.applied.replaced == 1
         # a delete removes every passage
-        w = await engine.delete([9, "d8"])
+        w = await collection.delete([9, "d8"])
         assert w.applied.deleted == count + 6
-        assert not [p for p in await passages_of(engine, "comets visitor") if p[0] in (9, "d8")]
+        assert not [p for p in await passages_of(collection, "comets visitor") if p[0] in (9, "d8")]
         # a brought vector stands for a whole document: refused, nothing logged
         with pytest.raises(BadVector, match="passages"):
-            await engine.upsert([Document(7, "x", {}, np.ones(384, dtype=np.float32).tolist())])
+            await collection.upsert([Document(7, "x", {}, np.ones(384, dtype=np.float32).tolist())])
 
     run(root, scenario)
     wlog = WriteLog(log_path(root))
@@ -194,9 +194,9 @@ def test_corpora_that_bring_vectors_and_bad_sizes_are_refused(tmp_path: Path, mi
         assert got.returncode == 2 and why in got.stderr, (flags, got.stderr[-500:])
 
 
-async def passages_with_offsets(engine: Engine, query: str, doc: Any) -> list[tuple[int, int, int, int]]:
+async def passages_with_offsets(collection: Collection, query: str, doc: Any) -> list[tuple[int, int, int, int]]:
     """(passage number, start, end, count) of every passage of `doc` that BM25 finds for `query`."""
-    r = await engine.search(Query([query], 100, mode="lexical", passages=True))
+    r = await collection.search(Query([query], 100, mode="lexical", passages=True))
     return sorted((h.passage.index, h.passage.start, h.passage.end, h.passage.count) for h in r.hits[0]
                   if h.ext_id == doc)
 
@@ -220,29 +220,29 @@ def test_concurrent_writes_of_one_document_leave_the_passages_of_the_one_acknowl
     text = {n: visitors(next(k for k in range(1, 40) if len(splitter.split(visitors(k))) == n)) for n in (5, 2)}
     expected = {n: [(i, s.start, s.end, n) for i, s in enumerate(splitter.split(text[n]))] for n in (5, 2)}
 
-    async def scenario(engine: Engine) -> None:
+    async def scenario(collection: Collection) -> None:
         def encoded() -> float:
-            return engine.metrics.registry.get_sample_value("strata_texts_encoded_total",
+            return collection.metrics.registry.get_sample_value("strata_texts_encoded_total",
                                                             {"endpoint": "/documents"}) or 0.0
 
         for order in ((5, 2), (2, 5)):
-            await engine.upsert([Document(9, "Comets are icy visitors.", {"topic": "space"})])  # 1 passage
+            await collection.upsert([Document(9, "Comets are icy visitors.", {"topic": "space"})])  # 1 passage
             # the write lock held until both writes are encoded and on their way to the log: each sees the
             # document's 1 passage before either is logged, the interleaving that left stale passages behind
             start = encoded()
-            engine.writes.lock.acquire()
+            collection.writes.lock.acquire()
             try:
-                both = asyncio.gather(*(engine.upsert([Document(9, text[n], {"topic": "space"})]) for n in order))
+                both = asyncio.gather(*(collection.upsert([Document(9, text[n], {"topic": "space"})]) for n in order))
                 for _ in range(6000):
                     if encoded() >= start + 7:
                         break
                     await asyncio.sleep(0.01)
                 assert encoded() == start + 7
             finally:
-                engine.writes.lock.release()
+                collection.writes.lock.release()
             done = await both
             last = order[max(range(2), key=lambda i: done[i].seq)]
-            assert await passages_with_offsets(engine, "comets visitor", 9) == expected[last], order
+            assert await passages_with_offsets(collection, "comets visitor", 9) == expected[last], order
 
     run(root, scenario)
 
@@ -276,7 +276,7 @@ def test_a_build_with_qrels_evaluates_documents_keeps_a_repeated_ids_last_passag
     qrels.write_text("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t1\n" for q, (_, ds) in QUERIES.items()
                                                                for d in ds))
     root = tmp_path / "root"
-    m = build(BuildConfig(model_dir=minilm_mean, data=str(write_jsonl(tmp_path / "docs.jsonl", rows)), root=root,
+    manifest = build(BuildConfig(model_dir=minilm_mean, data=str(write_jsonl(tmp_path / "docs.jsonl", rows)), root=root,
                           index="flat", chunk=24, overlap=4, threads=1, queries=queries, qrels=qrels))
     store = Store(IndexRoot(root).current_dir() / STORE)
     try:
@@ -284,43 +284,45 @@ def test_a_build_with_qrels_evaluates_documents_keeps_a_repeated_ids_last_passag
     finally:
         store.close()
     assert nine == [passage_id(9, 0)]  # the first occurrence's passages 1..5 are gone with it
-    assert (m.data.n_docs, m.data.duplicate_ids, m.passages.passages) == (13, 1, m.index.ntotal)
-    assert m.passages.docs_split == 11 and m.data.n_queries == 3
-    assert m.eval is not None and set(m.eval_modes) == {"dense", "lexical", "hybrid"}
+    assert ((manifest.data.n_docs, manifest.data.duplicate_ids, manifest.passages.passages) == (13, 1,
+                                                                                                manifest.index.ntotal))
+    assert manifest.passages.docs_split == 11 and manifest.data.n_queries == 3
+    assert manifest.eval is not None and set(manifest.eval_modes) == {"dense", "lexical", "hybrid"}
     relevant = [set(ds) for _, ds in QUERIES.values()]
 
-    async def searched(engine: Engine, mode: str) -> list[list[Any]]:
-        r = await engine.search(Query([t for t, _ in QUERIES.values()], 10, mode=mode))
+    async def searched(collection: Collection, mode: str) -> list[list[Any]]:
+        r = await collection.search(Query([t for t, _ in QUERIES.values()], 10, mode=mode))
         return [[h.ext_id for h in hits] for hits in r.hits]
 
-    async def scenario(engine: Engine) -> None:
+    async def scenario(collection: Collection) -> None:
         for mode in ("dense", "lexical"):
-            assert m.eval_modes[mode].mrr_at_10 == pytest.approx(_mrr_at_10(await searched(engine, mode), relevant),
+            assert manifest.eval_modes[mode].mrr_at_10 == pytest.approx(_mrr_at_10(await searched(collection, mode),
+                                                                                   relevant),
                                                                  abs=1e-6), mode
-        assert m.eval.mrr_at_10 > 0.5 and m.eval_modes["hybrid"].mrr_at_10 > 0.5
-        await engine.upsert([Document(9, TOPICS["space"][2] + " " + visitors(3), {"topic": "space"}),
+        assert manifest.eval.mrr_at_10 > 0.5 and manifest.eval_modes["hybrid"].mrr_at_10 > 0.5
+        await collection.upsert([Document(9, TOPICS["space"][2] + " " + visitors(3), {"topic": "space"}),
                              Document(50, "Kites fly higher in a steady wind.", {"topic": "misc"})])
-        await engine.delete(["d10", 1])
-        before = {mode: await engine.search(Query([t for t, _ in QUERIES.values()], 10, mode=mode))
+        await collection.delete(["d10", 1])
+        before = {mode: await collection.search(Query([t for t, _ in QUERIES.values()], 10, mode=mode))
                   for mode in ("dense", "lexical")}
-        nine_before = await passages_with_offsets(engine, "comets visitor", 9)
-        rows_before = engine.leases.current.index.ntotal  # the version's rows and the writes' overlay
+        nine_before = await passages_with_offsets(collection, "comets visitor", 9)
+        rows_before = collection.leases.current.index.ntotal  # the version's rows and the writes' overlay
         assert len(nine_before) > 1
         done = await asyncio.to_thread(compact, root, threads=1)
         assert done.manifest is not None
-        swap = await engine.reload("test")
+        swap = await collection.reload("test")
         assert (swap.outcome, swap.version) == ("swapped", done.manifest.version)
         m2 = Manifest.load(IndexRoot(root).current_dir())
         assert (m2.data.n_docs, m2.data.n_queries) == (12, 3)  # 13 + 1 written - 2 deleted; the same queries
         assert m2.passages.passages == m2.index.ntotal == rows_before
-        assert m2.gate_mrr_at_10() is not None and m.gate_mrr_at_10() is not None  # compared by the gate
-        assert await passages_with_offsets(engine, "comets visitor", 9) == nine_before
+        assert m2.gate_mrr_at_10() is not None and manifest.gate_mrr_at_10() is not None  # compared by the gate
+        assert await passages_with_offsets(collection, "comets visitor", 9) == nine_before
         for mode, r in before.items():
-            now = await engine.search(Query([t for t, _ in QUERIES.values()], 10, mode=mode))
+            now = await collection.search(Query([t for t, _ in QUERIES.values()], 10, mode=mode))
             assert [[(h.ext_id, h.passage.index) for h in hits] for hits in now.hits] == \
                 [[(h.ext_id, h.passage.index) for h in hits] for hits in r.hits], mode
             assert not {"d10", 1} & {h.ext_id for hits in now.hits for h in hits}
-            assert m2.eval_modes[mode].mrr_at_10 == pytest.approx(_mrr_at_10(await searched(engine, mode),
+            assert m2.eval_modes[mode].mrr_at_10 == pytest.approx(_mrr_at_10(await searched(collection, mode),
                                                                               relevant), abs=1e-6), mode
 
     run(root, scenario)

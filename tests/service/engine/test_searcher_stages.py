@@ -31,7 +31,7 @@ def jobs(searcher: Searcher) -> list[Query]:
     wrong_knob = {"ef_search": 8} if searcher.manifest.index.kind != "hnsw" else {"nprobe": 2}
     return [Query(QUERIES[:2], None), Query([QUERIES[0]], 4, mode="dense"), Query(QUERIES[1:], 3, mode="lexical"),
             Query([QUERIES[2]], 5, mode="hybrid", fusion=Fusion("rrf")), Query([QUERIES[1]], 2),
-            Query([QUERIES[0]], 3, filter={"no_such_field": 1}), Query([QUERIES[0]], 3, knobs=wrong_knob)]
+            Query([QUERIES[0]], 3, filter={"no_such_field": 1}), Query([QUERIES[0]], 3, search_params=wrong_knob)]
 
 
 def staged(searcher: Searcher, until: str) -> Batch:
@@ -76,7 +76,8 @@ def test_encode_batch_runs_one_onnx_run_and_places_each_jobs_rows(searcher: Sear
 def test_retrieve_searches_each_row_at_its_depth_and_runs_the_lexical_jobs(searcher: Searcher) -> None:
     batch = staged(searcher, "retrieve")
     assert set(batch.dense) == {2, 3, 4}  # the searching jobs' rows, not the encode-only job's
-    # one search for the three (no filter, the served knobs), at the depth the deepest needs: the hybrid job's
+    # one search for the three (no filter, the served search parameters), at the depth the deepest needs: the hybrid
+    # job's
     assert [len(batch.dense[r][1]) for r in (2, 3, 4)] == [HYBRID_DEPTH] * 3
     want_scores, want_ids = searcher.index.search(batch.vecs[2:3], HYBRID_DEPTH)
     assert np.array_equal(batch.dense[2][1], want_ids[0])
@@ -107,7 +108,7 @@ def test_look_up_reads_the_hits_of_every_final_ranking(searcher: Searcher) -> No
     batch = staged(searcher, "look_up")
     assert set(batch.hits) == {DENSE, LEXICAL, HYBRID, DEFAULT}
     for j, finals in batch.finals.items():
-        assert [[h.id for h in q] for q in batch.hits[j]] == [ids.tolist() for _, ids in finals]
+        assert [[h.faiss_id for h in q] for q in batch.hits[j]] == [ids.tolist() for _, ids in finals]
         assert all(h.text for q in batch.hits[j] for h in q)
     refused = searcher.plan([Query([QUERIES[0]], 3, filter={"no_such_field": 1})])
     assert searcher.look_up(refused) is False and refused.hits == {}  # nothing to read

@@ -88,9 +88,9 @@ def add_version(root: Path, source: Path, mutate=None) -> str:  # noqa: ANN001 (
     r = IndexRoot(root)
     name = new_version_name()
     shutil.copytree(source, r.version_dir(name))
-    m = Manifest.load(r.version_dir(name))
-    m.version = name
-    m.save(r.version_dir(name))
+    manifest = Manifest.load(r.version_dir(name))
+    manifest.version = name
+    manifest.save(r.version_dir(name))
     if mutate is not None:
         mutate(r.version_dir(name))
     r.set_current(name)
@@ -134,9 +134,10 @@ def test_sharded_serves_dense_by_default_and_refuses_lexical_with_the_reason(sha
 
     from indexer.runtime.lexical import open_lexical
 
-    m = Manifest.load(ray_sharded)
-    assert m.lexical is not None and m.lexical.n_docs == m.index.ntotal and m.search_mode() == "hybrid"
-    assert open_lexical(ray_sharded, m.lexical).search(QUERY, 3)[1].size == 3
+    manifest = Manifest.load(ray_sharded)
+    assert (manifest.lexical is not None and manifest.lexical.n_docs == manifest.index.ntotal
+            and manifest.search_mode() == "hybrid")
+    assert open_lexical(ray_sharded, manifest.lexical).search(QUERY, 3)[1].size == 3
     with httpx.Client(base_url=sharded_server, timeout=120) as client:
         default = client.post("/search", json={"query": QUERY, "top_k": 3})
         assert default.status_code == 200 and default.json()["mode"] == "dense"

@@ -16,7 +16,7 @@ import pytest
 
 from indexer.runtime.query import Query
 from indexer.runtime.writelog import WriteLog, log_path
-from service.engine import Document, Engine, TimedOut
+from service.engine import Collection, Document, TimedOut
 from service.settings import Settings
 
 QUERIES = ["How can I be a good geologist?", "What is the step by step guide to invest in share market?",
@@ -65,25 +65,26 @@ def test_a_search_sent_while_a_large_write_is_encoded_is_answered_first(root: Pa
     events: list[str] = []
 
     async def scenario() -> None:
-        engine = Engine(settings(root, write_nice=0))
-        await engine.start()
+        collection = Collection(settings(root, write_nice=0))
+        await collection.start()
         try:
-            write = asyncio.create_task(engine.upsert(docs))
+            write = asyncio.create_task(collection.upsert(docs))
             write.add_done_callback(lambda _: events.append("write answered"))
-            while engine.write_lane.ran == 0:  # the write is being encoded: its first chunk is done
+            while collection.write_lane.ran == 0:  # the write is being encoded: its first chunk is done
                 await asyncio.sleep(0.005)
             assert not write.done()
             events.append("search sent")
-            hits = await engine.search(Query([QUERIES[2]], 5))
+            hits = await collection.search(Query([QUERIES[2]], 5))
             events.append("search answered")
             assert len(hits.hits[0]) == 5
-            assert engine.write_lane.pending > 0, "the write was no longer being encoded when the search was answered"
+            assert collection.write_lane.pending > 0, ("the write was no longer being encoded when the search was "
+                                                       "answered")
             result = await write
             assert result.seq == len(docs)
-            top = await engine.search(Query([docs[50].text], 1))
-            assert top.hits[0][0].id == docs[50].id  # acknowledged, so served
+            top = await collection.search(Query([docs[50].text], 1))
+            assert top.hits[0][0].faiss_id == docs[50].id  # acknowledged, so served
         finally:
-            await engine.stop()
+            await collection.stop()
 
     asyncio.run(scenario())
     assert events == ["search sent", "search answered", "write answered"]
@@ -98,15 +99,15 @@ def test_writes_complete_under_a_continuous_search_stream(root: Path) -> None:
     searched: list[float] = []
 
     async def scenario() -> None:
-        engine = Engine(settings(root, workers=2, write_threads=2))
-        assert engine.settings.write_nice > 0
-        await engine.start()
+        collection = Collection(settings(root, workers=2, write_threads=2))
+        assert collection.settings.write_nice > 0
+        await collection.start()
         stop = asyncio.Event()
 
         async def client(n: int) -> None:
             i = n
             while not stop.is_set():
-                await engine.search(Query([QUERIES[i % len(QUERIES)]], 10))
+                await collection.search(Query([QUERIES[i % len(QUERIES)]], 10))
                 searched.append(time.monotonic())
                 i += 1
 
@@ -115,18 +116,18 @@ def test_writes_complete_under_a_continuous_search_stream(root: Path) -> None:
             while len(searched) < 16:  # the stream is running (a count, not a pause: a loaded machine is slower)
                 await asyncio.sleep(0.01)
             t0 = time.monotonic()
-            results = [await engine.upsert(docs[i : i + 64]) for i in range(0, len(docs), 64)]
+            results = [await collection.upsert(docs[i : i + 64]) for i in range(0, len(docs), 64)]
             t1 = time.monotonic()
             assert [r.seq for r in results] == [64, 128]
             during = [t for t in searched if t0 <= t <= t1]
             assert len(during) >= 16, "the search stream stopped while the writes ran"
             assert not any(c.done() for c in clients)  # no search failed
             for d in docs[::37]:
-                assert (await engine.search(Query([d.text], 1))).hits[0][0].id == d.id
+                assert (await collection.search(Query([d.text], 1))).hits[0][0].faiss_id == d.id
         finally:
             stop.set()
             await asyncio.gather(*clients)
-            await engine.stop()
+            await collection.stop()
 
     asyncio.run(scenario())
     assert logged(root) == len(docs)
@@ -136,18 +137,18 @@ def test_a_timed_out_write_drops_its_remaining_chunks_and_logs_nothing(root: Pat
     docs = [Document(40_000_000 + i, long_text(i), {}) for i in range(256)]
 
     async def scenario() -> None:
-        engine = Engine(settings(root, request_timeout_s=0.3))
-        await engine.start()
+        collection = Collection(settings(root, request_timeout_s=0.3))
+        await collection.start()
         try:
             with pytest.raises(TimedOut):
-                await engine.upsert(docs)
-            while engine.write_lane.pending:
+                await collection.upsert(docs)
+            while collection.write_lane.pending:
                 await asyncio.sleep(0.01)
-            lane = engine.write_lane
+            lane = collection.write_lane
             assert lane.dropped > 0 and lane.ran + lane.dropped == len(docs) // 16
-            assert len((await engine.search(Query([QUERIES[0]], 3))).hits[0]) == 3
+            assert len((await collection.search(Query([QUERIES[0]], 3))).hits[0]) == 3
         finally:
-            await engine.stop()
+            await collection.stop()
 
     asyncio.run(scenario())
     assert logged(root) == 0
@@ -155,13 +156,13 @@ def test_a_timed_out_write_drops_its_remaining_chunks_and_logs_nothing(root: Pat
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
 def test_write_threads_run_below_the_searches_priority(root: Path) -> None:
-    engine = Engine(settings(root, write_nice=7))
+    collection = Collection(settings(root, write_nice=7))
     try:
         own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-        lane = engine.write_lane.pool.submit(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
-        worker = engine.pool.submit(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        lane = collection.write_lane.pool.submit(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        worker = collection.pool.submit(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
         assert (worker.result(), lane.result()) == (own, min(19, own + 7))
     finally:
-        engine.pool.shutdown()
-        engine.write_pool.shutdown()
-        engine.write_lane.close()
+        collection.pool.shutdown()
+        collection.write_pool.shutdown()
+        collection.write_lane.close()

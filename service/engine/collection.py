@@ -1,7 +1,7 @@
 """A collection's front door: `search`, `encode`, `upsert`, `delete`, `reload` and `status`, the same for every
 backend.
 
-An `Engine` is one collection (one index root): its served version (`leases`), its swaps behind their gates
+A `Collection` is one index root served: its served version (`leases`), its swaps behind their gates
 (`swap`), its write log and overlay (`writes`), its model names (`names`) and its metrics series. The calls pass the
 shared `scheduler` (admission: the in-flight cap, `NotReady`, the timeout; micro-batching per encoder; the
 inference workers; the write lane). Each batch leases the collection's current searcher for its whole run, so a
@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from indexer.runtime import collection_config
-from indexer.runtime.ann import served_knobs
+from indexer.runtime.ann import served_search_params
 from indexer.runtime.collection_config import CollectionConfig, ConfigError
 from indexer.runtime.faiss_index import set_threads
 from indexer.runtime.manifest import Manifest, SearchMode
@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Hits:
-    """`Engine.search`'s answer: per query, its hits best first."""
+    """`Collection.search`'s answer: per query, its hits best first."""
 
     version: str  # the version that answered, all of it
     hits: list[list[Hit]]
@@ -68,14 +68,14 @@ class Hits:
 
 @dataclass(frozen=True)
 class Vectors:
-    """`Engine.encode`'s answer: L2-normalised vectors, one row per text."""
+    """`Collection.encode`'s answer: L2-normalised vectors, one row per text."""
 
     version: str  # the version whose encoder produced them
     vectors: np.ndarray
     truncated: list[bool]
     dim: int
     tokens: list[int] = field(default_factory=list)  # per text: tokens the model ran ([CLS], [SEP] included)
-    model: str = ""  # the name of the encoder that produced them (`Engine.served_model`)
+    model: str = ""  # the name of the encoder that produced them (`Collection.served_model`)
 
 
 @dataclass(frozen=True)
@@ -144,10 +144,10 @@ class _SearchSeries:
         return child
 
 
-class Engine:
+class Collection:
     """One collection: its served version (`leases`), its swaps (`swapper`), its writes, its model names, and its
     share of the metrics. The work runs on a `Scheduler` shared by every collection of the process (admission,
-    workers, micro-batching per encoder, the write lane); an engine built without one gets its own (one root)."""
+    workers, micro-batching per encoder, the write lane); a collection built without one gets its own (one root)."""
 
     def __init__(self, settings: EngineSettings, metrics: Metrics | None = None, backend: Backend | None = None,
                  tracing: Tracing | None = None, *, scheduler: Scheduler | None = None, name: str = "default",
@@ -175,7 +175,7 @@ class Engine:
         self.triggers = Triggers()
         self._series: dict[str, _SearchSeries] = {}  # by mode
 
-    # the scheduler's parts, as the engine of one root always had them
+    # the scheduler's parts, as a collection of one root always had them
     @property
     def pool(self) -> ThreadPoolExecutor:
         return self.scheduler.pool
@@ -192,7 +192,7 @@ class Engine:
     async def start(self, *, signals: bool = True) -> None:
         """Start the backend, load the current version, and start the reload triggers (the `current` watcher and,
         with `signals`, SIGHUP; a registry of collections handles SIGHUP for all of them). A refused startup load
-        leaves the engine running but not ready."""
+        leaves the collection running but not ready."""
         s = self.settings
         if self._owns_scheduler:
             await self.scheduler.start()
@@ -207,7 +207,7 @@ class Engine:
             self.triggers.spawn(self.swapper.watch)
 
     async def stop(self) -> None:
-        """Stop the triggers (and the scheduler, when it is this engine's own), wait for running batches, close
+        """Stop the triggers (and the scheduler, when it is this collection's own), wait for running batches, close
         every version and the backend. (The HTTP server has already stopped accepting and waited for in-flight
         requests.)"""
         await self.triggers.stop()
@@ -222,15 +222,15 @@ class Engine:
     async def search(self, query: Query, vector: Sequence[float] | None = None) -> Hits:
         """The `top_k` best documents of each of the query's texts, from one version, by `mode` (dense: nearest
         vectors; lexical: BM25; hybrid: both, fused by `fusion`; None: the version's default); with a `filter` (see
-        `indexer.runtime.filters`), among the documents whose metadata match it only; with `knobs`, at those
+        `indexer.runtime.filters`), among the documents whose metadata match it only; with `search_params`, at those
         search parameters of the vector search (nprobe for IVF, ef_search for HNSW). Raises `BadFilter` when the
         filter does not fit the version's metadata, `BadSearchParams` when its index kind takes no such
         parameter, `ModeUnavailable` when the version cannot run the mode.
 
         `vector`: one query's vector, brought instead of encoding (the query's text then serves BM25, or ""
         alone: mode dense); `BadVector` when it is not of the served encoder's space."""
-        if query.knobs == {}:
-            query = replace(query, knobs=None)
+        if query.search_params == {}:
+            query = replace(query, search_params=None)
         served = self.leases.current
         try:  # request > collection.json > process-wide
             query = self.config.shape(query, served.manifest.index.kind if served else None,
@@ -260,9 +260,9 @@ class Engine:
     def _search_series(self, mode: str) -> _SearchSeries:
         """The labelled metric series a search of `mode` feeds, looked up once (a `labels` call takes a lock and
         builds its key on every request otherwise)."""
-        m = self.metrics
-        series = _SearchSeries(m.c_searches.labels(self.name, mode), m.encode_seconds.labels("/search"),
-                               m.texts_encoded.labels("/search"), m.searches.labels(mode))
+        metrics = self.metrics
+        series = _SearchSeries(metrics.c_searches.labels(self.name, mode), metrics.encode_seconds.labels("/search"),
+                               metrics.texts_encoded.labels("/search"), metrics.searches.labels(mode))
         self._series[mode] = series
         return series
 
@@ -387,11 +387,11 @@ class Engine:
         future = self.write_pool.submit(ctx.run, self.writes.commit, lambda: self.leases.current, ops)
         # shielded: once logged, a write is applied whatever happens to the request that sent it
         result = await asyncio.shield(asyncio.wrap_future(future))
-        m = self.metrics
-        m.write_seconds.labels(op).observe(time.perf_counter() - t0)
+        metrics = self.metrics
+        metrics.write_seconds.labels(op).observe(time.perf_counter() - t0)
         a = result.applied
         n = a.created + a.replaced + a.deleted + a.missing if callable(ops) else len(ops)  # entries logged
-        m.writes.labels(op).inc(n)
+        metrics.writes.labels(op).inc(n)
         self.collection_metrics.wrote(op, n, result.seq, result.size)
         return result
 
@@ -446,7 +446,7 @@ class Engine:
     def _search_params(self, manifest: Manifest) -> dict[str, Any]:
         """The served search parameters of a version: its manifest's, overridden by its kind's knob's setting
         (STRATA_NPROBE, STRATA_EF_SEARCH: `ann.KNOBS`) where given."""
-        served = served_knobs(manifest.index.params, self.settings.knob_overrides())
+        served = served_search_params(manifest.index.params, self.settings.search_param_overrides())
         return {"nprobe": served.get("nprobe"), "search_params": served}
 
     # -- the scheduler ---------------------------------------------------------------------------------------
