@@ -23,7 +23,8 @@ def test_a_run_on_a_default_build(tiny_exported: Path, quora_file: Path, tmp_pat
     beir_with_held_apart(quora_file, beir)
     root = tmp_path / "root"
     r = subprocess.run([sys.executable, "-m", "indexer.cli", "build", "--root", str(root), "--model",
-                        str(tiny_exported), "--data", str(beir), "--threads", "2"], cwd=REPO, capture_output=True,
+                        str(tiny_exported), "--data", str(beir), "--threads", "2",
+                        "--index", "ivf"], cwd=REPO, capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     before = Manifest.load(IndexRoot(root).current_dir()).model_dump_json()
