@@ -284,7 +284,8 @@ def run_size(n: int, quora: Path, work: Path, threads: int, rebuild: bool, mmap:
                               "nlist_reason": getattr(manifest.index.params, "nlist_reason", None),
                               "bytes_per_doc": bytes_per_doc(folder, manifest.index.ntotal, code)}
     qvecs, qtexts = sc.queries(quora), sc.query_texts(quora)
-    out["recall"] = recall(folder, qvecs)
+    if swap_to != "none":  # `--latency-only`: the served figures again, at a quieter moment
+        out["recall"] = recall(folder, qvecs)
     save(out)
     log(f"N={n}: {out}")
     tmp = work / "tmp"
@@ -298,6 +299,8 @@ def run_size(n: int, quora: Path, work: Path, threads: int, rebuild: bool, mmap:
         save(out)
         out["search"] = latencies(url, qvecs, qtexts, tmp)
         save(out)
+        if swap_to == "none":
+            return out
         out["writes"] = writes(url, dim, n)
         save(out)
         log_bytes = sum(f.stat().st_size for f in (root / "writes").iterdir() if f.is_file())  # with its WAL
@@ -343,6 +346,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rebuild", action="store_true")
     p.add_argument("--no-mmap", action="store_true", help="serve with STRATA_MMAP=0 (the in-memory comparison)")
+    p.add_argument("--latency-only", action="store_true",
+                   help="serve the built version and measure startup, RSS and latencies only (no recall, writes, swap)")
     p.add_argument("--swap-to", choices=("compact", "copy"), default="compact",
                    help="the version swapped to: `indexer compact`'s (timed) or a byte copy of the served one "
                         "(when compaction does not fit the sitting: ~1 h at 10M)")
@@ -356,11 +361,13 @@ def main() -> None:
     for n in args.sizes:
         def save(out: dict[str, object], n: int = n) -> None:
             done = [*results, out]
-            name = f"scale-{'-'.join(str(r['n_docs']) for r in done)}-{stamp}{'-nommap' if args.no_mmap else ''}"
+            suffix = ("-nommap" if args.no_mmap else "") + ("-latency" if args.latency_only else "")
+            name = f"scale-{'-'.join(str(r['n_docs']) for r in done)}-{stamp}{suffix}"
             (RESULTS / f"{name}.json").write_text(json.dumps(done, indent=1))
             (RESULTS / f"{name}.md").write_text(report(done, stamp, not args.no_mmap))
 
-        out = run_size(n, quora, args.work, args.threads, args.rebuild, not args.no_mmap, save, args.swap_to)
+        out = run_size(n, quora, args.work, args.threads, args.rebuild, not args.no_mmap, save,
+                       "none" if args.latency_only else args.swap_to)
         save(out)
         results.append(out)
         print(report([out], stamp, not args.no_mmap))
