@@ -241,7 +241,7 @@ def test_a_corpus_without_queries_calibrates_on_document_spans(tiny_exported: Pa
     corpus = tmp_path / "corpus.jsonl"
     write_jsonl(corpus, [{"id": q, "text": t} for q, t in docs.items()])
     r = cli("build", "--root", str(tmp_path / "root"), "--model", str(tiny_exported), "--data", str(corpus),
-            "--threads", "2", "--index", "ivf")
+            "--threads", "2", "--index", "ivf", "--chunk", "off")  # whole documents: spans of them are the probes
     assert r.returncode == 0, r.stderr
     assert "document spans" in r.stdout
     m, texts = check_recorded_recall(IndexRoot(tmp_path / "root").current_dir())
