@@ -57,8 +57,11 @@ class CorpusSource:
 
     def docs(self, limit: int | None = None, progress: Callable[[int], None] | None = None) -> Iterator[Doc]:
         """Every row in file order (the first `limit` rows), empty texts included (the caller counts them);
-        `progress(n)` is told of every n more bytes read from disk."""
+        `progress(n)` is told of every n more bytes read from disk. A folder of files' report is this pass's: an
+        earlier pass (`--chunk auto`'s sample) does not count its skips twice."""
         n = 0
+        if self.format == "files":
+            self.files_report = FileReport()
         for f in self.files:
             if limit is not None and n >= limit:
                 return
