@@ -3,7 +3,8 @@
     python -m bench.scale_plots            # reads bench/results/scale-*.json, writes docs/scaling-*.png
 
 For each size the latest result that measured it is taken (a `-nommap` run is left out: it serves the same build
-another way). Figures a run did not reach (cut short) are left out of that size's points.
+another way; a `-latency` run, `bench.scale --latency-only`, replaces only the served figures of the run before it).
+Figures a run did not reach (cut short) are left out of that size's points.
 """
 
 from __future__ import annotations
@@ -27,7 +28,11 @@ def latest_per_size() -> list[dict[str, Any]]:
         if path.stem.endswith("-nommap"):
             continue
         for r in json.loads(path.read_text()):
-            by_n[int(r["n_docs"])] = r
+            n = int(r["n_docs"])
+            if path.stem.endswith("-latency") and n in by_n:  # a later serving of the same build: its figures win
+                by_n[n] = by_n[n] | {k: r[k] for k in ("search", "startup_s", "steady_rss_mib") if k in r}
+            else:
+                by_n[n] = r
     return [by_n[n] for n in sorted(by_n)]
 
 
