@@ -35,7 +35,7 @@ import numpy as np
 
 from bench import scale_corpus as sc
 from bench.runlog import load, log
-from bench.scale import wrk
+from bench.scale import search_bodies, wrk
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
@@ -66,19 +66,13 @@ def serve(code: Path, root: Path, log_file: Path) -> tuple[subprocess.Popen[byte
 
 def bodies(mode: str, flt: dict[str, object] | None, qvecs: np.ndarray, qtexts: list[str], fresh: bool = False
            ) -> list[dict[str, object]]:
-    out: list[dict[str, object]] = []
-    for i, (v, t) in enumerate(zip(qvecs[:100], qtexts[:100], strict=True)):
-        body: dict[str, object] = {"top_k": 10}
-        if mode != "lexical":
-            body["vector"] = [round(float(x), 6) for x in v]
-        if mode != "dense":
-            body["query"] = t
-        if mode == "lexical":
-            body["mode"] = "lexical"
-        if flt is not None:
-            body["filter"] = {"bucket": {"in": [7, -1 - i]}} if fresh else flt
-        out.append(body)
-    return out
+    """`bench.scale.search_bodies` with `flt`, or (`fresh`) a filter of its own per query, new to the cache."""
+    def filter_of(i: int) -> dict[str, object] | None:
+        if flt is None:
+            return None
+        return {"bucket": {"in": [7, -1 - i]}} if fresh else flt
+
+    return search_bodies(mode, qvecs, qtexts, filter_of)
 
 
 def stages(url: str, reqs: list[dict[str, object]], fresh: bool, salt: int) -> dict[str, float]:

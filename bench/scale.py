@@ -144,22 +144,30 @@ end
             "errors": errors}
 
 
+def search_bodies(mode: str, qvecs: np.ndarray, qtexts: list[str],
+                  filter_of: Callable[[int], dict[str, object] | None] = lambda i: None) -> list[dict[str, object]]:
+    """`/search` bodies of the first 100 queries for `mode` (dense: the query vector; lexical: the text; hybrid: both),
+    the i-th with the filter `filter_of(i)` when it gives one."""
+    out: list[dict[str, object]] = []
+    for i, (v, t) in enumerate(zip(qvecs[:100], qtexts[:100], strict=True)):
+        body: dict[str, object] = {"top_k": 10}
+        if mode != "lexical":
+            body["vector"] = [round(float(x), 6) for x in v]
+        if mode != "dense":
+            body["query"] = t
+        if mode == "lexical":
+            body["mode"] = "lexical"
+        if (flt := filter_of(i)) is not None:
+            body["filter"] = flt
+        out.append(body)
+    return out
+
+
 def latencies(url: str, qvecs: np.ndarray, qtexts: list[str], tmp: Path) -> list[dict[str, object]]:
     out = []
     for mode in ("dense", "lexical", "hybrid"):
         for filtered in (False, True):
-            bodies: list[dict[str, object]] = []
-            for v, t in zip(qvecs[:100], qtexts[:100], strict=True):
-                body: dict[str, object] = {"top_k": 10}
-                if mode != "lexical":
-                    body["vector"] = [round(float(x), 6) for x in v]
-                if mode != "dense":
-                    body["query"] = t
-                if mode == "lexical":
-                    body["mode"] = "lexical"
-                if filtered:
-                    body["filter"] = FILTER
-                bodies.append(body)
+            bodies = search_bodies(mode, qvecs, qtexts, (lambda i: FILTER) if filtered else (lambda i: None))
             for conns in (1, 8):
                 r = wrk(url, bodies, conns, tmp)
                 row = {"mode": mode, "filter": "1 %" if filtered else "none", "conns": conns, **r, "load": load()}
