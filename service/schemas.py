@@ -20,12 +20,12 @@ from pydantic import (
 )
 
 from indexer.runtime.ann import KIND_SPECS, KNOBS, Knob
+from indexer.runtime.collection_config import MAX_TOP_K
 from indexer.runtime.filters import LIMITS, FilterError, check_limits
 from indexer.runtime.metadata import INT64_MAX, INT64_MIN, MAX_BYTES, MAX_DEPTH, MetadataError, check_metadata
 
 MAX_TEXTS = 64  # texts per /encode call, queries per /search call
 MAX_TEXT_CHARS = 2000  # longer texts are refused; texts over the model's token limit are truncated and flagged
-MAX_TOP_K = 100
 
 
 def _check_text(value: str) -> str:
