@@ -35,8 +35,15 @@ def _log_format_stays_the_callers() -> Iterator[None]:
     """`indexer.runtime.logs.configure` exports the resolved STRATA_LOG_FORMAT for the child processes a Strata
     process starts. A test that configures logging in this process must not hand its choice to the servers and
     CLIs later tests start (a server would read it as set by name: no banner)."""
+    import logging
+
     before = os.environ.get("STRATA_LOG_FORMAT")
+    # ... nor leave its root handler behind: it writes to the stderr pytest captured for that test, closed after
+    # it, where a server thread of a later test would log ("Logging error: I/O operation on closed file")
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
     yield
+    root.handlers[:], root.level = handlers, level
     if before is None:
         os.environ.pop("STRATA_LOG_FORMAT", None)
     else:
