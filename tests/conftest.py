@@ -30,6 +30,18 @@ QUORA_NAME = "quora_duplicate_questions.partial.tsv.gz"
 TEST_ROWS = 3000
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """With pytest-xdist (`-n 2 --dist loadgroup`, the README's command) a test file runs on one worker, its
+    module fixtures built once and its tests in order; the files that share the local Ray instance run on one
+    worker together (two Ray instances would compete for the same 2 cores and memory)."""
+    def file_of(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+
+    on_ray = {file_of(item) for item in items if "ray_cluster" in getattr(item, "fixturenames", ())}
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(name="ray" if file_of(item) in on_ray else file_of(item)))
+
+
 @pytest.fixture(autouse=True)
 def _log_format_stays_the_callers() -> Iterator[None]:
     """`indexer.runtime.logs.configure` exports the resolved STRATA_LOG_FORMAT for the child processes a Strata
