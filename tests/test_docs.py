@@ -182,3 +182,12 @@ def test_architecture_names_only_modules_that_exist() -> None:
         if not (REPO / path).is_file():
             missing.append(path)
     assert not missing, f"docs/ARCHITECTURE.md names modules that do not exist: {sorted(missing)}"
+
+
+def test_the_front_page_states_the_exact_search_threshold_the_code_uses() -> None:
+    """README and docs/cli.md say below how many documents `--index auto` searches exactly: `ann.AUTO_FLAT_BELOW`."""
+    from indexer.runtime.ann import AUTO_FLAT_BELOW
+
+    for page in (REPO / "README.md", REPO / "docs" / "cli.md"):
+        text = " ".join(page.read_text().split())
+        assert f"below {AUTO_FLAT_BELOW:,} documents" in text, page
