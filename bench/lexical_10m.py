@@ -153,7 +153,7 @@ def main() -> None:
                      f"{r['before_cpu_p99']} / {r['before_cpu_mean']} | "
                      f"{r['after_wall_p50']} / {r['after_wall_p99']} | "
                      f"{r['after_cpu_p50']} / {r['after_cpu_p99']} / {r['after_cpu_mean']} | "
-                     f"{r['after_cpu_mean'] / max(r['before_cpu_mean'], 1e-9):.2f} |")  # type: ignore[operator]
+                     f"{float(r['after_cpu_mean']) / max(float(r['before_cpu_mean']), 1e-9):.2f} |")  # type: ignore[arg-type]
     text = "\n".join(lines) + "\n"
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -145,7 +145,8 @@ class Engine(LexicalIndex):
         if len(counts) < 2 or total <= PRUNE_FROM or limit > PRUNE_MAX_LIMIT:
             return []
         # a lower bound of the limit-th score: the top rows of the highest-bound terms, rescored with every term
-        first, read = [], 0
+        first: list[str] = []
+        read = 0
         for t in sorted(counts, key=lambda t: -bounds[t]):
             if not first or read + dfs[t] <= PASS1_POSTINGS:
                 first.append(t)
@@ -153,8 +154,8 @@ class Engine(LexicalIndex):
         _, rows = self._hits(self._flat([t for t in terms if t in first]), limit)
         if len(rows) < limit:
             return []
-        scores, _ = self._hits(self._adding(self._rows_clause(rows), terms), limit)
-        theta = float(np.sort(scores)[-limit]) if len(scores) >= limit else 0.0
+        hits = self.searcher.search(self._adding(self._rows_clause(rows), terms), limit, count=False).hits
+        theta = min(s for s, _ in hits) if len(hits) >= limit else 0.0  # (the scores only: no rows to read)
         best: list[str] = []
         optional: list[str] = []
         cost, best_cost, ub = total, total, 0.0
