@@ -11,8 +11,8 @@ opens a version's `lexical/` (a manifest without one was built by bm25s); a vers
 manifest has a `lexical` entry at all. Engines:
 - **bm25s** (`lexical_bm25s`): a CSC matrix of precomputed BM25 weights, every document scored per query; any
   k1/b (Anserini's BEIR k1=0.9, b=0.4 by default);
-- **tantivy** (`lexical_tantivy`): Lucene-style inverted index with block-max WAND top-k; its Python bindings fix
-  BM25 at k1=1.2, b=0.75.
+- **tantivy** (`lexical_tantivy`): Lucene-style inverted index (its bindings never reach tantivy's block-max WAND:
+  the engine prunes by MaxScore's bound itself); its Python bindings fix BM25 at k1=1.2, b=0.75.
 `auto` (`choose_engine`) picks by corpus size (`AUTO_TANTIVY_FROM`, from `bench/lexical_engines.py`'s figures).
 
 What every engine shares lives here, so all of them search the same terms: analysis (`Analyzer`: lowercase,

@@ -5,18 +5,30 @@
 
 The documents are analysed by the seam's `Analyzer` (the same terms as every engine) and indexed already split:
 tantivy's whitespace tokenizer reads them back as they are. A query is a disjunction of term queries (a repeated
-term is a clause each time), answered by tantivy's top-k collector (block-max WAND: the postings of common terms
-are skipped where they cannot reach the top k). Measured against bm25s (`bench/lexical_engines.py`, docs/scaling.md):
-rare terms cost a fraction (0.13x the CPU at 1M documents), common questions about twice, memory and disk about
-half. Its
-Python bindings fix BM25 at k1=1.2, b=0.75 (`FIXED_K1_B`); document lengths are Lucene's one-byte norms.
+term is a clause each time). Measured against bm25s (`bench/lexical_engines.py`, docs/scaling.md): rare terms cost
+a fraction (0.13x the CPU at 1M documents), common questions about twice, memory and disk about half. Its Python
+bindings fix BM25 at k1=1.2, b=0.75 (`FIXED_K1_B`); document lengths are Lucene's one-byte norms.
+
+**Pruning, done here.** The bindings always wrap the top-k collector in a `MultiCollector`, so tantivy's block-max
+WAND never runs from Python: every posting of every query term is scored (`bench/lexical_10m.py`: 3.8M postings for
+"what" at 10M documents). `_pruned` applies MaxScore's bound instead, exactly: a term scores below
+`count * idf * (k1 + 1)` in any document, so once `limit` documents are known to score at least `theta`, the
+lowest-bound terms whose bounds sum below `theta` ("optional") cannot lift a document holding none of the other
+terms into the top `limit`. The query then runs over the documents holding a required term only, each optional
+term added by a seek into its postings (a nested Must/Should) instead of a read of all of them. `theta` comes from
+a cheap first pass (the highest-bound terms within `PASS1_POSTINGS`), its top rows rescored exactly. The plan is
+taken only where it reads fewer postings by the cost model (`SEEK_COST`); the answers are the same documents in the
+same order, scores equal to float rounding (the sum is grouped differently).
 
 Filters stay exact: a filter's matches are a term-set clause on the row field when they are few
-(`TERM_SET_MAX`), else the top hits are read deeper until k of them match (or every scoring document was read).
+(`TERM_SET_MAX`), else the top hits are read deep enough that k of them match at the filter's selectivity
+(`WIDE_SIGMAS`), deeper again in the rare case that they do not (or every scoring document was read).
 """
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +41,17 @@ TOKENIZER = "strata_terms"
 TEXT, ROW = "terms", "row"
 HEAP_BYTES = 256_000_000  # the writer's memory budget before it flushes a segment
 TERM_SET_MAX = 50_000  # a filter matching at most this many documents is a clause of the query itself
+# A filter matching more is read deep enough that the hits hold, at its selectivity, k + WIDE_SIGMAS·sqrt(k) + 5
+# matches on average: fewer than k then happens ~1e-5 of the time (Poisson), and reads 4x deeper again
+WIDE_SIGMAS = 5
+# Pruning (`_plan`): only for queries reading more than PRUNE_FROM postings (below, the first pass costs more than it
+# saves) and at most PRUNE_MAX_LIMIT hits deep; a seek into a term's postings costs about SEEK_COST postings read; the
+# first pass reads the highest-bound terms within PASS1_POSTINGS. Measured on the 10M version, bench/lexical_10m.py.
+PRUNE_FROM = 1_000_000
+PRUNE_MAX_LIMIT = 1_000
+SEEK_COST = 5
+PASS1_POSTINGS = 50_000
+BOUND_MARGIN = 1e-4  # relative: tantivy's float32 scores against the bounds computed here in float64
 
 
 def _schema() -> tantivy.Schema:
@@ -70,18 +93,32 @@ class Engine(LexicalIndex):
         _register(self.index)
         self.searcher = self.index.searcher()
         self.schema = self.index.schema
+        self.n_docs = int(self.searcher.num_docs)  # the N of tantivy's idf
 
     def doc_freq(self, term: str) -> int:
         return int(self.searcher.doc_freq(TEXT, term))
 
-    def _query(self, terms: list[str], allowed_rows: np.ndarray | None) -> tantivy.Query:
-        text = tantivy.Query.boolean_query(
-            [(tantivy.Occur.Should, tantivy.Query.term_query(self.schema, TEXT, t)) for t in terms])
-        if allowed_rows is None or len(allowed_rows) > TERM_SET_MAX:
-            return text
-        rows = tantivy.Query.const_score_query(tantivy.Query.term_set_query(self.schema, ROW, allowed_rows.tolist()),
+    def _term(self, term: str) -> tantivy.Query:
+        return tantivy.Query.term_query(self.schema, TEXT, term)
+
+    def _flat(self, terms: list[str]) -> tantivy.Query:
+        return tantivy.Query.boolean_query([(tantivy.Occur.Should, self._term(t)) for t in terms])
+
+    def _adding(self, query: tantivy.Query, terms: list[str]) -> tantivy.Query:
+        """`query`'s documents only, each term's score added to theirs (one seek per document into its postings)."""
+        for t in terms:
+            query = tantivy.Query.boolean_query([(tantivy.Occur.Must, query), (tantivy.Occur.Should, self._term(t))])
+        return query
+
+    def _rows_clause(self, rows: np.ndarray) -> tantivy.Query:
+        return tantivy.Query.const_score_query(tantivy.Query.term_set_query(self.schema, ROW, rows.tolist()),
                                                0.0)  # a filter, not a score
-        return tantivy.Query.boolean_query([(tantivy.Occur.Must, text), (tantivy.Occur.Must, rows)])
+
+    def _query(self, terms: list[str], allowed_rows: np.ndarray | None) -> tantivy.Query:
+        if allowed_rows is None or len(allowed_rows) > TERM_SET_MAX:
+            return self._flat(terms)
+        return tantivy.Query.boolean_query([(tantivy.Occur.Must, self._flat(terms)),
+                                            (tantivy.Occur.Must, self._rows_clause(allowed_rows))])
 
     def _hits(self, query: tantivy.Query, limit: int) -> tuple[np.ndarray, np.ndarray]:
         hits = self.searcher.search(query, limit, count=False).hits
@@ -91,15 +128,69 @@ class Engine(LexicalIndex):
         rows = np.asarray(self.searcher.fast_field_values(ROW, [a for _, a in hits]), dtype=np.int64)
         return scores, rows
 
+    def bound(self, term: str, count: int = 1) -> float:
+        """More than `count` occurrences of `term` in a query add to any document's score: BM25's tf part is < 1."""
+        df = self.doc_freq(term)
+        if not df:
+            return 0.0
+        n = self.n_docs
+        return count * math.log1p((n - df + 0.5) / (df + 0.5)) * (1 + self.FIXED_K1_B[0]) * (1 + BOUND_MARGIN)
+
+    def _plan(self, terms: list[str], limit: int) -> list[str]:
+        """The optional terms of `_pruned` (none: read every posting), lowest bound first."""
+        counts = Counter(terms)
+        dfs = {t: self.doc_freq(t) for t in counts}
+        bounds = {t: self.bound(t, c) for t, c in counts.items()}
+        total = sum(dfs.values())
+        if len(counts) < 2 or total <= PRUNE_FROM or limit > PRUNE_MAX_LIMIT:
+            return []
+        # a lower bound of the limit-th score: the top rows of the highest-bound terms, rescored with every term
+        first: list[str] = []
+        read = 0
+        for t in sorted(counts, key=lambda t: -bounds[t]):
+            if not first or read + dfs[t] <= PASS1_POSTINGS:
+                first.append(t)
+                read += dfs[t]
+        _, rows = self._hits(self._flat([t for t in terms if t in first]), limit)
+        if len(rows) < limit:
+            return []
+        hits = self.searcher.search(self._adding(self._rows_clause(rows), terms), limit, count=False).hits
+        theta = min(s for s, _ in hits) if len(hits) >= limit else 0.0  # (the scores only: no rows to read)
+        best: list[str] = []
+        optional: list[str] = []
+        cost, best_cost, ub = total, total, 0.0
+        for t in sorted(counts, key=lambda t: bounds[t]):  # MaxScore: the lowest bounds summing below theta
+            ub += bounds[t]
+            if ub >= theta or len(optional) == len(counts) - 1:
+                break
+            optional.append(t)
+            required = total - sum(dfs[o] for o in optional)
+            cost = required + SEEK_COST * min(required, self.ntotal) * sum(counts[o] for o in optional)
+            if cost < best_cost:
+                best, best_cost = list(optional), cost
+        return best
+
+    def _pruned(self, terms: list[str], limit: int) -> tuple[np.ndarray, np.ndarray]:
+        """`_hits(self._flat(terms), limit)`, reading the postings of `_plan`'s optional terms only by seeks."""
+        optional = set(self._plan(terms, limit))
+        if not optional:
+            return self._hits(self._flat(terms), limit)
+        required = self._flat([t for t in terms if t not in optional])
+        return self._hits(self._adding(required, [t for t in terms if t in optional]), limit)
+
     def top_rows(self, terms: list[str], k: int, allowed_rows: np.ndarray | None, excluded_rows: np.ndarray | None
                  ) -> tuple[np.ndarray, np.ndarray]:
-        query = self._query(terms, allowed_rows)
         wide = allowed_rows is not None and len(allowed_rows) > TERM_SET_MAX
+        query = None if allowed_rows is None or wide else self._query(terms, allowed_rows)
         n_excl = 0 if excluded_rows is None else len(excluded_rows)
         # one more than needed, so the k-th's ties past the cut are seen and broken by row like every engine
-        limit = min(self.ntotal, k + n_excl + 1 if not wide else 4 * (k + n_excl) + 1)
+        limit = k + n_excl + 1
+        if wide:  # deep enough that k of the hits match, at the filter's selectivity
+            want = k + n_excl + WIDE_SIGMAS * math.sqrt(k + n_excl) + 5
+            limit = math.ceil(want * self.ntotal / len(allowed_rows)) + 1  # type: ignore[arg-type]
+        limit = min(self.ntotal, limit)
         while True:
-            scores, rows = self._hits(query, limit)
+            scores, rows = self._pruned(terms, limit) if query is None else self._hits(query, limit)
             keep = np.ones(len(rows), bool)
             if wide:
                 keep &= np.isin(rows, allowed_rows)  # type: ignore[arg-type]

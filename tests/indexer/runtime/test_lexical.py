@@ -197,3 +197,35 @@ def test_top_k_is_the_full_sort_ties_by_id_on_a_corpus_with_many_ties(tmp_path: 
                     scores, ids = index.search(q, k, allowed=keep, excluded=drop)
                     assert ids.tolist() == want, (q, k, keep is None, drop is None)
                     assert scores.tolist() == pytest.approx([cand[f] for f in want], rel=1e-5)
+
+
+def test_tantivy_pruning_and_wide_filters_give_the_full_sort(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tantivy's own pruning (`Engine._plan`: optional terms read by seeks once a first pass bounds the k-th score)
+    and its reading of wide filters (deep enough at their selectivity, deeper when the filter keeps only low
+    scorers) answer like a full sort of the scores by hand, on a Zipf-like vocabulary where the plan applies."""
+    rng = np.random.default_rng(3)
+    words = [f"w{i:02d}x" for i in range(40)]
+    p = 1 / np.arange(1, 41)
+    fids = rng.choice(10**6, 4000, replace=False)
+    docs = [(int(f), " ".join(rng.choice(words, int(rng.integers(1, 7)), p=p / p.sum()))) for f in fids]
+    index = open_lexical(tmp_path, build_lexical(tmp_path, docs, lexical_info(engine="tantivy")))
+    queries = ["w00x w01x w30x", "w00x w00x w02x w25x w39x", "w03x w01x w00x w17x w22x w35x", "w00x w05x"]
+    flat = {(q, k): index.search(q, k) for q in queries for k in (1, 10, 50)}  # no pruning below PRUNE_FROM
+    monkeypatch.setattr(lexical_tantivy, "PRUNE_FROM", 0)
+    monkeypatch.setattr(lexical_tantivy, "PASS1_POSTINGS", 200)
+    monkeypatch.setattr(lexical_tantivy, "SEEK_COST", 0)  # take any plan the bound allows
+    planned = 0
+    for q in queries:
+        ref = ref_of(index, q, docs)
+        low = np.sort(np.array([f for f, s in ref.items() if s < np.median(list(ref.values()))], np.int64))
+        for k in (1, 10, 50):
+            planned += bool(index._plan(index.analyzer.terms(q), k + 1))  # type: ignore[attr-defined]
+            scores, ids = index.search(q, k)
+            want = sorted(ref, key=lambda f: (-round(ref[f], 4), f))[:k]
+            assert ids.tolist() == want == flat[(q, k)][1].tolist(), (q, k)
+            assert scores.tolist() == pytest.approx([ref[f] for f in want], rel=1e-5)
+            monkeypatch.setattr(lexical_tantivy, "TERM_SET_MAX", 10)  # `low`: a wide filter of the worst scorers
+            _, ids = index.search(q, k, allowed=low)
+            monkeypatch.setattr(lexical_tantivy, "TERM_SET_MAX", 50_000)
+            assert ids.tolist() == sorted(low.tolist(), key=lambda f: (-round(ref[f], 4), f))[:k], (q, k)
+    assert planned >= 4  # the pruned path did run
