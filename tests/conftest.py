@@ -30,6 +30,7 @@ QUORA_NAME = "quora_duplicate_questions.partial.tsv.gz"
 TEST_ROWS = 3000
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its hook would run first: it registers later)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """With pytest-xdist (`-n 2 --dist loadgroup`, the README's command) a test file runs on one worker, its
     module fixtures built once and its tests in order; the files that share the local Ray instance run on one
