@@ -48,15 +48,17 @@ CALIBRATION_TEXTS = 512
 # to 5e-2), so more texts find nothing more; the cost is the padded batches (issue 38: 9.4 instead of 19.3
 # CPU-seconds on all-MiniLM-L6-v2).
 CHECK_TEXTS = 64
-# The shuffled padded batches of the check: 71 texts in runs of 16 (the last of 7), the one that holds the truncated
-# parity sentence padded to max_length, each split into parallel 1-thread runs of 8 (and 4 + 3) rows as the
-# service's micro-batches are. Rows never meet inside an int8 MatMul (integer sums, exact), LayerNorm, Softmax or
-# pooling, so more rows per run add no arithmetic that could move a vector; what moves one is a scale taken from
-# the run's tensor (dynamic int8: any mixed batch shows it) or a float kernel that changes with the padded length,
-# which this batch reaches. It replaced batches of 7 and 64 (issue 38): the same verdicts on static int8 (1.2e-7)
-# and dynamic int8 (4.8e-2 vs 4.0e-2, refused), 4.1-4.7 instead of 9.6-9.9 CPU-seconds for the whole check on
-# all-MiniLM-L6-v2 (bench/results/int8-invariance-20261127T210209Z.md).
-INVARIANCE_BATCHES = (16,)
+# The check's shuffled padded batches, and the batch of its corpus-path pass. 71 texts in runs of 8 (the last of 7):
+# the run that holds the truncated parity sentence pads to max_length, and each run is split over parallel 1-thread
+# runs of 4 rows, as the service's micro-batches are; the corpus path's run of the 8 longest texts pads to
+# max_length too. Rows never meet inside an int8 MatMul (integer sums, exact), LayerNorm, Softmax or pooling, so
+# more rows per run add no arithmetic that could move a vector; what moves one is a scale taken from the run's
+# tensor (dynamic int8: any mixed batch shows it) or a float kernel that changes with the padded length, which
+# these runs reach. Padding 8 rows to 256 tokens instead of 64 is what the check saves (issue 38: batches of 7 and
+# 64 and a corpus batch of 16 before): the same verdicts on static and dynamic int8
+# (bench/results/int8-invariance-20261127T212709Z.md: 3.3-3.5 instead of 8.7-8.8 CPU-seconds for the whole check).
+INVARIANCE_BATCHES = (8,)
+INVARIANCE_CORPUS_BATCH = 8
 # Largest allowed change of any vector component between a text encoded alone and inside a padded batch. fp32
 # itself moves by ~1e-7 (float rounding differs between a run of 1 row and of many); dynamic int8 by ~5e-2.
 DETERMINISM_TOL = 1e-6
@@ -283,7 +285,7 @@ def batch_invariance(model: Path | OnnxEncoder, texts: list[str], *, threads: in
             got, _ = enc.encode_with_flags([texts[i] for i in perm], batch_size=batch, group_by_length=False)
             worst[perm] = np.maximum(worst[perm], np.abs(got - alone[perm]).max(axis=1))
             cosine = min(cosine, float(np.min(np.sum(got * alone[perm], axis=1))))
-        got = enc.encode(texts)
+        got = enc.encode(texts, batch_size=INVARIANCE_CORPUS_BATCH)
         worst = np.maximum(worst, np.abs(got - alone).max(axis=1))
         cosine = min(cosine, float(np.min(np.sum(got * alone, axis=1))))
     finally:
