@@ -15,9 +15,10 @@ deliberately damaged quantizations (its tables go to bench/results/). The fp32 s
 cosines, per-query reciprocal ranks: a few kB) is cached under `$STRATA_HOME/cache/int8-gate`, keyed by the fp32
 graph's sha256, its max length and the sample's content (its texts, ids and gold labels, hashed): a second
 export of the same checkpoint and pooling encodes only the int8 side. The package ships the screen's reference
-of `encoder export`'s default graph (all-MiniLM-L6-v2, mean; `models/gate_refs/`, see its README) under the same
-key: the exporter writes the same graph bit for bit from the same checkpoint with the pinned torch, so the first
-export on a new machine finds it; any other graph, max length or data misses the key and is measured.
+of `encoder export`'s default graph (all-MiniLM-L6-v2, mean) and of the demo's (`layers:0,6`) under the same key
+(`models/gate_refs/`, see its README): the exporter writes the same graph bit for bit from the same checkpoint
+with the pinned torch, so the first export on a new machine finds it; any other graph, max length or data misses
+the key and is measured.
 """
 
 from __future__ import annotations
