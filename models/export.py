@@ -333,24 +333,29 @@ def _quantize_in_place(folder: Path, meta: EncoderMeta, *, gate_rows: int, max_d
     int8_meta = meta.model_copy(update={"onnx_sha256": sha256_file(int8_dir / ENCODER_ONNX),
                                         "quantization": QUANTIZATION, "quantization_details": details})
     write_json_atomic(int8_dir / ENCODER_META, int8_meta.model_dump(mode="json"))
-    with Working("checking that int8 vectors do not depend on their batch", logger=log):
-        invariance = batch_invariance(int8_dir, check_texts())
-    log.info("int8 batch invariance: max |change| %.3g over %d texts alone vs in padded batches (tolerance %g)",
-             invariance["max_abs_diff"], invariance["texts"], DETERMINISM_TOL)
-    if not invariance["max_abs_diff"] <= DETERMINISM_TOL:
-        raise DeterminismError(
-            f"refusing to write {out_dir}: int8 vectors depend on their batch (max change "
-            f"{invariance['max_abs_diff']:.3g} > {DETERMINISM_TOL:g} over {invariance['texts']} texts); "
-            "export fp32 with --quantize none")
-    int8_meta.quantization_details = details | {"batch_invariance": invariance}
-    if not skip_gate:
-        report = quality_gate(folder, int8_dir, rows=gate_rows, max_drop=max_drop, screen_rows=screen_rows)
-        if not report.passed:
-            raise QualityGateError(f"refusing to write {out_dir}: int8 loses too much quality: {report.summary()} "
-                                   "(export fp32 with --quantize none)")
-        int8_meta.quality_gate = report.as_dict()
-    else:
-        log.warning("int8 quality gate skipped (--skip-gate): quality is unmeasured")
+    int8 = OnnxEncoder(int8_dir)  # one session for both checks
+    try:
+        with Working("checking that int8 vectors do not depend on their batch", logger=log):
+            invariance = batch_invariance(int8, check_texts())
+        log.info("int8 batch invariance: max |change| %.3g over %d texts alone vs in padded batches "
+                 "(tolerance %g)", invariance["max_abs_diff"], invariance["texts"], DETERMINISM_TOL)
+        if not invariance["max_abs_diff"] <= DETERMINISM_TOL:
+            raise DeterminismError(
+                f"refusing to write {out_dir}: int8 vectors depend on their batch (max change "
+                f"{invariance['max_abs_diff']:.3g} > {DETERMINISM_TOL:g} over {invariance['texts']} texts); "
+                "export fp32 with --quantize none")
+        int8_meta.quantization_details = details | {"batch_invariance": invariance}
+        if not skip_gate:
+            report = quality_gate(folder, int8_dir, rows=gate_rows, max_drop=max_drop, screen_rows=screen_rows,
+                                  int8=int8)
+            if not report.passed:
+                raise QualityGateError(f"refusing to write {out_dir}: int8 loses too much quality: "
+                                       f"{report.summary()} (export fp32 with --quantize none)")
+            int8_meta.quality_gate = report.as_dict()
+        else:
+            log.warning("int8 quality gate skipped (--skip-gate): quality is unmeasured")
+    finally:
+        int8.close()
     os.replace(int8_dir / ENCODER_ONNX, folder / ENCODER_ONNX)
     shutil.rmtree(int8_dir)
     write_json_atomic(folder / ENCODER_META, int8_meta.model_dump(mode="json"))

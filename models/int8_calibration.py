@@ -4,11 +4,11 @@ Calibration runs the fp32 graph, unoptimised, over the 512 calibration sentences
 min and max: about 60% of the quantization's CPU time. Its result (ONNX Runtime's own JSON calibration cache,
 `quantize_static(calibration_cache_path=...)`) is a function of the fp32 graph's bytes, the calibration texts, the
 scheme and the ONNX Runtime version, so it is stored under a key made of exactly those
-(`$STRATA_HOME/cache/int8-calib/<key>.json`), and the package ships the one of `encoder export`'s default graph
-(`models/gate_refs/calib-<key>.json`). A hit writes the same int8 graph bit for bit as calibrating again
-(`tests/models/test_int8_calibration.py`); any other graph, text, scheme or ONNX Runtime misses the key and is
-calibrated. The int8 graph is then checked as always (batch invariance, the quality gate): the cache decides how
-fast the graph is made, never whether it ships.
+(`$STRATA_HOME/cache/int8-calib/<key>.json`), and the package ships those of `encoder export`'s default graph and
+of the demo's (mean and layers:0,6: `models/gate_refs/calib-<key>.json`). A hit writes the same int8 graph bit
+for bit as calibrating again (`tests/models/test_int8_calibration.py`); any other graph, text, scheme or ONNX
+Runtime misses the key and is calibrated. The int8 graph is then checked as always (batch invariance, the quality
+gate): the cache decides how fast the graph is made, never whether it ships.
 """
 
 from __future__ import annotations

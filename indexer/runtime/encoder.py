@@ -44,7 +44,7 @@ class EncoderMeta(BaseModel):
     parity_min_cosine: float | None = None
     quantization: str | None = None
     # int8 vs fp32 figures when quantized (numbers; the staged gate adds `stage` and its screen's bounds)
-    quality_gate: dict[str, float | str | list[float] | None] | None = None
+    quality_gate: dict[str, int | float | str | list[float] | None] | None = None
     quantization_details: dict[str, Any] | None = None  # how the int8 graph was made (models/quantize.py)
     # `encoder adapt --data CORPUS` (models/corpus_adapt.py): recipe, whether the adapted weights were kept, and
     # whether dev queries verified it ("verified": false = selected on a label-free proxy only)
@@ -329,24 +329,37 @@ class OnnxEncoder:
 
     def encode(
         self, texts: Sequence[str], batch_size: int | None = None, *, progress: bool = False,
-        desc: str = "encoding", on_progress: Callable[[int], None] | None = None, bar: bool = True
+        desc: str = "encoding", on_progress: Callable[[int], None] | None = None, bar: bool = True,
+        by_tokens: bool = False
     ) -> np.ndarray:
         """Encode many texts, `batch_size` per run (default: `corpus_batch_size`). Texts are sorted by length so
         each batch pads little; output keeps input order. `progress`: a bar on a terminal, else log lines with rate
         and ETA (`indexer.runtime.progress`); `bar=False`: log lines only. `on_progress(n)` hears of every n more
-        texts done (a caller's own progress bar)."""
+        texts done (a caller's own progress bar). `by_tokens`: tokenise all the texts first and cut the runs by
+        token count (`length_groups`), for a sample that fits in memory: the int8 gate's 3,718 texts pad 5% instead
+        of the 28% of character-sorted runs of 16; the default tokenises run by run (a corpus of any size)."""
         batch_size = batch_size or self.corpus_batch_size
         n = len(texts)
         vecs = np.empty((n, self.dim), dtype=np.float32)
         if n == 0:
             return vecs
-        # Character length is a cheap, good proxy for token length when ordering.
-        order = np.argsort([len(t) for t in texts], kind="stable")
+        if by_tokens:
+            encs = self.tokenizer.encode_batch(list(texts))
+            runs = length_groups([len(e.ids) for e in encs], batch_size)
+
+            def padded(idx: np.ndarray) -> Batch:
+                return self._pad([encs[i] for i in idx])
+        else:
+            # Character length is a cheap, good proxy for token length when ordering.
+            order = np.argsort([len(t) for t in texts], kind="stable")
+            runs = [order[s : s + batch_size] for s in range(0, n, batch_size)]
+
+            def padded(idx: np.ndarray) -> Batch:
+                return self.tokenize([texts[i] for i in idx])
         shown = Progress(n, desc, unit="texts", bar=bar) if progress else None
 
-        def encode_batch(start: int, parallel: bool = False) -> int:
-            idx = order[start : start + batch_size]
-            vecs[idx] = self._run(self.tokenize([texts[i] for i in idx]), parallel=parallel)
+        def encode_batch(idx: np.ndarray, parallel: bool = False) -> int:
+            vecs[idx] = self._run(padded(idx), parallel=parallel)
             return len(idx)
 
         def finished(done: int) -> None:
@@ -355,19 +368,18 @@ class OnnxEncoder:
             if on_progress is not None:
                 on_progress(done)
 
-        starts = range(0, n, batch_size)
-        if self._pool is not None and len(starts) > 1:
+        if self._pool is not None and len(runs) > 1:
             # `threads` batches at once, each on one thread; a bounded window keeps memory and progress steady
             window: deque[Future[int]] = deque()
-            for start in starts:
-                window.append(self._pool.submit(encode_batch, start))
+            for idx in runs:
+                window.append(self._pool.submit(encode_batch, idx))
                 if len(window) >= 2 * self.threads:
                     finished(window.popleft().result())
             while window:
                 finished(window.popleft().result())
         else:  # a single batch still splits its rows across the threads
-            for start in starts:
-                finished(encode_batch(start, parallel=self.parallel))
+            for idx in runs:
+                finished(encode_batch(idx, parallel=self.parallel))
         if shown is not None:
             shown.close()
         return vecs

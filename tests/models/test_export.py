@@ -122,10 +122,17 @@ def test_int8_export_records_quantization(tiny_checkpoint: Path, exported: dict[
 
 
 def test_int8_export_whose_gate_passes_records_the_gate(tiny_checkpoint: Path, exported: dict[str, Path],
-                                                         tmp_path: Path, quora_file: Path) -> None:
+                                                         tmp_path: Path, quora_file: Path,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
     out = tmp_path / "int8"
     # max_drop 100: a random tiny BERT passes whatever it loses; the gate still measures both graphs
-    meta = export_encoder(tiny_checkpoint, out, pooling="cls", quantize="int8", gate_rows=300, max_drop=100)
+    with caplog.at_level(logging.INFO, logger="indexer.runtime.encoder"):
+        meta = export_encoder(tiny_checkpoint, out, pooling="cls", quantize="int8", gate_rows=300, max_drop=100)
+    # one int8 session serves the batch-invariance check and the gate (each used to load its own)
+    assert sum(r.getMessage().startswith("loaded encoder") and "/.int8 " in r.getMessage()
+               for r in caplog.records) == 1
     written = json.loads((out / "encoder.json").read_text())
     assert meta.quantization == written["quantization"] == "int8-static-qdq"
     assert written["quality_gate"] == meta.quality_gate and written["onnx_sha256"] == sha256_file(out / "encoder.onnx")

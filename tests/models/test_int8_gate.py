@@ -46,6 +46,38 @@ def test_the_bounds_bracket_the_drop_and_shrink_with_the_sample() -> None:
     assert small[1][1] - small[1][0] > m_hi - m_lo  # fewer queries, a wider interval
 
 
+def test_ranks_are_scipys_ties_included() -> None:
+    """The gate ranks without scipy.stats (its import cost the export 1-1.7 CPU-seconds): the same figures."""
+    from scipy.stats import rankdata as scipy_rankdata
+
+    from models.int8_gate import rankdata
+
+    rng = np.random.default_rng(0)
+    for x in (rng.integers(0, 6, (200, 50)).astype(float), rng.normal(size=(3, 40)), rng.integers(0, 3, 9) / 2):
+        assert np.array_equal(rankdata(x), scipy_rankdata(x, axis=-1))
+
+
+def test_one_pass_over_the_sample_gives_what_three_did(graphs: tuple[Path, Path], quora_file: Path) -> None:
+    """`measure` encodes the STS-B sentences, Quora documents and queries together, once each, in runs cut by token
+    count: the same per-item figures as encoding each part on its own (the gate's former three passes)."""
+    from indexer.evaluate import per_query_ranks
+    from indexer.runtime.encoder import OnnxEncoder
+    from indexer.runtime.faiss_index import flat_search
+    from models.int8_gate import _quora_split, measure, stsb_sample
+
+    enc = OnnxEncoder(graphs[1], threads=2)
+    got = measure(enc, "int8", 500, SCREEN)
+    sts, split = stsb_sample(500), _quora_split(SCREEN, None)
+    unique = sorted({*sts.s1, *sts.s2})
+    vecs = dict(zip(unique, enc.encode(unique), strict=True))
+    cosines = np.array([float(vecs[a] @ vecs[b]) for a, b in zip(sts.s1, sts.s2, strict=True)])
+    docs, queries = enc.encode(split.corpus.texts), enc.encode(split.evalset.query_texts)
+    rr = per_query_ranks(split.corpus.ids[flat_search(docs, queries, 10)[1]], split.evalset.gold, 10)[0]
+    enc.close()
+    np.testing.assert_allclose(got.cosines, cosines, atol=1e-5)
+    assert np.array_equal(got.gold, np.asarray(sts.gold)) and np.array_equal(got.rr, rr)
+
+
 def test_a_clear_pass_and_a_clear_refusal_are_decided_on_the_screen(graphs: tuple[Path, Path], quora_file: Path,
                                                                    caplog: pytest.LogCaptureFixture) -> None:
     fp32, int8 = graphs

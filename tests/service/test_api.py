@@ -195,6 +195,9 @@ def test_demo_exports_builds_and_serves(tmp_path: Path, quora_file: Path) -> Non
         assert hits[0]["id"] == 16
         meta = json.loads((home / "models" / DEFAULT_MODEL_NAME / "encoder.json").read_text())
         assert meta["quantization"] == "int8-static-qdq" and meta["quality_gate"]["stsb_drop"] <= 0.5  # serves int8
+        # a fresh STRATA_HOME: the ranges came from the package (models/gate_refs/), so the demo's fp32 graph still
+        # has the key its shipped calibration and gate reference were made under
+        assert meta["quantization_details"]["calibration_ranges"] == "cached"
         log = srv.log.read_text()
         assert "Strata is serving on http://127.0.0.1:" in log and "curl -s" in log
     finally:

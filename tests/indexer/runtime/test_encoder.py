@@ -3,6 +3,7 @@ giving the vectors of one plain padded run."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +56,32 @@ def test_long_batches_run_in_slices_with_the_same_vectors(minilm_mean: Path, mon
     sliced, _ = enc.encode_with_flags(texts, batch_size=6, group_by_length=False)
     assert len(calls) == 3 and all(rows * length <= 250 for rows, length in calls)
     assert np.allclose(sliced, whole, atol=1e-5)
+
+
+def test_runs_cut_by_token_count_pad_less_and_give_the_same_vectors(minilm_mean: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`encode(by_tokens=True)` (the int8 gate's pass) tokenises once and cuts runs by token count: the same
+    vectors in input order, fewer padded tokens than character-sorted runs when characters mislead (digits and
+    rare words are many tokens in few characters), and the runs still spread over both run threads."""
+    enc = OnnxEncoder(minilm_mean, threads=2)
+    texts = [f"{q} ({i})" for i, q in enumerate(QUERIES)] + ["1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20",
+                                                          "x y z w v u t s r q p o n m l k j", "hello there",
+                                                          "Supercalifragilistic antidisestablishmentarianism"] * 3
+    runs: list[tuple[str, tuple[int, int]]] = []
+    run = enc.session.run
+    monkeypatch.setattr(enc, "session", type("S", (), {"run": lambda self, o, feeds: runs.append(
+        (threading.current_thread().name, feeds["input_ids"].shape)) or run(o, feeds)})())
+    by_chars = enc.encode(texts, batch_size=4)
+    padded_chars = sum(r * n for _, (r, n) in runs)
+    runs.clear()
+    by_tokens = enc.encode(texts, batch_size=4, by_tokens=True)
+    padded_tokens = sum(r * n for _, (r, n) in runs)
+    assert sum(r for _, (r, _n) in runs) == len(texts) and all(r <= 4 for _, (r, _n) in runs)
+    real = sum(enc.token_counts(texts))
+    assert real <= padded_tokens < padded_chars, (real, padded_tokens, padded_chars)
+    assert {name for name, _ in runs} == {"onnx-run_0", "onnx-run_1"}
+    np.testing.assert_allclose(by_tokens, by_chars, atol=1e-5)
+    enc.close()
 
 
 def test_parallel_runs_use_every_thread_and_give_the_same_vectors(minilm_mean: Path,
