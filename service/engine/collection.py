@@ -48,6 +48,7 @@ from service.engine.settings import EngineSettings
 from service.engine.swap import Backend, Refusal, Swapper, SwapResult
 from service.engine.tracing import Tracing
 from service.engine.triggers import Triggers
+from service.engine.workers import Workers
 from service.engine.write_lane import WriteLane
 
 log = logging.getLogger(__name__)
@@ -177,7 +178,7 @@ class Collection:
 
     # the scheduler's parts, as a collection of one root always had them
     @property
-    def pool(self) -> ThreadPoolExecutor:
+    def pool(self) -> Workers:
         return self.scheduler.pool
 
     @property
