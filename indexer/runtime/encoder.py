@@ -243,6 +243,13 @@ class OnnxEncoder:
         """Tokens per text as the model sees them (special tokens included, cut to max_length)."""
         return [len(e.ids) for e in self.tokenizer.encode_batch(list(texts))]
 
+    def _tokenize_all(self, texts: Sequence[str]) -> list:  # noqa: ANN001 - tokenizers.Encoding
+        """`encode_batch`, but one text (a served query) tokenised on this thread: `encode_batch` hands even one
+        text to the tokenizer's worker pool and waits for it (the same encoding either way)."""
+        if len(texts) == 1:
+            return [self.tokenizer.encode(texts[0])]
+        return self.tokenizer.encode_batch(list(texts))
+
     def tokenize(self, texts: Sequence[str]) -> Batch:
         """Tokenise and pad to the longest text of this batch (not to max_length)."""
         return self._pad(self.tokenizer.encode_batch(list(texts)))
@@ -312,7 +319,7 @@ class OnnxEncoder:
         threads' CPU priority must be the one that runs)."""
         if not texts:
             return Encoded(np.zeros((0, self.dim), dtype=np.float32), [], [])
-        encs = self.tokenizer.encode_batch(list(texts))
+        encs = self._tokenize_all(texts)
         tokens = [len(e.ids) for e in encs]
         if group_by_length:
             groups = length_groups(tokens, batch_size)
