@@ -20,7 +20,7 @@ import contextvars
 import logging
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -48,7 +48,6 @@ from service.engine.settings import EngineSettings
 from service.engine.swap import Backend, Refusal, Swapper, SwapResult
 from service.engine.tracing import Tracing
 from service.engine.triggers import Triggers
-from service.engine.workers import Workers
 from service.engine.write_lane import WriteLane
 
 log = logging.getLogger(__name__)
@@ -178,7 +177,7 @@ class Collection:
 
     # the scheduler's parts, as a collection of one root always had them
     @property
-    def pool(self) -> Workers:
+    def pool(self) -> Executor:  # the inference workers (`workers.Workers`)
         return self.scheduler.pool
 
     @property
