@@ -11,6 +11,7 @@ import json
 import logging
 import time
 import uuid
+from typing import Any
 
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -87,6 +88,9 @@ class AccessLog:
     def __init__(self, app: ASGIApp, metrics: Metrics, tracing: Tracing | None = None,
                  summary: AccessSummary | None = None) -> None:
         self.app, self.metrics, self.tracing, self.summary = app, metrics, tracing, summary
+        # (latency, count) series by (endpoint, method, status), looked up once: a `labels` call takes a lock and
+        # builds its key on every request otherwise (prometheus keeps a series per label values anyway)
+        self._series: dict[tuple[str, str, int], tuple[Any, Any]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -132,11 +136,12 @@ class AccessLog:
         # The matched route's template (routing sets it in the shared scope), never the raw path: unknown
         # URLs must not create new label values.
         endpoint = getattr(scope.get("route"), "path", "unmatched")
-        method, metrics = scope["method"], self.metrics
-        metrics.request_latency.labels(endpoint, method).observe(elapsed)
-        metrics.requests.labels(endpoint, method, str(status)).inc()
+        method = scope["method"]
+        series = self._series.get((endpoint, method, status)) or self._new_series(endpoint, method, status)
+        series[0].observe(elapsed)
+        series[1].inc()
         if status >= 400:
-            metrics.errors.labels(endpoint, str(status)).inc()
+            self.metrics.errors.labels(endpoint, str(status)).inc()
         if self.summary is not None:
             self.summary.add(method, endpoint, status, elapsed * 1000)
             return
@@ -144,6 +149,13 @@ class AccessLog:
         access.info("%s %s %d", method, scope["path"], status,
                     extra={"method": method, "path": scope["path"], "status": status,
                            "ms": round(elapsed * 1000, 3), "client": client[0] if client else None})
+
+
+    def _new_series(self, endpoint: str, method: str, status: int) -> tuple[Any, Any]:
+        m = self.metrics
+        series = m.request_latency.labels(endpoint, method), m.requests.labels(endpoint, method, str(status))
+        self._series[endpoint, method, status] = series
+        return series
 
 
 def _route(scope: Scope) -> str | None:

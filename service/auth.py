@@ -211,7 +211,9 @@ class Requires:
             aim = authorizer.default_collection(), self.scope
         elif self.on == "named":
             aim = request.path_params[NAME_PARAM], self.scope
-        request.state.grants = grants = authorizer.check(request.url.path, credentials, aim)
+        # the URL is built only where keys make the path matter (public paths): a few µs per request otherwise
+        path = request.url.path if authorizer.keys else ""
+        request.state.grants = grants = authorizer.check(path, credentials, aim)
         request.state.key = key = credentials.credentials if grants is not None and credentials else None
         if aim is not None and aim[0] is not None:
             denied = authorizer.narrowed(grants, key, self.scope, aim[0], write=self.write)

@@ -118,7 +118,9 @@ def _is_json(request: Request) -> bool:
     value = request.headers.get("content-type")
     if not value:
         return False
-    message = email.message.Message()
+    if value == "application/json":  # what nearly every client sends: the parse below costs ~20 µs
+        return True
+    message = email.message.Message()  # FastAPI's rule: application/json or application/*+json, parameters ignored
     message["content-type"] = value
     sub = message.get_content_subtype()
     return message.get_content_maintype() == "application" and (sub == "json" or sub.endswith("+json"))

@@ -243,6 +243,23 @@ class OnnxEncoder:
         """Tokens per text as the model sees them (special tokens included, cut to max_length)."""
         return [len(e.ids) for e in self.tokenizer.encode_batch(list(texts))]
 
+    def _tokenize_all(self, texts: Sequence[str]) -> list:  # noqa: ANN001 - tokenizers.Encoding
+        """`encode_batch`, but one text tokenised on this thread: `encode_batch` hands even one text to the
+        tokenizer's worker pool and waits for it (the same encoding either way)."""
+        if len(texts) == 1:
+            return [self.tokenizer.encode(texts[0])]
+        return self.tokenizer.encode_batch(list(texts))
+
+    def _encode_one(self, text: str) -> Encoded:
+        """One text (a served query, most of the time): one unpadded row, straight to the session — what
+        `encode_counted` does for it without the grouping, padding and scattering of a batch. Those cost ~0.3 ms
+        of CPU per query when they run right after an ONNX run, their code and data out of the caches it swept
+        (measured interleaved on 2 cores, int8 MiniLM)."""
+        e = self.tokenizer.encode(text)
+        ids = np.asarray([e.ids], dtype=np.int64)
+        out = self.session.run(None, {"input_ids": ids, "attention_mask": np.ones_like(ids)})[0]
+        return Encoded(np.ascontiguousarray(out, dtype=np.float32), [bool(e.overflowing)], [len(e.ids)])
+
     def tokenize(self, texts: Sequence[str]) -> Batch:
         """Tokenise and pad to the longest text of this batch (not to max_length)."""
         return self._pad(self.tokenizer.encode_batch(list(texts)))
@@ -312,7 +329,9 @@ class OnnxEncoder:
         threads' CPU priority must be the one that runs)."""
         if not texts:
             return Encoded(np.zeros((0, self.dim), dtype=np.float32), [], [])
-        encs = self.tokenizer.encode_batch(list(texts))
+        if len(texts) == 1:
+            return self._encode_one(texts[0])
+        encs = self._tokenize_all(texts)
         tokens = [len(e.ids) for e in encs]
         if group_by_length:
             groups = length_groups(tokens, batch_size)

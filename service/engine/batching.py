@@ -77,7 +77,7 @@ class MicroBatcher:
         self.wakeup = asyncio.Event()
         self.running = 0  # batches running: at most `workers`
         self.task: asyncio.Task[None] | None = None
-        self.batches: set[asyncio.Task[None]] = set()
+        self.batches: set[asyncio.Future[list[Answer]]] = set()  # running: their workers' answers
 
     def start(self) -> None:
         self.task = asyncio.get_running_loop().create_task(self._dispatch())
@@ -107,9 +107,15 @@ class MicroBatcher:
     def _start(self, batch: list[_Queued]) -> None:
         self.running += 1
         self.heavy_running += batch[0].heavy
-        task = asyncio.get_running_loop().create_task(self._run(batch))
-        self.batches.add(task)
-        task.add_done_callback(self.batches.discard)
+        # `run`'s awaitable as it is when it is a future (the scheduler's workers answer one): no task, no coroutine
+        # frame and one event-loop turn less between the batch's end and its requests' answers
+        try:
+            running = asyncio.ensure_future(self.run([r.job for r in batch], [r.route for r in batch]))
+        except Exception as exc:  # noqa: BLE001 (refused before it ran: every request of the batch gets it)
+            running = asyncio.get_running_loop().create_future()
+            running.set_exception(exc)
+        self.batches.add(running)
+        running.add_done_callback(lambda done: self._finish(batch, done))
 
     def _fits(self, req: _Queued, texts: int, tokens: int) -> bool:
         return texts + len(req.texts) <= self.max_texts and \
@@ -163,25 +169,27 @@ class MicroBatcher:
             except TimeoutError:
                 return
 
-    async def _run(self, batch: list[_Queued]) -> None:
-        jobs = [r.job for r in batch]
-        try:
-            answers = await self.run(jobs, [r.route for r in batch])
-        except BaseException as exc:  # not ready, or a bug: every request of the batch gets it
+    def _finish(self, batch: list[_Queued], done: asyncio.Future[list[Answer]]) -> None:
+        """A batch's outcome to its requests (not ready, or a bug: every request of the batch gets the error)."""
+        self.batches.discard(done)
+        self.running -= 1
+        self.heavy_running -= batch[0].heavy
+        if self.queue:  # requests waiting for a worker (a heavy one, for a heavy slot)
+            self.wakeup.set()
+        if done.cancelled():
+            for r in batch:
+                r.future.cancel()
+            return
+        error = done.exception()
+        if error is not None:
             for r in batch:
                 if not r.future.done():
-                    r.future.set_exception(exc)
-            if not isinstance(exc, Exception):
-                raise
-        else:
-            encoded = max((res.batch_texts for _, res in answers), default=0)  # refused filters encode nothing
-            if encoded:
-                self.on_batch(encoded)
-            for r, answer in zip(batch, answers, strict=True):
-                if not r.future.done():
-                    r.future.set_result(answer)
-        finally:
-            self.running -= 1
-            self.heavy_running -= batch[0].heavy
-            if self.queue:  # requests waiting for a worker (a heavy one, for a heavy slot)
-                self.wakeup.set()
+                    r.future.set_exception(error)
+            return
+        answers = done.result()
+        encoded = max((res.batch_texts for _, res in answers), default=0)  # refused filters encode nothing
+        if encoded:
+            self.on_batch(encoded)
+        for r, answer in zip(batch, answers, strict=True):
+            if not r.future.done():
+                r.future.set_result(answer)

@@ -20,7 +20,7 @@ import contextvars
 import logging
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -177,7 +177,7 @@ class Collection:
 
     # the scheduler's parts, as a collection of one root always had them
     @property
-    def pool(self) -> ThreadPoolExecutor:
+    def pool(self) -> Executor:  # the inference workers (`workers.Workers`)
         return self.scheduler.pool
 
     @property

@@ -15,11 +15,9 @@ Writes' texts are encoded on the write lane (`write_lane`, shared: its threads a
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import time
 import weakref
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 import numpy as np
@@ -35,6 +33,7 @@ from service.engine.metrics import Metrics
 from service.engine.searcher import Job, Searcher, SearchResult
 from service.engine.settings import EngineSettings
 from service.engine.tracing import Tracing
+from service.engine.workers import Workers
 from service.engine.write_lane import WriteLane
 
 
@@ -54,7 +53,8 @@ class Scheduler:
         self.in_flight = 0  # admitted calls not answered yet (queued or in a running batch), all collections
         # OpenMP's thread count is per thread: each worker sets its own, or every batched FAISS search would take
         # a team of every core (and libgomp's spin-waiting after it), `workers` teams fighting the ONNX runs.
-        self.pool = ThreadPoolExecutor(max_workers=settings.workers, thread_name_prefix="inference",
+        # (`Workers`: a thread pool whose hand-off to the event loop and back is one queue put and one wakeup)
+        self.pool = Workers(max_workers=settings.workers, thread_name_prefix="inference",
                                        initializer=set_threads, initargs=(settings.threads,))
         self.write_lane = WriteLane(threads=settings.write_threads or max(1, settings.workers // 2),
                                     nice=settings.write_nice, chunk_texts=settings.write_chunk_texts)
@@ -148,9 +148,9 @@ class Scheduler:
     async def _run_one(self, job: Job, route: Route) -> Answer:
         return (await self._run([job], [route]))[0]
 
-    async def _run(self, jobs: list[Job], routes: Sequence[Route]) -> list[Answer]:
-        ctx = contextvars.copy_context()  # carry the request id into the worker's log lines
-        return await asyncio.wrap_future(self.pool.submit(ctx.run, run_routed, jobs, routes))
+    def _run(self, jobs: list[Job], routes: Sequence[Route]) -> asyncio.Future[list[Answer]]:
+        """A batch on a worker, in the request's context (its id in the worker's log lines)."""
+        return self.pool.run(run_routed, jobs, routes)
 
 
 def run_routed(jobs: list[Job], routes: Sequence[Route]) -> list[Answer]:

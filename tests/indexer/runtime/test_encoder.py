@@ -39,6 +39,14 @@ def test_grouped_encoding_equals_one_padded_run(quora_root: Path) -> None:
     one, flags_1 = enc.encode_with_flags(texts, batch_size=len(texts), group_by_length=False)
     np.testing.assert_allclose(grouped, one, atol=2e-5)
     assert flags_g == flags_1 and flags_g[-2] and not any(flags_g[:-2])
+    # one text (a served query) takes the single-row path: the same vector, flag and token count as its row of
+    # a padded run
+    long_text = texts[-2]
+    for i, text in enumerate(texts):
+        alone = enc.encode_counted([text])
+        np.testing.assert_allclose(alone.vectors[0], one[i], atol=2e-5)
+        assert alone.truncated == [flags_1[i]] and alone.tokens == [len(enc.tokenizer.encode(text).ids)]
+    assert enc.encode_counted([long_text]).tokens == [enc.meta.max_length]
     enc.close()
 
 
