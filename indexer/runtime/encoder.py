@@ -346,17 +346,13 @@ class OnnxEncoder:
                 flags[i] = f
         return Encoded(vecs, flags, tokens)
 
-    def encode(
-        self, texts: Sequence[str], batch_size: int | None = None, *, progress: bool = False,
-        desc: str = "encoding", on_progress: Callable[[int], None] | None = None, bar: bool = True,
-        by_tokens: bool = False
-    ) -> np.ndarray:
-        """Encode many texts, `batch_size` per run (default: `corpus_batch_size`). Texts are sorted by length so
-        each batch pads little; output keeps input order. `progress`: a bar on a terminal, else log lines with rate
-        and ETA (`indexer.runtime.progress`); `bar=False`: log lines only. `on_progress(n)` hears of every n more
-        texts done (a caller's own progress bar). `by_tokens`: tokenise all the texts first and cut the runs by
-        token count (`length_groups`), for a sample that fits in memory: the int8 gate's 3,718 texts pad 5% instead
-        of the 28% of character-sorted runs of 16; the default tokenises run by run (a corpus of any size)."""
+    def encode(self, texts: Sequence[str], batch_size: int | None = None, *, progress: bool = False,
+               desc: str = "encoding", on_progress: Callable[[int], None] | None = None, bar: bool = True,
+               by_tokens: bool = False) -> np.ndarray:
+        """Encode many texts in input order, `batch_size` per run (default `corpus_batch_size`), sorted by length
+        so runs pad little. `progress`: a bar on a terminal, else log lines with rate and ETA; `bar=False`: lines
+        only; `on_progress(n)`: told of every n more texts done. `by_tokens`: tokenise all first and cut runs by
+        token count (`length_groups`), for a sample in memory (the int8 gate's texts pad 5%, not 28%)."""
         batch_size = batch_size or self.corpus_batch_size
         n = len(texts)
         vecs = np.empty((n, self.dim), dtype=np.float32)
