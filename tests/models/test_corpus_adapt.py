@@ -271,8 +271,11 @@ def test_an_interrupted_run_resumes_from_its_checkpoint(tiny_bert: Path, tmp_pat
             "--threads", "1", "--no-progress")
     child_log = tmp_path / "interrupted.stderr"
     with open(child_log, "wb") as err:
+        # SIGINT's default action restored in the child, as a shell starts it: a pytest-xdist worker ignores
+        # SIGINT, and an ignored SIGINT is inherited (the child's Python then installs no KeyboardInterrupt)
         proc = subprocess.Popen([sys.executable, "-m", "models.cli", *args], cwd=REPO, stdout=subprocess.DEVNULL,
-                                stderr=err, env=os.environ | {"PYTHONPATH": str(REPO)})
+                                stderr=err, env=os.environ | {"PYTHONPATH": str(REPO)},
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     state = work / "train" / "last" / "trainer_state.pt"
     t0 = time.monotonic()
     while not state.is_file() and proc.poll() is None and time.monotonic() < t0 + 240:
@@ -281,7 +284,6 @@ def test_an_interrupted_run_resumes_from_its_checkpoint(tiny_bert: Path, tmp_pat
             else f"no checkpoint seen in {time.monotonic() - t0:.1f} s")
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=60)
-    # once (a suite on two workers at load 20) the run exited 0: its log says which stage the SIGINT met
     assert proc.returncode != 0 and not out.exists(), \
         f"the run was not interrupted ({seen}, exit {proc.returncode}):\n{child_log.read_text()[-3000:]}"
     status = json.loads((work / "status.json").read_text())
