@@ -159,8 +159,14 @@ class Trainer:
             },
             tmp / STATE,
         )
-        shutil.rmtree(self.out / "last", ignore_errors=True)
-        tmp.rename(self.out / "last")
+        # never a moment without a complete checkpoint: the previous one is moved aside, not deleted, until the new
+        # one is in place (a stop between the two renames resumes from `last.old`, see `try_resume`)
+        last, old = self.out / "last", self.out / "last.old"
+        shutil.rmtree(old, ignore_errors=True)
+        if last.exists():
+            last.rename(old)
+        tmp.rename(last)
+        shutil.rmtree(old, ignore_errors=True)
 
     def save_best(self) -> None:
         tmp = self.out / "best.tmp"
@@ -177,6 +183,8 @@ class Trainer:
 
     def try_resume(self) -> None:
         last = self.out / "last"
+        if not (last / STATE).is_file() and (self.out / "last.old" / STATE).is_file():
+            last = self.out / "last.old"  # stopped between `save_last`'s two renames
         if not (last / STATE).is_file():
             log.info("no checkpoint to resume in %s; starting fresh", last)
             return

@@ -182,3 +182,17 @@ def test_training_subcommands_have_help(sub, capsys):
         main([sub, "--help"])
     assert exit_info.value.code == 0
     assert f"usage: encoder {sub}" in capsys.readouterr().out
+
+
+def test_a_stop_between_the_checkpoints_renames_resumes_from_the_previous_one(tiny_bert, tmp_path):
+    """`save_last` moves the previous checkpoint aside before the new one takes its name: a stop between the two
+    renames leaves `last.old` only, and the run resumes from it instead of starting over."""
+    out = tmp_path / "run"
+    Trainer(config(tiny_bert, out, pooler="layer_att", objective="sup_hardneg"), examples=examples(3),
+            dev=tiny_sts()).train()
+    assert not (out / "last.old").exists()  # removed once the new checkpoint is in place
+    (out / "last").rename(out / "last.old")  # what a stop between the renames leaves
+    resumed = Trainer(config(tiny_bert, out, pooler="layer_att", objective="sup_hardneg", max_steps=6, resume=True),
+                      examples=examples(3), dev=tiny_sts())
+    resumed.try_resume()
+    assert resumed.step == 4
