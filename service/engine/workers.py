@@ -15,6 +15,7 @@ inference threads' FAISS OpenMP thread count), and `shutdown(wait=True)` lets qu
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextvars
 import queue
 import threading
@@ -25,7 +26,7 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 # the interpreter's exit joins the workers before it tears down (ThreadPoolExecutor registers its own so: a worker
 # inside an ONNX run must not outlive the objects it uses); `atexit` where that hook is missing
-_at_exit = getattr(threading, "_register_atexit", None) or __import__("atexit").register
+_at_exit = getattr(threading, "_register_atexit", None) or atexit.register
 _STOP = None  # a worker's cue to exit (queued after every item already in the queue)
 
 
