@@ -319,24 +319,24 @@ def _quantize_in_place(folder: Path, meta: EncoderMeta, *, gate_rows: int, max_d
         DeterminismError,
         QualityGateError,
         batch_invariance,
-        calibration_texts,
-        check_texts,
+        calibration_and_check_texts,
         quality_gate,
         quantize_static_onnx,
     )
 
     int8_dir = folder / ".int8"
+    calibration, check = calibration_and_check_texts()  # one read of the data files for both
     shutil.copytree(folder, int8_dir, ignore=shutil.ignore_patterns(".int8", ENCODER_ONNX))
     with Working("quantizing to int8 (static: weights per channel, activation scales calibrated on "
                  f"{CALIBRATION_TEXTS} sentences)", logger=log):
-        details = quantize_static_onnx(folder, int8_dir / ENCODER_ONNX, calibration_texts())
+        details = quantize_static_onnx(folder, int8_dir / ENCODER_ONNX, calibration)
     int8_meta = meta.model_copy(update={"onnx_sha256": sha256_file(int8_dir / ENCODER_ONNX),
                                         "quantization": QUANTIZATION, "quantization_details": details})
     write_json_atomic(int8_dir / ENCODER_META, int8_meta.model_dump(mode="json"))
     int8 = OnnxEncoder(int8_dir)  # one session for both checks
     try:
         with Working("checking that int8 vectors do not depend on their batch", logger=log):
-            invariance = batch_invariance(int8, check_texts())
+            invariance = batch_invariance(int8, check)
         log.info("int8 batch invariance: max |change| %.3g over %d texts alone vs in padded batches "
                  "(tolerance %g)", invariance["max_abs_diff"], invariance["texts"], DETERMINISM_TOL)
         if not invariance["max_abs_diff"] <= DETERMINISM_TOL:

@@ -1,23 +1,25 @@
-"""Rewrites of the graph `quantize_static` writes (`models.quantize`'s static int8 scheme), done on the saved
-ONNX file: the float inputs given back to the consumers that are not quantized (`restore_float_side_inputs`), and each
-quantized MatMul with its bias Add written as one `com.microsoft.MatMulIntegerToFloat` (`fuse_matmul_bias`)."""
+"""Rewrites of the graph `quantize_static` writes (`models.quantize`'s static int8 scheme), done in place on the
+loaded model (the caller loads and saves the file once for all of them): the float inputs given back to the consumers
+that are not quantized (`restore_float_side_inputs`), and each quantized MatMul with its bias Add written as one
+`com.microsoft.MatMulIntegerToFloat` (`fuse_matmul_bias`)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import onnx
 
 
-def fuse_matmul_bias(path: Path, quantized: set[str]) -> int:
+def fuse_matmul_bias(model: onnx.ModelProto, quantized: set[str]) -> int:
     """Replace DequantizeLinear(x_q), DequantizeLinear(W_q) → MatMul [→ Add(bias)] by one MatMulIntegerToFloat
     (x_q, W_q, x_scale, W_scale, x_zero_point, W_zero_point[, bias]); returns how many were replaced.
 
     That is the node ONNX Runtime's QDQ transformer makes of the pattern at session start, except that it leaves
     the bias Add (and the Add of the first feed-forward layer folded into BiasGelu) as separate passes over the
     activations: 30 of them in MiniLM, ~7% of the encoder's time. The arithmetic is unchanged."""
-    import onnx
     from onnx import helper
 
-    model = onnx.load(str(path))
     graph = model.graph
     original = list(graph.node)  # one set of Python objects, so that id() names a node throughout
     producer = {out: node for node in original for out in node.output}
@@ -61,19 +63,15 @@ def fuse_matmul_bias(path: Path, quantized: set[str]) -> int:
     graph.node.extend(nodes)
     if not any(op.domain == "com.microsoft" for op in model.opset_import):
         model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
-    onnx.save(model, str(path))
     return len(replaced)
 
 
-def restore_float_side_inputs(path: Path, quantized: set[str]) -> None:
+def restore_float_side_inputs(model: onnx.ModelProto, quantized: set[str]) -> None:
     """Give every consumer of a quantize-dequantize pair that is not a quantized node its float input back.
 
     `quantize_static` rewires *all* consumers of a quantized activation to the dequantized copy, so a LayerNorm
     output that feeds both a quantized MatMul and the residual Add would carry its int8 rounding into the
     residual stream. Only the quantized MatMuls should see it."""
-    import onnx
-
-    model = onnx.load(str(path))
     producer = {out: node for node in model.graph.node for out in node.output}
     float_of = {}
     for node in model.graph.node:
@@ -81,11 +79,10 @@ def restore_float_side_inputs(path: Path, quantized: set[str]) -> None:
         if q is not None and q.op_type == "QuantizeLinear":
             float_of[node.output[0]] = q.input[0]
     if any(out.name in float_of for out in model.graph.output):
-        raise ValueError(f"{path}: a graph output is quantized")
+        raise ValueError("a graph output is quantized")
     for node in model.graph.node:
         if node.name in quantized or node.op_type in ("QuantizeLinear", "DequantizeLinear"):
             continue
         for i, name in enumerate(node.input):
             if name in float_of:
                 node.input[i] = float_of[name]
-    onnx.save(model, str(path))

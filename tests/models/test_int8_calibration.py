@@ -45,3 +45,31 @@ def test_the_shipped_calibration_is_this_machines_export(minilm_mean: Path) -> N
     fails this: write it anew as models/gate_refs/README.md says)."""
     key = calibration_key(minilm_mean, calibration_texts(), StaticScheme().label)
     assert (PACKAGED / f"calib-{key}.json").is_file()
+
+
+def test_one_read_of_the_data_gives_the_same_calibration_and_check_texts():
+    """The export samples both from one pass; the calibration cache is keyed by these exact texts."""
+    from models.quantize import calibration_and_check_texts, check_texts
+
+    calibration, check = calibration_and_check_texts()
+    assert calibration == calibration_texts()
+    assert check == check_texts()
+    assert not set(calibration) & set(check)
+
+
+@pytest.mark.parametrize("model", ["tiny_exported", "minilm_mean"])
+def test_the_pre_process_without_its_shape_pass_writes_the_same_graph(model: str, request: pytest.FixtureRequest,
+                                                                      tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """`PRE_PROCESS` skips ONNX Runtime's ONNX shape inference before quantizing (1.5 s of the export): the int8
+    graph must be the one the full pre-processing gives, bit for bit, or the shipped calibration and the gate's
+    recorded decisions would not hold."""
+    import models.quantize as quantize
+
+    fp32 = request.getfixturevalue(model)
+    monkeypatch.setenv("STRATA_HOME", str(tmp_path / "home"))
+    texts = calibration_texts(32)
+    quantize_static_onnx(fp32, tmp_path / "fast.onnx", texts)
+    monkeypatch.setattr(quantize, "PRE_PROCESS", {"skip_symbolic_shape": True})  # ONNX Runtime's default pass
+    quantize_static_onnx(fp32, tmp_path / "full.onnx", texts)
+    assert sha256_file(tmp_path / "fast.onnx") == sha256_file(tmp_path / "full.onnx")
