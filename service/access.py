@@ -145,6 +145,8 @@ class AccessLog:
         if self.summary is not None:
             self.summary.add(method, endpoint, status, elapsed * 1000)
             return
+        if not access.isEnabledFor(logging.INFO):  # (STRATA_LOG_LEVEL=warning: no line, so no fields to build)
+            return
         client = scope.get("client")
         access.info("%s %s %d", method, scope["path"], status,
                     extra={"method": method, "path": scope["path"], "status": status,

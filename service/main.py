@@ -10,6 +10,7 @@ they use (`service.deps`).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -28,6 +29,11 @@ from service.routers import collections as collections_router
 from service.routers.docs import mount_docs
 from service.settings import Settings
 from service.stats import LiveStats
+
+# FastAPI's own OpenTelemetry (0.16x) reports to the process's global providers and asks for them on every request;
+# Strata traces with a provider of its own (`service.engine.tracing`, STRATA_OTLP_ENDPOINT), never the global one
+_NO_NATIVE_TELEMETRY = {"telemetry": {"tracing": False, "metrics": False, "logs": False}} \
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters else {}
 
 
 def create_app(settings: Settings | None = None, tracing: Tracing | None = None) -> FastAPI:
@@ -51,7 +57,7 @@ def create_app(settings: Settings | None = None, tracing: Tracing | None = None)
 
     app = FastAPI(title="Strata", version="0.1.0", lifespan=lifespan,
                   docs_url=None, redoc_url=None,  # served offline by `service.routers.docs`
-                  responses=ERROR_RESPONSES,
+                  responses=ERROR_RESPONSES, **_NO_NATIVE_TELEMETRY,
                   description="Semantic search over an ONNX sentence encoder and a FAISS index.")
     app.state.metrics, app.state.settings, app.state.tracing = metrics, settings, tracing
     app.state.collections = collections

@@ -51,6 +51,8 @@ class Scheduler:
         self.settings, self.metrics, self.tracing = settings, metrics, tracing or Tracing()
         self.encoders = EncoderCache(settings.threads)
         self.in_flight = 0  # admitted calls not answered yet (queued or in a running batch), all collections
+        # read when /metrics is scraped, not set twice per call (each `set` takes the gauge's lock)
+        metrics.in_flight.set_function(lambda: self.in_flight)
         # OpenMP's thread count is per thread: each worker sets its own, or every batched FAISS search would take
         # a team of every core (and libgomp's spin-waiting after it), `workers` teams fighting the ONNX runs.
         # (`Workers`: a thread pool whose hand-off to the event loop and back is one queue put and one wakeup)
@@ -95,18 +97,19 @@ class Scheduler:
         else:
             future = asyncio.ensure_future(self._run_one(query, route))
         self.in_flight += 1
-        self.metrics.in_flight.set(self.in_flight)
         admitted = time.time_ns()
         try:  # (a timeout scope, not wait_for: one hop less through the event loop per call)
             async with asyncio.timeout(s.request_timeout_s):
-                answered_by, result = await asyncio.shield(future)
+                # a search awaits its future itself: the timeout, or the request's task cancelled (its client
+                # gone), cancels it — a queued request is dropped, a running batch finishes and returns its leases,
+                # its answer unread. A write's encoding is shielded: it runs to its end whatever the request does.
+                answered_by, result = await (asyncio.shield(future) if write else future)
         except TimeoutError:
-            future.cancel()  # a queued request is dropped; a running batch finishes and returns its leases
+            future.cancel()  # (a write's encoding: dropped now, not yet logged)
             self.metrics.rejected.labels("timeout").inc()
             raise TimedOut(s.request_timeout_s) from None
         finally:
             self.in_flight -= 1
-            self.metrics.in_flight.set(self.in_flight)
         # this request alone was refused (its filter, its search parameters) or failed in its batch
         if result.error is not None:
             raise result.error

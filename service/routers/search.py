@@ -40,8 +40,8 @@ async def run_search(body: SearchRequest, collection: Collection, stats: list[Li
     # the request's fusion over the collection's defaults (collection.json); `k` alone means rrf, `alpha` alone convex
     fusion = collection.config.fusion_for(body.fusion, body.k, body.alpha)
     # one version answers all of it, and names itself
-    answer = await collection.search(Query(texts, body.top_k, body.filter, body.search_params, body.mode, fusion,
-                                       passages=body.passages), body.vector)
+    answer = await collection.search(Query(texts, body.top_k, body.filter, body.search_params or None, body.mode,
+                                           fusion, passages=body.passages), body.vector)
     took = (time.perf_counter() - t0) * 1000
     for windows in stats:  # GET /stats
         windows.record(took, answer.encode_ms, answer.search_ms, queries=len(texts), mode=answer.mode)

@@ -114,3 +114,41 @@ def test_two_encoders_of_one_dimension_get_distinct_model_ids(folder: Path) -> N
             await collections.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_queued_search_whose_request_is_cancelled_never_runs(quora_root: Path) -> None:
+    """A search waiting for a worker whose request is cancelled (its client gone, its timeout) is dropped from the
+    queue: its batch never runs, and the in-flight count comes back to 0. The search in the worker is answered."""
+    import threading
+
+    from service.engine import Collection
+
+    async def scenario() -> None:
+        collection = Collection(Settings(index_root=quora_root, workers=1, threads=1, watch_interval_s=0,
+                                         write_threads=1, request_timeout_s=300))
+        await collection.start(signals=False)
+        hold = threading.Event()
+        try:
+            blocker = collection.pool.submit(hold.wait)  # the one inference worker is busy until `hold` is set
+            first = asyncio.ensure_future(collection.search(Query(["How do I learn Python?"], 5)))
+            second = asyncio.ensure_future(collection.search(Query(["Why is the sky blue?"], 5)))
+            batchers = collection.scheduler.batchers
+            while not batchers or not next(iter(batchers.values())).queue:
+                await asyncio.sleep(0.01)  # the first one's batch is started (behind the blocker), the second queued
+            batcher = next(iter(batchers.values()))
+            assert collection.in_flight == 2
+            second.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await second
+            hold.set()
+            answer = await first
+            assert blocker.result() is True and len(answer.hits[0]) == 5
+            while batcher.queue or batcher.running:
+                await asyncio.sleep(0.01)
+            assert batch_sizes(collection.metrics) == [1.0], "the cancelled search ran a batch"
+            assert collection.in_flight == 0
+        finally:
+            hold.set()
+            await collection.stop()
+
+    asyncio.run(scenario())
