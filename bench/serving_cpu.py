@@ -22,8 +22,10 @@ rounds, so the machine's load weighs on both alike; the tables give medians over
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
+import pstats
 import statistics
 import subprocess
 import sys
@@ -108,25 +110,38 @@ def child(root: Path, n: int, reps: int) -> dict[str, float]:
             bodies = [json.dumps({"query": q, "top_k": 10, "mode": "dense"}).encode() for q in queries]
             for body in bodies:  # fills the caches with the real answers
                 await post(body)
+
+            async def layer(name: str, some: int) -> None:
+                for q, body in zip(queries[:some], bodies, strict=False):
+                    query = Query([q], 10, mode="dense")
+                    if name == "bare":
+                        ann.search(searcher.encoder.encode_counted([q], batch_size=1).vectors, 10)
+                    elif name == "run_batch":
+                        searcher.run_batch([query])
+                    elif name == "worker":
+                        await scheduler.pool.run(searcher.run_batch, [query])
+                    elif name == "scheduler":
+                        await scheduler.call(collection, query)
+                    elif name == "collection":
+                        await collection.search(query)
+                    else:
+                        await post(body)
+
             for _ in range(reps):
                 for name in LAYERS:
                     c0 = time.process_time()
-                    for q, body in zip(queries, bodies, strict=True):
-                        query = Query([q], 10, mode="dense")
-                        if name == "bare":
-                            ann.search(searcher.encoder.encode_counted([q], batch_size=1).vectors, 10)
-                        elif name == "run_batch":
-                            searcher.run_batch([query])
-                        elif name == "worker":
-                            await scheduler.pool.run(searcher.run_batch, [query])
-                        elif name == "scheduler":
-                            await scheduler.call(collection, query)
-                        elif name == "collection":
-                            await collection.search(query)
-                        else:
-                            await post(body)
+                    await layer(name, len(queries))
                     out[name].append((time.process_time() - c0) * 1000 / len(queries))
-        return {name: statistics.median(v) for name, v in out.items()}
+            calls = {}
+            for name in LAYERS:  # function calls on this (the event loop's) thread
+                profile = cProfile.Profile()
+                profile.enable()
+                await layer(name, 50)
+                profile.disable()
+                calls[f"{name}_calls"] = sum(nc for _, nc, _, _, _ in pstats.Stats(profile).stats.values()) / 50
+                if name not in ("bare", "run_batch"):  # the batch on the worker thread: as counted on this one
+                    calls[f"{name}_calls"] += calls["run_batch_calls"]
+        return {name: statistics.median(v) for name, v in out.items()} | calls
 
     import uvloop  # the loop uvicorn serves with
 
@@ -175,6 +190,12 @@ def main() -> int:
     for name, m in med.items():
         cells = [f"{m[k]:.3f}" + (f" (+{m[k] - m[LAYERS[i - 1]]:.3f})" if i else "") for i, k in enumerate(LAYERS)]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "Python and C function calls per request, counted by cProfile on the event loop's thread, the "
+              "batch's on the worker counted as `run_batch` counts it on this thread (the worker's own wrapper, "
+              "`run_routed` and the leases, not counted): exact, whatever the load.", "",
+              "| tree | " + " | ".join(LAYERS) + " |", "|---|" + "---|" * len(LAYERS)]
+    for name, rs in rounds.items():
+        lines.append(f"| {name} | " + " | ".join(f"{rs[0][k + '_calls']:.0f}" for k in LAYERS) + " |")
     for other in list(trees)[1:]:
         ratios = [statistics.median(t[k] / o[k] for t, o in zip(rounds["this"], rounds[other], strict=True))
                   for k in LAYERS]

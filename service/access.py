@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
-import uuid
 from typing import Any
 
 from starlette.datastructures import Headers, MutableHeaders
@@ -97,7 +97,7 @@ class AccessLog:
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
-        rid = headers.get("x-request-id", "")[:64] or uuid.uuid4().hex
+        rid = headers.get("x-request-id", "")[:64] or os.urandom(16).hex()  # (uuid4().hex: 10x the CPU)
         token = request_id.set(rid)
         span = self.tracing.start_request(scope["method"], scope["path"], headers, rid) \
             if self.tracing is not None and self.tracing.enabled else None
