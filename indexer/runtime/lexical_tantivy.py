@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -69,6 +70,7 @@ class Engine(LexicalIndex):
     """tantivy's BM25 (k1=1.2, b=0.75) over the version's analysed documents."""
 
     FIXED_K1_B = (1.2, 0.75)
+    BOUNDED = True
     SCORE_SCALE = 2.2  # tantivy keeps BM25's (k1 + 1) numerator, which Lucene 8+ (and bm25s) dropped
 
     @staticmethod
@@ -180,8 +182,35 @@ class Engine(LexicalIndex):
 
     def top_rows(self, terms: list[str], k: int, allowed_rows: np.ndarray | None, excluded_rows: np.ndarray | None
                  ) -> tuple[np.ndarray, np.ndarray]:
+        if allowed_rows is not None and len(allowed_rows) <= TERM_SET_MAX:
+            query = self._query(terms, allowed_rows)
+            return self._top(lambda limit: self._hits(query, limit), k, allowed_rows, excluded_rows)
+        return self._top(lambda limit: self._pruned(terms, limit), k, allowed_rows, excluded_rows)
+
+    def selective_top_rows(self, terms: list[str], selective: list[str], k: int, allowed_rows: np.ndarray | None,
+                           excluded_rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """The documents holding a selective term (their postings read), every other term added by seeks."""
+        chosen = set(selective)
+        driver = self._flat([t for t in terms if t in chosen])
+        if allowed_rows is not None and len(allowed_rows) <= TERM_SET_MAX:
+            driver = tantivy.Query.boolean_query([(tantivy.Occur.Must, driver),
+                                                  (tantivy.Occur.Must, self._rows_clause(allowed_rows))])
+        query = self._adding(driver, [t for t in terms if t not in chosen])
+        return self._top(lambda limit: self._hits(query, limit), k, allowed_rows, excluded_rows)
+
+    def score_rows(self, terms: list[str], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if not len(rows):
+            return np.zeros(0, np.float32), np.zeros(0, np.int64)
+        scores, got = self._hits(self._adding(self._rows_clause(rows), terms), len(rows))
+        keep = scores > 0  # a row sharing no term is in the clause with a score of 0
+        return scores[keep], got[keep]
+
+    def _top(self, run: Callable[[int], tuple[np.ndarray, np.ndarray]], k: int, allowed_rows: np.ndarray | None,
+             excluded_rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """The best k of `run(limit)`'s hits (best first) among the allowed rows, less the excluded ones: a filter
+        wider than `TERM_SET_MAX` (not in the query) and the exclusions are applied to the hits, read deeper until
+        k of them are kept or every hit was read."""
         wide = allowed_rows is not None and len(allowed_rows) > TERM_SET_MAX
-        query = None if allowed_rows is None or wide else self._query(terms, allowed_rows)
         n_excl = 0 if excluded_rows is None else len(excluded_rows)
         # one more than needed, so the k-th's ties past the cut are seen and broken by row like every engine
         limit = k + n_excl + 1
@@ -190,7 +219,7 @@ class Engine(LexicalIndex):
             limit = math.ceil(want * self.ntotal / len(allowed_rows)) + 1  # type: ignore[arg-type]
         limit = min(self.ntotal, limit)
         while True:
-            scores, rows = self._pruned(terms, limit) if query is None else self._hits(query, limit)
+            scores, rows = run(limit)
             keep = np.ones(len(rows), bool)
             if wide:
                 keep &= np.isin(rows, allowed_rows)  # type: ignore[arg-type]
