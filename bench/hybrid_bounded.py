@@ -14,7 +14,7 @@ bench send them). Per query, one after the other in alternating order:
   the exact lexical top 10 within the bounded lexical top 100;
 - the whole hybrid `/search` path in process (`Searcher.run_batch`: the query vector brought, as `bench/scale.py`'s
   hybrid requests bring it, top_k 10), `STRATA_HYBRID_LEXICAL` exact vs bounded (the shipped constants): wall p50/p99
-  and each stage's p50 (`Stages`).
+  and each stage's p50 (`Stages`), beside the dense mode's (the same vector) for reference.
 
 **BEIR** (prepared sets, `bench/beir_data.py`): the documents encoded with the same encoder (cached under
 `--work`), dense = exact inner-product top 100, lexical = a tantivy index of title + text built by the seam
@@ -49,6 +49,7 @@ from indexer.runtime.fusion import HYBRID_DEPTH, Fusion, fuse  # noqa: E402
 QUORA = Path("/work/shared/data/quora_duplicate_questions.partial.tsv.gz")
 DEFAULT_ROOT = Path.home() / ".cache" / "strata-scale" / "work" / "root-10000000"
 DEFAULT_BEIR = Path("/work/shared/data/beir")
+DEFAULT_ENCODER = Path.home() / ".cache" / "strata-scale" / "minilm-mean"  # the 10M version's (mean-pooled MiniLM)
 Ranked = tuple[np.ndarray, np.ndarray]
 
 
@@ -95,7 +96,7 @@ def scale_part(root: Path, n_queries: int, fractions: list[float]) -> dict[str, 
     agree: dict[str, dict[str, list[float]]] = {f"bounded@{f:g}": {"overlap10": [], "recall10in100": []}
                                                  for f in fractions}
     n_bounded = dict.fromkeys(agree, 0)
-    whole: dict[str, dict[str, list[float]]] = {side: {} for side in ("exact", "bounded")}
+    whole: dict[str, dict[str, list[float]]] = {side: {} for side in ("dense", "exact", "bounded")}
     for i, (q, v) in enumerate(zip(texts, vecs, strict=True)):
         d_scores, d_ids = index.search(v[None], HYBRID_DEPTH)
         dense = (d_scores[0], d_ids[0])
@@ -110,10 +111,11 @@ def scale_part(root: Path, n_queries: int, fractions: list[float]) -> dict[str, 
             agree[name]["overlap10"].append(overlap(fused_exact, fuse(Fusion(), dense, got, 10)[1]))
             agree[name]["recall10in100"].append(overlap(exact[1], got[1]))  # type: ignore[index]
         bounded_leg.SELECTIVE_DF = shipped
-        for side in (("exact", "bounded") if i % 2 == 0 else ("bounded", "exact")):
+        for side in (("dense", "exact", "bounded") if i % 2 == 0 else ("bounded", "exact", "dense")):
             searcher.bounded_from = None if side == "exact" else bounded_leg.BOUNDED_FROM
+            mode = "dense" if side == "dense" else "hybrid"
             t0 = time.perf_counter()
-            r = searcher.run_batch([Query([q], 10, mode="hybrid", vectors=v[None])])[0]
+            r = searcher.run_batch([Query([q], 10, mode=mode, vectors=v[None])])[0]
             assert r.error is None, r.error
             whole[side].setdefault("total_ms", []).append((time.perf_counter() - t0) * 1000)
             for stage, val in vars(r.stages).items():
@@ -129,12 +131,12 @@ def scale_part(root: Path, n_queries: int, fractions: list[float]) -> dict[str, 
                       for side, st in whole.items()}}
 
 
-def beir_part(beir: Path, names: list[str], work: Path, n_boot: int) -> list[dict[str, object]]:
+def beir_part(beir: Path, names: list[str], work: Path, n_boot: int, encoder_dir: Path) -> list[dict[str, object]]:
     from bench.beir import convex, drop_identical, load_dataset, paired_ci, per_query_metrics
     from indexer.runtime.encoder import OnnxEncoder
     from indexer.runtime.lexical import build_lexical, lexical_info, open_lexical
 
-    encoder = OnnxEncoder(DEFAULT_ROOT.parent.parent / "minilm-mean", threads=2)
+    encoder = OnnxEncoder(encoder_dir, threads=2)
     out = []
     for name in names:
         ds = load_dataset(beir / name)
@@ -198,7 +200,9 @@ def render(report: dict[str, object]) -> str:
             a = s["agreement"].get(k, {})
             lines.append(f"| {k} | {v['p50']} | {v['p99']} | {v['mean']} | {a.get('bounded', '—')} | "
                          f"{a.get('overlap10', 1.0)} | {a.get('recall10in100', 1.0)} |")
-        lines += ["", "Whole hybrid (`Searcher.run_batch`, query vector brought, top_k 10), p50 ms (p99):", "",
+        lines += ["", "Whole search (`Searcher.run_batch`, query vector brought, top_k 10; dense: mode dense, exact / "
+                  "bounded: mode hybrid with `STRATA_HYBRID_LEXICAL` exact / bounded), ms: total p50 (p99), then each "
+                  "stage's p50 (`lexical_bounded`: the mean share of queries bounded is in the table above)", "",
                   "| path | total | " + " | ".join(k for k in s["whole"]["exact"] if k != "total_ms") + " |",
                   "|---|---|" + "---|" * (len(s["whole"]["exact"]) - 1)]
         for side, st in s["whole"].items():
@@ -223,10 +227,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="a bench/scale.py root (read only)")
     ap.add_argument("--queries", type=int, default=200)
-    ap.add_argument("--selective", default="0.0005,0.001,0.002,0.005", help="SELECTIVE_DF fractions to compare")
+    ap.add_argument("--selective", default="0.0002,0.0005,0.001,0.002,0.005", help="SELECTIVE_DF fractions to compare")
     ap.add_argument("--beir", type=Path, default=DEFAULT_BEIR)
     ap.add_argument("--datasets", default="scifact,nfcorpus")
     ap.add_argument("--work", type=Path, default=Path("/tmp/hybrid-bounded-work"))
+    ap.add_argument("--encoder", type=Path, default=DEFAULT_ENCODER, help="exported encoder for the BEIR sets")
     ap.add_argument("--bootstrap", type=int, default=2000)
     ap.add_argument("--skip-10m", action="store_true")
     ap.add_argument("--skip-beir", action="store_true")
@@ -236,7 +241,7 @@ def main() -> None:
     report: dict[str, object] = {"command": "nice -n 10 python bench/hybrid_bounded.py " + " ".join(sys.argv[1:]),
                                  "load_start": load0}
     if not args.skip_beir:
-        report["beir"] = beir_part(args.beir, args.datasets.split(","), args.work, args.bootstrap)
+        report["beir"] = beir_part(args.beir, args.datasets.split(","), args.work, args.bootstrap, args.encoder)
         print(json.dumps(report["beir"], indent=1), flush=True)
     if not args.skip_10m:
         report["scale"] = scale_part(args.root, args.queries, [float(f) for f in args.selective.split(",")])

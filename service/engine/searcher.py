@@ -53,7 +53,7 @@ class Stages:
 
     encode_ms: float = 0.0
     dense_ms: float = 0.0  # the filter's store query and the vector index's search
-    lexical_ms: float = 0.0  # its own time: in hybrid it runs beside the encoding, not after it
+    lexical_ms: float = 0.0  # its own time: in hybrid it runs beside the encoding (a bounded leg: completed after)
     fusion_ms: float = 0.0
     lookup_ms: float = 0.0  # the hits' texts and metadata read from the store
     # hybrid: how many of the request's queries took the bounded lexical leg (`indexer.runtime.bounded_leg`: an
