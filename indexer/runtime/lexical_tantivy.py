@@ -52,6 +52,10 @@ PRUNE_FROM = 1_000_000
 PRUNE_MAX_LIMIT = 1_000
 SEEK_COST = 5
 PASS1_POSTINGS = 50_000
+# A clause of at most ROWS_AS_TERMS rows is a disjunction of one term query per row, not a term-set query (which
+# fills a bitset of every document in each segment): 100 rows with 8 query terms added 2.0 vs 6.7 ms, 1,200 rows
+# 33 vs 56 ms, on the 10M version at load 10 (`bench/hybrid_bounded.py`'s probe, docs/scaling.md)
+ROWS_AS_TERMS = 1_024
 BOUND_MARGIN = 1e-4  # relative: tantivy's float32 scores against the bounds computed here in float64
 
 
@@ -113,8 +117,13 @@ class Engine(LexicalIndex):
         return query
 
     def _rows_clause(self, rows: np.ndarray) -> tantivy.Query:
-        return tantivy.Query.const_score_query(tantivy.Query.term_set_query(self.schema, ROW, rows.tolist()),
-                                               0.0)  # a filter, not a score
+        """These rows, scoring 0 (a filter, not a score)."""
+        if len(rows) <= ROWS_AS_TERMS:  # a term query per row: no bitset over every document of each segment
+            query = tantivy.Query.boolean_query([(tantivy.Occur.Should, tantivy.Query.term_query(self.schema, ROW, r))
+                                                 for r in rows.tolist()])
+        else:
+            query = tantivy.Query.term_set_query(self.schema, ROW, rows.tolist())
+        return tantivy.Query.const_score_query(query, 0.0)
 
     def _query(self, terms: list[str], allowed_rows: np.ndarray | None) -> tantivy.Query:
         if allowed_rows is None or len(allowed_rows) > TERM_SET_MAX:
@@ -187,16 +196,17 @@ class Engine(LexicalIndex):
             return self._top(lambda limit: self._hits(query, limit), k, allowed_rows, excluded_rows)
         return self._top(lambda limit: self._pruned(terms, limit), k, allowed_rows, excluded_rows)
 
-    def selective_top_rows(self, terms: list[str], selective: list[str], k: int, allowed_rows: np.ndarray | None,
-                           excluded_rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """The documents holding a selective term (their postings read), every other term added by seeks."""
+    def selective_top_rows(self, terms: list[str], selective: list[str], k: int, depth: int,
+                           allowed_rows: np.ndarray | None, excluded_rows: np.ndarray | None
+                           ) -> tuple[np.ndarray, np.ndarray]:
+        """The selective terms' postings read (the best `depth` by their score alone), then those rows rescored
+        with every term by seeks: each seek costs about what reading a few postings does, so rescoring every
+        document holding a selective term (tens of thousands at 10M) would cost more than the exact leg saves."""
         chosen = set(selective)
-        driver = self._flat([t for t in terms if t in chosen])
-        if allowed_rows is not None and len(allowed_rows) <= TERM_SET_MAX:
-            driver = tantivy.Query.boolean_query([(tantivy.Occur.Must, driver),
-                                                  (tantivy.Occur.Must, self._rows_clause(allowed_rows))])
-        query = self._adding(driver, [t for t in terms if t not in chosen])
-        return self._top(lambda limit: self._hits(query, limit), k, allowed_rows, excluded_rows)
+        driver = self._query([t for t in terms if t in chosen], allowed_rows)
+        _, rows = self._top(lambda limit: self._hits(driver, limit), depth, allowed_rows, excluded_rows)
+        scores, rows = self.score_rows(terms, np.sort(rows))
+        return top_k_rows(scores, rows, k)
 
     def score_rows(self, terms: list[str], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if not len(rows):
