@@ -8,8 +8,7 @@ dense leg takes ~5. So, where the exact leg would read more than `bounded_from` 
 engine's pruning plan weighs: the sum of the query's terms' document frequencies), the leg is bounded:
 
 - candidates = the documents holding a selective term (document frequency at most `SELECTIVE_DF` of the
-  collection, so that their postings together stay a small part of the exact leg's), the `SELECTIVE_DEPTH` best
-  of them by those terms' BM25 alone, ∪ the dense leg's candidates;
+  collection, so that their postings together stay a small part of the exact leg's) ∪ the dense leg's candidates;
 - each candidate is scored with exact BM25 over all the query's terms (the common ones added by seeks into their
   postings, `LexicalIndex.selective_top_rows` and `score_rows`), and the best `k` of them are the leg's answer.
 
@@ -40,10 +39,6 @@ BOUNDED_FROM = 1_000_000
 # A term is selective when at most this fraction of the collection holds it (idf >= ~6.2): at 10M, 20,000
 # documents; relative, so that the same questions pick the same terms at every size.
 SELECTIVE_DF = 0.002
-# Of the documents holding a selective term, the SELECTIVE_DEPTH best by those terms alone are rescored with every
-# term (each rescoring is a seek per common term: ~20,000 documents × 5 common terms cost more than the exact leg
-# saves); the others would need the common terms to outscore the selective ones to enter the top 100.
-SELECTIVE_DEPTH = 300
 
 HybridLexical = Literal["bounded", "exact"]  # the engine's setting (`STRATA_HYBRID_LEXICAL`)
 HYBRID_LEXICAL: tuple[HybridLexical, ...] = ("bounded", "exact")
@@ -90,8 +85,7 @@ def begin(index: LexicalIndex, query: str, k: int, *, allowed_rows: np.ndarray |
         return LexicalLeg(scores, ids, k)
     excluded_rows = index.rows_of(excluded) if excluded is not None and len(excluded) else None
     if selective:
-        scores, rows = index.selective_top_rows(terms, selective, k, max(k, SELECTIVE_DEPTH), allowed_rows,
-                                                excluded_rows)
+        scores, rows = index.selective_top_rows(terms, selective, k, allowed_rows, excluded_rows)
     else:
         scores, rows = np.zeros(0, np.float32), np.zeros(0, np.int64)
     return LexicalLeg(scores.astype(np.float32, copy=False), np.asarray(index.fids[rows], dtype=np.int64), k,

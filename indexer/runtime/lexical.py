@@ -254,11 +254,9 @@ class LexicalIndex(ABC):
     # without reading every posting says so; one that scores every document anyway (bm25s) keeps the exact leg.
     BOUNDED = False
 
-    def selective_top_rows(self, terms: list[str], selective: list[str], k: int, depth: int,
-                           allowed_rows: np.ndarray | None, excluded_rows: np.ndarray | None
-                           ) -> tuple[np.ndarray, np.ndarray]:
-        """`top_rows` among the `depth` best rows by the terms of `selective` alone (rows holding none of them
-        never), each scored with every term of `terms`."""
+    def selective_top_rows(self, terms: list[str], selective: list[str], k: int, allowed_rows: np.ndarray | None,
+                           excluded_rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """`top_rows` among the rows holding a term of `selective`, each scored with every term of `terms`."""
         raise NotImplementedError(f"the {self.info.engine} engine has no bounded lexical leg")
 
     def score_rows(self, terms: list[str], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

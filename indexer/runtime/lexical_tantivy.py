@@ -196,17 +196,14 @@ class Engine(LexicalIndex):
             return self._top(lambda limit: self._hits(query, limit), k, allowed_rows, excluded_rows)
         return self._top(lambda limit: self._pruned(terms, limit), k, allowed_rows, excluded_rows)
 
-    def selective_top_rows(self, terms: list[str], selective: list[str], k: int, depth: int,
-                           allowed_rows: np.ndarray | None, excluded_rows: np.ndarray | None
-                           ) -> tuple[np.ndarray, np.ndarray]:
-        """The selective terms' postings read (the best `depth` by their score alone), then those rows rescored
-        with every term by seeks: each seek costs about what reading a few postings does, so rescoring every
-        document holding a selective term (tens of thousands at 10M) would cost more than the exact leg saves."""
+    def selective_top_rows(self, terms: list[str], selective: list[str], k: int, allowed_rows: np.ndarray | None,
+                           excluded_rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """One query: the selective terms' postings read, every other term added by a seek per document (each costs
+        about what reading a few postings does)."""
         chosen = set(selective)
         driver = self._query([t for t in terms if t in chosen], allowed_rows)
-        _, rows = self._top(lambda limit: self._hits(driver, limit), depth, allowed_rows, excluded_rows)
-        scores, rows = self.score_rows(terms, np.sort(rows))
-        return top_k_rows(scores, rows, k)
+        query = self._adding(driver, [t for t in terms if t not in chosen])
+        return self._top(lambda limit: self._hits(query, limit), k, allowed_rows, excluded_rows)
 
     def score_rows(self, terms: list[str], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if not len(rows):

@@ -62,17 +62,13 @@ def bounded_answer(index: LiveIndex, query: str, dense: list[Any], corpus: RareC
     return index.hits(scores[None, :], ids[None, :])[0], legs[0]
 
 
-def candidates(corpus: RareCorpus, index: LiveIndex, query: str, dense: list[Any], leg: bounded_leg.LexicalLeg,
-               depth: int = N) -> dict[Any, float]:
-    """BM25 by hand of the bounded leg's candidates: the `depth` best documents by the selective terms alone (all
-    those holding one, at the default depth), and the dense ones."""
+def candidates(corpus: RareCorpus, index: LiveIndex, query: str, dense: list[Any], leg: bounded_leg.LexicalLeg
+               ) -> dict[Any, float]:
+    """BM25 by hand of the bounded leg's candidates: the documents holding a selective term, and the dense ones."""
     lex = index.base.lexical
     assert lex is not None and leg.selective is not None
-    sel_query = " ".join(t for t in lex.analyzer.terms(query) if t in leg.selective)
-    by_sel = by_ext(corpus, sel_query, corpus.texts, lex) if sel_query else {}
-    fid_of = dict(zip(corpus.ext, corpus.fids, strict=True))
-    best = sorted(by_sel, key=lambda e: (-by_sel[e], fid_of[e]))[:depth]  # ties by FAISS id, as the engine's
-    return {e: s for e, s in by_ext(corpus, query, corpus.texts, lex).items() if e in best or e in dense}
+    holders = {e for e in corpus.ext if set(lex.analyzer.terms(corpus.texts[e])) & set(leg.selective)}
+    return {e: s for e, s in by_ext(corpus, query, corpus.texts, lex).items() if e in holders or e in dense}
 
 
 def test_bounded_answers_are_the_exact_best_k_of_the_candidates_with_exact_scores(
@@ -83,23 +79,6 @@ def test_bounded_answers_are_the_exact_best_k_of_the_candidates_with_exact_score
         hits, leg = bounded_answer(index, query, dense, corpus)
         assert leg.bounded and set(leg.selective or ()) <= {"zeppelin", "quasar"} and leg.selective
         assert_bm25_top_k(hits, candidates(corpus, index, query, dense, leg), K)  # each score its exact BM25
-
-
-def test_only_the_best_selective_documents_are_rescored(served: tuple[RareCorpus, LiveIndex],
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """`SELECTIVE_DEPTH`: of the five "quasar" documents the best two by that term alone are candidates, beside
-    the dense ones."""
-    monkeypatch.setattr(bounded_leg, "SELECTIVE_DEPTH", 2)
-    corpus, index = served
-    fid_of = dict(zip(corpus.ext, corpus.fids, strict=True))
-    dense = corpus.ext[100:130]
-    for query in ("quasar river coffee", "quasar"):
-        legs = index.lexical_legs([query], 2, bounded_from=0)
-        ((scores, ids),) = index.complete_legs(legs, [np.array([fid_of[e] for e in dense], np.int64)])
-        hits = index.hits(scores[None, :], ids[None, :])[0]
-        want = candidates(corpus, index, query, dense, legs[0], depth=2)
-        assert_bm25_top_k(hits, want, 2)
-        assert len([e for e in want if e not in dense]) == 2  # of the five holders
 
 
 def test_a_selective_terms_document_missed_by_the_dense_leg_is_found(served: tuple[RareCorpus, LiveIndex]) -> None:
