@@ -130,6 +130,36 @@ def scale_part(root: Path, n_queries: int, variants: list[float]) -> dict[str, o
                       for side, st in whole.items()}}
 
 
+def rows_probe(root: Path, n_queries: int = 20) -> list[dict[str, object]]:
+    """A rows clause (`lexical_tantivy._rows_clause`: how a bounded leg's dense candidates are scored) as a term-set
+    query against one term query per row, with every query term added, at 100 to 1,200 random rows: p50 ms."""
+    import tantivy
+
+    from bench.lexical_10m import open_version
+    from bench.scale_corpus import query_texts
+    from indexer.runtime.lexical_tantivy import ROW
+
+    lex, _ = open_version(root)
+    texts = query_texts(QUORA)[:n_queries]
+    rng = np.random.default_rng(0)
+    out = []
+    for n in (100, 300, 1200):
+        times: dict[str, list[float]] = {"term_set": [], "term_queries": []}
+        for q in texts:
+            terms = lex.analyzer.terms(q)  # type: ignore[attr-defined]
+            rows = np.sort(rng.choice(lex.ntotal, n, replace=False))  # type: ignore[attr-defined]
+            clauses = {"term_set": tantivy.Query.term_set_query(lex.schema, ROW, rows.tolist()),  # type: ignore[attr-defined]
+                       "term_queries": tantivy.Query.boolean_query(
+                           [(tantivy.Occur.Should, tantivy.Query.term_query(lex.schema, ROW, r))  # type: ignore[attr-defined]
+                            for r in rows.tolist()])}
+            for name, clause in clauses.items():
+                query = lex._adding(tantivy.Query.const_score_query(clause, 0.0), terms)  # type: ignore[attr-defined]
+                ms, _ = timed(lambda query=query, n=n: lex.searcher.search(query, n, count=False))  # type: ignore[attr-defined]
+                times[name].append(ms)
+        out.append({"rows": n, **{k: pct(v, 50) for k, v in times.items()}})
+    return out
+
+
 def beir_part(beir: Path, names: list[str], work: Path, n_boot: int, encoder_dir: Path) -> list[dict[str, object]]:
     from bench.beir import convex, drop_identical, load_dataset, paired_ci, per_query_metrics
     from indexer.runtime.encoder import OnnxEncoder
@@ -207,6 +237,11 @@ def render(report: dict[str, object]) -> str:
         for side, st in s["whole"].items():
             lines.append(f"| {side} | {st['total_ms']['p50']} ({st['total_ms']['p99']}) | " +
                          " | ".join(f"{v['p50']}" for k, v in st.items() if k != "total_ms") + " |")
+    rp = report.get("rows_probe")
+    if isinstance(rp, list):
+        lines += ["## Rows clause at 10M: a term-set query against one term query per row (every query term added)",
+                  "", "| rows | term set p50 ms | term queries p50 ms |", "|---|---|---|",
+                  *(f"| {r['rows']:,} | {r['term_set']} | {r['term_queries']} |" for r in rp)]
     b = report.get("beir")
     if isinstance(b, list) and b:
         lines += ["", "## BEIR sets, the bounded leg forced on every query", "",
@@ -234,11 +269,15 @@ def main() -> None:
     ap.add_argument("--bootstrap", type=int, default=2000)
     ap.add_argument("--skip-10m", action="store_true")
     ap.add_argument("--skip-beir", action="store_true")
+    ap.add_argument("--rows-probe", action="store_true", help="only the rows-clause probe at 10M (ROWS_AS_TERMS)")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = ap.parse_args()
     load0 = "/".join(f"{x:.2f}" for x in os.getloadavg())
     report: dict[str, object] = {"command": "nice -n 10 python bench/hybrid_bounded.py " + " ".join(sys.argv[1:]),
                                  "load_start": load0}
+    if args.rows_probe:
+        args.skip_beir = args.skip_10m = True
+        report["rows_probe"] = rows_probe(args.root)
     if not args.skip_beir:
         report["beir"] = beir_part(args.beir, args.datasets.split(","), args.work, args.bootstrap, args.encoder)
         print(json.dumps(report["beir"], indent=1), flush=True)

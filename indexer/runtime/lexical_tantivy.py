@@ -53,8 +53,9 @@ PRUNE_MAX_LIMIT = 1_000
 SEEK_COST = 5
 PASS1_POSTINGS = 50_000
 # A clause of at most ROWS_AS_TERMS rows is a disjunction of one term query per row, not a term-set query (which
-# fills a bitset of every document in each segment): 100 rows with 8 query terms added 2.0 vs 6.7 ms, 1,200 rows
-# 33 vs 56 ms, on the 10M version at load 10 (`bench/hybrid_bounded.py`'s probe, docs/scaling.md)
+# fills a bitset of every document in each segment): with the query's terms added, p50 1.5 vs 47 ms at 100 rows,
+# 103 vs 229 ms at 1,200, on the 10M version at load 15 (`bench/hybrid_bounded.py --rows-probe`,
+# bench/results/hybrid-bounded-20261128T0112Z.md)
 ROWS_AS_TERMS = 1_024
 BOUND_MARGIN = 1e-4  # relative: tantivy's float32 scores against the bounds computed here in float64
 
