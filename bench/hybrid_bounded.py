@@ -160,16 +160,19 @@ def rows_probe(root: Path, n_queries: int = 20) -> list[dict[str, object]]:
     return out
 
 
-def beir_part(beir: Path, names: list[str], work: Path, n_boot: int, encoder_dir: Path) -> list[dict[str, object]]:
+def beir_part(beir: Path, names: list[str], work: Path, n_boot: int, encoder_dir: Path, max_length: int | None
+              ) -> list[dict[str, object]]:
     from bench.beir import convex, drop_identical, load_dataset, paired_ci, per_query_metrics
     from indexer.runtime.encoder import OnnxEncoder
     from indexer.runtime.lexical import build_lexical, lexical_info, open_lexical
 
     encoder = OnnxEncoder(encoder_dir, threads=2)
+    if max_length:  # documents cut shorter than the model's window: cheaper to encode, the same for both sides
+        encoder.tokenizer.enable_truncation(max_length=max_length)
     out = []
     for name in names:
         ds = load_dataset(beir / name)
-        cache = work / name
+        cache = work / f"{name}-{max_length or 'full'}"
         cache.mkdir(parents=True, exist_ok=True)
         emb_path = cache / "docs.npy"
         if not emb_path.is_file():
@@ -203,6 +206,7 @@ def beir_part(beir: Path, names: list[str], work: Path, n_boot: int, encoder_dir
             ndcg[f"bm25-{side}"] = per_query_metrics(runs[side], ds)["ndcg_at_10"]
             ndcg[f"hybrid-{side}"] = per_query_metrics(convex(runs["dense"], runs[side], 0.5), ds)["ndcg_at_10"]
         out.append({"dataset": name, "docs": len(ds.doc_ids), "queries": len(ds.query_ids),
+                    "encoded_tokens": max_length or encoder.meta.max_length,
                     "selective_df_docs": round(bounded_leg.SELECTIVE_DF * len(ds.doc_ids), 1),
                     "selective_terms_mean": round(statistics.fmean(n_sel), 2), "same_lexical_top100": same,
                     **{k: round(float(np.nanmean(v)) * 100, 2) for k, v in ndcg.items()},
@@ -245,11 +249,13 @@ def render(report: dict[str, object]) -> str:
     b = report.get("beir")
     if isinstance(b, list) and b:
         lines += ["", "## BEIR sets, the bounded leg forced on every query", "",
-                  "| dataset | docs | queries | selective df ≤ | selective terms / query | same lexical top 100 | "
-                  "BM25 exact | BM25 bounded | hybrid exact | hybrid bounded | hybrid Δ [95 % CI] | BM25 Δ [95 % CI] |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| dataset | docs | queries | tokens encoded | selective df ≤ | selective terms / query | "
+                  "same lexical top 100 | BM25 exact | BM25 bounded | hybrid exact | hybrid bounded | "
+                  "hybrid Δ [95 % CI] | BM25 Δ [95 % CI] |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in b:
-            lines.append(f"| {r['dataset']} | {r['docs']:,} | {r['queries']} | {r['selective_df_docs']} | "
+            lines.append(f"| {r['dataset']} | {r['docs']:,} | {r['queries']} | {r['encoded_tokens']} | "
+                         f"{r['selective_df_docs']} | "
                          f"{r['selective_terms_mean']} | {r['same_lexical_top100']} | {r['bm25-exact']} | "
                          f"{r['bm25-bounded']} | {r['hybrid-exact']} | {r['hybrid-bounded']} | "
                          f"{r['hybrid_diff_ci'][0]} [{r['hybrid_diff_ci'][1]}, {r['hybrid_diff_ci'][2]}] | "
@@ -266,6 +272,7 @@ def main() -> None:
     ap.add_argument("--datasets", default="scifact,nfcorpus")
     ap.add_argument("--work", type=Path, default=Path("/tmp/hybrid-bounded-work"))
     ap.add_argument("--encoder", type=Path, default=DEFAULT_ENCODER, help="exported encoder for the BEIR sets")
+    ap.add_argument("--max-length", type=int, default=None, help="encode the BEIR texts cut to this many tokens")
     ap.add_argument("--bootstrap", type=int, default=2000)
     ap.add_argument("--skip-10m", action="store_true")
     ap.add_argument("--skip-beir", action="store_true")
@@ -279,7 +286,8 @@ def main() -> None:
         args.skip_beir = args.skip_10m = True
         report["rows_probe"] = rows_probe(args.root)
     if not args.skip_beir:
-        report["beir"] = beir_part(args.beir, args.datasets.split(","), args.work, args.bootstrap, args.encoder)
+        report["beir"] = beir_part(args.beir, args.datasets.split(","), args.work, args.bootstrap, args.encoder,
+                                   args.max_length)
         print(json.dumps(report["beir"], indent=1), flush=True)
     if not args.skip_10m:
         report["scale"] = scale_part(args.root, args.queries, [float(f) for f in args.selective.split(",")])
