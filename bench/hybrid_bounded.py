@@ -166,7 +166,7 @@ def beir_part(beir: Path, names: list[str], work: Path, n_boot: int, encoder_dir
     from indexer.runtime.encoder import OnnxEncoder
     from indexer.runtime.lexical import build_lexical, lexical_info, open_lexical
 
-    encoder = OnnxEncoder(encoder_dir, threads=2)
+    encoder = OnnxEncoder(encoder_dir, threads=1)  # one thread: no spinning for a core on a loaded machine
     if max_length:  # documents cut shorter than the model's window: cheaper to encode, the same for both sides
         encoder.tokenizer.enable_truncation(max_length=max_length)
     out = []
