@@ -40,7 +40,8 @@ BOUNDED_FROM = 1_000_000
 # A term is selective when at most this fraction of the collection holds it (idf >= ~6.2): at 10M, 20,000
 # documents; relative, so that the same questions pick the same terms at every size. Measured there at 0.001 /
 # 0.002 / 0.005: the leg's p50 0.23x / 0.31x / 0.45x the exact one's, the fused top 10 agreeing with the exact
-# hybrid's at 0.845 / 0.929 / 0.973 (overlap@10); 0.002 is the knee.
+# hybrid's at 0.845 / 0.929 / 0.973 (overlap@10); 0.002 is the knee. Forced on every query of SciFact and NFCorpus:
+# hybrid nDCG@10 -0.60 [-1.59, +0.37] and -0.21 [-0.74, +0.36] (bench/results/hybrid-bounded-20261128T0138Z.md).
 SELECTIVE_DF = 0.002
 
 HybridLexical = Literal["bounded", "exact"]  # the engine's setting (`STRATA_HYBRID_LEXICAL`)
