@@ -198,6 +198,9 @@ class SearchStages(BaseModel):
     lexical_ms: float
     fusion_ms: float
     lookup_ms: float = Field(description="the hits' texts and metadata read from the store")
+    lexical_bounded: int = Field(0, description="hybrid: how many of the queries took the bounded lexical leg (a "
+                                 "large collection, common terms: the selective terms' documents and the dense "
+                                 "candidates scored by BM25) instead of the exact BM25 top 100")
 
 
 class SearchResponse(BaseModel):

@@ -250,6 +250,19 @@ class LexicalIndex(ABC):
     def doc_freq(self, term: str) -> int:
         """How many documents hold `term` (0: unknown)."""
 
+    # -- hybrid's bounded lexical leg (`indexer.runtime.bounded_leg`): an engine that can score a set of documents
+    # without reading every posting says so; one that scores every document anyway (bm25s) keeps the exact leg.
+    BOUNDED = False
+
+    def selective_top_rows(self, terms: list[str], selective: list[str], k: int, allowed_rows: np.ndarray | None,
+                           excluded_rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """`top_rows` among the rows holding a term of `selective`, each scored with every term of `terms`."""
+        raise NotImplementedError(f"the {self.info.engine} engine has no bounded lexical leg")
+
+    def score_rows(self, terms: list[str], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(scores, rows) of those of `rows` (sorted, unique) sharing a term with `terms`, by BM25, in any order."""
+        raise NotImplementedError(f"the {self.info.engine} engine has no bounded lexical leg")
+
     # -- shared -----------------------------------------------------------------------------------------------------
     @property
     def ntotal(self) -> int:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +52,11 @@ PRUNE_FROM = 1_000_000
 PRUNE_MAX_LIMIT = 1_000
 SEEK_COST = 5
 PASS1_POSTINGS = 50_000
+# A clause of at most ROWS_AS_TERMS rows is a disjunction of one term query per row, not a term-set query (which
+# fills a bitset of every document in each segment): with the query's terms added, p50 1.5 vs 47 ms at 100 rows,
+# 103 vs 229 ms at 1,200, on the 10M version at load 15 (`bench/hybrid_bounded.py --rows-probe`,
+# bench/results/hybrid-bounded-20261128T0112Z.md)
+ROWS_AS_TERMS = 1_024
 BOUND_MARGIN = 1e-4  # relative: tantivy's float32 scores against the bounds computed here in float64
 
 
@@ -69,6 +75,7 @@ class Engine(LexicalIndex):
     """tantivy's BM25 (k1=1.2, b=0.75) over the version's analysed documents."""
 
     FIXED_K1_B = (1.2, 0.75)
+    BOUNDED = True
     SCORE_SCALE = 2.2  # tantivy keeps BM25's (k1 + 1) numerator, which Lucene 8+ (and bm25s) dropped
 
     @staticmethod
@@ -111,8 +118,13 @@ class Engine(LexicalIndex):
         return query
 
     def _rows_clause(self, rows: np.ndarray) -> tantivy.Query:
-        return tantivy.Query.const_score_query(tantivy.Query.term_set_query(self.schema, ROW, rows.tolist()),
-                                               0.0)  # a filter, not a score
+        """These rows, scoring 0 (a filter, not a score)."""
+        if len(rows) <= ROWS_AS_TERMS:  # a term query per row: no bitset over every document of each segment
+            query = tantivy.Query.boolean_query([(tantivy.Occur.Should, tantivy.Query.term_query(self.schema, ROW, r))
+                                                 for r in rows.tolist()])
+        else:
+            query = tantivy.Query.term_set_query(self.schema, ROW, rows.tolist())
+        return tantivy.Query.const_score_query(query, 0.0)
 
     def _query(self, terms: list[str], allowed_rows: np.ndarray | None) -> tantivy.Query:
         if allowed_rows is None or len(allowed_rows) > TERM_SET_MAX:
@@ -180,8 +192,33 @@ class Engine(LexicalIndex):
 
     def top_rows(self, terms: list[str], k: int, allowed_rows: np.ndarray | None, excluded_rows: np.ndarray | None
                  ) -> tuple[np.ndarray, np.ndarray]:
+        if allowed_rows is not None and len(allowed_rows) <= TERM_SET_MAX:
+            query = self._query(terms, allowed_rows)
+            return self._top(lambda limit: self._hits(query, limit), k, allowed_rows, excluded_rows)
+        return self._top(lambda limit: self._pruned(terms, limit), k, allowed_rows, excluded_rows)
+
+    def selective_top_rows(self, terms: list[str], selective: list[str], k: int, allowed_rows: np.ndarray | None,
+                           excluded_rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """One query: the selective terms' postings read, every other term added by a seek per document (each costs
+        about what reading a few postings does)."""
+        chosen = set(selective)
+        driver = self._query([t for t in terms if t in chosen], allowed_rows)
+        query = self._adding(driver, [t for t in terms if t not in chosen])
+        return self._top(lambda limit: self._hits(query, limit), k, allowed_rows, excluded_rows)
+
+    def score_rows(self, terms: list[str], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if not len(rows):
+            return np.zeros(0, np.float32), np.zeros(0, np.int64)
+        scores, got = self._hits(self._adding(self._rows_clause(rows), terms), len(rows))
+        keep = scores > 0  # a row sharing no term is in the clause with a score of 0
+        return scores[keep], got[keep]
+
+    def _top(self, run: Callable[[int], tuple[np.ndarray, np.ndarray]], k: int, allowed_rows: np.ndarray | None,
+             excluded_rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """The best k of `run(limit)`'s hits (best first) among the allowed rows, less the excluded ones: a filter
+        wider than `TERM_SET_MAX` (not in the query) and the exclusions are applied to the hits, read deeper until
+        k of them are kept or every hit was read."""
         wide = allowed_rows is not None and len(allowed_rows) > TERM_SET_MAX
-        query = None if allowed_rows is None or wide else self._query(terms, allowed_rows)
         n_excl = 0 if excluded_rows is None else len(excluded_rows)
         # one more than needed, so the k-th's ties past the cut are seen and broken by row like every engine
         limit = k + n_excl + 1
@@ -190,7 +227,7 @@ class Engine(LexicalIndex):
             limit = math.ceil(want * self.ntotal / len(allowed_rows)) + 1  # type: ignore[arg-type]
         limit = min(self.ntotal, limit)
         while True:
-            scores, rows = self._pruned(terms, limit) if query is None else self._hits(query, limit)
+            scores, rows = run(limit)
             keep = np.ones(len(rows), bool)
             if wide:
                 keep &= np.isin(rows, allowed_rows)  # type: ignore[arg-type]

@@ -38,11 +38,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from indexer.runtime import bounded_leg
+from indexer.runtime.bounded_leg import LexicalLeg
 from indexer.runtime.faiss_index import Exclusion, knn_inner_product
 from indexer.runtime.filters import Node, matches, parse_filter
 from indexer.runtime.ids import ExtId, FaissIds
@@ -368,6 +370,12 @@ class LiveIndex:
         """Per query, its best k by BM25 over the base (tombstones excluded inside the search) and the written
         documents (scored with the base's statistics, `lexical.LexicalOverlay`), with the same filter semantics as
         `search`: the base's matches exactly, written documents when their metadata match."""
+        return [(leg.scores, leg.ids) for leg in self.lexical_legs(queries, k, match, bounded_from=None)]
+
+    def lexical_legs(self, queries: list[str], k: int, match: LiveMatch | None = None, *,
+                     bounded_from: int | None = None) -> list[LexicalLeg]:
+        """`lexical_search`'s, with hybrid's leg on the base bounded where it reads more than `bounded_from` postings
+        (`bounded_leg`); the written documents sharing a term are scored exactly in either case."""
         base, overlay = self.base.lexical, self.overlay.lexical
         assert base is not None and overlay is not None
         snap = self.overlay.snapshot()
@@ -375,7 +383,7 @@ class LiveIndex:
         rows = None if match is None else match.base.lexical_rows(base.rows_of)
         out = []
         for q in queries:
-            scores, ids = base.search(q, k, allowed_rows=rows, excluded=excluded)
+            leg = bounded_leg.begin(base, q, k, allowed_rows=rows, excluded=excluded, bounded_from=bounded_from)
             written = overlay.scores(q) if len(overlay) else {}
             if written:
                 docs, _ = self.overlay.lookup(list(written))
@@ -384,11 +392,16 @@ class LiveIndex:
                 if kept:
                     o_scores = np.array([[s for s, _ in kept]], np.float32)
                     o_ids = np.array([[f for _, f in kept]], np.int64)
-                    m_scores, m_ids = merge_top_k([(scores[None, :], ids[None, :]), (o_scores, o_ids)], k)
+                    m_scores, m_ids = merge_top_k([(leg.scores[None, :], leg.ids[None, :]), (o_scores, o_ids)], k)
                     keep = m_ids[0] >= 0
-                    scores, ids = m_scores[0][keep], m_ids[0][keep]
-            out.append((scores, ids))
+                    leg = replace(leg, scores=m_scores[0][keep], ids=m_ids[0][keep])
+            out.append(leg)
         return out
+
+    def complete_legs(self, legs: list[LexicalLeg], dense_ids: list[np.ndarray]
+                      ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The base's `complete_legs`: the written documents are in each leg already, exactly."""
+        return self.base.complete_legs(legs, dense_ids)
 
     def live_metadata(self, ext_id: ExtId) -> dict[str, Any] | None:
         """The metadata of the document served under `ext_id` now (written, else the base's); None: none."""

@@ -18,7 +18,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from indexer.runtime import bounded_leg
 from indexer.runtime.ann import AnnIndex, IndexParamError, check_search_params
+from indexer.runtime.bounded_leg import LexicalLeg
 from indexer.runtime.faiss_index import INDEX_FILE, IdFilter, read_ann
 from indexer.runtime.lexical import LexicalError, open_lexical
 from indexer.runtime.manifest import Manifest, ManifestError
@@ -124,6 +126,12 @@ class VectorIndex(Protocol):
 
     def lexical_search(self, queries: list[str], k: int, match: Any = None) -> list[tuple[np.ndarray, np.ndarray]]:
         ...
+
+    def lexical_legs(self, queries: list[str], k: int, match: Any = None, *,
+                     bounded_from: int | None = None) -> list[LexicalLeg]: ...
+
+    def complete_legs(self, legs: list[LexicalLeg], dense_ids: list[np.ndarray]
+                      ) -> list[tuple[np.ndarray, np.ndarray]]: ...
 
     def close(self) -> None: ...
 
@@ -297,6 +305,20 @@ class IndexVersion:
         assert self.lexical is not None
         rows = None if match is None else match.lexical_rows(self.lexical.rows_of)
         return [self.lexical.search(q, k, allowed_rows=rows) for q in queries]
+
+    def lexical_legs(self, queries: list[str], k: int, match: FilterMatch | None = None, *,
+                     bounded_from: int | None = None) -> list[LexicalLeg]:
+        """Per query, hybrid's lexical leg begun (`bounded_leg.begin`): exact, or bounded where it reads more than
+        `bounded_from` postings (None: always exact), to `complete_legs` with the dense candidates."""
+        assert self.lexical is not None
+        rows = None if match is None else match.lexical_rows(self.lexical.rows_of)
+        return [bounded_leg.begin(self.lexical, q, k, allowed_rows=rows, bounded_from=bounded_from) for q in queries]
+
+    def complete_legs(self, legs: list[LexicalLeg], dense_ids: list[np.ndarray]
+                      ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Each leg's answer, a bounded one completed with its query's dense candidates (FAISS ids)."""
+        assert self.lexical is not None
+        return [bounded_leg.complete(self.lexical, leg, ids) for leg, ids in zip(legs, dense_ids, strict=True)]
 
     def hits(self, scores: np.ndarray, ids: np.ndarray) -> list[list[Hit]]:
         """Per query, its hits with external ids, texts and metadata, without the -1 padding."""

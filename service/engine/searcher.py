@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from indexer.runtime.ann import SEARCH_PARAMS, IndexParamError, check_search_params
+from indexer.runtime.bounded_leg import BOUNDED_FROM, HYBRID_LEXICAL, HybridLexical, LexicalLeg
 from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.faiss_index import set_threads
 from indexer.runtime.filters import FilterError
@@ -52,9 +53,12 @@ class Stages:
 
     encode_ms: float = 0.0
     dense_ms: float = 0.0  # the filter's store query and the vector index's search
-    lexical_ms: float = 0.0  # its own time: in hybrid it runs beside the encoding, not after it
+    lexical_ms: float = 0.0  # its own time: in hybrid it runs beside the encoding (a bounded leg: completed after)
     fusion_ms: float = 0.0
     lookup_ms: float = 0.0  # the hits' texts and metadata read from the store
+    # hybrid: how many of the request's queries took the bounded lexical leg (`indexer.runtime.bounded_leg`: an
+    # expensive query on a large collection) rather than the exact one; the rest were exact
+    lexical_bounded: int = 0
 
 
 @dataclass(frozen=True)
@@ -103,10 +107,12 @@ class Batch:
     rows_of: dict[int, range] = field(default_factory=dict)  # each encoded job's rows of `vecs`
     dense: dict[int, Ranked] = field(default_factory=dict)  # by row: raw (scores, ids) of the vector search
     dense_ns: int = 0
-    lexical: dict[int, tuple[list[Ranked] | Exception, float]] = field(default_factory=dict)
+    # per lexical job its answers, per hybrid job its legs to complete (or what their search raised), and the ms
+    lexical: dict[int, tuple[list[Ranked] | list[LexicalLeg] | Exception, float]] = field(default_factory=dict)
     finals: dict[int, list[Ranked]] = field(default_factory=dict)  # per job, per query: final (scores, ids)
     lexical_ms: dict[int, float] = field(default_factory=dict)
     fusion_ms: dict[int, float] = field(default_factory=dict)
+    bounded: dict[int, int] = field(default_factory=dict)  # hybrid: its queries whose lexical leg was bounded
     hits: dict[int, list[list[Hit]]] = field(default_factory=dict)
 
 
@@ -120,7 +126,10 @@ def _failed(step: str, job: Job, exc: Exception) -> Exception:
 
 
 class Searcher:
-    def __init__(self, encoder: OnnxEncoder, index: VectorIndex) -> None:
+    def __init__(self, encoder: OnnxEncoder, index: VectorIndex, *, hybrid_lexical: HybridLexical = "bounded"
+                 ) -> None:
+        """`hybrid_lexical`: "bounded" bounds hybrid's lexical leg where the exact one is expensive
+        (`bounded_leg.BOUNDED_FROM`), "exact" never does."""
         m = index.manifest.model
         if encoder.dim != index.dim:
             raise Mismatch(f"encoder {encoder.model_dir} has dim {encoder.dim} but index {index.version} has "
@@ -130,6 +139,10 @@ class Searcher:
                            f"model index {index.version} was built with ({m.onnx_sha256[:12]}…, {m.dir})")
         self.encoder = encoder
         self.index = index
+        if hybrid_lexical not in HYBRID_LEXICAL:
+            raise ValueError(f"hybrid_lexical must be one of {', '.join(HYBRID_LEXICAL)}, not {hybrid_lexical!r}")
+        # the postings above which a hybrid query's lexical leg is bounded (None: never); a bench may lower it
+        self.bounded_from: int | None = BOUNDED_FROM if hybrid_lexical == "bounded" else None
         self._pool: ThreadPoolExecutor | None = None  # the lexical searches' thread, started on first use
         self._pool_lock = threading.Lock()
         self._passages = index.manifest.chunking() is not None  # rows are passages: hits become documents
@@ -137,7 +150,7 @@ class Searcher:
 
     @classmethod
     def pair(cls, index: VectorIndex, model_dir: Path | None = None, *, threads: int | None = None,
-             reuse: OnnxEncoder | None = None) -> Searcher:
+             reuse: OnnxEncoder | None = None, hybrid_lexical: HybridLexical = "bounded") -> Searcher:
         """Pair an opened index with its encoder (closing the index if that fails); `reuse` is kept when it is
         the very model the index needs, so a swap does not load the same ONNX session twice."""
         try:
@@ -147,7 +160,7 @@ class Searcher:
                 encoder = reuse
             else:  # check the ONNX bytes against encoder.json: a half-copied model must not be served
                 encoder = OnnxEncoder(wanted, threads=threads, verify_sha256=True)
-            searcher = cls(encoder, index)
+            searcher = cls(encoder, index, hybrid_lexical=hybrid_lexical)
         except BaseException:
             index.close()
             raise
@@ -157,11 +170,12 @@ class Searcher:
     @classmethod
     def open(cls, folder: Path, model_dir: Path | None = None, *, threads: int | None = None,
              nprobe: int | None = None, reuse: OnnxEncoder | None = None,
-             search_params: dict[str, int | None] | None = None) -> Searcher:
+             search_params: dict[str, int | None] | None = None, hybrid_lexical: HybridLexical = "bounded"
+             ) -> Searcher:
         """A version folder opened in this process (what the local backend serves)."""
         set_threads(threads)
         return cls.pair(IndexVersion(folder, nprobe=nprobe, search_params=search_params), model_dir, threads=threads,
-                        reuse=reuse)
+                        reuse=reuse, hybrid_lexical=hybrid_lexical)
 
     @property
     def version(self) -> str:
@@ -215,7 +229,7 @@ class Searcher:
         batch = self.plan(jobs)
         # BM25 needs no vector: the lexical searches run on a thread of their own while the encoder runs (ONNX
         # Runtime releases the GIL), so a hybrid search costs about the slower of the two, not their sum
-        lexical_future: Future[dict[int, tuple[list[Ranked] | Exception, float]]] | None = \
+        lexical_future: Future[dict[int, tuple[list[Ranked] | list[LexicalLeg] | Exception, float]]] | None = \
             self._lexical_pool().submit(self._lexical, batch) if batch.lexical_jobs and batch.encoding else None
         t1, started = time.perf_counter(), time.time_ns()
         self.encode_batch(batch, encoder or self.encoder)
@@ -256,8 +270,8 @@ class Searcher:
                 batch.rows_of[j] = range(row, row + len(batch.jobs[j].texts))
                 row += len(batch.jobs[j].texts)
 
-    def retrieve(self, batch: Batch, lexical_future: Future[dict[int, tuple[list[Ranked] | Exception, float]]]
-                 | None = None) -> None:
+    def retrieve(self, batch: Batch, lexical_future: Future[dict[int, tuple[list[Ranked] | list[LexicalLeg] |
+                                                                 Exception, float]]] | None = None) -> None:
         """The vector searches: one per (filter, search parameters) of the dense and hybrid jobs, each row's raw
         (scores, ids) into `batch.dense` (filter None = unfiltered); then the lexical answers, from
         `lexical_future` (the searcher's thread) or run here."""
@@ -282,23 +296,34 @@ class Searcher:
 
     def fuse_batch(self, batch: Batch) -> None:
         """Each searching job's final (scores, ids) per query, into `batch.finals`: its dense top_k, its lexical
-        answer, or (hybrid) the two fused."""
+        answer, or (hybrid) its lexical legs completed with the dense candidates (`complete_legs`) and the two
+        fused."""
         for j in batch.searching:
             job, mode = batch.jobs[j], batch.modes[j]
             if batch.errors[j] is not None:
                 continue
             top_k = self._depth(job)
-            lexical: list[Ranked] = []
+            got: list[Ranked] | list[LexicalLeg] | Exception = []
             if mode != "dense":
                 got, batch.lexical_ms[j] = batch.lexical[j]
                 if isinstance(got, Exception):
                     batch.errors[j] = _failed("lexical search", job, got)
                     continue
-                lexical = got
             if mode == "lexical":
-                batch.finals[j] = lexical
+                batch.finals[j] = got  # type: ignore[assignment]
                 continue
             dense, rows = batch.dense, batch.rows_of[j]
+            lexical: list[Ranked] = []
+            if mode == "hybrid":  # a bounded leg needs the dense candidates: it is completed here
+                legs: list[LexicalLeg] = got  # type: ignore[assignment]
+                c0 = time.perf_counter()
+                try:
+                    lexical = self.index.complete_legs(legs, [dense[r][1] for r in rows])
+                except Exception as exc:  # noqa: BLE001
+                    batch.errors[j] = _failed("lexical search", job, exc)
+                    continue
+                batch.lexical_ms[j] += (time.perf_counter() - c0) * 1000
+                batch.bounded[j] = sum(leg.bounded for leg in legs)
             f0 = time.perf_counter()
             try:
                 batch.finals[j] = [(dense[r][0][:top_k], dense[r][1][:top_k]) for r in rows] if mode == "dense" \
@@ -341,7 +366,8 @@ class Searcher:
             rows = batch.rows_of.get(j, range(0))
             job_dense = dense_ms if mode != "lexical" else 0.0
             lex_ms, fuse_ms = batch.lexical_ms.get(j, 0.0), batch.fusion_ms.get(j, 0.0)
-            stages = Stages(encode_ms if encodes else 0.0, job_dense, lex_ms, fuse_ms, lookup_ms)
+            stages = Stages(encode_ms if encodes else 0.0, job_dense, lex_ms, fuse_ms, lookup_ms,
+                            batch.bounded.get(j, 0))
             out.append(SearchResult(batch.hits.get(j, []),
                                     batch.truncated[rows.start : rows.stop] if encodes else [False] * n,
                                     encode_ms if encodes else 0.0, job_dense + lex_ms + fuse_ms + lookup_ms,
@@ -457,19 +483,23 @@ class Searcher:
         batch.dense.update(zip(rows, zip(scores, ids, strict=True), strict=True))
         return time.time_ns() - g0
 
-    def _lexical(self, batch: Batch) -> dict[int, tuple[list[Ranked] | Exception, float]]:
-        """Per lexical or hybrid job: its queries' lexical answers (or what their search raised: that job alone
-        fails), and the ms they took."""
-        out: dict[int, tuple[list[Ranked] | Exception, float]] = {}
+    def _lexical(self, batch: Batch) -> dict[int, tuple[list[Ranked] | list[LexicalLeg] | Exception, float]]:
+        """Per lexical job its queries' lexical answers, per hybrid job their legs begun (`bounded_leg`: completed
+        once the dense candidates are known), or what their search raised (that job alone fails), and the ms they
+        took."""
+        out: dict[int, tuple[list[Ranked] | list[LexicalLeg] | Exception, float]] = {}
         for j in batch.lexical_jobs:
             job = batch.jobs[j]
             l0 = time.perf_counter()
-            got: list[Ranked] | Exception
+            got: list[Ranked] | list[LexicalLeg] | Exception
             try:
                 match = None if job.filter is None else batch.matches[FilterCache.key(job.filter)]
                 top_k = self._depth(job)
-                depth = top_k if batch.modes[j] == "lexical" else max(top_k, HYBRID_DEPTH)
-                got = self.index.lexical_search(job.texts, depth, match)
+                if batch.modes[j] == "lexical":
+                    got = self.index.lexical_search(job.texts, top_k, match)
+                else:
+                    got = self.index.lexical_legs(job.texts, max(top_k, HYBRID_DEPTH), match,
+                                                  bounded_from=self.bounded_from)
             except Exception as exc:  # noqa: BLE001
                 got = exc
             out[j] = (got, (time.perf_counter() - l0) * 1000)

@@ -15,6 +15,7 @@ from pydantic import Field, create_model
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from indexer.runtime.ann import KIND_SPECS, KNOBS
+from indexer.runtime.bounded_leg import HybridLexical
 from indexer.runtime.guards import DEFAULT_MAX_SHRINK
 from indexer.runtime.paths import default_index_root
 
@@ -101,6 +102,12 @@ class EngineSettings(_SearchParamSettings):  # type: ignore[misc,valid-type]
     ray_address: str | None = Field(None, description="sharded: Ray cluster to join (default: $RAY_ADDRESS, "
                                     "else a local Ray instance)")
     shard_replicas: int = Field(1, ge=1, description="sharded: replicas of each shard deployment")
+
+    # Hybrid search's lexical leg (indexer/runtime/bounded_leg.py): bounded where the exact one is expensive
+    hybrid_lexical: HybridLexical = Field("bounded", description="hybrid's BM25 leg: 'bounded' scores the "
+                                          "documents holding the query's selective terms and the dense candidates "
+                                          "where the exact top 100 would read over 1M postings (large collections, "
+                                          "common terms); 'exact': always the exact BM25 top 100")
 
     def search_param_overrides(self) -> dict[str, int | None]:
         """The search parameters' overrides (`ann.KNOBS`), by knob name; None where not set."""

@@ -39,6 +39,7 @@ import ray
 from ray import serve
 
 from indexer.runtime.ann import IvfParams, check_search_params
+from indexer.runtime.bounded_leg import LexicalLeg
 from indexer.runtime.faiss_index import (
     IvfIndex,
     clamp_nprobe,
@@ -130,6 +131,14 @@ class ShardedIndex:
         self.filters = FilterCache()
 
     def lexical_search(self, queries: list[str], k: int, match: object = None) -> list[tuple[np.ndarray, np.ndarray]]:
+        raise NotImplementedError("the sharded (Ray) backend serves no lexical index")
+
+    def lexical_legs(self, queries: list[str], k: int, match: object = None, *,
+                     bounded_from: int | None = None) -> list[LexicalLeg]:
+        raise NotImplementedError("the sharded (Ray) backend serves no lexical index")
+
+    def complete_legs(self, legs: list[LexicalLeg], dense_ids: list[np.ndarray]
+                      ) -> list[tuple[np.ndarray, np.ndarray]]:
         raise NotImplementedError("the sharded (Ray) backend serves no lexical index")
 
     @property

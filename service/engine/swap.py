@@ -169,7 +169,8 @@ class Swapper:
         try:
             index = self.backend.open_index(folder)
             try:  # each encoder folder is loaded once per process, whichever collections and versions pair with it
-                searcher = Searcher(self.encoders.get(Path(s.model_dir or index.manifest.model.dir)), index)
+                searcher = Searcher(self.encoders.get(Path(s.model_dir or index.manifest.model.dir)), index,
+                                    hybrid_lexical=s.hybrid_lexical)
             except BaseException:
                 index.close()
                 raise

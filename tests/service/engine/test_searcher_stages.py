@@ -4,6 +4,7 @@ fills in of the `Batch`. That the whole equals each request run alone: test_batc
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -97,9 +98,9 @@ def test_fuse_batch_gives_each_job_its_final_ranking(searcher: Searcher) -> None
     got = batch.lexical[LEXICAL][0]
     assert not isinstance(got, Exception)
     assert batch.finals[LEXICAL] == got  # lexical: BM25's answer as it is
-    lexical = batch.lexical[HYBRID][0]
-    assert not isinstance(lexical, Exception)
-    want = fuse(Fusion("rrf"), batch.dense[3], lexical[0], 5)  # hybrid: the request's fusion of both
+    legs = batch.lexical[HYBRID][0]
+    assert not isinstance(legs, Exception) and not legs[0].bounded  # bm25s: hybrid's lexical leg is exact
+    want = fuse(Fusion("rrf"), batch.dense[3], (legs[0].scores, legs[0].ids), 5)  # the request's fusion of both
     assert np.array_equal(batch.finals[HYBRID][0][1], want[1]) and len(want[1]) == 5
     assert set(batch.fusion_ms) == {HYBRID} and set(batch.lexical_ms) == {LEXICAL, HYBRID}
 
@@ -128,3 +129,71 @@ def test_answers_puts_each_jobs_result_in_job_order(searcher: Searcher) -> None:
     assert out[DEFAULT].mode == "dense" and out[DEFAULT].stages.lookup_ms == 0.25
     for j in (BAD_FILTER, BAD_KNOB):
         assert out[j].error is batch.errors[j] and out[j].hits == [] and out[j].search_ms == 0.5
+
+
+# -- hybrid's bounded lexical leg (indexer/runtime/bounded_leg.py), on a copy of the version with a tantivy index --
+
+@pytest.fixture(scope="module")
+def tantivy_searcher(quora_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Searcher]:
+    """The quora version copied, its lexical index rebuilt with tantivy (the engine with the bounded leg)."""
+    from indexer.runtime.lexical import LEXICAL_DIR, build_lexical, lexical_info
+    from indexer.runtime.manifest import Manifest
+    from indexer.runtime.store import STORE, Store
+
+    folder = tmp_path_factory.mktemp("tantivy") / "v"
+    shutil.copytree(IndexRoot(quora_root).current_dir(), folder)
+    shutil.rmtree(folder / LEXICAL_DIR)
+    store = Store(folder / STORE)
+    docs = store.all_texts()
+    store.close()
+    manifest = Manifest.load(folder)
+    manifest.lexical = build_lexical(folder, docs, lexical_info(engine="tantivy"))
+    manifest.save(folder)
+    s = Searcher.open(folder, threads=1)
+    yield s
+    s.close()
+
+
+def test_hybrid_takes_the_bounded_leg_where_it_applies_and_says_so(tantivy_searcher: Searcher,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from indexer.runtime import bounded_leg
+
+    s, query = tantivy_searcher, "How do I learn Python programming?"
+    monkeypatch.setattr(bounded_leg, "SELECTIVE_DF", 0.01)
+    lex = s.index.lexical  # type: ignore[attr-defined]
+    assert s.bounded_from == bounded_leg.BOUNDED_FROM  # on by default; this small version never reaches it
+    assert s.search([query], 5, mode="hybrid").stages.lexical_bounded == 0
+    s.bounded_from = 0  # forced: every hybrid query bounded
+    try:
+        hybrid = s.search([query], 5, mode="hybrid")
+        assert hybrid.stages.lexical_bounded == 1 and hybrid.stages.lexical_ms > 0
+        vec = s.encoder.encode([query])
+        dense = s.index.search(vec, HYBRID_DEPTH)
+        leg = bounded_leg.begin(lex, query, HYBRID_DEPTH, bounded_from=0)
+        assert leg.bounded and leg.selective
+        want = fuse(Fusion(), (dense[0][0], dense[1][0]), bounded_leg.complete(lex, leg, dense[1][0]), 5)
+        assert [h.faiss_id for h in hybrid.hits[0]] == want[1].tolist()
+        # the lexical mode is exact whatever the setting
+        lexical = s.search([query], 5, mode="lexical")
+        assert lexical.stages.lexical_bounded == 0
+        assert [h.faiss_id for h in lexical.hits[0]] == lex.search(query, 5)[1].tolist()
+    finally:
+        s.bounded_from = bounded_leg.BOUNDED_FROM
+
+
+def test_the_hybrid_lexical_setting_is_validated_and_turns_the_bound_off(tantivy_searcher: Searcher,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from pydantic import ValidationError
+
+    from service.engine.settings import EngineSettings
+
+    assert EngineSettings().hybrid_lexical == "bounded"
+    monkeypatch.setenv("STRATA_HYBRID_LEXICAL", "exact")
+    assert EngineSettings().hybrid_lexical == "exact"
+    monkeypatch.setenv("STRATA_HYBRID_LEXICAL", "sometimes")
+    with pytest.raises(ValidationError, match="hybrid_lexical"):
+        EngineSettings()
+    exact = Searcher(tantivy_searcher.encoder, tantivy_searcher.index, hybrid_lexical="exact")
+    assert exact.bounded_from is None
+    with pytest.raises(ValueError, match="hybrid_lexical must be one of bounded, exact, not 'sometimes'"):
+        Searcher(tantivy_searcher.encoder, tantivy_searcher.index, hybrid_lexical="sometimes")  # type: ignore[arg-type]

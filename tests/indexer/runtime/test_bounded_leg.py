@@ -1,0 +1,150 @@
+"""Hybrid's bounded lexical leg (`indexer.runtime.bounded_leg`) on real tantivy files, under the live overlay as the
+engine serves them (`LiveIndex.lexical_legs` / `complete_legs`), with the bound forced (`bounded_from=0`) and a
+selective fraction at which the two rare words of the corpus are selective and its 16 common words are not.
+
+Checked against Lucene's BM25 by hand (`reference`): every returned document carries its exact score over all
+the query's terms, and the answer is the exact best k among the candidates (the selective terms' documents ∪ the
+dense candidates) — so a document holding a selective term is found though the dense leg missed it, while one
+holding only common terms outside the dense candidates may be lost (the approximation). Filters (as a query
+clause and, past `TERM_SET_MAX`, applied to the hits), deletes and written documents keep their exact semantics.
+The lexical mode and `bounded_from=None` stay exact."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from indexer.runtime import bounded_leg, lexical_tantivy
+from indexer.runtime.filters import matches, parse_filter
+from indexer.runtime.overlay import LiveIndex
+from indexer.runtime.version import IndexVersion
+from indexer.runtime.writelog import DELETE, UPSERT, LogEntry
+from tests.service.engine.test_index_contract import (
+    LexicalCorpus,
+    N,
+    assert_bm25_top_k,
+    by_ext,
+    lexical_answers,
+    unit,
+)
+
+RARE = {"zeppelin": [3, 50, 121], "quasar": [8, 9, 200, 333, 390]}  # rows that also hold the rare word
+K = 8
+
+
+class RareCorpus(LexicalCorpus):
+    def __init__(self) -> None:
+        super().__init__()
+        for word, rows in RARE.items():
+            for r in rows:
+                self.texts[self.ext[r]] += f" {word}"
+
+
+@pytest.fixture()
+def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[RareCorpus, LiveIndex]]:
+    monkeypatch.setattr(bounded_leg, "SELECTIVE_DF", 0.02)  # df <= 8 of 400: the rare words only
+    corpus = RareCorpus()
+    index = LiveIndex(IndexVersion(corpus.lexical_version(tmp_path / "v", "tantivy")))
+    yield corpus, index
+    index.close()
+
+
+def bounded_answer(index: LiveIndex, query: str, dense: list[Any], corpus: RareCorpus,
+                   flt: dict | None = None) -> tuple[list[Any], bounded_leg.LexicalLeg]:
+    """The bounded leg of `query` completed with `dense` (external ids) as the dense candidates, as hits."""
+    fid_of = dict(zip(corpus.ext, corpus.fids, strict=True))
+    legs = index.lexical_legs([query], K, None if flt is None else index.match(flt), bounded_from=0)
+    ((scores, ids),) = index.complete_legs(legs, [np.array([fid_of[e] for e in dense] + [-1], np.int64)])
+    return index.hits(scores[None, :], ids[None, :])[0], legs[0]
+
+
+def candidates(corpus: RareCorpus, index: LiveIndex, query: str, dense: list[Any], leg: bounded_leg.LexicalLeg
+               ) -> dict[Any, float]:
+    """BM25 by hand of the bounded leg's candidates: the documents holding a selective term, and the dense ones."""
+    lex = index.base.lexical
+    assert lex is not None and leg.selective is not None
+    holders = {e for e in corpus.ext if set(lex.analyzer.terms(corpus.texts[e])) & set(leg.selective)}
+    return {e: s for e, s in by_ext(corpus, query, corpus.texts, lex).items() if e in holders or e in dense}
+
+
+def test_bounded_answers_are_the_exact_best_k_of_the_candidates_with_exact_scores(
+        served: tuple[RareCorpus, LiveIndex]) -> None:
+    corpus, index = served
+    dense = corpus.ext[100:130]  # none of them holds a rare word
+    for query in ("zeppelin python java", "quasar quasar river coffee guitar", "zeppelin quasar music"):
+        hits, leg = bounded_answer(index, query, dense, corpus)
+        assert leg.bounded and set(leg.selective or ()) <= {"zeppelin", "quasar"} and leg.selective
+        assert_bm25_top_k(hits, candidates(corpus, index, query, dense, leg), K)  # each score its exact BM25
+
+
+def test_a_selective_terms_document_missed_by_the_dense_leg_is_found(served: tuple[RareCorpus, LiveIndex]) -> None:
+    corpus, index = served
+    dense = corpus.ext[100:130]
+    hits, leg = bounded_answer(index, "zeppelin python java", dense, corpus)
+    found = {h.ext_id for h in hits}
+    assert {corpus.ext[r] for r in RARE["zeppelin"]} <= found  # none of them among the dense candidates
+    assert found - {corpus.ext[r] for r in RARE["zeppelin"]} <= set(dense)  # the rest: the dense ones
+    # the approximation: the exact answer holds common-term documents outside the dense candidates
+    exact = {h.ext_id for h in lexical_answers(index, ["zeppelin python java"], K)[0]}
+    assert exact - found and not (exact - found) & set(dense)
+    # a query without a selective term: the dense candidates alone, rescored
+    hits, leg = bounded_answer(index, "python java", dense, corpus)
+    assert leg.selective == () and hits and {h.ext_id for h in hits} <= set(dense)
+    assert_bm25_top_k(hits, candidates(corpus, index, "python java", dense, leg), K)
+
+
+@pytest.mark.parametrize("term_set_max", [50_000, 10], ids=["filter-clause", "wide-filter"])
+@pytest.mark.parametrize("flt", [{"tag": "even"}, {"n": {"gte": 100, "lt": 300}}], ids=["half", "range"])
+def test_filters_are_honoured_on_the_bounded_path(served: tuple[RareCorpus, LiveIndex], flt: dict,
+                                                  term_set_max: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lexical_tantivy, "TERM_SET_MAX", term_set_max)
+    corpus, index = served
+    node = parse_filter(flt, {"n": "int", "tag": "str"})
+    dense = corpus.ext[90:140]  # some match the filter, some do not (a dense leg filters them itself: not relied on)
+    for query in ("quasar river coffee", "zeppelin quasar python"):
+        hits, leg = bounded_answer(index, query, dense, corpus, flt)
+        assert leg.bounded and all(matches(node, h.metadata) for h in hits)
+        want = {e: s for e, s in candidates(corpus, index, query, dense, leg).items() if matches(node, corpus.meta[e])}
+        assert_bm25_top_k(hits, want, K)
+
+
+def test_deletes_and_written_documents_on_the_bounded_path(served: tuple[RareCorpus, LiveIndex]) -> None:
+    corpus, index = served
+    gone = [corpus.ext[3], corpus.ext[110]]  # a zeppelin holder, and a dense candidate
+    vec = unit(1, seed=5)
+    index.overlay.apply([LogEntry(1, UPSERT, "w-zep", "zeppelin zeppelin garden", {"n": 7, "tag": "odd"}, vec[0],
+                                  "sha"),
+                         *(LogEntry(2 + i, DELETE, e, None, {}, None, "sha") for i, e in enumerate(gone))])
+    dense = corpus.ext[100:130]
+    hits, _ = bounded_answer(index, "zeppelin python java", dense, corpus)
+    found = [h.ext_id for h in hits]
+    assert "w-zep" in found and not set(gone) & set(found)
+    assert {corpus.ext[50], corpus.ext[121]} <= set(found)  # the zeppelin holders still served
+    hits, _ = bounded_answer(index, "zeppelin python java", dense, corpus, {"tag": "even"})
+    assert "w-zep" not in {h.ext_id for h in hits} and all(h.metadata["tag"] == "even" for h in hits)
+
+
+def test_the_lexical_mode_and_the_exact_setting_stay_exact(served: tuple[RareCorpus, LiveIndex]) -> None:
+    corpus, index = served
+    lex = index.base.lexical
+    assert lex is not None
+    for query in ("zeppelin python java", "python java"):
+        ref = by_ext(corpus, query, corpus.texts, lex)
+        assert_bm25_top_k(lexical_answers(index, [query], K)[0], ref, K)  # `lexical_search`: what mode lexical runs
+        legs = index.lexical_legs([query], K, bounded_from=None)
+        assert not legs[0].bounded
+        ((scores, ids),) = index.complete_legs(legs, [np.array([corpus.fids[100]], np.int64)])
+        assert_bm25_top_k(index.hits(scores[None, :], ids[None, :])[0], ref, K)
+    # below the threshold the bounded setting answers exactly too (the cost model: postings read)
+    legs = index.lexical_legs(["zeppelin python java"], K, bounded_from=N * 10)
+    assert not legs[0].bounded
+
+
+def test_merge_counts_a_document_once_and_breaks_ties_by_id() -> None:
+    scores, ids = bounded_leg.merge(np.array([3.0, 2.0, 1.0], np.float32), np.array([7, 5, 9]),
+                                    np.array([2.0, 2.5], np.float32), np.array([4, 5]), 3)
+    assert ids.tolist() == [7, 5, 4] and scores.tolist() == [3.0, 2.5, 2.0]
