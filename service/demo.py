@@ -10,6 +10,7 @@ meanwhile (`service.chain`). The children log in the API's format (`STRATA_LOG_F
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -152,6 +153,9 @@ class TrainingPlan:
     threads: int | None = None
     quantize: str | None = None  # `encoder adapt --quantize` (default auto: int8 where it can be gated)
     target_recall: float = TRAINED_TARGET_RECALL
+    # added to the children's CPU niceness (os.nice, capped at 19): 19, so that serving keeps the cores it needs. A
+    # nice-19 process weighs 15 against a normal one's 1024: beside other normal-priority work it gets ~1 % of a core
+    nice: int = 19
 
     @property
     def status_file(self) -> Path:
@@ -193,10 +197,6 @@ def training_plan(settings: Settings, rows: int | None = None) -> TrainingPlan:
                         data=default_quora_source(), rows=rows)
 
 
-def _lowest_priority() -> None:  # runs in the child before exec: serving keeps the cores it needs
-    os.nice(19)
-
-
 class BackgroundTraining:
     """`encoder adapt` then `indexer build` with its encoder, one after the other in child processes, from a
     thread of the serving process. `stop()` ends the running child with SIGTERM: the adaptation keeps its
@@ -230,7 +230,8 @@ class BackgroundTraining:
             with self._lock:
                 if self._stopping.is_set():
                     break
-                self._proc = subprocess.Popen(cmd, env=env, preexec_fn=_lowest_priority)  # noqa: PLW1509
+                self._proc = subprocess.Popen(cmd, env=env,  # noqa: PLW1509 (os.nice only, before exec)
+                                              preexec_fn=functools.partial(os.nice, plan.nice))
             rc = self._wait(self._proc, monitor, stage)
             if self._stopping.is_set():
                 break

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -34,8 +35,10 @@ def served_root(tmp_path: Path, tiny_exported: Path, data: Path) -> Path:
 
 def plan_for(tmp_path: Path, root: Path, data: Path, checkpoint: Path, steps: int) -> TrainingPlan:
     out = tmp_path / "models" / "adapted"
+    # at normal priority: the demo's nice 19 (the default, checked below) all but stops the chain beside other work at
+    # normal priority, as this suite's run beside two CPU burners showed (no step in 10 minutes)
     return TrainingPlan(root=root, out=out, work=tmp_path / "models" / "adapted.work", data=str(data), rows=60,
-                        checkpoint=checkpoint, steps=steps, batch_size=8, threads=1, quantize="none")
+                        checkpoint=checkpoint, steps=steps, batch_size=8, threads=1, quantize="none", nice=0)
 
 
 def test_the_demo_keeps_serving_trains_in_the_background_and_swaps_through_the_gate(
@@ -135,6 +138,10 @@ def test_stopping_the_demo_ends_the_training_and_serves_nothing_half_made(
         time.sleep(0.2)
     else:
         pytest.fail(f"training never started: {plan.status_file.read_text() if plan.status_file.exists() else ''}")
+    assert training._proc is not None  # the plan's niceness reached the child
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    assert os.getpriority(os.PRIO_PROCESS, training._proc.pid) == min(19, own + plan.nice)
+    assert TrainingPlan(root=root, out=plan.out, work=plan.work, data=plan.data).nice == 19  # the demo's default
     t0 = time.monotonic()
     training.stop(timeout=60)
     assert time.monotonic() - t0 < 60 and training.returncode is None
