@@ -90,6 +90,8 @@ def same_answers(servers: list[Server], kind_bodies: dict[str, list[str]], n: in
 INPROC = r"""
 import asyncio, json, sys, time
 from pathlib import Path
+sys.path.append(sys.argv[4])  # this tree's bench/: the helper whatever tree is measured
+from asgi_post import post as asgi_post
 from service.main import create_app
 from service.settings import Settings
 root, n, bodies_file = sys.argv[1], int(sys.argv[2]), sys.argv[3]
@@ -97,19 +99,7 @@ kinds = json.loads(Path(bodies_file).read_text())
 app = create_app(Settings(index_root=root, watch_interval_s=0, log_level="warning", threads=1))
 
 async def post(body):
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-             "path": "/search", "raw_path": b"/search", "query_string": b"", "root_path": "",
-             "headers": [(b"host", b"bench"), (b"content-type", b"application/json"),
-                         (b"content-length", str(len(body)).encode())],
-             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80), "state": {}, "app": app}
-    msgs, status = [{"type": "http.request", "body": body, "more_body": False}], []
-    async def receive():
-        return msgs.pop() if msgs else {"type": "http.disconnect"}
-    async def send(m):
-        if m["type"] == "http.response.start":
-            status.append(m["status"])
-    await app(scope, receive, send)
-    assert status == [200], status
+    await asgi_post(app, body)
 
 async def main():
     out = {}
@@ -137,7 +127,8 @@ def inproc(servers: list[Server], root: Path, kind_bodies: dict[str, list[str]],
     for r in range(reps):
         for s in servers[r % len(servers):] + servers[: r % len(servers)]:
             env = os.environ | {"PYTHONPATH": str(s.src), "STRATA_LOG_LEVEL": "warning"}
-            run = subprocess.run([sys.executable, "-c", INPROC, str(root), str(n), str(bodies_file)], cwd=s.src,
+            run = subprocess.run([sys.executable, "-c", INPROC, str(root), str(n), str(bodies_file),
+                                  str(Path(__file__).resolve().parent)], cwd=s.src,
                                  env=env, capture_output=True, text=True, check=True)
             got = json.loads(run.stdout.split("INPROC ", 1)[1])
             for k, v in got.items():

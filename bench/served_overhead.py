@@ -166,6 +166,7 @@ def layers(root: Path, queries: list[str], top_k: int, threads: int, reps: int =
     dependencies and validation, the route, the JSON answer). The differences are what each layer adds."""
     import asyncio
 
+    from bench.asgi_post import post as asgi_post
     from indexer.runtime.query import Query
     from service.main import create_app
     from service.settings import Settings
@@ -173,23 +174,7 @@ def layers(root: Path, queries: list[str], top_k: int, threads: int, reps: int =
     app = create_app(Settings(index_root=root, watch_interval_s=0, log_level="warning", threads=threads))
 
     async def post(body: bytes) -> None:
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-                 "scheme": "http", "path": "/search", "raw_path": b"/search", "query_string": b"", "root_path": "",
-                 "headers": [(b"host", b"bench"), (b"content-type", b"application/json"),
-                             (b"content-length", str(len(body)).encode())],
-                 "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80), "state": {}, "app": app}
-        messages = [{"type": "http.request", "body": body, "more_body": False}]
-        status = []
-
-        async def receive() -> dict[str, object]:
-            return messages.pop() if messages else {"type": "http.disconnect"}
-
-        async def send(message: dict[str, object]) -> None:
-            if message["type"] == "http.response.start":
-                status.append(message["status"])
-
-        await app(scope, receive, send)
-        assert status == [200], status
+        await asgi_post(app, body)
 
     async def run() -> dict[str, float]:
         out: dict[str, list[float]] = {"run_batch": [], "engine": [], "asgi": []}

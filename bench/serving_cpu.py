@@ -69,6 +69,8 @@ def _cached_search(search: Any) -> Any:  # noqa: ANN401
 
 def child(root: Path, n: int, reps: int) -> dict[str, float]:
     """In a process whose sys.path starts with the tree measured: CPU ms per request of each layer (medians)."""
+    from asgi_post import post as asgi_post  # this tree's (sys.path[0]); `bench` may be the compared tree's
+
     from bench.served_overhead import queries_for
     from indexer.runtime.faiss_index import set_threads
     from indexer.runtime.layout import IndexRoot
@@ -80,22 +82,7 @@ def child(root: Path, n: int, reps: int) -> dict[str, float]:
     app = create_app(Settings(index_root=root, watch_interval_s=0, log_level="warning", threads=1))
 
     async def post(body: bytes) -> None:
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-                 "scheme": "http", "path": "/search", "raw_path": b"/search", "query_string": b"", "root_path": "",
-                 "headers": [(b"host", b"bench"), (b"content-type", b"application/json"),
-                             (b"content-length", str(len(body)).encode())],
-                 "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80), "state": {}, "app": app}
-        messages, status = [{"type": "http.request", "body": body, "more_body": False}], []
-
-        async def receive() -> dict[str, object]:
-            return messages.pop() if messages else {"type": "http.disconnect"}
-
-        async def send(message: dict[str, object]) -> None:
-            if message["type"] == "http.response.start":
-                status.append(message["status"])
-
-        await app(scope, receive, send)
-        assert status == [200], status
+        await asgi_post(app, body)
 
     async def run() -> dict[str, float]:
         set_threads(1)
