@@ -129,6 +129,13 @@ request = function()
   i = i % #bodies + 1
   return wrk.format(nil, "/search", nil, bodies[i])
 end
+local bad = 0
+response = function(status, headers, body)
+  if status ~= 200 and bad < 3 then  -- the first few refusals, to say what an error was
+    bad = bad + 1
+    io.write(string.format("STRATA-BAD %d %s\\n", status, string.sub(body or "", 1, 200):gsub("\\n", " ")))
+  end
+end
 done = function(summary, latency, requests)
   io.write(string.format("STRATA %d %d %d %d %d\\n", latency:percentile(50), latency:percentile(99),
     summary.requests, summary.duration, summary.errors.status + summary.errors.timeout))
@@ -140,8 +147,13 @@ end
     if m is None:
         raise RuntimeError(r.stdout + r.stderr)
     p50, p99, reqs, dur_us, errors = (int(x) for x in m.groups())
-    return {"p50_ms": round(p50 / 1000, 2), "p99_ms": round(p99 / 1000, 2), "rps": round(reqs / (dur_us / 1e6), 1),
-            "errors": errors}
+    out: dict[str, object] = {"p50_ms": round(p50 / 1000, 2), "p99_ms": round(p99 / 1000, 2),
+                              "rps": round(reqs / (dur_us / 1e6), 1), "errors": errors}
+    if errors:  # non-2xx answers (their status and body) and timeouts (wrk's 2 s) apart
+        out["error_detail"] = {"bad_answers": re.findall(r"STRATA-BAD (.*)", r.stdout),
+                               "timeouts": int(re.search(r"timeout (\d+)", r.stdout).group(1))
+                               if re.search(r"timeout (\d+)", r.stdout) else 0}
+    return out  # type: ignore[return-value]
 
 
 def search_bodies(mode: str, qvecs: np.ndarray, qtexts: list[str],
@@ -343,6 +355,8 @@ def report(results: list[dict[str, object]], stamp: str, mmap: bool) -> str:
         for s in r.get("search", []):  # type: ignore[union-attr]
             lines.append(f"| {s['mode']} | {s['filter']} | {s['conns']} | {s['p50_ms']} | {s['p99_ms']} | {s['rps']} | "
                          f"{s['errors']} | {s['load']} |")
+        lines += [f"- errors, {s['mode']} {s['filter']} at {s['conns']}: {s['error_detail']}"
+                  for s in r.get("search", []) if s.get("error_detail")]  # type: ignore[union-attr]
         lines.append("")
     return "\n".join(lines)
 
