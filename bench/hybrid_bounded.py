@@ -8,8 +8,8 @@ agreement with the exact hybrid there, and nDCG@10 on BEIR sets with the bound f
 encoder; the queries: `bench.scale_corpus.query_texts`, Quora questions, as `bench/lexical_10m.py` and the scale
 bench send them). Per query, one after the other in alternating order:
 - the lexical leg alone (k = `HYBRID_DEPTH`): exact (`LexicalIndex.search`) and bounded (`bounded_leg.begin` +
-  `complete` with the query's dense top 100), the bounded one at each `--selective` fraction (`SELECTIVE_DF`)
-  and each `--depths` depth (`SELECTIVE_DEPTH`); wall ms on the calling thread (tantivy searches on it);
+  `complete` with the query's dense top 100), the bounded one at each `--selective` fraction (`SELECTIVE_DF`);
+  wall ms on the calling thread (tantivy searches on it);
 - per fraction: overlap@10 of the fused top 10 (convex, alpha 0.5, as served) bounded vs exact, and the recall of
   the exact lexical top 10 within the bounded lexical top 100;
 - the whole hybrid `/search` path in process (`Searcher.run_batch`: the query vector brought, as `bench/scale.py`'s
@@ -63,11 +63,9 @@ def timed(fn: object) -> tuple[float, object]:
     return (time.perf_counter() - t0) * 1000, got
 
 
-def bounded(lex: object, q: str, dense_ids: np.ndarray, frac: float, depth: int | None, bounded_from: int | None
-            ) -> tuple[Ranked, bool]:
-    """The bounded leg at selective fraction `frac` and depth `depth` (begin + complete), and whether it was
-    bounded."""
-    bounded_leg.SELECTIVE_DF, bounded_leg.SELECTIVE_DEPTH = frac, depth
+def bounded(lex: object, q: str, dense_ids: np.ndarray, frac: float, bounded_from: int | None) -> tuple[Ranked, bool]:
+    """The bounded leg at selective fraction `frac` (begin + complete), and whether it was bounded."""
+    bounded_leg.SELECTIVE_DF = frac
     leg = bounded_leg.begin(lex, q, HYBRID_DEPTH, bounded_from=bounded_from)  # type: ignore[arg-type]
     return bounded_leg.complete(lex, leg, dense_ids), leg.bounded  # type: ignore[arg-type]
 
@@ -77,14 +75,14 @@ def overlap(a: np.ndarray, b: np.ndarray, k: int = 10) -> float:
     return len(want & set(b[:k].tolist())) / max(len(want), 1)
 
 
-def scale_part(root: Path, n_queries: int, variants: list[tuple[float, int | None]]) -> dict[str, object]:
+def scale_part(root: Path, n_queries: int, variants: list[float]) -> dict[str, object]:
     from bench.scale_corpus import query_texts
     from indexer.runtime.faiss_index import set_threads
     from indexer.runtime.query import Query
     from indexer.runtime.version import IndexVersion
     from service.engine.searcher import Searcher
 
-    shipped = bounded_leg.SELECTIVE_DF, bounded_leg.SELECTIVE_DEPTH
+    shipped = bounded_leg.SELECTIVE_DF
     set_threads(1)
     folder = next(p for p in sorted((root / "versions").iterdir()) if (p / "manifest.json").is_file())
     searcher = Searcher.pair(IndexVersion(folder, mmap=True), threads=1)
@@ -94,7 +92,7 @@ def scale_part(root: Path, n_queries: int, variants: list[tuple[float, int | Non
     vecs = searcher.encoder.encode(texts)
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
     postings = [sum(lex.doc_freq(t) for t in set(lex.analyzer.terms(q))) for q in texts]
-    names = {v: f"bounded, selective df ≤ {v[0]:g}·N, depth {v[1] or 'all'}" for v in variants}
+    names = {v: f"bounded, selective df ≤ {v:g}·N" for v in variants}
     legs: dict[str, list[float]] = {"exact": [], **{name: [] for name in names.values()}}
     agree: dict[str, dict[str, list[float]]] = {name: {"overlap10": [], "recall10in100": []} for name in names.values()}
     n_bounded = dict.fromkeys(agree, 0)
@@ -106,12 +104,12 @@ def scale_part(root: Path, n_queries: int, variants: list[tuple[float, int | Non
         legs["exact"].append(ms)
         fused_exact = fuse(Fusion(), dense, exact, 10)[1]  # type: ignore[arg-type]
         for variant, name in names.items():
-            ms, (got, was) = timed(lambda q=q, v=variant, d=dense[1]: bounded(lex, q, d, *v, bounded_leg.BOUNDED_FROM))
+            ms, (got, was) = timed(lambda q=q, f=variant, d=dense[1]: bounded(lex, q, d, f, bounded_leg.BOUNDED_FROM))
             legs[name].append(ms)
             n_bounded[name] += int(was)
             agree[name]["overlap10"].append(overlap(fused_exact, fuse(Fusion(), dense, got, 10)[1]))
             agree[name]["recall10in100"].append(overlap(exact[1], got[1]))  # type: ignore[index]
-        bounded_leg.SELECTIVE_DF, bounded_leg.SELECTIVE_DEPTH = shipped
+        bounded_leg.SELECTIVE_DF = shipped
         for side in (("dense", "exact", "bounded") if i % 2 == 0 else ("bounded", "exact", "dense")):
             searcher.bounded_from = None if side == "exact" else bounded_leg.BOUNDED_FROM
             mode = "dense" if side == "dense" else "hybrid"
@@ -222,8 +220,7 @@ def render(report: dict[str, object]) -> str:
              f"`{report['command']}`; load average (1/5/15 min) at start {report['load_start']}, at end "
              f"{report['load_end']} on 2 cores (other sessions' tests ran beside: compare the sides, measured "
              "interleaved per query, not the absolute figures). Shipped constants: `BOUNDED_FROM` = "
-             f"{bounded_leg.BOUNDED_FROM:,} postings, `SELECTIVE_DF` = {bounded_leg.SELECTIVE_DF:g}, "
-             f"`SELECTIVE_DEPTH` = {bounded_leg.SELECTIVE_DEPTH}.", ""]
+             f"{bounded_leg.BOUNDED_FROM:,} postings, `SELECTIVE_DF` = {bounded_leg.SELECTIVE_DF:g}.", ""]
     s = report.get("scale")
     if isinstance(s, dict):
         lines += [f"## 10M documents, in process ({s['queries']} queries)", "",
@@ -271,7 +268,6 @@ def main() -> None:
     ap.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="a bench/scale.py root (read only)")
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--selective", default="0.0005,0.001,0.002,0.005", help="SELECTIVE_DF fractions to compare")
-    ap.add_argument("--depths", default="all", help="SELECTIVE_DEPTH values to compare at each fraction (all: none)")
     ap.add_argument("--beir", type=Path, default=DEFAULT_BEIR)
     ap.add_argument("--datasets", default="scifact,nfcorpus")
     ap.add_argument("--work", type=Path, default=Path("/tmp/hybrid-bounded-work"))
@@ -294,9 +290,7 @@ def main() -> None:
                                    args.max_length)
         print(json.dumps(report["beir"], indent=1), flush=True)
     if not args.skip_10m:
-        depths = [None if d == "all" else int(d) for d in args.depths.split(",")]
-        report["scale"] = scale_part(args.root, args.queries,
-                                     [(float(f), d) for f in args.selective.split(",") for d in depths])
+        report["scale"] = scale_part(args.root, args.queries, [float(f) for f in args.selective.split(",")])
     report["load_end"] = "/".join(f"{x:.2f}" for x in os.getloadavg())
     report["stamp"] = datetime.now(timezone.utc).strftime("%Y%m%dT%H%MZ")
     text = render(report)

@@ -8,17 +8,15 @@ dense leg takes ~5. So, where the exact leg would read more than `bounded_from` 
 engine's pruning plan weighs: the sum of the query's terms' document frequencies), the leg is bounded:
 
 - candidates = the documents holding a selective term (document frequency at most `SELECTIVE_DF` of the
-  collection, so that their postings together stay a small part of the exact leg's), the best `SELECTIVE_DEPTH` of
-  them on those terms alone, ∪ the dense leg's candidates;
+  collection, so that their postings together stay a small part of the exact leg's) ∪ the dense leg's candidates;
 - each candidate is scored with exact BM25 over all the query's terms (the common ones added by seeks into their
   postings, `LexicalIndex.selective_top_rows` and `score_rows`), and the best `k` of them are the leg's answer.
 
 It runs in two steps: `begin` (the selective terms' documents: what needs no vector, so it runs beside the
 encoding, like the exact leg) and `complete` (the dense candidates scored and merged in, after the vector search).
 Filters and exclusions (tombstones) keep their exact semantics: both steps see only the allowed rows, never the
-excluded ones. What it may lose against the exact leg: a document matching only common terms, or a selective term
-weakly (below the depth), outside the dense top 100; measured by `bench/hybrid_bounded.py` (agreement with the exact
-hybrid at 10M, nDCG@10 on BEIR sets).
+excluded ones. What it may lose against the exact leg: a document matching only common terms, outside the dense
+top 100; measured by `bench/hybrid_bounded.py` (agreement with the exact hybrid at 10M, nDCG@10 on BEIR sets).
 
 Small collections (every BEIR-size set) never reach `BOUNDED_FROM`, and an engine without the capability
 (`LexicalIndex.BOUNDED`: bm25s scores every document anyway) always answers exactly; the lexical mode is always
@@ -45,10 +43,6 @@ BOUNDED_FROM = 1_000_000
 # hybrid's at 0.845 / 0.929 / 0.973 (overlap@10); 0.002 is the knee. Forced on every query of SciFact and NFCorpus:
 # hybrid nDCG@10 -0.60 [-1.59, +0.37] and -0.21 [-0.74, +0.36] (bench/results/hybrid-bounded-20261128T0138Z.md).
 SELECTIVE_DF = 0.002
-# Of the documents holding a selective term, the best SELECTIVE_DEPTH on the selective terms alone are the leg's
-# candidates (None: every holder): the common terms are added by one seek per candidate and term, which at 10M and
-# ~18,000 holders (the median question) was most of the leg's time.
-SELECTIVE_DEPTH: int | None = 1_000
 
 HybridLexical = Literal["bounded", "exact"]  # the engine's setting (`STRATA_HYBRID_LEXICAL`)
 HYBRID_LEXICAL: tuple[HybridLexical, ...] = ("bounded", "exact")
@@ -95,7 +89,7 @@ def begin(index: LexicalIndex, query: str, k: int, *, allowed_rows: np.ndarray |
         return LexicalLeg(scores, ids, k)
     excluded_rows = index.rows_of(excluded) if excluded is not None and len(excluded) else None
     if selective:
-        scores, rows = index.selective_top_rows(terms, selective, k, allowed_rows, excluded_rows, SELECTIVE_DEPTH)
+        scores, rows = index.selective_top_rows(terms, selective, k, allowed_rows, excluded_rows)
     else:
         scores, rows = np.zeros(0, np.float32), np.zeros(0, np.int64)
     return LexicalLeg(scores.astype(np.float32, copy=False), np.asarray(index.fids[rows], dtype=np.int64), k,

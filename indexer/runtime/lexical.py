@@ -255,9 +255,8 @@ class LexicalIndex(ABC):
     BOUNDED = False
 
     def selective_top_rows(self, terms: list[str], selective: list[str], k: int, allowed_rows: np.ndarray | None,
-                           excluded_rows: np.ndarray | None, depth: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """`top_rows` among the rows holding a term of `selective`, each scored with every term of `terms`; `depth`:
-        among the best `depth` of those rows by the `selective` terms alone (None: all of them)."""
+                           excluded_rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """`top_rows` among the rows holding a term of `selective`, each scored with every term of `terms`."""
         raise NotImplementedError(f"the {self.info.engine} engine has no bounded lexical leg")
 
     def score_rows(self, terms: list[str], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -198,26 +198,13 @@ class Engine(LexicalIndex):
         return self._top(lambda limit: self._pruned(terms, limit), k, allowed_rows, excluded_rows)
 
     def selective_top_rows(self, terms: list[str], selective: list[str], k: int, allowed_rows: np.ndarray | None,
-                           excluded_rows: np.ndarray | None, depth: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+                           excluded_rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """One query: the selective terms' postings read, every other term added by a seek per document (each costs
-        about what reading a few postings does). With `depth`, two: the best `depth` documents on the selective terms
-        alone (more where the first read of `_top` goes deeper), then those rescored with every term: the seeks of
-        `depth` documents, not of every holder."""
+        about what reading a few postings does)."""
         chosen = set(selective)
         driver = self._query([t for t in terms if t in chosen], allowed_rows)
-        if depth is None:
-            query = self._adding(driver, [t for t in terms if t not in chosen])
-            return self._top(lambda limit: self._hits(query, limit), k, allowed_rows, excluded_rows)
-
-        pool: list[tuple[np.ndarray, np.ndarray]] = []  # the candidates, read once: `_top` may ask deeper
-
-        def run(limit: int) -> tuple[np.ndarray, np.ndarray]:
-            if not pool:  # as deep as the first ask at least (a wide filter's or the exclusions' depth)
-                _, rows = self._hits(driver, max(limit, depth))
-                pool.append(self.score_rows(terms, np.unique(rows)))
-            return top_k_rows(*pool[0], limit)
-
-        return self._top(run, k, allowed_rows, excluded_rows)
+        query = self._adding(driver, [t for t in terms if t not in chosen])
+        return self._top(lambda limit: self._hits(query, limit), k, allowed_rows, excluded_rows)
 
     def score_rows(self, terms: list[str], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if not len(rows):

@@ -97,41 +97,6 @@ def test_a_selective_terms_document_missed_by_the_dense_leg_is_found(served: tup
     assert_bm25_top_k(hits, candidates(corpus, index, "python java", dense, leg), K)
 
 
-NEBULA_ROWS = [(13 * i) % N for i in range(30)]  # a third selective word, held by more documents than K + 1
-
-
-def test_the_depth_keeps_the_holders_best_on_the_selective_terms_alone(tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """`SELECTIVE_DEPTH`: of the selective terms' holders, only the best `depth` by those terms' BM25 alone are
-    candidates (each then scored exactly with every term); a holder below the cut and outside the dense candidates
-    is not returned, whatever its common terms add. (The leg reads at least as deep as it returns: K + 1 here.)"""
-    corpus = RareCorpus()
-    for i, r in enumerate(NEBULA_ROWS):
-        corpus.texts[corpus.ext[r]] += " nebula" * (1 + i % 3)
-    monkeypatch.setattr(bounded_leg, "SELECTIVE_DF", 0.1)  # df <= 40 of 400: the rare words, not the common ones
-    index = LiveIndex(IndexVersion(corpus.lexical_version(tmp_path / "v", "tantivy")))
-    lex = index.base.lexical
-    assert lex is not None
-    dense = corpus.ext[100:130]
-    for query in ("nebula river coffee guitar", "nebula nebula python java music"):
-        on_selective = sorted(by_ext(corpus, " ".join(w for w in query.split() if w == "nebula"), corpus.texts,
-                                     lex).items(), key=lambda kv: -kv[1])
-        depth = next(d for d in range(K + 2, len(on_selective)) if on_selective[d - 1][1] > on_selective[d][1])
-        monkeypatch.setattr(bounded_leg, "SELECTIVE_DEPTH", depth)
-        hits, leg = bounded_answer(index, query, dense, corpus)
-        assert leg.selective == ("nebula",)
-        kept = {e for e, _ in on_selective[:depth]}
-        below = {e for e, _ in on_selective[depth:]} - set(dense)
-        want = {e: s for e, s in candidates(corpus, index, query, dense, leg).items() if e in kept or e in dense}
-        assert_bm25_top_k(hits, want, K)
-        assert not {h.ext_id for h in hits} & below
-        monkeypatch.setattr(bounded_leg, "SELECTIVE_DEPTH", None)  # every holder again: some below the cut come in
-        hits, leg = bounded_answer(index, query, dense, corpus)
-        assert_bm25_top_k(hits, candidates(corpus, index, query, dense, leg), K)
-        assert {h.ext_id for h in hits} & below
-    index.close()
-
-
 @pytest.mark.parametrize("term_set_max", [50_000, 10], ids=["filter-clause", "wide-filter"])
 @pytest.mark.parametrize("flt", [{"tag": "even"}, {"n": {"gte": 100, "lt": 300}}], ids=["half", "range"])
 def test_filters_are_honoured_on_the_bounded_path(served: tuple[RareCorpus, LiveIndex], flt: dict,
