@@ -22,6 +22,7 @@ from indexer.runtime.faiss_index import (
     clamp_nprobe,
     codec_for_budget,
     effective_nlist,
+    quantizer_for,
 )
 from indexer.runtime.lexical import lexical_info
 from indexer.runtime.manifest import LexicalInfo, SearchMode
@@ -137,9 +138,14 @@ def index_params(cfg: BuildConfig, n_vectors: int, dim: int = 384) -> KindParams
             if cfg.memory_budget is not None:
                 log.info("IVF codec %s (%s)", codec, why)
                 reason += f"; codec {codec}: {why}"
+        quantizer = quantizer_for(nlist)
+        if quantizer == "hnsw":
+            log.info("IVF quantizer: an HNSW graph over the %d centroids (a flat one reads every centroid per "
+                     "query)", nlist)
+            reason += "; lists found through an HNSW graph over the centroids"
         return IvfParams(nlist=nlist, nlist_requested=requested, codec=codec,
                          nprobe=clamp_nprobe(cfg.nprobe or DEFAULT_NPROBE, nlist), nlist_reason=reason,
-                         train_sample=sample)
+                         train_sample=sample, quantizer=quantizer)
     if kind == "hnsw":
         ef_search = cfg.ef_search or HnswParams.model_fields["ef_search"].default
         return HnswParams(m=cfg.hnsw_m, ef_construction=cfg.ef_construction, ef_search=ef_search)

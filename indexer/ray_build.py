@@ -42,6 +42,7 @@ from indexer.runtime.faiss_index import (
     clamp_nprobe,
     deserialize,
     effective_nlist,
+    quantizer_for,
     serialize,
     set_threads,
     train_empty_ivf,
@@ -267,7 +268,8 @@ def _index(run: _RayBuild, dim: int) -> None:
     t0 = time.perf_counter()
     sample = _vectors_at(run.files, training_positions(run.pos, run.nlist, cfg.seed), dim)
     log.info("training IVF%d once on %d sampled vectors", run.nlist, len(sample))
-    trained = train_empty_ivf(sample, run.nlist, run.nprobe, cfg.seed, cfg.codec or DEFAULT_CODEC)
+    trained = train_empty_ivf(sample, run.nlist, run.nprobe, cfg.seed, cfg.codec or DEFAULT_CODEC,
+                              quantizer_for(run.nlist))
     del sample
     run.timings.train_s = time.perf_counter() - t0
 
@@ -315,7 +317,8 @@ def _manifest(run: _RayBuild, version: str, encoder: OnnxEncoder, data: DataInfo
         created_at=datetime.now(timezone.utc),
         model=model_info(cfg.model_dir, encoder.meta),
         index=IndexInfo.for_params(IvfParams(nlist=run.nlist, nlist_requested=cfg.nlist or auto_nlist(n),
-                                             codec=cfg.codec or DEFAULT_CODEC, nprobe=run.nprobe), n, shards=shards),
+                                             codec=cfg.codec or DEFAULT_CODEC, nprobe=run.nprobe,
+                                             quantizer=quantizer_for(run.nlist)), n, shards=shards),
         data=data,
         build_seconds=run.timings,
         distributed=DistributedInfo(address=run.address, workers=run.workers, actors=run.actors,

@@ -60,6 +60,9 @@ class IvfParams(BaseModel):
     nprobe: int = Field(ge=1)  # lists probed per query by default (clamped to nlist)
     nlist_reason: str | None = None  # why this nlist (logged at build time too)
     train_sample: int | None = None  # vectors k-means was trained on (bounded: `faiss_index.training_sample`)
+    # how a query finds its lists: scoring every centroid, or an HNSW graph over them (large nlist; older
+    # versions, which do not say, were all built flat)
+    quantizer: Literal["flat", "hnsw"] = "flat"
 
 
 class HnswParams(BaseModel):
@@ -107,7 +110,8 @@ class KindSpec:
 
 KIND_SPECS: dict[str, KindSpec] = {spec.name: spec for spec in (
     KindSpec("flat", FlatParams, "exact search", lambda p: "IDMap2,Flat"),
-    KindSpec("ivf", IvfParams, "inverted lists, --nlist/--nprobe/--codec", lambda p: f"IVF{p.nlist},{p.codec}",
+    KindSpec("ivf", IvfParams, "inverted lists, --nlist/--nprobe/--codec",  # (HNSW32: faiss_index's QUANTIZER_HNSW_M)
+             lambda p: f"IVF{p.nlist}{'_HNSW32' if p.quantizer == 'hnsw' else ''},{p.codec}",
              Knob("nprobe", 1_000_000, "lists probed (clamped to nlist)",
                   clamp=lambda p, v: max(1, min(int(v), p.nlist)))),
     KindSpec("hnsw", HnswParams, "graph, --hnsw-m/--ef-construction/--ef-search", lambda p: f"IDMap2,HNSW{p.m}",

@@ -70,6 +70,19 @@ ADD_CHUNK = 65_536  # vectors added per call (a memory-mapped corpus is read a c
 # vector with every centroid (at 10M: 1M vectors × 16,384 lists × 10 iterations, about an hour on 2 cores), two
 # levels with ~2·sqrt(nlist) of them (a minute or two). Below it flat k-means costs a minute at most.
 TWO_LEVEL_FROM_NLIST = 4096
+# From this many lists on, a query finds its lists through an HNSW graph over the centroids (`graph_quantizer`), not
+# by scoring every centroid: a flat quantizer reads all nlist × dim floats per query (6 MB at 4,096 × 384, 25 MB at
+# 16,384), which the caches do not hold. Measured on the served 1M and 10M versions (bench/coarse_quantizer.py,
+# bench/results/coarse-quantizer-20261128T043124Z.md, load 11-14, one thread): finding the lists 3.9 -> 1.9 ms
+# at 1M (recall@10 0.931 -> 0.929 at its nprobe 49) and 26 -> 4.7 ms at 10M (0.972 -> 0.951 at nprobe 4, which
+# the calibration then raises); whole search 21 -> 16 ms and 33 -> 8 ms. The graph is built over the trained
+# centroids in their order, so list i stays list i; the calibrated nprobe (`indexer.calibrate`) absorbs the lists
+# an approximate search misses. efSearch is a floor: FAISS searches max(efSearch, nprobe) deep (ef 16 / 32 lost
+# 4-6 points of recall at 1M against 64's 0.2).
+HNSW_QUANTIZER_FROM_NLIST = 4096
+QUANTIZER_HNSW_M = 32
+QUANTIZER_EF_CONSTRUCTION = 40
+QUANTIZER_EF_SEARCH = 64
 
 
 def auto_nlist(n_vectors: int) -> int:
@@ -144,9 +157,40 @@ def new_ivf(dim: int, nlist: int, codec: str, seed: int) -> faiss.Index:
     return index
 
 
+def quantizer_for(nlist: int) -> str:
+    """The coarse quantizer an IVF index of `nlist` lists is built with: "hnsw" from `HNSW_QUANTIZER_FROM_NLIST`
+    lists on, else "flat"."""
+    return "hnsw" if nlist >= HNSW_QUANTIZER_FROM_NLIST else "flat"
+
+
+def graph_quantizer(index: faiss.Index) -> None:
+    """Replace a trained IVF index's flat coarse quantizer by an HNSW graph over the same centroids, in the same
+    order (list i stays list i; `HNSW_QUANTIZER_FROM_NLIST`). The index owns the graph and frees the flat one."""
+    ivf = faiss.extract_index_ivf(index)
+    flat = ivf.quantizer
+    graph = faiss.IndexHNSWFlat(ivf.d, QUANTIZER_HNSW_M, ivf.metric_type)
+    graph.hnsw.efConstruction = QUANTIZER_EF_CONSTRUCTION
+    graph.hnsw.efSearch = QUANTIZER_EF_SEARCH
+    graph.add(flat.reconstruct_n(0, flat.ntotal))
+    owned = ivf.own_fields
+    ivf.quantizer = graph
+    graph.this.disown()  # the index frees it (own_fields), not Python
+    ivf.own_fields = True
+    if owned:
+        flat.this.own(True)  # the old quantizer was the index's to free: Python frees it now
+    del flat
+
+
+def quantizer_kind(index: faiss.Index) -> str:
+    """"hnsw" or "flat": how an IVF index finds a query's lists."""
+    return "hnsw" if isinstance(faiss.downcast_index(faiss.extract_index_ivf(index).quantizer), faiss.IndexHNSW) \
+        else "flat"
+
+
 def build_ivf(vectors: np.ndarray, ids: np.ndarray, nlist: int, nprobe: int, seed: int = 1234,
-              codec: str = DEFAULT_CODEC) -> tuple[faiss.Index, float, float]:
-    """Train the coarse quantizer on `vectors` and add them under `ids`; returns (index, train_s, add_s)."""
+              codec: str = DEFAULT_CODEC, quantizer: str = "flat") -> tuple[faiss.Index, float, float]:
+    """Train the coarse quantizer on `vectors` and add them under `ids`; returns (index, train_s, add_s).
+    `quantizer`: "flat" or "hnsw" (`graph_quantizer`, after training)."""
     import time
 
     index = new_ivf(vectors.shape[1], nlist, codec, seed)
@@ -159,6 +203,10 @@ def build_ivf(vectors: np.ndarray, ids: np.ndarray, nlist: int, nprobe: int, see
     if levels is not None:  # the quantizer gets its lists here; `train` then trains the codec only
         faiss.extract_index_ivf(index).quantizer.add(levels.centroids)
     log.info("IVF%d: training ran on the %s", nlist, train(index, sample).upper())
+    if quantizer == "hnsw":
+        graph_quantizer(index)
+        log.info("IVF%d: lists found through an HNSW graph over the centroids (from %d lists on)", nlist,
+                 HNSW_QUANTIZER_FROM_NLIST)
     del sample
     release(vectors)  # the sample's rows, read through the map (`runtime.mapped`)
     t1 = time.perf_counter()
@@ -248,12 +296,14 @@ def two_level_centroids(sample: np.ndarray, nlist: int, seed: int, niter: int = 
                     np.repeat(np.arange(groups), lists).astype(np.int64))
 
 
-def train_empty_ivf(sample: np.ndarray, nlist: int, nprobe: int, seed: int, codec: str = DEFAULT_CODEC
-                    ) -> faiss.Index:
+def train_empty_ivf(sample: np.ndarray, nlist: int, nprobe: int, seed: int, codec: str = DEFAULT_CODEC,
+                    quantizer: str = "flat") -> faiss.Index:
     """`IVF{nlist},{codec}` (inner product) trained on `sample`, holding no vectors yet: the shared quantizer of
     a sharded build (same seed as the single-machine build: same sample order -> same centroids)."""
     index = new_ivf(sample.shape[1], nlist, codec, seed)
     train(index, sample)
+    if quantizer == "hnsw":
+        graph_quantizer(index)
     set_nprobe(index, nprobe)
     return index
 
@@ -858,7 +908,8 @@ class IvfIndex(_FaissBacked):
     @classmethod
     def build_from(cls, params: IvfParams, vectors: np.ndarray, ids: np.ndarray, seed: int
                    ) -> tuple[AnnIndex, float, float]:
-        index, train_s, add_s = build_ivf(vectors, ids, params.nlist, params.nprobe, seed, params.codec)
+        index, train_s, add_s = build_ivf(vectors, ids, params.nlist, params.nprobe, seed, params.codec,
+                                          params.quantizer)
         return cls(index, params), train_s, add_s
 
     @classmethod

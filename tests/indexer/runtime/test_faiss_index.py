@@ -111,3 +111,73 @@ def test_nlist_grows_with_the_corpus_and_kmeans_trains_on_a_bounded_sample() -> 
     assert (np.diff(sample[:, 0]) > 0).all()  # distinct rows, in row order
     np.testing.assert_array_equal(sample, training_sample(vecs, 16, seed=3))
     assert len(training_sample(vecs[:500], 16, seed=3)) == 500  # fewer than the cap: all of them
+
+
+def test_an_hnsw_quantizer_keeps_the_lists_and_searches_as_the_flat_one_does(tmp_path: Path) -> None:
+    """`graph_quantizer`: the same centroids in the same order (list i stays list i), the vectors in the lists the
+    flat quantizer puts them in, the same hits at the same nprobe, through a write and a memory-mapped read, and
+    filtered search (whose exact path reads the centroids back) unchanged."""
+    import faiss
+
+    from indexer.runtime.faiss_index import (
+        QUANTIZER_EF_SEARCH,
+        ListLocator,
+        build_ivf,
+        centroids,
+        filtered_search,
+        quantizer_kind,
+        read_index,
+        write_index,
+    )
+    from tests.indexer.runtime.test_filtered_search import NLIST, K, N, assert_same_hits, brute_force, corpus
+
+    docs, queries = corpus()
+    ids = (5 + 2 * np.random.default_rng(3).permutation(N)).astype(np.int64)
+    flat, _, _ = build_ivf(docs, ids, NLIST, 6, seed=9)
+    graph, _, _ = build_ivf(docs, ids, NLIST, 6, seed=9, quantizer="hnsw")
+    assert quantizer_kind(flat) == "flat" and quantizer_kind(graph) == "hnsw"
+    assert np.array_equal(centroids(flat), centroids(graph))
+    inv_f, inv_g = faiss.extract_index_ivf(flat).invlists, faiss.extract_index_ivf(graph).invlists
+    same = sum(len(set(faiss.rev_swig_ptr(inv_f.get_ids(i), inv_f.list_size(i)).tolist())
+                   & set(faiss.rev_swig_ptr(inv_g.get_ids(i), inv_g.list_size(i)).tolist())) for i in range(NLIST))
+    assert same >= 0.99 * N  # in the list the flat quantizer picks (approximate: a border case may differ)
+    want = flat.search(queries, K)
+    assert_same_hits(graph.search(queries, K), want)
+
+    path = tmp_path / "index.faiss"
+    write_index(graph, path)
+    for mmap in (False, True):
+        back = read_index(path, mmap=mmap)
+        assert quantizer_kind(back) == "hnsw"
+        assert faiss.downcast_index(faiss.extract_index_ivf(back).quantizer).hnsw.efSearch == QUANTIZER_EF_SEARCH
+        assert_same_hits(back.search(queries, K), want)
+    matching = np.sort(np.random.default_rng(4).choice(ids, N // 100, replace=False))
+    for index in (graph, read_index(path, mmap=True)):
+        scores, got, _ = filtered_search(index, queries, K, ListLocator(index).prepare(matching), NLIST)
+        assert_same_hits((scores, got), brute_force(index, queries, matching))
+
+
+def test_builds_take_the_graph_from_its_nlist_on_and_the_manifest_says_so(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from indexer.build_config import BuildConfig, index_params
+    from indexer.runtime import faiss_index
+    from indexer.runtime.manifest import IndexInfo
+
+    cfg = BuildConfig(model_dir=tmp_path, data="x", root=tmp_path, index="ivf")
+    assert index_params(cfg, 10_000_000).quantizer == "hnsw"  # type: ignore[union-attr]  (nlist 16,384)
+    assert index_params(cfg, 1_000_000).quantizer == "hnsw"  # type: ignore[union-attr]  (nlist 4,096)
+    assert index_params(cfg, 500_000).quantizer == "flat"  # type: ignore[union-attr]  (nlist 2,048)
+    monkeypatch.setattr(faiss_index, "HNSW_QUANTIZER_FROM_NLIST", 64)
+    params = index_params(BuildConfig(model_dir=tmp_path, data="x", root=tmp_path, index="ivf", nlist=64), 20_000)
+    assert params.quantizer == "hnsw" and "HNSW graph" in (params.nlist_reason or "")  # type: ignore[union-attr]
+    info = IndexInfo.for_params(params, 20_000)
+    assert info.factory == "IVF64_HNSW32,SQfp16"
+    from tests.indexer.runtime.test_filtered_search import corpus
+
+    docs, _ = corpus()
+    built, _, _ = faiss_index.IvfIndex.build_from(params, docs, np.arange(len(docs), dtype=np.int64), seed=1)
+    assert faiss_index.quantizer_kind(built.faiss) == "hnsw"
+    # a manifest written before the field (no "quantizer") reads as what those versions were: flat
+    written = info.model_dump(mode="json")
+    del written["params"]["quantizer"]
+    assert IndexInfo.model_validate(written).params.quantizer == "flat"  # type: ignore[union-attr]

@@ -62,7 +62,8 @@ def test_saving_keeps_the_old_fields_for_older_readers(tmp_path: Path) -> None:
     old_keys = {"kind": "ivf", "nlist": 4, "nlist_requested": 1024, "codec": "SQfp16", "nprobe": 3}
     assert {k: raw["params"][k] for k in old_keys} == old_keys  # older readers ignore the newer keys (None here)
     assert {k: v for k, v in raw["params"].items() if k not in old_keys} == {"nlist_reason": None,
-                                                                              "train_sample": None}
+                                                                              "train_sample": None,
+                                                                              "quantizer": "flat"}  # as built
     assert Manifest.load(folder).index.params.nprobe == 3  # type: ignore[union-attr]
 
 
