@@ -70,16 +70,16 @@ ADD_CHUNK = 65_536  # vectors added per call (a memory-mapped corpus is read a c
 # vector with every centroid (at 10M: 1M vectors × 16,384 lists × 10 iterations, about an hour on 2 cores), two
 # levels with ~2·sqrt(nlist) of them (a minute or two). Below it flat k-means costs a minute at most.
 TWO_LEVEL_FROM_NLIST = 4096
-# From this many lists on, a query finds its lists through an HNSW graph over the centroids (`graph_quantizer`), not
-# by scoring every centroid: a flat quantizer reads all nlist × dim floats per query (6 MB at 4,096 × 384, 25 MB at
-# 16,384), which the caches do not hold. Measured on the served 1M and 10M versions (bench/coarse_quantizer.py,
-# bench/results/coarse-quantizer-20261128T043124Z.md, load 11-14, one thread): finding the lists 3.9 -> 1.9 ms
-# at 1M (recall@10 0.931 -> 0.929 at its nprobe 49) and 26 -> 4.7 ms at 10M (0.972 -> 0.951 at nprobe 4, which
-# the calibration then raises); whole search 21 -> 16 ms and 33 -> 8 ms. The graph is built over the trained
-# centroids in their order, so list i stays list i; the calibrated nprobe (`indexer.calibrate`) absorbs the lists
-# an approximate search misses. efSearch is a floor: FAISS searches max(efSearch, nprobe) deep (ef 16 / 32 lost
-# 4-6 points of recall at 1M against 64's 0.2).
-HNSW_QUANTIZER_FROM_NLIST = 4096
+# From this many lists on (10M documents), a query finds its lists through an HNSW graph over the centroids
+# (`graph_quantizer`), not by scoring every centroid: a flat quantizer reads all nlist × dim floats per query (25 MB
+# at 16,384 × 384), which no cache holds. In process, one thread, load 11-14 (bench/coarse_quantizer.py,
+# bench/results/coarse-quantizer-20261128T043124Z.md): at 10M finding the lists 26 -> 4.7 ms, the k=10 search 33 ->
+# 8.3 ms (recall@10 0.972 -> 0.951 at the same nprobe 4, which the calibration raises). Not at 1M (nlist 4,096):
+# there the calibration raised nprobe 49 -> 75 for the same 0.97 recall and, served side by side on an idle
+# machine (bench/served_ab.py, served-ab-20261128T053316Z.md), dense p50 at one connection was the same (5.61 vs
+# 5.44 ms) and throughput at eight 11 % lower. The graph is built over the trained centroids in their order, so list
+# i stays list i. efSearch is a floor: FAISS searches max(efSearch, nprobe) deep (16 / 32 lost 4-6 points at 1M).
+HNSW_QUANTIZER_FROM_NLIST = 16_384
 QUANTIZER_HNSW_M = 32
 QUANTIZER_EF_CONSTRUCTION = 40
 QUANTIZER_EF_SEARCH = 64

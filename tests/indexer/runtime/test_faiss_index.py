@@ -165,8 +165,7 @@ def test_builds_take_the_graph_from_its_nlist_on_and_the_manifest_says_so(tmp_pa
 
     cfg = BuildConfig(model_dir=tmp_path, data="x", root=tmp_path, index="ivf")
     assert index_params(cfg, 10_000_000).quantizer == "hnsw"  # type: ignore[union-attr]  (nlist 16,384)
-    assert index_params(cfg, 1_000_000).quantizer == "hnsw"  # type: ignore[union-attr]  (nlist 4,096)
-    assert index_params(cfg, 500_000).quantizer == "flat"  # type: ignore[union-attr]  (nlist 2,048)
+    assert index_params(cfg, 1_000_000).quantizer == "flat"  # type: ignore[union-attr]  (nlist 4,096)
     monkeypatch.setattr(faiss_index, "HNSW_QUANTIZER_FROM_NLIST", 64)
     params = index_params(BuildConfig(model_dir=tmp_path, data="x", root=tmp_path, index="ivf", nlist=64), 20_000)
     assert params.quantizer == "hnsw" and "HNSW graph" in (params.nlist_reason or "")  # type: ignore[union-attr]
