@@ -49,9 +49,9 @@ def main() -> int:
     name_b = list(roots)[1]
     if a.build_b:
         report["build_b"] = scale.build(a.n, sc.corpus(quora, a.n), roots[name_b], sc.encoder_dir(), 2)
-    report["versions"] = {k: {"folder": str(scale.version_dir(r)),
-                              "factory": Manifest.load(scale.version_dir(r)).index.factory,
-                              "nprobe": Manifest.load(scale.version_dir(r)).index.nprobe} for k, r in roots.items()}
+    manifests = {k: (scale.version_dir(r), Manifest.load(scale.version_dir(r))) for k, r in roots.items()}
+    report["versions"] = {k: {"folder": str(f), "factory": m.index.factory, "nprobe": m.index.nprobe}
+                          for k, (f, m) in manifests.items()}
     bodies = scale.search_bodies("dense", sc.queries(quora), sc.query_texts(quora))
     rows: dict[str, dict[int, list[dict[str, float]]]] = {k: {1: [], 8: []} for k in roots}
     with tempfile.TemporaryDirectory() as tmp_s:

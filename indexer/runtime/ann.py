@@ -52,6 +52,9 @@ class FlatParams(BaseModel):
     kind: Literal["flat"] = "flat"
 
 
+Quantizer = Literal["flat", "hnsw"]  # how an IVF index finds a query's lists
+
+
 class IvfParams(BaseModel):
     kind: Literal["ivf"] = "ivf"
     nlist: int = Field(ge=1)  # lists trained (what the corpus allowed: >= 39 training vectors per list)
@@ -62,7 +65,7 @@ class IvfParams(BaseModel):
     train_sample: int | None = None  # vectors k-means was trained on (bounded: `faiss_index.training_sample`)
     # how a query finds its lists: scoring every centroid, or an HNSW graph over them (large nlist; older
     # versions, which do not say, were all built flat)
-    quantizer: Literal["flat", "hnsw"] = "flat"
+    quantizer: Quantizer = "flat"
 
 
 class HnswParams(BaseModel):

@@ -31,7 +31,16 @@ from typing import Any
 import faiss
 import numpy as np
 
-from indexer.runtime.ann import KIND_SPECS, AnnIndex, FlatParams, HnswParams, IvfParams, KindParams, check_search_params
+from indexer.runtime.ann import (
+    KIND_SPECS,
+    AnnIndex,
+    FlatParams,
+    HnswParams,
+    IvfParams,
+    KindParams,
+    Quantizer,
+    check_search_params,
+)
 from indexer.runtime.mapped import release
 from indexer.runtime.progress import Progress
 
@@ -77,8 +86,9 @@ TWO_LEVEL_FROM_NLIST = 4096
 # 8.3 ms (recall@10 0.972 -> 0.951 at the same nprobe 4, which the calibration raises). Not at 1M (nlist 4,096):
 # there the calibration raised nprobe 49 -> 75 for the same 0.97 recall and, served side by side on an idle
 # machine (bench/served_ab.py, served-ab-20261128T053316Z.md), dense p50 at one connection was the same (5.61 vs
-# 5.44 ms) and throughput at eight 11 % lower. The graph is built over the trained centroids in their order, so list
-# i stays list i. efSearch is a floor: FAISS searches max(efSearch, nprobe) deep (16 / 32 lost 4-6 points at 1M).
+# 5.44 ms) and throughput at eight 11 % lower (311 vs 350 req/s). The graph is built over the trained centroids
+# in their order, so list i stays list i. efSearch is a floor: FAISS searches max(efSearch, nprobe) deep (16 / 32
+# lost 4-6 points at 1M).
 HNSW_QUANTIZER_FROM_NLIST = 16_384
 QUANTIZER_HNSW_M = 32
 QUANTIZER_EF_CONSTRUCTION = 40
@@ -157,7 +167,7 @@ def new_ivf(dim: int, nlist: int, codec: str, seed: int) -> faiss.Index:
     return index
 
 
-def quantizer_for(nlist: int) -> str:
+def quantizer_for(nlist: int) -> Quantizer:
     """The coarse quantizer an IVF index of `nlist` lists is built with: "hnsw" from `HNSW_QUANTIZER_FROM_NLIST`
     lists on, else "flat"."""
     return "hnsw" if nlist >= HNSW_QUANTIZER_FROM_NLIST else "flat"
@@ -181,14 +191,14 @@ def graph_quantizer(index: faiss.Index) -> None:
     del flat
 
 
-def quantizer_kind(index: faiss.Index) -> str:
+def quantizer_kind(index: faiss.Index) -> Quantizer:
     """"hnsw" or "flat": how an IVF index finds a query's lists."""
     return "hnsw" if isinstance(faiss.downcast_index(faiss.extract_index_ivf(index).quantizer), faiss.IndexHNSW) \
         else "flat"
 
 
 def build_ivf(vectors: np.ndarray, ids: np.ndarray, nlist: int, nprobe: int, seed: int = 1234,
-              codec: str = DEFAULT_CODEC, quantizer: str = "flat") -> tuple[faiss.Index, float, float]:
+              codec: str = DEFAULT_CODEC, quantizer: Quantizer = "flat") -> tuple[faiss.Index, float, float]:
     """Train the coarse quantizer on `vectors` and add them under `ids`; returns (index, train_s, add_s).
     `quantizer`: "flat" or "hnsw" (`graph_quantizer`, after training)."""
     import time
@@ -203,10 +213,8 @@ def build_ivf(vectors: np.ndarray, ids: np.ndarray, nlist: int, nprobe: int, see
     if levels is not None:  # the quantizer gets its lists here; `train` then trains the codec only
         faiss.extract_index_ivf(index).quantizer.add(levels.centroids)
     log.info("IVF%d: training ran on the %s", nlist, train(index, sample).upper())
-    if quantizer == "hnsw":
+    if quantizer == "hnsw":  # (logged with its reason where it is chosen: `build_config.index_params`)
         graph_quantizer(index)
-        log.info("IVF%d: lists found through an HNSW graph over the centroids (from %d lists on)", nlist,
-                 HNSW_QUANTIZER_FROM_NLIST)
     del sample
     release(vectors)  # the sample's rows, read through the map (`runtime.mapped`)
     t1 = time.perf_counter()
@@ -297,7 +305,7 @@ def two_level_centroids(sample: np.ndarray, nlist: int, seed: int, niter: int = 
 
 
 def train_empty_ivf(sample: np.ndarray, nlist: int, nprobe: int, seed: int, codec: str = DEFAULT_CODEC,
-                    quantizer: str = "flat") -> faiss.Index:
+                    quantizer: Quantizer = "flat") -> faiss.Index:
     """`IVF{nlist},{codec}` (inner product) trained on `sample`, holding no vectors yet: the shared quantizer of
     a sharded build (same seed as the single-machine build: same sample order -> same centroids)."""
     index = new_ivf(sample.shape[1], nlist, codec, seed)
