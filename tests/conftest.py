@@ -211,10 +211,13 @@ def ray_cluster() -> Iterator[str]:
         ray.shutdown()
     # PYTHONPATH: workers import this checkout's packages (not another editable install of them). On a busy machine
     # Ray's own start can time out waiting for its helper processes: a fresh start is tried up to three times.
+    # worker_niceness 0, as docs/scaling.md tells a serving cluster to start: Ray's default (nice 15) left the shard
+    # replicas ~3 % of a core beside two normal-priority CPU burners, and they were not up in 5 minutes.
     for attempt in range(3):
         try:
             ray.init(num_cpus=2, object_store_memory=400 * 1024**2, include_dashboard=False, log_to_driver=False,
-                     runtime_env={"env_vars": {"PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}})
+                     runtime_env={"env_vars": {"PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}},
+                     _system_config={"worker_niceness": 0})
             break
         except Exception:  # noqa: BLE001 (Ray raises several kinds for a start that timed out)
             ray.shutdown()

@@ -84,6 +84,10 @@ class ShardSearcher:
         except (RuntimeError, ValueError) as exc:  # not an IVF index
             raise IndexLoadError(f"{path} is not an IVF shard: {str(exc).splitlines()[0]}") from exc
         self.nprobe = self.index.nprobe  # clamped to nlist, like every index Strata opens
+        if (nice := os.nice(0)) > 0:
+            log.warning("shard replica %s runs at nice %d (Ray's worker_niceness): beside normal-priority work its "
+                        "searches get a fraction of a core; start the cluster's nodes with RAY_worker_niceness=0",
+                        Path(path).name, nice)
 
     def search(self, vectors: np.ndarray, k: int, ids: np.ndarray | None = None, probe: int = 0,
                search_params: dict[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -201,7 +205,11 @@ class RayBackend:
             address = self.settings.ray_address or os.environ.get("RAY_ADDRESS") or None
             main = threading.current_thread() is threading.main_thread()
             saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)} if main else {}
-            ray.init(address=address)
+            # Ray runs its workers at nice 15 unless told otherwise; the shard replicas answer searches, so in a
+            # Ray this process starts they run at the API's own priority (beside normal-priority work a nice-15
+            # replica gets ~3 % of a core: one took minutes to start beside two CPU burners). A joined cluster's
+            # nodes set it themselves: `RAY_worker_niceness=0 ray start ...` (docs/scaling.md).
+            ray.init(address=address, _system_config=None if address else {"worker_niceness": 0})
             # ray.init makes SIGTERM exit at once; the HTTP server's handler must stay, to finish in-flight
             # requests first (Ray is shut down with the engine, and at exit anyway).
             for sig, handler in saved.items():

@@ -329,6 +329,17 @@ def _descendants(pid: int) -> set[int]:
     return out
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _niceness(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -387,6 +398,11 @@ def test_python_m_service_sharded_command(ray_sharded: Path, tmp_path: Path) -> 
             assert client.post("/search", json={"query": "x", "top_k": 0}).status_code == 422
         started = _descendants(proc.pid) | set(_session_processes(proc.pid))
         assert started, "no Ray processes found under the command"
+        # the shard replicas answer searches: in the Ray the command starts they run at its priority, not Ray's
+        # default nice 15 (beside normal-priority work that is ~3 % of a core)
+        replicas = {p: _niceness(p) for p in started if b"ServeReplica" in _cmdline(p)}
+        assert len(replicas) == 2, [_cmdline(p)[:80] for p in started]
+        assert set(replicas.values()) == {os.nice(0)}, replicas
 
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=120) == 0, log_file.read_text()[-3000:]
