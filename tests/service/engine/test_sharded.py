@@ -336,13 +336,18 @@ def _cmdline(pid: int) -> bytes:
         return b""
 
 
+def _stat(pid: int) -> list[str]:
+    """/proc/PID/stat's fields after the command name (state first, niceness at index 16)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def _niceness(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+    return int(_stat(pid)[16])
 
 
 def _alive(pid: int) -> bool:
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        state = _stat(pid)[0]
     except OSError:
         return False
     return state != "Z"
