@@ -35,7 +35,7 @@ import re
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,12 +43,14 @@ import numpy as np
 import Stemmer
 
 from indexer.runtime.manifest import LexicalInfo
+from indexer.runtime.progress import Progress
 
 log = logging.getLogger(__name__)
 
 LEXICAL_DIR = "lexical"
 ROWS_FILE = "rows.npy"
 STATS_FILE = "stats.json"
+PROGRESS_EVERY = 10_000  # documents analysed between progress updates (a call per document costs ~1 % at 10M)
 TOKEN_PATTERN = r"(?u)\b\w\w+\b"
 # Lucene's English stopword list (the one Anserini and bm25s use)
 LUCENE_ENGLISH = frozenset(
@@ -167,16 +169,22 @@ def bm25_idf(df: int, n: int) -> float:
     return math.log(1 + (n - df + 0.5) / (df + 0.5))
 
 
-def build_lexical(folder: Path, docs: Iterable[tuple[int, str]], info: LexicalInfo) -> LexicalInfo:
-    """Index `docs` ((FAISS id, text), any order) into `folder/lexical/` with `info.engine` (`auto`: chosen by
-    size, with its reason logged and recorded); returns `info` with the engine, its version and the counts."""
+def build_lexical(folder: Path, docs: Iterable[tuple[int, str]], info: LexicalInfo, *,
+                  n_docs: int | None = None) -> LexicalInfo:
+    """Index `docs` ((FAISS id, text)) into `folder/lexical/` with `info.engine` (`auto`: chosen by size, with its
+    reason logged and recorded); returns `info` with the engine, its version and the counts.
+
+    With `n_docs`, `docs` is a stream of that many documents in ascending id order (`Store.iter_texts`): each is
+    analysed and handed to the engine as it is read, so what the build holds is the engine's own buffers (tantivy:
+    its writer's heap) and 8 bytes per document, not every document's terms as Python lists (~6 GB at 10M Quora
+    questions; bm25s indexes in memory and still holds them). Without, `docs` is any iterable in any order, sorted
+    here. Progress with an ETA is logged (`Progress`)."""
     t0 = time.perf_counter()
     analyzer = Analyzer(info.stemmer, info.stopwords)
-    pairs = sorted(docs, key=lambda p: p[0])
-    fids = np.fromiter((p[0] for p in pairs), dtype=np.int64, count=len(pairs))
-    terms = [analyzer.terms(t) for _, t in pairs]
-    del pairs
-    engine, why = choose_engine(info.engine, len(terms))
+    if n_docs is None:
+        docs = sorted(docs, key=lambda p: p[0])
+        n_docs = len(docs)
+    engine, why = choose_engine(info.engine, n_docs)
     cls = engine_class(engine)
     if info.engine == AUTO and cls.FIXED_K1_B is not None and (info.k1, info.b) not in (cls.FIXED_K1_B, (0.9, 0.4)):
         engine, why = DEFAULT_ENGINE, f"auto: BM25 k1={info.k1}, b={info.b} asked for, which {engine} cannot score"
@@ -185,16 +193,38 @@ def build_lexical(folder: Path, docs: Iterable[tuple[int, str]], info: LexicalIn
         info = info.model_copy(update={"k1": cls.FIXED_K1_B[0], "b": cls.FIXED_K1_B[1]})
     out = folder / LEXICAL_DIR
     out.mkdir(parents=True, exist_ok=True)
-    n_terms = sum(map(len, terms))
-    vocab = cls.build(out, terms, info) if fids.size else 0
+    fids = np.empty(n_docs, dtype=np.int64)
+    counted = {"rows": 0, "terms": 0}
+
+    def analysed() -> Iterator[list[str]]:
+        rows = 0
+        with Progress(n_docs, f"lexical index ({engine})", unit="docs", logger=log) as bar:
+            for fid, text in docs:
+                if rows == n_docs:
+                    raise ValueError(f"more documents than the {n_docs:,} announced")
+                if rows and fid <= fids[rows - 1]:
+                    raise ValueError(f"document ids not ascending: {fid} after {fids[rows - 1]}")
+                fids[rows] = fid
+                terms = analyzer.terms(text)
+                counted["terms"] += len(terms)
+                rows += 1
+                if rows % PROGRESS_EVERY == 0:
+                    bar.update(PROGRESS_EVERY)
+                yield terms
+            bar.update(rows % PROGRESS_EVERY)
+        counted["rows"] = rows
+
+    vocab = cls.build(out, analysed(), info) if n_docs else 0
+    if counted["rows"] != n_docs:
+        raise ValueError(f"{counted['rows']:,} documents where {n_docs:,} were announced")
     np.save(out / ROWS_FILE, fids)
-    (out / STATS_FILE).write_text(json.dumps({"n_docs": int(fids.size),
-                                              "avgdl": n_terms / fids.size if fids.size else 0.0}))
+    (out / STATS_FILE).write_text(json.dumps({"n_docs": n_docs,
+                                              "avgdl": counted["terms"] / n_docs if n_docs else 0.0}))
     seconds = time.perf_counter() - t0
-    log.info("lexical index (%s, %s): %d documents, %d terms in the vocabulary, %.1fs", engine, why, fids.size,
+    log.info("lexical index (%s, %s): %d documents, %d terms in the vocabulary, %.1fs", engine, why, n_docs,
              vocab, seconds)
     return info.model_copy(update={"engine": engine, "engine_version": cls.version(), "engine_reason": why,
-                                   "n_docs": int(fids.size), "vocabulary": vocab, "seconds": round(seconds, 3)})
+                                   "n_docs": n_docs, "vocabulary": vocab, "seconds": round(seconds, 3)})
 
 
 def open_lexical(folder: Path, info: LexicalInfo, *, mmap: bool = False) -> LexicalIndex:
@@ -233,8 +263,9 @@ class LexicalIndex(ABC):
 
     @staticmethod
     @abstractmethod
-    def build(out: Path, terms: list[list[str]], info: LexicalInfo) -> int:
-        """Index the analysed documents (row i: FAISS id `rows.npy[i]`) into `out`; returns the vocabulary size."""
+    def build(out: Path, terms: Iterable[list[str]], info: LexicalInfo) -> int:
+        """Index the analysed documents (row i: FAISS id `rows.npy[i]`), read once in row order, into `out`;
+        returns the vocabulary size. An engine that can add documents one by one should not hold them all."""
 
     @abstractmethod
     def _open(self, mmap: bool) -> None:

@@ -13,6 +13,7 @@ and its weights take ~0.65 KB per document in memory (tantivy ~0.36): what `auto
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 
 import bm25s
@@ -34,9 +35,9 @@ class Engine(LexicalIndex):
         return str(bm25s.__version__)
 
     @staticmethod
-    def build(out: Path, terms: list[list[str]], info: LexicalInfo) -> int:
+    def build(out: Path, terms: Iterable[list[str]], info: LexicalInfo) -> int:
         model = bm25s.BM25(method="lucene", k1=info.k1, b=info.b)
-        model.index(terms, show_progress=False)
+        model.index(list(terms), show_progress=False)  # bm25s indexes a corpus held in memory
         model.save(str(out), show_progress=False)
         return len(model.vocab_dict)
 

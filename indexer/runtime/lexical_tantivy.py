@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
@@ -83,7 +83,7 @@ class Engine(LexicalIndex):
         return str(tantivy.__version__)
 
     @staticmethod
-    def build(out: Path, terms: list[list[str]], info: LexicalInfo) -> int:
+    def build(out: Path, terms: Iterable[list[str]], info: LexicalInfo) -> int:  # streamed: one document at a time
         index = tantivy.Index(_schema(), path=str(out))
         _register(index)
         writer = index.writer(heap_size=HEAP_BYTES, num_threads=1)  # one thread: segments in row order

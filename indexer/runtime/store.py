@@ -111,10 +111,19 @@ class Store:
             rows = self._con.execute(f"SELECT id, text FROM docs WHERE id IN ({marks})", wanted).fetchall()
         return dict(rows)
 
-    def all_texts(self) -> list[tuple[int, str]]:
-        """(FAISS id, text) of every document (what the lexical index is built from)."""
-        with self._lock:
-            return self._con.execute("SELECT id, text FROM docs").fetchall()
+    def iter_texts(self, batch: int = 20_000) -> Iterator[tuple[int, str]]:
+        """(FAISS id, text) of every document in ascending id order, read `batch` rows at a time (what the lexical
+        index is built from: at 10M documents the whole list held at once was several GB of Python objects). Rows
+        are paged by id (`id > last`), so the lock is held for one page at a time and no cursor stays open."""
+        last = -(2**63)
+        while True:
+            with self._lock:
+                rows = self._con.execute("SELECT id, text FROM docs WHERE id > ? ORDER BY id LIMIT ?",
+                                         (last, batch)).fetchall()
+            yield from rows
+            if len(rows) < batch:
+                return
+            last = rows[-1][0]
 
     def all_ext_ids(self) -> list[tuple[int, int | str]]:
         """(FAISS id, external id) of every document."""
