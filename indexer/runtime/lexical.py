@@ -198,7 +198,7 @@ def build_lexical(folder: Path, docs: Iterable[tuple[int, str]], info: LexicalIn
 
     def analysed() -> Iterator[list[str]]:
         rows = 0
-        with Progress(n_docs, f"lexical index ({engine})", unit="docs", logger=log) as bar:
+        with Progress(n_docs, f"lexical index ({engine})", unit="texts", logger=log) as bar:
             for fid, text in docs:
                 if rows == n_docs:
                     raise ValueError(f"more documents than the {n_docs:,} announced")
