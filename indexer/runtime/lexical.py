@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 LEXICAL_DIR = "lexical"
 ROWS_FILE = "rows.npy"
 STATS_FILE = "stats.json"
-PROGRESS_EVERY = 10_000  # documents analysed between progress updates (a call per document costs ~1 % at 10M)
+PROGRESS_EVERY = 10_000  # documents analysed between progress updates (not a call per document)
 TOKEN_PATTERN = r"(?u)\b\w\w+\b"
 # Lucene's English stopword list (the one Anserini and bm25s use)
 LUCENE_ENGLISH = frozenset(
@@ -176,9 +176,9 @@ def build_lexical(folder: Path, docs: Iterable[tuple[int, str]], info: LexicalIn
 
     With `n_docs`, `docs` is a stream of that many documents in ascending id order (`Store.iter_texts`): each is
     analysed and handed to the engine as it is read, so what the build holds is the engine's own buffers (tantivy:
-    its writer's heap) and 8 bytes per document, not every document's terms as Python lists (~6 GB at 10M Quora
-    questions; bm25s indexes in memory and still holds them). Without, `docs` is any iterable in any order, sorted
-    here. Progress with an ETA is logged (`Progress`)."""
+    its writer's heap) and 8 bytes per document, not every text and term list as Python objects (several GB at 10M
+    Quora questions, by estimate; bm25s indexes in memory and still holds them). Without, `docs` is any iterable
+    in any order, sorted here. Progress with an ETA is logged (`Progress`)."""
     t0 = time.perf_counter()
     analyzer = Analyzer(info.stemmer, info.stopwords)
     if n_docs is None:
