@@ -30,7 +30,7 @@ from typing import Literal
 
 import numpy as np
 
-from indexer.runtime.lexical import LexicalIndex
+from indexer.runtime.lexical import LexicalIndex, in_sorted
 
 # Bench: bench/hybrid_bounded.py at 10M documents, 200 Quora questions (bench/results/hybrid-bounded-20261128T0109Z.md,
 # docs/scaling.md). A query reading more than BOUNDED_FROM postings exactly takes the bounded leg (181 of the 200
@@ -103,9 +103,9 @@ def complete(index: LexicalIndex, leg: LexicalLeg, dense_ids: np.ndarray) -> tup
         return leg.scores, leg.ids
     rows = index.rows_of(np.asarray(dense_ids, np.int64))
     if leg.allowed_rows is not None:
-        rows = rows[np.isin(rows, leg.allowed_rows)]
+        rows = rows[in_sorted(rows, leg.allowed_rows)]
     if leg.excluded_rows is not None:
-        rows = rows[~np.isin(rows, leg.excluded_rows)]
+        rows = rows[~in_sorted(rows, leg.excluded_rows)]
     d_scores, d_rows = index.score_rows(list(leg.terms), rows)
     return merge(leg.scores, leg.ids, d_scores.astype(np.float32, copy=False), index.fids[d_rows], leg.k)
 

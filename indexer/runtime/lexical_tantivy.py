@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import tantivy
 
-from indexer.runtime.lexical import LexicalIndex, top_k_rows
+from indexer.runtime.lexical import LexicalIndex, in_sorted, top_k_rows
 from indexer.runtime.manifest import LexicalInfo
 
 TOKENIZER = "strata_terms"
@@ -57,6 +57,11 @@ PASS1_POSTINGS = 50_000
 # 103 vs 229 ms at 1,200, on the 10M version at load 15 (`bench/hybrid_bounded.py --rows-probe`,
 # bench/results/hybrid-bounded-20261128T0112Z.md)
 ROWS_AS_TERMS = 1_024
+# An exhaustive query (no pruning: every posting of its terms is scored) first reads this many times the hits it
+# needs: the top-k heap's size costs nothing measurable beside the scoring (10M version, 83 bounded hybrid legs:
+# p50 3.46 / 2.94 / 3.32 ms at 101 / 404 / 1,616 hits), and a tie across the k-th place (common: documents of the
+# same terms and length score alike) no longer runs the whole query a second time (164 runs for 83 legs before)
+EXHAUSTIVE_DEPTH = 4
 BOUND_MARGIN = 1e-4  # relative: tantivy's float32 scores against the bounds computed here in float64
 
 
@@ -194,7 +199,7 @@ class Engine(LexicalIndex):
                  ) -> tuple[np.ndarray, np.ndarray]:
         if allowed_rows is not None and len(allowed_rows) <= TERM_SET_MAX:
             query = self._query(terms, allowed_rows)
-            return self._top(lambda limit: self._hits(query, limit), k, allowed_rows, excluded_rows)
+            return self._top(lambda limit: self._hits(query, limit), k, allowed_rows, excluded_rows, exhaustive=True)
         return self._top(lambda limit: self._pruned(terms, limit), k, allowed_rows, excluded_rows)
 
     def selective_top_rows(self, terms: list[str], selective: list[str], k: int, allowed_rows: np.ndarray | None,
@@ -204,7 +209,7 @@ class Engine(LexicalIndex):
         chosen = set(selective)
         driver = self._query([t for t in terms if t in chosen], allowed_rows)
         query = self._adding(driver, [t for t in terms if t not in chosen])
-        return self._top(lambda limit: self._hits(query, limit), k, allowed_rows, excluded_rows)
+        return self._top(lambda limit: self._hits(query, limit), k, allowed_rows, excluded_rows, exhaustive=True)
 
     def score_rows(self, terms: list[str], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if not len(rows):
@@ -214,14 +219,17 @@ class Engine(LexicalIndex):
         return scores[keep], got[keep]
 
     def _top(self, run: Callable[[int], tuple[np.ndarray, np.ndarray]], k: int, allowed_rows: np.ndarray | None,
-             excluded_rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+             excluded_rows: np.ndarray | None, *, exhaustive: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """The best k of `run(limit)`'s hits (best first) among the allowed rows, less the excluded ones: a filter
         wider than `TERM_SET_MAX` (not in the query) and the exclusions are applied to the hits, read deeper until
-        k of them are kept or every hit was read."""
+        k of them are kept or every hit was read. `exhaustive`: `run` scores every matching document whatever the
+        limit (no pruning), so a deeper first read costs nothing but the heap and saves a second run."""
         wide = allowed_rows is not None and len(allowed_rows) > TERM_SET_MAX
         n_excl = 0 if excluded_rows is None else len(excluded_rows)
         # one more than needed, so the k-th's ties past the cut are seen and broken by row like every engine
         limit = k + n_excl + 1
+        if exhaustive:  # a tie across the k-th place would otherwise run the whole query again, 4x deeper
+            limit *= EXHAUSTIVE_DEPTH
         if wide:  # deep enough that k of the hits match, at the filter's selectivity
             want = k + n_excl + WIDE_SIGMAS * math.sqrt(k + n_excl) + 5
             limit = math.ceil(want * self.ntotal / len(allowed_rows)) + 1  # type: ignore[arg-type]
@@ -230,9 +238,9 @@ class Engine(LexicalIndex):
             scores, rows = run(limit)
             keep = np.ones(len(rows), bool)
             if wide:
-                keep &= np.isin(rows, allowed_rows)  # type: ignore[arg-type]
+                keep &= in_sorted(rows, allowed_rows)  # type: ignore[arg-type]
             if excluded_rows is not None:
-                keep &= ~np.isin(rows, excluded_rows)
+                keep &= ~in_sorted(rows, excluded_rows)
             exhausted = len(rows) < limit or limit >= self.ntotal
             # done when the k-th kept score is above the last one read: every document tied with it was read
             if exhausted or (keep.sum() >= k and scores[keep][k - 1] > scores[-1]):

@@ -148,3 +148,51 @@ def test_merge_counts_a_document_once_and_breaks_ties_by_id() -> None:
     scores, ids = bounded_leg.merge(np.array([3.0, 2.0, 1.0], np.float32), np.array([7, 5, 9]),
                                     np.array([2.0, 2.5], np.float32), np.array([4, 5]), 3)
     assert ids.tolist() == [7, 5, 4] and scores.tolist() == [3.0, 2.5, 2.0]
+
+
+class CountingSearcher:
+    """A tantivy searcher that counts the queries run through it (each `search` scores every matching document of
+    an exhaustive query: the leg's cost)."""
+
+    def __init__(self, searcher: Any) -> None:
+        self.searcher, self.runs = searcher, 0
+
+    def search(self, *args: Any, **kwargs: Any) -> Any:
+        self.runs += 1
+        return self.searcher.search(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.searcher, name)
+
+
+def test_a_tie_across_the_kth_place_costs_one_run_and_is_broken_by_row(tmp_path: Path) -> None:
+    """40 documents score alike (the same terms, the same length) and only k=10 are wanted: the selective leg (an
+    exhaustive query) reads deep enough at once to see every tie, where reading k+1 hits saw a tie at the k-th place
+    and ran the whole query again 4x deeper (half the bounded leg's time at 10M documents). The 10 kept are the
+    lowest rows, as every engine breaks ties; a filter wider than TERM_SET_MAX applied to the hits keeps that."""
+    from indexer.runtime.lexical import build_lexical, lexical_info, open_lexical
+
+    docs = [(i, "alpha beta" if i % 2 == 0 else "gamma delta") for i in range(80)]  # alpha at rows 0, 2, .., 78
+    info = build_lexical(tmp_path, docs, lexical_info(engine="tantivy"))
+    index = open_lexical(tmp_path, info)
+    counting = CountingSearcher(index.searcher)  # type: ignore[attr-defined]
+    index.searcher = counting  # type: ignore[attr-defined]
+    scores, rows = index.selective_top_rows(["alpha", "beta"], ["alpha"], 10, None, None)
+    assert counting.runs == 1
+    assert rows.tolist() == list(range(0, 20, 2)) and len(set(scores.tolist())) == 1
+    counting.runs = 0
+    allowed = np.arange(10, 80, dtype=np.int64)  # wide: past TERM_SET_MAX, applied to the hits
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(lexical_tantivy, "TERM_SET_MAX", 5)
+        _, rows = index.selective_top_rows(["alpha", "beta"], ["alpha"], 10, allowed, np.array([12, 14]))
+    assert rows.tolist() == list(range(10, 32, 2))[:1] + list(range(16, 36, 2))[:9]
+
+
+def test_in_sorted_is_isin_for_an_ascending_set() -> None:
+    from indexer.runtime.lexical import in_sorted
+
+    rng = np.random.default_rng(0)
+    for n_set, n_values in ((0, 5), (5, 0), (1, 10), (1_000, 300), (50_000, 2_000)):
+        ascending = np.unique(rng.integers(0, 4 * max(n_set, 1), n_set))
+        values = rng.integers(-3, 4 * max(n_set, 1) + 3, n_values)
+        assert in_sorted(values, ascending).tolist() == np.isin(values, ascending).tolist()
