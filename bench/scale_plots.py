@@ -10,6 +10,7 @@ Figures a run did not reach (cut short) are left out of that size's points.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,10 +22,17 @@ DOCS = REPO / "docs"
 Series = dict[str, Callable[[dict[str, Any]], float | None]]
 
 
+def stamp_of(path: Path) -> str:
+    """The run's UTC stamp in a result's name (`…-20261128T1351Z…`), comparable as text."""
+    m = re.search(r"(\d{8}T\d{4,6})Z", path.stem)
+    return m.group(1).ljust(15, "0") if m else ""
+
+
 def latest_per_size() -> list[dict[str, Any]]:
-    """The latest measurement of each N (files are stamped: later names sort later)."""
+    """The latest measurement of each N, by the stamp in the file's name (not the name itself: a run of several
+    sizes, `scale-100000-1000000-…`, sorts before an older `scale-1000000-…`)."""
     by_n: dict[int, dict[str, Any]] = {}
-    for path in sorted(RESULTS.glob("scale-*.json")):
+    for path in sorted(RESULTS.glob("scale-*.json"), key=stamp_of):
         if path.stem.endswith("-nommap"):
             continue
         for r in json.loads(path.read_text()):
