@@ -6,7 +6,7 @@
 Two changes to how the tantivy engine reads its hits (`indexer/runtime/lexical_tantivy.py`), measured side by side:
 - `EXHAUSTIVE_DEPTH`: an exhaustive query (the bounded leg's selective terms, a term-set filter) first reads 4x the
   hits it needs; before, k + 1, and a tie across the k-th place ran the whole query again 4x deeper;
-- `lexical.in_sorted`: a filter's rows and the exclusions are tested for membership by binary search; before,
+- `rowsets.in_sorted`: a filter's rows and the exclusions are tested for membership by binary search; before,
   `np.isin`, which hashes both arrays on every call (a 1 % filter holds 100,000 rows at 10M).
 "before" is the same code with those two put back (`EXHAUSTIVE_DEPTH = 1`, `in_sorted = np.isin`), switched per
 query in alternating order so the machine's load weighs on both sides alike. Per side: the whole hybrid search in

@@ -42,6 +42,7 @@ Owns:
   offsets), passages as rows of a version (their ids and record), documents ranked by their best passage, the
   highlighted snippet, and `--chunk auto`'s rule;
 - `topk`: the one top-k merge of several answers to the same queries (overlay, shards);
+- `rowsets`: membership in a set of rows held as an ascending array (a filter's rows, tombstones' rows);
 - `logs`: the log format of every Strata process (text on a terminal, JSON lines otherwise, `STRATA_LOG_FORMAT`);
 - `progress`: a long job's progress: a bar on a terminal, log lines with rate and ETA elsewhere, and the
   `STRATA_PROGRESS_FILE` a parent process follows;

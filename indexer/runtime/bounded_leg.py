@@ -30,7 +30,8 @@ from typing import Literal
 
 import numpy as np
 
-from indexer.runtime.lexical import LexicalIndex, in_sorted
+from indexer.runtime.lexical import LexicalIndex
+from indexer.runtime.rowsets import in_sorted
 
 # Bench: bench/hybrid_bounded.py at 10M documents, 200 Quora questions (bench/results/hybrid-bounded-20261128T0109Z.md,
 # docs/scaling.md). A query reading more than BOUNDED_FROM postings exactly takes the bounded leg (181 of the 200

@@ -35,8 +35,9 @@ from pathlib import Path
 import numpy as np
 import tantivy
 
-from indexer.runtime.lexical import LexicalIndex, in_sorted, top_k_rows
+from indexer.runtime.lexical import LexicalIndex, top_k_rows
 from indexer.runtime.manifest import LexicalInfo
+from indexer.runtime.rowsets import in_sorted
 
 TOKENIZER = "strata_terms"
 TEXT, ROW = "terms", "row"

@@ -175,7 +175,7 @@ def test_a_tie_across_the_kth_place_costs_one_run_and_is_broken_by_row(tmp_path:
 
 
 def test_in_sorted_is_isin_for_an_ascending_set() -> None:
-    from indexer.runtime.lexical import in_sorted
+    from indexer.runtime.rowsets import in_sorted
 
     rng = np.random.default_rng(0)
     for n_set, n_values in ((0, 5), (5, 0), (1, 10), (1_000, 300), (50_000, 2_000)):
