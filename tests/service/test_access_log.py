@@ -81,3 +81,38 @@ def test_access_log_mode_follows_the_log_format(monkeypatch: pytest.MonkeyPatch)
     assert Settings(log_format="json").access_log_mode() == "requests"
     assert Settings(log_format="text", access_log="requests").access_log_mode() == "requests"
     assert Settings(log_format="json", access_log="summary").access_log_mode() == "summary"
+
+
+def test_a_response_is_counted_once_its_last_byte_is_sent_not_when_the_app_returns() -> None:
+    """An app may go on after its response is complete (a static file closed on a worker thread, a background
+    task): the client has the answer and may read /metrics at once, so the request is counted when its last body
+    message is handed to the server. Counted after the app returned, such a read missed it (a flaky test_stats)."""
+    metrics = Metrics()
+    count = metrics.registry.get_sample_value
+    labels = {"endpoint": "unmatched", "method": "GET", "status": "200"}
+    release, sent = asyncio.Event(), asyncio.Event()
+
+    async def app(scope: dict, receive: object, send: object) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})  # type: ignore[operator]
+        await send({"type": "http.response.body", "body": b"ok"})  # type: ignore[operator]
+        await release.wait()  # the tail the client does not wait for
+
+    async def go() -> tuple[float | None, float | None]:
+        async def send(message: dict) -> None:
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                sent.set()
+
+        async def receive() -> dict:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        scope = {"type": "http", "method": "GET", "path": "/file", "headers": [], "client": ("127.0.0.1", 1)}
+        task = asyncio.create_task(AccessLog(app, metrics)(scope, receive, send))
+        await sent.wait()
+        await asyncio.sleep(0)  # what the event loop runs next: the client's next request
+        during = count("strata_requests_total", labels)
+        release.set()
+        await task
+        return during, count("strata_requests_total", labels)
+
+    during, after = asyncio.run(go())
+    assert during == 1 and after == 1  # counted once, before the app's tail ended
