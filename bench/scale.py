@@ -246,21 +246,22 @@ def next_version(root: Path, model: Path, threads: int, how: str) -> dict[str, o
     return {"compact_s": round(time.perf_counter() - t0, 1)}
 
 
+def dense_searches(url: str, qvecs: np.ndarray, stop: threading.Event) -> None:
+    """A closed loop of dense `/search` requests (the query vectors in turn) until `stop` is set: a swap's load."""
+    with httpx.Client(base_url=url, timeout=60) as c:
+        i = 0
+        while not stop.is_set():
+            c.post("/search", json={"vector": qvecs[i % len(qvecs)].tolist(), "top_k": 10})
+            i += 1
+
+
 def swap(url: str, pid: int, root: Path, model: Path, qvecs: np.ndarray, threads: int,
          how: str = "compact") -> dict[str, object]:
     """The next version (compacted or copied), then the swap to it under search load, RSS sampled."""
     made = next_version(root, model, threads, how)
     steady = rss(pid)
     stop = threading.Event()
-
-    def load_it() -> None:
-        with httpx.Client(base_url=url, timeout=60) as c:
-            i = 0
-            while not stop.is_set():
-                c.post("/search", json={"vector": qvecs[i % len(qvecs)].tolist(), "top_k": 10})
-                i += 1
-
-    loaders = [threading.Thread(target=load_it) for _ in range(2)]
+    loaders = [threading.Thread(target=dense_searches, args=(url, qvecs, stop)) for _ in range(2)]
     with PeakSampler(pid) as peak:
         for t in loaders:
             t.start()

@@ -69,13 +69,6 @@ def main() -> int:
             stop = threading.Event()
             peak: collections.Counter[str] = collections.Counter()
 
-            def searches() -> None:
-                with httpx.Client(base_url=url, timeout=60) as c:
-                    i = 0
-                    while not stop.is_set():
-                        c.post("/search", json={"vector": qvecs[i % len(qvecs)].tolist(), "top_k": 10})
-                        i += 1
-
             def sample() -> None:
                 while not stop.is_set():
                     now = resident_by_mapping(proc.pid)
@@ -84,7 +77,8 @@ def main() -> int:
                         peak.update(now)
                     time.sleep(0.05)
 
-            threads = [threading.Thread(target=searches) for _ in range(2)] + [threading.Thread(target=sample)]
+            threads = [threading.Thread(target=scale.dense_searches, args=(url, qvecs, stop)) for _ in range(2)]
+            threads.append(threading.Thread(target=sample))
             for t in threads:
                 t.start()
             outcome = httpx.post(f"{url}/admin/reload", timeout=600).json().get("outcome")
