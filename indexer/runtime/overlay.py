@@ -51,6 +51,7 @@ from indexer.runtime.ids import ExtId, FaissIds
 from indexer.runtime.lexical import LexicalOverlay
 from indexer.runtime.manifest import Manifest
 from indexer.runtime.metadata import FieldTypes
+from indexer.runtime.rowsets import in_sorted
 from indexer.runtime.store import Store
 from indexer.runtime.topk import merge_top_k
 from indexer.runtime.version import FilterMatch, Hit, IndexVersion
@@ -350,10 +351,10 @@ class LiveIndex:
         if snap.empty:
             return self.base.search(vectors, k, match.base, search_params=search_params)
         gone = snap.exclusion.ids if snap.exclusion is not None else np.zeros(0, np.int64)
-        extra = int(np.isin(gone, match.base.ids, assume_unique=True).sum()) if len(gone) else 0
+        extra = int(in_sorted(gone, match.base.ids).sum()) if len(gone) else 0  # (both ascending)
         scores, ids = self.base.search(vectors, k + extra, match.base, search_params=search_params)
         if extra:  # tombstoned matches took some of the places: drop them (the extra hits fill in)
-            dropped = np.isin(ids, gone)
+            dropped = in_sorted(ids, gone)
             ids = np.where(dropped, -1, ids)
             scores = np.where(dropped, -np.inf, scores)
         live = snap.fids[snap.fids >= 0]

@@ -182,3 +182,5 @@ def test_in_sorted_is_isin_for_an_ascending_set() -> None:
         ascending = np.unique(rng.integers(0, 4 * max(n_set, 1), n_set))
         values = rng.integers(-3, 4 * max(n_set, 1) + 3, n_values)
         assert in_sorted(values, ascending).tolist() == np.isin(values, ascending).tolist()
+        grid = values[: n_values // 2 * 2].reshape(-1, 2)  # a search's (queries, k) ids, as the overlay tests them
+        assert in_sorted(grid, ascending).tolist() == np.isin(grid, ascending).tolist()
