@@ -438,6 +438,45 @@ def read_merged(paths: Sequence[str | Path]) -> faiss.Index:
     return merged
 
 
+def split_ivf(path: str | Path, outs: Sequence[str | Path],
+              progress: Callable[[int, int], None] | None = None) -> list[int]:
+    """Split the IVF index file at `path` into `len(outs)` shard files sharing its trained quantizer: shard s holds
+    the vectors whose id % len(outs) == s (`indexer.shards.shard_of`), in each list in the order they were added,
+    so the shards merge back (`read_merged`) into an index that answers as the original. Returns each shard's
+    vector count. ValueError for an index that is not a plain IVF one (the only kind kept as shards).
+
+    The source is memory-mapped and the shards written one at a time: beside the page cache this holds one
+    shard's codes in memory, not the index's. `progress(done, total)` is called after each shard."""
+    source = read_index(path, mmap=True)
+    ivf = faiss.downcast_index(source)
+    if not isinstance(ivf, faiss.IndexIVF):  # an exact or HNSW index, or IVF under a refine step
+        raise ValueError(f"{path} holds a {type(ivf).__name__}, not an IVF index: only IVF indexes are kept as "
+                         f"shards (their lists split, the quantizer shared)")
+    # The empty template: the same file opened again (mapped: nothing copied), its lists swapped for empty ones.
+    template = read_index(path, mmap=True)
+    empty = faiss.ArrayInvertedLists(ivf.nlist, ivf.code_size)
+    empty.this.disown()  # the index owns (and frees) it
+    faiss.extract_index_ivf(template).replace_invlists(empty, True)
+    faiss.extract_index_ivf(template).ntotal = 0
+    template.ntotal = 0
+    blob = serialize(template)
+    del template
+    counts: list[int] = []
+    for shard, out in enumerate(outs):
+        part = deserialize(blob)
+        part_ivf = faiss.extract_index_ivf(part)
+        ivf.copy_subset_to(part_ivf, faiss.InvertedLists.SUBSET_TYPE_ID_MOD, len(outs), shard)
+        part.ntotal = part_ivf.ntotal
+        write_index(part, out)
+        counts.append(int(part.ntotal))
+        del part, part_ivf
+        if progress is not None:
+            progress(shard + 1, len(outs))
+    if sum(counts) != source.ntotal:  # copy_subset_to skips nothing; a short sum is a FAISS fault, said here
+        raise RuntimeError(f"the shards of {path} hold {sum(counts)} vectors, the index {source.ntotal}")
+    return counts
+
+
 def write_index(index: faiss.Index, path: str | Path) -> None:
     """Write `index` to `path` through a Python file: FAISS's own file writer reports an error of the final
     flush (its `fclose`) only on stderr, which left a short file on a full disk; here every write error raises,
