@@ -304,7 +304,6 @@ class Overlay:
 
 class LiveIndex:
     """An `IndexVersion` with its overlay of writes: a `VectorIndex` with `lexical_search`, like the version."""
-    serves_lexical = True
 
     def __init__(self, base: IndexVersion, applied_seq: int = 0) -> None:
         self.base = base

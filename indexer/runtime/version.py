@@ -22,7 +22,7 @@ from indexer.runtime import bounded_leg
 from indexer.runtime.ann import AnnIndex, IndexParamError, check_search_params
 from indexer.runtime.bounded_leg import LexicalLeg
 from indexer.runtime.faiss_index import INDEX_FILE, IdFilter, read_ann
-from indexer.runtime.lexical import LexicalError, open_lexical
+from indexer.runtime.lexical import LexicalError, LexicalIndex, open_lexical
 from indexer.runtime.manifest import Manifest, ManifestError
 from indexer.runtime.store import STORE, Store
 
@@ -102,11 +102,10 @@ class VectorIndex(Protocol):
     """What a searcher needs of an index version, wherever its vectors live: an `IndexVersion` in this process, the
     live overlay of the API's writes on one (`indexer.runtime.overlay.LiveIndex`), or the shard deployments of one
     version on Ray Serve (`service.engine.sharded`). Its vectors are an `indexer.runtime.ann.AnnIndex` of the
-    manifest's kind. An index whose `serves_lexical` is true (an `IndexVersion`, or the live overlay on one)
-    answers `lexical_search`, and so can serve the lexical and hybrid modes when its manifest has a lexical index."""
+    manifest's kind. Each answers `lexical_search` (and hybrid's legs) from the version's BM25 index when its
+    manifest has one (the sharded backend from the API process: the shards hold vectors only)."""
 
     manifest: Manifest
-    serves_lexical: bool  # False: `lexical_search` raises NotImplementedError (the sharded backend)
 
     @property
     def version(self) -> str: ...
@@ -177,12 +176,40 @@ class FilterCache:
                 self._held -= dropped.nbytes
 
 
-class IndexVersion:
+class LexicalSearching:
+    """The lexical searches of a version over its BM25 index `lexical` (None: built without one; the searcher
+    refuses the lexical modes first), wherever its vectors live: an `IndexVersion`, or the sharded backend's
+    version (the shards hold vectors; the lexical index is read in the API process)."""
+
+    lexical: LexicalIndex | None
+
+    def lexical_search(self, queries: list[str], k: int, match: FilterMatch | None = None
+                       ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per query, (scores, ids) of its best k documents by BM25 (fewer when fewer share a term with it); with
+        a `match`, among its documents only (exact). The caller checks `lexical` is not None."""
+        assert self.lexical is not None
+        rows = None if match is None else match.lexical_rows(self.lexical.rows_of)
+        return [self.lexical.search(q, k, allowed_rows=rows) for q in queries]
+
+    def lexical_legs(self, queries: list[str], k: int, match: FilterMatch | None = None, *,
+                     bounded_from: int | None = None) -> list[LexicalLeg]:
+        """Per query, hybrid's lexical leg begun (`bounded_leg.begin`): exact, or bounded where it reads more than
+        `bounded_from` postings (None: always exact), to `complete_legs` with the dense candidates."""
+        assert self.lexical is not None
+        rows = None if match is None else match.lexical_rows(self.lexical.rows_of)
+        return [bounded_leg.begin(self.lexical, q, k, allowed_rows=rows, bounded_from=bounded_from) for q in queries]
+
+    def complete_legs(self, legs: list[LexicalLeg], dense_ids: list[np.ndarray]
+                      ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Each leg's answer, a bounded one completed with its query's dense candidates (FAISS ids)."""
+        assert self.lexical is not None
+        return [bounded_leg.complete(self.lexical, leg, ids) for leg, ids in zip(legs, dense_ids, strict=True)]
+
+
+class IndexVersion(LexicalSearching):
     """A version folder opened in this process. Its vectors are `ann`, an `AnnIndex` of the manifest's kind (the
     seam: nothing here knows FAISS); `index` is the FAISS index beneath it, for benches and tests that call
     `faiss_index`'s functions on it directly."""
-
-    serves_lexical = True
 
     def __init__(self, folder: str | Path, *, nprobe: int | None = None,
                  search_params: dict[str, int | None] | None = None, mmap: bool = False) -> None:
@@ -297,28 +324,6 @@ class IndexVersion:
         assert match.prepared is not None, "a match prepared for this process's index"
         scores, ids, _ = self.ann.filtered_search(vectors, k, match.prepared, search_params=search_params)
         return scores, ids
-
-    def lexical_search(self, queries: list[str], k: int, match: FilterMatch | None = None
-                       ) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Per query, (scores, ids) of its best k documents by BM25 (fewer when fewer share a term with it); with
-        a `match`, among its documents only (exact). The caller checks `lexical` is not None."""
-        assert self.lexical is not None
-        rows = None if match is None else match.lexical_rows(self.lexical.rows_of)
-        return [self.lexical.search(q, k, allowed_rows=rows) for q in queries]
-
-    def lexical_legs(self, queries: list[str], k: int, match: FilterMatch | None = None, *,
-                     bounded_from: int | None = None) -> list[LexicalLeg]:
-        """Per query, hybrid's lexical leg begun (`bounded_leg.begin`): exact, or bounded where it reads more than
-        `bounded_from` postings (None: always exact), to `complete_legs` with the dense candidates."""
-        assert self.lexical is not None
-        rows = None if match is None else match.lexical_rows(self.lexical.rows_of)
-        return [bounded_leg.begin(self.lexical, q, k, allowed_rows=rows, bounded_from=bounded_from) for q in queries]
-
-    def complete_legs(self, legs: list[LexicalLeg], dense_ids: list[np.ndarray]
-                      ) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Each leg's answer, a bounded one completed with its query's dense candidates (FAISS ids)."""
-        assert self.lexical is not None
-        return [bounded_leg.complete(self.lexical, leg, ids) for leg, ids in zip(legs, dense_ids, strict=True)]
 
     def hits(self, scores: np.ndarray, ids: np.ndarray) -> list[list[Hit]]:
         """Per query, its hits with external ids, texts and metadata, without the -1 padding."""

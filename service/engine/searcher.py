@@ -545,16 +545,11 @@ class Searcher:
             return self._pool
 
     def default_mode(self) -> SearchMode:
-        """The mode a request that names none runs: the version's (`Manifest.search_mode`), or dense where this
-        backend serves no lexical index (the sharded one), so that a request without a mode never fails for it."""
-        mode = self.manifest.search_mode()
-        return mode if mode == "dense" or self.index.serves_lexical else "dense"
+        """The mode a request that names none runs: the version's (`Manifest.search_mode`)."""
+        return self.manifest.search_mode()
 
     def _lexical_refusal(self, mode: SearchMode) -> ModeUnavailable | None:
         """Why this version cannot serve `mode` (lexical or hybrid), or None."""
-        if not self.index.serves_lexical:
-            return ModeUnavailable(f"mode {mode!r} needs the lexical index, which the sharded (Ray) backend does not "
-                                   f"serve: use mode 'dense', or serve the version with the local backend")
         if self.manifest.lexical is None:
             return ModeUnavailable(f"mode {mode!r} needs a lexical index, and version {self.version} was built "
                                    f"without one (before lexical retrieval, or with --no-lexical): use mode 'dense', "

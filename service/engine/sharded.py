@@ -6,7 +6,10 @@ in memory. The engine encodes the queries itself (the same micro-batching, worke
 local backend), sends the vectors to every shard in parallel and merges the top k by score. Every shard holds
 the same trained coarse quantizer, so each probes the same `nprobe` lists and the merge equals a search of the
 merged index. Texts come from the version's `store.sqlite`. Only IVF versions are sharded (`indexer build --engine
-ray` builds IVF only); a version of another kind is refused at deploy with the reason (`Mismatch`).
+ray --shards N` builds IVF only; `indexer shard --shards N` splits a published IVF version); a version of another
+kind is refused at deploy with the reason (`Mismatch`). The lexical and hybrid modes are served as the local
+backend serves them: the version's BM25 index is read in this process (memory-mapped), the dense leg comes from the
+shards, and fusion runs here.
 
 Filters are evaluated once, in the API process, on the version's store; the matching ids go to every shard with
 the number of lists to probe (`filtered_nprobe` of the *whole* version's selectivity). Each shard applies
@@ -39,7 +42,6 @@ import ray
 from ray import serve
 
 from indexer.runtime.ann import IvfParams, check_search_params
-from indexer.runtime.bounded_leg import LexicalLeg
 from indexer.runtime.faiss_index import (
     IvfIndex,
     clamp_nprobe,
@@ -49,10 +51,18 @@ from indexer.runtime.faiss_index import (
     read_index,
     set_threads,
 )
+from indexer.runtime.lexical import LexicalError, LexicalIndex, open_lexical
 from indexer.runtime.manifest import Manifest, ManifestError
 from indexer.runtime.store import STORE, Store
 from indexer.runtime.topk import merge_top_k
-from indexer.runtime.version import FilterCache, FilterMatch, Hit, IndexLoadError, hits_from_store
+from indexer.runtime.version import (
+    FilterCache,
+    FilterMatch,
+    Hit,
+    IndexLoadError,
+    LexicalSearching,
+    hits_from_store,
+)
 from service.engine.errors import Mismatch
 from service.engine.settings import EngineSettings
 
@@ -119,31 +129,21 @@ def _failure_text(app: str, exc: BaseException) -> str:
     return "\n".join(p for p in parts if p)
 
 
-class ShardedIndex:
-    """A version whose vectors live in shard deployments (a `searcher.VectorIndex`). No lexical search: the
-    shards hold vectors only."""
-
-    serves_lexical = False
+class ShardedIndex(LexicalSearching):
+    """A version whose vectors live in shard deployments (a `searcher.VectorIndex`). The lexical side (lexical
+    search, hybrid's lexical leg) is the version's BM25 index read here, in the API process, memory-mapped like
+    the local backend's: BM25 scores need the whole collection's statistics, which one index has and N shards of it
+    would not, and at 10M documents the index is 277 MiB on disk (docs/scaling.md)."""
 
     def __init__(self, backend: RayBackend, manifest: Manifest, apps: list[str], handles: list, store: Store,
-                 ntotal: int, nprobe: int) -> None:  # handles: list[DeploymentHandle]
+                 ntotal: int, nprobe: int, lexical: LexicalIndex | None) -> None:  # handles: list[DeploymentHandle]
         self.backend, self.manifest, self.apps, self.handles, self.store = backend, manifest, apps, handles, store
+        self.lexical = lexical
         self._ntotal = ntotal
         assert isinstance(manifest.index.params, IvfParams)
         self.nlist = manifest.index.params.nlist
         self.nprobe = clamp_nprobe(nprobe, self.nlist)
         self.filters = FilterCache()
-
-    def lexical_search(self, queries: list[str], k: int, match: object = None) -> list[tuple[np.ndarray, np.ndarray]]:
-        raise NotImplementedError("the sharded (Ray) backend serves no lexical index")
-
-    def lexical_legs(self, queries: list[str], k: int, match: object = None, *,
-                     bounded_from: int | None = None) -> list[LexicalLeg]:
-        raise NotImplementedError("the sharded (Ray) backend serves no lexical index")
-
-    def complete_legs(self, legs: list[LexicalLeg], dense_ids: list[np.ndarray]
-                      ) -> list[tuple[np.ndarray, np.ndarray]]:
-        raise NotImplementedError("the sharded (Ray) backend serves no lexical index")
 
     @property
     def version(self) -> str:
@@ -235,6 +235,11 @@ class RayBackend:
             store = Store(folder / STORE)
         except (FileNotFoundError, ValueError) as exc:
             raise IndexLoadError(str(exc)) from exc
+        try:
+            lexical = open_lexical(folder, manifest.lexical, mmap=True) if manifest.lexical is not None else None
+        except LexicalError as exc:
+            store.close()
+            raise IndexLoadError(str(exc)) from exc
         nprobe = self.settings.nprobe or manifest.index.params.nprobe
         apps = [f"{self.prefix}-{manifest.version}-shard-{i}" for i in range(len(manifest.index.shards))]
         try:
@@ -257,7 +262,7 @@ class RayBackend:
             raise
         log.info("deployed %d shards of %s (%d replica(s) each, nprobe %d)", len(handles), manifest.version,
                  self.settings.shard_replicas, nprobe)
-        return ShardedIndex(self, manifest, apps, handles, store, ntotal, nprobe)
+        return ShardedIndex(self, manifest, apps, handles, store, ntotal, nprobe, lexical)
 
     def _deploy(self, names: list[str], apps: list[object], paths: list[Path]) -> list:  # list[DeploymentHandle]
         """The shards' applications started together (`serve.run_many`: their replicas start side by side, not one

@@ -13,8 +13,8 @@ The lexical retriever beside them (the version's BM25 index, `IndexVersion.lexic
 runs the cases that apply to it, once per lexical engine (`lexical.ENGINES`: bm25s, tantivy): answers equal Lucene's
 BM25 by hand, with the corpus' id types; filters answer among the matching documents only; a filter matching
 nothing, or a query sharing no term with any document, is an empty answer; deleted and replaced documents never
-answer, written ones do (filtered or not). The sharded backend serves no lexical index (`/search` refuses the
-lexical and hybrid modes there: tests/service/test_search_modes.py).
+answer, written ones do (filtered or not). The same cases but the writes run on the sharded backend, whose shards
+hold the vectors and whose BM25 index is read in the API process (`ShardedIndex` is a `LexicalSearching` too).
 
 The sharded backend serves IVF shards only (`indexer build --engine ray` trains one quantizer for all shards):
 flat and hnsw versions are refused at deploy with a `Mismatch` naming the kind, and writes are refused with
@@ -38,7 +38,7 @@ from indexer.runtime.ann import FlatParams, HnswParams, IndexParamError, IvfPara
 from indexer.runtime.faiss_index import INDEX_FILE, build_index, read_ann, train_empty_ivf, write_index
 from indexer.runtime.filters import matches, parse_filter
 from indexer.runtime.ids import ASSIGNED_IDS_FROM
-from indexer.runtime.lexical import ENGINES, LexicalIndex, build_lexical, lexical_info
+from indexer.runtime.lexical import ENGINES, LexicalIndex, build_lexical, lexical_info, open_lexical
 from indexer.runtime.manifest import DataInfo, IndexInfo, Manifest, ModelInfo, ShardInfo, Timings
 from indexer.runtime.overlay import LiveIndex
 from indexer.runtime.store import STORE, CorpusStoreWriter
@@ -167,7 +167,9 @@ def open_sharded(folder: Path) -> Any:
     backend = SimpleNamespace(settings=Settings(), retire=lambda apps: None)
     from indexer.runtime.store import Store
 
-    return ShardedIndex(backend, manifest, [], handles, Store(folder / STORE), N, manifest.index.params.nprobe)  # type: ignore[arg-type]
+    lexical = open_lexical(folder, manifest.lexical, mmap=True) if manifest.lexical is not None else None
+    return ShardedIndex(backend, manifest, [], handles, Store(folder / STORE), N,  # type: ignore[arg-type]
+                        manifest.index.params.nprobe, lexical)
 
 
 def open_served(backend: str, kind: str, corpus: Corpus, tmp: Path) -> Any:
@@ -356,10 +358,13 @@ class LexicalCorpus(Corpus):
         rng = np.random.default_rng(11)
         self.texts = {e: " ".join(rng.choice(VOCABULARY, size=int(rng.integers(2, 7)))) for e in self.ext}
 
-    def lexical_version(self, folder: Path, engine: str = "bm25s") -> Path:
-        """A flat version with its lexical index of `engine`, built as `indexer build` does (from the store's
-        texts)."""
-        self.version(folder, "flat")
+    def lexical_version(self, folder: Path, engine: str = "bm25s", *, sharded: bool = False) -> Path:
+        """A flat version (or a 2-shard IVF one) with its lexical index of `engine`, built as `indexer build` does
+        (from the store's texts)."""
+        if sharded:
+            self.sharded_version(folder)
+        else:
+            self.version(folder, "flat")
         manifest = Manifest.load(folder)
         manifest.lexical = build_lexical(folder, zip(self.fids, (self.texts[e] for e in self.ext), strict=True),
                                   lexical_info(engine=engine))
@@ -367,11 +372,35 @@ class LexicalCorpus(Corpus):
         return folder
 
 
+def lexical_of(index: Any) -> LexicalIndex:
+    """The BM25 index a served version searches (the overlay's base's, or the sharded version's own)."""
+    return getattr(index, "base", index).lexical
+
+
+LEXICAL_CASES = [("local", e) for e in ENGINES] + [("sharded", e) for e in ENGINES]
+
+
+@pytest.fixture(params=LEXICAL_CASES, ids=[f"{b}-{e}" for b, e in LEXICAL_CASES])
+def lexical_served(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[LexicalCorpus, Any]]:
+    """The lexical side served by each backend: the local one (`LiveIndex`), and the sharded one, whose shards hold
+    the vectors and whose BM25 index is read in the API process."""
+    backend, engine = request.param
+    corpus = LexicalCorpus()
+    if backend == "sharded":
+        pytest.importorskip("ray")
+        index = open_sharded(corpus.lexical_version(tmp_path / "v-lexical", engine, sharded=True))
+    else:
+        index = LiveIndex(IndexVersion(corpus.lexical_version(tmp_path / "v-lexical", engine)))
+    assert lexical_of(index) is not None and lexical_of(index).info.engine == engine
+    yield corpus, index
+    index.close()
+
+
 @pytest.fixture(params=list(ENGINES))
-def lexical_served(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[LexicalCorpus, LiveIndex]]:
+def local_lexical_served(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[LexicalCorpus, LiveIndex]]:
+    """The local backend's lexical side only: the write overlay (the sharded backend takes no writes)."""
     corpus = LexicalCorpus()
     index = LiveIndex(IndexVersion(corpus.lexical_version(tmp_path / "v-lexical", request.param)))
-    assert index.base.lexical is not None and index.base.lexical.info.engine == request.param
     yield corpus, index
     index.close()
 
@@ -379,7 +408,7 @@ def lexical_served(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[t
 LEXICAL_QUERIES = ["python java", "cook rice rice", "winter river travel guitar", "coffee", "poetry market engine"]
 
 
-def lexical_answers(index: LiveIndex, queries: list[str], k: int, flt: dict | None = None) -> list[list[Any]]:
+def lexical_answers(index: Any, queries: list[str], k: int, flt: dict | None = None) -> list[list[Any]]:
     found = index.lexical_search(queries, k, None if flt is None else index.match(flt))
     width = max(1, max(len(ids) for _, ids in found))
     scores = np.full((len(found), width), -np.inf, dtype=np.float32)
@@ -406,12 +435,12 @@ def by_ext(corpus: Corpus, query: str, texts: dict[int | str, str], lex: Lexical
         query, [(fid_of[e], t) for e, t in texts.items()], lex.info.k1, lex.info.b, lex.analyzer).items()}
 
 
-def test_lexical_answers_equal_bm25_with_the_corpus_id_types(lexical_served: tuple[LexicalCorpus, LiveIndex]
+def test_lexical_answers_equal_bm25_with_the_corpus_id_types(lexical_served: tuple[LexicalCorpus, Any]
                                                              ) -> None:
     corpus, index = lexical_served
     hits = lexical_answers(index, LEXICAL_QUERIES, K)
     for query, row in zip(LEXICAL_QUERIES, hits, strict=True):
-        assert_bm25_top_k(row, by_ext(corpus, query, corpus.texts, index.base.lexical), K)
+        assert_bm25_top_k(row, by_ext(corpus, query, corpus.texts, lexical_of(index)), K)
         for h in row:  # an integer id stays an integer, a string id a string, with its text and metadata
             assert type(h.ext_id) is type(corpus.ext[corpus.ext.index(h.ext_id)])
             assert h.text == corpus.texts[h.ext_id] and h.metadata == corpus.meta[h.ext_id]
@@ -420,27 +449,27 @@ def test_lexical_answers_equal_bm25_with_the_corpus_id_types(lexical_served: tup
 
 @pytest.mark.parametrize("flt", FILTERS, ids=["1pct-ish", "half", "range", "in"])
 def test_lexical_filters_answer_among_the_matching_documents_only(
-        lexical_served: tuple[LexicalCorpus, LiveIndex], flt: dict) -> None:
+        lexical_served: tuple[LexicalCorpus, Any], flt: dict) -> None:
     """Exact under any filter: the matching documents' best k by the whole corpus' statistics."""
     corpus, index = lexical_served
     node = parse_filter(flt, {"n": "int", "tag": "str"})
     for query, row in zip(LEXICAL_QUERIES, lexical_answers(index, LEXICAL_QUERIES, K, flt), strict=True):
-        ref = by_ext(corpus, query, corpus.texts, index.base.lexical)
+        ref = by_ext(corpus, query, corpus.texts, lexical_of(index))
         assert_bm25_top_k(row, {e: s for e, s in ref.items() if matches(node, corpus.meta[e])}, K)
         assert all(matches(node, h.metadata) for h in row)
 
 
-def test_lexical_empty_answers(lexical_served: tuple[LexicalCorpus, LiveIndex]) -> None:
+def test_lexical_empty_answers(lexical_served: tuple[LexicalCorpus, Any]) -> None:
     _, index = lexical_served
     assert lexical_answers(index, LEXICAL_QUERIES[:2], K, {"n": {"gt": 10_000}}) == [[], []]
     assert lexical_answers(index, ["zebra quantum", "the of and"], K) == [[], []]  # no shared term; stopwords
 
 
 def test_lexical_deletes_and_replacements_through_the_write_overlay(
-        lexical_served: tuple[LexicalCorpus, LiveIndex]) -> None:
+        local_lexical_served: tuple[LexicalCorpus, LiveIndex]) -> None:
     """Deleted and replaced base documents never answer by their old text; written ones answer by theirs, scored
     with the base's statistics, filtered or not."""
-    corpus, index = lexical_served
+    corpus, index = local_lexical_served
     vec = unit(3, seed=12)
     deleted = [corpus.ext[0], corpus.ext[1], corpus.ext[7]]  # 0, "doc-1", "doc-7"
     entries = [LogEntry(1, UPSERT, "w-new", "zebra zebra python", {"n": 5, "tag": "even"}, vec[0], "sha"),

@@ -109,14 +109,14 @@ def test_two_shard_service_answers_like_the_merged_index(sharded_server: str, ra
     with httpx.Client(base_url=sharded_server, timeout=120) as client:
         ready = client.get("/ready").json()
         assert ready["ready"] and ready["index_size"] == Manifest.load(ray_sharded).index.ntotal
-        one = client.post("/search", json={"query": qtexts[0], "top_k": 3}).json()
+        one = client.post("/search", json={"query": qtexts[0], "top_k": 3, "mode": "dense"}).json()
         assert [h["id"] for h in one["hits"]] == expected[0, :3].tolist() and one["hits"][0]["text"]
         assert client.post("/search", json={"query": "", "top_k": 3}).status_code == 422  # same validation
         refused = client.post("/search", json={"query": qtexts[0], "filter": {"bucket": 1}})  # no metadata
         assert refused.status_code == 422 and "unknown field 'bucket'" in refused.json()["detail"][0]["msg"]
         got: list[list[int]] = []
         for start in range(0, len(qtexts), 64):
-            r = client.post("/search", json={"queries": qtexts[start : start + 64], "top_k": 10})
+            r = client.post("/search", json={"queries": qtexts[start : start + 64], "top_k": 10, "mode": "dense"})
             assert r.status_code == 200, r.text
             got += [[h["id"] for h in res["hits"]] for res in r.json()["results"]]
     same_list = np.mean([g == e.tolist() for g, e in zip(got, expected, strict=True)])
@@ -126,24 +126,44 @@ def test_two_shard_service_answers_like_the_merged_index(sharded_server: str, ra
     assert overlap >= 0.999 and same_list >= 0.99
 
 
-def test_sharded_serves_dense_by_default_and_refuses_lexical_with_the_reason(sharded_server: str,
-                                                                          ray_sharded: Path) -> None:
-    """The Ray build writes the lexical index like any build (from the version's store), but the shard deployments
-    serve vectors only: a request without a mode runs dense there, and lexical or hybrid is a 422 that says why."""
+def test_sharded_serves_every_mode_as_one_process_does(sharded_server: str, ray_sharded: Path,
+                                                       tmp_path: Path) -> None:
+    """Parity with one process: the same version served by the local backend (its shards merged in memory) and by
+    the shard deployments gives the same hits for dense, lexical and hybrid, and the version's default (hybrid)
+    when a request names no mode. The lexical side of the sharded backend is the version's BM25 index read in the
+    API process."""
     import httpx
-
-    from indexer.runtime.lexical import open_lexical
 
     manifest = Manifest.load(ray_sharded)
     assert (manifest.lexical is not None and manifest.lexical.n_docs == manifest.index.ntotal
             and manifest.search_mode() == "hybrid")
-    assert open_lexical(ray_sharded, manifest.lexical).search(QUERY, 3)[1].size == 3
-    with httpx.Client(base_url=sharded_server, timeout=120) as client:
-        default = client.post("/search", json={"query": QUERY, "top_k": 3})
-        assert default.status_code == 200 and default.json()["mode"] == "dense"
-        for mode in ("lexical", "hybrid"):
-            r = client.post("/search", json={"query": QUERY, "mode": mode})
-            assert r.status_code == 422 and "sharded (Ray) backend does not serve" in r.text, r.text
+    merged = IndexVersion(ray_sharded)
+    try:
+        _, texts, _ = merged.store.eval_set()
+    finally:
+        merged.close()
+    texts = [QUERY, "best way to invest money in india", *texts[:40]]
+    local = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(ray_sharded.parent.parent),
+                                    "STRATA_WATCH_INTERVAL_S": "0"})
+    try:
+        answers: dict[str, list[list[tuple[int, float]]]] = {}
+        for name, url in (("local", local.url), ("sharded", sharded_server)):
+            with httpx.Client(base_url=url, timeout=120) as client:
+                for mode in ("dense", "lexical", "hybrid", None):
+                    body = {"queries": texts, "top_k": 10, **({"mode": mode} if mode else {})}
+                    r = client.post("/search", json=body)
+                    assert r.status_code == 200, r.text
+                    assert r.json()["mode"] == (mode or "hybrid")
+                    answers[f"{name}-{mode}"] = [[(h["id"], h["score"]) for h in res["hits"]]
+                                                 for res in r.json()["results"]]
+    finally:
+        stop_server(local)
+    for mode in ("dense", "lexical", "hybrid", None):
+        got, want = answers[f"sharded-{mode}"], answers[f"local-{mode}"]
+        assert [[i for i, _ in q] for q in got] == [[i for i, _ in q] for q in want], mode
+        assert np.allclose([s for q in got for _, s in q], [s for q in want for _, s in q], atol=1e-5), mode
+        assert all(len(q) == 10 for q in got), mode
+    assert answers["sharded-lexical"] != answers["sharded-dense"] != answers["sharded-hybrid"]
 
 
 def test_sharded_api_keys(secured: Server) -> None:
@@ -395,7 +415,7 @@ def test_python_m_service_sharded_command(ray_sharded: Path, tmp_path: Path) -> 
                 _, expected = merged.search(qvecs[:1], 5)
             finally:
                 merged.close()
-            r = client.post("/search", json={"query": qtexts[0], "top_k": 5})
+            r = client.post("/search", json={"query": qtexts[0], "top_k": 5, "mode": "dense"})
             assert r.status_code == 200, r.text
             body = r.json()
             assert [h["id"] for h in body["hits"]] == expected[0].tolist()

@@ -89,12 +89,24 @@ def test_sharded_service_filters_like_the_merged_index(ray_cluster: str, minilm_
         with srv.client() as c:
             for flt in FILTERS:
                 _, want = merged.search(vecs, 10, merged.match(flt))
-                r = c.post("/search", json={"queries": QUERIES, "top_k": 10, "filter": flt})
+                r = c.post("/search", json={"queries": QUERIES, "top_k": 10, "filter": flt, "mode": "dense"})
                 assert r.status_code == 200, r.text
                 for res, row in zip(r.json()["results"], want, strict=True):
                     assert [h["id"] for h in res["hits"]] == [docs[i].ext_id for i in row.tolist() if i >= 0], flt
             bad = c.post("/search", json={"query": QUERIES[0], "filter": {"colour": "red"}})
             assert bad.status_code == 422 and "unknown field 'colour'" in bad.json()["detail"][0]["msg"]
+        # lexical and hybrid under a filter (BM25 in the API process, dense on the shards): as one process serves
+        local = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(root), "STRATA_WATCH_INTERVAL_S": "0"})
+        try:
+            for mode in ("lexical", "hybrid"):
+                for flt in FILTERS:
+                    body = {"queries": QUERIES, "top_k": 10, "filter": flt, "mode": mode}
+                    got, want = (s.client().post("/search", json=body) for s in (srv, local))
+                    assert got.status_code == want.status_code == 200, got.text
+                    assert ([[h["id"] for h in res["hits"]] for res in got.json()["results"]]
+                            == [[h["id"] for h in res["hits"]] for res in want.json()["results"]]), (mode, flt)
+        finally:
+            stop_server(local)
     finally:
         stop_server(srv)
         merged.close()
