@@ -96,7 +96,9 @@ def bytes_per_doc(folder: Path, n: int, code_size: int) -> dict[str, float]:
             "total_on_disk": round((index + store + filters + lexical) / n, 1)}
 
 
-def start(root: Path, tmp: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str, float]:
+def start(root: Path, tmp: Path, env: dict[str, str], args: tuple[str, ...] = ()
+          ) -> tuple[subprocess.Popen[bytes], str, float]:
+    """`python -m service ARGS` on the root; (process, url, seconds until /ready answered 200)."""
     from tests.conftest import free_port
 
     port = free_port()
@@ -104,7 +106,7 @@ def start(root: Path, tmp: Path, env: dict[str, str]) -> tuple[subprocess.Popen[
     e = _env() | {"STRATA_INDEX_ROOT": str(root), "STRATA_PORT": str(port), "STRATA_HOST": "127.0.0.1",
                   "STRATA_WATCH_INTERVAL_S": "0", "STRATA_LOG_LEVEL": "warning"} | env
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "service"], cwd=REPO, env=e,
+    proc = subprocess.Popen([sys.executable, "-m", "service", *args], cwd=REPO, env=e,
                             stdout=open(tmp / f"server-{port}.log", "wb"), stderr=subprocess.STDOUT)
     while True:
         if proc.poll() is not None:
