@@ -82,6 +82,7 @@ class FilterMatch:
     ids: np.ndarray  # sorted FAISS ids (int64)
     prepared: IdFilter | None = None  # for the index of this process (None for a sharded version)
     _rows: list[np.ndarray] = field(default_factory=list, compare=False, repr=False)  # `lexical_rows`, once found
+    key: str = ""  # its `FilterCache.key` (the sharded backend's shards cache their share of it by this key)
 
     @property
     def nbytes(self) -> int:

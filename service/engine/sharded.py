@@ -33,6 +33,7 @@ import secrets
 import signal
 import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
@@ -43,6 +44,7 @@ from ray import serve
 
 from indexer.runtime.ann import IvfParams, check_search_params
 from indexer.runtime.faiss_index import (
+    IdFilter,
     IvfIndex,
     clamp_nprobe,
     filtered_nprobe,
@@ -94,23 +96,43 @@ class ShardSearcher:
         except (RuntimeError, ValueError) as exc:  # not an IVF index
             raise IndexLoadError(f"{path} is not an IVF shard: {str(exc).splitlines()[0]}") from exc
         self.nprobe = self.index.nprobe  # clamped to nlist, like every index Strata opens
+        self.filters = FilterCache()  # this shard's share of the filters it was sent, by their key
         if (nice := os.nice(0)) > 0:
             log.warning("shard replica %s runs at nice %d (Ray's worker_niceness): beside normal-priority work its "
                         "searches get a fraction of a core; start the cluster's nodes with RAY_worker_niceness=0",
                         Path(path).name, nice)
 
     def search(self, vectors: np.ndarray, k: int, ids: np.ndarray | None = None, probe: int = 0,
-               search_params: dict[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """The shard's top k (at `search_params`' nprobe if given); with `ids`, among those ids only (a filter's matches
-        over the whole version, most of them in other shards), probing `probe` lists or the lists that hold this
-        shard's matches."""
+               search_params: dict[str, int] | None = None, filter_key: str | None = None,
+               ids_ref: list | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The shard's top k (at `search_params`' nprobe if given); with a filter, among its ids only (a filter's
+        matches over the whole version, most of them in other shards), probing `probe` lists or the lists that hold
+        this shard's matches. The filter comes as `ids`, or as `filter_key` with `ids_ref` ([an ObjectRef of the
+        ids], put once by the API process): the shard prepares its share once per key and keeps it (`filters`),
+        so a repeated filter costs neither the ids' transfer nor their preparation."""
         set_threads(self.threads)  # per thread in OpenMP, and Serve may call from any thread
-        if ids is None:
+        if ids is None and filter_key is None:
             return self.index.search(vectors, k, search_params=search_params)
         # the lists' rule only, never codes gathered by this shard's own counts: the merge must equal the merged
-        # index's filtered search at the version's `probe` (and a shard keeps no filter cache to hold them)
-        scores, found, _ = filtered_search(self.index.faiss, vectors, k, self.index.locator().prepare(ids), probe)
+        # index's filtered search at the version's `probe`
+        scores, found, _ = filtered_search(self.index.faiss, vectors, k, self._prepared(ids, filter_key, ids_ref),
+                                           probe)
         return scores, found
+
+    def _prepared(self, ids: np.ndarray | None, filter_key: str | None, ids_ref: list | None) -> IdFilter:
+        if filter_key is None:
+            assert ids is not None
+            return self.index.locator().prepare(ids)
+        cached = self.filters.get(filter_key)
+        if cached is None:
+            if ids is None:
+                assert ids_ref is not None, "a filter key comes with its ids or their ObjectRef"
+                held = ids_ref[0]  # an ObjectRef (a Serve call); the array itself when called in process
+                ids = np.asarray(ray.get(held) if isinstance(held, ray.ObjectRef) else held, dtype=np.int64)
+            cached = FilterMatch(ids, self.index.locator().prepare(ids), key=filter_key)
+            self.filters.put(filter_key, cached)
+        assert cached.prepared is not None
+        return cached.prepared
 
     def info(self) -> tuple[int, int]:
         return self.index.ntotal, self.index.dim
@@ -144,6 +166,8 @@ class ShardedIndex(LexicalSearching):
         self.nlist = manifest.index.params.nlist
         self.nprobe = clamp_nprobe(nprobe, self.nlist)
         self.filters = FilterCache()
+        self._refs: OrderedDict[str, object] = OrderedDict()  # filter key -> its ids' ObjectRef
+        self._refs_lock = threading.Lock()
 
     @property
     def version(self) -> str:
@@ -162,9 +186,24 @@ class ShardedIndex(LexicalSearching):
         key = FilterCache.key(flt)
         found = self.filters.get(key)
         if found is None:
-            found = FilterMatch(self.store.filter_ids(flt))
+            found = FilterMatch(self.store.filter_ids(flt), key=key)
             self.filters.put(key, found)
         return found
+
+    def _ids_ref(self, match: FilterMatch) -> list:
+        """[the ObjectRef of a filter's ids] in Ray's object store, put once per filter (bounded like the
+        filter cache): a request sends the ref, not the ids (800 KB for a 1 % filter at 10M, to every shard)."""
+        with self._refs_lock:
+            ref = self._refs.get(match.key)
+            if ref is not None:
+                self._refs.move_to_end(match.key)
+                return [ref]
+        ref = self.backend.put(match.ids)
+        with self._refs_lock:
+            self._refs[match.key] = ref
+            while len(self._refs) > self.filters.max_entries:
+                self._refs.popitem(last=False)  # the shards keep their prepared share; a miss there puts again
+        return [ref]
 
     def search(self, vectors: np.ndarray, k: int, match: FilterMatch | None = None, *,
                search_params: dict[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -176,7 +215,9 @@ class ShardedIndex(LexicalSearching):
         else:
             nprobe = clamp_nprobe((search_params or {}).get("nprobe", self.nprobe), self.nlist)
             probe = filtered_nprobe(nprobe, len(match.ids), self.ntotal, self.nlist)
-            pending = [h.search.remote(vectors, k, match.ids, probe) for h in self.handles]
+            ids_ref = self._ids_ref(match)
+            pending = [h.search.remote(vectors, k, None, probe, filter_key=match.key, ids_ref=ids_ref)
+                       for h in self.handles]
         return merge_top_k([p.result() for p in pending], k)
 
     def hits(self, scores: np.ndarray, ids: np.ndarray) -> list[list[Hit]]:
@@ -197,6 +238,11 @@ class RayBackend:
         self._deployed: set[str] = set()
         self._deleting: list[threading.Thread] = []
         self._started_ray = False
+
+    @staticmethod
+    def put(value: object) -> ray.ObjectRef:
+        """`value` in the cluster's object store (a filter's ids, sent to the shards by reference)."""
+        return ray.put(value)
 
     def start(self) -> None:
         """Join the cluster (`ray_address`, else $RAY_ADDRESS) or start a local Ray, and Serve without its

@@ -164,7 +164,7 @@ def open_sharded(folder: Path) -> Any:
     manifest = Manifest.load(folder)
     handles = [InProcessReplica(ShardSearcher.func_or_class(str(folder / s.file), manifest.index.params.nprobe))
                for s in manifest.index.shards]
-    backend = SimpleNamespace(settings=Settings(), retire=lambda apps: None)
+    backend = SimpleNamespace(settings=Settings(), retire=lambda apps: None, put=lambda ids: ids)  # no object store
     from indexer.runtime.store import Store
 
     lexical = open_lexical(folder, manifest.lexical, mmap=True) if manifest.lexical is not None else None
