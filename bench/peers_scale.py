@@ -164,20 +164,27 @@ def strata_server(root: Path, work: Path) -> Proc:
     return Proc([sys.executable, "-m", "service"], env, "/ready", work / "strata.log", port)
 
 
-def ingest(peer: str, n: int, work: Path) -> dict[str, Any]:
-    state = work / f"ingest-{peer}-{n}.json"
+def chroma_dir(work: Path, n: int, graph: tuple[int, int] | None) -> Path:
+    """Chroma's data folder for `n` documents: its default graph, or `graph` = (max_neighbors, ef_construction)."""
+    return work / (f"chroma-{n}" if graph is None else f"chroma-{n}-m{graph[0]}-efc{graph[1]}")
+
+
+def ingest(peer: str, n: int, work: Path, graph: tuple[int, int] | None = None) -> dict[str, Any]:
+    tag = peer if peer != "chroma" or graph is None else f"chroma-m{graph[0]}-efc{graph[1]}"
+    state = work / f"ingest-{tag}-{n}.json"
     if state.is_file():
         return json.loads(state.read_text())
     log(f"{peer}: ingesting {n:,} documents, load {load()}")
     if peer == "strata":
         out = strata_build(n, work)
     elif peer == "chroma":
-        path = work / f"chroma-{n}"
+        path = chroma_dir(work, n, graph)
         shutil.rmtree(path, ignore_errors=True)
         srv = chroma_server(path, work, nice=True)
         rss = TreeRss(srv.proc.pid)
         try:
             out = worker("chroma", "ingest", "--url", srv.url, "--data", str(corpus_view(n)), "--n", str(n),
+                         *(["--max-neighbors", str(graph[0]), "--ef-construction", str(graph[1])] if graph else []),
                          nice=True)
         finally:
             out_rss = rss.stop()
@@ -290,10 +297,11 @@ def bodies(peer: str, queries: np.ndarray, knob: int) -> list[str]:
     return out
 
 
-def measure(peers: list[str], n: int, work: Path, target: float, rounds: int, seconds: int) -> dict[str, Any]:
+def measure(peers: list[str], n: int, work: Path, target: float, rounds: int, seconds: int,
+            graph: tuple[int, int] | None = None) -> dict[str, Any]:
     queries = np.load(work / "queries.npy")
     truth(work, n, queries)
-    built = {p: ingest(p, n, work) for p in peers}
+    built = {p: ingest(p, n, work, graph) for p in peers}
     servers: dict[str, Proc] = {}
     rss: dict[str, TreeRss] = {}
     where: dict[str, list[str]] = {}
@@ -302,7 +310,7 @@ def measure(peers: list[str], n: int, work: Path, target: float, rounds: int, se
         if "strata" in peers:
             servers["strata"] = strata_server(Path(built["strata"]["root"]), work)
         if "chroma" in peers:
-            servers["chroma"] = chroma_server(work / f"chroma-{n}", work)
+            servers["chroma"] = chroma_server(chroma_dir(work, n, graph), work)
         if "milvus" in peers:
             servers["milvus"] = milvus_server(work / f"milvus-{n}" / "milvus.db", work)
         for p, s in servers.items():
@@ -314,7 +322,7 @@ def measure(peers: list[str], n: int, work: Path, target: float, rounds: int, se
             worker("chroma", "configure", *where["chroma"], "--knob", str(knob))
             rss["chroma"].stop()
             servers["chroma"].stop()
-            servers["chroma"] = chroma_server(work / f"chroma-{n}", work)
+            servers["chroma"] = chroma_server(chroma_dir(work, n, graph), work)
             rss["chroma"] = TreeRss(servers["chroma"].proc.pid)
             where["chroma"] = ["--url", servers["chroma"].url]
             return where["chroma"]
@@ -352,6 +360,9 @@ def report(res: dict[str, Any], n: int, stamp: str, cmd: str) -> str:
         rs = r.get("server_peak_rss_gib")
         lines.append(f"| {p} | {r['ingest']['ingest_s']} | {r['ingest']['disk_bytes'] / n:.0f} | "
                      f"{r.get('startup_s', '-')} | {r['recall']['knob']} | {r['recall']['recall_at_10']} | {rs} |")
+    lines += [""] + [f"- {p} recall sweep (knob: recall@10): "
+                     + ", ".join(f"{x['knob']}: {x['recall_at_10']}" for x in r["recall"]["sweep"])
+                     for p, r in res.items() if not p.startswith("_")]
     lines += ["", "| system | round | conns | wrk req/s | wrk p50 ms | wrk p99 ms | harness req/s | harness p50 ms | "
               "harness p99 ms | errors | load |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for p, r in res.items():
@@ -372,17 +383,21 @@ def main() -> None:
     p.add_argument("--target", type=float, default=0.95)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--seconds", type=int, default=10)
+    p.add_argument("--chroma-graph", default=None, metavar="M,EFC",
+                   help="Chroma's HNSW max_neighbors and ef_construction (default: Chroma's, 16,100), in a folder "
+                        "of its own")
     args = p.parse_args()
+    graph = tuple(int(x) for x in args.chroma_graph.split(",")) if args.chroma_graph else None
     args.work.mkdir(parents=True, exist_ok=True)
     from indexer.runtime.paths import data_dir
 
     np.save(args.work / "queries.npy", sc.queries(data_dir() / "quora_duplicate_questions.partial.tsv.gz"))
     if args.step == "ingest":
         for peer in args.peers:
-            ingest(peer, args.n, args.work)
+            ingest(peer, args.n, args.work, graph)  # type: ignore[arg-type]
         return
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%MZ")
-    res = measure(args.peers, args.n, args.work, args.target, args.rounds, args.seconds)
+    res = measure(args.peers, args.n, args.work, args.target, args.rounds, args.seconds, graph)  # type: ignore[arg-type]
     res["_meta"] = {"load_end": load(), "cmd": " ".join(sys.argv), "cores": os.cpu_count()}
     name = f"peers-{args.n}-{stamp}"
     (RESULTS / f"{name}.json").write_text(json.dumps(res, indent=1))

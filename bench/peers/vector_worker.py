@@ -58,7 +58,12 @@ def chroma_client(url: str) -> Any:
 
 def chroma_ingest(args: argparse.Namespace) -> dict[str, Any]:
     client = chroma_client(args.url)
-    col = client.create_collection(COLLECTION, configuration={"hnsw": {"space": "ip"}})
+    hnsw: dict[str, Any] = {"space": "ip"}  # Chroma's default graph unless given (M 16, ef_construction 100)
+    if args.max_neighbors:
+        hnsw["max_neighbors"] = args.max_neighbors
+    if args.ef_construction:
+        hnsw["ef_construction"] = args.ef_construction
+    col = client.create_collection(COLLECTION, configuration={"hnsw": hnsw})
     step = min(client.get_max_batch_size(), 5000)
     t0 = time.perf_counter()
     for ids, texts, vecs, buckets in batches(args.data, args.n, step):
@@ -229,6 +234,8 @@ def main() -> None:
     p.add_argument("--knob", type=int, default=0)
     p.add_argument("--conns", type=int, default=1)
     p.add_argument("--seconds", type=float, default=10)
+    p.add_argument("--max-neighbors", type=int, default=0, help="Chroma's HNSW M (0: Chroma's default, 16)")
+    p.add_argument("--ef-construction", type=int, default=0, help="Chroma's HNSW ef_construction (0: its default, 100)")
     args = p.parse_args()
     if args.command == "ingest":
         out = {"chroma": chroma_ingest, "milvus": milvus_ingest}[args.peer](args)
