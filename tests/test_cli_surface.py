@@ -32,6 +32,7 @@ INDEXER = {
     "compare": ("RUN_A", "RUN_B", "--qrels", "--resamples", "--seed", "--json",),
     "tune": ("--root", "--version", "--queries", "--threads", "--out", "--factories",),
     "compact": ("--root", "--model", "--threads", "--keep", "--no-eval", "--rebuild-after",),
+    "shard": ("--root", "--shards", "--version", "--keep",),
     "verify": ("--root", "--version",),
     "info": ("--root", "--json",),
     "collection": ("--root", "--set", "--unset", "--fingerprint",),
