@@ -14,7 +14,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        "the version's trained quantizer (vectors by id % N), the rest of the version (store, lexical "
                        "index, probes) hard-linked from it; publish it like a build. The merged shards answer as the "
                        "version did, so its calibration and evaluation are kept. No encoding: a version built from "
-                       "vectors, or compacted, is sharded without its source data.")
+                       "vectors, or compacted, is sharded without its source data. Serve it with `python -m service "
+                       "sharded`: the single-process service merges a sharded version's shards in memory (not "
+                       "memory-mapped); `indexer rollback` returns to the parent.")
     root_arg(c)
     c.add_argument("--shards", type=positive_int, required=True, metavar="N", help="number of shards (2 or more)")
     c.add_argument("--version", default=None, help="the version to split (default: the current one)")

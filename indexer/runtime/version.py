@@ -223,6 +223,12 @@ class IndexVersion(LexicalSearching):
         shards = self.manifest.index.shards
         # A sharded version (built with `--shards N`) opened in one process: its shards merged in memory.
         paths = [self.folder / s.file for s in shards] if shards else [self.folder / INDEX_FILE]
+        if shards and mmap:  # serving: say what it costs (`python -m service sharded` serves it without the copy)
+            log.warning("version %s is kept as %d shards: this process merges them in memory (%.1f GiB), not "
+                        "memory-mapped; serve it with `python -m service sharded`, or serve its unsharded parent "
+                        "(%s)", self.manifest.version, len(shards),
+                        sum(p.stat().st_size for p in paths if p.is_file()) / 2**30,
+                        self.manifest.parent_version or "none")
         path = paths[0] if len(paths) == 1 else self.folder / "shards"
         for p in paths:
             if not p.is_file():
