@@ -332,6 +332,37 @@ def test_a_manifest_of_the_wrong_kind_for_its_file_is_a_load_error(corpus: Corpu
         IndexVersion(folder)
 
 
+def test_sharded_filter_ids_are_sent_once_and_each_shard_keeps_its_share(corpus: Corpus, tmp_path: Path) -> None:
+    """A repeated filter: the API process puts its ids into the object store once (one `put` per filter key), each
+    shard prepares its share once and keeps it by the key, and a later search under that key needs no ids at all
+    (the shard's share answers alone): what makes a filtered search on shards cost no 800 KB per request."""
+    pytest.importorskip("ray")
+    from indexer.runtime.version import FilterCache
+
+    index = open_sharded(corpus.sharded_version(tmp_path / "v-sharded"))
+    try:
+        puts: list[int] = []
+        index.backend.put = lambda ids: puts.append(len(ids)) or ids
+        queries = unit(6, seed=9)
+        flt = FILTERS[1]
+        first = answers(index, queries, K, flt)
+        assert answers(index, queries, K, flt) == first and answers(index, queries, K, FILTERS[2]) != first
+        assert len(puts) == 2  # one per distinct filter, not per search
+        key = FilterCache.key(flt)
+        replicas = [h.replica for h in index.handles]
+        shares = [r.filters.get(key) for r in replicas]
+        assert all(s is not None for s in shares)
+        assert sum(len(s.prepared.ids) for s in shares) == len(index.match(flt).ids)  # each its own share
+        probe = index.nprobe
+        alone = [r.search(queries, K, None, probe, filter_key=key, ids_ref=[None]) for r in replicas]  # no ids sent
+        scores, ids = index.search(queries, K, index.match(flt))
+        merged = np.concatenate([a[1] for a in alone], axis=1)
+        for row, got in zip(ids, merged, strict=True):
+            assert set(row[row >= 0].tolist()) <= set(got[got >= 0].tolist())
+    finally:
+        index.close()
+
+
 @pytest.mark.parametrize("kind", ["flat", "hnsw"])
 def test_sharded_backend_refuses_kinds_other_than_ivf(kind: str, corpus: Corpus, tmp_path: Path) -> None:
     pytest.importorskip("ray")
