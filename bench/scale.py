@@ -261,6 +261,12 @@ def swap(url: str, pid: int, root: Path, model: Path, qvecs: np.ndarray, threads
          how: str = "compact") -> dict[str, object]:
     """The next version (compacted or copied), then the swap to it under search load, RSS sampled."""
     made = next_version(root, model, threads, how)
+    # steady under this load: one pass over every query vector the load cycles through, first (compaction's writes
+    # push the served version's pages out of the page cache; without the pass, their return during the swap was
+    # counted as the swap's memory: 538 -> 2,510 MiB at 10M, `scale-10000000-20261128T1406Z.md`)
+    with httpx.Client(base_url=url, timeout=60) as c:
+        for q in qvecs:
+            c.post("/search", json={"vector": q.tolist(), "top_k": 10})
     steady = rss(pid)
     stop = threading.Event()
     loaders = [threading.Thread(target=dense_searches, args=(url, qvecs, stop)) for _ in range(2)]

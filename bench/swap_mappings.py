@@ -2,11 +2,13 @@
 pages (`/proc/PID/smaps`), before the swap, at the sampled peak during it, right after and 5 s later.
 
     PYTHONPATH=$PWD STRATA_DATA_DIR=/work/shared/data python bench/swap_mappings.py \\
-        [--root ~/.cache/strata-scale/work/root-1000000] [--warmup 200]
+        [--root ~/.cache/strata-scale/work/root-1000000] [--warmup N]
 
 The root's version is served as `bench/scale.py` serves it (STRATA_MMAP=1, one thread), warmed with `--warmup`
-dense queries; a byte copy of the version is made the root's current one (`bench.scale.next_version(..., "copy")`:
-its own inodes, so its pages are new to the process) and `POST /admin/reload` swaps to it under two closed loops
+dense queries (default: each of the 300 query vectors the swap's load then cycles through, once: with 200, at 10M
+the old version's pages grew during the swap, 1,156 → 1,604 MiB, `bench/results/swap-mappings-20261128T1652Z.md`);
+a byte copy of the version is made the root's current one (`bench.scale.next_version(..., "copy")`: its own inodes,
+so its pages are new to the process) and `POST /admin/reload` swaps to it under two closed loops
 of dense queries, as `bench/scale.py` measures the swap. What it answers: whether total RSS during a swap is a
 second copy of anything the process owns (anonymous memory) or the two versions' memory-mapped files (the old
 one's resident pages until it is closed, the new one's as searches touch them). Results:
@@ -52,7 +54,9 @@ def resident_by_mapping(pid: int) -> collections.Counter[str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--root", type=Path, default=sc.cache_dir() / "work" / "root-1000000")
-    ap.add_argument("--warmup", type=int, default=200)
+    ap.add_argument("--warmup", type=int, default=None,
+                    help="dense queries before `before` is read (default: every query vector the swap's load sends, "
+                         "so that the served version's pages that load touches are resident before the swap)")
     ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results")
     a = ap.parse_args()
     from indexer.runtime.paths import data_dir
@@ -62,7 +66,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp_s:
         proc, url, _ = scale.start(a.root, Path(tmp_s), {"STRATA_MMAP": "1", "STRATA_THREADS": "1"})
         try:
-            for q in qvecs[:a.warmup]:
+            for q in qvecs[:a.warmup or len(qvecs)]:
                 httpx.post(f"{url}/search", json={"vector": q.tolist(), "top_k": 10}, timeout=60)
             before = resident_by_mapping(proc.pid)
             scale.next_version(a.root, Path(), 2, "copy")
