@@ -96,17 +96,18 @@ def bytes_per_doc(folder: Path, n: int, code_size: int) -> dict[str, float]:
             "total_on_disk": round((index + store + filters + lexical) / n, 1)}
 
 
-def start(root: Path, tmp: Path, env: dict[str, str], args: tuple[str, ...] = ()
+def start(root: Path, tmp: Path, env: dict[str, str], args: tuple[str, ...] = (), checkout: Path = REPO
           ) -> tuple[subprocess.Popen[bytes], str, float]:
-    """`python -m service ARGS` on the root; (process, url, seconds until /ready answered 200)."""
+    """`python -m service ARGS` on the root, from `checkout` (this tree, or another revision's worktree);
+    (process, url, seconds until /ready answered 200)."""
     from tests.conftest import free_port
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     e = _env() | {"STRATA_INDEX_ROOT": str(root), "STRATA_PORT": str(port), "STRATA_HOST": "127.0.0.1",
-                  "STRATA_WATCH_INTERVAL_S": "0", "STRATA_LOG_LEVEL": "warning"} | env
+                  "STRATA_WATCH_INTERVAL_S": "0", "STRATA_LOG_LEVEL": "warning", "PYTHONPATH": str(checkout)} | env
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "service", *args], cwd=REPO, env=e,
+    proc = subprocess.Popen([sys.executable, "-m", "service", *args], cwd=checkout, env=e,
                             stdout=open(tmp / f"server-{port}.log", "wb"), stderr=subprocess.STDOUT)
     while True:
         if proc.poll() is not None:

@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
-import sys
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -26,29 +23,11 @@ import httpx
 
 from bench import scale_corpus as sc
 from bench.runlog import load, log
-from bench.scale import FILTER, REPO, RESULTS, search_bodies, wrk
+from bench.scale import FILTER, REPO, RESULTS, search_bodies, start, wrk
 
 
 def serve(checkout: Path, root: Path, tmp: Path) -> tuple[subprocess.Popen[bytes], str, float]:
-    from tests.conftest import free_port
-
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = os.environ | {"PYTHONPATH": str(checkout), "HF_HUB_OFFLINE": "1", "STRATA_INDEX_ROOT": str(root),
-                        "STRATA_PORT": str(port), "STRATA_HOST": "127.0.0.1", "STRATA_WATCH_INTERVAL_S": "0",
-                        "STRATA_LOG_LEVEL": "warning", "STRATA_MMAP": "1", "STRATA_THREADS": "1"}
-    t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "service", "sharded"], cwd=checkout, env=env,
-                            stdout=open(tmp / f"ab-{port}.log", "wb"), stderr=subprocess.STDOUT)
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError((tmp / f"ab-{port}.log").read_text()[-3000:])
-        try:
-            if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
-                return proc, url, time.perf_counter() - t0
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
+    return start(root, tmp, {"STRATA_MMAP": "1", "STRATA_THREADS": "1"}, ("sharded",), checkout)
 
 
 def main() -> None:
