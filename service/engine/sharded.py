@@ -166,7 +166,8 @@ class ShardedIndex(LexicalSearching):
         self.nlist = manifest.index.params.nlist
         self.nprobe = clamp_nprobe(nprobe, self.nlist)
         self.filters = FilterCache()
-        self._refs: OrderedDict[str, object] = OrderedDict()  # filter key -> its ids' ObjectRef
+        self._refs: OrderedDict[str, tuple[object, int]] = OrderedDict()  # filter key -> (its ids' ObjectRef, bytes)
+        self._refs_bytes = 0
         self._refs_lock = threading.Lock()
 
     @property
@@ -194,15 +195,21 @@ class ShardedIndex(LexicalSearching):
         """[the ObjectRef of a filter's ids] in Ray's object store, put once per filter (bounded like the
         filter cache): a request sends the ref, not the ids (800 KB for a 1 % filter at 10M, to every shard)."""
         with self._refs_lock:
-            ref = self._refs.get(match.key)
-            if ref is not None:
+            held = self._refs.get(match.key)
+            if held is not None:
                 self._refs.move_to_end(match.key)
-                return [ref]
+                return [held[0]]
         ref = self.backend.put(match.ids)
         with self._refs_lock:
-            self._refs[match.key] = ref
-            while len(self._refs) > self.filters.max_entries:
-                self._refs.popitem(last=False)  # the shards keep their prepared share; a miss there puts again
+            old = self._refs.pop(match.key, None)
+            self._refs_bytes += match.ids.nbytes - (old[1] if old is not None else 0)
+            self._refs[match.key] = (ref, match.ids.nbytes)
+            # bounded as the filter cache is, in entries and in bytes of the object store; the shards keep their
+            # prepared share, and a search after an eviction puts the ids again
+            while len(self._refs) > 1 and (len(self._refs) > self.filters.max_entries
+                                           or self._refs_bytes > self.filters.max_bytes):
+                _, (_, size) = self._refs.popitem(last=False)
+                self._refs_bytes -= size
         return [ref]
 
     def search(self, vectors: np.ndarray, k: int, match: FilterMatch | None = None, *,

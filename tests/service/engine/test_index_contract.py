@@ -359,6 +359,11 @@ def test_sharded_filter_ids_are_sent_once_and_each_shard_keeps_its_share(corpus:
         merged = np.concatenate([a[1] for a in alone], axis=1)
         for row, got in zip(ids, merged, strict=True):
             assert set(row[row >= 0].tolist()) <= set(got[got >= 0].tolist())
+        # the ids held in the object store are bounded like the filter cache (here to one filter's): an evicted
+        # filter's ids are put again when it comes back, and it answers the same
+        index.filters.max_bytes = 1
+        answers(index, queries, K, FILTERS[3])
+        assert answers(index, queries, K, flt) == first and len(puts) == 4
     finally:
         index.close()
 
