@@ -57,6 +57,9 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=None,
                     help="dense queries before `before` is read (default: every query vector the swap's load sends, "
                          "so that the served version's pages that load touches are resident before the swap)")
+    ap.add_argument("--to", choices=("copy", "compact"), default="copy",
+                    help="the version swapped to: a byte copy of the served one, or (as bench/scale.py) the served one "
+                         "with 320 documents written through PUT /documents, folded by `indexer compact`")
     ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results")
     a = ap.parse_args()
     from indexer.runtime.paths import data_dir
@@ -66,10 +69,21 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp_s:
         proc, url, _ = scale.start(a.root, Path(tmp_s), {"STRATA_MMAP": "1", "STRATA_THREADS": "1"})
         try:
-            for q in qvecs[:a.warmup or len(qvecs)]:
-                httpx.post(f"{url}/search", json={"vector": q.tolist(), "top_k": 10}, timeout=60)
+            def warm() -> None:
+                for q in qvecs[:a.warmup or len(qvecs)]:
+                    httpx.post(f"{url}/search", json={"vector": q.tolist(), "top_k": 10}, timeout=60)
+
+            warm()
+            if a.to == "compact":
+                from indexer.runtime.manifest import Manifest
+
+                manifest = Manifest.load(a.root / "current")
+                scale.writes(url, manifest.model.dim, manifest.index.ntotal)
+                scale.next_version(a.root, sc.encoder_dir(), 2, "compact")
+            else:
+                scale.next_version(a.root, Path(), 2, "copy")
+            warm()  # again: writing the next version may have pushed the served index's pages out of the page cache
             before = resident_by_mapping(proc.pid)
-            scale.next_version(a.root, Path(), 2, "copy")
             stop = threading.Event()
             peak: collections.Counter[str] = collections.Counter()
 
