@@ -36,8 +36,11 @@ def run(args: argparse.Namespace) -> int:
     for v in versions:
         try:
             manifest = Manifest.load(root.version_dir(v))
+            shards = manifest.index.shards
             desc = (f"{manifest.index.ntotal} vectors, {manifest.index.factory}, {manifest.model.pooling}, "
                     f"{manifest.data.protocol}"
+                    + (f", {len(shards)} shards" + (f" of {manifest.parent_version}" if manifest.parent_version else "")
+                       if shards else "")
                     + (f", MRR@10 {manifest.eval.mrr_at_10:.4f}" if manifest.eval else "")
                     + (", no lexical index" if manifest.lexical is None else f", BM25 ({manifest.lexical.stemmer})")
                     + f", /search mode {manifest.search_mode()}")

@@ -102,6 +102,10 @@ def test_a_split_version_answers_as_its_parent(root: Path) -> None:
         parent.close()
         merged.close()
 
+    info = indexer_cli("info", "--root", str(root))
+    assert info.returncode == 0 and f"* {name}  {N} vectors" in info.stdout
+    assert f"3 shards of {parent_name}" in info.stdout, info.stdout
+
     again = indexer_cli("shard", "--root", str(root), "--shards", "2")  # the current version is sharded now
     assert again.returncode == 2 and "already kept as 3 shards" in again.stderr
 
