@@ -190,29 +190,39 @@ def test_graceful_shutdown_finishes_in_flight_requests(tmp_path: Path, quora_roo
 
 
 def test_shutdown_timeout_cuts_in_flight_requests_short(tmp_path: Path, quora_root: Path) -> None:
-    """STRATA_SHUTDOWN_TIMEOUT_S: a request still running when it has passed gets no answer."""
+    """STRATA_SHUTDOWN_TIMEOUT_S: a request still running when it has passed gets no answer. Six of the heaviest
+    calls (64 × 256 tokens each) on one worker thread: on the fastest machine seen here the half call alone finished
+    inside the 1 s grace once in three runs, three half calls (batched together) every time, and of three whole
+    ones two; six take several seconds there and a minute on a slow machine, so some are still running when the
+    grace ends. The server's exit is not slowed by them: they are cut."""
+    CALLS = 6
     srv = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(quora_root), "STRATA_THREADS": "1",
                                   "STRATA_WORKERS": "1", "STRATA_SHUTDOWN_TIMEOUT_S": "1"})
     result: list[object] = []
 
     def heavy() -> None:
         try:
-            result.append(httpx.post(f"{srv.url}/encode", json=SHUTDOWN_HEAVY, timeout=120))
+            result.append(httpx.post(f"{srv.url}/encode", json=HEAVY, timeout=120))
         except httpx.HTTPError as exc:
             result.append(exc)
 
-    t = threading.Thread(target=heavy)
-    t.start()
-    until(lambda: in_flight(srv), "the request being encoded (several seconds on one thread)")
+    threads = [threading.Thread(target=heavy) for _ in range(CALLS)]
+    for t in threads:
+        t.start()
+    until(lambda: in_flight(srv), "the requests being encoded (several seconds on one thread)")
     srv.proc.send_signal(signal.SIGTERM)
-    t.join(timeout=120)
+    for t in threads:
+        t.join(timeout=120)
     assert srv.proc.wait(timeout=120) == 0
-    # uvicorn answers the cancelled request 500 (or the connection drops): its vectors never came back
-    assert result and (isinstance(result[0], httpx.HTTPError) or result[0].status_code == 500), result
+    # uvicorn answers a cancelled request 500 (or the connection drops): its vectors never came back
+    cut = [r for r in result if isinstance(r, httpx.HTTPError) or r.status_code == 500]  # type: ignore[union-attr]
+    answered = [r for r in result if not isinstance(r, httpx.HTTPError) and r.status_code == 200]
+    print(f"\nshutdown after a 1 s grace: {len(answered)} heavy calls answered, {len(cut)} cut")
+    assert len(result) == CALLS and cut and len(cut) + len(answered) == CALLS, result
     log = srv.log.read_text()
-    # cut at the end of the grace, not at the end of the request's run: uvicorn says so, and no answer was logged
-    # (a wall-clock bound here failed on a loaded machine, where shutting down itself takes seconds)
-    assert "timeout graceful shutdown exceeded" in log and "POST /encode 200" not in log
+    # cut at the end of the grace, not at the end of the requests' run: uvicorn says so, and only the answers that
+    # came back were logged
+    assert "timeout graceful shutdown exceeded" in log and log.count("POST /encode 200") == len(answered)
 
 
 def test_inference_workers_run_faiss_with_the_configured_threads() -> None:
