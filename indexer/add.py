@@ -117,7 +117,7 @@ def add_questions(root_dir: Path, path: Path, *, model_dir: Path | None = None, 
                   run_eval: bool = True) -> AddResult:
     root = IndexRoot(root_dir)
     t_start = time.perf_counter()
-    with root.build_lock():
+    with root.build_lock(create=False):
         root.remove_partial_builds()
         base = IndexVersion(root.current_dir())
         try:

@@ -98,7 +98,7 @@ def compact(root_dir: Path, *, model_dir: Path | None = None, threads: int | Non
             run_eval: bool = True, rebuild_after: float = DEFAULT_REBUILD_AFTER) -> CompactResult:
     root = IndexRoot(root_dir)
     t_start = time.perf_counter()
-    with root.build_lock():
+    with root.build_lock(create=False):
         root.remove_partial_builds()
         base = IndexVersion(root.current_dir())
         try:

@@ -82,7 +82,7 @@ def reshard(root_dir: Path, n_shards: int, *, version: str | None = None, keep: 
         raise ValueError(f"--shards must be between 2 and {MAX_SHARDS}, not {n_shards}")
     root = IndexRoot(root_dir)
     t0 = time.perf_counter()
-    with root.build_lock():
+    with root.build_lock(create=False):
         root.remove_partial_builds()
         folder = root.version_dir(version) if version is not None else root.current_dir()
         if not folder.is_dir():

@@ -23,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
     from indexer.runtime.version import IndexVersion
 
     root = IndexRoot(args.root)
-    with root.build_lock():  # never race a build's own flip of `current`
+    with root.build_lock(create=False):  # never race a build's own flip of `current`
         current = root.current_version()
         target = args.version or root.previous_version()
         if target is None:

@@ -109,7 +109,12 @@ class IndexRoot:
         log.info("current -> %s", version)
 
     @contextmanager
-    def build_lock(self) -> Iterator[None]:
+    def build_lock(self, *, create: bool = True) -> Iterator[None]:
+        """Held by whatever writes versions or moves `current`. `create`: make the root (a first build); False for
+        the commands that work on an existing version (`--add`, compact, shard, rollback): a mistyped `--root`
+        is refused with the reason and leaves no empty root behind."""
+        if not create and not self.root.is_dir():
+            raise LayoutError(f"{self.root} has no current index (build one with `indexer build --root {self.root}`)")
         with storage_errors(self.root / LOCK, "taking the build lock"):
             self.root.mkdir(parents=True, exist_ok=True)
             fh = open(self.root / LOCK, "a+")  # noqa: SIM115 (closed below, after the lock is released)

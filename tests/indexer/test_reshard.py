@@ -1,8 +1,8 @@
 """`indexer shard`: a published IVF version (built from vectors, with metadata and a lexical index) split into N
 shard files by `id % N` on real FAISS files. The merged shards answer as the parent did — dense at the served
 nprobe, filtered, lexical — the rest of the version is the parent's files hard-linked, the new version is sealed
-and published with its parent named; a version that is not IVF, already sharded, damaged, or a count out of range
-is refused with the reason, exit 2, nothing published."""
+and published with its parent named; a version that is not IVF, already sharded, damaged, a count out of range or a
+root that does not exist is refused with the reason, exit 2, nothing published (no empty root made)."""
 
 from __future__ import annotations
 
@@ -118,6 +118,10 @@ def test_a_version_that_cannot_be_split_is_refused_and_nothing_is_published(tmp_
                        (("--shards", "2", "--version", "nope"), "no version nope")):
         r = indexer_cli("shard", "--root", str(root), *args)
         assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+    missing = tmp_path / "no-such-root"  # a mistyped --root: refused, and no empty root made
+    r = indexer_cli("shard", "--root", str(missing), "--shards", "2")
+    assert r.returncode == 2 and "has no current index" in r.stderr and not missing.exists(), r.stderr
 
     flat = tmp_path / "flat"
     build(BuildConfig(model_dir=tiny_exported, data=str(corpus(tmp_path / "docs.jsonl")), root=flat,
