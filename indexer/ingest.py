@@ -35,11 +35,11 @@ from indexer.evalset import LoadedEvalSet, load_eval_set
 from indexer.ingest_passages import BuildPassages, drop_stale
 from indexer.ingest_vectors import RowVectors, VectorRows, brought_vectors
 from indexer.probes import corpus_probe_candidates, make_probes
-from indexer.runtime.guards import max_shrink, shrink_message, shrinks_too_much
 from indexer.runtime.ids import ASSIGNED_IDS_FROM, FaissIds
 from indexer.runtime.layout import IndexRoot, new_version_name
 from indexer.runtime.manifest import CorpusFieldsInfo, DataInfo, Manifest, ManifestError, Timings
 from indexer.runtime.passages import PASSAGE_KEY, Splitter, parse_passage_id
+from indexer.runtime.shrink_guard import max_shrink, shrink_message, shrinks_too_much
 from indexer.runtime.storage import storage_errors
 from indexer.runtime.store import STORE, CorpusStoreWriter
 from indexer.runtime.version import QUERY_VECTORS

@@ -11,7 +11,7 @@ and request ids (`access`, `logs`), schemas (`schemas`, `openai_schemas`, `stats
 the hot routes' JSON (`responses`) and their handler without per-request dependency solving (`lean_route`) —
 plus settings (environment variables prefixed `STRATA_`), Prometheus metrics,
 optional OpenTelemetry tracing (`tracing`), the sliding-window recorder behind `/stats` (`stats`), the search page's
-static files (`static/`) and the demo command (`demo`, with its background chain's status and ETA in `chain`).
+static files (`static/`) and the demo command (`demo`, with its background chain's status and ETA in `training_status`).
 
 May import: `indexer.runtime` (encoder runtime, index versions, layout, the write path), fastapi/starlette (outside
 `service.engine`), pydantic, prometheus-client, numpy, uvicorn, OpenTelemetry (`tracing` only, and only when tracing

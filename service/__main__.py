@@ -93,7 +93,7 @@ def serve(settings: Settings) -> int:
     import uvicorn
 
     from service.auth import KeyConfigError
-    from service.engine.collections import CollectionsConfigError
+    from service.engine.registry import CollectionsConfigError
     from service.engine.tracing import TracingConfigError
     from service.main import create_app
 

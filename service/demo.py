@@ -6,7 +6,8 @@ Unless `--no-train`, the demo also adapts the encoder to Quora in the background
 `encoder adapt`, then `indexer build --target-recall` with the adapted encoder, both child processes at the
 lowest CPU priority). The running API swaps to the new version only if its swap gates pass (MRR@10 on the same
 evaluation set included); `/ready`, the log and the page show each stage's progress and the whole chain's ETA
-meanwhile (`service.chain`). The children log in the API's format (`STRATA_LOG_FORMAT`, set by its logging)."""
+meanwhile (`service.training_status`). The children
+log in the API's format (`STRATA_LOG_FORMAT`, set by its logging)."""
 
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ from pathlib import Path
 from indexer.runtime.layout import IndexRoot
 from indexer.runtime.paths import DEFAULT_POOLING, default_model_dir, default_quora_source, strata_home
 from indexer.runtime.progress import FILE_ENV, log_interval
-from service.chain import ChainMonitor, ChainSizes, ChainState, Rates
 from service.settings import Settings
+from service.training_status import ChainMonitor, ChainSizes, ChainState, Rates
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +165,7 @@ class TrainingPlan:
 
     @property
     def chain_file(self) -> Path:
-        """The whole chain's status (`service.chain`): what `/ready` shows under `training`."""
+        """The whole chain's status (`service.training_status`): what `/ready` shows under `training`."""
         return self.work / "chain.json"
 
     @property

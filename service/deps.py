@@ -11,8 +11,8 @@ from fastapi import Depends, Request
 
 from service.auth import Authorizer
 from service.engine import Collection
-from service.engine.collections import Collections
 from service.engine.metrics import Metrics
+from service.engine.registry import Collections
 from service.settings import Settings
 from service.stats import LiveStats
 

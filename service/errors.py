@@ -50,7 +50,7 @@ from service.engine import (
     WritesUnavailable,
     WritesUnsupported,
 )
-from service.engine.collections import UnknownCollection
+from service.engine.registry import UnknownCollection
 from service.openai_schemas import OpenAIRequestError
 from service.schemas import ReloadResponse
 

@@ -1,6 +1,6 @@
 """App factory: the same app for every engine backend (local or Ray-sharded).
 
-The lifespan starts and stops the collections (`service.engine.collections`: one engine per collection, on one
+The lifespan starts and stops the collections (`service.engine.registry`: one engine per collection, on one
 shared scheduler) and the tracer provider (`service.engine.tracing`, when tracing is on);
 middleware adds a request id, JSON access logs, per-endpoint metrics, the request's trace span, CORS and the body
 cap; each route declares the scope it needs (`service.auth`: the app refuses to start with a route that declares
@@ -19,8 +19,8 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from service.access import AccessLog, AccessSummary
 from service.auth import Authorizer, check_routes
-from service.engine.collections import Collections
 from service.engine.metrics import Metrics
+from service.engine.registry import Collections
 from service.engine.tracing import Tracing
 from service.errors import ERROR_RESPONSES, install_error_handlers
 from service.limits import BodySizeLimit

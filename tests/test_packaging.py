@@ -39,7 +39,7 @@ def test_serving_path_imports_without_torch() -> None:
 
 def test_the_api_process_loads_no_build_pipeline_and_the_engine_no_fastapi() -> None:
     code = (
-        "import sys\nimport service.engine, service.engine.local\n"
+        "import sys\nimport service.engine, service.engine.backends\n"
         "web = sorted(m for m in sys.modules if m.split('.')[0] in {'fastapi', 'starlette'})\n"
         "assert not web, web\n"
         "from service.main import create_app\ncreate_app()\n"

@@ -47,7 +47,7 @@ def known_errors() -> tuple[type[BaseException], ...]:
 def check_settings() -> None:
     """Environment settings a build reads at its end, checked before any work (a bad STRATA_MAX_SHRINK would
     otherwise be found only after the whole corpus was encoded)."""
-    from indexer.runtime.guards import max_shrink
+    from indexer.runtime.shrink_guard import max_shrink
 
     max_shrink()
 

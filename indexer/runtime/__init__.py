@@ -26,7 +26,7 @@ Owns:
   nesting and size), enforced by builds, writes and filters alike, and the repair of values stored before it;
 - `filters`: the metadata filter language (parsed and validated here, compiled to SQL over the store);
 - `integrity`: checksums of a version's files, sealed into its manifest, verified before it is served;
-- `guards`: the shrink guard (`STRATA_MAX_SHRINK`) shared by builds and swaps;
+- `shrink_guard`: the shrink guard (`STRATA_MAX_SHRINK`) shared by builds and swaps;
 - `priority`: the lowered CPU and IO priority of builds and compactions (`STRATA_BUILD_PRIORITY`);
 - `serving`: the serving record (`serving.json`: the version an API last swapped in, the versions its gates
   refused), so that restarts hold the swap gates;

@@ -10,7 +10,7 @@ container's log, `python -m service demo > demo.log`); there, `Progress` logs on
 its progress in a status file (`encoder adapt`'s status.json, shown in the API's `/ready`). With
 `STRATA_PROGRESS_FILE` set, each job's progress is written there instead of logged (JSON, atomically, at most
 every 2 s and at its end; the latest `KEPT_JOBS` jobs, oldest first): how a parent process (the demo's background
-chain) follows the progress of the CLIs it starts and prints one line for them (`service.chain`).
+chain) follows the progress of the CLIs it starts and prints one line for them (`service.training_status`).
 
 `Working` is the same for a step without counts (an ONNX export, an int8 calibration, an IVF index's training):
 its name at the start, the elapsed time in place on a terminal or a line every 10 s elsewhere, and its time at

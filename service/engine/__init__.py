@@ -5,9 +5,9 @@ Owns, one module each:
   triggers (the `current` watcher, SIGHUP);
 - `scheduler`: what every collection of the process shares: admission (the in-flight cap), the timeout, the worker
   pool, one micro-batcher per encoder (several collections' requests in one ONNX run), the write lane;
-- `collections`: the collections served (`STRATA_COLLECTIONS_DIR` or one root), their discovery and the default;
+- `registry`: the collections served (`STRATA_COLLECTIONS_DIR` or one root), their discovery and the default;
 - `encoders`: each encoder loaded once per process, whichever collections and versions pair with it;
-- `models`: the ids `/v1` serves each distinct encoder under, and which collection answers a `model`;
+- `model_catalog`: the ids `/v1` serves each distinct encoder under, and which collection answers a `model`;
 - `errors`: what the engine refuses (`NotReady`, `Overloaded`, `TimedOut`, `SwapRefused`, `Mismatch`,
   `BadFilter`, `BadSearchParams`, `ModeUnavailable`; and the write path's `WriteRefused`, `WritesUnsupported`,
   `WritesUnavailable`, `NotServing`, re-exported from `indexer.runtime.writes`, and the disk's `StorageFull`,
@@ -15,7 +15,7 @@ Owns, one module each:
 - `batching`: micro-batching of concurrent calls into one ONNX run;
 - `leases`: leases on the served searcher, so a swap never changes a batch's version under it;
 - `swap`: swapping to a new version, behind its gates (loads, matches its encoder, answers a probe, MRR@10);
-- `names`: the stable names the OpenAI-compatible routes serve the encoder under, across swaps;
+- `model_names`: the stable names the OpenAI-compatible routes serve one collection's encoder under, across swaps;
 - `searcher`: an encoder paired with an index version, running one micro-batch;
 - `write_lane`: where writes' texts are encoded: threads of their own, at a lower CPU priority, in small chunks,
   so that searches keep their latency under a stream of writes. What happens to a write after its encoding — the
@@ -23,7 +23,8 @@ Owns, one module each:
   (`indexer.runtime.writes`, `indexer.runtime.overlay`), beside the write log and `indexer compact`'s fold;
 - `triggers`: the background tasks (watchers, a SIGHUP's reload) and the SIGHUP handler of a collection or of all of
   them, stopped in one place;
-- `local`: the local backend (the index searched in this process);
+- `backends`: the `Backend` protocol, the local backend (the index searched in this process) and the factory that
+  picks the backend the settings name;
 - `sharded`: the Ray-sharded backend (shards as Ray Serve deployments, searched from this process).
 
 - `settings`: what the engine reads of the `STRATA_*` variables (`EngineSettings`; the HTTP edge's `Settings`
@@ -58,7 +59,7 @@ from service.engine.errors import (
     WritesUnavailable,
     WritesUnsupported,
 )
-from service.engine.names import DimensionChanged, UnknownModel
+from service.engine.model_names import DimensionChanged, UnknownModel
 from service.engine.swap import Refusal, SwapResult
 
 __all__ = ["BadConfig", "BadFilter", "BadSearchParams", "BadVector", "DimensionChanged", "Document", "Collection",

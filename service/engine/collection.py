@@ -2,8 +2,8 @@
 backend.
 
 A `Collection` is one index root served: its served version (`leases`), its swaps behind their gates
-(`swap`), its write log and overlay (`writes`), its model names (`names`) and its metrics series. The calls pass the
-shared `scheduler` (admission: the in-flight cap, `NotReady`, the timeout; micro-batching per encoder; the
+(`swap`), its write log and overlay (`writes`), its model names (`model_names`) and its metrics series. The calls pass
+the shared `scheduler` (admission: the in-flight cap, `NotReady`, the timeout; micro-batching per encoder; the
 inference workers; the write lane). Each batch leases the collection's current searcher for its whole run, so a
 swap never mixes two versions in one answer.
 
@@ -38,14 +38,15 @@ from indexer.runtime.query import Query
 from indexer.runtime.vectors import VectorError, check_vector
 from indexer.runtime.writelog import Delete, ExtId, Upsert
 from indexer.runtime.writes import Document, WriteResult, Writes, WritesUnavailable
+from service.engine.backends import Backend, make_backend
 from service.engine.errors import BadConfig, BadVector, NotReady
 from service.engine.leases import Leases
 from service.engine.metrics import Metrics
-from service.engine.names import Encoder, ModelNames
+from service.engine.model_names import Encoder, ModelNames
 from service.engine.scheduler import Scheduler
 from service.engine.searcher import Hit, Searcher, SearchResult, Stages
 from service.engine.settings import EngineSettings
-from service.engine.swap import Backend, Refusal, Swapper, SwapResult
+from service.engine.swap import Refusal, Swapper, SwapResult
 from service.engine.tracing import Tracing
 from service.engine.triggers import Triggers
 from service.engine.write_lane import WriteLane
@@ -80,7 +81,8 @@ class Vectors:
 
 @dataclass(frozen=True)
 class ServedModel:
-    """The encoder of the served version: `name` is its stable id in /v1 (`names`), `encoder` its folder's name."""
+    """The encoder of the served version: `name` is its stable id in /v1 (`model_names`), `encoder` its folder's
+    name."""
 
     name: str
     encoder: str
@@ -116,16 +118,6 @@ def _stamp(root: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.st_mtime_ns, st.st_size
-
-
-def make_backend(settings: EngineSettings) -> Backend:
-    if settings.engine == "sharded":
-        from service.engine.sharded import RayBackend  # Ray only where it is used
-
-        return RayBackend(settings)
-    from service.engine.local import LocalBackend
-
-    return LocalBackend(settings)
 
 
 STAGE_NAMES = ("encode", "dense", "lexical", "fusion", "lookup")  # `Stages`' fields, in order
@@ -286,7 +278,7 @@ class Collection:
 
     def served_model(self, asked: str | None = None) -> ServedModel:
         """The served version's encoder; NotReady when none is loaded. With `asked` (a request's `model`): raises
-        UnknownModel, or DimensionChanged for a name whose vectors had another dimension (see `names`)."""
+        UnknownModel, or DimensionChanged for a name whose vectors had another dimension (see `model_names`)."""
         searcher = self.leases.current
         if searcher is None:
             raise NotReady(self.not_ready_reason())

@@ -1,6 +1,6 @@
 """Prometheus metrics, in a registry owned by the app (no module-level global state).
 
-Per collection (`service.engine.collections`): the `strata_collection_*` families carry a `collection` label;
+Per collection (`service.engine.registry`): the `strata_collection_*` families carry a `collection` label;
 the unlabelled index/swap/write families they mirror (`strata_index_size`, `strata_ready`, …) keep describing the
 default collection only, so the dashboards of a one-root server read what they always read. `CollectionMetrics`
 updates both: one call per event."""

@@ -16,8 +16,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from indexer.runtime.ann import KIND_SPECS, KNOBS
 from indexer.runtime.bounded_leg import HybridLexical
-from indexer.runtime.guards import DEFAULT_MAX_SHRINK
 from indexer.runtime.paths import default_index_root
+from indexer.runtime.shrink_guard import DEFAULT_MAX_SHRINK
 
 
 def _cores() -> int:

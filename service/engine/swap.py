@@ -36,21 +36,22 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Literal
 
 from indexer.runtime.encoder import EncoderLoadError
-from indexer.runtime.guards import MAX_SHRINK_ENV, shrinks_too_much
 from indexer.runtime.integrity import IntegrityError, damage, verify_folder
 from indexer.runtime.layout import CURRENT, IndexRoot, LayoutError
 from indexer.runtime.manifest import MANIFEST, Manifest, ManifestError
 from indexer.runtime.serving import RECORD, VERDICTS, ServingRecord
+from indexer.runtime.shrink_guard import MAX_SHRINK_ENV, shrinks_too_much
 from indexer.runtime.version import IndexLoadError
 from indexer.runtime.writelog import WriteLogError
+from service.engine.backends import Backend
 from service.engine.encoders import EncoderCache
 from service.engine.errors import Mismatch, SwapRefused
 from service.engine.leases import Leases
 from service.engine.metrics import CollectionMetrics, Metrics
-from service.engine.searcher import Searcher, VectorIndex
+from service.engine.searcher import Searcher
 from service.engine.settings import EngineSettings
 
 if TYPE_CHECKING:
@@ -60,18 +61,6 @@ log = logging.getLogger(__name__)
 
 PROBE_QUERY = "strata swap probe: is this index answering?"
 Outcome = Literal["swapped", "unchanged", "refused"]
-
-
-class Backend(Protocol):
-    """Where a version's vectors are searched: opened per version, closed with the collection."""
-
-    name: str
-
-    def start(self) -> None: ...
-
-    def open_index(self, folder: Path) -> VectorIndex: ...
-
-    def close(self) -> None: ...
 
 
 @dataclass

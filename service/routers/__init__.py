@@ -8,5 +8,5 @@ mapped to HTTP by `service.errors`; keys and limits are app-wide (`service.auth`
 May import: fastapi, prometheus-client, numpy, `service.deps` (each route asks only for what it uses: the engine,
 the metrics, the settings, the live stats, the key checker), `service.schemas`, `service.openai_schemas`,
 `service.stats_schemas`, `service.collection_schemas`, `service.stats`, the engine's front doors (`service.engine`,
-and for several collections `service.engine.collections` and `service.engine.models`). Never the engine's internals
+and for several collections `service.engine.registry` and `service.engine.model_catalog`). Never the engine's internals
 or `indexer`."""

@@ -17,8 +17,8 @@ from service.auth import ADMIN_NAMED, ANY_KEY, READ_NAMED, WRITE_NAMED
 from service.collection_schemas import CollectionInfo, CollectionList
 from service.deps import CollectionsDep, collection_stats
 from service.engine import Collection
-from service.engine.collections import NAME_PATTERN, Collections
-from service.engine.models import listed
+from service.engine.model_catalog import listed
+from service.engine.registry import NAME_PATTERN, Collections
 from service.lean_route import LeanRoute
 from service.routers.admin import FORCE, run_reload
 from service.routers.documents import WRITE_ERRORS, run_delete, run_upsert

@@ -8,7 +8,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from indexer.runtime.manifest import Manifest
 from service.auth import ANY_KEY
-from service.chain import read_json, swap_outcome
 from service.deps import CollectionsDep, MetricsDep, SettingsDep
 from service.engine import Status
 from service.schemas import (
@@ -20,6 +19,7 @@ from service.schemas import (
     SwapRefusal,
     TrainingProgress,
 )
+from service.training_status import read_json, swap_outcome
 
 # Any valid key; the default STRATA_PUBLIC_PATHS opens all four to probes and scrapers without one.
 router = APIRouter(tags=["operations"], dependencies=[ANY_KEY])

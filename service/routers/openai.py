@@ -4,12 +4,12 @@ The same engine call as `/encode` (keys, limits, the in-flight cap, micro-batchi
 metrics are labelled `/v1/embeddings`), in OpenAI's request and response shapes, so that OpenAI's clients work
 with `base_url="http://HOST:PORT/v1"`. Errors here have OpenAI's shape (`service.errors`).
 
-Each distinct encoder of the collections is a model (`service.engine.models` says how they are named; a key
+Each distinct encoder of the collections is a model (`service.engine.model_catalog` says how they are named; a key
 restricted to collections sees only their encoders).
 `model` must be a served id (`STRATA_MODEL_NAME`, default `strata-<dim>`: the same across swaps that keep the
 dimension) or an alias: the served encoder's folder name, the encoders of the versions a rollback can serve (of the
 same dimension), `STRATA_MODEL_ALIASES` (`["*"]`: any name); another name is a 404 `model_not_found`, as OpenAI
-answers, and a name whose vectors had another dimension a 410 `model_dimension_changed` (`service.engine.names`).
+answers, and a name whose vectors had another dimension a 410 `model_dimension_changed` (`service.engine.model_names`).
 An answer's `model` names the encoder that made its vectors.
 """
 
@@ -24,8 +24,8 @@ from fastapi import APIRouter, HTTPException, Request
 from service.auth import ANY_KEY
 from service.deps import CollectionsDep
 from service.engine import Collection, NotReady, ServedModel
-from service.engine.collections import Collections
-from service.engine.models import Forbidden, listed, resolve
+from service.engine.model_catalog import Forbidden, listed, resolve
+from service.engine.registry import Collections
 from service.openai_schemas import (
     Embedding,
     EmbeddingRequest,

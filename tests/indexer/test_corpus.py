@@ -39,9 +39,9 @@ from indexer.runtime.filters import (
     parse_filter,
     plan,
 )
-from indexer.runtime.guards import DEFAULT_MAX_SHRINK, max_shrink, shrinks_too_much
 from indexer.runtime.ids import ASSIGNED_IDS_FROM
 from indexer.runtime.manifest import Manifest
+from indexer.runtime.shrink_guard import DEFAULT_MAX_SHRINK, max_shrink, shrinks_too_much
 from indexer.runtime.store import STORE, Store, write_store
 
 ROWS: list[dict[str, Any]] = [

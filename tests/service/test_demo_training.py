@@ -18,8 +18,8 @@ import pytest
 
 from indexer.runtime.layout import IndexRoot
 from indexer.runtime.manifest import Manifest
-from service.chain import STAGES
 from service.demo import BackgroundTraining, TrainingPlan
+from service.training_status import STAGES
 from tests.conftest import REPO, start_server, stop_server
 from tests.conftest import write_quora_like as quora_like
 
@@ -44,7 +44,7 @@ def plan_for(tmp_path: Path, root: Path, data: Path, checkpoint: Path, steps: in
 def test_the_demo_keeps_serving_trains_in_the_background_and_swaps_through_the_gate(
         tiny_checkpoint: Path, tiny_exported: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture,
         capfd: pytest.CaptureFixture[str]) -> None:
-    caplog.set_level(logging.INFO, logger="service.chain")
+    caplog.set_level(logging.INFO, logger="service.training_status")
     data = quora_like(tmp_path / "quora.tsv.gz")
     root = served_root(tmp_path, tiny_exported, data)
     before = IndexRoot(root).current_version()
@@ -91,7 +91,7 @@ def test_the_demo_keeps_serving_trains_in_the_background_and_swaps_through_the_g
         assert len({t["stage"] for t in running}) >= 2, running
         assert all(t["eta_s"] is not None and t["eta_at"] and t["stages_total"] == 6 for t in running), running
         # and the log: a line for every stage, with the chain's ETA
-        logged = [r.getMessage() for r in caplog.records if r.name == "service.chain"]
+        logged = [r.getMessage() for r in caplog.records if r.name == "service.training_status"]
         for number, name in enumerate(STAGES, 1):
             assert any(m.startswith(f"background [{number}/6] {name}: ") and "for the whole chain" in m
                        for m in logged), logged

@@ -13,8 +13,8 @@ import pytest
 
 from indexer.build import BuildConfig, build
 from indexer.runtime.query import Query
-from service.engine.collections import Collections
 from service.engine.metrics import Metrics
+from service.engine.registry import Collections
 from service.settings import Settings
 
 TEXTS = {
@@ -90,7 +90,7 @@ def test_two_encoders_of_one_dimension_get_distinct_model_ids(folder: Path) -> N
     """/v1 ids: with no default collection every encoder is `strata-<dim>@<first collection>`; gamma's and delta's
     encoders (both 32-dimensional) are two models, each resolved to its own collection, and `strata-<dim>@<name>`
     names a collection's encoder."""
-    from service.engine.models import listed, resolve
+    from service.engine.model_catalog import listed, resolve
 
     settings = Settings(collections_dir=folder, workers=1, threads=1, watch_interval_s=0)
 

@@ -1,6 +1,7 @@
-"""The demo chain's status (`service.chain`) from real status and progress files as its children write them: stages
-attributed by time (a stage that began and ended between two ticks included), the ETA of the whole remaining
-chain from measured rates, and the swap's outcome as /ready reports it (swapped, refused with its reason, pending)."""
+"""The demo chain's status (`service.training_status`) from real status and progress files as its children write
+them: stages attributed by time (a stage that began and ended between two ticks included), the ETA of the whole
+remaining chain from measured rates, and the swap's outcome as /ready reports it (swapped, refused with its reason,
+pending)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from indexer.runtime.progress import Progress
-from service.chain import STAGES, ChainMonitor, ChainSizes, ChainState, Rates, estimate, swap_outcome
+from service.training_status import STAGES, ChainMonitor, ChainSizes, ChainState, Rates, estimate, swap_outcome
 
 
 def test_estimates_follow_the_measured_rates() -> None:
@@ -119,7 +120,7 @@ def test_the_chains_eta_does_not_swing_on_a_busy_machine(monkeypatch: pytest.Mon
     time moves (in all, from 5 min in) by under an hour where the undamped estimate (each measured rate replacing
     its prior at once, the raw finish time shown) moved back and forth by nearly two; from a quarter of the chain
     on it is within 5 min of the real end."""
-    import service.chain as chain
+    import service.training_status as chain
 
     def moves(shown: list[tuple[float, float]]) -> float:
         at = [a for t, a in shown if t >= 300]

@@ -1,12 +1,13 @@
 """The models `/v1` serves when there are several collections: each distinct encoder once, under a stable id.
 
 Ids (decided so that a client's stored id means one encoder's vectors):
-- the default collection's encoder keeps its id of one root (`STRATA_MODEL_NAME`, else `strata-<dim>`, see `names`);
+- the default collection's encoder keeps its id of one root (`STRATA_MODEL_NAME`, else `strata-<dim>`, see
+  `model_names`);
 - every other distinct encoder is listed as `strata-<dim>@<collection>`, `<collection>` the first collection (by
   name) that pairs with it: two encoders of the same dimension never share an id;
 - `strata-<dim>@<name>` names collection `<name>`'s encoder, whichever it is, and is always accepted: the id to pin
   when a client wants "the model of collection X" across added collections; the encoder folder names and the
-  aliases of each collection (`names`) are accepted too.
+  aliases of each collection (`model_names`) are accepted too.
 
 Access: a key restricted to collections (`service.auth`) sees and uses an encoder only through a collection it may
 read; `may_read` is the key's test. What a name means does not depend on the key (`_named` resolves it first): a
@@ -21,9 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from service.engine.collection import Collection, ServedModel
-from service.engine.collections import Collections
 from service.engine.errors import EngineError, NotReady
-from service.engine.names import DimensionChanged, UnknownModel
+from service.engine.model_names import DimensionChanged, UnknownModel
+from service.engine.registry import Collections
 
 
 class Forbidden(EngineError):

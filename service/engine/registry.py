@@ -34,12 +34,12 @@ from pathlib import Path
 from indexer.runtime import collection_config
 from indexer.runtime.collection_config import Access, ConfigError
 from indexer.runtime.layout import CURRENT, VERSIONS
-from service.engine.collection import Collection, make_backend
+from service.engine.backends import Backend, make_backend
+from service.engine.collection import Collection
 from service.engine.errors import EngineError
 from service.engine.metrics import Metrics
 from service.engine.scheduler import Scheduler
 from service.engine.settings import EngineSettings
-from service.engine.swap import Backend
 from service.engine.tracing import Tracing
 from service.engine.triggers import Triggers
 
