@@ -9,7 +9,7 @@ import argparse
 import logging
 import sys
 
-from indexer.commands import build, collection, compact, compare, info, rollback, shard, tune, verify
+from indexer.commands import build, collection, compact, compare, info, rollback, shard, snapshot, tune, verify
 from indexer.commands import eval as eval_command
 from indexer.commands.common import known_errors, positive_int, recall_target
 from indexer.console import configure_logging, run_cli
@@ -18,7 +18,7 @@ from indexer.runtime.priority import PRIORITY_ENV, build_priority, lower_priorit
 __all__ = ["SUBCOMMANDS", "build_parser", "main", "positive_int", "recall_target"]
 
 # The order `indexer --help` lists them in.
-SUBCOMMANDS = (build, rollback, eval_command, compare, tune, compact, shard, verify, info, collection)
+SUBCOMMANDS = (build, rollback, eval_command, compare, tune, compact, shard, verify, info, collection, snapshot)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # Below the API's priority by default (`indexer.runtime.priority`, STRATA_BUILD_PRIORITY): they run beside it.
-BACKGROUND = ("build", "compact", "shard")
+BACKGROUND = ("build", "compact", "shard", "snapshot")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,3 +32,20 @@ class CollectionInfo(BaseModel):
 class CollectionList(BaseModel):
     default: str | None = Field(description="the default collection (null: none)")
     collections: list[CollectionInfo] = Field(description="those the API key may read, by name")
+
+
+class SnapshotOut(BaseModel):
+    """One snapshot of a collection (`POST`/`GET /collections/{name}/snapshots`; docs/operations.md#snapshots)."""
+
+    name: str
+    version: str = Field(description="the index version it holds")
+    seq: int = Field(description="the write log is in it up to this seq: every write acknowledged before it began")
+    size: int = Field(description="bytes of the archive")
+    sha256: str = Field(description="of the whole archive, as downloaded")
+    created_at: str
+    documents: int = Field(description="the version's vectors, before the log's entries are replayed onto it")
+    seconds: float = Field(0.0, description="how long making it took")
+
+
+class SnapshotList(BaseModel):
+    snapshots: list[SnapshotOut] = Field(description="oldest first")

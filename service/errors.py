@@ -12,6 +12,7 @@
                                                root); both with Retry-After and the reason naming the file
     RequestValidationError -> 422 without the echoed input (400 on /v1/*, as OpenAI answers)
     UnknownModel -> 404 `model_not_found`      DimensionChanged -> 410 `model_dimension_changed` (/v1 only)
+    SnapshotNotFound -> 404   SnapshotConflict -> 409 (the name is taken)   SnapshotError -> 422 (a bad name)
     UnknownCollection -> 404 (no collection of that name, or no default collection for the routes without one)
 
 Every body is JSON with a `detail` that says why (or the ReloadResponse), never a stack trace — except under
@@ -41,6 +42,9 @@ from service.engine import (
     NotReady,
     NotServing,
     Overloaded,
+    SnapshotConflict,
+    SnapshotError,
+    SnapshotNotFound,
     StorageFull,
     StorageUnavailable,
     SwapRefused,
@@ -220,6 +224,11 @@ async def storage_unavailable(request: Request, exc: StorageUnavailable) -> JSON
     return _error(request, 503, f"storage unavailable: {exc}", headers={"Retry-After": str(exc.retry_after_s)})
 
 
+async def snapshot_error(request: Request, exc: SnapshotError) -> JSONResponse:
+    status = 404 if isinstance(exc, SnapshotNotFound) else 409 if isinstance(exc, SnapshotConflict) else 422
+    return _error(request, status, str(exc))
+
+
 async def unknown_collection(request: Request, exc: UnknownCollection) -> JSONResponse:
     return _error(request, 404, str(exc))
 
@@ -252,6 +261,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(WritesUnavailable, writes_unavailable)  # type: ignore[arg-type]
     app.add_exception_handler(StorageFull, storage_full)  # type: ignore[arg-type]
     app.add_exception_handler(StorageUnavailable, storage_unavailable)  # type: ignore[arg-type]
+    app.add_exception_handler(SnapshotError, snapshot_error)  # type: ignore[arg-type]
     app.add_exception_handler(UnknownModel, unknown_model)  # type: ignore[arg-type]
     app.add_exception_handler(UnknownCollection, unknown_collection)  # type: ignore[arg-type]
     app.add_exception_handler(DimensionChanged, dimension_changed)  # type: ignore[arg-type]

@@ -24,7 +24,7 @@ from service.engine.registry import Collections
 from service.engine.tracing import Tracing
 from service.errors import ERROR_RESPONSES, install_error_handlers
 from service.limits import BodySizeLimit
-from service.routers import admin, documents, encode, health, openai, page, search, stats
+from service.routers import admin, documents, encode, health, openai, page, search, snapshots, stats
 from service.routers import collections as collections_router
 from service.routers.docs import mount_docs
 from service.settings import Settings
@@ -77,7 +77,7 @@ def create_app(settings: Settings | None = None, tracing: Tracing | None = None)
     app.add_middleware(AccessLog, metrics=metrics, tracing=tracing, summary=summary)
 
     for router in (encode.router, search.router, documents.router, health.router, stats.router, admin.router,
-                   collections_router.router, openai.router, page.router):
+                   collections_router.router, snapshots.router, openai.router, page.router):
         app.include_router(router)
     page.mount_static(app)
     mount_docs(app)

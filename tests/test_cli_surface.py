@@ -36,6 +36,7 @@ INDEXER = {
     "verify": ("--root", "--version",),
     "info": ("--root", "--json",),
     "collection": ("--root", "--set", "--unset", "--fingerprint",),
+    "snapshot": ("ACTION",),
 }
 ENCODER = {
     "export": (

@@ -26,6 +26,9 @@ Owns:
   nesting and size), enforced by builds, writes and filters alike, and the repair of values stored before it;
 - `filters`: the metadata filter language (parsed and validated here, compiled to SQL over the store);
 - `integrity`: checksums of a version's files, sealed into its manifest, verified before it is served;
+- `snapshot`: a collection's snapshots (one checksummed archive: the version, the write log up to one seq, its
+  config, the encoder's identity; under `ROOT/snapshots/`), and `restore`: one restored into a new root, checked
+  whole in a staging folder before it is renamed into place;
 - `shrink_guard`: the shrink guard (`STRATA_MAX_SHRINK`) shared by builds and swaps;
 - `priority`: the lowered CPU and IO priority of builds and compactions (`STRATA_BUILD_PRIORITY`);
 - `serving`: the serving record (`serving.json`: the version an API last swapped in, the versions its gates

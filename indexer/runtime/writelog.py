@@ -282,6 +282,30 @@ def open_log(root: Path, *, create: bool) -> WriteLog | None:
     return WriteLog(path, create=create)
 
 
+def copy_log(path: Path, out: Path, *, after: int = 0, folded_log: str | None = None) -> tuple[str, int]:
+    """A consistent copy of the log at `path` into the new file `out`, for a snapshot: the entries up to the last one
+    committed when the copy began (one read transaction, beside a running writer), after `after` when the log is
+    `folded_log` (a version holds those already), with the log's id and its seq counter (the copy's next append
+    continues the seqs); (log_id, the last seq copied)."""
+    con = sqlite3.connect(Path(out).absolute().as_uri(), uri=True, isolation_level=None)
+    try:
+        con.executescript(_SCHEMA)
+        con.execute("ATTACH DATABASE ? AS src", (Path(path).absolute().as_uri() + "?mode=ro",))
+        con.execute("BEGIN")
+        log_id = con.execute("SELECT value FROM src.meta WHERE key = 'log_id'").fetchone()[0]
+        last = int(con.execute("SELECT COALESCE(MAX(seq), 0) FROM src.entries").fetchone()[0])
+        first = after if log_id == folded_log else 0
+        con.execute("INSERT INTO main.entries SELECT * FROM src.entries WHERE seq > ? AND seq <= ?", (first, last))
+        con.execute("INSERT INTO main.meta SELECT * FROM src.meta")
+        con.execute("DELETE FROM main.sqlite_sequence WHERE name = 'entries'")
+        con.execute("INSERT INTO main.sqlite_sequence (name, seq) VALUES ('entries', ?)", (last,))
+        con.execute("COMMIT")
+        con.execute("DETACH DATABASE src")
+    finally:
+        con.close()
+    return log_id, last
+
+
 def net_effect(entries: Sequence[LogEntry]) -> dict[ExtId, LogEntry]:
     """The last entry per external id (a later upsert or delete of the same id supersedes the earlier ones), in
     seq order of those last entries. Keys keep their type: 17 and "17" are two documents."""

@@ -21,6 +21,8 @@ Owns, one module each:
   so that searches keep their latency under a stream of writes. What happens to a write after its encoding — the
   log, the overlay on the served version, the replay onto every version opened and the switch — is the runtime's
   (`indexer.runtime.writes`, `indexer.runtime.overlay`), beside the write log and `indexer compact`'s fold;
+- `snapshots`: one collection's snapshots (made of the served version, one at a time, below the API's priority;
+  listed, found, deleted: `indexer.runtime.snapshot`);
 - `triggers`: the background tasks (watchers, a SIGHUP's reload) and the SIGHUP handler of a collection or of all of
   them, stopped in one place;
 - `backends`: the `Backend` protocol, the local backend (the index searched in this process) and the factory that
@@ -51,6 +53,9 @@ from service.engine.errors import (
     NotReady,
     NotServing,
     Overloaded,
+    SnapshotConflict,
+    SnapshotError,
+    SnapshotNotFound,
     StorageFull,
     StorageUnavailable,
     SwapRefused,
@@ -64,6 +69,6 @@ from service.engine.swap import Refusal, SwapResult
 
 __all__ = ["BadConfig", "BadFilter", "BadSearchParams", "BadVector", "DimensionChanged", "Document", "Collection",
            "EngineError", "Hits", "Mismatch", "ModeUnavailable", "NotReady", "NotServing", "Overloaded", "Refusal",
-           "ServedModel", "Status", "StorageFull", "StorageUnavailable", "SwapRefused",
-           "SwapResult", "TimedOut", "UnknownModel", "Vectors", "WriteRefused", "WriteResult", "WritesUnavailable",
-           "WritesUnsupported"]
+           "ServedModel", "SnapshotConflict", "SnapshotError", "SnapshotNotFound", "Status", "StorageFull",
+           "StorageUnavailable", "SwapRefused", "SwapResult", "TimedOut", "UnknownModel", "Vectors", "WriteRefused",
+           "WriteResult", "WritesUnavailable", "WritesUnsupported"]

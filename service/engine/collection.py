@@ -46,6 +46,7 @@ from service.engine.model_names import Encoder, ModelNames
 from service.engine.scheduler import Scheduler
 from service.engine.searcher import Hit, Searcher, SearchResult, Stages
 from service.engine.settings import EngineSettings
+from service.engine.snapshots import Snapshots
 from service.engine.swap import Refusal, Swapper, SwapResult
 from service.engine.tracing import Tracing
 from service.engine.triggers import Triggers
@@ -159,6 +160,8 @@ class Collection:
         self.swapper = Swapper(settings, self.backend, self.leases, self.metrics, writes=self.writes,
                                encoders=self.scheduler.encoders, collection=self.collection_metrics)
         self.names = ModelNames(settings.index_root, settings.model_name, settings.model_aliases)
+        self.snapshots = Snapshots(settings.index_root, lambda: self.leases.current.version if self.leases.current
+                                   else None, self.not_ready_reason)
         if self._owns_scheduler:
             self.metrics.engines_loaded.set_function(self.leases.alive)
         # one thread: writes are serialised anyway (one log, one overlay), and their fsyncs wait here

@@ -1,17 +1,19 @@
 """What the engine refuses, as domain errors. `service.errors` is the one place that turns them into HTTP.
 
+A snapshot's refusals (`SnapshotError`, `SnapshotNotFound`, `SnapshotConflict`) are the runtime's, re-exported too.
 The write path's refusals are the runtime's own (`indexer.runtime.writes`, where the write path lives, and the
 disk's faults, `indexer.runtime.storage`): they are re-exported here, so that the engine's refusals are all found
 in one place."""
 
 from __future__ import annotations
 
+from indexer.runtime.snapshot import SnapshotConflict, SnapshotError, SnapshotNotFound
 from indexer.runtime.storage import StorageError, StorageFull, StorageUnavailable
 from indexer.runtime.writes import NotServing, WriteRefused, WritesUnavailable, WritesUnsupported
 
 __all__ = ["BadFilter", "BadSearchParams", "EngineError", "Mismatch", "ModeUnavailable", "NotReady", "NotServing",
-           "Overloaded", "StorageError", "StorageFull", "StorageUnavailable", "SwapRefused", "TimedOut",
-           "WriteRefused", "WritesUnavailable", "WritesUnsupported"]
+           "Overloaded", "SnapshotConflict", "SnapshotError", "SnapshotNotFound", "StorageError", "StorageFull",
+           "StorageUnavailable", "SwapRefused", "TimedOut", "WriteRefused", "WritesUnavailable", "WritesUnsupported"]
 
 
 class EngineError(RuntimeError):

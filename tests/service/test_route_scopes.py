@@ -62,6 +62,13 @@ def served(app_settings: Settings) -> Iterator[tuple[InProcessServer, object]]:
         yield srv, app
 
 
+class _Params(dict):  # type: ignore[type-arg]
+    """A route's path parameters: the collection and model given, any other one (a snapshot's name) a missing one."""
+
+    def __missing__(self, key: str) -> str:
+        return f"no-such-{key}"
+
+
 def test_every_route_enforces_the_scope_it_declares(served: tuple[InProcessServer, object],
                                                     app_settings: Settings) -> None:
     srv, app = served
@@ -74,7 +81,7 @@ def test_every_route_enforces_the_scope_it_declares(served: tuple[InProcessServe
             names = ("faq", "garden") if "{name}" in route.path_format else (None,)
             for method in sorted(route.methods):
                 for name in names:
-                    path = route.path_format.format(name=name, model="no-such-model")
+                    path = route.path_format.format_map(_Params(name=name, model="no-such-model"))
                     collection = name if scope.on == "named" else "faq" if scope.on == "default" else None
                     public = scope.scope == "public" or path in app_settings.public_paths
                     for key in (None, BAD, ADMIN_KEY, READER, FAQ_READER, GARDEN_ADMIN):

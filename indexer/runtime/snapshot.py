@@ -1,0 +1,257 @@
+"""Snapshots of a collection: one consistent, checksummed archive of what it serves, made while writes go on.
+
+    ROOT/snapshots/<name>.tar     the archive (an uncompressed POSIX tar: vectors do not compress)
+    ROOT/snapshots/<name>.json    what `list_snapshots` shows of it: name, version, seq, size, sha256, created_at
+    ROOT/snapshots/.<name>.partial  a snapshot being written; a killed one's is removed by the next
+
+The folder is the collection's own: version pruning (`IndexRoot.prune`) and the removal of partial builds touch
+only `versions/` and `.building-*`, never it.
+
+An archive holds, in this order:
+- `version/<VERSION>/...`: every file of one version (the served one by default), its sealed manifest included;
+- `writes/log.sqlite`: the write log's entries after the version's `folded_seq`, up to the last one committed when
+  the copy began (`writelog.copy_log`: one read transaction), with the log's id and its seq counter, so a restored
+  log continues where this one was;
+- `collection.json`, when the collection has one;
+- `snapshot.json`, last: the format, the version, the seq the log was copied up to, the encoder's identity (its
+  folder's name, the sha256 of its ONNX model as `encoder.json` records it, and the sha256 of its other files)
+  and the size and sha256 of every member above. A truncated archive therefore lacks its trailer; a damaged one
+  fails a member's checksum, named (`indexer.runtime.restore`).
+
+The encoder is not in the archive: encoders are shared by collections, large, and deployed with the service (the
+models directory); the snapshot records which one it needs, and a restore checks that the one it is given is that
+one, byte for byte.
+
+Consistency while writes go on: every file of the version is opened before the log is copied, so a compaction
+and a prune meanwhile cannot take the version away (an open file outlives its unlink), and the log is copied
+after: it holds every entry the version does not (a version folds only entries logged before it was made).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import tarfile
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO, Any, BinaryIO
+
+from indexer.runtime.atomic import fsync_dir, sha256_file, write_json_atomic
+from indexer.runtime.layout import IndexRoot, new_version_name
+from indexer.runtime.manifest import Manifest
+from indexer.runtime.writelog import copy_log, log_path
+
+SNAPSHOTS = "snapshots"
+FORMAT = "strata-snapshot/1"
+TRAILER = "snapshot.json"
+LOG_MEMBER = "writes/log.sqlite"
+CONFIG_MEMBER = "collection.json"
+VERSION_PREFIX = "version/"
+ARCHIVE_SUFFIX = ".tar"
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+CHUNK = 1 << 20
+
+
+class SnapshotError(ValueError):
+    """A snapshot that cannot be made, found, read or restored; the message says what is wrong."""
+
+
+class SnapshotNotFound(SnapshotError):
+    """No snapshot of that name in the collection."""
+
+
+class SnapshotConflict(SnapshotError):
+    """A snapshot of that name exists already, or a restore's target is not empty."""
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    name: str
+    version: str
+    seq: int  # the write log was copied up to this seq (every acknowledged write up to it is in the archive)
+    size: int  # bytes of the archive
+    sha256: str  # of the whole archive, as downloaded
+    created_at: str
+    documents: int  # the version's vectors (before the log's entries are replayed onto it)
+    seconds: float = 0.0  # how long making it took
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def snapshots_dir(root: Path) -> Path:
+    return Path(root) / SNAPSHOTS
+
+
+def check_name(name: str) -> str:
+    if not NAME_RE.fullmatch(name):
+        raise SnapshotError(f"{name[:120]!r} is not a snapshot name (letters, digits, '.', '_' and '-', at most 100, "
+                            f"not starting with a dot)")
+    return name
+
+
+def archive_path(root: Path, name: str) -> Path:
+    """The archive of snapshot `name`; SnapshotNotFound when there is none."""
+    path = snapshots_dir(root) / f"{check_name(name)}{ARCHIVE_SUFFIX}"
+    if not path.is_file():
+        raise SnapshotNotFound(f"no snapshot {name!r} in {snapshots_dir(root)}")
+    return path
+
+
+def list_snapshots(root: Path) -> list[SnapshotInfo]:
+    """The collection's snapshots, oldest first (an archive whose record is unreadable is left out)."""
+    out = []
+    folder = snapshots_dir(root)
+    for record in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        if not (folder / f"{record.stem}{ARCHIVE_SUFFIX}").is_file():
+            continue
+        try:
+            out.append(SnapshotInfo(**json.loads(record.read_text())))
+        except (OSError, ValueError, TypeError):
+            continue
+    return sorted(out, key=lambda s: (s.created_at, s.name))
+
+
+def delete(root: Path, name: str) -> None:
+    path = archive_path(root, name)
+    path.with_suffix(".json").unlink(missing_ok=True)  # the record first: never listed without its archive
+    path.unlink()
+    fsync_dir(path.parent)
+
+
+def encoder_identity(manifest: Manifest) -> dict[str, Any]:
+    """The encoder a version needs: its folder's name, its ONNX model's sha256, and the sha256 of its other files
+    (when the folder is here)."""
+    folder = Path(manifest.model.dir)
+    files: dict[str, str] = {}
+    if folder.is_dir():
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            if path.suffix != ".onnx":  # the model itself: its sha256 is `onnx_sha256` (checked when it is loaded)
+                files[path.relative_to(folder).as_posix()] = sha256_file(path)
+    return {"name": folder.name, "dir": str(folder), "onnx_sha256": manifest.model.onnx_sha256, "files": files}
+
+
+
+class _HashingWriter(io.RawIOBase):
+    """The archive's file, hashed and counted as it is written."""
+
+    def __init__(self, fh: BinaryIO) -> None:
+        self.fh, self.sha, self.size = fh, hashlib.sha256(), 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:  # noqa: ANN401 (bytes-like)
+        view = memoryview(data)
+        self.sha.update(view)
+        self.size += len(view)
+        return self.fh.write(view)
+
+
+class _HashingReader:
+    """A member's source, hashed as tarfile copies it."""
+
+    def __init__(self, fh: IO[bytes]) -> None:
+        self.fh, self.sha = fh, hashlib.sha256()
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.fh.read(n)
+        self.sha.update(data)
+        return data
+
+
+def _add(tar: tarfile.TarFile, arcname: str, fh: IO[bytes], size: int, files: dict[str, dict[str, Any]]) -> None:
+    info = tarfile.TarInfo(arcname)
+    info.size, info.mtime, info.mode = size, int(time.time()), 0o644
+    reader = _HashingReader(fh)
+    tar.addfile(info, reader)  # type: ignore[arg-type]  # tarfile reads `size` bytes with read()
+    files[arcname] = {"size": size, "sha256": reader.sha.hexdigest()}
+
+
+def _open_version(folder: Path) -> dict[str, IO[bytes]]:
+    """Every file of a version, opened now (relative POSIX path -> file)."""
+    handles: dict[str, IO[bytes]] = {}
+    try:
+        for dirpath, dirnames, filenames in os.walk(folder):
+            dirnames.sort()
+            for name in sorted(filenames):
+                path = Path(dirpath, name)
+                if not name.startswith("."):  # an atomic write's temp file is not part of the version
+                    handles[path.relative_to(folder).as_posix()] = open(path, "rb")  # noqa: SIM115 (closed below)
+    except BaseException:
+        for fh in handles.values():
+            fh.close()
+        raise
+    return handles
+
+
+def create(root_dir: Path, *, version: str | None = None, name: str | None = None) -> SnapshotInfo:
+    """Snapshot the collection at `root_dir`: `version` (default: the one `current` points at) and its write log
+    up to now, into `ROOT/snapshots/<name>.tar`; returns what `list_snapshots` shows of it."""
+    t0 = time.perf_counter()
+    root = IndexRoot(root_dir)
+    version = version or root.current_version()
+    if version is None or not root.version_dir(version).is_dir():
+        raise SnapshotError(f"{root.root} has no version {version or '(no current)'} to snapshot")
+    name = check_name(name or new_version_name())
+    folder = snapshots_dir(root.root)
+    folder.mkdir(parents=True, exist_ok=True)
+    if (folder / f"{name}{ARCHIVE_SUFFIX}").exists():
+        raise SnapshotConflict(f"a snapshot {name!r} already exists in {folder}")
+    for stale in folder.glob(".*.partial*"):  # a killed snapshot's
+        shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
+    handles = _open_version(root.version_dir(version))
+    partial = folder / f".{name}.partial"
+    log_copy = folder / f".{name}.partial-log"
+    try:
+        manifest = Manifest.model_validate_json(handles["manifest.json"].read())
+        handles["manifest.json"].seek(0)
+        info = _write(root.root, version, manifest, handles, partial, log_copy, name)
+        os.replace(partial, folder / f"{name}{ARCHIVE_SUFFIX}")
+        info = SnapshotInfo(**{**asdict(info), "seconds": round(time.perf_counter() - t0, 3)})
+        write_json_atomic(folder / f"{name}.json", info.to_json())
+        fsync_dir(folder)
+        return info
+    except KeyError:
+        raise SnapshotError(f"version {version} has no manifest.json") from None
+    finally:
+        for fh in handles.values():
+            fh.close()
+        partial.unlink(missing_ok=True)
+        log_copy.unlink(missing_ok=True)
+
+
+def _write(root: Path, version: str, manifest: Manifest, handles: dict[str, IO[bytes]], partial: Path,
+           log_copy: Path, name: str) -> SnapshotInfo:
+    """The archive, written to `partial` and fsync'd."""
+    w = manifest.writes
+    log_id, seq = None, w.folded_seq if w else 0
+    if log_path(root).is_file():  # the entries the version does not hold (all of them when it folded another log)
+        log_id, seq = copy_log(log_path(root), log_copy, after=seq, folded_log=w.log_id if w else None)
+    config = root / CONFIG_MEMBER
+    files: dict[str, dict[str, Any]] = {}
+    with open(partial, "wb") as raw:
+        out = _HashingWriter(raw)
+        with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
+            for rel, fh in handles.items():
+                _add(tar, f"{VERSION_PREFIX}{version}/{rel}", fh, os.fstat(fh.fileno()).st_size, files)
+            if log_id is not None:
+                with open(log_copy, "rb") as fh:
+                    _add(tar, LOG_MEMBER, fh, os.fstat(fh.fileno()).st_size, files)
+            if config.is_file():
+                data = config.read_bytes()
+                _add(tar, CONFIG_MEMBER, io.BytesIO(data), len(data), files)
+            created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            trailer = json.dumps({"format": FORMAT, "name": name, "version": version, "seq": seq, "log_id": log_id,
+                                  "created_at": created, "documents": manifest.index.ntotal,
+                                  "encoder": encoder_identity(manifest), "files": files}, indent=1).encode()
+            _add(tar, TRAILER, io.BytesIO(trailer), len(trailer), {})
+        raw.flush()
+        os.fsync(raw.fileno())
+    return SnapshotInfo(name, version, seq, out.size, out.sha.hexdigest(), created, manifest.index.ntotal)

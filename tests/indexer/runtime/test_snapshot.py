@@ -1,0 +1,175 @@
+"""Snapshots and restore on real files (a real build with the tiny encoder, a real SQLite write log): a snapshot
+taken while a writer appends is one consistent archive (the version, the log up to one seq, the config); a restore
+into an empty folder holds the same files and entries; a damaged, truncated or altered archive and a non-empty
+target are refused naming what is wrong, leaving nothing behind."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import tarfile
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from indexer.runtime import snapshot as snap
+from indexer.runtime.collection_config import CollectionConfig, save
+from indexer.runtime.layout import IndexRoot
+from indexer.runtime.manifest import Manifest
+from indexer.runtime.restore import restore
+from indexer.runtime.snapshot import SnapshotError
+from indexer.runtime.writelog import Delete, Upsert, log_path, open_log
+
+DOCS = 40
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory, tiny_exported: Path) -> Path:
+    from indexer.build import BuildConfig, build
+
+    work = tmp_path_factory.mktemp("snap-template")
+    data = work / "docs.jsonl"
+    data.write_text("".join(json.dumps({"id": i, "text": f"how can i learn python {i} dog cat"}) + "\n"
+                            for i in range(DOCS)))
+    root = work / "root"
+    build(BuildConfig(model_dir=tiny_exported, data=str(data), root=root, index="flat", threads=1, evaluate=False))
+    return root
+
+
+@pytest.fixture()
+def root(template: Path, tmp_path: Path) -> Path:
+    dst = tmp_path / "root"
+    shutil.copytree(template, dst, symlinks=True)
+    save(dst, CollectionConfig(max_top_k=50))
+    return dst
+
+
+def _write(root: Path, n: int, start: int = 0) -> None:
+    wlog = open_log(root, create=True)
+    assert wlog is not None
+    rng = np.random.default_rng(start)
+    dim = Manifest.load(IndexRoot(root).current_dir()).model.dim
+    try:
+        for i in range(start, start + n):
+            vec = rng.standard_normal(dim).astype(np.float32)
+            wlog.append([Upsert(f"w{i}", f"written {i}", {"n": i}, vec / np.linalg.norm(vec), "sha"), Delete(i % DOCS)])
+    finally:
+        wlog.close()
+
+
+def _entries(root: Path) -> list[tuple[object, ...]]:
+    con = sqlite3.connect(log_path(root))
+    try:
+        return con.execute("SELECT seq, op, ext_id, text, metadata, vector, model FROM entries ORDER BY seq").fetchall()
+    finally:
+        con.close()
+
+
+def test_a_snapshot_taken_while_writes_go_on_restores_to_the_same_files_and_log(root: Path, tmp_path: Path,
+                                                                               tiny_exported: Path) -> None:
+    _write(root, 20)
+    stop = threading.Event()
+
+    def writer() -> None:
+        n = 100
+        while not stop.is_set():
+            _write(root, 1, n)
+            n += 1
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        info = snap.create(root)
+    finally:
+        stop.set()
+        t.join()
+    assert [s.name for s in snap.list_snapshots(root)] == [info.name]
+    archive = snap.archive_path(root, info.name)
+    assert info.size == archive.stat().st_size and info.sha256 == snap.sha256_file(archive)
+    assert info.seq >= 40  # every entry acknowledged before the snapshot began is in it
+
+    restored = restore(archive, tmp_path / "restored")
+    version = IndexRoot(root).current_version()
+    assert restored.version == version == IndexRoot(restored.root).current_version()
+    source = root / "versions" / version
+    files = sorted(p.relative_to(source) for p in source.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(restored.root / "versions" / version)
+                           for p in (restored.root / "versions" / version).rglob("*") if p.is_file())
+    for rel in files:  # the version byte for byte
+        assert (restored.root / "versions" / version / rel).read_bytes() == (source / rel).read_bytes(), rel
+    # the log up to the snapshot's seq exactly, with its id (a replay and a compaction continue where it was)
+    assert _entries(restored.root) == [e for e in _entries(root) if e[0] <= info.seq]
+    restored_log, source_log = open_log(restored.root, create=False), open_log(root, create=False)
+    assert restored_log is not None and source_log is not None
+    assert restored_log.log_id == source_log.log_id
+    assert restored_log.append([Delete("x")]) == info.seq + 1  # the seq counter continues
+    restored_log.close()
+    source_log.close()
+    assert json.loads((restored.root / "collection.json").read_text()) == {"max_top_k": 50}
+    assert restored.encoder == tiny_exported.absolute()
+    assert not list(tmp_path.glob(".restored*"))  # no staging folder left
+    # version pruning never touches the snapshots
+    IndexRoot(root).prune(keep=1)
+    assert snap.archive_path(root, info.name).is_file()
+    snap.delete(root, info.name)
+    assert snap.list_snapshots(root) == []
+    with pytest.raises(snap.SnapshotNotFound):
+        snap.archive_path(root, info.name)
+
+
+def _corrupt(src: Path, dst: Path, how: str) -> Path:
+    data = bytearray(src.read_bytes())
+    if how == "truncated":
+        data = data[: len(data) * 2 // 3]
+    elif how == "truncated-at-member":
+        with tarfile.open(src) as tar:
+            members = tar.getmembers()
+        data = data[: members[-1].offset]  # cut right before snapshot.json's header
+    elif how == "flipped":
+        with tarfile.open(src) as tar:
+            faiss = next(m for m in tar.getmembers() if m.name.endswith("index.faiss"))
+        data[faiss.offset_data + 100] ^= 0xFF
+    dst.write_bytes(bytes(data))
+    return dst
+
+
+@pytest.mark.parametrize(("how", "says"), [("truncated", "truncated"), ("truncated-at-member", "truncated"),
+                                           ("flipped", "index.faiss is damaged")])
+def test_a_damaged_or_truncated_snapshot_is_refused_naming_what_is_wrong(root: Path, tmp_path: Path, how: str,
+                                                                         says: str) -> None:
+    _write(root, 5)
+    info = snap.create(root)
+    bad = _corrupt(snap.archive_path(root, info.name), tmp_path / "bad.tar", how)
+    with pytest.raises(SnapshotError, match=says):
+        restore(bad, tmp_path / "restored")
+    assert not (tmp_path / "restored").exists()
+    assert {p.name for p in tmp_path.iterdir()} == {"root", "bad.tar"}  # no staging folder left
+
+
+def test_a_restore_never_writes_over_a_collection_and_needs_its_encoder(root: Path, tmp_path: Path,
+                                                                       tiny_exported: Path) -> None:
+    info = snap.create(root, name="before-upgrade")
+    archive = snap.archive_path(root, "before-upgrade")
+    with pytest.raises(SnapshotError, match="not empty"):
+        restore(archive, root)
+    assert IndexRoot(root).current_version() == info.version  # untouched
+    (tmp_path / "empty").mkdir()
+    assert restore(archive, tmp_path / "empty").version == info.version  # an empty folder is fine
+    # the encoder elsewhere: found among the ones given (a models directory), the manifest pointed at it
+    moved = tmp_path / "models" / "tiny"
+    shutil.copytree(tiny_exported, moved)
+    manifest = Manifest.load(root / "versions" / info.version)
+    manifest.model.dir = str(tmp_path / "gone")
+    manifest.save(root / "versions" / info.version)
+    archive2 = snap.archive_path(root, snap.create(root).name)
+    with pytest.raises(SnapshotError, match="encoder it was made with, 'gone'.*--encoder DIR"):
+        restore(archive2, tmp_path / "r2")
+    r = restore(archive2, tmp_path / "r3", encoders=[tmp_path / "nothing", moved])
+    assert r.encoder == moved and Manifest.load(r.root / "versions" / r.version).model.dir == str(moved)
+    with pytest.raises(SnapshotError, match="not a snapshot name"):
+        snap.create(root, name="../x")
+    with pytest.raises(SnapshotError, match="already exists"):
+        snap.create(root, name="before-upgrade")

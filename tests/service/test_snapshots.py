@@ -1,0 +1,150 @@
+"""Snapshots over HTTP on a real server (uvicorn on 127.0.0.1, the tiny encoder, a flat index, real files): one taken
+while a writer PUTs holds every write acknowledged before it; downloaded and restored with `indexer snapshot
+restore` into the server's collections folder, it is served by discovery and answers the same queries with the
+same documents; a truncated download is refused naming it; listing, deleting and the admin scope."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.conftest import QUORA_LIKE_WORDS, REPO, start_server, stop_server
+
+ADMIN, READER = "snap-admin-key-0123", "snap-read-key-0123"
+AUTH = {"Authorization": f"Bearer {ADMIN}"}
+
+
+def indexer_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "indexer.cli", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env=os.environ | {"OMP_NUM_THREADS": "1"})
+
+
+def text(n: int) -> str:
+    words = QUORA_LIKE_WORDS
+    return f"{words[n % len(words)]} {words[(n // len(words)) % len(words)]} {n}?"
+
+
+def vector(n: int, dim: int) -> list[float]:
+    """Document n's vector, brought with it (the tiny random encoder's vectors are too alike to tell texts apart)."""
+    v = np.random.default_rng(n).standard_normal(dim)
+    return [float(x) for x in v / np.linalg.norm(v)]
+
+
+def dim_of(model: Path) -> int:
+    return int(json.loads((model / "encoder.json").read_text())["dim"])
+
+
+@pytest.fixture()
+def cdir(tmp_path: Path, tiny_exported: Path) -> Path:
+    data, dim = tmp_path / "docs.jsonl", dim_of(tiny_exported)
+    data.write_text("".join(json.dumps({"id": i, "text": text(i), "group": i % 3, "vector": vector(i, dim)}) + "\n"
+                            for i in range(60)))
+    folder = tmp_path / "collections"
+    r = indexer_cli("build", "--root", str(folder / "notes"), "--data", str(data), "--model", str(tiny_exported),
+                    "--index", "flat", "--threads", "1", "--no-eval", "--default-mode", "dense")
+    assert r.returncode == 0, r.stderr
+    return folder
+
+
+def wait_for(check: Any, what: str, timeout: float = 60) -> Any:  # noqa: ANN401
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"waited {timeout} s for {what}")
+
+
+def answers(c: httpx.Client, name: str, queries: list[list[float]]) -> list[list[tuple[Any, str, float]]]:
+    out = []
+    for q in queries:
+        r = c.post(f"/collections/{name}/search", json={"vector": q, "top_k": 5}, headers=AUTH)
+        assert r.status_code == 200, r.text
+        out.append([(h["id"], h["text"], round(h["score"], 5)) for h in r.json()["hits"]])
+    return out
+
+
+def test_a_snapshot_over_http_restores_to_a_collection_that_answers_the_same(cdir: Path, tmp_path: Path,
+                                                                             tiny_exported: Path) -> None:
+    dim = dim_of(tiny_exported)
+    server = start_server(tmp_path, {"STRATA_COLLECTIONS_DIR": str(cdir), "STRATA_WATCH_INTERVAL_S": "0.3",
+                                     "STRATA_API_KEYS": f"{ADMIN}:admin,{READER}", "STRATA_THREADS": "1"})
+    try:
+        c = server.client()
+        acknowledged: list[int] = []
+        stop = threading.Event()
+
+        def writer() -> None:
+            n = 1000
+            with server.client() as w:
+                while not stop.is_set():
+                    doc = {"id": n, "text": text(n), "vector": vector(n, dim)}
+                    r = w.put("/collections/notes/documents", json={"documents": [doc]}, headers=AUTH)
+                    assert r.status_code == 200, r.text
+                    acknowledged.append(n)
+                    n += 1
+
+        t = threading.Thread(target=writer)
+        t.start()
+        wait_for(lambda: len(acknowledged) >= 5, "the writer's first writes")
+        before = list(acknowledged)  # acknowledged before the snapshot was asked for
+        r = c.post("/collections/notes/snapshots", headers=AUTH)
+        stop.set()
+        t.join()
+        assert r.status_code == 201, r.text
+        snap = r.json()
+        assert snap["seq"] >= len(before) and snap["size"] > 0
+        assert [s["name"] for s in c.get("/collections/notes/snapshots", headers=AUTH).json()["snapshots"]] \
+            == [snap["name"]]
+        assert c.post("/collections/notes/snapshots", headers={"Authorization": f"Bearer {READER}"}).status_code \
+            == 403
+
+        download = c.get(f"/collections/notes/snapshots/{snap['name']}", headers=AUTH)
+        assert download.status_code == 200 and download.headers["content-type"] == "application/x-tar"
+        assert hashlib.sha256(download.content).hexdigest() == snap["sha256"] == download.headers["x-snapshot-sha256"]
+        archive = tmp_path / "notes.tar"
+        archive.write_bytes(download.content)
+
+        # a truncated download is refused, naming it, and leaves nothing in the collections folder
+        (tmp_path / "cut.tar").write_bytes(download.content[: len(download.content) // 2])
+        r2 = indexer_cli("snapshot", "restore", str(tmp_path / "cut.tar"), "--root", str(cdir / "cut"))
+        assert r2.returncode != 0 and "truncated" in r2.stderr and "Traceback" not in r2.stderr, r2.stderr
+        assert sorted(p.name for p in cdir.iterdir()) == ["notes"]
+        # restored into the folder the server serves: discovered, and holds every write acknowledged before it
+        r3 = indexer_cli("snapshot", "restore", str(archive), "--root", str(cdir / "copy"))
+        assert r3.returncode == 0, r3.stderr
+        wait_for(lambda: c.get("/collections/copy", headers=AUTH).json().get("ready"), "the restored collection")
+        for n in before:
+            hit = c.post("/collections/copy/search", json={"vector": vector(n, dim), "top_k": 1}, headers=AUTH).json()
+            assert hit["hits"][0]["id"] == n, (n, hit)
+
+        # quiet now: a second snapshot, restored, answers every query exactly as the original does
+        snap2 = c.post("/collections/notes/snapshots", headers=AUTH).json()
+        assert snap2["seq"] == len(acknowledged)  # one log entry per acknowledged PUT, every one of them
+        r4 = indexer_cli("snapshot", "restore", str(cdir / "notes" / "snapshots" / f"{snap2['name']}.tar"),
+                         "--root", str(cdir / "twin"))
+        assert r4.returncode == 0, r4.stderr
+        wait_for(lambda: c.get("/collections/twin", headers=AUTH).json().get("ready"), "the second restore")
+        queries = [vector(n, dim) for n in (*range(0, 60, 7), *acknowledged[::3], 10**6)]
+        assert answers(c, "twin", queries) == answers(c, "notes", queries)
+        assert c.get("/collections/twin", headers=AUTH).json()["documents"] \
+            == c.get("/collections/notes", headers=AUTH).json()["documents"]
+
+        assert c.delete(f"/collections/notes/snapshots/{snap['name']}", headers=AUTH).status_code == 204
+        assert c.get(f"/collections/notes/snapshots/{snap['name']}", headers=AUTH).status_code == 404
+        assert [s["name"] for s in c.get("/collections/notes/snapshots", headers=AUTH).json()["snapshots"]] \
+            == [snap2["name"]]
+    finally:
+        stop_server(server)
