@@ -187,7 +187,8 @@ Hit.model_rebuild()
 class QueryHits(BaseModel):
     query: str
     hits: list[Hit]
-    truncated: bool
+    truncated: bool = Field(description="cut to max_length tokens, or (a version of passages) fewer than top_k "
+                            "documents though more may match: the deepening's bound stopped it")
 
 
 class SearchStages(BaseModel):
@@ -206,7 +207,9 @@ class SearchStages(BaseModel):
 class SearchResponse(BaseModel):
     hits: list[Hit] | None = Field(None, description="for a single 'query'")
     results: list[QueryHits] | None = Field(None, description="for 'queries', in request order")
-    truncated: bool | None = Field(None, description="for a single 'query': cut to max_length tokens")
+    truncated: bool | None = Field(None, description="for a single 'query': cut to max_length tokens, or (a version "
+                                   "of passages) fewer than top_k documents though more may match: the deepening's "
+                                   "bound stopped it")
     took_ms: float
     encode_ms: float
     search_ms: float

@@ -19,8 +19,6 @@ LONG_FILES = {
     "indexer/runtime/overlay.py": "debt: the live overlay and compaction's fold of the same writes and their field "
     "types, and hybrid's lexical legs over both (42 over)",
     "indexer/runtime/store.py": "debt: the one store schema plus the in-memory upgrade of old-schema stores (8 over)",
-    "service/engine/searcher.py": "debt: the pairing of encoder and version, and the batch's stages (plan, encode, "
-    "retrieve, fuse, look up, answers, each a method of ~10-30 lines) with their failure isolation in one class",
     "indexer/ingest.py": "debt: the streaming ingest (batches, passages, vectors brought or encoded) beside the "
     "build's corpus steps; split the build steps out next (22 over)",
     "service/engine/collection.py": "debt: one collection's front door (search, encode, writes with passages, config, "

@@ -44,6 +44,8 @@ Owns:
 - `passages`: long documents as passages: the split (sentence boundaries, the encoder's tokens, character
   offsets), passages as rows of a version (their ids and record), documents ranked by their best passage, the
   highlighted snippet, and `--chunk auto`'s rule;
+- `doc_topk`: a version of passages' top k documents: how deep to search, the bounded deepening when a few
+  documents fill the candidates, and hybrid's fusion in tiers of fixed depths, so no ranking depends on k;
 - `topk`: the one top-k merge of several answers to the same queries (overlay, shards);
 - `rowsets`: membership in a set of rows held as an ascending array (a filter's rows, tombstones' rows);
 - `logs`: the log format of every Strata process (text on a terminal, JSON lines otherwise, `STRATA_LOG_FORMAT`);

@@ -438,5 +438,13 @@ class LiveIndex:
             out.append(row)
         return out
 
+    def ext_ids(self, ids: list[int]) -> dict[int, ExtId]:
+        """The written documents' ids for theirs, the base's for the rest; a row deleted or replaced since the
+        search is left out."""
+        docs, gone = self.overlay.lookup(ids)
+        out: dict[int, ExtId] = {f: d.ext_id for f, d in docs.items()}
+        out.update(self.base.ext_ids([i for i in ids if i not in docs and i not in gone]))
+        return out
+
     def close(self) -> None:
         self.base.close()

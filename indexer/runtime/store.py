@@ -177,6 +177,24 @@ class Store:
                         self._hot.popitem(last=False)
         return out
 
+    def ext_ids(self, ids: Iterable[int]) -> dict[int, int | str]:
+        """The external ids of the rows with these FAISS ids, without their texts (what ranks a version of passages
+        by documents); missing ids are left out."""
+        out: dict[int, int | str] = {}
+        wanted: list[int] = []
+        with self._lock:
+            for i in ids:
+                doc = self._hot.get(int(i))
+                if doc is not None:
+                    out[int(i)] = doc.ext_id
+                elif i >= 0:
+                    wanted.append(int(i))
+        for part in _chunks(sorted(set(wanted))):
+            sql = f"SELECT id, ext_id FROM doc_ext WHERE id IN ({','.join('?' * len(part))})"
+            with self._lock:
+                out.update(self._con.execute(sql, list(part)).fetchall())
+        return out
+
     def _fetch_documents(self, wanted: list[int]) -> dict[int, StoredDoc]:
         out: dict[int, StoredDoc] = {}
         for part in _chunks(wanted):

@@ -124,6 +124,8 @@ class VectorIndex(Protocol):
 
     def hits(self, scores: np.ndarray, ids: np.ndarray) -> list[list[Hit]]: ...
 
+    def ext_ids(self, ids: list[int]) -> dict[int, int | str]: ...  # rows' external ids, without their texts
+
     def lexical_search(self, queries: list[str], k: int, match: Any = None) -> list[tuple[np.ndarray, np.ndarray]]:
         ...
 
@@ -335,6 +337,9 @@ class IndexVersion(LexicalSearching):
     def hits(self, scores: np.ndarray, ids: np.ndarray) -> list[list[Hit]]:
         """Per query, its hits with external ids, texts and metadata, without the -1 padding."""
         return hits_from_store(self.store, scores, ids)
+
+    def ext_ids(self, ids: list[int]) -> dict[int, int | str]:
+        return self.store.ext_ids(ids)
 
     def query_vectors(self) -> np.ndarray | None:
         path = self.folder / QUERY_VECTORS

@@ -16,7 +16,11 @@ Owns, one module each:
 - `leases`: leases on the served searcher, so a swap never changes a batch's version under it;
 - `swap`: swapping to a new version, behind its gates (loads, matches its encoder, answers a probe, MRR@10);
 - `model_names`: the stable names the OpenAI-compatible routes serve one collection's encoder under, across swaps;
-- `searcher`: an encoder paired with an index version, running one micro-batch;
+- `searcher`: an encoder paired with an index version, running one micro-batch through its stages, each over a
+  module of its own: `batch` (the batch the stages fill in, the results, where the time went), `refusals` (what is
+  refused before anything is encoded), `encoding` (the ONNX run, brought vectors), `retrieval` (the vector and
+  lexical searches, fusion, and a version of passages' top_k documents), `lexical_thread` (the lexical searches'
+  thread);
 - `write_lane`: where writes' texts are encoded: threads of their own, at a lower CPU priority, in small chunks,
   so that searches keep their latency under a stream of writes. What happens to a write after its encoding — the
   log, the overlay on the served version, the replay onto every version opened and the switch — is the runtime's

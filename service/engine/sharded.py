@@ -230,6 +230,9 @@ class ShardedIndex(LexicalSearching):
     def hits(self, scores: np.ndarray, ids: np.ndarray) -> list[list[Hit]]:
         return hits_from_store(self.store, scores, ids)
 
+    def ext_ids(self, ids: list[int]) -> dict[int, int | str]:
+        return self.store.ext_ids(ids)
+
     def close(self) -> None:
         self.store.close()
         self.backend.retire(self.apps)

@@ -1,0 +1,157 @@
+"""A version of passages answers top_k documents whenever that many match, and its rankings do not depend on top_k:
+over random queries on a real build (MiniLM, FAISS flat, BM25, SQLite, the write overlay), in every mode,
+with and without a filter, by documents and by passages, the first n hits of top_k 100 are the hits of top_k n.
+Documents of very unequal lengths (one of 150 passages that fills any candidate pool, a few of 20, many of 1-3)
+make the candidate pools run short, which is what the deepening (`indexer.runtime.doc_topk`) must survive; the
+bound that stops it is said in `truncated`. Seconds."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from indexer.build import BuildConfig, build
+from indexer.runtime import doc_topk
+from indexer.runtime.passages import document_of
+from indexer.runtime.query import Query
+from service.engine import Collection, Document
+from service.settings import Settings
+from tests.tiny_bert import WORDS
+
+TOP = 100
+NS = (1, 3, 10, 37)
+MODES = ("dense", "lexical", "hybrid")
+FILTERS: tuple[dict[str, Any] | None, ...] = (None, {"group": "b"})
+
+
+def tag(rng: random.Random) -> str:
+    """A made-up word (letters the tiny vocabulary spells) that keeps every passage's vector and BM25 score its own."""
+    return "".join(rng.choice("bcdfghjklmnpqrstvwxz") for _ in range(4))
+
+
+def sentence(rng: random.Random, words: list[str]) -> str:
+    return " ".join(rng.choice(words) for _ in range(6)) + f" {tag(rng)}."
+
+
+def corpus() -> list[dict[str, Any]]:
+    rng = random.Random(7)
+    flood = ["python", "learn", "quickly", "best", "way"]  # one document of 150 passages about these, all alike
+    rows = [{"id": "flood", "text": " ".join(sentence(rng, flood + ["the", "a"]) for _ in range(150)),
+             "group": "b"}]
+    for i in range(130):
+        n = 20 if i % 25 == 0 else 1 + i % 3
+        rows.append({"id": i if i % 2 else f"d{i}", "text": " ".join(sentence(rng, WORDS) for _ in range(n)),
+                     "group": "ab"[i % 2]})
+    return rows
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory, minilm_mean: Path) -> Path:
+    tmp = tmp_path_factory.mktemp("passage-topk")
+    data = tmp / "docs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in corpus()))
+    build(BuildConfig(model_dir=minilm_mean, data=str(data), root=tmp / "root", index="flat", evaluate=False,
+                      chunk=12, overlap=0, threads=1))
+    return tmp / "root"
+
+
+def run(root: Path, scenario: Callable[[Collection], Awaitable[None]]) -> None:
+    async def go() -> None:
+        collection = Collection(Settings(index_root=root, workers=1, threads=1, watch_interval_s=0, write_threads=1,
+                                         request_timeout_s=300))
+        await collection.start()
+        try:
+            await scenario(collection)
+        finally:
+            await collection.stop()
+
+    asyncio.run(go())
+
+
+def queries(seed: int, n: int) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS[20:]) for _ in range(rng.randint(1, 4))) for _ in range(n)]
+
+
+def matching(collection: Collection, query: str, mode: str, flt: dict[str, Any] | None, docs: dict[Any, str]
+             ) -> int:
+    """How many documents match: every one the filter admits (a vector ranks them all), or, lexical, those
+    holding a term of the query (all of BM25's passages, searched to the end through the served index)."""
+    admitted = [d for d, g in docs.items() if flt is None or g == flt["group"]]
+    if mode != "lexical":
+        return len(admitted)
+    index = collection.leases.current.index  # type: ignore[union-attr]
+    match = None if flt is None else index.match(flt)
+    _, ids = index.lexical_search([query], 100_000, match)[0]
+    found = index.ext_ids([int(i) for i in ids if i >= 0])
+    return len({(type(d), d) for d in map(document_of, found.values())})
+
+
+async def check(collection: Collection, qs: list[str], docs: dict[Any, str]) -> int:
+    """The properties over `qs`; returns how many answers needed more than the first candidates."""
+    deep = 0
+    for q in qs:
+        for mode in MODES:
+            for flt in FILTERS:
+                for passages in (False, True):
+                    full = (await collection.search(Query([q], TOP, flt, mode=mode, passages=passages)))
+                    top = [(h.ext_id, h.passage.index, h.score) for h in full.hits[0]]  # type: ignore[union-attr]
+                    want = matching(collection, q, mode, flt, docs)
+                    what = (q, mode, flt, passages)
+                    if not passages:
+                        assert len(top) == min(TOP, want), what  # top_k documents whenever that many match
+                        assert len({(type(d), d) for d, _, _ in top}) == len(top), what
+                        assert full.truncated == [False], what
+                        deep += len(top) > 30
+                    for n in NS:
+                        r = await collection.search(Query([q], n, flt, mode=mode, passages=passages))
+                        got = [(h.ext_id, h.passage.index, h.score) for h in r.hits[0]]  # type: ignore[union-attr]
+                        assert got == top[:n], (*what, n)
+    return deep
+
+
+def test_top_k_documents_and_rankings_independent_of_top_k(root: Path) -> None:
+    docs = {r["id"]: r["group"] for r in corpus()}
+
+    async def scenario(collection: Collection) -> None:
+        assert await check(collection, queries(1, 6), docs) > 0
+        # the write overlay: a second flooding document written, one deleted, one replaced by a shorter text
+        rng = random.Random(3)
+        flood = " ".join(sentence(rng, ["python", "learn", "money", "invest", "india"]) for _ in range(120))
+        await collection.upsert([Document("flood2", flood, {"group": "a"}),
+                                 Document(3, sentence(rng, WORDS), {"group": "b"})])
+        await collection.delete([5])
+        docs.pop(5)
+        docs["flood2"], docs[3] = "a", "b"
+        await check(collection, queries(2, 4) + ["python learn invest"], docs)
+
+    run(root, scenario)
+
+
+def test_the_pdf_that_fills_the_pool_leaves_room_for_top_k_documents(root: Path) -> None:
+    async def scenario(collection: Collection) -> None:
+        for mode in MODES:
+            r = await collection.search(Query(["python learn quickly best way"], 3, mode=mode))
+            assert len({h.ext_id for h in r.hits[0]}) == 3 and r.hits[0][0].ext_id == "flood", mode
+
+    run(root, scenario)
+
+
+def test_the_bound_stops_the_deepening_and_says_so(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(doc_topk, "MAX_DEPTH", 100)
+    monkeypatch.setattr(doc_topk, "TIERS", (100,))
+
+    async def scenario(collection: Collection) -> None:
+        for mode in MODES:
+            r = await collection.search(Query(["python learn quickly best way", "sky"], TOP, mode=mode))
+            assert r.truncated[0] and len(r.hits[0]) < TOP, mode  # 100 passages cannot hold 100 documents
+            few = await collection.search(Query(["sky"], 5, mode=mode))  # 100 passages hold 5 documents
+            assert few.truncated == [False] and len(few.hits[0]) == 5, mode
+
+    run(root, scenario)
