@@ -67,7 +67,7 @@ def brought_vectors(batch: DocBatch, kept: list[int], dim: int, field: str) -> n
         arr = None
     try:
         return check_vectors(arr if arr is not None else
-                             np.stack([np.asarray(batch.vectors[i], dtype=np.float32) for i in kept]),  # type: ignore[index]
+                             np.stack([np.asarray(batch.vectors[i], dtype=np.float64) for i in kept]),  # type: ignore[index]
                              dim)
     except (TypeError, ValueError) as exc:
         row = int(str(exc).split(":")[0].removeprefix("row ")) if str(exc).startswith("row ") else 0

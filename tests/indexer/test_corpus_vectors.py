@@ -73,10 +73,30 @@ def test_jsonl_and_parquet_vectors_are_indexed_as_brought(tmp_path: Path, tiny_e
         np.testing.assert_allclose(got[np.argsort(ids)], unit, atol=1e-6, err_msg=name)
 
 
+def test_huge_and_tiny_vectors_are_normalised_not_zeroed_or_refused(tmp_path: Path, tiny_exported: Path) -> None:
+    """A vector's norm is taken in float64: [1e19, ...] (its float32 sum of squares overflows) and [2e-38, ...]
+    (it underflows) are stored as unit vectors pointing where they point, not as zeros or refused."""
+    vecs = vectors()
+    unit = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+    data = rows(vecs)
+    data[3]["vector"] = (vecs[3].astype(np.float64) * 1e19).tolist()
+    data[4]["vector"] = [2e-38] * (DIM - 1) + [0.0]
+    data[5]["vector"] = (vecs[5].astype(np.float64) * 1e-30).tolist()
+    build(cfg(jsonl(tmp_path / "v.jsonl", data), tmp_path / "root", tiny_exported))
+    ids, got = held(tmp_path / "root")
+    got = got[np.argsort(ids)]
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(got[3], unit[3], atol=1e-6)
+    np.testing.assert_allclose(got[4], np.r_[np.full(DIM - 1, 1 / np.sqrt(DIM - 1)), 0.0], atol=1e-6)
+    np.testing.assert_allclose(got[5], unit[5], atol=1e-6)
+
+
 BAD = {  # name: (row index to spoil, its vector, what the message says)
     "dimension": (4, [0.1] * (DIM - 1), "dimension 31"),
     "nan": (5, [0.1] * (DIM - 1) + [float("nan")], "NaN or infinity"),
     "inf": (6, [float("inf")] * DIM, "NaN or infinity"),
+    "float32 overflow": (8, [1e39] * DIM, "beyond float32's range"),
+    "float32 zeros": (9, [1e-50] * DIM, "all zeros"),
     "zeros": (2, [0.0] * DIM, "all zeros"),
     "string": (3, "0.1,0.2", "a str"),
     "missing": (7, None, "every row brings a vector, or none does"),

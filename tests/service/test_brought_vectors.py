@@ -120,3 +120,25 @@ def test_put_documents_with_vectors_is_searchable_and_bad_ones_write_nothing(ser
                                                      "vector": new[0].tolist()}]})
         assert r.json()["index_size"] == after and r.json()["replaced"] == 1
     assert after == N_DOCS + 3
+
+
+def test_huge_and_tiny_vectors_are_written_and_searched_normalised(served) -> None:
+    """Norms in float64, one rule for writes and queries: [1e19 ...] (its float32 sum of squares overflows) is
+    stored and searched as the unit vector it points along, [2e-38 ...] (it underflows) is accepted, and a value
+    past float32's range is a 422 saying so."""
+    server, _, _ = served
+    direction = unit(np.random.default_rng(23), 1)[0].astype(np.float64)
+    tiny = [2e-38] * (DIM - 1) + [0.0]
+    with server.client() as c:
+        r = c.put("/documents", json={"documents": [{"id": "big", "text": "huge", "vector": (direction * 1e19).tolist()},
+                                                    {"id": "tiny", "text": "small", "vector": tiny}]})
+        assert r.status_code == 200, r.text
+        for query, expect in (((direction * 1e19).tolist(), "big"), (direction.tolist(), "big"), (tiny, "tiny")):
+            r = c.post("/search", json={"vector": query, "top_k": 1})
+            assert r.status_code == 200, r.text
+            hit = r.json()["hits"][0]
+            assert hit["id"] == expect and hit["score"] == pytest.approx(1.0, abs=1e-5), r.text
+        for body in ({"vector": [1e39] * DIM},
+                     {"documents": [{"id": "over", "text": "t", "vector": [1e39] * DIM}]}):
+            r = (c.post("/search", json=body) if "vector" in body else c.put("/documents", json=body))
+            assert r.status_code == 422 and "beyond float32's range" in r.text, r.text
