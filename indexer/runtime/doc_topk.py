@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from indexer.runtime.passages import ExtId, document_of, fetch_depth
+from indexer.runtime.passages import ExtId, document_key, fetch_depth
 
 Ranked = tuple[np.ndarray, np.ndarray]  # one query's (scores, FAISS ids), best first; id -1 is padding
-DocKey = tuple[type, ExtId]  # a document's id with its type: 17 and "17" are two documents
+DocKey = tuple[object, ExtId]  # `passages.document_key`: 17 and "17" are two documents
 Keys = Callable[[list[int]], dict[int, ExtId]]  # FAISS ids → their rows' ids (unknown ids left out)
 
 TIERS = (100, 400, 1600, 6400)  # hybrid: passages per leg at each tier; the first is `fusion.HYBRID_DEPTH`
@@ -69,25 +69,31 @@ class _Collector:
         return len(self.out.fids) >= self.top_k
 
     def add(self, ranked: Ranked) -> None:
-        scores, ids = ranked
-        ids = np.asarray(ids)
-        new = [int(i) for i in ids if i >= 0 and int(i) not in self._known]
+        """The documents of `ranked` not collected yet, in its order, until top_k; the rows' documents are looked
+        up a block at a time, so a list whose first rows already hold top_k documents is not looked up whole."""
+        scores, ids = np.asarray(ranked[0]).tolist(), np.asarray(ranked[1]).tolist()
+        pos = 0
+        while pos < len(ids) and not self.full:
+            block = ids[pos : pos + max(64, 2 * (self.top_k - len(self.out.fids)))]
+            self._learn(block)
+            for s, i in zip(scores[pos : pos + len(block)], block, strict=True):
+                key = self._known.get(i) if i >= 0 else None
+                if key is None or key in self.out.keys:  # padding, a row gone since the search, or a document ranked
+                    continue
+                self.out.keys[key] = None
+                self.out.scores.append(float(s))
+                self.out.fids.append(i)
+                if self.full:
+                    return
+            pos += len(block)
+
+    def _learn(self, ids: list[int]) -> None:
+        new = [i for i in dict.fromkeys(ids) if i >= 0 and i not in self._known]
         if new:
             found = self._keys(new)
             for i in new:
                 ext = found.get(i)
-                doc = None if ext is None else document_of(ext)
-                self._known[i] = None if doc is None else (type(doc), doc)
-        out = self.out
-        for s, i in zip(np.asarray(scores).tolist(), ids.tolist(), strict=False):
-            if self.full:
-                return
-            key = self._known.get(i) if i >= 0 else None
-            if key is None or key in out.keys:  # padding, a row gone since the search, or a document ranked
-                continue
-            out.keys[key] = None
-            out.scores.append(float(s))
-            out.fids.append(i)
+                self._known[i] = None if ext is None else document_key(ext)
 
 
 def rank_list(search: Callable[[int], Ranked], first: Ranked, depth: int, keys: Keys, top_k: int) -> DocRanking:

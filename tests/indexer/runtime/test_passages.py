@@ -151,3 +151,32 @@ def test_the_build_default_is_auto_off_for_quora_questions_on_for_long_documents
     assert on and (info.chunk, info.overlap) == (AUTO_CHUNK, AUTO_CHUNK // 8) and "3 of 20" in info.reason
     on, info = decided("vectors", [{**r, "vector": [0.1] * 384} for r in long])
     assert not on and "bring their vectors" in info.reason
+
+
+def test_term_spans_find_what_the_case_insensitive_regex_finds() -> None:
+    import random
+    import re
+
+    from indexer.runtime.passages import query_terms, term_spans
+
+    rng = random.Random(5)
+    words = ["Index", "indexes", "reindex", "cat", "Cats", "CAT_x", "ÉCOLE", "école", "naïve", "x", "_index", "İndex",
+             "learn", "learning", "earn", "straße", "STRASSE"]
+    for _ in range(300):
+        text = "".join(rng.choice(words) + rng.choice([" ", ", ", "-", "\n", "'", ""]) for _ in range(rng.randint(0, 30)))
+        query = " ".join(rng.choice(words) for _ in range(rng.randint(1, 4)))
+        terms = query_terms(query)
+        want = [] if not terms else [m.span() for m in re.finditer(
+            r"\b(?:" + "|".join(re.escape(t) for t in sorted(terms, key=len, reverse=True)) + r")\w*", text,
+            re.IGNORECASE | re.UNICODE)]
+        assert term_spans(text, terms) == want, (text, query)
+
+
+def test_a_rows_document_key_parts_documents_as_their_ids_do() -> None:
+    from indexer.runtime.passages import document_key, passage_id
+
+    rows = [passage_id(17, 0), passage_id(17, 3), passage_id("17", 0), passage_id("a,b", 2), passage_id("a,b", 0),
+            passage_id("[1]", 0), 17, "17"]
+    keys = [document_key(r) for r in rows]
+    assert keys[0] == keys[1] and keys[3] == keys[4]
+    assert len({keys[0], keys[2], keys[3], keys[5], keys[6], keys[7]}) == 6
