@@ -39,12 +39,13 @@ from pathlib import Path
 
 import numpy as np
 
+from indexer.compact_index import Resized, follow_size
 from indexer.ingest import publish
 from indexer.probes import PROBES_FILE
 from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.faiss_index import INDEX_FILE, set_threads
 from indexer.runtime.layout import IndexRoot, LayoutError, new_version_name
-from indexer.runtime.manifest import Manifest, PassagesInfo, WritesInfo
+from indexer.runtime.manifest import IndexInfo, Manifest, PassagesInfo, WritesInfo
 from indexer.runtime.metadata import MetadataError, metadata_json
 from indexer.runtime.overlay import fold, reencode_stale
 from indexer.runtime.passages import document_of
@@ -82,6 +83,7 @@ class CompactResult:
     deleted: int = 0
     rebuild_due: bool = False
     drift: float = 0.0
+    resized: str | None = None  # why the index was rebuilt (`--index auto`), None: grown in place
 
 
 def _copy_store(src: Path, dst: Path) -> None:
@@ -95,7 +97,9 @@ def _copy_store(src: Path, dst: Path) -> None:
 
 
 def compact(root_dir: Path, *, model_dir: Path | None = None, threads: int | None = None, keep: int = 5,
-            run_eval: bool = True, rebuild_after: float = DEFAULT_REBUILD_AFTER) -> CompactResult:
+            run_eval: bool = True, rebuild_after: float = DEFAULT_REBUILD_AFTER, index_policy: str = "keep"
+            ) -> CompactResult:
+    """`index_policy` auto: the index kind follows the size (`indexer.compact_index`); keep: grown in place."""
     root = IndexRoot(root_dir)
     t_start = time.perf_counter()
     with root.build_lock(create=False):
@@ -136,6 +140,8 @@ def compact(root_dir: Path, *, model_dir: Path | None = None, threads: int | Non
                 vectors = [e.vector for _, e in folded_in.upserts if e.vector is not None]
                 assert len(vectors) == len(upserts)  # every upsert is logged with its vector
                 index.add(np.stack(vectors).astype(np.float32), np.asarray([u[0] for u in upserts], dtype=np.int64))
+            resized = follow_size(index, parent, created, rebuild_after) if index_policy == "auto" else None
+            index = resized.index if resized is not None else index
 
             version = new_version_name()
             with root.staging(version) as stage:
@@ -147,11 +153,7 @@ def compact(root_dir: Path, *, model_dir: Path | None = None, threads: int | Non
                     shutil.copy2(base.folder / PROBES_FILE, stage / PROBES_FILE)
                 if (base.folder / QUERY_VECTORS).is_file():
                     shutil.copy2(base.folder / QUERY_VECTORS, stage / QUERY_VECTORS)
-                # only IVF has a trained quantizer to drift from
-                trained = (parent.index.trained_ntotal or parent.index.ntotal) if parent.index.kind == "ivf" else None
-                info = parent.index.model_copy(update={"ntotal": int(index.ntotal), "trained_ntotal": trained,
-                                                  "added_since_training": parent.index.added_since_training + created
-                                                  if trained is not None else 0})
+                info, trained = _index_section(parent, int(index.ntotal), created, resized)
                 before = parent.writes
                 writes = WritesInfo(log_id=log_id, folded_seq=upto,
                                     entries=(before.entries if before else 0) + len(entries),
@@ -165,7 +167,7 @@ def compact(root_dir: Path, *, model_dir: Path | None = None, threads: int | Non
                     "passages": passages, "build_seconds": parent.build_seconds.model_copy(),
                 })
                 save_and_evaluate(stage, manifest, t_start, evaluate_it=run_eval and bool(parent.data.n_queries),
-                                  threads=threads)
+                                  threads=threads, target_recall=resized.target_recall if resized else None)
         finally:
             base.close()
         publish(root, manifest, keep)
@@ -173,7 +175,19 @@ def compact(root_dir: Path, *, model_dir: Path | None = None, threads: int | Non
     log.info("folded %d write log entries (seq %d..%d) into %s as %s", len(entries), folded + 1, upto, parent.version,
              version)
     return CompactResult(manifest, parent.version, folded + 1, upto, len(entries), len(upserts), created, len(deletes),
-                         drift > rebuild_after, drift)
+                         drift > rebuild_after, drift, resized.reason if resized else None)
+
+
+def _index_section(parent: Manifest, ntotal: int, created: int, resized: Resized | None
+                   ) -> tuple[IndexInfo, int | None]:
+    """The compacted version's index section, and the vectors its IVF lists were trained on (None: not IVF)."""
+    if resized is not None:
+        return resized.info, resized.info.ntotal if resized.info.kind == "ivf" else None
+    # only IVF has a trained quantizer to drift from
+    trained = (parent.index.trained_ntotal or parent.index.ntotal) if parent.index.kind == "ivf" else None
+    return parent.index.model_copy(update={"ntotal": ntotal, "trained_ntotal": trained, "added_since_training":
+                                           parent.index.added_since_training + created if trained is not None
+                                           else 0}), trained
 
 
 def _documents(store_path: Path, manifest: Manifest, rows: int) -> tuple[int, PassagesInfo | None]:

@@ -7,6 +7,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
+from service.compaction_schemas import CompactionState
 from service.schemas import SwapRefusal
 
 
@@ -27,6 +28,8 @@ class CollectionInfo(BaseModel):
     mrr_at_10: float | None = Field(None, description="from the version's manifest (null: built with --no-eval)")
     ndcg_at_10: float | None = Field(None, description="from the version's manifest, where its eval measured it")
     swap_refused: SwapRefusal | None = None
+    compaction: CompactionState | None = Field(None, description="its background compaction: pending, running, "
+                                               "last done (docs/operations.md#compaction-by-itself)")
 
 
 class CollectionList(BaseModel):

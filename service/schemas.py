@@ -23,6 +23,7 @@ from indexer.runtime.ann import KIND_SPECS, KNOBS, Knob
 from indexer.runtime.collection_config import MAX_TOP_K
 from indexer.runtime.filters import LIMITS, FilterError, check_limits
 from indexer.runtime.metadata import INT64_MAX, INT64_MIN, MAX_BYTES, MAX_DEPTH, MetadataError, check_metadata
+from service.compaction_schemas import CompactionState
 
 MAX_TEXTS = 64  # texts per /encode call, queries per /search call
 MAX_TEXT_CHARS = 2000  # longer texts are refused; texts over the model's token limit are truncated and flagged
@@ -276,6 +277,7 @@ class CollectionReady(BaseModel):
     reason: str | None = None
     damaged: str | None = Field(None, description=DAMAGED_DOC)
     swap_refused: SwapRefusal | None = None
+    compaction: CompactionState | None = None
 
 
 class EncoderAdaptation(BaseModel):
@@ -345,6 +347,7 @@ class Ready(BaseModel):
                                                            "STRATA_COLLECTIONS_DIR): is it serving, which version")
     adaptation: EncoderAdaptation | None = Field(None, description="the served encoder's corpus adaptation, when "
                                                  "it has one (`verified: false` = unverified)")
+    compaction: CompactionState | None = Field(None, description="the default collection's background compaction")
 
 
 class ReloadResponse(BaseModel):

@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from service.compaction_schemas import CompactionState
+
 
 class LatencyPercentiles(BaseModel):
     """Milliseconds; null when the window holds no request."""
@@ -80,6 +82,7 @@ class CollectionStats(BaseModel):
     version: str | None = None
     documents: int | None = None
     windows: list[StatsWindow] = Field(description="this collection's /search windows (last minute, last 5)")
+    compaction: CompactionState | None = None
 
 
 class StatsResponse(BaseModel):
@@ -91,6 +94,7 @@ class StatsResponse(BaseModel):
     series_step_s: int
     series: list[StatsPoint] = Field(description="requests/s and total-time p50/p95 per step, oldest first")
     index: IndexStats | None = None
+    compaction: CompactionState | None = Field(None, description="the default collection's background compaction")
     collections: list[CollectionStats] | None = Field(None, description="per collection (with "
                                                       "STRATA_COLLECTIONS_DIR); `index` and the windows above are "
                                                       "the default collection's and the whole server's")

@@ -31,7 +31,7 @@ INDEXER = {
     ),
     "compare": ("RUN_A", "RUN_B", "--qrels", "--resamples", "--seed", "--json",),
     "tune": ("--root", "--version", "--queries", "--threads", "--out", "--factories",),
-    "compact": ("--root", "--model", "--threads", "--keep", "--no-eval", "--rebuild-after",),
+    "compact": ("--root", "--model", "--threads", "--keep", "--no-eval", "--rebuild-after", "--index",),
     "shard": ("--root", "--shards", "--version", "--keep",),
     "verify": ("--root", "--version",),
     "info": ("--root", "--json",),

@@ -22,6 +22,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--no-eval", action="store_true", help="skip the MRR@10 evaluation")
     c.add_argument("--rebuild-after", type=float, default=0.2, metavar="RATIO",
                    help="report a full rebuild as due past RATIO x the vectors the quantizer was trained on")
+    c.add_argument("--index", choices=("keep", "auto"), default="keep",
+                   help="keep: the version's index grown in place; auto: the kind follows the size as --index auto "
+                   "chooses (flat below 10,000 vectors, IVF above, nlist by size, nprobe calibrated again), and an "
+                   "IVF index past --rebuild-after is trained again (what the API's background compaction runs)")
     c.set_defaults(func=run)
 
 
@@ -30,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_settings()
     r = compact(args.root, model_dir=args.model, threads=args.threads, keep=args.keep, run_eval=not args.no_eval,
-                rebuild_after=args.rebuild_after)
+                rebuild_after=args.rebuild_after, index_policy=args.index)
     manifest = r.manifest
     if manifest is None:
         print(f"nothing to fold: version {r.parent} holds every write in {args.root}'s log"
@@ -42,7 +46,9 @@ def run(args: argparse.Namespace) -> int:
     if manifest.eval:
         print(f"MRR@10 {manifest.eval.mrr_at_10:.4f} (exact {manifest.eval.exact_mrr_at_10:.4f}) over "
               f"{manifest.eval.n_queries} queries")
-    if r.rebuild_due:
+    if r.resized:
+        print(f"index rebuilt as {manifest.index.kind} ({r.resized})")
+    elif r.rebuild_due:
         print(f"full rebuild due: {r.drift:.0%} of the {manifest.index.trained_ntotal} vectors the quantizer was "
               f"trained "
               f"on were added since (threshold {args.rebuild_after:.0%})")

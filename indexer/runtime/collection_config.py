@@ -82,6 +82,24 @@ def fingerprint(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:FINGERPRINT_CHARS]
 
 
+class Compaction(BaseModel):
+    """When the collection compacts by itself (the API's background compaction: `service.engine.compactor`): as soon
+    as one of the limits is passed by what the served version does not hold yet."""
+
+    model_config = ConfigDict(extra="forbid")
+    auto: bool = Field(True, description="compact in the background; false: only `indexer compact` by hand")
+    written_docs: int = Field(10_000, ge=1, description="documents written (or replaced) since the served version")
+    log_mib: float = Field(64.0, gt=0, description="MiB of write-log entries the served version does not hold")
+    deleted_share: float = Field(0.2, gt=0, le=1, description="share of the served version's documents deleted "
+                                 "or replaced since")
+    min_interval_s: float = Field(60.0, ge=0, description="at least this long from one compaction's end to the "
+                                  "next one's start")
+    index: Literal["auto", "keep"] = Field("auto", description="auto: the index kind follows the size (flat below "
+                                           "10,000 documents, IVF above with nlist by size, its nprobe calibrated "
+                                           "again; IVF retrained once 20% of it was added since training); keep: "
+                                           "the version's kind and quantizer")
+
+
 class CollectionConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     mode: Literal["dense", "lexical", "hybrid"] | None = Field(None, description="default /search mode")
@@ -94,6 +112,7 @@ class CollectionConfig(BaseModel):
     max_queries: int | None = Field(None, ge=1, description="queries per /search call, at most the API's 64")
     filter: FilterCaps = Field(default_factory=FilterCaps)
     access: Access = Field(default_factory=Access)
+    compaction: Compaction = Field(default_factory=Compaction)
 
     @field_validator("search")
     @classmethod

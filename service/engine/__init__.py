@@ -25,6 +25,9 @@ Owns, one module each:
   so that searches keep their latency under a stream of writes. What happens to a write after its encoding — the
   log, the overlay on the served version, the replay onto every version opened and the switch — is the runtime's
   (`indexer.runtime.writes`, `indexer.runtime.overlay`), beside the write log and `indexer compact`'s fold;
+- `compactor`: one collection's compaction by itself (its `collection.json` policy measured against what the served
+  version does not hold, `indexer compact` as a child process below the API's priority, the swap, backoff after a
+  failure; at most `max_compactions` at once, the scheduler's semaphore);
 - `snapshots`: one collection's snapshots (made of the served version, one at a time, below the API's priority;
   listed, found, deleted: `indexer.runtime.snapshot`);
 - `triggers`: the background tasks (watchers, a SIGHUP's reload) and the SIGHUP handler of a collection or of all of

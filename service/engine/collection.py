@@ -39,6 +39,7 @@ from indexer.runtime.vectors import VectorError, check_vector
 from indexer.runtime.writelog import Delete, ExtId, Upsert
 from indexer.runtime.writes import Document, WriteResult, Writes, WritesUnavailable
 from service.engine.backends import Backend, make_backend
+from service.engine.compactor import Compactor
 from service.engine.errors import BadConfig, BadVector, NotReady
 from service.engine.leases import Leases
 from service.engine.metrics import Metrics
@@ -162,6 +163,9 @@ class Collection:
         self.names = ModelNames(settings.index_root, settings.model_name, settings.model_aliases)
         self.snapshots = Snapshots(settings.index_root, lambda: self.leases.current.version if self.leases.current
                                    else None, self.not_ready_reason)
+        self.compactor = Compactor(name, settings, self.leases, lambda: self.config.compaction,
+                                   lambda: self.swapper.attempt("compaction", retry=True),
+                                   self.scheduler.compactions, self.metrics)
         if self._owns_scheduler:
             self.metrics.engines_loaded.set_function(self.leases.alive)
         # one thread: writes are serialised anyway (one log, one overlay), and their fsyncs wait here
@@ -200,12 +204,15 @@ class Collection:
             self.triggers.on_sighup(lambda: self.swapper.attempt("sighup", retry=True))
         if s.watch_interval_s > 0:
             self.triggers.spawn(self.swapper.watch)
+        if s.compact_interval_s > 0 and s.engine == "local":
+            self.triggers.spawn(self.compactor.run)
 
     async def stop(self) -> None:
         """Stop the triggers (and the scheduler, when it is this collection's own), wait for running batches, close
         every version and the backend. (The HTTP server has already stopped accepting and waited for in-flight
         requests.)"""
         await self.triggers.stop()
+        self.compactor.stop_child()
         if self._owns_scheduler:
             await self.scheduler.stop()
         self.write_pool.shutdown(wait=True)

@@ -84,6 +84,15 @@ class Metrics:
                                 ["collection", "op"], registry=r)
         self.c_write_log_seq = Gauge("strata_collection_write_log_seq", "The collection's write log's last "
                                      "acknowledged seq", ["collection"], registry=r)
+        # background compaction (`service.engine.compactor`)
+        self.compaction_pending = Gauge("strata_collection_compaction_pending_entries", "Write-log entries the "
+                                        "collection's served version does not hold yet", ["collection"], registry=r)
+        self.compaction_running = Gauge("strata_collection_compaction_running", "1 while the collection compacts",
+                                        ["collection"], registry=r)
+        self.compactions = Counter("strata_collection_compactions_total", "Background compactions, by outcome "
+                                   "(swapped, unchanged, failed, refused)", ["collection", "outcome"], registry=r)
+        self.compaction_seconds = Gauge("strata_collection_compaction_last_seconds", "How long the collection's last "
+                                        "compaction took, its swap included", ["collection"], registry=r)
 
     def collection(self, name: str, *, primary: bool | Callable[[], bool] = True) -> CollectionMetrics:
         return CollectionMetrics(self, name, primary)

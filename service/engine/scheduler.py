@@ -60,6 +60,8 @@ class Scheduler:
                                        initializer=set_threads, initargs=(settings.threads,))
         self.write_lane = WriteLane(threads=settings.write_threads or max(1, settings.workers // 2),
                                     nice=settings.write_nice, chunk_texts=settings.write_chunk_texts)
+        # background compactions at once, across the collections (`compactor`): each is a child process of cores
+        self.compactions = asyncio.Semaphore(settings.max_compactions)
         self.batchers: dict[int, MicroBatcher] = {}  # by id() of the encoder their requests are encoded with
         self._batcher_encoders: dict[int, weakref.ref[OnnxEncoder]] = {}
         self.running = False

@@ -86,6 +86,14 @@ class EngineSettings(_SearchParamSettings):  # type: ignore[misc,valid-type]
                                    "served, what its gates refused: `NAME.serving.json`) when the index root is "
                                    "read-only; default: `serving.json` in the index root")
 
+    # Compaction in the background (each collection's policy: its collection.json `compaction`)
+    compact_interval_s: float = Field(5.0, ge=0, description="look at each collection's compaction policy this "
+                                      "often; 0 = no background compaction (`indexer compact` by hand)")
+    max_compactions: int = Field(1, ge=1, description="compactions running at once across the collections")
+    compact_retry_s: float = Field(30.0, gt=0, description="after a failed or refused compaction, wait this long "
+                                   "before the next try, doubled at each failure in a row")
+    compact_retry_max_s: float = Field(1800.0, gt=0, description="the longest wait between two tries")
+
     # OpenAI-compatible routes (/v1/embeddings, /v1/models): the name clients send as `model`
     model_name: str | None = Field(None, description="the served encoder's name in /v1 (default: its folder's "
                                    "name, e.g. all-MiniLM-L6-v2-layers-0-6)")

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Path, Request, Response
 from indexer.runtime.collection_config import CollectionConfig
 from service.auth import ADMIN_NAMED, ANY_KEY, READ_NAMED, WRITE_NAMED
 from service.collection_schemas import CollectionInfo, CollectionList
+from service.compaction_schemas import CompactionState
 from service.deps import CollectionsDep, collection_stats
 from service.engine import Collection
 from service.engine.model_catalog import listed
@@ -46,7 +47,8 @@ def describe(collections: Collections, collection: Collection) -> CollectionInfo
     r = s.refused
     refused = SwapRefusal(version=r.version, kind=r.kind, reason=r.reason, at=r.at) if r else None
     info = CollectionInfo(name=collection.name, default=collection.name == collections.default_name(), ready=s.ready,
-                          reason=s.reason, swap_refused=refused)
+                          reason=s.reason, swap_refused=refused,
+                          compaction=CompactionState.of(collection.compactor.status.to_json()))
     if not s.ready or s.manifest is None:
         return info
     manifest = s.manifest

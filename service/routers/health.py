@@ -8,8 +8,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from indexer.runtime.manifest import Manifest
 from service.auth import ANY_KEY
+from service.compaction_schemas import CompactionState
 from service.deps import CollectionsDep, MetricsDep, SettingsDep
 from service.engine import Status
+from service.engine.registry import Collections
 from service.schemas import (
     CollectionReady,
     EncoderAdaptation,
@@ -64,6 +66,10 @@ def evaluation(manifest: Manifest) -> ReadyEvaluation | None:
         seconds=r.seconds if r else None, error=r.error if r else None)
 
 
+def _compaction(collections: Collections, name: str) -> CompactionState:
+    return CompactionState.of(collections.by_name[name].compactor.status.to_json())
+
+
 def _refusal(s: Status) -> SwapRefusal | None:
     r = s.refused
     return SwapRefusal(version=r.version, kind=r.kind, reason=r.reason, at=r.at) if r else None
@@ -80,7 +86,8 @@ async def ready(collections: CollectionsDep, settings: SettingsDep) -> Response:
     per = {name: collections.by_name[name].status() for name in collections.names()}
     listed = None if collections.folder is None else {
         name: CollectionReady(ready=st.ready, index_version=st.version, index_size=st.size, reason=st.reason,
-                              damaged=st.damaged, swap_refused=_refusal(st)) for name, st in per.items()} | {
+                              damaged=st.damaged, swap_refused=_refusal(st), compaction=_compaction(collections, name))
+        for name, st in per.items()} | {
         name: CollectionReady(ready=False, reason=f"not served: {why}") for name, why in collections.refused.items()}
     default = collections.default_name()
     if default is None:
@@ -103,7 +110,8 @@ async def ready(collections: CollectionsDep, settings: SettingsDep) -> Response:
                  model_name=Path(s.model).name if s.model else None,
                  model_source=s.manifest.model.source if s.manifest else None, pooling=s.pooling,
                  evaluation=evaluation(s.manifest) if s.manifest else None, damaged=s.damaged,
-                 swap_refused=refused, training=training, collections=listed, adaptation=adaptation)
+                 swap_refused=refused, training=training, collections=listed, adaptation=adaptation,
+                 compaction=_compaction(collections, default))
     return JSONResponse(body.model_dump(mode="json", exclude_none=True))
 
 

@@ -6,8 +6,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from service.auth import ANY_KEY
+from service.compaction_schemas import CompactionState
 from service.deps import AuthorizerDep, CollectionsDep, StatsDep, collection_stats
-from service.engine import Status
+from service.engine import Collection, Status
 from service.stats import SERIES_STEP_S, LiveStats
 from service.stats_schemas import CollectionStats, IndexStats, StatsPoint, StatsResponse, StatsWindow
 
@@ -50,11 +51,18 @@ def stats(request: Request, collections: CollectionsDep, live: StatsDep, authori
         windows=[StatsWindow.model_validate(asdict(w)) for w in live.windows()],
         series_step_s=SERIES_STEP_S,
         series=[StatsPoint.model_validate(asdict(p)) for p in live.series(SERIES_STEP_S)],
-        index=index, collections=None if collections.folder is None else [
-            _collection(name, collections.by_name[name].status(), collection_stats(request, name))
+        index=index, compaction=_compaction(collections.by_name[default]) if default else None,
+        collections=None if collections.folder is None else [
+            _collection(name, collections.by_name[name], collection_stats(request, name))
             for name in collections.names()])
 
 
-def _collection(name: str, s: Status, live: LiveStats) -> CollectionStats:
+def _compaction(collection: Collection) -> CompactionState:
+    return CompactionState.of(collection.compactor.status.to_json())
+
+
+def _collection(name: str, collection: Collection, live: LiveStats) -> CollectionStats:
+    s = collection.status()
     return CollectionStats(name=name, ready=s.ready, version=s.version, documents=s.size,
-                           windows=[StatsWindow.model_validate(asdict(w)) for w in live.windows()])
+                           windows=[StatsWindow.model_validate(asdict(w)) for w in live.windows()],
+                           compaction=_compaction(collection))

@@ -114,3 +114,19 @@ def test_fingerprints_are_not_the_key() -> None:
     fp = cc.fingerprint("admin-key-0123")
     assert len(fp) == cc.FINGERPRINT_CHARS and "admin" not in fp
     assert cc.Access(keys=[fp]).keys == [fp]
+
+
+def test_the_compaction_policy_has_defaults_and_refuses_bad_values_naming_the_field(tmp_path: Path) -> None:
+    policy = cc.load(tmp_path).compaction
+    assert (policy.auto, policy.written_docs, policy.log_mib, policy.deleted_share, policy.index) \
+        == (True, 10_000, 64.0, 0.2, "auto")
+    for bad, field in (({"written_docs": 0}, "compaction.written_docs"), ({"deleted_share": 1.5},
+                       "compaction.deleted_share"), ({"index": "hnsw"}, "compaction.index"),
+                       ({"every": 3}, "compaction.every")):
+        with pytest.raises(cc.ConfigError) as err:
+            cc.parse({"compaction": bad}, "collection.json")
+        assert err.value.field == field, (bad, err.value)
+    changed = cc.with_changes(cc.CollectionConfig(), ["compaction.written_docs=500"], [], "--set")
+    assert changed.compaction.written_docs == 500 and changed.compaction.log_mib == 64.0
+    cc.save(tmp_path, changed)
+    assert json.loads(cc.path_of(tmp_path).read_text()) == {"compaction": {"written_docs": 500}}

@@ -1,0 +1,214 @@
+"""Compaction by itself: each collection folds its write log into a new version when its policy says so.
+
+Every `compact_interval_s` a collection's compactor measures what its served version does not hold yet — the
+documents written since (its overlay's), the write-log bytes after the version's `folded_seq`, the share of the
+version's documents deleted or replaced — against its `collection.json` `compaction` policy
+(`indexer.runtime.collection_config.Compaction`). Past a limit it runs `indexer compact` (the same compaction, the
+same staging and sealing as by hand) as a child process, below the API's CPU and I/O priority (the CLI's
+`STRATA_BUILD_PRIORITY`), with `--index auto` when the policy lets the index kind follow the size; then it swaps
+to the new version through the same gates as any swap (`swap.Swapper.attempt`), at once rather than at the
+watcher's next look. One compaction runs per collection, and at most `max_compactions` across the collections (the
+scheduler's semaphore); writes go on throughout: the child reads the log up to one seq, and the swap replays what
+came after under the write lock.
+
+A compaction that fails (the child's exit status and the last line it printed) or that a gate refuses is reported
+(the status, the log, `strata_compactions_total{outcome}`) and tried again after `compact_retry_s`, doubled at each
+failure in a row up to `compact_retry_max_s` — never in a loop. A kill of the API at any point loses nothing: the
+log is the truth, a half-staged version is removed by the next compaction, and a published version not yet swapped
+to is served at the next start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from indexer.runtime.collection_config import Compaction
+from indexer.runtime.overlay import LiveIndex
+from indexer.runtime.writelog import log_path
+from service.engine.leases import Leases
+from service.engine.metrics import Metrics
+from service.engine.settings import EngineSettings
+
+log = logging.getLogger(__name__)
+
+STDERR_TAIL = 2000
+
+
+@dataclass(frozen=True)
+class Pending:
+    """What the served version does not hold yet, and which limit of the policy it passes (None: none)."""
+
+    entries: int = 0  # log entries after the version's folded_seq
+    written_docs: int = 0
+    log_bytes: int = 0
+    deleted_share: float = 0.0
+    due: str | None = None
+
+
+@dataclass
+class Outcome:
+    outcome: str  # swapped | unchanged (nothing to fold) | failed | refused
+    at: str
+    seconds: float
+    version: str | None = None
+    reason: str | None = None
+    index_kind: str | None = None
+
+
+@dataclass
+class CompactionStatus:
+    pending: Pending = field(default_factory=Pending)
+    running_since: str | None = None
+    last: Outcome | None = None
+    failures: int = 0  # in a row
+    next_try_at: str | None = None  # after a failure: not before then
+    enabled: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def log_bytes_after(root: Path, seq: int) -> int:
+    """Bytes of the write log's entries after `seq` (texts, metadata and vectors)."""
+    path = log_path(root)
+    if not path.is_file():
+        return 0
+    con = sqlite3.connect(path.absolute().as_uri() + "?mode=ro", uri=True, timeout=5)
+    try:
+        row = con.execute("SELECT COALESCE(SUM(LENGTH(vector) + LENGTH(text) + LENGTH(metadata)), 0) FROM entries "
+                          "WHERE seq > ?", (seq,)).fetchone()
+    finally:
+        con.close()
+    return int(row[0])
+
+
+def measure(root: Path, leases: Leases, policy: Compaction) -> Pending:
+    searcher = leases.current
+    live = searcher.index if searcher is not None else None
+    if not isinstance(live, LiveIndex):
+        return Pending()
+    w = live.manifest.writes
+    folded = w.folded_seq if w is not None else 0
+    entries = max(0, live.overlay.applied_seq - folded)
+    if entries == 0:
+        return Pending()
+    written, removed, base = live.overlay.written, live.overlay.removed_from_base, max(live.base.ntotal, 1)
+    size = log_bytes_after(root, folded)
+    share = removed / base
+    due = (f"{written} documents written, the policy's limit is {policy.written_docs}"
+           if written >= policy.written_docs else
+           f"{size / 2**20:.1f} MiB of write log, the policy's limit is {policy.log_mib:g}"
+           if size >= policy.log_mib * 2**20 else
+           f"{share:.0%} of the version's documents deleted or replaced, the policy's limit is "
+           f"{policy.deleted_share:.0%}" if removed and share >= policy.deleted_share else None)
+    return Pending(entries, written, size, round(share, 4), due)
+
+
+Attempt = Callable[[], Awaitable[Any]]  # the swap to what `current` points at now (`Swapper.attempt`)
+
+
+class Compactor:
+    def __init__(self, name: str, settings: EngineSettings, leases: Leases, policy: Callable[[], Compaction],
+                 swap: Attempt, slots: asyncio.Semaphore, metrics: Metrics) -> None:
+        self.name, self.settings, self.leases, self.policy = name, settings, leases, policy
+        self.root = Path(settings.index_root)
+        self._swap, self._slots, self._metrics = swap, slots, metrics
+        self.status = CompactionStatus()
+        self._lock = asyncio.Lock()
+        self._last_end = 0.0
+        self._retry_at = 0.0
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def run(self) -> None:
+        """The background loop (a task of the collection's triggers)."""
+        while True:
+            await asyncio.sleep(self.settings.compact_interval_s)
+            try:
+                await self.tick()
+            except Exception:  # noqa: BLE001 (the loop must outlive any one failed look)
+                log.exception("collection %s: compaction check failed", self.name)
+
+    async def tick(self) -> Outcome | None:
+        """Measure, and compact when the policy says so and no backoff or interval holds it back."""
+        policy = self.policy()
+        self.status.enabled = policy.auto
+        pending = await asyncio.to_thread(measure, self.root, self.leases, policy)
+        self.status.pending = pending
+        self._metrics.compaction_pending.labels(self.name).set(pending.entries)
+        now = time.monotonic()
+        if not policy.auto or pending.due is None or self._lock.locked():
+            return None
+        if now < self._retry_at or now - self._last_end < policy.min_interval_s and self._last_end:
+            return None
+        return await self.compact(pending.due, policy)
+
+    async def compact(self, why: str, policy: Compaction) -> Outcome:
+        async with self._lock, self._slots:
+            t0 = time.monotonic()
+            self.status.running_since = _now()
+            self._metrics.compaction_running.labels(self.name).set(1)
+            log.info("collection %s: compacting (%s)", self.name, why)
+            try:
+                outcome = await self._run_child(policy, t0)
+            finally:
+                self.status.running_since = None
+                self._metrics.compaction_running.labels(self.name).set(0)
+                self._last_end = time.monotonic()
+            self._record(outcome)
+            return outcome
+
+    async def _run_child(self, policy: Compaction, t0: float) -> Outcome:
+        cmd = [sys.executable, "-m", "indexer.cli", "compact", "--root", str(self.root), "--no-eval",
+               "--index", policy.index]
+        self.proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE,
+                                                         stderr=asyncio.subprocess.PIPE)
+        out, err = await self.proc.communicate()
+        rc, self.proc = self.proc.returncode, None
+        seconds = round(time.monotonic() - t0, 3)
+        if rc != 0:
+            lines = [ln for ln in err.decode(errors="replace").splitlines() if ln.strip()]
+            return Outcome("failed", _now(), seconds, reason=f"indexer compact exited {rc}: "
+                           f"{(lines[-1] if lines else '')[-STDERR_TAIL:]}")
+        if out.decode(errors="replace").startswith("nothing to fold"):
+            return Outcome("unchanged", _now(), seconds)
+        result = await self._swap()
+        served = self.leases.current
+        kind = served.manifest.index.kind if served is not None else None
+        if result.outcome == "refused":
+            return Outcome("refused", _now(), round(time.monotonic() - t0, 3), result.version, result.reason, kind)
+        return Outcome("swapped", _now(), round(time.monotonic() - t0, 3), result.version, None, kind)
+
+    def _record(self, outcome: Outcome) -> None:
+        s = self.status
+        s.last = outcome
+        self._metrics.compactions.labels(self.name, outcome.outcome).inc()
+        self._metrics.compaction_seconds.labels(self.name).set(outcome.seconds)
+        if outcome.outcome in ("failed", "refused"):
+            s.failures += 1
+            wait = min(self.settings.compact_retry_s * 2 ** (s.failures - 1), self.settings.compact_retry_max_s)
+            self._retry_at = time.monotonic() + wait
+            s.next_try_at = datetime.fromtimestamp(time.time() + wait, timezone.utc).isoformat(timespec="seconds")
+            log.error("collection %s: compaction %s (%s); next try in %.0f s (failure %d in a row)", self.name,
+                      outcome.outcome, outcome.reason, wait, s.failures)
+        else:
+            s.failures, s.next_try_at, self._retry_at = 0, None, 0.0
+            log.info("collection %s: compaction %s in %.1f s: serving %s (%s)", self.name, outcome.outcome,
+                     outcome.seconds, outcome.version, outcome.index_kind)
+
+    def stop_child(self) -> None:
+        """At shutdown: the running compaction is killed (its staging folder is removed by the next one)."""
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.kill()

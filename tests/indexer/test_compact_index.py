@@ -1,0 +1,97 @@
+"""`indexer compact --index auto` on real files (a real build with the tiny encoder, a real write log, FAISS): the
+index kind follows the size — a flat version written past `--index auto`'s threshold becomes IVF with nlist by
+size and its nprobe calibrated, answering like exact search; `--index keep` grows the flat index in place; an IVF
+version whose lists drifted past --rebuild-after is trained again."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from indexer.compact import compact
+from indexer.runtime.ann import AUTO_FLAT_BELOW
+from indexer.runtime.faiss_index import auto_nlist
+from indexer.runtime.layout import IndexRoot
+from indexer.runtime.version import IndexVersion
+from indexer.runtime.writelog import Upsert, open_log
+
+BASE = 60
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory, tiny_exported: Path) -> Path:
+    from indexer.build import BuildConfig, build
+
+    work = tmp_path_factory.mktemp("compact-index")
+    dim = json.loads((tiny_exported / "encoder.json").read_text())["dim"]
+    data = work / "docs.jsonl"
+    data.write_text("".join(json.dumps({"id": i, "text": f"doc {i}", "vector": unit(i, dim).tolist()}) + "\n"
+                            for i in range(BASE)))
+    root = work / "root"
+    build(BuildConfig(model_dir=tiny_exported, data=str(data), root=root, index="flat", threads=1, evaluate=False,
+                      lexical=False))
+    return root
+
+
+def unit(seed: int, dim: int) -> np.ndarray:
+    v = np.random.default_rng(seed).standard_normal(dim).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+def write(root: Path, ids: range) -> None:
+    version = IndexVersion(IndexRoot(root).current_dir())
+    dim, sha = version.dim, version.manifest.model.onnx_sha256
+    version.close()
+    wlog = open_log(root, create=True)
+    assert wlog is not None
+    try:
+        for start in range(ids.start, ids.stop, 1000):
+            wlog.append([Upsert(i, f"written {i}", {}, unit(i, dim), sha) for i in range(start, min(start + 1000,
+                                                                                                      ids.stop))])
+    finally:
+        wlog.close()
+
+
+@pytest.fixture()
+def root(template: Path, tmp_path: Path) -> Path:
+    dst = tmp_path / "root"
+    shutil.copytree(template, dst, symlinks=True)
+    return dst
+
+
+def test_a_flat_version_written_past_the_threshold_becomes_ivf_and_answers_like_exact(root: Path) -> None:
+    n = AUTO_FLAT_BELOW + 500
+    write(root, range(BASE, n))
+    kept = compact(root, run_eval=False, keep=10, index_policy="keep")  # by hand, as before: grown in place
+    assert kept.manifest is not None and kept.manifest.index.kind == "flat" and kept.resized is None
+    write(root, range(n, n + 10))
+    r = compact(root, run_eval=False, keep=10, index_policy="auto")
+    m = r.manifest
+    assert m is not None and r.resized is not None and "ivf" in r.resized
+    assert m.index.kind == "ivf" and m.index.ntotal == n + 10
+    assert m.index.params.nlist_requested == auto_nlist(n + 10)  # type: ignore[union-attr]
+    assert m.index.nprobe_calibration is not None  # its search parameter calibrated on the new lists
+    assert m.index.trained_ntotal is None and m.index.added_since_training == 0  # trained on all, as a build
+    version = IndexVersion(IndexRoot(root).current_dir())
+    try:
+        queries = np.stack([unit(i, version.dim) for i in (3, 500, 9_999, n + 5)])
+        _, ids = version.ann.search(queries, 1)
+        assert ids[:, 0].tolist() == [3, 500, 9_999, n + 5]  # every document, base and written, is found
+    finally:
+        version.close()
+    # nothing new: no version; written again past --rebuild-after's drift: the IVF lists are trained again
+    assert compact(root, run_eval=False, index_policy="auto").manifest is None
+    write(root, range(n + 10, n + 10 + (n + 10) // 4))
+    again = compact(root, run_eval=False, keep=10, index_policy="auto")
+    assert again.resized is not None and "added since" in again.resized
+    assert again.manifest is not None and again.manifest.index.trained_ntotal is None
+
+
+def test_a_small_collection_stays_flat_under_auto(root: Path) -> None:
+    write(root, range(BASE, BASE + 50))
+    r = compact(root, run_eval=False, index_policy="auto")
+    assert r.manifest is not None and r.manifest.index.kind == "flat" and r.resized is None

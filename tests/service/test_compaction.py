@@ -1,0 +1,208 @@
+"""Compaction by itself, on real servers (uvicorn on 127.0.0.1, the tiny encoder, a flat index, real files and child
+processes): written past its policy, a collection compacts and swaps without a manual call, while a writer goes
+on, and every acknowledged write is searchable after; a compaction that fails is reported and tried again with a
+growing wait, never in a loop; a kill -9 while it runs, or between its publishing and its swap, loses no
+acknowledged write."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from indexer.runtime.layout import IndexRoot
+from indexer.runtime.manifest import Manifest
+from tests.conftest import REPO, Server, start_server, stop_server
+
+BASE = 60
+
+
+def vector(n: int, dim: int) -> list[float]:
+    v = np.random.default_rng(n).standard_normal(dim)
+    return [float(x) for x in v / np.linalg.norm(v)]
+
+
+def dim_of(model: Path) -> int:
+    return int(json.loads((model / "encoder.json").read_text())["dim"])
+
+
+@pytest.fixture()
+def cdir(tmp_path: Path, tiny_exported: Path) -> Path:
+    data, dim = tmp_path / "docs.jsonl", dim_of(tiny_exported)
+    data.write_text("".join(json.dumps({"id": i, "text": f"base document {i}", "vector": vector(i, dim)}) + "\n"
+                            for i in range(BASE)))
+    root = tmp_path / "collections" / "live"
+    r = subprocess.run([sys.executable, "-m", "indexer.cli", "build", "--root", str(root), "--data", str(data),
+                        "--model", str(tiny_exported), "--index", "flat", "--threads", "1", "--no-eval",
+                        "--no-lexical"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    (root / "collection.json").write_text(json.dumps({"compaction": {"written_docs": 40, "min_interval_s": 0}}))
+    return root.parent
+
+
+def serve(tmp: Path, cdir: Path, **env: str) -> Server:
+    return start_server(tmp, {"STRATA_COLLECTIONS_DIR": str(cdir), "STRATA_WATCH_INTERVAL_S": "0.5",
+                              "STRATA_COMPACT_INTERVAL_S": "0.2", "STRATA_COMPACT_RETRY_S": "1",
+                              "STRATA_THREADS": "1", "STRATA_WORKERS": "2"} | env)
+
+
+class Writer:
+    """PUTs documents with their vectors, 5 a call, until stopped; `acked` holds the ids acknowledged."""
+
+    def __init__(self, server: Server, dim: int, start: int = 1000) -> None:
+        self.server, self.dim, self.next = server, dim, start
+        self.acked: list[int] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run)
+        self.thread.start()
+
+    def _run(self) -> None:
+        with self.server.client() as c:
+            while not self.stop.is_set():
+                ids = list(range(self.next, self.next + 5))
+                self.next += 5
+                try:
+                    r = c.put("/collections/live/documents", json={"documents": [
+                        {"id": i, "text": f"written {i}", "vector": vector(i, self.dim)} for i in ids]})
+                except httpx.TransportError:
+                    return  # the server was killed: this call was not acknowledged
+                if r.status_code == 200:
+                    self.acked += ids
+                time.sleep(0.02)
+
+    def finish(self) -> list[int]:
+        self.stop.set()
+        self.thread.join()
+        return self.acked
+
+
+def compaction(c: httpx.Client) -> dict[str, Any]:
+    return c.get("/collections/live").json()["compaction"]
+
+
+def wait_for(check: Any, what: str, timeout: float = 90) -> Any:  # noqa: ANN401
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"waited {timeout} s for {what}")
+
+
+def assert_searchable(c: httpx.Client, ids: list[int], dim: int) -> None:
+    for i in ids:
+        r = c.post("/collections/live/search", json={"vector": vector(i, dim), "top_k": 1})
+        assert r.status_code == 200 and r.json()["hits"][0]["id"] == i, (i, r.text[:300])
+
+
+def test_a_collection_written_past_its_policy_compacts_by_itself_while_writes_go_on(
+        cdir: Path, tmp_path: Path, tiny_exported: Path) -> None:
+    dim, root = dim_of(tiny_exported), cdir / "live"
+    first = IndexRoot(root).current_version()
+    server = serve(tmp_path, cdir)
+    try:
+        c = server.client()
+        assert compaction(c)["enabled"] and compaction(c)["last"] is None
+        writer = Writer(server, dim)
+        done = wait_for(lambda: (compaction(c)["last"] or {}).get("outcome") == "swapped" and compaction(c),
+                        "a compaction without a manual call")
+        n0 = len(writer.acked)
+        wait_for(lambda: len(writer.acked) >= n0 + 50, "writes after the first compaction")
+        acked = writer.finish()
+        assert done["last"]["version"] != first and done["failures"] == 0 and done["last"]["index_kind"] == "flat"
+        manifest = Manifest.load(IndexRoot(root).current_dir())
+        assert manifest.writes is not None and manifest.writes.folded_seq > 0  # the log folded into a version
+        assert_searchable(c, acked + [0, 17, BASE - 1], dim)  # every write, during and after it, and the base
+        info = c.get("/collections/live").json()
+        assert info["documents"] == BASE + len(acked)
+        ready, stats = c.get("/ready").json(), c.get("/stats").json()
+        assert ready["collections"]["live"]["compaction"]["last"]["outcome"] == "swapped"
+        assert stats["collections"][0]["compaction"]["pending"]["entries"] >= 0
+        metrics = c.get("/metrics").text
+        assert 'strata_collection_compactions_total{collection="live",outcome="swapped"}' in metrics
+        assert 'strata_collection_compaction_running{collection="live"}' in metrics
+    finally:
+        stop_server(server)
+
+
+def test_a_failing_compaction_is_reported_and_retried_with_a_growing_wait(cdir: Path, tmp_path: Path,
+                                                                          tiny_exported: Path) -> None:
+    dim, root = dim_of(tiny_exported), cdir / "live"
+    lock = open(root / ".build.lock", "a+")  # noqa: SIM115 (held like a running `indexer build`)
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    server = serve(tmp_path, cdir)
+    try:
+        c = server.client()
+        r = c.put("/collections/live/documents", json={"documents": [
+            {"id": i, "text": f"written {i}", "vector": vector(i, dim)} for i in range(1000, 1050)]})
+        assert r.status_code == 200
+        failed = wait_for(lambda: compaction(c)["failures"] >= 1 and compaction(c), "a failed compaction")
+        assert failed["last"]["outcome"] == "failed" and "another `indexer build` is running" in \
+            failed["last"]["reason"] and failed["next_try_at"] is not None
+        time.sleep(4)  # waits of 1, 2, 4 s: at most 3 tries in 4 s, not one every 0.2 s check
+        tries = compaction(c)["failures"]
+        assert 2 <= tries <= 3, tries
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        done = wait_for(lambda: (compaction(c)["last"] or {}).get("outcome") == "swapped" and compaction(c),
+                        "the compaction once the lock is free", timeout=30)
+        assert done["failures"] == 0 and done["next_try_at"] is None
+        assert_searchable(c, list(range(1000, 1050)), dim)
+    finally:
+        lock.close()
+        stop_server(server)
+
+
+def _compactions(pid: int) -> list[int]:
+    """The `indexer compact` children of process `pid`."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out += [int(p) for p in (task / "children").read_text().split()]
+    return [p for p in out if b"indexer.cli" in Path(f"/proc/{p}/cmdline").read_bytes()]
+
+
+@pytest.mark.parametrize("phase", ["compacting", "published"])
+def test_kill_9_at_a_compaction_phase_loses_no_acknowledged_write(cdir: Path, tmp_path: Path, tiny_exported: Path,
+                                                                   phase: str) -> None:
+    """compacting: the API and its `indexer compact` child are killed while it stages; published: the API alone is
+    killed while the child runs, which then publishes a version the API never swapped to."""
+    dim, root = dim_of(tiny_exported), cdir / "live"
+    server = serve(tmp_path, cdir)
+    writer = Writer(server, dim)
+    with server.client() as c:
+        wait_for(lambda: compaction(c)["running_since"] is not None, "a compaction to start", timeout=60)
+    children = _compactions(server.proc.pid)
+    assert children, "the compaction runs as a child process"
+    for pid in [server.proc.pid] + (children if phase == "compacting" else []):
+        os.kill(pid, signal.SIGKILL)
+    server.proc.wait(timeout=30)
+    acked = writer.finish()
+    if phase == "published":
+        wait_for(lambda: not Path(f"/proc/{children[0]}").exists() or
+                 Path(f"/proc/{children[0]}/stat").read_text().split()[2] == "Z", "the orphaned compaction to end")
+    restarted = serve(tmp_path, cdir)
+    try:
+        with restarted.client() as c:
+            assert_searchable(c, acked, dim)
+            assert c.get("/collections/live").json()["documents"] == BASE + len(acked)
+            r = c.put("/collections/live/documents", json={"documents": [
+                {"id": i, "text": f"more {i}", "vector": vector(i, dim)} for i in range(90_000, 90_045)]})
+            assert r.status_code == 200
+            done = wait_for(lambda: (compaction(c)["last"] or {}).get("outcome") == "swapped" and compaction(c),
+                            "a compaction after the restart")
+            assert not [p for p in root.iterdir() if p.name.startswith(".building-")]  # the killed one's removed
+            assert_searchable(c, acked + list(range(90_000, 90_045)), dim)
+            assert done["last"]["version"] == IndexRoot(root).current_version()
+    finally:
+        stop_server(restarted)
