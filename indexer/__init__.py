@@ -1,7 +1,8 @@
 """Strata indexer: embeds a corpus with an *exported* ONNX encoder and builds, versions, evaluates and tunes
 FAISS indexes (the `indexer` CLI).
 
-Owns: the build pipeline (`build`, `add`, `compact` with `compact_index` (the index kind following the size), `ray_build`, `ray_embed`, `ray_input`, `shards`, `reshard`;
+Owns: the build pipeline (`build`, `add`, `compact` with `compact_index` (the index kind following the size),
+`ray_build`, `ray_embed`, `ray_input`, `shards`, `reshard`;
 what a build is asked for in `build_config`, whether and how it splits documents into passages in `chunking` (a build's
 passages: `ingest_passages`), the steps every build takes in its staging folder in `stage`), a user's corpus read row
 by row (`corpus`; a row → a document in `corpus_rows`, opening files and telling formats apart in `corpus_files`;
