@@ -30,8 +30,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse as _JSONResponse
 from fastapi.utils import is_body_allowed_for_status_code
 from starlette.exceptions import HTTPException
+from starlette.routing import get_route_path
 
 from indexer.runtime.metadata import json_safe
+from service.auth import served_routes
 from service.engine import (
     BadConfig,
     BadFilter,
@@ -140,8 +142,22 @@ async def validation_error(request: Request, exc: RequestValidationError) -> JSO
     return JSONResponse({"detail": errors}, status_code=422)
 
 
+def _allow(request: Request, exc: HTTPException) -> dict[str, str] | None:
+    """A 405's headers with `Allow` naming the methods of every route of the path: Starlette names those of the
+    first route that matched the path alone (`GET` for `/collections/{name}/config`, whose `PUT` is another
+    route)."""
+    if exc.status_code != 405:
+        return exc.headers
+    path, methods = get_route_path(request.scope), set[str]()
+    for _, route in served_routes(request.app):
+        if getattr(route, "methods", None) and route.path_regex.match(path):
+            methods |= route.methods
+    return (exc.headers or {}) | ({"Allow": ", ".join(sorted(methods))} if methods else {})
+
+
 async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
     """The key check's 401/403 and routing's 404/405: OpenAI's shape under /v1/, FastAPI's elsewhere."""
+    exc.headers = _allow(request, exc)
     if not is_openai(request.url.path):
         if not is_body_allowed_for_status_code(exc.status_code):
             return Response(status_code=exc.status_code, headers=exc.headers)  # type: ignore[return-value]

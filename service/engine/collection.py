@@ -286,15 +286,16 @@ class Collection:
         return Vectors(searcher.version, r.vectors, r.truncated, searcher.encoder.dim, r.tokens,
                        searcher.encoder.model_dir.name)
 
-    def served_model(self, asked: str | None = None) -> ServedModel:
+    def served_model(self, asked: str | None = None, *, aliases: bool = True) -> ServedModel:
         """The served version's encoder; NotReady when none is loaded. With `asked` (a request's `model`): raises
-        UnknownModel, or DimensionChanged for a name whose vectors had another dimension (see `model_names`)."""
+        UnknownModel, or DimensionChanged for a name whose vectors had another dimension (see `model_names`;
+        `aliases` False: the encoders' own names only)."""
         searcher = self.leases.current
         if searcher is None:
             raise NotReady(self.not_ready_reason())
         meta, encoder = searcher.encoder.meta, searcher.encoder.model_dir.name
         if asked is not None:
-            self.names.resolve(asked, Encoder(encoder, meta.dim))
+            self.names.resolve(asked, Encoder(encoder, meta.dim), aliases=aliases)
         return ServedModel(self.names.served_id(meta.dim), encoder, meta.dim, meta.max_length, meta.pooling,
                            meta.exported_at)
 

@@ -13,7 +13,8 @@ Access: a key restricted to collections (`service.auth`) sees and uses an encode
 read; `may_read` is the key's test. What a name means does not depend on the key (`_named` resolves it first): a
 name whose encoder serves only collections the key may not read is `Forbidden` (403), even when a readable
 collection would also answer to it as an alias (else one id could mean garden's vectors for a garden key and faq's
-for an admin key).
+for an admin key). A name whose encoder a readable collection uses too — `strata-<dim>@faq` for a `read@notes` key
+when notes and faq share one encoder — answers: the vectors are the same (docs/collections.md).
 """
 
 from __future__ import annotations
@@ -68,11 +69,13 @@ def resolve(collections: Collections, asked: str, may_read: Callable[[str], bool
     base, at, name = asked.partition("@")
     if at and name in collections.by_name:  # strata-<dim>@<collection>
         collection = collections.by_name[name]
-        if not may_read(name):
-            raise Forbidden(f"this API key may not use collection {name!r}")
+        # a collection the key may not read lends its encoder through one it may read that pairs with it
+        readable = [n for n in _pairing(models, name) if may_read(n)]
+        if not readable:
+            raise Forbidden(f"this API key may not use collection {name!r} (nor one using its encoder)")
         served = collection.served_model()
         if base == f"strata-{served.dim}":
-            return collection, _as_listed(models, collection, served)
+            return collections.by_name[readable[0]], _as_listed(models, collection, served)
         if base.startswith("strata-"):
             raise DimensionChanged(asked, _dim(base), f"strata-{served.dim}@{name}", served.dim, served.encoder)
         raise UnknownModel(asked, f"strata-{served.dim}@{name}")
@@ -84,8 +87,7 @@ def resolve(collections: Collections, asked: str, may_read: Callable[[str], bool
         readable = [m.model.name for m in models if any(may_read(n) for n in m.collections)]
         raise UnknownModel(asked, ", ".join(f"`{r}`" for r in readable).strip("`") or "no model you may use") \
             from None
-    pairing = next((m.collections for m in models if collection.name in m.collections), [collection.name])
-    readable = [n for n in pairing if may_read(n)]
+    readable = [n for n in _pairing(models, collection.name) if may_read(n)]
     if not readable:
         raise Forbidden(f"the model `{asked}` is served only for collections this API key may not use")
     return collections.by_name[readable[0]], _as_listed(models, collection, served)
@@ -93,26 +95,34 @@ def resolve(collections: Collections, asked: str, may_read: Callable[[str], bool
 
 def _named(collections: Collections, models: list[ListedModel], asked: str) -> tuple[Collection, ServedModel]:
     """The collection whose encoder `asked` names, for every caller: a listed id, else the first collection
-    (the default one first, then by name) that takes it as an alias; raises UnknownModel, or the default
-    collection's DimensionChanged when no collection takes it."""
+    (the default one first, then by name) whose encoder has that name (its folder's, or a kept version's), else
+    the first that takes it as an alias (`STRATA_MODEL_ALIASES`, `["*"]` included: an alias never shadows another
+    encoder's own name); raises UnknownModel, or the default collection's DimensionChanged when none takes it."""
     for m in models:
         if m.model.name == asked:
             return collections.by_name[m.collections[0]], m.model
     default = collections.default_name()
     order = ([default] if default else []) + [n for n in collections.names() if n != default]
     first_error: EngineError | None = None
-    for name in order:
-        collection = collections.by_name[name]
-        if collection.leases.current is None:
-            continue
-        try:
-            return collection, collection.served_model(asked)
-        except (UnknownModel, DimensionChanged) as exc:
-            if name == default and isinstance(exc, DimensionChanged) and first_error is None:
-                first_error = exc
+    for aliases in (False, True):
+        for name in order:
+            collection = collections.by_name[name]
+            if collection.leases.current is None:
+                continue
+            try:
+                return collection, collection.served_model(asked, aliases=aliases)
+            except (UnknownModel, DimensionChanged) as exc:
+                if name == default and isinstance(exc, DimensionChanged) and first_error is None:
+                    first_error = exc
     if first_error is not None:
         raise first_error
     raise UnknownModel(asked, "")
+
+
+def _pairing(models: list[ListedModel], name: str) -> list[str]:
+    """The collections that use collection `name`'s encoder (one loaded encoder: the same `encoder.json`), itself
+    included."""
+    return next((m.collections for m in models if name in m.collections), [name])
 
 
 def _as_listed(models: list[ListedModel], collection: Collection, served: ServedModel) -> ServedModel:

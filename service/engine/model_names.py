@@ -12,7 +12,9 @@ that id into a 404 mid-session, and a swap that changes the vectors' dimension m
 - an id that named a dimension no longer served (`strata-384` after a swap to a 768-dimensional encoder, or the
   name of an encoder of another dimension whose version is still in the root) is `DimensionChanged`: the routes
   answer 410 naming the new id and dimension, instead of vectors a client's store would reject (or mix up);
-- `STRATA_MODEL_ALIASES` are accepted as the served model whatever it is (`["*"]`: any name).
+- `STRATA_MODEL_ALIASES` are accepted as the served model whatever it is (`["*"]`: any name), but never in place
+  of another encoder's own name: with several collections an encoder's folder name or listed id answers with that
+  encoder, whatever the aliases say (`model_catalog`).
 
 The root's versions are listed when a name is not the served one; their encoders are read from their manifests
 once per version (a version folder never changes once complete).
@@ -74,10 +76,12 @@ class ModelNames:
     def served_id(self, dim: int) -> str:
         return served_id(self.model_name, dim)
 
-    def resolve(self, name: str, encoder: Encoder) -> None:
-        """Return when `name` may be answered by the served `encoder`; raise UnknownModel or DimensionChanged."""
+    def resolve(self, name: str, encoder: Encoder, *, aliases: bool = True) -> None:
+        """Return when `name` may be answered by the served `encoder`; raise UnknownModel or DimensionChanged.
+        `aliases` False: only the names of encoders (the served id, folder names), not `STRATA_MODEL_ALIASES`
+        — how several collections find the one encoder a name is the name of before any alias may answer it."""
         served = self.served_id(encoder.dim)
-        if name in (served, encoder.name) or name in self.aliases or ANY_MODEL in self.aliases:
+        if name in (served, encoder.name) or (aliases and (name in self.aliases or ANY_MODEL in self.aliases)):
             return
         for other in self.kept_encoders():
             # the default id of another dimension, `strata-768`, was listed while that version was served

@@ -28,6 +28,7 @@ from tests.conftest import QUORA_LIKE_WORDS, REPO, Server, start_server, stop_se
 
 DOCS = 120
 ALL, GARDEN_READ, FAQ_ADMIN = "all-admin-key-0123", "garden-read-key-0123", "faq-admin-key-0123"
+NOTES_READ = "notes-read-key-0123"
 
 
 def indexer_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -225,8 +226,9 @@ def test_new_collection_folders_are_served_without_a_restart(cdir: Path, templat
         stop_server(srv)
 
 
-def test_keys_are_scoped_per_collection(cdir: Path, tmp_path: Path) -> None:
-    keys = f"{ALL}:admin,{GARDEN_READ}:read@garden,{FAQ_ADMIN}:admin@faq,{FAQ_ADMIN}:read@notes"
+def test_keys_are_scoped_per_collection(cdir: Path, minilm_mean: Path, tmp_path: Path) -> None:
+    keys = (f"{ALL}:admin,{GARDEN_READ}:read@garden,{FAQ_ADMIN}:admin@faq,{FAQ_ADMIN}:read@notes,"
+            f"{NOTES_READ}:read@notes")
     srv = serve(tmp_path, cdir, STRATA_API_KEYS=keys)
     try:
         with srv.client() as c:
@@ -270,6 +272,17 @@ def test_keys_are_scoped_per_collection(cdir: Path, tmp_path: Path) -> None:
             # faq's key reads notes, which shares faq's encoder: the encoder is usable through either
             assert c.post("/v1/embeddings", json={"model": faq_model, "input": "x"}, headers=f).status_code == 200
             assert c.post("/v1/embeddings", json={"model": garden_model, "input": "x"}, headers=f).status_code == 403
+            # a read@notes key: every id of notes' encoder answers, faq's own included (faq uses that encoder too,
+            # docs/collections.md), with notes' vectors; garden's ids stay refused naming why
+            n = auth(NOTES_READ)
+            want = c.post("/v1/embeddings", json={"model": "strata-384@notes", "input": "x"}, headers=a).json()
+            for model in (faq_model, "strata-384@faq", "strata-384@notes", minilm_mean.name):
+                r = c.post("/v1/embeddings", json={"model": model, "input": "x"}, headers=n)
+                assert r.status_code == 200, (model, r.text)
+                assert r.json()["data"] == want["data"], model
+                assert c.get(f"/v1/models/{model}", headers=n).status_code == 200, model
+            r = c.post("/v1/embeddings", json={"model": garden_model, "input": "x"}, headers=n)
+            assert r.status_code == 403 and "'garden'" in r.json()["error"]["message"], r.text
     finally:
         stop_server(srv)
 
@@ -367,6 +380,22 @@ def test_one_model_id_means_one_encoder_for_every_key(template: Path, corpora: d
                 deep = {"or": [deep]}
             r = c.post("/collections/garden/search", json={"query": "x", "filter": deep}, headers=g)
             assert r.status_code == 422 and "deeper than 16 levels" in r.text
+    finally:
+        stop_server(srv)
+    # STRATA_MODEL_ALIASES='["*"]' (any name answers) never shadows an encoder's own name: each folder name still
+    # answers with its own encoder, not the default collection's; only a name no encoder has falls to the alias
+    srv = serve(tmp_path, cdir, STRATA_MODEL_ALIASES='["*"]')
+    try:
+        with srv.client() as c:
+            def embed(model: str) -> tuple[str, list[float]]:
+                r = c.post("/v1/embeddings", json={"model": model, "input": "how do I water tomatoes"})
+                assert r.status_code == 200, r.text
+                return r.json()["model"], r.json()["data"][0]["embedding"]
+
+            garden, faq = embed("strata-384@garden"), embed("strata-384")
+            assert garden[1] != faq[1]
+            assert embed(minilm_mean.name) == garden and embed(cls_384.name) == faq
+            assert embed("text-embedding-3-small") == faq  # the alias: the default collection's encoder
     finally:
         stop_server(srv)
 

@@ -112,6 +112,26 @@ def test_every_route_enforces_the_scope_it_declares(served: tuple[InProcessServe
             ("POST", "/v1/embeddings", "key"), ("GET", "/v1/models/{model}", "key"), ("GET", "/", "public")} <= walked
 
 
+def test_a_method_a_path_does_not_take_is_a_405_allowing_every_method_it_takes(
+        served: tuple[InProcessServer, object]) -> None:
+    """OPTIONS (and any other method a path does not take) answers 405 with `Allow` naming every method of every
+    route of that path: `GET, PUT` for `/collections/{name}/config`, whose two methods are two routes."""
+    srv, app = served
+    routes = [route for _, route in served_routes(app) if getattr(route, "methods", None)]  # type: ignore[arg-type]
+    seen = 0
+    with httpx.Client(base_url=srv.url, timeout=60) as c:
+        for path in sorted({r.path_format.format_map(_Params(name="faq", model="no-such-model")) for r in routes}):
+            takes = set().union(*(r.methods for r in routes if r.path_regex.match(path)))
+            for method in sorted({"OPTIONS", "DELETE", "PATCH"} - takes):
+                r = c.request(method, path, headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+                assert r.status_code == 405, (method, path, r.status_code)
+                assert set(r.headers["allow"].split(", ")) == takes, (method, path, r.headers["allow"], takes)
+                seen += 1
+        r = c.options("/collections/faq/config")
+        assert r.status_code == 405 and r.headers["allow"] == "GET, PUT"
+    assert seen > 40
+
+
 def test_an_app_with_a_route_that_declares_no_scope_does_not_start(app_settings: Settings) -> None:
     app = create_app(app_settings)
     check_routes(app)
