@@ -345,7 +345,8 @@ def search_latency(root: Path, queries: list[str], cache: Path, seconds: float, 
         return json.loads(path.read_text())
     import tempfile
 
-    from bench.search_modes_latency import lua_script, run_wrk, start
+    from bench.common import start_server, stop, wrk
+    from bench.search_modes_latency import mode_bodies
     from indexer.runtime.layout import IndexRoot
     from indexer.runtime.manifest import Manifest
 
@@ -353,22 +354,21 @@ def search_latency(root: Path, queries: list[str], cache: Path, seconds: float, 
     b = manifest.build_seconds
     modes = SERVED_MODES if manifest.lexical is not None else ("dense",)
     say(f"latency: {root.name}, {', '.join(modes)} at 1 client, {rounds} x {seconds:g} s each (wrk)")
-    proc, url = start(root, None)
     p50s: dict[str, list[float]] = {mode: [] for mode in modes}
     failed = 0
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            scripts = {mode: lua_script(queries, mode, 10, Path(tmp)) for mode in modes}
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, url, _ = start_server(root, Path(tmp))
+        try:
+            bodies = {mode: mode_bodies(queries, mode, 10) for mode in modes}
             for mode in modes:  # warm-up: ONNX Runtime's first runs, the store's pages
-                run_wrk(url, scripts[mode], 1, 2)
+                wrk(url, bodies[mode], 1, 2, Path(tmp))
             for r in range(rounds):
                 for mode in modes[r % len(modes):] + modes[: r % len(modes)]:
-                    res = run_wrk(url, scripts[mode], 1, seconds)
+                    res = wrk(url, bodies[mode], 1, seconds, Path(tmp))
                     p50s[mode].append(res["p50_ms"])
-                    failed += int(res["non2xx"] + res["errors"])
-    finally:
-        proc.terminate()
-        proc.wait(timeout=15)
+                    failed += int(res["errors"])
+        finally:
+            stop(proc)
     out = {"p50_ms_1_client": {mode: round(float(np.median(v)), 3) for mode, v in p50s.items()},
            "rounds_p50_ms": p50s, "failed": failed, "seconds": seconds, "rounds": rounds,
            "build_docs_per_s": round(manifest.index.ntotal / max(b.total_s, 1e-9), 1),

@@ -40,11 +40,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from bench.common import interleave, median  # noqa: E402
 from bench.encoders import sentences  # noqa: E402
 from bench.peers import encoding, retrieval, servers, venvs  # noqa: E402
 from bench.peers.http_load import TreeRss, run_load  # noqa: E402
 from bench.peers.report import render  # noqa: E402
-from bench.peers.stats import interleave, median  # noqa: E402
 from indexer.runtime.layout import IndexRoot  # noqa: E402
 from indexer.runtime.manifest import Manifest  # noqa: E402
 from indexer.runtime.store import STORE, Store  # noqa: E402

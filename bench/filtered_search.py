@@ -24,6 +24,7 @@ import os
 import random
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,7 +36,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.search_latency import free_port, wait_ready  # noqa: E402
+from bench.common import start_server, stop  # noqa: E402
 from indexer.quora import HELD_OUT_FROM, read_rows  # noqa: E402
 from indexer.runtime.layout import IndexRoot  # noqa: E402
 from indexer.runtime.paths import data_dir  # noqa: E402
@@ -172,16 +173,12 @@ def main() -> int:
         return 0
     folder = IndexRoot(args.root).current_dir()
     load_before = os.getloadavg()
-    port = free_port()
-    env = os.environ | {"STRATA_INDEX_ROOT": str(args.root), "STRATA_PORT": str(port), "STRATA_LOG_LEVEL": "warning"}
-    proc = subprocess.Popen([sys.executable, "-m", "service"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    try:
-        url = wait_ready(proc, f"http://127.0.0.1:{port}", "server", 120)
-        lat = asyncio.run(measure(url, queries, args.rounds, args.requests, args.top_k))
-    finally:
-        proc.terminate()
-        proc.wait(timeout=15)
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, url, _ = start_server(args.root, Path(tmp))
+        try:
+            lat = asyncio.run(measure(url, queries, args.rounds, args.requests, args.top_k))
+        finally:
+            stop(proc)
     load_after = os.getloadavg()
     rec = recall(folder, args.model, queries, args.top_k)
 

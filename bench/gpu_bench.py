@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.runlog import load, log
+from bench.common import load, log
 
 REPO = Path(__file__).resolve().parent.parent
 

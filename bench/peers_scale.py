@@ -46,10 +46,10 @@ import httpx
 import numpy as np
 
 from bench import scale_corpus as sc
+from bench.common import free_port, load, log
+from bench.common import wrk as run_wrk
 from bench.peers.http_load import TreeRss
 from bench.peers.venvs import ROOT as VENVS
-from bench.runlog import load, log
-from bench.search_latency import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
@@ -241,29 +241,8 @@ def strata_built(root: Path, logf: Path, wall: float | None) -> dict[str, Any]:
 
 
 def wrk(url: str, path: str, bodies: list[str], conns: int, seconds: int, work: Path) -> dict[str, Any]:
-    script = work / "bodies.lua"
-    # long brackets of level 1: Chroma's bodies hold "]]" (a list of query vectors), which closes a plain [[ ]]
-    script.write_text("local bodies = {" + ",\n".join("[=[" + b + "]=]" for b in bodies) + """}
-local i = 0
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-request = function()
-  i = i % #bodies + 1
-  return wrk.format(nil, \"""" + path + """\", nil, bodies[i])
-end
-done = function(summary, latency, requests)
-  io.write(string.format("PEERS %d %d %d %d %d\\n", latency:percentile(50), latency:percentile(99),
-    summary.requests, summary.duration, summary.errors.status + summary.errors.timeout))
-end
-""")
-    r = subprocess.run(["wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "-s", str(script), url], capture_output=True,
-                       text=True, timeout=seconds + 60)
-    m = re.search(r"PEERS (\d+) (\d+) (\d+) (\d+) (\d+)", r.stdout)
-    if m is None:
-        raise RuntimeError(r.stdout + r.stderr)
-    p50, p99, reqs, dur_us, errors = (int(x) for x in m.groups())
-    return {"conns": conns, "p50_ms": round(p50 / 1000, 2), "p99_ms": round(p99 / 1000, 2),
-            "rps": round(reqs / (dur_us / 1e6), 1), "errors": errors}
+    r = run_wrk(url, bodies, conns, seconds, work, path=path, timeout_s=2)
+    return {k: r[k] for k in ("conns", "p50_ms", "p99_ms", "rps", "errors")}
 
 
 def tune(peer: str, where: list[str], work: Path, n: int, target: float,

@@ -42,8 +42,8 @@ import httpx
 import numpy as np
 
 from bench import scale_corpus as sc
-from bench.procmem import PeakSampler, rss
-from bench.runlog import load, log
+from bench.common import PeakSampler, load, log, rss, start_server
+from bench.common import wrk as run_wrk
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
@@ -98,65 +98,14 @@ def bytes_per_doc(folder: Path, n: int, code_size: int) -> dict[str, float]:
 
 def start(root: Path, tmp: Path, env: dict[str, str], args: tuple[str, ...] = (), checkout: Path = REPO
           ) -> tuple[subprocess.Popen[bytes], str, float]:
-    """`python -m service ARGS` on the root, from `checkout` (this tree, or another revision's worktree);
-    (process, url, seconds until /ready answered 200)."""
-    from tests.conftest import free_port
-
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    e = _env() | {"STRATA_INDEX_ROOT": str(root), "STRATA_PORT": str(port), "STRATA_HOST": "127.0.0.1",
-                  "STRATA_WATCH_INTERVAL_S": "0", "STRATA_LOG_LEVEL": "warning", "PYTHONPATH": str(checkout)} | env
-    t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "service", *args], cwd=checkout, env=e,
-                            stdout=open(tmp / f"server-{port}.log", "wb"), stderr=subprocess.STDOUT)
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError((tmp / f"server-{port}.log").read_text()[-3000:])
-        try:
-            if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
-                return proc, url, time.perf_counter() - t0
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
+    """`python -m service ARGS` on the root, from `checkout`; (process, url, seconds until /ready answered 200)."""
+    return start_server(root, tmp, env, args, checkout)
 
 
-def wrk(url: str, bodies: list[dict[str, object]], conns: int, tmp: Path) -> dict[str, float]:
-    """p50/p99 ms and requests/s of POST /search cycling through `bodies` (wrk, `WRK_SECONDS`)."""
-    script = tmp / "bodies.lua"
-    lua_bodies = ",\n".join("[[" + json.dumps(b) + "]]" for b in bodies)
-    script.write_text(f"""local bodies = {{{lua_bodies}}}
-local i = 0
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-request = function()
-  i = i % #bodies + 1
-  return wrk.format(nil, "/search", nil, bodies[i])
-end
-local bad = 0
-response = function(status, headers, body)
-  if status ~= 200 and bad < 3 then  -- the first few refusals, to say what an error was
-    bad = bad + 1
-    io.write(string.format("STRATA-BAD %d %s\\n", status, string.sub(body or "", 1, 200):gsub("\\n", " ")))
-  end
-end
-done = function(summary, latency, requests)
-  io.write(string.format("STRATA %d %d %d %d %d\\n", latency:percentile(50), latency:percentile(99),
-    summary.requests, summary.duration, summary.errors.status + summary.errors.timeout))
-end
-""")
-    r = subprocess.run(["wrk", "-t1", f"-c{conns}", f"-d{WRK_SECONDS}s", "-s", str(script), url], capture_output=True,
-                       text=True, timeout=WRK_SECONDS + 60)
-    m = re.search(r"STRATA (\d+) (\d+) (\d+) (\d+) (\d+)", r.stdout)
-    if m is None:
-        raise RuntimeError(r.stdout + r.stderr)
-    p50, p99, reqs, dur_us, errors = (int(x) for x in m.groups())
-    out: dict[str, object] = {"p50_ms": round(p50 / 1000, 2), "p99_ms": round(p99 / 1000, 2),
-                              "rps": round(reqs / (dur_us / 1e6), 1), "errors": errors}
-    if errors:  # non-2xx answers (their status and body) and timeouts (wrk's 2 s) apart
-        out["error_detail"] = {"bad_answers": re.findall(r"STRATA-BAD (.*)", r.stdout),
-                               "timeouts": int(re.search(r"timeout (\d+)", r.stdout).group(1))
-                               if re.search(r"timeout (\d+)", r.stdout) else 0}
-    return out  # type: ignore[return-value]
+def wrk(url: str, bodies: list[dict[str, object]], conns: int, tmp: Path) -> dict[str, object]:
+    """p50/p99 ms and requests/s of POST /search cycling through `bodies` for `WRK_SECONDS`."""
+    r = run_wrk(url, bodies, conns, WRK_SECONDS, tmp, timeout_s=2)
+    return {k: r[k] for k in ("p50_ms", "p99_ms", "rps", "errors", "bad_answers") if k in r}
 
 
 def search_bodies(mode: str, qvecs: np.ndarray, qtexts: list[str],

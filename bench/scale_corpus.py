@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.runlog import log
+from bench.common import log
 
 SEED_TEXTS = 10_000
 ROWS_PER_FILE = 100_000

@@ -14,15 +14,11 @@ version's own evaluation queries (real Quora questions, cycled). Reports p50/p95
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -31,7 +27,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.search_latency import free_port  # noqa: E402
+from bench.common import start_server, stop, wrk  # noqa: E402
 from indexer.runtime.layout import IndexRoot  # noqa: E402
 from indexer.runtime.manifest import Manifest  # noqa: E402
 from indexer.runtime.store import STORE, Store  # noqa: E402
@@ -39,64 +35,8 @@ from indexer.runtime.store import STORE, Store  # noqa: E402
 MODES = ("dense", "lexical", "hybrid")
 STAGES = ("encode_ms", "dense_ms", "lexical_ms", "fusion_ms", "lookup_ms")
 
-LUA = """
-local bodies = {%s}
-local i = 0
-request = function()
-  i = i %% #bodies + 1
-  return wrk.format("POST", "/search", {["Content-Type"] = "application/json"}, bodies[i])
-end
-done = function(summary, latency, requests)
-  io.write(string.format("RESULT %%d %%d %%d %%f %%f %%f\\n", summary.requests, summary.errors.status,
-    summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout,
-    latency:percentile(50) / 1000, latency:percentile(95) / 1000, latency:percentile(99) / 1000))
-end
-"""
-
-
-def start(root: Path, threads: int | None) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    env = os.environ | {"STRATA_INDEX_ROOT": str(root), "STRATA_PORT": str(port), "STRATA_LOG_LEVEL": "warning",
-                        "STRATA_WATCH_INTERVAL_S": "0"}
-    if threads:
-        env["STRATA_THREADS"] = str(threads)
-    proc = subprocess.Popen([sys.executable, "-m", "service"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None:
-            raise SystemExit(f"the server exited with status {proc.returncode}")
-        time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("the server was not ready after 120 s")
-
-
-def lua_script(queries: list[str], mode: str, top_k: int, folder: Path) -> Path:
-    def lua_string(s: str) -> str:
-        body = json.dumps({"query": s, "top_k": top_k, "mode": mode})
-        return "[==[" + body + "]==]" if "]==]" not in body else json.dumps(body)
-
-    path = folder / f"{mode}.lua"
-    path.write_text(LUA % ", ".join(lua_string(q) for q in queries))
-    return path
-
-
-def run_wrk(url: str, script: Path, clients: int, seconds: float) -> dict[str, float]:
-    out = subprocess.run(["wrk", "-t1", f"-c{clients}", f"-d{seconds:g}s", "--timeout", "10s", "-s", str(script),
-                          url], capture_output=True, text=True, check=True).stdout
-    m = re.search(r"RESULT (\d+) (\d+) (\d+) (\S+) (\S+) (\S+)", out)
-    if m is None:
-        raise SystemExit(f"wrk printed no result:\n{out}")
-    n, non2xx, errors = (int(m.group(i)) for i in (1, 2, 3))
-    p50, p95, p99 = (float(m.group(i)) for i in (4, 5, 6))
-    return {"requests": n, "non2xx": non2xx, "errors": errors, "rps": n / seconds, "p50_ms": p50, "p95_ms": p95,
-            "p99_ms": p99}
+def mode_bodies(queries: list[str], mode: str, top_k: int) -> list[dict[str, object]]:
+    return [{"query": q, "top_k": top_k, "mode": mode} for q in queries]
 
 
 def stage_medians(url: str, queries: list[str], mode: str, top_k: int, n: int = 300) -> dict[str, float]:
@@ -137,28 +77,27 @@ def main() -> int:
         raise SystemExit(f"{folder} has no stored queries to send")
 
     load_start = os.getloadavg()[0]
-    proc, url = start(a.root, a.threads)
     runs: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            scripts = {m: lua_script(queries, m, a.top_k, Path(tmp)) for m in MODES}
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {} if a.threads is None else {"STRATA_THREADS": str(a.threads)}
+        proc, url, _ = start_server(a.root, Path(tmp), env)
+        try:
+            bodies = {m: mode_bodies(queries, m, a.top_k) for m in MODES}
             for m in MODES:  # warm-up: ONNX Runtime's first runs, the store's hot documents
-                run_wrk(url, scripts[m], 1, 2)
+                wrk(url, bodies[m], 1, 2, Path(tmp))
             for r in range(a.rounds):
-                order = MODES[r % 3:] + MODES[: r % 3]
-                for m in order:
-                    res = run_wrk(url, scripts[m], a.clients, a.seconds)
+                for m in MODES[r % 3:] + MODES[: r % 3]:
+                    res = wrk(url, bodies[m], a.clients, a.seconds, Path(tmp))
                     print(f"round {r + 1}/{a.rounds} {m:>7}: p50 {res['p50_ms']:.3f} ms, {res['rps']:.0f} req/s",
                           file=sys.stderr, flush=True)
                     runs[m].append(res)
-        stages = {m: stage_medians(url, queries, m, a.top_k) for m in MODES}
-    finally:
-        proc.terminate()
-        proc.wait(timeout=15)
+            stages = {m: stage_medians(url, queries, m, a.top_k) for m in MODES}
+        finally:
+            stop(proc)
 
     med = {m: {k: statistics.median(x[k] for x in runs[m]) for k in ("p50_ms", "p95_ms", "p99_ms", "rps")}
            for m in MODES}
-    bad = {m: sum(x["non2xx"] + x["errors"] for x in runs[m]) for m in MODES}
+    bad = {m: sum(x["errors"] for x in runs[m]) for m in MODES}
     lx = manifest.lexical
     now = datetime.now(timezone.utc)
     lines = [f"# /search latency by mode ({manifest.index.ntotal:,} documents)", "",

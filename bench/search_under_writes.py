@@ -38,27 +38,15 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.runlog import load as load_text  # noqa: E402
-from bench.runlog import log  # noqa: E402
-from bench.search_latency import free_port, wait_ready  # noqa: E402
+from bench.common import load as load_text  # noqa: E402
+from bench.common import (  # noqa: E402
+    log,  # noqa: E402
+    start_server,
+    stop,
+    wrk,
+)
 from indexer.runtime.layout import IndexRoot, LayoutError  # noqa: E402
 from indexer.runtime.store import STORE, Store  # noqa: E402
-
-LUA = """
-local bodies = dofile(%(bodies)r)
-local i = 0
-request = function()
-  i = i + 1
-  return wrk.format("POST", "/search", {["Content-Type"] = "application/json"}, bodies[(i %% #bodies) + 1])
-end
-done = function(summary, latency, requests)
-  local e = summary.errors
-  io.write(string.format('RESULT {"requests": %%d, "duration_us": %%d, "p50_us": %%d, "p90_us": %%d, ' ..
-    '"p99_us": %%d, "max_us": %%d, "errors": %%d}\\n', summary.requests, summary.duration,
-    latency:percentile(50), latency:percentile(90), latency:percentile(99), latency.max,
-    e.connect + e.read + e.write + e.status + e.timeout))
-end
-"""
 
 
 @dataclass(frozen=True)
@@ -83,33 +71,12 @@ def parse_variant(spec: list[str]) -> Variant:
     return Variant(spec[0], tree, env)
 
 
-def start_server(variant: Variant, root: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    env = os.environ | {"STRATA_INDEX_ROOT": str(root), "STRATA_PORT": str(port), "STRATA_LOG_LEVEL": "warning",
-                        "STRATA_WATCH_INTERVAL_S": "0", "PYTHONPATH": str(variant.tree)} | variant.env
-    proc = subprocess.Popen([sys.executable, "-m", "service"], cwd=variant.tree, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return proc, wait_ready(proc, f"http://127.0.0.1:{port}", f"server ({variant.name})", 180)
-
-
 def copy_root(src: Path, dst: Path) -> None:
     index = IndexRoot(src)
     version = index.current_version()
     (dst / "versions").mkdir(parents=True)
     shutil.copytree(index.current_dir(), dst / "versions" / str(version))
     IndexRoot(dst).set_current(str(version))
-
-
-def wrk(url: str, script: Path, clients: int, seconds: float) -> dict[str, float]:
-    out = subprocess.run(["wrk", "-t1", f"-c{clients}", f"-d{seconds:.0f}s", "--timeout", "30s", "-s", str(script),
-                          f"{url}/search"], capture_output=True, text=True, timeout=seconds + 60)
-    line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
-    if out.returncode != 0 or line is None:
-        raise SystemExit(f"wrk failed (status {out.returncode}): {out.stderr.strip() or out.stdout.strip()}")
-    r = json.loads(line.removeprefix("RESULT "))
-    return {"rps": r["requests"] / (r["duration_us"] / 1e6), "p50_ms": r["p50_us"] / 1000,
-            "p90_ms": r["p90_us"] / 1000, "p99_ms": r["p99_us"] / 1000, "max_ms": r["max_us"] / 1000,
-            "requests": r["requests"], "errors": r["errors"]}
 
 
 # -- the writer process -----------------------------------------------------------------------------------------------
@@ -144,14 +111,14 @@ def write_texts(n: int) -> list[str]:
 
 
 # -- the driver -------------------------------------------------------------------------------------------------------
-def measure(variant: Variant, args: argparse.Namespace, script: Path, texts_file: Path, tmp: Path, rnd: int,
-            first_id: int) -> list[dict[str, object]]:
+def measure(variant: Variant, args: argparse.Namespace, bodies: list[dict[str, object]], texts_file: Path,
+            tmp: Path, rnd: int, first_id: int) -> list[dict[str, object]]:
     root = tmp / f"root-{variant.name}-{rnd}"
     copy_root(args.root, root)
-    proc, url = start_server(variant, root)
+    proc, url, _ = start_server(root, tmp, variant.env, checkout=variant.tree)
     rows: list[dict[str, object]] = []
     try:
-        wrk(url, script, args.clients, 3)  # warm-up: sessions, arenas, connections
+        wrk(url, bodies, args.clients, 3, tmp, timeout_s=30)  # warm-up: sessions, arenas, connections
         order = ["no writes", "writes"] if rnd % 2 == 0 else ["writes", "no writes"]
         for cond in order:
             load_before = os.getloadavg()[0]
@@ -164,7 +131,7 @@ def measure(variant: Variant, args: argparse.Namespace, script: Path, texts_file
                                      cwd=REPO)
                 time.sleep(args.settle)  # the stream is steady before the searches start
             t0 = time.time()
-            r = wrk(url, script, args.clients, args.seconds)
+            r = wrk(url, bodies, args.clients, args.seconds, tmp, timeout_s=30)
             t1 = time.time()
             row: dict[str, object] = {"variant": variant.name, "round": rnd + 1, "condition": cond, **r,
                                       "load_before": load_before, "load_after": os.getloadavg()[0]}
@@ -184,8 +151,7 @@ def measure(variant: Variant, args: argparse.Namespace, script: Path, texts_file
                 + (f"; writes {row['write_docs_per_s']:.0f} docs/s" if w is not None else "")
                 + f"; load {load_text()}")
     finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+        stop(proc)
         shutil.rmtree(root, ignore_errors=True)
     return rows
 
@@ -243,18 +209,14 @@ def main() -> int:
 
     tmp = Path(tempfile.mkdtemp(prefix="strata-bench-search-under-writes-"))
     try:
-        bodies = tmp / "bodies.lua"
-        bodies.write_text("return {\n" + "".join(f"[==[{json.dumps({'query': q, 'top_k': 10})}]==],\n"
-                                                  for q in queries[:2000]) + "}\n")
-        script = tmp / "search.lua"
-        script.write_text(LUA % {"bodies": str(bodies)})
+        bodies: list[dict[str, object]] = [{"query": q, "top_k": 10} for q in queries[:2000]]
         texts_file = tmp / "texts.json"
         texts_file.write_text(json.dumps(write_texts(20_000)))
         rows: list[dict[str, object]] = []
         loads = [os.getloadavg()]
         for rnd in range(args.rounds):
             for v in variants if rnd % 2 == 0 else variants[::-1]:
-                rows += measure(v, args, script, texts_file, tmp, rnd, first_id=50_000_000 + rnd * 10_000_000)
+                rows += measure(v, args, bodies, texts_file, tmp, rnd, first_id=50_000_000 + rnd * 10_000_000)
             loads.append(os.getloadavg())
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -39,8 +39,7 @@ import numpy as np
 import psutil
 
 from bench import scale_corpus as sc
-from bench.procmem import rss
-from bench.runlog import load, log
+from bench.common import load, log, rss
 from bench.scale import FILTER, REPO, RESULTS, _env, latencies, search_bodies, start
 
 CONFIGS = [(mode, filtered) for mode in ("dense", "lexical", "hybrid") for filtered in (False, True)]

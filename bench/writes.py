@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -32,7 +31,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.search_latency import free_port, wait_ready  # noqa: E402
+from bench.common import pct, start_server, stop  # noqa: E402
 from indexer.runtime.layout import IndexRoot  # noqa: E402
 
 
@@ -49,11 +48,6 @@ def texts(n: int) -> list[str]:
                 if len(out) >= n:
                     return out
     return out + [f"generated text {i}: how far does a paper plane fly?" for i in range(len(out), n)]
-
-
-def pct(values: list[float], p: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
 
 
 def main() -> None:
@@ -74,12 +68,7 @@ def main() -> None:
     version = src.current_version()
     shutil.copytree(src.current_dir(), root / "versions" / str(version))
     IndexRoot(root).set_current(str(version))
-    port = free_port()
-    env = os.environ | {"STRATA_INDEX_ROOT": str(root), "STRATA_PORT": str(port), "STRATA_LOG_LEVEL": "warning",
-                        "STRATA_THREADS": str(args.threads), "STRATA_WATCH_INTERVAL_S": "0"}
-    proc = subprocess.Popen([sys.executable, "-m", "service"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    url = wait_ready(proc, f"http://127.0.0.1:{port}", "server", 120)
+    proc, url, _ = start_server(root, tmp, {"STRATA_THREADS": str(args.threads)})
     pool = texts(args.samples + args.batches * args.batch * 5 + 10)
     next_id = iter(range(50_000_000, 60_000_000))
     try:
@@ -135,8 +124,7 @@ def main() -> None:
         rates = {n: run(n) for n in (1, 4)}
         size = httpx.get(f"{url}/ready").json()["index_size"]
     finally:
-        proc.terminate()
-        proc.wait(30)
+        stop(proc)
         log_bytes = sum(p.stat().st_size for p in (root / "writes").glob("log.sqlite*"))
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -26,8 +26,11 @@ RESULTS_PATH = re.compile(r"bench/results/([A-Za-z0-9_.*-]*)(<[^>\s]*>[A-Za-z0-9
 # a results file named without its folder, in backticks: `int8-20261123T2011*`, `…T151613Z.md`
 # a repository path in backticks: `service/engine/live.py`, `tests/indexer/`
 SOURCE_PATH = re.compile(r"`((?:models|indexer|service|tests|docker|bench|docs)/[A-Za-z0-9_./-]*)`")
+DECISIONS = REPO / "docs" / "decisions.md"
+# a retired experiment's script, named in decisions.md's table of them (its command and results stay there)
+RETIRED_ROW = re.compile(r"^\| `(bench/[a-z0-9_/]+\.py)` \|", re.M)
 # named on purpose though absent: gitignored, or said to be gone
-NOT_IN_TREE = {"bench/.venv-peers/", "bench/baseline_server.py"}
+NOT_IN_TREE = {"bench/.venv-peers/", "bench/baseline_server.py", *RETIRED_ROW.findall(DECISIONS.read_text())}
 BARE_RESULT = re.compile(r"`(…[A-Za-z0-9_*-]*(?:\.md|\.json)"
                          r"|[A-Za-z0-9_.-]*-2026\d{4}T[A-Za-z0-9_*-]*(?:\.md|\.json)?)`")
 
@@ -117,6 +120,22 @@ def test_every_source_path_named_exists(page: Path) -> None:
     named = set(SOURCE_PATH.findall(page.read_text())) - NOT_IN_TREE
     missing = sorted(p for p in named if not (REPO / p).exists())
     assert not missing, f"{rel(page)} names paths that are not in the tree: {missing}"
+
+
+def test_every_results_file_is_cited_by_a_page() -> None:
+    """bench/results keeps only what the documentation cites: a result nobody links is not kept in the tree."""
+    results = REPO / "bench" / "results"
+    patterns = set().union(*(results_citations(page.read_text()) for page in PAGES))
+    cited = {path for pattern in patterns for path in results.glob(pattern)}
+    uncited = sorted(p.name for p in results.iterdir() if p.is_file() and p not in cited)
+    assert not uncited, f"bench/results files no page cites (cite them or delete them): {uncited}"
+
+
+def test_retired_scripts_are_gone() -> None:
+    """decisions.md's table of retired experiments names scripts that are no longer in the tree."""
+    retired = RETIRED_ROW.findall(DECISIONS.read_text())
+    assert retired, "docs/decisions.md lists no retired experiment"
+    assert not [p for p in retired if (REPO / p).exists()], "a script listed as retired is still in the tree"
 
 
 def test_pending_pages_are_still_missing() -> None:

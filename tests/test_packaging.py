@@ -199,3 +199,24 @@ def test_the_installed_package_ships_the_search_page(tmp_path: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     shipped = {f"service/static/{p.name}" for p in (REPO / "service" / "static").iterdir()}
     assert {"service/static/index.html", "service/static/app.js", "service/static/app.css"} <= shipped <= names
+
+
+def bench_imports(source: str) -> list[str]:
+    """The `bench` modules a Python source imports, at any level of its code."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
+        found += [n for n in names if n == "bench" or n.startswith("bench.")]
+    return found
+
+
+def test_no_test_imports_bench() -> None:
+    """Benchmarks measure the product; tests test it. A test that needs a benchmark's logic means that logic
+    belongs in the product (or the test goes with the benchmark)."""
+    nested = "import os\ndef f():\n    from bench.common import pct\nimport bench"
+    assert sorted(bench_imports(nested)) == ["bench", "bench.common"]
+    offenders = {str(p.relative_to(REPO)): found for p in sorted((REPO / "tests").rglob("*.py"))
+                 if (found := bench_imports(p.read_text()))}
+    assert not offenders, f"tests import bench: {offenders}"
+    assert not (REPO / "tests" / "bench").exists()

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.peers.stats import interleave, median, percentiles
+from bench.common import interleave, median, percentiles
 
 WORKER = Path(__file__).with_name("encode_worker.py")
 

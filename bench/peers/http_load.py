@@ -1,8 +1,8 @@
 """Closed-loop HTTP load against a server on 127.0.0.1 and the server's process-tree memory.
 
 `clients` keep-alive connections each send the next request as soon as the previous answer is read. aiohttp,
-not httpx: the client shares the server's two cores, and httpx cost 1-2.5 ms more per request at 1 client
-(bench/search_latency.py), time that would be charged to whichever server was measured.
+not httpx: the client shares the server's two cores, and httpx cost 1-2.5 ms more per request at 1 client,
+time that would be charged to whichever server was measured.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 import psutil
 
-from bench.peers.stats import percentiles
+from bench.common import percentiles
 
 
 @dataclass(frozen=True)

