@@ -185,7 +185,8 @@ def dense_runs(ds: EvalData, root: Path, model: Path, cache: Path) -> tuple[Run,
     if exact is not None and index is not None and timing_path.is_file():
         return exact, index, json.loads(timing_path.read_text())
     from indexer.runtime.encoder import OnnxEncoder
-    from indexer.runtime.faiss_index import exact_search, search
+    from indexer.runtime.faiss.exact import exact_search
+    from indexer.runtime.faiss.search import search
     from indexer.runtime.layout import IndexRoot
     from indexer.runtime.version import IndexVersion
 
@@ -221,7 +222,7 @@ def dense_runs(ds: EvalData, root: Path, model: Path, cache: Path) -> tuple[Run,
 def _stored_query_vectors(version: object, query_ids: list[str]) -> np.ndarray | None:
     """When every query is also a document (Quora), its vector as the index stores it — what `indexer build`
     evaluates with too (a query whose text is a document reuses its vector) — instead of encoding again."""
-    from indexer.runtime.faiss_index import stored_vectors
+    from indexer.runtime.faiss.exact import stored_vectors
 
     found = version.store.resolve_ext_ids(query_ids)  # type: ignore[attr-defined]
     if len(found) != len(query_ids):

@@ -128,7 +128,8 @@ def recall(folder: Path, model: Path, queries: list[str], top_k: int) -> dict[st
     """Per selectivity: recall@k of the filtered index search vs brute force over the matching vectors (the
     index's own fp16 codes), the number of matches, and whether the search went exact."""
     from indexer.runtime.encoder import OnnxEncoder
-    from indexer.runtime.faiss_index import filtered_nprobe, stored_vectors
+    from indexer.runtime.faiss.exact import stored_vectors
+    from indexer.runtime.faiss.filtered import filtered_nprobe
     from indexer.runtime.version import IndexVersion
 
     version = IndexVersion(folder)

@@ -6,7 +6,7 @@ bench/gpu_check.sh on a CUDA machine; on a machine without one it says so and st
 1. **encode**: N texts (Quora's distinct questions of rows < 300,000, grown past them by recombining halves of
    two real questions as bench/scale_corpus.py does) with the default encoder (all-MiniLM-L6-v2, mean pooling,
    ONNX) on the CUDA execution provider: texts/s, and the min cosine to CPU vectors on 512 texts;
-2. **build**: IVF{auto nlist},SQfp16 over those vectors, k-means on the GPU (`faiss_index.train`) and, for the
+2. **build**: IVF{auto nlist},SQfp16 over those vectors, k-means on the GPU (`faiss.devices.train`) and, for the
    ratio, on the CPU (STRATA_GPU=0) from the same sample: train and add seconds, recall of each at the same nprobe;
 3. **search**: 1,000 held-out-free query vectors (perturbed seed vectors), exact top-10 by GPU k-NN and by CPU
    (seconds of each), then the IVF index on the GPU (`gpu_clone`) and on the CPU at nprobe 8..128: recall@10
@@ -63,13 +63,16 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=512)
     args = p.parse_args()
     from bench.scale_corpus import encoder_dir
-    from indexer.runtime import faiss_index as fi
     from indexer.runtime.encoder import OnnxEncoder
+    from indexer.runtime.faiss.devices import gpu_clone, gpu_count
+    from indexer.runtime.faiss.exact import knn_inner_product
+    from indexer.runtime.faiss.search import search
+    from indexer.runtime.faiss.training import auto_nlist, build_ivf, set_nprobe
 
-    if fi.gpu_count() == 0:
+    if gpu_count() == 0:
         print("no GPU: faiss sees none (faiss-cpu wheel, no CUDA device, or STRATA_GPU=0); nothing measured")
         return 3
-    res: dict[str, object] = {"n": args.n, "gpus": fi.gpu_count(), "cpu_count": os.cpu_count(),
+    res: dict[str, object] = {"n": args.n, "gpus": gpu_count(), "cpu_count": os.cpu_count(),
                               "host": platform.node(), "load_start": load()}
     corpus = texts(args.n)
     model = encoder_dir()
@@ -91,12 +94,12 @@ def main() -> int:
     a, b = rng.integers(0, args.n, 1000), rng.integers(0, args.n, 1000)
     q = 0.8 * vecs[a] + 0.2 * vecs[b] + rng.normal(size=(1000, vecs.shape[1])).astype(np.float32) * 0.0128
     q = (q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32)
-    (_, exact), gpu_exact_s = timed(lambda: fi.knn_inner_product(q, vecs, 10))
-    nlist = fi.auto_nlist(args.n)
-    (gpu_index, gpu_train_s, gpu_add_s), _ = timed(lambda: fi.build_ivf(vecs, ids, nlist, 32))
+    (_, exact), gpu_exact_s = timed(lambda: knn_inner_product(q, vecs, 10))
+    nlist = auto_nlist(args.n)
+    (gpu_index, gpu_train_s, gpu_add_s), _ = timed(lambda: build_ivf(vecs, ids, nlist, 32))
     os.environ["STRATA_GPU"] = "0"
-    (_, cpu_exact), cpu_exact_s = timed(lambda: fi.knn_inner_product(q, vecs, 10))
-    (cpu_index, cpu_train_s, cpu_add_s), _ = timed(lambda: fi.build_ivf(vecs, ids, nlist, 32))
+    (_, cpu_exact), cpu_exact_s = timed(lambda: knn_inner_product(q, vecs, 10))
+    (cpu_index, cpu_train_s, cpu_add_s), _ = timed(lambda: build_ivf(vecs, ids, nlist, 32))
     os.environ["STRATA_GPU"] = "1"
     res["build"] = {"nlist": nlist, "gpu_train_s": round(gpu_train_s, 2), "gpu_add_s": round(gpu_add_s, 2),
                     "cpu_train_s": round(cpu_train_s, 2), "cpu_add_s": round(cpu_add_s, 2),
@@ -106,12 +109,12 @@ def main() -> int:
     rows = []
     for nprobe in (8, 16, 32, 64, 128):
         row: dict[str, object] = {"nprobe": nprobe}
-        fi.set_nprobe(cpu_index, nprobe)
-        fi.set_nprobe(gpu_index, nprobe)
-        clone = fi.gpu_clone(cpu_index)  # the copy keeps the nprobe it was cloned with
+        set_nprobe(cpu_index, nprobe)
+        set_nprobe(gpu_index, nprobe)
+        clone = gpu_clone(cpu_index)  # the copy keeps the nprobe it was cloned with
         for name, idx in (("gpu", clone), ("cpu", cpu_index), ("cpu_gpu_trained", gpu_index)):
-            (_, got), s = timed(lambda idx=idx: fi.search(idx, q, 10))
-            one_s = timed(lambda idx=idx: [fi.search(idx, q[i : i + 1], 10) for i in range(200)])[1]
+            (_, got), s = timed(lambda idx=idx: search(idx, q, 10))
+            one_s = timed(lambda idx=idx: [search(idx, q[i : i + 1], 10) for i in range(200)])[1]
             row[name] = {"recall_at_10": recall(got, exact), "batch_qps": round(1000 / s),
                          "single_ms": round(one_s / 200 * 1000, 3)}
         rows.append(row)

@@ -194,7 +194,7 @@ def ingest(peer: str, n: int, work: Path, graph: tuple[int, int] | None = None) 
         path = work / f"milvus-{n}"
         shutil.rmtree(path, ignore_errors=True)
         path.mkdir(parents=True)
-        from indexer.runtime.faiss_index import auto_nlist
+        from indexer.runtime.faiss.training import auto_nlist
 
         out = worker("milvus", "ingest", "--path", str(path / "milvus.db"), "--data", str(corpus_view(n)),
                      "--n", str(n), "--nlist", str(auto_nlist(n)), nice=True)

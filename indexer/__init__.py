@@ -19,6 +19,6 @@ layout, manifest, store, atomic writes, paths — is the `indexer.runtime` subpa
 
 May import: `indexer.runtime`, numpy, onnxruntime, tokenizers, pydantic, tqdm, ray and pyarrow (the Ray build
 only), ir_measures and scipy (`compare` only: the `eval` extra) and the standard library. Never faiss directly
-(only `indexer.runtime.faiss_index` does), torch, transformers, `models` or `service`: the build runs with the
+(only the `indexer.runtime.faiss` package does), torch, transformers, `models` or `service`: the build runs with the
 `serve` extra alone.
 """

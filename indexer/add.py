@@ -26,7 +26,8 @@ from indexer.ingest import publish
 from indexer.probes import PROBES_FILE
 from indexer.quora import COLUMNS, QuoraFormatError, _open_text, read_rows
 from indexer.runtime.encoder import EncoderLoadError, OnnxEncoder
-from indexer.runtime.faiss_index import INDEX_FILE, set_threads
+from indexer.runtime.faiss.devices import set_threads
+from indexer.runtime.faiss.files import INDEX_FILE
 from indexer.runtime.layout import IndexRoot, new_version_name
 from indexer.runtime.manifest import Manifest
 from indexer.runtime.store import STORE

@@ -22,7 +22,7 @@ from indexer.ingest import build_corpus, data_path, publish, source_for
 from indexer.probes import make_probes, quora_probe_candidates
 from indexer.quora import load_split
 from indexer.runtime.encoder import OnnxEncoder
-from indexer.runtime.faiss_index import set_threads
+from indexer.runtime.faiss.devices import set_threads
 from indexer.runtime.layout import IndexRoot, new_version_name
 from indexer.runtime.manifest import DataInfo, LexicalInfo, Manifest, Timings
 from indexer.runtime.storage import storage_errors

@@ -14,15 +14,15 @@ from pathlib import Path
 from indexer.calibrate import calibration_target
 from indexer.quora import Protocol
 from indexer.runtime.ann import AUTO, AUTO_FLAT_BELOW, KIND_SPECS, HnswParams, IvfParams, KindParams, choose_kind
-from indexer.runtime.faiss_index import (
+from indexer.runtime.faiss.kmeans import TRAIN_POINTS_PER_LIST
+from indexer.runtime.faiss.quantizer import quantizer_for
+from indexer.runtime.faiss.training import (
     DEFAULT_NPROBE,
     MIN_POINTS_PER_LIST,
-    TRAIN_POINTS_PER_LIST,
     auto_nlist,
     clamp_nprobe,
     codec_for_budget,
     effective_nlist,
-    quantizer_for,
 )
 from indexer.runtime.lexical import lexical_info
 from indexer.runtime.manifest import LexicalInfo, SearchMode
@@ -40,7 +40,7 @@ class BuildConfig:
     # auto | flat | ivf | hnsw (`ann.choose_kind`; auto with nlist or nprobe given: ivf). The CLI defaults to auto;
     # here ivf, what every programmatic caller (benches, the Ray equality checks) was written against.
     index: str = "ivf"
-    nlist: int | None = None  # IVF; None: by size (`faiss_index.auto_nlist`)
+    nlist: int | None = None  # IVF; None: by size (`faiss.training.auto_nlist`)
     nprobe: int | None = None  # IVF; given: no calibration (`calibration_target`); None: calibrated
     # An ivf/hnsw build calibrates its search parameter on query-like probes (`indexer.calibrate`,
     # `indexer.probes`) to this share of exact search's top 10 (None: DEFAULT_TARGET_RECALL), unless `calibrate`
@@ -50,7 +50,7 @@ class BuildConfig:
     probes: str = "auto"  # auto | queries | spans (`indexer.probes`)
     codec: str | None = None  # codes in the IVF lists: "SQfp16", "SQ8" or "Flat" (float32); None: DEFAULT_CODEC
     # bytes the IVF vectors may take (codes, ids, quantizer): the codec is the most precise that fits
-    # (`faiss_index.codec_for_budget`); None: DEFAULT_CODEC. Not with `codec`.
+    # (`faiss.training.codec_for_budget`); None: DEFAULT_CODEC. Not with `codec`.
     memory_budget: int | None = None
     hnsw_m: int = HnswParams.model_fields["m"].default
     ef_construction: int = HnswParams.model_fields["ef_construction"].default

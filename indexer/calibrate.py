@@ -26,8 +26,10 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from indexer.runtime.ann import KIND_SPECS, AnnIndex
-from indexer.runtime.faiss_index import Index, IvfIndex, IvfParams, nlist_of
+from indexer.runtime.ann import KIND_SPECS, AnnIndex, IvfParams
+from indexer.runtime.faiss.files import Index
+from indexer.runtime.faiss.ivf import IvfIndex
+from indexer.runtime.faiss.training import nlist_of
 from indexer.runtime.manifest import KnobCalibration, KnobRecall, NprobeCalibration, ProbeInfo, ProbeRecall
 
 log = logging.getLogger(__name__)

@@ -43,7 +43,8 @@ from indexer.compact_index import Resized, follow_size
 from indexer.ingest import publish
 from indexer.probes import PROBES_FILE
 from indexer.runtime.encoder import OnnxEncoder
-from indexer.runtime.faiss_index import INDEX_FILE, set_threads
+from indexer.runtime.faiss.devices import set_threads
+from indexer.runtime.faiss.files import INDEX_FILE
 from indexer.runtime.layout import IndexRoot, LayoutError, new_version_name
 from indexer.runtime.manifest import IndexInfo, Manifest, PassagesInfo, WritesInfo
 from indexer.runtime.metadata import MetadataError, metadata_json

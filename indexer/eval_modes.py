@@ -46,7 +46,7 @@ from indexer.evaluate import (
 )
 from indexer.metrics import mean_metrics
 from indexer.runs import RunKey
-from indexer.runtime.faiss_index import get_threads, set_threads
+from indexer.runtime.faiss.devices import get_threads, set_threads
 from indexer.runtime.fusion import HYBRID_DEPTH, Fusion, fuse
 from indexer.runtime.lexical import LEXICAL_DIR
 from indexer.runtime.manifest import EvalFigures

@@ -16,7 +16,7 @@ import numpy as np
 from indexer.doc_ranks import DocumentRanks
 from indexer.metrics import mean_metrics
 from indexer.runs import RunKey
-from indexer.runtime.faiss_index import get_threads, set_threads
+from indexer.runtime.faiss.devices import get_threads, set_threads
 from indexer.runtime.manifest import EvalFigures
 from indexer.runtime.store import GradedEvalSet
 from indexer.runtime.version import IndexVersion

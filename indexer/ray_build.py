@@ -34,19 +34,16 @@ from indexer.ray_embed import EmbedBatches, column_vectors
 from indexer.ray_input import CorpusInput, read_corpus, store_corpus
 from indexer.runtime.ann import AUTO, IvfParams
 from indexer.runtime.encoder import OnnxEncoder
-from indexer.runtime.faiss_index import (
+from indexer.runtime.faiss.devices import set_threads
+from indexer.runtime.faiss.files import INDEX_FILE, deserialize, serialize, write_index
+from indexer.runtime.faiss.quantizer import quantizer_for
+from indexer.runtime.faiss.training import (
     DEFAULT_CODEC,
     DEFAULT_NPROBE,
-    INDEX_FILE,
     auto_nlist,
     clamp_nprobe,
-    deserialize,
     effective_nlist,
-    quantizer_for,
-    serialize,
-    set_threads,
     train_empty_ivf,
-    write_index,
 )
 from indexer.runtime.layout import IndexRoot, new_version_name
 from indexer.runtime.manifest import (

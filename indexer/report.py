@@ -27,7 +27,7 @@ from indexer.doc_ranks import DocumentRanks
 from indexer.eval_modes import evaluate_modes, served_modes
 from indexer.evaluate import GRADED_DEPTH, EvalError, drop_self, eval_search_params, rank_metrics
 from indexer.metrics import mean_metrics
-from indexer.runtime.faiss_index import set_threads
+from indexer.runtime.faiss.devices import set_threads
 from indexer.runtime.layout import IndexRoot
 from indexer.runtime.manifest import GateFigures, Manifest, ManifestError, ReportState
 from indexer.runtime.version import IndexVersion

@@ -3,7 +3,7 @@
 `indexer build --engine ray --shards N` builds shards from the source texts, encoding them again. A version that
 already exists — built from vectors (`--data` with a vector column), grown by writes and compacted, or simply too
 big to build twice — is split instead: its `index.faiss` is cut into N files by `id % N` (`indexer.shards`), each a
-copy of the same trained IVF index holding its share of every inverted list (`faiss_index.split_ivf`). The shards
+copy of the same trained IVF index holding its share of every inverted list (`faiss.files.split_ivf`). The shards
 share the quantizer, so the merged answer of N shard searches at a given nprobe is the parent's answer: the new
 version keeps the parent's calibration and evaluation, and its manifest names the parent.
 
@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from indexer.ingest import publish
-from indexer.runtime.faiss_index import INDEX_FILE, split_ivf
+from indexer.runtime.faiss.files import INDEX_FILE, split_ivf
 from indexer.runtime.integrity import verify_folder
 from indexer.runtime.layout import IndexRoot, LayoutError, new_version_name
 from indexer.runtime.manifest import MANIFEST, Manifest, ShardInfo

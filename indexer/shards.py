@@ -3,7 +3,7 @@
 Every shard is a copy of the same trained, empty `IVF{nlist},{codec}` filled with the vectors whose id falls in
 it (`id % N`). Because the centroids are identical, probing the same `nprobe` lists in every shard and merging
 the top k by score gives exactly the merged index's answer, and the shards can be merged back losslessly.
-The FAISS side (training the shared quantizer, merging shard files) is `indexer.runtime.faiss_index`'s.
+The FAISS side (training the shared quantizer, merging shard files) is the `indexer.runtime.faiss` package's.
 """
 
 from __future__ import annotations

@@ -18,8 +18,10 @@ from indexer.calibrate import calibrate_index
 from indexer.eval_modes import evaluate_modes
 from indexer.probes import Probes, load_probes, save_probes
 from indexer.report import gate_figures, pending_report
+from indexer.runtime.ann import AnnIndex
 from indexer.runtime.encoder import EncoderMeta
-from indexer.runtime.faiss_index import INDEX_FILE, AnnIndex, build_index
+from indexer.runtime.faiss.files import INDEX_FILE
+from indexer.runtime.faiss.kinds import build_index
 from indexer.runtime.lexical import LEXICAL_DIR, build_lexical
 from indexer.runtime.manifest import IndexInfo, Manifest, ModelInfo, Timings
 from indexer.runtime.progress import Working

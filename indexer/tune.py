@@ -16,16 +16,10 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from indexer.evaluate import drop_self, rank_metrics
-from indexer.runtime.faiss_index import (
-    MIN_POINTS_PER_LIST,
-    flat_search,
-    get_threads,
-    index_from_factory,
-    memory_bytes,
-    search,
-    set_search_param,
-    set_threads,
-)
+from indexer.runtime.faiss.devices import get_threads, set_threads
+from indexer.runtime.faiss.files import memory_bytes
+from indexer.runtime.faiss.search import flat_search, search, set_search_param
+from indexer.runtime.faiss.training import MIN_POINTS_PER_LIST, index_from_factory
 from indexer.runtime.version import IndexVersion
 
 log = logging.getLogger(__name__)

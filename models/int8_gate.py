@@ -35,7 +35,7 @@ import numpy as np
 from indexer.evaluate import per_query_ranks
 from indexer.quora import load_split, resolve_source
 from indexer.runtime.encoder import ENCODER_META, OnnxEncoder
-from indexer.runtime.faiss_index import flat_search
+from indexer.runtime.faiss.search import flat_search
 from indexer.runtime.paths import default_quora_source, strata_home
 
 log = logging.getLogger(__name__)

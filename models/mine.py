@@ -132,7 +132,8 @@ def mine(
     progress: bool = True,
 ) -> MineReport:
     from indexer.runtime.encoder import OnnxEncoder
-    from indexer.runtime.faiss_index import build_ivf, effective_nlist, search
+    from indexer.runtime.faiss.search import search
+    from indexer.runtime.faiss.training import build_ivf, effective_nlist
     from indexer.runtime.progress import Progress
 
     if skip < 0 or take < 1 or depth < skip + take:

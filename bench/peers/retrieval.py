@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from indexer.evaluate import drop_self, rank_metrics
-from indexer.runtime.faiss_index import stored_vectors
+from indexer.runtime.faiss.exact import stored_vectors
 from indexer.runtime.layout import IndexRoot
 from indexer.runtime.version import IndexVersion
 from indexer.tune import Candidate, sweep

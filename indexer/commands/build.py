@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from indexer.calibrate import DEFAULT_TARGET_RECALL
 from indexer.commands.common import check_settings, positive_int, recall_target, root_arg, threads_arg
 from indexer.runtime.ann import AUTO, AUTO_FLAT_BELOW, KIND_SPECS, KINDS, KNOBS, HnswParams
-from indexer.runtime.faiss_index import CODECS, DEFAULT_NPROBE
+from indexer.runtime.faiss.training import CODECS, DEFAULT_NPROBE
 from indexer.runtime.lexical import AUTO_TANTIVY_FROM, ENGINES
 from indexer.runtime.paths import DEFAULT_MODEL_NAME, default_model_dir, default_quora_source
 

@@ -9,8 +9,10 @@ Owns:
 - `ann`: the one index seam, `AnnIndex`, and the registry of index kinds (`KIND_SPECS`: flat, ivf, hnsw), each
   with its typed build and search parameters (recorded in the manifest), its factory string and its search knob,
   `--index auto`'s measured crossover and the per-request search parameter checks;
-- `faiss_index`: the one module that imports faiss (the kinds' implementations `FlatIndex`, `IvfIndex`,
-  `HnswIndex`, registered by kind, index construction, I/O, search, nprobe clamping and OpenMP threads);
+- `faiss`: the one package that imports faiss, one job per module (its docstring lists them): the kinds'
+  implementations (`flat`, `ivf`, `hnsw`, registered by kind; `kinds`: build and open), IVF training (`training`,
+  `kmeans`, `quantizer`), threads and the GPU (`devices`), index files (`files`), searches (`search`, `exact`,
+  `filtered`);
 - `lexical`: the lexical seam (the one module that imports PyStemmer): the analysis, `LexicalIndex` and the
   engines by name, the BM25 index built in every version beside the vectors, searched exactly under filters, and
   the overlay that scores written documents with the version's statistics; its engines `lexical_bm25s` and
@@ -54,7 +56,7 @@ Owns:
 - `atomic`: atomic file and folder writes;
 - `paths`: default locations (`STRATA_HOME`, `STRATA_DATA_DIR`).
 
-May import: numpy, onnxruntime, tokenizers, faiss (in `faiss_index` only), PyStemmer (in `lexical` only), bm25s and
-tantivy (in their engine's module only), pydantic, tqdm, xxhash and the standard library. Never torch, transformers,
-`models`, `service`, or the rest of `indexer` (the build pipeline).
+May import: numpy, onnxruntime, tokenizers, faiss (in the `faiss` package only), PyStemmer (in `lexical` only),
+bm25s and tantivy (in their engine's module only), pydantic, tqdm, xxhash and the standard library. Never torch,
+transformers, `models`, `service`, or the rest of `indexer` (the build pipeline).
 """

@@ -11,7 +11,7 @@ Each kind declares itself once, in `KIND_SPECS` (like Qdrant's enum of index kin
 pydantic model, recorded in the manifest's `index.params`), the FAISS factory string the manifest names, and its
 search knob (`Knob`: name, range, the request field, the `STRATA_` variable, the CLI flag, what calibration tunes);
 the request schema, the engine's settings, the CLI flags, the served defaults and the checks are generated from it.
-How a kind is built and opened is its `AnnIndex` class in `faiss_index` (the only module that imports faiss),
+How a kind is built and opened is its `AnnIndex` class in the `faiss` package (the only one that imports faiss),
 registered there under the same name. This module holds what needs no faiss: the kinds, their parameters, the
 abstract interface, the `auto` choice and the per-request search-parameter checks.
 """
@@ -62,7 +62,7 @@ class IvfParams(BaseModel):
     codec: str = "SQfp16"  # codes in the lists: SQfp16 or Flat (float32)
     nprobe: int = Field(ge=1)  # lists probed per query by default (clamped to nlist)
     nlist_reason: str | None = None  # why this nlist (logged at build time too)
-    train_sample: int | None = None  # vectors k-means was trained on (bounded: `faiss_index.training_sample`)
+    train_sample: int | None = None  # vectors k-means was trained on (bounded: `faiss.kmeans.training_sample`)
     # how a query finds its lists: scoring every centroid, or an HNSW graph over them (large nlist; older
     # versions, which do not say, were all built flat)
     quantizer: Quantizer = "flat"
@@ -113,7 +113,7 @@ class KindSpec:
 
 KIND_SPECS: dict[str, KindSpec] = {spec.name: spec for spec in (
     KindSpec("flat", FlatParams, "exact search", lambda p: "IDMap2,Flat"),
-    KindSpec("ivf", IvfParams, "inverted lists, --nlist/--nprobe/--codec",  # (HNSW32: faiss_index's QUANTIZER_HNSW_M)
+    KindSpec("ivf", IvfParams, "inverted lists, --nlist/--nprobe/--codec",  # (HNSW32: faiss.quantizer's QUANTIZER_HNSW_M)
              lambda p: f"IVF{p.nlist}{'_HNSW32' if p.quantizer == 'hnsw' else ''},{p.codec}",
              Knob("nprobe", 1_000_000, "lists probed (clamped to nlist)",
                   clamp=lambda p, v: max(1, min(int(v), p.nlist)))),
@@ -181,16 +181,16 @@ class AnnIndex(ABC):
     @abstractmethod
     def search(self, queries: np.ndarray, k: int, *, exclude: Any = None,
                search_params: Mapping[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Top k; `exclude` (`faiss_index.Exclusion`): ids to skip inside the search; `search_params`: this search's
+        """Top k; `exclude` (`faiss.search.Exclusion`): ids to skip inside the search; `search_params`: this search's
         parameters (`SEARCH_PARAMS`), else the index's defaults."""
 
     @abstractmethod
     def prepare(self, ids: np.ndarray) -> Any:
-        """The ids among `ids` that this index holds, as a `faiss_index.IdFilter` for `filtered_search`."""
+        """The ids among `ids` that this index holds, as a `faiss.filtered.IdFilter` for `filtered_search`."""
 
     def with_codes(self, flt: Any) -> Any:
         """`flt` made faster to search again, for a filter used more than once (IVF: a few matches' codes gathered
-        for exact search, `faiss_index.exact_pays`); the same `flt` where nothing pays."""
+        for exact search, `faiss.filtered.exact_pays`); the same `flt` where nothing pays."""
         return flt
 
     @abstractmethod

@@ -45,7 +45,8 @@ import numpy as np
 
 from indexer.runtime import bounded_leg
 from indexer.runtime.bounded_leg import LexicalLeg
-from indexer.runtime.faiss_index import Exclusion, knn_inner_product
+from indexer.runtime.faiss.exact import knn_inner_product
+from indexer.runtime.faiss.search import Exclusion
 from indexer.runtime.filters import Node, matches, parse_filter
 from indexer.runtime.ids import ExtId, FaissIds
 from indexer.runtime.lexical import LexicalOverlay

@@ -21,7 +21,9 @@ import numpy as np
 from indexer.runtime import bounded_leg
 from indexer.runtime.ann import AnnIndex, IndexParamError, check_search_params
 from indexer.runtime.bounded_leg import LexicalLeg
-from indexer.runtime.faiss_index import INDEX_FILE, IdFilter, read_ann
+from indexer.runtime.faiss.files import INDEX_FILE
+from indexer.runtime.faiss.filtered import IdFilter
+from indexer.runtime.faiss.kinds import read_ann
 from indexer.runtime.lexical import LexicalError, LexicalIndex, open_lexical
 from indexer.runtime.manifest import Manifest, ManifestError
 from indexer.runtime.store import STORE, Store
@@ -141,7 +143,7 @@ class VectorIndex(Protocol):
 class FilterCache:
     """A version's LRU of filter → `FilterMatch`, bounded in entries and in bytes held. A repeated filter (a
     tenant's, a product line's) skips the store's SQL, the building of its ID selector and, for a selective one,
-    the gathering of its vectors' codes (`faiss_index.exact_pays`): at 1 % of 1M documents these are most of the
+    the gathering of its vectors' codes (`faiss.filtered.exact_pays`): at 1 % of 1M documents these are most of the
     filtered request's time (bench/filtered_scale.py). A version never changes, so an entry never goes stale: the
     API's writes are the live overlay's, applied on top of the base's matches at every search (`LiveIndex`)."""
 
@@ -212,12 +214,12 @@ class LexicalSearching:
 class IndexVersion(LexicalSearching):
     """A version folder opened in this process. Its vectors are `ann`, an `AnnIndex` of the manifest's kind (the
     seam: nothing here knows FAISS); `index` is the FAISS index beneath it, for benches and tests that call
-    `faiss_index`'s functions on it directly."""
+    the `faiss` package's functions on it directly."""
 
     def __init__(self, folder: str | Path, *, nprobe: int | None = None,
                  search_params: dict[str, int | None] | None = None, mmap: bool = False) -> None:
         self.folder = Path(folder)
-        self.mmap = mmap  # the index file memory-mapped, read-only (`faiss_index.read_index`): what serving opens
+        self.mmap = mmap  # the index file memory-mapped, read-only (`faiss.files.read_index`): what serving opens
         try:
             self.manifest = Manifest.load(self.folder)
         except ManifestError as exc:
@@ -274,7 +276,7 @@ class IndexVersion(LexicalSearching):
 
     @property
     def index(self) -> Any:
-        """The FAISS index beneath `ann` (not part of the seam: benches and tests that call `faiss_index`)."""
+        """The FAISS index beneath `ann` (not part of the seam: benches and tests that call the `faiss` package)."""
         return self.ann.faiss  # type: ignore[attr-defined]
 
     @property

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-from indexer.runtime.faiss_index import set_threads
+from indexer.runtime.faiss.devices import set_threads
 from indexer.runtime.version import IndexVersion, VectorIndex
 from service.engine.settings import EngineSettings
 

@@ -31,7 +31,7 @@ import numpy as np
 from indexer.runtime import collection_config
 from indexer.runtime.ann import served_search_params
 from indexer.runtime.collection_config import CollectionConfig, ConfigError
-from indexer.runtime.faiss_index import set_threads
+from indexer.runtime.faiss.devices import set_threads
 from indexer.runtime.manifest import Manifest, SearchMode
 from indexer.runtime.passages import old_count, passage_rows, stale_ids
 from indexer.runtime.query import Query

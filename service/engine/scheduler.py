@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from indexer.runtime.encoder import Encoded, OnnxEncoder
-from indexer.runtime.faiss_index import set_threads
+from indexer.runtime.faiss.devices import set_threads
 from indexer.runtime.query import Query
 from service.engine.batching import Answer, MicroBatcher
 from service.engine.encoders import EncoderCache

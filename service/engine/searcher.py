@@ -28,7 +28,7 @@ import numpy as np
 
 from indexer.runtime.bounded_leg import BOUNDED_FROM, HYBRID_LEXICAL, HybridLexical
 from indexer.runtime.encoder import OnnxEncoder
-from indexer.runtime.faiss_index import set_threads
+from indexer.runtime.faiss.devices import set_threads
 from indexer.runtime.fusion import Fusion
 from indexer.runtime.manifest import Manifest, SearchMode
 from indexer.runtime.passages import Splitter, document_hits, passage_hits

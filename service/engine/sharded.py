@@ -43,16 +43,11 @@ import ray
 from ray import serve
 
 from indexer.runtime.ann import IvfParams, check_search_params
-from indexer.runtime.faiss_index import (
-    IdFilter,
-    IvfIndex,
-    clamp_nprobe,
-    filtered_nprobe,
-    filtered_search,
-    nlist_of,
-    read_index,
-    set_threads,
-)
+from indexer.runtime.faiss.devices import set_threads
+from indexer.runtime.faiss.files import read_index
+from indexer.runtime.faiss.filtered import IdFilter, filtered_nprobe, filtered_search
+from indexer.runtime.faiss.ivf import IvfIndex
+from indexer.runtime.faiss.training import clamp_nprobe, nlist_of
 from indexer.runtime.lexical import LexicalError, LexicalIndex, open_lexical
 from indexer.runtime.manifest import Manifest, ManifestError
 from indexer.runtime.store import STORE, Store

@@ -15,7 +15,7 @@ import pytest
 from indexer.build import BuildConfig, build
 from indexer.evaluate import query_ranks
 from indexer.runtime.encoder import OnnxEncoder
-from indexer.runtime.faiss_index import exact_search
+from indexer.runtime.faiss.exact import exact_search
 from indexer.runtime.layout import IndexRoot
 from indexer.runtime.manifest import Manifest
 from indexer.runtime.version import IndexVersion

@@ -15,14 +15,18 @@ import pyarrow.parquet as pq
 import pytest
 
 import indexer.corpus as corpus_mod
-import indexer.runtime.faiss_index as faiss_index
+import indexer.runtime.faiss.training as faiss_training
 from indexer.calibrate import calibrate_index
 from indexer.corpus import open_corpus
 from indexer.corpus_batches import columnar_batch
 from indexer.ingest import ingest
 from indexer.probes import CALIBRATION_PAIRS, MIN_PROBES, PROBE_SAMPLE, probe_count
+from indexer.runtime.ann import IvfParams
 from indexer.runtime.encoder import OnnxEncoder
-from indexer.runtime.faiss_index import IvfIndex, IvfParams, build_ivf, exact_search, two_level_centroids
+from indexer.runtime.faiss.exact import exact_search
+from indexer.runtime.faiss.ivf import IvfIndex
+from indexer.runtime.faiss.kmeans import two_level_centroids
+from indexer.runtime.faiss.training import build_ivf
 from indexer.runtime.store import CorpusStoreWriter
 
 DIM = 32  # the tiny exported encoder's
@@ -128,7 +132,7 @@ def test_two_level_centroids_are_unit_and_as_good_as_flat_kmeans(monkeypatch: py
     queries = _clustered(200, 4)
     recall = {}
     for name, from_nlist in (("flat", 10**9), ("two-level", 128)):  # the build's own switch, moved down to 128
-        monkeypatch.setattr(faiss_index, "TWO_LEVEL_FROM_NLIST", from_nlist)
+        monkeypatch.setattr(faiss_training, "TWO_LEVEL_FROM_NLIST", from_nlist)
         index, _, _ = build_ivf(x, np.arange(len(x)), 128, 6)
         _, exact = exact_search(index, queries, 10)
         _, got = index.search(queries, 10)

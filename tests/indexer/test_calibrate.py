@@ -11,7 +11,8 @@ import pytest
 
 from indexer.calibrate import calibrate_nprobe
 from indexer.probes import PROBES_FILE
-from indexer.runtime.faiss_index import build_ivf, sample_stored, stored_vectors
+from indexer.runtime.faiss.exact import sample_stored, stored_vectors
+from indexer.runtime.faiss.training import build_ivf
 from indexer.runtime.layout import IndexRoot
 from indexer.runtime.manifest import Manifest
 from indexer.runtime.version import IndexVersion

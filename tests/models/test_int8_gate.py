@@ -62,7 +62,7 @@ def test_one_pass_over_the_sample_gives_what_three_did(graphs: tuple[Path, Path]
     count: the same per-item figures as encoding each part on its own (the gate's former three passes)."""
     from indexer.evaluate import per_query_ranks
     from indexer.runtime.encoder import OnnxEncoder
-    from indexer.runtime.faiss_index import flat_search
+    from indexer.runtime.faiss.search import flat_search
     from models.int8_gate import _quora_split, measure, stsb_sample
 
     enc = OnnxEncoder(graphs[1], threads=2)

@@ -22,7 +22,8 @@ import pytest
 
 from indexer.quora import read_rows
 from indexer.runtime.encoder import OnnxEncoder
-from indexer.runtime.faiss_index import filtered_nprobe, stored_vectors
+from indexer.runtime.faiss.exact import stored_vectors
+from indexer.runtime.faiss.filtered import filtered_nprobe
 from indexer.runtime.filters import matches, parse_filter
 from indexer.runtime.layout import IndexRoot
 from indexer.runtime.version import IndexVersion

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from indexer.runtime.encoder import OnnxEncoder
-from indexer.runtime.faiss_index import INDEX_FILE
+from indexer.runtime.faiss.files import INDEX_FILE
 from indexer.runtime.integrity import verify_folder
 from indexer.runtime.layout import BUILDING_PREFIX, IndexRoot
 from indexer.runtime.store import STORE, Store

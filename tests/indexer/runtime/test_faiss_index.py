@@ -16,7 +16,9 @@ from indexer.runtime.version import IndexVersion
 def test_exact_search_over_lists_equals_a_flat_index(codec: str) -> None:
     import faiss
 
-    from indexer.runtime.faiss_index import build_ivf, exact_search, memory_bytes, stored_vectors
+    from indexer.runtime.faiss.exact import exact_search, stored_vectors
+    from indexer.runtime.faiss.files import memory_bytes
+    from indexer.runtime.faiss.training import build_ivf
 
     rng = np.random.default_rng(0)
     docs = rng.standard_normal((3000, 16)).astype(np.float32)
@@ -48,7 +50,8 @@ def test_exact_search_over_lists_equals_a_flat_index(codec: str) -> None:
 
 @pytest.mark.parametrize("codec", ["Flat", "SQfp16"])
 def test_sample_stored_draws_stored_vectors_by_id_without_repeats(codec: str) -> None:
-    from indexer.runtime.faiss_index import build_ivf, sample_stored, stored_vectors
+    from indexer.runtime.faiss.exact import sample_stored, stored_vectors
+    from indexer.runtime.faiss.training import build_ivf
 
     rng = np.random.default_rng(1)
     docs = rng.standard_normal((1500, 8)).astype(np.float32)
@@ -71,7 +74,7 @@ def test_sample_stored_draws_stored_vectors_by_id_without_repeats(codec: str) ->
 def test_exact_search_refuses_codes_that_do_not_hold_the_vectors() -> None:
     import faiss
 
-    from indexer.runtime.faiss_index import exact_search
+    from indexer.runtime.faiss.exact import exact_search
 
     rng = np.random.default_rng(0)
     docs = rng.standard_normal((2000, 16)).astype(np.float32)
@@ -92,7 +95,7 @@ def test_default_build_stores_fp16_codes(quora_root: Path) -> None:
     assert isinstance(ivf, faiss.IndexIVFScalarQuantizer) and not ivf.by_residual
     version.close()
     # `indexer tune` builds its candidates the same way; other codecs keep FAISS's defaults
-    from indexer.runtime.faiss_index import index_from_factory
+    from indexer.runtime.faiss.training import index_from_factory
 
     assert not faiss.extract_index_ivf(index_from_factory(16, "IVF4,SQfp16")).by_residual
     assert faiss.extract_index_ivf(index_from_factory(16, "IVF4,SQ8")).by_residual
@@ -101,7 +104,8 @@ def test_default_build_stores_fp16_codes(quora_root: Path) -> None:
 def test_nlist_grows_with_the_corpus_and_kmeans_trains_on_a_bounded_sample() -> None:
     """4·sqrt(N) lists rounded to a power of two (1,024 at 100k as measured there, 4,096 at 1M, 16,384 at 10M,
     capped), and a seeded sample of at most TRAIN_POINTS_PER_LIST per list, read in row order."""
-    from indexer.runtime.faiss_index import MAX_AUTO_NLIST, TRAIN_POINTS_PER_LIST, auto_nlist, training_sample
+    from indexer.runtime.faiss.kmeans import TRAIN_POINTS_PER_LIST, training_sample
+    from indexer.runtime.faiss.training import MAX_AUTO_NLIST, auto_nlist
 
     assert [auto_nlist(n) for n in (100_000, 1_000_000, 10_000_000)] == [1024, 4096, 16384]
     assert auto_nlist(10**12) == MAX_AUTO_NLIST and auto_nlist(1) == 1
@@ -122,7 +126,7 @@ def test_the_training_sample_leaves_no_page_of_a_mapped_corpus_resident(tmp_path
     """A sample drawn from a memory-mapped corpus reads every page of it (1M rows of 10M at 384 dims touch all
     15 GB); it is read a chunk at a time and the map's pages are released after each, so they do not pile up in
     the build's RSS (`runtime.mapped`). The same sample as from memory."""
-    from indexer.runtime.faiss_index import ADD_CHUNK, TRAIN_POINTS_PER_LIST, training_sample
+    from indexer.runtime.faiss.kmeans import ADD_CHUNK, TRAIN_POINTS_PER_LIST, training_sample
 
     rows, dim, nlist = 400_000, 32, 2 * ADD_CHUNK // TRAIN_POINTS_PER_LIST + 4  # cap: more than two chunks
     data = np.random.default_rng(0).standard_normal((rows, dim), dtype=np.float32)
@@ -142,16 +146,10 @@ def test_an_hnsw_quantizer_keeps_the_lists_and_searches_as_the_flat_one_does(tmp
     filtered search (whose exact path reads the centroids back) unchanged."""
     import faiss
 
-    from indexer.runtime.faiss_index import (
-        QUANTIZER_EF_SEARCH,
-        ListLocator,
-        build_ivf,
-        centroids,
-        filtered_search,
-        quantizer_kind,
-        read_index,
-        write_index,
-    )
+    from indexer.runtime.faiss.files import read_index, write_index
+    from indexer.runtime.faiss.filtered import ListLocator, filtered_search
+    from indexer.runtime.faiss.quantizer import QUANTIZER_EF_SEARCH, centroids, quantizer_kind
+    from indexer.runtime.faiss.training import build_ivf
     from tests.indexer.runtime.test_filtered_search import NLIST, K, N, assert_same_hits, brute_force, corpus
 
     docs, queries = corpus()
@@ -183,13 +181,14 @@ def test_an_hnsw_quantizer_keeps_the_lists_and_searches_as_the_flat_one_does(tmp
 def test_builds_take_the_graph_from_its_nlist_on_and_the_manifest_says_so(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     from indexer.build_config import BuildConfig, index_params
-    from indexer.runtime import faiss_index
+    from indexer.runtime.faiss import quantizer
+    from indexer.runtime.faiss.ivf import IvfIndex
     from indexer.runtime.manifest import IndexInfo
 
     cfg = BuildConfig(model_dir=tmp_path, data="x", root=tmp_path, index="ivf")
     assert index_params(cfg, 10_000_000).quantizer == "hnsw"  # type: ignore[union-attr]  (nlist 16,384)
     assert index_params(cfg, 1_000_000).quantizer == "flat"  # type: ignore[union-attr]  (nlist 4,096)
-    monkeypatch.setattr(faiss_index, "HNSW_QUANTIZER_FROM_NLIST", 64)
+    monkeypatch.setattr(quantizer, "HNSW_QUANTIZER_FROM_NLIST", 64)
     params = index_params(BuildConfig(model_dir=tmp_path, data="x", root=tmp_path, index="ivf", nlist=64), 20_000)
     assert params.quantizer == "hnsw" and "HNSW graph" in (params.nlist_reason or "")  # type: ignore[union-attr]
     info = IndexInfo.for_params(params, 20_000)
@@ -197,8 +196,8 @@ def test_builds_take_the_graph_from_its_nlist_on_and_the_manifest_says_so(tmp_pa
     from tests.indexer.runtime.test_filtered_search import corpus
 
     docs, _ = corpus()
-    built, _, _ = faiss_index.IvfIndex.build_from(params, docs, np.arange(len(docs), dtype=np.int64), seed=1)
-    assert faiss_index.quantizer_kind(built.faiss) == "hnsw"
+    built, _, _ = IvfIndex.build_from(params, docs, np.arange(len(docs), dtype=np.int64), seed=1)
+    assert quantizer.quantizer_kind(built.faiss) == "hnsw"
     # a manifest written before the field (no "quantizer") reads as what those versions were: flat
     written = info.model_dump(mode="json")
     del written["params"]["quantizer"]

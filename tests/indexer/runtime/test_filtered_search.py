@@ -1,4 +1,4 @@
-"""Filtered search in FAISS (`faiss_index.filtered_search`): the hits are those of the same index search
+"""Filtered search in FAISS (`faiss.filtered.filtered_search`): the hits are those of the same index search
 restricted to the matching documents, and brute force over them whenever the search goes exact — at 50 %, 10 %,
 1 % and 0.1 % selectivity, for both codecs and both kinds of ID selector (bitmap, hash set)."""
 
@@ -7,16 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from indexer.runtime.faiss_index import (
-    IvfIndex,
-    ListLocator,
-    build_ivf,
-    exact_pays,
-    filtered_nprobe,
-    filtered_search,
-    new_ivf,
-    stored_vectors,
-)
+from indexer.runtime.faiss.exact import stored_vectors
+from indexer.runtime.faiss.filtered import ListLocator, exact_pays, filtered_nprobe, filtered_search
+from indexer.runtime.faiss.ivf import IvfIndex
+from indexer.runtime.faiss.training import build_ivf, new_ivf
 
 N, DIM, NLIST, NPROBE, K = 20_000, 32, 64, 4, 10  # 64 lists need >= 39 × 64 = 2,496 training vectors
 SELECTIVITIES = (0.5, 0.1, 0.01, 0.001)

@@ -9,10 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from indexer.runtime import faiss_index as fi
+from indexer.runtime.faiss.devices import gpu_clone, gpu_count, train, train_with
+from indexer.runtime.faiss.exact import knn_inner_product
+from indexer.runtime.faiss.files import Index
+from indexer.runtime.faiss.quantizer import centroids
+from indexer.runtime.faiss.search import search
+from indexer.runtime.faiss.training import build_ivf, new_ivf
 
 NO_GPU = "faiss sees no GPU (the faiss-cpu wheel, no CUDA device, or STRATA_GPU=0): bench/gpu_check.sh runs this"
-needs_gpu = pytest.mark.skipif(fi.gpu_count() == 0, reason=NO_GPU)
+needs_gpu = pytest.mark.skipif(gpu_count() == 0, reason=NO_GPU)
 
 
 def _corpus(n: int = 20_000, dim: int = 32, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -25,30 +30,30 @@ def _corpus(n: int = 20_000, dim: int = 32, seed: int = 0) -> tuple[np.ndarray, 
     return docs, queries.astype(np.float32)
 
 
-def _recall(index: fi.Index, docs: np.ndarray, queries: np.ndarray) -> float:
-    _, got = fi.search(index, queries, 10)
-    _, want = fi.knn_inner_product(queries, docs, 10)
+def _recall(index: Index, docs: np.ndarray, queries: np.ndarray) -> float:
+    _, got = search(index, queries, 10)
+    _, want = knn_inner_product(queries, docs, 10)
     return float(np.mean([len(set(g) & set(w)) / 10 for g, w in zip(got, want, strict=True)]))
 
 
 def test_strata_gpu_0_keeps_everything_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STRATA_GPU", "0")
-    assert fi.gpu_count() == 0
+    assert gpu_count() == 0
     docs, _ = _corpus(2_000)
-    index = fi.new_ivf(docs.shape[1], 16, "SQfp16", seed=7)
-    assert fi.train(index, docs) == "cpu" and index.is_trained
+    index = new_ivf(docs.shape[1], 16, "SQfp16", seed=7)
+    assert train(index, docs) == "cpu" and index.is_trained
     with pytest.raises(ValueError, match="no GPU"):
-        fi.gpu_clone(index)
+        gpu_clone(index)
 
 
 def test_train_on_the_cpu_is_faiss_own_training(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without a GPU, `train` is `index.train`: the same seed gives the same centroids, bit for bit."""
     monkeypatch.setenv("STRATA_GPU", "0")
     docs, _ = _corpus(5_000)
-    a, b = fi.new_ivf(docs.shape[1], 32, "SQfp16", seed=3), fi.new_ivf(docs.shape[1], 32, "SQfp16", seed=3)
+    a, b = new_ivf(docs.shape[1], 32, "SQfp16", seed=3), new_ivf(docs.shape[1], 32, "SQfp16", seed=3)
     a.train(docs)
-    assert fi.train(b, docs) == "cpu"
-    assert np.array_equal(fi.centroids(a), fi.centroids(b))
+    assert train(b, docs) == "cpu"
+    assert np.array_equal(centroids(a), centroids(b))
 
 
 def test_kmeans_through_a_separate_assigner_gives_the_same_centroids() -> None:
@@ -57,10 +62,10 @@ def test_kmeans_through_a_separate_assigner_gives_the_same_centroids() -> None:
     import faiss
 
     docs, _ = _corpus(5_000)
-    a, b = fi.new_ivf(docs.shape[1], 32, "SQfp16", seed=3), fi.new_ivf(docs.shape[1], 32, "SQfp16", seed=3)
+    a, b = new_ivf(docs.shape[1], 32, "SQfp16", seed=3), new_ivf(docs.shape[1], 32, "SQfp16", seed=3)
     a.train(docs)
-    fi.train_with(b, docs, faiss.IndexFlatIP(docs.shape[1]))
-    assert np.array_equal(fi.centroids(a), fi.centroids(b))
+    train_with(b, docs, faiss.IndexFlatIP(docs.shape[1]))
+    assert np.array_equal(centroids(a), centroids(b))
     assert faiss.extract_index_ivf(b).clustering_index is None  # no dangling pointer to the assigner
 
 
@@ -68,10 +73,10 @@ def test_kmeans_through_a_separate_assigner_gives_the_same_centroids() -> None:
 def test_gpu_kmeans_gives_lists_as_good_as_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     docs, queries = _corpus()
     ids = np.arange(len(docs), dtype=np.int64)
-    gpu, _, _ = fi.build_ivf(docs, ids, nlist=64, nprobe=4)
+    gpu, _, _ = build_ivf(docs, ids, nlist=64, nprobe=4)
     monkeypatch.setenv("STRATA_GPU", "0")
-    cpu, _, _ = fi.build_ivf(docs, ids, nlist=64, nprobe=4)
-    assert fi.centroids(gpu).shape == fi.centroids(cpu).shape
+    cpu, _, _ = build_ivf(docs, ids, nlist=64, nprobe=4)
+    assert centroids(gpu).shape == centroids(cpu).shape
     r_gpu, r_cpu = _recall(gpu, docs, queries), _recall(cpu, docs, queries)
     assert r_gpu >= r_cpu - 0.03, (r_gpu, r_cpu)
 
@@ -80,12 +85,12 @@ def test_gpu_kmeans_gives_lists_as_good_as_the_cpu(monkeypatch: pytest.MonkeyPat
 def test_gpu_exact_knn_and_clone_search_match_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     docs, queries = _corpus()
     ids = np.arange(len(docs), dtype=np.int64)
-    _, on_gpu = fi.knn_inner_product(queries, docs, 10)
-    index, _, _ = fi.build_ivf(docs, ids, nlist=64, nprobe=8, codec="Flat")
-    _, clone_ids = fi.search(fi.gpu_clone(index), queries, 10)
+    _, on_gpu = knn_inner_product(queries, docs, 10)
+    index, _, _ = build_ivf(docs, ids, nlist=64, nprobe=8, codec="Flat")
+    _, clone_ids = search(gpu_clone(index), queries, 10)
     monkeypatch.setenv("STRATA_GPU", "0")
-    _, on_cpu = fi.knn_inner_product(queries, docs, 10)
-    _, cpu_ids = fi.search(index, queries, 10)
+    _, on_cpu = knn_inner_product(queries, docs, 10)
+    _, cpu_ids = search(index, queries, 10)
     overlap = np.mean([len(set(g) & set(c)) / 10 for g, c in zip(on_gpu, on_cpu, strict=True)])
     assert overlap >= 0.99  # float32 sums in another order may swap exact ties, never more
     overlap = np.mean([len(set(g) & set(c)) / 10 for g, c in zip(clone_ids, cpu_ids, strict=True)])

@@ -5,7 +5,7 @@ saved back with the old fields beside the new typed `index.params`, so that olde
 
 The folder was written by:
     build_ivf(x, ids, 4, 2, codec="SQfp16"); IndexInfo(factory="IVF4,SQfp16", nlist=4, nlist_requested=1024,
-    nprobe=2, ntotal=200) — main's `indexer.runtime.manifest` and `faiss_index`, PYTHONPATH=/work/main.
+    nprobe=2, ntotal=200) — main's `indexer.runtime.manifest` and FAISS module at 3f44667.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from indexer.runtime.faiss_index import INDEX_FILE, build_ivf, write_index
+from indexer.runtime.faiss.files import INDEX_FILE, write_index
+from indexer.runtime.faiss.training import build_ivf
 from indexer.runtime.ids import ASSIGNED_IDS_FROM
 from indexer.runtime.manifest import DataInfo, IndexInfo, Manifest, ModelInfo, Timings
 from indexer.runtime.overlay import LiveIndex, fold

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from indexer.runtime.faiss_index import INDEX_FILE, write_index
+from indexer.runtime.faiss.files import INDEX_FILE, write_index
 from indexer.runtime.integrity import verify_folder
 from indexer.runtime.layout import BUILDING_PREFIX, IndexRoot
 from indexer.runtime.storage import StorageFull, StorageUnavailable

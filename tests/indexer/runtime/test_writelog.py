@@ -12,7 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from indexer.runtime.faiss_index import Exclusion, build_ivf, knn_inner_product, remove_ids, search, search_excluding
+from indexer.runtime.faiss.exact import knn_inner_product
+from indexer.runtime.faiss.search import Exclusion, remove_ids, search, search_excluding
+from indexer.runtime.faiss.training import build_ivf
 from indexer.runtime.storage import StorageUnavailable
 from indexer.runtime.writelog import (
     DELETE,

@@ -35,7 +35,9 @@ import pytest
 
 from indexer.runtime import ann
 from indexer.runtime.ann import FlatParams, HnswParams, IndexParamError, IvfParams, KindParams
-from indexer.runtime.faiss_index import INDEX_FILE, build_index, read_ann, train_empty_ivf, write_index
+from indexer.runtime.faiss.files import INDEX_FILE, write_index
+from indexer.runtime.faiss.kinds import build_index, read_ann
+from indexer.runtime.faiss.training import train_empty_ivf
 from indexer.runtime.filters import matches, parse_filter
 from indexer.runtime.ids import ASSIGNED_IDS_FROM
 from indexer.runtime.lexical import ENGINES, LexicalIndex, build_lexical, lexical_info, open_lexical

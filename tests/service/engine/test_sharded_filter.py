@@ -13,15 +13,10 @@ import pytest
 
 pytest.importorskip("ray")
 
-from indexer.runtime.faiss_index import (  # noqa: E402
-    ListLocator,
-    filtered_nprobe,
-    filtered_search,
-    read_merged,
-    stored_vectors,
-    train_empty_ivf,
-    write_index,
-)
+from indexer.runtime.faiss.exact import stored_vectors  # noqa: E402
+from indexer.runtime.faiss.files import read_merged, write_index  # noqa: E402
+from indexer.runtime.faiss.filtered import ListLocator, filtered_nprobe, filtered_search  # noqa: E402
+from indexer.runtime.faiss.training import train_empty_ivf  # noqa: E402
 from indexer.runtime.layout import IndexRoot  # noqa: E402
 from indexer.runtime.topk import merge_top_k  # noqa: E402
 from indexer.runtime.version import IndexVersion  # noqa: E402

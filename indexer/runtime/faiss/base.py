@@ -1,0 +1,64 @@
+"""What every FAISS-backed kind shares: the registry of implementations by kind (`@implements`) and
+`FaissBacked`, the `AnnIndex` over a wrapped FAISS index."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import faiss
+import numpy as np
+
+from indexer.runtime.ann import KIND_SPECS, AnnIndex, check_search_params
+
+
+def params_for(search_params: Mapping[str, int] | None, kind: str) -> dict[str, int]:
+    return check_search_params(kind, search_params) if search_params else {}
+
+
+# The implementation of each kind of `ann.KIND_SPECS`, by name (`@implements`): how it is built and opened.
+IMPLEMENTATIONS: dict[str, type[FaissBacked]] = {}
+
+
+def implements(kind: str) -> Callable[[type[FaissBacked]], type[FaissBacked]]:
+    """Register a class as the implementation of `kind` (declared in `ann.KIND_SPECS`)."""
+
+    def register(cls: type[FaissBacked]) -> type[FaissBacked]:
+        assert kind in KIND_SPECS and cls.kind == kind, f"{cls.__name__}: declare {kind!r} in ann.KIND_SPECS"
+        IMPLEMENTATIONS[kind] = cls
+        return cls
+    return register
+
+
+class FaissBacked(AnnIndex):
+    """What every kind reads off the FAISS index it wraps (`self._index`), and what each kind implements to be
+    built (`build_from`) and opened (`holds`, then the constructor `(faiss index, params)`)."""
+
+    _index: faiss.Index
+
+    @classmethod
+    def build_from(cls, params: Any, vectors: np.ndarray, ids: np.ndarray, seed: int
+                   ) -> tuple[AnnIndex, float, float]:
+        """An index of this kind over `vectors` under `ids`: (index, train_s, add_s)."""
+        t0 = time.perf_counter()
+        index = cls.build(vectors, ids, params)  # type: ignore[attr-defined]
+        return index, 0.0, time.perf_counter() - t0
+
+    @classmethod
+    def holds(cls, top: faiss.Index) -> bool:
+        """Whether an opened (downcast) FAISS index is one of this kind."""
+        inner = faiss.downcast_index(top.index) if isinstance(top, faiss.IndexIDMap2) else None
+        return isinstance(inner, cls.INNER)  # type: ignore[attr-defined]
+
+    @property
+    def dim(self) -> int:
+        return int(self._index.d)
+
+    @property
+    def ntotal(self) -> int:
+        return int(self._index.ntotal)
+
+    @property
+    def faiss(self) -> faiss.Index:
+        return self._index

@@ -1,0 +1,131 @@
+"""The ivf kind: Strata's IVF index (fp16 or float32 codes holding the vectors); nprobe is clamped to nlist
+everywhere, and filtered searches go through the lists' `ListLocator`."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from indexer.runtime.ann import AnnIndex, IvfParams, check_search_params
+from indexer.runtime.faiss.base import FaissBacked, implements, params_for
+from indexer.runtime.faiss.exact import exact_search, sample_stored, stored_vectors
+from indexer.runtime.faiss.files import memory_bytes, write_index
+from indexer.runtime.faiss.filtered import IdFilter, ListLocator, exact_pays, filtered_nprobe, filtered_search, ivf_of
+from indexer.runtime.faiss.search import Exclusion, remove_ids, search
+from indexer.runtime.faiss.training import build_ivf, clamp_nprobe, nlist_of, set_nprobe
+
+
+@implements("ivf")
+class IvfIndex(FaissBacked):
+    """Strata's IVF index (fp16 or float32 codes holding the vectors); nprobe is clamped to nlist everywhere."""
+
+    kind = "ivf"
+
+    @classmethod
+    def build_from(cls, params: IvfParams, vectors: np.ndarray, ids: np.ndarray, seed: int
+                   ) -> tuple[AnnIndex, float, float]:
+        index, train_s, add_s = build_ivf(vectors, ids, params.nlist, params.nprobe, seed, params.codec,
+                                          params.quantizer)
+        return cls(index, params), train_s, add_s
+
+    @classmethod
+    def holds(cls, top: faiss.Index) -> bool:
+        return isinstance(top, faiss.IndexIVF)
+
+    def __init__(self, index: faiss.Index, params: IvfParams) -> None:
+        self._index = index
+        self.params = params
+        self._locator: ListLocator | None = None
+        self._lock = threading.Lock()
+        self.params.nprobe = set_nprobe(index, params.nprobe)
+
+    @property
+    def nlist(self) -> int:
+        return nlist_of(self._index)
+
+    @property
+    def nprobe(self) -> int:
+        return int(faiss.extract_index_ivf(self._index).nprobe)
+
+    def knob(self) -> tuple[str, int, int] | None:
+        return ("nprobe", 1, self.nlist)
+
+    def set_default(self, name: str, value: int) -> int:
+        check_search_params(self.kind, {name: value})
+        self.params.nprobe = set_nprobe(self._index, value)
+        return self.params.nprobe
+
+    def defaults(self) -> dict[str, int]:
+        return {"nprobe": self.nprobe}
+
+    def _probe(self, search_params: Mapping[str, int] | None) -> int:
+        given = params_for(search_params, self.kind)
+        return clamp_nprobe(given.get("nprobe", self.nprobe), self.nlist)
+
+    def search(self, queries: np.ndarray, k: int, *, exclude: Exclusion | None = None,
+               search_params: Mapping[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        if not search_params and (exclude is None or not len(exclude)):
+            return search(self._index, queries, k)
+        ivf = faiss.extract_index_ivf(self._index)
+        sel = exclude.selector if exclude is not None and len(exclude) else None
+        params = faiss.SearchParametersIVF(sel=sel, nprobe=self._probe(search_params))  # type: ignore[call-arg]
+        return ivf.search(np.ascontiguousarray(queries, dtype=np.float32), k, params=params)
+
+    def locator(self) -> ListLocator:
+        with self._lock:  # built on the first filtered search (~20 ms per 100k vectors), then shared
+            if self._locator is None:
+                self._locator = ListLocator(self._index)
+            return self._locator
+
+    def prepare(self, ids: np.ndarray) -> IdFilter:
+        return self.locator().prepare(ids)
+
+    def with_codes(self, flt: IdFilter) -> IdFilter:
+        """`flt` with its matches' codes gathered when scoring them all costs less than the filtered IVF search at
+        the default nprobe (`exact_pays`); else `flt` itself. For a filter used again (the version's cache calls
+        it on a hit): gathering costs about one list walk, so a filter seen once is not worth it."""
+        ivf = ivf_of(self._index)
+        if flt.gathered is not None or not exact_pays(len(flt.ids), self.nprobe, self.ntotal, ivf.nlist,
+                                                      int(ivf.code_size)):
+            return flt
+        locator = self.locator()
+        if not locator.can_gather:
+            return flt
+        return dataclasses.replace(flt, gathered=locator.gather(np.searchsorted(locator.ids, flt.ids)))
+
+    def filtered_search(self, queries: np.ndarray, k: int, flt: IdFilter, *,
+                        search_params: Mapping[str, int] | None = None, ntotal: int | None = None,
+                        n_match: int | None = None) -> tuple[np.ndarray, np.ndarray, bool]:
+        """`filtered_search` at `filtered_nprobe` of the selectivity `n_match` / `ntotal` (default: this index's
+        matches and vectors; a shard passes the whole version's)."""
+        n_match = len(flt.ids) if n_match is None else n_match
+        probe = filtered_nprobe(self._probe(search_params), n_match, ntotal or self.ntotal, self.nlist)
+        return filtered_search(self._index, queries, k, flt, probe)
+
+    def exact_search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return exact_search(self._index, queries, k)
+
+    def stored_vectors(self) -> tuple[np.ndarray, np.ndarray]:
+        return stored_vectors(self._index)
+
+    def sample_stored(self, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        return sample_stored(self._index, n, seed)
+
+    def add(self, vectors: np.ndarray, ids: np.ndarray) -> None:
+        self._index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), np.asarray(ids, dtype=np.int64))
+        self._locator = None
+
+    def remove(self, ids: np.ndarray) -> int:
+        self._locator = None
+        return remove_ids(self._index, ids)
+
+    def memory_bytes(self) -> int:
+        return memory_bytes(self._index)
+
+    def save(self, path: Path) -> None:
+        write_index(self._index, path)
