@@ -8,7 +8,7 @@ exactly, an IVF index's as its codes hold them, float16 for SQfp16) whenever a b
 choose otherwise at the new size:
 - the kind: flat below `ann.AUTO_FLAT_BELOW` (10,000) vectors, IVF from it on — either way as the size crosses it;
 - an IVF index whose lists were trained on fewer than (1 - `rebuild_after`) of the vectors it now holds (the
-  drift `indexer compact` reports as "full rebuild due"): trained again, nlist by size (`faiss_index.auto_nlist`);
+  drift `indexer compact` reports as "full rebuild due"): trained again, nlist by size (`faiss.training.auto_nlist`);
 - IVF's nprobe calibrated again for the build's default recall target (`BuildConfig.target_for`).
 Other kinds (HNSW, chosen by hand) are kept as they are.
 """
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from indexer.build_config import BuildConfig, index_params
-from indexer.runtime.ann import AUTO, choose_kind
-from indexer.runtime.faiss_index import AnnIndex, build_index
+from indexer.runtime.ann import AUTO, AnnIndex, choose_kind
+from indexer.runtime.faiss.kinds import build_index
 from indexer.runtime.manifest import IndexInfo, Manifest
 from indexer.runtime.progress import Working
 

@@ -14,7 +14,7 @@ import pytest
 
 from indexer.compact import compact
 from indexer.runtime.ann import AUTO_FLAT_BELOW
-from indexer.runtime.faiss_index import auto_nlist
+from indexer.runtime.faiss.training import auto_nlist
 from indexer.runtime.layout import IndexRoot
 from indexer.runtime.version import IndexVersion
 from indexer.runtime.writelog import Upsert, open_log
