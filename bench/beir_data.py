@@ -136,7 +136,7 @@ DATASETS: dict[str, Dataset] = {
     ),
     "arguana": Dataset(
         name="arguana",
-        # 5 test qrels name a counter-argument missing from BEIR's corpus (beir-cellar/beir issues 101 and 172:
+        # 5 test qrels name a counter-argument missing from BEIR's corpus (beir-cellar/beir's GitHub threads #101 and #172:
         # "an issue with the original dataset"); they stay, as in BEIR, MTEB and Anserini, and score 0
         expected=Expected(docs=8674, test_queries=1406, test_qrels=1406, dangling_qrels=5),
         sources={

@@ -1,4 +1,4 @@
-"""Write the int8 gate's shipped fp32 references (`models/gate_refs/`, issue 38): for each fp32 export given, its
+"""Write the int8 gate's shipped fp32 references (`models/gate_refs/`): for each fp32 export given, its
 figures on the gate's screen sample (500 STS-B dev pairs, the first 2,000 Quora rows), under the key the gate looks
 up (`models.int8_gate.cache_key`: the graph's sha256, its max length, the sample's content). Run it on
 `encoder export --quantize none` outputs of the default checkpoint, one per served pooling (mean: the quickstart's;

@@ -1,4 +1,4 @@
-"""The long hostile run of issue 35: the property-based suites of tests/service/test_hostile_inputs.py (every route
+"""The long hostile run: the property-based suites of tests/service/test_hostile_inputs.py (every route
 that takes a filter or a body: /search in each mode, a collection's search, /encode, /v1/embeddings, /v1/models,
 PUT /documents, /documents/delete) and the store-level filter property of tests/indexer/test_corpus.py, with
 `--examples` examples per route instead of CI's few, randomized (CI's subset is derandomized), each request sent

@@ -1,4 +1,4 @@
-"""The static int8 scheme's calibration ranges, cached by content (issue 38: an export that takes a minute or two).
+"""The static int8 scheme's calibration ranges, cached by content, so that a repeated export does not take a minute or two again.
 
 Calibration runs the fp32 graph, unoptimised, over the 512 calibration sentences to find each quantized tensor's
 min and max: about 60% of the quantization's CPU time. Its result (ONNX Runtime's own JSON calibration cache,

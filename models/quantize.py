@@ -45,7 +45,7 @@ QUANTIZATION = "int8-static-qdq"
 DYNAMIC_QUANTIZATION = "int8-dynamic-per-channel"
 CALIBRATION_TEXTS = 512
 # 64 (+ the 7 parity sentences): a batch-dependent graph moves every padded row (dynamic int8: all of them, by up
-# to 5e-2), so more texts find nothing more; the cost is the padded batches (issue 38: 9.4 instead of 19.3
+# to 5e-2), so more texts find nothing more; the cost is the padded batches (measured: 9.4 instead of 19.3
 # CPU-seconds on all-MiniLM-L6-v2).
 CHECK_TEXTS = 64
 # The check's shuffled padded batches, and the batch of its corpus-path pass. 71 texts in runs of 8 (the last of 7):
@@ -54,7 +54,7 @@ CHECK_TEXTS = 64
 # max_length too. Rows never meet inside an int8 MatMul (integer sums, exact), LayerNorm, Softmax or pooling, so
 # more rows per run add no arithmetic that could move a vector; what moves one is a scale taken from the run's
 # tensor (dynamic int8: any mixed batch shows it) or a float kernel that changes with the padded length, which
-# these runs reach. Padding 8 rows to 256 tokens instead of 64 is what the check saves (issue 38: batches of 7 and
+# these runs reach. Padding 8 rows to 256 tokens instead of 64 is what the check saves (measured: batches of 7 and
 # 64 and a corpus batch of 16 before): the same verdicts on static and dynamic int8
 # (bench/results/int8-invariance-20261127T212709Z.md: 3.3-3.5 instead of 8.7-8.8 CPU-seconds for the whole check).
 INVARIANCE_BATCHES = (8,)

@@ -11,7 +11,7 @@ measured on this machine: the served index's build (texts encoded per second, it
 replaced by the mining's encoding rate once it ran, and the training's seconds per step once it runs. The priors
 are the README demo's run on 2 cores: training costs about `TRAIN_TEXTS_PER_EXAMPLE` encoded texts per example.
 
-One ETA that does not swing (issue 38: it moved between 10:46 and 12:09 in one run). Two causes, two dampers:
+One ETA that does not swing by an hour within a run. Two causes, two dampers:
 a measured rate replaced its prior at once, from its first noisy seconds (the training's seconds per step move a
 500-step stage by minutes per percent), so a rate now counts as evidence beside its prior (`blend`: the prior
 weighs as much as `PRIOR_WEIGHT` units of the measured job); and the raw finish time jumped with every stage

@@ -210,3 +210,37 @@ def test_the_front_page_states_the_exact_search_threshold_the_code_uses() -> Non
     for page in (REPO / "README.md", REPO / "docs" / "cli.md"):
         text = " ".join(page.read_text().split())
         assert f"below {AUTO_FLAT_BELOW:,} documents" in text, page
+
+
+# Labels of rounds of work: the tree says what is true now, not which round of work made it so.
+ROUND_LABEL = re.compile(r"(?<![\w-])(?:sessions?|issues?|rounds?|stops?)[ -]#?\d+\b|\bissue-\d+", re.I)
+DATED_HEADING = re.compile(r"^#{1,6} .*\b20\d\d-\d\d(?:-\d\d)?\b", re.M)
+TEXT_SUFFIXES = {".md", ".py", ".sh", ".toml", ".yml", ".yaml", ".txt", ".cfg", ".ini", ".lua", ".html", ".js"}
+NOT_SCANNED = {".git", "__pycache__", "results", "work", "build", "dist", "node_modules", "shared"}
+
+
+def tree_texts() -> list[Path]:
+    """The repository's own text files: source, docs, scripts, configuration (bench/results holds raw output)."""
+    out = []
+    for path in REPO.rglob("*"):
+        parts = path.relative_to(REPO).parts
+        if any(p in NOT_SCANNED or p.startswith(".venv") or p.endswith(".egg-info") for p in parts[:-1]):
+            continue
+        if path.is_file() and (path.suffix in TEXT_SUFFIXES or path.name.startswith("Dockerfile")):
+            out.append(path)
+    return out
+
+
+def test_no_labels_of_rounds_of_work_in_the_tree() -> None:
+    """Docs, docstrings and comments carry no labels of the rounds of work that produced them; the one dated
+    page is docs/decisions.md, and no heading elsewhere carries a date."""
+    label = "iss" + "ue 3"  # spelled apart so that this file passes its own test
+    assert ROUND_LABEL.search(f"as {label}5 found") and ROUND_LABEL.search("Sess" + "ion 24: the swap")
+    assert not ROUND_LABEL.search("--rounds 3") and not ROUND_LABEL.search("round {r + 1}")
+    found = []
+    for path in tree_texts():
+        text = path.read_text(errors="replace")
+        found += [f"{rel(path)}: {m.group(0)!r}" for m in ROUND_LABEL.finditer(text)]
+        if path.suffix == ".md" and path != DECISIONS:
+            found += [f"{rel(path)}: dated heading {m.group(0)!r}" for m in DATED_HEADING.finditer(prose(text))]
+    assert not found, f"labels of rounds of work: {found}"

@@ -12,7 +12,7 @@ MAX_FILE_LINES = 400
 MAX_FUNCTION_LINES = 60
 PACKAGES = ("indexer", "models", "service", "strata_client")
 
-# "debt" marks what should be split by concept next; the issue 27 changes that owned these files have landed.
+# "debt" marks what should be split by concept next.
 LONG_FILES = {
     "indexer/runtime/overlay.py": "debt: the live overlay and compaction's fold of the same writes and their field "
     "types, and hybrid's lexical legs over both (42 over)",

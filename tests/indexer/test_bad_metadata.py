@@ -1,6 +1,6 @@
 """`indexer build --data` holds a corpus's metadata to the same schema as `PUT /documents`
 (`indexer.runtime.metadata`): a row outside it is one error line naming FILE:LINE, exit 2, no traceback, and the
-served version untouched (issue 25, defect 3: the build refused the 2^64 integer but took 300-deep nesting, which
+served version untouched (the build once refused the 2^64 integer but took 300-deep nesting, which
 then broke every search whose hits held the document)."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ BAD_ROWS: dict[str, tuple[str, str]] = {  # name: (the bad row, what the error l
     "surrogate": ('{"id": 900, "text": "s", "tag": "\\ud800"}',
                   "metadata field 'tag': string '\\ud800' is not valid Unicode"),
     "surrogate-text": ('{"id": 900, "text": "how \\udfff"}', "field 'text' is not valid Unicode"),
-    # issue 35: SQLite's JSON functions, which index the metadata, cut at a NUL (compaction stored `k\0z` as `k`)
+    # SQLite's JSON functions, which index the metadata, cut at a NUL (compaction stored `k\0z` as `k`)
     "nul-name": ('{"id": 900, "text": "nul", "k\\u0000z": 1}',
                  "metadata field name 'k\\x00z' in 'metadata' holds a NUL"),
     "nul-value": ('{"id": 900, "text": "nul", "tag": "a\\u0000b"}',

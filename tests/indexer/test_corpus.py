@@ -200,7 +200,7 @@ BAD = {
     "array.jsonl": ('[1, "a"]\n', "array.jsonl:1: expected one JSON object per line, got list"),
     "big-int.jsonl": ('{"id": 1, "text": "a", "n": 99999999999999999999}\n',
                       "big-int.jsonl:1: metadata field 'n': integer 99999999999999999999 does not fit in 64 bits"),
-    # the metadata schema of indexer.runtime.metadata, the same PUT /documents enforces (issue 25, defect 3)
+    # the metadata schema of indexer.runtime.metadata, the same PUT /documents enforces
     "two-pow-64.jsonl": ('{"id": 1, "text": "a", "m": {"x": [1, 18446744073709551616]}}\n',
                          "two-pow-64.jsonl:1: metadata field 'm.x[1]': integer 18446744073709551616 does not fit"),
     "below-int64.jsonl": ('{"id": 1, "text": "a", "n": -9223372036854775809}\n',
@@ -470,7 +470,7 @@ def test_filter_request_shapes(meta_store: tuple[Store, list[dict[str, Any]]]) -
     ({"bucket": None}, "bucket: equality needs a string, number or bool, got null"),
     ({"score": float("nan")}, "score: equality value: nan is not a finite number"),
     ({"score": {"lt": float("inf")}}, "score: lt value: inf is not a finite number"),
-    # the metadata schema's rules (indexer.runtime.metadata): these were 500s (issue 25, defects 1 and 2)
+    # the metadata schema's rules (indexer.runtime.metadata): each of these must be a 4xx, never a 500
     ({"year": 1180591620717411303424}, "year: equality value: integer 1180591620717411303424 does not fit in 64"),
     ({"year": {"lt": 2**64}}, "year: lt value: integer 18446744073709551616 does not fit in 64 bits"),
     ({"year": {"gt": -2**80}}, "year: gt value: integer -1208925819614629174706176 does not fit in 64 bits"),
@@ -587,7 +587,7 @@ def test_filters_of_every_width_and_depth_match_brute_force_or_are_refused(
 
 
 def test_a_bool_is_never_a_number_even_in_a_field_holding_both(tmp_path: Path) -> None:
-    """Issue 35: a bool stored in a numeric field matched numeric filters (the store keeps bools as 1/0). Now
+    """A bool stored in a numeric field matched numeric filters (the store keeps bools as 1/0). Now
     types stay apart, as in PostgreSQL's jsonb and MongoDB: the docs say bools match by equality only."""
     values = [True, False, 1, 0, 2, 1.0, 0.5, "1", "a"]
     rows = [{"id": f"m{i}", "text": f"mixed {i}", "m": v} for i, v in enumerate(values)]

@@ -1,4 +1,4 @@
-"""Each fidelity fix of the layer-pooling methods against their papers (issue 13), pinned on a tiny random BERT:
+"""Each fidelity fix of the layer-pooling methods against their papers, pinned on a tiny random BERT:
 every test here fails on the code before the fix."""
 
 from __future__ import annotations

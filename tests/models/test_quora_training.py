@@ -1,4 +1,4 @@
-"""In-domain Quora training (issue 13): the dev split, the training split's exclusions, mined hard negatives,
+"""In-domain Quora training: the dev split, the training split's exclusions, mined hard negatives,
 and the exporter's served vectors for BERT-LC layer combinations and kept poolers — on small real files, a tiny
 random BERT and the real ONNX Runtime / FAISS."""
 

@@ -335,7 +335,7 @@ def cls_384(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_one_model_id_means_one_encoder_for_every_key(template: Path, corpora: dict[str, Path], minilm_mean: Path,
                                                       cls_384: Path, tmp_path: Path) -> None:
-    """Issue 35, the scenario as found: collections `garden` (mean) and `faq` (cls), STRATA_DEFAULT_COLLECTION=faq,
+    """The scenario as found: collections `garden` (mean) and `faq` (cls), STRATA_DEFAULT_COLLECTION=faq,
     the key `gardenkey1:read@garden`. `strata-384` was garden's vectors for that key and faq's for an admin key
     (`resolve()` fell through to garden, which takes the same id as an alias): now it names faq's encoder for
     everyone, and the garden key gets a 403. A lone surrogate in `model` is a 404 for every key (it was a 500)."""

@@ -1,7 +1,7 @@
 """Hostile inputs against a real server (uvicorn on 127.0.0.1, the real encoder, a real corpus index with metadata
 built by `indexer build --data`, real FAISS and SQLite): no metadata, filter or text turns a request into a 5xx,
 a bad request fails alone (its micro-batch neighbours are answered), and a document stored with poisoned metadata
-by an older version never blocks a search (issue 25, defects 1-3).
+by an older version never blocks a search.
 
 The defects first, each reproduced as it was found; then a property-based suite (hypothesis) that generates
 hostile metadata, filters, texts and ids for every endpoint, each sent beside well-formed neighbours whose query
@@ -213,7 +213,7 @@ POISONING_METADATA: list[tuple[dict[str, Any], str]] = [
     ({"s": "a\ud800"}, "metadata field 's': string 'a\\ud800' is not valid Unicode"),
     ({"big": "x" * (MAX_BYTES + 1)}, f"the limit is {MAX_BYTES:,}"),
     ({" ": 1}, "metadata field names must not be empty or blank"),
-    # issue 35: compaction (SQLite's json_each) cut `k\0z` to `k`; build, writes and compaction now agree: refused
+    # compaction (SQLite's json_each) cut `k\0z` to `k`; build, writes and compaction now agree: refused
     ({"k\x00z": 1}, "metadata field name 'k\\x00z' in 'metadata' holds a NUL character"),
     ({"m": {"k\x00": [1]}}, "metadata field name 'k\\x00' in 'm' holds a NUL character"),
     ({"s": "a\x00b"}, "metadata field 's': string 'a\\x00b' holds a NUL character"),
@@ -274,7 +274,7 @@ def test_numeric_request_fields_are_strict(client: httpx.Client, model: str) -> 
         r = client.post("/search", json={"query": GOOD_QUERY, "top_k": top_k})
         assert r.status_code == 422 and "top_k" in r.text, (top_k, r.text)
     assert len(client.post("/search", json={"query": GOOD_QUERY, "top_k": 5}).json()["hits"]) == 5
-    # issue 35: alpha and k took "0.5", true and "60"
+    # alpha and k once took "0.5", true and "60"
     for name, bad in (("alpha", "0.5"), ("alpha", True), ("alpha", [0.5]), ("k", "60"), ("k", True), ("k", False)):
         r = client.post("/search", json={"query": GOOD_QUERY, "mode": "hybrid", name: bad})
         assert r.status_code == 422 and [d["loc"] for d in r.json()["detail"]] == [["body", name]], (name, bad, r.text)
@@ -391,7 +391,7 @@ def test_hostile_texts_and_ids_on_every_endpoint(client: httpx.Client, model: st
     with_neighbours(client, request(client, method, path, body))
 
 
-# --- issue 35: the filter grammar's whole width and depth, on every route that takes a filter -------------------
+# --- the filter grammar's whole width and depth, on every route that takes a filter -------------------
 
 FILTER_ROUTES = {  # name: (path, extra body)
     "dense": ("/search", {"mode": "dense"}),

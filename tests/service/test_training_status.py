@@ -116,7 +116,7 @@ def _synthetic_chain() -> tuple[float, list[tuple[float, float]]]:
 
 
 def test_the_chains_eta_does_not_swing_on_a_busy_machine(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 38: one ETA for the whole chain that does not swing by an hour. On the synthetic chain the shown finish
+    """One ETA for the whole chain that does not swing by an hour. On the synthetic chain the shown finish
     time moves (in all, from 5 min in) by under an hour where the undamped estimate (each measured rate replacing
     its prior at once, the raw finish time shown) moved back and forth by nearly two; from a quarter of the chain
     on it is within 5 min of the real end."""

@@ -1,4 +1,4 @@
-"""What a person reads while a long job runs (issue 38): a step without counts is never silent and says when it is
+"""What a person reads while a long job runs: a step without counts is never silent and says when it is
 done; a job followed by a parent (the demo's chain, through STRATA_PROGRESS_FILE) leaves the progress line to the
 parent instead of printing the same stage twice; `encoder export` names each of its steps and labels the gate's
 fp32 and int8 bars."""

@@ -1,6 +1,6 @@
 """A request that fails inside a micro-batch fails alone: `Searcher.run_batch` on a real version and encoder, with
 jobs that break each shared step (the filter lookup, the ONNX run, the index search) in ways the HTTP layer now
-refuses earlier — the defence in depth behind issue 25's 14 of 320 good requests answered 500."""
+refuses earlier — the defence in depth that keeps one bad request from turning good ones in its batch into 500s."""
 
 from __future__ import annotations
 
