@@ -9,9 +9,9 @@ in LlamaIndex; `TEXT_SEARCH`/`SPARSE`: lexical). Hits of documents not written b
 with `indexer build`) come back as `TextNode`s with the document's text, id and metadata.
 
 Filters become Strata filters: `==`, `>`, `>=`, `<`, `<=`, `in`, nested `and`/`or`; other operators are refused
-with a ValueError naming them. `delete(ref_doc_id)` and `delete_nodes(filters=...)` find the nodes by a filtered
-search on their metadata, so that field must be filterable in the served version (a field only written since
-the version was built becomes filterable after `indexer compact`); `delete_nodes(node_ids)` always works."""
+with a ValueError naming them. `delete(ref_doc_id)` (what `VectorStoreIndex.delete_ref_doc` calls) and
+`delete_nodes(filters=...)` find the nodes by a filtered search on their metadata (a written field filters at
+once); `delete_nodes(node_ids)` deletes by id."""
 
 from __future__ import annotations
 
@@ -163,14 +163,17 @@ class StrataVectorStore(BasePydanticVectorStore):
 
     def _delete_matching(self, flt: dict[str, Any]) -> None:
         """Search the matching nodes (100 a pass) and delete them until none is left; a pass that deletes
-        nothing new ends it (no loop on a search that keeps answering deleted ids)."""
+        nothing new ends it (no loop on a search that keeps answering deleted ids). A field no document holds
+        (none ever written, or the last ones just deleted) is a filter the server refuses as unknown: nothing is
+        left to delete."""
         while True:
             try:
                 hits = self._client.search("*", top_k=_MAX_TOP_K, filter=flt, mode="dense").hits
             except ValidationError as exc:
-                raise ValueError(f"cannot find the nodes to delete by {flt}: {exc.reason} (a field written since the "
-                                 "served version was built is filterable after `indexer compact`; "
-                                 "delete_nodes(node_ids=...) deletes by id)") from exc
+                if "unknown field" in exc.reason:
+                    return
+                raise ValueError(f"cannot find the nodes to delete by {flt}: {exc.reason} "
+                                 "(delete_nodes(node_ids=...) deletes by id)") from exc
             if not hits or self._client.delete([h.id for h in hits]).deleted == 0:
                 return
 

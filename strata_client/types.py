@@ -40,21 +40,45 @@ class Document:
 
 
 @dataclass(frozen=True)
+class Passage:
+    """A version built with passages: the passage of a hit (`Hit.text` is its text, `document[start:end]`)."""
+
+    index: int  # its number in the document, from 0
+    start: int
+    end: int
+    count: int  # the document's passages
+    snippet: str  # HTML: a window of the passage, the query's terms in <mark>, the rest escaped
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Passage:
+        return cls(int(d["index"]), int(d["start"]), int(d["end"]), int(d["count"]), str(d.get("snippet", "")))
+
+
+@dataclass(frozen=True)
 class Hit:
     id: DocId
     text: str
     score: float
     metadata: dict[str, Any]
+    passage: Passage | None = None  # a version built with passages: the passage that matched; None: whole documents
+
+    @property
+    def snippet(self) -> str | None:
+        """The passage's highlighted snippet (HTML), or None on a version of whole documents."""
+        return None if self.passage is None else self.passage.snippet
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Hit:
-        return cls(d["id"], d["text"], float(d["score"]), dict(d.get("metadata") or {}))
+        passage = d.get("passage")
+        return cls(d["id"], d["text"], float(d["score"]), dict(d.get("metadata") or {}),
+                   Passage.from_json(passage) if passage else None)
 
 
 @dataclass(frozen=True)
 class SearchResult:
     """One query's answer: `hits` best first; `mode` the mode that ran; `truncated`: the query was cut to the
-    model's max_length tokens; `stages`: where the server's time went (ms)."""
+    model's max_length tokens, or (a version of passages) fewer than top_k documents came back though more may
+    match; `stages`: where the server's time went (ms)."""
 
     query: str
     hits: list[Hit]

@@ -91,3 +91,19 @@ def demo_server(tmp_path_factory: pytest.TempPathFactory, minilm_mean: Path, quo
     srv = start_server(tmp, {"STRATA_INDEX_ROOT": str(tmp / "root")})
     yield srv
     stop_server(srv)
+
+
+@pytest.fixture(scope="package")
+def passages_server(tmp_path_factory: pytest.TempPathFactory, minilm_mean: Path,
+                    corpus_rows_: list[dict[str, Any]]) -> Iterator[Server]:
+    """A version built with passages (`--chunk 24`): 30 documents of ten questions each, several passages apiece."""
+    tmp = tmp_path_factory.mktemp("client-passages")
+    data = tmp / "docs.jsonl"
+    docs = [{"id": i, "text": " ".join(r["text"] for r in corpus_rows_[i * 10 : i * 10 + 10]), "topic": TOPICS[i % 3]}
+            for i in range(30)]
+    data.write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
+    indexer_build("--data", str(data), "--model", str(minilm_mean), "--root", str(tmp / "root"), "--chunk", "24",
+                  "--index", "flat")
+    srv = start_server(tmp, {"STRATA_INDEX_ROOT": str(tmp / "root")})
+    yield srv
+    stop_server(srv)

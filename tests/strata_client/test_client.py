@@ -52,6 +52,23 @@ def test_search_is_the_http_apis_answer(corpus_server: Server, options: dict[str
         assert all(h.metadata["year"] >= 2010 and h.metadata["topic"] in TOPICS[1:] for h in result)
 
 
+def test_hits_of_a_version_of_passages_carry_their_passage_and_snippet(passages_server: Server,
+                                                                     corpus_server: Server) -> None:
+    with Client(passages_server.url) as strata, passages_server.client() as raw:
+        for passages in (None, True):
+            result = strata.search(QUERY, top_k=5, mode="hybrid", passages=passages)
+            want = raw.post("/search", json={"query": QUERY, "top_k": 5, "mode": "hybrid",
+                                             **({"passages": True} if passages else {})}).json()["hits"]
+            assert [(h.id, h.text) for h in result] == [(h["id"], h["text"]) for h in want]
+            assert [(h.passage.index, h.passage.start, h.passage.end, h.passage.count, h.snippet) for h in result] == \
+                [tuple(h["passage"][f] for f in ("index", "start", "end", "count", "snippet")) for h in want]
+            assert all(h.snippet and h.passage.end > h.passage.start for h in result)
+            ids = [h.id for h in result]
+            assert len(set(ids)) == 5 if not passages else len(ids) == 5
+    with Client(corpus_server.url) as strata:  # whole documents: no passage, no snippet
+        assert all(h.passage is None and h.snippet is None for h in strata.search(QUERY, top_k=3))
+
+
 def test_search_many_and_encode_split_at_the_servers_limits(corpus_server: Server) -> None:
     queries = [f"question number {i} about money" for i in range(70)]  # over 64: two requests
     with Client(corpus_server.url) as strata, corpus_server.client() as raw:

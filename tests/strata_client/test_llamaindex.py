@@ -96,7 +96,25 @@ def test_vector_store_index_retriever_and_async(corpus_server: Server) -> None:
         assert got[0].node.node_id == "vi-async"
 
     asyncio.run(main())
-    store.delete_nodes(["vi-0", "vi-1", "vi-2", "vi-async"])
+    index.delete_ref_doc("handbook", delete_from_docstore=True)  # LlamaIndex's own delete: the source's nodes
+    left = set(store.query(VectorStoreQuery(query_str="roses saxophones", similarity_top_k=50)).ids)
+    assert not left & {"vi-0", "vi-1", "vi-2"} and "vi-async" in left  # the node of no source stays
+    store.delete_nodes(["vi-async"])
     assert not set(store.query(VectorStoreQuery(query_str="roses saxophones", similarity_top_k=50)).ids) & {
         "vi-0", "vi-1", "vi-2", "vi-async"}
     assert len(StrataEmbedding(client).get_text_embedding("a text")) == 384
+
+
+def test_delete_ref_doc_on_a_version_built_without_the_field(demo_server: Server) -> None:
+    """The served version knows no `ref_doc_id` (a Quora build): the written nodes' field filters at once, and
+    deleting the last nodes that hold it (the field leaves the schema) ends the delete, no error."""
+    store = StrataVectorStore.from_url(demo_server.url, mode="dense")
+    index = VectorStoreIndex.from_vector_store(store, embed_model=StrataEmbedding(Client(demo_server.url)))
+    index.insert_nodes(nodes("dr", "notes", 2040) + nodes("keep", "other-notes", 2040))
+    index.delete_ref_doc("notes")
+    left = set(store.query(VectorStoreQuery(query_str="tomatoes roses violin", similarity_top_k=50)).ids)
+    assert not left & {"dr-0", "dr-1", "dr-2"} and {"keep-0", "keep-1", "keep-2"} <= left
+    index.delete_ref_doc("other-notes")  # the last nodes holding the field
+    index.delete_ref_doc("never-written")  # nothing to delete: no error either
+    left = set(store.query(VectorStoreQuery(query_str="tomatoes roses violin", similarity_top_k=50)).ids)
+    assert not left & {"keep-0", "keep-1", "keep-2"}
