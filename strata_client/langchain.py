@@ -9,7 +9,9 @@ Ids: LangChain's are strings. Documents written here get string ids (`uuid4` whe
 integer ids (a Quora build) returns them as decimal strings in `Document.id`: delete those with `int(doc.id)`.
 Search options (`filter`, `mode`, `fusion`, `alpha`, `rrf_k`) are the store's defaults, and can be given per
 call (`store.similarity_search(q, k=4, filter={"topic": "docs"}, mode="lexical")`) or to the retriever
-(`store.as_retriever(search_kwargs={"k": 4, "filter": {...}})`)."""
+(`store.as_retriever(search_kwargs={"k": 4, "filter": {...}})`). Maximal marginal relevance
+(`max_marginal_relevance_search`, `as_retriever(search_type="mmr")`) embeds the query and the candidates' texts
+with the server's encoder; the `_by_vector` variant is refused (the server embeds queries)."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from strata_client.client import Client
 from strata_client.types import Document, SearchResult
 
 _SEARCH_OPTIONS = ("filter", "mode", "fusion", "alpha", "rrf_k", "nprobe", "ef_search")
+_MAX_TOP_K = 100  # the server's limit per query
 
 
 class StrataEmbeddings(Embeddings):
@@ -169,6 +172,48 @@ class StrataVectorStore(VectorStore):
         if self.async_client is None:
             return await super()._asimilarity_search_with_relevance_scores(query, k, **kwargs)
         return self._relevance(await self.async_client.search(query, top_k=k, **self._options(kwargs)))
+
+    # -- maximal marginal relevance ----------------------------------------------------------------------------------
+
+    def _mmr(self, result: SearchResult, vectors: list[list[float]], k: int, lambda_mult: float) -> list[LCDocument]:
+        import numpy as np
+        from langchain_core.vectorstores.utils import maximal_marginal_relevance
+
+        docs = self._scored(result)
+        chosen = maximal_marginal_relevance(np.asarray(vectors[0]), vectors[1:], lambda_mult=lambda_mult, k=k)
+        return [docs[i][0] for i in chosen]
+
+    @staticmethod
+    def _fetch(k: int, fetch_k: int) -> int:
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        return min(max(k, fetch_k), _MAX_TOP_K)
+
+    def max_marginal_relevance_search(self, query: str, k: int = 4, fetch_k: int = 20, lambda_mult: float = 0.5,
+                                      **kwargs: Any) -> list[LCDocument]:
+        """`k` documents among the `fetch_k` best (at most 100, the server's top_k limit; any mode and filter)
+        chosen for relevance and diversity: the query and the candidates' texts embedded by the server's encoder
+        (`POST /encode`: search answers carry no vectors), then LangChain's `maximal_marginal_relevance`."""
+        result = self.client.search(query, top_k=self._fetch(k, fetch_k), **self._options(kwargs))
+        if not result.hits:
+            return []
+        vectors = self.client.encode([query, *(h.text for h in result.hits)]).vectors
+        return self._mmr(result, vectors, k, lambda_mult)
+
+    async def amax_marginal_relevance_search(self, query: str, k: int = 4, fetch_k: int = 20,
+                                             lambda_mult: float = 0.5, **kwargs: Any) -> list[LCDocument]:
+        if self.async_client is None:
+            return self.max_marginal_relevance_search(query, k, fetch_k, lambda_mult, **kwargs)
+        result = await self.async_client.search(query, top_k=self._fetch(k, fetch_k), **self._options(kwargs))
+        if not result.hits:
+            return []
+        vectors = (await self.async_client.encode([query, *(h.text for h in result.hits)])).vectors
+        return self._mmr(result, vectors, k, lambda_mult)
+
+    def max_marginal_relevance_search_by_vector(self, embedding: list[float], k: int = 4, fetch_k: int = 20,
+                                                lambda_mult: float = 0.5, **kwargs: Any) -> list[LCDocument]:
+        raise NotImplementedError("StrataVectorStore searches by text (the server embeds the query): use "
+                                  "max_marginal_relevance_search(query, k=..., fetch_k=...) with the query's text")
 
     @classmethod
     def from_texts(cls, texts: list[str], embedding: Embeddings | None = None,

@@ -80,3 +80,27 @@ def test_async_store_and_retriever(corpus_server: Server) -> None:
         assert len(await store.embeddings.aembed_query("a query")) == 384
 
     asyncio.run(main())
+
+
+def test_max_marginal_relevance_trades_relevance_for_diversity(corpus_server: Server) -> None:
+    store = StrataVectorStore.from_url(corpus_server.url)
+    texts = ["Tomatoes need six hours of sun and deep watering.", "Tomato plants need six hours of sunlight and "
+             "deep watering.", "Tomatoes want six hours of sun and watering deeply.", NOTES[1], NOTES[2]]
+    store.add_texts(texts, [{"year": 2036}] * 5, ids=[f"mmr-{i}" for i in range(5)])
+    query, mine = "how much sun and water do tomatoes need", {"year": 2036}
+    plain = [d.id for d in store.similarity_search(query, k=2, filter=mine, mode="dense")]
+    assert set(plain) <= {"mmr-0", "mmr-1", "mmr-2"}  # two near-duplicates
+    # lambda 1: relevance only, the same ranking as the search
+    assert [d.id for d in store.max_marginal_relevance_search(query, k=2, fetch_k=5, lambda_mult=1.0,
+                                                               filter=mine, mode="dense")] == plain
+    diverse = [d.id for d in store.max_marginal_relevance_search(query, k=2, fetch_k=5, lambda_mult=0.2,
+                                                                  filter=mine, mode="dense")]
+    assert diverse[0] == plain[0] and diverse[1] in {"mmr-3", "mmr-4"}  # the second is no near-duplicate
+    retriever = store.as_retriever(search_type="mmr", search_kwargs={"k": 2, "fetch_k": 5, "lambda_mult": 0.2,
+                                                                     "filter": mine, "mode": "dense"})
+    assert [d.id for d in retriever.invoke(query)] == diverse
+    assert [d.id for d in asyncio.run(retriever.ainvoke(query))] == diverse
+    with pytest.raises(NotImplementedError, match="max_marginal_relevance_search"):
+        store.max_marginal_relevance_search_by_vector([0.0] * 384, k=2)
+    assert store.max_marginal_relevance_search("x", k=2, filter={"year": 1999}) == []
+    store.delete([f"mmr-{i}" for i in range(5)])
