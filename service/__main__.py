@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from service.settings import Settings
@@ -68,26 +69,30 @@ def main(argv: list[str] | None = None) -> int:
         except (DemoError, OSError, ValueError, RuntimeError) as exc:
             print(f"demo: error: {exc}", file=sys.stderr)
             return 2
-    url = f"http://{settings.host}:{settings.port}"
-    if settings.log_format == "json":
-        # JSON asked for by name (the image, a log shipper): every line of the output is JSON, the curl line a field
-        logging.getLogger("service").info("serving on %s", url, extra={"try": curl_example(settings)})
-    else:
-        # text or auto: a banner to read and a curl line to paste as it is, plain text on stdout
-        print(banner(settings), flush=True)  # says "serving" once: no log line repeats it
+    def announce() -> None:  # once the port is bound: a port already taken gets the bind error alone
+        if settings.log_format == "json":
+            # JSON asked for by name (the image, a log shipper): every line of the output is JSON, the curl line a
+            # field
+            logging.getLogger("service").info("serving on http://%s:%s", settings.host, settings.port,
+                                              extra={"try": curl_example(settings)})
+        else:
+            # text or auto: a banner to read and a curl line to paste as it is, plain text on stdout
+            print(banner(settings), flush=True)  # says "serving" once: no log line repeats it
+
     if training is not None:
         training.start()
     try:
-        return serve(settings)
+        return serve(settings, announce)
     finally:
         if training is not None:
             training.stop()
         finish_report(report)
 
 
-def serve(settings: Settings) -> int:
+def serve(settings: Settings, announce: Callable[[], None] | None = None) -> int:
     """Serve until SIGTERM or SIGINT; in-flight requests get up to `shutdown_timeout_s` to finish before the
-    lifespan closes the engine. A clean shutdown exits 0, a failed startup 3 (uvicorn's code)."""
+    lifespan closes the engine. `announce` runs once the port is bound and the app started. A clean shutdown exits
+    0, a failed startup 3 (uvicorn's code; a port already taken: 1)."""
     import signal
 
     import uvicorn
@@ -106,7 +111,17 @@ def serve(settings: Settings) -> int:
     config = uvicorn.Config(app, host=settings.host, port=settings.port,
                             log_level=settings.log_level, log_config=None, access_log=False,
                             timeout_graceful_shutdown=settings.shutdown_timeout_s)
-    server = uvicorn.Server(config)
+
+    class Announcing(uvicorn.Server):
+        """uvicorn's server, saying it serves once its socket is bound (after the lifespan's startup; uvicorn
+        exits on a bind error before this)."""
+
+        async def startup(self, sockets: list[Any] | None = None) -> None:
+            await super().startup(sockets)
+            if self.started and not self.should_exit and announce is not None:
+                announce()
+
+    server = Announcing(config)
     # uvicorn re-raises the signal that stopped it once it has shut down cleanly; with these handlers in place
     # that re-raise is a no-op and the process exits 0 instead of dying of the signal.
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -138,5 +138,14 @@ def test_the_banner_is_plain_text_and_its_curl_line_pastes_as_it_is(tiny_exporte
         others = [json.loads(line) for line in lines if line.startswith("{")]
         assert others and not any(rec["logger"] == "uvicorn.error" for rec in others)
         assert httpx.get(f"{server.url}/ready", timeout=30).status_code == 200
+        # a second server on the taken port: the bind error alone, no banner claiming it serves
+        port = server.url.rsplit(":", 1)[1]
+        env = os.environ | {"STRATA_PORT": port, "STRATA_HOST": "127.0.0.1", "STRATA_THREADS": "1",
+                            "STRATA_INDEX_ROOT": str(root)}
+        taken = subprocess.run([sys.executable, "-m", "service"], cwd=REPO, env=env, capture_output=True, text=True,
+                               timeout=180)
+        out = taken.stdout + taken.stderr
+        assert taken.returncode != 0 and "address already in use" in out.lower(), out
+        assert "serving on" not in out and "curl" not in out, out
     finally:
         stop_server(server)
