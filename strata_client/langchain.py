@@ -31,6 +31,27 @@ _SEARCH_OPTIONS = ("filter", "mode", "fusion", "alpha", "rrf_k", "nprobe", "ef_s
 _MAX_TOP_K = 100  # the server's limit per query
 
 
+def maximal_marginal_relevance(query: list[float], candidates: list[list[float]], k: int, lambda_mult: float
+                               ) -> list[int]:
+    """The indexes of `k` candidates chosen one at a time by lambda · sim(query) − (1 − lambda) · the highest sim to
+    those already chosen (Carbonell & Goldstein 1998; LangChain's rule), sims the dot products of the server's unit
+    vectors; the first is the most similar to the query. In plain Python: the client needs no numpy."""
+    def dot(a: list[float], b: list[float]) -> float:
+        return sum(x * y for x, y in zip(a, b, strict=True))
+
+    to_query = [dot(query, c) for c in candidates]
+    redundancy = [float("-inf")] * len(candidates)  # each candidate's highest sim to the chosen ones
+    chosen: list[int] = []
+    while len(chosen) < min(k, len(candidates)):
+        left = [i for i in range(len(candidates)) if i not in chosen]
+        best = max(left, key=lambda i: to_query[i] if not chosen else
+                   lambda_mult * to_query[i] - (1 - lambda_mult) * redundancy[i])
+        chosen.append(best)
+        for i in left:
+            redundancy[i] = max(redundancy[i], dot(candidates[i], candidates[best]))
+    return chosen
+
+
 class StrataEmbeddings(Embeddings):
     """The server's encoder as LangChain `Embeddings` (`/encode`; a collection's encoder through /v1)."""
 
@@ -176,12 +197,8 @@ class StrataVectorStore(VectorStore):
     # -- maximal marginal relevance ----------------------------------------------------------------------------------
 
     def _mmr(self, result: SearchResult, vectors: list[list[float]], k: int, lambda_mult: float) -> list[LCDocument]:
-        import numpy as np
-        from langchain_core.vectorstores.utils import maximal_marginal_relevance
-
         docs = self._scored(result)
-        chosen = maximal_marginal_relevance(np.asarray(vectors[0]), vectors[1:], lambda_mult=lambda_mult, k=k)
-        return [docs[i][0] for i in chosen]
+        return [docs[i][0] for i in maximal_marginal_relevance(vectors[0], vectors[1:], k, lambda_mult)]
 
     @staticmethod
     def _fetch(k: int, fetch_k: int) -> int:

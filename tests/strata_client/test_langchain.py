@@ -104,3 +104,17 @@ def test_max_marginal_relevance_trades_relevance_for_diversity(corpus_server: Se
         store.max_marginal_relevance_search_by_vector([0.0] * 384, k=2)
     assert store.max_marginal_relevance_search("x", k=2, filter={"year": 1999}) == []
     store.delete([f"mmr-{i}" for i in range(5)])
+
+
+def test_mmr_chooses_as_langchains_own_rule() -> None:
+    import numpy as np
+    from langchain_core.vectorstores.utils import maximal_marginal_relevance as langchains
+
+    from strata_client.langchain import maximal_marginal_relevance
+
+    rng = np.random.default_rng(3)
+    for n, k, lam in ((20, 4, 0.5), (7, 7, 0.0), (30, 5, 0.9), (3, 5, 0.3)):
+        vecs = rng.normal(size=(n + 1, 16))
+        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+        want = langchains(vecs[0], vecs[1:].tolist(), lambda_mult=lam, k=k)
+        assert maximal_marginal_relevance(vecs[0].tolist(), vecs[1:].tolist(), k, lam) == want
