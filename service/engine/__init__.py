@@ -1,45 +1,11 @@
 """The serving engine: one front door per collection (`Collection.search`, `encode`, `reload`, `status`).
 
-Owns, one module each:
-- `collection`: one collection's front door (its leases, swapper, writes, model names, metrics series) and its reload
-  triggers (the `current` watcher, SIGHUP);
-- `scheduler`: what every collection of the process shares: admission (the in-flight cap), the timeout, the worker
-  pool, one micro-batcher per encoder (several collections' requests in one ONNX run), the write lane;
-- `registry`: the collections served (`STRATA_COLLECTIONS_DIR` or one root), their discovery and the default;
-- `encoders`: each encoder loaded once per process, whichever collections and versions pair with it;
-- `model_catalog`: the ids `/v1` serves each distinct encoder under, and which collection answers a `model`;
-- `errors`: what the engine refuses (`NotReady`, `Overloaded`, `TimedOut`, `SwapRefused`, `Mismatch`,
-  `BadFilter`, `BadSearchParams`, `ModeUnavailable`; and the write path's `WriteRefused`, `WritesUnsupported`,
-  `WritesUnavailable`, `NotServing`, re-exported from `indexer.runtime.writes`, and the disk's `StorageFull`,
-  `StorageUnavailable` from `indexer.runtime.storage`);
-- `batching`: micro-batching of concurrent calls into one ONNX run;
-- `leases`: leases on the served searcher, so a swap never changes a batch's version under it;
-- `swap`: swapping to a new version, behind its gates (loads, matches its encoder, answers a probe, MRR@10);
-- `model_names`: the stable names the OpenAI-compatible routes serve one collection's encoder under, across swaps;
-- `searcher`: an encoder paired with an index version, running one micro-batch through its stages, each over a
-  module of its own: `batch` (the batch the stages fill in, the results, where the time went), `refusals` (what is
-  refused before anything is encoded), `encoding` (the ONNX run, brought vectors), `retrieval` (the vector and
-  lexical searches, fusion, and a version of passages' top_k documents), `lexical_thread` (the lexical searches'
-  thread);
-- `write_lane`: where writes' texts are encoded: threads of their own, at a lower CPU priority, in small chunks,
-  so that searches keep their latency under a stream of writes. What happens to a write after its encoding — the
-  log, the overlay on the served version, the replay onto every version opened and the switch — is the runtime's
-  (`indexer.runtime.writes`, `indexer.runtime.overlay`), beside the write log and `indexer compact`'s fold;
-- `compactor`: one collection's compaction by itself (its `collection.json` policy measured against what the served
-  version does not hold, `indexer compact` as a child process below the API's priority, the swap, backoff after a
-  failure; at most `max_compactions` at once, the scheduler's semaphore);
-- `snapshots`: one collection's snapshots (made of the served version, one at a time, below the API's priority;
-  listed, found, deleted: `indexer.runtime.snapshot`);
-- `triggers`: the background tasks (watchers, a SIGHUP's reload) and the SIGHUP handler of a collection or of all of
-  them, stopped in one place;
-- `backends`: the `Backend` protocol, the local backend (the index searched in this process) and the factory that
-  picks the backend the settings name;
-- `sharded`: the Ray-sharded backend (shards as Ray Serve deployments, searched from this process).
+Owns: what every collection of the process shares (admission, the timeout, the workers, micro-batching, the write
+lane), each collection's searcher, leases, swaps and their gates, compaction and snapshots, the backends (local and
+Ray-sharded), the `/v1` model names, the engine's settings, metrics and tracing, and the errors it refuses with.
 
-- `settings`: what the engine reads of the `STRATA_*` variables (`EngineSettings`; the HTTP edge's `Settings`
-  extends it);
-- `metrics`: the Prometheus families, in a registry the app owns; `tracing`: OpenTelemetry spans of the engine's
-  steps (and the request spans the HTTP edge starts with it).
+Its modules, one line each: the package table of docs/ARCHITECTURE.md (the one module map, checked against the
+tree by tests/test_docs.py).
 
 May import: `indexer.runtime`, numpy, pydantic(-settings), prometheus-client, OpenTelemetry (when tracing is on),
 the standard library, and Ray (in `sharded` only, which is imported only for that backend). Nothing else of

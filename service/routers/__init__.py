@@ -1,7 +1,5 @@
-"""HTTP routers, one concern each: `search`, `encode`, `documents` (writes), `health` (/health, /ready, /metrics),
-`stats` (/stats), `admin` (/admin/*), `collections` (/collections and each collection's routes), `snapshots` (each
-collection's snapshots), `openai` (the OpenAI-compatible /v1/embeddings and /v1/models), `page` (the search page at
-/ and its /static files).
+"""HTTP routers, one concern each. Its modules, one line each: the package table of docs/ARCHITECTURE.md (the one
+module map, checked against the tree by tests/test_docs.py).
 
 Owns: turning requests into engine calls and engine answers into response bodies. Refusals are the engine's errors,
 mapped to HTTP by `service.errors`; keys and limits are app-wide (`service.auth`, `service.limits`).
