@@ -4,10 +4,8 @@ exact search's top 10 on query-like probes (`indexer.probes`); `--target-recall 
 `--nprobe N` / `--ef-search N` or `--no-calibrate` keep a fixed value.
 
 Why per encoder: how many lists a query must probe to find its exact neighbours depends on how the encoder
-spreads its vectors, not only on the corpus. On the Quora paper protocol, IVF1024 at nprobe 20 keeps 95 % of the
-exact top 10 for the stock all-MiniLM-L6-v2 but 89 % for the same model after contrastive training on Quora,
-which costs it 1.6 MRR@10 points against its own exact search (bench/results/ivf-gap-mean-mean-s1-20261124.md).
-A fixed default nprobe therefore compares encoders at unequal ANN recall.
+spreads its vectors, not only on the corpus, so a fixed nprobe would compare encoders at unequal ANN recall
+(docs/decisions.md#search-parameters-calibrated-per-encoder).
 
 The calibration is label-free: its queries are the build's probes (`indexer.probes`: held-apart queries, the
 evaluation queries' text, declared, or document spans; never qrels), or with none given a seeded sample of the

@@ -10,7 +10,7 @@ Titles: Markdown's first heading (or a front matter `title:`), HTML's <title> (e
 metadata title (else its first line of text; a placeholder such as reportlab's "(anonymous)" is no title), a text
 file's first line.
 
-Libraries, chosen on bench/file_loaders.py (docs/own-corpus.md cites the figures): pypdf for PDF, selectolax for
+Libraries, chosen on measured speed and text quality (docs/decisions.md): pypdf for PDF, selectolax for
 HTML (page chrome — nav, aside, footer, a header outside the article, scripts — removed), markdown-it-py for
 Markdown (text kept, markup and link URLs dropped). They are the `files` extra; a folder holding a kind whose
 library is missing stops the build with the extra to install.

@@ -1,4 +1,5 @@
-"""`encoder adapt`: the in-domain recipe of `bench/quora_experiment.py`'s best trained arm, as one resumable command.
+"""`encoder adapt`: the in-domain recipe of the Quora experiment's best trained arm (docs/decisions.md), as one
+resumable command.
 
 base export (fp32, mean) → hard negatives mined with Strata's own index (`models.mine`) → supervised contrastive
 training with in-batch and mined negatives, token-mean pooling, selected on the Quora dev split

@@ -10,8 +10,8 @@ Staged, so that a clear case costs a small sample and only a close one pays the 
 2. **full**: all 1,500 STS-B dev pairs and `rows` (default 20,000) Quora rows, point
    estimates against `max_drop`.
 
-`bench/int8_gate.py` measured the screen's decisions against the full gate's on the recorded schemes and on
-deliberately damaged quantizations (its tables go to bench/results/). The fp32 side of each sample (per-pair
+The screen's decisions were measured against the full gate's (docs/decisions.md) on the recorded schemes and on
+deliberately damaged quantizations. The fp32 side of each sample (per-pair
 cosines, per-query reciprocal ranks: a few kB) is cached under `$STRATA_HOME/cache/int8-gate`, keyed by the fp32
 graph's sha256, its max length and the sample's content (its texts, ids and gold labels, hashed): a second
 export of the same checkpoint and pooling encodes only the int8 side. The package ships the screen's reference

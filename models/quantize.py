@@ -4,9 +4,10 @@ The default scheme (`int8`, recorded as `int8-static-qdq`) is static: activation
 export, on training-safe sentences, so a text's vector does not depend on what else is in its batch. Dynamic
 quantisation (`quantize_dynamic`) picks each activation scale from the whole input tensor of every run —
 padding included — so the same text differs alone and inside a padded batch (up to 0.05 per component,
-cosine 0.96, over 1,000 texts); it is kept here only as the reference that `bench/int8.py` measures against.
+cosine 0.96, over 1,000 texts); it is kept here only as the reference the static scheme is measured against
+(docs/decisions.md).
 
-What the static scheme does (`StaticScheme`, candidates measured with `bench/int8.py`):
+What the static scheme does (`StaticScheme`, candidates measured in docs/decisions.md):
 - the 36 MatMuls with a weight (Q/K/V, attention output, both feed-forward layers) run in int8: weights int8
   symmetric per output channel, inputs uint8 with one calibrated scale per tensor (MinMax over 512 sentences,
   one sentence per run so padding never enters a range); each is written, with its bias Add, as one
@@ -198,7 +199,7 @@ def quantize_dynamic_onnx(src: Path, dst: Path) -> None:
 @dataclass(frozen=True)
 class StaticScheme:
     """A static int8 recipe. The default is the one `encoder export` writes; the others are the alternatives
-    `bench/int8.py` measures."""
+    the static scheme was measured against (docs/decisions.md)."""
 
     weight_matmuls_only: bool = True  # False: also attention's Q·Kᵀ and P·V (activation × activation)
     float_side_inputs: bool = True  # False: the residual Add reads the int8-rounded LayerNorm output too

@@ -1,8 +1,8 @@
 """Request id, JSON access log, per-endpoint metrics and the request's trace span as plain ASGI middleware.
 
 Plain ASGI rather than `@app.middleware("http")`: Starlette's BaseHTTPMiddleware wraps every request in an
-anyio task group and memory streams, which cost about as much as the rest of the framework on a ~5 ms request
-(measured with py-spy on `/search`).
+anyio task group and memory streams, which cost about as much as the rest of the framework
+on a search.
 """
 
 from __future__ import annotations

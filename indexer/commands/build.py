@@ -96,7 +96,7 @@ def _index_args(b: argparse.ArgumentParser) -> None:
                    help=f"the vector index: {', '.join(f'{k} ({spec.summary})' for k, spec in KIND_SPECS.items())}, "
                    f"or auto (default): flat below {AUTO_FLAT_BELOW:,} "
                    f"documents, where exact search is as fast as IVF at 0.97 of exact's top 10 "
-                   f"(bench/index_crossover.py), ivf from there on, and ivf whenever --nlist, --nprobe or --codec "
+                   f"(docs/decisions.md), ivf from there on, and ivf whenever --nlist, --nprobe or --codec "
                    f"is given. --engine ray builds ivf only")
     b.add_argument("--nlist", type=positive_int, default=None,
                    help="IVF lists (default: by size, 4·sqrt(N) rounded to a power of two: 1024 at 100k, 4096 at 1M; "
@@ -158,7 +158,7 @@ def _lexical_args(b: argparse.ArgumentParser) -> None:
     lx.add_argument("--lexical-engine", choices=[AUTO, *ENGINES], default=AUTO,
                     help=f"the BM25 engine (indexer/runtime/lexical.py): bm25s (any k1/b), tantivy (k1=1.2, b=0.75 "
                     f"fixed; holds at millions of documents), or auto: bm25s below {AUTO_TANTIVY_FROM:,} documents, "
-                    f"tantivy from there on (bench/lexical_engines.py), recorded in the manifest with its reason "
+                    f"tantivy from there on (docs/scaling.md), recorded in the manifest with its reason "
                     f"(default: auto)")
     lx.add_argument("--default-mode", choices=["dense", "lexical", "hybrid"], default=None,
                     help="/search's mode when a request names none, recorded in the manifest (default: hybrid "

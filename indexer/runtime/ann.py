@@ -31,7 +31,7 @@ KINDS = ("flat", "ivf", "hnsw")
 AUTO = "auto"
 IndexKind = Literal["flat", "ivf", "hnsw"]
 
-# `--index auto`: exact search below this many vectors, IVF from it on. Measured by bench/index_crossover.py
+# `--index auto`: exact search below this many vectors, IVF from it on. Measured in docs/decisions.md
 # (bench/results/index-crossover-20261125T153629Z.md, load 2-4): CPU time per query at 1 thread of exact search
 # (fp32) vs the default IVF (fp16 codes) at the fewest lists keeping >= 0.97 of the exact top 10 on 300 real Quora
 # questions (all-MiniLM-L6-v2 mean): flat 0.06 ms at 1,000 documents, 0.48 at 5,000, 0.86 at 10,000, 1.8 at

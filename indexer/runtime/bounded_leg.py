@@ -16,7 +16,7 @@ It runs in two steps: `begin` (the selective terms' documents: what needs no vec
 encoding, like the exact leg) and `complete` (the dense candidates scored and merged in, after the vector search).
 Filters and exclusions (tombstones) keep their exact semantics: both steps see only the allowed rows, never the
 excluded ones. What it may lose against the exact leg: a document matching only common terms, outside the dense
-top 100; measured by `bench/hybrid_bounded.py` (agreement with the exact hybrid at 10M, nDCG@10 on BEIR sets).
+top 100; measured in docs/decisions.md (agreement with the exact hybrid at 10M, nDCG@10 on BEIR sets).
 
 Small collections (every BEIR-size set) never reach `BOUNDED_FROM`, and an engine without the capability
 (`LexicalIndex.BOUNDED`: bm25s scores every document anyway) always answers exactly; the lexical mode is always
@@ -33,7 +33,7 @@ import numpy as np
 from indexer.runtime.lexical import LexicalIndex
 from indexer.runtime.rowsets import in_sorted
 
-# Bench: bench/hybrid_bounded.py at 10M documents, 200 Quora questions (bench/results/hybrid-bounded-20261128T0109Z.md,
+# Bench: docs/decisions.md at 10M documents, 200 Quora questions (bench/results/hybrid-bounded-20261128T0109Z.md,
 # docs/scaling.md). A query reading more than BOUNDED_FROM postings exactly takes the bounded leg (181 of the 200
 # there): the exact leg reads postings at ~20 ns each on an idle core, so below 1M it costs < ~20 ms, and the
 # engine's own pruning starts there too (`lexical_tantivy.PRUNE_FROM`).

@@ -78,7 +78,7 @@ def default_threads() -> int:
 
 @dataclass(frozen=True)
 class SessionSettings:
-    """ONNX Runtime session options, chosen with `bench/ort_options.py` (2 cores, int8 MiniLM, medians of 3
+    """ONNX Runtime session options, chosen in docs/decisions.md (2 cores, int8 MiniLM, medians of 3
     interleaved passes; bench/results/ort_options.json). Graph levels basic / extended / all differ by less than
     the run-to-run noise (basic came last in one run and first in another), so "extended" stays: every fusion
     ORT has for this graph, none of the layout passes. Sequential execution and the CPU arena are never worse.
@@ -123,7 +123,7 @@ class SessionSettings:
 
 
 # A run may pad up to PAD_SLACK × its real tokens plus RUN_OVERHEAD_TOKENS (the fixed cost of one more ONNX
-# run, in tokens) before it is cut; measured with bench/ort_options.py (see docs/benchmarks.md).
+# run, in tokens) before it is cut; measured (docs/decisions.md).
 PAD_SLACK = 1.1
 RUN_OVERHEAD_TOKENS = 32
 # Padded tokens per ONNX run: a batch over it is run in row slices. Attention activations grow with

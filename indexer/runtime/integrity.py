@@ -13,10 +13,8 @@ its files could not be checked.
 
 Digest: xxh3-128 (the `xxhash` package). The checksum is there to catch damage — a bad disk, a torn copy, a file
 overwritten in place — not an attacker (whoever can rewrite `index.faiss` can rewrite the manifest too), so a
-non-cryptographic 128-bit hash is enough. Over a 166k-document version (181 MiB) in the page cache it is 5.6x faster
-than BLAKE2b-256 and 3.3x faster than SHA-256 (bench/results/integrity-20261125T151159Z.md): verifying is bound by
-reading the files, and costs about what opening the version does (+0.10 s; +0.3 s scaled to 537k documents).
-Verifying *while* the version is opened was measured too and is no faster on 2 cores, so the service verifies first:
+non-cryptographic 128-bit hash is enough. Verifying is bound by reading the files (docs/decisions.md has the
+measurements), and the service verifies before it opens a version, not while:
 FAISS's reader is never handed a damaged file. Files are read in 8 MiB chunks with `readinto` into one buffer,
 several files at once on a small thread pool (reading and both hashes release the GIL).
 """

@@ -13,7 +13,7 @@ manifest has a `lexical` entry at all. Engines:
   k1/b (Anserini's BEIR k1=0.9, b=0.4 by default);
 - **tantivy** (`lexical_tantivy`): Lucene-style inverted index (its bindings never reach tantivy's block-max WAND:
   the engine prunes by MaxScore's bound itself); its Python bindings fix BM25 at k1=1.2, b=0.75.
-`auto` (`choose_engine`) picks by corpus size (`AUTO_TANTIVY_FROM`, from `bench/lexical_engines.py`'s figures).
+`auto` (`choose_engine`) picks by corpus size (`AUTO_TANTIVY_FROM`, docs/scaling.md#lexical-engines-at-scale).
 
 What every engine shares lives here, so all of them search the same terms: analysis (`Analyzer`: lowercase,
 tokens of two or more word characters, Lucene's English stopwords, a Snowball stemmer from PyStemmer; recorded in
@@ -63,7 +63,7 @@ STOPWORD_LISTS = {"english": LUCENE_ENGLISH, "none": frozenset()}
 ENGINES: dict[str, str] = {"bm25s": "indexer.runtime.lexical_bm25s", "tantivy": "indexer.runtime.lexical_tantivy"}
 DEFAULT_ENGINE = "bm25s"  # what a manifest without `engine` was built with
 AUTO = "auto"
-# `--lexical-engine auto`: bm25s below this many documents, tantivy from it on. Measured by bench/lexical_engines.py
+# `--lexical-engine auto`: bm25s below this many documents, tantivy from it on. Measured in docs/decisions.md
 # (bench/results/lexical-engines-20261127T145251Z.md: same texts, same k1/b, CPU time per query on a loaded 2-core
 # machine): common questions cost tantivy 2.6x bm25s's CPU at 200k and 2.2x at 1M (both grow about linearly with
 # N on that corpus), rare terms 0.49x and 0.13x; tantivy holds 0.55x the memory (346 vs 624 MB at 1M: 0.36 vs 0.65
@@ -100,8 +100,8 @@ def choose_engine(requested: str, n_docs: int) -> tuple[str, str]:
             engine_class("tantivy")
         except LexicalError as exc:  # an install without it still builds
             return "bm25s", f"auto: {n_docs:,} documents >= {AUTO_TANTIVY_FROM:,} but {exc}"
-        return "tantivy", f"auto: {n_docs:,} documents >= {AUTO_TANTIVY_FROM:,} (bench/lexical_engines.py)"
-    return "bm25s", f"auto: {n_docs:,} documents < {AUTO_TANTIVY_FROM:,} (bench/lexical_engines.py)"
+        return "tantivy", f"auto: {n_docs:,} documents >= {AUTO_TANTIVY_FROM:,} (docs/scaling.md)"
+    return "bm25s", f"auto: {n_docs:,} documents < {AUTO_TANTIVY_FROM:,} (docs/scaling.md)"
 
 
 def check_settings(stemmer: str, stopwords: str, k1: float, b: float, engine: str = DEFAULT_ENGINE) -> None:

@@ -5,12 +5,12 @@
 
 The documents are analysed by the seam's `Analyzer` (the same terms as every engine) and indexed already split:
 tantivy's whitespace tokenizer reads them back as they are. A query is a disjunction of term queries (a repeated
-term is a clause each time). Measured against bm25s (`bench/lexical_engines.py`, docs/scaling.md): rare terms cost
+term is a clause each time). Measured against bm25s (docs/decisions.md, docs/scaling.md): rare terms cost
 a fraction (0.13x the CPU at 1M documents), common questions about twice, memory and disk about half. Its Python
 bindings fix BM25 at k1=1.2, b=0.75 (`FIXED_K1_B`); document lengths are Lucene's one-byte norms.
 
 **Pruning, done here.** The bindings always wrap the top-k collector in a `MultiCollector`, so tantivy's block-max
-WAND never runs from Python: every posting of every query term is scored (`bench/lexical_10m.py`: 3.8M postings for
+WAND never runs from Python: every posting of every query term is scored (docs/decisions.md: 3.8M postings for
 "what" at 10M documents). `_pruned` applies MaxScore's bound instead, exactly: a term scores below
 `count * idf * (k1 + 1)` in any document, so once `limit` documents are known to score at least `theta`, the
 lowest-bound terms whose bounds sum below `theta` ("optional") cannot lift a document holding none of the other
@@ -48,14 +48,14 @@ TERM_SET_MAX = 50_000  # a filter matching at most this many documents is a clau
 WIDE_SIGMAS = 5
 # Pruning (`_plan`): only for queries reading more than PRUNE_FROM postings (below, the first pass costs more than it
 # saves) and at most PRUNE_MAX_LIMIT hits deep; a seek into a term's postings costs about SEEK_COST postings read; the
-# first pass reads the highest-bound terms within PASS1_POSTINGS. Measured on the 10M version, bench/lexical_10m.py.
+# first pass reads the highest-bound terms within PASS1_POSTINGS. Measured on the 10M version, docs/decisions.md.
 PRUNE_FROM = 1_000_000
 PRUNE_MAX_LIMIT = 1_000
 SEEK_COST = 5
 PASS1_POSTINGS = 50_000
 # A clause of at most ROWS_AS_TERMS rows is a disjunction of one term query per row, not a term-set query (which
 # fills a bitset of every document in each segment): with the query's terms added, p50 1.5 vs 47 ms at 100 rows,
-# 103 vs 229 ms at 1,200, on the 10M version at load 15 (`bench/hybrid_bounded.py --rows-probe`,
+# 103 vs 229 ms at 1,200, on the 10M version at load 15 (docs/decisions.md,
 # bench/results/hybrid-bounded-20261128T0112Z.md)
 ROWS_AS_TERMS = 1_024
 # An exhaustive query (no pruning: every posting of its terms is scored) first reads this many times the hits it

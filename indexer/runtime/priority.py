@@ -1,6 +1,6 @@
 """Background priority: builds and compactions run below the API's CPU and IO priority, so that a build on the
-machine that serves does not take the cores and the disk `/search` needs (a build beside a serving API cut its
-throughput to 0.34× and raised its p99 2.3×, measured by `bench/build_priority.py`).
+machine that serves does not take the cores and the disk `/search` needs (docs/decisions.md
+has what a build at the API's priority cost `/search`).
 
 `STRATA_BUILD_PRIORITY` (read by `indexer build` and `indexer compact`, and inherited by their children: Ray's
 local workers, the demo's and the nightly's builds):

@@ -87,7 +87,7 @@ class Store:
     def _legacy_tables(self) -> None:
         """A store written before the one schema (an old Quora build: no `doc_ext`, `doc_meta`): the corpus tables it
         would have, built in this connection's temp schema (SQLite's temporary file, gone on close; the store's file
-        stays untouched). Measured (bench/store_schema.py, bench/results/store-schema-20261125T174150Z.md, load ~25 on 2
+        stays untouched). Measured (docs/decisions.md, bench/results/store-schema-20261125T174150Z.md, load ~25 on 2
         cores): 1.2 s to open 404k Quora questions in the old schema, 0.08 s in the one schema (whose file is 1.38x
         the size); id lookups take the same time."""
         with self._lock:

@@ -144,7 +144,7 @@ class FilterCache:
     """A version's LRU of filter → `FilterMatch`, bounded in entries and in bytes held. A repeated filter (a
     tenant's, a product line's) skips the store's SQL, the building of its ID selector and, for a selective one,
     the gathering of its vectors' codes (`faiss.filtered.exact_pays`): at 1 % of 1M documents these are most of the
-    filtered request's time (bench/filtered_scale.py). A version never changes, so an entry never goes stale: the
+    filtered request's time (docs/decisions.md). A version never changes, so an entry never goes stale: the
     API's writes are the live overlay's, applied on top of the base's matches at every search (`LiveIndex`)."""
 
     # 256 MiB: ids (8 B each), their selectors (a bitmap, or FAISS's hash set at ~40 B per id) and gathered codes

@@ -27,7 +27,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        "and the manifest says so; without, a label-free proxy selects (held-out crop-pair top-1 "
                        "accuracy) and the manifest marks the result unverified (shown by /ready). See docs/adapt.md "
                        "for what it gained on BEIR. (2) Quora (no --data, or --data the Quora TSV): the recipe of "
-                       "bench/quora_experiment.py's best trained arm: mine → train on Quora duplicates → export; rows"
+                       "the Quora experiment's best trained arm (docs/decisions.md): mine → train on Quora "
+                       "duplicates → export; rows"
                        " >= 300,000 are never read; about 45 min on 2 cores. Each stage is kept in --work and skipped"
                        " when already done from the same inputs; training resumes from its last checkpoint. "
                        "WORK/status.json gives the stage, step and ETA.")

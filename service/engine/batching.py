@@ -15,7 +15,7 @@ of 250 tokens) runs alone, and at most `workers - 1` heavy batches run at once: 
 queued behind a heavy one go ahead of it on the free worker. So a short query never waits for a long
 document's run, neither inside its batch nor for a worker, and a heavy request waits at most until a heavy
 slot frees (it is taken as soon as it is first in the queue and a slot is free: no starvation). Measured
-with `bench/batching.py` (see docs/operations.md#micro-batching). Inside a batch the encoder already cuts runs by
+(docs/operations.md#micro-batching, docs/decisions.md). Inside a batch the encoder already cuts runs by
 length, so short texts are never padded to a long one.
 
 A request that finds the engine idle (nothing queued, no batch running) starts its batch from `submit` itself,

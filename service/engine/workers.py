@@ -3,9 +3,8 @@
 
 `run(loop_fn, *args)` answers an asyncio future, settled by the worker from its thread. `ThreadPoolExecutor`
 followed by `asyncio.wrap_future` does the same with a `concurrent.futures.Future` (a condition variable, its lock
-and callbacks), an idle semaphore, a work item and a chained copy of the state: measured on the 2-core machine with
-uvloop, a round trip of a no-op took ~115 µs of CPU that way and ~45 µs this way (bench/results/served-overhead-*:
-the hand-off is paid once per micro-batch, on top of the batch's own work).
+and callbacks), an idle semaphore, a work item and a chained copy of the state: about
+twice the CPU per round trip, paid once per micro-batch on top of the batch's own work (docs/operations.md).
 
 It is still an `Executor` (`submit`, `map`, `shutdown`), so code that wants a concurrent future (tests, a
 thread's setting read back) uses it as before. Threads start on first use, run `initializer` once each (the

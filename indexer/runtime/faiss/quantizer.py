@@ -9,11 +9,11 @@ from indexer.runtime.ann import Quantizer
 
 # From this many lists on (10M documents), a query finds its lists through an HNSW graph over the centroids
 # (`graph_quantizer`), not by scoring every centroid: a flat quantizer reads all nlist × dim floats per query (25 MB
-# at 16,384 × 384), which no cache holds. In process, one thread, load 11-14 (bench/coarse_quantizer.py,
+# at 16,384 × 384), which no cache holds. In process, one thread, load 11-14 (docs/decisions.md,
 # bench/results/coarse-quantizer-20261128T043124Z.md): at 10M finding the lists 26 -> 4.7 ms, the k=10 search 33 ->
 # 8.3 ms (recall@10 0.972 -> 0.951 at the same nprobe 4, which the calibration raises). Not at 1M (nlist 4,096):
 # there the calibration raised nprobe 49 -> 75 for the same 0.97 recall and, served side by side on an idle
-# machine (bench/served_ab.py, served-ab-20261128T053316Z.md), dense p50 at one connection was the same (5.61 vs
+# machine (docs/decisions.md, served-ab-20261128T053316Z.md), dense p50 at one connection was the same (5.61 vs
 # 5.44 ms) and throughput at eight 11 % lower (311 vs 350 req/s). The graph is built over the trained centroids
 # in their order, so list i stays list i. efSearch is a floor: FAISS searches max(efSearch, nprobe) deep (16 / 32
 # lost 4-6 points at 1M).
