@@ -72,6 +72,7 @@ class BuildConfig:
     title_field: str | None = None
     metadata_fields: list[str] | None = None
     vector_field: str | None = None  # the rows' vectors (None: a field named "vector" when the corpus has one)
+    follow_symlinks: bool = False  # a folder of files: follow symlinks out of it (`indexer.folder_walk`)
     queries: Path | None = None  # evaluation queries and their qrels (a BEIR folder's are found by themselves)
     qrels: Path | None = None
     # the lexical (BM25) index built beside the vectors (`indexer.runtime.lexical`); lexical False: none
@@ -101,6 +102,7 @@ class BuildConfig:
         named = {"--id-field": self.id_field, "--text-field": self.text_field, "--title-field": self.title_field,
                  "--metadata-fields": self.metadata_fields, "--vector-field": self.vector_field,
                  "--queries": self.queries, "--qrels": self.qrels, "--overlap": self.overlap,
+                 "--follow-symlinks": self.follow_symlinks or None,
                  "--chunk": None if self.chunk in ("auto", "off") else self.chunk}  # auto: off on Quora
         return [k for k, v in named.items() if v is not None]
 

@@ -3,8 +3,9 @@ before any work, the decision made with its reason (logged and recorded in the m
 
 `--chunk TOKENS` splits (`--overlap TOKENS`, default an eighth of the chunk); `--chunk off` indexes whole
 documents; `--chunk auto`, the default, splits when more than `passages.LONG_SHARE` (10 %) of the documents (the
-first `AUTO_SAMPLE` read) run past the encoder's window, and never a corpus whose rows bring their vectors (a vector
-stands for a whole document). The evidence for the default (docs/passages.md, bench/results/passages-*.md): on
+first `AUTO_SAMPLE` read, fewer when they pass `AUTO_SAMPLE_CHARS`; read once, the ingest goes on from them) run
+past the encoder's window, and never a corpus whose rows bring their vectors (a vector stands for a whole
+document). The evidence for the default (docs/passages.md, bench/results/passages-*.md): on
 SciFact and NFCorpus (70 % and 79 % of documents past the window) passages lost nothing significant in any mode
 and cost 1.5x build time; on long documents they gained 8-78 nDCG@10 points where the answer sat past the window;
 a corpus of short texts (Quora) has no document past it and stays as it was. A version of passages is evaluated
@@ -16,6 +17,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from indexer.doc_limits import encoding_prefix
 from indexer.runtime.manifest import PassagesInfo
 from indexer.runtime.passages import PassageError, Splitter, check_sizes, decide
 
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 AUTO_SAMPLE = 2000  # documents whose token lengths decide --chunk auto
+AUTO_SAMPLE_CHARS = 4_000_000  # or fewer when they are long: the sample is held until the ingest takes it
 AUTO_CHUNK = 254  # --chunk auto's passages: the encoder's whole window (256) less [CLS] and [SEP]
 
 
@@ -60,6 +63,15 @@ def check_chunking(chunk: int | str | None, overlap: int | None, max_length: int
         raise ValueError(f"--chunk/--overlap: {exc}") from None
 
 
+def _window_counts(splitter: Splitter, texts: list[str], window: int) -> list[int]:
+    """Each text's token count as far as `decide` needs it (past `window` or not): only a prefix that holds more
+    than `window` tokens is tokenized, a few texts at a time, so a long text costs no more than a short one."""
+    counts: list[int] = []
+    for s in range(0, len(texts), 64):
+        counts += splitter.token_counts([encoding_prefix(t, window + 1) for t in texts[s:s + 64]])
+    return counts
+
+
 def resolve(chunk: int | str | None, overlap: int | None, source: CorpusSource, encoder: OnnxEncoder
             ) -> tuple[Splitter | None, PassagesInfo]:
     """The splitter the build uses (None: whole documents) and the manifest's record of why (logged)."""
@@ -72,12 +84,12 @@ def resolve(chunk: int | str | None, overlap: int | None, source: CorpusSource, 
     over = default_overlap(size) if overlap is None else overlap
     splitter = Splitter(encoder.tokenizer, size, over, encoder.meta.max_length)
     if chunk == AUTO:
-        sample = list(source.docs(AUTO_SAMPLE, None))
+        sample = source.sample(AUTO_SAMPLE, AUTO_SAMPLE_CHARS)  # read once: the ingest goes on from it
         texts = [d.text for d in sample if d.text]
         if any(d.vector is not None for d in sample):
             on, why = False, "off: the rows bring their vectors (each stands for a whole document)"
         else:
-            on, why = decide(splitter.token_counts(texts), window)
+            on, why = decide(_window_counts(splitter, texts, window), window)
         reason = f"--chunk auto, first {len(texts):,} documents: {why}"
         if not on:
             log.info("passages %s", reason)

@@ -13,6 +13,7 @@ and detecting the format, `indexer.corpus_files`; queries and qrels files, `inde
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from indexer.corpus_batches import DocBatch, batch_of_docs, columnar_batch
+from indexer.corpus_batches import DocBatch, batch_matrix, batch_of_docs, check_vector_type, columnar_batch, row_vectors
 from indexer.corpus_files import (
     BEIR_CORPUS,
     BEIR_QUERIES,
@@ -34,10 +35,40 @@ from indexer.corpus_files import (
     open_binary,
 )
 from indexer.corpus_rows import CorpusFormat, CorpusFormatError, Doc, Fields, default_fields, make_doc
-from indexer.file_docs import FileReport, doc_files, file_docs, finish
+from indexer.doc_limits import MAX_DOC_CHARS, cut_text
+from indexer.file_docs import FileReport, file_docs, finish
+from indexer.folder_walk import walk_folder
 from indexer.runtime.metadata import MAX_DEPTH
 
 PARQUET_BATCH_ROWS = 4096  # rows per record batch (and per ingest chunk: a chunk is a batch)
+PARQUET_HINT = "pip install 'strata[parquet]'"
+
+
+class _Relay:
+    """Progress heard while a sample is read, passed on to the pass that goes on from it."""
+
+    def __init__(self) -> None:
+        self.target: Callable[[int], None] | None = None
+        self.pending = 0
+
+    def __call__(self, n: int) -> None:
+        if self.target is None:
+            self.pending += n
+        else:
+            self.target(n)
+
+    def attach(self, target: Callable[[int], None] | None) -> None:
+        self.target = target
+        if target is not None and self.pending:
+            target(self.pending)
+        self.pending = 0
+
+
+@dataclass
+class _Resume:
+    taken: list[Doc]
+    rows: Iterator[Doc]
+    relay: _Relay
 
 
 @dataclass
@@ -52,42 +83,70 @@ class CorpusSource:
     qrels: Path | None = None
     files_report: FileReport = field(default_factory=FileReport)  # format "files": files read and skipped
 
+    follow_symlinks: bool = False  # format "files": follow symlinks out of the folder
+    walk_skips: list[tuple[str, str]] = field(default_factory=list)  # format "files": entries the walk left out
+    texts_cut: int = 0  # this pass's documents whose text was cut at `MAX_DOC_CHARS`
+    _resume: _Resume | None = field(default=None, repr=False)
+
     def total_bytes(self) -> int:
         return sum(f.stat().st_size for f in self.files)
 
+    def sample(self, n: int, chars: int) -> list[Doc]:
+        """The first rows (`n`, or fewer once they hold `chars` characters of text), read once: the next `docs()`
+        yields them again and goes on from there, so that deciding on a sample reads no file twice."""
+        relay = _Relay()
+        rows = self._rows(relay)
+        taken: list[Doc] = []
+        total = 0
+        for doc in rows:
+            taken.append(doc)
+            total += len(doc.text)
+            if len(taken) >= n or total >= chars:
+                break
+        self._resume = _Resume(taken, rows, relay)
+        return taken
+
     def docs(self, limit: int | None = None, progress: Callable[[int], None] | None = None) -> Iterator[Doc]:
-        """Every row in file order (the first `limit` rows), empty texts included (the caller counts them);
-        `progress(n)` is told of every n more bytes read from disk. A folder of files' report is this pass's: an
-        earlier pass (`--chunk auto`'s sample) does not count its skips twice."""
-        n = 0
+        """Every row in file order (the first `limit` rows), empty texts included (the caller counts them), each
+        text cut at `MAX_DOC_CHARS` (counted in `texts_cut`); `progress(n)` is told of every n more bytes read
+        from disk. A folder of files' report is this pass's (a `sample` taken before is part of it)."""
+        resume, self._resume = self._resume, None
+        if resume is not None:
+            resume.relay.attach(progress)
+            rows: Iterator[Doc] = itertools.chain(resume.taken, resume.rows)
+        else:
+            rows = self._rows(progress)
+        yield from itertools.islice(rows, limit)
+
+    def _rows(self, progress: Callable[[int], None] | None) -> Iterator[Doc]:
+        self.texts_cut = 0
         if self.format == "files":
-            self.files_report = FileReport()
+            self.files_report = FileReport(skipped=list(self.walk_skips))
         for f in self.files:
-            if limit is not None and n >= limit:
-                return
             if self.format == "files":  # a folder of documents (indexer.file_docs): one per file
                 docs = file_docs(f, self.path, self.fields, self.files_report, progress)
-                for doc in docs:
-                    yield doc
-                    n += 1
-                continue
-            rows = {"parquet": _parquet_docs, "csv": _csv_docs, "tsv": _csv_docs}.get(self.format, _jsonl_docs)
-            for doc in rows(f, self, progress):
+            else:
+                reader = {"parquet": _parquet_docs, "csv": _csv_docs, "tsv": _csv_docs}.get(self.format, _jsonl_docs)
+                docs = reader(f, self, progress)
+            for doc in docs:
+                doc.text, cut = cut_text(doc.text)
+                self.texts_cut += cut
                 yield doc
-                n += 1
-                if limit is not None and n >= limit:
-                    return
         if self.format == "files":
             finish(self.path, self.files_report)
-
 
     def parquet_batches(self, limit: int | None = None, progress: Callable[[int], None] | None = None
                         ) -> Iterator[DocBatch]:
         """A Parquet corpus's rows (the first `limit`) a record batch at a time (`indexer.corpus_batches`)."""
         assert self.format == "parquet"
         n = 0
+        self._resume, self.texts_cut = None, 0
         for f in self.files:
             for batch in _parquet_batches(f, self, progress):
+                if any(len(t) > MAX_DOC_CHARS for t in batch.texts):
+                    for i, t in enumerate(batch.texts):
+                        batch.texts[i], cut = cut_text(t)
+                        self.texts_cut += cut
                 if limit is not None and n + len(batch) >= limit:
                     yield batch.head(limit - n)
                     return
@@ -98,11 +157,19 @@ class CorpusSource:
 def open_corpus(path: Path, *, id_field: str | None = None, text_field: str | None = None,
                 title_field: str | None = None, metadata_fields: list[str] | None = None,
                 queries: Path | None = None, qrels: Path | None = None, split: str = DEFAULT_SPLIT,
-                vector_field: str | None = None) -> CorpusSource:
-    """A non-Quora corpus at `path` (see `detect_format`); BEIR's queries and qrels are found unless given."""
+                vector_field: str | None = None, follow_symlinks: bool = False) -> CorpusSource:
+    """A non-Quora corpus at `path` (see `detect_format`); BEIR's queries and qrels are found unless given. A
+    folder of files is walked once here (`indexer.folder_walk`): symlinks out of it followed only when asked."""
     fmt = detect_format(path)
     if fmt == "quora":
         raise CorpusFormatError(f"{path} is a Quora question-pairs TSV (read it with indexer.quora)")
+    if fmt == "parquet":
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise CorpusFormatError(f"{path}: reading Parquet needs the pyarrow package, which is not installed: "
+                                    f"{PARQUET_HINT}") from None
+    skips: list[tuple[str, str]] = []
     fields = default_fields(fmt, id_field=id_field, text_field=text_field, title_field=title_field,
                             metadata_fields=metadata_fields, vector_field=vector_field)
     if fmt == "beir":
@@ -113,12 +180,13 @@ def open_corpus(path: Path, *, id_field: str | None = None, text_field: str | No
         if qrels is None:
             qrels = beir_qrels(path, split)
     elif fmt == "files":
-        files = doc_files(path)
+        files, skipped = walk_folder(path, follow_symlinks=follow_symlinks)
+        skips = [(s.path, s.reason) for s in skipped]
     elif path.is_dir():
         files = corpus_files(path, (".parquet",) if fmt == "parquet" else JSONL_SUFFIXES)
     else:
         files = [path]
-    return CorpusSource(path, fmt, files, fields, queries, qrels)
+    return CorpusSource(path, fmt, files, fields, queries, qrels, follow_symlinks=follow_symlinks, walk_skips=skips)
 
 
 def _jsonl_docs(path: Path, src: CorpusSource, progress: Callable[[int], None] | None) -> Iterator[Doc]:
@@ -239,7 +307,7 @@ def _parquet_open(path: Path, src: CorpusSource) -> tuple[Any, list[str], bool]:
             raise CorpusFormatError(f"{path}: {role} column {name!r} has type {t}; it must hold strings")
     has_vectors = fields.vector in names
     if has_vectors:
-        _check_vector_type(path, fields.vector, schema.field(fields.vector).type)
+        check_vector_type(path, fields.vector, schema.field(fields.vector).type)
     wanted = {fields.id, fields.text, fields.vector} | ({fields.title} if fields.title else set())
     columns = [n for n in names if n in wanted or fields.metadata is None or n in fields.metadata
                or n == "metadata"]
@@ -258,7 +326,7 @@ def _record_batches(path: Path, src: CorpusSource, batch_rows: int
     row_no = 0
     try:
         for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
-            matrix = _batch_matrix(path, row_no, batch.column(src.fields.vector)) if has_vectors else None
+            matrix = batch_matrix(path, row_no, batch.column(src.fields.vector)) if has_vectors else None
             yield batch, row_no, matrix, size * (row_no + batch.num_rows) // n_rows
             row_no += batch.num_rows
     except (OSError, pa.ArrowException) as exc:
@@ -269,7 +337,7 @@ def _batch_docs(batch: Any, src: CorpusSource, path: Path, rows_before: int,  # 
                 matrix: tuple[np.ndarray, np.ndarray] | None) -> Iterator[Doc]:
     fields = src.fields
     cols = {name: batch.column(name).to_pylist() for name in batch.schema.names if name != fields.vector}
-    vecs = _row_vectors(*matrix) if matrix is not None else None
+    vecs = row_vectors(*matrix) if matrix is not None else None
     for i in range(batch.num_rows):
         yield make_doc({k: v[i] for k, v in cols.items()}, fields, f"{path}:{rows_before + i + 1}",
                        vector=None if vecs is None else vecs[i])
@@ -296,43 +364,3 @@ def _parquet_batches(path: Path, src: CorpusSource, progress: Callable[[int], No
             progress(done - reported)
             reported = done
         yield out
-
-
-def _check_vector_type(path: Path, name: str, t: object) -> None:
-    import pyarrow as pa
-
-    if not (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)) or not (
-            pa.types.is_floating(t.value_type) or pa.types.is_integer(t.value_type)):  # type: ignore[attr-defined]
-        raise CorpusFormatError(f"{path}: vector column {name!r} has type {t}; it must be list<float32> or "
-                                f"fixed_size_list<float32, dim>")
-
-
-def _batch_matrix(path: Path, rows_before: int, col: object) -> tuple[np.ndarray, np.ndarray]:
-    """A batch's vector column as (one float32 row per row that has a vector, which rows have one); a row of
-    another length than the batch's first is a `FILE:ROW` error (the dimension check proper is the ingest's,
-    against the encoder)."""
-    import pyarrow as pa
-
-    assert isinstance(col, (pa.ListArray, pa.LargeListArray, pa.FixedSizeListArray))
-    n = len(col)
-    valid = np.ones(n, dtype=bool) if col.null_count == 0 else ~np.asarray(col.is_null())
-    lengths = np.asarray(col.value_lengths().fill_null(0))
-    flat = np.asarray(col.flatten().to_numpy(zero_copy_only=False), dtype=np.float32)
-    present = lengths[valid]
-    dim = int(present[0]) if len(present) else 0
-    bad = np.flatnonzero(valid & (lengths != dim))
-    if len(bad):
-        i = int(bad[0])
-        raise CorpusFormatError(f"{path}:{rows_before + i + 1}: a vector of dimension {int(lengths[i])}, but the "
-                                f"rows before it have dimension {dim}")
-    return (flat.reshape(-1, dim) if dim else np.zeros((0, 0), np.float32)), valid
-
-
-def _row_vectors(matrix: np.ndarray, valid: np.ndarray) -> list[object]:
-    """One row of `matrix` per valid row (views of it), None elsewhere."""
-    out: list[object] = [None] * len(valid)
-    if matrix.size:
-        rows = np.cumsum(valid) - 1
-        for i in np.flatnonzero(valid):
-            out[i] = matrix[rows[i]]
-    return out

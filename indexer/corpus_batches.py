@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from indexer.corpus_rows import Doc, ExtId, Fields, join_title
+from indexer.corpus_rows import CorpusFormatError, Doc, ExtId, Fields, join_title
 from indexer.runtime.metadata import INT64_MAX, MAX_BYTES
 
 # the JSON each document's metadata is stored as (what `json.dumps(meta, ensure_ascii=False)` writes)
@@ -154,3 +154,45 @@ def columnar_batch(batch: Any, fields: Fields, path: Path, rows_before: int,  # 
     metas = _json_objects(keys, columns, len(texts))
     return DocBatch(ids.to_pylist(), texts, metas, lambda i: f"{path}:{rows_before + i + 1}",
                     matrix=None if matrix is None else matrix[0], has_vector=None if matrix is None else matrix[1])
+
+
+# --- the vector column -------------------------------------------------------------------------------------------
+
+def check_vector_type(path: Path, name: str, t: object) -> None:
+    import pyarrow as pa
+
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)) or not (
+            pa.types.is_floating(t.value_type) or pa.types.is_integer(t.value_type)):  # type: ignore[attr-defined]
+        raise CorpusFormatError(f"{path}: vector column {name!r} has type {t}; it must be list<float32> or "
+                                f"fixed_size_list<float32, dim>")
+
+
+def batch_matrix(path: Path, rows_before: int, col: object) -> tuple[np.ndarray, np.ndarray]:
+    """A batch's vector column as (one float32 row per row that has a vector, which rows have one); a row of
+    another length than the batch's first is a `FILE:ROW` error (the dimension check proper is the ingest's,
+    against the encoder)."""
+    import pyarrow as pa
+
+    assert isinstance(col, (pa.ListArray, pa.LargeListArray, pa.FixedSizeListArray))
+    n = len(col)
+    valid = np.ones(n, dtype=bool) if col.null_count == 0 else ~np.asarray(col.is_null())
+    lengths = np.asarray(col.value_lengths().fill_null(0))
+    flat = np.asarray(col.flatten().to_numpy(zero_copy_only=False), dtype=np.float32)
+    present = lengths[valid]
+    dim = int(present[0]) if len(present) else 0
+    bad = np.flatnonzero(valid & (lengths != dim))
+    if len(bad):
+        i = int(bad[0])
+        raise CorpusFormatError(f"{path}:{rows_before + i + 1}: a vector of dimension {int(lengths[i])}, but the "
+                                f"rows before it have dimension {dim}")
+    return (flat.reshape(-1, dim) if dim else np.zeros((0, 0), np.float32)), valid
+
+
+def row_vectors(matrix: np.ndarray, valid: np.ndarray) -> list[object]:
+    """One row of `matrix` per valid row (views of it), None elsewhere."""
+    out: list[object] = [None] * len(valid)
+    if matrix.size:
+        rows = np.cumsum(valid) - 1
+        for i in np.flatnonzero(valid):
+            out[i] = matrix[rows[i]]
+    return out

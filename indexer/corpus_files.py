@@ -82,7 +82,7 @@ def detect_format(path: Path) -> CorpusFormat:
             return "parquet"
         if corpus_files(path, JSONL_SUFFIXES):
             return "jsonl"
-        if doc_files(path):
+        if doc_files(path, follow_symlinks=True):  # one out of the folder is then named with its reason
             return "files"
         raise CorpusFormatError(f"{path}: a corpus folder must hold {BEIR_CORPUS} (BEIR layout), *.parquet or "
                                 f"*.jsonl files, or documents (*.md, *.html, *.pdf, *.txt)")

@@ -15,16 +15,24 @@ HTML (page chrome — nav, aside, footer, a header outside the article, scripts 
 Markdown (text kept, markup and link URLs dropped). They are the `files` extra; a folder holding a kind whose
 library is missing stops the build with the extra to install.
 
-A file that cannot be read (not UTF-8, binary, a corrupt or encrypted PDF, no text) is skipped: its path and reason
-are logged and kept on the source (`FileReport`), and the build counts them; when no file could be read the build
-stops naming them (`finish`).
+Which files are read, and the entries left out (unknown kinds, symlinks out of the folder, FIFOs, ...), is
+`indexer.folder_walk`. Each file is read within the limits of `indexer.doc_limits`: the first `READ_BYTES` of a
+Markdown, HTML or text file (a longer file is cut, and named as cut), a PDF's pages within `PDF_SECONDS`, an HTML
+page nesting at most `MAX_HTML_DEPTH` levels. A file that cannot be read (not UTF-8, binary, a corrupt or
+encrypted PDF, no text, past a limit) is skipped: its path and reason are kept on the source (`FileReport`, each
+named once) and the build lists them in its final lines and its manifest; when no file could be read the build
+stops naming them (`finish`). The PDF library's own warnings are not shown: the skip's reason says what matters.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import os
 import re
+import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -32,6 +40,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from indexer.corpus_rows import CorpusFormatError, Doc, Fields, make_doc
+from indexer.doc_limits import MAX_DOC_CHARS, MAX_HTML_DEPTH, PDF_SECONDS, READ_BYTES, html_depth, utf8_prefix
+from indexer.folder_walk import KINDS, walk_folder
 
 if TYPE_CHECKING:
     from markdown_it import MarkdownIt
@@ -39,7 +49,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-KINDS = {".md": "md", ".markdown": "md", ".html": "html", ".htm": "html", ".pdf": "pdf", ".txt": "txt"}
 EXTRA_HINT = "pip install 'strata[files]'"
 TITLE_CHARS = 300  # a title taken from a first line is cut here
 PLACEHOLDER_TITLES = {"(anonymous)", "untitled", "(untitled)", "unknown", "no title"}  # what PDF writers put there
@@ -50,6 +59,7 @@ _BLOCKS = frozenset(("address", "article", "blockquote", "br", "dd", "details", 
                      "fieldset", "figcaption", "figure", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header", "hr",
                      "li", "main", "ol", "p", "pre", "section", "summary", "table", "td", "th", "tr", "ul",
                      "caption", "body", "html"))
+_INLINE_BREAKS = {"softbreak": " ", "hardbreak": "\n"}
 _CHROME = ("script", "style", "noscript", "template", "nav", "aside", "footer", "svg", "iframe")
 
 
@@ -63,12 +73,12 @@ class FileReport:
 
     read: int = 0
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (path relative to the folder, reason)
+    cut: list[tuple[str, str]] = field(default_factory=list)  # files read in part: (path, what was kept)
 
 
-def doc_files(folder: Path) -> list[Path]:
-    """The folder's readable files, recursively, in path order; hidden files and folders are left out."""
-    return sorted(p for p in folder.rglob("*") if p.suffix.lower() in KINDS and p.is_file()
-                  and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+def doc_files(folder: Path, follow_symlinks: bool = False) -> list[Path]:
+    """The folder's files to read, recursively, in path order (`indexer.folder_walk`)."""
+    return walk_folder(folder, follow_symlinks=follow_symlinks)[0]
 
 
 # --- text of each kind -------------------------------------------------------------------------------------------
@@ -115,7 +125,9 @@ def markdown_text(source: str) -> tuple[str, str]:
         if tok.type == "heading_open":
             heading = True
         elif tok.type == "inline":
-            parts = [c.content for c in tok.children or () if c.type in ("text", "code_inline")]
+            # a soft line break is a space between words, a hard one a line break: neither glues two words
+            parts = [_INLINE_BREAKS.get(c.type, c.content) for c in tok.children or ()
+                     if c.type in ("text", "code_inline", "softbreak", "hardbreak")]
             lines.append("".join(parts) if parts else tok.content)
             if heading and not title:
                 title = lines[-1].strip()
@@ -144,6 +156,10 @@ def html_text(data: bytes) -> tuple[str, str]:
     and a <header> outside <article>/<main>); the title is <title>, else the first <h1>."""
     from selectolax.lexbor import LexborHTMLParser
 
+    depth = html_depth(data)
+    if depth > MAX_HTML_DEPTH:
+        raise Unreadable(f"HTML nested {depth:,} levels deep, past the limit of {MAX_HTML_DEPTH:,} (the parser's time "
+                         f"grows with the depth); not parsed")
     tree = LexborHTMLParser(_html_source(data))
     node = tree.css_first("title")
     title = " ".join(node.text().split()) if node is not None else ""
@@ -184,18 +200,48 @@ def _block_text(root: LexborNode) -> str:
     return "".join(out)
 
 
-def pdf_text(path: Path) -> tuple[str, str]:
-    """(title, text) of a PDF: every page's text; the title is the metadata title, else the first line."""
+@contextlib.contextmanager
+def _quiet_pypdf() -> Iterator[None]:
+    """pypdf's own warnings (through logging and `warnings`) hidden: a damaged file's skip says why in one line."""
+    logger = logging.getLogger("pypdf")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def _pdf_pages(reader: object, path: Path) -> tuple[list[str], bool]:
+    """(the pages' text, whether it was cut at `MAX_DOC_CHARS`), within `PDF_SECONDS`."""
+    pages: list[str] = []
+    chars, start = 0, time.monotonic()
+    for n, page in enumerate(reader.pages, 1):  # type: ignore[attr-defined]
+        pages.append(page.extract_text() or "")
+        chars += len(pages[-1]) + 1
+        if chars > MAX_DOC_CHARS:
+            return pages, True
+        if time.monotonic() - start > PDF_SECONDS:
+            raise Unreadable(f"reading its pages took over {PDF_SECONDS:.0f} s (stopped at page {n})")
+    return pages, False
+
+
+def pdf_text(path: Path) -> tuple[str, str, bool]:
+    """(title, text, whether the text was cut) of a PDF: its pages' text up to `MAX_DOC_CHARS`; the title is the
+    metadata title, else the first line."""
     from pypdf import PdfReader
     from pypdf.errors import FileNotDecryptedError, PdfReadError
 
     try:
-        reader = PdfReader(path)
-        if reader.is_encrypted and not reader.decrypt(""):  # an empty user password opens many "protected" PDFs
-            raise Unreadable("encrypted PDF (it needs a password)")
-        pages = [page.extract_text() or "" for page in reader.pages]
-        meta = reader.metadata
-        title = (meta.title or "") if meta is not None else ""
+        with _quiet_pypdf():
+            reader = PdfReader(path)
+            if reader.is_encrypted and not reader.decrypt(""):  # an empty user password opens many PDFs
+                raise Unreadable("encrypted PDF (it needs a password)")
+            pages, cut = _pdf_pages(reader, path)
+            meta = reader.metadata
+            title = (meta.title or "") if meta is not None else ""
     except Unreadable:
         raise
     except FileNotDecryptedError:
@@ -208,7 +254,7 @@ def pdf_text(path: Path) -> tuple[str, str]:
     title = " ".join(str(title).split())
     if title.lower() in PLACEHOLDER_TITLES:
         title = ""
-    return (title or _first_line(text))[:TITLE_CHARS], text
+    return (title or _first_line(text))[:TITLE_CHARS], text, cut
 
 
 def _needs(module: str, package: str, kind: str, path: Path) -> None:
@@ -222,17 +268,31 @@ def _needs(module: str, package: str, kind: str, path: Path) -> None:
                                 f"installed: {EXTRA_HINT}") from None
 
 
-def read_file(path: Path) -> tuple[str, str, str]:
-    """(kind, title, text) of one file; `Unreadable` says why a file cannot be read."""
+def _head(path: Path) -> tuple[bytes, int | None]:
+    """The file's first `READ_BYTES` (a character cut in half dropped) and its size when it holds more."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(READ_BYTES + 1)
+            size = os.fstat(fh.fileno()).st_size if len(data) > READ_BYTES else None
+    except OSError as exc:
+        raise Unreadable(f"cannot open: {exc.strerror or exc}") from None
+    return (utf8_prefix(data[:READ_BYTES], True), size) if size is not None else (data, None)
+
+
+def read_file(path: Path) -> tuple[str, str, str, str | None]:
+    """(kind, title, text, what was kept when the file was read in part, else None) of one file; `Unreadable`
+    says why a file cannot be read."""
     kind = KINDS[path.suffix.lower()]
+    kept: str | None = None
     if kind == "pdf":
         _needs("pypdf", "pypdf", kind, path)
-        title, text = pdf_text(path)
+        title, text, cut = pdf_text(path)
+        if cut:
+            kept = f"its pages' text cut at {MAX_DOC_CHARS:,} characters"
     else:
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise Unreadable(f"cannot open: {exc.strerror or exc}") from None
+        data, size = _head(path)
+        if size is not None:
+            kept = f"its first {READ_BYTES // 2**20} MiB read, of {size / 2**20:,.0f} MiB"
         if kind == "html":
             _needs("selectolax.lexbor", "selectolax", kind, path)
             title, text = html_text(data)
@@ -243,14 +303,15 @@ def read_file(path: Path) -> tuple[str, str, str]:
             title, text = plain_text(data)
     if not text.strip():
         raise Unreadable("no text in it" + (" (a scanned PDF needs OCR first)" if kind == "pdf" else ""))
-    return kind, title, text
+    return kind, title, text, kept
 
 
 # --- the corpus reader -------------------------------------------------------------------------------------------
 
-def file_row(path: Path, root: Path) -> dict[str, str]:
-    """The row of one file (see the module docstring); raises `Unreadable`."""
-    kind, title, text = read_file(path)
+def file_row(path: Path, root: Path) -> tuple[dict[str, str], str | None]:
+    """The row of one file (see the module docstring) and what was kept of a file read in part (else None);
+    raises `Unreadable`."""
+    kind, title, text, kept = read_file(path)
     rel = path.relative_to(root).as_posix()
     try:
         stamp = path.stat().st_mtime
@@ -260,7 +321,7 @@ def file_row(path: Path, root: Path) -> dict[str, str]:
     row = {"id": rel, "path": rel, "title": title, "mtime": mtime, "type": kind, "text": text}
     if not title:
         del row["title"]
-    return row
+    return row, kept
 
 
 def file_docs(path: Path, root: Path, fields: Fields, report: FileReport,
@@ -268,17 +329,20 @@ def file_docs(path: Path, root: Path, fields: Fields, report: FileReport,
     """The document of the file at `path` (none when it is skipped: the report says why). A missing library or a
     field no file has stops the build instead (every file would fail alike)."""
     _check_fields(root, fields)
+    rel = path.relative_to(root).as_posix()
     try:
-        row = file_row(path, root)
+        row, kept = file_row(path, root)
         try:
             doc = make_doc(row, fields, str(path))
         except CorpusFormatError as exc:  # e.g. a PDF whose text holds a lone surrogate: this file only
             raise Unreadable(str(exc).removeprefix(f"{path}: ")) from None
     except Unreadable as exc:
-        report.skipped.append((path.relative_to(root).as_posix(), str(exc)))
-        log.warning("%s: skipped: %s", path, exc)
+        report.skipped.append((rel, str(exc)))
+        log.debug("%s: skipped: %s", path, exc)  # named once, in the build's final lines and its manifest
     else:
         report.read += 1
+        if kept is not None:
+            report.cut.append((rel, kept))
         yield doc
     if progress is not None:
         try:
@@ -295,9 +359,11 @@ def _check_fields(root: Path, fields: Fields) -> None:
 
 
 def finish(root: Path, report: FileReport) -> None:
-    """Log how many files were read and skipped; when none could be read, stop naming them."""
+    """Log how many files were read, cut and skipped; when none could be read, stop naming the skipped ones."""
+    report.skipped.sort()
     if report.read == 0 and report.skipped:
         shown = "; ".join(f"{p}: {why}" for p, why in report.skipped[:SHOWN_SKIPS])
         more = f"; … and {len(report.skipped) - SHOWN_SKIPS} more" if len(report.skipped) > SHOWN_SKIPS else ""
-        raise CorpusFormatError(f"{root}: none of its {len(report.skipped)} files could be read: {shown}{more}")
-    log.info("%s: %d files read, %d skipped", root, report.read, len(report.skipped))
+        raise CorpusFormatError(f"{root}: no file could be read ({len(report.skipped)} skipped): {shown}{more}")
+    log.info("%s: %d files read (%d of them in part), %d entries skipped", root, report.read, len(report.cut),
+             len(report.skipped))

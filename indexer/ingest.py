@@ -30,14 +30,16 @@ from indexer.build_config import BuildConfig
 from indexer.corpus import CorpusSource, open_corpus
 from indexer.corpus_batches import DocBatch, batch_of_docs
 from indexer.corpus_rows import CorpusFormatError, Doc, ExtId, cell_value
+from indexer.doc_limits import MAX_DOC_CHARS, encoding_prefix
 from indexer.doc_ranks import first_passage_resolver
 from indexer.evalset import LoadedEvalSet, load_eval_set
 from indexer.ingest_passages import BuildPassages, drop_stale
+from indexer.ingest_progress import ChunkProgress
 from indexer.ingest_vectors import RowVectors, VectorRows, brought_vectors
 from indexer.probes import corpus_probe_candidates, make_probes
 from indexer.runtime.ids import ASSIGNED_IDS_FROM, FaissIds
 from indexer.runtime.layout import IndexRoot, new_version_name
-from indexer.runtime.manifest import CorpusFieldsInfo, DataInfo, Manifest, ManifestError, Timings
+from indexer.runtime.manifest import CorpusFieldsInfo, DataInfo, Manifest, ManifestError, SkippedEntry, Timings
 from indexer.runtime.passages import PASSAGE_KEY, Splitter, parse_passage_id
 from indexer.runtime.shrink_guard import max_shrink, shrink_message, shrinks_too_much
 from indexer.runtime.storage import storage_errors
@@ -129,57 +131,12 @@ class IngestResult:
     brought_vectors: bool = False  # the rows brought their vectors (nothing was encoded)
     passages: int = 0  # rows made by splitting documents (0: documents whole)
     docs_split: int = 0  # documents cut into more than one passage
+    texts_cut: int = 0  # documents whose text was cut at `doc_limits.MAX_DOC_CHARS`
+    passages_cut: int = 0  # documents whose passages past `doc_limits.MAX_PASSAGES` were dropped
 
     @property
     def n_docs(self) -> int:
         return len(self.ids)
-
-
-class ChunkProgress:
-    """The documents bar: bytes of the input file as on disk (compressed, for .gz: the size known up front) whose
-    rows are read *and encoded*. Rows are read a chunk ahead of the encoder, so the bar moves through each chunk's
-    bytes as its texts are encoded; a corpus of one chunk no longer sits at 0 % while all of it is encoded.
-    `on_advance(position)` (tests, callers' own displays) hears every move. A bar on a terminal, log lines with
-    rate and ETA elsewhere (`indexer.runtime.progress`; `enabled=False`: log lines only)."""
-
-    def __init__(self, total: int, *, enabled: bool = True,
-                 on_advance: Callable[[int], None] | None = None) -> None:
-        from indexer.runtime.progress import Progress
-
-        self.bar = Progress(total, "documents", unit="B", unit_scale=True, bar=enabled)
-        self.on_advance = on_advance
-        self.read = 0  # bytes the reader has taken from disk
-        self.position = 0  # bytes behind the rows already encoded (or stored, when not encoding)
-        self._chunk: tuple[int, int, int] | None = None  # (start position, end position, texts)
-        self._done = 0
-
-    def bytes_read(self, n: int) -> None:
-        self.read += n
-
-    def start_chunk(self, texts: int) -> None:
-        self._chunk, self._done = (self.position, self.read, max(texts, 1)), 0
-
-    def texts_done(self, n: int) -> None:
-        if self._chunk is None:
-            return
-        start, end, texts = self._chunk
-        self._done += n
-        self._move_to(start + (end - start) * min(self._done, texts) // texts)
-
-    def end_chunk(self, docs: int) -> None:
-        self._chunk = None
-        self.bar.set_postfix(docs=docs, refresh=False)
-        self._move_to(self.read)
-
-    def _move_to(self, position: int) -> None:
-        if position > self.position:
-            self.bar.update(position - self.position)
-            self.position = position
-            if self.on_advance is not None:
-                self.on_advance(position)
-
-    def close(self) -> None:
-        self.bar.close()
 
 
 def _batches(source: CorpusSource, limit: int | None, progress: Callable[[int], None],
@@ -248,7 +205,9 @@ def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder
                 vecs = brought_vectors(batch, kept, encoder.dim, rows_vectors.field)
                 bar.texts_done(len(kept))
             else:
-                vecs = encoder.encode([batch.texts[i] for i in kept], batch_size, on_progress=bar.texts_done)
+                max_tokens = encoder.meta.max_length  # nothing past what the encoder keeps is tokenized
+                vecs = encoder.encode([encoding_prefix(batch.texts[i], max_tokens) for i in kept], batch_size,
+                                      on_progress=bar.texts_done)
                 result.encode_s += time.perf_counter() - t0
             rows.put(np.asarray(at, dtype=np.int64), vecs)
         fids, exts, texts, metas = ids.faiss_ids, batch.ext_ids, batch.texts, batch.metas
@@ -266,14 +225,18 @@ def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder
         result.vectors = rows.take()
     if passages is not None:
         result.passages, result.docs_split = passages.passages, passages.docs_split
+        result.passages_cut = passages.docs_cut
         if passages.stale:  # a repeated id with fewer passages: its last occurrence wins for all of them
             stale = list(passages.stale)
             _, result.vectors, kept = drop_stale(stale, ids.row, ids.faiss_array(), result.vectors, writer)
             ids.keep(kept, stale)
     if result.duplicate_ids:
         log.warning("%d rows repeated an earlier row's id: the later row replaced it", result.duplicate_ids)
-    log.info("read %d rows from %s (%s): %d documents, %d empty texts skipped, %d duplicate ids",
-             result.rows_read, source.path, source.format, result.n_docs, result.skipped_empty, result.duplicate_ids)
+    result.texts_cut = source.texts_cut
+    log.info("read %d rows from %s (%s): %d documents%s, %d empty texts skipped, %d duplicate ids, %d texts cut at "
+             "%s characters", result.rows_read, source.path, source.format, data_docs(result),
+             f", {len(ids)} passages" if passages is not None else "", result.skipped_empty, result.duplicate_ids,
+             result.texts_cut, f"{MAX_DOC_CHARS:,}")
     return result
 
 
@@ -295,7 +258,7 @@ def data_path(data: str) -> Path:
 def source_for(cfg: BuildConfig, path: Path) -> CorpusSource:
     return open_corpus(path, id_field=cfg.id_field, text_field=cfg.text_field, title_field=cfg.title_field,
                        metadata_fields=cfg.metadata_fields, queries=cfg.queries, qrels=cfg.qrels,
-                       vector_field=cfg.vector_field)
+                       vector_field=cfg.vector_field, follow_symlinks=cfg.follow_symlinks)
 
 
 def fields_info(source: CorpusSource) -> CorpusFieldsInfo:
@@ -304,12 +267,23 @@ def fields_info(source: CorpusSource) -> CorpusFieldsInfo:
                             metadata=list(f.metadata) if f.metadata is not None else None)
 
 
+def listed(entries: list[tuple[str, str]], most: int = 10_000) -> list[SkippedEntry]:
+    """(path, reason) pairs as a manifest lists them: the first `most` (the counts beside them are whole)."""
+    return [SkippedEntry(path=p, reason=r) for p, r in entries[:most]]
+
+
+def data_docs(res: IngestResult) -> int:
+    """Documents, whether or not they were split into passages (`res.n_docs` counts rows)."""
+    return res.rows_read - res.skipped_empty - res.duplicate_ids if res.passages else res.n_docs
+
+
 def corpus_data_info(source: CorpusSource, res: IngestResult, schema: dict[str, str],
                      loaded: LoadedEvalSet | None) -> DataInfo:
     return DataInfo(source=str(source.path), protocol="corpus", rows_read=res.rows_read,
                     vectors="brought" if res.brought_vectors else "encoded",
                     skipped_empty_texts=res.skipped_empty,
-                    n_docs=res.rows_read - res.skipped_empty - res.duplicate_ids if res.passages else res.n_docs,
+                    n_docs=data_docs(res), texts_cut=res.texts_cut, passages_cut=res.passages_cut,
+                    skipped=listed(source.files_report.skipped), read_in_part=listed(source.files_report.cut),
                     n_queries=len(loaded.evalset.query_texts) if loaded else 0, format=source.format,
                     fields=fields_info(source), duplicate_ids=res.duplicate_ids,
                     skipped_files=len(source.files_report.skipped),

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from indexer.corpus_rows import CorpusFormatError, Doc, ExtId
+from indexer.doc_limits import MAX_PASSAGES
 from indexer.runtime.passages import Splitter, passage_id, passage_rows
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ class BuildPassages:
         self.splitter = splitter
         self.counts: dict[tuple[type, ExtId], int] = {}  # 17 and "17" are two documents
         self.stale: dict[str, None] = {}  # passage row ids, in the order they went stale
+        self.docs_cut = 0  # documents whose passages past `MAX_PASSAGES` were dropped
 
     def rows_of(self, doc: Doc) -> list[tuple[ExtId, str, dict[str, Any]]]:
         """(row id, passage text, row metadata) of each passage of `doc`."""
@@ -40,8 +42,10 @@ class BuildPassages:
             raise CorpusFormatError(f"{doc.where}: the row brings a vector, which stands for the whole document; "
                                     f"--chunk indexes a vector per passage: build without --chunk, or without the "
                                     f"vectors (encoded then)")
-        parts: list[tuple[ExtId, str, dict[str, Any]]] = list(passage_rows(doc.ext_id, doc.text, doc.metadata,
-                                                                           self.splitter.split(doc.text)))
+        made = self.splitter.split(doc.text)
+        if len(made) > MAX_PASSAGES:  # the document's text is already cut; this bounds its rows whatever it holds
+            made, self.docs_cut = made[:MAX_PASSAGES], self.docs_cut + 1
+        parts: list[tuple[ExtId, str, dict[str, Any]]] = list(passage_rows(doc.ext_id, doc.text, doc.metadata, made))
         key = (type(doc.ext_id), doc.ext_id)
         before = self.counts.get(key, 0)
         self.counts[key] = len(parts)

@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from indexer.doc_limits import encoding_prefix
+
 
 def vectors_column(vecs: np.ndarray) -> pa.FixedSizeListArray:
     """(n, dim) float32 → a fixed-size-list column: plain Parquet, readable without Ray's tensor extension."""
@@ -41,7 +43,8 @@ class EmbedBatches:
         ids = batch.column("id").to_numpy().astype(np.int64)
         pos = batch.column("pos").to_numpy().astype(np.int64) if "pos" in batch.column_names else ids
         t0 = time.perf_counter()
-        vecs = self.encoder.encode(texts, self.batch_size)
+        max_tokens = self.encoder.meta.max_length  # nothing past what the encoder keeps is tokenized
+        vecs = self.encoder.encode([encoding_prefix(t, max_tokens) for t in texts], self.batch_size)
         per_row = (time.perf_counter() - t0) / max(1, len(texts))
         return pa.table({
             "pos": pos, "id": ids, "vector": vectors_column(vecs),

@@ -15,8 +15,8 @@ from models.cli import build_parser as encoder_parser
 INDEXER = {
     "build": (
         "--root", "--model", "--data", "--protocol", "--rows", "--id-field", "--text-field", "--title-field",
-        "--metadata-fields", "--vector-field", "--chunk", "--overlap", "--queries", "--qrels", "--index", "--nlist",
-        "--hnsw-m",
+        "--metadata-fields", "--vector-field", "--follow-symlinks", "--chunk", "--overlap", "--queries", "--qrels",
+        "--index", "--nlist", "--hnsw-m",
         "--ef-construction", "--ef-search", "--nprobe", "--target-recall", "--no-calibrate", "--probes", "--codec",
         "--memory-budget", "--batch-size",
         "--threads", "--keep", "--no-lexical", "--lexical-stemmer", "--lexical-stopwords", "--bm25-k1", "--bm25-b",

@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING
 
 from indexer.calibrate import DEFAULT_TARGET_RECALL
 from indexer.commands.common import check_settings, positive_int, recall_target, root_arg, threads_arg
+from indexer.doc_limits import MAX_DOC_CHARS, MAX_PASSAGES
 from indexer.runtime.ann import AUTO, AUTO_FLAT_BELOW, KIND_SPECS, KINDS, KNOBS, HnswParams
 from indexer.runtime.faiss.training import CODECS, DEFAULT_NPROBE
 from indexer.runtime.lexical import AUTO_TANTIVY_FROM, ENGINES
 from indexer.runtime.paths import DEFAULT_MODEL_NAME, default_model_dir, default_quora_source
 
 if TYPE_CHECKING:
-    from indexer.runtime.manifest import Manifest
+    from indexer.runtime.manifest import DataInfo, Manifest
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -75,6 +76,9 @@ def _own_corpus_args(b: argparse.ArgumentParser) -> None:
                    help="field holding each row's vector (JSONL list, Parquet list<float32>/fixed_size_list; default: "
                         "vector): a corpus that has it is built from those vectors, not encoded; they must come from "
                         "the --model encoder's space (its dimension is checked)")
+    c.add_argument("--follow-symlinks", action="store_true",
+                   help="a folder of documents: follow symlinks that point out of it (default: each is skipped and "
+                   "named; symlinks inside the folder are always followed)")
     c.add_argument("--chunk", type=_chunk_arg, default=None, metavar="TOKENS|auto|off",
                    help="split each document into passages of at most TOKENS tokens (the encoder's, on sentence "
                    "boundaries where possible), each embedded and indexed; /search then ranks documents by their best "
@@ -249,7 +253,7 @@ def run(args: argparse.Namespace) -> int:
                       report_after=True,
                       id_field=args.id_field, text_field=args.text_field, title_field=args.title_field,
                       metadata_fields=args.metadata_fields, vector_field=args.vector_field, queries=args.queries,
-                      qrels=args.qrels,
+                      qrels=args.qrels, follow_symlinks=args.follow_symlinks,
                       lexical=not args.no_lexical, lexical_stemmer=args.lexical_stemmer,
                       lexical_stopwords=args.lexical_stopwords, bm25_k1=args.bm25_k1, bm25_b=args.bm25_b,
                       lexical_engine=args.lexical_engine,
@@ -293,8 +297,9 @@ def _report(args: argparse.Namespace, manifest: Manifest) -> int:
         print(f"{kc.knob} {kc.value} keeps {kc.recall_at_10:.4f} of the exact top 10 on {_probes_text(kc)} "
               f"(target {kc.target_recall}{'' if kc.reached else ', not reached'}; {kc.seconds:.1f}s)")
     lx = manifest.lexical
+    rows = "passages" if manifest.passages and manifest.passages.enabled else "documents"
     print("lexical: none (dense only)" if lx is None else
-          f"lexical: {lx.engine} BM25 k1={lx.k1} b={lx.b} over {lx.n_docs} documents ({lx.vocabulary} terms; stemmer "
+          f"lexical: {lx.engine} BM25 k1={lx.k1} b={lx.b} over {lx.n_docs} {rows} ({lx.vocabulary} terms; stemmer "
           f"{lx.stemmer}, stopwords {lx.stopwords}), {lx.seconds:.1f}s; default /search mode {manifest.search_mode()}")
     cal = manifest.index.nprobe_calibration
     if cal is not None:
@@ -310,11 +315,10 @@ def _report(args: argparse.Namespace, manifest: Manifest) -> int:
     if d.format is not None:
         rate = d.rows_read / max(manifest.build_seconds.load_s + manifest.build_seconds.encode_docs_s, 1e-9)
         how = "with their vectors, nothing encoded" if d.vectors == "brought" else "with encoding"
-        print(f"{d.format}: {d.rows_read} rows read ({rate:.0f} rows/s {how}), {d.n_docs} documents, "
+        passages = f", {manifest.index.ntotal} passages" if manifest.passages and manifest.passages.enabled else ""
+        print(f"{d.format}: {d.rows_read} rows read ({rate:.0f} rows/s {how}), {d.n_docs} documents{passages}, "
               f"{d.skipped_empty_texts} empty texts skipped, {d.duplicate_ids} duplicate ids (last row won)")
-        if d.format == "files":
-            print(f"files: {d.rows_read} read, {d.skipped_files} skipped (could not be read: the log names each "
-                  f"with its reason)")
+        _print_limits_and_skips(d)
         schema = ", ".join(f"{k}: {v}" for k, v in d.metadata_schema.items()) or "none"
         print(f"metadata: {schema}")
     if manifest.eval and manifest.eval.ndcg_at_10 is not None:
@@ -334,6 +338,26 @@ def _report(args: argparse.Namespace, manifest: Manifest) -> int:
 
         print("by /search mode:\n" + format_modes(manifest.eval_modes))
     return 0
+
+
+SHOWN_SKIPS = 50  # entries a build's final lines name (the manifest lists up to `MAX_LISTED`)
+
+
+def _print_limits_and_skips(d: DataInfo) -> None:
+    """The per-document limits that cut something, and a folder's skipped entries, each once with its reason."""
+    if d.texts_cut or d.passages_cut:
+        print(f"limits: {d.texts_cut} texts cut at {MAX_DOC_CHARS:,} characters, {d.passages_cut} documents' "
+              f"passages cut at {MAX_PASSAGES:,} (docs/own-corpus.md#limits)")
+    if d.format != "files":
+        return
+    print(f"files: {d.rows_read} read ({len(d.read_in_part)} in part), {d.skipped_files} skipped"
+          + (":" if d.skipped_files else ""))
+    for e in d.skipped[:SHOWN_SKIPS]:
+        print(f"  skipped {e.path}: {e.reason}")
+    if d.skipped_files > SHOWN_SKIPS:
+        print(f"  … and {d.skipped_files - SHOWN_SKIPS} more skipped (the manifest's data.skipped lists them)")
+    for e in d.read_in_part[:SHOWN_SKIPS]:
+        print(f"  read in part {e.path}: {e.reason}")
 
 
 def _probes_text(cal) -> str:  # noqa: ANN001 (NprobeCalibration | KnobCalibration)

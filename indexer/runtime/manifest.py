@@ -148,6 +148,11 @@ class CorpusFieldsInfo(BaseModel):
     metadata: list[str] | None = None  # None: every field other than id and text
 
 
+class SkippedEntry(BaseModel):
+    path: str  # relative to the corpus folder
+    reason: str
+
+
 class DataInfo(BaseModel):
     source: str
     protocol: str
@@ -158,7 +163,11 @@ class DataInfo(BaseModel):
     # Corpus builds (`--data` JSONL, CSV/TSV, Parquet, BEIR); the defaults describe a Quora build.
     format: str | None = None  # jsonl, csv, tsv, parquet, beir or files (None: the Quora TSV)
     fields: CorpusFieldsInfo | None = None
-    skipped_files: int = 0  # format "files": files that could not be read (the build log names them)
+    skipped_files: int = 0  # format "files": entries left out or files that could not be read
+    skipped: list[SkippedEntry] = []  # format "files": each of them with its reason (the first 10,000)
+    read_in_part: list[SkippedEntry] = []  # format "files": files read in part, with what was kept
+    texts_cut: int = 0  # documents whose text was cut at the per-document limit (docs/own-corpus.md#limits)
+    passages_cut: int = 0  # documents whose passages past the per-document limit were dropped
     duplicate_ids: int = 0  # rows whose id an earlier row had: the later row replaced it (an upsert)
     metadata_schema: dict[str, str] = {}  # field → int, float, str, bool, json, or a union such as "int|str"
     eval_source: str | None = None  # the queries and qrels files of the stored evaluation set

@@ -68,7 +68,7 @@ def write_folder(folder: Path) -> dict[str, str]:
     (folder / "plain.txt").write_text("Lighthouse keeper\nThe lighthouse lamp turns all night.\n", encoding="utf-8")
     (folder / "broken.pdf").write_bytes(b"%PDF-1.7\n1 0 obj <</Type /Catalog >> garbage without xref\n")
     (folder / "binary.txt").write_bytes(bytes(range(256)) * 4)
-    (folder / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n")  # not a document kind: ignored, not skipped
+    (folder / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n")  # not a document kind: skipped, named
     for p in folder.rglob("*"):
         if p.is_file():
             os.utime(p, (MTIME, MTIME))
@@ -99,7 +99,10 @@ def test_each_kind_gives_its_title_text_and_metadata_and_bad_files_are_skipped_w
     assert "pollinating wasps" in paper.text  # every page
     assert txt.metadata["title"] == "Lighthouse keeper" and txt.metadata["mtime"] == "2024-12-18T22:13:20Z"
     skipped = dict(src.files_report.skipped)
-    assert set(skipped) == {"broken.pdf", "binary.txt", "locked.pdf", "empty.md", "latin1.txt"}
+    assert set(skipped) == {"broken.pdf", "binary.txt", "locked.pdf", "empty.md", "latin1.txt", "image.png",
+                            ".hidden"}
+    assert skipped["image.png"].startswith("not a document kind (.png; read: .htm, .html")
+    assert skipped[".hidden"] == "hidden (a name starting with '.')"  # named once, not each file in it
     assert skipped["broken.pdf"].startswith("not a readable PDF")
     assert skipped["binary.txt"] == "binary data (NUL bytes), not text"
     assert skipped["locked.pdf"] == "encrypted PDF (it needs a password)"
@@ -144,12 +147,17 @@ def test_build_of_a_folder_of_files_is_searchable_filterable_and_counts_skips(ti
     r = cli("build", "--data", str(tmp_path / "docs"), "--model", str(tiny_exported), "--root", str(root),
             "--threads", "1")
     assert r.returncode == 0, r.stderr
-    assert "files: 4 read, 2 skipped" in r.stdout
-    assert f"{tmp_path / 'docs' / 'broken.pdf'}: skipped: not a readable PDF" in r.stderr
-    assert f"{tmp_path / 'docs' / 'binary.txt'}: skipped: binary data (NUL bytes), not text" in r.stderr
+    # the final lines name each skipped entry once with its reason; the log does not repeat them
+    assert "files: 4 read (0 in part), 3 skipped:\n  skipped binary.txt: binary data (NUL bytes), not text\n" \
+           "  skipped broken.pdf: not a readable PDF" in r.stdout, r.stdout
+    assert "  skipped image.png: not a document kind (.png;" in r.stdout
+    assert "broken.pdf" not in r.stderr and "binary.txt" not in r.stderr, r.stderr
     folder = IndexRoot(root).current_dir()
     d = Manifest.load(folder).data
-    assert (d.format, d.rows_read, d.n_docs, d.skipped_files) == ("files", 4, 4, 2)
+    assert (d.format, d.rows_read, d.n_docs, d.skipped_files) == ("files", 4, 4, 3)
+    assert [(e.path, e.reason[:20]) for e in d.skipped] == [("binary.txt", "binary data (NUL byt"),
+                                                           ("broken.pdf", "not a readable PDF: "),
+                                                           ("image.png", "not a document kind ")]
     assert d.metadata_schema == {"mtime": "str", "path": "str", "title": "str", "type": "str"}
     version = IndexVersion(folder)
     try:
@@ -176,6 +184,6 @@ def test_a_folder_where_no_file_can_be_read_exits_2_naming_each(tiny_exported: P
     r = cli("build", "--data", str(docs), "--model", str(tiny_exported), "--root", str(root), "--threads", "1")
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     error = r.stderr.strip().splitlines()[-1]
-    assert error.startswith(f"indexer build: error: {docs}: none of its 2 files could be read: binary.txt: "
+    assert error.startswith(f"indexer build: error: {docs}: no file could be read (2 skipped): binary.txt: "
                             f"binary data (NUL bytes), not text; broken.pdf: not a readable PDF"), error
     assert snapshot(root) == (None, [], [])
