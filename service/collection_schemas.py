@@ -17,6 +17,8 @@ class CollectionInfo(BaseModel):
     ready: bool
     reason: str | None = Field(None, description="why not ready")
     documents: int | None = Field(None, description="documents served, writes included")
+    passages: int | None = Field(None, description="a version built with passages: its passages, writes included "
+                                 "(absent: documents are indexed whole)")
     version: str | None = None
     since: datetime | None = Field(None, description="when the served version was swapped in")
     encoder: str | None = Field(None, description="the encoder folder's name")

@@ -273,7 +273,11 @@ DAMAGED_DOC = ("a file of the served version is missing or resized on disk: it k
 class CollectionReady(BaseModel):
     ready: bool
     index_version: str | None = None
-    index_size: int | None = None
+    index_size: int | None = Field(None, description="the served vectors, writes included (a version of passages: "
+                                   "its passages)")
+    documents: int | None = Field(None, description="the documents served, writes included")
+    passages: int | None = Field(None, description="a version built with passages: its passages (absent: documents "
+                                 "are indexed whole)")
     reason: str | None = None
     damaged: str | None = Field(None, description=DAMAGED_DOC)
     swap_refused: SwapRefusal | None = None
@@ -332,7 +336,11 @@ class ReadyEvaluation(BaseModel):
 class Ready(BaseModel):
     ready: bool
     index_version: str | None = None
-    index_size: int | None = None
+    index_size: int | None = Field(None, description="the served vectors, writes included (a version of passages: "
+                                   "its passages)")
+    documents: int | None = Field(None, description="the documents served, writes included")
+    passages: int | None = Field(None, description="a version built with passages: its passages (absent: documents "
+                                 "are indexed whole)")
     model: str | None = Field(None, description="the served encoder's folder")
     model_name: str | None = Field(None, description="its name (the folder's)")
     model_source: str | None = Field(None, description="what it was exported from (`encoder.json`'s source)")

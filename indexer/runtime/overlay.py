@@ -52,6 +52,7 @@ from indexer.runtime.ids import ExtId, FaissIds
 from indexer.runtime.lexical import LexicalOverlay
 from indexer.runtime.manifest import Manifest
 from indexer.runtime.metadata import FieldTypes
+from indexer.runtime.passages import parse_passage_id
 from indexer.runtime.rowsets import in_sorted
 from indexer.runtime.store import Store
 from indexer.runtime.topk import merge_top_k
@@ -266,6 +267,13 @@ class Overlay:
         self._row_of = {int(f): r for r, f in enumerate(ids[: len(live)])}
 
     # -- reads ---------------------------------------------------------------------------------------------------
+    def first_passages(self) -> tuple[int, list[int]]:
+        """The written rows that are a document's passage 0 (one per written document of a version of passages),
+        and the base rows deleted or replaced: what `LiveIndex.documents` counts documents by."""
+        with self._lock:
+            written = sum(1 for d in self._docs.values() if (p := parse_passage_id(d.ext_id)) and p[1] == 0)
+            return written, list(self._tombstones)
+
     def snapshot(self) -> Snapshot:
         with self._lock:
             return Snapshot(self._vecs[: self._rows], self._row_fid[: self._rows].copy(), self._dead, self._exclusion)
@@ -439,6 +447,15 @@ class LiveIndex:
             out.append(row)
         return out
 
+    def documents(self) -> int:
+        """Documents served now, writes and deletes included: the rows, or on a version of passages each document
+        once (by its passage 0 row)."""
+        if self.manifest.chunking() is None:
+            return self.ntotal
+        written, gone = self.overlay.first_passages()
+        base_gone = sum(1 for e in self.base.ext_ids(gone).values() if (p := parse_passage_id(e)) and p[1] == 0)
+        return self.manifest.data.n_docs - base_gone + written
+
     def ext_ids(self, ids: list[int]) -> dict[int, ExtId]:
         """The written documents' ids for theirs, the base's for the rest; a row deleted or replaced since the
         search is left out."""
@@ -449,3 +466,11 @@ class LiveIndex:
 
     def close(self) -> None:
         self.base.close()
+
+
+def served_counts(index: Any) -> tuple[int, int | None]:
+    """(documents, passages) a served index holds now; passages None for a version of whole documents. An index
+    without an overlay (the sharded backend) counts the documents its manifest records."""
+    if index.manifest.chunking() is None:
+        return index.ntotal, None
+    return (index.documents() if isinstance(index, LiveIndex) else index.manifest.data.n_docs), index.ntotal

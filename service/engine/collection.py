@@ -33,6 +33,7 @@ from indexer.runtime.ann import served_search_params
 from indexer.runtime.collection_config import CollectionConfig, ConfigError
 from indexer.runtime.faiss.devices import set_threads
 from indexer.runtime.manifest import Manifest, SearchMode
+from indexer.runtime.overlay import served_counts
 from indexer.runtime.passages import old_count, passage_rows, stale_ids
 from indexer.runtime.query import Query
 from indexer.runtime.vectors import VectorError, check_vector
@@ -99,7 +100,7 @@ class Status:
     ready: bool
     backend: str
     version: str | None = None
-    size: int | None = None
+    size: int | None = None  # the served vectors (rows), writes included
     model: str | None = None
     pooling: str | None = None
     reason: str | None = None  # why not ready
@@ -111,6 +112,8 @@ class Status:
     since: datetime | None = None  # when the served version was swapped in
     adaptation: dict[str, Any] | None = None  # the served encoder's `encoder adapt --data` record (encoder.json)
     damaged: str | None = None  # a file of the served version gone or resized on disk (`Swapper.served_damage`)
+    documents: int | None = None  # documents served, writes included (a version of passages: each once)
+    passages: int | None = None  # a version of passages: its passage rows (= size); None: documents whole
 
 
 def _stamp(root: Path) -> tuple[int, int] | None:
@@ -444,7 +447,12 @@ class Collection:
                       searcher.encoder.meta.pooling, refused=refused, in_flight=self.in_flight,
                       manifest=searcher.manifest, since=self.swapper.served_since,
                       adaptation=searcher.encoder.meta.adaptation, damaged=self.swapper.served_damage(searcher.version),
-                      **self._search_params(searcher.manifest))
+                      **self._search_params(searcher.manifest), **self._counts(searcher))
+
+    @staticmethod
+    def _counts(searcher: Searcher) -> dict[str, int | None]:
+        documents, passages = served_counts(searcher.index)
+        return {"documents": documents, "passages": passages}
 
     def _search_params(self, manifest: Manifest) -> dict[str, Any]:
         """The served search parameters of a version: its manifest's, overridden by its kind's knob's setting

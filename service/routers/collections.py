@@ -55,7 +55,8 @@ def describe(collections: Collections, collection: Collection) -> CollectionInfo
     model = next((lm.model for lm in listed(collections) if collection.name in lm.collections), None)
     served = collection.served_model()
     return info.model_copy(update={
-        "documents": s.size, "version": s.version, "since": s.since, "encoder": served.encoder,
+        "documents": s.documents, "passages": s.passages, "version": s.version, "since": s.since,
+        "encoder": served.encoder,
         "model": model.name if model else served.name, "dim": served.dim, "pooling": served.pooling,
         "index_kind": manifest.index.kind, "default_mode": manifest.search_mode(),
         "mrr_at_10": manifest.eval.mrr_at_10 if manifest.eval else None,

@@ -85,7 +85,8 @@ async def ready(collections: CollectionsDep, settings: SettingsDep) -> Response:
     `collections`; ready when the default collection serves (when there is none: when any collection does)."""
     per = {name: collections.by_name[name].status() for name in collections.names()}
     listed = None if collections.folder is None else {
-        name: CollectionReady(ready=st.ready, index_version=st.version, index_size=st.size, reason=st.reason,
+        name: CollectionReady(ready=st.ready, index_version=st.version, index_size=st.size, documents=st.documents,
+                              passages=st.passages, reason=st.reason,
                               damaged=st.damaged, swap_refused=_refusal(st), compaction=_compaction(collections, name))
         for name, st in per.items()} | {
         name: CollectionReady(ready=False, reason=f"not served: {why}") for name, why in collections.refused.items()}
@@ -106,7 +107,8 @@ async def ready(collections: CollectionsDep, settings: SettingsDep) -> Response:
         body = Ready(ready=False, reason=s.reason, swap_refused=refused, training=training, collections=listed)
         return JSONResponse(body.model_dump(mode="json", exclude_none=True), status_code=503)
     adaptation = EncoderAdaptation.model_validate(s.adaptation) if s.adaptation else None
-    body = Ready(ready=True, index_version=s.version, index_size=s.size, model=s.model,
+    body = Ready(ready=True, index_version=s.version, index_size=s.size, documents=s.documents, passages=s.passages,
+                 model=s.model,
                  model_name=Path(s.model).name if s.model else None,
                  model_source=s.manifest.model.source if s.manifest else None, pooling=s.pooling,
                  evaluation=evaluation(s.manifest) if s.manifest else None, damaged=s.damaged,

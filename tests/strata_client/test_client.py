@@ -67,6 +67,13 @@ def test_hits_of_a_version_of_passages_carry_their_passage_and_snippet(passages_
             assert len(set(ids)) == 5 if not passages else len(ids) == 5
     with Client(corpus_server.url) as strata:  # whole documents: no passage, no snippet
         assert all(h.passage is None and h.snippet is None for h in strata.search(QUERY, top_k=3))
+    # /ready and GET /collections count passages apart from documents
+    ready = httpx.get(f"{passages_server.url}/ready").json()
+    assert ready["documents"] == 30 and ready["passages"] == ready["index_size"] > 30
+    [listed] = httpx.get(f"{passages_server.url}/collections").json()["collections"]
+    assert (listed["documents"], listed["passages"]) == (30, ready["passages"])
+    whole = httpx.get(f"{corpus_server.url}/ready").json()
+    assert "passages" not in whole and whole["documents"] == whole["index_size"]
 
 
 def test_search_many_and_encode_split_at_the_servers_limits(corpus_server: Server) -> None:

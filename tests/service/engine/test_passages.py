@@ -147,6 +147,8 @@ def test_writes_replace_and_delete_all_of_a_documents_passages_in_one_transactio
     async def scenario(collection: Collection) -> None:
         before = [p for p in await passages_of(collection, "comets") if p[0] == 9]
         assert len(before) >= 1 and before[0][2] == 6
+        status = collection.status()  # passages counted apart from documents
+        assert (status.documents, status.passages) == (13, status.size) and status.size > 13
         # a shorter text: 1 passage now; the other 5 are deleted in the same log transaction
         w = await collection.upsert([Document(9, "Comets are icy visitors.", {"topic": "space"})])
         assert (w.applied.replaced, w.applied.deleted) == (1, 5)
@@ -159,9 +161,14 @@ def test_writes_replace_and_delete_all_of_a_documents_passages_in_one_transactio
         count = (await passages_of(collection, "visitor", filter={"topic": "space"}))[0][2]
         count_seen.append(count)
         assert count > 1 and w.applied.created == count - 1 and w.applied.replaced == 1
+        assert collection.status().documents == 13  # replaced: one document still, of `count` passages
         # a delete removes every passage
         w = await collection.delete([9, "d8"])
         assert w.applied.deleted == count + 6
+        status = collection.status()
+        assert status.documents == 11 and status.passages == status.size
+        await collection.upsert([Document("new", "A kite flies in the wind.", {"topic": "misc"})])
+        assert collection.status().documents == 12
         assert not [p for p in await passages_of(collection, "comets visitor") if p[0] in (9, "d8")]
         # a brought vector stands for a whole document: refused, nothing logged
         with pytest.raises(BadVector, match="passages"):
@@ -173,9 +180,9 @@ def test_writes_replace_and_delete_all_of_a_documents_passages_in_one_transactio
         entries = list(wlog.entries(after=0))
     finally:
         wlog.close()
-    # what was logged is passages only, never the documents' own ids: 6 + count + (count + 6) entries
+    # what was logged is passages only, never the documents' own ids: 6 + count + (count + 6) entries, + 1 ("new")
     assert all(parse_passage_id(e.ext_id) is not None for e in entries)
-    assert len(entries) == 12 + 2 * count_seen[0]
+    assert len(entries) == 12 + 2 * count_seen[0] + 1
 
 
 def test_corpora_that_bring_vectors_and_bad_sizes_are_refused(tmp_path: Path, minilm_mean: Path) -> None:
