@@ -1,11 +1,11 @@
 """`LeanRoute`: the hot routes' handler (`/search`, `/collections/{name}/search`) without FastAPI's per-request
 dependency solving; the same contract, documented the same way.
 
-Why (docs/decisions.md#the-request-path-after-the-peers-comparison): on a `/search` with a 384-float query
-vector, FastAPI's request handler (solving the route's dependencies, its scope's and the bearer's, introspecting
-each one on every request; `json.loads` then validating the Python objects) cost more CPU than the FAISS search it
-served. A `LeanRoute` is an `APIRoute` — its OpenAPI operation, body schema, response model and declared scope
-are built by FastAPI as for any route, and `service.auth.check_routes` sees its scope — whose handler does only what such a route
+Why (docs/decisions.md#the-request-path-after-the-peers-comparison): on a `/search` with a 384-float query vector,
+FastAPI's request handler (solving the route's dependencies, its scope's and the bearer's, introspecting each one on
+every request; `json.loads` then validating the Python objects) cost more CPU than the FAISS search it served. A
+`LeanRoute` is an `APIRoute` — its OpenAPI operation, body schema, response model and declared scope are built by
+FastAPI as for any route, and `service.auth.check_routes` sees its scope — whose handler does only what such a route
 needs, in this order:
 
 1. the scope: the route's one declared `Requires`, called directly with the bearer credentials (401/403 as before);
