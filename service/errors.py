@@ -12,7 +12,8 @@
                                                root); both with Retry-After and the reason naming the file
     RequestValidationError -> 422 without the echoed input (400 on /v1/*, as OpenAI answers)
     UnknownModel -> 404 `model_not_found`      DimensionChanged -> 410 `model_dimension_changed` (/v1 only)
-    SnapshotNotFound -> 404   SnapshotConflict -> 409 (the name is taken)   SnapshotError -> 422 (a bad name)
+    SnapshotNotFound -> 404   SnapshotConflict -> 409 (the name is taken)   SnapshotTooLarge -> 413 (an upload)
+    SnapshotError -> 422 (a bad name; an uploaded archive that is damaged, truncated, or whose encoder is not here)
     UnknownCollection -> 404 (no collection of that name, or no default collection for the routes without one)
 
 Every body is JSON with a `detail` that says why (or the ReloadResponse), never a stack trace — except under
@@ -56,6 +57,7 @@ from service.engine import (
     WritesUnavailable,
     WritesUnsupported,
 )
+from service.engine.errors import SnapshotTooLarge
 from service.engine.registry import UnknownCollection
 from service.openai_schemas import OpenAIRequestError
 from service.schemas import ReloadResponse
@@ -241,7 +243,8 @@ async def storage_unavailable(request: Request, exc: StorageUnavailable) -> JSON
 
 
 async def snapshot_error(request: Request, exc: SnapshotError) -> JSONResponse:
-    status = 404 if isinstance(exc, SnapshotNotFound) else 409 if isinstance(exc, SnapshotConflict) else 422
+    status = (404 if isinstance(exc, SnapshotNotFound) else 409 if isinstance(exc, SnapshotConflict)
+              else 413 if isinstance(exc, SnapshotTooLarge) else 422)
     return _error(request, status, str(exc))
 
 

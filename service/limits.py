@@ -1,4 +1,5 @@
-"""Request body cap as plain ASGI middleware: the body is read (up to the cap) before the app sees it."""
+"""Request body cap as plain ASGI middleware: the body is read (up to the cap) before the app sees it. A snapshot
+upload (`POST …/snapshots/upload`) is not buffered: its route streams it to disk under `max_snapshot_bytes`."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import json
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.errors import error_body
+
+STREAMED_SUFFIX = "/snapshots/upload"  # a snapshot upload: streamed to disk by its route, under its own cap
 
 
 class BodySizeLimit:
@@ -22,7 +25,7 @@ class BodySizeLimit:
         await send({"type": "http.response.body", "body": body})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or (scope["method"] == "POST" and scope["path"].endswith(STREAMED_SUFFIX)):
             await self.app(scope, receive, send)
             return
         length = dict(scope["headers"]).get(b"content-length")

@@ -25,6 +25,8 @@ class Settings(EngineSettings):
         "p50); auto: summary when the log is text (a terminal), one line per request otherwise")
 
     max_body_bytes: int = Field(2 * 1024 * 1024, ge=1024, description="larger request bodies answer 413")
+    max_snapshot_bytes: int = Field(64 * 2**30, ge=1024, description="a snapshot uploaded to restore "
+                                    "(POST /collections/NAME/snapshots/upload) larger than this answers 413")
     shutdown_timeout_s: float = Field(30.0, ge=0, description="grace for in-flight requests on SIGTERM")
     cors_origins: list[str] = Field(default_factory=list, description='e.g. ["https://app.example"]; "*" = any')
 

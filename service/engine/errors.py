@@ -12,8 +12,13 @@ from indexer.runtime.storage import StorageError, StorageFull, StorageUnavailabl
 from indexer.runtime.writes import NotServing, WriteRefused, WritesUnavailable, WritesUnsupported
 
 __all__ = ["BadFilter", "BadSearchParams", "EngineError", "Mismatch", "ModeUnavailable", "NotReady", "NotServing",
-           "Overloaded", "SnapshotConflict", "SnapshotError", "SnapshotNotFound", "StorageError", "StorageFull",
-           "StorageUnavailable", "SwapRefused", "TimedOut", "WriteRefused", "WritesUnavailable", "WritesUnsupported"]
+           "Overloaded", "SnapshotConflict", "SnapshotError", "SnapshotNotFound", "SnapshotTooLarge", "StorageError",
+           "StorageFull", "StorageUnavailable", "SwapRefused", "TimedOut", "WriteRefused", "WritesUnavailable",
+           "WritesUnsupported"]
+
+
+class SnapshotTooLarge(SnapshotError):
+    """An uploaded snapshot past the server's cap (`max_snapshot_bytes`)."""
 
 
 class EngineError(RuntimeError):

@@ -1,18 +1,22 @@
 """One collection's snapshots over the API: made of the version it serves, one at a time, off the event loop and
-below the API's CPU priority; listed, found and deleted. What a snapshot holds and how it is read back are the
-runtime's (`indexer.runtime.snapshot`, `indexer.runtime.restore`)."""
+below the API's CPU priority; listed, found and deleted; and one uploaded, restored as a new collection of the
+collections folder (`restore_upload`). What a snapshot holds and how it is read back are the runtime's
+(`indexer.runtime.snapshot`, `indexer.runtime.restore`)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 from indexer.runtime import snapshot
+from indexer.runtime.restore import Restored, check_target, restore
 from indexer.runtime.snapshot import SnapshotInfo
-from service.engine.errors import NotReady
+from service.engine.errors import NotReady, SnapshotTooLarge
 
 
 def _made_below_priority(root: Path, version: str) -> SnapshotInfo:
@@ -66,3 +70,36 @@ class Snapshots:
     async def delete(self, name: str) -> None:
         async with self._lock:  # never under a snapshot being made
             await asyncio.to_thread(snapshot.delete, self.root, name)
+
+
+async def restore_upload(folder: Path, name: str, chunks: AsyncIterator[bytes], max_bytes: int,
+                         encoders: list[Path]) -> Restored:
+    """A snapshot uploaded as a stream of `chunks`, restored as collection `name` of the collections `folder`: the
+    bytes go to a file beside it (never into memory), then `restore` checks the archive whole and renames it into
+    place; nothing is left of a refused or cut upload."""
+    target = folder / name
+    check_target(target)
+    upload = folder / f".upload-{name}-{secrets.token_hex(4)}.tar"
+    try:
+        size = 0
+        with open(upload, "wb") as fh:
+            async for chunk in chunks:
+                size += len(chunk)
+                if size > max_bytes:
+                    raise SnapshotTooLarge(f"the uploaded snapshot is over {max_bytes:,} bytes "
+                                           f"(STRATA_MAX_SNAPSHOT_BYTES)")
+                fh.write(chunk)
+        return await asyncio.to_thread(restore, upload, target, encoders=encoders)
+    finally:
+        upload.unlink(missing_ok=True)
+
+
+def encoders_known(collections: Any, model_dir: Path | None) -> list[Path]:  # noqa: ANN401 (the registry)
+    """The encoder folders an uploaded snapshot may pair with: the server's `model_dir`, and every served
+    collection's (a snapshot's own recorded folder is tried first by `restore`)."""
+    found = [model_dir] if model_dir is not None else []
+    for collection in collections.by_name.values():
+        searcher = collection.leases.current
+        if searcher is not None:
+            found.append(Path(searcher.encoder.model_dir))
+    return list(dict.fromkeys(found))

@@ -1,19 +1,23 @@
 """A collection's snapshots (admin scope): `POST /collections/{name}/snapshots` makes one of the served version and
 the write log up to now (201), `GET /collections/{name}/snapshots` lists them, `GET …/snapshots/{snapshot}`
-downloads one (streamed, its sha256 in `X-Snapshot-Sha256`), `DELETE …/snapshots/{snapshot}` deletes it. A restore
-is `indexer snapshot restore` into a new root (docs/operations.md#snapshots)."""
+downloads one (streamed, its sha256 in `X-Snapshot-Sha256`), `DELETE …/snapshots/{snapshot}` deletes it;
+`POST /collections/{name}/snapshots/upload` restores an uploaded one as a new collection (with
+`STRATA_COLLECTIONS_DIR`), like `indexer snapshot restore` into a new root (docs/operations.md#snapshots)."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Response
+from fastapi import APIRouter, Path, Request, Response
 from fastapi.responses import FileResponse
 
 from service.auth import ADMIN_NAMED
-from service.collection_schemas import SnapshotList, SnapshotOut
-from service.deps import CollectionsDep
-from service.routers.collections import Name
+from service.collection_schemas import CollectionInfo, SnapshotList, SnapshotOut
+from service.deps import CollectionsDep, SettingsDep
+from service.engine import SnapshotConflict, SnapshotError
+from service.engine.registry import NAME_PATTERN, NAME_RE
+from service.engine.snapshots import encoders_known, restore_upload
+from service.routers.collections import Name, describe
 
 router = APIRouter(prefix="/collections", tags=["snapshots"],
                    responses={404: {"description": "no collection, or no snapshot, of that name"}})
@@ -45,3 +49,26 @@ async def download_snapshot(name: Name, snapshot: Snap, collections: Collections
 async def delete_snapshot(name: Name, snapshot: Snap, collections: CollectionsDep) -> Response:
     await collections.get(name).snapshots.delete(snapshot)
     return Response(status_code=204)
+
+
+@router.post("/{name}/snapshots/upload", status_code=201, dependencies=[ADMIN_NAMED], response_model=CollectionInfo,
+             responses={409: {"description": "a collection of that name exists"},
+                        413: {"description": "over STRATA_MAX_SNAPSHOT_BYTES"},
+                        422: {"description": "the archive is damaged or truncated, or its encoder is not here"}},
+             openapi_extra={"requestBody": {"required": True, "content": {
+                 "application/x-tar": {"schema": {"type": "string", "format": "binary"}}}}})
+async def upload_snapshot(name: Name, request: Request, collections: CollectionsDep,
+                          settings: SettingsDep) -> CollectionInfo:
+    """Restore an uploaded snapshot (the body: the archive, streamed) as the new collection `name` of
+    `STRATA_COLLECTIONS_DIR`, checked whole before it is renamed into place, then serve it at once."""
+    if collections.folder is None:
+        raise SnapshotError("restoring a snapshot over HTTP creates a collection: it needs STRATA_COLLECTIONS_DIR "
+                            "(or restore it with `indexer snapshot restore ARCHIVE --root DIR`)")
+    if not NAME_RE.fullmatch(name):
+        raise SnapshotError(f"{name[:80]!r} is not a collection name ({NAME_PATTERN})")
+    if name in collections.by_name or name in collections.refused:
+        raise SnapshotConflict(f"collection {name!r} exists: a snapshot is restored as a new collection")
+    await restore_upload(collections.folder, name, request.stream(), settings.max_snapshot_bytes,
+                         encoders_known(collections, settings.model_dir))
+    await collections.discover()
+    return describe(collections, collections.get(name))

@@ -1,7 +1,8 @@
 """Snapshots over HTTP on a real server (uvicorn on 127.0.0.1, the tiny encoder, a flat index, real files): one taken
 while a writer PUTs holds every write acknowledged before it; downloaded and restored with `indexer snapshot
 restore` into the server's collections folder, it is served by discovery and answers the same queries with the
-same documents; a truncated download is refused naming it; listing, deleting and the admin scope."""
+same documents, and so does one uploaded over HTTP; a truncated archive is refused naming it, by the CLI and over
+HTTP; listing, deleting and the admin scope."""
 
 from __future__ import annotations
 
@@ -80,7 +81,8 @@ def test_a_snapshot_over_http_restores_to_a_collection_that_answers_the_same(cdi
                                                                              tiny_exported: Path) -> None:
     dim = dim_of(tiny_exported)
     server = start_server(tmp_path, {"STRATA_COLLECTIONS_DIR": str(cdir), "STRATA_WATCH_INTERVAL_S": "0.3",
-                                     "STRATA_API_KEYS": f"{ADMIN}:admin,{READER}", "STRATA_THREADS": "1"})
+                                     "STRATA_API_KEYS": f"{ADMIN}:admin,{READER}", "STRATA_THREADS": "1",
+                                     "STRATA_MAX_BODY_BYTES": "8192"})  # an upload is streamed past the body cap
     try:
         c = server.client()
         acknowledged: list[int] = []
@@ -141,6 +143,21 @@ def test_a_snapshot_over_http_restores_to_a_collection_that_answers_the_same(cdi
         assert answers(c, "twin", queries) == answers(c, "notes", queries)
         assert c.get("/collections/twin", headers=AUTH).json()["documents"] \
             == c.get("/collections/notes", headers=AUTH).json()["documents"]
+
+        # uploaded over HTTP: a new collection, served at once, answering the same; a cut upload or a taken name
+        # is refused and leaves nothing behind
+        archive2 = (cdir / "notes" / "snapshots" / f"{snap2['name']}.tar").read_bytes()
+        assert len(archive2) > 8192
+        up = c.post("/collections/uploaded/snapshots/upload", content=archive2,
+                    headers=AUTH | {"Content-Type": "application/x-tar"})
+        assert up.status_code == 201 and up.json()["ready"] and up.json()["name"] == "uploaded", up.text
+        assert answers(c, "uploaded", queries) == answers(c, "notes", queries)
+        cut = c.post("/collections/cut/snapshots/upload", content=archive2[: len(archive2) // 2], headers=AUTH)
+        assert cut.status_code == 422 and "truncated" in cut.json()["detail"], cut.text
+        assert c.post("/collections/notes/snapshots/upload", content=archive2, headers=AUTH).status_code == 409
+        assert c.post("/collections/other/snapshots/upload", content=archive2,
+                      headers={"Authorization": f"Bearer {READER}"}).status_code == 403
+        assert sorted(p.name for p in cdir.iterdir()) == ["copy", "notes", "twin", "uploaded"]  # no .upload left
 
         assert c.delete(f"/collections/notes/snapshots/{snap['name']}", headers=AUTH).status_code == 204
         assert c.get(f"/collections/notes/snapshots/{snap['name']}", headers=AUTH).status_code == 404
