@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from indexer.corpus_rows import CorpusFormat, CorpusFormatError
+from indexer.doc_limits import MAX_DOC_CHARS, MAX_ROW_BYTES
 from indexer.file_docs import doc_files
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
@@ -114,15 +115,19 @@ def beir_qrels(folder: Path, split: str = DEFAULT_SPLIT) -> Path | None:
 
 
 def numbered_lines(path: Path, fh: BinaryIO) -> Iterator[tuple[int, bytes]]:
-    """(1-based line number, raw line) read one line at a time; a read failure (truncated gzip, I/O error) names
-    the line it happened on."""
+    """(1-based line number, raw line) read one line at a time; a read failure (truncated gzip, I/O error) or a
+    line past `MAX_ROW_BYTES` names the line it happened on."""
     lineno = 0
     while True:
         try:
-            raw = fh.readline()
+            raw = fh.readline(MAX_ROW_BYTES + 1)  # never more than one row's limit in memory
         except (OSError, EOFError, gzip.BadGzipFile) as exc:
             raise CorpusFormatError(f"{path}:{lineno + 1}: unreadable: {exc}") from exc
         if not raw:
             return
         lineno += 1
+        if len(raw) > MAX_ROW_BYTES:
+            raise CorpusFormatError(f"{path}:{lineno}: a row longer than {MAX_ROW_BYTES // 2**20} MiB, the limit of "
+                                    f"one row (a document keeps {MAX_DOC_CHARS:,} characters: docs/own-corpus.md"
+                                    f"#limits)")
         yield lineno, raw

@@ -3,6 +3,8 @@ vector sizes, not the largest input.
 
 - `MAX_DOC_CHARS`: a document's text (title joined) is cut at this many characters before anything tokenizes,
   stores or indexes it (about 1 MB of English, some 1,000 passages of 254 tokens); the cut is counted.
+- `MAX_ROW_BYTES`: a line of a JSONL, CSV or TSV file longer than this is refused (`FILE:LINE`) without being
+  read whole: a row's metadata is bounded too, so nothing a row may hold comes near it.
 - `MAX_PASSAGES`: a document makes at most this many passages (the last ones are dropped, counted).
 - `READ_BYTES`: of a Markdown, HTML or text file, only the first bytes are read (the rest is cut: markup past them
   could only add text past `MAX_DOC_CHARS` or nothing a reader sees).
@@ -23,6 +25,7 @@ import numpy as np
 
 MAX_DOC_CHARS = 1_000_000
 MAX_PASSAGES = 4096
+MAX_ROW_BYTES = 64 * 1024 * 1024
 READ_BYTES = 8 * 1024 * 1024
 MAX_PDF_BYTES = 256 * 1024 * 1024
 PDF_SECONDS = 60.0

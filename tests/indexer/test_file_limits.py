@@ -258,3 +258,22 @@ def test_a_parquet_corpus_without_pyarrow_names_the_extra(tmp_path: Path, monkey
     extras = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"][
         "optional-dependencies"]
     assert any(dep.startswith("pyarrow") for dep in extras["parquet"])
+
+
+def test_a_row_past_the_row_limit_is_refused_naming_its_line_without_being_read_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from indexer import corpus_files
+
+    limit = 1 << 20
+    monkeypatch.setattr(corpus_files, "MAX_ROW_BYTES", limit)
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"id": 1, "text": "sea"}\n' + json.dumps({"id": 2, "text": "glacier " * (limit // 2)}) + "\n")
+    src = open_corpus(path)
+    tracemalloc.start()
+    try:
+        with pytest.raises(CorpusFormatError, match=r"c.jsonl:2: a row longer than 1 MiB, the limit of one row"):
+            list(src.docs())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * limit, peak  # the 4 MiB line is never held whole
