@@ -11,12 +11,12 @@ measured on this machine: the served index's build (texts encoded per second, it
 replaced by the mining's encoding rate once it ran, and the training's seconds per step once it runs. The priors
 are the README demo's run on 2 cores: training costs about `TRAIN_TEXTS_PER_EXAMPLE` encoded texts per example.
 
-One ETA that does not swing by an hour within a run. Two causes, two dampers:
-a measured rate replaced its prior at once, from its first noisy seconds (the training's seconds per step move a
-500-step stage by minutes per percent), so a rate now counts as evidence beside its prior (`blend`: the prior
-weighs as much as `PRIOR_WEIGHT` units of the measured job); and the raw finish time jumped with every stage
-change and every rate update, so the finish time shown follows it with an exponential moving average of time
-constant `ETA_TAU_S` (`ChainState.smooth`), never earlier than the running stage's own end.
+One ETA that does not swing by an hour within a run, by two dampers: a measured rate counts as evidence beside
+its prior rather than replacing it from its first noisy seconds (`blend`: the prior weighs as much as
+`PRIOR_WEIGHT` units of the measured job; the training's seconds per step move a 500-step stage by minutes per
+percent), and the finish time shown follows the raw one, which jumps with every stage change and rate update,
+with an exponential moving average of time constant `ETA_TAU_S` (`ChainState.smooth`), never earlier than the
+running stage's own end.
 """
 
 from __future__ import annotations

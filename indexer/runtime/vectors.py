@@ -9,8 +9,8 @@ vectors — the same model, pooling and normalisation as the collection's encode
 Indexes store float32, so a value must be finite *as a float32* (|x| ≤ 3.4e38; JSON's 1e39 is a finite float64
 but an infinite float32, refused), and a vector whose values all round to 0 in float32 (|x| < 1.4e-45) has no
 direction. The norm itself is taken in float64 over the float32 values: in float32 the sum of squares overflows
-from |x| ≈ 1e19 (384 × 1e38) and underflows below |x| ≈ 1e-19, which turned [1e19, …] into a zero vector and
-[2e-38, …] into "all zeros"; in float64 neither happens for any finite float32.
+from |x| ≈ 1e19 (384 × 1e38) and underflows below |x| ≈ 1e-19, which would make [1e19, …] a zero vector and
+[2e-38, …] "all zeros"; in float64 neither happens for any finite float32.
 """
 
 from __future__ import annotations
