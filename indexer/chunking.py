@@ -5,10 +5,9 @@ before any work, the decision made with its reason (logged and recorded in the m
 documents; `--chunk auto`, the default, splits when more than `passages.LONG_SHARE` (10 %) of the documents (the
 first `AUTO_SAMPLE` read, fewer when they pass `AUTO_SAMPLE_CHARS`; read once, the ingest goes on from them) run
 past the encoder's window, and never a corpus whose rows bring their vectors (a vector stands for a whole
-document). The evidence for the default (docs/passages.md, bench/results/passages-*.md): on
-SciFact and NFCorpus (70 % and 79 % of documents past the window) passages lost nothing significant in any mode
-and cost 1.5x build time; on long documents they gained 8-78 nDCG@10 points where the answer sat past the window;
-a corpus of short texts (Quora) has no document past it and stays as it was. A version of passages is evaluated
+document). The evidence for the default is in docs/passages.md (`bench/passages.py`): passages lose nothing
+significant on corpora of long documents and gain where the answer sits past the window; a corpus of short
+texts has no document past it and is indexed whole. A version of passages is evaluated
 and gated like any other: evaluations rank its documents by their best passage (`indexer.doc_ranks`).
 """
 

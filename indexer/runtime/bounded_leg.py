@@ -3,9 +3,9 @@
 In hybrid mode BM25's top `HYBRID_DEPTH` is fused with the dense top `HYBRID_DEPTH` (`indexer.runtime.fusion`). Its
 job there is to bring in the documents the dense leg missed that match the query's *selective* terms, and to give
 the dense candidates their BM25 score. The exact BM25 top 100 of a question made of common terms ("what", "best",
-"way" hold millions of documents at 10M) needs most of those terms' postings: ~70 ms at 10M documents, where the
-dense leg takes ~5. So, where the exact leg would read more than `bounded_from` postings (the same cost the
-engine's pruning plan weighs: the sum of the query's terms' document frequencies), the leg is bounded:
+"way" hold millions of documents at 10M) needs most of those terms' postings, many times the dense leg's time at 10M
+documents. So, where the exact leg would read more than `bounded_from` postings (the same cost the engine's pruning
+plan weighs: the sum of the query's terms' document frequencies), the leg is bounded:
 
 - candidates = the documents holding a selective term (document frequency at most `SELECTIVE_DF` of the
   collection, so that their postings together stay a small part of the exact leg's) ∪ the dense leg's candidates;

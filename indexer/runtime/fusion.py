@@ -1,10 +1,9 @@
 """Fusing two ranked lists (dense and lexical) of one query into one: reciprocal-rank fusion or a convex
 combination of normalised scores. Pure numpy over (scores, ids) arrays, so the API and evaluations fuse alike.
 
-The default is the convex combination with alpha 0.5: over the BEIR benchmark's datasets (SciFact and Quora
-held-out, `bench/results/beir-average-20261125T1550Z.md`) it is the best fusion on average (nDCG@10 73.37 against
-RRF's 70.92 over the same index top 100, and against dense 68.69 and BM25 67.88 alone), and within 0.2 of the
-best alpha on each set; equal weights are the least-tuned choice among those measured.
+The default is the convex combination with alpha 0.5: the best fusion on average over the BEIR sets measured,
+close to the best alpha on each, and the least-tuned choice among those measured (docs/research.md has the
+figures, `bench/beir.py` the command).
 
 - RRF (Cormack et al. 2009): score(d) = Σ_lists 1 / (k + rank(d)), ranks from 1; a document missing from a list
   gets nothing from it. k = 60 by default.
