@@ -227,12 +227,13 @@ def test_the_module_map_matches_the_tree() -> None:
 
 
 def test_the_front_page_states_the_exact_search_threshold_the_code_uses() -> None:
-    """README and docs/cli.md say below how many documents `--index auto` searches exactly: `ann.AUTO_FLAT_BELOW`."""
+    """README and docs/cli.md say below how many vectors (not documents: passages count) `--index auto` searches
+    exactly: `ann.AUTO_FLAT_BELOW`."""
     from indexer.runtime.ann import AUTO_FLAT_BELOW
 
     for page in (REPO / "README.md", REPO / "docs" / "cli.md"):
         text = " ".join(page.read_text().split())
-        assert f"below {AUTO_FLAT_BELOW:,} documents" in text, page
+        assert f"below {AUTO_FLAT_BELOW:,} vectors" in text and f"{AUTO_FLAT_BELOW:,} documents" not in text, page
 
 
 # Labels of rounds of work: the tree says what is true now, not which round of work made it so.
