@@ -3,11 +3,11 @@
     <version>/lexical/      bm25s's files: a CSC matrix of per-(term, document) BM25 weights (Lucene's formula at
                             the manifest's k1/b) and the vocabulary, beside the seam's rows.npy and stats.json
 
-Why bm25s (`bench/results/lexical-engines-*.md`, docs/scaling.md): it scores with Lucene's BM25 at any k1/b, so
-Anserini's BEIR settings (k1=0.9, b=0.4) are reproduced exactly, and up to 1M documents it answers common questions
-in less than half tantivy's CPU time. A query sums its terms' sparse rows into a score per document, then selects
-the top k: the cost grows with the documents holding the query's terms (a rare term costs ~8x tantivy's at 1M),
-and its weights take ~0.65 KB per document in memory (tantivy ~0.36): what `auto` weighs (`lexical.choose_engine`).
+Why bm25s (docs/scaling.md#lexical-engines-at-scale): it scores with Lucene's BM25 at any k1/b, so Anserini's
+BEIR settings (k1=0.9, b=0.4) are reproduced exactly, and on collections of up to about a million documents it
+answers common questions in less CPU time than tantivy. A query sums its terms' sparse rows into a score per
+document, then selects the top k: the cost grows with the documents holding the query's terms, and its weights
+take more memory per document than tantivy's postings: what `auto` weighs (`lexical.choose_engine`).
 """
 
 from __future__ import annotations

@@ -13,9 +13,8 @@ the searches' way three ways:
   searches and writes both want a core, the kernel gives the searches' threads the larger share (nice +10 weighs
   110 against a nice-0 thread's 1024: about a tenth of a core both want goes to the write); an idle server gives
   writes their cores whole. Nice is a weight, not a wall, so writes slow down under load but never starve. It is
-  also a weight against every other process in the same CPU cgroup: on 2 cores shared with ~35 runnable jobs of
-  other users, writes at nice +10 fell to 1-4 documents/s (bench/results/search-under-writes-20261125T144046Z.md);
-  at load ~20 they ran at 20-66 (…151141Z.md). On a host of its own, only the searches compete with them;
+  also a weight against every other process in the same CPU cgroup, so on a crowded host writes slow down with
+  everything else (docs/benchmarks.md has the figures); on a host of its own, only the searches compete with them;
 - **small chunks** (`write_chunk_texts` texts per ONNX run, one intra-op thread each): a write of 128 documents is
   8 runs of 16 that spread over the lane's threads, and a write that timed out stops after its running chunks
   instead of encoding the rest for nobody.
