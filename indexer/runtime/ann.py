@@ -207,6 +207,11 @@ class AnnIndex(ABC):
         """(ids, float32 vectors) held."""
 
     @abstractmethod
+    def vectors_of(self, ids: np.ndarray) -> np.ndarray:
+        """The float32 vectors held under `ids`, one row each in their order (as the index's codes hold them);
+        KeyError for an id it does not hold."""
+
+    @abstractmethod
     def sample_stored(self, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
         """(ids, vectors) of `n` stored vectors drawn uniformly without replacement (seeded)."""
 

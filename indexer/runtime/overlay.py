@@ -278,6 +278,16 @@ class Overlay:
         with self._lock:
             return Snapshot(self._vecs[: self._rows], self._row_fid[: self._rows].copy(), self._dead, self._exclusion)
 
+    def view(self, known_seq: int | None = None) -> tuple[int, tuple[list[WrittenDoc], Snapshot] | None]:
+        """The written documents with their rows and the tombstones, at one moment named by the applied seq
+        (what reading documents back pages through: `indexer.runtime.reading`); None for them when that seq is
+        `known_seq` (nothing changed since)."""
+        with self._lock:
+            if known_seq == self.applied_seq:
+                return self.applied_seq, None
+            snap = Snapshot(self._vecs[: self._rows], self._row_fid[: self._rows].copy(), self._dead, self._exclusion)
+            return self.applied_seq, (list(self._docs.values()), snap)
+
     def lookup(self, fids: list[int]) -> tuple[dict[int, WrittenDoc], set[int]]:
         """The written documents among `fids`, and those of `fids` that are gone (deleted or replaced since a
         search returned them)."""

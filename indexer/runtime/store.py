@@ -125,6 +125,12 @@ class Store:
                 return
             last = rows[-1][0]
 
+    def read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """The rows of a read-only query (what paging through the documents runs, `indexer.runtime.reading`: it
+        leaves the hot documents of `documents` as they are)."""
+        with self._lock:
+            return self._con.execute(sql, list(params)).fetchall()
+
     def all_ext_ids(self) -> list[tuple[int, int | str]]:
         """(FAISS id, external id) of every document."""
         with self._lock:

@@ -20,7 +20,7 @@ def knn_inner_product(queries: np.ndarray, vectors: np.ndarray, k: int) -> tuple
     return knn_ip(queries, vectors, k)
 
 
-def _code_dtype(ivf: faiss.IndexIVF) -> type[np.floating] | type[np.uint8]:
+def code_dtype(ivf: faiss.IndexIVF) -> type[np.floating] | type[np.uint8]:
     """How the codes of `ivf`'s lists read as vectors: float32 (Flat), float16 (SQfp16 without residuals), or
     uint8 codes to decode (SQ8 without residuals)."""
     if isinstance(ivf, faiss.IndexIVFFlat):
@@ -38,7 +38,7 @@ def _list_views(index: faiss.Index) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(ids, float32 vectors) of each non-empty inverted list of an IVF index with Flat or fp16 codes; float32
     codes are views into the lists, fp16 codes are decoded one list at a time."""
     ivf = faiss.downcast_index(faiss.extract_index_ivf(index))  # `index` keeps it alive
-    dtype = _code_dtype(ivf)
+    dtype = code_dtype(ivf)
     invlists = ivf.invlists
     dim, code_size = ivf.d, invlists.code_size
     for lst in range(ivf.nlist):

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import faiss
 import numpy as np
 
+from indexer.runtime.faiss.exact import code_dtype
 from indexer.runtime.faiss.training import clamp_nprobe
 
 # The selector is a bitmap over the ids (a bit test per scanned vector, built in well under a millisecond) when
@@ -166,19 +167,42 @@ class ListLocator:
         """Whether this index's codes can be scored outside their lists (not residuals, a codec `Gathered` takes)."""
         return self._scorer is not None
 
-    def gather(self, pos: np.ndarray) -> Gathered:
-        """The codes of the vectors at `pos` (positions in `self.ids`), copied list by list into a scorer."""
-        invlists, cs = self._ivf.invlists, int(self._ivf.code_size)
-        if self._views is None:  # views into the lists' codes: valid while the index is unchanged (a change
-            # drops this locator) and, for a memory-mapped index, read from the mapping without a copy
+    def _code_views(self) -> list[np.ndarray | None]:
+        """Views into the lists' codes: valid while the index is unchanged (a change drops this locator) and, for a
+        memory-mapped index, read from the mapping without a copy."""
+        if self._views is None:
+            invlists, cs = self._ivf.invlists, int(self._ivf.code_size)
             self._views = [faiss.rev_swig_ptr(invlists.get_codes(lst), int(size) * cs).reshape(int(size), cs)
                            if size else None for lst, size in enumerate(self._sizes.tolist())]
+        return self._views
+
+    def vectors_of(self, ids: np.ndarray) -> np.ndarray:
+        """The vectors held under `ids` (one row each, in their order) as the lists' codes decode them (SQfp16:
+        rounded to float16; SQ8: its 8-bit grid); KeyError for an id this index does not hold."""
+        ids = np.asarray(ids, dtype=np.int64)
+        dim, dtype = self._ivf.d, code_dtype(self._ivf)
+        if not len(ids):
+            return np.zeros((0, dim), dtype=np.float32)
+        pos = np.minimum(np.searchsorted(self.ids, ids), max(0, len(self.ids) - 1))
+        missing = ids[self.ids[pos] != ids] if len(self.ids) else ids
+        if len(missing):
+            raise KeyError(f"id {int(missing[0])} is not in this index")
+        views = self._code_views()
+        codes = np.stack([views[lst][off] for lst, off in  # type: ignore[index]
+                          zip(self.lists[pos].tolist(), self.offsets[pos].tolist(), strict=True)])
+        if dtype is np.uint8:
+            return self._ivf.sq.decode(codes)
+        return codes.view(dtype).reshape(len(ids), dim).astype(np.float32)
+
+    def gather(self, pos: np.ndarray) -> Gathered:
+        """The codes of the vectors at `pos` (positions in `self.ids`), copied list by list into a scorer."""
+        cs = int(self._ivf.code_size)
+        views = self._code_views()
         lists, offsets = self.lists[pos], self.offsets[pos]
         order = np.lexsort((offsets, lists))  # list by list, in place order: each list's codes read forwards
         lists, offsets = lists[order], offsets[order]
         cuts = (np.flatnonzero(np.diff(lists)) + 1).tolist()
         codes = np.empty((len(pos), cs), dtype=np.uint8)
-        views = self._views
         for a, b in zip([0, *cuts], [*cuts, len(pos)], strict=True):
             codes[a:b] = views[int(lists[a])][offsets[a:b]]  # type: ignore[index]
         scorer = faiss.clone_index(self._scorer)

@@ -36,6 +36,17 @@ class IdMapped(FaissBacked):
         vecs = storage.reconstruct_n(0, n) if n else np.zeros((0, self.dim), dtype=np.float32)
         return self._ids().copy(), vecs
 
+    def vectors_of(self, ids: np.ndarray) -> np.ndarray:
+        ids = np.asarray(ids, dtype=np.int64)
+        held_ids, rows = self._row_index()
+        pos = np.minimum(np.searchsorted(held_ids, ids), max(0, len(held_ids) - 1))
+        missing = ids[held_ids[pos] != ids] if len(held_ids) else ids
+        if len(missing):
+            raise KeyError(f"id {int(missing[0])} is not in this index")
+        if not len(ids):
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return self._flat_storage().reconstruct_batch(rows[pos])
+
     def sample_stored(self, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
         ids, vecs = self.stored_vectors()
         n = min(n, len(ids))

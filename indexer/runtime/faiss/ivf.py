@@ -113,6 +113,9 @@ class IvfIndex(FaissBacked):
     def stored_vectors(self) -> tuple[np.ndarray, np.ndarray]:
         return stored_vectors(self._index)
 
+    def vectors_of(self, ids: np.ndarray) -> np.ndarray:
+        return self.locator().vectors_of(ids)
+
     def sample_stored(self, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
         return sample_stored(self._index, n, seed)
 

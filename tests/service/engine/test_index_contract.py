@@ -43,6 +43,7 @@ from indexer.runtime.ids import ASSIGNED_IDS_FROM
 from indexer.runtime.lexical import ENGINES, LexicalIndex, build_lexical, lexical_info, open_lexical
 from indexer.runtime.manifest import DataInfo, IndexInfo, Manifest, ModelInfo, ShardInfo, Timings
 from indexer.runtime.overlay import LiveIndex
+from indexer.runtime.reading import Documents, VectorsUnavailable
 from indexer.runtime.store import STORE, CorpusStoreWriter
 from indexer.runtime.version import IndexVersion
 from indexer.runtime.writelog import DELETE, UPSERT, LogEntry
@@ -294,6 +295,38 @@ def test_deletes_and_replacements_through_the_write_overlay(served: tuple[str, s
     matching = {e: v for e, v in served_now.items() if matches(node, meta[e])}
     got = answers(index, queries, K, flt)
     assert [[h.ext_id for h in row] for row in got] == brute_force(matching, queries, K)
+
+
+def test_documents_read_back_with_the_vectors_the_index_holds(served: tuple[str, str, Any], corpus: Corpus) -> None:
+    """Reading documents back (`indexer.runtime.reading`) on every kind: by id with the vector the index holds
+    (`AnnIndex.vectors_of`), counted under a filter, paged in id order. Sharded: the same without vectors, which
+    stay in the shards (`VectorsUnavailable`)."""
+    backend, kind, index = served
+    docs = Documents(index)
+    ids = [0, "doc-1", 3980, "doc-399", "absent"]
+    assert docs.count() == N and docs.count({"tag": "odd"}) == N // 2
+    assert [d.id for d in docs.scroll(3, None, {"tag": "odd"}).documents] == ["doc-1", "doc-101", "doc-103"]
+    got = docs.get(ids, with_vector=backend == "local")
+    assert [d and (d.id, d.text, d.metadata) for d in got] == [
+        (e, corpus.texts[e], corpus.meta[e]) for e in ids[:4]] + [None]
+    if backend == "sharded":
+        with pytest.raises(VectorsUnavailable, match="shards"):
+            docs.get(ids, with_vector=True)
+        return
+    want = corpus.served()
+    for d in got[:4]:
+        np.testing.assert_allclose(d.vector, want[d.id], atol=1e-6)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("codec,atol", [("SQfp16", 1e-3), ("SQ8", 2e-2)])
+def test_ivf_vectors_come_back_as_their_codes_decode(codec: str, atol: float, corpus: Corpus) -> None:
+    fids = np.asarray(corpus.fids, dtype=np.int64)
+    index, _, _ = build_index(IvfParams(nlist=NLIST, nlist_requested=NLIST, codec=codec, nprobe=NLIST),
+                              corpus.vectors, fids)
+    got = index.vectors_of(fids[::-7])
+    np.testing.assert_allclose(got, corpus.vectors[::-7], atol=atol)
+    with pytest.raises(KeyError, match="not in this index"):
+        index.vectors_of(np.array([fids[0], 123456789], dtype=np.int64))
 
 
 def test_save_load_round_trip_and_remove(corpus: Corpus, tmp_path: Path) -> None:
