@@ -14,6 +14,7 @@
     UnknownModel -> 404 `model_not_found`      DimensionChanged -> 410 `model_dimension_changed` (/v1 only)
     SnapshotNotFound -> 404   SnapshotConflict -> 409 (the name is taken)   SnapshotTooLarge -> 413 (an upload)
     SnapshotError -> 422 (a bad name; an uploaded archive that is damaged, truncated, or whose encoder is not here)
+    DocumentNotFound -> 404   BadCursor -> 422 (at body.cursor)   VectorsUnavailable -> 501 (sharded: no vectors back)
     UnknownCollection -> 404 (no collection of that name, or no default collection for the routes without one)
 
 Every body is JSON with a `detail` that says why (or the ReloadResponse), never a stack trace — except under
@@ -37,10 +38,12 @@ from indexer.runtime.metadata import json_safe
 from service.auth import served_routes
 from service.engine import (
     BadConfig,
+    BadCursor,
     BadFilter,
     BadSearchParams,
     BadVector,
     DimensionChanged,
+    DocumentNotFound,
     ModeUnavailable,
     NotReady,
     NotServing,
@@ -53,6 +56,7 @@ from service.engine import (
     SwapRefused,
     TimedOut,
     UnknownModel,
+    VectorsUnavailable,
     WriteRefused,
     WritesUnavailable,
     WritesUnsupported,
@@ -248,6 +252,20 @@ async def snapshot_error(request: Request, exc: SnapshotError) -> JSONResponse:
     return _error(request, status, str(exc))
 
 
+async def document_not_found(request: Request, exc: DocumentNotFound) -> JSONResponse:
+    return _error(request, 404, str(exc))
+
+
+async def bad_cursor(request: Request, exc: BadCursor) -> JSONResponse:
+    """422 shaped like a request validation error, at the cursor."""
+    return JSONResponse({"detail": [{"type": "cursor", "loc": ["body", "cursor"], "msg": str(exc)}]},
+                        status_code=422)
+
+
+async def vectors_unavailable(request: Request, exc: VectorsUnavailable) -> JSONResponse:
+    return _error(request, 501, str(exc))
+
+
 async def unknown_collection(request: Request, exc: UnknownCollection) -> JSONResponse:
     return _error(request, 404, str(exc))
 
@@ -281,6 +299,9 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StorageFull, storage_full)  # type: ignore[arg-type]
     app.add_exception_handler(StorageUnavailable, storage_unavailable)  # type: ignore[arg-type]
     app.add_exception_handler(SnapshotError, snapshot_error)  # type: ignore[arg-type]
+    app.add_exception_handler(DocumentNotFound, document_not_found)  # type: ignore[arg-type]
+    app.add_exception_handler(BadCursor, bad_cursor)  # type: ignore[arg-type]
+    app.add_exception_handler(VectorsUnavailable, vectors_unavailable)  # type: ignore[arg-type]
     app.add_exception_handler(UnknownModel, unknown_model)  # type: ignore[arg-type]
     app.add_exception_handler(UnknownCollection, unknown_collection)  # type: ignore[arg-type]
     app.add_exception_handler(DimensionChanged, dimension_changed)  # type: ignore[arg-type]

@@ -36,18 +36,23 @@ from strata_client.types import (
     DeleteResult,
     Document,
     Embeddings,
+    Found,
     Hit,
+    Passage,
+    PassageText,
     Readiness,
     ReloadResult,
+    ScrollPage,
     SearchResult,
     Stats,
+    StoredDocument,
     UpsertResult,
 )
 
 __all__ = [
     "APIError", "AsyncClient", "AuthenticationError", "BadRequestError", "Client", "CollectionInfo", "ConflictError",
-    "DeleteResult", "Document", "Embeddings", "GatewayTimeoutError", "Hit", "NO_RETRY", "NotFoundError",
-    "NotImplementedByServer", "PermissionDeniedError", "RateLimitError", "Readiness", "ReloadResult",
-    "RequestTooLargeError", "RetryPolicy", "SearchResult", "ServiceUnavailableError", "Stats", "StrataError",
-    "TransportError", "UpsertResult", "ValidationError", "__version__",
+    "DeleteResult", "Document", "Embeddings", "Found", "GatewayTimeoutError", "Hit", "NO_RETRY", "NotFoundError",
+    "NotImplementedByServer", "Passage", "PassageText", "PermissionDeniedError", "RateLimitError", "Readiness",
+    "ReloadResult", "RequestTooLargeError", "RetryPolicy", "ScrollPage", "SearchResult", "ServiceUnavailableError",
+    "Stats", "StoredDocument", "StrataError", "TransportError", "UpsertResult", "ValidationError", "__version__",
 ]

@@ -13,8 +13,11 @@ from strata_client.types import (
     CollectionInfo,
     DeleteResult,
     Embeddings,
+    Found,
     ReloadResult,
+    ScrollPage,
     SearchResult,
+    StoredDocument,
     UpsertResult,
     merge_writes,
     search_results,
@@ -94,6 +97,15 @@ class Base:
     @staticmethod
     def _deleted(answers: list[dict[str, Any]]) -> DeleteResult:
         return merge_writes(DeleteResult, answers)  # type: ignore[return-value]
+
+    @staticmethod
+    def _found(answers: list[dict[str, Any]]) -> Found:
+        return Found([StoredDocument.from_json(d) for a in answers for d in a["documents"]],
+                     [i for a in answers for i in a["not_found"]])
+
+    @staticmethod
+    def _page(body: dict[str, Any]) -> ScrollPage:
+        return ScrollPage([StoredDocument.from_json(d) for d in body["documents"]], body.get("next_cursor"))
 
     @staticmethod
     def _collections(body: dict[str, Any]) -> list[CollectionInfo]:

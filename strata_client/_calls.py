@@ -14,6 +14,8 @@ from strata_client.types import DocId, Document
 MAX_TEXTS = 64  # texts per /encode, queries per /search
 MAX_WRITE_DOCS = 128  # documents per PUT /documents
 MAX_DELETE_IDS = 1000  # ids per POST /documents/delete
+MAX_GET_IDS = 1000  # ids per POST /documents/get
+MAX_SCROLL_LIMIT = 1000  # documents per POST /documents/scroll page
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,29 @@ def delete_calls(collection: str | None, ids: Iterable[DocId], batch_size: int) 
         raise ValueError("no ids given")
     size = _batch(batch_size, MAX_DELETE_IDS)
     return [Call("POST", route(collection, "/documents/delete"), {"ids": part}) for part in chunks(wanted, size)]
+
+
+def get_calls(collection: str | None, ids: Iterable[DocId], with_vector: bool) -> list[Call]:
+    if isinstance(ids, str | int):
+        raise TypeError("ids is a list of ids (a single id goes in a list: [id], or use get(id))")
+    wanted = list(ids)
+    if not wanted:
+        raise ValueError("no ids given")
+    return [Call("POST", route(collection, "/documents/get"), {"ids": part, "with_vector": with_vector})
+            for part in chunks(wanted, MAX_GET_IDS)]
+
+
+def count_call(collection: str | None, filter: dict[str, Any] | None) -> Call:
+    return Call("POST", route(collection, "/documents/count"), {} if filter is None else {"filter": filter})
+
+
+def scroll_call(collection: str | None, limit: int, cursor: str | None, filter: dict[str, Any] | None,
+                with_vector: bool) -> Call:
+    if not 1 <= limit <= MAX_SCROLL_LIMIT:
+        raise ValueError(f"limit must be 1..{MAX_SCROLL_LIMIT} (the server's limit per page)")
+    body: dict[str, Any] = {"limit": limit, "with_vector": with_vector}
+    body |= {k: v for k, v in (("cursor", cursor), ("filter", filter)) if v is not None}
+    return Call("POST", route(collection, "/documents/scroll"), body)
 
 
 def _batch(size: int, limit: int) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import httpx
@@ -18,12 +18,15 @@ from strata_client.types import (
     DocId,
     Document,
     Embeddings,
+    Found,
     Fusion,
     Mode,
     Readiness,
     ReloadResult,
+    ScrollPage,
     SearchResult,
     Stats,
+    StoredDocument,
     UpsertResult,
 )
 
@@ -130,6 +133,41 @@ class Client(Base):
     def delete(self, ids: Iterable[DocId], *, batch_size: int = _calls.MAX_DELETE_IDS) -> DeleteResult:
         """Delete documents by id; durable and applied when it returns."""
         return self._deleted(self._send_all(_calls.delete_calls(self.collection, ids, batch_size)))
+
+    # -- reading documents back --------------------------------------------------------------------------------------
+
+    def get(self, id: DocId, *, with_vector: bool = False) -> StoredDocument | None:
+        """The document with this id as the collection serves it now (a write is read back as soon as it is
+        acknowledged); None when no document has it (never written, or deleted). `with_vector`: its vector too."""
+        if not isinstance(id, str | int) or isinstance(id, bool):
+            raise TypeError("get takes one id (a string or an integer); get_many takes several")
+        found = self.get_many([id], with_vector=with_vector)
+        return found.documents[0] if found.documents else None
+
+    def get_many(self, ids: Iterable[DocId], *, with_vector: bool = False) -> Found:
+        """The documents with these ids, in their order, and the ids no document has (sent 1,000 per request)."""
+        return self._found(self._send_all(_calls.get_calls(self.collection, ids, with_vector)))
+
+    def count(self, filter: dict[str, Any] | None = None) -> int:
+        """The documents served, those whose metadata match `filter` when given (the language of search)."""
+        return int(self._send(_calls.count_call(self.collection, filter))["count"])
+
+    def scroll(self, *, limit: int = 100, cursor: str | None = None, filter: dict[str, Any] | None = None,
+               with_vector: bool = False) -> ScrollPage:
+        """One page (1..1,000 documents) of the collection in id order, after `cursor` (the previous page's
+        `next_cursor`; None: from the start); pages visit every document live throughout exactly once."""
+        return self._page(self._send(_calls.scroll_call(self.collection, limit, cursor, filter, with_vector)))
+
+    def iter_documents(self, *, filter: dict[str, Any] | None = None, batch_size: int = 256,
+                       with_vector: bool = False) -> Iterator[StoredDocument]:
+        """Every document (matching `filter`), scrolled `batch_size` at a time."""
+        cursor = None
+        while True:
+            page = self.scroll(limit=batch_size, cursor=cursor, filter=filter, with_vector=with_vector)
+            yield from page.documents
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
 
     # -- operations --------------------------------------------------------------------------------------------------
 

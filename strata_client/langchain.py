@@ -6,7 +6,8 @@ The server embeds: `add_texts`/`add_documents` send texts (`PUT /documents`), se
 encoder the index was built with. `embedding` arguments LangChain's interfaces take are not needed (pass None).
 
 Ids: LangChain's are strings. Documents written here get string ids (`uuid4` when none is given); a corpus with
-integer ids (a Quora build) returns them as decimal strings in `Document.id`: delete those with `int(doc.id)`.
+integer ids (a Quora build) returns them as decimal strings in `Document.id`: delete those with `int(doc.id)`;
+`get_by_ids` finds them by that string (a string id "17" first, else the integer id 17).
 Search options (`filter`, `mode`, `fusion`, `alpha`, `rrf_k`) are the store's defaults, and can be given per
 call (`store.similarity_search(q, k=4, filter={"topic": "docs"}, mode="lexical")`) or to the retriever
 (`store.as_retriever(search_kwargs={"k": 4, "filter": {...}})`). Maximal marginal relevance
@@ -15,8 +16,9 @@ with the server's encoder; the `_by_vector` variant is refused (the server embed
 
 from __future__ import annotations
 
+import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from langchain_core.documents import Document as LCDocument
@@ -25,8 +27,9 @@ from langchain_core.vectorstores import VectorStore
 
 from strata_client.aio import AsyncClient
 from strata_client.client import Client
-from strata_client.types import Document, SearchResult
+from strata_client.types import DocId, Document, Found, SearchResult
 
+_INT = re.compile(r"-?(0|[1-9][0-9]*)")
 _SEARCH_OPTIONS = ("filter", "mode", "fusion", "alpha", "rrf_k", "nprobe", "ef_search")
 _MAX_TOP_K = 100  # the server's limit per query
 
@@ -144,6 +147,38 @@ class StrataVectorStore(VectorStore):
             raise ValueError("StrataVectorStore.adelete needs the ids to delete")
         await self.async_client.delete(ids)
         return True
+
+    # -- reading back --------------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _by_ids(ids: Sequence[str]) -> list[DocId]:
+        """LangChain's string ids and, for those an integer id prints as, that integer id too (a corpus with
+        integer ids: `Document.id` is their decimal string)."""
+        return [*ids, *(int(i) for i in ids if _INT.fullmatch(i) and -(1 << 63) <= int(i) < (1 << 63))]
+
+    @staticmethod
+    def _found(ids: Sequence[str], found: Found) -> list[LCDocument]:
+        """One document per id asked (its string id first, else the integer it spells), in the order asked."""
+        by_key = {(type(d.id), d.id): d for d in found.documents}
+        out, seen = [], set()
+        for i in dict.fromkeys(ids):
+            doc = by_key.get((str, i)) or (by_key.get((int, int(i))) if _INT.fullmatch(i) else None)
+            if doc is not None and (type(doc.id), doc.id) not in seen:
+                seen.add((type(doc.id), doc.id))
+                out.append(LCDocument(page_content=doc.text, metadata=doc.metadata, id=str(doc.id)))
+        return out
+
+    def get_by_ids(self, ids: Sequence[str], /) -> list[LCDocument]:
+        """The documents with these ids as the server serves them now (writes included); ids no document has
+        are left out."""
+        ids = [str(i) for i in ids]
+        return self._found(ids, self.client.get_many(self._by_ids(ids))) if ids else []
+
+    async def aget_by_ids(self, ids: Sequence[str], /) -> list[LCDocument]:
+        if self.async_client is None:
+            return await super().aget_by_ids(ids)
+        ids = [str(i) for i in ids]
+        return self._found(ids, await self.async_client.get_many(self._by_ids(ids))) if ids else []
 
     # -- search ------------------------------------------------------------------------------------------------------
 

@@ -11,7 +11,8 @@ with `indexer build`) come back as `TextNode`s with the document's text, id and 
 Filters become Strata filters: `==`, `>`, `>=`, `<`, `<=`, `in`, nested `and`/`or`; other operators are refused
 with a ValueError naming them. `delete(ref_doc_id)` (what `VectorStoreIndex.delete_ref_doc` calls) and
 `delete_nodes(filters=...)` find the nodes by a filtered search on their metadata (a written field filters at
-once); `delete_nodes(node_ids)` deletes by id."""
+once); `delete_nodes(node_ids)` deletes by id.
+`get_nodes` reads nodes back by id (`get_many`) or by filters (a scroll through the matching documents)."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_
 from strata_client.aio import AsyncClient
 from strata_client.client import Client
 from strata_client.errors import ValidationError
-from strata_client.types import Document, SearchResult
+from strata_client.types import Document, SearchResult, StoredDocument
 
 _OPERATORS = {FilterOperator.GT: "gt", FilterOperator.GTE: "gte", FilterOperator.LT: "lt", FilterOperator.LTE: "lte",
               FilterOperator.IN: "in"}
@@ -177,6 +178,34 @@ class StrataVectorStore(BasePydanticVectorStore):
             if not hits or self._client.delete([h.id for h in hits]).deleted == 0:
                 return
 
+    # -- reading back --------------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _node(doc: StoredDocument) -> BaseNode:
+        if "_node_content" in doc.metadata:  # written by LlamaIndex: the node as it was
+            return metadata_dict_to_node(doc.metadata, text=doc.text)
+        return TextNode(id_=str(doc.id), text=doc.text, metadata=doc.metadata)  # indexed by Strata itself
+
+    def get_nodes(self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None
+                  ) -> list[BaseNode]:
+        """The nodes with these ids (in their order; ids no node has left out), or those matching `filters` (a
+        scroll through them), or both (those of `node_ids` that match); neither: every node."""
+        if filters is None and node_ids is not None:
+            return [self._node(d) for d in self._client.get_many(node_ids)] if node_ids else []
+        wanted = None if node_ids is None else set(node_ids)
+        docs = self._client.iter_documents(filter=None if filters is None else strata_filter(filters))
+        return [self._node(d) for d in docs if wanted is None or str(d.id) in wanted]
+
+    async def aget_nodes(self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None
+                         ) -> list[BaseNode]:
+        if self._aclient is None:
+            return self.get_nodes(node_ids, filters)
+        if filters is None and node_ids is not None:
+            return [self._node(d) for d in await self._aclient.get_many(node_ids)] if node_ids else []
+        wanted = None if node_ids is None else set(node_ids)
+        docs = self._aclient.iter_documents(filter=None if filters is None else strata_filter(filters))
+        return [self._node(d) async for d in docs if wanted is None or str(d.id) in wanted]
+
     # -- queries -----------------------------------------------------------------------------------------------------
 
     def _search_options(self, query: VectorStoreQuery) -> dict[str, Any]:
@@ -195,14 +224,9 @@ class StrataVectorStore(BasePydanticVectorStore):
             options["alpha"] = alpha
         return options
 
-    @staticmethod
-    def _result(result: SearchResult) -> VectorStoreQueryResult:
-        nodes: list[BaseNode] = []
-        for h in result.hits:
-            if "_node_content" in h.metadata:  # written by LlamaIndex: the node as it was
-                nodes.append(metadata_dict_to_node(h.metadata, text=h.text))
-            else:  # a document indexed by Strata itself
-                nodes.append(TextNode(id_=str(h.id), text=h.text, metadata=h.metadata))
+    @classmethod
+    def _result(cls, result: SearchResult) -> VectorStoreQueryResult:
+        nodes = [cls._node(StoredDocument(h.id, h.text, h.metadata)) for h in result.hits]
         return VectorStoreQueryResult(nodes=nodes, similarities=[h.score for h in result.hits],
                                       ids=[n.node_id for n in nodes])
 

@@ -111,6 +111,68 @@ def search_results(queries: list[str], body: dict[str, Any]) -> list[SearchResul
 
 
 @dataclass(frozen=True)
+class PassageText:
+    """One passage of a document read back from a version of passages: its number, `[start, end)` offsets into
+    the document's text, its text, and its vector when asked for."""
+
+    index: int
+    start: int
+    end: int
+    text: str
+    vector: list[float] | None = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> PassageText:
+        return cls(int(d["index"]), int(d["start"]), int(d["end"]), d["text"], d.get("vector"))
+
+
+@dataclass(frozen=True)
+class StoredDocument:
+    """A document read back as the collection serves it now (writes included): `vector` when asked for (the one
+    its index holds); `passages` on a version of passages (each with its vector, when asked for)."""
+
+    id: DocId
+    text: str
+    metadata: dict[str, Any]
+    passages: list[PassageText] | None = None
+    vector: list[float] | None = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> StoredDocument:
+        passages = d.get("passages")
+        return cls(d["id"], d["text"], dict(d.get("metadata") or {}),
+                   None if passages is None else [PassageText.from_json(p) for p in passages], d.get("vector"))
+
+
+@dataclass(frozen=True)
+class Found:
+    """`get_many`'s answer: the documents found, in the order asked, and the ids no document has."""
+
+    documents: list[StoredDocument]
+    not_found: list[DocId]
+
+    def __iter__(self):  # noqa: ANN204 - `for doc in client.get_many(ids)`
+        return iter(self.documents)
+
+    def __len__(self) -> int:
+        return len(self.documents)
+
+
+@dataclass(frozen=True)
+class ScrollPage:
+    """One page of `scroll`: `documents` in id order, and the cursor of the next page (None: the last one)."""
+
+    documents: list[StoredDocument]
+    next_cursor: str | None
+
+    def __iter__(self):  # noqa: ANN204
+        return iter(self.documents)
+
+    def __len__(self) -> int:
+        return len(self.documents)
+
+
+@dataclass(frozen=True)
 class Embeddings:
     """`/encode`'s answer: L2-normalised vectors, the same the index holds, by the served version's encoder;
     `truncated` per text (cut to the model's max_length tokens), empty when the route does not say (a

@@ -203,7 +203,7 @@ class Documents:
         ids, node = self._match(flt)
         if heads is not None:
             ids = ids[in_sorted(ids, heads)]
-        written = sum(1 for d in view.heads if matches(node, d.metadata)) if view is not None and node is not None else 0
+        written = 0 if view is None or node is None else sum(1 for d in view.heads if matches(node, d.metadata))
         return len(ids) - int(in_sorted(gone, ids).sum()) + written
 
     def scroll(self, limit: int, cursor: str | None = None, flt: object = None, *, with_vector: bool = False
@@ -270,7 +270,8 @@ class Documents:
             rows = self.store.read(f"SELECT id, ext_id FROM doc_ext {where}ORDER BY ext_id LIMIT ?", [*params, batch])
             fids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
             keep = ~in_sorted(fids, gone) & (True if ids is None else in_sorted(fids, ids))
-            out += [(f, e) for (f, e), k in zip(rows, keep.tolist(), strict=True) if k and is_head(e)][: want - len(out)]
+            found = [(f, e) for (f, e), k in zip(rows, keep.tolist(), strict=True) if k and is_head(e)]
+            out += found[: want - len(out)]
             if len(rows) < batch:
                 break
             after, batch = rows[-1][1], min(MAX_SCAN_ROWS, batch * 2)

@@ -13,13 +13,16 @@ the standard library, and Ray (in `sharded` only, which is imported only for tha
 (`service.errors`). Never fastapi or starlette, torch, `models`, or the build pipeline.
 """
 
+from indexer.runtime.reading import Page, StoredDocument
 from indexer.runtime.writes import Document, WriteResult
 from service.engine.collection import Collection, Hits, ServedModel, Status, Vectors
 from service.engine.errors import (
     BadConfig,
+    BadCursor,
     BadFilter,
     BadSearchParams,
     BadVector,
+    DocumentNotFound,
     EngineError,
     Mismatch,
     ModeUnavailable,
@@ -33,15 +36,19 @@ from service.engine.errors import (
     StorageUnavailable,
     SwapRefused,
     TimedOut,
+    VectorsUnavailable,
     WriteRefused,
     WritesUnavailable,
     WritesUnsupported,
 )
 from service.engine.model_names import DimensionChanged, UnknownModel
+from service.engine.reading import count_documents, get_document, get_documents, path_ids, scroll_documents
 from service.engine.swap import Refusal, SwapResult
 
-__all__ = ["BadConfig", "BadFilter", "BadSearchParams", "BadVector", "DimensionChanged", "Document", "Collection",
-           "EngineError", "Hits", "Mismatch", "ModeUnavailable", "NotReady", "NotServing", "Overloaded", "Refusal",
-           "ServedModel", "SnapshotConflict", "SnapshotError", "SnapshotNotFound", "Status", "StorageFull",
-           "StorageUnavailable", "SwapRefused", "SwapResult", "TimedOut", "UnknownModel", "Vectors", "WriteRefused",
-           "WriteResult", "WritesUnavailable", "WritesUnsupported"]
+__all__ = ["BadConfig", "BadCursor", "BadFilter", "BadSearchParams", "BadVector", "DimensionChanged", "Document",
+           "DocumentNotFound", "Collection", "EngineError", "Hits", "Mismatch", "ModeUnavailable", "NotReady",
+           "NotServing", "Overloaded", "Page", "Refusal", "ServedModel", "SnapshotConflict", "SnapshotError",
+           "SnapshotNotFound", "Status", "StorageFull", "StorageUnavailable", "StoredDocument", "SwapRefused",
+           "SwapResult", "TimedOut", "UnknownModel", "Vectors", "VectorsUnavailable", "WriteRefused", "WriteResult",
+           "WritesUnavailable", "WritesUnsupported", "count_documents", "get_document", "get_documents", "path_ids",
+           "scroll_documents"]

@@ -1,20 +1,23 @@
 """What the engine refuses, as domain errors. `service.errors` is the one place that turns them into HTTP.
 
-A snapshot's refusals (`SnapshotError`, `SnapshotNotFound`, `SnapshotConflict`) are the runtime's, re-exported too.
+A snapshot's refusals (`SnapshotError`, `SnapshotNotFound`, `SnapshotConflict`) are the runtime's, re-exported too,
+and so are those of reading documents back (`DocumentNotFound`, `BadCursor`, `VectorsUnavailable`:
+`indexer.runtime.reading`).
 The write path's refusals are the runtime's own (`indexer.runtime.writes`, where the write path lives, and the
 disk's faults, `indexer.runtime.storage`): they are re-exported here, so that the engine's refusals are all found
 in one place."""
 
 from __future__ import annotations
 
+from indexer.runtime.reading import BadCursor, DocumentNotFound, ReadError, VectorsUnavailable
 from indexer.runtime.snapshot import SnapshotConflict, SnapshotError, SnapshotNotFound
 from indexer.runtime.storage import StorageError, StorageFull, StorageUnavailable
 from indexer.runtime.writes import NotServing, WriteRefused, WritesUnavailable, WritesUnsupported
 
-__all__ = ["BadFilter", "BadSearchParams", "EngineError", "Mismatch", "ModeUnavailable", "NotReady", "NotServing",
-           "Overloaded", "SnapshotConflict", "SnapshotError", "SnapshotNotFound", "SnapshotTooLarge", "StorageError",
-           "StorageFull", "StorageUnavailable", "SwapRefused", "TimedOut", "WriteRefused", "WritesUnavailable",
-           "WritesUnsupported"]
+__all__ = ["BadCursor", "BadFilter", "BadSearchParams", "DocumentNotFound", "EngineError", "Mismatch",
+           "ModeUnavailable", "NotReady", "NotServing", "Overloaded", "ReadError", "SnapshotConflict", "SnapshotError",
+           "SnapshotNotFound", "SnapshotTooLarge", "StorageError", "StorageFull", "StorageUnavailable", "SwapRefused",
+           "TimedOut", "VectorsUnavailable", "WriteRefused", "WritesUnavailable", "WritesUnsupported"]
 
 
 class SnapshotTooLarge(SnapshotError):

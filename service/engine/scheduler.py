@@ -15,9 +15,10 @@ Writes' texts are encoded on the write lane (`write_lane`, shared: its threads a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -124,6 +125,24 @@ class Scheduler:
                     "strata.lexical_ms": round(result.stages.lexical_ms, 3),
                     "strata.fusion_ms": round(result.stages.fusion_ms, 3)})})
         return answered_by, result
+
+    @contextlib.asynccontextmanager
+    async def admitted(self) -> AsyncIterator[None]:
+        """A call that is not batched (documents read back by id, counted, paged) admitted like any other: counted
+        against the in-flight cap while it runs (`Overloaded` past it), `TimedOut` past the request timeout."""
+        s = self.settings
+        if self.in_flight >= s.max_in_flight:
+            self.metrics.rejected.labels("busy").inc()
+            raise Overloaded(self.in_flight, s.max_in_flight, s.retry_after_s)
+        self.in_flight += 1
+        try:
+            async with asyncio.timeout(s.request_timeout_s):
+                yield
+        except TimeoutError:
+            self.metrics.rejected.labels("timeout").inc()
+            raise TimedOut(s.request_timeout_s) from None
+        finally:
+            self.in_flight -= 1
 
     def _batcher(self, encoder: OnnxEncoder) -> MicroBatcher:
         """The batcher of `encoder`'s requests, started on first use (and replaced if its encoder was freed and

@@ -241,3 +241,50 @@ def test_async_client_has_the_same_answers(corpus_server: Server) -> None:
                 assert time.monotonic() - t0 >= 0.2 and len(script.arrivals) == 2
 
     asyncio.run(main())
+
+
+def test_documents_read_back_by_id_counted_and_scrolled(corpus_server: Server,
+                                                        corpus_rows_: list[dict[str, Any]]) -> None:
+    """get/get_many/count/scroll on the built version and right after writes, sync and async (each test writes
+    under a topic of its own: the server is shared by the package's tests)."""
+    row = corpus_rows_[2]  # an integer id
+    docs = [Document(f"rb-{i}", f"a note read back, number {i}", {"topic": "readback", "year": 1990 + i})
+            for i in range(5)]
+    mine = {"topic": "readback"}
+    with Client(corpus_server.url) as strata:
+        built = strata.get(row["id"])
+        assert built is not None and (built.id, built.text) == (row["id"], row["text"])
+        assert built.metadata == {k: row[k] for k in ("topic", "year", "ref_doc_id")} and built.vector is None
+        assert strata.count(mine) == 0 and strata.get("rb-0") is None
+        strata.upsert(docs)
+        got = strata.get("rb-3", with_vector=True)
+        assert got is not None and (got.text, got.metadata) == (docs[3].text, docs[3].metadata)
+        assert got.vector == pytest.approx(strata.encode(docs[3].text).vectors[0], abs=1e-5)
+        found = strata.get_many(["rb-4", "missing", "rb-0", row["id"]])
+        assert [d.id for d in found] == ["rb-4", "rb-0", row["id"]] and found.not_found == ["missing"]
+        assert strata.count(mine) == 5 and strata.count({"topic": "readback", "year": {"gte": 1993}}) == 2
+        page = strata.scroll(limit=2, filter=mine)
+        assert [d.id for d in page] == ["rb-0", "rb-1"] and page.next_cursor
+        assert [d.id for d in strata.scroll(limit=3, cursor=page.next_cursor, filter=mine)] == ["rb-2", "rb-3", "rb-4"]
+        assert [d.id for d in strata.iter_documents(filter=mine, batch_size=2)] == [d.id for d in docs]
+        strata.delete(["rb-1"])
+        assert strata.get("rb-1") is None and strata.count(mine) == 4
+        with pytest.raises(ValidationError, match="not one this API made"):
+            strata.scroll(cursor="nonsense")
+        with pytest.raises(ValueError, match="limit must be 1..1000"):
+            strata.scroll(limit=0)
+        with pytest.raises(TypeError, match="get_many takes several"):
+            strata.get(["rb-0"])  # type: ignore[arg-type]
+
+    async def main() -> None:
+        async with AsyncClient(corpus_server.url) as strata:
+            assert (await strata.get("rb-0")).text == docs[0].text  # type: ignore[union-attr]
+            assert [d.id for d in await strata.get_many(["rb-2", "rb-1"])] == ["rb-2"]
+            assert await strata.count(mine) == 4
+            assert [d.id for d in await strata.scroll(limit=10, filter=mine)] == ["rb-0", "rb-2", "rb-3", "rb-4"]
+            assert [d.id async for d in strata.iter_documents(filter=mine, batch_size=3)] == [
+                "rb-0", "rb-2", "rb-3", "rb-4"]
+            await strata.delete(["rb-0", "rb-2", "rb-3", "rb-4"])
+            assert await strata.count(mine) == 0
+
+    asyncio.run(main())

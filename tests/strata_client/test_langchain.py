@@ -44,8 +44,14 @@ def test_add_search_filter_modes_and_delete(corpus_server: Server) -> None:
         store.similarity_search_with_relevance_scores("tomato sun", k=3, mode="lexical")
     with pytest.raises(ValidationError, match="unknown field 'colour'"):
         store.similarity_search("x", filter={"colour": "red"})
+    # read back by id: ids not found are left out; a corpus's integer id by its decimal string
+    got = store.get_by_ids(["lc-3", "no-such-id", "lc-1", "0"])
+    assert [(d.id, d.page_content, d.metadata.get("year")) for d in got[:2]] == [("lc-3", NOTES[2], 2030),
+                                                                                 ("lc-1", NOTES[0], 2030)]
+    assert len(got) == 3 and got[2].id == "0" and got[2].page_content
     assert store.delete(["lc-1", "lc-2", "lc-3"])
     assert not {"lc-1", "lc-2", "lc-3"} & {d.id for d in store.similarity_search("tomatoes roses violin", k=20)}
+    assert store.get_by_ids(["lc-1", "lc-2"]) == []
 
 
 def test_add_documents_from_texts_retriever_and_embeddings(corpus_server: Server) -> None:
@@ -75,7 +81,9 @@ def test_async_store_and_retriever(corpus_server: Server) -> None:
         assert [d.id for d in docs] == ["lca-0"]
         hits = await store.asimilarity_search_with_score("rosin for the bow", k=1, filter={"year": 2033})
         assert hits[0][0].id == "lca-2"
+        assert [d.id for d in await store.aget_by_ids(["lca-1", "lca-9"])] == ["lca-1"]
         assert await store.adelete(ids)
+        assert await store.aget_by_ids(ids) == []
         assert "lca-0" not in {d.id for d in await store.asimilarity_search("sunlight for tomato plants", k=10)}
         assert len(await store.embeddings.aembed_query("a query")) == 384
 

@@ -65,7 +65,14 @@ def test_add_query_filters_modes_and_delete_by_source(corpus_server: Server) -> 
                                                   MetadataFilter(key="topic", value=["tech", "money"],
                                                                  operator=FilterOperator.IN)])))
     assert corpus_hit.nodes[0].metadata["topic"] in ("tech", "money") and corpus_hit.nodes[0].get_content()
+    # read back as written: by id (in the order asked), by filters (a scroll), both
+    back = store.get_nodes(["li-2", "no-such-node", "li-0"])
+    assert [(n.node_id, n.get_content(), n.ref_doc_id) for n in back] == [("li-2", TEXTS[2], "garden-guide"),
+                                                                          ("li-0", TEXTS[0], "garden-guide")]
+    assert [n.node_id for n in store.get_nodes(filters=mine)] == ["li-0", "li-1", "li-2"]
+    assert [n.node_id for n in store.get_nodes(["li-1", "li-9"], filters=mine)] == ["li-1"]
     store.delete("garden-guide")  # every node of the source document, found by its metadata
+    assert store.get_nodes(["li-0", "li-1", "li-2"]) == []
     left = store.query(VectorStoreQuery(query_str="tomatoes roses violin", similarity_top_k=50))
     assert not {"li-0", "li-1", "li-2"} & set(left.ids)
 
@@ -94,6 +101,8 @@ def test_vector_store_index_retriever_and_async(corpus_server: Server) -> None:
         assert await store.async_add([extra]) == ["vi-async"]
         got = await index.as_retriever(similarity_top_k=1, filters=mine).aretrieve("a brass woodwind instrument")
         assert got[0].node.node_id == "vi-async"
+        assert [n.node_id for n in await store.aget_nodes(["vi-async", "vi-0"])] == ["vi-async", "vi-0"]
+        assert [n.node_id for n in await store.aget_nodes(filters=mine)] == ["vi-0", "vi-1", "vi-2", "vi-async"]
 
     asyncio.run(main())
     index.delete_ref_doc("handbook", delete_from_docstore=True)  # LlamaIndex's own delete: the source's nodes

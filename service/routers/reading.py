@@ -1,0 +1,97 @@
+"""Reading documents back: `GET /documents/{id}`, `POST /documents/get`, `/documents/count` and `/documents/scroll`,
+on the default collection and under `/collections/{name}`, with a read key. Each answers the collection as it is
+served at that moment — its version under the write overlay: a write is read back as soon as it is acknowledged,
+a deleted document never is (`service.engine.reading`, `indexer.runtime.reading`)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request
+
+from service.engine import (
+    Collection,
+    StoredDocument,
+    count_documents,
+    get_document,
+    get_documents,
+    path_ids,
+    scroll_documents,
+)
+from service.reading_schemas import (
+    CountRequest,
+    CountResponse,
+    DocumentBody,
+    GetRequest,
+    GetResponse,
+    PassageBody,
+    ScrollRequest,
+    ScrollResponse,
+)
+from service.routers.collections import Name
+
+router = APIRouter(prefix="/documents", tags=["documents"])
+
+READ_ERRORS: dict[int | str, dict[str, object]] = {
+    403: {"description": "the API key may not read this collection (only when keys are configured)"},
+    404: {"description": "no such collection"},
+    422: {"description": "a bad body: the ids, the limit, a cursor this API did not make, a filter that does not "
+                         "fit the served version's metadata"},
+    501: {"description": "with_vector on the sharded backend (its vectors stay in its shards)"},
+}
+
+
+async def _collection(request: Request) -> Collection:
+    """The path's `{name}` under `/collections/{name}`, else the default collection (UnknownCollection: 404)."""
+    collections = request.app.state.collections
+    name = request.path_params.get("name")
+    return collections.default() if name is None else collections.get(name)
+
+
+CollectionDep = Annotated[Collection, Depends(_collection)]
+
+
+async def _named_path(name: Name) -> None:
+    """Declares the `{name}` of the `/collections/{name}/documents/…` inclusion (its OpenAPI path parameter)."""
+
+
+NAMED_PATH = Depends(_named_path)
+
+
+def document_body(doc: StoredDocument) -> DocumentBody:
+    passages = None if doc.passages is None else [
+        PassageBody(index=p.index, start=p.start, end=p.end, text=p.text,
+                    vector=None if p.vector is None else p.vector.tolist()) for p in doc.passages]
+    return DocumentBody(id=doc.id, text=doc.text, metadata=doc.metadata, passages=passages,
+                        vector=None if doc.vector is None else doc.vector.tolist())
+
+
+@router.post("/get", response_model=GetResponse, responses=READ_ERRORS)
+async def get_many(body: GetRequest, collection: CollectionDep) -> GetResponse:
+    """The documents with these ids, in the order asked (an id asked twice, once), and the ids no live document
+    has; right after a write, its written state."""
+    docs, missing = await get_documents(collection, body.ids, with_vector=body.with_vector)
+    return GetResponse(documents=[document_body(d) for d in docs], not_found=missing)
+
+
+@router.post("/count", response_model=CountResponse, responses=READ_ERRORS)
+async def count(body: CountRequest, collection: CollectionDep) -> CountResponse:
+    """How many live documents the collection serves, those matching the filter when one is given."""
+    return CountResponse(count=await count_documents(collection, body.filter))
+
+
+@router.post("/scroll", response_model=ScrollResponse, responses=READ_ERRORS)
+async def scroll(body: ScrollRequest, collection: CollectionDep) -> ScrollResponse:
+    """A page of the collection in id order after the cursor; paging on with each next_cursor visits every
+    document live throughout exactly once, whatever is written meanwhile."""
+    page = await scroll_documents(collection, body.limit, body.cursor, body.filter, with_vector=body.with_vector)
+    return ScrollResponse(documents=[document_body(d) for d in page.documents], next_cursor=page.next_cursor)
+
+
+@router.get("/{doc_id:path}", response_model=DocumentBody,
+            responses=READ_ERRORS | {404: {"description": "no live document has the id, or no such collection"}})
+async def get_one(doc_id: str, collection: CollectionDep,
+                  with_vector: Annotated[bool, Query(description="also the document's vector")] = False
+                  ) -> DocumentBody:
+    """One document: the path's id names the string id if a document has it, else the integer id it spells."""
+    return document_body(await get_document(collection, path_ids(doc_id), with_vector=with_vector))
