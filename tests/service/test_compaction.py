@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -148,15 +149,26 @@ def test_a_failing_compaction_is_reported_and_retried_with_a_growing_wait(cdir: 
         r = c.put("/collections/live/documents", json={"documents": [
             {"id": i, "text": f"written {i}", "vector": vector(i, dim)} for i in range(1000, 1050)]})
         assert r.status_code == 200
-        failed = wait_for(lambda: compaction(c)["failures"] >= 1 and compaction(c), "a failed compaction")
+        seen: dict[int, tuple[float, dict[str, Any]]] = {}  # failures in a row -> when first seen, the state
+        deadline = time.monotonic() + 180
+        while len(seen) < 3:
+            state = compaction(c)
+            if state["failures"]:
+                seen.setdefault(state["failures"], (time.monotonic(), state))
+            assert time.monotonic() < deadline, seen
+            time.sleep(0.05)
+        failed = seen[1][1]
         assert failed["last"]["outcome"] == "failed" and "another `indexer build` is running" in \
             failed["last"]["reason"] and failed["next_try_at"] is not None
-        time.sleep(4)  # waits of 1, 2, 4 s: at most 3 tries in 4 s, not one every 0.2 s check
-        tries = compaction(c)["failures"]
-        assert 2 <= tries <= 3, tries
+        # tried again after 1 s, then 2 s (STRATA_COMPACT_RETRY_S=1, doubled), however slow each try is: never in
+        # a loop at the 0.2 s checks; the third failure's wait is 4 s
+        assert seen[3][0] - seen[1][0] >= 2.9, {k: v[0] for k, v in seen.items()}
+        third = seen[3][1]
+        wait = (datetime.fromisoformat(third["next_try_at"]) - datetime.fromisoformat(third["last"]["at"]))
+        assert 3 <= wait.total_seconds() <= 5, third
         fcntl.flock(lock, fcntl.LOCK_UN)
         done = wait_for(lambda: (compaction(c)["last"] or {}).get("outcome") == "swapped" and compaction(c),
-                        "the compaction once the lock is free", timeout=30)
+                        "the compaction once the lock is free", timeout=120)
         assert done["failures"] == 0 and done["next_try_at"] is None
         assert_searchable(c, list(range(1000, 1050)), dim)
     finally:
@@ -195,7 +207,8 @@ def test_kill_9_at_a_compaction_phase_loses_no_acknowledged_write(cdir: Path, tm
     try:
         with restarted.client() as c:
             assert_searchable(c, acked, dim)
-            assert c.get("/collections/live").json()["documents"] == BASE + len(acked)
+            # the call in flight at the kill may have been logged without its answer (5 documents): never fewer
+            assert 0 <= c.get("/collections/live").json()["documents"] - (BASE + len(acked)) <= 5
             r = c.put("/collections/live/documents", json={"documents": [
                 {"id": i, "text": f"more {i}", "vector": vector(i, dim)} for i in range(90_000, 90_045)]})
             assert r.status_code == 200
