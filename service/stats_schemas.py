@@ -44,6 +44,8 @@ class IndexStats(BaseModel):
 
     version: str
     documents: int
+    passages: int | None = Field(None, description="a version of passages: its passage rows (documents counts each "
+                                 "document once); null: documents indexed whole")
     model: str = Field(description="the encoder folder served")
     model_source: str = Field(description="the checkpoint the encoder was exported from")
     pooling: str
@@ -81,6 +83,7 @@ class CollectionStats(BaseModel):
     ready: bool
     version: str | None = None
     documents: int | None = None
+    passages: int | None = None  # a version of passages: its passage rows
     windows: list[StatsWindow] = Field(description="this collection's /search windows (last minute, last 5)")
     compaction: CompactionState | None = None
 

@@ -38,7 +38,8 @@ def stats(request: Request, collections: CollectionsDep, live: StatsDep, authori
                        "measured_at": g.measured_at}
         figures["report_state"] = manifest.report.state if manifest.report is not None else None
         index = IndexStats(
-            version=s.version, documents=s.size or manifest.index.ntotal, model=s.model or manifest.model.dir,
+            version=s.version, documents=_documents(s) or manifest.index.ntotal, passages=s.passages,
+            model=s.model or manifest.model.dir,
             model_source=manifest.model.source, pooling=manifest.model.pooling, dim=manifest.model.dim,
             factory=manifest.index.factory,
             kind=manifest.index.kind, search_params=s.search_params or {},
@@ -57,12 +58,17 @@ def stats(request: Request, collections: CollectionsDep, live: StatsDep, authori
             for name in collections.names()])
 
 
+def _documents(s: Status) -> int | None:
+    """Documents served (a version of passages counts each once; its rows are `passages`)."""
+    return s.documents if s.documents is not None else s.size
+
+
 def _compaction(collection: Collection) -> CompactionState:
     return CompactionState.of(collection.compactor.status.to_json())
 
 
 def _collection(name: str, collection: Collection, live: LiveStats) -> CollectionStats:
     s = collection.status()
-    return CollectionStats(name=name, ready=s.ready, version=s.version, documents=s.size,
+    return CollectionStats(name=name, ready=s.ready, version=s.version, documents=_documents(s), passages=s.passages,
                            windows=[StatsWindow.model_validate(asdict(w)) for w in live.windows()],
                            compaction=_compaction(collection))

@@ -293,7 +293,8 @@
     stateLine.dataset.ready = "true";
     const model = index.model.split(/[\\/]/).filter(Boolean).pop() || index.model;
     fact(facts, "Version", index.version);
-    fact(facts, "Documents", index.documents.toLocaleString("en"));
+    fact(facts, "Documents", index.documents.toLocaleString("en") + (index.passages === null ||
+      index.passages === undefined ? "" : " · " + index.passages.toLocaleString("en") + " passages"));
     fact(facts, "Encoder", model + " · " + index.pooling + " pooling · " + index.dim + " dims");
     fact(facts, "MRR@10", fixed(index.mrr_at_10, 3) + (index.exact_mrr_at_10 !== null &&
       index.exact_mrr_at_10 !== undefined ? " (exact search " + fixed(index.exact_mrr_at_10, 3) + ")" : ""));

@@ -72,6 +72,8 @@ def test_hits_of_a_version_of_passages_carry_their_passage_and_snippet(passages_
     assert ready["documents"] == 30 and ready["passages"] == ready["index_size"] > 30
     [listed] = httpx.get(f"{passages_server.url}/collections").json()["collections"]
     assert (listed["documents"], listed["passages"]) == (30, ready["passages"])
+    index = httpx.get(f"{passages_server.url}/stats").json()["index"]  # the search page's index card reads it
+    assert (index["documents"], index["passages"]) == (30, ready["passages"])
     whole = httpx.get(f"{corpus_server.url}/ready").json()
     assert "passages" not in whole and whole["documents"] == whole["index_size"]
 
