@@ -149,8 +149,9 @@ def add_questions(root_dir: Path, path: Path, *, model_dir: Path | None = None, 
                     shutil.copy2(base.folder / PROBES_FILE, stage / PROBES_FILE)
                 if (base.folder / QUERY_VECTORS).is_file():
                     shutil.copy2(base.folder / QUERY_VECTORS, stage / QUERY_VECTORS)
-                # only IVF has a trained quantizer to drift from; flat and HNSW take additions as they come
-                trained = (parent.index.trained_ntotal or parent.index.ntotal) if parent.index.kind == "ivf" else None
+                # only a trained kind (IVF's quantizer) drifts from what it learnt; the others take additions as
+                # they come (`KindSpec.trained`)
+                trained = (parent.index.trained_ntotal or parent.index.ntotal) if parent.index.spec.trained else None
                 added = len(ids) - len(present)
                 info = parent.index.model_copy(update={"ntotal": int(index.ntotal), "trained_ntotal": trained,
                                                   "added_since_training": parent.index.added_since_training + added

@@ -7,23 +7,14 @@ build (`indexer.ray_build`) — so none of them imports another for its configur
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from indexer.calibrate import calibration_target
 from indexer.quora import Protocol
-from indexer.runtime.ann import AUTO, AUTO_FLAT_BELOW, KIND_SPECS, HnswParams, IvfParams, KindParams, choose_kind
-from indexer.runtime.faiss.kmeans import TRAIN_POINTS_PER_LIST
-from indexer.runtime.faiss.quantizer import quantizer_for
-from indexer.runtime.faiss.training import (
-    DEFAULT_NPROBE,
-    MIN_POINTS_PER_LIST,
-    auto_nlist,
-    clamp_nprobe,
-    codec_for_budget,
-    effective_nlist,
-)
+from indexer.runtime.ann import AUTO, AUTO_FLAT_BELOW, DEFAULT_KIND, KIND_SPECS, HnswParams, KindParams, choose_kind
 from indexer.runtime.lexical import lexical_info
 from indexer.runtime.manifest import LexicalInfo, SearchMode
 
@@ -37,9 +28,10 @@ class BuildConfig:
     root: Path
     protocol: Protocol | None = None  # Quora TSV only; None: "paper"
     rows: int | None = None
-    # auto | flat | ivf | hnsw (`ann.choose_kind`; auto with nlist or nprobe given: ivf). The CLI defaults to auto;
-    # here ivf, what every programmatic caller (benches, the Ray equality checks) was written against.
-    index: str = "ivf"
+    # auto or a kind of `ann.KIND_SPECS` (`ann.choose_kind`; auto with a kind's own options given: that kind). The
+    # CLI defaults to auto; here `ann.DEFAULT_KIND` (IVF), what every programmatic caller (benches, the Ray
+    # equality checks) was written against.
+    index: str = DEFAULT_KIND
     nlist: int | None = None  # IVF; None: by size (`faiss.training.auto_nlist`)
     nprobe: int | None = None  # IVF; given: no calibration (`calibration_target`); None: calibrated
     # An ivf/hnsw build calibrates its search parameter on query-like probes (`indexer.calibrate`,
@@ -113,44 +105,24 @@ class BuildConfig:
 
 
 def index_params(cfg: BuildConfig, n_vectors: int, dim: int = 384) -> KindParams:
-    """The kind `cfg.index` asks for at this many vectors (`auto`: `ann.choose_kind`, but ivf when --nlist,
-    --nprobe or --codec is given: whoever sets them means an IVF index), with its parameters."""
-    ivf_options = [name for name, value in (("--nlist", cfg.nlist), ("--nprobe", cfg.nprobe), ("--codec", cfg.codec),
-                                            ("--memory-budget", cfg.memory_budget)) if value is not None]
+    """The kind `cfg.index` asks for at this many vectors (`auto`: `ann.choose_kind`, but the kind whose own
+    options are given when some are, `KindSpec.options`: whoever sets --nlist means an IVF index), with its
+    parameters (`AnnIndex.params_for`)."""
+    options = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
     if cfg.codec is not None and cfg.memory_budget is not None:
         raise ValueError("--codec and --memory-budget both choose the codec: give one")
-    if ivf_options and cfg.index not in (AUTO, "ivf"):
-        raise ValueError(f"{', '.join(ivf_options)}: IVF options, not for --index {cfg.index}")
-    kind = "ivf" if cfg.index == AUTO and ivf_options else choose_kind(cfg.index, n_vectors)
+    claimed = [(spec, [_flag(o) for o in spec.options if options.get(o) is not None]) for spec in KIND_SPECS.values()]
+    claimed = [(spec, flags) for spec, flags in claimed if flags]
+    for spec, flags in claimed:
+        if cfg.index not in (AUTO, spec.name):
+            raise ValueError(f"{', '.join(flags)}: {spec.label} options, not for --index {cfg.index}")
+    kind = claimed[0][0].name if cfg.index == AUTO and claimed else choose_kind(cfg.index, n_vectors)
     if cfg.index != kind:
-        why = (f"{', '.join(ivf_options)} given" if ivf_options else
+        why = (f"{', '.join(claimed[0][1])} given" if claimed else
                f"exact search below {AUTO_FLAT_BELOW:,} vectors: under 1 ms of CPU per query, and exact answers")
         log.info("--index %s: %s for %d vectors (%s)", cfg.index, kind, n_vectors, why)
-    if kind == "ivf":
-        requested = cfg.nlist or auto_nlist(n_vectors)
-        nlist = effective_nlist(n_vectors, requested)
-        reason = (f"--nlist {cfg.nlist}" if cfg.nlist else f"by size: 4·sqrt({n_vectors}) rounded to a power of two")
-        if nlist != requested:
-            reason += f", cut to {nlist} for >= {MIN_POINTS_PER_LIST} training vectors per list"
-        sample = min(n_vectors, TRAIN_POINTS_PER_LIST * nlist)
-        log.info("IVF lists: nlist %d (%s); k-means on %d vectors", nlist, reason, sample)
-        codec = cfg.codec
-        if codec is None:
-            codec, why = codec_for_budget(n_vectors, dim, nlist, cfg.memory_budget)
-            if cfg.memory_budget is not None:
-                log.info("IVF codec %s (%s)", codec, why)
-                reason += f"; codec {codec}: {why}"
-        quantizer = quantizer_for(nlist)
-        if quantizer == "hnsw":
-            log.info("IVF quantizer: an HNSW graph over the %d centroids (a flat one reads every centroid per "
-                     "query)", nlist)
-            reason += "; lists found through an HNSW graph over the centroids"
-        return IvfParams(nlist=nlist, nlist_requested=requested, codec=codec,
-                         nprobe=clamp_nprobe(cfg.nprobe or DEFAULT_NPROBE, nlist), nlist_reason=reason,
-                         train_sample=sample, quantizer=quantizer)
-    if kind == "hnsw":
-        ef_search = cfg.ef_search or HnswParams.model_fields["ef_search"].default
-        return HnswParams(m=cfg.hnsw_m, ef_construction=cfg.ef_construction, ef_search=ef_search)
-    knob = KIND_SPECS[kind].knob  # any other kind: its declared defaults, and its knob's value when given
-    given = {knob.name: cfg.eval_search_params[knob.name]} if knob and knob.name in cfg.eval_search_params else {}
-    return KIND_SPECS[kind].params(**given)  # type: ignore[return-value]
+    return KIND_SPECS[kind].implementation().params_for(options, n_vectors, dim)
+
+
+def _flag(option: str) -> str:
+    return "--" + option.replace("_", "-")

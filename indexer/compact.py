@@ -183,9 +183,9 @@ def _index_section(parent: Manifest, ntotal: int, created: int, resized: Resized
                    ) -> tuple[IndexInfo, int | None]:
     """The compacted version's index section, and the vectors its IVF lists were trained on (None: not IVF)."""
     if resized is not None:
-        return resized.info, resized.info.ntotal if resized.info.kind == "ivf" else None
-    # only IVF has a trained quantizer to drift from
-    trained = (parent.index.trained_ntotal or parent.index.ntotal) if parent.index.kind == "ivf" else None
+        return resized.info, resized.info.ntotal if resized.info.spec.trained else None
+    # only a trained kind (IVF's quantizer) drifts from what it learnt (`KindSpec.trained`)
+    trained = (parent.index.trained_ntotal or parent.index.ntotal) if parent.index.spec.trained else None
     return parent.index.model_copy(update={"ntotal": ntotal, "trained_ntotal": trained, "added_since_training":
                                            parent.index.added_since_training + created if trained is not None
                                            else 0}), trained

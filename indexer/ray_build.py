@@ -32,7 +32,7 @@ from indexer.ingest import IngestResult, corpus_data_info, data_path, ingest_sto
 from indexer.probes import corpus_probe_candidates, make_probes, quora_probe_candidates
 from indexer.ray_embed import EmbedBatches, column_vectors
 from indexer.ray_input import CorpusInput, read_corpus, store_corpus
-from indexer.runtime.ann import AUTO, IvfParams
+from indexer.runtime.ann import AUTO, SHARDED_KIND, IvfParams
 from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.faiss.devices import set_threads
 from indexer.runtime.faiss.files import INDEX_FILE, deserialize, serialize, write_index
@@ -157,7 +157,7 @@ def embed(corpus_ds: object, cfg: BuildConfig, opts: RayOptions, workers: int, o
 def check_ray_kind(index: str) -> None:
     """The Ray build trains one IVF quantizer and fills shards sharing it (what sharded serving merges), so it
     builds IVF only: `--index auto` means ivf here, flat and hnsw are refused before any work."""
-    if index not in (AUTO, "ivf"):
+    if index not in (AUTO, SHARDED_KIND):  # `KindSpec.shards`
         raise ValueError(f"--engine ray builds IVF indexes only (its shards share one trained quantizer); "
                          f"--index {index} needs the local build (--engine local)")
 
@@ -340,7 +340,7 @@ def _calibrate_and_save(run: _RayBuild, manifest: Manifest, encoder: OnnxEncoder
                                              other.ingested.ids.resolve, cfg.probes)
         doc_ids = other.ingested.ids.faiss_array()
     save_and_evaluate(run.stage, manifest, t_start, evaluate_it=cfg.evaluate and bool(manifest.data.n_queries),
-                      threads=cfg.threads, target_recall=cfg.target_for("ivf"),
+                      threads=cfg.threads, target_recall=cfg.target_for(SHARDED_KIND),
                       probe_maker=lambda v: make_probes(candidates, encoder, v.store, doc_ids, cfg.batch_size),
                       report_after=cfg.report_after)
 

@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from indexer.ingest import publish
+from indexer.runtime.ann import KIND_SPECS, SHARDED_KIND
 from indexer.runtime.faiss.files import INDEX_FILE, split_ivf
 from indexer.runtime.integrity import verify_folder
 from indexer.runtime.layout import IndexRoot, LayoutError, new_version_name
@@ -88,9 +89,10 @@ def reshard(root_dir: Path, n_shards: int, *, version: str | None = None, keep: 
         if not folder.is_dir():
             raise LayoutError(f"no version {version} under {root.versions_dir}")
         parent = Manifest.load(folder)
-        if parent.index.kind != "ivf":
-            raise ValueError(f"version {parent.version} holds a {parent.index.kind} index: only IVF versions are "
-                             f"sharded (their inverted lists split, one trained quantizer shared by every shard)")
+        if not parent.index.spec.shards:  # `KindSpec.shards`: IVF
+            raise ValueError(f"version {parent.version} holds a {parent.index.kind} index: only "
+                             f"{KIND_SPECS[SHARDED_KIND].label} versions are sharded (their inverted lists split, one "
+                             f"trained quantizer shared by every shard)")
         if parent.index.shards:
             raise ValueError(f"version {parent.version} is already kept as {len(parent.index.shards)} shards")
         if parent.index.ntotal < n_shards:

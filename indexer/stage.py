@@ -99,12 +99,7 @@ def save_and_evaluate(stage: Path, manifest: Manifest, t_start: float, *, evalua
                 cal = calibrate_index(opened.ann, target_recall, probes=None if probes is None else
                                       (probes.vectors, probes.self_ids, probes.info))
             cal.seconds = round(time.perf_counter() - t0, 3)  # encoding the probes included
-            if opened.kind == "ivf":
-                manifest.index.set_nprobe(cal.nprobe)
-                manifest.index.nprobe_calibration = cal
-            else:
-                manifest.index.params = opened.ann.params.model_copy()
-                manifest.index.calibration = cal
+            manifest.index.set_calibration(opened.ann.params.model_copy(), cal)  # in the kind's own field
             manifest.build_seconds.calibrate_s = cal.seconds
             manifest.build_seconds.total_s = time.perf_counter() - t_start
             manifest.save(stage)

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from indexer.runtime.ann import DEFAULT_KIND
 from service.compaction_schemas import CompactionState
 
 
@@ -51,7 +52,7 @@ class IndexStats(BaseModel):
     pooling: str
     dim: int
     factory: str
-    kind: str = Field("ivf", description="the index kind: flat (exact), ivf or hnsw")
+    kind: str = Field(DEFAULT_KIND, description="the index kind: flat (exact), ivf or hnsw")
     search_params: dict[str, int] = Field({}, description="search parameters as served: nprobe (IVF), ef_search "
                                           "(HNSW), none (flat); a /search request may set its own")
     nlist: int | None = Field(None, description="IVF only")

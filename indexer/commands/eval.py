@@ -166,10 +166,9 @@ def _print(args: argparse.Namespace, figures: EvalFigures, by_mode: dict[str, Ev
 
 
 def _search_params_text(e) -> str:  # noqa: ANN001 (EvalFigures)
-    if e.index_kind is None or e.index_kind == "ivf":
+    if e.index_kind is None:  # a lexical run
         return f"nprobe {e.nprobe}"
-    return " ".join([e.index_kind, *(f"{k} {v}" for k, v in e.search_params.items())]) + \
-        (" (exact)" if e.index_kind == "flat" else "")
+    return KIND_SPECS[e.index_kind].describe(e.search_params)
 
 
 def _table(e) -> str:  # noqa: ANN001 (EvalFigures)

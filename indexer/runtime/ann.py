@@ -7,29 +7,30 @@ overlay, the sharded backend, build/add/compact, eval/tune/calibrate) talks to a
 - **hnsw**: FAISS's HNSW graph (search parameter `ef_search`; it cannot remove vectors in place, so a removal
   rebuilds the graph from the stored vectors, and the API's deletes go through the write overlay's tombstones).
 
-Each kind declares itself once, in `KIND_SPECS` (like Qdrant's enum of index kinds): its build parameters (a
-pydantic model, recorded in the manifest's `index.params`), the FAISS factory string the manifest names, and its
-search knob (`Knob`: name, range, the request field, the `STRATA_` variable, the CLI flag, what calibration tunes);
-the request schema, the engine's settings, the CLI flags, the served defaults and the checks are generated from it.
-How a kind is built and opened is its `AnnIndex` class in the `faiss` package (the only one that imports faiss),
-registered there under the same name. This module holds what needs no faiss: the kinds, their parameters, the
-abstract interface, the `auto` choice and the per-request search-parameter checks.
+Each kind declares itself once, here (`register_kind`, like Qdrant's enum of index kinds): its build parameters
+(a pydantic model deriving `KindParams`, recorded in the manifest's `index.params`), the FAISS factory string the
+manifest names, its search knob (`Knob`: name, range, the request field, the `STRATA_` variable, the CLI flag, what
+calibration tunes), its `AnnIndex` class (a module of the `faiss` package, the only one that imports faiss) and
+the hooks (`KindSpec`) through which `--index auto`, the build's options, `--add`'s drift, sharding, the manifest,
+calibration's record and eval's table treat it; the request schema, the engine's settings, the CLI flags, the
+served defaults and the checks are generated from it. No other module names a kind. This module holds what needs
+no faiss: the kinds, their parameters, the abstract interface, the `auto` choice and the per-request
+search-parameter checks.
 """
 
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import BaseModel, Field
 
-KINDS = ("flat", "ivf", "hnsw")
 AUTO = "auto"
-IndexKind = Literal["flat", "ivf", "hnsw"]
 
 # `--index auto`: exact search below this many vectors, IVF from it on. Measured in docs/decisions.md
 # (bench/results/index-crossover-20261125T153629Z.md, load 2-4): CPU time per query at 1 thread of exact search
@@ -46,7 +47,13 @@ class IndexParamError(ValueError):
     """A search or build parameter that the index's kind does not take, or a value out of range."""
 
 
-class FlatParams(BaseModel):
+class KindParams(BaseModel):
+    """The build and search parameters of some kind (each kind's model names itself in `kind`)."""
+
+    kind: str
+
+
+class FlatParams(KindParams):
     """Exact search: nothing to choose."""
 
     kind: Literal["flat"] = "flat"
@@ -55,7 +62,7 @@ class FlatParams(BaseModel):
 Quantizer = Literal["flat", "hnsw"]  # how an IVF index finds a query's lists
 
 
-class IvfParams(BaseModel):
+class IvfParams(KindParams):
     kind: Literal["ivf"] = "ivf"
     nlist: int = Field(ge=1)  # lists trained (what the corpus allowed: >= 39 training vectors per list)
     nlist_requested: int = Field(ge=1)
@@ -68,16 +75,11 @@ class IvfParams(BaseModel):
     quantizer: Quantizer = "flat"
 
 
-class HnswParams(BaseModel):
+class HnswParams(KindParams):
     kind: Literal["hnsw"] = "hnsw"
     m: int = Field(32, ge=2)  # graph neighbours per node (FAISS's M)
     ef_construction: int = Field(80, ge=1)
     ef_search: int = Field(64, ge=1)  # candidates kept per query by default (FAISS's efSearch)
-
-
-# The one spelling of "the parameters of some kind" (a new kind's model joins it here), and its pydantic reading
-KindParams = FlatParams | IvfParams | HnswParams
-IndexParams = Annotated[KindParams, Field(discriminator="kind")]
 
 
 @dataclass(frozen=True)
@@ -102,30 +104,115 @@ class Knob:
 
 @dataclass(frozen=True)
 class KindSpec:
-    """One index kind, declared in one place."""
+    """One index kind, declared in one place: what it is (name, parameters, factory string, knob) and the hooks
+    through which the build, the manifest, calibration, sharding and eval treat it, so none of them names a kind.
+    `impl` is its `AnnIndex` class, or "module:Class" imported when first used (the `faiss` package's classes
+    import this module)."""
 
     name: str
-    params: type[BaseModel]  # its build and search parameters (recorded in the manifest)
+    params: type[KindParams]  # its build and search parameters (recorded in the manifest's `index.params`)
     summary: str  # for `--index`'s help
     factory: Callable[[Any], str]  # the manifest's FAISS factory string for its params
+    impl: str | type[AnnIndex]
     knob: Knob | None = None  # None: exact search, nothing to tune
+    title: str = ""  # how messages name it ("IVF"); default: the name
+    auto_from: int | None = None  # `--index auto` picks the kind of the largest auto_from <= N; None: never
+    # build options (`BuildConfig` fields) only this kind takes: given, they choose it under `--index auto` and
+    # are refused with another kind
+    options: tuple[str, ...] = ()
+    trained: bool = False  # it learns from the vectors it was built on (`--add` tracks the drift from them)
+    shards: bool = False  # kept as shard files sharing one trained index (`indexer shard`, the Ray build)
+    # the manifest's fields beside `params` for this kind (what the first manifests carried), and its record of
+    # a calibration (the field of `IndexInfo` a `--target-recall` result goes to)
+    manifest_fields: Callable[[Any], dict[str, Any]] = lambda params: {}
+    calibration_field: str = "calibration"
+    # how eval's table names a search at `search_params` (default: the kind and its values, "(exact)" without a knob)
+    describe_as: Callable[[Mapping[str, int]], str] | None = None
+
+    @property
+    def label(self) -> str:
+        return self.title or self.name
+
+    def describe(self, search_params: Mapping[str, int]) -> str:
+        if self.describe_as is not None:
+            return self.describe_as(search_params)
+        return " ".join([self.name, *(f"{k} {v}" for k, v in search_params.items())]) + \
+            ("" if self.knob else " (exact)")
+
+    def implementation(self) -> type[AnnIndex]:
+        """The kind's `AnnIndex` class (imported on first use when given by name)."""
+        if isinstance(self.impl, str):
+            module, _, cls = self.impl.partition(":")
+            return getattr(importlib.import_module(module), cls)  # type: ignore[no-any-return]
+        return self.impl
 
 
-KIND_SPECS: dict[str, KindSpec] = {spec.name: spec for spec in (
-    KindSpec("flat", FlatParams, "exact search", lambda p: "IDMap2,Flat"),
-    KindSpec("ivf", IvfParams, "inverted lists, --nlist/--nprobe/--codec",  # (HNSW32: faiss.quantizer's QUANTIZER_HNSW_M)
-             lambda p: f"IVF{p.nlist}{'_HNSW32' if p.quantizer == 'hnsw' else ''},{p.codec}",
-             Knob("nprobe", 1_000_000, "lists probed (clamped to nlist)",
-                  clamp=lambda p, v: max(1, min(int(v), p.nlist)))),
-    KindSpec("hnsw", HnswParams, "graph, --hnsw-m/--ef-construction/--ef-search", lambda p: f"IDMap2,HNSW{p.m}",
-             Knob("ef_search", 100_000, "candidates kept")),
-)}
-assert tuple(KIND_SPECS) == KINDS
+KIND_SPECS: dict[str, KindSpec] = {}
+
+
+def register_kind(spec: KindSpec) -> KindSpec:
+    """Declare a kind: `KIND_SPECS`, `SEARCH_PARAMS` and `KNOBS` follow. Every kind Strata ships is registered
+    below; a kind of a plugin or a test registers the same way (`unregister_kind` takes it back)."""
+    if spec.params.model_fields["kind"].default != spec.name:
+        raise ValueError(f"{spec.params.__name__}.kind must default to {spec.name!r}")
+    KIND_SPECS[spec.name] = spec
+    SEARCH_PARAMS[spec.name] = (spec.knob.name,) if spec.knob else ()
+    if spec.knob is not None and spec.knob.name not in {k.name for k in KNOBS}:
+        KNOBS.append(spec.knob)
+    return spec
+
+
+def unregister_kind(name: str) -> None:
+    spec = KIND_SPECS.pop(name)
+    SEARCH_PARAMS.pop(name)
+    if spec.knob is not None and all(s.knob is None or s.knob.name != spec.knob.name for s in KIND_SPECS.values()):
+        KNOBS.remove(spec.knob)
+
 
 # The per-query search parameters each kind takes (a /search request, `indexer eval --nprobe/--ef-search`).
-SEARCH_PARAMS: dict[str, tuple[str, ...]] = {k: (s.knob.name,) if s.knob else () for k, s in KIND_SPECS.items()}
+SEARCH_PARAMS: dict[str, tuple[str, ...]] = {}
 # Every kind's knob, once each (the request fields, settings and flags generated from them)
-KNOBS: tuple[Knob, ...] = tuple({s.knob.name: s.knob for s in KIND_SPECS.values() if s.knob}.values())
+KNOBS: list[Knob] = []
+
+# The kinds Strata ships, each declared here once; their classes are the `faiss` package's modules of the same
+# names (HNSW32 in ivf's factory: `faiss.quantizer.QUANTIZER_HNSW_M`).
+for _spec in (
+    KindSpec("flat", FlatParams, "exact search", lambda p: "IDMap2,Flat", "indexer.runtime.faiss.flat:FlatIndex",
+             auto_from=0),
+    KindSpec("ivf", IvfParams, "inverted lists, --nlist/--nprobe/--codec",
+             lambda p: f"IVF{p.nlist}{'_HNSW32' if p.quantizer == 'hnsw' else ''},{p.codec}",
+             "indexer.runtime.faiss.ivf:IvfIndex",
+             Knob("nprobe", 1_000_000, "lists probed (clamped to nlist)",
+                  clamp=lambda p, v: max(1, min(int(v), p.nlist))),
+             title="IVF", auto_from=AUTO_FLAT_BELOW, options=("nlist", "nprobe", "codec", "memory_budget"),
+             trained=True, shards=True, calibration_field="nprobe_calibration",
+             describe_as=lambda sp: f"nprobe {sp.get('nprobe')}",
+             manifest_fields=lambda p: {"nlist": p.nlist, "nlist_requested": p.nlist_requested, "nprobe": p.nprobe}),
+    KindSpec("hnsw", HnswParams, "graph, --hnsw-m/--ef-construction/--ef-search", lambda p: f"IDMap2,HNSW{p.m}",
+             "indexer.runtime.faiss.hnsw:HnswIndex", Knob("ef_search", 100_000, "candidates kept"), title="HNSW"),
+):
+    register_kind(_spec)
+KINDS = tuple(KIND_SPECS)  # the kinds Strata ships (`--index`'s choices)
+SHARDED_KIND = next(name for name, spec in KIND_SPECS.items() if spec.shards)  # what the Ray build builds
+DEFAULT_KIND = SHARDED_KIND  # `BuildConfig.index` of a programmatic build (the CLI's default is auto)
+
+
+def parse_params(data: Any) -> KindParams:
+    """`index.params` of a manifest (or a params model already) as its kind's model (`KIND_SPECS`)."""
+    if isinstance(data, KindParams):
+        return data
+    kind = data.get("kind") if isinstance(data, dict) else None
+    if kind not in KIND_SPECS:
+        raise ValueError(f"unknown index kind {kind!r}: one of {', '.join(KIND_SPECS)}")
+    return KIND_SPECS[kind].params.model_validate(data)
+
+
+def first_manifest_params(data: dict[str, Any]) -> dict[str, Any]:
+    """The `params` of a manifest written before there were kinds, from its nlist/nprobe/factory fields."""
+    factory = str(data.get("factory", ""))
+    codec = factory.split(",", 1)[1] if "," in factory else "SQfp16"
+    return {"kind": IvfParams.model_fields["kind"].default, "nlist": data["nlist"], "codec": codec,
+            "nlist_requested": data.get("nlist_requested") or data["nlist"], "nprobe": data.get("nprobe") or 1}
 
 
 def served_search_params(params: KindParams, overrides: Mapping[str, int | None] | None = None) -> dict[str, int]:
@@ -152,13 +239,15 @@ def check_search_params(kind: str, search_params: Mapping[str, int | None] | Non
     return given
 
 
-def choose_kind(requested: str, n_vectors: int) -> IndexKind:
-    """`--index`: the kind asked for, or for `auto` flat below `AUTO_FLAT_BELOW` vectors and IVF from it on."""
+def choose_kind(requested: str, n_vectors: int) -> str:
+    """`--index`: the kind asked for, or for `auto` the kind of the largest `auto_from` <= `n_vectors` (flat below
+    `AUTO_FLAT_BELOW` vectors, IVF from it on)."""
     if requested == AUTO:
-        return "flat" if n_vectors < AUTO_FLAT_BELOW else "ivf"
-    if requested not in KINDS:
-        raise IndexParamError(f"--index must be one of auto, {', '.join(KINDS)}; not {requested!r}")
-    return requested  # type: ignore[return-value]
+        auto = [(s.auto_from, s.name) for s in KIND_SPECS.values() if s.auto_from is not None]
+        return max(a for a in auto if a[0] <= n_vectors)[1]
+    if requested not in KIND_SPECS:
+        raise IndexParamError(f"--index must be one of auto, {', '.join(KIND_SPECS)}; not {requested!r}")
+    return requested
 
 
 class AnnIndex(ABC):
@@ -169,6 +258,15 @@ class AnnIndex(ABC):
 
     kind: ClassVar[str]
     params: KindParams
+
+    @classmethod
+    def params_for(cls, options: Mapping[str, Any], n_vectors: int, dim: int) -> KindParams:
+        """A new index's parameters for `n_vectors` of `dim` dimensions from a build's options (`BuildConfig`'s
+        fields by name): by default the kind's declared defaults, and its knob's value when given."""
+        spec = KIND_SPECS[cls.kind]
+        knob = spec.knob
+        given = options.get("eval_search_params") or {}
+        return spec.params(**({knob.name: given[knob.name]} if knob and knob.name in given else {}))
 
     @property
     @abstractmethod

@@ -6,9 +6,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ValidationError, model_validator
+from pydantic import BaseModel, SerializeAsAny, ValidationError, field_validator, model_validator
 
-from indexer.runtime.ann import KIND_SPECS, IndexParams, IvfParams, KindParams
+from indexer.runtime.ann import KIND_SPECS, KindParams, KindSpec, first_manifest_params, parse_params
 from indexer.runtime.atomic import write_json_atomic
 
 MANIFEST = "manifest.json"
@@ -90,16 +90,17 @@ class KnobCalibration(BaseModel):
 class IndexInfo(BaseModel):
     factory: str  # the faiss.index_factory string, e.g. "IVF1024,Flat" ("IDMap2,Flat", "IDMap2,HNSW32")
     metric: str = "inner_product"
-    # IVF only (None for other kinds), kept beside `params` so that readers of the first manifests still read
-    # IVF versions; `params` is what Strata reads.
+    # IVF only (None for other kinds: `KindSpec.manifest_fields`), kept beside `params` so that readers of the
+    # first manifests still read IVF versions; `params` is what Strata reads.
     nlist: int | None = None
     nlist_requested: int | None = None
     nprobe: int | None = None
     ntotal: int
     # The index kind and its typed build/search parameters (`indexer.runtime.ann`). Manifests written before
     # there were kinds have none: they are IVF, and `params` is read from nlist/nprobe/factory.
-    params: IndexParams
-    calibration: KnobCalibration | None = None  # `--target-recall` of a non-IVF kind (IVF: nprobe_calibration)
+    params: SerializeAsAny[KindParams]  # the model of its kind (`ann.parse_params`)
+    # `--target-recall`'s result, in the kind's `KindSpec.calibration_field` (IVF: nprobe_calibration)
+    calibration: KnobCalibration | None = None
     # `indexer build --add` grows an index without retraining its coarse quantizer; these say how far it has
     # drifted from what the quantizer was trained on (None: trained on all `ntotal`, the usual full build).
     trained_ntotal: int | None = None
@@ -115,30 +116,44 @@ class IndexInfo(BaseModel):
     @classmethod
     def _params_of_old_manifests(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("params") is None and data.get("nlist") is not None:
-            factory = str(data.get("factory", ""))
-            codec = factory.split(",", 1)[1] if "," in factory else "SQfp16"
-            data = {**data, "params": {"kind": "ivf", "nlist": data["nlist"], "codec": codec,
-                                       "nlist_requested": data.get("nlist_requested") or data["nlist"],
-                                       "nprobe": data.get("nprobe") or 1}}
+            data = {**data, "params": first_manifest_params(data)}
         return data
+
+    @field_validator("params", mode="before")
+    @classmethod
+    def _params_of_its_kind(cls, value: Any) -> KindParams:
+        return parse_params(value)
 
     @property
     def kind(self) -> str:
         return self.params.kind
 
+    @property
+    def spec(self) -> KindSpec:
+        return KIND_SPECS[self.params.kind]
+
+    def set_params(self, params: KindParams) -> None:
+        """New parameters of the same kind (a calibrated search parameter), in `params` and in the fields the
+        kind keeps beside it alike."""
+        self.params = params
+        for name, value in self.spec.manifest_fields(params).items():
+            setattr(self, name, value)
+
     def set_nprobe(self, nprobe: int) -> None:
         """An IVF version's default nprobe, in `params` and in the old field alike."""
-        assert isinstance(self.params, IvfParams)
-        self.params.nprobe = self.nprobe = nprobe
+        self.params.nprobe = nprobe  # type: ignore[attr-defined]
+        self.set_params(self.params)
+
+    def set_calibration(self, params: KindParams, calibration: Any) -> None:
+        """A `--target-recall` result: the calibrated parameters and the record, in the kind's field."""
+        self.set_params(params)
+        setattr(self, self.spec.calibration_field, calibration)
 
     @classmethod
     def for_params(cls, params: KindParams, ntotal: int, **extra: Any) -> IndexInfo:
         """The index section of a new version of `params.kind` (its factory string: `ann.KIND_SPECS`)."""
-        factory = KIND_SPECS[params.kind].factory(params)
-        if isinstance(params, IvfParams):  # the fields IVF manifests carried before there were kinds
-            return cls(factory=factory, nlist=params.nlist, nlist_requested=params.nlist_requested,
-                       nprobe=params.nprobe, ntotal=ntotal, params=params, **extra)
-        return cls(factory=factory, ntotal=ntotal, params=params, **extra)
+        spec = KIND_SPECS[params.kind]  # with the fields the kind keeps beside `params` (IVF's first manifests')
+        return cls(factory=spec.factory(params), ntotal=ntotal, params=params, **spec.manifest_fields(params), **extra)
 
 
 class CorpusFieldsInfo(BaseModel):

@@ -42,7 +42,7 @@ import numpy as np
 import ray
 from ray import serve
 
-from indexer.runtime.ann import IvfParams, check_search_params
+from indexer.runtime.ann import SHARDED_KIND, IvfParams, check_search_params
 from indexer.runtime.faiss.devices import set_threads
 from indexer.runtime.faiss.files import read_index
 from indexer.runtime.faiss.filtered import IdFilter, filtered_nprobe, filtered_search
@@ -210,7 +210,7 @@ class ShardedIndex(LexicalSearching):
     def search(self, vectors: np.ndarray, k: int, match: FilterMatch | None = None, *,
                search_params: dict[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        search_params = check_search_params("ivf", search_params) or None
+        search_params = check_search_params(SHARDED_KIND, search_params) or None
         if match is None:
             pending = [h.search.remote(vectors, k, search_params=search_params) for h in self.handles]  # all shards at
                                                                                                         # once
@@ -273,7 +273,7 @@ class RayBackend:
             manifest = Manifest.load(folder)
         except ManifestError as exc:
             raise IndexLoadError(str(exc)) from exc
-        if manifest.index.kind != "ivf":  # `indexer build --engine ray` builds IVF only; say so if one turns up
+        if manifest.index.kind != SHARDED_KIND:  # `indexer build --engine ray` builds IVF only; say so if one turns up
             raise Mismatch(f"{folder} holds a {manifest.index.kind} index: the sharded backend serves IVF shards "
                            f"sharing one quantizer (`indexer build --engine ray --shards N`); serve it with the "
                            f"local backend")

@@ -1,34 +1,20 @@
-"""What every FAISS-backed kind shares: the registry of implementations by kind (`@implements`) and
-`FaissBacked`, the `AnnIndex` over a wrapped FAISS index."""
+"""What every FAISS-backed kind shares: `FaissBacked`, the `AnnIndex` over a wrapped FAISS index (each kind's class
+is named by its `ann.KindSpec.impl`)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import faiss
 import numpy as np
 
-from indexer.runtime.ann import KIND_SPECS, AnnIndex, check_search_params
+from indexer.runtime.ann import AnnIndex, check_search_params
 
 
 def params_for(search_params: Mapping[str, int] | None, kind: str) -> dict[str, int]:
     return check_search_params(kind, search_params) if search_params else {}
-
-
-# The implementation of each kind of `ann.KIND_SPECS`, by name (`@implements`): how it is built and opened.
-IMPLEMENTATIONS: dict[str, type[FaissBacked]] = {}
-
-
-def implements(kind: str) -> Callable[[type[FaissBacked]], type[FaissBacked]]:
-    """Register a class as the implementation of `kind` (declared in `ann.KIND_SPECS`)."""
-
-    def register(cls: type[FaissBacked]) -> type[FaissBacked]:
-        assert kind in KIND_SPECS and cls.kind == kind, f"{cls.__name__}: declare {kind!r} in ann.KIND_SPECS"
-        IMPLEMENTATIONS[kind] = cls
-        return cls
-    return register
 
 
 class FaissBacked(AnnIndex):

@@ -8,13 +8,12 @@ import faiss
 import numpy as np
 
 from indexer.runtime.ann import FlatParams
-from indexer.runtime.faiss.base import implements, params_for
+from indexer.runtime.faiss.base import params_for
 from indexer.runtime.faiss.filtered import IdFilter
 from indexer.runtime.faiss.idmap import IdMapped
 from indexer.runtime.faiss.search import Exclusion, remove_ids
 
 
-@implements("flat")
 class FlatIndex(IdMapped):
     """Exact search (`IndexFlatIP` in an `IndexIDMap2`): every answer, filtered or not, is exact."""
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
+from typing import Any
 
 import faiss
 import numpy as np
 
 from indexer.runtime.ann import HnswParams, check_search_params
-from indexer.runtime.faiss.base import implements, params_for
+from indexer.runtime.faiss.base import params_for
 from indexer.runtime.faiss.filtered import IdFilter
 from indexer.runtime.faiss.idmap import IdMapped
 from indexer.runtime.faiss.search import Exclusion
@@ -21,7 +22,6 @@ HNSW_EXACT_FILTER_SHARE = 0.1
 HNSW_MAX_EF = 4096
 
 
-@implements("hnsw")
 class HnswIndex(IdMapped):
     """FAISS's HNSW graph with flat float32 storage (`IndexHNSWFlat` in an `IndexIDMap2`).
 
@@ -39,6 +39,15 @@ class HnswIndex(IdMapped):
 
     def _hnsw(self) -> faiss.IndexHNSW:
         return faiss.downcast_index(self._index.index)
+
+    @classmethod
+    def params_for(cls, options: Mapping[str, Any], n_vectors: int, dim: int) -> HnswParams:
+        """The graph's M and efConstruction as given (the CLI's defaults: `HnswParams`'), efSearch given or the
+        default (calibration sets it after the build)."""
+        default = HnswParams.model_fields
+        return HnswParams(m=options.get("hnsw_m") or default["m"].default,
+                          ef_construction=options.get("ef_construction") or default["ef_construction"].default,
+                          ef_search=options.get("ef_search") or default["ef_search"].default)
 
     @classmethod
     def empty(cls, dim: int, params: HnswParams) -> HnswIndex:

@@ -4,23 +4,38 @@ everywhere, and filtered searches go through the lists' `ListLocator`."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import faiss
 import numpy as np
 
 from indexer.runtime.ann import AnnIndex, IvfParams, check_search_params
-from indexer.runtime.faiss.base import FaissBacked, implements, params_for
+from indexer.runtime.faiss.base import FaissBacked, params_for
 from indexer.runtime.faiss.exact import exact_search, sample_stored, stored_vectors
 from indexer.runtime.faiss.files import memory_bytes, write_index
 from indexer.runtime.faiss.filtered import IdFilter, ListLocator, exact_pays, filtered_nprobe, filtered_search, ivf_of
+from indexer.runtime.faiss.kmeans import TRAIN_POINTS_PER_LIST
+from indexer.runtime.faiss.quantizer import quantizer_for
 from indexer.runtime.faiss.search import Exclusion, remove_ids, search
-from indexer.runtime.faiss.training import build_ivf, clamp_nprobe, nlist_of, set_nprobe
+from indexer.runtime.faiss.training import (
+    DEFAULT_NPROBE,
+    MIN_POINTS_PER_LIST,
+    auto_nlist,
+    build_ivf,
+    clamp_nprobe,
+    codec_for_budget,
+    effective_nlist,
+    nlist_of,
+    set_nprobe,
+)
+
+log = logging.getLogger(__name__)
 
 
-@implements("ivf")
 class IvfIndex(FaissBacked):
     """Strata's IVF index (fp16 or float32 codes holding the vectors); nprobe is clamped to nlist everywhere."""
 
@@ -36,6 +51,34 @@ class IvfIndex(FaissBacked):
     @classmethod
     def holds(cls, top: faiss.Index) -> bool:
         return isinstance(top, faiss.IndexIVF)
+
+    @classmethod
+    def params_for(cls, options: Mapping[str, Any], n_vectors: int, dim: int) -> IvfParams:
+        """nlist by size (`auto_nlist`, cut for >= 39 training vectors per list) unless given, the codec given or
+        the most precise fitting `memory_budget`, the graph quantizer from its nlist on, nprobe given or the
+        default (calibration sets it after the build); the reasons logged and recorded in `nlist_reason`."""
+        requested = options.get("nlist") or auto_nlist(n_vectors)
+        nlist = effective_nlist(n_vectors, requested)
+        reason = (f"--nlist {options.get('nlist')}" if options.get("nlist") else
+                  f"by size: 4·sqrt({n_vectors}) rounded to a power of two")
+        if nlist != requested:
+            reason += f", cut to {nlist} for >= {MIN_POINTS_PER_LIST} training vectors per list"
+        sample = min(n_vectors, TRAIN_POINTS_PER_LIST * nlist)
+        log.info("IVF lists: nlist %d (%s); k-means on %d vectors", nlist, reason, sample)
+        codec = options.get("codec")
+        if codec is None:
+            codec, why = codec_for_budget(n_vectors, dim, nlist, options.get("memory_budget"))
+            if options.get("memory_budget") is not None:
+                log.info("IVF codec %s (%s)", codec, why)
+                reason += f"; codec {codec}: {why}"
+        quantizer = quantizer_for(nlist)
+        if quantizer != "flat":
+            log.info("IVF quantizer: an HNSW graph over the %d centroids (a flat one reads every centroid per "
+                     "query)", nlist)
+            reason += "; lists found through an HNSW graph over the centroids"
+        return IvfParams(nlist=nlist, nlist_requested=requested, codec=codec,
+                         nprobe=clamp_nprobe(options.get("nprobe") or DEFAULT_NPROBE, nlist), nlist_reason=reason,
+                         train_sample=sample, quantizer=quantizer)
 
     def __init__(self, index: faiss.Index, params: IvfParams) -> None:
         self._index = index

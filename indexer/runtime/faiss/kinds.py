@@ -1,17 +1,16 @@
-"""The front door of the kinds: build an index of a manifest's kind, or open one from its file(s). Importing it
-registers every kind's implementation (`flat`, `ivf`, `hnsw`)."""
+"""The front door of the kinds: build an index of a manifest's kind, or open one from its file(s). Each kind's class
+is its `ann.KindSpec.impl`."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import faiss
 import numpy as np
 
-from indexer.runtime.ann import AnnIndex, IvfParams, KindParams
-from indexer.runtime.faiss import flat, hnsw, ivf  # noqa: F401  (each registers its kind)
-from indexer.runtime.faiss.base import IMPLEMENTATIONS
+from indexer.runtime.ann import KIND_SPECS, SHARDED_KIND, AnnIndex, KindParams
 from indexer.runtime.faiss.files import read_index, read_merged
 
 
@@ -19,7 +18,8 @@ def build_index(params: KindParams, vectors: np.ndarray, ids: np.ndarray, seed: 
                 ) -> tuple[AnnIndex, float, float]:
     """An index of `params.kind` over `vectors` under `ids`; returns (index, train_s, add_s)."""
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-    return IMPLEMENTATIONS[params.kind].build_from(params, vectors, ids, seed)
+    return KIND_SPECS[params.kind].implementation().build_from(  # type: ignore[attr-defined]
+        params, vectors, ids, seed)
 
 
 def wrap_index(index: faiss.Index, params: KindParams) -> AnnIndex:
@@ -28,7 +28,7 @@ def wrap_index(index: faiss.Index, params: KindParams) -> AnnIndex:
     if top is not index and index.this.own():  # the typed wrapper takes over the C++ object's ownership
         index.this.disown()
         top.this.acquire()
-    impl = IMPLEMENTATIONS[params.kind]
+    impl: Any = KIND_SPECS[params.kind].implementation()
     if not impl.holds(top):
         raise ValueError(f"the manifest says {params.kind} but the file holds {type(top).__name__}")
     return impl(top, params.model_copy())  # type: ignore[call-arg]
@@ -37,6 +37,7 @@ def wrap_index(index: faiss.Index, params: KindParams) -> AnnIndex:
 def read_ann(paths: Sequence[str | Path], params: KindParams, *, mmap: bool = False) -> AnnIndex:
     """Read a version's index file (or IVF shard files, merged: in memory, whatever `mmap`) as the `AnnIndex` of
     `params.kind`; `mmap`: see `read_index`."""
-    if len(paths) > 1 and not isinstance(params, IvfParams):
-        raise ValueError(f"only IVF versions are kept as shards; the manifest says {params.kind}")
+    if len(paths) > 1 and not KIND_SPECS[params.kind].shards:
+        raise ValueError(f"only {KIND_SPECS[SHARDED_KIND].label} versions are kept as shards; the manifest says "
+                         f"{params.kind}")
     return wrap_index(read_index(paths[0], mmap=mmap) if len(paths) == 1 else read_merged(paths), params)
