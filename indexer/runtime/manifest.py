@@ -6,7 +6,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, SerializeAsAny, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, SerializeAsAny, ValidationError, model_validator
 
 from indexer.runtime.ann import KIND_SPECS, KindParams, KindSpec, first_manifest_params, parse_params
 from indexer.runtime.atomic import write_json_atomic
@@ -114,15 +114,12 @@ class IndexInfo(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _params_of_old_manifests(cls, data: Any) -> Any:
+    def _params_of_its_kind(cls, data: Any) -> Any:
+        """`params` as its kind's model (`ann.parse_params`); a manifest from before kinds has none: nlist/nprobe."""
         if isinstance(data, dict) and data.get("params") is None and data.get("nlist") is not None:
             data = {**data, "params": first_manifest_params(data)}
-        return data
-
-    @field_validator("params", mode="before")
-    @classmethod
-    def _params_of_its_kind(cls, value: Any) -> KindParams:
-        return parse_params(value)
+        return {**data, "params": parse_params(data["params"])} if isinstance(data, dict) and data.get("params") \
+            is not None else data
 
     @property
     def kind(self) -> str:
@@ -133,14 +130,12 @@ class IndexInfo(BaseModel):
         return KIND_SPECS[self.params.kind]
 
     def set_params(self, params: KindParams) -> None:
-        """New parameters of the same kind (a calibrated search parameter), in `params` and in the fields the
-        kind keeps beside it alike."""
+        """New parameters of the same kind, in `params` and in the fields the kind keeps beside it alike."""
         self.params = params
         for name, value in self.spec.manifest_fields(params).items():
             setattr(self, name, value)
 
-    def set_nprobe(self, nprobe: int) -> None:
-        """An IVF version's default nprobe, in `params` and in the old field alike."""
+    def set_nprobe(self, nprobe: int) -> None:  # an IVF version's default nprobe, in `params` and the old field
         self.params.nprobe = nprobe  # type: ignore[attr-defined]
         self.set_params(self.params)
 
