@@ -25,6 +25,7 @@ import numpy as np
 from indexer.ingest import publish
 from indexer.probes import PROBES_FILE
 from indexer.quora import COLUMNS, QuoraFormatError, _open_text, read_rows
+from indexer.runtime.ann import KIND_SPECS
 from indexer.runtime.encoder import EncoderLoadError, OnnxEncoder
 from indexer.runtime.faiss.devices import set_threads
 from indexer.runtime.faiss.files import INDEX_FILE
@@ -149,9 +150,9 @@ def add_questions(root_dir: Path, path: Path, *, model_dir: Path | None = None, 
                     shutil.copy2(base.folder / PROBES_FILE, stage / PROBES_FILE)
                 if (base.folder / QUERY_VECTORS).is_file():
                     shutil.copy2(base.folder / QUERY_VECTORS, stage / QUERY_VECTORS)
-                # only a trained kind (IVF's quantizer) drifts from what it learnt; the others take additions as
-                # they come (`KindSpec.trained`)
-                trained = (parent.index.trained_ntotal or parent.index.ntotal) if parent.index.spec.trained else None
+                # only a trained kind (IVF's quantizer) drifts from what it learnt (`KindSpec.trained`)
+                learnt = KIND_SPECS[parent.index.kind].trained
+                trained = (parent.index.trained_ntotal or parent.index.ntotal) if learnt else None
                 added = len(ids) - len(present)
                 info = parent.index.model_copy(update={"ntotal": int(index.ntotal), "trained_ntotal": trained,
                                                   "added_since_training": parent.index.added_since_training + added

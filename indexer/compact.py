@@ -42,6 +42,7 @@ import numpy as np
 from indexer.compact_index import Resized, follow_size
 from indexer.ingest import publish
 from indexer.probes import PROBES_FILE
+from indexer.runtime.ann import KIND_SPECS
 from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.faiss.devices import set_threads
 from indexer.runtime.faiss.files import INDEX_FILE
@@ -183,9 +184,9 @@ def _index_section(parent: Manifest, ntotal: int, created: int, resized: Resized
                    ) -> tuple[IndexInfo, int | None]:
     """The compacted version's index section, and the vectors its IVF lists were trained on (None: not IVF)."""
     if resized is not None:
-        return resized.info, resized.info.ntotal if resized.info.spec.trained else None
+        return resized.info, resized.info.ntotal if KIND_SPECS[resized.info.kind].trained else None
     # only a trained kind (IVF's quantizer) drifts from what it learnt (`KindSpec.trained`)
-    trained = (parent.index.trained_ntotal or parent.index.ntotal) if parent.index.spec.trained else None
+    trained = (parent.index.trained_ntotal or parent.index.ntotal) if KIND_SPECS[parent.index.kind].trained else None
     return parent.index.model_copy(update={"ntotal": ntotal, "trained_ntotal": trained, "added_since_training":
                                            parent.index.added_since_training + created if trained is not None
                                            else 0}), trained

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from indexer.build_config import BuildConfig, index_params
-from indexer.runtime.ann import AUTO, AnnIndex, choose_kind
+from indexer.runtime.ann import AUTO, KIND_SPECS, AnnIndex, choose_kind
 from indexer.runtime.faiss.kinds import build_index
 from indexer.runtime.manifest import IndexInfo, Manifest
 from indexer.runtime.progress import Working
@@ -39,14 +39,14 @@ class Resized:
 def follow_size(index: AnnIndex, parent: Manifest, created: int, rebuild_after: float) -> Resized | None:
     """The index `--index auto` would build over what `index` now holds, or None when the grown one is that."""
     kind, n = parent.index.kind, int(index.ntotal)
-    if parent.index.spec.auto_from is None or n == 0:  # a kind `--index auto` never picks stays as it is
+    if KIND_SPECS[parent.index.kind].auto_from is None or n == 0:  # a kind `--index auto` never picks stays as it is
         return None
     wanted = choose_kind(AUTO, n)
     trained = parent.index.trained_ntotal or parent.index.ntotal
     drift = (parent.index.added_since_training + created) / max(trained, 1)
     if wanted != kind:
         reason = f"{n:,} vectors: {wanted} (--index auto), not {kind}"
-    elif parent.index.spec.trained and drift > rebuild_after:
+    elif KIND_SPECS[parent.index.kind].trained and drift > rebuild_after:
         reason = f"{drift:.0%} of the {trained:,} vectors its lists were trained on were added since"
     else:
         return None

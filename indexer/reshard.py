@@ -89,7 +89,7 @@ def reshard(root_dir: Path, n_shards: int, *, version: str | None = None, keep: 
         if not folder.is_dir():
             raise LayoutError(f"no version {version} under {root.versions_dir}")
         parent = Manifest.load(folder)
-        if not parent.index.spec.shards:  # `KindSpec.shards`: IVF
+        if not KIND_SPECS[parent.index.kind].shards:  # `KindSpec.shards`: IVF
             raise ValueError(f"version {parent.version} holds a {parent.index.kind} index: only "
                              f"{KIND_SPECS[SHARDED_KIND].label} versions are sharded (their inverted lists split, one "
                              f"trained quantizer shared by every shard)")

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, SerializeAsAny, ValidationError, model_validator
 
-from indexer.runtime.ann import KIND_SPECS, KindParams, KindSpec, first_manifest_params, parse_params
+from indexer.runtime.ann import KIND_SPECS, KindParams, first_manifest_params, parse_params
 from indexer.runtime.atomic import write_json_atomic
 
 MANIFEST = "manifest.json"
@@ -99,8 +99,7 @@ class IndexInfo(BaseModel):
     # The index kind and its typed build/search parameters (`indexer.runtime.ann`). Manifests written before
     # there were kinds have none: they are IVF, and `params` is read from nlist/nprobe/factory.
     params: SerializeAsAny[KindParams]  # the model of its kind (`ann.parse_params`)
-    # `--target-recall`'s result, in the kind's `KindSpec.calibration_field` (IVF: nprobe_calibration)
-    calibration: KnobCalibration | None = None
+    calibration: KnobCalibration | None = None  # `--target-recall` of a kind whose calibration_field it is
     # `indexer build --add` grows an index without retraining its coarse quantizer; these say how far it has
     # drifted from what the quantizer was trained on (None: trained on all `ntotal`, the usual full build).
     trained_ntotal: int | None = None
@@ -125,24 +124,16 @@ class IndexInfo(BaseModel):
     def kind(self) -> str:
         return self.params.kind
 
-    @property
-    def spec(self) -> KindSpec:
-        return KIND_SPECS[self.params.kind]
-
-    def set_params(self, params: KindParams) -> None:
-        """New parameters of the same kind, in `params` and in the fields the kind keeps beside it alike."""
-        self.params = params
-        for name, value in self.spec.manifest_fields(params).items():
-            setattr(self, name, value)
-
     def set_nprobe(self, nprobe: int) -> None:  # an IVF version's default nprobe, in `params` and the old field
         self.params.nprobe = nprobe  # type: ignore[attr-defined]
-        self.set_params(self.params)
+        self.set_calibration(self.params, getattr(self, KIND_SPECS[self.kind].calibration_field))
 
     def set_calibration(self, params: KindParams, calibration: Any) -> None:
-        """A `--target-recall` result: the calibrated parameters and the record, in the kind's field."""
-        self.set_params(params)
-        setattr(self, self.spec.calibration_field, calibration)
+        """A `--target-recall` result: the parameters, with the fields the kind keeps beside them (IVF's nprobe), and
+        the record, in the kind's field (`KindSpec.manifest_fields`, `calibration_field`)."""
+        spec, self.params = KIND_SPECS[self.kind], params
+        for name, value in {**spec.manifest_fields(params), spec.calibration_field: calibration}.items():
+            setattr(self, name, value)
 
     @classmethod
     def for_params(cls, params: KindParams, ntotal: int, **extra: Any) -> IndexInfo:
