@@ -162,12 +162,13 @@ class Server:
 
 
 def start_server(tmp: Path, env_overrides: dict[str, str], *, wait_ready: bool = True, args: tuple[str, ...] = (),
-                 timeout: float = 180) -> Server:
-    """`python -m service` as a user runs it, on 127.0.0.1 and a free port; waits until it answers."""
+                 timeout: float = 180, module: str = "service") -> Server:
+    """`python -m service` as a user runs it, on 127.0.0.1 and a free port; waits until it answers. `module`: a
+    test's launcher of the same server (`tests.service.held_service`: with a hold the test controls)."""
     port = free_port()
     env = os.environ | {"STRATA_PORT": str(port), "STRATA_HOST": "127.0.0.1", "STRATA_THREADS": "2"} | env_overrides
     log = tmp / f"server-{port}.log"
-    proc = subprocess.Popen([sys.executable, "-m", "service", *args], cwd=REPO, env=env, stdout=open(log, "wb"),
+    proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=REPO, env=env, stdout=open(log, "wb"),
                             stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout

@@ -3,8 +3,13 @@
 Every path that writes a version does so in `IndexRoot.staging`, which seals the folder (`seal`) just before
 renaming it into `versions/`: every file below the folder but `manifest.json` (walked, not listed, so files that
 later builds add — a lexical index, shard files, another index kind — are covered without touching this module)
-gets its size and digest into `manifest.json`'s `checksums`. The manifest itself is left out so that `indexer eval`
-may still record figures in it.
+gets its size and digest into `manifest.json`'s `checksums`. The manifest is covered by a checksum of its own,
+`manifest_checksum`: the digest of its other fields (canonical JSON), stamped by every writer of a manifest
+(`write_manifest`: sealing, `Manifest.save` — so `indexer eval` may still record figures in it). Its fields decide
+what is served (`writes.folded_seq`: which logged writes the version holds, so which are replayed over it), so a
+manifest whose content no longer matches its checksum is refused like a damaged data file. A manifest of format 1
+(written before this checksum) has none and loads unchecked, with a log line; from format 2 on
+(`MANIFEST_CHECKSUM_FORMAT`) a manifest without one is refused.
 
 `verify` is what the service runs before it opens a version (at startup and at every swap) and what
 `indexer verify` runs on demand: it names the first damaged file (a different size: truncated or grown; same size,
@@ -37,6 +42,8 @@ log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"  # the same name as `manifest.MANIFEST` (that module imports pydantic; this one need not)
 CHECKSUMS_KEY = "checksums"
+MANIFEST_CHECKSUM_KEY = "manifest_checksum"
+MANIFEST_CHECKSUM_FORMAT = 2  # the manifests' `format_version` from which the manifest's own checksum is required
 ALGORITHM = "xxh3-128"
 CHUNK = 8 << 20
 _HASHERS: dict[str, Callable[[], object]] = {"xxh3-128": xxhash.xxh3_128}
@@ -101,15 +108,55 @@ def compute(folder: Path) -> dict[str, object]:
     return {"algorithm": ALGORITHM, "files": entries}
 
 
+def manifest_digest(raw: dict[str, object], algorithm: str = ALGORITHM) -> str:
+    """The digest of a manifest's fields but its own checksum, over canonical JSON (sorted keys, no spaces): the
+    same whatever indentation or key order the file was written with."""
+    fields = {k: v for k, v in raw.items() if k != MANIFEST_CHECKSUM_KEY}
+    hasher = _HASHERS[algorithm]()
+    hasher.update(json.dumps(fields, sort_keys=True, separators=(",", ":")).encode())  # type: ignore[attr-defined]
+    return hasher.hexdigest()  # type: ignore[attr-defined]
+
+
+def write_manifest(folder: Path, raw: dict[str, object]) -> None:
+    """Write `raw` as `folder`'s manifest, atomically, stamped with its own checksum: every writer of a manifest
+    goes through here."""
+    raw = dict(raw)
+    raw[MANIFEST_CHECKSUM_KEY] = {"algorithm": ALGORITHM, "digest": manifest_digest(raw)}
+    write_json_atomic(Path(folder) / MANIFEST, raw)
+
+
+def check_manifest(path: Path, raw: object) -> bool:
+    """Raise IntegrityError when the manifest `raw` (read from `path`) does not match its own checksum, or has none
+    though its format requires one; False for a format-1 manifest without one (not checked), True when checked."""
+    if not isinstance(raw, dict):
+        raise IntegrityError(f"{path} is not a JSON object: the manifest is damaged", path)
+    stamp = raw.get(MANIFEST_CHECKSUM_KEY)
+    if stamp is None:
+        fmt = raw.get("format_version", 1)
+        if isinstance(fmt, int) and fmt < MANIFEST_CHECKSUM_FORMAT:
+            return False
+        raise IntegrityError(f"{path} has no checksum of its own ('{MANIFEST_CHECKSUM_KEY}'), which its format "
+                             f"({fmt!r}) requires: the manifest is damaged", path)
+    algorithm = stamp.get("algorithm") if isinstance(stamp, dict) else None
+    if algorithm not in _HASHERS:
+        raise IntegrityError(f"{path}: unknown manifest checksum algorithm {algorithm!r}", path)
+    got = manifest_digest(raw, algorithm)  # type: ignore[arg-type]
+    if got != stamp.get("digest"):  # type: ignore[union-attr]
+        raise IntegrityError(f"{path} does not match its own checksum ({algorithm} {got} != {stamp.get('digest')}): "  # type: ignore[union-attr]
+                             f"the manifest was changed or damaged after it was written", path)
+    return True
+
+
 def seal(folder: Path) -> None:
     """Record the checksums of every file of the staged version `folder` in its manifest (edited as JSON, so that
-    fields this module does not know are kept as they are). A folder without a manifest is left alone."""
+    fields this module does not know are kept as they are), and the manifest's own. A folder without a manifest is
+    left alone."""
     path = folder / MANIFEST
     if not path.is_file():
         return
     raw = json.loads(path.read_text())
     raw[CHECKSUMS_KEY] = compute(folder)
-    write_json_atomic(path, raw)
+    write_manifest(folder, raw)
 
 
 def _check_one(folder: Path, rel: str, size: int, digest: str, algorithm: str) -> None:
@@ -173,6 +220,10 @@ def damage(folder: Path) -> str | None:
         return f"{path} is missing"
     except (OSError, ValueError) as exc:
         return f"{path} cannot be read: {exc}"
+    try:
+        check_manifest(path, raw)
+    except IntegrityError as exc:
+        return str(exc)
     checksums = raw.get(CHECKSUMS_KEY) if isinstance(raw, dict) else None
     files = checksums.get("files", {}) if isinstance(checksums, dict) else {}
     for rel, info in files.items():
@@ -189,7 +240,8 @@ def damage(folder: Path) -> str | None:
 
 
 def verify_folder(folder: Path) -> Verified:
-    """`verify` with the checksums read from the folder's own manifest (raw JSON: no model needed)."""
+    """`verify` with the checksums read from the folder's own manifest (raw JSON: no model needed), the manifest's
+    own checksum checked first."""
     path = Path(folder) / MANIFEST
     try:
         raw = json.loads(path.read_text())
@@ -197,4 +249,7 @@ def verify_folder(folder: Path) -> Verified:
         raise IntegrityError(f"{path} is missing", path) from None
     except ValueError as exc:
         raise IntegrityError(f"{path} is not valid JSON: {exc}", path) from exc
-    return verify(Path(folder), raw.get(CHECKSUMS_KEY) if isinstance(raw, dict) else None)
+    if not check_manifest(path, raw):
+        log.warning("%s has no checksum of its own (format 1, written before it was recorded): its fields are not "
+                    "verified; rebuild or compact the version to record it", path)
+    return verify(Path(folder), raw.get(CHECKSUMS_KEY))

@@ -9,10 +9,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, SerializeAsAny, ValidationError, model_validator
 
 from indexer.runtime.ann import KIND_SPECS, KindParams, first_manifest_params, parse_params
-from indexer.runtime.atomic import write_json_atomic
+from indexer.runtime.integrity import MANIFEST_CHECKSUM_FORMAT, write_manifest
 
 MANIFEST = "manifest.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = MANIFEST_CHECKSUM_FORMAT  # 2: the manifest carries a checksum of its own (`integrity`)
 
 
 class ManifestError(ValueError):
@@ -397,4 +397,4 @@ class Manifest(BaseModel):
             raise ManifestError(f"{path} is not a valid manifest: {exc}") from exc
 
     def save(self, folder: Path) -> None:
-        write_json_atomic(folder / MANIFEST, self.model_dump(mode="json"))
+        write_manifest(folder, self.model_dump(mode="json"))  # stamped with its own checksum (`integrity`)

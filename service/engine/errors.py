@@ -39,8 +39,8 @@ class NotReady(EngineError):
 class Overloaded(EngineError):
     """The in-flight cap is reached: the request is refused at once instead of queued without bound."""
 
-    def __init__(self, in_flight: int, limit: int, retry_after_s: int) -> None:
-        super().__init__(f"busy: {in_flight} requests in flight (limit {limit}); retry after {retry_after_s} s")
+    def __init__(self, in_flight: int, limit: int, retry_after_s: int, what: str = "requests") -> None:
+        super().__init__(f"busy: {in_flight} {what} in flight (limit {limit}); retry after {retry_after_s} s")
         self.retry_after_s = retry_after_s
 
 

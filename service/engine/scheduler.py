@@ -1,8 +1,10 @@
 """The shared scheduler: admission, the timeout, the inference workers and micro-batching, for every collection of
 the process.
 
-A call is admitted or refused here, once: `Overloaded` when `max_in_flight` calls are already admitted (across all
-collections: the cores are shared), `NotReady` when its collection serves no version, `TimedOut` when the answer
+A call is admitted or refused here, once: `Overloaded` when `max_in_flight` searches and encodes are already
+admitted (across all collections: the cores are shared) — or, for a write's texts, when the writes' own share
+(`max_write_in_flight`) is: writes never take a search's slot, so a burst of writes cannot turn searches into
+429s (searches keep priority from admission on, as they do on the cores: `write_lane`) — `NotReady` when its collection serves no version, `TimedOut` when the answer
 takes longer than `request_timeout_s`. Admitted searches and encodes are micro-batched (`batching`) with one
 batcher per encoder: collections that pair with the same encoder (`encoders`) share its batches. A batch runs on
 one of `workers` threads; it leases each of its collections' searchers for its whole run (`leases`), so a swap never
@@ -52,6 +54,8 @@ class Scheduler:
         self.settings, self.metrics, self.tracing = settings, metrics, tracing or Tracing()
         self.encoders = EncoderCache(settings.threads)
         self.in_flight = 0  # admitted calls not answered yet (queued or in a running batch), all collections
+        self.write_in_flight = 0  # of them, writes' (their own share: never counted against the searches')
+        self.max_write_in_flight = settings.max_write_in_flight or max(1, settings.max_in_flight // 4)
         # read when /metrics is scraped, not set twice per call (each `set` takes the gauge's lock)
         metrics.in_flight.set_function(lambda: self.in_flight)
         # OpenMP's thread count is per thread: each worker sets its own, or every batched FAISS search would take
@@ -84,9 +88,12 @@ class Scheduler:
         write's texts (`write`: on the write lane). A search that brings its query `vectors` encodes nothing: it
         is not batched with texts to encode, it runs on a worker at once."""
         s = self.settings
-        if self.in_flight >= s.max_in_flight:
+        if write and self.write_in_flight >= self.max_write_in_flight:
             self.metrics.rejected.labels("busy").inc()
-            raise Overloaded(self.in_flight, s.max_in_flight, s.retry_after_s)
+            raise Overloaded(self.write_in_flight, self.max_write_in_flight, s.retry_after_s, "writes")
+        if not write and self.in_flight - self.write_in_flight >= s.max_in_flight:
+            self.metrics.rejected.labels("busy").inc()
+            raise Overloaded(self.in_flight - self.write_in_flight, s.max_in_flight, s.retry_after_s)
         searcher = route.leases.current
         if searcher is None:
             raise NotReady(route.not_ready_reason())
@@ -100,6 +107,7 @@ class Scheduler:
         else:
             future = asyncio.ensure_future(self._run_one(query, route))
         self.in_flight += 1
+        self.write_in_flight += write
         admitted = time.time_ns()
         try:  # (a timeout scope, not wait_for: one hop less through the event loop per call)
             async with asyncio.timeout(s.request_timeout_s):
@@ -113,6 +121,7 @@ class Scheduler:
             raise TimedOut(s.request_timeout_s) from None
         finally:
             self.in_flight -= 1
+            self.write_in_flight -= write
         # this request alone was refused (its filter, its search parameters) or failed in its batch
         if result.error is not None:
             raise result.error

@@ -70,7 +70,12 @@ class EngineSettings(_SearchParamSettings):  # type: ignore[misc,valid-type]
     write_chunk_texts: int = Field(16, ge=1, le=1024, description="texts per ONNX run of a write")
 
     # Behaviour under load
-    max_in_flight: int = Field(32, ge=1, description="inference requests running or queued; beyond: 429")
+    max_in_flight: int = Field(32, ge=1, description="searches and encodes running or queued; beyond: 429. "
+                               "Writes never take these slots: they have their own share")
+    max_write_in_flight: int | None = Field(None, ge=1, description="writes' share of admission: writes encoding "
+                                            "texts at once, beyond: 429 for the write (default: a quarter of "
+                                            "max_in_flight, at least 1); searches keep max_in_flight whatever "
+                                            "writes do")
     retry_after_s: int = Field(1, ge=0, description="Retry-After of a 429")
     request_timeout_s: float = Field(30.0, gt=0, description="an inference call taking longer answers 504")
 

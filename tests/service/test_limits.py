@@ -18,8 +18,7 @@ from tests.conftest import Server, start_server, stop_server
 USER, ADMIN = "user-key-0123456789", "admin-key-0123456789"
 ENV_ADMIN = "env-admin-key-0123456789"  # scoped in STRATA_API_KEYS itself ("key:admin")
 HEAVY = {"texts": [("many different words in a long sentence " * 45)[:1990]] * 64}  # 64 × 256 tokens
-# Half of it for the shutdown tests: in flight for ~4.6 CPU-seconds on one thread (HEAVY: 9.2), still seconds
-# past a 1 s grace, and each of those tests waits it out once
+# Half of it for the graceful shutdown's test (held in flight by the test, not by its size)
 SHUTDOWN_HEAVY = {"texts": HEAVY["texts"][:32]}
 
 
@@ -168,61 +167,68 @@ def test_timeout_is_a_504(tmp_path: Path, quora_root: Path) -> None:
         stop_server(srv)
 
 
+def held_server(tmp: Path, quora_root: Path, grace_s: str) -> tuple[Server, Path]:
+    """A server whose inference batches wait while the returned file exists (`tests.service.held_service`): a
+    request stays in flight until the test removes it, however fast or loaded the machine. The request timeout is
+    past any wait here, so no 504 can stand in for the shutdown's own answer."""
+    hold = tmp / "hold"
+    srv = start_server(tmp, {"STRATA_INDEX_ROOT": str(quora_root), "STRATA_THREADS": "1", "STRATA_WORKERS": "1",
+                             "STRATA_SHUTDOWN_TIMEOUT_S": grace_s, "STRATA_REQUEST_TIMEOUT_S": "600",
+                             "STRATA_TEST_HOLD": str(hold)}, module="tests.service.held_service")
+    hold.touch()
+    return srv, hold
+
+
 def test_graceful_shutdown_finishes_in_flight_requests(tmp_path: Path, quora_root: Path) -> None:
-    # the request's and the shutdown's time limits past any run of the heavy call (beside CPU burners it takes
-    # more than their 30 s defaults, which then cut it: what the next test checks on purpose)
-    srv = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(quora_root), "STRATA_THREADS": "1",
-                                  "STRATA_WORKERS": "1", "STRATA_REQUEST_TIMEOUT_S": "600",
-                                  "STRATA_SHUTDOWN_TIMEOUT_S": "600"})
+    """A request held in flight when SIGTERM comes is answered once it is released, within the grace."""
+    srv, hold = held_server(tmp_path, quora_root, "600")
     result: list[httpx.Response] = []
     t = threading.Thread(target=lambda: result.append(httpx.post(f"{srv.url}/encode", json=SHUTDOWN_HEAVY,
                                                                  timeout=600)))
     t.start()
-    until(lambda: in_flight(srv), "the request being encoded")
+    until(Path(f"{hold}.entered").exists, "the request's batch on the worker")
     srv.proc.send_signal(signal.SIGTERM)
+    until(lambda: "Waiting for connections to close" in srv.log.read_text(), "the shutdown waiting for it")
+    hold.unlink()
     t.join(timeout=600)
     assert srv.proc.wait(timeout=600) == 0  # a clean shutdown exits 0
     assert result and result[0].status_code == 200 and len(result[0].json()["vectors"]) == 32
     log = srv.log.read_text()
     # the server waited for the open request, within STRATA_SHUTDOWN_TIMEOUT_S
-    assert "Waiting for connections to close" in log and "timeout graceful shutdown exceeded" not in log
+    assert "timeout graceful shutdown exceeded" not in log
     assert log.index("Waiting for connections to close") < log.index("POST /encode 200")
 
 
 def test_shutdown_timeout_cuts_in_flight_requests_short(tmp_path: Path, quora_root: Path) -> None:
-    """STRATA_SHUTDOWN_TIMEOUT_S: a request still running when it has passed gets no answer. Six of the heaviest
-    calls (64 × 256 tokens each) on one worker thread: on the fastest machine seen here the half call alone finished
-    inside the 1 s grace once in three runs, three half calls (batched together) every time, and of three whole
-    ones two; six take several seconds there and a minute on a slow machine, so some are still running when the
-    grace ends. The server's exit is not slowed by them: they are cut."""
-    CALLS = 6
-    srv = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(quora_root), "STRATA_THREADS": "1",
-                                  "STRATA_WORKERS": "1", "STRATA_SHUTDOWN_TIMEOUT_S": "1"})
+    """STRATA_SHUTDOWN_TIMEOUT_S: requests still running when it has passed get no answer. Three calls are held in
+    flight by the test (`held_server`) until the grace has ended: every one is cut, none answered, whatever the
+    machine's speed; released after the cut, the held batch ends and the server exits cleanly."""
+    CALLS = 3
+    srv, hold = held_server(tmp_path, quora_root, "1")
     result: list[object] = []
 
-    def heavy() -> None:
+    def call() -> None:
         try:
-            result.append(httpx.post(f"{srv.url}/encode", json=HEAVY, timeout=120))
+            result.append(httpx.post(f"{srv.url}/encode", json={"texts": ["a held request"]}, timeout=120))
         except httpx.HTTPError as exc:
             result.append(exc)
 
-    threads = [threading.Thread(target=heavy) for _ in range(CALLS)]
+    threads = [threading.Thread(target=call) for _ in range(CALLS)]
     for t in threads:
         t.start()
-    until(lambda: in_flight(srv), "the requests being encoded (several seconds on one thread)")
+    until(Path(f"{hold}.entered").exists, "a batch on the worker")
+    until(lambda: f"strata_inference_in_flight {CALLS}.0" in httpx.get(f"{srv.url}/metrics", timeout=30).text,
+          "every call admitted")
     srv.proc.send_signal(signal.SIGTERM)
+    until(lambda: "timeout graceful shutdown exceeded" in srv.log.read_text(), "the grace to end")
     for t in threads:
         t.join(timeout=120)
+    hold.unlink()  # the held batch ends: the lifespan's shutdown waits for the worker, then the process exits
     assert srv.proc.wait(timeout=120) == 0
     # uvicorn answers a cancelled request 500 (or the connection drops): its vectors never came back
     cut = [r for r in result if isinstance(r, httpx.HTTPError) or r.status_code == 500]  # type: ignore[union-attr]
-    answered = [r for r in result if not isinstance(r, httpx.HTTPError) and r.status_code == 200]
-    print(f"\nshutdown after a 1 s grace: {len(answered)} heavy calls answered, {len(cut)} cut")
-    assert len(result) == CALLS and cut and len(cut) + len(answered) == CALLS, result
-    log = srv.log.read_text()
-    # cut at the end of the grace, not at the end of the requests' run: uvicorn says so, and only the answers that
-    # came back were logged
-    assert "timeout graceful shutdown exceeded" in log and log.count("POST /encode 200") == len(answered)
+    assert len(result) == CALLS and len(cut) == CALLS, result
+    assert "POST /encode 200" not in srv.log.read_text()
 
 
 def test_inference_workers_run_faiss_with_the_configured_threads() -> None:

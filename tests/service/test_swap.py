@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from indexer.runtime.integrity import write_manifest
 from indexer.runtime.layout import IndexRoot, new_version_name
 from indexer.runtime.manifest import Manifest
 from tests.conftest import REPO, Server, start_server, stop_server
@@ -240,7 +241,7 @@ def _edit_manifest(**changes: object):  # noqa: ANN202
             for key in path:
                 node = node[key]
             node[last] = value(node[last]) if callable(value) else value
-        (folder / "manifest.json").write_text(json.dumps(raw))
+        write_manifest(folder, raw)  # a manifest as a writer saves it
     return mutate
 
 
@@ -252,7 +253,7 @@ def _published_before_its_report(folder: Path) -> None:
     raw["gate"] = {"mrr_at_10": e["mrr_at_10"] - 0.1, "recall_at_10": e["recall_at_10"], "n_queries": e["n_queries"],
                    "seconds": 0.1, "measured_at": e["measured_at"]}
     raw["report"] = {"state": "pending", "modes": ["dense"]}
-    (folder / "manifest.json").write_text(json.dumps(raw))
+    write_manifest(folder, raw)  # a manifest as a writer saves it
 
 
 def _junk_store(folder: Path) -> None:

@@ -30,6 +30,7 @@ import numpy as np
 import pytest
 
 from indexer.quora import read_rows
+from indexer.runtime.integrity import write_manifest
 from indexer.runtime.layout import IndexRoot, new_version_name
 from indexer.runtime.manifest import Manifest
 from tests.conftest import REPO, Server, start_server, stop_server
@@ -389,7 +390,7 @@ def damaged_copy(root: Path, damage: Callable[[Path], str]) -> tuple[str, str]:
     shutil.copytree(r.current_dir(), r.version_dir(name))
     raw = json.loads((r.version_dir(name) / "manifest.json").read_text())
     raw["version"] = name
-    (r.version_dir(name) / "manifest.json").write_text(json.dumps(raw))
+    write_manifest(r.version_dir(name), raw)
     damaged = damage(r.version_dir(name))
     r.set_current(name)
     return name, damaged
@@ -475,7 +476,8 @@ def test_an_intact_copy_is_swapped_and_a_manifest_without_checksums_still_loads(
 
         def strip(folder: Path) -> str:
             raw = json.loads((folder / "manifest.json").read_text())
-            del raw["checksums"]
+            del raw["checksums"], raw["manifest_checksum"]  # as a format-1 manifest, written before either
+            raw["format_version"] = 1
             (folder / "manifest.json").write_text(json.dumps(raw))
             return ""
 

@@ -587,3 +587,38 @@ def test_written_fields_and_types_filter_at_once_and_the_same_after_restart_and_
             assert answers(c) == first
     finally:
         stop_server(compacted)
+
+
+def test_a_manifest_changed_after_compaction_is_refused_and_no_write_is_lost(root: Path, corpus: Path,
+                                                                             tmp_path: Path) -> None:
+    """The manifest decides which logged writes a version holds (`writes.folded_seq`): after a compaction and 10
+    more writes, adding 10 to the new version's folded_seq made `POST /admin/reload` swap to it and drop the 10
+    writes. The manifest's own checksum refuses it as damaged (reload 409, `indexer verify` names the file), and
+    every acknowledged write stays served."""
+    truth = Truth(base_docs(corpus))
+    server = serve(tmp_path, root)
+    try:
+        with server.client() as c:
+            def write(ids: range) -> None:
+                docs = [{"id": 30_000_000 + n, "text": written_text(30_000_000 + n)} for n in ids]
+                r = c.put("/documents", json={"documents": docs})
+                assert r.status_code == 200, r.text
+                truth.upserted(docs)
+
+            write(range(20))
+            r = indexer_cli("compact", "--root", str(root), "--threads", "1", "--no-eval")
+            assert r.returncode == 0, r.stderr
+            folder = IndexRoot(root).current_dir()
+            assert Manifest.load(folder).writes.folded_seq == 20  # type: ignore[union-attr]
+            write(range(20, 30))
+            raw = json.loads((folder / "manifest.json").read_text())
+            raw["writes"]["folded_seq"] += 10  # the 10 documents acknowledged after the compaction
+            (folder / "manifest.json").write_text(json.dumps(raw, indent=2))
+            r = c.post("/admin/reload")
+            assert r.status_code == 409 and r.json()["outcome"] == "refused", r.text
+            assert "manifest.json does not match its own checksum" in r.json()["reason"], r.text
+            assert_served(c, truth)
+            verify = indexer_cli("verify", "--root", str(root))
+            assert verify.returncode != 0 and f"{folder}/manifest.json" in verify.stderr, verify.stderr
+    finally:
+        stop_server(server)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from indexer.runtime import integrity
-from indexer.runtime.integrity import IntegrityError, verify_folder
+from indexer.runtime.integrity import IntegrityError, verify_folder, write_manifest
 from indexer.runtime.layout import IndexRoot
 from indexer.runtime.manifest import Checksums
 
@@ -95,7 +95,7 @@ def test_files_added_after_sealing_are_listed_and_an_unknown_algorithm_is_refuse
     assert verify_folder(folder).unrecorded == ("notes.txt",)
     raw = json.loads((folder / "manifest.json").read_text())
     raw["checksums"]["algorithm"] = "crc-1"
-    (folder / "manifest.json").write_text(json.dumps(raw))
+    write_manifest(folder, raw)  # re-stamped: the manifest itself is intact
     with pytest.raises(IntegrityError, match="unknown checksum algorithm 'crc-1'"):
         verify_folder(folder)
 
@@ -138,3 +138,43 @@ def test_a_built_versions_lexical_index_is_sealed(quora_root: Path, tmp_path: Pa
     with pytest.raises(IntegrityError, match="does not match its checksum") as err:
         verify_folder(copy)
     assert err.value.path == copy / rel
+
+
+def test_the_manifest_is_checked_by_its_own_checksum(tmp_path: Path) -> None:
+    """A sealed manifest carries the digest of its other fields: any change of them (a served field such as
+    `writes.folded_seq`, whatever the file's formatting) is refused naming the manifest, by `verify_folder` and by
+    `damage`; re-stamped by `write_manifest` (what every writer uses) it verifies again."""
+    folder = stage_version(IndexRoot(tmp_path / "root"), "20260101T000000Z-eeeeee")
+    path = folder / "manifest.json"
+    raw = json.loads(path.read_text())
+    assert raw["manifest_checksum"]["algorithm"] == "xxh3-128"
+    path.write_text(json.dumps(raw))  # reformatted only: the same fields, still intact
+    assert verify_folder(folder).checked and integrity.damage(folder) is None
+    raw["writes"] = {"folded_seq": 30}
+    path.write_text(json.dumps(raw, indent=2))
+    with pytest.raises(IntegrityError, match=r"manifest.json does not match its own checksum") as caught:
+        verify_folder(folder)
+    assert caught.value.path == path
+    assert "does not match its own checksum" in (integrity.damage(folder) or "")
+    integrity.write_manifest(folder, raw)
+    assert verify_folder(folder).checked
+    del raw["manifest_checksum"]  # stripped from a manifest whose format carries one: refused too
+    raw["format_version"] = 2
+    path.write_text(json.dumps(raw))
+    with pytest.raises(IntegrityError, match="has no checksum of its own"):
+        verify_folder(folder)
+
+
+def test_a_format_1_manifest_without_its_own_checksum_still_verifies(tmp_path: Path,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """Versions written before the manifest's own checksum (format 1) load: their files are verified, the manifest
+    is reported unchecked; the first writer that saves it (`indexer eval`) stamps it."""
+    folder = stage_version(IndexRoot(tmp_path / "root"), "20260101T000000Z-ffffff")
+    raw = json.loads((folder / "manifest.json").read_text())
+    del raw["manifest_checksum"]
+    raw["format_version"] = 1
+    (folder / "manifest.json").write_text(json.dumps(raw))
+    with caplog.at_level("WARNING"):
+        assert verify_folder(folder).checked
+    assert "has no checksum of its own (format 1" in caplog.text
+    assert integrity.damage(folder) is None

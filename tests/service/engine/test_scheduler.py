@@ -152,3 +152,49 @@ def test_a_queued_search_whose_request_is_cancelled_never_runs(quora_root: Path)
             await collection.stop()
 
     asyncio.run(scenario())
+
+
+def test_writes_take_only_their_share_of_admission_and_searches_keep_theirs(tmp_path: Path,
+                                                                            tiny_exported: Path) -> None:
+    """Writes held in flight (their encoding gated by the test) fill the writes' share (`max_write_in_flight`): the
+    next write is a 429 naming writes, and every one of `max_in_flight` concurrent searches is still admitted and
+    answered — writes never take a search's slot (they did: the cap was one count for both)."""
+    from indexer.runtime.writes import Document
+    from service.engine.errors import Overloaded
+
+    data = tmp_path / "docs.jsonl"
+    data.write_text("".join(json.dumps({"id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(TEXTS["gamma"])))
+    build(BuildConfig(model_dir=tiny_exported, data=str(data), root=tmp_path / "c" / "only", index="flat", threads=1,
+                      evaluate=False, default_mode="dense"))
+    settings = Settings(collections_dir=tmp_path / "c", workers=2, threads=1, watch_interval_s=0, max_in_flight=4,
+                        max_write_in_flight=2)
+
+    async def scenario() -> None:
+        collections = Collections(settings, Metrics())
+        await collections.start()
+        try:
+            c, scheduler = collections.get("only"), collections.scheduler
+            gate, lane = asyncio.Event(), scheduler.write_lane
+            encode = lane.encode
+
+            async def held(texts: list[str], leases: object) -> object:
+                await gate.wait()
+                return await encode(texts, leases)  # type: ignore[arg-type]
+
+            lane.encode = held  # type: ignore[method-assign]
+            writes = [asyncio.ensure_future(c.upsert([Document(f"w{i}", f"dog cat written {i}", {})]))
+                      for i in range(2)]
+            while scheduler.in_flight < 2:
+                await asyncio.sleep(0.01)
+            with pytest.raises(Overloaded, match="2 writes in flight"):
+                await asyncio.wait_for(c.upsert([Document("w9", "one write too many", {})]), 20)  # (admitted: held)
+            answers = await asyncio.gather(*(c.search(Query([f"dog cat sky {i}"], 3)) for i in range(4)),
+                                           return_exceptions=True)
+            assert all(not isinstance(a, BaseException) and a.hits[0] for a in answers), answers
+            gate.set()
+            assert sorted(r.seq for r in await asyncio.gather(*writes)) == [1, 2]
+            assert scheduler.in_flight == 0
+        finally:
+            await collections.stop()
+
+    asyncio.run(scenario())
