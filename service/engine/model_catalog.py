@@ -75,7 +75,8 @@ def resolve(collections: Collections, asked: str, may_read: Callable[[str], bool
             raise Forbidden(f"this API key may not use collection {name!r} (nor one using its encoder)")
         served = collection.served_model()
         if base == f"strata-{served.dim}":
-            return collections.by_name[readable[0]], _as_listed(models, collection, served)
+            answers = name if may_read(name) else readable[0]
+            return collections.by_name[answers], _as_listed(models, collection, served)
         if base.startswith("strata-"):
             raise DimensionChanged(asked, _dim(base), f"strata-{served.dim}@{name}", served.dim, served.encoder)
         raise UnknownModel(asked, f"strata-{served.dim}@{name}")
