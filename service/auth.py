@@ -17,7 +17,9 @@ Each route declares what it needs, as one of the dependencies below in its `depe
 key: the page), `ANY_KEY` (any valid key; the route itself filters by the key's grants: `GET /collections`, `/v1/*`;
 and the operations routes, which the default `public_paths` open), `READ_DEFAULT`/`ADMIN_DEFAULT` (that scope on
 the default collection) and `READ_NAMED`/`ADMIN_NAMED` (that scope on the collection of the path's `{name}`);
-`WRITE_DEFAULT`/`WRITE_NAMED` are the admin scope for writes of documents.
+`WRITE_DEFAULT`/`WRITE_NAMED` are the admin scope for writes of documents. A collection-scoped router (served at
+the default collection's paths and under `/collections/{name}`) names the pair once, in its own dependencies:
+`READ_COLLECTION`, `ADMIN_COLLECTION`, `WRITE_COLLECTION`.
 
 A collection's own `access` (its `collection.json`, `indexer.runtime.collection_config`) narrows what the grants
 allow there, never widens it: the scope reading needs, writes refused to every key, the only keys (by fingerprint)
@@ -38,12 +40,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Path as PathParam
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.routing import BaseRoute, Mount, Route
 
 from indexer.runtime.collection_config import Access, fingerprint
+from service.engine import NAME_PATTERN
 from service.settings import Settings
 
 READ, ADMIN = "read", "admin"
@@ -230,6 +234,36 @@ READ_NAMED = Depends(Requires(READ, "named"))
 ADMIN_NAMED = Depends(Requires(ADMIN, "named"))
 WRITE_DEFAULT = Depends(Requires(ADMIN, "default", write=True))
 WRITE_NAMED = Depends(Requires(ADMIN, "named", write=True))
+
+
+@dataclass(frozen=True)
+class CollectionScope:
+    """A collection-scoped router's scope (`service.routers.scoped`), in its `dependencies=[...]`: what each of its
+    two inclusions declares, `default` at the default collection's paths and `named` under `/collections/{name}`.
+    Itself no scope (it checks nothing): a route of such a router served without an inclusion's scope stops the app
+    at startup like any route without one."""
+
+    default: Any
+    named: Any
+
+    async def __call__(self) -> None:
+        return None
+
+
+READ_COLLECTION = Depends(CollectionScope(READ_DEFAULT, READ_NAMED))
+ADMIN_COLLECTION = Depends(CollectionScope(ADMIN_DEFAULT, ADMIN_NAMED))
+WRITE_COLLECTION = Depends(CollectionScope(WRITE_DEFAULT, WRITE_NAMED))
+
+
+async def collection_name(name: Annotated[str, PathParam(description=f"a collection's name (its folder's: "
+                                                                      f"{NAME_PATTERN})")]) -> str:
+    """Declares the path's `{name}` for the routes included under `/collections/{name}` (their handlers take the
+    collection from `service.deps`, not the name). No `pattern`: a name that cannot be a collection's is answered
+    like an unknown one (404, saying why)."""
+    return name
+
+
+NAMED_PATH = Depends(collection_name)
 
 
 class RouteScopeError(RuntimeError):

@@ -9,18 +9,23 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from service.auth import Authorizer
-from service.engine import Collection
+from service.auth import NAME_PARAM, Authorizer
+from service.engine import Collection, Collections
 from service.engine.metrics import Metrics
-from service.engine.registry import Collections
 from service.settings import Settings
 from service.stats import LiveStats
 
 
-async def get_default_collection(request: Request) -> Collection:
-    """The default collection (routes without /collections/NAME); UnknownCollection (404) when there is
-    none."""
-    return request.app.state.collections.default()
+def collection_of(request: Request) -> Collection:
+    """The collection a collection-scoped route acts on: the path's `{name}` under `/collections/{name}`, else the
+    default collection. UnknownCollection (404, saying why) when there is none of that name, or no default."""
+    collections: Collections = request.app.state.collections
+    name = request.path_params.get(NAME_PARAM)
+    return collections.default() if name is None else collections.get(name)
+
+
+async def get_collection(request: Request) -> Collection:
+    return collection_of(request)
 
 
 async def get_collections(request: Request) -> Collections:
@@ -51,7 +56,7 @@ async def get_authorizer(request: Request) -> Authorizer:
     return request.app.state.authorizer
 
 
-DefaultCollectionDep = Annotated[Collection, Depends(get_default_collection)]
+CollectionDep = Annotated[Collection, Depends(get_collection)]  # the path's collection, or the default one
 CollectionsDep = Annotated[Collections, Depends(get_collections)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]

@@ -34,7 +34,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 
-from service.auth import Requires, bearer, declared
+from service.auth import CollectionScope, Requires, bearer, collection_name, declared
 
 if TYPE_CHECKING:
     from fastapi._compat import ModelField
@@ -47,7 +47,8 @@ class LeanRoute(APIRoute):
     declared scope and nothing else; see the module docstring."""
 
     def get_route_handler(self) -> Handler:
-        scope = _one_scope(_effective(self))
+        route = _effective(self)
+        scope = _one_scope(route, included=route is not self)
         body_name, model, path_names = _signature(self.endpoint)
         endpoint, field = self.endpoint, self.body_field
         assert field is not None  # `_signature` found the body model FastAPI made this field of
@@ -72,11 +73,17 @@ def _effective(route: APIRoute) -> Any:  # noqa: ANN401 (the route, or FastAPI's
     return context if context is not None and context.original_route is route else route
 
 
-def _one_scope(route: Any) -> Requires:  # noqa: ANN401 (an APIRoute or FastAPI's included view of one)
+def _one_scope(route: Any, *, included: bool) -> Requires:  # noqa: ANN401 (an APIRoute or an included view)
     """The route's declared scope; TypeError when it declares another dependency (it would not run) or a number
-    of scopes other than one (`check_routes` says the same at startup, in its words)."""
-    others = [d.call for d in route.dependant.dependencies if not isinstance(d.call, Requires)]
+    of scopes other than one (`check_routes` says the same at startup, in its words). A collection-scoped router's
+    route has none until it is included (`service.routers.scoped`): its included views get handlers of their own."""
+    # the path's `{name}` declaration (`auth.collection_name`) validates nothing a str path parameter would not;
+    # a collection-scoped router's scope (`auth.CollectionScope`) checks nothing: its inclusions declare the scope
+    calls = [d.call for d in route.dependant.dependencies]
+    others = [c for c in calls if not isinstance(c, (Requires, CollectionScope)) and c is not collection_name]
     scopes = declared(route.dependant)
+    if not others and not scopes and not included and any(isinstance(c, CollectionScope) for c in calls):
+        return Requires("key")  # never served as such: only its inclusions are, each with its scope
     if others or len(scopes) != 1:
         raise TypeError(f"LeanRoute {route.path}: one declared scope and no other dependency (it runs no others); "
                         f"found scopes {scopes}, other dependencies {others}")

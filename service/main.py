@@ -18,14 +18,14 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from service.access import AccessLog, AccessSummary
-from service.auth import READ_DEFAULT, READ_NAMED, Authorizer, check_routes
+from service.auth import Authorizer, check_routes
+from service.engine import Collections
 from service.engine.metrics import Metrics
-from service.engine.registry import Collections
 from service.engine.tracing import Tracing
 from service.errors import ERROR_RESPONSES, install_error_handlers
 from service.limits import BodySizeLimit
-from service.routers import admin, documents, encode, health, openai, page, reading, search, snapshots, stats
 from service.routers import collections as collections_router
+from service.routers import health, openai, page, scoped, snapshots, stats
 from service.routers.docs import mount_docs
 from service.settings import Settings
 from service.stats import LiveStats
@@ -76,12 +76,10 @@ def create_app(settings: Settings | None = None, tracing: Tracing | None = None)
                            expose_headers=["X-Request-ID", "Retry-After"])
     app.add_middleware(AccessLog, metrics=metrics, tracing=tracing, summary=summary)
 
-    for router in (encode.router, search.router, documents.router, health.router, stats.router, admin.router,
-                   collections_router.router, snapshots.router, openai.router, page.router):
+    scoped.include(app)  # search, encode, writes, reads, reload: at the default paths and /collections/{name}
+    for router in (health.router, stats.router, collections_router.router, snapshots.router, openai.router,
+                   page.router):
         app.include_router(router)
-    app.include_router(reading.router, dependencies=[READ_DEFAULT])
-    app.include_router(reading.router, prefix="/collections/{name}", dependencies=[reading.NAMED_PATH, READ_NAMED],
-                       tags=["collections"])
     page.mount_static(app)
     mount_docs(app)
     check_routes(app)  # every route declares its scope (`service.auth`), or the app does not start

@@ -105,6 +105,10 @@ VIOLATIONS = [
     ("service/engine/scheduler.py", "from indexer.build import build", "service.engine imports of Strata only itself"),
     ("indexer/build.py", "import faiss", "Only indexer.runtime.faiss imports faiss"),
     ("strata_client/client.py", "from service.schemas import Hit", "strata_client never imports the server"),
+    ("service/routers/search.py", "from service.engine.searcher import Stages",
+     "service.routers import the engine only"),
+    ("service/routers/health.py", "from indexer.runtime.manifest import Manifest",
+     "service.routers import the engine only"),
     ("strata_client/types.py", "import langchain_core", "The client's framework integrations import their framework"),
 ]
 

@@ -1,5 +1,9 @@
 """The serving engine: one front door per collection (`Collection.search`, `encode`, `reload`, `status`).
 
+The front door is this package's names (`__all__`): the collections (`Collections`, `Collection`), what they
+answer, what they refuse, and the runtime types a request is made of (`Query`, `Hit`, `Manifest`,
+`CollectionConfig`). The HTTP routers import nothing else of the engine (an import contract in pyproject.toml).
+
 Owns: what every collection of the process shares (admission, the timeout, the workers, micro-batching, the write
 lane), each collection's searcher, leases, swaps and their gates, compaction and snapshots, the backends (local and
 Ray-sharded), the `/v1` model names, the engine's settings, metrics and tracing, and the errors it refuses with.
@@ -13,9 +17,13 @@ the standard library, and Ray (in `sharded` only, which is imported only for tha
 (`service.errors`). Never fastapi or starlette, torch, `models`, or the build pipeline.
 """
 
+from indexer.runtime.collection_config import CollectionConfig
+from indexer.runtime.manifest import Manifest
+from indexer.runtime.query import Query
 from indexer.runtime.reading import Page, StoredDocument
+from indexer.runtime.version import Hit
 from indexer.runtime.writes import Document, WriteResult
-from service.engine.collection import Collection, Hits, ServedModel, Status, Vectors
+from service.engine.collection import Collection, Hits, ServedModel, Stages, Status, Vectors
 from service.engine.errors import (
     BadConfig,
     BadCursor,
@@ -41,14 +49,19 @@ from service.engine.errors import (
     WritesUnavailable,
     WritesUnsupported,
 )
+from service.engine.model_catalog import Forbidden, ListedModel, listed, resolve
 from service.engine.model_names import DimensionChanged, UnknownModel
 from service.engine.reading import count_documents, get_document, get_documents, path_ids, scroll_documents
+from service.engine.registry import NAME_PATTERN, Collections, CollectionsConfigError, UnknownCollection
+from service.engine.snapshots import encoders_known, restore_upload
 from service.engine.swap import Refusal, SwapResult
 
-__all__ = ["BadConfig", "BadCursor", "BadFilter", "BadSearchParams", "BadVector", "DimensionChanged", "Document",
-           "DocumentNotFound", "Collection", "EngineError", "Hits", "Mismatch", "ModeUnavailable", "NotReady",
-           "NotServing", "Overloaded", "Page", "Refusal", "ServedModel", "SnapshotConflict", "SnapshotError",
-           "SnapshotNotFound", "Status", "StorageFull", "StorageUnavailable", "StoredDocument", "SwapRefused",
-           "SwapResult", "TimedOut", "UnknownModel", "Vectors", "VectorsUnavailable", "WriteRefused", "WriteResult",
-           "WritesUnavailable", "WritesUnsupported", "count_documents", "get_document", "get_documents", "path_ids",
-           "scroll_documents"]
+__all__ = ["NAME_PATTERN", "BadConfig", "BadCursor", "BadFilter", "BadSearchParams", "BadVector", "Collection",
+           "CollectionConfig", "Collections", "CollectionsConfigError", "DimensionChanged", "Document",
+           "DocumentNotFound", "EngineError", "Forbidden", "Hit", "Hits", "ListedModel", "Manifest", "Mismatch",
+           "ModeUnavailable", "NotReady", "NotServing", "Overloaded", "Page", "Query", "Refusal", "ServedModel",
+           "SnapshotConflict", "SnapshotError", "SnapshotNotFound", "Stages", "Status", "StorageFull",
+           "StorageUnavailable", "StoredDocument", "SwapRefused", "SwapResult", "TimedOut", "UnknownCollection",
+           "UnknownModel", "Vectors", "VectorsUnavailable", "WriteRefused", "WriteResult", "WritesUnavailable",
+           "WritesUnsupported", "count_documents", "encoders_known", "get_document", "get_documents", "listed",
+           "path_ids", "resolve", "restore_upload", "scroll_documents"]

@@ -7,12 +7,13 @@ import time
 
 from fastapi import APIRouter
 
-from service.auth import WRITE_DEFAULT
-from service.deps import DefaultCollectionDep
-from service.engine import Collection, Document
+from service.auth import WRITE_COLLECTION
+from service.deps import CollectionDep
+from service.engine import Document
 from service.schemas import DeleteRequest, DeleteResponse, UpsertRequest, UpsertResponse
 
-router = APIRouter(prefix="/documents", tags=["documents"])
+# collection-scoped: `/documents…` and `/collections/{name}/documents…` (`service.routers.scoped`)
+router = APIRouter(prefix="/documents", tags=["documents"], dependencies=[WRITE_COLLECTION])
 
 WRITE_ERRORS: dict[int | str, dict[str, object]] = {
     403: {"description": "the API key lacks the 'admin' scope (only when keys are configured)"},
@@ -24,16 +25,12 @@ WRITE_ERRORS: dict[int | str, dict[str, object]] = {
 }
 
 
-@router.put("", response_model=UpsertResponse, responses=WRITE_ERRORS, dependencies=[WRITE_DEFAULT])
-async def upsert(body: UpsertRequest, collection: DefaultCollectionDep) -> UpsertResponse:
+@router.put("", response_model=UpsertResponse, responses=WRITE_ERRORS)
+async def upsert(body: UpsertRequest, collection: CollectionDep) -> UpsertResponse:
     """Add or replace documents by id. Their texts are encoded with the served encoder, unless a document brings
     its `vector` (of the served encoder's space: its dimension, finite, not all zeros; 422 naming the document
     otherwise, and nothing is written); the 200 comes once the write is in the write log (fsync'd) and
     searchable."""
-    return await run_upsert(body, collection)
-
-
-async def run_upsert(body: UpsertRequest, collection: Collection) -> UpsertResponse:
     t0 = time.perf_counter()
     r = await collection.upsert([Document(d.id, d.text, d.metadata, d.vector) for d in body.documents])
     a = r.applied
@@ -42,14 +39,10 @@ async def run_upsert(body: UpsertRequest, collection: Collection) -> UpsertRespo
                           created=a.created, replaced=a.replaced)
 
 
-@router.post("/delete", response_model=DeleteResponse, responses=WRITE_ERRORS, dependencies=[WRITE_DEFAULT])
-async def delete(body: DeleteRequest, collection: DefaultCollectionDep) -> DeleteResponse:
+@router.post("/delete", response_model=DeleteResponse, responses=WRITE_ERRORS)
+async def delete(body: DeleteRequest, collection: CollectionDep) -> DeleteResponse:
     """Delete documents by id. Durable and applied before the 200; a deleted id stays deleted in later versions
     (even one rebuilt from source data that holds it) until it is written again."""
-    return await run_delete(body, collection)
-
-
-async def run_delete(body: DeleteRequest, collection: Collection) -> DeleteResponse:
     t0 = time.perf_counter()
     r = await collection.delete(list(body.ids))
     a = r.applied

@@ -5,16 +5,17 @@ import time
 import numpy as np
 from fastapi import APIRouter, Response
 
-from service.auth import READ_DEFAULT
-from service.deps import DefaultCollectionDep
+from service.auth import READ_COLLECTION
+from service.deps import CollectionDep
 from service.responses import json_response
 from service.schemas import EncodeRequest, EncodeResponse
 
-router = APIRouter(tags=["inference"])
+# collection-scoped: `/encode` and `/collections/{name}/encode` (`service.routers.scoped`)
+router = APIRouter(tags=["inference"], dependencies=[READ_COLLECTION])
 
 
-@router.post("/encode", response_model=EncodeResponse, dependencies=[READ_DEFAULT])
-async def encode(body: EncodeRequest, collection: DefaultCollectionDep) -> Response:
+@router.post("/encode", response_model=EncodeResponse)
+async def encode(body: EncodeRequest, collection: CollectionDep) -> Response:
     """Encode 1–64 texts into L2-normalised vectors (the same vectors the index holds)."""
     t0 = time.perf_counter()
     answer = await collection.encode(body.texts)

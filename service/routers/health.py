@@ -6,12 +6,10 @@ from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from indexer.runtime.manifest import Manifest
 from service.auth import ANY_KEY
 from service.compaction_schemas import CompactionState
 from service.deps import CollectionsDep, MetricsDep, SettingsDep
-from service.engine import Status
-from service.engine.registry import Collections
+from service.engine import Collections, Manifest, Status
 from service.schemas import (
     CollectionReady,
     EncoderAdaptation,

@@ -23,9 +23,7 @@ from fastapi import APIRouter, HTTPException, Request
 
 from service.auth import ANY_KEY
 from service.deps import CollectionsDep
-from service.engine import Collection, NotReady, ServedModel
-from service.engine.model_catalog import Forbidden, listed, resolve
-from service.engine.registry import Collections
+from service.engine import Collection, Collections, Forbidden, NotReady, ServedModel, listed, resolve
 from service.openai_schemas import (
     Embedding,
     EmbeddingRequest,

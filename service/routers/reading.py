@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query
 
+from service.auth import READ_COLLECTION
+from service.deps import CollectionDep
 from service.engine import (
-    Collection,
     StoredDocument,
     count_documents,
     get_document,
@@ -28,9 +29,9 @@ from service.reading_schemas import (
     ScrollRequest,
     ScrollResponse,
 )
-from service.routers.collections import Name
 
-router = APIRouter(prefix="/documents", tags=["documents"])
+# collection-scoped: `/documents/…` and `/collections/{name}/documents/…` (`service.routers.scoped`)
+router = APIRouter(prefix="/documents", tags=["documents"], dependencies=[READ_COLLECTION])
 
 READ_ERRORS: dict[int | str, dict[str, object]] = {
     403: {"description": "the API key may not read this collection (only when keys are configured)"},
@@ -39,23 +40,6 @@ READ_ERRORS: dict[int | str, dict[str, object]] = {
                          "fit the served version's metadata"},
     501: {"description": "with_vector on the sharded backend (its vectors stay in its shards)"},
 }
-
-
-async def _collection(request: Request) -> Collection:
-    """The path's `{name}` under `/collections/{name}`, else the default collection (UnknownCollection: 404)."""
-    collections = request.app.state.collections
-    name = request.path_params.get("name")
-    return collections.default() if name is None else collections.get(name)
-
-
-CollectionDep = Annotated[Collection, Depends(_collection)]
-
-
-async def _named_path(name: Name) -> None:
-    """Declares the `{name}` of the `/collections/{name}/documents/…` inclusion (its OpenAPI path parameter)."""
-
-
-NAMED_PATH = Depends(_named_path)
 
 
 def document_body(doc: StoredDocument) -> DocumentBody:

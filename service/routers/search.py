@@ -5,33 +5,32 @@ from dataclasses import asdict, fields
 
 from fastapi import APIRouter, Request, Response
 
-from indexer.runtime.query import Query
-from indexer.runtime.version import Hit
-from service.auth import READ_DEFAULT
-from service.deps import collection_stats
-from service.engine import Collection
-from service.engine.searcher import Stages
+from service.auth import READ_COLLECTION
+from service.deps import collection_of, collection_stats
+from service.engine import Collection, Hit, Query, Stages
 from service.lean_route import LeanRoute
 from service.responses import json_response
 from service.schemas import SearchRequest, SearchResponse
 from service.stats import LiveStats
 
-router = APIRouter(tags=["inference"], route_class=LeanRoute)  # the hot route: see `service.lean_route`
+# collection-scoped: `/search` and `/collections/{name}/search` (`service.routers.scoped`); the hot route: see
+# `service.lean_route`
+router = APIRouter(tags=["inference"], route_class=LeanRoute, dependencies=[READ_COLLECTION])
 STAGES = tuple(f.name for f in fields(Stages))  # the answer's `stages`, in order
 
 
-@router.post("/search", response_model=SearchResponse, response_model_exclude_none=True,
-             dependencies=[READ_DEFAULT])
+@router.post("/search", response_model=SearchResponse, response_model_exclude_none=True)
 async def search(body: SearchRequest, request: Request) -> Response:
     """Top-k documents for one `query` or a batch of `queries` by `mode` (dense, lexical or hybrid), among those
-    matching `filter` if given (the default collection's; see /collections/{name}/search)."""
-    collection: Collection = request.app.state.collections.default()  # UnknownCollection (404) when there is none
+    matching `filter` if given."""
+    # a lean route runs no dependency: the collection comes from the same function `service.deps` wraps
+    collection = collection_of(request)
     return await run_search(body, collection, [request.app.state.stats, collection_stats(request, collection.name)])
 
 
 async def run_search(body: SearchRequest, collection: Collection, stats: list[LiveStats]) -> Response:
-    """`/search` and `/collections/{name}/search`: the engine's answer as the response body; the timings are
-    recorded in each of `stats` (the app's windows, and the collection's)."""
+    """The engine's answer as the response body; the timings are recorded in each of `stats` (the app's windows,
+    and the collection's)."""
     t0 = time.perf_counter()
     if body.vector is not None:  # its text, if any, is BM25's (hybrid); nothing is encoded
         texts = [body.query or ""]

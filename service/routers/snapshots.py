@@ -6,48 +6,49 @@ downloads one (streamed, its sha256 in `X-Snapshot-Sha256`), `DELETE …/snapsho
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Request, Response
 from fastapi.responses import FileResponse
 
-from service.auth import ADMIN_NAMED
+from service.auth import ADMIN_NAMED, NAMED_PATH
 from service.collection_schemas import CollectionInfo, SnapshotList, SnapshotOut
-from service.deps import CollectionsDep, SettingsDep
-from service.engine import SnapshotConflict, SnapshotError
-from service.engine.registry import NAME_PATTERN, NAME_RE
-from service.engine.snapshots import encoders_known, restore_upload
-from service.routers.collections import Name, describe
+from service.deps import CollectionDep, CollectionsDep, SettingsDep
+from service.engine import NAME_PATTERN, SnapshotConflict, SnapshotError, encoders_known, restore_upload
+from service.routers.collections import describe
 
 router = APIRouter(prefix="/collections", tags=["snapshots"],
                    responses={404: {"description": "no collection, or no snapshot, of that name"}})
 
 Snap = Annotated[str, Path(description="a snapshot's name, as its creation answered")]
+# the collection an upload creates (no collection of that name is served yet: not `CollectionDep`)
+Name = Annotated[str, Path(description=f"the new collection's name ({NAME_PATTERN})")]
 
 
-@router.post("/{name}/snapshots", status_code=201, dependencies=[ADMIN_NAMED], response_model=SnapshotOut)
-async def create_snapshot(name: Name, collections: CollectionsDep) -> SnapshotOut:
-    info = await collections.get(name).snapshots.create()
+@router.post("/{name}/snapshots", status_code=201, dependencies=[NAMED_PATH, ADMIN_NAMED], response_model=SnapshotOut)
+async def create_snapshot(collection: CollectionDep) -> SnapshotOut:
+    info = await collection.snapshots.create()
     return SnapshotOut(**info.to_json())
 
 
-@router.get("/{name}/snapshots", dependencies=[ADMIN_NAMED], response_model=SnapshotList)
-async def list_snapshots(name: Name, collections: CollectionsDep) -> SnapshotList:
-    return SnapshotList(snapshots=[SnapshotOut(**s.to_json()) for s in collections.get(name).snapshots.list()])
+@router.get("/{name}/snapshots", dependencies=[NAMED_PATH, ADMIN_NAMED], response_model=SnapshotList)
+async def list_snapshots(collection: CollectionDep) -> SnapshotList:
+    return SnapshotList(snapshots=[SnapshotOut(**s.to_json()) for s in collection.snapshots.list()])
 
 
-@router.get("/{name}/snapshots/{snapshot}", dependencies=[ADMIN_NAMED], response_class=FileResponse,
+@router.get("/{name}/snapshots/{snapshot}", dependencies=[NAMED_PATH, ADMIN_NAMED], response_class=FileResponse,
             responses={200: {"content": {"application/x-tar": {}}, "description": "the archive, streamed"}})
-async def download_snapshot(name: Name, snapshot: Snap, collections: CollectionsDep) -> FileResponse:
-    snapshots = collections.get(name).snapshots
+async def download_snapshot(snapshot: Snap, collection: CollectionDep) -> FileResponse:
+    snapshots = collection.snapshots
     path, info = snapshots.path(snapshot), snapshots.info(snapshot)
     headers = {"X-Snapshot-Sha256": info.sha256} if info is not None else {}
     return FileResponse(path, media_type="application/x-tar", filename=path.name, headers=headers)
 
 
-@router.delete("/{name}/snapshots/{snapshot}", status_code=204, dependencies=[ADMIN_NAMED])
-async def delete_snapshot(name: Name, snapshot: Snap, collections: CollectionsDep) -> Response:
-    await collections.get(name).snapshots.delete(snapshot)
+@router.delete("/{name}/snapshots/{snapshot}", status_code=204, dependencies=[NAMED_PATH, ADMIN_NAMED])
+async def delete_snapshot(snapshot: Snap, collection: CollectionDep) -> Response:
+    await collection.snapshots.delete(snapshot)
     return Response(status_code=204)
 
 
@@ -64,7 +65,7 @@ async def upload_snapshot(name: Name, request: Request, collections: Collections
     if collections.folder is None:
         raise SnapshotError("restoring a snapshot over HTTP creates a collection: it needs STRATA_COLLECTIONS_DIR "
                             "(or restore it with `indexer snapshot restore ARCHIVE --root DIR`)")
-    if not NAME_RE.fullmatch(name):
+    if not re.fullmatch(NAME_PATTERN, name):
         raise SnapshotError(f"{name[:80]!r} is not a collection name ({NAME_PATTERN})")
     if name in collections.by_name or name in collections.refused:
         raise SnapshotConflict(f"collection {name!r} exists: a snapshot is restored as a new collection")
