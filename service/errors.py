@@ -63,8 +63,8 @@ from service.engine import (
 )
 from service.engine.errors import SnapshotTooLarge
 from service.engine.registry import UnknownCollection
-from service.openai_schemas import OpenAIRequestError
-from service.schemas import ReloadResponse
+from service.schemas.admin import ReloadResponse
+from service.schemas.openai import OpenAIRequestError
 
 
 class JSONResponse(_JSONResponse):

@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 from strata_client.types import DocId, Document
 
-# the server's limits (service/schemas.py): larger inputs are split into several requests
+# the server's limits (service/schemas/): larger inputs are split into several requests
 MAX_TEXTS = 64  # texts per /encode, queries per /search
 MAX_WRITE_DOCS = 128  # documents per PUT /documents
 MAX_DELETE_IDS = 1000  # ids per POST /documents/delete

@@ -99,12 +99,15 @@ VIOLATIONS = [
     ("service/deps.py", "from indexer.build import build", "service never imports"),
     ("service/engine/leases.py", "from fastapi import Request", "service.engine imports of Strata only itself"),
     # the allow-list: a module of service the contract never names is out of the engine's reach too
-    ("service/engine/leases.py", "from service.collection_schemas import CollectionInfo",
+    ("service/engine/leases.py", "from service.schemas.collections import CollectionInfo",
      "service.engine imports of Strata only itself"),
     ("service/engine/swap.py", "from service.settings import Settings", "service.engine imports of Strata only itself"),
+    # an edge module that reaches nothing forbidden itself (`service` contains the engine: named by `service.*`)
+    ("service/engine/leases.py", "from service.schemas.common import ErrorBody",
+     "service.engine imports of Strata only itself"),
     ("service/engine/scheduler.py", "from indexer.build import build", "service.engine imports of Strata only itself"),
     ("indexer/build.py", "import faiss", "Only indexer.runtime.faiss imports faiss"),
-    ("strata_client/client.py", "from service.schemas import Hit", "strata_client never imports the server"),
+    ("strata_client/client.py", "from service.schemas.search import Hit", "strata_client never imports the server"),
     ("service/routers/search.py", "from service.engine.searcher import Stages",
      "service.routers import the engine only"),
     ("service/routers/health.py", "from indexer.runtime.manifest import Manifest",

@@ -32,7 +32,7 @@ from indexer.runtime.fusion import DEFAULT_ALPHA, DEFAULT_RRF_K, Fusion
 from indexer.runtime.query import Query
 
 CONFIG_FILE = "collection.json"
-MAX_TOP_K = 100  # the API's top_k limit (`service.schemas` reads it from here); a collection may only lower it
+MAX_TOP_K = 100  # the API's top_k limit (`service.schemas.search` reads it from here); a collection may only lower it
 FINGERPRINT_CHARS = 16
 
 

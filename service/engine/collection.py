@@ -10,42 +10,40 @@ swap never mixes two versions in one answer.
 Writes (`upsert`, `delete`) pass the same door (admission, timeout), but their texts are encoded on the write lane
 (`write_lane`: threads of their own, at a lower CPU priority, in small chunks) rather than micro-batched with
 searches, so a stream of writes does not take the searches' workers or cores; then they are logged and applied on a
-thread of the collection's own (`indexer.runtime.writes`): an fsync never holds an inference worker.
+thread of the collection's own (`document_writes`: passages split as the build split them; the log and overlay are
+`indexer.runtime.writes`'): an fsync never holds an inference worker. Its settings are `live_config`'s
+(collection.json, read again when it changes), its search metrics `search_metrics`'.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import logging
-import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from indexer.runtime import collection_config
 from indexer.runtime.ann import served_search_params
 from indexer.runtime.collection_config import CollectionConfig, ConfigError
-from indexer.runtime.faiss.devices import set_threads
 from indexer.runtime.manifest import Manifest, SearchMode
 from indexer.runtime.overlay import served_counts
-from indexer.runtime.passages import old_count, passage_rows, stale_ids
 from indexer.runtime.query import Query
 from indexer.runtime.vectors import VectorError, check_vector
-from indexer.runtime.writelog import Delete, ExtId, Upsert
-from indexer.runtime.writes import Document, WriteResult, Writes, WritesUnavailable
+from indexer.runtime.writelog import ExtId
+from indexer.runtime.writes import Document, WriteResult
 from service.engine.backends import Backend, make_backend
 from service.engine.compactor import Compactor
+from service.engine.document_writes import DocumentWrites
 from service.engine.errors import BadConfig, BadVector, NotReady
 from service.engine.leases import Leases
+from service.engine.live_config import LiveConfig
 from service.engine.metrics import Metrics
 from service.engine.model_names import Encoder, ModelNames
 from service.engine.scheduler import Scheduler
+from service.engine.search_metrics import SearchMetrics
 from service.engine.searcher import Hit, Searcher, SearchResult, Stages
 from service.engine.settings import EngineSettings
 from service.engine.snapshots import Snapshots
@@ -116,31 +114,6 @@ class Status:
     passages: int | None = None  # a version of passages: its passage rows (= size); None: documents whole
 
 
-def _stamp(root: Path) -> tuple[int, int] | None:
-    """What tells a changed collection.json: its mtime and size (None: there is none)."""
-    try:
-        st = collection_config.path_of(root).stat()
-    except OSError:
-        return None
-    return st.st_mtime_ns, st.st_size
-
-
-STAGE_NAMES = ("encode", "dense", "lexical", "fusion", "lookup")  # `Stages`' fields, in order
-
-
-@dataclass
-class _SearchSeries:
-    collection_searches: Any
-    encode_seconds: Any
-    texts_encoded: Any
-    searches: Any
-    stages: list[Any] = field(default_factory=lambda: [None] * len(STAGE_NAMES))  # by STAGE_NAMES, on first use
-
-    def stage(self, i: int, child: Any) -> Any:  # noqa: ANN401 (a prometheus child)
-        self.stages[i] = child
-        return child
-
-
 class Collection:
     """One collection: its served version (`leases`), its swaps (`swapper`), its writes, its model names, and its
     share of the metrics. The work runs on a `Scheduler` shared by every collection of the process (admission,
@@ -151,8 +124,7 @@ class Collection:
                  primary: bool | Callable[[], bool] = True, config: CollectionConfig | None = None) -> None:
         self.settings, self.name = settings, name
         # the collection's own settings (collection.json); ConfigError for a bad file, before anything is started
-        self._config_stamp = _stamp(settings.index_root)
-        self.config = config if config is not None else collection_config.load(settings.index_root)
+        self.live_config = LiveConfig(settings.index_root, name, config)
         self.metrics = metrics or Metrics()
         self.tracing = tracing or Tracing()  # off
         self.backend = backend or make_backend(settings)
@@ -160,7 +132,9 @@ class Collection:
         self.scheduler = scheduler or Scheduler(settings, self.metrics, self.tracing)
         self.leases = Leases()
         self.collection_metrics = self.metrics.collection(name, primary=primary)
-        self.writes = Writes(settings.index_root)
+        self.documents = DocumentWrites(settings.index_root, name, settings.threads, self.leases, self.metrics,
+                                        self.collection_metrics, self._call, self.not_ready_reason)
+        self.writes, self.write_pool = self.documents.writes, self.documents.write_pool
         self.swapper = Swapper(settings, self.backend, self.leases, self.metrics, writes=self.writes,
                                encoders=self.scheduler.encoders, collection=self.collection_metrics)
         self.names = ModelNames(settings.index_root, settings.model_name, settings.model_aliases)
@@ -171,11 +145,13 @@ class Collection:
                                    self.scheduler.compactions, self.metrics)
         if self._owns_scheduler:
             self.metrics.engines_loaded.set_function(self.leases.alive)
-        # one thread: writes are serialised anyway (one log, one overlay), and their fsyncs wait here
-        self.write_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"writes-{name}",
-                                             initializer=set_threads, initargs=(settings.threads,))
         self.triggers = Triggers()
-        self._series: dict[str, _SearchSeries] = {}  # by mode
+        self.search_metrics = SearchMetrics(self.metrics, name)
+
+    @property
+    def config(self) -> CollectionConfig:
+        """The collection's own settings (its collection.json), as served now."""
+        return self.live_config.current
 
     # the scheduler's parts, as a collection of one root always had them
     @property
@@ -218,9 +194,8 @@ class Collection:
         self.compactor.stop_child()
         if self._owns_scheduler:
             await self.scheduler.stop()
-        self.write_pool.shutdown(wait=True)
+        self.documents.close()
         self.leases.close()
-        self.writes.close()
         self.backend.close()
 
     # -- the front door ----------------------------------------------------------------------------------------
@@ -248,28 +223,9 @@ class Collection:
                             mode=query.mode or ("hybrid" if texts and texts[0] else "dense"))
         searcher, r = await self._call(query)
         ran = r.mode or "dense"
-        series = self._series.get(ran) or self._search_series(ran)
-        series.collection_searches.inc()
-        if ran != "lexical" and query.vectors is None:
-            series.encode_seconds.observe(r.encode_ms / 1000)
-            series.texts_encoded.inc(len(query.texts))
-        self.metrics.search_seconds.observe(r.search_ms / 1000)
-        series.searches.inc()
-        st = r.stages
-        for i, ms in enumerate((st.encode_ms, st.dense_ms, st.lexical_ms, st.fusion_ms, st.lookup_ms)):
-            if ms > 0:  # a stage the mode never runs gets no series at all (not even an empty one)
-                stage = series.stages[i] or series.stage(i, self.metrics.stage_seconds.labels(ran, STAGE_NAMES[i]))
-                stage.observe(ms / 1000)
+        self.search_metrics.record(ran, r, texts_encoded=len(query.texts) if ran != "lexical" and query.vectors is None
+                                   else 0)
         return Hits(searcher.version, r.hits, r.truncated, r.encode_ms, r.search_ms, ran, r.stages)
-
-    def _search_series(self, mode: str) -> _SearchSeries:
-        """The labelled metric series a search of `mode` feeds, looked up once (a `labels` call takes a lock and
-        builds its key on every request otherwise)."""
-        metrics = self.metrics
-        series = _SearchSeries(metrics.c_searches.labels(self.name, mode), metrics.encode_seconds.labels("/search"),
-                               metrics.texts_encoded.labels("/search"), metrics.searches.labels(mode))
-        self._series[mode] = series
-        return series
 
     def _brought_query(self, vector: Sequence[float]) -> np.ndarray:
         searcher = self.leases.current
@@ -305,101 +261,12 @@ class Collection:
     async def upsert(self, docs: list[Document]) -> WriteResult:
         """Write documents (an id already served is replaced): encoded with the served encoder, logged durably,
         then searchable — all before this returns. Raises WriteRefused / WritesUnsupported / WritesUnavailable."""
-        searcher = self.leases.current
-        Writes.check(searcher, [d.id for d in docs], any(d.metadata for d in docs))
-        assert searcher is not None  # Writes.check raises NotReady without one
-        if searcher.splitter() is not None:
-            return await self._upsert_passages(searcher, docs)
-        brought = {}  # documents that bring their vector: checked before anything is encoded or written
-        for i, d in enumerate(docs):
-            if d.vector is not None:
-                try:
-                    brought[i] = check_vector(d.vector, searcher.encoder.dim)
-                except VectorError as exc:
-                    raise BadVector(f"document {d.id!r}: {exc}", ["documents", i, "vector"]) from None
-        encoded_by, vectors = searcher, list(brought.values())
-        if len(brought) < len(docs):
-            encoded_by, r = await self._call(Query([d.text for d in docs if d.vector is None], None),
-                                              write=True)
-            assert r.vectors is not None
-            self.metrics.encode_seconds.labels("/documents").observe(r.encode_ms / 1000)
-            self.metrics.texts_encoded.labels("/documents").inc(len(docs) - len(brought))
-            encoded = iter(r.vectors)
-            vectors = [brought[i] if i in brought else next(encoded) for i in range(len(docs))]
-            if brought and encoded_by.encoder.dim != searcher.encoder.dim:  # a swap to another space meanwhile
-                raise BadVector(f"the served encoder changed to dimension {encoded_by.encoder.dim} during the write",
-                                ["documents", next(iter(brought)), "vector"])
-        sha = encoded_by.encoder.meta.onnx_sha256
-        return await self._commit([Upsert(d.id, d.text, d.metadata, v, sha)
-                                   for d, v in zip(docs, vectors, strict=True)], "upsert")
+        return await self.documents.upsert(docs)
 
     async def delete(self, ids: list[ExtId]) -> WriteResult:
         """Delete documents by id, durably; a deleted id stays deleted in every version served later (also one
         built from source data that still holds it) until it is written again."""
-        if self.leases.current is None:
-            raise NotReady(self.not_ready_reason())
-        searcher = self.leases.current
-        Writes.check(searcher, [], False)
-        if searcher.splitter() is not None:  # every passage of each document, counted under the write lock
-            return await self._commit(lambda served: [Delete(p) for i in ids
-                                                      for p in stale_ids(i, 0, max(1, _served_count(served, i)))],
-                                      "delete")
-        return await self._commit([Delete(i) for i in ids], "delete")
-
-    async def _upsert_passages(self, searcher: Searcher, docs: list[Document]) -> WriteResult:
-        """A version of passages: each document split as the build split it (`Searcher.splitter`), its passages
-        encoded and written, and its earlier passages past the new count deleted — one log transaction, so a
-        search sees all of a document's old passages or all of its new ones. A brought vector is refused: it
-        would stand for the whole document, not for one passage."""
-        for i, d in enumerate(docs):
-            if d.vector is not None:
-                raise BadVector(f"document {d.id!r}: version {searcher.version} indexes passages (indexer build "
-                                f"--chunk): a vector stands for a whole document; send the text alone",
-                                ["documents", i, "vector"])
-        splitter = searcher.splitter()
-        assert splitter is not None
-        rows = [(d.id, passage_rows(d.id, d.text, d.metadata, ps))
-                for d, ps in zip(docs, splitter.split_many([d.text for d in docs]), strict=True)]
-        texts = [t for _, rs in rows for _, t, _ in rs]
-        vectors: list[np.ndarray] = []
-        encoded_by = searcher
-        if texts:
-            encoded_by, r = await self._call(Query(texts, None), write=True)
-            assert r.vectors is not None
-            self.metrics.encode_seconds.labels("/documents").observe(r.encode_ms / 1000)
-            self.metrics.texts_encoded.labels("/documents").inc(len(texts))
-            vectors = list(r.vectors)
-        sha, vecs = encoded_by.encoder.meta.onnx_sha256, iter(vectors)
-        upserts = [(doc, [Upsert(rid, text, meta, next(vecs), sha) for rid, text, meta in rs]) for doc, rs in rows]
-
-        def ops(served: Searcher) -> list[Upsert | Delete]:
-            # under the write lock: the passages a document has now (a concurrent write's included) are the ones
-            # past the new count to delete, so the write acknowledged last leaves exactly its own passages
-            if _split_as(served) != _split_as(searcher):
-                raise WritesUnavailable(f"the served version changed from {searcher.version} to {served.version} "
-                                        f"(another passages setting) during the write: send it again")
-            out: list[Upsert | Delete] = []
-            for doc, ups in upserts:
-                out += ups
-                out += [Delete(p) for p in stale_ids(doc, len(ups), _served_count(served, doc))]
-            return out
-
-        return await self._commit(ops, "upsert")
-
-    async def _commit(self, ops: list[Upsert | Delete] | Callable[[Searcher], list[Upsert | Delete]],
-                      op: str) -> WriteResult:
-        t0 = time.perf_counter()
-        ctx = contextvars.copy_context()
-        future = self.write_pool.submit(ctx.run, self.writes.commit, lambda: self.leases.current, ops)
-        # shielded: once logged, a write is applied whatever happens to the request that sent it
-        result = await asyncio.shield(asyncio.wrap_future(future))
-        metrics = self.metrics
-        metrics.write_seconds.labels(op).observe(time.perf_counter() - t0)
-        a = result.applied
-        n = a.created + a.replaced + a.deleted + a.missing if callable(ops) else len(ops)  # entries logged
-        metrics.writes.labels(op).inc(n)
-        self.collection_metrics.wrote(op, n, result.seq, result.size)
-        return result
+        return await self.documents.delete(ids)
 
     async def reload(self, trigger: str, force: bool = False) -> SwapResult:
         """Swap to the version `current` points at now (a version refused before is tried again); raises
@@ -408,34 +275,16 @@ class Collection:
         self.refresh_config()
         return await self.swapper.reload(trigger, force=force)
 
-    # -- the collection's config ---------------------------------------------------------------------------------
+    # -- the collection's config (`live_config`) -------------------------------------------------------------------
     def refresh_config(self) -> bool:
         """Read collection.json again if it changed on disk (`indexer collection --set`); True when a new config
         applies. One that does not validate is logged and the served config kept."""
-        stamp = _stamp(self.settings.index_root)
-        if stamp == self._config_stamp:
-            return False
-        self._config_stamp = stamp
-        try:
-            self.config = collection_config.load(self.settings.index_root)
-        except ConfigError as exc:
-            log.error("collection %s: kept its config: %s", self.name, exc)
-            return False
-        log.info("collection %s: config reloaded from %s", self.name,
-                 collection_config.path_of(self.settings.index_root))
-        return True
+        return self.live_config.refresh()
 
     def set_config(self, config: CollectionConfig) -> None:
         """Check `config` against the served version (`BadConfig` naming the field), write it atomically, and
         apply it from the next request."""
-        served = self.leases.current
-        if served is not None:
-            try:
-                config.check_served(served.manifest.index.kind, served.manifest.lexical is not None)
-            except ConfigError as exc:
-                raise BadConfig(str(exc), (exc.field or "config").split(".")) from None
-        collection_config.save(self.settings.index_root, config)
-        self.config, self._config_stamp = config, _stamp(self.settings.index_root)
+        self.live_config.replace(config, self.leases.current)
 
     def status(self) -> Status:
         self.swapper.refresh_report()  # a report running after publishing: its figures once they are written
@@ -467,14 +316,3 @@ class Collection:
     def not_ready_reason(self) -> str:
         r = self.swapper.current_refusal()
         return r.reason if r else "loading"
-
-
-def _served_count(served: Searcher, doc: ExtId) -> int:
-    """How many passages the served version (its writes included) holds for `doc` now."""
-    return old_count(doc, served.index.live_metadata)  # type: ignore[attr-defined]  # writes are served: a LiveIndex
-
-
-def _split_as(searcher: Searcher) -> tuple[int | None, int | None] | None:
-    """The chunk and overlap a served version's writes are split with (None: documents whole)."""
-    c = searcher.manifest.chunking()
-    return None if c is None else (c.chunk, c.overlap)

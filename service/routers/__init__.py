@@ -10,6 +10,6 @@ default collection's paths and under `/collections/{name}`, each handler taking 
 
 May import: fastapi, prometheus-client, numpy, the edge's own modules (`service.deps`: each route asks only for what
 it uses: the collection, the collections, the metrics, the settings, the live stats, the key checker;
-`service.auth`, the bodies in `service.schemas`, `service.openai_schemas`, `service.stats_schemas`,
-`service.collection_schemas`, `service.stats`, `service.training_status`, ...) and the engine's front door: the
+`service.auth`, the bodies in `service.schemas` (one module per router), `service.stats`,
+`service.training_status`, ...) and the engine's front door: the
 names of `service.engine` itself. Never the engine's modules or `indexer` (an import contract in pyproject.toml)."""

@@ -4,7 +4,7 @@ from fastapi import APIRouter, Query
 
 from service.auth import ADMIN_COLLECTION
 from service.deps import CollectionDep
-from service.schemas import ReloadResponse
+from service.schemas.admin import ReloadResponse
 
 # collection-scoped: `/admin/reload` and `/collections/{name}/admin/reload` (`service.routers.scoped`)
 router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[ADMIN_COLLECTION])

@@ -11,11 +11,11 @@ import asyncio
 from fastapi import APIRouter, Request
 
 from service.auth import ADMIN_NAMED, ANY_KEY, NAMED_PATH, READ_NAMED
-from service.collection_schemas import CollectionInfo, CollectionList
-from service.compaction_schemas import CompactionState
 from service.deps import CollectionDep, CollectionsDep
 from service.engine import Collection, CollectionConfig, Collections, listed
-from service.schemas import SwapRefusal
+from service.schemas.collections import CollectionInfo, CollectionList
+from service.schemas.common import SwapRefusal
+from service.schemas.compaction import CompactionState
 
 router = APIRouter(prefix="/collections", tags=["collections"],
                    responses={404: {"description": "no collection of that name"}})

@@ -10,7 +10,7 @@ from fastapi import APIRouter
 from service.auth import WRITE_COLLECTION
 from service.deps import CollectionDep
 from service.engine import Document
-from service.schemas import DeleteRequest, DeleteResponse, UpsertRequest, UpsertResponse
+from service.schemas.documents import DeleteRequest, DeleteResponse, UpsertRequest, UpsertResponse
 
 # collection-scoped: `/documents…` and `/collections/{name}/documents…` (`service.routers.scoped`)
 router = APIRouter(prefix="/documents", tags=["documents"], dependencies=[WRITE_COLLECTION])

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Response
 from service.auth import READ_COLLECTION
 from service.deps import CollectionDep
 from service.responses import json_response
-from service.schemas import EncodeRequest, EncodeResponse
+from service.schemas.encode import EncodeRequest, EncodeResponse
 
 # collection-scoped: `/encode` and `/collections/{name}/encode` (`service.routers.scoped`)
 router = APIRouter(tags=["inference"], dependencies=[READ_COLLECTION])

@@ -7,16 +7,16 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from service.auth import ANY_KEY
-from service.compaction_schemas import CompactionState
 from service.deps import CollectionsDep, MetricsDep, SettingsDep
 from service.engine import Collections, Manifest, Status
-from service.schemas import (
+from service.schemas.common import SwapRefusal
+from service.schemas.compaction import CompactionState
+from service.schemas.health import (
     CollectionReady,
     EncoderAdaptation,
     ModeFigures,
     Ready,
     ReadyEvaluation,
-    SwapRefusal,
     TrainingProgress,
 )
 from service.training_status import read_json, swap_outcome

@@ -24,7 +24,7 @@ from fastapi import APIRouter, HTTPException, Request
 from service.auth import ANY_KEY
 from service.deps import CollectionsDep
 from service.engine import Collection, Collections, Forbidden, NotReady, ServedModel, listed, resolve
-from service.openai_schemas import (
+from service.schemas.openai import (
     Embedding,
     EmbeddingRequest,
     EmbeddingResponse,

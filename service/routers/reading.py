@@ -19,7 +19,7 @@ from service.engine import (
     path_ids,
     scroll_documents,
 )
-from service.reading_schemas import (
+from service.schemas.reading import (
     CountRequest,
     CountResponse,
     DocumentBody,

@@ -10,7 +10,7 @@ from service.deps import collection_of, collection_stats
 from service.engine import Collection, Hit, Query, Stages
 from service.lean_route import LeanRoute
 from service.responses import json_response
-from service.schemas import SearchRequest, SearchResponse
+from service.schemas.search import SearchRequest, SearchResponse
 from service.stats import LiveStats
 
 # collection-scoped: `/search` and `/collections/{name}/search` (`service.routers.scoped`); the hot route: see

@@ -13,10 +13,10 @@ from fastapi import APIRouter, Path, Request, Response
 from fastapi.responses import FileResponse
 
 from service.auth import ADMIN_NAMED, NAMED_PATH
-from service.collection_schemas import CollectionInfo, SnapshotList, SnapshotOut
 from service.deps import CollectionDep, CollectionsDep, SettingsDep
 from service.engine import NAME_PATTERN, SnapshotConflict, SnapshotError, encoders_known, restore_upload
 from service.routers.collections import describe
+from service.schemas.collections import CollectionInfo, SnapshotList, SnapshotOut
 
 router = APIRouter(prefix="/collections", tags=["snapshots"],
                    responses={404: {"description": "no collection, or no snapshot, of that name"}})

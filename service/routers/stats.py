@@ -6,11 +6,11 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from service.auth import ANY_KEY
-from service.compaction_schemas import CompactionState
 from service.deps import AuthorizerDep, CollectionsDep, StatsDep, collection_stats
 from service.engine import Collection, Status
+from service.schemas.compaction import CompactionState
+from service.schemas.stats import CollectionStats, IndexStats, StatsPoint, StatsResponse, StatsWindow
 from service.stats import SERIES_STEP_S, LiveStats
-from service.stats_schemas import CollectionStats, IndexStats, StatsPoint, StatsResponse, StatsWindow
 
 router = APIRouter(tags=["operations"], dependencies=[ANY_KEY])  # public by default (STRATA_PUBLIC_PATHS)
 

@@ -1,5 +1,5 @@
-"""Response bodies of `GET /collections` and `GET /collections/{name}` (the request bodies of the per-collection
-routes are those of the routes without `/collections/`, `service.schemas`)."""
+"""Response bodies of `GET /collections` and `GET /collections/{name}` (the collection-scoped routes under
+`/collections/{name}` have the bodies of the routes without it)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from service.compaction_schemas import CompactionState
-from service.schemas import SwapRefusal
+from service.schemas.common import SwapRefusal
+from service.schemas.compaction import CompactionState
 
 
 class CollectionInfo(BaseModel):

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from annotated_types import Len
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictInt, Tag, field_validator
 
-from service.schemas import MAX_TEXTS, Text
+from service.schemas.common import MAX_TEXTS, Text
 
 
 def _input_kind(value: Any) -> str | None:

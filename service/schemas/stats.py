@@ -1,4 +1,4 @@
-"""The body of `GET /stats` (kept apart from `service.schemas`, the inference API's bodies)."""
+"""The body of `GET /stats`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from indexer.runtime.ann import DEFAULT_KIND
-from service.compaction_schemas import CompactionState
+from service.schemas.compaction import CompactionState
 
 
 class LatencyPercentiles(BaseModel):

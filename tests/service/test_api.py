@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from indexer.runtime.paths import DEFAULT_MODEL_NAME, DEFAULT_POOLING
-from service.schemas import MAX_TEXT_CHARS, MAX_TEXTS
+from service.schemas.common import MAX_TEXT_CHARS, MAX_TEXTS
 from tests.conftest import Server, start_server, stop_server
 
 

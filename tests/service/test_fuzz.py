@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.schemas import MAX_TEXT_CHARS, MAX_TEXTS
+from service.schemas.common import MAX_TEXT_CHARS, MAX_TEXTS
 from tests.conftest import Server, start_server, stop_server
 
 EXAMPLES = 80

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from service.auth import PUBLIC, READ_DEFAULT
 from service.errors import install_error_handlers
 from service.lean_route import LeanRoute
-from service.schemas import SearchRequest
+from service.schemas.search import SearchRequest
 
 
 async def echo(body: SearchRequest, request: Request) -> Response:

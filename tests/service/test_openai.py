@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from service.schemas import MAX_TEXTS
+from service.schemas.common import MAX_TEXTS
 from tests.conftest import Server, start_server, stop_server
 
 openai = pytest.importorskip("openai")

@@ -7,7 +7,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
-from service.schemas import FILTER_DOC, DocId, _within_limits
+from service.schemas.documents import DocId
+from service.schemas.search import FILTER_DOC, _within_limits
 
 MAX_GET_IDS = 1000  # ids per POST /documents/get
 MAX_SCROLL_LIMIT = 1000  # documents per page of POST /documents/scroll

@@ -1,0 +1,47 @@
+"""What several routes' bodies share: a text and its limits, a brought vector's limit, a swap's refusal, the error
+body. Limits are part of the API contract (see docs/http-api.md)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, Field, StrictStr, WithJsonSchema
+
+MAX_TEXTS = 64  # texts per /encode call, queries per /search call
+MAX_TEXT_CHARS = 2000  # longer texts are refused; texts over the model's token limit are truncated and flagged
+
+
+def _check_text(value: str) -> str:
+    if not value.strip():
+        raise ValueError("text must not be empty or whitespace only")
+    if len(value) > MAX_TEXT_CHARS:
+        raise ValueError(f"text is {len(value)} characters; the limit is {MAX_TEXT_CHARS}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate ("\\ud800" in JSON): the tokenizer cannot take it
+        raise ValueError("text must be valid Unicode (no lone surrogates)") from None
+    return value
+
+
+# The JSON schema states the checks above, so that clients (and schemathesis) generate what passes them.
+Text = Annotated[StrictStr, AfterValidator(_check_text),
+                 WithJsonSchema({"type": "string", "minLength": 1, "maxLength": MAX_TEXT_CHARS, "pattern": r"\S"})]
+
+
+MAX_VECTOR_DIM = 8192
+VECTOR_DOC = ("this document's vector, brought instead of encoding its text: it must come from the served "
+              "encoder's space (same model, pooling and normalisation: docs/own-corpus.md), of its dimension "
+              "(GET /stats), finite and not all zeros; it is L2-normalised as the encoder's are")
+
+
+class SwapRefusal(BaseModel):
+    version: str | None
+    kind: str = Field(description="corrupt (a file fails its checksum or does not load; the file is named) | "
+                      "mismatch | quality | shrink (STRATA_MAX_SHRINK) | probe | missing | writes | error")
+    reason: str
+    at: datetime
+
+
+class ErrorBody(BaseModel):
+    detail: str | list[dict[str, Any]]
