@@ -17,7 +17,8 @@ Each route declares what it needs, as one of the dependencies below in its `depe
 key: the page), `ANY_KEY` (any valid key; the route itself filters by the key's grants: `GET /collections`, `/v1/*`;
 and the operations routes, which the default `public_paths` open), `READ_DEFAULT`/`ADMIN_DEFAULT` (that scope on
 the default collection) and `READ_NAMED`/`ADMIN_NAMED` (that scope on the collection of the path's `{name}`);
-`WRITE_DEFAULT`/`WRITE_NAMED` are the admin scope for writes of documents. A collection-scoped router (served at
+`WRITE_DEFAULT`/`WRITE_NAMED` are the admin scope for writes of documents; `ADMIN_ALL` is admin on every
+collection (a key without `@`): creating a collection. A collection-scoped router (served at
 the default collection's paths and under `/collections/{name}`) names the pair once, in its own dependencies:
 `READ_COLLECTION`, `ADMIN_COLLECTION`, `WRITE_COLLECTION`.
 
@@ -53,6 +54,7 @@ from service.settings import Settings
 READ, ADMIN = "read", "admin"
 PAGE_PATH = "/"  # the search page (see service.routers.page)
 NAME_PARAM = "name"  # the path parameter naming the collection of a `*_NAMED` route
+ALL_COLLECTIONS = "*"  # what an `ADMIN_ALL` route acts on: no collection's grant alone allows it
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 
 
@@ -186,6 +188,10 @@ class Authorizer:
 
     @staticmethod
     def _denied(grants: Grants, scope: str, collection: str | None) -> str:
+        if collection == ALL_COLLECTIONS:
+            return (f"this API key may not act on every collection ({ALL_COLLECTIONS!r}): creating a collection "
+                    f"needs the 'admin' scope on all collections, and its grants name some only" if grants.restricted
+                    else "this API key lacks the 'admin' scope needed to create a collection")
         if scope == ADMIN and grants.may(READ, collection):
             return "this API key lacks the 'admin' scope needed for /admin/* and /documents (writes)" + (
                 f" on collection {collection!r}" if grants.restricted and collection else "")
@@ -201,7 +207,7 @@ class Requires:
     only): the collection the route acts on, the default one or the path's `{name}`."""
 
     scope: Literal["public", "key", "read", "admin"]
-    on: Literal["default", "named"] | None = None
+    on: Literal["default", "named", "all"] | None = None
     write: bool = False  # a write of documents (the collection's access.write applies)
 
     async def __call__(self, request: Request,
@@ -215,11 +221,13 @@ class Requires:
             aim = authorizer.default_collection(), self.scope
         elif self.on == "named":
             aim = request.path_params[NAME_PARAM], self.scope
+        elif self.on == "all":
+            aim = ALL_COLLECTIONS, self.scope
         # the URL is built only where keys make the path matter (public paths): a few µs per request otherwise
         path = request.url.path if authorizer.keys else ""
         request.state.grants = grants = authorizer.check(path, credentials, aim)
         request.state.key = key = credentials.credentials if grants is not None and credentials else None
-        if aim is not None and aim[0] is not None:
+        if aim is not None and aim[0] not in (None, ALL_COLLECTIONS):
             denied = authorizer.narrowed(grants, key, self.scope, aim[0], write=self.write)
             if denied:
                 raise HTTPException(403, detail=denied)
@@ -234,6 +242,7 @@ READ_NAMED = Depends(Requires(READ, "named"))
 ADMIN_NAMED = Depends(Requires(ADMIN, "named"))
 WRITE_DEFAULT = Depends(Requires(ADMIN, "default", write=True))
 WRITE_NAMED = Depends(Requires(ADMIN, "named", write=True))
+ADMIN_ALL = Depends(Requires(ADMIN, "all"))  # admin on every collection: creating one
 
 
 @dataclass(frozen=True)
@@ -311,6 +320,6 @@ def check_routes(app: FastAPI) -> None:
             bad.append(f"{getattr(route, 'path', original)}: not an API route, so it cannot declare a scope")
     if bad:
         raise RouteScopeError("routes without exactly one declared scope (service.auth: add one of PUBLIC, ANY_KEY, "
-                              "READ_DEFAULT, ADMIN_DEFAULT, WRITE_DEFAULT, READ_NAMED, ADMIN_NAMED, WRITE_NAMED to its "
-                              "dependencies): "
+                              "READ_DEFAULT, ADMIN_DEFAULT, WRITE_DEFAULT, READ_NAMED, ADMIN_NAMED, WRITE_NAMED, "
+                              "ADMIN_ALL to its dependencies): "
                               + "; ".join(bad))

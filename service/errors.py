@@ -7,7 +7,7 @@
     BadSearchParams -> 422 (a search parameter the served index kind does not take, e.g. nprobe of a flat index)
     ModeUnavailable -> 422 (lexical/hybrid on a version without a lexical index, or on the sharded backend)
     BadConfig    -> 422 (over the collection's own limits, or a collection.json that does not validate: the field)
-    WriteRefused -> 409                        WritesUnsupported -> 501      WritesUnavailable -> 503
+    WriteRefused, CollectionConflict -> 409    WritesUnsupported -> 501      WritesUnavailable -> 503
     StorageFull -> 507 Insufficient Storage    StorageUnavailable -> 503 (an I/O error, a failed fsync, a read-only
                                                root); both with Retry-After and the reason naming the file
     RequestValidationError -> 422 without the echoed input (400 on /v1/*, as OpenAI answers)
@@ -42,6 +42,7 @@ from service.engine import (
     BadFilter,
     BadSearchParams,
     BadVector,
+    CollectionConflict,
     DimensionChanged,
     DocumentNotFound,
     ModeUnavailable,
@@ -55,6 +56,7 @@ from service.engine import (
     StorageUnavailable,
     SwapRefused,
     TimedOut,
+    UnknownCollection,
     UnknownModel,
     VectorsUnavailable,
     WriteRefused,
@@ -62,7 +64,6 @@ from service.engine import (
     WritesUnsupported,
 )
 from service.engine.errors import SnapshotTooLarge
-from service.engine.registry import UnknownCollection
 from service.schemas.admin import ReloadResponse
 from service.schemas.openai import OpenAIRequestError
 
@@ -225,7 +226,7 @@ async def swap_refused(request: Request, exc: SwapRefused) -> JSONResponse:
     return JSONResponse(body.model_dump(), status_code=409)
 
 
-async def write_refused(request: Request, exc: WriteRefused) -> JSONResponse:
+async def write_refused(request: Request, exc: WriteRefused | CollectionConflict) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, status_code=409)
 
 
@@ -294,6 +295,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(BadConfig, bad_config)  # type: ignore[arg-type]
     app.add_exception_handler(ModeUnavailable, mode_unavailable)  # type: ignore[arg-type]
     app.add_exception_handler(WriteRefused, write_refused)  # type: ignore[arg-type]
+    app.add_exception_handler(CollectionConflict, write_refused)  # type: ignore[arg-type]
     app.add_exception_handler(WritesUnsupported, writes_unsupported)  # type: ignore[arg-type]
     app.add_exception_handler(WritesUnavailable, writes_unavailable)  # type: ignore[arg-type]
     app.add_exception_handler(StorageFull, storage_full)  # type: ignore[arg-type]

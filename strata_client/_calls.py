@@ -129,6 +129,16 @@ def reload_call(collection: str | None, force: bool) -> Call:
                 retry=False)
 
 
+def create_collection_call(name: str, encoder: str | None, settings: dict[str, Any] | None) -> Call:
+    body: dict[str, Any] = {"name": name}
+    body |= {k: v for k, v in (("encoder", encoder), ("settings", settings)) if v is not None}
+    return Call("POST", "/collections", body, answers=(201,), retry=False)  # a second try would be a 409
+
+
+def delete_collection_call(name: str) -> Call:
+    return Call("DELETE", route(name, ""), retry=False)
+
+
 def headers(api_key: str | None) -> dict[str, str]:
     from strata_client import __version__
 

@@ -202,6 +202,15 @@ class AsyncClient(Base):
         path = _calls.route(self._collection_name(name), "")
         return CollectionInfo.from_json(await self._send(_calls.Call("GET", path)))
 
+    async def create_collection(self, name: str, *, encoder: str | None = None,
+                                settings: dict[str, Any] | None = None) -> CollectionInfo:
+        """Create an empty collection (see `Client.create_collection`)."""
+        return CollectionInfo.from_json(await self._send(_calls.create_collection_call(name, encoder, settings)))
+
+    async def delete_collection(self, name: str) -> None:
+        """Delete a collection durably (see `Client.delete_collection`)."""
+        await self._send(_calls.delete_collection_call(name))
+
     async def reload(self, *, force: bool = False) -> ReloadResult:
         """Swap to what the index root's `current` points to (needs `admin`); a refused swap is a ConflictError
         whose reason says why (the served version keeps serving)."""

@@ -203,6 +203,17 @@ class Client(Base):
         """One collection (this client's when `name` is None)."""
         return CollectionInfo.from_json(self._send(_calls.Call("GET", _calls.route(self._collection_name(name), ""))))
 
+    def create_collection(self, name: str, *, encoder: str | None = None,
+                          settings: dict[str, Any] | None = None) -> CollectionInfo:
+        """Create an empty collection that takes writes and searches at once (needs `admin` on every collection):
+        `encoder` names an exported encoder the server knows (None: its default), `settings` its collection.json
+        fields. ConflictError when it exists, ValidationError for an unknown encoder, a bad name or settings."""
+        return CollectionInfo.from_json(self._send(_calls.create_collection_call(name, encoder, settings)))
+
+    def delete_collection(self, name: str) -> None:
+        """Delete a collection durably (needs `admin` on it); NotFoundError when there is none."""
+        self._send(_calls.delete_collection_call(name))
+
     def reload(self, *, force: bool = False) -> ReloadResult:
         """Swap to what the index root's `current` points to (needs `admin`); a refused swap is a ConflictError
         whose reason says why (the served version keeps serving)."""

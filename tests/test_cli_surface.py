@@ -35,7 +35,7 @@ INDEXER = {
     "shard": ("--root", "--shards", "--version", "--keep",),
     "verify": ("--root", "--version",),
     "info": ("--root", "--json",),
-    "collection": ("--root", "--set", "--unset", "--fingerprint",),
+    "collection": ("--root", "--set", "--unset", "--fingerprint", "--create", "--encoder", "--delete",),
     "snapshot": ("ACTION",),
 }
 ENCODER = {

@@ -30,6 +30,7 @@ from service.engine.errors import (
     BadFilter,
     BadSearchParams,
     BadVector,
+    CollectionConflict,
     DocumentNotFound,
     EngineError,
     Mismatch,
@@ -57,10 +58,10 @@ from service.engine.snapshots import encoders_known, restore_upload
 from service.engine.swap import Refusal, SwapResult
 
 __all__ = ["NAME_PATTERN", "BadConfig", "BadCursor", "BadFilter", "BadSearchParams", "BadVector", "Collection",
-           "CollectionConfig", "Collections", "CollectionsConfigError", "DimensionChanged", "Document",
-           "DocumentNotFound", "EngineError", "Forbidden", "Hit", "Hits", "ListedModel", "Manifest", "Mismatch",
-           "ModeUnavailable", "NotReady", "NotServing", "Overloaded", "Page", "Query", "Refusal", "ServedModel",
-           "SnapshotConflict", "SnapshotError", "SnapshotNotFound", "Stages", "Status", "StorageFull",
+           "CollectionConfig", "CollectionConflict", "Collections", "CollectionsConfigError", "DimensionChanged",
+           "Document", "DocumentNotFound", "EngineError", "Forbidden", "Hit", "Hits", "ListedModel", "Manifest",
+           "Mismatch", "ModeUnavailable", "NotReady", "NotServing", "Overloaded", "Page", "Query", "Refusal",
+           "ServedModel", "SnapshotConflict", "SnapshotError", "SnapshotNotFound", "Stages", "Status", "StorageFull",
            "StorageUnavailable", "StoredDocument", "SwapRefused", "SwapResult", "TimedOut", "UnknownCollection",
            "UnknownModel", "Vectors", "VectorsUnavailable", "WriteRefused", "WriteResult", "WritesUnavailable",
            "WritesUnsupported", "count_documents", "encoders_known", "get_document", "get_documents", "listed",

@@ -17,12 +17,13 @@ from pathlib import Path
 import numpy as np
 
 from indexer.runtime.faiss.devices import set_threads
+from indexer.runtime.layout import IndexRoot
 from indexer.runtime.passages import old_count, passage_rows, stale_ids
 from indexer.runtime.query import Query
 from indexer.runtime.vectors import VectorError, check_vector
 from indexer.runtime.writelog import Delete, ExtId, Upsert
 from indexer.runtime.writes import Document, WriteResult, Writes, WritesUnavailable
-from service.engine.errors import BadVector, NotReady
+from service.engine.errors import BadVector, NotReady, WriteRefused
 from service.engine.leases import Leases
 from service.engine.metrics import CollectionMetrics, Metrics
 from service.engine.searcher import Searcher, SearchResult
@@ -38,10 +39,24 @@ class DocumentWrites:
                  collection_metrics: CollectionMetrics, call: EncodeCall, not_ready_reason: Callable[[], str]) -> None:
         self.leases, self.metrics, self.collection_metrics = leases, metrics, collection_metrics
         self._call, self.not_ready_reason = call, not_ready_reason
+        self.root, self.name = root, name
         self.writes = Writes(root)
         # one thread: writes are serialised anyway (one log, one overlay), and their fsyncs wait here
         self.write_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"writes-{name}",
                                              initializer=set_threads, initargs=(threads,))
+
+    def _served(self) -> Searcher:
+        """The served version, which takes the write; without one, `WriteRefused` (409) when the collection has no
+        version at all (nothing to write into until one is created or built), else `NotReady` (503: loading, or
+        its version was refused)."""
+        searcher = self.leases.current
+        if searcher is not None:
+            return searcher
+        if IndexRoot(self.root).current_version() is None:
+            raise WriteRefused(f"collection {self.name!r} has no version to write into ({self.root} holds none): "
+                               f"create it with POST /collections (an empty collection that takes writes), or build "
+                               f"one with `indexer build --root {self.root}`")
+        raise NotReady(self.not_ready_reason())
 
     def close(self) -> None:
         self.write_pool.shutdown(wait=True)
@@ -50,9 +65,8 @@ class DocumentWrites:
     async def upsert(self, docs: list[Document]) -> WriteResult:
         """Write documents (an id already served is replaced): encoded with the served encoder, logged durably,
         then searchable — all before this returns. Raises WriteRefused / WritesUnsupported / WritesUnavailable."""
-        searcher = self.leases.current
+        searcher = self._served()
         Writes.check(searcher, [d.id for d in docs], any(d.metadata for d in docs))
-        assert searcher is not None  # Writes.check raises NotReady without one
         if searcher.splitter() is not None:
             return await self._upsert_passages(searcher, docs)
         brought = {}  # documents that bring their vector: checked before anything is encoded or written
@@ -81,9 +95,7 @@ class DocumentWrites:
     async def delete(self, ids: list[ExtId]) -> WriteResult:
         """Delete documents by id, durably; a deleted id stays deleted in every version served later (also one
         built from source data that still holds it) until it is written again."""
-        if self.leases.current is None:
-            raise NotReady(self.not_ready_reason())
-        searcher = self.leases.current
+        searcher = self._served()
         Writes.check(searcher, [], False)
         if searcher.splitter() is not None:  # every passage of each document, counted under the write lock
             return await self._commit(lambda served: [Delete(p) for i in ids

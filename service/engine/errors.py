@@ -75,6 +75,11 @@ class BadConfig(EngineError):
         self.loc = loc
 
 
+class CollectionConflict(EngineError):
+    """A collection that cannot be created or deleted as asked: one of that name exists, or this server serves one
+    index root rather than a collections folder (the HTTP layer answers 409 with this reason)."""
+
+
 class BadVector(EngineError):
     """A vector a request brings (`/search`'s `vector`, a document's in `PUT /documents`) that does not fit the
     served encoder's space: another dimension, NaN or infinity, all zeros. `loc`: where in the body it is."""

@@ -20,6 +20,11 @@ before it is served (one that does not validate: the collection is not served, t
 field, the others are, and it is tried again at each look), and again when it changes (the watcher, SIGHUP,
 `POST .../admin/reload`); `PUT /collections/NAME/config` writes and applies it at once.
 
+Created and deleted over HTTP (`create`, `remove`; `indexer.runtime.collection_dirs` on the disk): a new collection
+is an empty first version of an exported encoder under `models_dir` (`STRATA_MODELS_DIR`), served at once; a
+deleted one stops being served, then its folder goes. What a crash cut short (a hidden staging folder or tombstone)
+is removed at startup. Discovery, create and delete run one at a time.
+
 Encoders: collections whose versions were built with the same exported encoder folder share one loaded encoder
 (`encoders.EncoderCache`) and its micro-batches (`scheduler`)."""
 
@@ -27,16 +32,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from indexer.runtime import collection_config
-from indexer.runtime.collection_config import Access, ConfigError
+from indexer.runtime import collection_config, collection_dirs
+from indexer.runtime.collection_config import Access, CollectionConfig, ConfigError
+from indexer.runtime.collection_dirs import NAME_PATTERN, NAME_RE, CollectionDirError, CollectionExists
+from indexer.runtime.empty_version import EncoderNotFound
 from indexer.runtime.layout import CURRENT, VERSIONS
+from indexer.runtime.paths import DEFAULT_MODEL_NAME
 from service.engine.backends import Backend, make_backend
 from service.engine.collection import Collection
-from service.engine.errors import EngineError
+from service.engine.errors import BadConfig, CollectionConflict, EngineError
 from service.engine.metrics import Metrics
 from service.engine.scheduler import Scheduler
 from service.engine.settings import EngineSettings
@@ -45,8 +52,6 @@ from service.engine.triggers import Triggers
 
 log = logging.getLogger(__name__)
 
-NAME_PATTERN = r"[a-z0-9][a-z0-9_-]{0,63}"
-NAME_RE = re.compile(NAME_PATTERN)
 DEFAULT = "default"
 
 
@@ -119,8 +124,11 @@ class Collections:
         self._started = False
         self.triggers = Triggers()
         metrics.engines_loaded.set_function(lambda: sum(e.leases.alive() for e in self.by_name.values()))
+        self._changing = asyncio.Lock()  # discovery, create and delete: one at a time
         if sources is None:
             assert self.folder is not None
+            for left in collection_dirs.sweep(self.folder):  # an interrupted create or delete: not a collection
+                log.warning("collections: removed %s, left by an interrupted create or delete", left)
             sources, self.skipped = scan(self.folder)
             for name, why in self.skipped.items():
                 log.warning("collections: skipped %s: %s", name, why)
@@ -214,6 +222,10 @@ class Collections:
 
     async def discover(self) -> list[str]:
         """Serve the collections that appeared in the folder since the last look; their names."""
+        async with self._changing:
+            return await self._discover()
+
+    async def _discover(self) -> list[str]:
         if self.folder is None:
             sources = self._fixed
         else:
@@ -233,6 +245,63 @@ class Collections:
                 added.append(source.name)
                 log.info("collections: serving new collection %s", source.name)
         return added
+
+    # -- collections made and removed over HTTP (`indexer.runtime.collection_dirs`) -----------------------------
+    async def create(self, name: str, encoder: str | None, config: CollectionConfig | None) -> Collection:
+        """Make collection `name` in the collections folder (an empty first version of `encoder`, a folder under
+        `models_dir`; None: the default encoder) with `config` as its collection.json, and serve it.
+        `CollectionConflict` (409): one of that name exists, or no collections folder is served; `BadConfig` (422)
+        naming the field: a name that cannot be a collection's, an unknown encoder (the known ones listed), settings
+        an empty (flat, dense-only) version cannot apply."""
+        folder = self._folder_for("create")
+        s = self.settings
+        try:
+            collection_dirs.check_name(name)
+            self._check_new(name)
+            model_dir = collection_dirs.resolve_encoder(s.models_dir, encoder,
+                                                        s.model_dir or s.models_dir / DEFAULT_MODEL_NAME)
+            if config is not None:
+                config.check_served("flat", False)
+        except CollectionDirError as exc:
+            raise BadConfig(str(exc), [exc.field]) from None
+        except ConfigError as exc:
+            raise BadConfig(str(exc), ["settings", *(exc.field or "config").split(".")]) from None
+        async with self._changing:
+            self._check_new(name)
+            try:
+                root = await asyncio.to_thread(collection_dirs.create_collection, folder, name, model_dir, config)
+            except CollectionExists as exc:
+                raise CollectionConflict(str(exc)) from None
+            except EncoderNotFound as exc:
+                raise BadConfig(str(exc), ["encoder"]) from None
+            collection = self._add(Source(name, root))
+            assert collection is not None  # its collection.json was validated above
+            if self._started:
+                await collection.start(signals=False)
+        log.info("collections: created %s (encoder %s)", name, model_dir)
+        return collection
+
+    async def remove(self, name: str) -> None:
+        """Stop serving collection `name` and remove its folder durably (`collection_dirs.delete_collection`: a
+        crash leaves the collection or nothing). UnknownCollection (404) when none is served by that name."""
+        folder = self._folder_for("delete")
+        async with self._changing:
+            collection = self.get(name)
+            del self.by_name[name]  # new requests get a 404 from here on
+            await collection.stop()  # its writes in flight finish first (its write thread is drained)
+            await asyncio.to_thread(collection_dirs.delete_collection, folder, name)
+        log.info("collections: deleted %s", name)
+
+    def _check_new(self, name: str) -> None:
+        if name in self.by_name or name in self.refused:
+            raise CollectionConflict(f"collection {name!r} already exists")
+
+    def _folder_for(self, what: str) -> Path:
+        if self.folder is None:
+            raise CollectionConflict(f"this server serves one index root ({self.settings.index_root}): collections "
+                                     f"are created and deleted in a collections folder (STRATA_COLLECTIONS_DIR), "
+                                     f"so it cannot {what} one")
+        return self.folder
 
     def refresh_configs(self) -> list[str]:
         """Apply the collection.json files changed on disk since the last look; the collections whose changed."""

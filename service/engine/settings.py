@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from indexer.runtime.ann import KIND_SPECS, KNOBS
 from indexer.runtime.bounded_leg import HybridLexical
+from indexer.runtime.collection_dirs import default_models_dir
 from indexer.runtime.paths import default_index_root
 from indexer.runtime.shrink_guard import DEFAULT_MAX_SHRINK
 
@@ -45,6 +46,9 @@ class EngineSettings(_SearchParamSettings):  # type: ignore[misc,valid-type]
     default_collection: str | None = Field(None, description="the collection the routes without /collections/NAME "
                                            "serve (default: `default`, or the only collection)")
     model_dir: Path | None = Field(None, description="exported encoder; default: the one the index was built with")
+    models_dir: Path = Field(default_factory=default_models_dir, description="the exported encoders a collection "
+                             "created over HTTP (POST /collections) may name, one folder each (default: "
+                             "~/.strata/models)")
     mmap: bool = Field(True, description="open versions' vector index files memory-mapped (read through the page "
                        "cache, file-backed: a swap does not need a second copy in memory); false: read into memory")
 

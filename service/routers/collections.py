@@ -1,8 +1,8 @@
-"""Collections: `GET /collections`, `GET /collections/{name}` and `GET|PUT /collections/{name}/config`. Each
-collection's search, writes and reload are the collection-scoped routers' (`service.routers.scoped`), served
-under `/collections/{name}` as at the default collection's paths. An unknown collection is a 404 naming the ones
-served; so is a name that cannot be a collection's, saying why. Keys restricted to collections (`service.auth`) see
-only theirs."""
+"""Collections: `GET|POST /collections`, `GET|DELETE /collections/{name}` and `GET|PUT
+/collections/{name}/config`. Each collection's search, writes and reload are the collection-scoped routers'
+(`service.routers.scoped`), served under `/collections/{name}` as at the default collection's paths. An unknown
+collection is a 404 naming the ones served; so is a name that cannot be a collection's, saying why. Keys restricted
+to collections (`service.auth`) see only theirs."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import asyncio
 
 from fastapi import APIRouter, Request
 
-from service.auth import ADMIN_NAMED, ANY_KEY, NAMED_PATH, READ_NAMED
+from service.auth import ADMIN_ALL, ADMIN_NAMED, ANY_KEY, NAMED_PATH, READ_NAMED
 from service.deps import CollectionDep, CollectionsDep
 from service.engine import Collection, CollectionConfig, Collections, listed
-from service.schemas.collections import CollectionInfo, CollectionList
+from service.schemas.collections import CollectionInfo, CollectionList, CreateCollection, DeletedCollection
 from service.schemas.common import SwapRefusal
 from service.schemas.compaction import CompactionState
 
@@ -55,10 +55,29 @@ async def list_collections(request: Request, collections: CollectionsDep) -> Col
                                        if _may_read(request, n)])
 
 
+@router.post("", response_model=CollectionInfo, status_code=201, dependencies=[ADMIN_ALL],
+             responses={409: {"description": "a collection of that name exists, or the server serves one index root "
+                                             "(no STRATA_COLLECTIONS_DIR)"}})
+async def create_collection(body: CreateCollection, collections: CollectionsDep) -> CollectionInfo:
+    """Create a collection (a key with the 'admin' scope on every collection): an empty first version of `encoder`
+    with `settings` as its collection.json, durable before the 201 and served at once — it takes writes
+    (`PUT /collections/{name}/documents`) and searches (no hits until its first write)."""
+    collection = await collections.create(body.name, body.encoder, body.settings)
+    return describe(collections, collection)
+
+
 @router.get("/{name}", response_model=CollectionInfo, dependencies=[NAMED_PATH, READ_NAMED])
 async def get_collection(collection: CollectionDep, collections: CollectionsDep) -> CollectionInfo:
     """One collection (403 for a key that may not read it, 404 when there is none of that name)."""
     return describe(collections, collection)
+
+
+@router.delete("/{name}", response_model=DeletedCollection, dependencies=[NAMED_PATH, ADMIN_NAMED])
+async def delete_collection(collection: CollectionDep, collections: CollectionsDep) -> DeletedCollection:
+    """Delete a collection (a key with the 'admin' scope on it): no longer served, and removed from the disk
+    durably — a crash in the middle leaves the collection whole or nothing of it."""
+    await collections.remove(collection.name)
+    return DeletedCollection(name=collection.name)
 
 
 @router.get("/{name}/config", response_model=CollectionConfig, tags=["admin"],

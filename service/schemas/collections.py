@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
+from indexer.runtime.collection_config import CollectionConfig
+from indexer.runtime.collection_dirs import NAME_PATTERN
 from service.schemas.common import SwapRefusal
 from service.schemas.compaction import CompactionState
 
@@ -54,3 +56,20 @@ class SnapshotOut(BaseModel):
 
 class SnapshotList(BaseModel):
     snapshots: list[SnapshotOut] = Field(description="oldest first")
+
+
+class CreateCollection(BaseModel):
+    """`POST /collections`: a new collection, empty, that takes writes and searches at once."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=f"^{NAME_PATTERN}$", description="its name, and its folder's in the collections folder")
+    encoder: str | None = Field(None, description="an exported encoder the server knows: a folder under its "
+                                "models folder (STRATA_MODELS_DIR, default ~/.strata/models); default: the default "
+                                "encoder. An unknown one is a 422 listing the known ones")
+    settings: CollectionConfig | None = Field(None, description="its collection.json (GET /collections/{name}/config "
+                                              "describes the fields); default: none")
+
+
+class DeletedCollection(BaseModel):
+    name: str
+    deleted: bool = True

@@ -82,7 +82,7 @@ def test_every_route_enforces_the_scope_it_declares(served: tuple[InProcessServe
             for method in sorted(route.methods):
                 for name in names:
                     path = route.path_format.format_map(_Params(name=name, model="no-such-model"))
-                    collection = name if scope.on == "named" else "faq" if scope.on == "default" else None
+                    collection = {"named": name, "default": "faq", "all": "*"}.get(scope.on or "")
                     public = scope.scope == "public" or path in app_settings.public_paths
                     for key in (None, BAD, ADMIN_KEY, READER, FAQ_READER, GARDEN_ADMIN):
                         r = c.request(method, path, headers={"Authorization": f"Bearer {key}"} if key else {})
@@ -109,6 +109,7 @@ def test_every_route_enforces_the_scope_it_declares(served: tuple[InProcessServe
             ("POST", "/collections/{name}/search", READ), ("PUT", "/collections/{name}/documents", ADMIN),
             ("POST", "/collections/{name}/documents/delete", ADMIN),
             ("POST", "/collections/{name}/admin/reload", ADMIN),
+            ("POST", "/collections", ADMIN), ("DELETE", "/collections/{name}", ADMIN),
             ("POST", "/v1/embeddings", "key"), ("GET", "/v1/models/{model}", "key"), ("GET", "/", "public")} <= walked
 
 

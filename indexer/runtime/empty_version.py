@@ -1,0 +1,65 @@
+"""A collection's empty first version: what `POST /collections` and `indexer collection create` publish so that a
+new collection serves at once — searches answer with no hits, writes go to its write log and overlay as on any
+version, and `indexer compact` folds them into a version of their own.
+
+It is a version like a build's (sealed with its checksums, renamed into `versions/`, then `current`): an exact
+(flat) index of no vectors, a corpus store with no documents (string and integer ids, metadata: the one schema),
+and a manifest naming the exported encoder it pairs with. No lexical index: the collection serves dense search
+until a compaction or a build gives it one."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from indexer.runtime.ann import FlatParams
+from indexer.runtime.encoder import ENCODER_META, EncoderMeta
+from indexer.runtime.faiss.files import INDEX_FILE
+from indexer.runtime.faiss.kinds import build_index
+from indexer.runtime.layout import IndexRoot, new_version_name
+from indexer.runtime.manifest import DataInfo, IndexInfo, Manifest, ModelInfo, Timings
+from indexer.runtime.store import STORE, CorpusStoreWriter
+
+SOURCE = "empty"  # the manifest's data.source of an empty first version
+
+
+class EncoderNotFound(ValueError):
+    """The folder is not an exported encoder (no readable encoder.json)."""
+
+
+def encoder_meta(model_dir: Path) -> EncoderMeta:
+    """An exported encoder's `encoder.json`, read without loading the model."""
+    path = model_dir / ENCODER_META
+    try:
+        return EncoderMeta.model_validate_json(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise EncoderNotFound(f"{model_dir} is not an exported encoder (its {ENCODER_META}: {exc})") from None
+
+
+def create_empty_version(root: Path, model_dir: Path) -> str:
+    """Publish an empty version of `model_dir`'s encoder in `root` (created if needed) and point `current` at it;
+    returns its name. Under the root's build lock: a build cannot interleave with it."""
+    meta = encoder_meta(model_dir)
+    index_root = IndexRoot(root)
+    root.mkdir(parents=True, exist_ok=True)
+    version = new_version_name()
+    t0 = time.perf_counter()
+    with index_root.build_lock(), index_root.staging(version) as stage:
+        params = FlatParams()
+        index, _, _ = build_index(params, np.zeros((0, meta.dim), dtype=np.float32), np.zeros(0, dtype=np.int64))
+        index.save(stage / INDEX_FILE)
+        CorpusStoreWriter(stage / STORE).finish()
+        manifest = Manifest(
+            version=version, created_at=datetime.now(timezone.utc),
+            model=ModelInfo(dir=str(model_dir.resolve()), onnx_sha256=meta.onnx_sha256, pooling=meta.pooling,
+                            dim=meta.dim, max_length=meta.max_length, source=meta.source),
+            index=IndexInfo.for_params(params, 0),
+            data=DataInfo(source=SOURCE, protocol="corpus", rows_read=0, skipped_empty_texts=0, n_docs=0,
+                          n_queries=0, format="jsonl"),
+            build_seconds=Timings(total_s=time.perf_counter() - t0), default_mode="dense")
+        manifest.save(stage)
+    index_root.set_current(version)
+    return version

@@ -1,0 +1,188 @@
+"""Collections created and deleted over HTTP (`POST /collections`, `DELETE /collections/{name}`) and from the CLI
+(`indexer collection --create/--delete`), on real servers (`python -m service` on 127.0.0.1, a tiny exported
+encoder, real files): a new collection serves at once (an empty search is 200 with no hits, writes are durable),
+both survive a restart, and a create or delete cut short leaves the collection whole or nothing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from indexer.runtime.collection_dirs import CREATING_PREFIX, TRASH_PREFIX
+from indexer.runtime.empty_version import create_empty_version
+from strata_client import Client
+from strata_client.errors import ConflictError, NotFoundError, ValidationError
+from tests.conftest import QUORA_LIKE_WORDS, REPO, Server, start_server, stop_server
+
+ADMIN, READER, GARDEN_ADMIN = "admin-key-0123", "reader-key-0123", "garden-admin-0123"
+KEYS = f"{ADMIN}:admin,{READER},{GARDEN_ADMIN}:admin@garden"
+AUTH = {"Authorization": f"Bearer {ADMIN}"}
+TEXTS = [" ".join(QUORA_LIKE_WORDS[(i * 5 + j) % len(QUORA_LIKE_WORDS)] for j in range(5)) for i in range(4)]
+
+
+@pytest.fixture
+def folders(tmp_path: Path, tiny_exported: Path) -> Iterator[dict[str, Path]]:
+    cdir = tmp_path / "collections"
+    cdir.mkdir()
+    yield {"collections": cdir, "models": tiny_exported.parent, "encoder": tiny_exported, "tmp": tmp_path}
+
+
+def basis(i: int, dim: int) -> list[float]:
+    return [1.0 if j == i else 0.01 for j in range(dim)]
+
+
+def serve(folders: dict[str, Path]) -> Server:
+    return start_server(folders["tmp"], {"STRATA_COLLECTIONS_DIR": str(folders["collections"]),
+                                         "STRATA_MODELS_DIR": str(folders["models"]), "STRATA_API_KEYS": KEYS,
+                                         "STRATA_WATCH_INTERVAL_S": "0", "STRATA_WORKERS": "1"})
+
+
+def test_create_write_search_restart_delete(folders: dict[str, Path]) -> None:
+    encoder = folders["encoder"].name
+    srv = serve(folders)
+    try:
+        with srv.client() as c:
+            unknown = c.post("/collections", json={"name": "notes", "encoder": "no-such-encoder"}, headers=AUTH)
+            assert unknown.status_code == 422 and encoder in unknown.text, unknown.text  # the known ones listed
+            assert c.post("/collections", json={"name": "Bad Name!", "encoder": encoder},
+                          headers=AUTH).status_code == 422
+            bad_settings = c.post("/collections", json={"name": "notes", "encoder": encoder,
+                                                        "settings": {"max_top_k": 0}}, headers=AUTH)
+            assert bad_settings.status_code == 422 and "max_top_k" in bad_settings.text
+            for key in (READER, GARDEN_ADMIN):  # creating needs admin on every collection
+                denied = c.post("/collections", json={"name": "garden", "encoder": encoder},
+                                headers={"Authorization": f"Bearer {key}"})
+                assert denied.status_code == 403 and "admin" in denied.json()["detail"]
+            assert not any(folders["collections"].iterdir())  # nothing refused left anything
+
+            made = c.post("/collections", json={"name": "notes", "encoder": encoder,
+                                                "settings": {"max_top_k": 20}}, headers=AUTH)
+            assert made.status_code == 201, made.text
+            info = made.json()
+            assert (info["name"], info["documents"], info["encoder"], info["index_kind"]) == ("notes", 0, encoder,
+                                                                                           "flat")
+            assert c.get("/collections/notes", headers=AUTH).json() == info  # as GET shows it
+            assert c.post("/collections", json={"name": "notes"}, headers=AUTH).status_code == 409
+            assert c.get("/collections/notes/config", headers=AUTH).json()["max_top_k"] == 20
+
+            empty = c.post("/collections/notes/search", json={"query": TEXTS[0]}, headers=AUTH)
+            assert empty.status_code == 200 and empty.json()["hits"] == [], empty.text
+            # the tiny random encoder does not rank texts: documents bring their vectors (one text is encoded)
+            docs = [{"id": f"d{i}", "text": t, "metadata": {"n": i}, "vector": basis(i, info["dim"])}
+                    for i, t in enumerate(TEXTS[:-1])] + [{"id": "encoded", "text": TEXTS[-1]}]
+            wrote = c.put("/collections/notes/documents", json={"documents": docs}, headers=AUTH)
+            assert wrote.status_code == 200 and wrote.json()["created"] == len(TEXTS), wrote.text
+            hits = c.post("/collections/notes/search", json={"vector": basis(2, info["dim"]), "top_k": 1},
+                          headers=AUTH).json()
+            assert hits["hits"][0]["id"] == "d2"
+    finally:
+        stop_server(srv)
+
+    srv = serve(folders)  # a restart serves what was created and written
+    try:
+        with srv.client() as c:
+            assert c.get("/collections/notes", headers=AUTH).json()["documents"] == len(TEXTS)
+            dim = c.get("/collections/notes", headers=AUTH).json()["dim"]
+            hits = c.post("/collections/notes/search", json={"vector": basis(1, dim), "top_k": 1},
+                          headers=AUTH).json()
+            assert hits["hits"][0]["id"] == "d1"
+            hit = c.post("/collections/notes/search", json={"query": TEXTS[0], "filter": {"n": 0}},
+                         headers=AUTH).json()
+            assert [h["id"] for h in hit["hits"]] == ["d0"]
+            assert c.delete("/collections/notes", headers={"Authorization": f"Bearer {READER}"}).status_code == 403
+            gone = c.delete("/collections/notes", headers=AUTH)
+            assert gone.status_code == 200 and gone.json() == {"name": "notes", "deleted": True}
+            assert c.get("/collections/notes", headers=AUTH).status_code == 404
+            assert c.post("/collections/notes/search", json={"query": TEXTS[0]}, headers=AUTH).status_code == 404
+            assert c.delete("/collections/notes", headers=AUTH).status_code == 404
+    finally:
+        stop_server(srv)
+    assert list(folders["collections"].iterdir()) == []  # nothing left on the disk
+
+    srv = serve(folders)  # and a restart does not bring it back; the client creates and deletes the same way
+    try:
+        with srv.client() as c:
+            assert c.get("/collections", headers=AUTH).json()["collections"] == []
+        with Client(srv.url, api_key=ADMIN) as client:
+            made = client.create_collection("faq", encoder=folders["encoder"].name, settings={"max_top_k": 9})
+            assert (made.name, made.documents, made.ready) == ("faq", 0, True)
+            with pytest.raises(ConflictError, match="already exists"):
+                client.create_collection("faq", encoder=folders["encoder"].name)
+            with pytest.raises(ValidationError, match=folders["encoder"].name):
+                client.create_collection("other", encoder="no-such-encoder")
+            assert client.with_collection("faq").search(TEXTS[0], top_k=9).hits == []
+            client.delete_collection("faq")
+            with pytest.raises(NotFoundError):
+                client.delete_collection("faq")
+    finally:
+        stop_server(srv)
+
+
+def test_a_create_or_delete_cut_short_leaves_the_collection_or_nothing(folders: dict[str, Path]) -> None:
+    """What a crash leaves, made by hand: a create cut before its rename (a hidden staging root, complete or not),
+    a delete cut after its rename (the tombstone, not yet removed), a delete cut before it (the collection whole)."""
+    cdir, encoder = folders["collections"], folders["encoder"]
+    create_empty_version(cdir / f"{CREATING_PREFIX}half-0001", encoder)  # a whole root, not yet renamed
+    (cdir / f"{CREATING_PREFIX}early-0002").mkdir()  # cut before the version was written
+    create_empty_version(cdir / f"{TRASH_PREFIX}old-0003", encoder)  # renamed away, not yet removed
+    create_empty_version(cdir / "kept", encoder)  # a delete cut before its rename: the collection, whole
+    srv = serve(folders)
+    try:
+        with srv.client() as c:
+            listed = c.get("/collections", headers=AUTH).json()["collections"]
+            assert [x["name"] for x in listed] == ["kept"] and listed[0]["ready"]
+            for name in ("half", "early", "old"):
+                assert c.get(f"/collections/{name}", headers=AUTH).status_code == 404
+            # the same name can be created after the leftovers are gone
+            assert c.post("/collections", json={"name": "half", "encoder": encoder.name},
+                          headers=AUTH).status_code == 201
+    finally:
+        stop_server(srv)
+    assert sorted(p.name for p in cdir.iterdir()) == ["half", "kept"]  # the leftovers were removed at startup
+
+
+def test_writes_to_a_server_with_nothing_built_are_a_clear_409(tmp_path: Path) -> None:
+    """`PUT /documents` on a root with no version: a 409 saying how to get one (it was a 500 AssertionError)."""
+    srv = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(tmp_path / "empty-root"), "STRATA_WATCH_INTERVAL_S": "0"})
+    try:
+        with srv.client() as c:
+            r = c.put("/documents", json={"documents": [{"id": 1, "text": TEXTS[0]}]})
+            assert r.status_code == 409 and "POST /collections" in r.json()["detail"], r.text
+            r = c.post("/documents/delete", json={"ids": [1]})
+            assert r.status_code == 409, r.text
+            r = c.post("/collections", json={"name": "x"})  # one root served: no collections folder to create in
+            assert r.status_code == 409 and "STRATA_COLLECTIONS_DIR" in r.json()["detail"], r.text
+    finally:
+        stop_server(srv)
+
+
+def test_the_cli_creates_and_deletes_what_the_server_serves(folders: dict[str, Path]) -> None:
+    cdir = folders["collections"]
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "indexer.cli", "collection", "--root", str(cdir / "faq"), *args],
+                              cwd=REPO, capture_output=True, text=True, timeout=120,
+                              env=os.environ | {"STRATA_MODELS_DIR": str(folders["models"])})
+
+    made = cli("--create", "--encoder", folders["encoder"].name, "--set", "max_top_k=7")
+    assert made.returncode == 0, made.stderr
+    again = cli("--create", "--encoder", folders["encoder"].name)
+    assert again.returncode == 2 and "already exists" in again.stderr
+    unknown = cli("--create", "--encoder", "no-such-encoder")
+    assert unknown.returncode == 2 and folders["encoder"].name in unknown.stderr
+    srv = serve(folders)
+    try:
+        with srv.client() as c:
+            assert c.get("/collections/faq/config", headers=AUTH).json()["max_top_k"] == 7
+            r = c.post("/collections/faq/search", json={"query": TEXTS[0], "top_k": 7}, headers=AUTH)
+            assert r.status_code == 200 and r.json()["hits"] == []
+    finally:
+        stop_server(srv)
+    gone = cli("--delete")
+    assert gone.returncode == 0, gone.stderr
+    assert not (cdir / "faq").exists() and cli("--delete").returncode == 2
