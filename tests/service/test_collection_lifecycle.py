@@ -123,27 +123,47 @@ def test_create_write_search_restart_delete(folders: dict[str, Path]) -> None:
         stop_server(srv)
 
 
-def test_a_create_or_delete_cut_short_leaves_the_collection_or_nothing(folders: dict[str, Path]) -> None:
-    """What a crash leaves, made by hand: a create cut before its rename (a hidden staging root, complete or not),
-    a delete cut after its rename (the tombstone, not yet removed), a delete cut before it (the collection whole)."""
+def test_a_cut_short_create_or_delete_leaves_the_collection_or_nothing_and_the_cli_makes_what_is_served(
+        folders: dict[str, Path]) -> None:
+    """What a crash leaves, made by hand, then a restart: a create cut before its rename (a hidden staging root,
+    complete or not), a delete cut after its rename (the tombstone, not yet removed), a delete cut before it (the
+    collection whole). Beside them, a collection `indexer collection --create` made: served like one made over HTTP."""
     cdir, encoder = folders["collections"], folders["encoder"]
     create_empty_version(cdir / f"{CREATING_PREFIX}half-0001", encoder)  # a whole root, not yet renamed
     (cdir / f"{CREATING_PREFIX}early-0002").mkdir()  # cut before the version was written
     create_empty_version(cdir / f"{TRASH_PREFIX}old-0003", encoder)  # renamed away, not yet removed
     create_empty_version(cdir / "kept", encoder)  # a delete cut before its rename: the collection, whole
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "indexer.cli", "collection", "--root", str(cdir / "faq"), *args],
+                              cwd=REPO, capture_output=True, text=True, timeout=120,
+                              env=os.environ | {"STRATA_MODELS_DIR": str(folders["models"])})
+
+    made = cli("--create", "--encoder", encoder.name, "--set", "max_top_k=7")
+    assert made.returncode == 0, made.stderr
+    again = cli("--create", "--encoder", encoder.name)
+    assert again.returncode == 2 and "already exists" in again.stderr
+    unknown = cli("--create", "--encoder", "no-such-encoder")
+    assert unknown.returncode == 2 and encoder.name in unknown.stderr
     srv = serve(folders)
     try:
         with srv.client() as c:
             listed = c.get("/collections", headers=AUTH).json()["collections"]
-            assert [x["name"] for x in listed] == ["kept"] and listed[0]["ready"]
+            assert [(x["name"], x["ready"]) for x in listed] == [("faq", True), ("kept", True)]
             for name in ("half", "early", "old"):
                 assert c.get(f"/collections/{name}", headers=AUTH).status_code == 404
+            assert c.get("/collections/faq/config", headers=AUTH).json()["max_top_k"] == 7
+            r = c.post("/collections/faq/search", json={"query": TEXTS[0], "top_k": 7}, headers=AUTH)
+            assert r.status_code == 200 and r.json()["hits"] == []
             # the same name can be created after the leftovers are gone
             assert c.post("/collections", json={"name": "half", "encoder": encoder.name},
                           headers=AUTH).status_code == 201
     finally:
         stop_server(srv)
-    assert sorted(p.name for p in cdir.iterdir()) == ["half", "kept"]  # the leftovers were removed at startup
+    assert sorted(p.name for p in cdir.iterdir()) == ["faq", "half", "kept"]  # the leftovers were removed at startup
+    gone = cli("--delete")
+    assert gone.returncode == 0, gone.stderr
+    assert not (cdir / "faq").exists() and cli("--delete").returncode == 2
 
 
 def test_writes_to_a_server_with_nothing_built_are_a_clear_409(tmp_path: Path) -> None:
@@ -159,30 +179,3 @@ def test_writes_to_a_server_with_nothing_built_are_a_clear_409(tmp_path: Path) -
             assert r.status_code == 409 and "STRATA_COLLECTIONS_DIR" in r.json()["detail"], r.text
     finally:
         stop_server(srv)
-
-
-def test_the_cli_creates_and_deletes_what_the_server_serves(folders: dict[str, Path]) -> None:
-    cdir = folders["collections"]
-
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "indexer.cli", "collection", "--root", str(cdir / "faq"), *args],
-                              cwd=REPO, capture_output=True, text=True, timeout=120,
-                              env=os.environ | {"STRATA_MODELS_DIR": str(folders["models"])})
-
-    made = cli("--create", "--encoder", folders["encoder"].name, "--set", "max_top_k=7")
-    assert made.returncode == 0, made.stderr
-    again = cli("--create", "--encoder", folders["encoder"].name)
-    assert again.returncode == 2 and "already exists" in again.stderr
-    unknown = cli("--create", "--encoder", "no-such-encoder")
-    assert unknown.returncode == 2 and folders["encoder"].name in unknown.stderr
-    srv = serve(folders)
-    try:
-        with srv.client() as c:
-            assert c.get("/collections/faq/config", headers=AUTH).json()["max_top_k"] == 7
-            r = c.post("/collections/faq/search", json={"query": TEXTS[0], "top_k": 7}, headers=AUTH)
-            assert r.status_code == 200 and r.json()["hits"] == []
-    finally:
-        stop_server(srv)
-    gone = cli("--delete")
-    assert gone.returncode == 0, gone.stderr
-    assert not (cdir / "faq").exists() and cli("--delete").returncode == 2
