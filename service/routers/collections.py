@@ -72,7 +72,8 @@ async def get_collection(collection: CollectionDep, collections: CollectionsDep)
     return describe(collections, collection)
 
 
-@router.delete("/{name}", response_model=DeletedCollection, dependencies=[NAMED_PATH, ADMIN_NAMED])
+@router.delete("/{name}", response_model=DeletedCollection, dependencies=[NAMED_PATH, ADMIN_NAMED],
+               responses={409: {"description": "the server serves one index root (no STRATA_COLLECTIONS_DIR)"}})
 async def delete_collection(collection: CollectionDep, collections: CollectionsDep) -> DeletedCollection:
     """Delete a collection (a key with the 'admin' scope on it): no longer served, and removed from the disk
     durably — a crash in the middle leaves the collection whole or nothing of it."""
