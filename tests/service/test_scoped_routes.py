@@ -21,7 +21,8 @@ def test_each_collection_operation_is_one_handler_at_both_paths(tmp_path: Path) 
     app = create_app(Settings(collections_dir=tmp_path, watch_interval_s=0, workers=1, threads=1))
     by_path = {(m, r.path_format): (o.endpoint, declared(r.dependant)) for o, r in served_routes(app)
                if isinstance(o, APIRoute) for m in r.methods}
-    scoped_routes = [(m, route.path) for router in scoped.ROUTERS for route in router.routes for m in route.methods]
+    scoped_routes = [(m, route.path_format) for router in scoped.ROUTERS for route in router.routes
+                     for m in route.methods]
     assert ("POST", "/search") in scoped_routes and ("PUT", "/documents") in scoped_routes
     for method, path in scoped_routes:
         default, named = by_path[(method, path)], by_path[(method, scoped.COLLECTION_PREFIX + path)]
