@@ -71,6 +71,7 @@ def _create_or_delete(args: argparse.Namespace) -> int:
 
     from indexer.runtime import collection_config as cc
     from indexer.runtime import collection_dirs as cd
+    from indexer.runtime.empty_version import EMPTY_KIND
     from indexer.runtime.paths import DEFAULT_MODEL_NAME
 
     root = Path(args.root)
@@ -85,7 +86,7 @@ def _create_or_delete(args: argparse.Namespace) -> int:
         cd.resolve_encoder(models, args.encoder, models / DEFAULT_MODEL_NAME)
     config = cc.with_changes(cc.CollectionConfig(), args.sets, args.unsets, "--set") if args.sets else None
     if config is not None:
-        config.check_served("flat", False)  # what an empty (flat, dense-only) version can apply
+        config.check_served(EMPTY_KIND, False)  # what an empty (flat, dense-only) version can apply
     cd.create_collection(root.parent, root.name, encoder, config)
     print(f"created collection {root.name!r} ({root}) with encoder {encoder}")
     return 0

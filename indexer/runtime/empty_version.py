@@ -23,6 +23,8 @@ from indexer.runtime.layout import IndexRoot, new_version_name
 from indexer.runtime.manifest import DataInfo, IndexInfo, Manifest, ModelInfo, Timings
 from indexer.runtime.store import STORE, CorpusStoreWriter
 
+EMPTY_KIND = FlatParams().kind  # the kind of an empty first version: exact over no vectors
+
 SOURCE = "empty"  # the manifest's data.source of an empty first version
 
 

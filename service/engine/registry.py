@@ -38,7 +38,7 @@ from pathlib import Path
 from indexer.runtime import collection_config, collection_dirs
 from indexer.runtime.collection_config import Access, CollectionConfig, ConfigError
 from indexer.runtime.collection_dirs import NAME_PATTERN, NAME_RE, CollectionDirError, CollectionExists
-from indexer.runtime.empty_version import EncoderNotFound
+from indexer.runtime.empty_version import EMPTY_KIND, EncoderNotFound
 from indexer.runtime.layout import CURRENT, VERSIONS
 from indexer.runtime.paths import DEFAULT_MODEL_NAME
 from service.engine.backends import Backend, make_backend
@@ -261,7 +261,7 @@ class Collections:
             model_dir = collection_dirs.resolve_encoder(s.models_dir, encoder,
                                                         s.model_dir or s.models_dir / DEFAULT_MODEL_NAME)
             if config is not None:
-                config.check_served("flat", False)
+                config.check_served(EMPTY_KIND, False)
         except CollectionDirError as exc:
             raise BadConfig(str(exc), [exc.field]) from None
         except ConfigError as exc:
