@@ -55,7 +55,9 @@ DAMAGED_DOC = ("a file of the served version is missing or resized on disk: it k
                "has open, but a restart or swap will refuse it (rebuild, or `indexer rollback`)")
 
 
-class CollectionReady(BaseModel):
+class ServedCounts(BaseModel):
+    """What /ready says of one served collection: its version and what it holds."""
+
     ready: bool
     index_version: str | None = None
     index_size: int | None = Field(None, description="the served vectors, writes included (a version of passages: "
@@ -63,6 +65,9 @@ class CollectionReady(BaseModel):
     documents: int | None = Field(None, description="the documents served, writes included")
     passages: int | None = Field(None, description="a version built with passages: its passages (absent: documents "
                                  "are indexed whole)")
+
+
+class CollectionReady(ServedCounts):
     reason: str | None = None
     damaged: str | None = Field(None, description=DAMAGED_DOC)
     swap_refused: SwapRefusal | None = None
@@ -118,14 +123,7 @@ class ReadyEvaluation(BaseModel):
     error: str | None = None
 
 
-class Ready(BaseModel):
-    ready: bool
-    index_version: str | None = None
-    index_size: int | None = Field(None, description="the served vectors, writes included (a version of passages: "
-                                   "its passages)")
-    documents: int | None = Field(None, description="the documents served, writes included")
-    passages: int | None = Field(None, description="a version built with passages: its passages (absent: documents "
-                                 "are indexed whole)")
+class Ready(ServedCounts):
     model: str | None = Field(None, description="the served encoder's folder")
     model_name: str | None = Field(None, description="its name (the folder's)")
     model_source: str | None = Field(None, description="what it was exported from (`encoder.json`'s source)")
