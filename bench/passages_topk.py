@@ -8,9 +8,10 @@ questions run together, k drawn so most documents are short (1-2 passages at the
 long (up to ~10 passages), the shape that makes a few documents fill a search's candidates. It is built twice
 with the same encoder, flat index and BM25: whole documents (`--chunk off`: the encoder sees the first 254 tokens)
 and passages (`--chunk 254`). The queries are other Quora questions. Each query is searched alone, in process
-(`Searcher.search`, one thread), at top_k 100 and 10, in every mode, the two versions alternating query by query
-so the machine's load drifts over both alike; p50/p95 of the whole call (encoding included) and of the search
-alone (`search_ms`: everything but the encoding), and the passages/whole ratio of the p50s. Writes
+(`Searcher.run_batch`, one thread), at top_k 100 and 10, in every mode, on three sides: whole documents, passages
+(snippets included: the default) and passages without snippets (`"snippets": false`), their order rotating query by
+query so the machine's load drifts over all alike; p50/p95 of the whole call (encoding included) and of the search
+alone (`search_ms`: everything but the encoding), and each passages side's ratio of the p50s to whole's. Writes
 bench/results/passages-topk-<stamp>.{md,json}; the build is kept in --work for reruns.
 """
 
@@ -37,10 +38,12 @@ if str(REPO_ROOT) not in sys.path:
 from indexer.build import BuildConfig, build  # noqa: E402
 from indexer.runtime.layout import IndexRoot  # noqa: E402
 from indexer.runtime.paths import data_dir  # noqa: E402
+from indexer.runtime.query import Query  # noqa: E402
 from service.engine.searcher import Searcher  # noqa: E402
 
 MODES = ("dense", "lexical", "hybrid")
 TOP_KS = (100, 10)
+SIDES = (("whole", True), ("passages", True), ("passages, no snippets", False))  # (side, snippets)
 
 
 def questions(limit: int) -> list[str]:
@@ -84,12 +87,13 @@ def built(work: Path, model: Path, rows: list[dict[str, object]]) -> dict[str, P
 
 def measure(searchers: dict[str, Searcher], queries: list[str]) -> dict[str, dict[str, list[float]]]:
     times: dict[str, dict[str, list[float]]] = {}
-    for q in queries:
+    for n, q in enumerate(queries):
         for top_k in TOP_KS:
             for mode in MODES:
-                for side, s in (list(searchers.items()) if len(q) % 2 else list(searchers.items())[::-1]):
+                for side, snippets in SIDES[n % 3:] + SIDES[: n % 3]:
+                    s = searchers[side.split(",")[0]]
                     t0 = time.perf_counter()
-                    r = s.search([q], top_k, mode=mode)  # type: ignore[arg-type]
+                    r = s.run_batch([Query([q], top_k, mode=mode, snippets=snippets)])[0]  # type: ignore[arg-type]
                     wall = (time.perf_counter() - t0) * 1000
                     key = f"{side} {mode} {top_k}"
                     times.setdefault(key, {"wall": [], "search": [], "hits": []})
@@ -106,12 +110,13 @@ def report(times: dict[str, dict[str, list[float]]], meta: dict[str, object], ou
     lines = [f"# Passage search at top_k 100 vs whole documents ({meta['stamp']})", "",
              f"{meta['docs']} documents → {meta['passages']} passages, {meta['queries']} queries, flat, one thread; "
              f"load average {meta['load']} on {meta['cpus']} CPUs. Command: `{meta['command']}`", "",
-             "| mode | top_k | whole p50 / p95 ms | passages p50 / p95 ms | ratio p50 (call) | whole search p50 | "
-             "passages search p50 | ratio p50 (search) | passages' hits (min) |", "|---|---|---|---|---|---|---|---|---|"]
+             "| mode | top_k | passages side | whole p50 / p95 ms | passages p50 / p95 ms | ratio p50 (call) | "
+             "whole search p50 | passages search p50 | ratio p50 (search) | passages' hits (min) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for top_k in TOP_KS:
-        for mode in MODES:
-            w, s = f"whole {mode} {top_k}", f"passages {mode} {top_k}"
-            lines.append(f"| {mode} | {top_k} | {p(w, 'wall', 50):.2f} / {p(w, 'wall', 95):.2f} | "
+        for mode, (side, _) in ((m, sd) for m in MODES for sd in SIDES[1:]):
+            w, s = f"whole {mode} {top_k}", f"{side} {mode} {top_k}"
+            lines.append(f"| {mode} | {top_k} | {side} | {p(w, 'wall', 50):.2f} / {p(w, 'wall', 95):.2f} | "
                          f"{p(s, 'wall', 50):.2f} / {p(s, 'wall', 95):.2f} | {p(s, 'wall', 50) / p(w, 'wall', 50):.2f}× | "
                          f"{p(w, 'search', 50):.2f} | {p(s, 'search', 50):.2f} | "
                          f"{p(s, 'search', 50) / p(w, 'search', 50):.2f}× | {min(times[s]['hits']):.0f} |")

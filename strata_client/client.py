@@ -88,27 +88,29 @@ class Client(Base):
 
     def search(self, query: str, *, top_k: int = 10, filter: dict[str, Any] | None = None, mode: Mode | None = None,
                fusion: Fusion | None = None, k: float | None = None, alpha: float | None = None,
-               nprobe: int | None = None, ef_search: int | None = None, passages: bool | None = None) -> SearchResult:
+               nprobe: int | None = None, ef_search: int | None = None, passages: bool | None = None,
+               snippets: bool | None = None) -> SearchResult:
         """The `top_k` (1..100) best documents for `query`, among those whose metadata match `filter`
         (docs/search.md#filtered-search), by `mode` (default: the served version's); hybrid fuses by `fusion`
         (convex with the dense weight `alpha`, or rrf with rank constant `k`). On a version built with passages
-        each hit carries its `passage` (offsets, `snippet`); `passages=True` returns the passages themselves."""
+        each hit carries its `passage` (offsets, `snippet`); `passages=True` returns the passages themselves,
+        `snippets=False` leaves the snippets empty (their cost saved)."""
         if not isinstance(query, str):
             raise TypeError("search takes one query string; search_many takes several")
         texts, calls = _calls.search_calls(self.collection, query, top_k=top_k, filter=filter, mode=mode,
                                            fusion=fusion, k=k, alpha=alpha, nprobe=nprobe, ef_search=ef_search,
-                                           passages=passages)
+                                           passages=passages, snippets=snippets)
         return self._search(texts, self._send_all(calls))[0]
 
     def search_many(self, queries: Iterable[str], *, top_k: int = 10, filter: dict[str, Any] | None = None,
                     mode: Mode | None = None, fusion: Fusion | None = None, k: float | None = None,
                     alpha: float | None = None, nprobe: int | None = None,
-                    ef_search: int | None = None, passages: bool | None = None
+                    ef_search: int | None = None, passages: bool | None = None, snippets: bool | None = None
                     ) -> list[SearchResult]:
         """`search` for several queries, in order (sent 64 per request)."""
         texts, calls = _calls.search_calls(self.collection, list(queries), top_k=top_k, filter=filter, mode=mode,
                                            fusion=fusion, k=k, alpha=alpha, nprobe=nprobe, ef_search=ef_search,
-                                           passages=passages)
+                                           passages=passages, snippets=snippets)
         return self._search(texts, self._send_all(calls))
 
     def encode(self, texts: str | Iterable[str]) -> Embeddings:

@@ -24,7 +24,7 @@ import html
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from indexer.runtime.version import Hit, PassageRef
@@ -275,8 +275,11 @@ def parse_passage_id(ext: ExtId) -> tuple[ExtId, int] | None:
     """(document id, n) of a passage row id; None for anything else."""
     if not isinstance(ext, str) or not ext.startswith(_ID_PREFIX):
         return None
-    doc, n = json.loads(ext[len(_ID_PREFIX):])
-    return doc, n
+    doc, _, n = ext[len(_ID_PREFIX) + 1 : -1].rpartition(",")
+    # `passage_id` wrote the document's id as JSON: an integer, or a string escaped only if it holds a backslash
+    if doc[0] != '"':
+        return int(doc), int(n)
+    return (doc[1:-1] if "\\" not in doc else json.loads(doc)), int(n)
 
 
 def document_key(ext: ExtId) -> tuple[object, ExtId]:
@@ -317,47 +320,44 @@ def old_count(doc: ExtId, live_metadata: Callable[[ExtId], dict[str, Any] | None
     return passage_count(live_metadata(passage_id(doc, 0)))
 
 
-def document_hits(hits: Sequence[Hit], query: str, top_k: int) -> list[Hit]:
+def document_hits(hits: Sequence[Hit], query: str, top_k: int, snippets: bool = True) -> list[Hit]:
     """Ranked passage hits → the top_k documents, each scored by its best passage (max), carrying that passage
-    (text, offsets, snippet); hits that are not passage rows pass through as documents."""
+    (text, offsets and, when `snippets`, its snippet: computed for the hits returned only); hits that are not
+    passage rows pass through as documents."""
     out: list[Hit] = []
-    seen: set[tuple[type, ExtId]] = set()
-    terms = query_terms(query)
+    seen: set[tuple[object, ExtId]] = set()
+    terms = query_terms(query) if snippets else None
     for h in hits:
-        parsed = parse_passage_id(h.ext_id)
-        if parsed is None:
-            key: tuple[type, ExtId] = (type(h.ext_id), h.ext_id)
-            if key not in seen:
-                seen.add(key)
-                out.append(h)
-        else:
-            doc, n = parsed
-            key = (type(doc), doc)
-            if key in seen:
-                continue
-            seen.add(key)
-            out.append(as_passage_hit(h, terms, doc, n))
+        key = document_key(h.ext_id)
+        if key in seen:
+            continue
+        seen.add(key)
+        parsed = parse_passage_id(h.ext_id) if key[0] is Passage else None
+        out.append(h if parsed is None else as_passage_hit(h, terms, *parsed))
         if len(out) >= top_k:
             break
     return out
 
 
-def passage_hits(hits: Sequence[Hit], query: str) -> list[Hit]:
-    """`"passages": true`: every passage hit as it ranked, with its document's id, offsets and snippet."""
+def passage_hits(hits: Sequence[Hit], query: str, snippets: bool = True) -> list[Hit]:
+    """`"passages": true`: every passage hit as it ranked, with its document's id, offsets and (when `snippets`)
+    snippet."""
     out = []
-    terms = query_terms(query)
+    terms = query_terms(query) if snippets else None
     for h in hits:
         parsed = parse_passage_id(h.ext_id)
         out.append(h if parsed is None else as_passage_hit(h, terms, *parsed))
     return out
 
 
-def as_passage_hit(h: Hit, query: str | list[str], doc: ExtId, n: int) -> Hit:
+def as_passage_hit(h: Hit, query: str | list[str] | None, doc: ExtId, n: int) -> Hit:
+    """A passage row's hit as its document's (`doc`, passage `n`): the row's passage record taken out of the
+    metadata into `passage`, with a snippet for `query` (None: no snippet, "")."""
     meta = dict(h.metadata)
     rec = meta.pop(PASSAGE_KEY, None)
     start, end, count = rec if isinstance(rec, list) and len(rec) == 3 else (0, len(h.text), 1)
-    return replace(h, ext_id=doc, metadata=meta,
-                   passage=PassageRef(n, int(start), int(end), int(count), snippet(h.text, query)))
+    marked = "" if query is None else snippet(h.text, query)
+    return Hit(h.faiss_id, doc, h.text, h.score, meta, PassageRef(n, int(start), int(end), int(count), marked))
 
 
 def fetch_depth(top_k: int) -> int:

@@ -28,6 +28,8 @@ class Query:
     vectors: np.ndarray | None = None
     # a version built with passages: True returns the passages themselves, False (default) their documents
     passages: bool = False
+    # a version built with passages: each passage hit's `snippet` (False: "", and the time it costs saved)
+    snippets: bool = True
 
     @property
     def encode_only(self) -> bool:

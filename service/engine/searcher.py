@@ -273,9 +273,10 @@ class Searcher:
         for j in which:
             n, job = len(batch.finals[j]), batch.jobs[j]
             per_query = found[pos : pos + n]
-            if self._passages:  # each passage hit with its document's id, offsets and snippet
+            if self._passages:  # each passage hit with its document's id, offsets and (if asked) snippet
                 top_k = job.top_k or 0
-                per_query = [passage_hits(hits[:top_k], q) if job.passages else document_hits(hits, q, top_k)
+                per_query = [passage_hits(hits[:top_k], q, job.snippets) if job.passages
+                             else document_hits(hits, q, top_k, job.snippets)
                              for q, hits in zip(job.texts, per_query, strict=True)]
             batch.hits[j] = per_query
             pos += n

@@ -40,7 +40,7 @@ async def run_search(body: SearchRequest, collection: Collection, stats: list[Li
     fusion = collection.config.fusion_for(body.fusion, body.k, body.alpha)
     # one version answers all of it, and names itself
     answer = await collection.search(Query(texts, body.top_k, body.filter, body.search_params or None, body.mode,
-                                           fusion, passages=body.passages), body.vector)
+                                           fusion, passages=body.passages, snippets=body.snippets), body.vector)
     took = (time.perf_counter() - t0) * 1000
     for windows in stats:  # GET /stats
         windows.record(took, answer.encode_ms, answer.search_ms, queries=len(texts), mode=answer.mode)

@@ -65,6 +65,8 @@ def test_hits_of_a_version_of_passages_carry_their_passage_and_snippet(passages_
             assert all(h.snippet and h.passage.end > h.passage.start for h in result)
             ids = [h.id for h in result]
             assert len(set(ids)) == 5 if not passages else len(ids) == 5
+            bare = strata.search(QUERY, top_k=5, mode="hybrid", passages=passages, snippets=False)
+            assert [(h.id, h.passage.start, h.snippet) for h in bare] == [(h.id, h.passage.start, "") for h in result]
     with Client(corpus_server.url) as strata:  # whole documents: no passage, no snippet
         assert all(h.passage is None and h.snippet is None for h in strata.search(QUERY, top_k=3))
     # /ready and GET /collections count passages apart from documents

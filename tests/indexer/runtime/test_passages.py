@@ -90,10 +90,15 @@ def test_documents_are_ranked_by_their_best_passage_and_top_k_counts_documents()
     assert "<mark>text</mark>" in docs[0].passage.snippet
     assert len(document_hits(ranked, "text", 10)) == 4
     assert [h.ext_id for h in passage_hits(ranked, "text")] == [1, 1, "1", 2, 3]
+    # without snippets: the same hits, snippets empty
+    bare = document_hits(ranked, "text", 10, snippets=False)
+    assert [(h.ext_id, h.score, h.passage.index) for h in bare] == [(1, 0.9, 2), ("1", 0.7, 1), (2, 0.6, 0),
+                                                                     (3, 0.5, 1)]
+    assert all(h.passage.snippet == "" for h in bare + passage_hits(ranked, "text", snippets=False))
 
 
 def test_passage_ids_keep_the_documents_id_type() -> None:
-    for doc in (17, "17", "a\x1fb", 2**62):
+    for doc in (17, "17", "a\x1fb", 2**62, -3, "", "a,b,4", 'say "hi"', "back\\slash", "é,\u2028", "[1, 2]"):
         assert parse_passage_id(passage_id(doc, 3)) == (doc, 3)
     assert parse_passage_id("17") is None and parse_passage_id(17) is None
     rows = passage_rows("d", "One. Two.", {"k": 1}, [Passage(0, 4, 2), Passage(5, 9, 2)])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ import pytest
 from indexer.build import BuildConfig, build
 from indexer.corpus_rows import CorpusFormatError
 from indexer.runtime.manifest import Manifest
-from indexer.runtime.passages import parse_passage_id
+from indexer.runtime.passages import parse_passage_id, snippet
 from indexer.runtime.query import Query
 from indexer.runtime.writelog import WriteLog, log_path
 from service.engine import BadVector, Collection, Document
@@ -128,6 +129,23 @@ def test_search_returns_documents_with_their_best_passage(template: Path) -> Non
         h = r.hits[0][0]
         assert h.ext_id == 99 and (h.passage.start, h.passage.end, h.passage.count) == (0, len(h.text), 1)
         assert h.passage.snippet == "A short note on <mark>kites</mark> &amp; &lt;b&gt;<mark>wind</mark>&lt;/b&gt;."
+
+    run(template, scenario)
+
+
+def test_snippets_are_each_returned_passages_own_and_left_out_when_not_asked_for(template: Path) -> None:
+    """`snippets` false answers the same documents, passages, offsets and scores with empty snippets; true (the
+    default) gives each hit the snippet of its own passage's text for the query."""
+    async def scenario(collection: Collection) -> None:
+        for mode, passages, query in [(m, p, q) for m in ("dense", "lexical", "hybrid") for p in (False, True)
+                                      for q in (COMET, "kites wind and tails of comets")]:
+            with_ = (await collection.search(Query([query], 6, mode=mode, passages=passages))).hits[0]
+            without = (await collection.search(Query([query], 6, mode=mode, passages=passages,
+                                                     snippets=False))).hits[0]
+            assert with_ and [(h.ext_id, h.text, h.score, h.metadata) for h in without] == \
+                [(h.ext_id, h.text, h.score, h.metadata) for h in with_], (mode, passages)
+            assert [replace(h.passage, snippet="") for h in with_] == [h.passage for h in without]
+            assert all(h.passage.snippet == snippet(h.text, query) != "" for h in with_), (mode, passages)
 
     run(template, scenario)
 
