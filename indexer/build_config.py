@@ -14,7 +14,7 @@ from pathlib import Path
 
 from indexer.calibrate import calibration_target
 from indexer.quora import Protocol
-from indexer.runtime.ann import AUTO, AUTO_FLAT_BELOW, DEFAULT_KIND, KIND_SPECS, HnswParams, KindParams, choose_kind
+from indexer.runtime.ann import AUTO, AUTO_FLAT_BELOW, DEFAULT_KIND, KIND_SPECS, KindParams, choose_kind, param_default
 from indexer.runtime.lexical import lexical_info
 from indexer.runtime.manifest import LexicalInfo, SearchMode
 
@@ -44,8 +44,8 @@ class BuildConfig:
     # bytes the IVF vectors may take (codes, ids, quantizer): the codec is the most precise that fits
     # (`faiss.training.codec_for_budget`); None: DEFAULT_CODEC. Not with `codec`.
     memory_budget: int | None = None
-    hnsw_m: int = HnswParams.model_fields["m"].default
-    ef_construction: int = HnswParams.model_fields["ef_construction"].default
+    hnsw_m: int = param_default("m")
+    ef_construction: int = param_default("ef_construction")
     ef_search: int | None = None  # HNSW; given: no calibration; None: calibrated (64 with --no-calibrate)
     # the search parameters of the other kinds (`ann.KIND_SPECS`), by name (`indexer build --<knob>`); given: no
     # calibration

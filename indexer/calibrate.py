@@ -24,10 +24,9 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from indexer.runtime.ann import KIND_SPECS, AnnIndex, IvfParams
+from indexer.runtime.ann import KIND_SPECS, AnnIndex
 from indexer.runtime.faiss.files import Index
-from indexer.runtime.faiss.ivf import IvfIndex
-from indexer.runtime.faiss.training import nlist_of
+from indexer.runtime.faiss.kinds import open_index
 from indexer.runtime.manifest import KnobCalibration, KnobRecall, NprobeCalibration, ProbeInfo, ProbeRecall
 
 log = logging.getLogger(__name__)
@@ -72,15 +71,12 @@ def check_target(target_recall: float) -> float:
     return target_recall
 
 
-def calibrate_nprobe(index: Index, target_recall: float, *, sample: int = DEFAULT_SAMPLE, seed: int = 0
-                     ) -> NprobeCalibration:
-    """The fewest lists of `index` (a FAISS IVF index whose lists hold the vectors) reaching `target_recall` ANN
-    recall@10 on `sample` of its own vectors as queries. Leaves the index's nprobe set to the choice."""
-    nlist = nlist_of(index)
-    cal = calibrate_index(IvfIndex(index, IvfParams(nlist=nlist, nlist_requested=nlist, nprobe=1)),
-                          target_recall, sample=sample, seed=seed)
-    assert isinstance(cal, NprobeCalibration)
-    return cal
+def calibrate_opened(index: Index, target_recall: float, *, sample: int = DEFAULT_SAMPLE, seed: int = 0
+                     ) -> NprobeCalibration | KnobCalibration:
+    """`calibrate_index` of an opened FAISS index whose codes hold the vectors, as the kind that holds it
+    (`faiss.kinds.open_index`), on `sample` of its own vectors as queries. Leaves the index's search parameter set
+    to the choice."""
+    return calibrate_index(open_index(index), target_recall, sample=sample, seed=seed)
 
 
 def smallest_reaching(recall_at: Callable[[int], float], target: float, lowest: int, highest: int) -> int:

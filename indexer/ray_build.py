@@ -32,7 +32,7 @@ from indexer.ingest import IngestResult, corpus_data_info, data_path, ingest_sto
 from indexer.probes import corpus_probe_candidates, make_probes, quora_probe_candidates
 from indexer.ray_embed import EmbedBatches, column_vectors
 from indexer.ray_input import CorpusInput, read_corpus, store_corpus
-from indexer.runtime.ann import AUTO, SHARDED_KIND, IvfParams
+from indexer.runtime.ann import AUTO, KIND_SPECS, SHARDED_KIND, KindParams
 from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.faiss.devices import set_threads
 from indexer.runtime.faiss.files import INDEX_FILE, deserialize, serialize, write_index
@@ -43,7 +43,6 @@ from indexer.runtime.faiss.training import (
     auto_nlist,
     clamp_nprobe,
     effective_nlist,
-    train_empty_ivf,
 )
 from indexer.runtime.layout import IndexRoot, new_version_name
 from indexer.runtime.manifest import (
@@ -265,8 +264,7 @@ def _index(run: _RayBuild, dim: int) -> None:
     t0 = time.perf_counter()
     sample = _vectors_at(run.files, training_positions(run.pos, run.nlist, cfg.seed), dim)
     log.info("training IVF%d once on %d sampled vectors", run.nlist, len(sample))
-    trained = train_empty_ivf(sample, run.nlist, run.nprobe, cfg.seed, cfg.codec or DEFAULT_CODEC,
-                              quantizer_for(run.nlist))
+    trained = KIND_SPECS[SHARDED_KIND].implementation().train_empty(sample, _params(run), cfg.seed)
     del sample
     run.timings.train_s = time.perf_counter() - t0
 
@@ -306,6 +304,14 @@ def _evaluation_set(run: _RayBuild, encoder: OnnxEncoder) -> DataInfo:
     return corpus_data_info(other.source, other.ingested, other.schema, other.loaded)
 
 
+def _params(run: _RayBuild) -> KindParams:
+    """The sharded kind's parameters of this build: the lists trained and their codec, the nprobe given or default."""
+    cfg = run.cfg
+    return KIND_SPECS[SHARDED_KIND].params.model_validate({
+        "nlist": run.nlist, "nlist_requested": cfg.nlist or auto_nlist(run.n), "codec": cfg.codec or DEFAULT_CODEC,
+        "nprobe": run.nprobe, "quantizer": quantizer_for(run.nlist)})
+
+
 def _manifest(run: _RayBuild, version: str, encoder: OnnxEncoder, data: DataInfo) -> Manifest:
     cfg, opts, n = run.cfg, run.opts, run.n
     shards = [] if opts.shards == 1 else [ShardInfo(file=shard_file(s), ntotal=c) for s, c in enumerate(run.counts)]
@@ -313,9 +319,7 @@ def _manifest(run: _RayBuild, version: str, encoder: OnnxEncoder, data: DataInfo
         version=version,
         created_at=datetime.now(timezone.utc),
         model=model_info(cfg.model_dir, encoder.meta),
-        index=IndexInfo.for_params(IvfParams(nlist=run.nlist, nlist_requested=cfg.nlist or auto_nlist(n),
-                                             codec=cfg.codec or DEFAULT_CODEC, nprobe=run.nprobe,
-                                             quantizer=quantizer_for(run.nlist)), n, shards=shards),
+        index=IndexInfo.for_params(_params(run), n, shards=shards),
         data=data,
         build_seconds=run.timings,
         distributed=DistributedInfo(address=run.address, workers=run.workers, actors=run.actors,

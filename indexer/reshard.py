@@ -3,7 +3,7 @@
 `indexer build --engine ray --shards N` builds shards from the source texts, encoding them again. A version that
 already exists — built from vectors (`--data` with a vector column), grown by writes and compacted, or simply too
 big to build twice — is split instead: its `index.faiss` is cut into N files by `id % N` (`indexer.shards`), each a
-copy of the same trained IVF index holding its share of every inverted list (`faiss.files.split_ivf`). The shards
+copy of the same trained IVF index holding its share of every inverted list (`AnnIndex.split_file`). The shards
 share the quantizer, so the merged answer of N shard searches at a given nprobe is the parent's answer: the new
 version keeps the parent's calibration and evaluation, and its manifest names the parent.
 
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from indexer.ingest import publish
 from indexer.runtime.ann import KIND_SPECS, SHARDED_KIND
-from indexer.runtime.faiss.files import INDEX_FILE, split_ivf
+from indexer.runtime.faiss.files import INDEX_FILE
 from indexer.runtime.integrity import verify_folder
 from indexer.runtime.layout import IndexRoot, LayoutError, new_version_name
 from indexer.runtime.manifest import MANIFEST, Manifest, ShardInfo
@@ -105,7 +105,8 @@ def reshard(root_dir: Path, n_shards: int, *, version: str | None = None, keep: 
             outs = [stage / shard_file(s) for s in range(n_shards)]
             with Progress(n_shards, f"splitting {parent.version} ({parent.index.ntotal:,} vectors) into shards",
                           unit="shard", logger=log) as bar:
-                counts = split_ivf(folder / INDEX_FILE, outs, lambda done, total: bar.update(1))
+                counts = KIND_SPECS[parent.index.kind].implementation().split_file(
+                    folder / INDEX_FILE, outs, lambda done, total: bar.update(1))
             linked, copied = _carry(folder, stage)
             info = parent.index.model_copy(update={
                 "shards": [ShardInfo(file=shard_file(s), ntotal=c) for s, c in enumerate(counts)]})

@@ -18,7 +18,7 @@ import numpy as np
 from indexer.evaluate import drop_self, rank_metrics
 from indexer.runtime.faiss.devices import get_threads, set_threads
 from indexer.runtime.faiss.files import memory_bytes
-from indexer.runtime.faiss.search import flat_search, search, set_search_param
+from indexer.runtime.faiss.search import brute_force_search, search, set_search_param
 from indexer.runtime.faiss.training import MIN_POINTS_PER_LIST, index_from_factory
 from indexer.runtime.version import IndexVersion
 
@@ -99,7 +99,7 @@ def sweep(version: IndexVersion, grid: list[Candidate] | None = None, *, max_que
     all_threads = get_threads()
     set_threads(threads)
 
-    exact = ids[flat_search(vecs, qvecs, depth)[1]]
+    exact = ids[brute_force_search(vecs, qvecs, depth)[1]]
     if exclude_self:
         exact = drop_self(exact, query_ids, 10)
 

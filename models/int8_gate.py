@@ -35,7 +35,7 @@ import numpy as np
 from indexer.evaluate import per_query_ranks
 from indexer.quora import load_split, resolve_source
 from indexer.runtime.encoder import ENCODER_META, OnnxEncoder
-from indexer.runtime.faiss.search import flat_search
+from indexer.runtime.faiss.search import brute_force_search
 from indexer.runtime.paths import default_quora_source, strata_home
 
 log = logging.getLogger(__name__)
@@ -209,7 +209,7 @@ def measure(enc: OnnxEncoder, label: str, pairs: int | None, rows: int, quora: s
     v1, v2 = rows_of(sts.s1), rows_of(sts.s2)
     cosines = (v1 * v2).sum(1) / (np.linalg.norm(v1, axis=1) * np.linalg.norm(v2, axis=1)).clip(min=1e-12)
     docs, queries = rows_of(list(split.corpus.texts)), rows_of(list(split.evalset.query_texts))
-    ranked = split.corpus.ids[flat_search(docs, queries, 10)[1]]
+    ranked = split.corpus.ids[brute_force_search(docs, queries, 10)[1]]
     rr, _ = per_query_ranks(ranked, split.evalset.gold, 10)
     return Items(cosines.astype(np.float64), np.asarray(sts.gold, dtype=np.float64), rr)
 
@@ -304,6 +304,6 @@ def quora_mrr(encoders: list[OnnxEncoder], rows: int, data: str | None = None) -
         docs = enc.encode(split.corpus.texts, progress=True, desc=f"gate [{k + 1}/{len(encoders)}]: documents")
         queries = enc.encode(split.evalset.query_texts, progress=True,
                              desc=f"gate [{k + 1}/{len(encoders)}]: queries")
-        ranked = split.corpus.ids[flat_search(docs, queries, 10)[1]]
+        ranked = split.corpus.ids[brute_force_search(docs, queries, 10)[1]]
         out.append(float(per_query_ranks(ranked, split.evalset.gold, 10)[0].mean()))
     return out

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from indexer.calibrate import DEFAULT_TARGET_RECALL
 from indexer.commands.common import check_settings, positive_int, recall_target, root_arg, threads_arg
 from indexer.doc_limits import MAX_DOC_CHARS, MAX_PASSAGES
-from indexer.runtime.ann import AUTO, AUTO_FLAT_BELOW, KIND_SPECS, KINDS, KNOBS, HnswParams
+from indexer.runtime.ann import AUTO, AUTO_FLAT_BELOW, KIND_SPECS, KINDS, KNOBS, param_default
 from indexer.runtime.faiss.training import CODECS, DEFAULT_NPROBE
 from indexer.runtime.lexical import AUTO_TANTIVY_FROM, ENGINES
 from indexer.runtime.paths import DEFAULT_MODEL_NAME, default_model_dir, default_quora_source
@@ -105,14 +105,14 @@ def _index_args(b: argparse.ArgumentParser) -> None:
     b.add_argument("--nlist", type=positive_int, default=None,
                    help="IVF lists (default: by size, 4·sqrt(N) rounded to a power of two: 1024 at 100k, 4096 at 1M; "
                         "scaled down for small corpora)")
-    b.add_argument("--hnsw-m", type=positive_int, default=HnswParams.model_fields["m"].default,
+    b.add_argument("--hnsw-m", type=positive_int, default=param_default("m"),
                    help="HNSW: graph neighbours per node (FAISS's M; default %(default)s)")
     b.add_argument("--ef-construction", type=positive_int,
-                   default=HnswParams.model_fields["ef_construction"].default,
+                   default=param_default("ef_construction"),
                    help="HNSW: candidates kept while building (default %(default)s)")
     b.add_argument("--ef-search", type=positive_int, default=None,
                    help="HNSW: candidates kept per query, taken as given (no calibration); default: calibrated "
-                        f"(see --target-recall; {HnswParams.model_fields['ef_search'].default} with --no-calibrate)")
+                        f"(see --target-recall; {param_default('ef_search')} with --no-calibrate)")
     for knob in KNOBS:  # the search knob of every other kind (`ann.KIND_SPECS`), as given (no calibration)
         if knob.name not in ("nprobe", "ef_search"):  # those two: their own flags, above and below
             kinds = "/".join(k for k, spec in KIND_SPECS.items() if spec.knob is knob)
@@ -131,7 +131,7 @@ def _index_args(b: argparse.ArgumentParser) -> None:
                             "decide how many lists a query needs: a fixed nprobe 20 keeps 0.90-0.94 on Quora")
     probe.add_argument("--no-calibrate", action="store_true",
                        help=f"keep fixed search parameters (nprobe {DEFAULT_NPROBE}, ef_search "
-                            f"{HnswParams.model_fields['ef_search'].default}, or those given): reproduces builds "
+                            f"{param_default('ef_search')}, or those given): reproduces builds "
                             "from before calibration was the default")
     b.add_argument("--probes", choices=["auto", "queries", "spans"], default="auto",
                    help="what calibration searches with. auto (default): the dataset's queries that its qrels do "

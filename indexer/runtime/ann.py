@@ -197,6 +197,12 @@ SHARDED_KIND = next(name for name, spec in KIND_SPECS.items() if spec.shards)  #
 DEFAULT_KIND = SHARDED_KIND  # `BuildConfig.index` of a programmatic build (the CLI's default is auto)
 
 
+def param_default(field: str) -> Any:
+    """The declared default of build parameter `field`, from the kind whose params model has it (the CLI's and
+    `BuildConfig`'s defaults of a kind's own build options)."""
+    return next(s.params.model_fields[field].default for s in KIND_SPECS.values() if field in s.params.model_fields)
+
+
 def parse_params(data: Any) -> KindParams:
     """`index.params` of a manifest (or a params model already) as its kind's model (`KIND_SPECS`)."""
     if isinstance(data, KindParams):
@@ -267,6 +273,22 @@ class AnnIndex(ABC):
         knob = spec.knob
         given = options.get("eval_search_params") or {}
         return spec.params(**({knob.name: given[knob.name]} if knob and knob.name in given else {}))
+
+    @classmethod
+    def split_file(cls, path: Path, outs: list[Path], progress: Callable[[int, int], None] | None = None
+                   ) -> list[int]:
+        """Split this kind's index file at `path` into `len(outs)` shard files (shard s: the ids with id % len(outs)
+        == s) that merge back into an index answering as the original; returns each shard's vector count. Only a
+        kind kept as shards (`KindSpec.shards`) implements it."""
+        raise ValueError(f"a {cls.kind} index is not kept as shards: only "
+                         f"{KIND_SPECS[SHARDED_KIND].label} versions are")
+
+    @classmethod
+    def train_empty(cls, sample: np.ndarray, params: KindParams, seed: int) -> Any:
+        """An index of this kind at `params` trained on `sample` and holding no vectors: the template every shard of
+        a distributed build is filled into (the Ray build). Only a kind kept as shards implements it."""
+        raise ValueError(f"a {cls.kind} index is not kept as shards: only "
+                         f"{KIND_SPECS[SHARDED_KIND].label} versions are")
 
     @property
     @abstractmethod

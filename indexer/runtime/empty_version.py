@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from indexer.runtime.ann import FlatParams
+from indexer.runtime.ann import AUTO, KIND_SPECS, choose_kind
 from indexer.runtime.encoder import ENCODER_META, EncoderMeta
 from indexer.runtime.faiss.files import INDEX_FILE
 from indexer.runtime.faiss.kinds import build_index
@@ -23,7 +23,7 @@ from indexer.runtime.layout import IndexRoot, new_version_name
 from indexer.runtime.manifest import DataInfo, IndexInfo, Manifest, ModelInfo, Timings
 from indexer.runtime.store import STORE, CorpusStoreWriter
 
-EMPTY_KIND = FlatParams().kind  # the kind of an empty first version: exact over no vectors
+EMPTY_KIND = choose_kind(AUTO, 0)  # the kind of an empty first version: what `--index auto` builds for no vectors
 
 SOURCE = "empty"  # the manifest's data.source of an empty first version
 
@@ -50,7 +50,7 @@ def create_empty_version(root: Path, model_dir: Path) -> str:
     version = new_version_name()
     t0 = time.perf_counter()
     with index_root.build_lock(), index_root.staging(version) as stage:
-        params = FlatParams()
+        params = KIND_SPECS[EMPTY_KIND].params.model_validate({})
         index, _, _ = build_index(params, np.zeros((0, meta.dim), dtype=np.float32), np.zeros(0, dtype=np.int64))
         index.save(stage / INDEX_FILE)
         CorpusStoreWriter(stage / STORE).finish()

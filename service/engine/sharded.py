@@ -42,12 +42,12 @@ import numpy as np
 import ray
 from ray import serve
 
-from indexer.runtime.ann import SHARDED_KIND, IvfParams, check_search_params
+from indexer.runtime.ann import KIND_SPECS, SHARDED_KIND, check_search_params
 from indexer.runtime.faiss.devices import set_threads
 from indexer.runtime.faiss.files import read_index
 from indexer.runtime.faiss.filtered import IdFilter, filtered_nprobe, filtered_search
-from indexer.runtime.faiss.ivf import IvfIndex
-from indexer.runtime.faiss.training import clamp_nprobe, nlist_of
+from indexer.runtime.faiss.kinds import open_index
+from indexer.runtime.faiss.training import clamp_nprobe
 from indexer.runtime.lexical import LexicalError, LexicalIndex, open_lexical
 from indexer.runtime.manifest import Manifest, ManifestError
 from indexer.runtime.store import STORE, Store
@@ -77,7 +77,8 @@ DRAIN_LOOP_S = 0.2
 
 @serve.deployment(ray_actor_options={"num_cpus": SHARD_CPUS}, graceful_shutdown_wait_loop_s=DRAIN_LOOP_S)
 class ShardSearcher:
-    """One IVF shard file in memory (an `IvfIndex`); answers (scores, ids) for a batch of query vectors."""
+    """One IVF shard file in memory (an `AnnIndex` of the sharded kind); answers (scores, ids) for a batch of query
+    vectors."""
 
     def __init__(self, path: str, nprobe: int, threads: int = 1) -> None:
         self.threads = threads
@@ -86,11 +87,11 @@ class ShardSearcher:
         except RuntimeError as exc:  # FAISS's error for truncated or foreign files: say which file, like the local one
             raise IndexLoadError(f"{path} is not a readable FAISS index: {str(exc).splitlines()[0]}") from exc
         try:
-            nlist = nlist_of(index)
-            self.index = IvfIndex(index, IvfParams(nlist=nlist, nlist_requested=nlist, nprobe=nprobe))
+            self.index = open_index(index, SHARDED_KIND)
+            self.nprobe = self.index.set_default("nprobe", nprobe)  # clamped to nlist, like every index Strata opens
         except (RuntimeError, ValueError) as exc:  # not an IVF index
-            raise IndexLoadError(f"{path} is not an IVF shard: {str(exc).splitlines()[0]}") from exc
-        self.nprobe = self.index.nprobe  # clamped to nlist, like every index Strata opens
+            raise IndexLoadError(f"{path} is not an {KIND_SPECS[SHARDED_KIND].label} shard: "
+                                 f"{str(exc).splitlines()[0]}") from exc
         self.filters = FilterCache()  # this shard's share of the filters it was sent, by their key
         if (nice := os.nice(0)) > 0:
             log.warning("shard replica %s runs at nice %d (Ray's worker_niceness): beside normal-priority work its "
@@ -117,14 +118,14 @@ class ShardSearcher:
     def _prepared(self, ids: np.ndarray | None, filter_key: str | None, ids_ref: list | None) -> IdFilter:
         if filter_key is None:
             assert ids is not None
-            return self.index.locator().prepare(ids)
+            return self.index.prepare(ids)
         cached = self.filters.get(filter_key)
         if cached is None:
             if ids is None:
                 assert ids_ref is not None, "a filter key comes with its ids or their ObjectRef"
                 held = ids_ref[0]  # an ObjectRef (a Serve call); the array itself when called in process
                 ids = np.asarray(ray.get(held) if isinstance(held, ray.ObjectRef) else held, dtype=np.int64)
-            cached = FilterMatch(ids, self.index.locator().prepare(ids), key=filter_key)
+            cached = FilterMatch(ids, self.index.prepare(ids), key=filter_key)
             self.filters.put(filter_key, cached)
         assert cached.prepared is not None
         return cached.prepared
@@ -157,8 +158,8 @@ class ShardedIndex(LexicalSearching):
         self.backend, self.manifest, self.apps, self.handles, self.store = backend, manifest, apps, handles, store
         self.lexical = lexical
         self._ntotal = ntotal
-        assert isinstance(manifest.index.params, IvfParams)
-        self.nlist = manifest.index.params.nlist
+        assert manifest.index.nlist is not None  # the sharded kind's lists (`KindSpec.manifest_fields`)
+        self.nlist = manifest.index.nlist
         self.nprobe = clamp_nprobe(nprobe, self.nlist)
         self.filters = FilterCache()
         self._refs: OrderedDict[str, tuple[object, int]] = OrderedDict()  # filter key -> (its ids' ObjectRef, bytes)

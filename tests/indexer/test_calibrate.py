@@ -1,5 +1,5 @@
 """`indexer build --target-recall`: nprobe chosen per encoder (on the corpus's own documents for
-`calibrate_nprobe`, on query-like probes for a build: tests/indexer/test_calibrate_probes.py), checked against a
+`calibrate_opened`, on query-like probes for a build: tests/indexer/test_calibrate_probes.py), checked against a
 brute-force recall computed here, and carried through the manifest, evaluation, `--add` and the CLI's errors."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from indexer.calibrate import calibrate_nprobe
+from indexer.calibrate import calibrate_opened
 from indexer.probes import PROBES_FILE
 from indexer.runtime.faiss.exact import sample_stored, stored_vectors
 from indexer.runtime.faiss.training import build_ivf
@@ -59,7 +59,7 @@ def test_the_fewest_lists_that_reach_the_target(target: float) -> None:
     rng = np.random.default_rng(3)
     docs = spread(rng)
     index, _, _ = build_ivf(docs, np.arange(10_000, 10_000 + N), NLIST, nprobe=20, codec="Flat")
-    cal = calibrate_nprobe(index, target, sample=500, seed=5)
+    cal = calibrate_opened(index, target, sample=500, seed=5)
     import faiss
 
     assert faiss.extract_index_ivf(index).nprobe == cal.nprobe  # left set to the choice
@@ -79,7 +79,7 @@ def test_an_encoder_that_spreads_neighbours_gets_more_lists() -> None:
     chosen = {}
     for name, docs in (("clustered", clustered(rng)), ("spread", spread(rng))):
         index, _, _ = build_ivf(docs, np.arange(N), NLIST, nprobe=20)
-        chosen[name] = calibrate_nprobe(index, 0.9, sample=400, seed=0)
+        chosen[name] = calibrate_opened(index, 0.9, sample=400, seed=0)
     assert chosen["clustered"].nprobe * 3 <= chosen["spread"].nprobe, chosen
     assert min(c.recall_at_10 for c in chosen.values()) >= 0.9
 
@@ -87,7 +87,7 @@ def test_an_encoder_that_spreads_neighbours_gets_more_lists() -> None:
 def test_every_list_when_the_target_is_everything() -> None:
     rng = np.random.default_rng(6)
     index, _, _ = build_ivf(spread(rng)[:1200], np.arange(1200), 16, nprobe=1, codec="Flat")
-    cal = calibrate_nprobe(index, 1.0, sample=5000, seed=0)
+    cal = calibrate_opened(index, 1.0, sample=5000, seed=0)
     assert cal.sample_queries == 1200  # a sample larger than the index: every document once
     assert cal.recall_at_10 >= 0.999 and cal.nprobe <= 16
 
@@ -97,7 +97,7 @@ def test_a_target_outside_0_1_is_refused(bad: float) -> None:
     rng = np.random.default_rng(0)
     index, _, _ = build_ivf(spread(rng)[:800], np.arange(800), 8, nprobe=1)
     with pytest.raises(ValueError, match=r"must be in \(0, 1\]"):
-        calibrate_nprobe(index, bad)
+        calibrate_opened(index, bad)
 
 
 @pytest.fixture(scope="module")

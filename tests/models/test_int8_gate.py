@@ -62,7 +62,7 @@ def test_one_pass_over_the_sample_gives_what_three_did(graphs: tuple[Path, Path]
     count: the same per-item figures as encoding each part on its own (the gate's former three passes)."""
     from indexer.evaluate import per_query_ranks
     from indexer.runtime.encoder import OnnxEncoder
-    from indexer.runtime.faiss.search import flat_search
+    from indexer.runtime.faiss.search import brute_force_search
     from models.int8_gate import _quora_split, measure, stsb_sample
 
     enc = OnnxEncoder(graphs[1], threads=2)
@@ -72,7 +72,7 @@ def test_one_pass_over_the_sample_gives_what_three_did(graphs: tuple[Path, Path]
     vecs = dict(zip(unique, enc.encode(unique), strict=True))
     cosines = np.array([float(vecs[a] @ vecs[b]) for a, b in zip(sts.s1, sts.s2, strict=True)])
     docs, queries = enc.encode(split.corpus.texts), enc.encode(split.evalset.query_texts)
-    rr = per_query_ranks(split.corpus.ids[flat_search(docs, queries, 10)[1]], split.evalset.gold, 10)[0]
+    rr = per_query_ranks(split.corpus.ids[brute_force_search(docs, queries, 10)[1]], split.evalset.gold, 10)[0]
     enc.close()
     np.testing.assert_allclose(got.cosines, cosines, atol=1e-5)
     assert np.array_equal(got.gold, np.asarray(sts.gold)) and np.array_equal(got.rr, rr)

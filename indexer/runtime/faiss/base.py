@@ -10,7 +10,7 @@ from typing import Any
 import faiss
 import numpy as np
 
-from indexer.runtime.ann import AnnIndex, check_search_params
+from indexer.runtime.ann import KIND_SPECS, AnnIndex, KindParams, check_search_params
 
 
 def params_for(search_params: Mapping[str, int] | None, kind: str) -> dict[str, int]:
@@ -22,6 +22,7 @@ class FaissBacked(AnnIndex):
     built (`build_from`) and opened (`holds`, then the constructor `(faiss index, params)`)."""
 
     _index: faiss.Index
+    owner: faiss.Index | None = None  # the handle owning the C++ index where `_index` is a typed view of it
 
     @classmethod
     def build_from(cls, params: Any, vectors: np.ndarray, ids: np.ndarray, seed: int
@@ -36,6 +37,12 @@ class FaissBacked(AnnIndex):
         """Whether an opened (downcast) FAISS index is one of this kind."""
         inner = faiss.downcast_index(top.index) if isinstance(top, faiss.IndexIDMap2) else None
         return isinstance(inner, cls.INNER)  # type: ignore[attr-defined]
+
+    @classmethod
+    def params_of(cls, top: faiss.Index) -> KindParams:
+        """The parameters of an opened (downcast) index of this kind whose manifest is not at hand: what the index
+        says, the kind's declared defaults for the rest."""
+        return KIND_SPECS[cls.kind].params.model_validate({})
 
     @property
     def dim(self) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ import numpy as np
 from indexer.runtime.ann import AnnIndex, IvfParams, check_search_params
 from indexer.runtime.faiss.base import FaissBacked, params_for
 from indexer.runtime.faiss.exact import exact_search, sample_stored, stored_vectors
-from indexer.runtime.faiss.files import memory_bytes, write_index
+from indexer.runtime.faiss.files import memory_bytes, split_ivf, write_index
 from indexer.runtime.faiss.filtered import IdFilter, ListLocator, exact_pays, filtered_nprobe, filtered_search, ivf_of
 from indexer.runtime.faiss.kmeans import TRAIN_POINTS_PER_LIST
 from indexer.runtime.faiss.quantizer import quantizer_for
@@ -31,6 +31,7 @@ from indexer.runtime.faiss.training import (
     effective_nlist,
     nlist_of,
     set_nprobe,
+    train_empty_ivf,
 )
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,22 @@ class IvfIndex(FaissBacked):
     @classmethod
     def holds(cls, top: faiss.Index) -> bool:
         return isinstance(top, faiss.IndexIVF)
+
+    @classmethod
+    def params_of(cls, top: faiss.Index) -> IvfParams:
+        """An opened IVF index's parameters read off it: its lists and its nprobe."""
+        nlist = nlist_of(top)
+        return IvfParams(nlist=nlist, nlist_requested=nlist, nprobe=clamp_nprobe(faiss.extract_index_ivf(top).nprobe,
+                                                                                  nlist))
+
+    @classmethod
+    def split_file(cls, path: Path, outs: list[Path], progress: Callable[[int, int], None] | None = None
+                   ) -> list[int]:
+        return split_ivf(path, outs, progress)
+
+    @classmethod
+    def train_empty(cls, sample: np.ndarray, params: IvfParams, seed: int) -> faiss.Index:  # type: ignore[override]
+        return train_empty_ivf(sample, params.nlist, params.nprobe, seed, params.codec, params.quantizer)
 
     @classmethod
     def params_for(cls, options: Mapping[str, Any], n_vectors: int, dim: int) -> IvfParams:

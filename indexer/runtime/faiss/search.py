@@ -53,7 +53,7 @@ def set_search_param(index: faiss.Index, name: str, value: int) -> None:
         faiss.ParameterSpace().set_index_parameter(index, name, value)
 
 
-def flat_search(vectors: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def brute_force_search(vectors: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-k inner products of `queries` over `vectors`, as (scores, row positions)."""
     flat = faiss.IndexFlatIP(vectors.shape[1])
     flat.add(np.ascontiguousarray(vectors, dtype=np.float32))
