@@ -7,8 +7,8 @@ Why per encoder: how many lists a query must probe to find its exact neighbours 
 spreads its vectors, not only on the corpus, so a fixed nprobe would compare encoders at unequal ANN recall
 (docs/decisions.md#search-parameters-calibrated-per-encoder).
 
-The calibration is label-free: its queries are the build's probes (`indexer.probes`: held-apart queries, the
-evaluation queries' text, declared, or document spans; never qrels), or with none given a seeded sample of the
+The calibration is label-free: its queries are the build's probes (`indexer.probes`: held-apart queries, else
+document spans; the evaluation queries' text only when asked, declared; never qrels), or with none given a seeded sample of the
 version's own documents (each one's own id excluded from its results; `--add` and compact). It finds the
 fewest lists whose top 10 holds at least a share R of exact search's top 10 (ties counted as ann-benchmarks
 counts them, `tie_aware_recall`), galloping up from 1 (1, 2, 4…) and then bisecting: probing more lists scans a

@@ -6,14 +6,17 @@ sits close to its neighbours, while a short query sits far from everything, so i
 more IVF lists. On SciFact (300 short claims vs 5,183 abstracts) document probes put nprobe at a setting that
 keeps far less of exact search's top 10 for the real queries; probes must look like what will be searched.
 
-In order of preference (`choose_probe_texts`):
+In order of preference (`make_probes`):
 1. **held-apart queries**: the dataset's own queries that its evaluation does not judge (a BEIR `queries.jsonl`
    also holds the train/dev queries; Quora's `question1`s without a duplicate). Calibration reads only their
    text, never qrels.
-2. **the evaluation queries' text**, declared (`sees_eval_queries`): calibration is label-free and its target
-   is exact search, not relevance, but choosing nprobe on the very queries later reported is still tuning on
-   them, so the manifest and the build's output say so. `--probes spans` avoids it.
-3. **document spans**: a seeded 5-15 word window of sampled documents (a corpus with no queries).
+2. **document spans** (`--probes auto` when there are no held-apart queries, `--probes spans` always): a seeded
+   5-15 word window of sampled documents (of their passages, in a version of passages). The evaluation queries
+   are never searched by default, so the figures a build reports are measured on queries it did not tune on.
+3. **the evaluation queries' text**, only when asked (`--probes queries` without held-apart queries), declared
+   (`sees_eval_queries`): calibration is label-free and its target is exact search, not relevance, but choosing
+   nprobe on the very queries later reported is still tuning on them, so the manifest and the build's output
+   say so.
 
 Imports: numpy, `indexer.eval_files`/`indexer.quora` (to read queries) and `indexer.runtime`.
 """
@@ -113,14 +116,14 @@ def make_probes(candidates: ProbeCandidates, encoder: OnnxEncoder, store: Store,
         self_ids = [c.held_apart_self_ids[i] for i in pick] if c.held_apart_self_ids else [-1] * len(pick)
         info = ProbeInfo(source="held_apart_queries", detail=c.held_apart_from, n_probes=len(pick),
                          n_available=len(c.held_apart), seed=c.seed, sees_eval_queries=False)
-    elif c.mode != "spans" and c.eval_texts:
+    elif c.mode == "queries" and c.eval_texts:
         pick = _pick(len(c.eval_texts), sample, c.seed)
         texts = [c.eval_texts[i] for i in pick]
         self_ids = [c.eval_self_ids[i] for i in pick] if c.eval_self_ids else [-1] * len(pick)
         info = ProbeInfo(source="eval_queries_text", detail=c.eval_from, n_probes=len(pick),
                          n_available=len(c.eval_texts), seed=c.seed, sees_eval_queries=True)
         log.warning("calibrating on the text of %d evaluation queries (%s; no qrels read): the nDCG/MRR reported "
-                    "for them is then measured at a search setting chosen on them. --probes spans avoids it",
+                    "for them is then measured at a search setting chosen on them. --probes auto avoids it",
                     len(pick), c.eval_from)
     else:
         if c.mode == "queries":

@@ -135,11 +135,12 @@ def _index_args(b: argparse.ArgumentParser) -> None:
                             "from before calibration was the default")
     b.add_argument("--probes", choices=["auto", "queries", "spans"], default="auto",
                    help="what calibration searches with. auto (default): the dataset's queries that its qrels do "
-                        "not judge (BEIR's train/dev queries; Quora's question1s without a duplicate), else the "
-                        "evaluation queries' text (their qrels are never read, but the nDCG reported for them is "
-                        "then measured at a setting chosen on them: the build says so), else 5-15 word spans of "
-                        "sampled documents. queries: fail without queries. spans: document spans always, to keep "
-                        "the evaluation queries unseen. The source is recorded in the manifest")
+                        "not judge (BEIR's train/dev queries; Quora's question1s without a duplicate), else 5-15 "
+                        "word spans of sampled documents (passages) — never the evaluation queries, so the figures "
+                        "reported are measured on queries it did not tune on. queries: held-apart queries, else "
+                        "the evaluation queries' text (qrels never read; the build then says its figures are "
+                        "measured at a setting chosen on them); fail without queries. spans: document spans "
+                        "always. The source is recorded in the manifest")
     b.add_argument("--codec", choices=list(CODECS), default=None,
                    help="how the IVF lists store vectors: SQfp16 (default; half the memory of Flat and faster to "
                         "scan; exact-search MRR@10 within 0.02), SQ8 (8 bits per dimension, half of SQfp16) or Flat "
@@ -310,7 +311,7 @@ def _report(args: argparse.Namespace, manifest: Manifest) -> int:
     probes = (cal or manifest.index.calibration).probes if (cal or manifest.index.calibration) else None
     if probes is not None and probes.sees_eval_queries:
         print("note: calibrated on the evaluation queries' text (not their qrels): the figures below are measured "
-              "at a setting chosen on those queries; --probes spans keeps them unseen")
+              "at a setting chosen on those queries; --probes auto keeps them unseen")
     d = manifest.data
     if d.format is not None:
         rate = d.rows_read / max(manifest.build_seconds.load_s + manifest.build_seconds.encode_docs_s, 1e-9)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from indexer.calibrate import DEFAULT_TARGET_RECALL, TIE_EPS
-from indexer.probes import PROBES_FILE
+from indexer.probes import PROBES_FILE, document_spans
 from indexer.quora import read_rows
 from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.layout import IndexRoot
@@ -208,25 +208,52 @@ def test_a_beir_folder_calibrates_on_its_unjudged_queries(tiny_exported: Path, q
     assert "index vs exact nDCG@10" in table.stdout, table.stdout
 
 
-def test_only_evaluation_queries_are_used_as_text_and_declared(tiny_exported: Path, quora_file: Path,
-                                                               tmp_path: Path) -> None:
+def held_out_span_recall(folder: Path, calibrated_on: list[str], seed: int = 1) -> float:
+    """ANN recall@10 of a version at its calibrated setting on 1,000 document spans it was not calibrated on
+    (other seed; any span among `calibrated_on` dropped)."""
+    manifest = Manifest.load(folder)
+    cal = calibration_of(manifest)
+    version = IndexVersion(folder)
+    try:
+        ids, _ = version.ann.stored_vectors()
+        pick = np.random.default_rng(seed).choice(len(ids), size=min(1000, len(ids)), replace=False)
+        by_id = version.store.texts(ids[pick].tolist())
+        seen = set(calibrated_on)
+        spans = [t for t in document_spans([by_id[int(i)] for i in ids[pick]], seed) if t not in seen]
+        probes = OnnxEncoder(Path(manifest.model.dir)).encode(spans)
+        return brute_force_recall(version, probes, np.full(len(spans), -1, np.int64), {"nprobe": cal.nprobe})
+    finally:
+        version.close()
+
+
+@pytest.mark.parametrize("chunk", ["off", "12"])
+def test_a_build_with_only_evaluation_queries_calibrates_on_spans_unless_told(tiny_exported: Path, quora_file: Path,
+                                                                              tmp_path: Path, chunk: str) -> None:
+    """By default the evaluation queries are never searched by the calibration: a corpus whose queries are all
+    judged calibrates on document spans (of its passages, in a version of passages) and keeps the target on spans
+    it did not see; `--probes queries` takes the evaluation queries' text, and says so."""
     beir = tmp_path / "beir"
     made = make_beir(quora_file, beir, BEIR_ROWS)
     r = cli("build", "--root", str(tmp_path / "root"), "--model", str(tiny_exported), "--data", str(beir),
-            "--threads", "2", "--index", "ivf")
+            "--threads", "2", "--index", "ivf", "--chunk", chunk)
     assert r.returncode == 0, r.stderr
-    m, texts = check_recorded_recall(IndexRoot(tmp_path / "root").current_dir())
+    folder = IndexRoot(tmp_path / "root").current_dir()
+    m, texts = check_recorded_recall(folder)
+    p = m.index.nprobe_calibration.probes  # type: ignore[union-attr]
+    assert p.source == "document_spans" and not p.sees_eval_queries and "note:" not in r.stdout
+    assert m.eval is not None and m.eval.n_queries > 0  # evaluated, on queries the calibration never searched
+    assert (m.chunking() is not None and m.chunking().chunk == 12) == (chunk == "12")
+    assert held_out_span_recall(folder, texts) >= DEFAULT_TARGET_RECALL - 0.02
+    if chunk == "12":
+        return
+    r = cli("build", "--root", str(tmp_path / "queries"), "--model", str(tiny_exported), "--data", str(beir),
+            "--threads", "2", "--probes", "queries", "--index", "ivf")
+    assert r.returncode == 0, r.stderr
+    m, texts = check_recorded_recall(IndexRoot(tmp_path / "queries").current_dir())
     p = m.index.nprobe_calibration.probes  # type: ignore[union-attr]
     assert p.source == "eval_queries_text" and p.sees_eval_queries and p.n_available == len(made["dups"])
     assert set(texts) <= {made["docs"][q] for q in made["dups"]}
     assert "note: calibrated on the evaluation queries' text" in r.stdout
-
-    r = cli("build", "--root", str(tmp_path / "spans"), "--model", str(tiny_exported), "--data", str(beir),
-            "--threads", "2", "--probes", "spans", "--index", "ivf")
-    assert r.returncode == 0, r.stderr
-    m, texts = check_recorded_recall(IndexRoot(tmp_path / "spans").current_dir())
-    p = m.index.nprobe_calibration.probes  # type: ignore[union-attr]
-    assert p.source == "document_spans" and not p.sees_eval_queries and "note:" not in r.stdout
 
 
 def test_a_corpus_without_queries_calibrates_on_document_spans(tiny_exported: Path, quora_file: Path,

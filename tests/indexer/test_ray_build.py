@@ -269,11 +269,11 @@ def test_ray_reads_your_own_corpus_through_the_same_reader(ray_cluster: str, min
     assert (ray_m.data.duplicate_ids, ray_m.data.skipped_empty_texts) == (1, 1)
     assert local.eval is not None and ray_m.eval is not None and ray_m.eval.ndcg_at_10 is not None
     assert abs(ray_m.eval.ndcg_at_10 - local.eval.ndcg_at_10) < 0.01
-    # Ray builds IVF and calibrates it on the corpus's queries (no unjudged ones here: their text), as the local
-    # build does
+    # Ray builds IVF and calibrates it as the local build does: no unjudged queries here, so on document spans
+    # (never the evaluation queries)
     cal = ray_m.index.nprobe_calibration
     assert ray_m.index.kind == "ivf" and cal is not None and cal.probes is not None
-    assert cal.probes.source == "eval_queries_text" and ray_m.index.nprobe == cal.nprobe
+    assert cal.probes.source == "document_spans" and ray_m.index.nprobe == cal.nprobe
     local_cal = local.index.nprobe_calibration
     if local.index.kind == "ivf":
         assert local_cal is not None and local_cal.probes is not None
