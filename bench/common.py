@@ -172,15 +172,17 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 # -- wrk --------------------------------------------------------------------------------------------------------------
 WRK_LUA = """local bodies = {%s}
-local i = 0
+local i, bad, threads = 0, 0, {}
+codes = {}  -- answers by HTTP status, read back from the thread by done()
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
+setup = function(thread) table.insert(threads, thread) end
 request = function()
   i = i %% #bodies + 1
   return wrk.format(nil, "%s", nil, bodies[i])
 end
-local bad = 0
 response = function(status, headers, body)
+  codes[status] = (codes[status] or 0) + 1
   if status ~= 200 and bad < 3 then  -- the first few refusals, to say what an error was
     bad = bad + 1
     io.write(string.format("WRK-BAD %%d %%s\\n", status, string.sub(body or "", 1, 200):gsub("\\n", " ")))
@@ -191,6 +193,9 @@ done = function(summary, latency, requests)
   io.write(string.format("WRK-RESULT %%d %%d %%d %%d %%d %%d %%d %%d %%d\\n", summary.requests, summary.duration,
     e.status, e.connect + e.read + e.write, e.timeout, latency:percentile(50), latency:percentile(95),
     latency:percentile(99), latency.max))
+  for _, t in ipairs(threads) do
+    for code, n in pairs(t:get("codes")) do io.write(string.format("WRK-STATUS %%d %%d\\n", code, n)) end
+  end
 end
 """
 
@@ -205,7 +210,8 @@ def wrk(url: str, bodies: Sequence[str | dict[str, Any]], conns: int, seconds: f
         path: str = "/search", timeout_s: float = 10) -> dict[str, Any]:
     """POST `path` cycling through `bodies` with `conns` keep-alive connections for `seconds` (wrk, one thread: a
     C client, where a Python one on the same cores adds milliseconds to what it measures). Latencies in ms;
-    `errors` counts non-2xx answers, socket errors and timeouts, the first bad answers kept in `bad_answers`."""
+    `errors` counts non-2xx answers, socket errors and timeouts, the first bad answers kept in `bad_answers`;
+    `statuses`: the answers by HTTP status ({200: n, 429: m, …})."""
     texts = [b if isinstance(b, str) else json.dumps(b) for b in bodies]
     script = work / f"wrk-{os.getpid()}-{threading.get_ident()}.lua"
     script.write_text(WRK_LUA % (",\n".join(lua_string(t) for t in texts), path))
@@ -217,7 +223,9 @@ def wrk(url: str, bodies: Sequence[str | dict[str, Any]], conns: int, seconds: f
     n, dur_us, non2xx, sock, timeouts, p50, p95, p99, mx = (int(x) for x in line.split()[1:])
     out: dict[str, Any] = {"conns": conns, "requests": n, "rps": round(n / (dur_us / 1e6), 1),
                            "p50_ms": p50 / 1000, "p95_ms": p95 / 1000, "p99_ms": p99 / 1000, "max_ms": mx / 1000,
-                           "errors": non2xx + sock + timeouts, "non2xx": non2xx, "timeouts": timeouts}
+                           "errors": non2xx + sock + timeouts, "non2xx": non2xx, "timeouts": timeouts,
+                           "statuses": {int(c): int(k) for c, k in (x.split()[1:] for x in r.stdout.splitlines()
+                                                                    if x.startswith("WRK-STATUS "))}}
     if out["errors"]:
         out["bad_answers"] = [x.removeprefix("WRK-BAD ") for x in r.stdout.splitlines() if x.startswith("WRK-BAD ")]
     return out

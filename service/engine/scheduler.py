@@ -137,12 +137,13 @@ class Scheduler:
 
     @contextlib.asynccontextmanager
     async def admitted(self) -> AsyncIterator[None]:
-        """A call that is not batched (documents read back by id, counted, paged) admitted like any other: counted
-        against the in-flight cap while it runs (`Overloaded` past it), `TimedOut` past the request timeout."""
+        """A call that is not batched (documents read back by id, counted, paged) admitted like a search: counted
+        against the searches' in-flight cap while it runs (`Overloaded` past it; writes' calls do not count), and
+        `TimedOut` past the request timeout."""
         s = self.settings
-        if self.in_flight >= s.max_in_flight:
+        if self.in_flight - self.write_in_flight >= s.max_in_flight:
             self.metrics.rejected.labels("busy").inc()
-            raise Overloaded(self.in_flight, s.max_in_flight, s.retry_after_s)
+            raise Overloaded(self.in_flight - self.write_in_flight, s.max_in_flight, s.retry_after_s)
         self.in_flight += 1
         try:
             async with asyncio.timeout(s.request_timeout_s):

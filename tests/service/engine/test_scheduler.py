@@ -158,15 +158,17 @@ def test_writes_take_only_their_share_of_admission_and_searches_keep_theirs(tmp_
                                                                             tiny_exported: Path) -> None:
     """Writes held in flight (their encoding gated by the test) fill the writes' share (`max_write_in_flight`): the
     next write is a 429 naming writes, and every one of `max_in_flight` concurrent searches is still admitted and
-    answered — writes never take a search's slot (they did: the cap was one count for both)."""
+    answered — writes never take a search's slot (they did: the cap was one count for both) — and so is a read by
+    id (`reading`: admitted like a search; it was refused while writes alone held `max_in_flight`)."""
     from indexer.runtime.writes import Document
     from service.engine.errors import Overloaded
+    from service.engine.reading import get_documents
 
     data = tmp_path / "docs.jsonl"
     data.write_text("".join(json.dumps({"id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(TEXTS["gamma"])))
     build(BuildConfig(model_dir=tiny_exported, data=str(data), root=tmp_path / "c" / "only", index="flat", threads=1,
                       evaluate=False, default_mode="dense"))
-    settings = Settings(collections_dir=tmp_path / "c", workers=2, threads=1, watch_interval_s=0, max_in_flight=4,
+    settings = Settings(collections_dir=tmp_path / "c", workers=2, threads=1, watch_interval_s=0, max_in_flight=2,
                         max_write_in_flight=2)
 
     async def scenario() -> None:
@@ -188,9 +190,10 @@ def test_writes_take_only_their_share_of_admission_and_searches_keep_theirs(tmp_
                 await asyncio.sleep(0.01)
             with pytest.raises(Overloaded, match="2 writes in flight"):
                 await asyncio.wait_for(c.upsert([Document("w9", "one write too many", {})]), 20)  # (admitted: held)
-            answers = await asyncio.gather(*(c.search(Query([f"dog cat sky {i}"], 3)) for i in range(4)),
+            answers = await asyncio.gather(*(c.search(Query([f"dog cat sky {i}"], 3)) for i in range(2)),
                                            return_exceptions=True)
             assert all(not isinstance(a, BaseException) and a.hits[0] for a in answers), answers
+            assert [d.id for d in (await get_documents(c, ["d0"]))[0]] == ["d0"]
             gate.set()
             assert sorted(r.seq for r in await asyncio.gather(*writes)) == [1, 2]
             assert scheduler.in_flight == 0
