@@ -1,15 +1,15 @@
-"""BM25 over a BEIR folder with two well-kept libraries, measured side by side: bm25s (+ PyStemmer) and tantivy's
-Python bindings. Used by `bench/beir.py` (its `bm25` mode is `Bm25sRetriever`; `--bm25-libs` runs `compare`).
+"""BM25 libraries side by side. Over a BEIR folder, each in its own process, rounds interleaved: bm25s (+ PyStemmer:
+`Bm25sRetriever` is `bench/beir.py`'s `bm25` mode) and Strata's tantivy and pisa engines (`--bm25-libs` there):
 
     python bench/bm25_libs.py /work/shared/data/beir/scifact [--rounds 2] [--max-queries 1000]
 
-Both analyse English the same way where the library allows it: lowercase, English stopwords, English Snowball
-stemmer. bm25s scores Lucene's BM25 with Anserini's BEIR settings (k1 0.9, b 0.4); tantivy's Python bindings fix
-k1 1.2, b 0.75 (not configurable there). Each library runs in its own process (so peak RSS is its own: the
-corpus read plus its index; `index_rss_mib` is the resident growth over the build, what the index keeps — the
-peak is only meaningful when the parent process is small, as Linux carries ru_maxrss across exec), rounds
-interleaved (bm25s, tantivy, bm25s, …); p50 is one query at a time, analysis included, after the build. tantivy
-keeps its index in RAM here (no path), as bm25s does.
+p50 is one query at a time after the build; `index_rss_mib` the resident growth over the build. At scale:
+
+    nice python -m bench.bm25_libs --scale 1000000 [--queries 1000]
+
+builds the scale corpus's (`bench/scale_corpus.py`) lexical index with each of Strata's engines at k1 1.2, b 0.75
+and times held-out Quora questions (rows >= 300,000) as top-10 queries, with and without a 1 % filter, engines
+interleaved per query: wall and process CPU p50/p99, each engine's top 10 against bm25s's (ids in order; overlap).
 """
 
 from __future__ import annotations
@@ -17,9 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import resource
 import sys
+import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +34,15 @@ if str(REPO_ROOT) not in sys.path:
 K1, B = 0.9, 0.4  # Anserini's BEIR BM25 regressions
 
 
-class Bm25sRetriever:
+class _Retriever:
+    def search(self, query: str, k: int) -> list[tuple[str, float]]:
+        raise NotImplementedError
+
+    def search_many(self, queries: list[str], k: int) -> list[list[tuple[str, float]]]:
+        return [self.search(q, k) for q in queries]
+
+
+class Bm25sRetriever(_Retriever):
     """bm25s with PyStemmer's English stemmer and bm25s's English stopwords; ids are the corpus's strings."""
 
     def __init__(self, doc_ids: list[str], texts: list[str]) -> None:
@@ -45,14 +56,9 @@ class Bm25sRetriever:
         self.model = bm25s.BM25(method="lucene", k1=K1, b=B)
         self.model.index(tokens, show_progress=False)
 
-    def search_many(self, queries: list[str], k: int) -> list[list[tuple[str, float]]]:
-        return [self.search(q, k) for q in queries]
-
     def search(self, query: str, k: int) -> list[tuple[str, float]]:
         """One query: bm25s's scores for every document, top k among the non-zero ones. (`retrieve` partitions
         the whole mostly-zero score array: numpy's argpartition took ~176 ms per query on 172k documents here.)"""
-        import numpy as np
-
         tokens = self._bm25s.tokenize([query], stopwords="en", stemmer=self.stemmer, show_progress=False,
                                       return_ids=False)[0]
         if not tokens:
@@ -65,60 +71,29 @@ class Bm25sRetriever:
         return [(self.ids[d], float(scores[d])) for d in order]
 
 
-class TantivyRetriever:
-    """tantivy, in RAM, one text field analysed by simple tokenizer + lowercase + English stopwords + English
-    stemmer; a query is the OR of its analysed terms (no query-syntax parsing, so any text is a valid query)."""
+class EngineRetriever(_Retriever):
+    """One of Strata's lexical engines (`indexer.runtime.lexical`: its analysis; K1/B where the engine takes them),
+    built in a temporary folder; ids are the corpus's strings."""
 
-    def __init__(self, doc_ids: list[str], texts: list[str]) -> None:
-        import tantivy as tv
+    def __init__(self, engine: str, doc_ids: list[str], texts: list[str]) -> None:
+        from indexer.runtime.lexical import build_lexical, lexical_info, open_lexical
 
-        self.tv = tv
-        analyzer = (tv.TextAnalyzerBuilder(tv.Tokenizer.simple()).filter(tv.Filter.remove_long(40))
-                    .filter(tv.Filter.lowercase()).filter(tv.Filter.stopword("english"))
-                    .filter(tv.Filter.stemmer("english")).build())
-        sb = tv.SchemaBuilder()
-        sb.add_text_field("body", stored=False, tokenizer_name="en_bench")
-        sb.add_integer_field("row", stored=True, indexed=False)
-        self.schema = sb.build()
-        self.index = tv.Index(self.schema)
-        self.index.register_tokenizer("en_bench", analyzer)
-        self.analyzer = analyzer
-        writer = self.index.writer(heap_size=200_000_000, num_threads=1)
-        for row, text in enumerate(texts):
-            writer.add_document(tv.Document(body=text, row=row))
-        writer.commit()
-        writer.wait_merging_threads()
-        self.index.reload()
-        self.searcher = self.index.searcher()
-        self.ids = doc_ids
+        self.ids, self._dir = doc_ids, tempfile.TemporaryDirectory()
+        info = build_lexical(Path(self._dir.name), enumerate(texts), lexical_info(engine=engine, k1=K1, b=B))
+        self.index = open_lexical(Path(self._dir.name), info)
 
     def search(self, query: str, k: int) -> list[tuple[str, float]]:
-        tv = self.tv
-        terms = list(dict.fromkeys(self.analyzer.analyze(query)))
-        if not terms:
-            return []
-        q = tv.Query.boolean_query([(tv.Occur.Should, tv.Query.term_query(self.schema, "body", t)) for t in terms])
-        res = self.searcher.search(q, limit=k)
-        return [(self.ids[self._row(addr)], float(score)) for score, addr in res.hits]
-
-    def _row(self, addr: object) -> int:
-        return self.searcher.doc(addr)["row"][0]  # type: ignore[index]  (a stored-field fetch per hit, counted in p50)
-
-    def search_many(self, queries: list[str], k: int) -> list[list[tuple[str, float]]]:
-        return [self.search(q, k) for q in queries]
+        scores, rows = self.index.search(query, k)
+        return [(self.ids[r], float(s)) for s, r in zip(scores.tolist(), rows.tolist(), strict=True)]
 
 
-LIBRARIES = {"bm25s": Bm25sRetriever, "tantivy": TantivyRetriever}
-
-
-def _peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+LIBRARIES = {"bm25s": Bm25sRetriever, **{e: partial(EngineRetriever, e) for e in ("tantivy", "pisa")}}
 
 
 def _rss_mib() -> float:
-    import psutil
+    from bench.common import rss
 
-    return psutil.Process().memory_info().rss / 2**20
+    return rss(os.getpid()).total / 2**20
 
 
 def _measure(library: str, folder: str, max_queries: int | None, out: mp.Queue) -> None:
@@ -142,8 +117,8 @@ def _measure(library: str, folder: str, max_queries: int | None, out: mp.Queue) 
                        ds.qrels[:n])
     ndcg = mean_pct(per_query_metrics(run, sub))["ndcg_at_10"]
     out.put({"dataset": ds.name, "library": library, "build_s": round(build_s, 2),
-             "index_rss_mib": round(held, 1), "peak_rss_mib": round(_peak_rss_mib(), 1),
-             "rss_before_build_mib": round(before, 1),
+             "index_rss_mib": round(held, 1), "rss_before_build_mib": round(before, 1),
+             "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
              "query_p50_ms": round(float(np.percentile(lat, 50)), 3), "queries": n, "ndcg_at_10": ndcg})
 
 
@@ -170,14 +145,83 @@ def compare(folder: Path, rounds: int = 2, max_queries: int | None = 1000) -> li
     return rows
 
 
+def scale_texts(n: int, tsv: Path) -> list[str]:
+    """The `n`-document scale corpus's texts, grown as `scale_corpus.corpus` grows them (no vectors: no encoder)."""
+    from bench import scale_corpus as sc
+
+    texts = sc.quora_texts(tsv)
+    pick = np.sort(np.random.default_rng(0).choice(len(texts), size=min(sc.SEED_TEXTS, len(texts)), replace=False))
+    seeds, ones, step = [texts[i] for i in pick], np.ones((len(pick), 1), np.float32), sc.ROWS_PER_FILE
+    return [t for a in range(0, n, step) for t in sc.make_rows(seeds, ones, a, min(n, a + step), 1)[0]]
+
+
+def scale(n: int, n_queries: int, engines: list[str], work: Path) -> str:
+    """Strata's lexical engines on the `n`-document scale corpus (see the module docstring): a markdown report."""
+    from bench.common import load, log, pct
+    from indexer.quora import read_rows
+    from indexer.runtime import lexical_pisa
+    from indexer.runtime.lexical import build_lexical, lexical_info, open_lexical
+    from indexer.runtime.paths import data_dir
+
+    tsv = data_dir() / "quora_duplicate_questions.partial.tsv.gz"
+    start_load, texts = load(), scale_texts(n, tsv)
+    queries = list(dict.fromkeys(q for r in read_rows(tsv) if r.id >= 300_000 for q in (r.question1, r.question2))
+                   )[:n_queries]
+    allowed = np.flatnonzero(np.random.default_rng(5).random(n) < 0.01)
+    built, lines = {}, [f"{n:,} documents, {len(queries)} held-out Quora questions, k=10; load before {start_load}",
+                        "", "| engine | build CPU s (wall) | disk MB | p50 / p99 ms | CPU p50 / p99 ms | 1 % filter "
+                        "p50 / p99 ms | top 10 = bm25s's | overlap@10 |", "|---|---|---|---|---|---|---|---|"]
+    for e in dict.fromkeys(x.split(":")[0] for x in engines):
+        t0, c0 = time.perf_counter(), time.process_time()
+        info = build_lexical(work / e, enumerate(texts), lexical_info(engine=e, k1=1.2, b=0.75), n_docs=n)
+        disk = sum(f.stat().st_size for f in (work / e).rglob("*") if f.is_file()) / 2**20
+        built[e] = (open_lexical(work / e, info, mmap=True), time.process_time() - c0, time.perf_counter() - t0, disk)
+        log(f"bm25_libs: {e} built in {built[e][2]:.0f} s (load {load()})")
+    got: dict[str, dict[str, list]] = {x: {"wall": [], "cpu": [], "filt": [], "ids": []} for x in engines}
+    default = lexical_pisa.ALGORITHM
+    for i, q in enumerate(queries):
+        for x in engines[i % len(engines):] + engines[: i % len(engines)]:  # who goes first rotates
+            name, _, algorithm = x.partition(":")  # pisa:ALGORITHM@THREADS
+            lexical_pisa.ALGORITHM, _, threads = (algorithm or default).partition("@")
+            lexical_pisa.THREADS = int(threads or 2)
+            index, row = built[name][0], got[x]
+            t0, c0 = time.perf_counter(), time.process_time()
+            row["ids"].append(index.search(q, 10)[1].tolist())
+            row["wall"].append((time.perf_counter() - t0) * 1e3)
+            row["cpu"].append((time.process_time() - c0) * 1e3)
+            t0 = time.perf_counter()
+            index.search(q, 10, allowed=allowed)
+            row["filt"].append((time.perf_counter() - t0) * 1e3)
+    ref = got.get("bm25s", got[engines[0]])["ids"]
+    for x in engines:
+        r, (_, cpu, wall, disk) = got[x], built[x.split(":")[0]]
+        same = np.mean([a == b for a, b in zip(r["ids"], ref, strict=True)])
+        overlap = np.mean([len(set(a) & set(b)) / max(len(b), 1) for a, b in zip(r["ids"], ref, strict=True)])
+        lines.append(f"| {x} | {cpu:.1f} ({wall:.0f}) | {disk:.1f} | "
+                     + " | ".join(f"{pct(r[m], 50):.2f} / {pct(r[m], 99):.2f}" for m in ("wall", "cpu", "filt"))
+                     + f" | {same:.3f} | {overlap:.3f} |")
+    return "\n".join([*lines, "", f"load after {load()}"])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    p.add_argument("folder", type=Path, help="a prepared BEIR folder (bench/beir_data.py)")
+    p.add_argument("folder", type=Path, nargs="?", help="a prepared BEIR folder (bench/beir_data.py)")
+    p.add_argument("--scale", type=int, help="instead: Strata's engines on the scale corpus of this many documents")
+    p.add_argument("--queries", type=int, default=1000, help="--scale: held-out questions timed (default 1000)")
+    p.add_argument("--engines", help="--scale: engine[:PISA algorithm[@threads]],...",
+                   default="bm25s,tantivy,pisa:block_max_wand,pisa,pisa:block_max_maxscore,pisa:maxscore@1")
     p.add_argument("--rounds", type=int, default=2, help="interleaved rounds per library (default 2)")
     p.add_argument("--max-queries", type=int, default=1000, help="queries timed and scored (default 1000)")
     args = p.parse_args(argv)
-    if not (args.folder / "corpus.jsonl").is_file():
+    if args.scale:
+        with tempfile.TemporaryDirectory() as work:
+            report = scale(args.scale, args.queries, args.engines.split(","), Path(work))
+        out = REPO_ROOT / f"bench/results/lexical-scale-{args.scale}-{time.strftime('%Y%m%dT%H%MZ', time.gmtime())}.md"
+        out.write_text(f"# `python -m bench.bm25_libs --scale {args.scale} --queries {args.queries}`\n\n{report}\n")
+        print(report)
+        return 0
+    if args.folder is None or not (args.folder / "corpus.jsonl").is_file():
         p.error(f"{args.folder} has no corpus.jsonl")
     print(json.dumps(compare(args.folder, args.rounds, args.max_queries), indent=1))
     return 0

@@ -162,7 +162,8 @@ def _lexical_args(b: argparse.ArgumentParser) -> None:
     lx.add_argument("--bm25-b", type=float, default=0.4, help="BM25 b (default 0.4, Anserini's BEIR setting)")
     lx.add_argument("--lexical-engine", choices=[AUTO, *ENGINES], default=AUTO,
                     help=f"the BM25 engine (indexer/runtime/lexical.py): bm25s (any k1/b), tantivy (k1=1.2, b=0.75 "
-                    f"fixed; holds at millions of documents), or auto: bm25s below {AUTO_TANTIVY_FROM:,} documents, "
+                    f"fixed; holds at millions of documents), pisa (any k1/b; its top k pruned in C++), or auto: "
+                    f"bm25s below {AUTO_TANTIVY_FROM:,} documents, "
                     f"tantivy from there on (docs/scaling.md), recorded in the manifest with its reason "
                     f"(default: auto)")
     lx.add_argument("--default-mode", choices=["dense", "lexical", "hybrid"], default=None,

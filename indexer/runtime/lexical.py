@@ -8,11 +8,11 @@ Like the vector index seam (`ann`), an engine is a `LexicalIndex` subclass in a 
 importing its library, named in `ENGINES` (engine name → module, imported when first used, so an engine's
 library is needed only by the versions built with it). The manifest's `LexicalInfo.engine` says which engine
 opens a version's `lexical/` (a manifest without one was built by bm25s); a version serves lexical search when its
-manifest has a `lexical` entry at all. Engines:
-- **bm25s** (`lexical_bm25s`): a CSC matrix of precomputed BM25 weights, every document scored per query; any
-  k1/b (Anserini's BEIR k1=0.9, b=0.4 by default);
+manifest has a `lexical` entry at all. Engines (k1=0.9, b=0.4 by default: Anserini's BEIR settings):
+- **bm25s** (`lexical_bm25s`): precomputed BM25 weights (CSC), every document scored per query; any k1/b;
 - **tantivy** (`lexical_tantivy`): Lucene-style inverted index (its bindings never reach tantivy's block-max WAND:
-  the engine prunes by MaxScore's bound itself); its Python bindings fix BM25 at k1=1.2, b=0.75.
+  the engine prunes by MaxScore's bound itself); its Python bindings fix BM25 at k1=1.2, b=0.75;
+- **pisa** (`lexical_pisa`): PISA's compressed index of Lucene's BM25 weights at any k1/b, pruned by MaxScore in C++.
 `auto` (`choose_engine`) picks by corpus size (`AUTO_TANTIVY_FROM`, docs/scaling.md#lexical-engines-at-scale).
 
 What every engine shares lives here, so all of them search the same terms: analysis (`Analyzer`: lowercase,
@@ -54,13 +54,13 @@ PROGRESS_EVERY = 10_000  # documents analysed between progress updates (not a ca
 TOKEN_PATTERN = r"(?u)\b\w\w+\b"
 # Lucene's English stopword list (the one Anserini and bm25s use)
 LUCENE_ENGLISH = frozenset(
-    "a an and are as at be but by for if in into is it no not of on or such that the their then there these "
-    "they this to was will with".split())
+    "a an and are as at be but by for if in into is it no not of on or such that the their then there these they this "
+    "to was will with".split())
 STOPWORD_LISTS = {"english": LUCENE_ENGLISH, "none": frozenset()}
 
 # The engines: name → the module implementing it (its `Engine` class, a `LexicalIndex`). Adding one is a module
 # and a line here (and its library's import contract in pyproject.toml).
-ENGINES: dict[str, str] = {"bm25s": "indexer.runtime.lexical_bm25s", "tantivy": "indexer.runtime.lexical_tantivy"}
+ENGINES: dict[str, str] = {name: f"indexer.runtime.lexical_{name}" for name in ("bm25s", "tantivy", "pisa")}
 DEFAULT_ENGINE = "bm25s"  # what a manifest without `engine` was built with
 AUTO = "auto"
 # `--lexical-engine auto`: bm25s below this many documents, tantivy from it on. Measured in docs/decisions.md

@@ -1,4 +1,4 @@
-"""The lexical engines' contract, run against every engine of `lexical.ENGINES` (bm25s, tantivy) on real files:
+"""The lexical engines' contract, run against every engine of `lexical.ENGINES` (bm25s, tantivy, pisa) on real files:
 scores equal Lucene's BM25 computed by hand at the recorded k1/b (times the engine's `SCORE_SCALE`), filters and
 tombstones are exact, ties go by FAISS id, written documents are scored as the base would score them, a reopened
 or rebuilt index answers the same, and bad settings or damaged files are refused with a reason."""
@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from indexer.runtime import lexical_tantivy
+from indexer.runtime import lexical_pisa, lexical_tantivy
 from indexer.runtime.lexical import (
     ENGINES,
     LEXICAL_DIR,
@@ -176,7 +176,8 @@ def test_top_k_is_the_full_sort_ties_by_id_on_a_corpus_with_many_ties(tmp_path: 
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Large enough for bm25s's sampled threshold (`lexical_bm25s._candidates`) to be used, with a small vocabulary
     so that many scores tie: every answer equals a full sort by (score, FAISS id) of the scores by hand, filtered
-    (tantivy: as a query clause, and read deeper past `TERM_SET_MAX` matches) or not, tombstones skipped."""
+    (tantivy: as a query clause, and read deeper past `TERM_SET_MAX` matches; pisa: scored from its forward index, and
+    over-fetched past `FORWARD_MAX`) or not, tombstones skipped."""
     rng = np.random.default_rng(7)
     words = ["alpha", "beta", "gamma", "delta", "omega", "kappa", "sigma", "theta"]
     fids = rng.choice(10**6, 6000, replace=False)
@@ -186,8 +187,12 @@ def test_top_k_is_the_full_sort_ties_by_id_on_a_corpus_with_many_ties(tmp_path: 
     excluded = rng.choice(fids, 300, replace=False)
     for q in ["alpha", "beta gamma", "omega omega kappa", "theta sigma alpha delta"]:
         ref = ref_of(index, q, docs)
-        for term_set_max in ((50_000, 100) if engine == "tantivy" else (0,)):
-            monkeypatch.setattr(lexical_tantivy, "TERM_SET_MAX", term_set_max)
+        # tantivy: the filter as a query clause, then read deeper; pisa: scored from its forward index, or over-fetched
+        module, knob, values = {"tantivy": (lexical_tantivy, "TERM_SET_MAX", (50_000, 100)),
+                                "pisa": (lexical_pisa, "FORWARD_MAX", (100_000, 0))}.get(engine, (None, "", (0,)))
+        for value in values:
+            if module is not None:
+                monkeypatch.setattr(module, knob, value)
             for k in (1, 10, 100, 500):
                 for keep, drop in ((None, None), (allowed, None), (allowed, excluded)):
                     kept = set(fids.tolist() if keep is None else keep.tolist()) - set(() if drop is None else

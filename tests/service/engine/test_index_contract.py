@@ -10,8 +10,8 @@ search parameters are the kind's own (nprobe for ivf, ef_search for hnsw, none f
 refused with the reason; the index survives save/load; `indexer add`'s and `indexer compact`'s `remove` works.
 
 The lexical retriever beside them (the version's BM25 index, `IndexVersion.lexical_search` under the write overlay)
-runs the cases that apply to it, once per lexical engine (`lexical.ENGINES`: bm25s, tantivy): answers equal Lucene's
-BM25 by hand, with the corpus' id types; filters answer among the matching documents only; a filter matching
+runs the cases that apply to it, once per lexical engine (`lexical.ENGINES`: bm25s, tantivy, pisa): answers equal
+Lucene's BM25 by hand, with the corpus' id types; filters answer among the matching documents only; a filter matching
 nothing, or a query sharing no term with any document, is an empty answer; deleted and replaced documents never
 answer, written ones do (filtered or not). The same cases but the writes run on the sharded backend, whose shards
 hold the vectors and whose BM25 index is read in the API process (`ShardedIndex` is a `LexicalSearching` too).

@@ -1,0 +1,256 @@
+"""The PISA lexical engine (the only module that loads PISA): a compressed inverted index whose top k prunes
+inside the engine (MaxScore over per-term bounds; block-max WAND and block-max MaxScore measured), in C++.
+
+    <version>/lexical/      PISA's files (fwd.termlex: the sorted vocabulary; fwd.doclex: row numbers as its
+                            document names; quantized.q0.bmw.64: the per-term and per-block score bounds;
+                            quantized.q0.bmw.64.block_simdbp: the postings), fwd.terms (the vocabulary as text),
+                            df.npy (each term's document frequency), forward.*.npy (each row's terms and exact BM25
+                            weights, CSR) and pisa.json (the quantisation scale), beside the seam's rows.npy and
+                            stats.json
+
+PISA comes from the `pyterrier-pisa` wheel (manylinux, no JVM: only its compiled `_pisathon` module is loaded, not
+PyTerrier). Its own BM25 uses Robertson's idf, log((N - df + 0.5) / (df + 0.5)) clamped at 0, which differs from
+Lucene's for common terms; so Strata computes Lucene's BM25 weight of every posting at build time, at any k1/b (like
+bm25s), and indexes them as integer impacts (PISA's `quantized` scorer: the weight times `scale`, `QUANT_BITS` bits)
+— the score of a document is the sum of its query terms' impacts, its top k pruned by `ALGORITHM`.
+
+**Exact answers.** Quantisation moves each term's weight by at most 1/scale. PISA's hits are candidates: each is
+rescored exactly from the forward index (the float32 weights, summed in float64, as bm25s scores), and the top k is
+taken once the k-th exact score exceeds the last candidate's quantised score plus the query's largest quantisation
+error (no document PISA did not return can pass it); otherwise PISA is asked 4x deeper. Ties go by row, scores are
+Lucene's BM25 (`SCORE_SCALE` 1): the same answers as bm25s.
+
+**Filters.** PISA has none. A filter matching at most `FORWARD_MAX` rows is scored from the forward index directly
+(its rows' terms read, no postings: exact, ~8 entries a document); a wider one over-fetches PISA's top hits deep
+enough that k of them match at its selectivity (as the tantivy engine does), deeper again until k match or every
+scoring document was read. Tombstones are skipped the same way. Hybrid's lexical leg is the exact one (`BOUNDED`
+False): the top k costs what MaxScore reads, not every posting.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import json
+import math
+from array import array
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+
+from indexer.runtime.lexical import LexicalError, LexicalIndex, top_k_rows
+from indexer.runtime.manifest import LexicalInfo
+from indexer.runtime.rowsets import in_sorted
+
+PACKAGE = "pyterrier_pisa"  # the wheel that ships PISA's compiled module
+ENCODING = "block_simdbp"  # PISA's postings codec (SIMD binary packing, 128-posting blocks)
+BLOCK = 64  # postings per block of the block-max bounds (PISA's default)
+# PISA's query algorithm: MaxScore. At 1M scale-corpus documents, 1,000 held-out Quora questions, CPU p50 / p99 per
+# top 10: maxscore 1.62 / 8.40 ms, block_max_maxscore 1.86 / 11.4, block_max_wand 2.67 / 16.5 (bm25s 2.83 / 5.56,
+# tantivy 5.49 / 14.5): bench/results/lexical-scale-1000000-20261204T1654Z.md, docs/scaling.md
+ALGORITHM = "maxscore"
+QUANT_BITS = 16  # impacts up to 2**16 - 1: a sum of 256 of them is still exact in PISA's float32
+WAND_FILE = f"quantized.q0.bmw.{BLOCK}"
+INDEX_FILE = f"{WAND_FILE}.{ENCODING}"
+FORWARD = ("indptr", "terms", "weights")
+FORWARD_MAX = 100_000  # a filter matching at most this many rows is scored from the forward index
+WIDE_SIGMAS = 5  # a wider filter: read deep enough for k + 5·sqrt(k) + 5 matches on average (see lexical_tantivy)
+THREADS = 2  # PISA releases the GIL only when asked for more than one thread (one query takes one of them)
+
+_module: ModuleType | None = None
+
+
+def pisa() -> ModuleType:
+    """PISA's compiled module, loaded from the installed wheel without importing PyTerrier (which the package's
+    `__init__` does: pandas, a JVM bridge and more, none of it needed here)."""
+    global _module
+    if _module is None:
+        spec = importlib.util.find_spec(PACKAGE)
+        if spec is None or not spec.submodule_search_locations:
+            raise ImportError(f"no module named {PACKAGE!r} (pip install pyterrier-pisa)")
+        found = sorted(Path(next(iter(spec.submodule_search_locations))).glob("_pisathon*.so"))
+        if not found:
+            raise ImportError(f"{PACKAGE} has no compiled _pisathon module")
+        loader = importlib.machinery.ExtensionFileLoader(f"{PACKAGE}._pisathon", str(found[0]))
+        module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))  # type: ignore[arg-type]
+        loader.exec_module(module)
+        _module = module
+    return _module
+
+
+def _package_version() -> str:
+    from importlib.metadata import version
+
+    return f"pyterrier-pisa {version('pyterrier-pisa')}"
+
+
+class Engine(LexicalIndex):
+    """Lucene's BM25 at the manifest's k1/b, as quantised impacts in PISA, its top k pruned inside PISA."""
+
+    @staticmethod
+    def version() -> str:
+        return _package_version()
+
+    @staticmethod
+    def build(out: Path, terms: Iterable[list[str]], info: LexicalInfo) -> int:
+        vocab: dict[str, int] = {}
+        ids, lens = array("i"), array("I")
+        for doc in terms:  # streamed: 4 bytes a term kept, not the term lists
+            ids.extend([vocab.setdefault(t, len(vocab)) for t in doc])
+            lens.append(len(doc))
+        n, v = len(lens), len(vocab)
+        dl = np.frombuffer(lens, np.uint32).astype(np.int64)
+        # (row, term) pairs in row order, each with its frequency in the row
+        key, tf = np.unique(np.repeat(np.arange(n, dtype=np.int64), dl) * max(v, 1) + np.frombuffer(ids, np.int32),
+                            return_counts=True)
+        del ids
+        words = sorted(vocab)  # PISA finds a term by binary search over the sorted vocabulary
+        rank = np.empty(v, np.int32)
+        rank[np.fromiter((vocab[w] for w in words), np.int64, count=v)] = np.arange(v, dtype=np.int32)
+        del vocab
+        _write(out, words, key // max(v, 1), rank[key % max(v, 1)], tf, dl, info)
+        return v
+
+    def _open(self, mmap: bool) -> None:  # PISA maps its files; the forward index is always memory-mapped
+        meta = json.loads((self.folder / "pisa.json").read_text())
+        self.scale = float(meta["scale"])
+        self.words: list[str] = []
+        self.vocab: dict[str, int] = {}
+        self.df = np.zeros(0, np.int64)
+        self.forward = {name: np.load(self.folder / f"forward.{name}.npy", mmap_mode="r") for name in FORWARD}
+        if not meta["terms"]:
+            return
+        self.words = (self.folder / "fwd.terms").read_text().split("\n")[:-1]
+        self.vocab = {w: i for i, w in enumerate(self.words)}
+        self.df = np.load(self.folder / "df.npy")
+        for name in ("fwd.termlex", "fwd.doclex", WAND_FILE, INDEX_FILE):  # PISA would try to rebuild a missing one
+            if not (self.folder / name).is_file() or not (self.folder / name).stat().st_size:
+                raise LexicalError(f"{self.folder / name} is missing or empty")
+        if len(self.vocab) != int(meta["terms"]) or len(self.df) != len(self.vocab):
+            raise LexicalError(f"{self.folder}: the vocabulary does not match pisa.json")
+        self.context = pisa().RetrievalContext()
+        pisa().prepare_index(self.context, str(self.folder), ENCODING, "quantized", "", BLOCK, 0)
+
+    def doc_freq(self, term: str) -> int:
+        tid = self.vocab.get(term)
+        return 0 if tid is None else int(self.df[tid])
+
+    def _query(self, terms: list[str]) -> dict[int, int]:
+        """Term id → how many times the query holds it (known terms only)."""
+        counts = Counter(self.vocab[t] for t in terms if t in self.vocab)
+        return dict(counts)
+
+    def _candidates(self, query: dict[int, int], words: dict[str, float], limit: int
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """PISA's top `limit` rows by quantised score: (quantised scores, rows), best first."""
+        qidx, ranks = np.empty(limit, np.int32), np.empty(limit, np.int32)
+        names, scores = np.empty(limit, object), np.empty(limit, np.float32)
+        got = pisa().retrieve(self.context, ALGORITHM, [(0, words)], k=limit, threads=THREADS, pretokenised=True,
+                              query_weighted=1, result_qidxs=qidx, result_docnos=names, result_ranks=ranks,
+                              result_scores=scores)
+        rows = np.fromiter((int(x) for x in names[:got]), np.int64, count=got)
+        return scores[:got] / self.scale, rows
+
+    def score_rows(self, terms: list[str], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Exact BM25 of `rows` (sorted) from the forward index: those sharing a term with the query."""
+        query = self._query(terms)
+        if not query or not len(rows):
+            return np.zeros(0, np.float32), np.zeros(0, np.int64)
+        rows = np.asarray(rows, np.int64)
+        indptr = self.forward["indptr"]
+        start, stop = indptr[rows], indptr[rows + 1]
+        sizes = stop - start
+        at = np.repeat(start - np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes) + np.arange(int(sizes.sum()))
+        owner = np.repeat(np.arange(len(rows)), sizes)
+        qt = np.fromiter(query, np.int32, count=len(query))
+        order = np.argsort(qt)
+        qt, qc = qt[order], np.fromiter(query.values(), np.float64, count=len(query))[order]
+        tids = np.asarray(self.forward["terms"][at])
+        hit = in_sorted(tids, qt)
+        weights = np.asarray(self.forward["weights"][at[hit]], np.float64) * qc[np.searchsorted(qt, tids[hit])]
+        scores = np.bincount(owner[hit], weights, minlength=len(rows))
+        keep = scores > 0
+        return scores[keep].astype(np.float32), rows[keep]
+
+    def top_rows(self, terms: list[str], k: int, allowed_rows: np.ndarray | None, excluded_rows: np.ndarray | None
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        query = self._query(terms)
+        if not query:
+            return np.zeros(0, np.float32), np.zeros(0, np.int64)
+        if allowed_rows is not None and len(allowed_rows) <= FORWARD_MAX:
+            rows = allowed_rows
+            if excluded_rows is not None:
+                rows = rows[~in_sorted(rows, excluded_rows)]
+            return top_k_rows(*self.score_rows(terms, rows), k)
+        return self._pruned(terms, query, k, allowed_rows, excluded_rows)
+
+    def _pruned(self, terms: list[str], query: dict[int, int], k: int, allowed_rows: np.ndarray | None,
+                excluded_rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """PISA's candidates rescored exactly, read deeper until the top k among the kept ones is certain."""
+        words = {self.words[t]: float(c) for t, c in query.items()}
+        error = sum(query.values()) / self.scale * (1 + 1e-6)  # the largest quantisation error of a document
+        n_excl = 0 if excluded_rows is None else len(excluded_rows)
+        limit = k + n_excl + 1
+        if allowed_rows is not None:  # deep enough that k of the hits match, at the filter's selectivity
+            want = k + n_excl + WIDE_SIGMAS * math.sqrt(k + n_excl) + 5
+            limit = math.ceil(want * self.ntotal / max(len(allowed_rows), 1)) + 1
+        while True:
+            limit = min(self.ntotal, limit)
+            quantised, rows = self._candidates(query, words, limit)
+            keep = np.ones(len(rows), bool)
+            if allowed_rows is not None:
+                keep &= in_sorted(rows, allowed_rows)
+            if excluded_rows is not None:
+                keep &= ~in_sorted(rows, excluded_rows)
+            kept = rows[keep]
+            kept.sort()
+            scores, kept = self.score_rows(terms, kept)
+            best_s, best_r = top_k_rows(scores, kept, k)
+            exhausted = len(rows) < limit or limit >= self.ntotal
+            if exhausted or (len(best_s) >= k and float(best_s[-1]) > float(quantised[-1]) + error):
+                return best_s, best_r
+            limit *= 4
+
+
+def _write(out: Path, words: list[str], rows: np.ndarray, tids: np.ndarray, tf: np.ndarray, dl: np.ndarray,
+           info: LexicalInfo) -> None:
+    """Lucene's BM25 weight of every (row, term) pair: the forward index (exact float32 weights, row order) and
+    PISA's index (integer impacts, term order), with its block-max bounds built and its postings compressed."""
+    n, v = len(dl), len(words)
+    df = np.bincount(tids, minlength=v).astype(np.int64)
+    avgdl = dl.sum() / n if n else 0.0
+    idf = np.log1p((n - df + 0.5) / (df + 0.5))
+    weights = (idf[tids] * tf / (tf + info.k1 * ((1 - info.b) + info.b * dl[rows] / max(avgdl, 1e-12)))
+               ).astype(np.float32)
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n))]).astype(np.int64)
+    for name, arr in zip(FORWARD, (indptr, tids.astype(np.int32), weights), strict=True):
+        np.save(out / f"forward.{name}.npy", arr)
+    scale = (2**QUANT_BITS - 1) / float(weights.max()) if v else 0.0
+    (out / "pisa.json").write_text(json.dumps({"scale": scale, "terms": v}))
+    if not v:  # no document has a term: nothing for PISA to index, nothing will match
+        return
+    np.save(out / "df.npy", df)
+    impacts = np.maximum(1, np.rint(weights * scale)).astype(np.uint32)  # a weight > 0 stays a hit
+    order = np.argsort(tids, kind="stable")  # term order, rows ascending within each term
+    heads = np.cumsum(df) - df + np.arange(v)  # where each term's list starts: its length, then its entries
+    is_head = np.zeros(v + len(order), bool)
+    is_head[heads] = True
+    for name, values, first in (("docs", rows, [1, n]), ("freqs", impacts, [])):
+        lists = np.empty(v + len(order), np.uint32)
+        lists[heads] = df
+        lists[~is_head] = values[order]
+        with open(out / f"inv.{name}", "wb") as f:
+            np.asarray(first, np.uint32).tofile(f)
+            lists.tofile(f)
+    np.concatenate([[n], dl]).astype(np.uint32).tofile(out / "inv.sizes")
+    (out / "fwd.terms").write_text("".join(f"{w}\n" for w in words))
+    (out / "fwd.documents").write_text("".join(f"{r}\n" for r in range(n)))
+    lib = pisa()
+    lib.build_binlex(str(out / "fwd.terms"), str(out / "fwd.termlex"))
+    lib.build_binlex(str(out / "fwd.documents"), str(out / "fwd.doclex"))
+    lib.prepare_index(lib.RetrievalContext(), str(out), ENCODING, "quantized", "", BLOCK, 0)  # bounds, compression
+    for name in ("inv.docs", "inv.freqs", "inv.sizes", "fwd.documents"):  # what PISA built them from
+        (out / name).unlink()

@@ -1,0 +1,69 @@
+"""The PISA engine's own guarantees beyond the lexical contract (tests/indexer/runtime/test_lexical.py): answers stay
+exact when its quantised impacts reorder documents (PISA's hits are rescored and read deeper), wide filters and
+tombstones are over-fetched until k match, PISA loads without PyTerrier or a JVM, and damaged files are refused
+rather than rebuilt or crashed on."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from indexer.runtime import lexical_pisa
+from indexer.runtime.lexical import LEXICAL_DIR, LexicalError, build_lexical, lexical_info, open_lexical
+from tests.indexer.runtime.test_lexical import ref_of
+
+
+def _zipf_docs(seed: int, n: int) -> list[tuple[int, str]]:
+    rng = np.random.default_rng(seed)
+    words = [f"w{i:02d}x" for i in range(40)]
+    p = 1 / np.arange(1, 41)
+    fids = rng.choice(10**6, n, replace=False)
+    return [(int(f), " ".join(rng.choice(words, int(rng.integers(1, 7)), p=p / p.sum()))) for f in fids]
+
+
+def test_coarse_impacts_wide_filters_and_tombstones_give_the_full_sort(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 3-bit impacts most documents tie in PISA's order: every answer still equals the full sort of Lucene's BM25
+    by hand (scores to float32), because PISA's hits are rescored exactly and read deeper until the k-th is certain;
+    a wide filter of the worst scorers and tombstones are read deep enough for k of them."""
+    docs = _zipf_docs(3, 4000)
+    monkeypatch.setattr(lexical_pisa, "QUANT_BITS", 3)
+    index = open_lexical(tmp_path, build_lexical(tmp_path, docs, lexical_info(engine="pisa")))
+    monkeypatch.setattr(lexical_pisa, "FORWARD_MAX", 0)  # every filter over-fetched from PISA
+    reads: list[int] = []
+    real = lexical_pisa.Engine._candidates
+    monkeypatch.setattr(lexical_pisa.Engine, "_candidates",
+                        lambda self, *a: reads.append(a[-1]) or real(self, *a))  # type: ignore[func-returns-value]
+    excluded = np.array([f for f, _ in docs[::7]], np.int64)
+    for q in ["w00x w01x w30x", "w00x w00x w02x w25x w39x", "w03x w01x w00x w17x w22x w35x", "w00x w05x"]:
+        ref = ref_of(index, q, docs)
+        low = np.sort(np.array([f for f, s in ref.items() if s < np.median(list(ref.values()))], np.int64))
+        for k in (1, 10, 50):
+            for allowed, drop in ((None, None), (None, excluded), (low, None), (low, excluded)):
+                kept = set(ref) - set(() if drop is None else drop.tolist())
+                kept &= set(ref if allowed is None else allowed.tolist())
+                want = sorted(kept, key=lambda f: (-round(ref[f], 4), f))[:k]
+                scores, ids = index.search(q, k, allowed=allowed, excluded=drop)
+                assert ids.tolist() == want, (q, k, allowed is None, drop is None)
+                assert scores.tolist() == pytest.approx([ref[f] for f in want], rel=1e-5)
+    assert max(reads) > 4 * 51  # the coarse order did make it read deeper than its first limit
+
+
+def test_pisa_loads_without_pyterrier_or_a_jvm() -> None:
+    code = ("import sys; from indexer.runtime.lexical_pisa import pisa; pisa(); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyterrier', 'jnius', 'pandas')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[3])
+    assert out.stdout.strip() == "[]"
+
+
+def test_a_damaged_pisa_index_is_refused_not_rebuilt(tmp_path: Path) -> None:
+    info = build_lexical(tmp_path, _zipf_docs(1, 50), lexical_info(engine="pisa"))
+    (tmp_path / LEXICAL_DIR / lexical_pisa.INDEX_FILE).unlink()
+    with pytest.raises(LexicalError, match="is missing or empty"):
+        open_lexical(tmp_path, info)
+    assert not (tmp_path / LEXICAL_DIR / lexical_pisa.INDEX_FILE).exists()
