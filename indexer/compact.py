@@ -33,6 +33,7 @@ import shutil
 import sqlite3
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -40,16 +41,17 @@ from pathlib import Path
 import numpy as np
 
 from indexer.compact_index import Resized, follow_size
+from indexer.compact_shards import fold_shards, upsert_vectors
 from indexer.ingest import publish
 from indexer.probes import PROBES_FILE
 from indexer.runtime.ann import KIND_SPECS
 from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.faiss.devices import set_threads
 from indexer.runtime.faiss.files import INDEX_FILE
-from indexer.runtime.layout import IndexRoot, LayoutError, new_version_name
-from indexer.runtime.manifest import IndexInfo, Manifest, PassagesInfo, WritesInfo
+from indexer.runtime.layout import IndexRoot, new_version_name
+from indexer.runtime.manifest import IndexInfo, Manifest, PassagesInfo, ShardInfo, WritesInfo
 from indexer.runtime.metadata import MetadataError, metadata_json
-from indexer.runtime.overlay import fold, reencode_stale
+from indexer.runtime.overlay import Fold, fold, reencode_stale
 from indexer.runtime.passages import document_of
 from indexer.runtime.storage import storage_errors
 from indexer.runtime.store import STORE, Store, apply_writes
@@ -98,86 +100,102 @@ def _copy_store(src: Path, dst: Path) -> None:
         target.close()
 
 
+def _pending(root: IndexRoot, parent: Manifest) -> tuple[list[LogEntry], str, int, int]:
+    """The log's entries `parent` does not hold, the log's id, the last seq it holds and the log's last seq (no
+    entries: nothing to fold)."""
+    wlog = open_log(root.root, create=False)
+    if wlog is None:
+        return [], "", 0, 0
+    try:
+        folded = parent.writes.folded_seq if parent.writes is not None and parent.writes.log_id == wlog.log_id else 0
+        upto = wlog.last_seq()
+        return (list(wlog.entries(after=folded, upto=upto)) if upto > folded else []), wlog.log_id, folded, upto
+    finally:
+        wlog.close()
+
+
 def compact(root_dir: Path, *, model_dir: Path | None = None, threads: int | None = None, keep: int = 5,
             run_eval: bool = True, rebuild_after: float = DEFAULT_REBUILD_AFTER, index_policy: str = "keep"
             ) -> CompactResult:
-    """`index_policy` auto: the index kind follows the size (`indexer.compact_index`); keep: grown in place."""
+    """`index_policy` auto: the index kind follows the size (`indexer.compact_index`); keep: grown in place. A
+    sharded version is folded shard by shard (`indexer.compact_shards`), its index kind kept."""
     root = IndexRoot(root_dir)
     t_start = time.perf_counter()
     with root.build_lock(create=False):
         root.remove_partial_builds()
-        base = IndexVersion(root.current_dir())
+        folder = root.current_dir()
+        parent = Manifest.load(folder)
+        entries, log_id, folded, upto = _pending(root, parent)
+        if not entries:
+            return CompactResult(None, parent.version, last_seq=folded)
+        net = list(net_effect(entries).values())
+        _reencode_stale(net, parent, model_dir, threads)
+        store = Store(folder / STORE)
         try:
-            parent = base.manifest
-            wlog = open_log(root.root, create=False)
-            if wlog is None:
-                return CompactResult(None, parent.version)
-            try:
-                folded = (parent.writes.folded_seq if parent.writes is not None
-                          and parent.writes.log_id == wlog.log_id else 0)
-                upto = wlog.last_seq()
-                if upto <= folded:
-                    return CompactResult(None, parent.version, last_seq=folded)
-                entries = list(wlog.entries(after=folded, upto=upto))
-                log_id = wlog.log_id
-            finally:
-                wlog.close()
-            if parent.index.shards:
-                raise LayoutError(f"version {parent.version} is sharded ({len(parent.index.shards)} shards): compact "
-                                  f"folds into one index file; build the shards again from the source data instead")
-            net = list(net_effect(entries).values())
-            _reencode_stale(net, parent, model_dir, threads)
-            store = base.store
             folded_in = fold(net, store)
-            upserts = [(fid, e.ext_id, e.text or "", _stored_metadata(e)) for fid, e in folded_in.upserts]
-            deletes = folded_in.deletes
-            created = folded_in.created
-
-            index = base.ann  # ours to change: read from disk for this command
-            gone = deletes + folded_in.replaced
-            if gone:  # HNSW cannot remove in place: its graph is rebuilt without them (`HnswIndex.remove`)
-                index.remove(np.asarray(gone, dtype=np.int64))
-            if upserts:
-                set_threads(threads)
-                vectors = [e.vector for _, e in folded_in.upserts if e.vector is not None]
-                assert len(vectors) == len(upserts)  # every upsert is logged with its vector
-                index.add(np.stack(vectors).astype(np.float32), np.asarray([u[0] for u in upserts], dtype=np.int64))
-            resized = follow_size(index, parent, created, rebuild_after) if index_policy == "auto" else None
-            index = resized.index if resized is not None else index
-
-            version = new_version_name()
-            with root.staging(version) as stage:
-                index.save(stage / INDEX_FILE)
-                with storage_errors(stage / STORE, "writing the store"):
-                    _copy_store(base.folder / STORE, stage / STORE)
-                    schema = apply_writes(stage / STORE, upserts, deletes)
-                if (base.folder / PROBES_FILE).is_file():  # calibrate again on the same probes
-                    shutil.copy2(base.folder / PROBES_FILE, stage / PROBES_FILE)
-                if (base.folder / QUERY_VECTORS).is_file():
-                    shutil.copy2(base.folder / QUERY_VECTORS, stage / QUERY_VECTORS)
-                info, trained = _index_section(parent, int(index.ntotal), created, resized)
-                before = parent.writes
-                writes = WritesInfo(log_id=log_id, folded_seq=upto,
-                                    entries=(before.entries if before else 0) + len(entries),
-                                    upserted=(before.upserted if before else 0) + len(upserts),
-                                    deleted=(before.deleted if before else 0) + len(deletes))
-                n_docs, passages = _documents(stage / STORE, parent, int(index.ntotal))
-                data = parent.data.model_copy(update={"n_docs": n_docs, "metadata_schema": schema})
-                manifest = parent.model_copy(update={
-                    "version": version, "created_at": datetime.now(timezone.utc), "index": info, "eval": None,
-                    "query_evals": {}, "parent_version": parent.version, "data": data, "writes": writes,
-                    "passages": passages, "build_seconds": parent.build_seconds.model_copy(),
-                })
-                save_and_evaluate(stage, manifest, t_start, evaluate_it=run_eval and bool(parent.data.n_queries),
-                                  threads=threads, target_recall=resized.target_recall if resized else None)
         finally:
-            base.close()
+            store.close()
+        upserts = [(fid, e.ext_id, e.text or "", _stored_metadata(e)) for fid, e in folded_in.upserts]
+        deletes, created = folded_in.deletes, folded_in.created
+        write_index, ntotal, resized = _fold_index(folder, parent, folded_in, threads, rebuild_after, index_policy)
+
+        version = new_version_name()
+        with root.staging(version) as stage:
+            shards = write_index(stage)
+            with storage_errors(stage / STORE, "writing the store"):
+                _copy_store(folder / STORE, stage / STORE)
+                schema = apply_writes(stage / STORE, upserts, deletes)
+            for name in (PROBES_FILE, QUERY_VECTORS):  # the probes: calibrated again on the same ones
+                if (folder / name).is_file():
+                    shutil.copy2(folder / name, stage / name)
+            info, trained = _index_section(parent, ntotal, created, resized)
+            info.shards = shards
+            before = parent.writes
+            writes = WritesInfo(log_id=log_id, folded_seq=upto,
+                                entries=(before.entries if before else 0) + len(entries),
+                                upserted=(before.upserted if before else 0) + len(upserts),
+                                deleted=(before.deleted if before else 0) + len(deletes))
+            n_docs, passages = _documents(stage / STORE, parent, ntotal)
+            data = parent.data.model_copy(update={"n_docs": n_docs, "metadata_schema": schema})
+            manifest = parent.model_copy(update={
+                "version": version, "created_at": datetime.now(timezone.utc), "index": info, "eval": None,
+                "query_evals": {}, "parent_version": parent.version, "data": data, "writes": writes,
+                "passages": passages, "build_seconds": parent.build_seconds.model_copy(),
+            })
+            save_and_evaluate(stage, manifest, t_start, evaluate_it=run_eval and bool(parent.data.n_queries),
+                              threads=threads, target_recall=resized.target_recall if resized else None)
         publish(root, manifest, keep)
     drift = info.added_since_training / max(trained or 1, 1)
     log.info("folded %d write log entries (seq %d..%d) into %s as %s", len(entries), folded + 1, upto, parent.version,
              version)
     return CompactResult(manifest, parent.version, folded + 1, upto, len(entries), len(upserts), created, len(deletes),
                          drift > rebuild_after, drift, resized.reason if resized else None)
+
+
+def _fold_index(folder: Path, parent: Manifest, folded_in: Fold, threads: int | None, rebuild_after: float,
+                index_policy: str) -> tuple[Callable[[Path], list[ShardInfo]], int, Resized | None]:
+    """The compacted index: what writes it into the stage (and returns its shards' record), how many vectors it
+    holds, and why it was rebuilt (None: grown in place)."""
+    gone = folded_in.deletes + folded_in.replaced
+    if parent.index.shards:  # one shard at a time; the shards' shared quantizer is kept
+        ntotal = parent.index.ntotal - len(gone) + len(folded_in.upserts)
+        return (lambda stage: fold_shards(folder, parent, folded_in, stage, threads)), ntotal, None
+    base = IndexVersion(folder)  # its index is ours to change: read from disk for this command
+    index = base.ann
+    base.close()
+    if gone:  # HNSW cannot remove in place: its graph is rebuilt without them (`HnswIndex.remove`)
+        index.remove(np.asarray(gone, dtype=np.int64))
+    if folded_in.upserts:
+        set_threads(threads)
+        index.add(*upsert_vectors(folded_in))
+    resized = follow_size(index, parent, folded_in.created, rebuild_after) if index_policy == "auto" else None
+    grown = resized.index if resized is not None else index
+
+    def write(stage: Path) -> list[ShardInfo]:
+        grown.save(stage / INDEX_FILE)
+        return []
+
+    return write, int(grown.ntotal), resized
 
 
 def _index_section(parent: Manifest, ntotal: int, created: int, resized: Resized | None

@@ -44,6 +44,7 @@ from indexer.runtime.faiss.training import (
     clamp_nprobe,
     effective_nlist,
 )
+from indexer.runtime.ids import shard_of
 from indexer.runtime.layout import IndexRoot, new_version_name
 from indexer.runtime.manifest import (
     ActorThroughput,
@@ -56,7 +57,7 @@ from indexer.runtime.manifest import (
 )
 from indexer.runtime.store import STORE, write_store
 from indexer.runtime.version import QUERY_VECTORS
-from indexer.shards import SHARDS_DIR, shard_file, shard_of, training_positions
+from indexer.shards import SHARDS_DIR, shard_file, training_positions
 from indexer.stage import model_info, save_and_evaluate
 
 log = logging.getLogger(__name__)

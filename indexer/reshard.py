@@ -49,7 +49,7 @@ class ReshardResult:
     copied: int  # ... copied (another file system)
 
 
-def _link_or_copy(src: Path, dst: Path) -> bool:
+def link_or_copy(src: Path, dst: Path) -> bool:
     """Hard-link `src` as `dst` (True), or copy it where links cannot be made (False)."""
     try:
         os.link(src, dst)
@@ -70,7 +70,7 @@ def _carry(parent: Path, stage: Path) -> tuple[int, int]:
             continue
         dst = stage / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
-        if _link_or_copy(src, dst):
+        if link_or_copy(src, dst):
             linked += 1
         else:
             copied += 1

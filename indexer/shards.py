@@ -1,8 +1,9 @@
 """An IVF index split into N shard files that share one trained coarse quantizer.
 
 Every shard is a copy of the same trained, empty `IVF{nlist},{codec}` filled with the vectors whose id falls in
-it (`id % N`). Because the centroids are identical, probing the same `nprobe` lists in every shard and merging
-the top k by score gives exactly the merged index's answer, and the shards can be merged back losslessly.
+it (`id % N`: `indexer.runtime.ids.shard_of`). Because the centroids are identical, probing the same `nprobe` lists
+in every shard and merging the top k by score gives exactly the merged index's answer, and the shards can be merged
+back losslessly.
 The FAISS side (training the shared quantizer, merging shard files) is the `indexer.runtime.faiss` package's.
 """
 
@@ -17,11 +18,6 @@ MAX_TRAIN_POINTS_PER_LIST = 256
 
 def shard_file(shard: int) -> str:
     return f"{SHARDS_DIR}/shard-{shard:05d}.faiss"
-
-
-def shard_of(ids: np.ndarray, n_shards: int) -> np.ndarray:
-    """Which shard holds each id: stable, needs no coordination, and spreads Quora's dense ids evenly."""
-    return np.asarray(ids, dtype=np.int64) % n_shards
 
 
 def training_positions(positions: np.ndarray, nlist: int, seed: int) -> np.ndarray:

@@ -73,7 +73,7 @@ class GatewayTimeoutError(APIError):
 
 
 class NotImplementedByServer(APIError):
-    """501: the server's backend does not take this call (writes on the sharded backend)."""
+    """501: the server's backend does not take this call (vectors read back on the sharded backend)."""
 
 
 _BY_STATUS: dict[int, type[APIError]] = {

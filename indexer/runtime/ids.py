@@ -9,9 +9,14 @@ The store maps each external id to a FAISS int64 id, and hits give the external 
   the version holds.
 The two ranges never meet, so 17 and "17" are two documents. Ids assigned to written documents live in memory
 (the overlay) until `indexer compact` writes them into a version: a replay onto another version assigns them anew.
+
+A sharded version keeps each FAISS id in shard `id % N` (`shard_of`): its builds, its split (`indexer shard`), and
+the writes the sharded backend routes to one shard each (`indexer.runtime.shard_writes`).
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 ExtId = int | str
 
@@ -42,3 +47,9 @@ class FaissIds:
             return own
         fid, self.next = self.next, self.next + 1
         return fid
+
+
+def shard_of(fids: np.ndarray | int, n_shards: int) -> np.ndarray:
+    """Which shard of `n_shards` holds each FAISS id: stable (no hash salt: the same on every node and restart),
+    needs no coordination, and spreads dense integer ids evenly."""
+    return np.asarray(fids, dtype=np.int64) % n_shards

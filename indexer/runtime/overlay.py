@@ -186,6 +186,12 @@ class Overlay:
             self._in_base |= in_base
             self._fid_of.update(fid_of)
 
+    def resolve(self, ext_ids: list[ExtId]) -> list[int]:
+        """The FAISS ids of `ext_ids` here, assigning those not seen yet in order (a shard's overlay resolves every
+        entry, applies its own: `indexer.runtime.shard_writes`)."""
+        self._resolve(ext_ids)
+        return [self._fid_of[e] for e in ext_ids]
+
     def _live(self, fid: int) -> bool:
         return fid in self._docs or (fid in self._in_base and fid not in self._tombstones)
 
@@ -323,6 +329,8 @@ class Overlay:
 
 class LiveIndex:
     """An `IndexVersion` with its overlay of writes: a `VectorIndex` with `lexical_search`, like the version."""
+
+    reencodes = True  # entries of another encoder are encoded anew when applied (`reencode_stale`)
 
     def __init__(self, base: IndexVersion, applied_seq: int = 0) -> None:
         self.base = base

@@ -177,7 +177,8 @@ class Documents:
     def __init__(self, index: Any) -> None:  # noqa: ANN401 (a LiveIndex, or a served index with a store)
         self.index = index
         if isinstance(index, LiveIndex):
-            self.store, self.overlay, self.ann = index.base.store, index.overlay, index.base.ann
+            self.store, self.overlay = index.base.store, index.overlay
+            self.ann = getattr(index.base, "ann", None)  # None: the sharded backend's vectors are in its shards
         else:
             self.store, self.overlay, self.ann = index.store, None, None
 

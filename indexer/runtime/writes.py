@@ -13,16 +13,19 @@ One write, in order (`Collection.upsert` / `Collection.delete` call `Writes.comm
 3. the API answers 200.
 A crash between 1 and 3 loses nothing acknowledged: on restart the overlay is rebuilt from the log.
 
-Versions and swaps. Each opened version is wrapped in a `LiveIndex` and gets the log's entries after the seq it
+Versions and swaps. Each opened version is wrapped in a `LiveIndex` (on the sharded backend a `LiveShards`, whose
+shards each apply their share of the log: `indexer.runtime.shard_writes`) and gets the log's entries after the seq it
 folded (`attach`, in the swap's worker thread, before the candidate is checked). The switch itself (`switch`) takes
 the write lock, applies the entries logged while the candidate was being prepared, and swaps the lease — so a write
 acknowledged during a swap is in the new version's overlay, and none is applied to a version nobody will serve.
 
 Encoders. A log entry carries the vector of the encoder that served its write; a version built with another
-encoder re-encodes the entry's text when it is applied (`overlay.reencode_stale`).
+encoder re-encodes the entry's text when it is applied (`overlay.reencode_stale`); the sharded backend's shards
+cannot, so such a version is refused there (`WriteLogError` at `attach`).
 
 Restrictions, refused before anything is encoded or logged:
-- the sharded backend (Ray) serves shard deployments that have no overlay: `WritesUnsupported` (501);
+- a served version without an overlay (none is served so: every backend's version gets one at `attach`) would be
+  `WritesUnsupported` (501);
 - `WriteRefused` (409) is for a write the served version cannot take. Nothing raises it: every store has one
   schema (`indexer.runtime.store`), which takes string and integer ids and metadata;
 - a write log that cannot be created (its folder is a file, a foreign file) is `WritesUnavailable` (503).
@@ -50,7 +53,7 @@ from indexer.runtime.manifest import Manifest
 from indexer.runtime.overlay import Applied, LiveIndex, reencode_stale
 from indexer.runtime.storage import StorageError
 from indexer.runtime.version import IndexVersion, VectorIndex
-from indexer.runtime.writelog import Delete, LogEntry, Upsert, WriteLog, WriteLogError, log_path
+from indexer.runtime.writelog import UPSERT, Delete, LogEntry, Upsert, WriteLog, WriteLogError, log_path
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +70,7 @@ class WriteRefused(WriteError):
 
 
 class WritesUnsupported(WriteError):
-    """This backend does not take writes (the sharded Ray backend); nothing was logged."""
+    """The served version has no write overlay (every backend's gets one at `attach`); nothing was logged."""
 
 
 class WritesUnavailable(WriteError):
@@ -150,13 +153,9 @@ class Writes:
         """Wrap a freshly opened local version in its overlay and replay the log entries it does not hold (in the
         swap's worker thread: the served version keeps answering meanwhile). Raises WriteLogError."""
         wlog = self._open(create=False)
-        if not isinstance(searcher.index, IndexVersion):  # the sharded backend: no overlay
-            if wlog is not None and wlog.last_seq() > start_seq(searcher, wlog):
-                log.warning("%s has writes that version %s does not hold, and the sharded backend does not apply "
-                            "them: run `indexer compact` on the root, then build the shards from it",
-                            self.path, searcher.version)
-            return
-        live = LiveIndex(searcher.index)
+        # a local version gets the overlay; the sharded backend's version makes its own (`shard_writes.LiveShards`)
+        live = (LiveIndex(searcher.index) if isinstance(searcher.index, IndexVersion)
+                else searcher.index.live())  # type: ignore[attr-defined]
         searcher.index = live
         if wlog is None:
             return
@@ -194,22 +193,26 @@ class Writes:
     @staticmethod
     def _apply(searcher: Served, entries: list[LogEntry]) -> Applied:
         """Apply entries to the searcher's overlay, re-encoding those written with another encoder."""
-        encoder = searcher.encoder
-        reencode_stale(entries, encoder.meta.onnx_sha256, lambda texts: encoder.encode(texts, batch_size=64))
-        live = searcher.index
+        encoder, live = searcher.encoder, searcher.index
         assert isinstance(live, LiveIndex)
+        sha = encoder.meta.onnx_sha256
+        if not live.reencodes and (e := next((e for e in entries if e.op == UPSERT and e.model != sha), None)):
+            raise WriteLogError(f"write log entry {e.seq} (id {e.ext_id!r}) was encoded by another encoder than "
+                                f"version {searcher.version}'s, and the sharded backend cannot encode it anew: serve "
+                                f"the version it was written on, or compact the root with the local backend's "
+                                f"`indexer compact` first")
+        reencode_stale(entries, sha, lambda texts: encoder.encode(texts, batch_size=64))
         return live.overlay.apply(entries)
 
     # -- the write path ------------------------------------------------------------------------------------------
     @staticmethod
     def check(searcher: Served | None, ext_ids: Sequence[ExtId], with_metadata: bool) -> None:
         """Refuse what this served version cannot take, before anything is encoded or logged (`WritesUnsupported`:
-        a version without an overlay, the sharded backend's)."""
+        a version without an overlay)."""
         if searcher is None:
             return  # the caller answers that nothing is served
         if not isinstance(searcher.index, LiveIndex):
-            raise WritesUnsupported("writes are not supported by the sharded (Ray) backend: run a local API on the "
-                                    "root to write, then `indexer compact` and `indexer build --engine ray`")
+            raise WritesUnsupported(f"version {searcher.version} is served without a write overlay")
         # Every version takes every id and metadata: all stores have one schema (`indexer.runtime.store`; a Quora
         # version of before it too, whose store `indexer compact` brings to it). `ext_ids` and `with_metadata` are
         # what a refusal of a version's own would look at.
@@ -227,6 +230,10 @@ class Writes:
                 ops = ops(searcher)
             self.check(searcher, [op.ext_id for op in ops], any(isinstance(op, Upsert) and op.metadata
                                                                  for op in ops))
+            sha = searcher.encoder.meta.onnx_sha256
+            if not searcher.index.reencodes and any(isinstance(op, Upsert) and op.model != sha for op in ops):  # type: ignore[attr-defined]
+                raise WritesUnavailable(f"the served version changed to {searcher.version} (another encoder) during "
+                                        f"the write: send it again")
             try:
                 wlog = self._open(create=True)
                 assert wlog is not None

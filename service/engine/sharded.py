@@ -19,6 +19,12 @@ does (a shard's lists are a subset); otherwise each shard scans at least what th
 the merge is never worse than the merged index's filtered search. (A Quora version has no metadata: every
 filter on it is refused with a 422 naming the field.)
 
+Writes (`PUT /documents`, deletes) take the local backend's path (`indexer.runtime.writes`: logged durably in the
+root's write log before the 200, applied to the API process's overlay, `shard_writes.LiveShards`), and each written
+document belongs to one shard, `id % N` of its FAISS id as the split's: every search carries the overlay's applied
+seq, and each replica first applies the log's entries of its shard up to it (`shard_writes.ShardWrites`: written
+vectors, tombstones skipped inside its scan), so every replica answers with every acknowledged write.
+
 A swap deploys the candidate's shards beside the served ones (same gates as the local backend); the old
 deployments are deleted once their last batch is done. There is no Serve HTTP proxy: the API process is the
 HTTP server, so keys, limits, metrics and `/admin/reload` are the single-process service's. Paths must be
@@ -45,11 +51,13 @@ from ray import serve
 from indexer.runtime.ann import KIND_SPECS, SHARDED_KIND, check_search_params
 from indexer.runtime.faiss.devices import set_threads
 from indexer.runtime.faiss.files import read_index
-from indexer.runtime.faiss.filtered import IdFilter, filtered_nprobe, filtered_search
+from indexer.runtime.faiss.filtered import filtered_nprobe, filtered_search
 from indexer.runtime.faiss.kinds import open_index
 from indexer.runtime.faiss.training import clamp_nprobe
+from indexer.runtime.filters import Node
 from indexer.runtime.lexical import LexicalError, LexicalIndex, open_lexical
 from indexer.runtime.manifest import Manifest, ManifestError
+from indexer.runtime.shard_writes import LiveShards, ShardWrites
 from indexer.runtime.store import STORE, Store
 from indexer.runtime.topk import merge_top_k
 from indexer.runtime.version import (
@@ -60,6 +68,7 @@ from indexer.runtime.version import (
     LexicalSearching,
     hits_from_store,
 )
+from indexer.runtime.writelog import log_path
 from service.engine.errors import Mismatch
 from service.engine.settings import EngineSettings
 
@@ -80,7 +89,7 @@ class ShardSearcher:
     """One IVF shard file in memory (an `AnnIndex` of the sharded kind); answers (scores, ids) for a batch of query
     vectors."""
 
-    def __init__(self, path: str, nprobe: int, threads: int = 1) -> None:
+    def __init__(self, path: str, nprobe: int, threads: int = 1, log_file: str | None = None) -> None:
         self.threads = threads
         try:
             index = read_index(path)
@@ -93,6 +102,7 @@ class ShardSearcher:
             raise IndexLoadError(f"{path} is not an {KIND_SPECS[SHARDED_KIND].label} shard: "
                                  f"{str(exc).splitlines()[0]}") from exc
         self.filters = FilterCache()  # this shard's share of the filters it was sent, by their key
+        self.writes = ShardWrites(Path(path), self.index, Path(log_file) if log_file else None)  # its share of them
         if (nice := os.nice(0)) > 0:
             log.warning("shard replica %s runs at nice %d (Ray's worker_niceness): beside normal-priority work its "
                         "searches get a fraction of a core; start the cluster's nodes with RAY_worker_niceness=0",
@@ -100,25 +110,30 @@ class ShardSearcher:
 
     def search(self, vectors: np.ndarray, k: int, ids: np.ndarray | None = None, probe: int = 0,
                search_params: dict[str, int] | None = None, filter_key: str | None = None,
-               ids_ref: list | None = None) -> tuple[np.ndarray, np.ndarray]:
+               ids_ref: list | None = None, seq: int = 0, node: Node | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The shard's top k (at `search_params`' nprobe if given); with a filter, among its ids only (a filter's
         matches over the whole version, most of them in other shards), probing `probe` lists or the lists that hold
         this shard's matches. The filter comes as `ids`, or as `filter_key` with `ids_ref` ([an ObjectRef of the
         ids], put once by the API process): the shard prepares its share once per key and keeps it (`filters`),
-        so a repeated filter costs neither the ids' transfer nor their preparation."""
+        so a repeated filter costs neither the ids' transfer nor their preparation. `seq`: the writes the answer
+        must hold (the API's applied seq: `shard_writes`), `node` the filter for the written documents."""
         set_threads(self.threads)  # per thread in OpenMP, and Serve may call from any thread
         if ids is None and filter_key is None:
-            return self.index.search(vectors, k, search_params=search_params)
+            got = self.writes.search(vectors, k, seq, search_params=search_params)
+            return got if got is not None else self.index.search(vectors, k, search_params=search_params)
+        match = self._prepared(ids, filter_key, ids_ref)
+        assert match.prepared is not None
+        if node is not None and (got := self.writes.search(vectors, k, seq, (match, probe, node))) is not None:
+            return got
         # the lists' rule only, never codes gathered by this shard's own counts: the merge must equal the merged
         # index's filtered search at the version's `probe`
-        scores, found, _ = filtered_search(self.index.faiss, vectors, k, self._prepared(ids, filter_key, ids_ref),
-                                           probe)
+        scores, found, _ = filtered_search(self.index.faiss, vectors, k, match.prepared, probe)
         return scores, found
 
-    def _prepared(self, ids: np.ndarray | None, filter_key: str | None, ids_ref: list | None) -> IdFilter:
+    def _prepared(self, ids: np.ndarray | None, filter_key: str | None, ids_ref: list | None) -> FilterMatch:
         if filter_key is None:
             assert ids is not None
-            return self.index.prepare(ids)
+            return FilterMatch(ids, self.index.prepare(ids))
         cached = self.filters.get(filter_key)
         if cached is None:
             if ids is None:
@@ -127,8 +142,7 @@ class ShardSearcher:
                 ids = np.asarray(ray.get(held) if isinstance(held, ray.ObjectRef) else held, dtype=np.int64)
             cached = FilterMatch(ids, self.index.prepare(ids), key=filter_key)
             self.filters.put(filter_key, cached)
-        assert cached.prepared is not None
-        return cached.prepared
+        return cached
 
     def info(self) -> tuple[int, int]:
         return self.index.ntotal, self.index.dim
@@ -178,12 +192,13 @@ class ShardedIndex(LexicalSearching):
     def ntotal(self) -> int:
         return self._ntotal
 
-    def match(self, flt: object) -> FilterMatch:
-        """The version's documents matching `flt` (raises `FilterError`); the shards prepare their own share."""
+    def match(self, flt: object, schema: dict[str, str] | None = None) -> FilterMatch:
+        """The version's documents matching `flt` (raises `FilterError`; `schema`: a wider one, the overlay's);
+        the shards prepare their own share."""
         key = FilterCache.key(flt)
         found = self.filters.get(key)
         if found is None:
-            found = FilterMatch(self.store.filter_ids(flt), key=key)
+            found = FilterMatch(self.store.filter_ids(flt, schema), key=key)
             self.filters.put(key, found)
         return found
 
@@ -208,19 +223,25 @@ class ShardedIndex(LexicalSearching):
                 self._refs_bytes -= size
         return [ref]
 
+    def live(self) -> LiveShards:
+        """This version under the write overlay (`Writes.attach`): the shards apply their share of the writes."""
+        return LiveShards(self)
+
     def search(self, vectors: np.ndarray, k: int, match: FilterMatch | None = None, *,
-               search_params: dict[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+               search_params: dict[str, int] | None = None, seq: int = 0,
+               node: Node | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The merged top k of every shard's, each with the writes up to `seq` (`LiveShards`: `node` filters the
+        written documents)."""
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         search_params = check_search_params(SHARDED_KIND, search_params) or None
-        if match is None:
-            pending = [h.search.remote(vectors, k, search_params=search_params) for h in self.handles]  # all shards at
-                                                                                                        # once
+        if match is None:  # all shards at once
+            pending = [h.search.remote(vectors, k, search_params=search_params, seq=seq) for h in self.handles]
         else:
             nprobe = clamp_nprobe((search_params or {}).get("nprobe", self.nprobe), self.nlist)
             probe = filtered_nprobe(nprobe, len(match.ids), self.ntotal, self.nlist)
             ids_ref = self._ids_ref(match)
-            pending = [h.search.remote(vectors, k, None, probe, filter_key=match.key, ids_ref=ids_ref)
-                       for h in self.handles]
+            pending = [h.search.remote(vectors, k, None, probe, filter_key=match.key, ids_ref=ids_ref, seq=seq,
+                                       node=node) for h in self.handles]
         return merge_top_k([p.result() for p in pending], k)
 
     def hits(self, scores: np.ndarray, ids: np.ndarray) -> list[list[Hit]]:
@@ -296,7 +317,8 @@ class RayBackend:
         apps = [f"{self.prefix}-{manifest.version}-shard-{i}" for i in range(len(manifest.index.shards))]
         try:
             handles = self._deploy(apps, [ShardSearcher.options(num_replicas=self.settings.shard_replicas)
-                                          .bind(str(folder / s.file), nprobe, self.settings.threads)
+                                          .bind(str(folder / s.file), nprobe, self.settings.threads,
+                                                str(log_path(self.settings.index_root)))
                                           for s in manifest.index.shards],
                                    [folder / s.file for s in manifest.index.shards])
             infos = [h.info.remote().result() for h in handles]

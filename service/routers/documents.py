@@ -18,7 +18,6 @@ router = APIRouter(prefix="/documents", tags=["documents"], dependencies=[WRITE_
 WRITE_ERRORS: dict[int | str, dict[str, object]] = {
     403: {"description": "the API key lacks the 'admin' scope (only when keys are configured)"},
     409: {"description": "the served version cannot take this write (a string id or metadata for a Quora build)"},
-    501: {"description": "the engine backend takes no writes (sharded)"},
     503: {"description": "no index loaded, or the write log cannot be written (a read-only index root, an I/O error "
                          "or a failed fsync): nothing was written; see Retry-After"},
     507: {"description": "the disk of the index root is full: nothing was written; see Retry-After"},

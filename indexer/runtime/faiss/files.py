@@ -36,7 +36,7 @@ def read_merged(paths: Sequence[str | Path]) -> faiss.Index:
 def split_ivf(path: str | Path, outs: Sequence[str | Path],
               progress: Callable[[int, int], None] | None = None) -> list[int]:
     """Split the IVF index file at `path` into `len(outs)` shard files sharing its trained quantizer: shard s holds
-    the vectors whose id % len(outs) == s (`indexer.shards.shard_of`), in each list in the order they were added,
+    the vectors whose id % len(outs) == s (`indexer.runtime.ids.shard_of`), in each list in the order they were added,
     so the shards merge back (`read_merged`) into an index that answers as the original. Returns each shard's
     vector count. ValueError for an index that is not a plain IVF one (the only kind kept as shards).
 

@@ -204,10 +204,11 @@ def test_concurrent_writes_and_searches(tmp_path: Path) -> None:
 
 
 def test_writes_are_refused_where_there_is_no_overlay_or_the_version_cannot_hold_them(tmp_path: Path) -> None:
-    """The sharded backend's index has no overlay: 501 (WritesUnsupported). A corpus version takes any id."""
+    """A version served without an overlay: 501 (WritesUnsupported; every backend's version gets one at attach). A
+    corpus version takes any id."""
     make_version(tmp_path / "v1")
-    plain = IndexVersion(tmp_path / "v1")  # what a backend without overlays serves
-    with pytest.raises(WritesUnsupported, match="sharded"):
+    plain = IndexVersion(tmp_path / "v1")  # what a backend without overlays would serve
+    with pytest.raises(WritesUnsupported, match="without a write overlay"):
         Writes.check(SimpleNamespace(index=plain, version="v1"), [1], False)  # type: ignore[arg-type]
     live = LiveIndex(plain)
     Writes.check(SimpleNamespace(index=live, version="v1"), ["s", (1 << 63) - 1, -4], True)  # type: ignore[arg-type]

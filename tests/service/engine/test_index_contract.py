@@ -17,8 +17,9 @@ answer, written ones do (filtered or not). The same cases but the writes run on 
 hold the vectors and whose BM25 index is read in the API process (`ShardedIndex` is a `LexicalSearching` too).
 
 The sharded backend serves IVF shards only (`indexer build --engine ray` trains one quantizer for all shards):
-flat and hnsw versions are refused at deploy with a `Mismatch` naming the kind, and writes are refused with
-`WritesUnsupported` (no overlay), both tested here. Real FAISS and SQLite; random unit vectors.
+flat and hnsw versions are refused at deploy with a `Mismatch` naming the kind (tested here). Its writes go through
+its own overlay, `LiveShards` (tests/service/engine/test_sharded_writes.py). Real FAISS and SQLite; random unit
+vectors.
 """
 
 from __future__ import annotations
@@ -44,11 +45,12 @@ from indexer.runtime.lexical import ENGINES, LexicalIndex, build_lexical, lexica
 from indexer.runtime.manifest import DataInfo, IndexInfo, Manifest, ModelInfo, ShardInfo, Timings
 from indexer.runtime.overlay import LiveIndex
 from indexer.runtime.reading import Documents, VectorsUnavailable
+from indexer.runtime.shard_writes import LiveShards
 from indexer.runtime.store import STORE, CorpusStoreWriter
 from indexer.runtime.version import IndexVersion
 from indexer.runtime.writelog import DELETE, UPSERT, LogEntry
 from indexer.runtime.writes import Writes
-from service.engine.errors import Mismatch, WritesUnsupported
+from service.engine.errors import Mismatch
 from tests.indexer.runtime.test_lexical import reference
 
 DIM, N, NLIST, K = 16, 400, 8, 10
@@ -264,11 +266,13 @@ def test_search_parameters_are_the_kinds_own(served: tuple[str, str, Any], corpu
 
 def test_deletes_and_replacements_through_the_write_overlay(served: tuple[str, str, Any], corpus: Corpus) -> None:
     """Local: deleted and replaced base documents never answer (skipped inside the index's own search, HNSW
-    included), written ones do, filtered or not. Sharded: no overlay, so writes are refused (501)."""
+    included), written ones do, filtered or not. Sharded: its version takes writes under its own overlay
+    (`LiveShards`, its shards applying their share of the log: tests/service/engine/test_sharded_writes.py)."""
     backend, kind, index = served
     if backend == "sharded":
-        with pytest.raises(WritesUnsupported, match="sharded"):
-            Writes.check(SimpleNamespace(index=index, version="v"), [1], False)  # type: ignore[arg-type]
+        live = index.live()
+        assert isinstance(live, LiveShards) and live.base is index
+        Writes.check(SimpleNamespace(index=live, version="v"), [1], False)  # type: ignore[arg-type]
         return
     new = unit(6, seed=7)
     entries = [LogEntry(1, UPSERT, "w-new", "written w-new", {"n": 5, "tag": "even"}, new[0], "sha"),

@@ -1,0 +1,98 @@
+"""Writes over HTTP on `python -m service sharded` (the session's local Ray, a copy of the 2-shard Quora root):
+`PUT /documents` and `POST /documents/delete` answer 200 once durable and are searchable at once, read back by id and
+counted; after a kill -9 of the API and a start again (new shard deployments), every acknowledged write is served;
+and the sharded answers after the writes equal one process's over the same version and the same log (the local
+backend's overlay, `LiveIndex`, replaying it here).
+
+The in-process parity against a single-node collection, every replica of a shard and the routing by `id % N` are
+test_sharded_writes.py's."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from indexer.runtime.layout import IndexRoot  # noqa: E402
+from indexer.runtime.manifest import Manifest  # noqa: E402
+from indexer.runtime.version import IndexVersion  # noqa: E402
+from indexer.runtime.writes import Writes  # noqa: E402
+from tests.conftest import Server, stop_server  # noqa: E402
+from tests.service.engine.test_sharded import QUERY, shard_apps, start_sharded  # noqa: E402
+
+WRITTEN = [{"id": 900_001, "text": "Which volcano erupted in Iceland last spring?", "metadata": {"src": "w"}},
+           {"id": "w-2", "text": "How do I repair a bicycle chain that keeps slipping?", "metadata": {"src": "w"}}]
+QUERIES = [QUERY, "best way to invest money in india", "volcano eruption iceland", "fix bicycle chain",
+           "How can I lose weight fast?", "What is the meaning of life?"]
+
+
+def search(srv: Server, query: str, k: int = 5) -> list[tuple[int | str, float]]:
+    with srv.client() as c:
+        r = c.post("/search", json={"query": query, "top_k": k, "mode": "dense"})
+        assert r.status_code == 200, r.text
+        return [(h["id"], h["score"]) for h in r.json()["hits"]]
+
+
+def test_sharded_writes_are_durable_searchable_and_answer_like_one_process(
+        ray_sharded: Path, ray_cluster: str, tmp_path: Path) -> None:
+    root = tmp_path / "quora"
+    shutil.copytree(ray_sharded.parent.parent, root, symlinks=True)
+    before_apps = shard_apps()
+    srv = start_sharded(tmp_path, root, ray_cluster)
+    try:
+        base_top = search(srv, QUERY)[0][0]  # 16: replaced below
+        deleted = search(srv, "best way to invest money in india")[0][0]
+        with srv.client() as c:
+            r = c.put("/documents", json={"documents": [*WRITTEN, {"id": base_top, "text": "A replaced question "
+                                                                   "about rocks", "metadata": {"src": "w"}}]})
+            assert r.status_code == 200, r.text
+            assert (r.json()["created"], r.json()["replaced"]) == (2, 1)
+            r = c.post("/documents/delete", json={"ids": [deleted]})
+            assert r.status_code == 200 and r.json()["deleted"] == 1, r.text
+            size = r.json()["index_size"]
+            assert size == Manifest.load(ray_sharded).index.ntotal + 2 - 1
+        assert search(srv, WRITTEN[0]["text"])[0][0] == 900_001  # at once
+        assert search(srv, WRITTEN[1]["text"])[0][0] == "w-2"
+        assert deleted not in {i for q in QUERIES for i, _ in search(srv, q, 10)}
+        with srv.client() as c:
+            assert c.get(f"/documents/{base_top}").json()["text"] == "A replaced question about rocks"
+            assert c.post("/documents/count", json={"filter": {"src": "w"}}).json()["count"] == 3
+            assert c.get(f"/documents/{deleted}").status_code == 404
+        answers = {q: search(srv, q, 10) for q in QUERIES}
+        srv.proc.send_signal(signal.SIGKILL)  # no shutdown: the writes were durable before each 200
+        srv.proc.wait(timeout=30)
+        srv = start_sharded(tmp_path, root, ray_cluster)
+        with srv.client() as c:
+            assert c.get("/ready").json()["index_size"] == size
+            assert c.get("/documents/w-2").json()["text"] == WRITTEN[1]["text"]
+        again = {q: search(srv, q, 10) for q in QUERIES}
+        assert [[i for i, _ in a] for a in again.values()] == [[i for i, _ in a] for a in answers.values()]
+        # one process over the same version and log: the local backend's overlay, at the same nprobe
+        with srv.client() as c:
+            vectors = np.asarray(c.post("/encode", json={"texts": QUERIES}).json()["vectors"], dtype=np.float32)
+    finally:
+        stop_server(srv)
+        from ray import serve
+
+        for app in shard_apps() - before_apps:  # the killed server's deployments too
+            serve.delete(app)
+    writes = Writes(root)
+    local = IndexVersion(IndexRoot(root).current_dir())
+    searcher = SimpleNamespace(index=local, version=local.version, manifest=local.manifest,
+                               encoder=SimpleNamespace(meta=SimpleNamespace(onnx_sha256=local.manifest.model.onnx_sha256)))
+    writes.attach(searcher)
+    try:
+        scores, ids = searcher.index.search(vectors, 10)
+        want = [[(h.ext_id, h.score) for h in row] for row in searcher.index.hits(scores, ids)]
+    finally:
+        searcher.index.close()
+        writes.close()
+    got = list(again.values())
+    assert [[i for i, _ in row] for row in got] == [[i for i, _ in row] for row in want]
+    assert np.allclose([s for row in got for _, s in row], [s for row in want for _, s in row], atol=1e-4)
