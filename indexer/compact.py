@@ -20,6 +20,9 @@ How it folds:
   ids, metadata and its index and schema; a store of before the one schema, an old Quora build's, is brought to it
   first), then the version is evaluated (unless `--no-eval`).
 
+A sharded version (`index.shards`) is folded shard by shard (`indexer.compact_shards`): each shard file gains and
+loses the documents of its `id % N`, its quantizer kept; `--index auto` does not rebuild it.
+
 The log itself is left whole (see `indexer.runtime.writelog`): a build from the source data (folded_seq 0) or a
 rollback still needs its entries. The nightly job runs `indexer compact` after `indexer build`, so the version it
 publishes holds the writes and the API's replay stays short.

@@ -183,7 +183,7 @@ class Collection:
             self.triggers.on_sighup(lambda: self.swapper.attempt("sighup", retry=True))
         if s.watch_interval_s > 0:
             self.triggers.spawn(self.swapper.watch)
-        if s.compact_interval_s > 0 and s.engine == "local":
+        if s.compact_interval_s > 0:  # the sharded backend's too: `indexer compact` folds its shards one by one
             self.triggers.spawn(self.compactor.run)
 
     async def stop(self) -> None:
