@@ -63,18 +63,7 @@ class _ShardBase:
 
     def __init__(self, ann: AnnIndex, manifest: Manifest, store: Store) -> None:
         self.ann, self.manifest, self.store = ann, manifest, store
-
-    @property
-    def version(self) -> str:
-        return self.manifest.version
-
-    @property
-    def dim(self) -> int:
-        return self.ann.dim
-
-    @property
-    def ntotal(self) -> int:
-        return self.ann.ntotal
+        self.version, self.dim = manifest.version, ann.dim
 
     def search(self, vectors: np.ndarray, k: int, match: ShardMatch | None = None, *,
                search_params: dict[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
