@@ -145,26 +145,17 @@ def compare(folder: Path, rounds: int = 2, max_queries: int | None = 1000) -> li
     return rows
 
 
-def scale_texts(n: int, tsv: Path) -> list[str]:
-    """The `n`-document scale corpus's texts, grown as `scale_corpus.corpus` grows them (no vectors: no encoder)."""
-    from bench import scale_corpus as sc
-
-    texts = sc.quora_texts(tsv)
-    pick = np.sort(np.random.default_rng(0).choice(len(texts), size=min(sc.SEED_TEXTS, len(texts)), replace=False))
-    seeds, ones, step = [texts[i] for i in pick], np.ones((len(pick), 1), np.float32), sc.ROWS_PER_FILE
-    return [t for a in range(0, n, step) for t in sc.make_rows(seeds, ones, a, min(n, a + step), 1)[0]]
-
-
 def scale(n: int, n_queries: int, engines: list[str], work: Path) -> str:
     """Strata's lexical engines on the `n`-document scale corpus (see the module docstring): a markdown report."""
     from bench.common import load, log, pct
+    from bench.scale_corpus import grown_docs
     from indexer.quora import read_rows
     from indexer.runtime import lexical_pisa
     from indexer.runtime.lexical import build_lexical, lexical_info, open_lexical
     from indexer.runtime.paths import data_dir
 
     tsv = data_dir() / "quora_duplicate_questions.partial.tsv.gz"
-    start_load, texts = load(), scale_texts(n, tsv)
+    start_load, texts = load(), list(grown_docs(tsv, n))  # the scale corpus's texts (no vectors: no encoder)
     queries = list(dict.fromkeys(q for r in read_rows(tsv) if r.id >= 300_000 for q in (r.question1, r.question2))
                    )[:n_queries]
     allowed = np.flatnonzero(np.random.default_rng(5).random(n) < 0.01)

@@ -12,7 +12,7 @@ from indexer.commands.common import check_settings, positive_int, recall_target,
 from indexer.doc_limits import MAX_DOC_CHARS, MAX_PASSAGES
 from indexer.runtime.ann import AUTO, AUTO_FLAT_BELOW, KIND_SPECS, KINDS, KNOBS, param_default
 from indexer.runtime.faiss.training import CODECS, DEFAULT_NPROBE
-from indexer.runtime.lexical import AUTO_TANTIVY_FROM, ENGINES
+from indexer.runtime.lexical import AUTO_PISA_FROM, AUTO_TANTIVY_FROM, ENGINES
 from indexer.runtime.paths import DEFAULT_MODEL_NAME, default_model_dir, default_quora_source
 
 if TYPE_CHECKING:
@@ -162,9 +162,9 @@ def _lexical_args(b: argparse.ArgumentParser) -> None:
     lx.add_argument("--bm25-b", type=float, default=0.4, help="BM25 b (default 0.4, Anserini's BEIR setting)")
     lx.add_argument("--lexical-engine", choices=[AUTO, *ENGINES], default=AUTO,
                     help=f"the BM25 engine (indexer/runtime/lexical.py): bm25s (any k1/b), tantivy (k1=1.2, b=0.75 "
-                    f"fixed; holds at millions of documents), pisa (any k1/b; its top k pruned in C++), or auto: "
-                    f"bm25s below {AUTO_TANTIVY_FROM:,} documents, "
-                    f"tantivy from there on (docs/scaling.md), recorded in the manifest with its reason "
+                    f"fixed), pisa (any k1/b; its top k pruned in C++), or auto: bm25s below {AUTO_PISA_FROM:,} "
+                    f"documents, pisa from there on (tantivy from {AUTO_TANTIVY_FROM:,} where pisa is not installed; "
+                    f"docs/scaling.md), recorded in the manifest with its reason "
                     f"(default: auto)")
     lx.add_argument("--default-mode", choices=["dense", "lexical", "hybrid"], default=None,
                     help="/search's mode when a request names none, recorded in the manifest (default: hybrid "

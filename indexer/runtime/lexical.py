@@ -13,7 +13,7 @@ manifest has a `lexical` entry at all. Engines (k1=0.9, b=0.4 by default: Anseri
 - **tantivy** (`lexical_tantivy`): Lucene-style inverted index (its bindings never reach tantivy's block-max WAND:
   the engine prunes by MaxScore's bound itself); its Python bindings fix BM25 at k1=1.2, b=0.75;
 - **pisa** (`lexical_pisa`): PISA's compressed index of Lucene's BM25 weights at any k1/b, pruned by MaxScore in C++.
-`auto` (`choose_engine`) picks by corpus size (`AUTO_TANTIVY_FROM`, docs/scaling.md#lexical-engines-at-scale).
+`auto` (`choose_engine`) picks by corpus size (`AUTO_PISA_FROM`, docs/scaling.md#lexical-engines-at-scale).
 
 What every engine shares lives here, so all of them search the same terms: analysis (`Analyzer`: lowercase,
 tokens of two or more word characters, Lucene's English stopwords, a Snowball stemmer from PyStemmer; recorded in
@@ -63,21 +63,15 @@ STOPWORD_LISTS = {"english": LUCENE_ENGLISH, "none": frozenset()}
 ENGINES: dict[str, str] = {name: f"indexer.runtime.lexical_{name}" for name in ("bm25s", "tantivy", "pisa")}
 DEFAULT_ENGINE = "bm25s"  # what a manifest without `engine` was built with
 AUTO = "auto"
-# `--lexical-engine auto`: bm25s below this many documents, tantivy from it on. Measured in docs/decisions.md
-# (bench/results/lexical-engines-20261127T145251Z.md: same texts, same k1/b, CPU time per query on a loaded 2-core
-# machine): common questions cost tantivy 2.6x bm25s's CPU at 200k and 2.2x at 1M (both grow about linearly with
-# N on that corpus), rare terms 0.49x and 0.13x; tantivy holds 0.55x the memory (346 vs 624 MB at 1M: 0.36 vs 0.65
-# KB per document), 0.42x the disk and builds in 0.6x the CPU. No latency crossover up to 1M, so auto switches
-# where bm25s's memory starts to weigh on one machine's serving budget: 5M documents, ~3.2 GB for its index alone.
+# `--lexical-engine auto`: bm25s below AUTO_PISA_FROM documents, pisa from there on, measured side by side on the
+# scale corpus (docs/scaling.md#lexical-engines-at-scale); where pisa is not installed, tantivy from AUTO_TANTIVY_FROM
+# (bm25s's index alone would take ~3.2 GB of one machine's serving budget there: 0.65 KB a document, measured).
+AUTO_PISA_FROM = 1_000_000
 AUTO_TANTIVY_FROM = 5_000_000
 
 
 class LexicalError(ValueError):
     """Lexical settings that cannot be used, or a lexical index that is missing or inconsistent."""
-
-
-def stemmer_languages() -> list[str]:
-    return sorted(Stemmer.algorithms())
 
 
 def engine_class(name: str) -> type[LexicalIndex]:
@@ -95,19 +89,23 @@ def choose_engine(requested: str, n_docs: int) -> tuple[str, str]:
     if requested != AUTO:
         engine_class(requested)
         return requested, "asked for"
-    if n_docs >= AUTO_TANTIVY_FROM:
-        try:
-            engine_class("tantivy")
-        except LexicalError as exc:  # an install without it still builds
-            return "bm25s", f"auto: {n_docs:,} documents >= {AUTO_TANTIVY_FROM:,} but {exc}"
-        return "tantivy", f"auto: {n_docs:,} documents >= {AUTO_TANTIVY_FROM:,} (docs/scaling.md)"
-    return "bm25s", f"auto: {n_docs:,} documents < {AUTO_TANTIVY_FROM:,} (docs/scaling.md)"
+    missing = ""
+    for engine, start in (("pisa", AUTO_PISA_FROM), ("tantivy", AUTO_TANTIVY_FROM)):
+        if n_docs >= start:
+            try:
+                engine_class(engine)
+            except LexicalError as exc:  # an install without it still builds
+                missing += f"; {exc}"
+                continue
+            return engine, f"auto: {n_docs:,} documents >= {start:,} (docs/scaling.md){missing}"
+    below = f" < {AUTO_PISA_FROM:,}" if n_docs < AUTO_PISA_FROM else ""
+    return "bm25s", f"auto: {n_docs:,} documents{below} (docs/scaling.md){missing}"
 
 
 def check_settings(stemmer: str, stopwords: str, k1: float, b: float, engine: str = DEFAULT_ENGINE) -> None:
     """Raise LexicalError naming what is wrong with these analysis/BM25 settings for `engine` (or auto)."""
     if stemmer != "none" and stemmer not in Stemmer.algorithms():
-        raise LexicalError(f"unknown stemmer {stemmer!r}: one of none, {', '.join(stemmer_languages())}")
+        raise LexicalError(f"unknown stemmer {stemmer!r}: one of none, {', '.join(sorted(Stemmer.algorithms()))}")
     if stopwords not in STOPWORD_LISTS:
         raise LexicalError(f"unknown stopword list {stopwords!r}: one of {', '.join(STOPWORD_LISTS)}")
     if not (math.isfinite(k1) and k1 >= 0):

@@ -33,9 +33,12 @@ import importlib.machinery
 import importlib.util
 import json
 import math
+import os
+import sys
 from array import array
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
@@ -49,8 +52,8 @@ PACKAGE = "pyterrier_pisa"  # the wheel that ships PISA's compiled module
 ENCODING = "block_simdbp"  # PISA's postings codec (SIMD binary packing, 128-posting blocks)
 BLOCK = 64  # postings per block of the block-max bounds (PISA's default)
 # PISA's query algorithm: MaxScore. At 1M scale-corpus documents, 1,000 held-out Quora questions, CPU p50 / p99 per
-# top 10: maxscore 1.62 / 8.40 ms, block_max_maxscore 1.86 / 11.4, block_max_wand 2.67 / 16.5 (bm25s 2.83 / 5.56,
-# tantivy 5.49 / 14.5): bench/results/lexical-scale-1000000-20261204T1654Z.md, docs/scaling.md
+# top 10: maxscore 1.90 / 9.16 ms, block_max_wand 2.98 / 17.9 (bm25s 3.46 / 6.98, tantivy 6.07 / 16.5):
+# bench/results/lexical-scale-1000000-20261204T1732Z.md, docs/scaling.md#lexical-engines-at-scale
 ALGORITHM = "maxscore"
 QUANT_BITS = 16  # impacts up to 2**16 - 1: a sum of 256 of them is still exact in PISA's float32
 WAND_FILE = f"quantized.q0.bmw.{BLOCK}"
@@ -61,6 +64,8 @@ WIDE_SIGMAS = 5  # a wider filter: read deep enough for k + 5·sqrt(k) + 5 match
 THREADS = 2  # PISA releases the GIL only when asked for more than one thread (one query takes one of them)
 
 _module: ModuleType | None = None
+if importlib.util.find_spec(PACKAGE) is None:  # found, not imported: the seam then says the engine is not installed
+    raise ImportError(f"no module named {PACKAGE!r} (pip install pyterrier-pisa)")
 
 
 def pisa() -> ModuleType:
@@ -69,9 +74,8 @@ def pisa() -> ModuleType:
     global _module
     if _module is None:
         spec = importlib.util.find_spec(PACKAGE)
-        if spec is None or not spec.submodule_search_locations:
-            raise ImportError(f"no module named {PACKAGE!r} (pip install pyterrier-pisa)")
-        found = sorted(Path(next(iter(spec.submodule_search_locations))).glob("_pisathon*.so"))
+        places = list(spec.submodule_search_locations or ()) if spec else []
+        found = sorted(Path(places[0]).glob("_pisathon*.so")) if places else []
         if not found:
             raise ImportError(f"{PACKAGE} has no compiled _pisathon module")
         loader = importlib.machinery.ExtensionFileLoader(f"{PACKAGE}._pisathon", str(found[0]))
@@ -215,6 +219,25 @@ class Engine(LexicalIndex):
             limit *= 4
 
 
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """PISA logs each step's progress to the process's stdout and stderr (C++, not Python's logging): kept out of
+    the build's own output (builds run in the CLI or a child process, never in the API's)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (null, *saved):
+            os.close(fd)
+
+
 def _write(out: Path, words: list[str], rows: np.ndarray, tids: np.ndarray, tf: np.ndarray, dl: np.ndarray,
            info: LexicalInfo) -> None:
     """Lucene's BM25 weight of every (row, term) pair: the forward index (exact float32 weights, row order) and
@@ -249,8 +272,9 @@ def _write(out: Path, words: list[str], rows: np.ndarray, tids: np.ndarray, tf: 
     (out / "fwd.terms").write_text("".join(f"{w}\n" for w in words))
     (out / "fwd.documents").write_text("".join(f"{r}\n" for r in range(n)))
     lib = pisa()
-    lib.build_binlex(str(out / "fwd.terms"), str(out / "fwd.termlex"))
-    lib.build_binlex(str(out / "fwd.documents"), str(out / "fwd.doclex"))
-    lib.prepare_index(lib.RetrievalContext(), str(out), ENCODING, "quantized", "", BLOCK, 0)  # bounds, compression
+    with _quiet():
+        lib.build_binlex(str(out / "fwd.terms"), str(out / "fwd.termlex"))
+        lib.build_binlex(str(out / "fwd.documents"), str(out / "fwd.doclex"))
+        lib.prepare_index(lib.RetrievalContext(), str(out), ENCODING, "quantized", "", BLOCK, 0)  # bounds, compression
     for name in ("inv.docs", "inv.freqs", "inv.sizes", "fwd.documents"):  # what PISA built them from
         (out / name).unlink()

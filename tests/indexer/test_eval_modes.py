@@ -230,3 +230,41 @@ def test_lexical_engine_is_chosen_at_build_recorded_and_served(built: dict[str, 
             "flat", "--lexical-engine", "tantivy", "--bm25-k1", "2.0", "--no-eval")
     assert r.returncode == 2 and "tantivy engine scores with BM25 k1=1.2, b=0.75 only" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_pisa_version_is_built_compacted_and_served_by_pisa(built: dict[str, Any], tiny_exported: Path) -> None:
+    """`indexer build --lexical-engine pisa` writes PISA's index in the staged version, which answers a lexical query
+    like the bm25s version of the same corpus (same terms, same k1/b: the same ids in order, the same scores);
+    `indexer compact` folds a written document in and rebuilds the index with the same engine, which finds it."""
+    from indexer.runtime.encoder import OnnxEncoder
+    from indexer.runtime.writelog import Upsert, open_log
+
+    root, query = built["tmp"] / "pisa", f"{WORDS[0]} {WORDS[1]}"
+    b = cli("build", "--data", str(built["beir"]), "--model", str(tiny_exported), "--root", str(root), "--index",
+            "flat", "--lexical-engine", "pisa", "--no-eval", "--threads", "2")
+    assert b.returncode == 0, b.stderr
+    answers = []
+    for r in (built["root"], root):
+        version = IndexVersion(IndexRoot(r).current_dir())
+        try:
+            answers.append((version.manifest.lexical.engine, *version.lexical_search([query], 10)[0]))  # type: ignore[union-attr]
+        finally:
+            version.close()
+    (engine_a, scores_a, ids_a), (engine_b, scores_b, ids_b) = answers
+    assert (engine_a, engine_b) == ("bm25s", "pisa") and len(ids_a) and ids_b.tolist() == ids_a.tolist()
+    assert scores_b.tolist() == pytest.approx(scores_a.tolist(), rel=1e-5)
+    log = open_log(root, create=True)
+    assert log is not None
+    enc = OnnxEncoder(tiny_exported)
+    log.append([Upsert(7_777_777, "zyzzyva written through the API", {}, enc.encode(["zyzzyva"])[0],
+                       enc.meta.onnx_sha256)])
+    log.close()
+    c = cli("compact", "--root", str(root), "--threads", "1", "--no-eval")
+    assert c.returncode == 0, c.stderr
+    version = IndexVersion(IndexRoot(root).current_dir())
+    try:
+        assert version.manifest.lexical is not None and version.manifest.lexical.engine == "pisa"
+        assert type(version.lexical).__module__ == "indexer.runtime.lexical_pisa"
+        assert version.lexical_search(["zyzzyva"], 10)[0][1].tolist() == [7_777_777]
+    finally:
+        version.close()

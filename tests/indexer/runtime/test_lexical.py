@@ -103,8 +103,9 @@ def test_auto_chooses_by_size_and_says_why(engine: str) -> None:
     assert choose_engine(engine, 10) == (engine, "asked for")
     small, why = choose_engine("auto", 10)
     assert small == "bm25s" and "auto: 10 documents <" in why
-    assert choose_engine("auto", 10**9)[0] == "tantivy"
-    with pytest.raises(LexicalError, match="unknown lexical engine 'lucy': one of bm25s, tantivy"):
+    assert choose_engine("auto", 10**6 - 1)[0] == "bm25s" and choose_engine("auto", 10**6)[0] == "pisa"
+    assert choose_engine("auto", 10**9) == ("pisa", "auto: 1,000,000,000 documents >= 1,000,000 (docs/scaling.md)")
+    with pytest.raises(LexicalError, match="unknown lexical engine 'lucy': one of bm25s, tantivy, pisa"):
         lexical_info(engine="lucy")
     with pytest.raises(LexicalError, match="tantivy engine scores with BM25 k1=1.2, b=0.75 only"):
         lexical_info(k1=2.0, engine="tantivy")

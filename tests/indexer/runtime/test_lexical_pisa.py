@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from indexer.runtime import lexical_pisa
-from indexer.runtime.lexical import LEXICAL_DIR, LexicalError, build_lexical, lexical_info, open_lexical
+from indexer.runtime import lexical, lexical_pisa
+from indexer.runtime.lexical import LEXICAL_DIR, LexicalError, build_lexical, choose_engine, lexical_info, open_lexical
 from tests.indexer.runtime.test_lexical import ref_of
 
 
@@ -67,3 +67,27 @@ def test_a_damaged_pisa_index_is_refused_not_rebuilt(tmp_path: Path) -> None:
     with pytest.raises(LexicalError, match="is missing or empty"):
         open_lexical(tmp_path, info)
     assert not (tmp_path / LEXICAL_DIR / lexical_pisa.INDEX_FILE).exists()
+
+
+def test_without_pyterrier_pisa_the_engine_is_not_installed_and_auto_falls_back(monkeypatch: pytest.MonkeyPatch
+                                                                               ) -> None:
+    code = ("import sys; sys.modules['pyterrier_pisa'] = None\n"  # as if the wheel were not installed
+            "from indexer.runtime.lexical import LexicalError, choose_engine, engine_class\n"
+            "try:\n    engine_class('pisa')\nexcept LexicalError as exc:\n    print(exc)\n"
+            "print(choose_engine('auto', 2_000_000)[0], choose_engine('auto', 5_000_000)[0])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[3]).stdout.splitlines()
+    assert out == ["lexical engine 'pisa' is not installed (no module named 'pyterrier_pisa' (pip install "
+                   "pyterrier-pisa))", "bm25s tantivy"]
+    monkeypatch.setitem(lexical.ENGINES, "pisa", "indexer.runtime.no_such_engine")
+    engine, why = choose_engine("auto", 10**6)
+    assert engine == "bm25s" and "lexical engine 'pisa' is not installed" in why
+
+
+def test_a_build_keeps_pisas_progress_lines_out_of_the_output(tmp_path: Path, capfd: pytest.CaptureFixture[str]
+                                                              ) -> None:
+    print("before")
+    build_lexical(tmp_path, _zipf_docs(2, 200), lexical_info(engine="pisa"))
+    print("after")
+    out, err = capfd.readouterr()
+    assert out == "before\nafter\n" and "Create index" not in err and "[info]" not in err
