@@ -18,6 +18,8 @@ Per size N, on a corpus of Quora's real texts and real vectors grown to N (`benc
 - dense recall@10 of the served defaults against exact search on 300 query vectors (in-process, same version);
 - `PUT /documents` latency of 16 documents with vectors (20 writes), `indexer compact` time, and the swap to the
   compacted version under search load: RSS sampled every 20 ms (total and anonymous), swap seconds.
+- `--cold-filters` instead of the above: a new filter's first request beside its second and warm ones, per mode,
+  several distinct 1 % filters interleaved (`cold_filters`).
 Results: bench/results/scale-<N>-<stamp>.md and .json. Resumable: a size whose build is there is not rebuilt
 (`--rebuild` forces it). Every figure is printed beside the load average it was measured under.
 """
@@ -49,6 +51,7 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
 WRK_SECONDS = int(os.environ.get("STRATA_SCALE_WRK_S", "8"))
 FILTER = {"bucket": 7}
+MODES = ("dense", "lexical", "hybrid")
 
 
 def _env() -> dict[str, str]:
@@ -144,6 +147,44 @@ def latencies(url: str, qvecs: np.ndarray, qtexts: list[str], tmp: Path) -> list
                 log(f"  {row}")
                 out.append(row)
     return out
+
+
+def cold_filters(url: str, qvecs: np.ndarray, qtexts: list[str], rounds: int = 8) -> dict[str, object]:
+    """A new filter's first request beside the same filter's second and warm ones, per mode, interleaved: each round
+    sends a filter no request has used (a 1 % bucket of its own per mode and round) with four queries, the last two
+    after a pause (what the cache prepares for a filter used again, on a thread of its own, is then done); the first
+    filtered request of the process is also reported alone."""
+    modes, ms, server = MODES, {}, {}
+    with httpx.Client(base_url=url, timeout=120) as c:
+        for r in range(rounds):
+            for m, mode in enumerate(modes):
+                bodies = search_bodies(mode, qvecs[4 * r:], qtexts[4 * r:], lambda i, b=10 + 3 * r + m: {"bucket": b})
+                for use, body in enumerate(bodies[:4]):
+                    time.sleep(0.5 if use == 2 else 0)
+                    t0 = time.perf_counter()
+                    answer = c.post("/search", json=body).raise_for_status().json()
+                    key = (mode, ("first", "second", "warm", "warm")[use])
+                    ms.setdefault(key, []).append((time.perf_counter() - t0) * 1000)
+                    server.setdefault(key, []).append(float(answer["search_ms"]))
+    out: dict[str, object] = {"process_first_ms": round(ms[("dense", "first")][0], 1), "load": load()}
+    for mode in modes:
+        p50 = {use: float(np.median(ms[(mode, use)])) for use in ("first", "second", "warm")}
+        out[mode] = {**{f"{u}_p50_ms": round(v, 2) for u, v in p50.items()},
+                     **{f"server_{u}_p50_ms": round(float(np.median(server[(mode, u)])), 2) for u in ("first", "warm")},
+                     "first_over_warm": round(p50["first"] / p50["warm"], 2)}
+        log(f"  cold filters, {mode}: {out[mode]}")
+    return out
+
+
+def cold_table(cold: dict[str, dict[str, float]] | None) -> list[str]:
+    if not cold:
+        return []
+    return [f"- a new filter's requests (`--cold-filters`), 8 filters per mode; the process's first filtered request "
+            f"{cold['process_first_ms']} ms; load {cold['load']}:", "",
+            "| mode | first p50 ms | second p50 ms | warm p50 ms | first / warm | server first / warm p50 ms |",
+            "|---|---|---|---|---|---|",
+            *(f"| {m} | {c['first_p50_ms']} | {c['second_p50_ms']} | {c['warm_p50_ms']} | {c['first_over_warm']} | "
+              f"{c['server_first_p50_ms']} / {c['server_warm_p50_ms']} |" for m, c in cold.items() if m in MODES), ""]
 
 
 def recall(folder: Path, qvecs: np.ndarray) -> dict[str, float]:
@@ -269,7 +310,7 @@ def run_size(n: int, quora: Path, work: Path, threads: int, rebuild: bool, mmap:
                               "nlist_reason": getattr(manifest.index.params, "nlist_reason", None),
                               "bytes_per_doc": bytes_per_doc(folder, manifest.index.ntotal, code)}
     qvecs, qtexts = sc.queries(quora), sc.query_texts(quora)
-    if swap_to != "none":  # `--latency-only`: the served figures again, at a quieter moment
+    if swap_to not in ("none", "cold"):  # `--latency-only`: the served figures again, at a quieter moment
         out["recall"] = recall(folder, qvecs)
     save(out)
     log(f"N={n}: {out}")
@@ -282,6 +323,10 @@ def run_size(n: int, quora: Path, work: Path, threads: int, rebuild: bool, mmap:
             httpx.post(f"{url}/search", json={"vector": q.tolist(), "top_k": 10}, timeout=60)
         out["steady_rss_mib"] = round(rss(proc.pid).total / 2**20)
         save(out)
+        if swap_to == "cold":  # `--cold-filters`: new filters' first requests only
+            out["cold_filters"] = cold_filters(url, qvecs, qtexts)
+            out["load_end"] = load()
+            return out
         out["search"] = latencies(url, qvecs, qtexts, tmp)
         save(out)
         if swap_to == "none":
@@ -302,8 +347,7 @@ def run_size(n: int, quora: Path, work: Path, threads: int, rebuild: bool, mmap:
 def report(results: list[dict[str, object]], stamp: str, mmap: bool) -> str:
     lines = [f"# Scale: {', '.join(str(r['n_docs']) for r in results)} documents ({stamp})", "",
              f"`PYTHONPATH=$PWD STRATA_DATA_DIR=/work/shared/data {f'nice -n {os.nice(0)} ' if os.nice(0) else ''}"
-             f"python -m bench.scale "
-             f"{' '.join(str(r['n_docs']) for r in results)}{'' if mmap else ' --no-mmap'}` on a shared 2-core machine "
+             f"python -m bench.scale {' '.join(sys.argv[1:])}` on a shared 2-core machine "
              f"(load averages beside each figure: other sessions ran tests and benches throughout). Corpus: "
              f"`bench/scale_corpus.py` (Quora's real texts and all-MiniLM-L6-v2 vectors, grown). Served with "
              f"STRATA_MMAP={'1' if mmap else '0'}, STRATA_THREADS=1.", ""]
@@ -314,6 +358,7 @@ def report(results: list[dict[str, object]], stamp: str, mmap: bool) -> str:
                   f"- bytes per document: {r['bytes_per_doc']}", f"- dense recall@10 vs exact: {g('recall')}",
                   f"- startup {g('startup_s')} s, steady RSS {g('steady_rss_mib')} MiB",
                   f"- writes: {g('writes')}", f"- compact and swap: {g('swap')}",
+                  *cold_table(g("cold_filters")),  # type: ignore[arg-type]
                   f"- load at the end: {g('load_end', 'not reached: the run was cut short')}",
                   "", "| mode | filter | conns | p50 ms | p99 ms | req/s | errors | first request ms | load |",
                   "|---|---|---|---|---|---|---|---|---|"]
@@ -335,6 +380,8 @@ def main() -> None:
     p.add_argument("--no-mmap", action="store_true", help="serve with STRATA_MMAP=0 (the in-memory comparison)")
     p.add_argument("--latency-only", action="store_true",
                    help="serve the built version and measure startup, RSS and latencies only (no recall, writes, swap)")
+    p.add_argument("--cold-filters", action="store_true",
+                   help="serve the built version and measure new filters' first requests beside their warm ones")
     p.add_argument("--swap-to", choices=("compact", "copy"), default="compact",
                    help="the version swapped to: `indexer compact`'s (timed) or a byte copy of the served one "
                         "(when compaction does not fit the sitting: ~1 h at 10M)")
@@ -348,13 +395,14 @@ def main() -> None:
     for n in args.sizes:
         def save(out: dict[str, object], n: int = n) -> None:
             done = [*results, out]
-            suffix = ("-nommap" if args.no_mmap else "") + ("-latency" if args.latency_only else "")
+            suffix = ("-nommap" if args.no_mmap else "") + ("-latency" if args.latency_only else "") + \
+                ("-cold-filters" if args.cold_filters else "")
             name = f"scale-{'-'.join(str(r['n_docs']) for r in done)}-{stamp}{suffix}"
             (RESULTS / f"{name}.json").write_text(json.dumps(done, indent=1))
             (RESULTS / f"{name}.md").write_text(report(done, stamp, not args.no_mmap))
 
         out = run_size(n, quora, args.work, args.threads, args.rebuild, not args.no_mmap, save,
-                       "none" if args.latency_only else args.swap_to)
+                       "none" if args.latency_only else "cold" if args.cold_filters else args.swap_to)
         save(out)
         results.append(out)
         print(report([out], stamp, not args.no_mmap))

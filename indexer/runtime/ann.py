@@ -313,6 +313,10 @@ class AnnIndex(ABC):
         for exact search, `faiss.filtered.exact_pays`); the same `flt` where nothing pays."""
         return flt
 
+    def warm_filters(self) -> None:
+        """Build now what every filter's `prepare` needs once per index (IVF: its `ListLocator`); nothing here."""
+        return None
+
     @abstractmethod
     def filtered_search(self, queries: np.ndarray, k: int, flt: Any, *, search_params: Mapping[str, int] | None = None
                         ) -> tuple[np.ndarray, np.ndarray, bool]:

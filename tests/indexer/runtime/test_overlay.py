@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
@@ -345,8 +346,13 @@ def test_a_cached_filter_match_still_honours_later_writes(tmp_path: Path) -> Non
     flt = {"n": {"lt": 10}}  # 10 of 400 base documents
     q = served[40][None, :]  # document 40 (n=4) is its own nearest neighbour
     assert live.match(flt).base.prepared.gathered is None  # a filter seen once: the lists' exact search
-    first = live.match(flt)  # used again: the matches' codes gathered, the cache's entry
-    assert first.base.prepared.gathered is not None
+    # used again: the cached match answers at once, its codes gathered on the version's own thread, into the cache
+    assert live.match(flt).base.prepared.gathered is None
+    for _ in range(200):
+        if (first := live.match(flt)).base.prepared.gathered is not None:
+            break
+        time.sleep(0.01)
+    assert first.base.prepared.gathered is not None and first.base.codes_tried
     dense = live.hits(*live.search(q, 5, first))[0]
     lexical = live.hits(*[x[None, :] for x in live.lexical_search(["kite"], 50, first)[0]])[0]
     assert dense[0].ext_id == 40 and 40 in {h.ext_id for h in lexical} and len(lexical) == 10
@@ -366,3 +372,4 @@ def test_a_cached_filter_match_still_honours_later_writes(tmp_path: Path) -> Non
     assert dense[0].ext_id == "w-new"  # the written vector equals document 40's old one
     assert len(dense) == 9 and len(lexical) == 9  # 10 base - 40 - 60 + w-new (80 is still inside)
     live.close()
+
