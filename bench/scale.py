@@ -18,8 +18,7 @@ Per size N, on a corpus of Quora's real texts and real vectors grown to N (`benc
 - dense recall@10 of the served defaults against exact search on 300 query vectors (in-process, same version);
 - `PUT /documents` latency of 16 documents with vectors (20 writes), `indexer compact` time, and the swap to the
   compacted version under search load: RSS sampled every 20 ms (total and anonymous), swap seconds.
-- `--cold-filters` instead of the above: a new filter's first request beside its second and warm ones, per mode,
-  several distinct 1 % filters interleaved (`cold_filters`).
+- `--cold-filters` instead: a new filter's first request beside its second and warm ones (`cold_filters`).
 Results: bench/results/scale-<N>-<stamp>.md and .json. Resumable: a size whose build is there is not rebuilt
 (`--rebuild` forces it). Every figure is printed beside the load average it was measured under.
 """
@@ -150,14 +149,12 @@ def latencies(url: str, qvecs: np.ndarray, qtexts: list[str], tmp: Path) -> list
 
 
 def cold_filters(url: str, qvecs: np.ndarray, qtexts: list[str], rounds: int = 8) -> dict[str, object]:
-    """A new filter's first request beside the same filter's second and warm ones, per mode, interleaved: each round
-    sends a filter no request has used (a 1 % bucket of its own per mode and round) with four queries, the last two
-    after a pause (what the cache prepares for a filter used again, on a thread of its own, is then done); the first
-    filtered request of the process is also reported alone."""
-    modes, ms, server = MODES, {}, {}
+    """Per mode, interleaved: a 1 % filter no request has used, sent with four queries (first, second, then two warm,
+    after a pause for what the cache prepares on its own thread); the process's first filtered request apart."""
+    ms, server = {}, {}
     with httpx.Client(base_url=url, timeout=120) as c:
         for r in range(rounds):
-            for m, mode in enumerate(modes):
+            for m, mode in enumerate(MODES):
                 bodies = search_bodies(mode, qvecs[4 * r:], qtexts[4 * r:], lambda i, b=10 + 3 * r + m: {"bucket": b})
                 for use, body in enumerate(bodies[:4]):
                     time.sleep(0.5 if use == 2 else 0)
@@ -167,7 +164,7 @@ def cold_filters(url: str, qvecs: np.ndarray, qtexts: list[str], rounds: int = 8
                     ms.setdefault(key, []).append((time.perf_counter() - t0) * 1000)
                     server.setdefault(key, []).append(float(answer["search_ms"]))
     out: dict[str, object] = {"process_first_ms": round(ms[("dense", "first")][0], 1), "load": load()}
-    for mode in modes:
+    for mode in MODES:
         p50 = {use: float(np.median(ms[(mode, use)])) for use in ("first", "second", "warm")}
         out[mode] = {**{f"{u}_p50_ms": round(v, 2) for u, v in p50.items()},
                      **{f"server_{u}_p50_ms": round(float(np.median(server[(mode, u)])), 2) for u in ("first", "warm")},
@@ -176,15 +173,13 @@ def cold_filters(url: str, qvecs: np.ndarray, qtexts: list[str], rounds: int = 8
     return out
 
 
-def cold_table(cold: dict[str, dict[str, float]] | None) -> list[str]:
-    if not cold:
-        return []
-    return [f"- a new filter's requests (`--cold-filters`), 8 filters per mode; the process's first filtered request "
-            f"{cold['process_first_ms']} ms; load {cold['load']}:", "",
-            "| mode | first p50 ms | second p50 ms | warm p50 ms | first / warm | server first / warm p50 ms |",
-            "|---|---|---|---|---|---|",
-            *(f"| {m} | {c['first_p50_ms']} | {c['second_p50_ms']} | {c['warm_p50_ms']} | {c['first_over_warm']} | "
-              f"{c['server_first_p50_ms']} / {c['server_warm_p50_ms']} |" for m, c in cold.items() if m in MODES), ""]
+def cold_table(c: dict[str, dict[str, float]]) -> list[str]:
+    row = ("| {} | {first_p50_ms} | {second_p50_ms} | {warm_p50_ms} | {first_over_warm} | {server_first_p50_ms} / "
+           "{server_warm_p50_ms} |")
+    return [] if not c else [f"- new filters (`--cold-filters`), 8 a mode; the process's first filtered request "
+                             f"{c['process_first_ms']} ms; load {c['load']}:", "", "| mode | first p50 ms | second p50 "
+                             "ms | warm p50 ms | first / warm | server first / warm p50 ms |", "|---" * 6 + "|",
+                             *(row.format(m, **c[m]) for m in MODES), ""]
 
 
 def recall(folder: Path, qvecs: np.ndarray) -> dict[str, float]:
@@ -358,7 +353,7 @@ def report(results: list[dict[str, object]], stamp: str, mmap: bool) -> str:
                   f"- bytes per document: {r['bytes_per_doc']}", f"- dense recall@10 vs exact: {g('recall')}",
                   f"- startup {g('startup_s')} s, steady RSS {g('steady_rss_mib')} MiB",
                   f"- writes: {g('writes')}", f"- compact and swap: {g('swap')}",
-                  *cold_table(g("cold_filters")),  # type: ignore[arg-type]
+                  *cold_table(g("cold_filters", {})),  # type: ignore[arg-type]
                   f"- load at the end: {g('load_end', 'not reached: the run was cut short')}",
                   "", "| mode | filter | conns | p50 ms | p99 ms | req/s | errors | first request ms | load |",
                   "|---|---|---|---|---|---|---|---|---|"]
@@ -395,8 +390,7 @@ def main() -> None:
     for n in args.sizes:
         def save(out: dict[str, object], n: int = n) -> None:
             done = [*results, out]
-            suffix = ("-nommap" if args.no_mmap else "") + ("-latency" if args.latency_only else "") + \
-                ("-cold-filters" if args.cold_filters else "")
+            suffix = "-nommap" * args.no_mmap + "-latency" * args.latency_only + "-cold-filters" * args.cold_filters
             name = f"scale-{'-'.join(str(r['n_docs']) for r in done)}-{stamp}{suffix}"
             (RESULTS / f"{name}.json").write_text(json.dumps(done, indent=1))
             (RESULTS / f"{name}.md").write_text(report(done, stamp, not args.no_mmap))

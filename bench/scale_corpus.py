@@ -9,17 +9,13 @@ How a corpus of N documents is made (seeded, streamed to Parquet a file of `ROWS
   uniformly): its vector is `normalise(0.8·v_a + 0.2·v_b + noise)` with Gaussian noise of norm ~0.25: it lies near
   a real vector, a little towards another one, so the corpus keeps the real vectors' cluster structure (the thing
   IVF lists, k-means and recall depend on), without exact duplicates.
-- **Texts.** Its text is the first half of a's words and the second half of b's (real lengths: 10 words at the
-  median, like Quora's), then each word is replaced, with probability `REPLACE`, by a word of the **tail**, drawn by
-  rank from a Zipf–Mandelbrot law (P(rank r) ∝ (r + `TAIL_SCALE`)^-`TAIL_EXPONENT`). The tail ranks the real words
-  of the Quora training rows that no seed uses (most frequent first), then the words of Debian's English word list
-  (`apt-get install -y wamerican`: /usr/share/dict/american-english, or `STRATA_WORDS`) that Quora lacks, in a
-  seeded shuffle, then compounds of two of those words (what names, typos and model numbers add to real text),
-  without end. Recombined seeds alone stop at the seeds' ~9,400 terms whatever N; the tail makes the vocabulary
-  grow with N as Quora's does (Heaps' law, exponent ~0.5) with its share of terms seen once (~45 %):
-  `python -m bench.scale_corpus vocab 100000 1000000` measures both side by side (docs/scaling.md). The replaced
-  words are not in the vector: it stays the seeds' (their text as encoded), which the replacements move by about
-  one word in sixteen, with words no query text holds as such (queries are seed texts).
+- **Texts.** Its text is the first half of a's words and the second half of b's (Quora's lengths), each word then
+  replaced with probability `REPLACE` by a word of the **tail**, drawn by rank from a Zipf–Mandelbrot law (P(r) ∝
+  (r + `TAIL_SCALE`)^-`TAIL_EXPONENT`): Quora's training words no seed uses (most frequent first), then Debian's
+  English words (`apt-get install -y wamerican`, or `STRATA_WORDS`) Quora lacks, shuffled, then compounds of two
+  (names, typos, model numbers). So the vocabulary grows with N as Quora's does (Heaps' law), where recombined seeds
+  alone stop at ~9,400 terms: `python -m bench.scale_corpus vocab SIZES…` measures both (docs/scaling.md). The
+  vector stays the seeds' (one word in sixteen differs, with words no query text, a seed's, holds as such).
 - **Metadata.** `bucket` (0..99, uniform: `{"bucket": 7}` is a 1 % selective filter), `year` (2000..2025) and
   `lang` (8 values, skewed), the kind of fields a filter names.
 
@@ -92,15 +88,10 @@ def quora_texts(path: Path) -> list[str]:
 
 
 def seed_texts(quora: Path, n: int = SEED_TEXTS) -> list[str]:
-    """`n` real questions drawn from the Quora TSV's training rows (seeded), cached."""
-    texts_file = cache_dir() / f"seeds-{n}.json"
-    if texts_file.is_file():
-        return json.loads(texts_file.read_text())
+    """`n` real questions drawn from the Quora TSV's training rows (seeded)."""
     allt = quora_texts(quora)
     rng = np.random.default_rng(0)
-    picked = [allt[i] for i in np.sort(rng.choice(len(allt), size=min(n, len(allt)), replace=False))]
-    texts_file.write_text(json.dumps(picked))
-    return picked
+    return [allt[i] for i in np.sort(rng.choice(len(allt), size=min(n, len(allt)), replace=False))]
 
 
 def seeds(quora: Path, n: int = SEED_TEXTS) -> tuple[list[str], np.ndarray]:
@@ -119,9 +110,8 @@ def seeds(quora: Path, n: int = SEED_TEXTS) -> tuple[list[str], np.ndarray]:
 def dict_words() -> list[str]:
     """Debian's English word list (lowercase words only: no names, no possessives); a clear exit when missing."""
     if not WORDS.is_file():
-        raise SystemExit(f"{WORDS} is missing: the scale corpus draws its rare words from Debian's English word list. "
-                         "Install it with `apt-get install -y wamerican` (or set STRATA_WORDS to a list, one word a "
-                         "line).")
+        raise SystemExit(f"{WORDS} is missing: the scale corpus draws rare words from Debian's English word list. "
+                         "Install it with `apt-get install -y wamerican` (or set STRATA_WORDS to a word list).")
     return [w for w in WORDS.read_text(encoding="utf-8").split() if w.isalpha() and w.islower()]
 
 
@@ -138,40 +128,33 @@ class Tail:
         return np.minimum(r, len(self.quora) + len(self.words) ** 2 - 1).astype(np.int64)
 
     def word(self, r: int) -> str:
-        if r < len(self.quora):
-            return self.quora[r]
-        r -= len(self.quora)
-        d = len(self.words)
-        return self.words[r] if r < d else self.words[r % d] + self.words[(r // d) % d]
+        q, d = len(self.quora), len(self.words)
+        return self.quora[r] if r < q else self.words[r - q] if r < q + d else \
+            self.words[(r - q) % d] + self.words[(r - q) // d % d]
 
 
 def tail(quora: Path, seeds_: list[str]) -> Tail:
-    """The tail of these seeds (Quora's words counted once per cache)."""
+    """The tail of these seeds."""
     words = dict_words()  # first: a missing list fails before minutes of work
     split = re.compile(r"\w\w+").findall  # the analyser's tokens
     used = {w for t in seeds_ for w in split(t.lower())}
-    cached = cache_dir() / f"tail-{len(seeds_)}.json"
-    if not cached.is_file():
-        counts = Counter(w for t in quora_texts(quora) for w in split(t.lower()))
-        cached.write_text(json.dumps(sorted((w for w in counts if w not in used), key=lambda w: (-counts[w], w))))
-    real = json.loads(cached.read_text())
+    counts = Counter(w for t in quora_texts(quora) for w in split(t.lower()))
+    real = sorted((w for w in counts if w not in used), key=lambda w: (-counts[w], w))
     known = set(real) | used
     extra = [w for w in words if w not in known]
     return Tail(real, [extra[i] for i in np.random.default_rng(7).permutation(len(extra))])
 
 
-def pairs(n_seeds: int, start: int, stop: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                                     np.random.Generator]:
-    """(ids, a, b, rng) of documents [start, stop): the seeds each recombines, and the generator drawn next."""
+def pairs(n_seeds: int, start: int, stop: int, seed: int) -> tuple[np.ndarray, ...]:
+    """(ids, a, b) of documents [start, stop), the seeds each recombines, and the generator drawn next."""
     rng = np.random.default_rng([seed, start])
     idx = np.arange(start, stop)
     a = np.where(idx < n_seeds, idx % n_seeds, rng.integers(0, n_seeds, stop - start))
-    return idx, a, rng.integers(0, n_seeds, stop - start), rng
+    return idx, a, rng.integers(0, n_seeds, stop - start), rng  # type: ignore[return-value]
 
 
 def grown_texts(texts: list[str], tl: Tail, start: int, stop: int, seed: int) -> list[str]:
-    """The texts of documents [start, stop) (module docstring): seeds as they are, then halves of two seeds with
-    some words replaced by the tail's."""
+    """The texts of documents [start, stop) (module docstring): seeds, then halves of two with some tail words."""
     s = len(texts)
     idx, a, b, _ = pairs(s, start, stop, seed)
     docs: list[list[str]] = []
@@ -247,13 +230,11 @@ def queries(quora: Path, n: int = 300, seed: int = 99) -> np.ndarray:
 
 def query_texts(quora: Path, n: int = 300, seed: int = 99) -> list[str]:
     texts = seed_texts(quora)
-    rng = np.random.default_rng(seed)
-    return [texts[i] for i in rng.integers(0, len(texts), n)]
+    return [texts[i] for i in np.random.default_rng(seed).integers(0, len(texts), n)]
 
 
 def vocabulary(docs: Iterable[str], sizes: list[int]) -> list[dict[str, object]]:
-    """Terms (as the lexical index analyses them) and their document frequencies in the first n documents, for
-    each n of `sizes`; words per document (whitespace-separated)."""
+    """Terms (as the lexical index analyses them), their document frequencies, words per document: at each size."""
     from indexer.runtime.lexical import Analyzer
 
     terms, df, lens, out = Analyzer("english", "english").terms, Counter[str](), array("H"), []
@@ -281,12 +262,11 @@ def vocab_report(quora: Path, sizes: list[int], stamp: str) -> str:
     real = quora_texts(quora)
     rows = [("Quora, training rows", vocabulary(real, sorted({*(s for s in sizes if s < len(real)), len(real)}))),
             ("scale corpus", vocabulary(grown_docs(quora, max(sizes)), sizes))]
-    lines = [f"# Vocabulary of the scale corpus beside Quora's ({stamp})", "",
-             f"`python -m bench.scale_corpus vocab {' '.join(map(str, sizes))}` (load {load()}). Terms as the lexical "
-             "index analyses them (lowercase, 2+ word characters, Lucene's English stopwords out, Snowball stems); "
-             "df: documents holding a term; Heaps' exponent: log(terms ratio) / log(documents ratio) from the row "
-             "above.", "", "| collection | documents | terms | Heaps' exponent | share of terms with df=1 | "
-             "df p50 / p90 / p99 / p99.9 | max df | words per document p10 / p50 / p90 (mean) |", "|---" * 8 + "|"]
+    lines = [f"# Vocabulary of the scale corpus beside Quora's ({stamp})", "", f"`python -m bench.scale_corpus vocab "
+             f"{' '.join(map(str, sizes))}` (load {load()}). Terms as the lexical index analyses them; df: documents "
+             "holding a term; Heaps' exponent: log(terms ratio) / log(documents ratio) from the row above.", "",
+             "| collection | documents | terms | Heaps' exponent | share of terms with df=1 | df p50 / p90 / p99 / "
+             "p99.9 | max df | words per document p10 / p50 / p90 (mean) |", "|---" * 8 + "|"]
     for name, stats in rows:
         for prev, r in zip([None, *stats[:-1]], stats, strict=True):
             heaps = f"{np.log(r['terms'] / prev['terms']) / np.log(r['docs'] / prev['docs']):.2f}" if prev else ""

@@ -2,8 +2,9 @@
 
     python -m bench.scale_plots            # reads bench/results/scale-*.json, writes docs/scaling-*.png
 
-For each size the latest result that measured it is taken (a `-nommap` run is left out: it serves the same build
-another way; a `-latency` run, `bench.scale --latency-only`, replaces only the served figures of the run before it).
+For each size the latest result that measured it is taken (`-nommap` and `-cold-filters` runs are left out: they
+serve the same build another way, or other requests; a `-latency` run, `bench.scale --latency-only`, replaces only
+the served figures of the run before it).
 Figures a run did not reach (cut short) are left out of that size's points.
 """
 
@@ -33,7 +34,7 @@ def latest_per_size() -> list[dict[str, Any]]:
     sizes, `scale-100000-1000000-…`, sorts before an older `scale-1000000-…`)."""
     by_n: dict[int, dict[str, Any]] = {}
     for path in sorted(RESULTS.glob("scale-*.json"), key=stamp_of):
-        if path.stem.endswith("-nommap"):
+        if path.stem.endswith("-nommap") or "-cold-filters" in path.stem:  # other builds' or requests' figures
             continue
         for r in json.loads(path.read_text()):
             n = int(r["n_docs"])
