@@ -91,3 +91,16 @@ def test_a_build_keeps_pisas_progress_lines_out_of_the_output(tmp_path: Path, ca
     print("after")
     out, err = capfd.readouterr()
     assert out == "before\nafter\n" and "Create index" not in err and "[info]" not in err
+
+
+def test_concurrent_searches_answer_as_serial_ones(tmp_path: Path) -> None:
+    """PISA releases the GIL while it searches (`THREADS`): searches from several threads at once (as the API's
+    lexical workers run them) answer exactly what they answer one at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    docs = _zipf_docs(4, 3000)
+    index = open_lexical(tmp_path, build_lexical(tmp_path, docs, lexical_info(engine="pisa")))
+    queries = [text for _, text in docs[:200]]
+    serial = [index.search(q, 10)[1].tolist() for q in queries]
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(lambda q: index.search(q, 10)[1].tolist(), queries * 3)) == serial * 3
