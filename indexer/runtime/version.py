@@ -348,8 +348,8 @@ class IndexVersion(LexicalSearching):
 
     def warm_filters(self) -> None:
         """Find, on a thread of its own, what the first filtered search of this version needs once (IVF: which list
-        holds each id, 16 bytes per vector: a third of a second at 10M), when it has metadata to filter: serving
-        calls it, so that a new filter's first request pays for its own matches only."""
+        holds each id, 16 bytes per vector; at 10M it cost a first filter seconds), when it has metadata to filter:
+        serving calls it, so that a new filter's first request pays for its own matches only."""
         if self.store.metadata_schema():
             threading.Thread(target=self.ann.warm_filters, name="filter-warm", daemon=True).start()
 
