@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from indexer.ingest import publish
 from indexer.probes import PROBES_FILE
+from indexer.publish import publish
 from indexer.quora import COLUMNS, QuoraFormatError, _open_text, read_rows
 from indexer.runtime.ann import KIND_SPECS
 from indexer.runtime.encoder import EncoderLoadError, OnnxEncoder

@@ -18,15 +18,17 @@ import numpy as np
 from indexer.build_config import BuildConfig
 from indexer.chunking import check_chunking
 from indexer.corpus import detect_format
-from indexer.ingest import build_corpus, data_path, publish, source_for
+from indexer.ingest import build_corpus, data_path, source_for
 from indexer.probes import make_probes, quora_probe_candidates
+from indexer.publish import publish
 from indexer.quora import load_split
 from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.faiss.devices import set_threads
 from indexer.runtime.layout import IndexRoot, new_version_name
 from indexer.runtime.manifest import DataInfo, LexicalInfo, Manifest, Timings
 from indexer.runtime.storage import storage_errors
-from indexer.runtime.store import STORE, write_store
+from indexer.runtime.store import STORE
+from indexer.runtime.store_writer import write_store
 from indexer.runtime.version import QUERY_VECTORS
 from indexer.stage import build_version_index, model_info, save_and_evaluate
 

@@ -13,7 +13,7 @@ How it folds:
 - the index is the current one with the deleted and replaced ids removed and the written vectors added to the
   trained inverted lists, as `indexer build --add` does (no k-means: `index.added_since_training` grows, and the
   command says when a full rebuild is due); SQfp16 lists keep the written vectors as float16 like every other;
-- FAISS ids, and which documents are created, replaced or deleted, are the overlay's (`overlay.fold`, by the rule of
+- FAISS ids, and which documents are created, replaced or deleted, are the overlay's (`fold.fold`, by the rule of
   `indexer.runtime.ids`): an id the version holds keeps its FAISS id, an integer in [0, 2^62) is its own, any
   other gets the next one above the version's largest — a compacted version answers as its overlay did;
 - the store is a copy of the current one with the written documents replaced, added or removed (texts, external
@@ -45,19 +45,20 @@ import numpy as np
 
 from indexer.compact_index import Resized, follow_size
 from indexer.compact_shards import fold_shards, upsert_vectors
-from indexer.ingest import publish
 from indexer.probes import PROBES_FILE
+from indexer.publish import publish
 from indexer.runtime.ann import KIND_SPECS
 from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.faiss.devices import set_threads
 from indexer.runtime.faiss.files import INDEX_FILE
+from indexer.runtime.fold import Fold, fold, reencode_stale
 from indexer.runtime.layout import IndexRoot, new_version_name
 from indexer.runtime.manifest import IndexInfo, Manifest, PassagesInfo, ShardInfo, WritesInfo
 from indexer.runtime.metadata import MetadataError, metadata_json
-from indexer.runtime.overlay import Fold, fold, reencode_stale
 from indexer.runtime.passages import document_of
 from indexer.runtime.storage import storage_errors
-from indexer.runtime.store import STORE, Store, apply_writes
+from indexer.runtime.store import STORE, Store
+from indexer.runtime.store_writer import apply_writes
 from indexer.runtime.version import QUERY_VECTORS, IndexVersion
 from indexer.runtime.writelog import LogEntry, net_effect, open_log
 from indexer.stage import save_and_evaluate

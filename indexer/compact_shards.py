@@ -19,9 +19,9 @@ import numpy as np
 from indexer.reshard import link_or_copy
 from indexer.runtime.faiss.devices import set_threads
 from indexer.runtime.faiss.kinds import read_ann
+from indexer.runtime.fold import Fold
 from indexer.runtime.ids import shard_of
 from indexer.runtime.manifest import Manifest, ShardInfo
-from indexer.runtime.overlay import Fold
 
 log = logging.getLogger(__name__)
 

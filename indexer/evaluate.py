@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -117,33 +117,16 @@ def evaluate(version: IndexVersion, *, nprobe: int | None = None, batch_size: in
         return evaluate_graded(version, qvecs, graded, nprobe=nprobe, batch_size=batch_size, threads=threads,
                                exact_budget=exact_budget, query_set=version.manifest.data.eval_source,
                                search_params=search_params, runs=runs)
-    qids, _, gold = version.store.eval_set()
-    qvecs = version.query_vectors()
-    if not qids or qvecs is None:
-        raise EvalError(f"{version.folder} has no evaluation queries (it was built without an eval set)")
-    if len(qvecs) != len(qids):
-        raise EvalError(f"{version.folder}: {len(qvecs)} query vectors for {len(qids)} queries")
+    qids, gold, qvecs = _quora_queries(version)
     query_ids = np.asarray(qids, dtype=np.int64)
     exclude_self = version.manifest.data.protocol in ("full", "heldout")
     depth = k + 1 if exclude_self else k
     resolved = eval_search_params(version, nprobe, search_params)
     set_threads(threads)
     used_threads = get_threads()
-
-    ids = np.empty((len(qvecs), depth), dtype=np.int64)
-    scores = np.empty((len(qvecs), depth), dtype=np.float32)
-    t0 = time.perf_counter()
-    for start in range(0, len(qvecs), batch_size):
-        scores[start : start + batch_size], ids[start : start + batch_size] = version.ann.search(
-            qvecs[start : start + batch_size], depth, search_params=resolved)
-    elapsed = time.perf_counter() - t0
-
-    sample = exact_sample(len(qvecs), version.ntotal, exact_budget)
-    pick = np.arange(len(qvecs)) if sample is None else sample
-    if sample is not None:
-        log.info("exact search on a seeded sample of %d of %d queries (%d × %d pairs exceed the budget of %.0e)",
-                 len(sample), len(qvecs), len(qvecs), version.ntotal, exact_budget)
-    exact_scores, exact = version.ann.exact_search(qvecs if sample is None else qvecs[sample], depth)
+    scores, ids, elapsed = _timed_search(version, qvecs, depth, batch_size, resolved)
+    sample, pick = _exact_pick(version, len(qvecs), exact_budget)
+    exact_scores, exact = version.ann.exact_search(qvecs[pick], depth)
     if exclude_self:
         ids, scores = drop_self_scored(ids, scores, query_ids, k)
         exact, exact_scores = drop_self_scored(exact, exact_scores, query_ids[pick], k)
@@ -157,21 +140,57 @@ def evaluate(version: IndexVersion, *, nprobe: int | None = None, batch_size: in
     sample_gold = [gold[i] for i in pick]
     exact_mrr, _ = rank_metrics(exact, sample_gold, k)
     sample_mrr = mrr if sample is None else rank_metrics(ids[pick], sample_gold, k)[0]
-    overlap = ann_overlap(ids[pick], exact)
     figures = EvalFigures(
         mrr_at_10=round(mrr, 6), recall_at_10=round(recall, 6), exact_mrr_at_10=round(exact_mrr, 6),
-        ann_recall_at_10=round(float(overlap), 6),
+        ann_recall_at_10=round(float(ann_overlap(ids[pick], exact)), 6),
         exact_n_queries=None if sample is None else len(sample),
-        mrr_at_10_on_exact_sample=None if sample is None else round(sample_mrr, 6),
-        avg_retrieval_ms=round(elapsed * 1000 / len(qvecs), 5), batch_size=batch_size, threads=used_threads,
-        nprobe=resolved.get("nprobe"), index_kind=version.kind, search_params=resolved,
-        memory_gb=round(version.ann.memory_bytes() / 1e9, 4),
-        n_queries=len(qids), n_docs=version.ntotal, measured_at=datetime.now(timezone.utc),
+        mrr_at_10_on_exact_sample=None if sample is None else round(sample_mrr, 6), n_queries=len(qids),
+        **_run_fields(version, resolved, elapsed, len(qvecs), batch_size, used_threads),
     )
     log.info("eval: MRR@10 %.4f (exact %.4f), Recall@10 %.4f, %.4f ms/query (batch %d, %d threads, %s %s)",
              figures.mrr_at_10, figures.exact_mrr_at_10, figures.recall_at_10, figures.avg_retrieval_ms,
              batch_size, used_threads, version.kind, resolved)
     return figures
+
+
+def _quora_queries(version: IndexVersion) -> tuple[list[int], list[set[int]], np.ndarray]:
+    """(query ids, their relevant documents, their vectors) of a Quora-protocol version; EvalError without them."""
+    qids, _, gold = version.store.eval_set()
+    qvecs = version.query_vectors()
+    if not qids or qvecs is None:
+        raise EvalError(f"{version.folder} has no evaluation queries (it was built without an eval set)")
+    if len(qvecs) != len(qids):
+        raise EvalError(f"{version.folder}: {len(qvecs)} query vectors for {len(qids)} queries")
+    return qids, gold, qvecs
+
+
+def _timed_search(version: IndexVersion, qvecs: np.ndarray, depth: int, batch_size: int,
+                  resolved: dict[str, int]) -> tuple[np.ndarray, np.ndarray, float]:
+    """(scores, ids, seconds) of the index's search of `qvecs`, `batch_size` queries per call: the timing."""
+    t0 = time.perf_counter()
+    parts = [version.ann.search(qvecs[start : start + batch_size], depth, search_params=resolved)
+             for start in range(0, len(qvecs), batch_size)]
+    elapsed = time.perf_counter() - t0
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), elapsed
+
+
+def _exact_pick(version: IndexVersion, n_queries: int, exact_budget: int | None
+                ) -> tuple[np.ndarray | None, np.ndarray]:
+    """(the seeded sample of queries exact search runs on, None for all; the positions it runs on)."""
+    sample = exact_sample(n_queries, version.ntotal, exact_budget)
+    if sample is not None:
+        log.info("exact search on a seeded sample of %d of %d queries (%d × %d pairs exceed the budget of %.0e)",
+                 len(sample), n_queries, n_queries, version.ntotal, exact_budget)
+    return sample, np.arange(n_queries) if sample is None else sample
+
+
+def _run_fields(version: IndexVersion, resolved: dict[str, int], elapsed: float, n_queries: int, batch_size: int,
+                threads: int) -> dict[str, Any]:
+    """The `EvalFigures` fields of how the evaluation ran: timing, threads, the index and its search parameters."""
+    return {"avg_retrieval_ms": round(elapsed * 1000 / n_queries, 5), "batch_size": batch_size, "threads": threads,
+            "nprobe": resolved.get("nprobe"), "index_kind": version.kind, "search_params": resolved,
+            "memory_gb": round(version.ann.memory_bytes() / 1e9, 4), "n_docs": version.ntotal,
+            "measured_at": datetime.now(timezone.utc)}
 
 
 @dataclass
@@ -225,13 +244,9 @@ def evaluate_graded(version: IndexVersion, qvecs: np.ndarray, ev: GradedEvalSet,
     if threads:
         set_threads(threads)
     used_threads = get_threads()
-    t0 = time.perf_counter()
-    for start in range(0, len(qvecs), batch_size):
-        version.ann.search(qvecs[start : start + batch_size], ranks.depth(10 + extra), search_params=resolved)
-    elapsed = time.perf_counter() - t0
+    elapsed = _timed_search(version, qvecs, ranks.depth(10 + extra), batch_size, resolved)[2]
     scores, ids = ranks.collapse(*version.ann.search(qvecs, ranks.depth(depth), search_params=resolved), depth)
-    sample = exact_sample(len(qvecs), version.ntotal, exact_budget)
-    pick = np.arange(len(qvecs)) if sample is None else sample
+    sample, pick = _exact_pick(version, len(qvecs), exact_budget)
     exact_scores, exact = ranks.collapse(*version.ann.exact_search(qvecs[pick], ranks.depth(depth)), depth)
     if extra:
         ids, scores = drop_self_scored(ids, scores, self_docs, GRADED_DEPTH)
@@ -252,11 +267,8 @@ def evaluate_graded(version: IndexVersion, qvecs: np.ndarray, ev: GradedEvalSet,
         exact_ndcg_at_10=_r(ref["ndcg_at_10"]), exact_recall_at_10=_r(ref["recall_at_10"]),
         exact_recall_at_100=_f(ref["recall_at_100"]), ann_recall_at_10=_f(float(overlap)),
         exact_n_queries=None if sample is None else len(sample), mrr_at_10_on_exact_sample=_r(sample_mrr),
-        avg_retrieval_ms=round(elapsed * 1000 / len(qvecs), 5), batch_size=batch_size, threads=used_threads,
-        nprobe=resolved.get("nprobe"), index_kind=version.kind, search_params=resolved,
-        memory_gb=round(version.ann.memory_bytes() / 1e9, 4), n_queries=len(qvecs),
-        n_docs=version.ntotal, measured_at=datetime.now(timezone.utc), query_set=query_set,
-        ndcg_at_10_vs_exact=_f(on_sample["ndcg_at_10"] - ref["ndcg_at_10"]),
+        n_queries=len(qvecs), query_set=query_set, ndcg_at_10_vs_exact=_f(on_sample["ndcg_at_10"] - ref["ndcg_at_10"]),
+        **_run_fields(version, resolved, elapsed, len(qvecs), batch_size, used_threads),
     )
     log.info("eval: MRR@10 %.4f nDCG@10 %.4f Recall@10 %.4f Recall@100 %.4f (exact: %.4f %.4f %.4f %.4f; index vs "
              "exact nDCG@10 %+.4f, top-10 overlap %.4f) over %d queries", figures.mrr_at_10, figures.ndcg_at_10,

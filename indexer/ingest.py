@@ -39,11 +39,11 @@ from indexer.ingest_vectors import RowVectors, VectorRows, brought_vectors
 from indexer.probes import corpus_probe_candidates, make_probes
 from indexer.runtime.ids import ASSIGNED_IDS_FROM, FaissIds
 from indexer.runtime.layout import IndexRoot, new_version_name
-from indexer.runtime.manifest import CorpusFieldsInfo, DataInfo, Manifest, ManifestError, SkippedEntry, Timings
+from indexer.runtime.manifest import CorpusFieldsInfo, DataInfo, Manifest, SkippedEntry, Timings
 from indexer.runtime.passages import PASSAGE_KEY, Splitter, parse_passage_id
-from indexer.runtime.shrink_guard import max_shrink, shrink_message, shrinks_too_much
 from indexer.runtime.storage import storage_errors
-from indexer.runtime.store import STORE, CorpusStoreWriter
+from indexer.runtime.store import STORE
+from indexer.runtime.store_writer import CorpusStoreWriter
 from indexer.runtime.version import QUERY_VECTORS
 from indexer.stage import build_version_index, model_info, save_and_evaluate
 
@@ -163,6 +163,64 @@ def _batches(source: CorpusSource, limit: int | None, progress: Callable[[int], 
         yield batch_of_docs(docs)
 
 
+class _Ingest:
+    """One streaming ingest's state, shared by its batches: the ids given so far, the vectors and the counts."""
+
+    def __init__(self, source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder | None,
+                 bar: ChunkProgress, *, batch_size: int | None, vectors_path: Path | None, passages: bool) -> None:
+        self.writer, self.encoder, self.bar, self.batch_size, self.passages = writer, encoder, bar, batch_size, passages
+        self.ids = DocIds()
+        self.rows = VectorRows(encoder.dim, vectors_path) if encoder is not None else None
+        self.result = IngestResult(self.ids, None)
+        self.rows_vectors = RowVectors(source.fields.vector, encoder is not None)
+
+    def put(self, batch: DocBatch) -> None:
+        """A batch's rows with a text into the store, under their FAISS ids, and their vectors (encoded or brought)
+        into the vector rows."""
+        result = self.result
+        result.rows_read += len(batch) if not self.passages else 0
+        self.rows_vectors.check(batch)
+        kept: list[int] = [i for i, text in enumerate(batch.texts) if text]
+        result.skipped_empty += len(batch) - len(kept)
+        at = self._rows_at(batch.ext_ids if len(kept) == len(batch) else [batch.ext_ids[i] for i in kept])
+        if not kept:
+            return
+        self.bar.start_chunk(len(kept))
+        if self.rows is not None:
+            self.rows.put(np.asarray(at, dtype=np.int64), self._vectors(batch, kept))
+        fids, exts, texts, metas = self.ids.faiss_ids, batch.ext_ids, batch.texts, batch.metas
+        self.writer.put([(fids[r], exts[i], texts[i], metas[i]) for i, r in zip(kept, at, strict=True)])
+        self.bar.end_chunk(len(self.ids))
+
+    def _rows_at(self, exts: list[ExtId]) -> list[int] | range:
+        """Each row's row in the vector array (its FAISS id assigned), counting ids an earlier row had."""
+        bulk = self.ids.add_own(exts)  # type: ignore[arg-type]
+        if bulk is not None:
+            return bulk
+        at = []
+        for ext in exts:
+            row, seen = self.ids.add(ext)
+            # a document's repeat counts once, not once per passage
+            self.result.duplicate_ids += seen and (not self.passages or (parse_passage_id(ext) or (ext, 0))[1] == 0)
+            at.append(row)
+        return at
+
+    def _vectors(self, batch: DocBatch, kept: list[int]) -> np.ndarray:
+        """The kept rows' vectors: brought by the rows, else encoded (only what the encoder keeps is tokenized)."""
+        encoder = self.encoder
+        assert encoder is not None
+        if self.rows_vectors.brought:
+            vecs = brought_vectors(batch, kept, encoder.dim, self.rows_vectors.field)
+            self.bar.texts_done(len(kept))
+            return vecs
+        t0 = time.perf_counter()
+        max_tokens = encoder.meta.max_length
+        vecs = encoder.encode([encoding_prefix(batch.texts[i], max_tokens) for i in kept], self.batch_size,
+                              on_progress=self.bar.texts_done)
+        self.result.encode_s += time.perf_counter() - t0
+        return vecs
+
+
 def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder | None, *,
            batch_size: int | None = None, limit: int | None = None, progress: bool = True,
            on_advance: Callable[[int], None] | None = None, vectors_path: Path | None = None,
@@ -171,56 +229,19 @@ def ingest(source: CorpusSource, writer: CorpusStoreWriter, encoder: OnnxEncoder
     batch of rows at a time (`_batches`). `on_advance` hears each move of the progress bar (`ChunkProgress`).
     Rows that bring vectors (every row or none) are not encoded (`indexer.ingest_vectors`). `vectors_path`: the
     vectors' file (memory-mapped); `splitter`: rows are passages (`_rows_of`)."""
-    ids = DocIds()
-    rows = VectorRows(encoder.dim, vectors_path) if encoder is not None else None
-    result = IngestResult(ids, None)
     passages = BuildPassages(splitter) if splitter is not None else None
     bar = ChunkProgress(source.total_bytes(), enabled=progress, on_advance=on_advance)
     t_start = time.perf_counter()
-    rows_vectors = RowVectors(source.fields.vector, encoder is not None)
-
-    def put(batch: DocBatch) -> None:
-        result.rows_read += len(batch) if splitter is None else 0
-        rows_vectors.check(batch)
-        kept: list[int] = [i for i, text in enumerate(batch.texts) if text]
-        result.skipped_empty += len(batch) - len(kept)
-        exts = batch.ext_ids if len(kept) == len(batch) else [batch.ext_ids[i] for i in kept]
-        bulk = ids.add_own(exts)  # type: ignore[arg-type]
-        at: list[int] | range  # each kept row's row in the vector array
-        if bulk is not None:
-            at = bulk
-        else:
-            at = []
-            for ext in exts:
-                row, seen = ids.add(ext)
-                # a document's repeat counts once, not once per passage
-                result.duplicate_ids += seen and (splitter is None or (parse_passage_id(ext) or (ext, 0))[1] == 0)
-                at.append(row)
-        if not kept:
-            return
-        bar.start_chunk(len(kept))
-        if encoder is not None and rows is not None:
-            t0 = time.perf_counter()
-            if rows_vectors.brought:
-                vecs = brought_vectors(batch, kept, encoder.dim, rows_vectors.field)
-                bar.texts_done(len(kept))
-            else:
-                max_tokens = encoder.meta.max_length  # nothing past what the encoder keeps is tokenized
-                vecs = encoder.encode([encoding_prefix(batch.texts[i], max_tokens) for i in kept], batch_size,
-                                      on_progress=bar.texts_done)
-                result.encode_s += time.perf_counter() - t0
-            rows.put(np.asarray(at, dtype=np.int64), vecs)
-        fids, exts, texts, metas = ids.faiss_ids, batch.ext_ids, batch.texts, batch.metas
-        writer.put([(fids[r], exts[i], texts[i], metas[i]) for i, r in zip(kept, at, strict=True)])
-        bar.end_chunk(len(ids))
-
+    run = _Ingest(source, writer, encoder, bar, batch_size=batch_size, vectors_path=vectors_path,
+                  passages=splitter is not None)
+    ids, rows, result = run.ids, run.rows, run.result
     try:
         for batch in _batches(source, limit, bar.bytes_read, passages, result):
-            put(batch)
+            run.put(batch)
     finally:
         bar.close()
     result.read_s = time.perf_counter() - t_start - result.encode_s
-    result.brought_vectors = bool(rows_vectors.brought)
+    result.brought_vectors = bool(run.rows_vectors.brought)
     if rows is not None:
         result.vectors = rows.take()
     if passages is not None:
@@ -369,30 +390,3 @@ def build_corpus(cfg: BuildConfig, root: IndexRoot, encoder: OnnxEncoder, source
                           probe_maker=lambda v: make_probes(candidates, encoder, v.store, doc_ids, cfg.batch_size),
                           report_after=cfg.report_after)
     return manifest
-
-
-def warn_if_shrinking(root: IndexRoot, new_docs: int) -> str | None:
-    """Log (and return) a warning when `new_docs` is much fewer than the current version's documents."""
-    current = root.current_version()
-    if current is None:
-        return None
-    try:
-        served = Manifest.load(root.version_dir(current)).index.ntotal
-    except ManifestError:
-        return None
-    limit = max_shrink()
-    if not shrinks_too_much(served, new_docs, limit):
-        return None
-    message = shrink_message(current, served, new_docs, limit)
-    log.warning("%s", message)
-    return message
-
-
-def publish(root: IndexRoot, manifest: Manifest, keep: int) -> str | None:
-    """The one publish step of every build (build, the Ray build, add, compact), for a version already sealed in
-    `versions/`: warn when it holds much fewer documents than the served one, point `current` at it (atomically),
-    and prune the oldest versions beyond `keep`. Returns the shrink warning, if any."""
-    warning = warn_if_shrinking(root, manifest.index.ntotal)
-    root.set_current(manifest.version)
-    root.prune(keep)
-    return warning

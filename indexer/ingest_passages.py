@@ -21,7 +21,7 @@ from indexer.doc_limits import MAX_PASSAGES
 from indexer.runtime.passages import Splitter, passage_id, passage_rows
 
 if TYPE_CHECKING:
-    from indexer.runtime.store import CorpusStoreWriter
+    from indexer.runtime.store_writer import CorpusStoreWriter
 
 log = logging.getLogger(__name__)
 

@@ -28,8 +28,9 @@ from ray.data import ActorPoolStrategy
 from indexer.build_config import BuildConfig
 from indexer.corpus import CorpusSource, detect_format
 from indexer.evalset import LoadedEvalSet
-from indexer.ingest import IngestResult, corpus_data_info, data_path, ingest_store, publish, source_for
+from indexer.ingest import IngestResult, corpus_data_info, data_path, ingest_store, source_for
 from indexer.probes import corpus_probe_candidates, make_probes, quora_probe_candidates
+from indexer.publish import publish
 from indexer.ray_embed import EmbedBatches, column_vectors
 from indexer.ray_input import CorpusInput, read_corpus, store_corpus
 from indexer.runtime.ann import AUTO, KIND_SPECS, SHARDED_KIND, KindParams
@@ -55,7 +56,8 @@ from indexer.runtime.manifest import (
     ShardInfo,
     Timings,
 )
-from indexer.runtime.store import STORE, write_store
+from indexer.runtime.store import STORE
+from indexer.runtime.store_writer import write_store
 from indexer.runtime.version import QUERY_VECTORS
 from indexer.shards import SHARDS_DIR, shard_file, training_positions
 from indexer.stage import model_info, save_and_evaluate

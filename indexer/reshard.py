@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from indexer.ingest import publish
+from indexer.publish import publish
 from indexer.runtime.ann import KIND_SPECS, SHARDED_KIND
 from indexer.runtime.faiss.files import INDEX_FILE
 from indexer.runtime.integrity import verify_folder

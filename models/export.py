@@ -226,11 +226,8 @@ def export_encoder(
     `pooling` None: the checkpoint's declared pooling, else `cls` (`resolve_pooling`)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     folder = encoder_folder(checkpoint)
-    choice = resolve_pooling(checkpoint, pooling)
+    choice = _pooling_choice(checkpoint, pooling)
     pooling = choice.pooling
-    log.info("pooling %s (%s)", pooling, choice.origin)
-    for note in choice.notes:
-        log.warning("%s", note)
     max_length = max_length or default_max_length(folder)
     out_dir = Path(out_dir)
     if out_dir.exists() and not force:
@@ -239,14 +236,7 @@ def export_encoder(
     tokenizer, wrapper, dim = _load(folder, Path(checkpoint), pooling, exporter)
 
     with atomic_dir(out_dir, overwrite=force) as tmp:
-        sample = tokenizer(PARITY_SENTENCES[:2], padding=True, return_tensors="pt")
-        try:
-            with Working(f"exporting to ONNX ({exporter} exporter, opset {OPSET}, pooling={pooling})", logger=log):
-                _to_onnx(wrapper, (sample["input_ids"], sample["attention_mask"]), tmp / ENCODER_ONNX, exporter)
-        except Exception as exc:  # tracer/torch.export failures: name the way out instead of a traceback
-            other = "dynamo" if exporter == "torchscript" else "torchscript"
-            raise CheckpointError(f"the {exporter} ONNX exporter failed on {folder}: {type(exc).__name__}: "
-                                  f"{str(exc)[:300]} (try --exporter {other})") from exc
+        _export_onnx(tokenizer, wrapper, tmp / ENCODER_ONNX, exporter, f"{folder}", pooling)
         tokenizer.save_pretrained(tmp)
         meta = EncoderMeta(
             pooling=pooling,
@@ -261,20 +251,50 @@ def export_encoder(
             adaptation=adaptation,
         )
         write_json_atomic(tmp / ENCODER_META, meta.model_dump(mode="json"))
-        with Working("checking parity torch vs ONNX", logger=log):
-            worst = check_parity(wrapper, tokenizer, tmp, max_length)
-        log.info("parity torch vs ONNX: min cosine %.6f (threshold %.4f)", worst, min_cosine)
-        if not worst >= min_cosine:
-            raise ParityError(
-                f"refusing to write {out_dir}: ONNX output differs from torch (min cosine {worst:.6f} < "
-                f"{min_cosine}) on the sample sentences at batch 1 and batch {len(PARITY_SENTENCES)}"
-            )
-        meta.parity_min_cosine = round(worst, 7)
+        meta.parity_min_cosine = round(_parity(wrapper, tokenizer, tmp, max_length, min_cosine, out_dir), 7)
         write_json_atomic(tmp / ENCODER_META, meta.model_dump(mode="json"))
         if quantize == "int8":
             meta = _quantize_in_place(tmp, meta, gate_rows=gate_rows, max_drop=max_drop, skip_gate=skip_gate,
                                       out_dir=out_dir, screen_rows=gate_screen_rows)
     return meta
+
+
+def _pooling_choice(checkpoint: str | Path, pooling: Pooling | None) -> PoolingChoice:
+    """The pooling exported (`resolve_pooling`), logged with where it came from and any notes on it."""
+    choice = resolve_pooling(checkpoint, pooling)
+    log.info("pooling %s (%s)", choice.pooling, choice.origin)
+    for note in choice.notes:
+        log.warning("%s", note)
+    return choice
+
+
+def _export_onnx(tokenizer: Any, wrapper: PooledEncoder, path: Path, exporter: Exporter, folder: str,
+                 pooling: Pooling) -> None:
+    """The ONNX graph of `wrapper` at `path`, traced on two sample sentences; an exporter's failure is a
+    `CheckpointError` that names the other exporter to try."""
+    sample = tokenizer(PARITY_SENTENCES[:2], padding=True, return_tensors="pt")
+    try:
+        with Working(f"exporting to ONNX ({exporter} exporter, opset {OPSET}, pooling={pooling})", logger=log):
+            _to_onnx(wrapper, (sample["input_ids"], sample["attention_mask"]), path, exporter)
+    except Exception as exc:  # tracer/torch.export failures: name the way out instead of a traceback
+        other = "dynamo" if exporter == "torchscript" else "torchscript"
+        raise CheckpointError(f"the {exporter} ONNX exporter failed on {folder}: {type(exc).__name__}: "
+                              f"{str(exc)[:300]} (try --exporter {other})") from exc
+
+
+def _parity(wrapper: PooledEncoder, tokenizer: Any, tmp: Path, max_length: int, min_cosine: float,
+            out_dir: Path) -> float:
+    """The worst cosine between torch's and the exported graph's vectors (`check_parity`); `ParityError` below
+    `min_cosine`, so that nothing is written to `out_dir`."""
+    with Working("checking parity torch vs ONNX", logger=log):
+        worst = check_parity(wrapper, tokenizer, tmp, max_length)
+    log.info("parity torch vs ONNX: min cosine %.6f (threshold %.4f)", worst, min_cosine)
+    if not worst >= min_cosine:
+        raise ParityError(
+            f"refusing to write {out_dir}: ONNX output differs from torch (min cosine {worst:.6f} < "
+            f"{min_cosine}) on the sample sentences at batch 1 and batch {len(PARITY_SENTENCES)}"
+        )
+    return worst
 
 
 def _load(folder: Path, checkpoint: Path, pooling: Pooling, exporter: Exporter) -> tuple[Any, PooledEncoder, int]:

@@ -16,7 +16,7 @@ import logging
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -132,9 +132,7 @@ def mine(
     progress: bool = True,
 ) -> MineReport:
     from indexer.runtime.encoder import OnnxEncoder
-    from indexer.runtime.faiss.search import search
     from indexer.runtime.faiss.training import build_ivf, effective_nlist
-    from indexer.runtime.progress import Progress
 
     if skip < 0 or take < 1 or depth < skip + take:
         raise ValueError(f"need skip >= 0, take >= 1 and depth >= skip + take (got {skip}, {take}, {depth})")
@@ -147,16 +145,34 @@ def mine(
     position = {int(q): i for i, q in enumerate(qids)}
     anchors = np.asarray([position[a] for a, _ in questions.pairs], dtype=np.int64)
     log.info("searching %d anchors (depth %d, nprobe %d)", len(anchors), depth, nprobe)
-    # + cluster size margin: labelled duplicates and the anchor itself are dropped before skipping; in chunks, so
-    # that the search reports its progress too
+    hits = _search_anchors(index, vectors, anchors, depth, progress)
+    cluster = duplicate_clusters(questions.pairs)
+    with_negative, negatives = _write_triplets(out, questions, hits, cluster, skip, take)
+    if review is not None:
+        _write_review(review, questions, hits, cluster, random.Random(seed), review_anchors, review_ranks)
+    return MineReport(len(questions.pairs), with_negative, negatives, skip, take, len(texts), fitted, nprobe)
+
+
+def _search_anchors(index: Any, vectors: np.ndarray, anchors: np.ndarray, depth: int, progress: bool) -> np.ndarray:
+    """Each anchor's top `depth` + 8 ids (the margin: labelled duplicates and the anchor itself are dropped before
+    skipping), searched in chunks so that the search reports its progress too."""
+    from indexer.runtime.faiss.search import search
+    from indexer.runtime.progress import Progress
+
     chunks = []
     with Progress(len(anchors), "mine: searching", unit="anchors", bar=progress, logger=log) as shown:
         for start in range(0, len(anchors), SEARCH_CHUNK):
             chunk = anchors[start : start + SEARCH_CHUNK]
             chunks.append(search(index, vectors[chunk], depth + 8)[1])
             shown.update(len(chunk))
-    hits = np.concatenate(chunks) if chunks else np.zeros((0, depth + 8), dtype=np.int64)
-    cluster = duplicate_clusters(questions.pairs)
+    return np.concatenate(chunks) if chunks else np.zeros((0, depth + 8), dtype=np.int64)
+
+
+def _write_triplets(out: Path, questions: TrainingQuestions, hits: np.ndarray, cluster: dict[int, int], skip: int,
+                    take: int
+                    ) -> tuple[int, int]:
+    """The mined (anchor, positive, negative) rows written to `out` (whole or not at all); returns (anchors with a
+    negative, negatives)."""
     tmp = out.with_name(out.name + ".tmp")
     with_negative = negatives = 0
     with open(tmp, "w", encoding="utf-8", newline="") as f:
@@ -175,6 +191,4 @@ def mine(
                 writerow([_clean(questions.texts[anchor]), _clean(questions.texts[positive]),
                           _clean(questions.texts[neg]), anchor, positive, neg, rank])
     tmp.replace(out)
-    if review is not None:
-        _write_review(review, questions, hits, cluster, random.Random(seed), review_anchors, review_ranks)
-    return MineReport(len(questions.pairs), with_negative, negatives, skip, take, len(texts), fitted, nprobe)
+    return with_negative, negatives

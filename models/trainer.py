@@ -18,7 +18,7 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -235,18 +235,9 @@ class Trainer:
         if cfg.resume:
             self.try_resume()
         if self.step == 0:
-            self._log(
-                event="start",
-                examples=len(self.examples),
-                total_steps=self.total_steps,
-                device=str(self.device),
-                config=cfg.model_dump(mode="json"),
-            )
-            if cfg.eval_at_start:
-                self.evaluate_and_keep()  # step 0: the starting point competes too
+            self._start()
         amp = torch.autocast("cuda", dtype=torch.bfloat16) if cfg.amp and self.device.type == "cuda" else nullcontext()
         save_every = cfg.save_every or cfg.eval_every
-        per_epoch = len(self.examples) // cfg.batch_size
         # a bar on a terminal (unless --no-progress), else a log line with rate and ETA every 30 s
         bar = Progress(self.total_steps, f"train {cfg.objective}/{cfg.pooler}", unit="steps", initial=self.step,
                        bar=cfg.progress, logger=log)
@@ -254,52 +245,54 @@ class Trainer:
         self.model.train()
         while self.step < self.total_steps:
             t0 = time.perf_counter()
-            epoch, index = divmod(self.step, per_epoch)
-            batch_idx = batches_for_epoch(len(self.examples), cfg.batch_size, cfg.seed, epoch)[index]
-            with amp:
-                loss = self.objective.loss(self.model, [self.examples[i] for i in batch_idx])
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip)
-            self.optimizer.step()
-            self.scheduler.step()
-            self.optimizer.zero_grad(set_to_none=True)
-            self.step += 1
+            loss = self._optimisation_step(amp)
             step_seconds += time.perf_counter() - t0  # optimisation only: evaluation and saving excluded
             bar.update(1)
-            if self.step % 10 == 0 or self.step == self.total_steps:
-                self._log(
-                    step=self.step,
-                    loss=round(loss.item(), 5),
-                    grad_norm=round(float(grad_norm), 4),
-                    lr=self.scheduler.get_last_lr()[0],
-                )
             if self.step % cfg.eval_every == 0 or self.step == self.total_steps:
                 self.evaluate_and_keep()
                 self.model.train()
             # after the evaluation, so that the last line's "best" counts the last checkpoint
             # no "best" before the first dev evaluation (-inf until then)
             best = {"best": self.shown(self.best_dev)} if math.isfinite(self.best_dev) else {}
-            bar.set_postfix(refresh=False, loss=f"{loss.item():.4f}", **best)
+            bar.set_postfix(refresh=False, loss=f"{loss:.4f}", **best)
             if self.step % save_every == 0 or self.step == self.total_steps:
                 self.save_last()
         bar.close()
-        seconds = time.perf_counter() - started
-        done = self.step - start_step
-        result = TrainResult(
-            self.out / "best",
-            self.best_dev,
-            self.best_step,
-            self.step,
-            seconds,
-            step_seconds / done * 1000 if done else float("nan"),
-        )
-        self._log(
-            event="end",
-            best_dev=self.best_dev,
-            best_step=self.best_step,
-            seconds=round(seconds, 2),
-            seconds_per_1k_steps=round(result.seconds_per_1k_steps, 1),
-        )
+        return self._end(time.perf_counter() - started, self.step - start_step, step_seconds)
+
+    def _start(self) -> None:
+        """A fresh run's first log line, and with `eval_at_start` step 0's evaluation (the starting point competes
+        too)."""
+        self._log(event="start", examples=len(self.examples), total_steps=self.total_steps, device=str(self.device),
+                  config=self.cfg.model_dump(mode="json"))
+        if self.cfg.eval_at_start:
+            self.evaluate_and_keep()
+
+    def _optimisation_step(self, amp: Any) -> float:
+        """One step on this step's batch (seeded per epoch: a resumed run takes the same batches); returns its
+        loss, logged every 10 steps with the gradient norm and learning rate."""
+        cfg = self.cfg
+        epoch, index = divmod(self.step, len(self.examples) // cfg.batch_size)
+        batch_idx = batches_for_epoch(len(self.examples), cfg.batch_size, cfg.seed, epoch)[index]
+        with amp:
+            loss = self.objective.loss(self.model, [self.examples[i] for i in batch_idx])
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        if self.step % 10 == 0 or self.step == self.total_steps:
+            self._log(step=self.step, loss=round(loss.item(), 5), grad_norm=round(float(grad_norm), 4),
+                      lr=self.scheduler.get_last_lr()[0])
+        return float(loss.item())
+
+    def _end(self, seconds: float, done: int, step_seconds: float) -> TrainResult:
+        """The run's result and its last log line (`done` steps in this run, `step_seconds` of optimisation)."""
+        result = TrainResult(self.out / "best", self.best_dev, self.best_step, self.step, seconds,
+                             step_seconds / done * 1000 if done else float("nan"))
+        self._log(event="end", best_dev=self.best_dev, best_step=self.best_step, seconds=round(seconds, 2),
+                  seconds_per_1k_steps=round(result.seconds_per_1k_steps, 1))
         return result
 
 

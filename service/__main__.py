@@ -12,7 +12,8 @@ if TYPE_CHECKING:
     from service.settings import Settings
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """`python -m service`'s subcommands (serve, demo, sharded) and their flags."""
     parser = argparse.ArgumentParser(prog="python -m service",
                                      description="Serve the Strata API with uvicorn. Settings come from "
                                      "STRATA_* environment variables (see docs/operations.md#settings); "
@@ -35,9 +36,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="sharded: replicas per shard (STRATA_SHARD_REPLICAS)")
     parser.add_argument("--ray-address", default=None,
                         help="sharded: Ray cluster (STRATA_RAY_ADDRESS, $RAY_ADDRESS)")
-    args = parser.parse_args(argv)
-    from service.demo import DemoError, banner, curl_example, finish_report, prepare
-    from service.logs import configure
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> Settings | None:
+    """The settings: STRATA_* overridden by the flags given; None (the reason printed) when one is invalid."""
+    from pydantic import ValidationError
+
     from service.settings import Settings, settings_error
 
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port), ("index_root", args.index_root),
@@ -45,12 +50,34 @@ def main(argv: list[str] | None = None) -> int:
                  if v is not None}
     if args.command == "sharded":  # the same app and API; the engine's backend serves the shards on Ray
         overrides["engine"] = "sharded"
-    from pydantic import ValidationError
-
     try:  # every setting is checked before anything is loaded or served
-        settings = Settings(**overrides)
+        return Settings(**overrides)
     except ValidationError as exc:
         print(f"python -m service: error: {settings_error(exc)}", file=sys.stderr)
+        return None
+
+
+def _announce(settings: Settings) -> None:
+    """Said once the port is bound: a port already taken gets the bind error alone."""
+    from service.demo import banner, curl_example
+
+    if settings.log_format == "json":
+        # JSON asked for by name (the image, a log shipper): every line of the output is JSON, the curl line a field
+        logging.getLogger("service").info("serving on http://%s:%s", settings.host, settings.port,
+                                          extra={"try": curl_example(settings)})
+    else:
+        # text or auto: a banner to read and a curl line to paste as it is, plain text on stdout
+        print(banner(settings), flush=True)  # says "serving" once: no log line repeats it
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    from service.demo import DemoError, finish_report, prepare
+    from service.logs import configure
+
+    settings = _settings(args)
+    if settings is None:
         return 2
     configure(settings.log_format, settings.log_level)  # and STRATA_LOG_FORMAT for the demo's child processes
     if args.train is not None and args.command != "demo":
@@ -69,20 +96,11 @@ def main(argv: list[str] | None = None) -> int:
         except (DemoError, OSError, ValueError, RuntimeError) as exc:
             print(f"demo: error: {exc}", file=sys.stderr)
             return 2
-    def announce() -> None:  # once the port is bound: a port already taken gets the bind error alone
-        if settings.log_format == "json":
-            # JSON asked for by name (the image, a log shipper): every line of the output is JSON, the curl line a
-            # field
-            logging.getLogger("service").info("serving on http://%s:%s", settings.host, settings.port,
-                                              extra={"try": curl_example(settings)})
-        else:
-            # text or auto: a banner to read and a curl line to paste as it is, plain text on stdout
-            print(banner(settings), flush=True)  # says "serving" once: no log line repeats it
-
     if training is not None:
         training.start()
+    served = settings
     try:
-        return serve(settings, announce)
+        return serve(served, lambda: _announce(served))
     finally:
         if training is not None:
             training.stop()

@@ -21,7 +21,8 @@ from indexer.runtime.faiss.files import INDEX_FILE
 from indexer.runtime.faiss.kinds import build_index
 from indexer.runtime.layout import IndexRoot, new_version_name
 from indexer.runtime.manifest import DataInfo, IndexInfo, Manifest, ModelInfo, Timings
-from indexer.runtime.store import STORE, CorpusStoreWriter
+from indexer.runtime.store import STORE
+from indexer.runtime.store_writer import CorpusStoreWriter
 
 EMPTY_KIND = choose_kind(AUTO, 0)  # the kind of an empty first version: what `--index auto` builds for no vectors
 

@@ -8,18 +8,18 @@ and returns `sentence_embedding`: the pooled, L2-normalised vector.
 from __future__ import annotations
 
 import logging
-import os
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel
 
+from indexer.runtime.onnx_session import SessionSettings, default_threads
 from indexer.runtime.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -72,56 +72,6 @@ class Encoded:
     tokens: list[int]
 
 
-def default_threads() -> int:
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
-
-
-@dataclass(frozen=True)
-class SessionSettings:
-    """ONNX Runtime session options, chosen in docs/decisions.md (2 cores, int8 MiniLM, medians of 3
-    interleaved passes; bench/results/ort_options.json). Graph levels basic / extended / all differ by less than
-    the run-to-run noise (basic came last in one run and first in another), so "extended" stays: every fusion
-    ORT has for this graph, none of the layout passes. Sequential execution and the CPU arena are never worse.
-    Intra-op spinning gave no steady gain on an idle machine but cost ~40% throughput when the cores were
-    oversubscribed, and does nothing for the service's 1-thread sessions: it is off.
-
-    `threads` cores are used by parallel *runs* by default: the session has one intra-op thread and up to
-    `threads` runs (row slices or whole batches) execute at once from a small thread pool. On 2 cores, int8
-    MiniLM, 20k Quora questions, 3 interleaved passes: 2 runs of batch 64 at once 739-792 sent/s vs one run over
-    2 intra-op threads 629-773; 2 runs of batch 16: 902-985; and a single query on one thread takes 2.5-2.8 ms
-    p50 against 2.8-3.1 on two, since two threads synchronise after each of the graph's small operators."""
-
-    threads: int | None = None  # cores to use (None: every core this process may use)
-    parallel_runs: bool = True  # spread `threads` over concurrent 1-thread runs, not over one run's operators
-    graph_optimization: Literal["basic", "extended", "all"] = "extended"
-    execution_mode: Literal["sequential", "parallel"] = "sequential"
-    cpu_arena: bool = True
-    spinning: bool = False
-
-    def replace(self, **changes: object) -> SessionSettings:
-        return replace(self, **changes)  # type: ignore[arg-type]
-
-    def as_dict(self) -> dict[str, object]:
-        return asdict(self)
-
-    def to_ort(self):  # noqa: ANN201 - onnxruntime.SessionOptions, imported lazily
-        import onnxruntime as ort
-
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = 1 if self.parallel_runs else self.threads or default_threads()
-        opts.inter_op_num_threads = 1
-        opts.graph_optimization_level = {
-            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-        }[self.graph_optimization]
-        opts.execution_mode = (ort.ExecutionMode.ORT_PARALLEL if self.execution_mode == "parallel"
-                               else ort.ExecutionMode.ORT_SEQUENTIAL)
-        opts.enable_cpu_mem_arena = self.cpu_arena
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if self.spinning else "0")
-        return opts
-
-
 # A run may pad up to PAD_SLACK × its real tokens plus RUN_OVERHEAD_TOKENS (the fixed cost of one more ONNX
 # run, in tokens) before it is cut; measured (docs/decisions.md).
 PAD_SLACK = 1.1
@@ -157,6 +107,68 @@ def length_groups(lengths: Sequence[int], batch_size: int, *, slack: float | Non
     return groups
 
 
+def read_meta(model_dir: Path, *, verify_sha256: bool = False) -> EncoderMeta:
+    """The `encoder.json` of an exported encoder folder, once its three files are found there (and, with
+    `verify_sha256`, its ONNX file is the one `encoder.json` names); `EncoderLoadError` says what is wrong."""
+    meta_path, onnx_path, tok_path = (model_dir / name for name in (ENCODER_META, ENCODER_ONNX, TOKENIZER_FILE))
+    for p in (meta_path, onnx_path, tok_path):
+        if not p.is_file():
+            raise EncoderLoadError(f"{p} is missing: {model_dir} is not an exported Strata encoder (create one with "
+                                   "`encoder export`)")
+    try:
+        meta = EncoderMeta.model_validate_json(meta_path.read_text())
+    except ValueError as exc:
+        raise EncoderLoadError(f"{meta_path} is not a valid encoder.json: {exc}") from exc
+    if verify_sha256:
+        from indexer.runtime.atomic import sha256_file
+
+        actual = sha256_file(onnx_path)
+        if actual != meta.onnx_sha256:
+            raise EncoderLoadError(
+                f"{onnx_path} sha256 {actual[:12]}… does not match encoder.json ({meta.onnx_sha256[:12]}…)")
+    return meta
+
+
+def _tokenizer(path: Path, max_length: int) -> tuple[Any, int]:
+    """(the tokenizer truncating to `max_length`, unpadded, its [PAD] id)."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(path))
+    tokenizer.enable_truncation(max_length=max_length)
+    tokenizer.no_padding()  # we pad per batch ourselves, to the batch's longest
+    pad = tokenizer.token_to_id("[PAD]")
+    return tokenizer, 0 if pad is None else pad
+
+
+def _session_settings(session: SessionSettings | None, threads: int | None, providers: Sequence[str] | None
+                      ) -> tuple[SessionSettings, list[str]]:
+    """(the settings a session is created with, threads resolved; the execution providers, the GPU's first when
+    there is one): a GPU runs one batch at a time faster than several, so it gets no parallel runs."""
+    import onnxruntime as ort
+
+    settings = session or SessionSettings()
+    if threads is not None:
+        settings = settings.replace(threads=threads)
+    available = ort.get_available_providers()
+    if providers is None:
+        providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
+    if "CUDAExecutionProvider" in set(providers) & set(available) and hasattr(ort, "preload_dlls"):
+        ort.preload_dlls()  # onnxruntime-gpu >= 1.21 finds the CUDA/cuDNN of the nvidia-* wheels only this way
+    if settings.parallel_runs and list(providers)[:1] != ["CPUExecutionProvider"]:
+        settings = settings.replace(parallel_runs=False)
+    return settings.replace(threads=settings.threads or default_threads()), list(providers)
+
+
+def _open_session(onnx_path: Path, settings: SessionSettings, providers: list[str]) -> Any:
+    """An ONNX Runtime session of `onnx_path`; `EncoderLoadError` for a graph it cannot load."""
+    import onnxruntime as ort
+
+    try:
+        return ort.InferenceSession(str(onnx_path), sess_options=settings.to_ort(), providers=providers)
+    except Exception as exc:  # onnxruntime raises its own untyped errors for corrupt graphs
+        raise EncoderLoadError(f"ONNX Runtime could not load {onnx_path}: {exc}") from exc
+
+
 class OnnxEncoder:
     """Encodes texts to L2-normalised float32 vectors with an exported ONNX model."""
 
@@ -169,58 +181,16 @@ class OnnxEncoder:
         verify_sha256: bool = False,
         session: SessionSettings | None = None,
     ) -> None:
-        import onnxruntime as ort
-        from tokenizers import Tokenizer
-
         self.model_dir = Path(model_dir)
-        meta_path = self.model_dir / ENCODER_META
         onnx_path = self.model_dir / ENCODER_ONNX
-        tok_path = self.model_dir / TOKENIZER_FILE
-        for p in (meta_path, onnx_path, tok_path):
-            if not p.is_file():
-                raise EncoderLoadError(
-                    f"{p} is missing: {self.model_dir} is not an exported Strata encoder "
-                    "(create one with `encoder export`)"
-                )
-        try:
-            self.meta = EncoderMeta.model_validate_json(meta_path.read_text())
-        except ValueError as exc:
-            raise EncoderLoadError(f"{meta_path} is not a valid encoder.json: {exc}") from exc
-        if verify_sha256:
-            from indexer.runtime.atomic import sha256_file
-
-            actual = sha256_file(onnx_path)
-            if actual != self.meta.onnx_sha256:
-                raise EncoderLoadError(
-                    f"{onnx_path} sha256 {actual[:12]}… does not match encoder.json ({self.meta.onnx_sha256[:12]}…)"
-                )
-
-        self.tokenizer = Tokenizer.from_file(str(tok_path))
-        self.tokenizer.enable_truncation(max_length=self.meta.max_length)
-        self.tokenizer.no_padding()  # we pad per batch ourselves, to the batch's longest
-        pad = self.tokenizer.token_to_id("[PAD]")
-        self.pad_id = 0 if pad is None else pad
-
-        settings = session or SessionSettings()
-        if threads is not None:
-            settings = settings.replace(threads=threads)
-        self.threads = settings.threads or default_threads()
-        available = ort.get_available_providers()
-        if providers is None:
-            providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
-        if "CUDAExecutionProvider" in set(providers) & set(available) and hasattr(ort, "preload_dlls"):
-            ort.preload_dlls()  # onnxruntime-gpu >= 1.21 finds the CUDA/cuDNN of the nvidia-* wheels only this way
-        if settings.parallel_runs and list(providers)[:1] != ["CPUExecutionProvider"]:
-            settings = settings.replace(parallel_runs=False)  # a GPU runs one batch at a time faster than several
+        self.meta = read_meta(self.model_dir, verify_sha256=verify_sha256)
+        self.tokenizer, self.pad_id = _tokenizer(self.model_dir / TOKENIZER_FILE, self.meta.max_length)
         # decided before the session exists, so the recorded settings are the ones it was created with
-        self.session_settings = settings.replace(threads=self.threads)
-        opts = self.session_settings.to_ort()
-        try:
-            self.session = ort.InferenceSession(str(onnx_path), sess_options=opts, providers=list(providers))
-        except Exception as exc:  # onnxruntime raises its own untyped errors for corrupt graphs
-            raise EncoderLoadError(f"ONNX Runtime could not load {onnx_path}: {exc}") from exc
+        self.session_settings, chosen = _session_settings(session, threads, providers)
+        self.threads: int = self.session_settings.threads or default_threads()
+        self.session = _open_session(onnx_path, self.session_settings, chosen)
         self.providers = self.session.get_providers()
-        self.parallel = settings.parallel_runs and self.threads > 1
+        self.parallel = self.session_settings.parallel_runs and self.threads > 1
         # ThreadPoolExecutor starts its threads on first use: an encoder that never runs a batch costs none
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="onnx-run") if self.parallel else None
         out = self.session.get_outputs()[0]

@@ -1,5 +1,5 @@
 """External id → FAISS id: the one rule, for builds (`indexer.ingest`), the API's writes and their replay
-(`indexer.runtime.overlay`) and `indexer compact`'s fold (`indexer.runtime.writes.fold`).
+(`indexer.runtime.overlay`) and `indexer compact`'s fold (`indexer.runtime.fold`).
 
 The store maps each external id to a FAISS int64 id, and hits give the external id back as it was given:
 - an integer id in [0, 2^62) is its own FAISS id, so integer-keyed corpora (Quora qids, database keys) keep their

@@ -35,7 +35,8 @@ import numpy as np
 
 from indexer.runtime.filters import Node, matches
 from indexer.runtime.ids import ExtId
-from indexer.runtime.overlay import LiveIndex, Overlay, Snapshot, WrittenDoc
+from indexer.runtime.live_index import LiveIndex
+from indexer.runtime.overlay import Overlay, Snapshot, WrittenDoc
 from indexer.runtime.passages import PASSAGE_KEY, parse_passage_id, passage_count, passage_id
 from indexer.runtime.rowsets import in_sorted
 from indexer.runtime.store import Store

@@ -34,8 +34,8 @@ from indexer.runtime.ann import AnnIndex
 from indexer.runtime.faiss.filtered import IdFilter, filtered_search
 from indexer.runtime.filters import Node
 from indexer.runtime.ids import shard_of
+from indexer.runtime.live_index import LiveIndex, LiveMatch
 from indexer.runtime.manifest import Manifest
-from indexer.runtime.overlay import LiveIndex, LiveMatch
 from indexer.runtime.store import STORE, Store
 from indexer.runtime.version import FilterMatch
 from indexer.runtime.writelog import UPSERT, LogEntry, WriteLog, WriteLogError

@@ -105,7 +105,7 @@ class FilterMatch:
 @runtime_checkable
 class VectorIndex(Protocol):
     """What a searcher needs of an index version, wherever its vectors live: an `IndexVersion` in this process, the
-    live overlay of the API's writes on one (`indexer.runtime.overlay.LiveIndex`), or the shard deployments of one
+    live overlay of the API's writes on one (`indexer.runtime.live_index.LiveIndex`), or the shard deployments of one
     version on Ray Serve (`service.engine.sharded`). Its vectors are an `indexer.runtime.ann.AnnIndex` of the
     manifest's kind. Each answers `lexical_search` (and hybrid's legs) from the version's BM25 index when its
     manifest has one (the sharded backend from the API process: the shards hold vectors only)."""

@@ -8,7 +8,7 @@ shape (`service.engine.searcher.Searcher`).
 
 One write, in order (`Collection.upsert` / `Collection.delete` call `Writes.commit` once the texts are encoded):
 1. the entries are appended to the root's write log in one SQLite transaction, fsync'd (`indexer.runtime.writelog`);
-2. the log's new entries are applied to the served version's overlay (`overlay.LiveIndex`), so the next search sees
+2. the log's new entries are applied to the served version's overlay (`live_index.LiveIndex`), so the next search sees
    them — visible before the 200, not eventually;
 3. the API answers 200.
 A crash between 1 and 3 loses nothing acknowledged: on restart the overlay is rebuilt from the log.
@@ -20,7 +20,7 @@ the write lock, applies the entries logged while the candidate was being prepare
 acknowledged during a swap is in the new version's overlay, and none is applied to a version nobody will serve.
 
 Encoders. A log entry carries the vector of the encoder that served its write; a version built with another
-encoder re-encodes the entry's text when it is applied (`overlay.reencode_stale`); the sharded backend's shards
+encoder re-encodes the entry's text when it is applied (`fold.reencode_stale`); the sharded backend's shards
 cannot, so such a version is refused there (`WriteLogError` at `attach`).
 
 Restrictions, refused before anything is encoded or logged:
@@ -48,9 +48,11 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from indexer.runtime.encoder import OnnxEncoder
+from indexer.runtime.fold import reencode_stale
 from indexer.runtime.ids import ExtId
+from indexer.runtime.live_index import LiveIndex
 from indexer.runtime.manifest import Manifest
-from indexer.runtime.overlay import Applied, LiveIndex, reencode_stale
+from indexer.runtime.overlay import Applied
 from indexer.runtime.storage import StorageError
 from indexer.runtime.version import IndexVersion, VectorIndex
 from indexer.runtime.writelog import UPSERT, Delete, LogEntry, Upsert, WriteLog, WriteLogError, log_path

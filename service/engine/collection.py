@@ -28,8 +28,8 @@ import numpy as np
 
 from indexer.runtime.ann import served_search_params
 from indexer.runtime.collection_config import CollectionConfig, ConfigError
+from indexer.runtime.live_index import served_counts
 from indexer.runtime.manifest import Manifest, SearchMode
-from indexer.runtime.overlay import served_counts
 from indexer.runtime.query import Query
 from indexer.runtime.vectors import VectorError, check_vector
 from indexer.runtime.writelog import ExtId

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from indexer.runtime.collection_config import Compaction
-from indexer.runtime.overlay import LiveIndex
+from indexer.runtime.live_index import LiveIndex
 from indexer.runtime.writelog import log_path
 from service.engine.leases import Leases
 from service.engine.metrics import Metrics

@@ -27,7 +27,7 @@ from indexer.runtime.faiss.exact import exact_search
 from indexer.runtime.faiss.ivf import IvfIndex
 from indexer.runtime.faiss.kmeans import two_level_centroids
 from indexer.runtime.faiss.training import build_ivf
-from indexer.runtime.store import CorpusStoreWriter
+from indexer.runtime.store_writer import CorpusStoreWriter
 
 DIM = 32  # the tiny exported encoder's
 

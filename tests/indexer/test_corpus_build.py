@@ -165,10 +165,10 @@ def test_build_warns_when_the_corpus_shrinks(served_root: Path, tiny_exported: P
 
 
 def test_publish_warns_on_a_shrink_makes_it_current_and_prunes(served_root: Path, tmp_path: Path) -> None:
-    """The one publish step of build, the Ray build, add and compact (`indexer.ingest.publish`)."""
+    """The one publish step of build, the Ray build, add and compact (`indexer.publish.publish`)."""
     import shutil
 
-    from indexer.ingest import publish
+    from indexer.publish import publish
     from indexer.runtime.layout import IndexRoot
     from indexer.runtime.manifest import Manifest
 

@@ -180,7 +180,7 @@ def test_markdown_and_html_keep_word_boundaries_across_soft_line_breaks(tmp_path
 def test_a_long_row_is_cut_before_anything_tokenizes_it(tmp_path: Path, tiny_exported: Path) -> None:
     from indexer.ingest import ingest
     from indexer.runtime.encoder import OnnxEncoder
-    from indexer.runtime.store import CorpusStoreWriter
+    from indexer.runtime.store_writer import CorpusStoreWriter
 
     rows = [{"id": "long", "text": "glacier " * (MAX_DOC_CHARS // 4)}, {"id": "short", "text": "sea"}]
     (tmp_path / "c.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -210,7 +210,7 @@ def test_passages_per_document_are_bounded(tmp_path: Path, tiny_exported: Path,
     from indexer.ingest import ingest
     from indexer.runtime.encoder import OnnxEncoder
     from indexer.runtime.passages import Splitter
-    from indexer.runtime.store import CorpusStoreWriter
+    from indexer.runtime.store_writer import CorpusStoreWriter
 
     monkeypatch.setattr(ingest_passages, "MAX_PASSAGES", 3)
     text = " ".join(f"the sea is blue number {i}." for i in range(200))

@@ -11,7 +11,7 @@ from pathlib import Path
 from indexer.corpus import open_corpus
 from indexer.ingest import INGEST_CHUNK, ingest
 from indexer.runtime.encoder import OnnxEncoder
-from indexer.runtime.store import CorpusStoreWriter
+from indexer.runtime.store_writer import CorpusStoreWriter
 from tests.tiny_bert import WORDS
 
 DOCS = 1500  # one ingest chunk: every row is read before the first text is encoded

@@ -20,7 +20,7 @@ import pytest
 
 from indexer.runtime import bounded_leg, lexical_tantivy
 from indexer.runtime.filters import matches, parse_filter
-from indexer.runtime.overlay import LiveIndex
+from indexer.runtime.live_index import LiveIndex
 from indexer.runtime.version import IndexVersion
 from indexer.runtime.writelog import DELETE, UPSERT, LogEntry
 from tests.service.engine.test_index_contract import (

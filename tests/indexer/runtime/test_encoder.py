@@ -98,7 +98,7 @@ def test_parallel_runs_use_every_thread_and_give_the_same_vectors(minilm_mean: P
     one run's operators; the vectors are those of one run over two intra-op threads."""
     import threading
 
-    from indexer.runtime.encoder import SessionSettings
+    from indexer.runtime.onnx_session import SessionSettings
 
     par = OnnxEncoder(minilm_mean, threads=2)
     one = OnnxEncoder(minilm_mean, session=SessionSettings(threads=2, parallel_runs=False))

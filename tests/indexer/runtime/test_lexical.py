@@ -250,7 +250,8 @@ def _quora_like(i: int) -> str:
 def test_a_store_streamed_build_equals_the_list_build(tmp_path: Path, engine: str) -> None:
     """The build's path (`Store.iter_texts`, paged by id, with `n_docs`) indexes the same rows, statistics and
     answers as a list in any order; the ids come ascending whatever order they were written in."""
-    from indexer.runtime.store import Store, write_store
+    from indexer.runtime.store import Store
+    from indexer.runtime.store_writer import write_store
 
     n = 2_345
     fids = [i * 3 + (1 if i % 2 else 0) for i in range(n)][::-1]  # written in descending order

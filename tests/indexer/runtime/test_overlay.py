@@ -17,10 +17,12 @@ import pytest
 
 from indexer.runtime.faiss.files import INDEX_FILE, write_index
 from indexer.runtime.faiss.training import build_ivf
+from indexer.runtime.fold import fold
 from indexer.runtime.ids import ASSIGNED_IDS_FROM
+from indexer.runtime.live_index import LiveIndex
 from indexer.runtime.manifest import DataInfo, IndexInfo, Manifest, ModelInfo, Timings
-from indexer.runtime.overlay import LiveIndex, fold
-from indexer.runtime.store import STORE, CorpusStoreWriter
+from indexer.runtime.store import STORE
+from indexer.runtime.store_writer import CorpusStoreWriter
 from indexer.runtime.version import IndexVersion, VectorIndex
 from indexer.runtime.writelog import DELETE, UPSERT, LogEntry, net_effect
 from indexer.runtime.writes import Writes, WritesUnsupported

@@ -17,11 +17,12 @@ from indexer.runtime.faiss.files import INDEX_FILE, write_index
 from indexer.runtime.faiss.training import build_ivf
 from indexer.runtime.filters import FilterError
 from indexer.runtime.ids import ASSIGNED_IDS_FROM
+from indexer.runtime.live_index import LiveIndex
 from indexer.runtime.manifest import DataInfo, IndexInfo, Manifest, ModelInfo, Timings
-from indexer.runtime.overlay import LiveIndex
 from indexer.runtime.passages import Passage, passage_rows
 from indexer.runtime.reading import BadCursor, Documents, encode_cursor, laid_out
-from indexer.runtime.store import STORE, CorpusStoreWriter
+from indexer.runtime.store import STORE
+from indexer.runtime.store_writer import CorpusStoreWriter
 from indexer.runtime.version import IndexVersion
 from indexer.runtime.writelog import DELETE, UPSERT, LogEntry
 from tests.indexer.runtime.test_overlay import N, make_version, unit

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from indexer.runtime.store import Store, write_store
+from indexer.runtime.store import Store
+from indexer.runtime.store_writer import write_store
 
 
 def _store(tmp_path: Path, n: int = 10) -> Path:

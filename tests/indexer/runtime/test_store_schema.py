@@ -23,8 +23,9 @@ import numpy as np
 import pytest
 
 from indexer.runtime.filters import FilterError
-from indexer.runtime.overlay import LiveIndex
-from indexer.runtime.store import STORE, Store, apply_writes, write_store
+from indexer.runtime.live_index import LiveIndex
+from indexer.runtime.store import STORE, Store
+from indexer.runtime.store_writer import apply_writes, write_store
 from indexer.runtime.version import IndexVersion
 from indexer.runtime.writelog import UPSERT, LogEntry
 

@@ -42,11 +42,12 @@ from indexer.runtime.faiss.training import train_empty_ivf
 from indexer.runtime.filters import matches, parse_filter
 from indexer.runtime.ids import ASSIGNED_IDS_FROM
 from indexer.runtime.lexical import ENGINES, LexicalIndex, build_lexical, lexical_info, open_lexical
+from indexer.runtime.live_index import LiveIndex
 from indexer.runtime.manifest import DataInfo, IndexInfo, Manifest, ModelInfo, ShardInfo, Timings
-from indexer.runtime.overlay import LiveIndex
 from indexer.runtime.reading import Documents, VectorsUnavailable
 from indexer.runtime.shard_writes import LiveShards
-from indexer.runtime.store import STORE, CorpusStoreWriter
+from indexer.runtime.store import STORE
+from indexer.runtime.store_writer import CorpusStoreWriter
 from indexer.runtime.version import IndexVersion
 from indexer.runtime.writelog import DELETE, UPSERT, LogEntry
 from indexer.runtime.writes import Writes

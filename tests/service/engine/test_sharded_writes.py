@@ -22,8 +22,8 @@ pytest.importorskip("ray")
 from indexer.runtime.faiss.files import read_index  # noqa: E402
 from indexer.runtime.ids import shard_of  # noqa: E402
 from indexer.runtime.layout import IndexRoot  # noqa: E402
+from indexer.runtime.live_index import LiveIndex  # noqa: E402
 from indexer.runtime.manifest import Manifest  # noqa: E402
-from indexer.runtime.overlay import LiveIndex  # noqa: E402
 from indexer.runtime.reading import Documents  # noqa: E402
 from indexer.runtime.shard_writes import LiveShards  # noqa: E402
 from indexer.runtime.store import STORE, Store  # noqa: E402
