@@ -25,6 +25,7 @@ turn into typed exceptions (`openai.BadRequestError`, `AuthenticationError`, `Ra
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
@@ -35,34 +36,8 @@ from starlette.exceptions import HTTPException
 from starlette.routing import get_route_path
 
 from indexer.runtime.metadata import json_safe
+from service import engine
 from service.auth import served_routes
-from service.engine import (
-    BadConfig,
-    BadCursor,
-    BadFilter,
-    BadSearchParams,
-    BadVector,
-    CollectionConflict,
-    DimensionChanged,
-    DocumentNotFound,
-    ModeUnavailable,
-    NotReady,
-    NotServing,
-    Overloaded,
-    SnapshotConflict,
-    SnapshotError,
-    SnapshotNotFound,
-    StorageFull,
-    StorageUnavailable,
-    SwapRefused,
-    TimedOut,
-    UnknownCollection,
-    UnknownModel,
-    VectorsUnavailable,
-    WriteRefused,
-    WritesUnavailable,
-    WritesUnsupported,
-)
 from service.engine.errors import SnapshotTooLarge
 from service.schemas.admin import ReloadResponse
 from service.schemas.openai import OpenAIRequestError
@@ -180,130 +155,122 @@ async def openai_refusal(request: Request, exc: OpenAIRequestError) -> JSONRespo
     return JSONResponse(openai_error(exc.status, exc.message, param=exc.param, code=exc.code), exc.status)
 
 
-async def overloaded(request: Request, exc: Overloaded) -> JSONResponse:
+async def overloaded(request: Request, exc: engine.Overloaded) -> JSONResponse:
     return _error(request, 429, str(exc), headers={"Retry-After": str(exc.retry_after_s)})
 
 
-async def not_ready(request: Request, exc: NotReady | NotServing) -> JSONResponse:
+async def not_ready(request: Request, exc: engine.NotReady | engine.NotServing) -> JSONResponse:
     return _error(request, 503, str(exc))
 
 
-async def timed_out(request: Request, exc: TimedOut) -> JSONResponse:
+async def timed_out(request: Request, exc: engine.TimedOut) -> JSONResponse:
     return _error(request, 504, str(exc))
 
 
-async def bad_filter(request: Request, exc: BadFilter) -> JSONResponse:
+async def bad_filter(request: Request, exc: engine.BadFilter) -> JSONResponse:
     """422 shaped like a request validation error (the OpenAPI schema's), the reason in `msg`."""
     return JSONResponse({"detail": [{"type": "filter", "loc": ["body", "filter"], "msg": str(exc)}]},
                         status_code=422)
 
 
-async def bad_search_params(request: Request, exc: BadSearchParams) -> JSONResponse:
+async def bad_search_params(request: Request, exc: engine.BadSearchParams) -> JSONResponse:
     """422 shaped like a request validation error, at the parameter the served version's index does not take."""
     return JSONResponse({"detail": [{"type": "search_params", "loc": ["body", exc.name or "nprobe"],
                                      "msg": str(exc)}]}, status_code=422)
 
 
-async def bad_config(request: Request, exc: BadConfig) -> JSONResponse:
+async def bad_config(request: Request, exc: engine.BadConfig) -> JSONResponse:
     """422 shaped like a request validation error, at the field over the collection's limits (or, for
     `PUT /collections/{name}/config`, the config's field)."""
     return JSONResponse({"detail": [{"type": "collection_config", "loc": ["body", *exc.loc], "msg": str(exc)}]},
                         status_code=422)
 
 
-async def bad_vector(request: Request, exc: BadVector) -> JSONResponse:
+async def bad_vector(request: Request, exc: engine.BadVector) -> JSONResponse:
     """422 shaped like a request validation error, at the vector (for a write: the document's)."""
     return JSONResponse({"detail": [{"type": "vector", "loc": ["body", *exc.loc], "msg": str(exc)}]},
                         status_code=422)
 
 
-async def mode_unavailable(request: Request, exc: ModeUnavailable) -> JSONResponse:
+async def mode_unavailable(request: Request, exc: engine.ModeUnavailable) -> JSONResponse:
     return JSONResponse({"detail": [{"type": "mode", "loc": ["body", "mode"], "msg": str(exc)}]}, status_code=422)
 
 
-async def swap_refused(request: Request, exc: SwapRefused) -> JSONResponse:
+async def swap_refused(request: Request, exc: engine.SwapRefused) -> JSONResponse:
     body = ReloadResponse(outcome="refused", index_version=exc.served, candidate=exc.candidate, reason=exc.reason)
     return JSONResponse(body.model_dump(), status_code=409)
 
 
-async def write_refused(request: Request, exc: WriteRefused | CollectionConflict) -> JSONResponse:
+async def write_refused(request: Request, exc: engine.WriteRefused | engine.CollectionConflict) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, status_code=409)
 
 
-async def writes_unsupported(request: Request, exc: WritesUnsupported) -> JSONResponse:
+async def writes_unsupported(request: Request, exc: engine.WritesUnsupported) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, status_code=501)
 
 
-async def writes_unavailable(request: Request, exc: WritesUnavailable) -> JSONResponse:
+async def writes_unavailable(request: Request, exc: engine.WritesUnavailable) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, status_code=503)
 
 
-async def storage_full(request: Request, exc: StorageFull) -> JSONResponse:
+async def storage_full(request: Request, exc: engine.StorageFull) -> JSONResponse:
     """507 Insufficient Storage (RFC 4918): the disk of the index root is full; nothing was written."""
     return _error(request, 507, f"insufficient storage: {exc}", headers={"Retry-After": str(exc.retry_after_s)})
 
 
-async def storage_unavailable(request: Request, exc: StorageUnavailable) -> JSONResponse:
+async def storage_unavailable(request: Request, exc: engine.StorageUnavailable) -> JSONResponse:
     return _error(request, 503, f"storage unavailable: {exc}", headers={"Retry-After": str(exc.retry_after_s)})
 
 
-async def snapshot_error(request: Request, exc: SnapshotError) -> JSONResponse:
-    status = (404 if isinstance(exc, SnapshotNotFound) else 409 if isinstance(exc, SnapshotConflict)
+async def snapshot_error(request: Request, exc: engine.SnapshotError) -> JSONResponse:
+    status = (404 if isinstance(exc, engine.SnapshotNotFound) else 409 if isinstance(exc, engine.SnapshotConflict)
               else 413 if isinstance(exc, SnapshotTooLarge) else 422)
     return _error(request, status, str(exc))
 
 
-async def document_not_found(request: Request, exc: DocumentNotFound) -> JSONResponse:
+async def document_not_found(request: Request, exc: engine.DocumentNotFound) -> JSONResponse:
     return _error(request, 404, str(exc))
 
 
-async def bad_cursor(request: Request, exc: BadCursor) -> JSONResponse:
+async def bad_cursor(request: Request, exc: engine.BadCursor) -> JSONResponse:
     """422 shaped like a request validation error, at the cursor."""
     return JSONResponse({"detail": [{"type": "cursor", "loc": ["body", "cursor"], "msg": str(exc)}]},
                         status_code=422)
 
 
-async def vectors_unavailable(request: Request, exc: VectorsUnavailable) -> JSONResponse:
+async def vectors_unavailable(request: Request, exc: engine.VectorsUnavailable) -> JSONResponse:
     return _error(request, 501, str(exc))
 
 
-async def unknown_collection(request: Request, exc: UnknownCollection) -> JSONResponse:
+async def unknown_collection(request: Request, exc: engine.UnknownCollection) -> JSONResponse:
     return _error(request, 404, str(exc))
 
 
-async def unknown_model(request: Request, exc: UnknownModel) -> JSONResponse:
+async def unknown_model(request: Request, exc: engine.UnknownModel) -> JSONResponse:
     return JSONResponse(openai_error(404, str(exc), param="model", code="model_not_found"), 404)
 
 
-async def dimension_changed(request: Request, exc: DimensionChanged) -> JSONResponse:
+async def dimension_changed(request: Request, exc: engine.DimensionChanged) -> JSONResponse:
     """410 Gone: what the name served is gone for good (vectors of its dimension); the message names the new id."""
     return JSONResponse(openai_error(410, str(exc), param="model", code="model_dimension_changed"), 410)
 
 
+# Each error the app answers, and its handler (an exception's subclasses take its handler).
+_HANDLERS: dict[type[Exception], Callable[[Request, Any], Awaitable[Response]]] = {
+    RequestValidationError: validation_error, HTTPException: http_error, OpenAIRequestError: openai_refusal,
+    engine.Overloaded: overloaded, engine.NotReady: not_ready, engine.NotServing: not_ready,
+    engine.TimedOut: timed_out, engine.SwapRefused: swap_refused,
+    engine.BadFilter: bad_filter, engine.BadVector: bad_vector, engine.BadSearchParams: bad_search_params,
+    engine.BadConfig: bad_config, engine.ModeUnavailable: mode_unavailable, engine.BadCursor: bad_cursor,
+    engine.WriteRefused: write_refused, engine.CollectionConflict: write_refused,
+    engine.WritesUnsupported: writes_unsupported, engine.WritesUnavailable: writes_unavailable,
+    engine.StorageFull: storage_full, engine.StorageUnavailable: storage_unavailable,
+    engine.SnapshotError: snapshot_error, engine.DocumentNotFound: document_not_found,
+    engine.VectorsUnavailable: vectors_unavailable, engine.UnknownCollection: unknown_collection,
+    engine.UnknownModel: unknown_model, engine.DimensionChanged: dimension_changed,
+}
+
+
 def install_error_handlers(app: FastAPI) -> None:
-    app.add_exception_handler(RequestValidationError, validation_error)  # type: ignore[arg-type]
-    app.add_exception_handler(HTTPException, http_error)  # type: ignore[arg-type]
-    app.add_exception_handler(OpenAIRequestError, openai_refusal)  # type: ignore[arg-type]
-    app.add_exception_handler(Overloaded, overloaded)  # type: ignore[arg-type]
-    app.add_exception_handler(NotReady, not_ready)  # type: ignore[arg-type]
-    app.add_exception_handler(NotServing, not_ready)  # type: ignore[arg-type]
-    app.add_exception_handler(TimedOut, timed_out)  # type: ignore[arg-type]
-    app.add_exception_handler(SwapRefused, swap_refused)  # type: ignore[arg-type]
-    app.add_exception_handler(BadFilter, bad_filter)  # type: ignore[arg-type]
-    app.add_exception_handler(BadVector, bad_vector)  # type: ignore[arg-type]
-    app.add_exception_handler(BadSearchParams, bad_search_params)  # type: ignore[arg-type]
-    app.add_exception_handler(BadConfig, bad_config)  # type: ignore[arg-type]
-    app.add_exception_handler(ModeUnavailable, mode_unavailable)  # type: ignore[arg-type]
-    app.add_exception_handler(WriteRefused, write_refused)  # type: ignore[arg-type]
-    app.add_exception_handler(CollectionConflict, write_refused)  # type: ignore[arg-type]
-    app.add_exception_handler(WritesUnsupported, writes_unsupported)  # type: ignore[arg-type]
-    app.add_exception_handler(WritesUnavailable, writes_unavailable)  # type: ignore[arg-type]
-    app.add_exception_handler(StorageFull, storage_full)  # type: ignore[arg-type]
-    app.add_exception_handler(StorageUnavailable, storage_unavailable)  # type: ignore[arg-type]
-    app.add_exception_handler(SnapshotError, snapshot_error)  # type: ignore[arg-type]
-    app.add_exception_handler(DocumentNotFound, document_not_found)  # type: ignore[arg-type]
-    app.add_exception_handler(BadCursor, bad_cursor)  # type: ignore[arg-type]
-    app.add_exception_handler(VectorsUnavailable, vectors_unavailable)  # type: ignore[arg-type]
-    app.add_exception_handler(UnknownModel, unknown_model)  # type: ignore[arg-type]
-    app.add_exception_handler(UnknownCollection, unknown_collection)  # type: ignore[arg-type]
-    app.add_exception_handler(DimensionChanged, dimension_changed)  # type: ignore[arg-type]
+    for exc, handler in _HANDLERS.items():
+        app.add_exception_handler(exc, handler)  # type: ignore[arg-type]

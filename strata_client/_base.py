@@ -49,26 +49,6 @@ class Base:
     def _http_options(self) -> dict[str, Any]:
         return {"base_url": self.url, "timeout": self.timeout}
 
-    @staticmethod
-    def _answer(call: _calls.Call, response: httpx.Response, attempts: int) -> Any:
-        if response.status_code in call.answers:
-            return response.json()
-        error = error_from(response)
-        error.attempts = attempts
-        raise error
-
-    @staticmethod
-    def _refused(call: _calls.Call, response: httpx.Response, policy: RetryPolicy) -> APIError | None:
-        """The error to retry on, or None when the answer is final."""
-        if call.retry and response.status_code in policy.statuses and response.status_code not in call.answers:
-            return error_from(response)
-        return None
-
-    @staticmethod
-    def _unreachable(call: _calls.Call, exc: Exception, attempts: int) -> TransportError:
-        return TransportError(f"{call.method} {call.path}: {type(exc).__name__}: {exc} (after {attempts} "
-                              f"attempt{'s' if attempts > 1 else ''})")
-
     # -- answers into results ----------------------------------------------------------------------------------------
 
     @staticmethod
@@ -124,3 +104,54 @@ class Base:
         if name is None:
             raise ValueError("no collection named (pass one, or make the client with collection=...)")
         return name
+
+
+class Attempts:
+    """One call's tries under its retry policy, what the sync and async clients share (they only send and sleep):
+    after each try, `answered` or `failed` gives the seconds to wait before the next one, None when done (the
+    answer in `answer`); an error that ends the call is raised."""
+
+    def __init__(self, client: Base, call: _calls.Call) -> None:
+        self.call, self.headers = call, client._headers
+        self.policy = client.retry if call.retry else RetryPolicy(max_attempts=1)
+        self.waited, self.attempt, self.answer = 0.0, 0, None
+
+    def request(self) -> dict[str, Any]:
+        """The next try's arguments of `httpx.Client.request`."""
+        self.attempt += 1
+        call = self.call
+        return {"method": call.method, "url": call.path, "json": call.json, "params": call.params,
+                "headers": self.headers}
+
+    def answered(self, response: httpx.Response) -> float | None:
+        """After an answer: the wait before sending again when it refused a call that may be retried (429/503 of the
+        policy), else None with the answer kept (or its `APIError` raised)."""
+        refused = self._refused(response)
+        delay = None if refused is None else self.policy.next_wait(self.attempt, refused.retry_after_s, self.waited)
+        if delay is None:
+            if response.status_code not in self.call.answers:
+                error = error_from(response)
+                error.attempts = self.attempt
+                raise error
+            self.answer = response.json()
+        return self._waiting(delay)
+
+    def failed(self, exc: httpx.TransportError) -> float:
+        """After a transport error: the wait before sending again when the request was not sent (no connection),
+        else `TransportError` (a request sent, or partly, is not known to be safe to send twice)."""
+        delay = self.policy.next_wait(self.attempt, None, self.waited) if isinstance(exc, RETRIED_TRANSPORT) else None
+        if delay is None:
+            raise TransportError(f"{self.call.method} {self.call.path}: {type(exc).__name__}: {exc} (after "
+                                 f"{self.attempt} attempt{'s' if self.attempt > 1 else ''})") from exc
+        return self._waiting(delay)
+
+    def _refused(self, response: httpx.Response) -> APIError | None:
+        """The error to retry on, or None when the answer is final."""
+        status = response.status_code
+        if self.call.retry and status in self.policy.statuses and status not in self.call.answers:
+            return error_from(response)
+        return None
+
+    def _waiting(self, delay: float | None) -> float | None:
+        self.waited += delay or 0.0
+        return delay

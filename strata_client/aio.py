@@ -11,26 +11,10 @@ from typing import Any
 import httpx
 
 from strata_client import _calls
-from strata_client._base import RETRIED_TRANSPORT, Base
+from strata_client import types as t
+from strata_client._base import Attempts, Base
 from strata_client.errors import APIError, TransportError
 from strata_client.retry import RetryPolicy
-from strata_client.types import (
-    CollectionInfo,
-    DeleteResult,
-    DocId,
-    Document,
-    Embeddings,
-    Found,
-    Fusion,
-    Mode,
-    Readiness,
-    ReloadResult,
-    ScrollPage,
-    SearchResult,
-    Stats,
-    StoredDocument,
-    UpsertResult,
-)
 
 
 class AsyncClient(Base):
@@ -58,26 +42,15 @@ class AsyncClient(Base):
         return AsyncClient(self.url, self.api_key, name, timeout=self.timeout, retry=self.retry, http=self._http)
 
     async def _send(self, call: _calls.Call) -> Any:
-        policy = self.retry if call.retry else RetryPolicy(max_attempts=1)
-        waited, attempt = 0.0, 0
+        tries = Attempts(self, call)
         while True:
-            attempt += 1
             try:
-                response = await self._http.request(call.method, call.path, json=call.json, params=call.params,
-                                                    headers=self._headers)
-            except RETRIED_TRANSPORT as exc:
-                delay = policy.next_wait(attempt, None, waited)
-                if delay is None:
-                    raise self._unreachable(call, exc, attempt) from exc
-            except httpx.TransportError as exc:  # sent, or partly: not known to be safe, not retried
-                raise self._unreachable(call, exc, attempt) from exc
-            else:
-                refused = self._refused(call, response, policy)
-                delay = None if refused is None else policy.next_wait(attempt, refused.retry_after_s, waited)
-                if delay is None:
-                    return self._answer(call, response, attempt)
+                delay = tries.answered(await self._http.request(**tries.request()))
+            except httpx.TransportError as exc:
+                delay = tries.failed(exc)
+            if delay is None:
+                return tries.answer
             await asyncio.sleep(delay)
-            waited += delay
 
     async def _send_all(self, calls: list[_calls.Call]) -> list[Any]:
         return [await self._send(c) for c in calls]
@@ -85,15 +58,12 @@ class AsyncClient(Base):
     # -- search and encode -------------------------------------------------------------------------------------------
 
     async def search(self, query: str, *, top_k: int = 10, filter: dict[str, Any] | None = None,
-                     mode: Mode | None = None, fusion: Fusion | None = None, k: float | None = None,
+                     mode: t.Mode | None = None, fusion: t.Fusion | None = None, k: float | None = None,
                      alpha: float | None = None, nprobe: int | None = None,
                      ef_search: int | None = None, passages: bool | None = None,
-                     snippets: bool | None = None) -> SearchResult:
-        """The `top_k` (1..100) best documents for `query`, among those whose metadata match `filter`
-        (docs/search.md#filtered-search), by `mode` (default: the served version's); hybrid fuses by `fusion`
-        (convex with the dense weight `alpha`, or rrf with rank constant `k`). On a version built with passages
-        each hit carries its `passage` (offsets, `snippet`); `passages=True` returns the passages themselves,
-        `snippets=False` leaves the snippets empty (their cost saved)."""
+                     snippets: bool | None = None) -> t.SearchResult:
+        """`Client.search`, awaited: the `top_k` (1..100) best documents for `query` among those whose metadata match
+        `filter`, by `mode`, with its fusion's parameters, the index's search parameters and the passages' options."""
         if not isinstance(query, str):
             raise TypeError("search takes one query string; search_many takes several")
         texts, calls = _calls.search_calls(self.collection, query, top_k=top_k, filter=filter, mode=mode,
@@ -102,17 +72,17 @@ class AsyncClient(Base):
         return self._search(texts, await self._send_all(calls))[0]
 
     async def search_many(self, queries: Iterable[str], *, top_k: int = 10,
-                          filter: dict[str, Any] | None = None, mode: Mode | None = None,
-                          fusion: Fusion | None = None, k: float | None = None, alpha: float | None = None,
+                          filter: dict[str, Any] | None = None, mode: t.Mode | None = None,
+                          fusion: t.Fusion | None = None, k: float | None = None, alpha: float | None = None,
                           nprobe: int | None = None, ef_search: int | None = None, passages: bool | None = None,
-                          snippets: bool | None = None) -> list[SearchResult]:
+                          snippets: bool | None = None) -> list[t.SearchResult]:
         """`search` for several queries, in order (sent 64 per request)."""
         texts, calls = _calls.search_calls(self.collection, list(queries), top_k=top_k, filter=filter, mode=mode,
                                            fusion=fusion, k=k, alpha=alpha, nprobe=nprobe, ef_search=ef_search,
                                            passages=passages, snippets=snippets)
         return self._search(texts, await self._send_all(calls))
 
-    async def encode(self, texts: str | Iterable[str]) -> Embeddings:
+    async def encode(self, texts: str | Iterable[str]) -> t.Embeddings:
         """L2-normalised vectors of `texts` by the collection's encoder (the vectors its index holds)."""
         wanted = self._texts(texts)  # type: ignore[arg-type]
         if self.collection is None:
@@ -125,26 +95,26 @@ class AsyncClient(Base):
 
     # -- writes ------------------------------------------------------------------------------------------------------
 
-    async def upsert(self, documents: Iterable[Document | dict[str, Any] | tuple[Any, ...]], *,
-                     batch_size: int = _calls.MAX_WRITE_DOCS) -> UpsertResult:
+    async def upsert(self, documents: Iterable[t.Document | dict[str, Any] | tuple[Any, ...]], *,
+                     batch_size: int = _calls.MAX_WRITE_DOCS) -> t.UpsertResult:
         """Add or replace documents by id (encoded by the server). Durable and searchable when it returns; more
         than `batch_size` documents go in several requests, each durable on its own."""
         return self._upserted(await self._send_all(_calls.upsert_calls(self.collection, documents, batch_size)))
 
-    async def delete(self, ids: Iterable[DocId], *, batch_size: int = _calls.MAX_DELETE_IDS) -> DeleteResult:
+    async def delete(self, ids: Iterable[t.DocId], *, batch_size: int = _calls.MAX_DELETE_IDS) -> t.DeleteResult:
         """Delete documents by id; durable and applied when it returns."""
         return self._deleted(await self._send_all(_calls.delete_calls(self.collection, ids, batch_size)))
 
     # -- reading documents back --------------------------------------------------------------------------------------
 
-    async def get(self, id: DocId, *, with_vector: bool = False) -> StoredDocument | None:
+    async def get(self, id: t.DocId, *, with_vector: bool = False) -> t.StoredDocument | None:
         """The document with this id as the collection serves it now; None when no document has it."""
         if not isinstance(id, str | int) or isinstance(id, bool):
             raise TypeError("get takes one id (a string or an integer); get_many takes several")
         found = await self.get_many([id], with_vector=with_vector)
         return found.documents[0] if found.documents else None
 
-    async def get_many(self, ids: Iterable[DocId], *, with_vector: bool = False) -> Found:
+    async def get_many(self, ids: Iterable[t.DocId], *, with_vector: bool = False) -> t.Found:
         """The documents with these ids, in their order, and the ids no document has (sent 1,000 per request)."""
         return self._found(await self._send_all(_calls.get_calls(self.collection, ids, with_vector)))
 
@@ -153,12 +123,12 @@ class AsyncClient(Base):
         return int((await self._send(_calls.count_call(self.collection, filter)))["count"])
 
     async def scroll(self, *, limit: int = 100, cursor: str | None = None, filter: dict[str, Any] | None = None,
-                     with_vector: bool = False) -> ScrollPage:
+                     with_vector: bool = False) -> t.ScrollPage:
         """One page (1..1,000 documents) of the collection in id order, after `cursor` (None: from the start)."""
         return self._page(await self._send(_calls.scroll_call(self.collection, limit, cursor, filter, with_vector)))
 
     async def iter_documents(self, *, filter: dict[str, Any] | None = None, batch_size: int = 256,
-                             with_vector: bool = False) -> AsyncIterator[StoredDocument]:
+                             with_vector: bool = False) -> AsyncIterator[t.StoredDocument]:
         """Every document (matching `filter`), scrolled `batch_size` at a time: `async for doc in ...`."""
         cursor = None
         while True:
@@ -174,46 +144,46 @@ class AsyncClient(Base):
     async def health(self) -> bool:
         return (await self._send(_calls.Call("GET", "/health")))["status"] == "ok"
 
-    async def ready(self) -> Readiness:
+    async def ready(self) -> t.Readiness:
         """`GET /ready`: ready or not, and why not (not an error: `ready` is false)."""
-        return Readiness.from_json(await self._send(_calls.ready_call()))
+        return t.Readiness.from_json(await self._send(_calls.ready_call()))
 
-    async def wait_ready(self, timeout: float = 60.0, interval: float = 0.5) -> Readiness:
+    async def wait_ready(self, timeout: float = 60.0, interval: float = 0.5) -> t.Readiness:
         """Poll /ready until the server serves; TimeoutError (with the last reason) after `timeout` seconds."""
         deadline = time.monotonic() + timeout
         while True:
             try:
                 state = await self.ready()
             except TransportError as exc:  # not listening yet
-                state = Readiness(False, f"unreachable: {exc}", None, None, None, {}, {})
+                state = t.Readiness(False, f"unreachable: {exc}", None, None, None, {}, {})
             if state.ready:
                 return state
             if time.monotonic() + interval > deadline:
                 raise TimeoutError(f"{self.url} not ready after {timeout} s: {state.reason}")
             await asyncio.sleep(interval)
 
-    async def stats(self) -> Stats:
-        return Stats.from_json(await self._send(_calls.Call("GET", "/stats")))
+    async def stats(self) -> t.Stats:
+        return t.Stats.from_json(await self._send(_calls.Call("GET", "/stats")))
 
-    async def collections(self) -> list[CollectionInfo]:
+    async def collections(self) -> list[t.CollectionInfo]:
         """The collections served that this key may read."""
         return self._collections(await self._send(_calls.Call("GET", "/collections")))
 
-    async def collection_info(self, name: str | None = None) -> CollectionInfo:
+    async def collection_info(self, name: str | None = None) -> t.CollectionInfo:
         """One collection (this client's when `name` is None)."""
         path = _calls.route(self._collection_name(name), "")
-        return CollectionInfo.from_json(await self._send(_calls.Call("GET", path)))
+        return t.CollectionInfo.from_json(await self._send(_calls.Call("GET", path)))
 
     async def create_collection(self, name: str, *, encoder: str | None = None,
-                                settings: dict[str, Any] | None = None) -> CollectionInfo:
+                                settings: dict[str, Any] | None = None) -> t.CollectionInfo:
         """Create an empty collection (see `Client.create_collection`)."""
-        return CollectionInfo.from_json(await self._send(_calls.create_collection_call(name, encoder, settings)))
+        return t.CollectionInfo.from_json(await self._send(_calls.create_collection_call(name, encoder, settings)))
 
     async def delete_collection(self, name: str) -> None:
         """Delete a collection durably (see `Client.delete_collection`)."""
         await self._send(_calls.delete_collection_call(name))
 
-    async def reload(self, *, force: bool = False) -> ReloadResult:
+    async def reload(self, *, force: bool = False) -> t.ReloadResult:
         """Swap to what the index root's `current` points to (needs `admin`); a refused swap is a ConflictError
         whose reason says why (the served version keeps serving)."""
         return self._reloaded(await self._send(_calls.reload_call(self.collection, force)))

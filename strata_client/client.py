@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 
 from strata_client import _calls
-from strata_client._base import RETRIED_TRANSPORT, Base
+from strata_client._base import Attempts, Base
 from strata_client.errors import APIError, TransportError
 from strata_client.retry import RetryPolicy
 from strata_client.types import (
@@ -60,26 +60,15 @@ class Client(Base):
         return Client(self.url, self.api_key, name, timeout=self.timeout, retry=self.retry, http=self._http)
 
     def _send(self, call: _calls.Call) -> Any:
-        policy = self.retry if call.retry else RetryPolicy(max_attempts=1)
-        waited, attempt = 0.0, 0
+        tries = Attempts(self, call)
         while True:
-            attempt += 1
             try:
-                response = self._http.request(call.method, call.path, json=call.json, params=call.params,
-                                              headers=self._headers)
-            except RETRIED_TRANSPORT as exc:
-                delay = policy.next_wait(attempt, None, waited)
-                if delay is None:
-                    raise self._unreachable(call, exc, attempt) from exc
-            except httpx.TransportError as exc:  # sent, or partly: not known to be safe, not retried
-                raise self._unreachable(call, exc, attempt) from exc
-            else:
-                refused = self._refused(call, response, policy)
-                delay = None if refused is None else policy.next_wait(attempt, refused.retry_after_s, waited)
-                if delay is None:
-                    return self._answer(call, response, attempt)
+                delay = tries.answered(self._http.request(**tries.request()))
+            except httpx.TransportError as exc:
+                delay = tries.failed(exc)
+            if delay is None:
+                return tries.answer
             time.sleep(delay)
-            waited += delay
 
     def _send_all(self, calls: list[_calls.Call]) -> list[Any]:
         return [self._send(c) for c in calls]

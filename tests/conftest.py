@@ -5,6 +5,7 @@ ones here at the top test the repository as a whole (packaging and import rules,
 
 from __future__ import annotations
 
+import json
 import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -16,11 +17,14 @@ os.environ.setdefault("STRATA_BUILD_PRIORITY", "normal")
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 
 from indexer.runtime.paths import data_dir
@@ -194,6 +198,39 @@ def stop_server(server: Server) -> None:
         server.proc.wait(timeout=15)
     except subprocess.TimeoutExpired:
         server.proc.kill()
+
+
+def doc_vector(n: int, dim: int) -> list[float]:
+    """Document n's vector, brought with it (the tiny random encoder's vectors are too alike to tell texts apart):
+    seeded by n, unit length."""
+    v = np.random.default_rng(n).standard_normal(dim)
+    return [float(x) for x in v / np.linalg.norm(v)]
+
+
+def encoder_dim(model: Path) -> int:
+    """The dimension an exported encoder's `encoder.json` records."""
+    return int(json.loads((model / "encoder.json").read_text())["dim"])
+
+
+def assert_busy_answers_429(server: Server, path: str, body: dict[str, Any], headers: dict[str, str],
+                            clients: int = 6) -> None:
+    """`clients` threads post `body` to `path` at once, more than the server's cap on requests in flight: some are
+    answered, the others refused with 429, `Retry-After: 2` and a reason that says the server is busy."""
+    statuses: list[httpx.Response] = []
+
+    def call() -> None:
+        with server.client() as c:
+            statuses.append(c.post(path, json=body, headers=headers))
+
+    threads = [threading.Thread(target=call) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    codes = sorted(r.status_code for r in statuses)
+    assert 200 in codes and 429 in codes, codes
+    busy = next(r for r in statuses if r.status_code == 429)
+    assert busy.headers["Retry-After"] == "2" and "busy" in busy.json()["detail"]
 
 
 @pytest.fixture(scope="session")

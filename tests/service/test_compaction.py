@@ -19,29 +19,20 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
 import pytest
 
 from indexer.runtime.layout import IndexRoot
 from indexer.runtime.manifest import Manifest
-from tests.conftest import REPO, Server, start_server, stop_server
+from tests.conftest import REPO, Server, doc_vector, encoder_dim, start_server, stop_server
 
 BASE = 60
 
 
-def vector(n: int, dim: int) -> list[float]:
-    v = np.random.default_rng(n).standard_normal(dim)
-    return [float(x) for x in v / np.linalg.norm(v)]
-
-
-def dim_of(model: Path) -> int:
-    return int(json.loads((model / "encoder.json").read_text())["dim"])
-
 
 @pytest.fixture()
 def cdir(tmp_path: Path, tiny_exported: Path) -> Path:
-    data, dim = tmp_path / "docs.jsonl", dim_of(tiny_exported)
-    data.write_text("".join(json.dumps({"id": i, "text": f"base document {i}", "vector": vector(i, dim)}) + "\n"
+    data, dim = tmp_path / "docs.jsonl", encoder_dim(tiny_exported)
+    data.write_text("".join(json.dumps({"id": i, "text": f"base document {i}", "vector": doc_vector(i, dim)}) + "\n"
                             for i in range(BASE)))
     root = tmp_path / "collections" / "live"
     r = subprocess.run([sys.executable, "-m", "indexer.cli", "build", "--root", str(root), "--data", str(data),
@@ -75,7 +66,7 @@ class Writer:
                 self.next += 5
                 try:
                     r = c.put("/collections/live/documents", json={"documents": [
-                        {"id": i, "text": f"written {i}", "vector": vector(i, self.dim)} for i in ids]})
+                        {"id": i, "text": f"written {i}", "vector": doc_vector(i, self.dim)} for i in ids]})
                 except httpx.TransportError:
                     return  # the server was killed: this call was not acknowledged
                 if r.status_code == 200:
@@ -104,13 +95,13 @@ def wait_for(check: Any, what: str, timeout: float = 90) -> Any:  # noqa: ANN401
 
 def assert_searchable(c: httpx.Client, ids: list[int], dim: int) -> None:
     for i in ids:
-        r = c.post("/collections/live/search", json={"vector": vector(i, dim), "top_k": 1})
+        r = c.post("/collections/live/search", json={"vector": doc_vector(i, dim), "top_k": 1})
         assert r.status_code == 200 and r.json()["hits"][0]["id"] == i, (i, r.text[:300])
 
 
 def test_a_collection_written_past_its_policy_compacts_by_itself_while_writes_go_on(
         cdir: Path, tmp_path: Path, tiny_exported: Path) -> None:
-    dim, root = dim_of(tiny_exported), cdir / "live"
+    dim, root = encoder_dim(tiny_exported), cdir / "live"
     first = IndexRoot(root).current_version()
     server = serve(tmp_path, cdir)
     try:
@@ -140,14 +131,14 @@ def test_a_collection_written_past_its_policy_compacts_by_itself_while_writes_go
 
 def test_a_failing_compaction_is_reported_and_retried_with_a_growing_wait(cdir: Path, tmp_path: Path,
                                                                           tiny_exported: Path) -> None:
-    dim, root = dim_of(tiny_exported), cdir / "live"
+    dim, root = encoder_dim(tiny_exported), cdir / "live"
     lock = open(root / ".build.lock", "a+")  # noqa: SIM115 (held like a running `indexer build`)
     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     server = serve(tmp_path, cdir)
     try:
         c = server.client()
         r = c.put("/collections/live/documents", json={"documents": [
-            {"id": i, "text": f"written {i}", "vector": vector(i, dim)} for i in range(1000, 1050)]})
+            {"id": i, "text": f"written {i}", "vector": doc_vector(i, dim)} for i in range(1000, 1050)]})
         assert r.status_code == 200
         seen: dict[int, tuple[float, dict[str, Any]]] = {}  # failures in a row -> when first seen, the state
         deadline = time.monotonic() + 180
@@ -199,7 +190,7 @@ def test_kill_9_at_a_compaction_phase_loses_no_acknowledged_write(cdir: Path, tm
                                                                    phase: str) -> None:
     """compacting: the API and its `indexer compact` child are killed while it stages; published: the API alone is
     killed while the child runs, which then publishes a version the API never swapped to."""
-    dim, root = dim_of(tiny_exported), cdir / "live"
+    dim, root = encoder_dim(tiny_exported), cdir / "live"
     server = serve(tmp_path, cdir)
     writer = Writer(server, dim)
     with server.client() as c:  # (the writer goes on: a compaction that ends before it is seen is followed by more)
@@ -219,7 +210,7 @@ def test_kill_9_at_a_compaction_phase_loses_no_acknowledged_write(cdir: Path, tm
             # the call in flight at the kill may have been logged without its answer (5 documents): never fewer
             assert 0 <= c.get("/collections/live").json()["documents"] - (BASE + len(acked)) <= 5
             r = c.put("/collections/live/documents", json={"documents": [
-                {"id": i, "text": f"more {i}", "vector": vector(i, dim)} for i in range(90_000, 90_045)]})
+                {"id": i, "text": f"more {i}", "vector": doc_vector(i, dim)} for i in range(90_000, 90_045)]})
             assert r.status_code == 200
             done = wait_for(lambda: (compaction(c)["last"] or {}).get("outcome") == "swapped" and compaction(c),
                             "a compaction after the restart")

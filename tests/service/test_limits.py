@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import Server, start_server, stop_server
+from tests.conftest import Server, assert_busy_answers_429, start_server, stop_server
 
 USER, ADMIN = "user-key-0123456789", "admin-key-0123456789"
 ENV_ADMIN = "env-admin-key-0123456789"  # scoped in STRATA_API_KEYS itself ("key:admin")
@@ -89,21 +89,7 @@ def test_body_cap_is_a_json_413(secured: Server) -> None:
 
 
 def test_full_server_answers_429_with_retry_after(secured: Server) -> None:
-    statuses: list[httpx.Response] = []
-
-    def call() -> None:
-        with secured.client() as c:
-            statuses.append(c.post("/encode", json={"texts": ["z " * 900] * 2}, headers=auth(USER)))
-
-    threads = [threading.Thread(target=call) for _ in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    codes = sorted(r.status_code for r in statuses)
-    assert 200 in codes and 429 in codes, codes
-    busy = next(r for r in statuses if r.status_code == 429)
-    assert busy.headers["Retry-After"] == "2" and "busy" in busy.json()["detail"]
+    assert_busy_answers_429(secured, "/encode", {"texts": ["z " * 900] * 2}, auth(USER))
     with secured.client() as c:
         assert c.get("/health").status_code == 200  # never blocked by inference load
 

@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
 import pytest
 
-from tests.conftest import QUORA_LIKE_WORDS, REPO, start_server, stop_server
+from tests.conftest import QUORA_LIKE_WORDS, REPO, doc_vector, encoder_dim, start_server, stop_server
 
 ADMIN, READER = "snap-admin-key-0123", "snap-read-key-0123"
 AUTH = {"Authorization": f"Bearer {ADMIN}"}
@@ -36,20 +35,11 @@ def text(n: int) -> str:
     return f"{words[n % len(words)]} {words[(n // len(words)) % len(words)]} {n}?"
 
 
-def vector(n: int, dim: int) -> list[float]:
-    """Document n's vector, brought with it (the tiny random encoder's vectors are too alike to tell texts apart)."""
-    v = np.random.default_rng(n).standard_normal(dim)
-    return [float(x) for x in v / np.linalg.norm(v)]
-
-
-def dim_of(model: Path) -> int:
-    return int(json.loads((model / "encoder.json").read_text())["dim"])
-
 
 @pytest.fixture()
 def cdir(tmp_path: Path, tiny_exported: Path) -> Path:
-    data, dim = tmp_path / "docs.jsonl", dim_of(tiny_exported)
-    data.write_text("".join(json.dumps({"id": i, "text": text(i), "group": i % 3, "vector": vector(i, dim)}) + "\n"
+    data, dim = tmp_path / "docs.jsonl", encoder_dim(tiny_exported)
+    data.write_text("".join(json.dumps({"id": i, "text": text(i), "group": i % 3, "vector": doc_vector(i, dim)}) + "\n"
                             for i in range(60)))
     folder = tmp_path / "collections"
     r = indexer_cli("build", "--root", str(folder / "notes"), "--data", str(data), "--model", str(tiny_exported),
@@ -79,7 +69,7 @@ def answers(c: httpx.Client, name: str, queries: list[list[float]]) -> list[list
 
 def test_a_snapshot_over_http_restores_to_a_collection_that_answers_the_same(cdir: Path, tmp_path: Path,
                                                                              tiny_exported: Path) -> None:
-    dim = dim_of(tiny_exported)
+    dim = encoder_dim(tiny_exported)
     server = start_server(tmp_path, {"STRATA_COLLECTIONS_DIR": str(cdir), "STRATA_WATCH_INTERVAL_S": "0.3",
                                      "STRATA_API_KEYS": f"{ADMIN}:admin,{READER}", "STRATA_THREADS": "1",
                                      "STRATA_MAX_BODY_BYTES": "8192"})  # an upload is streamed past the body cap
@@ -92,7 +82,7 @@ def test_a_snapshot_over_http_restores_to_a_collection_that_answers_the_same(cdi
             n = 1000
             with server.client() as w:
                 while not stop.is_set():
-                    doc = {"id": n, "text": text(n), "vector": vector(n, dim)}
+                    doc = {"id": n, "text": text(n), "vector": doc_vector(n, dim)}
                     r = w.put("/collections/notes/documents", json={"documents": [doc]}, headers=AUTH)
                     assert r.status_code == 200, r.text
                     acknowledged.append(n)
@@ -129,7 +119,8 @@ def test_a_snapshot_over_http_restores_to_a_collection_that_answers_the_same(cdi
         assert r3.returncode == 0, r3.stderr
         wait_for(lambda: c.get("/collections/copy", headers=AUTH).json().get("ready"), "the restored collection")
         for n in before:
-            hit = c.post("/collections/copy/search", json={"vector": vector(n, dim), "top_k": 1}, headers=AUTH).json()
+            hit = c.post("/collections/copy/search", json={"vector": doc_vector(n, dim), "top_k": 1},
+                         headers=AUTH).json()
             assert hit["hits"][0]["id"] == n, (n, hit)
 
         # quiet now: a second snapshot, restored, answers every query exactly as the original does
@@ -139,7 +130,7 @@ def test_a_snapshot_over_http_restores_to_a_collection_that_answers_the_same(cdi
                          "--root", str(cdir / "twin"))
         assert r4.returncode == 0, r4.stderr
         wait_for(lambda: c.get("/collections/twin", headers=AUTH).json().get("ready"), "the second restore")
-        queries = [vector(n, dim) for n in (*range(0, 60, 7), *acknowledged[::3], 10**6)]
+        queries = [doc_vector(n, dim) for n in (*range(0, 60, 7), *acknowledged[::3], 10**6)]
         assert answers(c, "twin", queries) == answers(c, "notes", queries)
         assert c.get("/collections/twin", headers=AUTH).json()["documents"] \
             == c.get("/collections/notes", headers=AUTH).json()["documents"]

@@ -66,20 +66,29 @@ def metric(server: Server, line_start: str) -> float | None:
     return float(line.rsplit(" ", 1)[1]) if line else None
 
 
+def _quora_root(tmp_path_factory: pytest.TempPathFactory, name: str, model: Path, data: Path) -> Path:
+    root = tmp_path_factory.mktemp(name) / "quora"
+    build_cli(root, model, data, 300)
+    return root
+
+
+def _server(tmp_path_factory: pytest.TempPathFactory, name: str, root: Path, watch_interval_s: str
+            ) -> Iterator[Server]:
+    srv = start_server(tmp_path_factory.mktemp(name),
+                       {"STRATA_INDEX_ROOT": str(root), "STRATA_WATCH_INTERVAL_S": watch_interval_s,
+                        "STRATA_THREADS": "1", "STRATA_WORKERS": "2"})
+    yield srv
+    stop_server(srv)
+
+
 @pytest.fixture(scope="module")
 def swap_root(tmp_path_factory: pytest.TempPathFactory, minilm_mean: Path, quora_file: Path) -> Path:
-    root = tmp_path_factory.mktemp("swap") / "quora"
-    build_cli(root, minilm_mean, quora_file, 300)
-    return root
+    return _quora_root(tmp_path_factory, "swap", minilm_mean, quora_file)
 
 
 @pytest.fixture(scope="module")
 def swap_server(tmp_path_factory: pytest.TempPathFactory, swap_root: Path) -> Iterator[Server]:
-    srv = start_server(tmp_path_factory.mktemp("swap-server"),
-                       {"STRATA_INDEX_ROOT": str(swap_root), "STRATA_WATCH_INTERVAL_S": "0.3",
-                        "STRATA_THREADS": "1", "STRATA_WORKERS": "2"})
-    yield srv
-    stop_server(srv)
+    yield from _server(tmp_path_factory, "swap-server", swap_root, "0.3")
 
 
 def wait_for_version(server: Server, version: str, timeout: float = 120) -> None:
@@ -102,19 +111,13 @@ def wait_until(condition, what: str, timeout: float = 120) -> None:  # noqa: ANN
 
 @pytest.fixture(scope="module")
 def manual_root(tmp_path_factory: pytest.TempPathFactory, minilm_mean: Path, quora_file: Path) -> Path:
-    root = tmp_path_factory.mktemp("swap-manual") / "quora"
-    build_cli(root, minilm_mean, quora_file, 300)
-    return root
+    return _quora_root(tmp_path_factory, "swap-manual", minilm_mean, quora_file)
 
 
 @pytest.fixture(scope="module")
 def manual_server(tmp_path_factory: pytest.TempPathFactory, manual_root: Path) -> Iterator[Server]:
     """The watcher off: only SIGHUP and POST /admin/reload swap versions here."""
-    srv = start_server(tmp_path_factory.mktemp("swap-manual-server"),
-                       {"STRATA_INDEX_ROOT": str(manual_root), "STRATA_WATCH_INTERVAL_S": "0",
-                        "STRATA_THREADS": "1", "STRATA_WORKERS": "2"})
-    yield srv
-    stop_server(srv)
+    yield from _server(tmp_path_factory, "swap-manual-server", manual_root, "0")
 
 
 def swap_under_load(server: Server, root: Path, model: Path, data: Path, rows: int, trigger: str) -> None:

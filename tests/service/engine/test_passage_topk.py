@@ -7,10 +7,8 @@ bound that stops it is said in `truncated`. Seconds."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +19,7 @@ from indexer.runtime import doc_topk
 from indexer.runtime.passages import document_of
 from indexer.runtime.query import Query
 from service.engine import Collection, Document
-from service.settings import Settings
+from tests.service.engine.scenarios import run
 from tests.tiny_bert import WORDS
 
 TOP = 100
@@ -61,17 +59,6 @@ def root(tmp_path_factory: pytest.TempPathFactory, minilm_mean: Path) -> Path:
     return tmp / "root"
 
 
-def run(root: Path, scenario: Callable[[Collection], Awaitable[None]]) -> None:
-    async def go() -> None:
-        collection = Collection(Settings(index_root=root, workers=1, threads=1, watch_interval_s=0, write_threads=1,
-                                         request_timeout_s=300))
-        await collection.start()
-        try:
-            await scenario(collection)
-        finally:
-            await collection.stop()
-
-    asyncio.run(go())
 
 
 def queries(seed: int, n: int) -> list[str]:

@@ -26,8 +26,8 @@ from indexer.runtime.passages import parse_passage_id, snippet
 from indexer.runtime.query import Query
 from indexer.runtime.writelog import WriteLog, log_path
 from service.engine import BadVector, Collection, Document
-from service.settings import Settings
 from tests.conftest import indexer_cli
+from tests.service.engine.scenarios import run
 
 TOPICS = {
     "geology": ["Rocks form over millions of years.", "Sediment settles in layers at the bottom of lakes.",
@@ -75,17 +75,6 @@ def root(template: Path, tmp_path: Path) -> Path:
     return dst
 
 
-def run(root: Path, scenario) -> None:  # noqa: ANN001 - an async function of the engine
-    async def go() -> None:
-        collection = Collection(Settings(index_root=root, workers=1, threads=1, watch_interval_s=0, write_threads=1,
-                                 request_timeout_s=300))
-        await collection.start()
-        try:
-            await scenario(collection)
-        finally:
-            await collection.stop()
-
-    asyncio.run(go())
 
 
 async def passages_of(collection: Collection, query: str, **kw: Any) -> list[tuple[Any, int, int]]:

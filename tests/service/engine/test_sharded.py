@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +26,7 @@ ray = pytest.importorskip("ray")
 from indexer.runtime.layout import IndexRoot, new_version_name  # noqa: E402
 from indexer.runtime.manifest import Manifest  # noqa: E402
 from indexer.runtime.version import IndexVersion  # noqa: E402
-from tests.conftest import REPO, Server, start_server, stop_server  # noqa: E402
+from tests.conftest import REPO, Server, assert_busy_answers_429, start_server, stop_server  # noqa: E402
 from tests.service.test_swap import _edit_manifest  # noqa: E402
 
 USER, ADMIN = "user-key-0123456789", "admin-key-0123456789"
@@ -98,7 +97,6 @@ def add_version(root: Path, source: Path, mutate=None) -> str:  # noqa: ANN001 (
 
 
 def test_two_shard_service_answers_like_the_merged_index(sharded_server: str, ray_sharded: Path) -> None:
-    import httpx
 
     merged = IndexVersion(ray_sharded)  # the two shards merged in one process
     try:
@@ -132,7 +130,6 @@ def test_sharded_serves_every_mode_as_one_process_does(sharded_server: str, ray_
     the shard deployments gives the same hits for dense, lexical and hybrid, and the version's default (hybrid)
     when a request names no mode. The lexical side of the sharded backend is the version's BM25 index read in the
     API process."""
-    import httpx
 
     manifest = Manifest.load(ray_sharded)
     assert (manifest.lexical is not None and manifest.lexical.n_docs == manifest.index.ntotal
@@ -190,21 +187,7 @@ def test_sharded_body_cap_is_a_json_413(secured: Server) -> None:
 
 
 def test_sharded_full_server_answers_429_with_retry_after(secured: Server) -> None:
-    statuses: list[httpx.Response] = []
-
-    def call() -> None:
-        with secured.client() as c:
-            statuses.append(c.post("/search", json={"queries": ["z " * 900] * 2, "top_k": 3}, headers=auth(USER)))
-
-    threads = [threading.Thread(target=call) for _ in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    codes = sorted(r.status_code for r in statuses)
-    assert 200 in codes and 429 in codes, codes
-    busy = next(r for r in statuses if r.status_code == 429)
-    assert busy.headers["Retry-After"] == "2" and "busy" in busy.json()["detail"]
+    assert_busy_answers_429(secured, "/search", {"queries": ["z " * 900] * 2, "top_k": 3}, auth(USER))
 
 
 def test_sharded_metrics(secured: Server, secured_root: Path) -> None:
@@ -302,7 +285,6 @@ def test_sharded_timeout_is_a_504(ray_sharded: Path, ray_cluster: str, tmp_path:
 def test_sharded_422_does_not_echo_the_input(sharded_server: str) -> None:
     """The sharded ingress answers bad input like the single-process service: a 422 without the echoed input,
     so that NaN or a lone surrogate cannot turn it into a 500."""
-    import httpx
 
     with httpx.Client(base_url=sharded_server, timeout=60) as client:
         for body in (b'{"query": "what is ray", "top_k": NaN}', b'{"query": ["\\ud800"], "top_k": 3}',
@@ -378,8 +360,6 @@ def test_python_m_service_sharded_command(ray_sharded: Path, tmp_path: Path) -> 
     exits 0 having deleted its shard deployments and stopped the Ray instance it started: no process left."""
     import subprocess
     import sys
-
-    import httpx
 
     from tests.conftest import free_port
 
