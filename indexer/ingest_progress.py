@@ -8,7 +8,7 @@ from collections.abc import Callable
 class ChunkProgress:
     """The documents bar: bytes of the input file as on disk (compressed, for .gz: the size known up front) whose
     rows are read *and encoded*. Rows are read a chunk ahead of the encoder, so the bar moves through each chunk's
-    bytes as its texts are encoded; a corpus of one chunk no longer sits at 0 % while all of it is encoded.
+    bytes as its texts are encoded; so a corpus of one chunk does not sit at 0 % while all of it is encoded.
     `on_advance(position)` (tests, callers' own displays) hears every move. A bar on a terminal, log lines with
     rate and ETA elsewhere (`indexer.runtime.progress`; `enabled=False`: log lines only)."""
 

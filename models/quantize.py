@@ -3,8 +3,8 @@
 The default scheme (`int8`, recorded as `int8-static-qdq`) is static: activation scales are calibrated once, at
 export, on training-safe sentences, so a text's vector does not depend on what else is in its batch. Dynamic
 quantisation (`quantize_dynamic`) picks each activation scale from the whole input tensor of every run —
-padding included — so the same text differs alone and inside a padded batch (up to 0.05 per component,
-cosine 0.96, over 1,000 texts); it is kept here only as the reference the static scheme is measured against
+padding included — so the same text differs alone and inside a padded batch (by how much: docs/cli.md, the int8
+table); it is kept here only as the reference the static scheme is measured against
 (docs/decisions.md).
 
 What the static scheme does (`StaticScheme`, candidates measured in docs/decisions.md):
@@ -12,10 +12,10 @@ What the static scheme does (`StaticScheme`, candidates measured in docs/decisio
   symmetric per output channel, inputs uint8 with one calibrated scale per tensor (MinMax over 512 sentences,
   one sentence per run so padding never enters a range); each is written, with its bias Add, as one
   `com.microsoft.MatMulIntegerToFloat` node — what ONNX Runtime would fuse the QDQ pattern into at load time,
-  minus the bias it leaves outside (same vectors bit for bit, 2.41x instead of 2.28x fp32 at batch 64);
+  minus the bias it leaves outside (same vectors bit for bit, and faster: docs/cli.md, the int8 table);
 - everything else stays float32: attention's two activation × activation MatMuls, softmax, LayerNorm, GELU,
   residual Adds, pooling; and the residual stream keeps the float LayerNorm outputs (`quantize_static` would
-  otherwise feed the rounded copy to every consumer, the residual Add included: -0.13 STS-B dev instead of 0).
+  otherwise feed the rounded copy to every consumer, the residual Add included, which costs STS-B dev points).
 
 The quality gate (`models.int8_gate`, re-exported here) compares the int8 graph against the fp32 one on STS-B dev
 (Spearman × 100) and Quora MRR@10 (paper protocol, exact search so only the encoder differs) and refuses when

@@ -1,8 +1,8 @@
 """JSON bodies serialised once, by orjson, for the hot routes (`/search`, `/encode`).
 
 FastAPI validates a returned value against the route's response model and then serialises it; for a `/search`
-answer that is the hits built as pydantic models, validated again, and dumped — a few hundred µs of a
-request whose encoder run takes ~2 ms. The hot routes build plain dicts and return them through `json_response`;
+answer that is the hits built as pydantic models, validated again, and dumped: a real share of a request whose
+encoder run is short (docs/decisions.md#the-serving-paths-own-cpu). The hot routes build plain dicts and return them through `json_response`;
 their `response_model` still documents the shape in the OpenAPI schema, and the schemathesis test checks every
 answer against it. (FastAPI's own `ORJSONResponse` is deprecated; this is the same idea without it.)
 

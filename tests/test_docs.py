@@ -237,7 +237,10 @@ def test_the_front_page_states_the_exact_search_threshold_the_code_uses() -> Non
 
 
 # Labels of rounds of work: the tree says what is true now, not which round of work made it so.
-ROUND_LABEL = re.compile(r"(?<![\w-])(?:sessions?|issues?|rounds?|stops?)[ -]#?\d+\b|\bissue-\d+", re.I)
+# A label is a word of work ("session", "issue", "round", "stop", "phase", "sprint") and its number, in prose or in a
+# name (a test named after an issue's number), or the current session named as such.
+ROUND_LABEL = re.compile(r"(?<![A-Za-z0-9-])(?:sessions?|issues?|rounds?|stops?|phases?|sprints?)[ _-]#?\d+(?!\d)"
+                         r"|\bthis session\b", re.I)
 DATED_HEADING = re.compile(r"^#{1,6} .*\b20\d\d-\d\d(?:-\d\d)?\b", re.M)
 TEXT_SUFFIXES = {".md", ".py", ".sh", ".toml", ".yml", ".yaml", ".txt", ".cfg", ".ini", ".lua", ".html", ".js"}
 NOT_SCANNED = {".git", "__pycache__", "results", "work", "build", "dist", "node_modules", "shared"}
@@ -261,6 +264,8 @@ def test_no_labels_of_rounds_of_work_in_the_tree() -> None:
     label = "iss" + "ue 3"  # spelled apart so that this file passes its own test
     assert ROUND_LABEL.search(f"as {label}5 found") and ROUND_LABEL.search("Sess" + "ion 24: the swap")
     assert not ROUND_LABEL.search("--rounds 3") and not ROUND_LABEL.search("round {r + 1}")
+    assert ROUND_LABEL.search("def test_iss" + "ue_35_filters():") and ROUND_LABEL.search("as this " + "session found")
+    assert ROUND_LABEL.search("iss" + "ue-12") and not ROUND_LABEL.search("bm25s_2 tissue 3")
     found = []
     for path in tree_texts():
         text = path.read_text(errors="replace")

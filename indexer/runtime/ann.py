@@ -3,7 +3,8 @@
 Like Qdrant's single `VectorIndex` trait over an enum of index kinds, the rest of Strata (versions, the live
 overlay, the sharded backend, build/add/compact, eval/tune/calibrate) talks to an `AnnIndex` and never to a kind:
 - **flat**: exact inner-product search over every vector (no training, no search parameter);
-- **ivf**: inverted lists over a trained coarse quantizer (Strata's original index; search parameter `nprobe`);
+- **ivf**: inverted lists over a trained coarse quantizer (the default from `AUTO_FLAT_BELOW` vectors on; search
+  parameter `nprobe`);
 - **hnsw**: FAISS's HNSW graph (search parameter `ef_search`; it cannot remove vectors in place, so a removal
   rebuilds the graph from the stored vectors, and the API's deletes go through the write overlay's tombstones).
 
@@ -32,14 +33,9 @@ from pydantic import BaseModel, Field
 
 AUTO = "auto"
 
-# `--index auto`: exact search below this many vectors, IVF from it on. Measured in docs/decisions.md
-# (bench/results/index-crossover-20261125T153629Z.md, load 2-4): CPU time per query at 1 thread of exact search
-# (fp32) vs the default IVF (fp16 codes) at the fewest lists keeping >= 0.97 of the exact top 10 on 300 real Quora
-# questions (all-MiniLM-L6-v2 mean): flat 0.06 ms at 1,000 documents, 0.48 at 5,000, 0.86 at 10,000, 1.8 at
-# 20,000. IVF is cheaper from ~1,000 on, but below ~10,000 the saving is under a millisecond of a request that costs
-# 5-7 ms served, while IVF costs answers (0.97 of the exact top 10 at best, 0.90-0.94 at the default nprobe: -0.7 to
-# -0.9 nDCG@10 of the default hybrid on three public 1,400-3,204-document collections) and build time (k-means and
-# nprobe calibration). So the threshold is where exact search stops fitting a 1 ms CPU budget per query.
+# `--index auto`: exact search below this many vectors, IVF from it on: where exact search stops fitting a 1 ms CPU
+# budget per query. Below it IVF saves under a millisecond of a served request while it costs answers (at best 0.97
+# of exact's top 10) and build time (k-means, nprobe calibration); the runs: docs/scaling.md, docs/cli.md.
 AUTO_FLAT_BELOW = 10_000
 
 

@@ -5,13 +5,12 @@
 
 The documents are analysed by the seam's `Analyzer` (the same terms as every engine) and indexed already split:
 tantivy's whitespace tokenizer reads them back as they are. A query is a disjunction of term queries (a repeated
-term is a clause each time). Measured against bm25s (docs/decisions.md, docs/scaling.md): rare terms cost
-a fraction (0.13x the CPU at 1M documents), common questions about twice, memory and disk about half. Its Python
-bindings fix BM25 at k1=1.2, b=0.75 (`FIXED_K1_B`); document lengths are Lucene's one-byte norms.
+term is a clause each time). What it costs beside bm25s, by kind of query, in CPU, memory and disk:
+docs/scaling.md#lexical-engines-at-scale. Its Python bindings fix BM25 at k1=1.2, b=0.75 (`FIXED_K1_B`); document lengths are Lucene's one-byte norms.
 
 **Pruning, done here.** The bindings always wrap the top-k collector in a `MultiCollector`, so tantivy's block-max
-WAND never runs from Python: every posting of every query term is scored (docs/decisions.md: 3.8M postings for
-"what" at 10M documents). `_pruned` applies MaxScore's bound instead, exactly: a term scores below
+WAND never runs from Python: every posting of every query term is scored, so a common term costs all its postings
+(docs/decisions.md#where-the-lexical-time-goes-at-10m). `_pruned` applies MaxScore's bound instead, exactly: a term scores below
 `count * idf * (k1 + 1)` in any document, so once `limit` documents are known to score at least `theta`, the
 lowest-bound terms whose bounds sum below `theta` ("optional") cannot lift a document holding none of the other
 terms into the top `limit`. The query then runs over the documents holding a required term only, each optional

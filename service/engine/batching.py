@@ -4,9 +4,8 @@ A dispatcher task takes every request queued so far (up to `batch_max_texts` tex
 worker as one batch. While the workers are busy, new requests accumulate, so batches grow with load and stay at
 one request when the engine is idle. When other batches are already running, the dispatcher also waits up to
 `batch_window_ms` for more requests before dispatching, trading a few ms for larger batches; an idle engine
-never waits. The window is off by default: measured with 8 and 32 clients on 2 cores, queueing alone makes the
-batches, and a worker held idle for the window costs more than larger batches gain (347 vs 332 and 492 vs 450
-req/s).
+never waits. The window is off by default: under load, queueing alone makes the batches, and a worker held idle for
+the window costs more than larger batches gain (the runs: docs/operations.md#micro-batching).
 
 A batch is also bounded by tokens (`max_tokens`, like TEI's `max-batch-tokens`): a request's cost is its
 texts' token count, taken with the served tokenizer when it is queued. Light requests (within the bound) are
@@ -14,8 +13,8 @@ batched first come, first served while they fit. A heavy request (over the bound
 of 250 tokens) runs alone, and at most `workers - 1` heavy batches run at once: while they do, light requests
 queued behind a heavy one go ahead of it on the free worker. So a short query never waits for a long
 document's run, neither inside its batch nor for a worker, and a heavy request waits at most until a heavy
-slot frees (it is taken as soon as it is first in the queue and a slot is free: no starvation). Measured
-(docs/operations.md#micro-batching, docs/decisions.md). Inside a batch the encoder already cuts runs by
+slot frees (it is taken as soon as it is first in the queue and a slot is free: no starvation); the runs that
+chose this are in docs/operations.md#micro-batching. Inside a batch the encoder already cuts runs by
 length, so short texts are never padded to a long one.
 
 A request that finds the engine idle (nothing queued, no batch running) starts its batch from `submit` itself,

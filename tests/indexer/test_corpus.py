@@ -42,7 +42,8 @@ from indexer.runtime.filters import (
 from indexer.runtime.ids import ASSIGNED_IDS_FROM
 from indexer.runtime.manifest import Manifest
 from indexer.runtime.shrink_guard import DEFAULT_MAX_SHRINK, max_shrink, shrinks_too_much
-from indexer.runtime.store import STORE, Store, write_store
+from indexer.runtime.store import STORE, Store
+from indexer.runtime.store_writer import write_store
 
 ROWS: list[dict[str, Any]] = [
     {"id": 17, "text": "How do I learn Python?", "bucket": 1, "year": 2001, "lang": "en", "score": 0.5},
@@ -519,7 +520,7 @@ def assert_brute_force(store: Store, rows: list[dict[str, Any]], flt: dict[str, 
     return len(want)
 
 
-def test_issue_35_filters_wider_or_deeper_than_one_sqlite_statement(
+def test_filters_wider_or_deeper_than_one_sqlite_statement(
         small_meta_store: tuple[Store, list[dict[str, Any]]]) -> None:
     """501 or-terms were `too many terms in compound SELECT` and 15-16 levels `parser stack overflow` (500s): now
     every filter within `FilterLimits` runs (split into statements SQLite takes) and the rest is refused."""

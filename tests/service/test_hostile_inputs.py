@@ -287,7 +287,7 @@ def test_numeric_request_fields_are_strict(client: httpx.Client, model: str) -> 
     assert client.post("/v1/embeddings", json={"input": "ok", "model": model, "dimensions": 384}).status_code == 200
 
 
-def test_issue_35_a_lone_surrogate_in_model_is_a_404_not_a_500(client: httpx.Client) -> None:
+def test_a_lone_surrogate_in_model_is_a_404_not_a_500(client: httpx.Client) -> None:
     """`/v1/embeddings` with `"model": "\\ud800"` was a 500 (UnicodeEncodeError rendering the 404 that names it).
     Every error that echoes what the client sent now renders, the surrogate as U+FFFD."""
     for asked in ("\ud800", "strata-\udfff", "a\udbff\udbffb", "strata-384\ud83d"):
@@ -427,7 +427,7 @@ def search_filtered(c: httpx.Client, route: str, flt: object, **extra: Any) -> h
 
 
 @pytest.mark.parametrize("route", FILTER_ROUTES)
-def test_issue_35_filters_up_to_every_limit_answer_and_past_it_are_422(client: httpx.Client, route: str) -> None:
+def test_filters_up_to_every_limit_answer_and_past_it_are_422(client: httpx.Client, route: str) -> None:
     """501 and/or terms were a 500 (`too many terms in compound SELECT`), and 15-16 levels too (`parser stack
     overflow`), in every mode: now each shape up to `FilterLimits` answers 200, whose hits all match, and each past
     it is a 422 naming the limit, the same in every mode and on the collection's route."""
