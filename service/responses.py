@@ -1,10 +1,10 @@
 """JSON bodies serialised once, by orjson, for the hot routes (`/search`, `/encode`).
 
-FastAPI validates a returned value against the route's response model and then serialises it; for a `/search`
-answer that is the hits built as pydantic models, validated again, and dumped: a real share of a request whose
-encoder run is short (docs/decisions.md#the-serving-paths-own-cpu). The hot routes build plain dicts and return them through `json_response`;
-their `response_model` still documents the shape in the OpenAPI schema, and the schemathesis test checks every
-answer against it. (FastAPI's own `ORJSONResponse` is deprecated; this is the same idea without it.)
+FastAPI validates a returned value against the route's response model and then serialises it; for a `/search` answer
+that is the hits built as pydantic models, validated again, and dumped: a real share of a request whose encoder run
+is short (docs/decisions.md#the-serving-paths-own-cpu). The hot routes build plain dicts and return them through
+`json_response`; their `response_model` still documents the shape in the OpenAPI schema, and the schemathesis test
+checks every answer against it. (FastAPI's own `ORJSONResponse` is deprecated; this is the same idea without it.)
 
 A value orjson refuses (an integer outside 64 bits, a lone surrogate, nesting past its 254 levels) can only
 come from a document stored before the metadata schema (`indexer.runtime.metadata`) was enforced at every way

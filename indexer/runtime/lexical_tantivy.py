@@ -6,18 +6,19 @@
 The documents are analysed by the seam's `Analyzer` (the same terms as every engine) and indexed already split:
 tantivy's whitespace tokenizer reads them back as they are. A query is a disjunction of term queries (a repeated
 term is a clause each time). What it costs beside bm25s, by kind of query, in CPU, memory and disk:
-docs/scaling.md#lexical-engines-at-scale. Its Python bindings fix BM25 at k1=1.2, b=0.75 (`FIXED_K1_B`); document lengths are Lucene's one-byte norms.
+docs/scaling.md#lexical-engines-at-scale. Its Python bindings fix BM25 at k1=1.2, b=0.75 (`FIXED_K1_B`); document
+lengths are Lucene's one-byte norms.
 
 **Pruning, done here.** The bindings always wrap the top-k collector in a `MultiCollector`, so tantivy's block-max
 WAND never runs from Python: every posting of every query term is scored, so a common term costs all its postings
-(docs/decisions.md#where-the-lexical-time-goes-at-10m). `_pruned` applies MaxScore's bound instead, exactly: a term scores below
-`count * idf * (k1 + 1)` in any document, so once `limit` documents are known to score at least `theta`, the
-lowest-bound terms whose bounds sum below `theta` ("optional") cannot lift a document holding none of the other
-terms into the top `limit`. The query then runs over the documents holding a required term only, each optional
-term added by a seek into its postings (a nested Must/Should) instead of a read of all of them. `theta` comes from
-a cheap first pass (the highest-bound terms within `PASS1_POSTINGS`), its top rows rescored exactly. The plan is
-taken only where it reads fewer postings by the cost model (`SEEK_COST`); the answers are the same documents in the
-same order, scores equal to float rounding (the sum is grouped differently).
+(docs/decisions.md#where-the-lexical-time-goes-at-10m). `_pruned` applies MaxScore's bound instead, exactly: a term
+scores below `count * idf * (k1 + 1)` in any document, so once `limit` documents are known to score at least
+`theta`, the lowest-bound terms whose bounds sum below `theta` ("optional") cannot lift a document holding none of
+the other terms into the top `limit`. The query then runs over the documents holding a required term only, each
+optional term added by a seek into its postings (a nested Must/Should) instead of a read of all of them. `theta`
+comes from a cheap first pass (the highest-bound terms within `PASS1_POSTINGS`), its top rows rescored exactly. The
+plan is taken only where it reads fewer postings by the cost model (`SEEK_COST`); the answers are the same documents
+in the same order, scores equal to float rounding (the sum is grouped differently).
 
 Filters stay exact: a filter's matches are a term-set clause on the row field when they are few
 (`TERM_SET_MAX`), else the top hits are read deep enough that k of them match at the filter's selectivity
