@@ -77,13 +77,12 @@ class Encoded:
 PAD_SLACK = 1.1
 RUN_OVERHEAD_TOKENS = 32
 # Padded tokens per ONNX run: a batch over it is run in row slices. Attention activations grow with
-# rows × length², and the CPU arena keeps its high-water mark: encoding the 3,000 longest Quora texts (up to
-# 256 tokens) at batch 64 grew RSS by 0.61 GB unsliced, 0.23 GB at 4096 tokens, at the same texts/s within noise
-# (198 vs 178). A build holds that memory to its end. Batches of 64 texts up to 64 tokens are never sliced.
+# rows × length², and the CPU arena keeps its high-water mark, which a build holds to its end; slicing keeps it a
+# third as high at the same texts/s (docs/benchmarks.md, the encoder's run sizes). Batches of 64 texts up to 64
+# tokens are never sliced.
 MAX_RUN_TOKENS = 4096
-# Texts per run when encoding a corpus on CPU: with parallel 1-thread runs on 2 cores, 30k Quora questions
-# (int8 MiniLM, 3 interleaved passes) ran at 912-1015 sent/s at 8, 904-975 at 16, 881-921 at 32 and 739-792 at
-# 64. A GPU keeps the larger runs it needs.
+# Texts per run when encoding a corpus on CPU, with parallel 1-thread runs: small runs are as fast as any and
+# faster than 64 (docs/benchmarks.md, the encoder's run sizes). A GPU keeps the larger runs it needs.
 CPU_CORPUS_BATCH = 16
 GPU_CORPUS_BATCH = 64
 
