@@ -21,6 +21,12 @@ long document; `--distractors` × as many long documents again are made of such 
 document is relevant to a query with the highest grade of the documents it holds. Queries are reported by the
 token position of their planted relevant document's start in its long document: < 256 or >= 256.
 
+Hybrid on passages (`--choose`): candidates — convex at alpha 0.3/0.5/0.7 and RRF (k 60), each with BM25 over
+passages (what a version of passages serves) or over whole documents (a document's best passage + its BM25) — are
+chosen on a dev half of every set's queries (seeded split; the mean of the sets' mean nDCG@10) and reported on
+the other half: the chosen one against the served default (convex 0.5, passage BM25) and against each of its
+legs, with paired bootstrap CIs.
+
 nDCG@10 and R@100 (`indexer.metrics`), passages − truncation with paired bootstrap 95 % intervals
 (`bench/beir.py`'s `paired_ci`); build cost per side: splitting + encoding + BM25 indexing time, measured in this
 process one after the other, and index size (float32 vectors + the saved BM25 index). Corpora may be
@@ -47,7 +53,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from bench.beir import DEPTH, EvalData, Run, convex, load_dataset, paired_ci, per_query_metrics  # noqa: E402
+from bench.beir import DEPTH, EvalData, Run, convex, load_dataset, paired_ci, per_query_metrics, rrf  # noqa: E402
 from bench.bm25_libs import Bm25sRetriever  # noqa: E402
 from indexer.runtime.encoder import OnnxEncoder  # noqa: E402
 from indexer.runtime.passages import Splitter  # noqa: E402
@@ -241,6 +247,45 @@ def compare(ds: EvalData, trunc: dict[str, object], pas: dict[str, object], n_bo
     return out
 
 
+DEFAULT_HYBRID = "convex 0.5, passage BM25"  # what a version of passages serves
+
+
+def hybrid_runs(trunc: dict[str, object], pas: dict[str, object]) -> dict[str, Run]:
+    """The passages side's legs and hybrid candidates (module docstring), by name."""
+    tr, pr = trunc["runs"], pas["runs"]
+    out: dict[str, Run] = {"dense (passages)": pr["dense-max"], "lexical (passage BM25)": pr["lexical"],
+                           "lexical (document BM25)": tr["lexical"]}
+    for leg, lex in (("passage", pr["lexical"]), ("document", tr["lexical"])):
+        for a in (0.3, 0.5, 0.7):
+            out[f"convex {a}, {leg} BM25"] = convex(pr["dense-max"], lex, a)
+        out[f"rrf 60, {leg} BM25"] = rrf(pr["dense-max"], lex)
+    return out
+
+
+def choose(sets: list[dict[str, object]], n_boot: int, seed: int) -> dict[str, object]:
+    """The hybrid candidate with the best mean of the sets' dev-half nDCG@10, and on the test halves: each
+    system's mean and the chosen one's paired differences with the default and with the legs."""
+    halves = []
+    for s in sets:
+        n = len(next(iter(s["per_query"].values())))
+        perm = np.random.default_rng(seed + 1).permutation(n)
+        halves.append((perm[: n // 2], perm[n // 2 :]))
+    cands = [c for c in sets[0]["per_query"] if c.startswith(("convex", "rrf"))]
+    dev = {c: float(np.mean([np.nanmean(np.asarray(s["per_query"][c])[d]) for s, (d, _) in zip(sets, halves)]))
+           for c in cands}
+    chosen = max(cands, key=lambda c: (dev[c], c == DEFAULT_HYBRID))
+    rows = []
+    for s, (_, test) in zip(sets, halves):
+        pq = {c: np.asarray(v)[test] for c, v in s["per_query"].items()}
+        row = {"set": s["name"], "n": len(test), **{c: round(float(np.nanmean(v)) * 100, 2) for c, v in pq.items()}}
+        for other in (DEFAULT_HYBRID, "dense (passages)", "lexical (passage BM25)"):
+            row[f"chosen - {other}"] = list(paired_ci(pq[chosen], pq[other], n_boot))
+        row["default - lexical (passage BM25)"] = list(paired_ci(pq[DEFAULT_HYBRID], pq["lexical (passage BM25)"],
+                                                                 n_boot))
+        rows.append(row)
+    return {"dev_means": {c: round(v * 100, 2) for c, v in dev.items()}, "chosen": chosen, "test": rows}
+
+
 def cost(trunc: dict[str, object], pas: dict[str, object]) -> dict[str, object]:
     keys = ("rows", "split_s", "encode_s", "lexical_s", "build_s", "vector_bytes", "lexical_bytes", "index_bytes")
     c = {"truncation": {k: trunc[k] for k in keys}, "passages": {k: pas[k] for k in keys}}
@@ -262,7 +307,9 @@ def bench_set(ds: EvalData, enc: OnnxEncoder, splitter: Splitter, n_boot: int,
     return {"name": ds.name, "docs": len(ds.doc_ids), "queries": len(ds.query_ids),
             "doc_tokens_p50": int(np.percentile(lengths, 50)), "doc_tokens_p90": int(np.percentile(lengths, 90)),
             "share_past_window": round(float(np.mean(np.asarray(lengths) > enc.meta.max_length - 2)), 3),
-            "metrics": compare(ds, trunc, pas, n_boot, subsets), "cost": cost(trunc, pas)}
+            "metrics": compare(ds, trunc, pas, n_boot, subsets), "cost": cost(trunc, pas),
+            "per_query": {c: [round(float(x), 4) for x in per_query_metrics(r, ds)["ndcg_at_10"]]
+                          for c, r in hybrid_runs(trunc, pas).items()}}
 
 
 # ---------------------------------------------------------------- report
@@ -297,6 +344,20 @@ def render(report: dict[str, object]) -> str:
                   f"| passages | {p['rows']:,} | {p['build_s']:.1f} ({p['split_s']:.1f} + {p['encode_s']:.1f} + "
                   f"{p['lexical_s']:.1f}) | {p['index_bytes'] / 1e6:.2f} |",
                   f"| ratio | | {c['build_ratio']:.2f}× | {c['size_ratio']:.2f}× |", ""]
+    if "choice" in report:
+        ch = report["choice"]
+        shown = ("chosen", DEFAULT_HYBRID, "dense (passages)", "lexical (passage BM25)")
+        lines += ["## Hybrid on passages: chosen on dev halves, reported on test halves", "",
+                  "Dev-half nDCG@10 (mean of the sets): " + "; ".join(f"{c} {v:.2f}" for c, v in
+                                                                     ch["dev_means"].items())
+                  + f". Chosen: **{ch['chosen']}**.", "",
+                  "| set (test half) | n | chosen | default | dense | lexical | chosen − default | chosen − dense | "
+                  "chosen − lexical | default − lexical |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in ch["test"]:
+            lines.append(f"| {r['set']} | {r['n']} | " + " | ".join(f"{r[ch['chosen'] if c == 'chosen' else c]:.2f}"
+                                                                    for c in shown) + " | " +
+                         " | ".join(_ci(r[f"chosen - {o}"]) for o in shown[1:]) +
+                         f" | {_ci(r['default - lexical (passage BM25)'])} |")
     return "\n".join(lines) + "\n"
 
 
@@ -340,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
         ds = subsample(full, args.queries, args.max_docs, args.seed)
         report["sets"].append(bench_set(ds, enc, splitter, args.bootstrap))
         _write(report, args.out, stamp)
+    report["choice"] = choose(report["sets"], args.bootstrap, args.seed)
     report["load_end"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
     _write(report, args.out, stamp)
     print(render(report))
