@@ -78,8 +78,9 @@ def corpus_view(n: int) -> Path:
     return sc.corpus(data_dir() / "quora_duplicate_questions.partial.tsv.gz", 1_000_000)
 
 
-def truth(work: Path, n: int, queries: np.ndarray) -> np.ndarray:
-    """Exact top-10 ids by inner product over the first `n` corpus vectors (cached)."""
+def truth(work: Path, n: int, queries: np.ndarray, folder: Path | None = None) -> np.ndarray:
+    """Exact top-10 ids by inner product over the first `n` vectors of the corpus in `folder` (default: the 1M
+    corpus's), cached in `work`."""
     out = work / f"truth-{n}.npy"
     if out.is_file():
         return np.load(out)
@@ -88,7 +89,7 @@ def truth(work: Path, n: int, queries: np.ndarray) -> np.ndarray:
     best_s = np.full((len(queries), 10), -np.inf, np.float32)
     best_i = np.zeros((len(queries), 10), np.int64)
     done = 0
-    for part in sorted(corpus_view(n).glob("*.parquet")):
+    for part in sorted((folder or corpus_view(n)).glob("*.parquet")):
         if done >= n:
             break
         t = pq.read_table(part, columns=["id", "vector"]).slice(0, n - done)

@@ -20,8 +20,8 @@ replayed onto it: a nightly build never undoes a write, and a delete stays delet
 still holds the document. `indexer compact` folds the log into a new version (see `indexer.compact`).
 
 The log is never truncated by Strata: a rollback to an older version, or a build from the source data, needs
-every entry after that version's `folded_seq`. What it costs per upsert is
-`bench/writes.py`'s (docs/benchmarks.md).
+every entry after that version's `folded_seq`. What upserts cost (documents/s, bytes on disk per document) is
+measured by `bench/ingest.py` (docs/benchmarks.md).
 
 Torch-free and service-free: the API appends (`WriteLog.append`) and replays (`entries`), the pipeline's
 `indexer compact` reads (`entries`); several processes may read while one appends (WAL). An existing log that
