@@ -46,9 +46,25 @@ sys.path.insert(0, str(REPO))
 
 from bench.common import load as load_text  # noqa: E402
 from bench.common import log, start_server, stop, wrk  # noqa: E402
-from bench.writes import texts as write_texts  # noqa: E402  (Quora rows 200,000..299,999, else generated)
 from indexer.runtime.layout import IndexRoot, LayoutError  # noqa: E402
 from indexer.runtime.store import STORE, Store  # noqa: E402
+
+
+def write_texts(n: int) -> list[str]:
+    """Texts to write: Quora rows 200,000..299,999 (far from any test index's first rows, below the held-out
+    300,000), else generated ones."""
+    from indexer.quora import read_rows
+    from indexer.runtime.paths import data_dir
+
+    out: list[str] = []
+    path = data_dir() / "quora_duplicate_questions.partial.tsv.gz"
+    if path.is_file():
+        for row in read_rows(path):
+            if row.id >= 200_000:
+                out.append(f"{row.question1} (written {len(out)})")
+                if len(out) >= n:
+                    return out
+    return out + [f"generated text {i}: how far does a paper plane fly?" for i in range(len(out), n)]
 
 
 @dataclass(frozen=True)
