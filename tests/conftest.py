@@ -26,12 +26,17 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, settings
 
 from indexer.runtime.paths import data_dir
 
 REPO = Path(__file__).resolve().parents[1]
 QUORA_NAME = "quora_duplicate_questions.partial.tsv.gz"
 TEST_ROWS = 3000
+# The property suites' long run (tests/service/test_hostile_inputs.py, tests/indexer/test_corpus.py's filter
+# property): `STRATA_HYPOTHESIS_PROFILE=long` swaps each suite's derandomized few (CI) for this profile.
+settings.register_profile("long", max_examples=2000, derandomize=False, deadline=None, database=None,
+                          suppress_health_check=list(HealthCheck))
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its hook would run first: it registers later)

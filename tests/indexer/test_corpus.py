@@ -566,11 +566,12 @@ def conditions(flt: dict[str, Any]) -> int:
     return sum(sum(map(conditions, v)) if k in ("and", "or") else 1 for k, v in flt.items())
 
 
-FILTER_EXAMPLES = int(os.environ.get("STRATA_FILTER_EXAMPLES", "25"))  # bench/hostile_long.py runs thousands
+# STRATA_HYPOTHESIS_PROFILE=long (tests/conftest.py): 2,000 randomized examples
+FILTERS = settings.get_profile("long") if os.environ.get("STRATA_HYPOTHESIS_PROFILE") == "long" else settings(
+    max_examples=25, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
 
 
-@settings(max_examples=FILTER_EXAMPLES, deadline=None, derandomize=True, database=None,
-          suppress_health_check=list(HealthCheck))
+@FILTERS
 @given(seed=st.integers(0, 2**32), depth=st.integers(0, LIMITS.depth + 1),
        width=st.sampled_from([1, 2, 3, 499, 500, 501, 700, LIMITS.width, LIMITS.width + 1]))
 def test_filters_of_every_width_and_depth_match_brute_force_or_are_refused(

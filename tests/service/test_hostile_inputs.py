@@ -305,9 +305,10 @@ def test_a_lone_surrogate_in_model_is_a_404_not_a_500(client: httpx.Client) -> N
 
 HOSTILE = settings(max_examples=50, deadline=None, derandomize=True, database=None,
                    suppress_health_check=list(HealthCheck))
-PER_ROUTE = settings(max_examples=int(os.environ.get("STRATA_HOSTILE_EXAMPLES", "0")) or 12, deadline=None,
-                     derandomize="STRATA_HOSTILE_EXAMPLES" not in os.environ, database=None,
-                     suppress_health_check=list(HealthCheck))
+# STRATA_HYPOTHESIS_PROFILE=long (tests/conftest.py): 2,000 randomized examples per route, each request alone
+LONG = os.environ.get("STRATA_HYPOTHESIS_PROFILE") == "long"
+PER_ROUTE = settings.get_profile("long") if LONG else settings(
+    max_examples=12, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
 
 surrogates = st.sampled_from(["\ud800", "a\udfffb", "\udbff\udbff", "x\ud83d"])
 hostile_text = st.text(max_size=30) | surrogates | st.text(max_size=10).map(lambda s: s + "\ud800")
@@ -473,9 +474,8 @@ COMPARE = {"eq": operator.eq, "in": lambda v, b: v in b, "gt": operator.gt, "gte
            "lte": operator.le}
 
 
-EXAMPLES = int(os.environ.get("STRATA_HOSTILE_EXAMPLES", "0"))  # bench/hostile_long.py: a long run (2,000 per route)
-GRAMMAR = settings(max_examples=EXAMPLES or 8, deadline=None, derandomize=not EXAMPLES, database=None,
-                   suppress_health_check=list(HealthCheck))
+GRAMMAR = settings.get_profile("long") if LONG else settings(
+    max_examples=8, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
 hostile_leaves = st.dictionaries(fields, conditions, min_size=1, max_size=2)
 widths = st.sampled_from([1, 2, 3, 499, 500, 501, 1023, 1024, 1025]) | st.integers(1, 40)
 depths = st.integers(0, LIMITS.depth + 2) | st.sampled_from([14, 15, 16, 17, 40])
@@ -507,10 +507,10 @@ def grammar_filters(draw: st.DrawFn) -> dict[str, Any]:
 def test_the_filter_grammar_up_to_and_past_every_limit_never_fails(client: httpx.Client, route: str,
                                                                  flt: dict[str, Any], knobs: dict[str, Any]) -> None:
     """Never a 5xx: a 200, or a 422 with the reason (one past a limit names it); neighbours answered. In the long
-    run (STRATA_HOSTILE_EXAMPLES) one request per example, without neighbours."""
+    run (STRATA_HYPOTHESIS_PROFILE=long) one request per example, without neighbours."""
     hostile = request(client, "POST", FILTER_ROUTES[route][0],
                       {"query": GOOD_QUERY, "top_k": 10, "filter": flt, **FILTER_ROUTES[route][1], **knobs})
-    r = client.send(hostile) if EXAMPLES else with_neighbours(client, hostile)
+    r = client.send(hostile) if LONG else with_neighbours(client, hostile)
     assert r.status_code in (200, 422), (route, r.status_code, r.text[:300])
     try:
         check_limits(flt)
