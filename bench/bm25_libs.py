@@ -148,16 +148,14 @@ def compare(folder: Path, rounds: int = 2, max_queries: int | None = 1000) -> li
 def scale(n: int, n_queries: int, engines: list[str], work: Path) -> str:
     """Strata's lexical engines on the `n`-document scale corpus (see the module docstring): a markdown report."""
     from bench.common import load, log, pct
-    from bench.scale_corpus import grown_docs
-    from indexer.quora import read_rows
+    from bench.scale_corpus import grown_docs, held_out
     from indexer.runtime import lexical_pisa
     from indexer.runtime.lexical import build_lexical, lexical_info, open_lexical
     from indexer.runtime.paths import data_dir
 
     tsv = data_dir() / "quora_duplicate_questions.partial.tsv.gz"
     start_load, texts = load(), list(grown_docs(tsv, n))  # the scale corpus's texts (no vectors: no encoder)
-    queries = list(dict.fromkeys(q for r in read_rows(tsv) if r.id >= 300_000 for q in (r.question1, r.question2))
-                   )[:n_queries]
+    queries = held_out(tsv, n_queries)[0]
     allowed = np.flatnonzero(np.random.default_rng(5).random(n) < 0.01)
     built, lines = {}, [f"{n:,} documents, {len(queries)} held-out Quora questions, k=10; load before {start_load}",
                         "", "| engine | build CPU s (wall) | disk MB | p50 / p99 ms | CPU p50 / p99 ms | 1 % filter "

@@ -13,8 +13,10 @@ Per size N, on a corpus of Quora's real texts and real vectors grown to N (`benc
   external ids and metadata JSON), filters (the store's metadata table and its index), lexical (BM25 files), write
   log (per document written by PUT);
 - a server (`python -m service`, STRATA_MMAP default on): startup to /ready, steady RSS after warm-up, then
-  `/search` p50/p99 and throughput with wrk at 1 and 8 connections for dense (a query vector), lexical (text)
-  and hybrid (vector + text), each with and without a 1 % filter (`{"bucket": 7}`);
+  `/search` p50/p99 and throughput with wrk at 1 and 8 connections, two interleaved rounds, on 100 held-out Quora
+  questions: dense and hybrid sent as text (the server encodes) and as the query's vector, lexical as text, each
+  with and without a 1 % filter (`{"bucket": 7}`); the same queries timed in-process (the lexical engine itself,
+  Strata's lexical search, the ANN index) and the scale targets computed from them (`targets`);
 - dense recall@10 of the served defaults against exact search on 300 query vectors (in-process, same version);
 - `PUT /documents` latency of 16 documents with vectors (20 writes), `indexer compact` time, and the swap to the
   compacted version under search load: RSS sampled every 20 ms (total and anonymous), swap seconds.
@@ -111,41 +113,99 @@ def wrk(url: str, bodies: list[dict[str, object]], conns: int, tmp: Path) -> dic
 
 
 def search_bodies(mode: str, qvecs: np.ndarray, qtexts: list[str],
-                  filter_of: Callable[[int], dict[str, object] | None] = lambda i: None) -> list[dict[str, object]]:
-    """`/search` bodies of the first 100 queries for `mode` (dense: the query vector; lexical: the text; hybrid: both),
-    the i-th with the filter `filter_of(i)` when it gives one."""
+                  filter_of: Callable[[int], dict[str, object] | None] = lambda i: None, via: str = "vector"
+                  ) -> list[dict[str, object]]:
+    """`/search` bodies of the first 100 queries for `mode`, the i-th with the filter `filter_of(i)` when it gives one.
+    `via` "vector": dense sends the query vector, hybrid the vector and the text (nothing encoded by the server);
+    "text": the text alone, as a user sends it (the server encodes it for dense and hybrid). Lexical: the text."""
     out: list[dict[str, object]] = []
     for i, (v, t) in enumerate(zip(qvecs[:100], qtexts[:100], strict=True)):
-        body: dict[str, object] = {"top_k": 10}
-        if mode != "lexical":
+        body: dict[str, object] = {"top_k": 10, "mode": mode}
+        if via == "vector" and mode != "lexical":
             body["vector"] = [round(float(x), 6) for x in v]
-        if mode != "dense":
+        if mode != "dense" or via == "text":
             body["query"] = t
-        if mode == "lexical":
-            body["mode"] = "lexical"
         if (flt := filter_of(i)) is not None:
             body["filter"] = flt
         out.append(body)
     return out
 
 
-def latencies(url: str, qvecs: np.ndarray, qtexts: list[str], tmp: Path) -> list[dict[str, object]]:
-    out = []
-    for mode in ("dense", "lexical", "hybrid"):
+QUERY_KINDS = (("dense", "text"), ("hybrid", "text"), ("dense", "vector"), ("hybrid", "vector"), ("lexical", "text"))
+
+
+def latencies(url: str, qvecs: np.ndarray, qtexts: list[str], tmp: Path, rounds: int = 2) -> list[dict[str, object]]:
+    """wrk at 1 and 8 connections for each mode and query kind, with and without the 1 % filter. The kinds take turns
+    inside each (filter, connections) pair and `rounds` passes repeat it all, so that the ratios between modes
+    compare runs seconds apart, under the same load."""
+    out, first_ms = [], {}
+    for rnd in range(rounds):
         for filtered in (False, True):
-            bodies = search_bodies(mode, qvecs, qtexts, (lambda i: FILTER) if filtered else (lambda i: None))
-            # the configuration's first request, timed apart: a filter's first use builds its row set (seconds at
-            # 10M), which inside wrk's run would be one timeout (wrk's 2 s) and not a latency
-            t0 = time.perf_counter()
-            httpx.post(f"{url}/search", json=bodies[0], timeout=120).raise_for_status()
-            first_ms = round((time.perf_counter() - t0) * 1000, 1)
             for conns in (1, 8):
-                r = wrk(url, bodies, conns, tmp)
-                row = {"mode": mode, "filter": "1 %" if filtered else "none", "conns": conns, **r, "load": load(),
-                       "first_request_ms": first_ms if conns == 1 else None}
-                log(f"  {row}")
-                out.append(row)
+                for mode, via in QUERY_KINDS:
+                    bodies = search_bodies(mode, qvecs, qtexts, (lambda i: FILTER) if filtered else (lambda i: None),
+                                           via)
+                    key = (mode, via, filtered)
+                    if key not in first_ms:  # a configuration's first request, timed apart: a filter's first use
+                        t0 = time.perf_counter()  # builds its row set, which inside wrk's run would be a timeout
+                        httpx.post(f"{url}/search", json=bodies[0], timeout=120).raise_for_status()
+                        first_ms[key] = round((time.perf_counter() - t0) * 1000, 1)
+                    r = wrk(url, bodies, conns, tmp)
+                    row = {"round": rnd + 1, "mode": mode, "via": via, "filter": "1 %" if filtered else "none",
+                           "conns": conns, **r, "load": load(),
+                           "first_request_ms": first_ms[key] if rnd == 0 and conns == 1 else None}
+                    log(f"  {row}")
+                    out.append(row)
     return out
+
+
+def in_process(folder: Path, qvecs: np.ndarray, qtexts: list[str], rounds: int = 3) -> dict[str, float]:
+    """p50 ms of the served version's engines called in this process (no HTTP), on the same 100 queries: the
+    lexical engine itself (top 10; with the 1 % filter's rows), Strata's lexical search around it, the ANN index."""
+    from indexer.runtime.version import IndexVersion
+
+    v = IndexVersion(folder, mmap=True)
+    try:
+        match = v.match(FILTER)
+        allowed_rows = match.lexical_rows(v.lexical.rows_of)
+        calls: dict[str, Callable[[int], object]] = {
+            "engine": lambda i: v.lexical.search(qtexts[i], 10),
+            "engine_filter": lambda i: v.lexical.search(qtexts[i], 10, allowed_rows=allowed_rows),
+            "lexical_search": lambda i: v.lexical_search([qtexts[i]], 10),
+            "ann": lambda i: v.search(qvecs[i:i + 1], 10)}
+        times: dict[str, list[float]] = {k: [] for k in calls}
+        for _ in range(rounds):
+            for i in range(min(100, len(qtexts))):
+                for name, call in calls.items():
+                    t0 = time.perf_counter()
+                    call(i)
+                    times[name].append((time.perf_counter() - t0) * 1000)
+        return {f"{k}_p50_ms": round(float(np.median(t)), 3) for k, t in times.items()} | {
+            "engine": v.manifest.lexical.engine if v.manifest.lexical else None, "load": load()}
+    finally:
+        v.close()
+
+
+def targets(search: list[dict[str, object]], inproc: dict[str, object]) -> list[str]:
+    """The scale targets from one run's figures: each a ratio of p50s (or of throughputs) from the same round."""
+    lines = []
+    for rnd in sorted({int(s["round"]) for s in search}):  # type: ignore[call-overload]
+        p = {(s["mode"], s["via"], s["filter"], s["conns"]): s for s in search if s["round"] == rnd}
+        for flt in ("none", "1 %"):
+            d1, h1 = p[("dense", "text", flt, 1)], p[("hybrid", "text", flt, 1)]
+            d8, h8 = p[("dense", "text", flt, 8)], p[("hybrid", "text", flt, 8)]
+            lines.append(f"- round {rnd}, filter {flt}: hybrid / dense p50 (text queries, 1 conn) "
+                         f"{float(h1['p50_ms']) / float(d1['p50_ms']):.2f} (target ≤ 1.5); hybrid / dense req/s "
+                         f"at 8 conns "
+                         f"{float(h8['rps']) / float(d8['rps']):.2f} (target ≥ 0.6)")
+        if inproc:
+            lex, dv = p[("lexical", "text", "none", 1)], p[("dense", "vector", "none", 1)]
+            overhead = float(dv["p50_ms"]) - float(inproc["ann_p50_ms"])  # type: ignore[arg-type]
+            bound = 1.5 * float(inproc["engine_p50_ms"]) + overhead  # type: ignore[arg-type]
+            lines.append(f"- round {rnd}: lexical HTTP p50 {lex['p50_ms']} ms vs 1.5 × engine in-process p50 "
+                         f"{inproc['engine_p50_ms']} ms + dense HTTP overhead {overhead:.2f} ms = {bound:.2f} ms "
+                         f"(ratio {float(lex['p50_ms']) / bound:.2f}, target ≤ 1)")
+    return lines
 
 
 def cold_filters(url: str, qvecs: np.ndarray, qtexts: list[str], rounds: int = 8) -> dict[str, object]:
@@ -305,10 +365,14 @@ def run_size(n: int, quora: Path, work: Path, threads: int, rebuild: bool, mmap:
                               "nlist_reason": getattr(manifest.index.params, "nlist_reason", None),
                               "bytes_per_doc": bytes_per_doc(folder, manifest.index.ntotal, code)}
     qvecs, qtexts = sc.queries(quora), sc.query_texts(quora)
-    if swap_to not in ("none", "cold"):  # `--latency-only`: the served figures again, at a quieter moment
+    if swap_to != "cold":
         out["recall"] = recall(folder, qvecs)
     save(out)
     log(f"N={n}: {out}")
+    htexts, hvecs = sc.held_out(quora)  # what users send: held-out questions, as text or as their vectors
+    if swap_to != "cold":
+        out["in_process"] = in_process(folder, hvecs, htexts)
+        log(f"N={n}: in-process {out['in_process']}")
     tmp = work / "tmp"
     tmp.mkdir(exist_ok=True)
     proc, url, startup = start(root, tmp, {"STRATA_MMAP": "1" if mmap else "0", "STRATA_THREADS": "1"})
@@ -322,7 +386,8 @@ def run_size(n: int, quora: Path, work: Path, threads: int, rebuild: bool, mmap:
             out["cold_filters"] = cold_filters(url, qvecs, qtexts)
             out["load_end"] = load()
             return out
-        out["search"] = latencies(url, qvecs, qtexts, tmp)
+        out["search"] = latencies(url, hvecs, htexts, tmp)
+        out["targets"] = targets(out["search"], out.get("in_process", {}))  # type: ignore[arg-type]
         save(out)
         if swap_to == "none":
             return out
@@ -355,10 +420,14 @@ def report(results: list[dict[str, object]], stamp: str, mmap: bool) -> str:
                   f"- writes: {g('writes')}", f"- compact and swap: {g('swap')}",
                   *cold_table(g("cold_filters", {})),  # type: ignore[arg-type]
                   f"- load at the end: {g('load_end', 'not reached: the run was cut short')}",
-                  "", "| mode | filter | conns | p50 ms | p99 ms | req/s | errors | first request ms | load |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  f"- in-process p50 (no HTTP, same queries): {g('in_process')}", *g("targets", []),  # type: ignore[misc]
+                  "", "| round | mode | query | filter | conns | p50 ms | p99 ms | req/s | errors | first request ms "
+                  "| load |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for s in r.get("search", []):  # type: ignore[union-attr]
-            lines.append(f"| {s['mode']} | {s['filter']} | {s['conns']} | {s['p50_ms']} | {s['p99_ms']} | {s['rps']} | "
+            lines.append(f"| {s.get('round', 1)} | {s['mode']} | {s.get('via', 'vector')} | {s['filter']} | "
+                         f"{s['conns']} | "
+                         f"{s['p50_ms']} | {s['p99_ms']} | {s['rps']} | "
                          f"{s['errors']} | {s.get('first_request_ms') or ''} | {s['load']} |")
         lines += [f"- errors, {s['mode']} {s['filter']} at {s['conns']}: {s['error_detail']}"
                   for s in r.get("search", []) if s.get("error_detail")]  # type: ignore[union-attr]

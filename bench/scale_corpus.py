@@ -107,6 +107,19 @@ def seeds(quora: Path, n: int = SEED_TEXTS) -> tuple[list[str], np.ndarray]:
     return texts, vecs
 
 
+def held_out(quora: Path, n: int = 100) -> tuple[list[str], np.ndarray]:
+    """The first `n` distinct held-out questions (rows >= 300,000: in no bench corpus) and their vectors (cached)."""
+    from indexer.quora import read_rows
+
+    texts = list(dict.fromkeys(q for r in read_rows(quora) if r.id >= 300_000 for q in (r.question1, r.question2)))[:n]
+    vecs_file = cache_dir() / f"held-out-{n}.npy"
+    if not vecs_file.is_file():
+        from indexer.runtime.encoder import OnnxEncoder
+
+        np.save(vecs_file, OnnxEncoder(encoder_dir(), threads=2).encode(texts, 64).astype(np.float32))
+    return texts, np.load(vecs_file)
+
+
 def dict_words() -> list[str]:
     """Debian's English word list (lowercase words only: no names, no possessives); a clear exit when missing."""
     if not WORDS.is_file():
