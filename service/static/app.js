@@ -313,8 +313,8 @@
       fact(facts, "nprobe", index.nprobe + " of " + index.nlist + " lists");
     }
     const lex = index.lexical;
-    fact(facts, "Lexical", lex ? "BM25 k1 " + lex.k1 + " b " + lex.b + " · stemmer " + lex.stemmer + " · stopwords " +
-      lex.stopwords : "none (dense only)");
+    fact(facts, "Lexical", lex ? "BM25 k1 " + lex.k1 + " b " + lex.b + " · " + lex.engine + " · stemmer " +
+      lex.stemmer + " · stopwords " + lex.stopwords : "none (dense only)");
     fact(facts, "Default mode", index.default_mode || "dense");
     for (const option of $("mode").options) {
       // lexical and hybrid need the version's lexical index

@@ -150,7 +150,9 @@ def test_the_mode_selector_runs_the_chosen_mode(browser: webdriver.Chrome, serve
     live table's count by mode."""
     browser.get(server.url + "/")
     wait(browser, lambda d: d.find_element(By.ID, "index-state").text == "Ready", "the index card")
-    assert "BM25 k1 0.9 b 0.4" in browser.find_element(By.ID, "index-facts").text
+    facts = browser.find_element(By.ID, "index-facts").text
+    assert "BM25 k1 0.9 b 0.4" in facts
+    assert "· bm25s ·" in facts  # the engine that answers the lexical leg, as the manifest names it
     with server.client() as c:
         expected = c.post("/search", json={"query": QUERY, "top_k": 5, "mode": "lexical"}).json()["hits"]
     Select(browser.find_element(By.ID, "mode")).select_by_value("lexical")
