@@ -1,5 +1,5 @@
-"""`LeanRoute`: the hot routes' handler (`/search`, `/collections/{name}/search`) without FastAPI's per-request
-dependency solving; the same contract, documented the same way.
+"""`LeanRoute`: the hot routes' handler (`/search` and the writes, `PUT /documents`, `POST /documents/delete`, at
+both paths) without FastAPI's per-request dependency solving; the same contract, documented the same way.
 
 Why (docs/decisions.md#the-request-path-after-the-peers-comparison): on a `/search` with a 384-float query vector,
 FastAPI's request handler (solving the route's dependencies, its scope's and the bearer's, introspecting each one on
@@ -13,7 +13,9 @@ needs, in this order:
    objects for the parse). Anything it refuses is re-read the way FastAPI reads a body (its content-type rule,
    `json.loads`, `model_validate`), so a bad body gets exactly the 422 (or 400) FastAPI gives it, reason included:
    only valid bodies take the fast path, and a body is valid on one path exactly when it is on the other (the same
-   model; tests/service/test_lean_route.py checks it on generated bodies);
+   model; tests/service/test_lean_route.py checks it on generated bodies). A large body (a write's 128 documents
+   with vectors: 0.5 MB) is read on a thread, so that the event loop answers searches meanwhile (FastAPI's own
+   route parsed and validated it on the loop, ~90 ms on busy cores, and every search waited);
 3. the endpoint, called with the body model, the request and the path parameters.
 
 It refuses at startup (TypeError) an endpoint that asks for anything else (a dependency, a query parameter, a
@@ -22,6 +24,7 @@ second body): those would be skipped silently otherwise.
 
 from __future__ import annotations
 
+import asyncio
 import email.message
 import inspect
 import json
@@ -40,6 +43,10 @@ if TYPE_CHECKING:
     from fastapi._compat import ModelField
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+# Bodies this large are parsed off the event loop: its cost (~4 ms at 0.5 MB unloaded, several times that on busy
+# cores) would otherwise delay every request the loop holds; a search's body (~8 KB) is parsed in place, where a
+# thread's hand-off would cost more than the parse.
+OFF_LOOP_BYTES = 64 * 1024
 
 
 class LeanRoute(APIRoute):
@@ -113,12 +120,20 @@ def _signature(endpoint: Callable[..., Any]) -> tuple[str, type[BaseModel], list
 
 async def read_body(request: Request, model: type[BaseModel], field: ModelField) -> Any:  # noqa: ANN401
     """The request's JSON body as `model` (`field`: FastAPI's body field of it): pydantic-core's parse when it
-    passes, else FastAPI's own reading and refusal."""
+    passes, else FastAPI's own reading and refusal. A body of `OFF_LOOP_BYTES` or more is parsed on a thread: the
+    event loop serves other requests meanwhile (a 128-document write with vectors is 0.5 MB of JSON)."""
     raw = await request.body()
+    is_json = _is_json(request)
+    if len(raw) < OFF_LOOP_BYTES:
+        return validate_body(raw, is_json, model, field)
+    return await asyncio.to_thread(validate_body, raw, is_json, model, field)
+
+
+def validate_body(raw: bytes, is_json: bool, model: type[BaseModel], field: ModelField) -> Any:  # noqa: ANN401
     try:
-        return model.model_validate_json(raw) if raw and _is_json(request) else _fastapi_body(raw, request, field)
+        return model.model_validate_json(raw) if raw and is_json else _fastapi_body(raw, is_json, field)
     except ValidationError:  # refused: said as FastAPI says it (the same 422s, reasons and locations as before)
-        return _fastapi_body(raw, request, field)
+        return _fastapi_body(raw, is_json, field)
 
 
 def _is_json(request: Request) -> bool:
@@ -133,14 +148,14 @@ def _is_json(request: Request) -> bool:
     return message.get_content_maintype() == "application" and (sub == "json" or sub.endswith("+json"))
 
 
-def _fastapi_body(raw: bytes, request: Request, field: ModelField) -> Any:  # noqa: ANN401
+def _fastapi_body(raw: bytes, is_json: bool, field: ModelField) -> Any:  # noqa: ANN401
     """FastAPI's reading of a body (fastapi.routing.get_request_handler, strict content type): an empty body is a
     missing one, a body not typed JSON is validated as bytes, JSON that does not parse is a 422 `json_invalid` at
     its position, one that cannot be decoded at all a 400."""
     if not raw:
         raise RequestValidationError([get_missing_field_error(loc=("body",))], body=None)
     value: Any = raw
-    if _is_json(request):
+    if is_json:
         try:
             value = json.loads(raw)
         except json.JSONDecodeError as exc:

@@ -6,14 +6,19 @@ dimension, NaN, all zeros — refused with a 422 naming the document, nothing wr
 from __future__ import annotations
 
 import json
+import shutil
+import threading
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 
 from indexer.runtime.layout import IndexRoot
 from indexer.runtime.manifest import Manifest
+from service.lean_route import OFF_LOOP_BYTES
 from tests.conftest import indexer_cli, start_server, stop_server
+from tests.service.test_writes import until
 
 N_DOCS = 400
 DIM = 32  # the tiny encoder's
@@ -26,7 +31,8 @@ def unit(rng: np.random.Generator, n: int) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory, tiny_exported: Path):
+def built(tmp_path_factory: pytest.TempPathFactory, tiny_exported: Path) -> tuple[Path, np.ndarray, Manifest]:
+    """An index root built from a JSONL vector column: (the root, its unit vectors, the version's manifest)."""
     tmp = tmp_path_factory.mktemp("brought")
     rng = np.random.default_rng(7)
     vecs = unit(rng, N_DOCS)
@@ -43,8 +49,13 @@ def served(tmp_path_factory: pytest.TempPathFactory, tiny_exported: Path):
     assert "nothing encoded" in r.stdout
     version = IndexRoot(root).current_version()
     assert version is not None
-    manifest = Manifest.load(IndexRoot(root).version_dir(version))
-    server = start_server(tmp, {"STRATA_INDEX_ROOT": str(root), "STRATA_WATCH_INTERVAL_S": "0"})
+    return root, vecs, Manifest.load(IndexRoot(root).version_dir(version))
+
+
+@pytest.fixture(scope="module")
+def served(built: tuple[Path, np.ndarray, Manifest]):
+    root, vecs, manifest = built
+    server = start_server(root.parent, {"STRATA_INDEX_ROOT": str(root), "STRATA_WATCH_INTERVAL_S": "0"})
     try:
         yield server, vecs, manifest
     finally:
@@ -142,3 +153,38 @@ def test_huge_and_tiny_vectors_are_written_and_searched_normalised(served) -> No
                      {"documents": [{"id": "over", "text": "t", "vector": [1e39] * DIM}]}):
             r = (c.post("/search", json=body) if "vector" in body else c.put("/documents", json=body))
             assert r.status_code == 422 and "beyond float32's range" in r.text, r.text
+
+
+def test_searches_are_answered_while_a_large_write_body_is_parsed(built, tmp_path: Path) -> None:
+    """A PUT of 128 documents with vectors (a body past `OFF_LOOP_BYTES`) is parsed off the event loop: held in its
+    parse (`tests.service.held_service`, for as long as the test wants), the server still answers a search; once
+    released, the write is acknowledged and searchable at once. Parsed on the loop, the search would wait for it."""
+    root, vecs, _ = built
+    shutil.copytree(root, tmp_path / "root", symlinks=True)
+    hold = tmp_path / "hold-body"
+    hold.touch()
+    server = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(tmp_path / "root"), "STRATA_WATCH_INTERVAL_S": "0",
+                                     "STRATA_TEST_HOLD_BODY": str(hold)}, module="tests.service.held_service")
+    new = unit(np.random.default_rng(11), 128)
+    docs = [{"id": 10_000 + i, "text": f"written {i} " + "padding " * 40, "vector": new[i].tolist()}
+            for i in range(128)]
+    body = json.dumps({"documents": docs}).encode()
+    assert len(body) >= OFF_LOOP_BYTES
+    put: list[httpx.Response] = []
+    writer = threading.Thread(target=lambda: put.append(httpx.put(
+        f"{server.url}/documents", content=body, headers={"content-type": "application/json"}, timeout=120)))
+    try:
+        writer.start()
+        until(Path(f"{hold}.entered").exists, "the write's body in its parse", timeout=60)
+        with httpx.Client(base_url=server.url, timeout=30) as c:
+            r = c.post("/search", json={"vector": vecs[3].tolist(), "top_k": 1})
+            assert r.status_code == 200 and r.json()["hits"][0]["id"] == 3, r.text
+            assert writer.is_alive() and not put  # the write is still held in its parse
+            hold.unlink()
+            writer.join(timeout=120)
+            assert put and put[0].status_code == 200 and put[0].json()["upserted"] == 128, put and put[0].text
+            r = c.post("/search", json={"vector": new[77].tolist(), "top_k": 1})
+            assert r.status_code == 200 and r.json()["hits"][0]["id"] == 10_077, r.text
+    finally:
+        hold.unlink(missing_ok=True)
+        stop_server(server)

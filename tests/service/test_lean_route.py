@@ -55,6 +55,9 @@ EXAMPLES = [
     b'{"query": "a", "bogus": 1}', b'{"queries": ["a", 1]}', b'{"vector": [0.1], "queries": ["a"]}',
     b'{"query": "a", "filter": %s}' % (b'{"and": [' * 300 + b"{}" + b"]}" * 300),
     b"\xff\xfe{}", '{"query": "h\u00e9"}'.encode("utf-16"),
+    # past OFF_LOOP_BYTES: parsed on a thread, with the same answers
+    b'{"vector": [%s]}' % b", ".join([b"0.25"] * 20000), b'{"vector": [%s, "x"]}' % b", ".join([b"0.25"] * 20000),
+    b'{"query": "%s"}' % (b"a" * 70000), b'{"query": "a", "filter": {"and": [%s]}' % b", ".join([b"{}"] * 30000),
 ]
 
 
