@@ -19,14 +19,12 @@ quickstart's) it reports nDCG@10, MRR@10 and R@100 of:
 Hybrid vs dense and hybrid vs BM25 come with paired per-query bootstrap 95 % intervals (queries resampled with
 replacement, the same draw for both systems). The correctness checks print whether Strata's mean-pooled exact
 nDCG@10 is within 0.3 of MTEB's all-MiniLM-L6-v2 figure and BM25 within 1.0 of Anserini's flat BM25.
-`--bm25-libs` also measures bm25s against tantivy (build time, peak memory, single-query p50, nDCG@10), each in
-its own process, interleaved.
 
 `--latency` adds, per dataset and pooling, the build's documents/s (documents over the manifest's build time:
 reading, encoding, training, adding, calibrating; not the evaluation) and `/search` p50 at 1 client for each
 served mode (dense, lexical, hybrid at the version's default fusion), measured with wrk against `python -m
-service` on 127.0.0.1 (`bench/search_modes_latency.py`'s server start, Lua script and wrk run; the modes' order
-rotating per round), sending the dataset's judged queries cycled. In the tables: dense-index's row carries the
+service` on 127.0.0.1 (`bench/common.py`'s server start and wrk run; the modes' order rotating per round), sending
+the dataset's judged queries cycled. In the tables: dense-index's row carries the
 dense p50, bm25's the lexical one, cc@0.5's (the served default fusion) the hybrid one.
 
 Everything is cached under `--work` (encoders, index roots, query vectors, runs), so an interrupted run resumes;
@@ -347,7 +345,6 @@ def search_latency(root: Path, queries: list[str], cache: Path, seconds: float, 
     import tempfile
 
     from bench.common import start_server, stop, wrk
-    from bench.search_modes_latency import mode_bodies
     from indexer.runtime.layout import IndexRoot
     from indexer.runtime.manifest import Manifest
 
@@ -360,7 +357,7 @@ def search_latency(root: Path, queries: list[str], cache: Path, seconds: float, 
     with tempfile.TemporaryDirectory() as tmp:
         proc, url, _ = start_server(root, Path(tmp))
         try:
-            bodies = {mode: mode_bodies(queries, mode, 10) for mode in modes}
+            bodies = {mode: [{"query": q, "top_k": 10, "mode": mode} for q in queries] for mode in modes}
             for mode in modes:  # warm-up: ONNX Runtime's first runs, the store's pages
                 wrk(url, bodies[mode], 1, 2, Path(tmp))
             for r in range(rounds):
@@ -511,14 +508,6 @@ def render(report: dict[str, object]) -> str:
             out.append("")
     if report.get("checks"):
         out += ["## Correctness checks", ""] + [f"- {c}" for c in report["checks"]] + [""]
-    if report.get("bm25_libs"):
-        out += ["## BM25 library: bm25s vs tantivy", "",
-                "| dataset | library | build s | index RSS MiB | query p50 ms | nDCG@10 |",
-                "|---|---|---:|---:|---:|---:|"]
-        for row in report["bm25_libs"]:
-            out.append(f"| {row['dataset']} | {row['library']} | {row['build_s']} | {row.get('index_rss_mib', '—')} | "
-                       f"{row['query_p50_ms']} | {row['ndcg_at_10']} |")
-        out.append("")
     lat_rows = [(r["dataset"], pooling, p["latency"]) for r in report["datasets"]
                 for pooling, p in r["poolings"].items() if p.get("latency")]
     if lat_rows:
@@ -602,7 +591,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--poolings", default=",".join(POOLINGS), help="encoder poolings (default: %(default)s)")
     p.add_argument("--alphas", default="0.3,0.5,0.7", help="convex-combination dense weights (default: %(default)s)")
     p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples (default: %(default)s)")
-    p.add_argument("--bm25-libs", action="store_true", help="also compare bm25s and tantivy (bench/bm25_libs.py)")
     p.add_argument("--no-cli-eval", action="store_true",
                    help="skip `indexer eval` (report the figures `indexer build` stored) — for large query sets")
     p.add_argument("--latency", action="store_true",
@@ -621,7 +609,6 @@ def main(argv: list[str] | None = None) -> int:
         parts = [json.loads(f.read_text()) for f in args.merge]
         merged = {**parts[0], "datasets": [d for r in parts for d in r["datasets"]],
                   "checks": [c for r in parts for c in r.get("checks", [])],
-                  "bm25_libs": [row for r in parts for row in r.get("bm25_libs", [])],
                   "command": " ; ".join(r["command"] for r in parts),
                   "machine": " ; ".join(dict.fromkeys(r["machine"] for r in parts)),
                   "merged_from": [str(f) for f in args.merge]}
@@ -644,7 +631,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.latency and shutil.which("wrk") is None:
         p.error("--latency needs wrk (Debian's): apt-get install -y wrk")
     args.work.mkdir(parents=True, exist_ok=True)
-    eta = Eta(len(folders) * (1 + len(poolings)) + (len(folders) if args.bm25_libs else 0))
+    eta = Eta(len(folders) * (1 + len(poolings)))
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     report: dict[str, object] = {
         "stamp": stamp, "command": "python bench/beir.py " + shlex.join(sys.argv[1:] if argv is None else argv),
@@ -657,14 +644,6 @@ def main(argv: list[str] | None = None) -> int:
         report["checks"] += checks(res)
         for line in checks(res):
             say("check: " + line)
-    if args.bm25_libs:
-        from bench.bm25_libs import compare
-
-        rows = []
-        for folder in folders:
-            rows += compare(folder)
-            eta.step(f"{folder.name}: bm25 libraries")
-        report["bm25_libs"] = rows
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"beir-{stamp}.json").write_text(json.dumps(report, indent=1) + "\n")
     md = render(report)

@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tokenize
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -136,8 +136,8 @@ DATASETS: dict[str, Dataset] = {
     ),
     "arguana": Dataset(
         name="arguana",
-        # 5 test qrels name a counter-argument missing from BEIR's corpus (beir-cellar/beir's GitHub threads #101 and #172:
-        # "an issue with the original dataset"); they stay, as in BEIR, MTEB and Anserini, and score 0
+        # 5 test qrels name a counter-argument missing from BEIR's corpus (beir-cellar/beir's GitHub threads #101 and
+        # #172: "an issue with the original dataset"); they stay, as in BEIR, MTEB and Anserini, and score 0
         expected=Expected(docs=8674, test_queries=1406, test_qrels=1406, dangling_qrels=5),
         sources={
             # the Hugging Face BeIR/arguana files (corpus/queries gzipped, as that dataset ships them) and
@@ -189,12 +189,8 @@ def _scifact_corpus(zip_bytes: bytes) -> bytes:
     csv.field_size_limit(1 << 30)
     with zipfile.ZipFile(io.BytesIO(zip_bytes)) as zf:
         text = zf.read("corpus_train.csv").decode("utf-8")
-    lines = []
-    for row in csv.DictReader(io.StringIO(text, newline="")):
-        rec = {"_id": row["doc_id"], "title": row["title"], "text": " ".join(_sentences(row["abstract"])),
-               "metadata": {}}
-        lines.append(json.dumps(rec, ensure_ascii=False))
-    return ("\n".join(lines) + "\n").encode("utf-8")
+    return _jsonl({"_id": row["doc_id"], "title": row["title"], "text": " ".join(_sentences(row["abstract"])),
+                   "metadata": {}} for row in csv.DictReader(io.StringIO(text, newline="")))
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -202,6 +198,10 @@ def _write(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(data)
     tmp.replace(path)
+
+
+def _jsonl(rows: Iterable[dict[str, object]]) -> bytes:
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8")
 
 
 def prepare_scifact(ds: Dataset, out: Path, mirrors: Path) -> None:
@@ -266,22 +266,14 @@ def prepare_quora_heldout(ds: Dataset, out: Path, mirrors: Path) -> None:
         raise PrepareError(f"no local Quora TSV ({src}); set STRATA_DATA_DIR")
     say(f"quora-heldout: reading {src}")
     split = load_split(src, "heldout")
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "corpus.jsonl.tmp", "w", encoding="utf-8") as fh:
-        for qid, text in zip(split.corpus.ids.tolist(), split.corpus.texts, strict=True):
-            fh.write(json.dumps({"_id": str(qid), "title": "", "text": text}, ensure_ascii=False) + "\n")
-    (out / "corpus.jsonl.tmp").replace(out / "corpus.jsonl")
-    ev = split.evalset
-    with open(out / "queries.jsonl.tmp", "w", encoding="utf-8") as fh:
-        for qid, text in zip(ev.query_ids.tolist(), ev.query_texts, strict=True):
-            fh.write(json.dumps({"_id": str(qid), "text": text}, ensure_ascii=False) + "\n")
-    (out / "queries.jsonl.tmp").replace(out / "queries.jsonl")
-    (out / "qrels").mkdir(exist_ok=True)
-    with open(out / "qrels" / "test.tsv.tmp", "w", encoding="utf-8") as fh:
-        fh.write("query-id\tcorpus-id\tscore\n")
-        for qid, gold in zip(ev.query_ids.tolist(), ev.gold, strict=True):
-            fh.writelines(f"{qid}\t{d}\t1\n" for d in sorted(gold))
-    (out / "qrels" / "test.tsv.tmp").replace(out / "qrels" / "test.tsv")
+    c, ev = split.corpus, split.evalset
+    _write(out / "corpus.jsonl", _jsonl({"_id": str(i), "title": "", "text": t}
+                                        for i, t in zip(c.ids.tolist(), c.texts, strict=True)))
+    _write(out / "queries.jsonl", _jsonl({"_id": str(i), "text": t}
+                                         for i, t in zip(ev.query_ids.tolist(), ev.query_texts, strict=True)))
+    _write(out / "qrels" / "test.tsv", ("query-id\tcorpus-id\tscore\n" + "".join(
+        f"{i}\t{d}\t1\n" for i, gold in zip(ev.query_ids.tolist(), ev.gold, strict=True) for d in sorted(gold))
+    ).encode("utf-8"))
 
 
 PREPARERS: dict[str, Callable[[Dataset, Path, Path], None]] = {

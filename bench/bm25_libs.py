@@ -1,5 +1,5 @@
 """BM25 libraries side by side. Over a BEIR folder, each in its own process, rounds interleaved: bm25s (+ PyStemmer:
-`Bm25sRetriever` is `bench/beir.py`'s `bm25` mode) and Strata's tantivy and pisa engines (`--bm25-libs` there):
+`Bm25sRetriever` is `bench/beir.py`'s `bm25` mode) and Strata's tantivy and pisa engines:
 
     python bench/bm25_libs.py /work/shared/data/beir/scifact [--rounds 2] [--max-queries 1000]
 

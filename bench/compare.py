@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 from datetime import datetime, timezone
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +41,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from bench.common import interleave, median  # noqa: E402
-from bench.encoders import sentences  # noqa: E402
+from bench.common import interleave, log, median  # noqa: E402
 from bench.peers import encoding, retrieval, servers, venvs  # noqa: E402
 from bench.peers.http_load import TreeRss, run_load  # noqa: E402
 from bench.peers.report import render  # noqa: E402
+from indexer.quora import read_rows  # noqa: E402
 from indexer.runtime.layout import IndexRoot  # noqa: E402
 from indexer.runtime.manifest import Manifest  # noqa: E402
+from indexer.runtime.paths import default_quora_source  # noqa: E402
 from indexer.runtime.store import STORE, Store  # noqa: E402
 from indexer.runtime.version import vectors_by_id  # noqa: E402
 
@@ -55,8 +57,10 @@ VENV_OF = {"fastembed": "encoders", "st-onnx": "encoders", "hnswlib": "encoders"
            "infinity": "infinity", "txtai": "txtai"}
 
 
-def log(msg: str) -> None:
-    print(f"[{datetime.now():%H:%M:%S}] {msg}", flush=True)
+def sentences(n: int) -> list[str]:
+    """The first `n` Quora questions of the TSV under STRATA_DATA_DIR (~15 tokens on average)."""
+    rows = read_rows(Path(default_quora_source()))
+    return list(islice((t for row in rows for t in (row.question1, row.question2) if t), n))
 
 
 def checkpoint() -> Path:
@@ -65,31 +69,21 @@ def checkpoint() -> Path:
     return Path(default_checkpoint())
 
 
-def export_models(args: argparse.Namespace, res: dict[str, Any]) -> tuple[Path, Path | None]:
-    """Strata's fp32 export (made here unless --strata-fp32), and int8: --strata-int8, or made by the exporter
-    when it offers --quantize, else none (recorded)."""
+def export_models(args: argparse.Namespace, res: dict[str, Any]) -> tuple[Path, Path]:
+    """Strata's fp32 and int8 exports: --strata-fp32 / --strata-int8, or made here by `encoder export` (int8 with
+    the exporter's quality gate)."""
     cli = [sys.executable, "-m", "models.cli", "export", "--pooling", "mean"]
-    helptext = subprocess.run([*cli[:4], "--help"], cwd=REPO, capture_output=True, text=True).stdout
     fp32 = args.strata_fp32 or args.work / "models" / "strata-fp32"
-    if not (fp32 / "encoder.json").is_file():
-        log(f"exporting Strata fp32 to {fp32}")
-        # where int8 is the exporter's default, fp32 has to be asked for
-        plain = ["--quantize", "none"] if "int8,none" in helptext else []
-        subprocess.run([*cli, "--out", str(fp32), *plain], cwd=REPO, check=True)
-    int8 = args.strata_int8
-    if int8 is None:
-        if "--quantize" in helptext:
-            int8 = args.work / "models" / "strata-int8"
-            if not (int8 / "encoder.json").is_file():
-                log(f"exporting Strata int8 (with the exporter's quality gate) to {int8}")
-                subprocess.run([*cli, "--out", str(int8), "--quantize", "int8"], cwd=REPO, check=True)
-        else:
-            res["notes"].append("Strata int8 not measured: no --strata-int8 and `encoder export` has no --quantize")
-    meta = {k: json.loads((d / "encoder.json").read_text()) for k, d in (("fp32", fp32), ("int8", int8)) if d}
+    int8 = args.strata_int8 or args.work / "models" / "strata-int8"
+    for out, quantize in ((fp32, "none"), (int8, "int8")):
+        if not (out / "encoder.json").is_file():
+            log(f"exporting Strata {quantize if quantize == 'int8' else 'fp32'} to {out}")
+            subprocess.run([*cli, "--out", str(out), "--quantize", quantize], cwd=REPO, check=True)
+    meta = {k: json.loads((d / "encoder.json").read_text()) for k, d in (("fp32", fp32), ("int8", int8))}
     res["models"] = {k: {"dir": str(d), "quantization": meta[k].get("quantization"),
                          "quality_gate": meta[k].get("quality_gate"),
                          "quantization_details": meta[k].get("quantization_details")}
-                     for k, d in (("fp32", fp32), ("int8", int8)) if d}
+                     for k, d in (("fp32", fp32), ("int8", int8))}
     return fp32, int8
 
 
@@ -144,7 +138,7 @@ def serving_corpus(root: Path, out: Path) -> list[str]:
 
 # --- 1. encoding ---------------------------------------------------------------------------------------------
 
-def part_encoding(args: argparse.Namespace, res: dict[str, Any], fp32: Path, int8: Path | None) -> None:
+def part_encoding(args: argparse.Namespace, res: dict[str, Any], fp32: Path, int8: Path) -> None:
     ref = "sentence-transformers (torch fp32)"
     contenders = [encoding.Contender(ref, Path(sys.executable), "st-torch", str(checkpoint()))]
     enc_py = peer_python("fastembed", res) if {"fastembed", "st-onnx"} & set(args.peers) else None
@@ -160,13 +154,10 @@ def part_encoding(args: argparse.Namespace, res: dict[str, Any], fp32: Path, int
         else:
             res["peer_errors"]["st-onnx export"] = "\n".join(proc.stderr.strip().splitlines()[-8:])
     if enc_py and "fastembed" in args.peers:
-        contenders.append(encoding.Contender("fastembed on Strata's fp32 encoder.onnx", enc_py, "fastembed", str(fp32)))
-        if int8:
-            contenders.append(encoding.Contender("fastembed on Strata's int8 encoder.onnx", enc_py, "fastembed",
-                                                 str(int8)))
-    contenders.append(encoding.Contender("Strata fp32", Path(sys.executable), "strata", str(fp32)))
-    if int8:
-        contenders.append(encoding.Contender("Strata int8", Path(sys.executable), "strata", str(int8)))
+        contenders += [encoding.Contender(f"fastembed on Strata's {q} encoder.onnx", enc_py, "fastembed", str(d))
+                       for q, d in (("fp32", fp32), ("int8", int8))]
+    contenders += [encoding.Contender(f"Strata {q}", Path(sys.executable), "strata", str(d))
+                   for q, d in (("fp32", fp32), ("int8", int8))]
     res["encoding"] = encoding.measure(contenders, sentences(args.sentences), rounds=args.rounds,
                                        single=args.single, threads=args.threads, reference=ref, log=log)
     res["peer_errors"].update({f"encoding: {k}": v for k, v in res["encoding"]["errors"].items()})
@@ -346,7 +337,8 @@ def _strata_breakdown(s: servers.Server, queries: list[str], n: int = 200) -> di
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="smoke run: small corpora, 1 round, short loads")
-    p.add_argument("--peers", nargs="+", choices=PEERS, default=list(PEERS))
+    p.add_argument("--peers", nargs="*", choices=PEERS, default=list(PEERS),
+                   help="none: sentence-transformers (torch) and Strata alone, no venv")
     p.add_argument("--parts", nargs="+", choices=("encoding", "retrieval", "serving"),
                    default=["encoding", "retrieval", "serving"])
     p.add_argument("--strata-fp32", type=Path, help="existing Strata fp32 export (mean pooling)")
@@ -377,16 +369,15 @@ def main() -> int:
                            "rounds": args.rounds, "seconds": args.seconds, "peers": args.peers, "notes": [],
                            "peer_versions": {}, "peer_errors": {}, "builds": {}}
     fp32, int8 = export_models(args, res)
-    serving_model = int8 or fp32
     if "encoding" in args.parts:
         log("1/3 encoding")
         part_encoding(args, res, fp32, int8)
     if "retrieval" in args.parts:
         log("2/3 retrieval")
-        part_retrieval(args, res, serving_model)
+        part_retrieval(args, res, int8)
     if "serving" in args.parts:
         log("3/3 serving")
-        part_serving(args, res, serving_model)
+        part_serving(args, res, int8)
     res["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     res["wall_min"] = round((time.perf_counter() - t_start) / 60, 1)
     res["finished_at"] = f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC"

@@ -115,12 +115,5 @@ def measure(contenders: list[Contender], texts: list[str], *, rounds: int, singl
             "rows": rows, "errors": errors}
 
 
-def ratio(rows: list[dict[str, Any]], a: str, b: str, key: str = "sentences_per_s_b64") -> float | None:
-    by = {r["encoder"]: r for r in rows}
-    if a in by and b in by and by[b][key]:
-        return round(by[a][key] / by[b][key], 2)
-    return None
-
-
 if __name__ == "__main__":  # pragma: no cover - run through bench/compare.py
     sys.exit("run bench/compare.py")

@@ -118,8 +118,7 @@ def milvus_ingest(args: argparse.Namespace) -> dict[str, Any]:
     client.flush(COLLECTION)
     t1 = time.perf_counter()
     params = client.prepare_index_params()
-    params.add_index("vector", index_type=args.index_type, metric_type="IP",
-                     params={"nlist": args.nlist} if args.index_type.startswith("IVF") else {})
+    params.add_index("vector", index_type="IVF_FLAT", metric_type="IP", params={"nlist": args.nlist})
     client.create_index(COLLECTION, params)
     client.load_collection(COLLECTION)
     t2 = time.perf_counter()
@@ -226,7 +225,6 @@ def main() -> None:
     p.add_argument("--data", type=Path)
     p.add_argument("--n", type=int)
     p.add_argument("--nlist", type=int, default=4096)
-    p.add_argument("--index-type", default="IVF_FLAT")
     p.add_argument("--queries")
     p.add_argument("--truth")
     p.add_argument("--knobs", default="0")

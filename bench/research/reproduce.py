@@ -34,6 +34,8 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from bench.common import log  # noqa: E402
+
 
 @dataclass
 class Plan:
@@ -53,32 +55,10 @@ class Plan:
     exporter: str = "torchscript"  # `encoder export --exporter` for the served vector (parity ≥ 0.9999 either way)
 
 
-QUICK = Plan(
-    steps=10,
-    batch_size=16,
-    max_length=32,
-    sentences=2000,
-    triplets=2000,
-    eval_every=10,
-    dev_pairs=200,
-    sts_pairs=100,
-    quora_rows=1000,
-    seeds=[1, 2, 3],
-    extras_quora=False,
-    quora_seeds=1,
-)
-FULL = Plan(
-    steps=80,
-    batch_size=32,
-    max_length=32,
-    sentences=0,
-    triplets=0,
-    eval_every=40,
-    dev_pairs=None,
-    sts_pairs=None,
-    quora_rows=5000,
-    seeds=[1, 2, 3],
-)
+QUICK = Plan(steps=10, batch_size=16, max_length=32, sentences=2000, triplets=2000, eval_every=10, dev_pairs=200,
+             sts_pairs=100, quora_rows=1000, seeds=[1, 2, 3], extras_quora=False, quora_seeds=1)
+FULL = Plan(steps=80, batch_size=32, max_length=32, sentences=0, triplets=0, eval_every=40, dev_pairs=None,
+            sts_pairs=None, quora_rows=5000, seeds=[1, 2, 3])
 
 
 @dataclass
@@ -108,10 +88,6 @@ PAIRS = [
 METRICS = ["stsb", "sts_avg", "mrr10", "exact_mrr10"]
 
 
-def log(msg: str) -> None:
-    print(f"[{datetime.now():%H:%M:%S}] {msg}", flush=True)
-
-
 def sts_scores(encode, plan: Plan) -> dict[str, float]:
     from models.sts import TASKS, evaluate_tasks
 
@@ -122,47 +98,19 @@ def sts_scores(encode, plan: Plan) -> dict[str, float]:
 def quora(model_dir: Path, root: Path, plan: Plan, threads: int) -> dict[str, float]:
     """`indexer build` + `indexer eval --json`, as a user runs them."""
     cmd = [sys.executable, "-m", "indexer.cli"]
-    subprocess.run(
-        [
-            *cmd,
-            "build",
-            "--model",
-            str(model_dir),
-            "--protocol",
-            "paper",
-            "--rows",
-            str(plan.quora_rows),
-            "--root",
-            str(root),
-            "--threads",
-            str(threads),
-            "--nprobe",
-            "5",  # the paper's setting, fixed here so that results do not move with the indexer's default
-            "--no-eval",
-        ],
-        check=True,
-        capture_output=True,
-        cwd=REPO,
-    )
-    out = subprocess.run(
-        [*cmd, "eval", "--root", str(root), "--json", "--threads", str(threads)],
-        check=True,
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    ).stdout
+    # nprobe 5: the paper's setting, fixed here so that results do not move with the indexer's default
+    subprocess.run([*cmd, "build", "--model", str(model_dir), "--protocol", "paper", "--rows", str(plan.quora_rows),
+                    "--root", str(root), "--threads", str(threads), "--nprobe", "5", "--no-eval"],
+                   check=True, capture_output=True, cwd=REPO)
+    out = subprocess.run([*cmd, "eval", "--root", str(root), "--json", "--threads", str(threads)], check=True,
+                         capture_output=True, text=True, cwd=REPO).stdout
     res = json.loads(out.strip().splitlines()[-1])
-    return {
-        "mrr10": res["mrr_at_10"] * 100,
-        "exact_mrr10": res["exact_mrr_at_10"] * 100,
-        "quora_queries": res["n_queries"],
-        "quora_docs": res["n_docs"],
-    }
+    return {"mrr10": res["mrr_at_10"] * 100, "exact_mrr10": res["exact_mrr_at_10"] * 100,
+            "quora_queries": res["n_queries"], "quora_docs": res["n_docs"]}
 
 
-def evaluate_detached(
-    ckpt: Path, work: Path, plan: Plan, threads: int, with_quora: bool, pooling: str = "cls"
-) -> dict[str, Any]:
+def evaluate_detached(ckpt: Path, work: Path, plan: Plan, threads: int, with_quora: bool, pooling: str = "cls"
+                      ) -> dict[str, Any]:
     """The served vector of a checkpoint: export (pooler dropped), STS through ONNX, Quora via the indexer."""
     from indexer.runtime.encoder import OnnxEncoder
     from models.export import export_encoder
@@ -186,9 +134,8 @@ def load_data(plan: Plan) -> dict[str, list]:
     return {"wiki": load_training_data("wiki", plan.sentences or None), "snli": load_training_data("snli", None)}
 
 
-def run_method(
-    method: Method, seed: int, plan: Plan, data: dict[str, list], args: argparse.Namespace, work: Path
-) -> dict[str, Any]:
+def run_method(method: Method, seed: int, plan: Plan, data: dict[str, list], args: argparse.Namespace, work: Path
+               ) -> dict[str, Any]:
     import random
 
     from models.sentence_model import SentenceModel
@@ -199,38 +146,19 @@ def run_method(
     examples = data[method.data]
     if method.data == "snli" and plan.triplets:  # a fixed random subset, the same for every method and seed
         examples = random.Random(0).sample(examples, min(plan.triplets, len(examples)))
-    cfg = TrainConfig(
-        model=args.model,
-        out=work / "train",
-        pooler=method.pooler,
-        pooler_options=method.options,
-        objective=method.objective,
-        batch_size=plan.batch_size,
-        max_length=plan.max_length,
-        lr=plan.lr,
-        max_steps=plan.steps,
-        eval_every=plan.eval_every,
-        eval_max_pairs=plan.dev_pairs,
-        eval_at_start=False,
-        seed=seed,
-        device=args.device,
-        threads=args.threads,
-        progress=not args.no_progress,
-    )
+    cfg = TrainConfig(model=args.model, out=work / "train", pooler=method.pooler, pooler_options=method.options,
+                      objective=method.objective, batch_size=plan.batch_size, max_length=plan.max_length, lr=plan.lr,
+                      max_steps=plan.steps, eval_every=plan.eval_every, eval_max_pairs=plan.dev_pairs,
+                      eval_at_start=False, seed=seed, device=args.device, threads=args.threads,
+                      progress=not args.no_progress)
     trainer = Trainer(cfg, examples=examples)
     result = trainer.train()
-    row: dict[str, Any] = {
-        "method": method.label,
-        "seed": seed,
-        "best_step": result.best_step,
-        "stsb_dev": result.best_dev,
-        "train_seconds": result.seconds,
-        "s_per_1k_steps": result.seconds_per_1k_steps,
-    }
+    row: dict[str, Any] = {"method": method.label, "seed": seed, "best_step": result.best_step,
+                           "stsb_dev": result.best_dev, "train_seconds": result.seconds,
+                           "s_per_1k_steps": result.seconds_per_1k_steps}
     del trainer
-    with_quora = (method.core or plan.extras_quora) and (
-        plan.quora_seeds is None or seed in plan.seeds[: plan.quora_seeds]
-    )
+    with_quora = (method.core or plan.extras_quora) and (plan.quora_seeds is None
+                                                          or seed in plan.seeds[: plan.quora_seeds])
     row.update(evaluate_detached(result.best_dir, work, plan, args.threads, with_quora and not args.skip_quora))
     if method.pooler not in ("cls_last", "sgopt_head"):  # for reference: the pooler's own vector on STS-B
         model = SentenceModel.from_checkpoint(result.best_dir, max_length=128)
@@ -250,15 +178,8 @@ def bert_lc(plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
     found = search_layers(model, load_task("STSB-dev", max_pairs=plan.dev_pairs), max_layers=4, beam=5)
     cfg = model.encoder.config
     model.pooler = LayerCombination(cfg.hidden_size, cfg.num_hidden_layers, found.layers)
-    row = {
-        "method": f"BERT-LC layers {found.layers} (no training)",
-        "seed": 0,
-        "stsb_dev": found.dev_spearman,
-        "subsets_scored": found.evaluated,
-        **sts_scores(lambda t: model.encode(t), plan),
-        "via": "torch",
-    }
-    return row
+    return {"method": f"BERT-LC layers {found.layers} (no training)", "seed": 0, "stsb_dev": found.dev_spearman,
+            "subsets_scored": found.evaluated, **sts_scores(lambda t: model.encode(t), plan), "via": "torch"}
 
 
 def summarise(rows: list[dict[str, Any]]) -> tuple[list[str], dict[str, dict[str, tuple[float, float, int]]]]:
@@ -286,10 +207,8 @@ def paired_deltas(rows: list[dict[str, Any]]) -> list[str]:
             deltas = [da[s] - db[s] for s in sorted(da.keys() & db.keys())]
             if deltas:
                 sd = statistics.stdev(deltas) if len(deltas) > 1 else 0.0
-                lines.append(
-                    f"| {a} − {b} | {k} | {statistics.fmean(deltas):+.2f} ± {sd:.2f} | "
-                    f"{', '.join(f'{d:+.2f}' for d in deltas)} |"
-                )
+                lines.append(f"| {a} − {b} | {k} | {statistics.fmean(deltas):+.2f} ± {sd:.2f} | "
+                             f"{', '.join(f'{d:+.2f}' for d in deltas)} |")
     return lines
 
 
@@ -326,20 +245,11 @@ def render(rows: list[dict[str, Any]], plan: Plan, args: argparse.Namespace, sec
         "Quora exact MRR@10 | STS-B dev | STS-B w/ pooler | s / 1k steps |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for m in order:
-        lines.append(
-            f"| {m} | {cell(m, 'stsb')} | {cell(m, 'sts_avg')} | {cell(m, 'mrr10')} | "
-            f"{cell(m, 'exact_mrr10')} | {cell(m, 'stsb_dev')} | {cell(m, 'stsb_with_pooler')} | "
-            f"{cell(m, 's_per_1k_steps').split(' ±')[0]} |"
-        )
-    lines += [
-        "",
-        "Paired per-seed deltas (same seed, same data order):",
-        "",
-        "| comparison | metric | mean ± std | per seed |",
-        "|---|---|---|---|",
-        *paired_deltas(rows),
-    ]
+    lines += [f"| {m} | {cell(m, 'stsb')} | {cell(m, 'sts_avg')} | {cell(m, 'mrr10')} | {cell(m, 'exact_mrr10')} | "
+              f"{cell(m, 'stsb_dev')} | {cell(m, 'stsb_with_pooler')} | {cell(m, 's_per_1k_steps').split(' ±')[0]} |"
+              for m in order]
+    lines += ["", "Paired per-seed deltas (same seed, same data order):", "",
+              "| comparison | metric | mean ± std | per seed |", "|---|---|---|---|", *paired_deltas(rows)]
     return "\n".join(lines) + "\n"
 
 
@@ -356,9 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-every", type=int)
     p.add_argument("--quora-rows", type=int, help="paper-protocol rows (100000 = the paper's full protocol)")
     p.add_argument("--sts-pairs", type=int, help="cap pairs per STS task (0 = all)")
-    p.add_argument(
-        "--methods", nargs="+", help="subset of method labels' first word: CLS_last LayerAtt S2Sent SG-OPT BERT-LC base"
-    )
+    p.add_argument("--methods", nargs="+",
+                   help="subset of method labels' first word: CLS_last LayerAtt S2Sent SG-OPT BERT-LC base")
     p.add_argument("--model", help="backbone HF folder (default all-MiniLM-L6-v2)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"])
     p.add_argument("--threads", type=int, default=2)
@@ -379,18 +288,8 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     plan = Plan(**asdict(QUICK if args.quick else FULL))
-    for name in (
-        "steps",
-        "batch_size",
-        "max_length",
-        "lr",
-        "sentences",
-        "triplets",
-        "eval_every",
-        "quora_rows",
-        "seeds",
-        "exporter",
-    ):
+    for name in ("steps", "batch_size", "max_length", "lr", "sentences", "triplets", "eval_every", "quora_rows",
+                 "seeds", "exporter"):
         if getattr(args, name) is not None:
             setattr(plan, name, getattr(args, name))
     if args.sts_pairs is not None:
@@ -422,10 +321,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         with raw.open("a") as f:
             f.write(json.dumps(row) + "\n")
-        log(
-            f"{row['method']} seed {row['seed']}: "
-            + ", ".join(f"{k}={row[k]:.2f}" for k in ("stsb", "sts_avg", "mrr10", "stsb_dev") if row.get(k) is not None)
-        )
+        log(f"{row['method']} seed {row['seed']}: " + ", ".join(
+            f"{k}={row[k]:.2f}" for k in ("stsb", "sts_avg", "mrr10", "stsb_dev") if row.get(k) is not None))
 
     log(f"plan: {plan}")
     data = load_data(plan)
@@ -436,20 +333,16 @@ def main(argv: list[str] | None = None) -> int:
         for pooling in ("cls", "mean"):
             if (f"backbone, no training ({pooling})", 0) in done:
                 continue
-            row = evaluate_detached(
-                ckpt, args.work / f"base-{pooling}", plan, args.threads, not args.skip_quora, pooling=pooling
-            )
+            row = evaluate_detached(ckpt, args.work / f"base-{pooling}", plan, args.threads, not args.skip_quora,
+                                    pooling=pooling)
             keep({"method": f"backbone, no training ({pooling})", "seed": 0, **row})
     for seed in plan.seeds:
         for method in METHODS:
             if method.label.split("→")[0].split(" ")[0] not in wanted or (method.label, seed) in done:
                 continue
             log(f"training {method.label} seed {seed}")
-            keep(
-                run_method(
-                    method, seed, plan, data, args, args.work / f"{mode}-{seed}-{method.pooler}-{method.objective}"
-                )
-            )
+            keep(run_method(method, seed, plan, data, args,
+                            args.work / f"{mode}-{seed}-{method.pooler}-{method.objective}"))
     if "BERT-LC" in wanted and not any(m.startswith("BERT-LC") for m, _ in done):
         keep(bert_lc(plan, args))
     seconds = time.perf_counter() - started
