@@ -39,7 +39,7 @@ def _exit_now(code: int) -> None:
     """Exit once the clean-up has unwound, without waiting for the work still in flight on pool threads.
 
     A normal exit joins every executor thread, so it waits for the batch each is encoding: discarded work, and at
-    a build's nice 19 beside busy cores one batch took 26 s, past `docker compose stop`'s 10 s, which then kills
+    a build's nice 19 beside busy cores a batch can outlast `docker compose stop`'s grace period, which then kills
     (137). The atexit functions still run (a local Ray started by the command is shut down, logs flushed)."""
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):

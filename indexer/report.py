@@ -8,7 +8,7 @@ served version's (`service.engine.swap`). The gate searches every query in batch
 
 Reports (`run_report`, after `current` was switched): the dense evaluation in full (the exact-search reference, the
 one-query-at-a-time timing, Recall@100 and the rest of `indexer.evaluate`) and each other `/search` mode the version
-serves (lexical, hybrid: `indexer.eval_modes`) — minutes on a large corpus, which no one waits for any more. Their
+serves (lexical, hybrid: `indexer.eval_modes`) — minutes on a large corpus, which no one waits for. Their
 figures are written into the served version's manifest (`eval`, `eval_modes`; atomically, as `indexer eval` does),
 its `report` saying pending → running → done (or failed, and why); the API shows them in `/ready`, `/stats` and
 the page once they are there. `indexer eval --root R` measures a report that was cut short again.

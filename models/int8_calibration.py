@@ -1,7 +1,7 @@
-"""The static int8 scheme's calibration ranges, cached by content, so that a repeated export does not take a minute or two again.
+"""The static int8 scheme's calibration ranges, cached by content, so that a repeated export does not calibrate again.
 
 Calibration runs the fp32 graph, unoptimised, over the 512 calibration sentences to find each quantized tensor's
-min and max: about 60% of the quantization's CPU time. Its result (ONNX Runtime's own JSON calibration cache,
+min and max: most of the quantization's CPU time (docs/cli.md). Its result (ONNX Runtime's own JSON calibration cache,
 `quantize_static(calibration_cache_path=...)`) is a function of the fp32 graph's bytes, the calibration texts, the
 scheme and the ONNX Runtime version, so it is stored under a key made of exactly those
 (`$STRATA_HOME/cache/int8-calib/<key>.json`), and the package ships those of `encoder export`'s default graph and

@@ -10,8 +10,8 @@ Staged, so that a clear case costs a small sample and only a close one pays the 
 2. **full**: all 1,500 STS-B dev pairs and `rows` (default 20,000) Quora rows, point
    estimates against `max_drop`.
 
-The screen's decisions were measured against the full gate's (docs/decisions.md) on the recorded schemes and on
-deliberately damaged quantizations. The fp32 side of each sample (per-pair
+The screen decides as the full gate does on the recorded schemes and on deliberately damaged quantizations (the
+comparison is in docs/decisions.md). The fp32 side of each sample (per-pair
 cosines, per-query reciprocal ranks: a few kB) is cached under `$STRATA_HOME/cache/int8-gate`, keyed by the fp32
 graph's sha256, its max length and the sample's content (its texts, ids and gold labels, hashed): a second
 export of the same checkpoint and pooling encodes only the int8 side. The package ships the screen's reference
@@ -194,8 +194,8 @@ def sample_digest(pairs: int | None, rows: int, quora: str | None = None) -> str
 def measure(enc: OnnxEncoder, label: str, pairs: int | None, rows: int, quora: str | None = None) -> Items:
     """`enc`'s per-item figures on the sample; its progress line is labelled `label`. Every distinct text of the
     sample (STS-B sentences, Quora documents and queries) is encoded once, in one pass cut into runs by token
-    count (`OnnxEncoder.encode(by_tokens=True)`): 5% padding instead of 28%, and a text's vector does not depend
-    on its run (the batch-invariance check)."""
+    count (`OnnxEncoder.encode(by_tokens=True)`): little padding, and a text's vector does not depend on its run
+    (the batch-invariance check)."""
     sts = stsb_sample(pairs)
     split = _quora_split(rows, quora)
     texts = list(dict.fromkeys([*sts.s1, *sts.s2, *split.corpus.texts, *split.evalset.query_texts]))
@@ -230,8 +230,8 @@ def _read(path: Path) -> Items | None:
 
 
 def fp32_reference(fp32_dir: Path, pairs: int | None, rows: int, quora: str | None = None) -> Items:
-    """The fp32 graph's figures on the sample: from the user's cache or the package's when this graph was measured
-    on this sample before, else measured (and cached)."""
+    """The fp32 graph's figures on the sample: from the user's cache or the package's when this graph has a
+    reference for this sample, else measured (and cached)."""
     key = cache_key(fp32_dir, pairs, rows, quora)
     path = strata_home() / "cache" / "int8-gate" / f"{key}.npz"
     for where in (path, PACKAGED / f"{key}.npz"):

@@ -84,9 +84,8 @@ def candidates_for(anchor: int, positive: int, hits: np.ndarray, texts: dict[int
 
 
 def _encoded(encoder: OnnxEncoder, texts: list[str], out: Path, progress: bool) -> np.ndarray:
-    """The questions' vectors. The encoding is most of the cost (about 15 min on 2 idle cores): kept beside the
-    output, keyed by the model and the questions, so that another --skip/--take or a failed write does not encode
-    again."""
+    """The questions' vectors. The encoding is most of the cost: kept beside the output, keyed by the model and
+    the questions, so that another --skip/--take or a failed write does not encode again."""
     out.parent.mkdir(parents=True, exist_ok=True)
     cache = out.with_name(out.name + f".{encoder.meta.onnx_sha256[:12]}-{len(texts)}.vectors.npy")
     if cache.is_file():

@@ -87,7 +87,7 @@ def sample_texts(n: int, *, skip: int = 0, data: Path | None = None) -> list[str
 def sample_text_sets(sizes: list[int], *, skip: int = 0, data: Path | None = None) -> list[list[str]]:
     """`[sample_texts(sizes[0], skip=skip), sample_texts(sizes[1], skip=skip + sizes[0]), ...]` (consecutive,
     disjoint samples; each size even but the last) from one read of the data files: the Quora part reads the
-    100,000 evaluation rows first to know their qids, ~0.6 s that the export paid twice."""
+    100,000 evaluation rows first to know their qids, once for every sample."""
     from models.data import EVAL_ROWS, HELD_OUT, QUORA, WIKI, DataError, data_dir, quora_rows, read_sentences
 
     if any(n % 2 for n in sizes[:-1]):
@@ -153,9 +153,8 @@ def calibration_and_check_texts(data: Path | None = None) -> tuple[list[str], li
 class TextCalibrationReader:
     """ONNX Runtime calibration data without padding: texts of the same token length share a run (up to
     `per_run`), so no padded position enters the activation ranges. MinMax takes each tensor's min and max over
-    every run, so the ranges are those of one text per run (all-MiniLM-L6-v2, layers:0,6: the same int8 graph bit
-    for bit, sha256 bdf1fafe3f2f… either way) at ~9x fewer runs (the 512 calibration texts: 58 runs; 17.7 instead
-    of 25.3 CPU-seconds for the whole quantization)."""
+    every run, so the ranges are those of one text per run (the same int8 graph bit for bit as one text per
+    run, in far fewer runs: docs/decisions.md)."""
 
     def __init__(self, model_dir: Path, texts: list[str], per_run: int = 32) -> None:
         from tokenizers import Tokenizer
@@ -189,8 +188,9 @@ class TextCalibrationReader:
 
 
 def quantize_dynamic_onnx(src: Path, dst: Path) -> None:
-    """The former default: weights int8 per channel, activation scales computed by every run from its whole
-    input (so they depend on the batch). `per_channel=True`: the per-tensor default lost several times more."""
+    """Dynamic int8 (the reference the static scheme is compared with): weights int8 per channel, activation scales
+    computed by every run from its whole input (so they depend on the batch). `per_channel=True`: the per-tensor
+    default lost several times more."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=True)

@@ -292,8 +292,8 @@ def declared(dependant: Dependant) -> list[Requires]:
 
 def served_routes(app: FastAPI) -> Iterator[tuple[BaseRoute, Any]]:
     """Every route as served: (the route as written, the route with the dependencies and prefix of the routers that
-    include it). FastAPI >= 0.160 keeps included routers whole and combines them lazily; before, `app.routes` held
-    copies already combined."""
+    include it). FastAPI >= 0.160 keeps included routers whole and combines them lazily; in older versions
+    `app.routes` holds copies already combined."""
     try:
         from fastapi.routing import iter_route_contexts
     except ImportError:  # an older FastAPI

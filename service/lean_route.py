@@ -8,14 +8,14 @@ every request; `json.loads` then validating the Python objects) cost more CPU th
 FastAPI as for any route, and `service.auth.check_routes` sees its scope — whose handler does only what such a route
 needs, in this order:
 
-1. the scope: the route's one declared `Requires`, called directly with the bearer credentials (401/403 as before);
+1. the scope: the route's one declared `Requires`, called directly with the bearer credentials (FastAPI's 401/403);
 2. the body: the raw bytes validated by pydantic-core's JSON parser (`model_validate_json`, in Rust: no Python
    objects for the parse). Anything it refuses is re-read the way FastAPI reads a body (its content-type rule,
    `json.loads`, `model_validate`), so a bad body gets exactly the 422 (or 400) FastAPI gives it, reason included:
    only valid bodies take the fast path, and a body is valid on one path exactly when it is on the other (the same
-   model; tests/service/test_lean_route.py checks it on generated bodies). A large body (a write's 128 documents
-   with vectors: 0.5 MB) is read on a thread, so that the event loop answers searches meanwhile (FastAPI's own
-   route parsed and validated it on the loop, ~90 ms on busy cores, and every search waited);
+   model; tests/service/test_lean_route.py checks it on generated bodies). A large body (`OFF_LOOP_BYTES` or more: a
+   write's 128 documents with vectors) is read on a thread, so that the event loop answers searches meanwhile
+   (docs/decisions.md has what a parse on the loop costs them);
 3. the endpoint, called with the body model, the request and the path parameters.
 
 It refuses at startup (TypeError) an endpoint that asks for anything else (a dependency, a query parameter, a
@@ -121,7 +121,7 @@ def _signature(endpoint: Callable[..., Any]) -> tuple[str, type[BaseModel], list
 async def read_body(request: Request, model: type[BaseModel], field: ModelField) -> Any:  # noqa: ANN401
     """The request's JSON body as `model` (`field`: FastAPI's body field of it): pydantic-core's parse when it
     passes, else FastAPI's own reading and refusal. A body of `OFF_LOOP_BYTES` or more is parsed on a thread: the
-    event loop serves other requests meanwhile (a 128-document write with vectors is 0.5 MB of JSON)."""
+    event loop serves other requests meanwhile."""
     raw = await request.body()
     is_json = _is_json(request)
     if len(raw) < OFF_LOOP_BYTES:

@@ -4,6 +4,7 @@ repository file, every `#anchor` of a link into a Markdown page, and every sourc
 module that moves takes its documentation with it)."""
 from __future__ import annotations
 
+import ast
 import re
 from functools import cache
 from pathlib import Path
@@ -273,3 +274,46 @@ def test_no_labels_of_rounds_of_work_in_the_tree() -> None:
         if path.suffix == ".md" and path != DECISIONS:
             found += [f"{rel(path)}: dated heading {m.group(0)!r}" for m in DATED_HEADING.finditer(prose(text))]
     assert not found, f"labels of rounds of work: {found}"
+
+
+# A measured figure in a docstring goes stale with the machine and the code: times, rates, speed-ups and shares of
+# time belong on the docs page that owns them (with their result file); the docstring says the purpose. Sizes are
+# not matched: those left in docstrings are arithmetic from dimensions (537k × 384 float32), not measurements.
+FIGURE = re.compile(r"(?<![\w.])~?\d[\d,.]*(?:[–-]\d[\d,.]*)?(?:\s?(?:ms|µs|us|sec|seconds|min|minutes|hours)|\s[sh])\b"
+                    r"|\d[\d,.]*\s?(?:docs|documents|texts|sentences|sent|req|requests|queries)/s\b"
+                    r"|\d[\d.]*\s?[x×]\s(?:faster|slower|fewer|more|less)\b"
+                    r"|\d[\d.]*\s?%\s(?:of\s(?:the\s)?(?:\S+\s)?)?(?:CPU|time)\b")
+# (module, figure): definitions and arithmetic, not measurements
+FIGURES_ALLOWED = {
+    ("indexer/runtime/progress.py", "182 texts/s"),  # the format of a log line, shown as an example
+    ("indexer/runtime/progress.py", "2 s"),  # the status file's write interval
+    ("indexer/runtime/progress.py", "10 s"),  # the longest interval between progress lines
+    ("indexer/runtime/faiss/kmeans.py", "30x fewer"),  # nlist against groups + probe · nlist/groups at 10M
+    ("service/routers/stats.py", "5 minutes"),  # the windows /stats reports
+    ("strata_client/types.py", "5 minutes"),  # the same windows, in the client's type
+}
+
+
+def docstring_figures(source: str) -> list[tuple[str, str]]:
+    """(module, class or function name, figure) of every figure FIGURE finds in a docstring of `source`."""
+    tree = ast.parse(source)
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    nodes = [tree, *(n for n in ast.walk(tree) if isinstance(n, kinds))]
+    return [(getattr(n, "name", "<module>"), m.group(0)) for n in nodes
+            for m in FIGURE.finditer(ast.get_docstring(n, clean=False) or "")]
+
+
+def test_no_docstring_quotes_a_measured_figure() -> None:
+    found = [f"{rel(p)}: {name}: {fig!r}" for pkg in ("models", "indexer", "service", "strata_client")
+             for p in sorted((REPO / pkg).rglob("*.py"))
+             for name, fig in docstring_figures(p.read_text()) if (rel(p), fig) not in FIGURES_ALLOWED]
+    assert not found, f"docstrings quoting measured figures (move each to the docs page that owns it): {found}"
+
+
+def test_the_figure_check_finds_measured_figures_and_passes_definitions() -> None:
+    source = ('"""Sorting 10M ids: 4.1 s; placing them 0.3 s, 13× faster."""\n\n\n'
+              'class C:\n    """p50 12.5 ms at 170 docs/s, ~7% of the encoder\'s time; 5 % of CPU."""\n\n\n'
+              'def f() -> None:\n    """A 429s\' wait; 8 MiB chunks; 384 × 4 bytes; ETA 16m 24s; 2x the rows."""\n')
+    assert docstring_figures(source) == [("<module>", "4.1 s"), ("<module>", "0.3 s"), ("<module>", "13× faster"),
+                                         ("C", "12.5 ms"), ("C", "170 docs/s"), ("C", "7% of the encoder\'s time"),
+                                         ("C", "5 % of CPU")]

@@ -221,9 +221,9 @@ class OnnxEncoder:
 
     def _encode_one(self, text: str) -> Encoded:
         """One text (a served query, most of the time): one unpadded row, straight to the session — what
-        `encode_counted` does for it without the grouping, padding and scattering of a batch. Those cost ~0.3 ms
-        of CPU per query when they run right after an ONNX run, their code and data out of the caches it swept
-        (measured interleaved on 2 cores, int8 MiniLM)."""
+        `encode_counted` does for it without the grouping, padding and scattering of a batch. Those cost CPU per
+        query when they run right after an ONNX run, their code and data out of the caches it swept
+        (docs/decisions.md)."""
         e = self.tokenizer.encode(text)
         ids = np.asarray([e.ids], dtype=np.int64)
         out = self.session.run(None, {"input_ids": ids, "attention_mask": np.ones_like(ids)})[0]
@@ -321,7 +321,7 @@ class OnnxEncoder:
         """Encode many texts in input order, `batch_size` per run (default `corpus_batch_size`), sorted by length
         so runs pad little. `progress`: a bar on a terminal, else log lines with rate and ETA; `bar=False`: lines
         only; `on_progress(n)`: told of every n more texts done. `by_tokens`: tokenise all first and cut runs by
-        token count (`length_groups`), for a sample in memory (the int8 gate's texts pad 5%, not 28%)."""
+        token count (`length_groups`), for a sample in memory (the int8 gate's texts: little padding)."""
         batch_size = batch_size or self.corpus_batch_size
         n = len(texts)
         vecs = np.empty((n, self.dim), dtype=np.float32)

@@ -298,7 +298,7 @@ Plan = Sql | Combine
 def compile_sql(node: Node) -> tuple[str, list[Any]]:
     """One SELECT returning the matching document ids, each once but in no particular order (and = INTERSECT,
     or = UNION of the parts, each an index range scan on (key, value)). The caller sorts: numpy sorts the ids
-    of one range scan in half the time SQLite's ORDER BY takes (16 vs 35 ms for 25k of 50k documents). Only for
+    of one range scan faster than SQLite's ORDER BY does (docs/decisions.md). Only for
     a node that `fits` one statement; `plan` handles every node."""
     return _sql(node)
 

@@ -79,7 +79,7 @@ class Store:
 
     def iter_texts(self, batch: int = 20_000) -> Iterator[tuple[int, str]]:
         """(FAISS id, text) of every document in ascending id order, read `batch` rows at a time (what the lexical
-        index is built from: at 10M documents the whole list held at once was several GB of Python objects). Rows
+        index is built from: the whole list held at once would be several GB of Python objects at 10M documents). Rows
         are paged by id (`id > last`), so the lock is held for one page at a time and no cursor stays open."""
         last = -(2**63)
         while True:

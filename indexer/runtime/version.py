@@ -331,7 +331,7 @@ class IndexVersion(LexicalSearching):
     def _gather_later(self, key: str, cached: FilterMatch) -> None:
         """A filter used again: its matches' codes gathered if few (`AnnIndex.with_codes`), on this version's one
         gathering thread, into the cache. Requests until then walk the lists as the first one did: a gathering
-        costs about two list walks (44–89 ms at 1 % of 1M beside a 20 ms walk), which no request waits for."""
+        costs about two list walks (docs/decisions.md), which no request waits for."""
         def gather() -> None:
             assert cached.prepared is not None
             done = FilterMatch(cached.ids, self.ann.with_codes(cached.prepared), cached._rows, codes_tried=True)

@@ -67,8 +67,7 @@ class WriteError(RuntimeError):
 
 
 class WriteRefused(WriteError):
-    """A write the served version cannot take; nothing was logged. (Quora versions refused string ids and metadata
-    with it before every store had one schema; nothing raises it now.)"""
+    """A write the served version cannot take; nothing was logged."""
 
 
 class WritesUnsupported(WriteError):

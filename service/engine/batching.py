@@ -20,7 +20,7 @@ length, so short texts are never padded to a long one.
 A request that finds the engine idle (nothing queued, no batch running) starts its batch from `submit` itself,
 without waking the dispatcher task; when it cannot be heavy (its texts times the encoder's `max_text_tokens`, where
 the tokenizer cuts every text, fit `max_tokens`) its tokens are not counted either: the count only places requests
-that queue. While batches run, requests queue as before, so batching under load is unchanged.
+that queue. While batches run, requests queue and are batched as above.
 
 The batcher only groups and dispatches: the in-flight cap and the timeout are the scheduler's, at its door. The
 scheduler keeps one batcher per encoder: requests of several collections that share an encoder are batched together

@@ -165,7 +165,7 @@ class ShardedIndex(LexicalSearching):
     """A version whose vectors live in shard deployments (a `searcher.VectorIndex`). The lexical side (lexical
     search, hybrid's lexical leg) is the version's BM25 index read here, in the API process, memory-mapped like
     the local backend's: BM25 scores need the whole collection's statistics, which one index has and N shards of it
-    would not, and at 10M documents the index is 277 MiB on disk (docs/scaling.md)."""
+    would not, and the index is small beside the vectors (its size by N: docs/scaling.md)."""
 
     def __init__(self, backend: RayBackend, manifest: Manifest, apps: list[str], handles: list, store: Store,
                  ntotal: int, nprobe: int, lexical: LexicalIndex | None) -> None:  # handles: list[DeploymentHandle]

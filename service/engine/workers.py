@@ -7,7 +7,7 @@ and callbacks), an idle semaphore, a work item and a chained copy of the state: 
 twice the CPU per round trip, paid once per micro-batch on top of the batch's own work (docs/operations.md).
 
 It is still an `Executor` (`submit`, `map`, `shutdown`), so code that wants a concurrent future (tests, a
-thread's setting read back) uses it as before. Threads start on first use, run `initializer` once each (the
+thread's setting read back) uses it as any executor. Threads start on first use, run `initializer` once each (the
 inference threads' FAISS OpenMP thread count), and `shutdown(wait=True)` lets queued and running work finish.
 """
 

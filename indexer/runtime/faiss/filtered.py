@@ -124,7 +124,7 @@ def id_selector(ids: np.ndarray) -> tuple[faiss.IDSelector, object]:
 def by_id(ids: np.ndarray, lists: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(ids, lists, offsets) reordered by ascending id. A build's ids are its rows (0..N-1, a few gaps after
     writes), so they are placed by scatter, in linear time; a sort only for sparse ids (string ids, from 2^62) or
-    repeats. 10M ids: 4.1 s sorted, 0.3 s placed (alone, on a loaded 2-core machine)."""
+    repeats (the two timed: docs/decisions.md)."""
     top = int(ids.max()) + 1 if len(ids) else 0
     if len(ids) and int(ids.min()) >= 0 and top <= 2 * len(ids) + BITMAP_MIN_BITS:
         at = np.full(top, -1, dtype=np.int64)
