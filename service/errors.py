@@ -5,7 +5,7 @@
     BadFilter    -> 422 (the filter does not fit the served version's metadata)
     BadVector    -> 422 (a brought vector outside the served encoder's space: dimension, NaN/inf, zeros)
     BadSearchParams -> 422 (a search parameter the served index kind does not take, e.g. nprobe of a flat index)
-    ModeUnavailable -> 422 (lexical/hybrid on a version without a lexical index, or on the sharded backend)
+    ModeUnavailable -> 422 (lexical/hybrid on a version without a lexical index)
     BadConfig    -> 422 (over the collection's own limits, or a collection.json that does not validate: the field)
     WriteRefused, CollectionConflict -> 409    WritesUnsupported -> 501 (a version without an overlay)      WritesUnavailable -> 503
     StorageFull -> 507 Insufficient Storage    StorageUnavailable -> 503 (an I/O error, a failed fsync, a read-only
@@ -14,7 +14,7 @@
     UnknownModel -> 404 `model_not_found`      DimensionChanged -> 410 `model_dimension_changed` (/v1 only)
     SnapshotNotFound -> 404   SnapshotConflict -> 409 (the name is taken)   SnapshotTooLarge -> 413 (an upload)
     SnapshotError -> 422 (a bad name; an uploaded archive that is damaged, truncated, or whose encoder is not here)
-    DocumentNotFound -> 404   BadCursor -> 422 (at body.cursor)   VectorsUnavailable -> 501 (sharded: no vectors back)
+    DocumentNotFound -> 404   BadCursor -> 422 (at body.cursor)
     UnknownCollection -> 404 (no collection of that name, or no default collection for the routes without one)
 
 Every body is JSON with a `detail` that says why (or the ReloadResponse), never a stack trace — except under
@@ -238,10 +238,6 @@ async def bad_cursor(request: Request, exc: engine.BadCursor) -> JSONResponse:
                         status_code=422)
 
 
-async def vectors_unavailable(request: Request, exc: engine.VectorsUnavailable) -> JSONResponse:
-    return _error(request, 501, str(exc))
-
-
 async def unknown_collection(request: Request, exc: engine.UnknownCollection) -> JSONResponse:
     return _error(request, 404, str(exc))
 
@@ -266,7 +262,7 @@ _HANDLERS: dict[type[Exception], Callable[[Request, Any], Awaitable[Response]]] 
     engine.WritesUnsupported: writes_unsupported, engine.WritesUnavailable: writes_unavailable,
     engine.StorageFull: storage_full, engine.StorageUnavailable: storage_unavailable,
     engine.SnapshotError: snapshot_error, engine.DocumentNotFound: document_not_found,
-    engine.VectorsUnavailable: vectors_unavailable, engine.UnknownCollection: unknown_collection,
+    engine.UnknownCollection: unknown_collection,
     engine.UnknownModel: unknown_model, engine.DimensionChanged: dimension_changed,
 }
 

@@ -64,10 +64,6 @@ class BadCursor(ReadError):
     """A scroll cursor this API did not make."""
 
 
-class VectorsUnavailable(ReadError):
-    """The served index cannot give its vectors back (the sharded backend's live in its shards)."""
-
-
 @dataclass(frozen=True)
 class PassageText:
     index: int  # its number in the document
@@ -173,15 +169,15 @@ _HEADS: weakref.WeakKeyDictionary[Store, tuple[np.ndarray | None]] = weakref.Wea
 
 class Documents:
     """The documents of one served index: a `LiveIndex` (a version under its write overlay), or any served index
-    with a `store` and no overlay (the sharded backend's, whose vectors stay in its shards)."""
+    with a `store` and no overlay. The version's vectors come from its `ann` (an `AnnIndex`), or from the index
+    itself where its vectors live elsewhere (the sharded backend's `vectors_of` asks the shard of each id)."""
 
     def __init__(self, index: Any) -> None:  # noqa: ANN401 (a LiveIndex, or a served index with a store)
         self.index = index
-        if isinstance(index, LiveIndex):
-            self.store, self.overlay = index.base.store, index.overlay
-            self.ann = getattr(index.base, "ann", None)  # None: the sharded backend's vectors are in its shards
-        else:
-            self.store, self.overlay, self.ann = index.store, None, None
+        base = index.base if isinstance(index, LiveIndex) else index
+        self.store, self.overlay = base.store, index.overlay if isinstance(index, LiveIndex) else None
+        holder: Any = getattr(base, "ann", base)  # an AnnIndex, or the sharded index itself
+        self.vectors_of = holder.vectors_of
 
     # -- the calls -----------------------------------------------------------------------------------------------
     def get(self, ids: Sequence[ExtId], *, with_vector: bool = False) -> list[StoredDocument | None]:
@@ -336,10 +332,7 @@ class Documents:
         out = {r.fid: view.vector(r.fid) for r in rows if r.written and view is not None}
         base = [r.fid for r in rows if not r.written]
         if base:
-            if self.ann is None:
-                raise VectorsUnavailable("this backend's vectors live in its shards: documents are read back "
-                                         "without them (with_vector is served by the local backend)")
-            out.update(zip(base, self.ann.vectors_of(np.asarray(base, dtype=np.int64)), strict=True))
+            out.update(zip(base, self.vectors_of(np.asarray(base, dtype=np.int64)), strict=True))
         return out
 
 

@@ -45,7 +45,6 @@ from service.engine.errors import (
     StorageUnavailable,
     SwapRefused,
     TimedOut,
-    VectorsUnavailable,
     WriteRefused,
     WritesUnavailable,
     WritesUnsupported,
@@ -63,6 +62,6 @@ __all__ = ["NAME_PATTERN", "BadConfig", "BadCursor", "BadFilter", "BadSearchPara
            "Mismatch", "ModeUnavailable", "NotReady", "NotServing", "Overloaded", "Page", "Query", "Refusal",
            "ServedModel", "SnapshotConflict", "SnapshotError", "SnapshotNotFound", "Stages", "Status", "StorageFull",
            "StorageUnavailable", "StoredDocument", "SwapRefused", "SwapResult", "TimedOut", "UnknownCollection",
-           "UnknownModel", "Vectors", "VectorsUnavailable", "WriteRefused", "WriteResult", "WritesUnavailable",
+           "UnknownModel", "Vectors", "WriteRefused", "WriteResult", "WritesUnavailable",
            "WritesUnsupported", "count_documents", "encoders_known", "get_document", "get_documents", "listed",
            "path_ids", "resolve", "restore_upload", "scroll_documents"]

@@ -1,7 +1,7 @@
 """What the engine refuses, as domain errors. `service.errors` is the one place that turns them into HTTP.
 
 A snapshot's refusals (`SnapshotError`, `SnapshotNotFound`, `SnapshotConflict`) are the runtime's, re-exported too,
-and so are those of reading documents back (`DocumentNotFound`, `BadCursor`, `VectorsUnavailable`:
+and so are those of reading documents back (`DocumentNotFound`, `BadCursor`:
 `indexer.runtime.reading`).
 The write path's refusals are the runtime's own (`indexer.runtime.writes`, where the write path lives, and the
 disk's faults, `indexer.runtime.storage`): they are re-exported here, so that the engine's refusals are all found
@@ -9,7 +9,7 @@ in one place."""
 
 from __future__ import annotations
 
-from indexer.runtime.reading import BadCursor, DocumentNotFound, ReadError, VectorsUnavailable
+from indexer.runtime.reading import BadCursor, DocumentNotFound, ReadError
 from indexer.runtime.snapshot import SnapshotConflict, SnapshotError, SnapshotNotFound
 from indexer.runtime.storage import StorageError, StorageFull, StorageUnavailable
 from indexer.runtime.writes import NotServing, WriteRefused, WritesUnavailable, WritesUnsupported
@@ -17,7 +17,7 @@ from indexer.runtime.writes import NotServing, WriteRefused, WritesUnavailable, 
 __all__ = ["BadCursor", "BadFilter", "BadSearchParams", "DocumentNotFound", "EngineError", "Mismatch",
            "ModeUnavailable", "NotReady", "NotServing", "Overloaded", "ReadError", "SnapshotConflict", "SnapshotError",
            "SnapshotNotFound", "SnapshotTooLarge", "StorageError", "StorageFull", "StorageUnavailable", "SwapRefused",
-           "TimedOut", "VectorsUnavailable", "WriteRefused", "WritesUnavailable", "WritesUnsupported"]
+           "TimedOut", "WriteRefused", "WritesUnavailable", "WritesUnsupported"]
 
 
 class SnapshotTooLarge(SnapshotError):
@@ -90,8 +90,8 @@ class BadVector(EngineError):
 
 
 class ModeUnavailable(EngineError):
-    """A `/search` mode the served version cannot run (lexical or hybrid on a version without a lexical index, or
-    on the sharded backend); the message says why and what to do."""
+    """A `/search` mode the served version cannot run (lexical or hybrid on a version without a lexical index); the
+    message says why and what to do."""
 
 
 class Mismatch(EngineError):

@@ -23,7 +23,8 @@ Writes (`PUT /documents`, deletes) take the local backend's path (`indexer.runti
 root's write log before the 200, applied to the API process's overlay, `shard_writes.LiveShards`), and each written
 document belongs to one shard, `id % N` of its FAISS id as the split's: every search carries the overlay's applied
 seq, and each replica first applies the log's entries of its shard up to it (`shard_writes.ShardWrites`: written
-vectors, tombstones skipped inside its scan), so every replica answers with every acknowledged write.
+vectors, tombstones skipped inside its scan), so every replica answers with every acknowledged write. Documents are
+read back here (`indexer.runtime.reading`), a base document's vector from its shard's replica (`vectors_of`).
 
 A swap deploys the candidate's shards beside the served ones (same gates as the local backend); the old
 deployments are deleted once their last batch is done. There is no Serve HTTP proxy: the API process is the
@@ -55,6 +56,7 @@ from indexer.runtime.faiss.filtered import filtered_nprobe, filtered_search
 from indexer.runtime.faiss.kinds import open_index
 from indexer.runtime.faiss.training import clamp_nprobe
 from indexer.runtime.filters import Node
+from indexer.runtime.ids import shard_of
 from indexer.runtime.lexical import LexicalError, LexicalIndex, open_lexical
 from indexer.runtime.manifest import Manifest, ManifestError
 from indexer.runtime.shard_writes import LiveShards, ShardWrites
@@ -144,6 +146,10 @@ class ShardSearcher:
             self.filters.put(filter_key, cached)
         return cached
 
+    def vectors_of(self, ids: np.ndarray) -> np.ndarray:
+        """The vectors under `ids`, all of this shard (`ShardedIndex.vectors_of`), as its lists' codes decode them."""
+        return self.index.vectors_of(ids)
+
     def info(self) -> tuple[int, int]:
         return self.index.ntotal, self.index.dim
 
@@ -170,27 +176,13 @@ class ShardedIndex(LexicalSearching):
     def __init__(self, backend: RayBackend, manifest: Manifest, apps: list[str], handles: list, store: Store,
                  ntotal: int, nprobe: int, lexical: LexicalIndex | None) -> None:  # handles: list[DeploymentHandle]
         self.backend, self.manifest, self.apps, self.handles, self.store = backend, manifest, apps, handles, store
-        self.lexical = lexical
-        self._ntotal = ntotal
+        self.lexical, self.version, self.dim, self.ntotal = lexical, manifest.version, manifest.model.dim, ntotal
         assert manifest.index.nlist is not None  # the sharded kind's lists (`KindSpec.manifest_fields`)
         self.nlist = manifest.index.nlist
         self.nprobe = clamp_nprobe(nprobe, self.nlist)
         self.filters = FilterCache()
         self._refs: OrderedDict[str, tuple[object, int]] = OrderedDict()  # filter key -> (its ids' ObjectRef, bytes)
-        self._refs_bytes = 0
-        self._refs_lock = threading.Lock()
-
-    @property
-    def version(self) -> str:
-        return self.manifest.version
-
-    @property
-    def dim(self) -> int:
-        return self.manifest.model.dim
-
-    @property
-    def ntotal(self) -> int:
-        return self._ntotal
+        self._refs_bytes, self._refs_lock = 0, threading.Lock()
 
     def match(self, flt: object, schema: dict[str, str] | None = None) -> FilterMatch:
         """The version's documents matching `flt` (raises `FilterError`; `schema`: a wider one, the overlay's);
@@ -243,6 +235,17 @@ class ShardedIndex(LexicalSearching):
             pending = [h.search.remote(vectors, k, None, probe, filter_key=match.key, ids_ref=ids_ref, seq=seq,
                                        node=node) for h in self.handles]
         return merge_top_k([p.result() for p in pending], k)
+
+    def vectors_of(self, ids: np.ndarray) -> np.ndarray:
+        """The version's vectors under `ids`, in their order, each from the shard that holds it (`shard_of`), the
+        shards asked in parallel: the codes a single index of the version holds (documents read `with_vector`)."""
+        ids, out = np.asarray(ids, dtype=np.int64), np.zeros((len(ids), self.dim), dtype=np.float32)
+        where = shard_of(ids, len(self.handles))
+        asked = [(rows, h.vectors_of.remote(ids[rows])) for s, h in enumerate(self.handles)
+                 if len(rows := np.flatnonzero(where == s))]
+        for rows, pending in asked:
+            out[rows] = pending.result()
+        return out
 
     def hits(self, scores: np.ndarray, ids: np.ndarray) -> list[list[Hit]]:
         return hits_from_store(self.store, scores, ids)

@@ -38,7 +38,6 @@ READ_ERRORS: dict[int | str, dict[str, object]] = {
     404: {"description": "no such collection"},
     422: {"description": "a bad body: the ids, the limit, a cursor this API did not make, a filter that does not "
                          "fit the served version's metadata"},
-    501: {"description": "with_vector on the sharded backend (its vectors stay in its shards)"},
 }
 
 

@@ -44,7 +44,7 @@ from indexer.runtime.ids import ASSIGNED_IDS_FROM
 from indexer.runtime.lexical import ENGINES, LexicalIndex, build_lexical, lexical_info, open_lexical
 from indexer.runtime.live_index import LiveIndex
 from indexer.runtime.manifest import DataInfo, IndexInfo, Manifest, ModelInfo, ShardInfo, Timings
-from indexer.runtime.reading import Documents, VectorsUnavailable
+from indexer.runtime.reading import Documents
 from indexer.runtime.shard_writes import LiveShards
 from indexer.runtime.store import STORE
 from indexer.runtime.store_writer import CorpusStoreWriter
@@ -160,7 +160,10 @@ class InProcessReplica:
 
     def __init__(self, replica: Any) -> None:
         self.replica = replica
-        self.search = SimpleNamespace(remote=lambda *a, **kw: SimpleNamespace(result=lambda: replica.search(*a, **kw)))
+
+    def __getattr__(self, method: str) -> SimpleNamespace:  # handle.search.remote(...), handle.vectors_of.remote(...)
+        call = getattr(self.replica, method)
+        return SimpleNamespace(remote=lambda *a, **kw: SimpleNamespace(result=lambda: call(*a, **kw)))
 
 
 def open_sharded(folder: Path) -> Any:
@@ -304,20 +307,16 @@ def test_deletes_and_replacements_through_the_write_overlay(served: tuple[str, s
 
 def test_documents_read_back_with_the_vectors_the_index_holds(served: tuple[str, str, Any], corpus: Corpus) -> None:
     """Reading documents back (`indexer.runtime.reading`) on every kind: by id with the vector the index holds
-    (`AnnIndex.vectors_of`), counted under a filter, paged in id order. Sharded: the same without vectors, which
-    stay in the shards (`VectorsUnavailable`)."""
+    (`AnnIndex.vectors_of`; sharded: each asked of its shard's replica, `ShardedIndex.vectors_of`), counted under a
+    filter, paged in id order."""
     backend, kind, index = served
     docs = Documents(index)
     ids = [0, "doc-1", 3980, "doc-399", "absent"]
     assert docs.count() == N and docs.count({"tag": "odd"}) == N // 2
     assert [d.id for d in docs.scroll(3, None, {"tag": "odd"}).documents] == ["doc-1", "doc-101", "doc-103"]
-    got = docs.get(ids, with_vector=backend == "local")
+    got = docs.get(ids, with_vector=True)
     assert [d and (d.id, d.text, d.metadata) for d in got] == [
         (e, corpus.texts[e], corpus.meta[e]) for e in ids[:4]] + [None]
-    if backend == "sharded":
-        with pytest.raises(VectorsUnavailable, match="shards"):
-            docs.get(ids, with_vector=True)
-        return
     want = corpus.served()
     for d in got[:4]:
         np.testing.assert_allclose(d.vector, want[d.id], atol=1e-6)  # type: ignore[union-attr]

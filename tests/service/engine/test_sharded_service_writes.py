@@ -1,6 +1,7 @@
 """Writes over HTTP on `python -m service sharded` (the session's local Ray, a copy of the 2-shard Quora root):
-`PUT /documents` and `POST /documents/delete` answer 200 once durable and are searchable at once, read back by id and
-counted; after a kill -9 of the API and a start again (new shard deployments), every acknowledged write is served;
+`PUT /documents` and `POST /documents/delete` answer 200 once durable and are searchable at once, read back by id
+(with vectors: a base document's from its shard) and counted; after a kill -9 of the API and a start again (new
+shard deployments), every acknowledged write is served;
 past its collection.json policy the service compacts the sharded version by itself (`indexer compact`, shard by
 shard) and swaps to it, the writes still served; and the sharded answers then equal one process's over the same
 version and the same log (the local backend's overlay, `LiveIndex`, replaying it here).
@@ -24,8 +25,10 @@ ray = pytest.importorskip("ray")
 
 from indexer.runtime.layout import IndexRoot  # noqa: E402
 from indexer.runtime.manifest import Manifest  # noqa: E402
+from indexer.runtime.reading import Documents  # noqa: E402
 from indexer.runtime.version import IndexVersion  # noqa: E402
 from indexer.runtime.writes import Writes  # noqa: E402
+from service.routers.reading import document_body  # noqa: E402
 from tests.conftest import Server, stop_server  # noqa: E402
 from tests.service.engine.test_sharded import QUERY, shard_apps, start_sharded  # noqa: E402
 
@@ -73,6 +76,11 @@ def test_sharded_writes_are_durable_searchable_and_answer_like_one_process(
             assert c.post("/documents/count", json={"filter": {"src": "w"}}).json()["count"] == 3
             assert c.get(f"/documents/{deleted}").status_code == 404
         answers = {q: search(srv, q, 10) for q in QUERIES}
+        read_ids = list(dict.fromkeys([900_001, "w-2", base_top, *(i for a in answers.values() for i, _ in a[:3])]))
+        with srv.client() as c:  # a base document's vector from its shard's replica, a written one from the overlay
+            r = c.get(f"/documents/{read_ids[3]}", params={"with_vector": "true"})
+            assert r.status_code == 200 and len(r.json()["vector"]) == 384, r.text
+            early = c.post("/documents/get", json={"ids": read_ids, "with_vector": True}).json()
         srv.proc.send_signal(signal.SIGKILL)  # no shutdown: the writes were durable before each 200
         srv.proc.wait(timeout=30)
         srv = start_sharded(tmp_path, root, ray_cluster, env)
@@ -101,6 +109,9 @@ def test_sharded_writes_are_durable_searchable_and_answer_like_one_process(
         # one process over the same version and log: the local backend's overlay, at the same nprobe
         with srv.client() as c:
             vectors = np.asarray(c.post("/encode", json={"texts": QUERIES}).json()["vectors"], dtype=np.float32)
+            late = c.post("/documents/get", json={"ids": read_ids, "with_vector": True}).json()
+            scrolled = c.post("/documents/scroll", json={"limit": 3, "filter": {"src": "w"},
+                                                         "with_vector": True}).json()
     finally:
         stop_server(srv)
         from ray import serve
@@ -115,9 +126,20 @@ def test_sharded_writes_are_durable_searchable_and_answer_like_one_process(
     try:
         scores, ids = searcher.index.search(vectors, 10)
         want = [[(h.ext_id, h.score) for h in row] for row in searcher.index.hits(scores, ids)]
+        docs = Documents(searcher.index)
+        local = [document_body(d).model_dump() for d in docs.get(read_ids, with_vector=True) if d is not None]
+        first = docs.scroll(3, None, {"src": "w"}, with_vector=True)
+        local_scroll = [document_body(d).model_dump() for d in first.documents]
     finally:
         searcher.index.close()
         writes.close()
+    # the documents read back, vectors included, are one process's: before compaction (base vectors from the shards,
+    # written ones from the overlay) and after it (all from the shards)
+    assert late["documents"] == local and not late["not_found"]
+    strip = lambda docs: [{k: v for k, v in d.items() if k != "vector"} for d in docs]  # noqa: E731
+    assert strip(early["documents"]) == strip(local)  # the vectors as the overlay held them, then as compacted codes
+    assert np.allclose([d["vector"] for d in early["documents"]], [d["vector"] for d in local], atol=1e-3)
+    assert scrolled["documents"] == local_scroll and scrolled["next_cursor"] == first.next_cursor
     got = list(final.values())
     assert [[i for i, _ in row] for row in got] == [[i for i, _ in row] for row in want]
     assert np.allclose([s for row in got for _, s in row], [s for row in want for _, s in row], atol=1e-4)

@@ -44,14 +44,13 @@ class Replicas:
     def __init__(self, replicas: list[Any]) -> None:
         self.replicas, self.calls = replicas, 0
 
-    def _call(self, *a: Any, **kw: Any) -> SimpleNamespace:
+    def _call(self, method: str, *a: Any, **kw: Any) -> SimpleNamespace:
         replica = self.replicas[self.calls % len(self.replicas)]
         self.calls += 1
-        return SimpleNamespace(result=lambda: replica.search(*a, **kw))
+        return SimpleNamespace(result=lambda: getattr(replica, method)(*a, **kw))
 
-    @property
-    def search(self) -> SimpleNamespace:
-        return SimpleNamespace(remote=self._call)
+    def __getattr__(self, method: str) -> SimpleNamespace:  # handle.search.remote(...), handle.vectors_of.remote(...)
+        return SimpleNamespace(remote=lambda *a, **kw: self._call(method, *a, **kw))
 
 
 def replica(folder: Path, shard: int, root: Path) -> Any:
@@ -116,6 +115,45 @@ def assert_same(got: list[list[tuple[Any, float]]], want: list[list[tuple[Any, f
     assert np.allclose([s for row in got for _, s in row], [s for row in want for _, s in row], atol=1e-5)
 
 
+def documents(docs: list[Any]) -> list[Any]:
+    """Documents as comparable values: id, text, metadata, passages, and the vector's bytes."""
+    def vec(v: np.ndarray | None) -> bytes | None:
+        return None if v is None else np.asarray(v, dtype=np.float32).tobytes()
+    return [None if d is None else (d.id, d.text, d.metadata, vec(d.vector), None if d.passages is None else
+                                    [(p.index, p.start, p.end, p.text, vec(p.vector)) for p in d.passages])
+            for d in docs]
+
+
+def pages(docs: Documents, flt: dict | None, limit: int = 37) -> list[list[Any]]:
+    """A whole scroll, page by page through its cursors, vectors included."""
+    out, cursor = [], None
+    while True:
+        page = docs.scroll(limit, cursor, flt, with_vector=True)
+        out.append(documents(page.documents))
+        if (cursor := page.next_cursor) is None:
+            return out
+
+
+def same_reads(sharded: Any, single: Any, corpus: Corpus) -> Documents:
+    """Every read of documents answers on the sharded index as on the single node's: get of one id and of many
+    (written, replaced, deleted, never written), with and without vectors (a base document's read from its shard,
+    a written one from the API's overlay), counts and whole scrolls page by page, unfiltered and filtered."""
+    mine, theirs = Documents(sharded), Documents(single)
+    ids = [10_000, 10_003, "s-4", "s-0", *corpus.ext[:60:7], corpus.ext[10], corpus.ext[51], "absent"]
+    for with_vector in (False, True):
+        assert documents(mine.get(ids, with_vector=with_vector)) == documents(theirs.get(ids,
+                                                                                        with_vector=with_vector))
+        for one in ids:
+            assert documents(mine.get([one], with_vector=with_vector)) == \
+                   documents(theirs.get([one], with_vector=with_vector))
+    got = [d for d in mine.get(ids, with_vector=True) if d is not None]
+    assert got and all(d.vector is not None and d.vector.shape == (sharded.dim,) for d in got)
+    for flt in (None, *FILTERS):
+        assert mine.count(flt) == theirs.count(flt)
+        assert pages(mine, flt) == pages(theirs, flt)
+    return mine
+
+
 def test_sharded_writes_answer_like_a_single_node_collection(tmp_path: Path) -> None:
     corpus = Corpus()
     sharded_root, single_root = make_roots(tmp_path, corpus)
@@ -134,16 +172,9 @@ def test_sharded_writes_answer_like_a_single_node_collection(tmp_path: Path) -> 
         hits = answers(sharded.index, queries)
         assert {10_000, "s-0", "s-4"} <= {i for row in hits for i, _ in row}
         assert not {corpus.ext[10], 10_003} & {i for row in hits for i, _ in row}
-        # read back: the same documents and counts as the single node's
-        ids = [10_000, 10_003, "s-4", corpus.ext[0], corpus.ext[10], corpus.ext[50], "absent"]
-        mine, theirs = Documents(sharded.index), Documents(single.index)
-        assert [(d.id, d.text, d.metadata) if d else None for d in mine.get(ids)] == \
-               [(d.id, d.text, d.metadata) if d else None for d in theirs.get(ids)]
+        mine = same_reads(sharded.index, single.index, corpus)
         assert mine.get(["s-4"])[0].text == "again"  # type: ignore[union-attr]
-        for flt in (None, *FILTERS):
-            assert mine.count(flt) == theirs.count(flt)
         assert mine.count() == 400 + 20 - 20 - 2 + 1 == sharded.index.ntotal
-        assert [d.id for d in mine.scroll(500).documents] == [d.id for d in theirs.scroll(500).documents]
     finally:
         sharded.index.close()
         single.index.close()
@@ -282,11 +313,13 @@ def test_compact_folds_each_shards_writes_into_that_shard(tmp_path: Path) -> Non
         assert compacted.index.overlay.written == 0 and compacted.index.overlay.removed_from_base == 0
         assert_same(answers(compacted.index, queries), before)
         assert_same(answers(compacted.index, queries), answers(one.index, queries))
+        same_reads(compacted.index, one.index, corpus)  # the written documents' vectors now in their shards
         assert_same(answers(compacted.index, queries, {"tag": "written"}), answers(one.index, queries,
                                                                                     {"tag": "written"}))
         writes.commit(lambda: compacted, only_odd)  # writes go on after it, into its overlay
         lw.commit(lambda: one, only_odd)
         assert_same(answers(compacted.index, queries), answers(one.index, queries))
+        same_reads(compacted.index, one.index, corpus)
     finally:
         compacted.index.close()
         one.index.close()
