@@ -90,21 +90,17 @@ class EngineRetriever(_Retriever):
 LIBRARIES = {"bm25s": Bm25sRetriever, **{e: partial(EngineRetriever, e) for e in ("tantivy", "pisa")}}
 
 
-def _rss_mib() -> float:
-    from bench.common import rss
-
-    return rss(os.getpid()).total / 2**20
-
-
 def _measure(library: str, folder: str, max_queries: int | None, out: mp.Queue) -> None:
     from bench.beir import DEPTH, drop_identical, load_dataset, mean_pct, per_query_metrics
+    from bench.common import rss
 
     ds = load_dataset(Path(folder))
-    before = _rss_mib()
+    before = rss(os.getpid()).total / 2**20
     t0 = time.perf_counter()
     retr = LIBRARIES[library](ds.doc_ids, ds.doc_texts)
     build_s = time.perf_counter() - t0
-    held = _rss_mib() - before  # what the built index keeps resident (the peak can be inherited across exec)
+    # what the built index keeps resident (the peak can be inherited across exec)
+    held = rss(os.getpid()).total / 2**20 - before
     n = min(len(ds.query_texts), max_queries or len(ds.query_texts))
     lat, run = [], []
     for q in ds.query_texts[:n]:

@@ -161,10 +161,10 @@ def start_server(root: Path, log_dir: Path, env: dict[str, str] | None = None, a
     return proc, url, wait_ready(proc, url, "server", timeout_s, log_file)
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
+def stop(proc: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
     proc.terminate()
     try:
-        proc.wait(timeout=30)
+        proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()

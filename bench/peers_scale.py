@@ -224,16 +224,11 @@ def strata_build(n: int, work: Path) -> dict[str, Any]:
     return strata_built(root, logf, time.perf_counter() - t0)
 
 
-def strata_built(root: Path, logf: Path, wall: float | None) -> dict[str, Any]:
+def strata_built(root: Path, logf: Path, wall: float) -> dict[str, Any]:
     from bench.scale import version_dir
     from indexer.runtime.manifest import Manifest
 
-    text = logf.read_text()
-    peak_kb = int(re.findall(r"Maximum resident set size \(kbytes\): (\d+)", text)[-1])
-    if wall is None:
-        h, m, s = ("0:" + re.findall(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", text)[-1]
-                   ).split(":")[-3:]
-        wall = int(h) * 3600 + int(m) * 60 + float(s)
+    peak_kb = int(re.findall(r"Maximum resident set size \(kbytes\): (\d+)", logf.read_text())[-1])
     folder = version_dir(root)
     m = Manifest.load(folder)
     return {"ingest_s": round(wall, 1), "build_peak_rss_gib": round(peak_kb / 2**20, 3), "index": m.index.factory,

@@ -39,7 +39,7 @@ import numpy as np
 import psutil
 
 from bench import scale_corpus as sc
-from bench.common import load, log, rss
+from bench.common import load, log, rss, stop
 from bench.scale import FILTER, REPO, RESULTS, _env, latencies, search_bodies, start
 
 CONFIGS = [(mode, filtered) for mode in ("dense", "lexical", "hybrid") for filtered in (False, True)]
@@ -146,11 +146,7 @@ def serve(label: str, root: Path, tmp: Path, qvecs: np.ndarray, qtexts: list[str
         out["memory_mib_after"] = tree_memory(proc.pid)
         return out
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc, 90)  # the sharded service takes its Ray deployments down first
 
 
 def parity(a: dict[str, list[list[tuple[int, float]]]], b: dict[str, list[list[tuple[int, float]]]]
