@@ -29,6 +29,7 @@ import email.message
 import inspect
 import json
 from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, get_type_hints
 
 from fastapi import HTTPException, Request, Response
@@ -47,6 +48,9 @@ Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 # cores) would otherwise delay every request the loop holds; a search's body (~8 KB) is parsed in place, where a
 # thread's hand-off would cost more than the parse.
 OFF_LOOP_BYTES = 64 * 1024
+# One thread parses them, in turn: a parse holds the GIL (pydantic-core's), so parsing several at once would go no
+# faster, and each more thread that wants the GIL makes the event loop wait longer for it.
+_PARSER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="body-parse")
 
 
 class LeanRoute(APIRoute):
@@ -126,7 +130,7 @@ async def read_body(request: Request, model: type[BaseModel], field: ModelField)
     is_json = _is_json(request)
     if len(raw) < OFF_LOOP_BYTES:
         return validate_body(raw, is_json, model, field)
-    return await asyncio.to_thread(validate_body, raw, is_json, model, field)
+    return await asyncio.get_running_loop().run_in_executor(_PARSER, validate_body, raw, is_json, model, field)
 
 
 def validate_body(raw: bytes, is_json: bool, model: type[BaseModel], field: ModelField) -> Any:  # noqa: ANN401
