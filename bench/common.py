@@ -128,13 +128,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_ready(proc: subprocess.Popen[bytes], url: str, name: str, timeout_s: float, log_file: Path | None = None
-               ) -> float:
-    """Poll `url`/ready until it answers 200 (seconds it took); kill the process and exit naming why otherwise."""
+def wait_ready(proc: subprocess.Popen[bytes], url: str, name: str, timeout_s: float, log_file: Path | None = None,
+               ready: str = "/ready") -> float:
+    """Poll `url` + `ready` until it answers 200 (seconds it took); kill the process and exit naming why otherwise."""
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < timeout_s:
         try:
-            if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
+            if httpx.get(f"{url}{ready}", timeout=2).status_code == 200:
                 return time.perf_counter() - t0
         except httpx.TransportError:
             pass
@@ -146,19 +146,20 @@ def wait_ready(proc: subprocess.Popen[bytes], url: str, name: str, timeout_s: fl
     raise SystemExit(f"{name} not ready after {timeout_s:.0f} s")
 
 
-def start_server(root: Path, log_dir: Path, env: dict[str, str] | None = None, args: Sequence[str] = (),
-                 checkout: Path = REPO, timeout_s: float = 300) -> tuple[subprocess.Popen[bytes], str, float]:
-    """`python -m service ARGS` on the index root, from `checkout` (this tree, or another revision's worktree),
-    its output in `log_dir`; (process, url, seconds until /ready answered 200)."""
+def start_server(root: Path | None, log_dir: Path, env: dict[str, str] | None = None, args: Sequence[str] = (),
+                 checkout: Path = REPO, timeout_s: float = 300, ready: str = "/ready"
+                 ) -> tuple[subprocess.Popen[bytes], str, float]:
+    """`python -m service ARGS` on the index root (None: `env`'s STRATA_COLLECTIONS_DIR), from `checkout` (this tree,
+    or another revision's worktree), its output in `log_dir`; (process, url, seconds until `ready` answered 200)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    e = os.environ | {"STRATA_INDEX_ROOT": str(root), "STRATA_PORT": str(port), "STRATA_HOST": "127.0.0.1",
-                      "STRATA_WATCH_INTERVAL_S": "0", "STRATA_LOG_LEVEL": "warning",
-                      "PYTHONPATH": str(checkout), "HF_HUB_OFFLINE": "1"} | (env or {})
+    e = os.environ | ({"STRATA_INDEX_ROOT": str(root)} if root else {}) | {
+        "STRATA_PORT": str(port), "STRATA_HOST": "127.0.0.1", "STRATA_WATCH_INTERVAL_S": "0",
+        "STRATA_LOG_LEVEL": "warning", "PYTHONPATH": str(checkout), "HF_HUB_OFFLINE": "1"} | (env or {})
     log_file = log_dir / f"server-{port}.log"
     proc = subprocess.Popen([sys.executable, "-m", "service", *args], cwd=checkout, env=e,
                             stdout=open(log_file, "wb"), stderr=subprocess.STDOUT)
-    return proc, url, wait_ready(proc, url, "server", timeout_s, log_file)
+    return proc, url, wait_ready(proc, url, "server", timeout_s, log_file, ready)
 
 
 def stop(proc: subprocess.Popen[bytes], timeout_s: float = 30) -> None:

@@ -28,9 +28,11 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,11 +44,13 @@ import numpy as np
 import orjson
 
 from bench import scale_corpus as sc
-from bench.common import REPO, free_port, load, log, percentiles, rss, safe_ratio, wrk
-from bench.peers.http_load import TreeRss
+from bench.common import REPO, load, log, percentiles, rss, safe_ratio, start_server, wrk
+from bench.common import stop as stop_proc
+from bench.peers.http_load import TreeRss, closed_loop
 from bench.peers.vector_worker import batches
 from bench.peers.venvs import VENVS, ensure
-from bench.peers_scale import CHROMA_QUERY, Proc, chroma_server, du, truth
+from bench.peers_scale import CHROMA_QUERY, chroma_server, du, truth
+from indexer.runtime.paths import data_dir
 from service.schemas.documents import MAX_WRITE_DOCS
 
 CHROMA_COLLECTIONS = "/api/v2/tenants/default_tenant/databases/default_database/collections"
@@ -57,15 +61,13 @@ Batch = tuple[list[int], list[str], np.ndarray | None, list[int]]  # ids, texts,
 @dataclass
 class Engine:
     name: str
-    proc: Proc
+    proc: subprocess.Popen[bytes]
+    url: str
+    startup_s: float
     collection: str  # Strata: the name; Chroma: the collection's id
     rows: list[dict[str, Any]] = field(default_factory=list)  # samples
     compactions: dict[str, dict[str, Any]] = field(default_factory=dict)  # Strata's, by collection@finish time
     acked: int = 0
-
-    @property
-    def url(self) -> str:
-        return self.proc.url
 
     def bodies(self, batch: Batch) -> list[tuple[str, str, bytes, int]]:
         """(method, path, body, documents) of the requests that write one batch."""
@@ -97,93 +99,81 @@ def start(name: str, work: Path) -> Engine:
     folder.mkdir(parents=True)
     if name == "chroma":
         ensure(VENVS["chroma"])
-        proc = chroma_server(folder / "data", folder)
-        r = httpx.post(proc.url + CHROMA_COLLECTIONS, json={"name": "bench", "configuration": {"hnsw": {
+        chroma = chroma_server(folder / "data", folder)
+        r = httpx.post(chroma.url + CHROMA_COLLECTIONS, json={"name": "bench", "configuration": {"hnsw": {
             "space": "ip"}}}, timeout=60)
         r.raise_for_status()
-        return Engine(name, proc, r.json()["id"])
+        return Engine(name, chroma.proc, chroma.url, chroma.startup_s, r.json()["id"])
     models = folder / "models"
     models.mkdir()
     (models / "minilm-mean").symlink_to(sc.encoder_dir())
     (folder / "collections").mkdir()
-    port = free_port()
-    proc = Proc([sys.executable, "-m", "service"], {
-        "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "STRATA_COLLECTIONS_DIR": str(folder / "collections"),
-        "STRATA_MODELS_DIR": str(models), "STRATA_HOST": "127.0.0.1", "STRATA_PORT": str(port),
-        "STRATA_WATCH_INTERVAL_S": "0", "STRATA_LOG_LEVEL": "warning"}, "/health", folder / "strata.log", port)
+    proc, url, startup = start_server(None, folder, {"STRATA_COLLECTIONS_DIR": str(folder / "collections"),
+                                                     "STRATA_MODELS_DIR": str(models)}, ready="/health")
     for col in ("bench", "bench-texts"):
-        r = httpx.post(proc.url + "/collections", json={"name": col, "encoder": "minilm-mean"}, timeout=120)
+        r = httpx.post(url + "/collections", json={"name": col, "encoder": "minilm-mean"}, timeout=120)
         if r.status_code != 201:
             raise RuntimeError(f"POST /collections {col}: {r.status_code} {r.text}")
-    return Engine(name, proc, "bench")
+    return Engine(name, proc, url, round(startup, 1), "bench")
 
 
 async def write_all(engine: Engine, source: Any, writers: int, phase: str, out: dict[str, Any]) -> None:
-    """`writers` closed loops over the batches of `source`; per-batch latency, retries and failures into `out`. A failed
-    request's documents are not counted (a 504 is not retried: the server may still apply it, as strata_client)."""
+    """`writers` closed loops over the batches of `source` (`http_load.closed_loop`); per-batch latency, retries and
+    failures into `out`. A failed request's documents are not counted (a 504 is not retried: the server may still
+    apply it, as strata_client)."""
     lat: list[float] = []
     retries = failed = 0
     examples: list[str] = []
-    timeout = aiohttp.ClientTimeout(total=600)
+    batches_left = iter(source)  # one iterator shared by every task: each batch is taken once
 
-    async def writer(session: aiohttp.ClientSession) -> None:
+    async def step(session: aiohttp.ClientSession) -> bool:
         nonlocal retries, failed
-        for batch in source:  # one iterator shared by every task: each batch is taken once
-            t0 = time.perf_counter()
-            for method, path, body, n in engine.bodies(batch):
-                for attempt in range(6):
-                    async with session.request(method, path, data=body,
-                                               headers={"Content-Type": "application/json"}) as r:
-                        text = await r.read()
-                    if r.status < 300:
-                        engine.acked += n
-                        break
-                    if r.status in (429, 503) and attempt < 5:
-                        retries += 1
-                        await asyncio.sleep(0.5)
-                        continue
-                    failed += 1
-                    if len(examples) < 3:
-                        examples.append(f"{r.status} {text[:200]!r}")
+        batch = next(batches_left, None)
+        if batch is None:
+            return False
+        t0 = time.perf_counter()
+        for method, path, body, n in engine.bodies(batch):
+            for attempt in range(6):
+                async with session.request(method, path, data=body, headers={"Content-Type": "application/json"}) as r:
+                    text = await r.read()
+                if r.status < 300 or r.status not in (429, 503) or attempt == 5:
                     break
-            lat.append(time.perf_counter() - t0)
+                retries += 1
+                await asyncio.sleep(0.5)
+            if r.status < 300:
+                engine.acked += n
+            else:
+                failed += 1
+                examples.append(f"{r.status} {text[:200]!r}")
+        lat.append(time.perf_counter() - t0)
+        return True
 
-    t0, before = time.perf_counter(), engine.acked
-    async with aiohttp.ClientSession(engine.url, timeout=timeout,
+    before = engine.acked
+    async with aiohttp.ClientSession(engine.url, timeout=aiohttp.ClientTimeout(total=600),
                                      connector=aiohttp.TCPConnector(limit=writers)) as session:
-        await asyncio.gather(*(writer(session) for _ in range(writers)))
-    wall = time.perf_counter() - t0
+        wall = await closed_loop(session, writers, step)
     p = percentiles([x * 1000 for x in lat])
     docs = engine.acked - before
     out[phase] = {"docs": docs, "seconds": round(wall, 1), "docs_per_s": round(docs / wall, 1),
                   "batch_p50_ms": round(p[50], 1), "batch_p99_ms": round(p[99], 1), "retries": retries,
-                  "failed_requests": failed, "failed_examples": examples}
+                  "failed_requests": failed, "failed_examples": examples[:3]}
     log(f"{engine.name} {phase}: {out[phase]}")
 
 
 def text_batches(n: int, batch: int, first_id: int) -> Any:
-    from indexer.runtime.paths import data_dir
-
     texts = sc.quora_texts(data_dir() / "quora_duplicate_questions.partial.tsv.gz")[-n:]
     for k in range(0, len(texts), batch):
         chunk = texts[k : k + batch]
         yield list(range(first_id + k, first_id + k + len(chunk))), chunk, None, [0] * len(chunk)
 
 
-def window(engine: Engine, bodies: list[tuple[str, dict[str, Any]]], args: argparse.Namespace, work: Path
-           ) -> dict[str, Any]:
-    """One wrk run of `--window` s on the engine's search path."""
-    return wrk(engine.url, [b for _, b in bodies], args.search_conns, args.window, work, path=bodies[0][0],
-               timeout_s=10)
-
-
-def sampler(engine: Engine, bodies: list[Any], args: argparse.Namespace, stop: threading.Event, tree: TreeRss,
-            phase: list[str], work: Path) -> None:
-    """Every `--sample-every` s: a wrk window on /search, the server's RSS, the load, what was acknowledged."""
+def sampler(engine: Engine, window: Callable[[], dict[str, Any]], every_s: float, stop: threading.Event,
+            tree: TreeRss, phase: list[str]) -> None:
+    """Every `every_s`: a wrk `window` on /search, the server's RSS, the load, what was acknowledged."""
     t0, last = time.perf_counter(), (0.0, 0)
-    while not stop.wait(max(0.0, args.sample_every - (time.perf_counter() - t0) % args.sample_every)):
-        w = window(engine, bodies, args, work)
-        now, mem = time.perf_counter() - t0, rss(engine.proc.proc.pid)
+    while not stop.wait(max(0.0, every_s - (time.perf_counter() - t0) % every_s)):
+        w = window()
+        now, mem = time.perf_counter() - t0, rss(engine.proc.pid)
         acked = engine.acked
         row = {"t_s": round(now, 1), "phase": phase[0], "acked": acked,
                "docs_per_s": round((acked - last[1]) / max(now - last[0], 1e-9), 1),
@@ -239,8 +229,6 @@ def recall(engine: Engine, queries: np.ndarray, exact: np.ndarray, nprobe: int |
 def visible(engine: Engine, n: int) -> dict[str, Any]:
     """Write-to-visible on the idle server: one PUT of one new text (encoded, logged, applied), then `/search` for
     that text until its document is the top hit, from sending the PUT; then a delete of it (no encoding)."""
-    from indexer.runtime.paths import data_dir
-
     texts = sc.quora_texts(data_dir() / "quora_duplicate_questions.partial.tsv.gz")[:n]
     put, seen, polls, deletes = [], [], [], []
     col = f"/collections/{engine.collection}-texts"
@@ -265,11 +253,17 @@ def run(name: str, args: argparse.Namespace, queries: np.ndarray, exact: np.ndar
         ) -> dict[str, Any]:
     log(f"{name}: starting, load {load()}")
     engine = start(name, work)
-    out: dict[str, Any] = {"startup_s": engine.proc.startup_s, "load_start": load()}
-    tree = TreeRss(engine.proc.proc.pid)
+    out: dict[str, Any] = {"startup_s": engine.startup_s, "load_start": load()}
+    tree = TreeRss(engine.proc.pid)
     stop, phase = threading.Event(), ["vectors"]
     bodies = [engine.search(q) for q in queries[:100]]
-    threads = [threading.Thread(target=sampler, args=(engine, bodies, args, stop, tree, phase, work), daemon=True)]
+
+    def window() -> dict[str, Any]:  # one wrk run of `--window` s on the engine's search path
+        return wrk(engine.url, [b for _, b in bodies], args.search_conns, args.window, work, path=bodies[0][0],
+                   timeout_s=10)
+
+    threads = [threading.Thread(target=sampler, args=(engine, window, args.sample_every, stop, tree, phase),
+                                daemon=True)]
     if name == "strata":
         threads.append(threading.Thread(target=compaction_poller, args=(engine, stop), daemon=True))
     for t in threads:
@@ -284,7 +278,7 @@ def run(name: str, args: argparse.Namespace, queries: np.ndarray, exact: np.ndar
         stop.set()
         for t in threads[:1]:
             t.join()
-        out["idle"] = [window(engine, bodies, args, work) | {"load": load()} for _ in range(args.idle_windows)]
+        out["idle"] = [window() | {"load": load()} for _ in range(args.idle_windows)]
         out["recall_default"] = recall(engine, queries, exact)
         if name == "strata":
             out["recall_nprobe"] = {}
@@ -294,14 +288,14 @@ def run(name: str, args: argparse.Namespace, queries: np.ndarray, exact: np.ndar
                     break
             if args.texts and args.visible:
                 out["visible"] = visible(engine, args.visible)
-        mem = rss(engine.proc.proc.pid)
+        mem = rss(engine.proc.pid)
         out |= {"rss_end_mib": round(mem.total / 2**20), "tree_peak_mib": round(tree.stop() * 1024),
                 "disk_bytes": du(work / name / ("data" if name == "chroma" else "collections")),
                 "samples": engine.rows, "compactions": [c for k, c in engine.compactions.items() if "@" in k],
                 "load_end": load()}
     finally:
         stop.set()
-        engine.proc.stop()
+        stop_proc(engine.proc)
     return out
 
 
@@ -309,10 +303,6 @@ def texts(r: dict[str, Any]) -> str:
     t = r.get("texts")
     return "—" if t is None else f"{t['docs_per_s']}" + (
         f" ({t['failed_requests']} PUTs failed: {t['failed_examples'][0][:40]}…)" if t["failed_requests"] else "")
-
-
-def trio(d: dict[str, float]) -> str:
-    return " / ".join(str(x) for x in d.values())
 
 
 def ms(x: float) -> str:
@@ -372,10 +362,10 @@ def report(rounds: list[dict[str, Any]], args: argparse.Namespace, stamp: str, c
             lines += ["", f"Round {k}, Strata: recall@10 by nprobe {sweep}. Waited {r['settle_s']} s after the last "
                       f"write for no compaction to run or be due (at most {args.settle_s:g})."]
             if vis:
+                t = {k: " / ".join(map(str, v.values())) for k, v in vis.items() if isinstance(v, dict)}
                 lines.append(f"Write-to-visible on the idle server ({args.visible} texts, one per PUT), p50 / p95 / "
-                             f"max: {trio(vis['visible_ms'])} ms (the PUT alone {trio(vis['put_ms'])}; searches until "
-                             f"visible, at most {vis['searches_until_visible_max']}); a delete "
-                             f"{trio(vis['delete_ms'])} ms.")
+                             f"max: {t['visible_ms']} ms (the PUT alone {t['put_ms']}; searches until visible, at "
+                             f"most {vis['searches_until_visible_max']}); a delete {t['delete_ms']} ms.")
             lines += ["Compactions (background, default policy):", "",
                       "| collection | finished | outcome | seconds | index kind | documents served |",
                       "|---|---|---|---|---|---|"]
@@ -409,8 +399,6 @@ def main() -> None:
     p.add_argument("--out-dir", type=Path, default=REPO / "bench" / "results")
     args = p.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill stops the servers too (`run`'s finally)
-    from indexer.runtime.paths import data_dir
-
     quora = data_dir() / "quora_duplicate_questions.partial.tsv.gz"
     # a corpus's first rows do not depend on its size: the smallest one made that is large enough, else one made
     made = sorted((int(d.name.split("-")[1]), d) for d in sc.cache_dir().glob(f"corpus-*-s1-t{sc.TEXT_VERSION}")

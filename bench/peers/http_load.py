@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,19 @@ class Call:
     make: Callable[[str], dict[str, Any]]  # text -> {"json": …} or {"params": …}
 
 
+async def closed_loop(session: aiohttp.ClientSession, clients: int,
+                      step: Callable[[aiohttp.ClientSession], Awaitable[bool]]) -> float:
+    """`clients` tasks on `session`, each calling `step` again as soon as it returns, until it returns False; the
+    wall seconds they took."""
+    async def worker() -> None:
+        while await step(session):
+            pass
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(clients)))
+    return time.perf_counter() - t0
+
+
 async def _load(url: str, call: Call, texts: list[str], clients: int, seconds: float) -> dict[str, Any]:
     latencies: list[float] = []
     failures: list[str] = []
@@ -42,14 +55,11 @@ async def _load(url: str, call: Call, texts: list[str], clients: int, seconds: f
                 failures.append(f"{r.status} {body[:200]!r}")
             return r.status == 200
 
-    async def worker(session: aiohttp.ClientSession) -> None:
-        nonlocal deadline
-        while time.perf_counter() < deadline:
-            text = texts[next(counter) % len(texts)]
-            t0 = time.perf_counter()
-            ok = await one(session, text)
-            if ok:
-                latencies.append(time.perf_counter() - t0)
+    async def step(session: aiohttp.ClientSession) -> bool:
+        t0 = time.perf_counter()
+        if await one(session, texts[next(counter) % len(texts)]):
+            latencies.append(time.perf_counter() - t0)
+        return time.perf_counter() < deadline
 
     connector = aiohttp.TCPConnector(limit=clients)
     failed_before = 0
@@ -57,10 +67,8 @@ async def _load(url: str, call: Call, texts: list[str], clients: int, seconds: f
         for t in texts[:10]:  # warm-up, untimed
             await one(session, t)
         failed_before = len(failures)
-        t0 = time.perf_counter()
-        deadline = t0 + seconds
-        await asyncio.gather(*(worker(session) for _ in range(clients)))
-        wall = time.perf_counter() - t0
+        deadline = time.perf_counter() + seconds
+        wall = await closed_loop(session, clients, step)
     p = percentiles([x * 1000 for x in latencies])
     return {"clients": clients, "requests": len(latencies), "rps": round(len(latencies) / wall, 1),
             "p50_ms": round(p[50], 2), "p95_ms": round(p[95], 2), "p99_ms": round(p[99], 2),
