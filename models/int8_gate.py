@@ -119,7 +119,8 @@ class Items:
 
 def rankdata(x: np.ndarray) -> np.ndarray:
     """Ranks (1-based, float64) along the last axis, ties given their average rank: `scipy.stats.rankdata(x,
-    axis=-1)`'s figures exactly, without importing scipy.stats (1-1.7 CPU-seconds of the export's gate)."""
+    axis=-1)`'s figures exactly, without importing scipy.stats (an import the export's gate would pay:
+    docs/decisions.md)."""
     x = np.asarray(x, dtype=np.float64)
     n = x.shape[-1]
     flat = x.reshape(-1, n)

@@ -279,7 +279,8 @@ def test_no_labels_of_rounds_of_work_in_the_tree() -> None:
 # A measured figure in a docstring goes stale with the machine and the code: times, rates, speed-ups and shares of
 # time belong on the docs page that owns them (with their result file); the docstring says the purpose. Sizes are
 # not matched: those left in docstrings are arithmetic from dimensions (537k × 384 float32), not measurements.
-FIGURE = re.compile(r"(?<![\w.])~?\d[\d,.]*(?:[–-]\d[\d,.]*)?(?:\s?(?:ms|µs|us|sec|seconds|min|minutes|hours)|\s[sh])\b"
+FIGURE = re.compile(r"(?<![\w.])~?\d[\d,.]*(?:[–-]\d[\d,.]*)?"
+                    r"(?:\s?(?:ms|µs|us|sec|seconds|CPU-seconds|min|minutes|hours)|\s[sh])\b"
                     r"|\d[\d,.]*\s?(?:docs|documents|texts|sentences|sent|req|requests|queries)/s\b"
                     r"|\d[\d.]*\s?[x×]\s(?:faster|slower|fewer|more|less)\b"
                     r"|\d[\d.]*\s?%\s(?:of\s(?:the\s)?(?:\S+\s)?)?(?:CPU|time)\b")
@@ -312,8 +313,9 @@ def test_no_docstring_quotes_a_measured_figure() -> None:
 
 def test_the_figure_check_finds_measured_figures_and_passes_definitions() -> None:
     source = ('"""Sorting 10M ids: 4.1 s; placing them 0.3 s, 13× faster."""\n\n\n'
-              'class C:\n    """p50 12.5 ms at 170 docs/s, ~7% of the encoder\'s time; 5 % of CPU."""\n\n\n'
+              'class C:\n    """p50 12.5 ms at 170 docs/s, ~7% of the encoder\'s time; 5 % of CPU; '
+              '1-1.7 CPU-seconds."""\n\n\n'
               'def f() -> None:\n    """A 429s\' wait; 8 MiB chunks; 384 × 4 bytes; ETA 16m 24s; 2x the rows."""\n')
     assert docstring_figures(source) == [("<module>", "4.1 s"), ("<module>", "0.3 s"), ("<module>", "13× faster"),
                                          ("C", "12.5 ms"), ("C", "170 docs/s"), ("C", "7% of the encoder\'s time"),
-                                         ("C", "5 % of CPU")]
+                                         ("C", "5 % of CPU"), ("C", "1-1.7 CPU-seconds")]
