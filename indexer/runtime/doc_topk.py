@@ -12,6 +12,8 @@ The ranking never depends on k, so the first n documents of k are the documents 
   tiers, not k, fix the depths.
 The deepening stops at `MAX_DEPTH` passages per list: an answer it leaves short of k documents while more
 passages may match is `short` (the API says `truncated`).
+A ranked list becomes documents in one numpy pass: its rows' document ordinals (`DocRows`: the index's `doc_rows`,
+from `Store.doc_rows`, the overlay's written rows beside them), then each document's first row.
 
 May import: numpy, `indexer.runtime.passages`.
 """
@@ -23,11 +25,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from indexer.runtime.passages import ExtId, document_key, fetch_depth
+from indexer.runtime.passages import fetch_depth
 
 Ranked = tuple[np.ndarray, np.ndarray]  # one query's (scores, FAISS ids), best first; id -1 is padding
-DocKey = tuple[object, ExtId]  # `passages.document_key`: 17 and "17" are two documents
-Keys = Callable[[list[int]], dict[int, ExtId]]  # FAISS ids → their rows' ids (unknown ids left out)
+DocRows = Callable[[np.ndarray], np.ndarray]  # FAISS ids → their documents' ordinals, -1: none (`Store.doc_rows`)
 
 TIERS = (100, 400, 1600, 6400)  # hybrid: passages per leg at each tier; the first is `fusion.HYBRID_DEPTH`
 MAX_DEPTH = TIERS[-1]  # the bound: passages searched per list for one query
@@ -37,13 +38,13 @@ MAX_DEPTH = TIERS[-1]  # the bound: passages searched per list for one query
 class DocRanking:
     """One query's documents, best first: each one's score and best passage, and whether the bound stopped it."""
 
-    scores: list[float] = field(default_factory=list)
-    fids: list[int] = field(default_factory=list)  # each document's best passage
-    keys: dict[DocKey, None] = field(default_factory=dict)  # the documents, in rank order
+    scores: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
+    fids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # each document's best passage
+    docs: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # their ordinals (`DocRows`)
     short: bool = False
 
     def ranked(self) -> Ranked:
-        return np.asarray(self.scores, np.float32), np.asarray(self.fids, np.int64)
+        return self.scores, self.fids
 
 
 def first_depth(top_k: int) -> int:
@@ -57,11 +58,11 @@ def exhausted(ranked: Ranked, depth: int) -> bool:
 
 
 class _Collector:
-    """Documents of ranked passage lists, appended in rank order until top_k (each row's document looked up once)."""
+    """Documents of ranked passage lists, appended in rank order until top_k: each list's rows mapped to their
+    documents (`DocRows`) and its first row of each document not collected yet kept, in one numpy pass."""
 
-    def __init__(self, keys: Keys, top_k: int) -> None:
-        self._keys, self.top_k = keys, top_k
-        self._known: dict[int, DocKey | None] = {}
+    def __init__(self, rows: DocRows, top_k: int) -> None:
+        self._rows, self.top_k = rows, top_k
         self.out = DocRanking()
 
     @property
@@ -69,38 +70,28 @@ class _Collector:
         return len(self.out.fids) >= self.top_k
 
     def add(self, ranked: Ranked) -> None:
-        """The documents of `ranked` not collected yet, in its order, until top_k; the rows' documents are looked
-        up a block at a time, so a list whose first rows already hold top_k documents is not looked up whole."""
-        scores, ids = np.asarray(ranked[0]).tolist(), np.asarray(ranked[1]).tolist()
-        pos = 0
-        while pos < len(ids) and not self.full:
-            block = ids[pos : pos + max(64, 2 * (self.top_k - len(self.out.fids)))]
-            self._learn(block)
-            for s, i in zip(scores[pos : pos + len(block)], block, strict=True):
-                key = self._known.get(i) if i >= 0 else None
-                if key is None or key in self.out.keys:  # padding, a row gone since the search, or a document ranked
-                    continue
-                self.out.keys[key] = None
-                self.out.scores.append(float(s))
-                self.out.fids.append(i)
-                if self.full:
-                    return
-            pos += len(block)
-
-    def _learn(self, ids: list[int]) -> None:
-        new = [i for i in dict.fromkeys(ids) if i >= 0 and i not in self._known]
-        if new:
-            found = self._keys(new)
-            for i in new:
-                ext = found.get(i)
-                self._known[i] = None if ext is None else document_key(ext)
+        """The documents of `ranked` not collected yet, in its order (the first row of each: its best passage),
+        until top_k; padding and rows gone since the search (ordinal -1) are skipped."""
+        if self.full:
+            return
+        scores, ids = np.asarray(ranked[0], np.float32), np.asarray(ranked[1], np.int64)
+        docs = self._rows(ids)
+        pos = np.flatnonzero((docs >= 0) & (ids >= 0))
+        _, first = np.unique(docs[pos], return_index=True)
+        pos = pos[np.sort(first)]  # each document's first row, in rank order
+        if len(self.out.docs):
+            pos = pos[~np.isin(docs[pos], self.out.docs)]
+        pos = pos[: self.top_k - len(self.out.fids)]
+        out = self.out
+        out.scores, out.fids = np.concatenate([out.scores, scores[pos]]), np.concatenate([out.fids, ids[pos]])
+        out.docs = np.concatenate([out.docs, docs[pos]])
 
 
-def rank_list(search: Callable[[int], Ranked], first: Ranked, depth: int, keys: Keys, top_k: int) -> DocRanking:
+def rank_list(search: Callable[[int], Ranked], first: Ranked, depth: int, rows: DocRows, top_k: int) -> DocRanking:
     """Dense or lexical: the top_k documents of `first` (searched `depth` deep), searched deeper by `search(depth)`
     while it holds fewer and more may match."""
     while True:
-        got = _Collector(keys, top_k)
+        got = _Collector(rows, top_k)
         got.add((first[0][:depth], first[1][:depth]))
         if got.full or exhausted(first, depth):
             return got.out
@@ -112,10 +103,10 @@ def rank_list(search: Callable[[int], Ranked], first: Ranked, depth: int, keys: 
 
 
 def rank_fused(legs: Callable[[int], tuple[Ranked, Ranked]], first: tuple[Ranked, Ranked], depth: int,
-               fuse: Callable[[Ranked, Ranked, int], Ranked], keys: Keys, top_k: int) -> DocRanking:
+               fuse: Callable[[Ranked, Ranked, int], Ranked], rows: DocRows, top_k: int) -> DocRanking:
     """Hybrid: the top_k documents of the two legs fused tier by tier (`TIERS`); `first` is the legs searched
     `depth` deep, `legs(depth)` searches them deeper when a tier needs it."""
-    got = _Collector(keys, top_k)
+    got = _Collector(rows, top_k)
     for tier in TIERS:
         if tier > depth:
             first, depth = legs(tier), tier

@@ -18,6 +18,7 @@ or a type first written over HTTP filters at once, as it will after `indexer com
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -30,10 +31,12 @@ from indexer.runtime.filters import Node, matches, parse_filter
 from indexer.runtime.ids import ExtId
 from indexer.runtime.manifest import Manifest
 from indexer.runtime.overlay import Overlay, Snapshot, WrittenDoc
-from indexer.runtime.passages import parse_passage_id
+from indexer.runtime.passages import document_key, parse_passage_id
 from indexer.runtime.rowsets import in_sorted
 from indexer.runtime.topk import merge_top_k
 from indexer.runtime.version import FilterMatch, Hit, IndexVersion
+
+WRITTEN_DOCS_FROM = 1 << 40  # `LiveIndex.doc_rows`: written documents' ordinals, past any base's
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,8 @@ class LiveIndex:
         self.base = base
         self.manifest: Manifest = base.manifest
         self.overlay = Overlay(base, applied_seq)
+        self._written_docs: dict[tuple[object, ExtId], int] = {}  # `doc_rows`: written documents' ordinals
+        self._written_lock = threading.Lock()
 
     @property
     def version(self) -> str:
@@ -204,6 +209,26 @@ class LiveIndex:
         out: dict[int, ExtId] = {f: d.ext_id for f, d in docs.items()}
         out.update(self.base.ext_ids([i for i in ids if i not in docs and i not in gone]))
         return out
+
+    def doc_rows(self, ids: np.ndarray) -> np.ndarray:
+        """The base's document ordinals (`Store.doc_rows`), -1 for a row deleted or replaced since the search, and
+        for a written row its document's own ordinal past the base's (a write replaces every passage of its
+        document, so no document has live rows both written and in the base)."""
+        out = self.base.doc_rows(ids)
+        docs, gone = self.overlay.lookup([i for i in np.asarray(ids).ravel().tolist() if i >= 0])
+        if not docs and not gone:
+            return out
+        changed = {**dict.fromkeys(gone, -1), **{f: self._written_doc(d.ext_id) for f, d in docs.items()}}
+        flat = out.ravel()
+        for n, i in enumerate(np.asarray(ids).ravel().tolist()):
+            if i in changed:
+                flat[n] = changed[i]
+        return out
+
+    def _written_doc(self, ext_id: ExtId) -> int:
+        key = document_key(ext_id)
+        with self._written_lock:
+            return self._written_docs.setdefault(key, WRITTEN_DOCS_FROM + len(self._written_docs))
 
     def close(self) -> None:
         self.base.close()

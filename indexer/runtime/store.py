@@ -43,6 +43,7 @@ class Store:
         self._con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True, check_same_thread=False)
         self._lock = threading.Lock()
         self._tables: set[str] | None = None
+        self._doc_rows: tuple[np.ndarray, np.ndarray] | None = None  # `document_rows`, found once
         try:
             self.count()
             if not self._has_table("doc_ext"):
@@ -166,6 +167,29 @@ class Store:
             with self._lock:
                 out.update(self._con.execute(sql, list(part)).fetchall())
         return out
+
+    def document_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """(every row's FAISS id ascending, its document's ordinal): the rows of one document (the passages of a
+        version of passages, `passages.document_key`) share an ordinal, any other row has one of its own. Found once
+        in SQLite (the key is a passage id up to its number, `\x1fP[document id,`) and kept: a store is immutable."""
+        if self._doc_rows is None:
+            sql = ("SELECT id, dense_rank() OVER (ORDER BY CASE WHEN typeof(ext_id) = 'text' AND substr(ext_id, 1, 2)"
+                   " = char(31) || 'P' THEN rtrim(ext_id, '0123456789]') ELSE ext_id END) - 1 FROM doc_ext")
+            with self._lock:
+                rows = np.fromiter(self._con.execute(sql), dtype=[("id", np.int64), ("doc", np.int64)])
+            rows.sort(order="id")
+            self._doc_rows = (np.ascontiguousarray(rows["id"]), np.ascontiguousarray(rows["doc"]))
+        return self._doc_rows
+
+    def doc_rows(self, ids: np.ndarray) -> np.ndarray:
+        """The document ordinal (`document_rows`) of each FAISS id in `ids`, -1 for padding and unknown ids: what
+        collapses a ranked list of passages to its documents in one numpy pass."""
+        fids, docs = self.document_rows()
+        ids = np.asarray(ids, dtype=np.int64)
+        if not len(fids):
+            return np.full(ids.shape, -1, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(fids, ids), len(fids) - 1)
+        return np.where(fids[pos] == ids, docs[pos], -1)
 
     def _fetch_documents(self, wanted: list[int]) -> dict[int, StoredDoc]:
         out: dict[int, StoredDoc] = {}

@@ -130,6 +130,8 @@ class VectorIndex(Protocol):
 
     def ext_ids(self, ids: list[int]) -> dict[int, int | str]: ...  # rows' external ids, without their texts
 
+    def doc_rows(self, ids: np.ndarray) -> np.ndarray: ...  # rows' document ordinals (-1: none), `Store.doc_rows`
+
     def lexical_search(self, queries: list[str], k: int, match: Any = None) -> list[tuple[np.ndarray, np.ndarray]]:
         ...
 
@@ -369,6 +371,9 @@ class IndexVersion(LexicalSearching):
 
     def ext_ids(self, ids: list[int]) -> dict[int, int | str]:
         return self.store.ext_ids(ids)
+
+    def doc_rows(self, ids: np.ndarray) -> np.ndarray:
+        return self.store.doc_rows(ids)
 
     def query_vectors(self) -> np.ndarray | None:
         path = self.folder / QUERY_VECTORS

@@ -154,7 +154,7 @@ def collect_documents(index: VectorIndex, batch: Batch, j: int, bounded_from: in
             def lexical(d: int, text: str = text) -> Ranked:
                 return index.lexical_search([text], d, match)[0]
 
-            ranked.append(doc_topk.rank_list(lexical, batch.finals[j][q], first, index.ext_ids, top_k))
+            ranked.append(doc_topk.rank_list(lexical, batch.finals[j][q], first, index.doc_rows, top_k))
             continue
         vec = batch.vecs[batch.rows_of[j][q]][None, :]
 
@@ -164,10 +164,10 @@ def collect_documents(index: VectorIndex, batch: Batch, j: int, bounded_from: in
 
         if mode == "dense":
             got = batch.finals[j][q]
-            ranked.append(doc_topk.rank_list(dense, got, len(got[1]), index.ext_ids, top_k))
+            ranked.append(doc_topk.rank_list(dense, got, len(got[1]), index.doc_rows, top_k))
         else:
             ranked.append(doc_topk.rank_fused(_legs(index, dense, text, match, bounded_from), batch.legs[j][q],
-                                              _leg_depth(job, True), _fusing(job), index.ext_ids, top_k))
+                                              _leg_depth(job, True), _fusing(job), index.doc_rows, top_k))
     batch.finals[j] = [r.ranked() for r in ranked]
     batch.short[j] = [r.short for r in ranked]
     ms = (time.perf_counter() - t0) * 1000

@@ -66,6 +66,8 @@ class Searcher:
         self.bounded_from: int | None = BOUNDED_FROM if hybrid_lexical == "bounded" else None
         self._lexical_thread = LexicalThread()  # the lexical searches' thread, started on first use
         self._passages = index.manifest.chunking() is not None  # rows are passages: hits become documents
+        if self._passages:  # the rows' documents, found once here rather than by a first search
+            index.doc_rows(np.zeros(0, np.int64))
         self._splitter: Splitter | None = None
 
     @classmethod

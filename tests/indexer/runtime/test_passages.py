@@ -16,6 +16,7 @@ from indexer.runtime.passages import (
     Splitter,
     decide,
     document_hits,
+    document_of,
     parse_passage_id,
     passage_hits,
     passage_id,
@@ -104,6 +105,38 @@ def test_passage_ids_keep_the_documents_id_type() -> None:
     rows = passage_rows("d", "One. Two.", {"k": 1}, [Passage(0, 4, 2), Passage(5, 9, 2)])
     assert rows == [(passage_id("d", 0), "One.", {"k": 1, PASSAGE_KEY: [0, 4, 2]}),
                     (passage_id("d", 1), "Two.", {"k": 1, PASSAGE_KEY: [5, 9, 2]})]
+
+
+def test_a_stores_rows_map_to_their_documents_ordinals(tmp_path: Path) -> None:
+    """`Store.doc_rows`: rows of one document (its passages) share an ordinal, found in SQLite; 17 and "17", 12
+    and 120, ids holding commas, quotes, backslashes and digits stay apart; a whole-document row is its own; unknown
+    ids and padding get -1, in any order and shape."""
+    import numpy as np
+
+    from indexer.runtime.store import Store
+    from indexer.runtime.store_writer import CorpusStoreWriter
+
+    docs = [17, "17", 12, 120, "a,b,4", 'say "hi"', "back\\slash", "é,\u2028", "[1, 2]", "x]9"]
+    rows, fid = [], 1 << 62
+    for d in docs:
+        for n in range(3):
+            rows.append((fid, passage_id(d, n), f"text {fid}", "{}"))
+            fid += 7  # FAISS ids need not be dense
+    rows += [(5, 5, "whole five", "{}"), (6, "whole", "whole", "{}")]  # whole documents beside passages
+    writer = CorpusStoreWriter(tmp_path / "store.sqlite")
+    writer.put(rows[::-1])
+    writer.finish()
+    store = Store(tmp_path / "store.sqlite")
+    try:
+        ids = np.array([r[0] for r in rows], np.int64)
+        got = store.doc_rows(ids).tolist()
+        want = [(type(document_of(r[1])), document_of(r[1]), parse_passage_id(r[1]) is None) for r in rows]
+        assert all((got[a] == got[b]) == (want[a] == want[b]) for a in range(len(rows)) for b in range(len(rows)))
+        assert min(got) >= 0 and len(set(got)) == len(docs) + 2
+        probe = np.array([[-1, ids[4]], [3, (1 << 62) + 1]], np.int64)
+        assert store.doc_rows(probe).tolist() == [[-1, got[4]], [-1, -1]]
+    finally:
+        store.close()
 
 
 def test_snippets_mark_the_query_terms_and_escape_the_rest() -> None:

@@ -22,7 +22,7 @@ import pytest
 from indexer.build import BuildConfig, build
 from indexer.corpus_rows import CorpusFormatError
 from indexer.runtime.manifest import Manifest
-from indexer.runtime.passages import parse_passage_id, snippet
+from indexer.runtime.passages import document_of, parse_passage_id, snippet
 from indexer.runtime.query import Query
 from indexer.runtime.writelog import WriteLog, log_path
 from service.engine import BadVector, Collection, Document
@@ -75,6 +75,26 @@ def root(template: Path, tmp_path: Path) -> Path:
     return dst
 
 
+
+
+def check_doc_rows(collection: Collection, gone: list[int] | None = None) -> list[int]:
+    """The served index's document ordinals (`doc_rows`: what collapses ranked passages to their documents) group
+    its live rows exactly as their ids' documents do, one ordinal per document; the rows `gone` (deleted since)
+    and padding have none (-1). Returns the live rows' FAISS ids."""
+    index = collection.leases.current.index  # type: ignore[union-attr]
+    ids = index.search(np.ones((1, index.dim), np.float32), index.ntotal)[1][0]  # flat: every live row
+    ids = ids[ids >= 0]
+    assert len(ids) == index.ntotal
+    ext = index.ext_ids(ids.tolist())
+    rows = index.doc_rows(ids)
+    assert rows.shape == ids.shape and (rows >= 0).all()
+    ordinals: dict[tuple[type, Any], set[int]] = {}
+    for i, r in zip(ids.tolist(), rows.tolist(), strict=True):
+        ordinals.setdefault((type(document_of(ext[i])), document_of(ext[i])), set()).add(r)
+    assert all(len(o) == 1 for o in ordinals.values())  # one ordinal per document ...
+    assert len(set().union(*ordinals.values())) == len(ordinals)  # ... and one document per ordinal
+    assert index.doc_rows(np.array([-1, *(gone or [])], np.int64)).tolist() == [-1] * (1 + len(gone or []))
+    return ids.tolist()
 
 
 async def passages_of(collection: Collection, query: str, **kw: Any) -> list[tuple[Any, int, int]]:
@@ -154,6 +174,7 @@ def test_writes_replace_and_delete_all_of_a_documents_passages_in_one_transactio
     async def scenario(collection: Collection) -> None:
         before = [p for p in await passages_of(collection, "comets") if p[0] == 9]
         assert len(before) >= 1 and before[0][2] == 6
+        check_doc_rows(collection)
         status = collection.status()  # passages counted apart from documents
         assert (status.documents, status.passages) == (13, status.size) and status.size > 13
         # a shorter text: 1 passage now; the other 5 are deleted in the same log transaction
@@ -169,9 +190,13 @@ def test_writes_replace_and_delete_all_of_a_documents_passages_in_one_transactio
         count_seen.append(count)
         assert count > 1 and w.applied.created == count - 1 and w.applied.replaced == 1
         assert collection.status().documents == 13  # replaced: one document still, of `count` passages
+        index = collection.leases.current.index  # type: ignore[union-attr]
+        live = check_doc_rows(collection)  # written rows: the rows of 9 share an ordinal of their own
+        doomed = [i for i, e in index.ext_ids(live).items() if document_of(e) in (9, "d8")]
         # a delete removes every passage
         w = await collection.delete([9, "d8"])
         assert w.applied.deleted == count + 6
+        check_doc_rows(collection, gone=doomed)
         status = collection.status()
         assert status.documents == 11 and status.passages == status.size
         await collection.upsert([Document("new", "A kite flies in the wind.", {"topic": "misc"})])
@@ -320,6 +345,7 @@ def test_a_build_with_qrels_evaluates_documents_keeps_a_repeated_ids_last_passag
         before = {mode: await collection.search(Query([t for t, _ in QUERIES.values()], 10, mode=mode))
                   for mode in ("dense", "lexical")}
         nine_before = await passages_with_offsets(collection, "comets visitor", 9)
+        check_doc_rows(collection)
         rows_before = collection.leases.current.index.ntotal  # the version's rows and the writes' overlay
         assert len(nine_before) > 1
         done = await asyncio.to_thread(compact, root, threads=1)
@@ -329,6 +355,7 @@ def test_a_build_with_qrels_evaluates_documents_keeps_a_repeated_ids_last_passag
         m2 = Manifest.load(IndexRoot(root).current_dir())
         assert (m2.data.n_docs, m2.data.n_queries) == (12, 3)  # 13 + 1 written - 2 deleted; the same queries
         assert m2.passages.passages == m2.index.ntotal == rows_before
+        check_doc_rows(collection)  # the compacted version's own ordinals
         assert m2.gate_mrr_at_10() is not None and manifest.gate_mrr_at_10() is not None  # compared by the gate
         assert await passages_with_offsets(collection, "comets visitor", 9) == nine_before
         for mode, r in before.items():
