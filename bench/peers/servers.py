@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from bench.common import free_port
+from bench.common import free_port, wait_ready
 from bench.peers.http_load import Call
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,29 +52,14 @@ class Server:
         cmd = [c.replace("{port}", str(port)) for c in self.cmd]
         env = {k: v.replace("{port}", str(port)) for k, v in self.env.items()}
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
-        t0 = time.perf_counter()
         with open(self.log_file, "wb") as log:
             self.proc = subprocess.Popen(cmd, cwd=self.cwd, env=os.environ | OFFLINE | env, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with status {self.proc.returncode}: {self.log_tail()}")
-            try:
-                if httpx.get(self.url + self.ready_path, timeout=2).status_code == 200:
-                    self.startup_s = round(time.perf_counter() - t0, 1)
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.5)
-        self.stop()
-        raise RuntimeError(f"{self.name} not ready after {timeout_s:.0f} s: {self.log_tail()}")
-
-    def log_tail(self, lines: int = 12) -> str:
-        try:
-            return "\n".join(self.log_file.read_text(errors="replace").strip().splitlines()[-lines:])
-        except OSError:
-            return ""
+        try:  # a peer that fails to start is recorded by the caller, not the end of the run
+            self.startup_s = round(wait_ready(self.proc, self.url, self.name, timeout_s, self.log_file,
+                                              self.ready_path), 1)
+        except SystemExit as e:
+            raise RuntimeError(str(e)) from None
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
