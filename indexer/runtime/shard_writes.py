@@ -7,10 +7,11 @@ sharded version. So the written documents' texts and metadata, the tombstones, t
 API process), filters' schema, counts and reading documents back are the local backend's, and a restart replays the
 log as it does. Only the vector search differs: it goes to the shards, each asked at the overlay's applied seq.
 
-A shard replica holds a `ShardWrites` and catches up to the seq a search carries before it answers: it reads the
-log's entries it has not applied (the log sits on the shared file system beside the shard files, and SQLite's WAL
-lets it read while the API appends), resolves every entry's FAISS id as the API's overlay does (the same store, the
-same order: the same ids), and applies to a `LiveIndex` of its own the entries of its shard: the written vectors, and
+A shard replica holds a `ShardWrites` and catches up to the seq a search carries before it answers: it reads the ids
+of the log's entries it has not applied (the log sits on the shared file system beside the shard files, and SQLite's
+WAL lets it read while the API appends; the ids alone, not the entries' texts and vectors),
+resolves every entry's FAISS id as the API's overlay does (the same store, the same order: the same ids), then reads
+whole only the entries of its shard and applies them to a `LiveIndex` of its own: the written vectors, and
 tombstones of its base documents deleted or replaced. Every replica of every shard thus answers with every write
 acknowledged before the search, whatever the number of replicas and whether one restarted since: nothing is pushed
 to them. A search is as exact as the local backend's: the shard skips its tombstones inside its IVF scan and adds
@@ -38,7 +39,7 @@ from indexer.runtime.live_index import LiveIndex, LiveMatch
 from indexer.runtime.manifest import Manifest
 from indexer.runtime.store import STORE, Store
 from indexer.runtime.version import FilterMatch
-from indexer.runtime.writelog import UPSERT, LogEntry, WriteLog, WriteLogError
+from indexer.runtime.writelog import UPSERT, WriteLog, WriteLogError
 
 
 class StaleWrite(WriteLogError):
@@ -111,18 +112,22 @@ class ShardWrites:
             live, wlog = self.live, self._log
             assert wlog is not None
             if seq > live.overlay.applied_seq:
-                self._apply(live, list(wlog.entries(after=live.overlay.applied_seq, upto=seq)), seq)
+                self._apply(live, wlog, seq)
         return live
 
-    def _apply(self, live: LiveIndex, entries: list[LogEntry], seq: int) -> None:
+    def _apply(self, live: LiveIndex, wlog: WriteLog, seq: int) -> None:
+        """Route every entry up to `seq` by its FAISS id (its id alone read), then read whole and apply this
+        shard's."""
+        ids = wlog.ids(live.overlay.applied_seq, seq)
+        fids = live.overlay.resolve([e for _, e in ids])  # every entry: the ids it assigns stay the API's
+        mine = shard_of(np.asarray(fids, dtype=np.int64), self.shards) == self.shard
+        entries = wlog.entries_at([s for (s, _), m in zip(ids, mine, strict=True) if m])
         sha = self.manifest.model.onnx_sha256
         stale = next((e for e in entries if e.op == UPSERT and e.model != sha), None)
         if stale is not None:
             raise StaleWrite(f"write log entry {stale.seq} (id {stale.ext_id!r}) holds a vector of another encoder "
                              f"than version {self.manifest.version}'s: a shard cannot encode it anew")
-        fids = live.overlay.resolve([e.ext_id for e in entries])  # every entry: the ids it assigns stay the API's
-        mine = shard_of(np.asarray(fids, dtype=np.int64), self.shards) == self.shard
-        live.overlay.apply([e for e, m in zip(entries, mine, strict=True) if m])
+        live.overlay.apply(entries)
         live.overlay.applied_seq = max(live.overlay.applied_seq, seq)
 
     def search(self, vectors: np.ndarray, k: int, seq: int, match: tuple[FilterMatch, int, Node] | None = None, *,

@@ -82,6 +82,15 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 
+_WHOLE = "seq, op, ext_id, text, metadata, vector, model"
+
+
+def _entry(row: tuple[Any, ...]) -> LogEntry:
+    seq, op, ext, text, meta, vec, model = row
+    return LogEntry(seq, op, ext, text, json.loads(meta) if meta else {},
+                    np.frombuffer(vec, dtype=np.float32) if vec is not None else None, model)
+
+
 class WriteLogError(RuntimeError):
     """The write log cannot be opened or written (a read-only root, a foreign file); the message says which."""
 
@@ -252,14 +261,33 @@ class WriteLog:
                 upto = int(con.execute("SELECT COALESCE(MAX(seq), 0) FROM entries").fetchone()[0])
             seq = after
             while seq < upto:
-                rows = con.execute("SELECT seq, op, ext_id, text, metadata, vector, model FROM entries "
-                                   "WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?", (seq, upto, batch)).fetchall()
+                rows = con.execute(f"SELECT {_WHOLE} FROM entries WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
+                                   (seq, upto, batch)).fetchall()
                 if not rows:
                     return
-                for s, op, ext, text, meta, vec, model in rows:
-                    yield LogEntry(s, op, ext, text, json.loads(meta) if meta else {},
-                                   np.frombuffer(vec, dtype=np.float32) if vec is not None else None, model)
+                yield from map(_entry, rows)
                 seq = rows[-1][0]
+        finally:
+            con.close()
+
+    def ids(self, after: int, upto: int) -> list[tuple[int, ExtId]]:
+        """(seq, id) of the entries with after < seq <= upto, in seq order, without their texts and vectors (the id
+        comes before them in a row): a shard replica routes every entry by its id, then reads whole its own
+        (`entries_at`)."""
+        con = sqlite3.connect(self._reader_uri, uri=True, check_same_thread=False, timeout=30)
+        try:
+            return con.execute("SELECT seq, ext_id FROM entries WHERE seq > ? AND seq <= ? ORDER BY seq",
+                               (after, upto)).fetchall()
+        finally:
+            con.close()
+
+    def entries_at(self, seqs: Sequence[int]) -> list[LogEntry]:
+        """The whole entries of these seqs (ascending), in seq order."""
+        con = sqlite3.connect(self._reader_uri, uri=True, check_same_thread=False, timeout=30)
+        try:
+            return [_entry(row) for i in range(0, len(seqs), 900) for row in con.execute(
+                f"SELECT {_WHOLE} FROM entries WHERE seq IN ({','.join('?' * len(seqs[i:i + 900]))}) ORDER BY seq",
+                list(seqs[i:i + 900]))]
         finally:
             con.close()
 

@@ -182,9 +182,16 @@ def test_sharded_writes_answer_like_a_single_node_collection(tmp_path: Path) -> 
         lw.close()
 
 
-def test_each_write_lands_in_one_shard_by_its_faiss_id(tmp_path: Path) -> None:
+def test_each_write_lands_in_one_shard_by_its_faiss_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`id % N` of the FAISS id (an integer id's own, a string's assigned from 2^62 up), the rule the split uses:
-    each replica holds exactly its shard's written rows and tombstones."""
+    each replica holds exactly its shard's written rows and tombstones, and reads whole (texts, vectors) only the
+    log entries of its shard: each entry's bytes are read once over the shards, not once per shard."""
+    from indexer.runtime.writelog import WriteLog
+
+    read_whole: list[list[int]] = []
+    entries_at = WriteLog.entries_at
+    monkeypatch.setattr(WriteLog, "entries_at", lambda self, seqs: read_whole.append(list(seqs)) or
+                        entries_at(self, seqs))
     corpus = Corpus()
     root, _ = make_roots(tmp_path, corpus)
     writes = Writes(root)
@@ -193,6 +200,10 @@ def test_each_write_lands_in_one_shard_by_its_faiss_id(tmp_path: Path) -> None:
         ops = batches(corpus)[0] + [Delete(corpus.ext[i]) for i in range(10, 20)]
         writes.commit(lambda: searcher, ops)
         answers(searcher.index, unit(2, seed=1))  # each replica catches up with the search
+        assert sorted(s for seqs in read_whole for s in seqs) == list(range(1, len(ops) + 1))
+        fid_of = dict(zip([op.ext_id for op in ops], searcher.index.overlay.resolve([op.ext_id for op in ops]),
+                          strict=True))
+        assert [{shard_of(fid_of[ops[s - 1].ext_id], 2) for s in seqs} for seqs in read_whole] == [{0}, {1}]
         held = {}
         for s, handle in enumerate(searcher.index.base.handles):
             live = handle.replicas[0].writes.live
