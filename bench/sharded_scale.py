@@ -102,13 +102,10 @@ def tree_memory(pid: int) -> dict[str, float]:
 
 def answers(url: str, qvecs: np.ndarray, qtexts: list[str]) -> dict[str, list[list[tuple[int, float]]]]:
     """The hits of 100 queries in every configuration, one request each."""
-    out: dict[str, list[list[tuple[int, float]]]] = {}
     with httpx.Client(base_url=url, timeout=120) as c:
-        for mode, filtered in CONFIGS:
-            bodies = search_bodies(mode, qvecs, qtexts, (lambda i: FILTER) if filtered else (lambda i: None))
-            out[f"{mode}{' 1 %' if filtered else ''}"] = [[(h["id"], h["score"]) for h in c.post(
-                "/search", json={**body, "mode": mode}).raise_for_status().json()["hits"]] for body in bodies]
-    return out
+        return {f"{mode}{' 1 %' if filtered else ''}": [[(h["id"], h["score"]) for h in c.post(
+            "/search", json={**body, "mode": mode}).raise_for_status().json()["hits"]] for body in search_bodies(
+            mode, qvecs, qtexts, (lambda i: FILTER) if filtered else (lambda i: None))] for mode, filtered in CONFIGS}
 
 
 def serve(label: str, root: Path, tmp: Path, qvecs: np.ndarray, qtexts: list[str], args: tuple[str, ...]
@@ -195,8 +192,7 @@ def main() -> None:
     p.add_argument("--work", type=Path, default=sc.cache_dir() / "work")
     p.add_argument("--writes", type=int, metavar="B", help="write throughput instead: B batches a round")
     args = p.parse_args()
-    quora = data_dir() / "quora_duplicate_questions.partial.tsv.gz"
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%MZ")
+    quora, stamp = data_dir() / "quora_duplicate_questions.partial.tsv.gz", f"{datetime.now(timezone.utc):%Y%m%dT%H%MZ}"
     if args.writes:
         w = write_rounds(quora, args.n, args.writes, args.work)
         md = "\n".join([f"# Writes: one process and 2 Ray shards, {args.n:,} documents served ({stamp})", "",
