@@ -323,17 +323,27 @@ def old_count(doc: ExtId, live_metadata: Callable[[ExtId], dict[str, Any] | None
 def document_hits(hits: Sequence[Hit], query: str, top_k: int, snippets: bool = True) -> list[Hit]:
     """Ranked passage hits → the top_k documents, each scored by its best passage (max), carrying that passage
     (text, offsets and, when `snippets`, its snippet: computed for the hits returned only); hits that are not
-    passage rows pass through as documents."""
+    passage rows pass through as documents. (`document_key` and `parse_passage_id` inlined: once per hit.)"""
     out: list[Hit] = []
-    seen: set[tuple[object, ExtId]] = set()
+    seen: set[object] = set()  # a passage row's key is its id up to the number, any other row's (type, id)
     terms = query_terms(query) if snippets else None
+    skip = len(_ID_PREFIX) + 1
     for h in hits:
-        key = document_key(h.ext_id)
-        if key in seen:
-            continue
+        ext = h.ext_id
+        if isinstance(ext, str) and ext.startswith(_ID_PREFIX):
+            cut = ext.rindex(",")
+            key: object = ext[:cut]
+            if key in seen:
+                continue
+            doc = ext[skip:cut]
+            parsed: ExtId = int(doc) if doc[0] != '"' else doc[1:-1] if "\\" not in doc else json.loads(doc)
+            hit = as_passage_hit(h, terms, parsed, int(ext[cut + 1 : -1]))
+        else:
+            key, hit = (type(ext), ext), h
+            if key in seen:
+                continue
         seen.add(key)
-        parsed = parse_passage_id(h.ext_id) if key[0] is Passage else None
-        out.append(h if parsed is None else as_passage_hit(h, terms, *parsed))
+        out.append(hit)
         if len(out) >= top_k:
             break
     return out

@@ -96,6 +96,13 @@ def test_documents_are_ranked_by_their_best_passage_and_top_k_counts_documents()
     assert [(h.ext_id, h.score, h.passage.index) for h in bare] == [(1, 0.9, 2), ("1", 0.7, 1), (2, 0.6, 0),
                                                                      (3, 0.5, 1)]
     assert all(h.passage.snippet == "" for h in bare + passage_hits(ranked, "text", snippets=False))
+    # ids a document's key must not confuse: commas, quotes, backslashes, brackets; a whole-document row beside
+    odd = ["a,b", 'say "hi"', "back\\slash", "[1, 2]", "", -3, 17]
+    mixed = [row(d, n, 1.0 - i / 20) for i, (d, n) in enumerate((d, n) for n in (1, 0) for d in odd)]
+    whole = [Hit(90, 17, "whole", 0.1, {}), Hit(91, "17", "whole", 0.05, {}), Hit(92, 17, "again", 0.01, {})]
+    got = document_hits(mixed + whole, "text", 100, snippets=False)
+    assert [(type(h.ext_id), h.ext_id, h.passage and h.passage.index) for h in got] == \
+        [(type(d), d, 1) for d in odd] + [(int, 17, None), (str, "17", None)]
 
 
 def test_passage_ids_keep_the_documents_id_type() -> None:
