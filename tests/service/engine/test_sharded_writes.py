@@ -341,3 +341,53 @@ def test_compact_folds_each_shards_writes_into_that_shard(tmp_path: Path) -> Non
     shard0 = [s for s in again.manifest.index.shards if s.file.endswith("00000.faiss")][0]
     new, old = IndexRoot(root).current_dir() / shard0.file, folder / shard0.file
     assert new.stat().st_ino == old.stat().st_ino  # untouched: hard-linked
+
+
+class PassageCorpus(Corpus):
+    """The corpus' 400 rows as the passages of 100 documents (4 each, as `indexer build --chunk` stores them: row id
+    `passage_id(doc, i)`, the passage's offsets and count in its metadata); documents of integer and string ids."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from indexer.runtime.ids import ASSIGNED_IDS_FROM
+        from indexer.runtime.passages import PASSAGE_KEY, passage_id
+
+        words = [f"word{i}" for i in range(4)]
+        self.ext, self.meta, self.texts = [], {}, {}
+        for d in range(100):
+            doc = d * 10 if d % 2 == 0 else f"pdoc-{d}"
+            for i, w in enumerate(words):
+                row = passage_id(doc, i)
+                start = sum(len(x) + 1 for x in words[:i])
+                self.ext.append(row)
+                self.texts[row] = w
+                self.meta[row] = {"n": d, "tag": "even" if d % 2 == 0 else "odd",
+                                  PASSAGE_KEY: [start, start + len(w), len(words)]}
+        self.fids = [ASSIGNED_IDS_FROM + r for r in range(len(self.ext))]
+
+
+def test_documents_of_passages_read_back_on_the_shards_as_on_one_node(tmp_path: Path) -> None:
+    """A version of passages: a document read back (its passages, their offsets and vectors: each passage's from the
+    shard of its own FAISS id), counted and scrolled as the single node's, filtered or not."""
+    corpus = PassageCorpus()
+    sharded_root, single_root = make_roots(tmp_path, corpus)
+    sw, lw = Writes(sharded_root), Writes(single_root)
+    sharded = attach(sw, served(open_sharded(sharded_root), "v1"))
+    single = attach(lw, served(IndexVersion(IndexRoot(single_root).current_dir()), "v1"))
+    try:
+        mine, theirs = Documents(sharded.index), Documents(single.index)
+        ids = [0, 20, "pdoc-1", "pdoc-7", 990, "absent"]
+        got = mine.get(ids, with_vector=True)
+        assert documents(got) == documents(theirs.get(ids, with_vector=True))
+        doc = got[2]
+        assert doc is not None and doc.text == "word0 word1 word2 word3" and len(doc.passages or []) == 4
+        assert {shard_of(f, 2) for f in corpus.fids[4:8]} == {0, 1}  # its passages live in both shards
+        assert all(p.vector is not None for p in doc.passages or [])
+        for flt in (None, {"tag": "even"}):
+            assert mine.count(flt) == theirs.count(flt) == (100 if flt is None else 50)
+            assert pages(mine, flt, limit=7) == pages(theirs, flt, limit=7)
+    finally:
+        sharded.index.close()
+        single.index.close()
+        sw.close()
+        lw.close()
