@@ -178,7 +178,7 @@ class ShardedIndex(LexicalSearching):
         self.backend, self.manifest, self.apps, self.handles, self.store = backend, manifest, apps, handles, store
         self.lexical, self.version, self.dim, self.ntotal = lexical, manifest.version, manifest.model.dim, ntotal
         assert manifest.index.nlist is not None  # the sharded kind's lists (`KindSpec.manifest_fields`)
-        self.nlist = manifest.index.nlist
+        self.nlist, self.doc_rows = manifest.index.nlist, store.doc_rows  # `doc_rows`: `VectorIndex`'s
         self.nprobe = clamp_nprobe(nprobe, self.nlist)
         self.filters = FilterCache()
         self._refs: OrderedDict[str, tuple[object, int]] = OrderedDict()  # filter key -> (its ids' ObjectRef, bytes)

@@ -268,6 +268,14 @@ def test_search_parameters_are_the_kinds_own(served: tuple[str, str, Any], corpu
             answers(index, queries, K, search_params=other)
 
 
+def check_doc_rows(index: Any, live: np.ndarray, gone: list[int]) -> None:
+    """`doc_rows` (what collapses a version of passages' rows to documents): on whole documents every live row is
+    a document of its own, written ones included; deleted rows and padding have none."""
+    rows = index.doc_rows(live)
+    assert (rows >= 0).all() and len(set(rows.tolist())) == len(live)
+    assert index.doc_rows(np.array([-1, *gone], np.int64)).tolist() == [-1] * (1 + len(gone))
+
+
 def test_deletes_and_replacements_through_the_write_overlay(served: tuple[str, str, Any], corpus: Corpus) -> None:
     """Local: deleted and replaced base documents never answer (skipped inside the index's own search, HNSW
     included), written ones do, filtered or not. Sharded: its version takes writes under its own overlay
@@ -277,6 +285,9 @@ def test_deletes_and_replacements_through_the_write_overlay(served: tuple[str, s
         live = index.live()
         assert isinstance(live, LiveShards) and live.base is index
         Writes.check(SimpleNamespace(index=live, version="v"), [1], False)  # type: ignore[arg-type]
+        fids = np.array(sorted(index.store.ids_of(list(corpus.served())).values()), np.int64)
+        check_doc_rows(index, fids, [])
+        check_doc_rows(live, fids, [])
         return
     new = unit(6, seed=7)
     entries = [LogEntry(1, UPSERT, "w-new", "written w-new", {"n": 5, "tag": "even"}, new[0], "sha"),
@@ -298,6 +309,8 @@ def test_deletes_and_replacements_through_the_write_overlay(served: tuple[str, s
     assert [[h.ext_id for h in row] for row in hits] == brute_force(served_now, queries, K)
     assert not {0, "doc-1", "doc-7"} & {h.ext_id for row in hits for h in row}
     assert hits[1][0].text == "written 20"  # the replacement, not the base text
+    check_doc_rows(index, np.unique([h.faiss_id for row in hits for h in row]),
+                   list(index.base.store.ids_of([0, "doc-1", "doc-7"]).values()))
     flt = {"n": {"lt": 12}}
     node = parse_filter(flt, {"n": "int", "tag": "str"})
     matching = {e: v for e, v in served_now.items() if matches(node, meta[e])}
