@@ -23,8 +23,12 @@ Lucene's BM25 (`SCORE_SCALE` 1): the same answers as bm25s.
 **Filters.** PISA has none. A filter matching at most `FORWARD_MAX` rows is scored from the forward index directly
 (its rows' terms read, no postings: exact, ~8 entries a document); a wider one over-fetches PISA's top hits deep
 enough that k of them match at its selectivity (as the tantivy engine does), deeper again until k match or every
-scoring document was read. Tombstones are skipped the same way. Hybrid's lexical leg is the exact one (`BOUNDED`
-False): the top k costs what MaxScore reads, not every posting.
+scoring document was read. Tombstones are skipped the same way.
+
+**Hybrid's lexical leg** is the exact one (`BOUNDED` False: docs/decisions.md#pisa-and-hybrids-bounded-leg).
+`selective_top_rows` answers the bounded leg's question exactly all the same (the documents holding a selective term:
+every hit of PISA's exhaustive query over those terms alone, or a narrower filter's rows read from the forward index;
+each rescored over all the query's terms from the forward index; filters and tombstones applied before scoring).
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ INDEX_FILE = f"{WAND_FILE}.{ENCODING}"
 FORWARD = ("indptr", "terms", "weights")
 FORWARD_MAX = 100_000  # a filter matching at most this many rows is scored from the forward index
 WIDE_SIGMAS = 5  # a wider filter: read deep enough for k + 5·sqrt(k) + 5 matches on average (see lexical_tantivy)
+EXHAUSTIVE = "ranked_or"  # every document holding a term, no pruning (the bounded leg's selective terms)
 THREADS = 2  # PISA releases the GIL only when asked for more than one thread (one query takes one of them)
 
 _module: ModuleType | None = None
@@ -147,16 +152,22 @@ class Engine(LexicalIndex):
         counts = Counter(self.vocab[t] for t in terms if t in self.vocab)
         return dict(counts)
 
-    def _candidates(self, query: dict[int, int], words: dict[str, float], limit: int
+    def _candidates(self, query: dict[int, int], words: dict[str, float], limit: int, algorithm: str = ALGORITHM
                     ) -> tuple[np.ndarray, np.ndarray]:
         """PISA's top `limit` rows by quantised score: (quantised scores, rows), best first."""
         qidx, ranks = np.empty(limit, np.int32), np.empty(limit, np.int32)
         names, scores = np.empty(limit, object), np.empty(limit, np.float32)
-        got = pisa().retrieve(self.context, ALGORITHM, [(0, words)], k=limit, threads=THREADS, pretokenised=True,
+        got = pisa().retrieve(self.context, algorithm, [(0, words)], k=limit, threads=THREADS, pretokenised=True,
                               query_weighted=1, result_qidxs=qidx, result_docnos=names, result_ranks=ranks,
                               result_scores=scores)
-        rows = np.fromiter((int(x) for x in names[:got]), np.int64, count=got)
-        return scores[:got] / self.scale, rows
+        return scores[:got] / self.scale, _rows(names[:got])
+
+    def _holders(self, query: dict[int, int]) -> np.ndarray:
+        """Every row holding a term of `query` (sorted): PISA's exhaustive query over them, deep enough for all."""
+        limit = sum(int(self.df[t]) for t in query) + 1  # a row holding several terms is one hit
+        _, rows = self._candidates(query, {self.words[t]: 1.0 for t in query}, limit, EXHAUSTIVE)
+        rows.sort()
+        return rows
 
     def score_rows(self, terms: list[str], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Exact BM25 of `rows` (sorted) from the forward index: those sharing a term with the query."""
@@ -178,6 +189,24 @@ class Engine(LexicalIndex):
         scores = np.bincount(owner[hit], weights, minlength=len(rows))
         keep = scores > 0
         return scores[keep].astype(np.float32), rows[keep]
+
+    def selective_top_rows(self, terms: list[str], selective: list[str], k: int, allowed_rows: np.ndarray | None,
+                           excluded_rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """The rows holding a selective term (PISA's postings of those terms, or, for a filter matching fewer rows
+        than they hold, the filter's rows read from the forward index), each scored exactly over every term."""
+        chosen = self._query(selective)
+        if not chosen:
+            return np.zeros(0, np.float32), np.zeros(0, np.int64)
+        held = sum(int(self.df[t]) for t in chosen)
+        if allowed_rows is not None and len(allowed_rows) <= min(FORWARD_MAX, held):
+            _, rows = self.score_rows(selective, allowed_rows)  # those of the filter's rows holding one
+        else:
+            rows = self._holders(chosen)
+            if allowed_rows is not None:
+                rows = rows[in_sorted(rows, allowed_rows)]
+        if excluded_rows is not None:
+            rows = rows[~in_sorted(rows, excluded_rows)]
+        return top_k_rows(*self.score_rows(terms, rows), k)
 
     def top_rows(self, terms: list[str], k: int, allowed_rows: np.ndarray | None, excluded_rows: np.ndarray | None
                  ) -> tuple[np.ndarray, np.ndarray]:
@@ -217,6 +246,13 @@ class Engine(LexicalIndex):
             if exhausted or (len(best_s) >= k and float(best_s[-1]) > float(quantised[-1]) + error):
                 return best_s, best_r
             limit *= 4
+
+
+def _rows(names: np.ndarray) -> np.ndarray:
+    """PISA's document names (the rows, as text) as rows: parsed in one pass, not one `int` per name."""
+    if not len(names):
+        return np.zeros(0, np.int64)
+    return np.fromstring(" ".join(names.tolist()), dtype=np.int64, sep=" ")
 
 
 @contextmanager

@@ -1,5 +1,5 @@
-"""Hybrid's bounded lexical leg (`indexer.runtime.bounded_leg`) on real tantivy files, under the live overlay as the
-engine serves them (`LiveIndex.lexical_legs` / `complete_legs`), with the bound forced (`bounded_from=0`) and a
+"""Hybrid's bounded lexical leg (`indexer.runtime.bounded_leg`) on real tantivy and PISA files, under the live overlay
+as the engine serves them (`LiveIndex.lexical_legs` / `complete_legs`), with the bound forced (`bounded_from=0`) and a
 selective fraction at which the two rare words of the corpus are selective and its 16 common words are not.
 
 Checked against Lucene's BM25 by hand (`reference`): every returned document carries its exact score over all
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from indexer.runtime import bounded_leg, lexical_tantivy
+from indexer.runtime import bounded_leg, lexical_pisa, lexical_tantivy
 from indexer.runtime.filters import matches, parse_filter
 from indexer.runtime.live_index import LiveIndex
 from indexer.runtime.version import IndexVersion
@@ -44,11 +44,14 @@ class RareCorpus(LexicalCorpus):
                 self.texts[self.ext[r]] += f" {word}"
 
 
-@pytest.fixture()
-def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[RareCorpus, LiveIndex]]:
+@pytest.fixture(params=["tantivy", "pisa"])
+def served(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+           ) -> Iterator[tuple[RareCorpus, LiveIndex]]:
+    """tantivy serves the bounded leg; pisa's (`selective_top_rows`, exact but off by measurement) is forced on."""
     monkeypatch.setattr(bounded_leg, "SELECTIVE_DF", 0.02)  # df <= 8 of 400: the rare words only
+    monkeypatch.setattr(lexical_pisa.Engine, "BOUNDED", True)
     corpus = RareCorpus()
-    index = LiveIndex(IndexVersion(corpus.lexical_version(tmp_path / "v", "tantivy")))
+    index = LiveIndex(IndexVersion(corpus.lexical_version(tmp_path / "v", request.param)))
     yield corpus, index
     index.close()
 
@@ -101,7 +104,10 @@ def test_a_selective_terms_document_missed_by_the_dense_leg_is_found(served: tup
 @pytest.mark.parametrize("flt", [{"tag": "even"}, {"n": {"gte": 100, "lt": 300}}], ids=["half", "range"])
 def test_filters_are_honoured_on_the_bounded_path(served: tuple[RareCorpus, LiveIndex], flt: dict,
                                                   term_set_max: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tantivy: the filter as a query clause or applied to the hits; pisa: the filter's rows scored from the forward
+    index or the selective terms' rows filtered (`FORWARD_MAX` 0)."""
     monkeypatch.setattr(lexical_tantivy, "TERM_SET_MAX", term_set_max)
+    monkeypatch.setattr(lexical_pisa, "FORWARD_MAX", 100_000 if term_set_max > 10 else 0)
     corpus, index = served
     node = parse_filter(flt, {"n": "int", "tag": "str"})
     dense = corpus.ext[90:140]  # some match the filter, some do not (a dense leg filters them itself: not relied on)
@@ -185,6 +191,26 @@ def test_a_tie_across_the_kth_place_costs_one_run_and_is_broken_by_row(tmp_path:
         mp.setattr(lexical_tantivy, "TERM_SET_MAX", 5)
         _, rows = index.selective_top_rows(["alpha", "beta"], ["alpha"], 10, allowed, np.array([12, 14]))
     assert rows.tolist() == list(range(10, 32, 2))[:1] + list(range(16, 36, 2))[:9]
+
+
+def test_pisas_selective_rows_break_ties_by_row_through_either_path(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """PISA's `selective_top_rows`: 40 documents tie and k=10 are wanted; the lowest rows are kept whether the
+    selective term's rows come from PISA (every hit of its exhaustive query) or a filter's rows are read from the
+    forward index (`FORWARD_MAX`), tombstones skipped either way."""
+    from indexer.runtime.lexical import build_lexical, lexical_info, open_lexical
+
+    docs = [(i, "alpha beta" if i % 2 == 0 else "gamma delta") for i in range(80)]  # alpha at rows 0, 2, .., 78
+    index = open_lexical(tmp_path, build_lexical(tmp_path, docs, lexical_info(engine="pisa")))
+    scores, rows = index.selective_top_rows(["alpha", "beta"], ["alpha"], 10, None, None)
+    assert rows.tolist() == list(range(0, 20, 2)) and len(set(scores.tolist())) == 1
+    allowed = np.arange(10, 80, dtype=np.int64)
+    for forward_max in (100_000, 0):
+        monkeypatch.setattr(lexical_pisa, "FORWARD_MAX", forward_max)
+        got, rows = index.selective_top_rows(["alpha", "beta"], ["alpha"], 10, allowed, np.array([12, 14]))
+        assert rows.tolist() == [10, *range(16, 34, 2)] and got.tolist() == scores.tolist()
+        _, rows = index.selective_top_rows(["gamma"], ["gamma"], 5, np.array([3, 4, 5, 7], np.int64), None)
+        assert rows.tolist() == [3, 5, 7]
 
 
 def test_in_sorted_is_isin_for_an_ascending_set() -> None:
