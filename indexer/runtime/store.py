@@ -44,6 +44,7 @@ class Store:
         self._lock = threading.Lock()
         self._tables: set[str] | None = None
         self._doc_rows: tuple[np.ndarray, np.ndarray] | None = None  # `document_rows`, found once
+        self._doc_table: tuple[int, np.ndarray] | None = None  # the same as a table by id, when ids are dense
         try:
             self.count()
             if not self._has_table("doc_ext"):
@@ -178,7 +179,14 @@ class Store:
             with self._lock:
                 rows = np.fromiter(self._con.execute(sql), dtype=[("id", np.int64), ("doc", np.int64)])
             rows.sort(order="id")
-            self._doc_rows = (np.ascontiguousarray(rows["id"]), np.ascontiguousarray(rows["doc"]))
+            fids, docs = np.ascontiguousarray(rows["id"]), np.ascontiguousarray(rows["doc"])
+            # ids nearly contiguous (a build's passages: from 2^62 up): a table indexed by id - first, one read an id
+            span = int(fids[-1] - fids[0]) + 1 if len(fids) else 0
+            if 0 < span <= 2 * len(fids) + 1024:
+                table = np.full(span, -1, dtype=np.int64)
+                table[fids - fids[0]] = docs
+                self._doc_table = (int(fids[0]), table)
+            self._doc_rows = (fids, docs)
         return self._doc_rows
 
     def doc_rows(self, ids: np.ndarray) -> np.ndarray:
@@ -186,6 +194,11 @@ class Store:
         collapses a ranked list of passages to its documents in one numpy pass."""
         fids, docs = self.document_rows()
         ids = np.asarray(ids, dtype=np.int64)
+        if self._doc_table is not None:
+            first, table = self._doc_table
+            at = ids - first  # where this wraps (an id far below `first`), `ids >= first` fails
+            inside = (ids >= first) & (at < len(table))
+            return np.where(inside, table[np.where(inside, at, 0)], -1)
         if not len(fids):
             return np.full(ids.shape, -1, dtype=np.int64)
         pos = np.minimum(np.searchsorted(fids, ids), len(fids) - 1)

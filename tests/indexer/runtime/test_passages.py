@@ -114,10 +114,12 @@ def test_passage_ids_keep_the_documents_id_type() -> None:
                     (passage_id("d", 1), "Two.", {"k": 1, PASSAGE_KEY: [5, 9, 2]})]
 
 
-def test_a_stores_rows_map_to_their_documents_ordinals(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("step", "whole"), [(7, True), (1, False), (7, False)])
+def test_a_stores_rows_map_to_their_documents_ordinals(tmp_path: Path, step: int, whole: bool) -> None:
     """`Store.doc_rows`: rows of one document (its passages) share an ordinal, found in SQLite; 17 and "17", 12
     and 120, ids holding commas, quotes, backslashes and digits stay apart; a whole-document row is its own; unknown
-    ids and padding get -1, in any order and shape."""
+    ids and padding get -1, in any order and shape — looked up in the sorted ids (FAISS ids far apart: whole rows'
+    own integer ids beside passages' from 2^62) or in a table by id (a build's passages, dense or with gaps)."""
     import numpy as np
 
     from indexer.runtime.store import Store
@@ -128,8 +130,9 @@ def test_a_stores_rows_map_to_their_documents_ordinals(tmp_path: Path) -> None:
     for d in docs:
         for n in range(3):
             rows.append((fid, passage_id(d, n), f"text {fid}", "{}"))
-            fid += 7  # FAISS ids need not be dense
-    rows += [(5, 5, "whole five", "{}"), (6, "whole", "whole", "{}")]  # whole documents beside passages
+            fid += step
+    if whole:  # whole documents beside passages
+        rows += [(5, 5, "whole five", "{}"), (6, "whole", "whole", "{}")]
     writer = CorpusStoreWriter(tmp_path / "store.sqlite")
     writer.put(rows[::-1])
     writer.finish()
@@ -139,9 +142,11 @@ def test_a_stores_rows_map_to_their_documents_ordinals(tmp_path: Path) -> None:
         got = store.doc_rows(ids).tolist()
         want = [(type(document_of(r[1])), document_of(r[1]), parse_passage_id(r[1]) is None) for r in rows]
         assert all((got[a] == got[b]) == (want[a] == want[b]) for a in range(len(rows)) for b in range(len(rows)))
-        assert min(got) >= 0 and len(set(got)) == len(docs) + 2
-        probe = np.array([[-1, ids[4]], [3, (1 << 62) + 1]], np.int64)
-        assert store.doc_rows(probe).tolist() == [[-1, got[4]], [-1, -1]]
+        assert min(got) >= 0 and len(set(got)) == len(docs) + 2 * whole
+        assert (store._doc_table is None) == whole  # which lookup ran
+        probe = np.array([[-1, ids[4]], [3, ids[0] + 1 if step > 1 else ids[-1] + 1], [2**63 - 1, -(2**63)]],
+                         np.int64)
+        assert store.doc_rows(probe).tolist() == [[-1, got[4]], [-1, -1], [-1, -1]]
     finally:
         store.close()
 
