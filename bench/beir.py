@@ -183,7 +183,6 @@ def dense_runs(ds: EvalData, root: Path, model: Path, cache: Path) -> tuple[Run,
     if exact is not None and index is not None and timing_path.is_file():
         return exact, index, json.loads(timing_path.read_text())
     from indexer.runtime.encoder import OnnxEncoder
-    from indexer.runtime.faiss.exact import exact_search
     from indexer.runtime.faiss.search import search
     from indexer.runtime.layout import IndexRoot
     from indexer.runtime.version import IndexVersion
@@ -199,7 +198,7 @@ def dense_runs(ds: EvalData, root: Path, model: Path, cache: Path) -> tuple[Run,
     per_query_ms = (time.perf_counter() - t0) * 1000 / len(qvecs)
     s_idx, i_idx = search(version.index, qvecs, depth)
     t0 = time.perf_counter()
-    s_ex, i_ex = exact_search(version.index, qvecs, depth)
+    s_ex, i_ex = version.ann.exact_search(qvecs, depth)  # whatever the kind (`--index auto` is flat when small)
     exact_ms = (time.perf_counter() - t0) * 1000 / len(qvecs)
     ext = _ext_ids(version, np.unique(np.concatenate([i_idx.ravel(), i_ex.ravel()])))
 
