@@ -77,14 +77,29 @@ class _Collector:
         scores, ids = np.asarray(ranked[0], np.float32), np.asarray(ranked[1], np.int64)
         docs = self._rows(ids)
         pos = np.flatnonzero((docs >= 0) & (ids >= 0))
-        _, first = np.unique(docs[pos], return_index=True)
-        pos = pos[np.sort(first)]  # each document's first row, in rank order
-        if len(self.out.docs):
-            pos = pos[~np.isin(docs[pos], self.out.docs)]
-        pos = pos[: self.top_k - len(self.out.fids)]
+        pos = pos[first_rows(docs[pos])]  # each document's first row, in rank order
         out = self.out
+        if len(out.docs):
+            pos = pos[~np.isin(docs[pos], out.docs)]
+        pos = pos[: self.top_k - len(out.fids)]
+        if not len(out.fids):  # the first list: no arrays to join
+            out.scores, out.fids, out.docs = scores[pos], ids[pos], docs[pos]
+            return
         out.scores, out.fids = np.concatenate([out.scores, scores[pos]]), np.concatenate([out.fids, ids[pos]])
         out.docs = np.concatenate([out.docs, docs[pos]])
+
+
+def first_rows(docs: np.ndarray) -> np.ndarray:
+    """The positions of each value's first occurrence in `docs`, ascending (what `np.unique(return_index=True)`
+    gives, sorted, without its other outputs): one stable argsort."""
+    if len(docs) < 2:
+        return np.arange(len(docs))
+    order = np.argsort(docs, kind="stable")
+    ranked = docs[order]
+    first = np.empty(len(docs), dtype=bool)
+    first[0] = True
+    np.not_equal(ranked[1:], ranked[:-1], out=first[1:])
+    return np.sort(order[first])
 
 
 def rank_list(search: Callable[[int], Ranked], first: Ranked, depth: int, rows: DocRows, top_k: int) -> DocRanking:

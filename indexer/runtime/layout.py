@@ -32,8 +32,10 @@ from pathlib import Path
 
 from indexer.runtime.atomic import fsync_dir, sync_tree
 from indexer.runtime.integrity import seal
+from indexer.runtime.manifest import Manifest, ManifestError
 from indexer.runtime.serving import served_in
 from indexer.runtime.storage import as_storage_error, storage_errors
+from indexer.runtime.store import STORE, write_doc_rows
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +152,7 @@ class IndexRoot:
         try:
             tmp.mkdir(parents=True)  # inside the try: a SIGTERM right after it still removes the folder
             yield tmp
+            _keep_doc_rows(tmp)
             seal(tmp)
             sync_tree(tmp)  # every file on the disk before the rename publishes it (a crash cannot leave it short)
             self.versions_dir.mkdir(parents=True, exist_ok=True)
@@ -176,3 +179,18 @@ class IndexRoot:
         if removed:
             log.info("pruned old versions: %s", removed)
         return removed
+
+
+def _keep_doc_rows(folder: Path) -> None:
+    """A staged version of passages gets its rows' documents as a file (`store.DOC_ROWS`), found once here rather
+    than each time the version is opened for serving, from the store being sealed (written anew even where a copy
+    brought one: it always matches its own store); a version of whole documents, or without a store or a
+    manifest, is left as it is."""
+    if not (folder / STORE).is_file():
+        return
+    try:
+        passages = Manifest.load(folder).chunking() is not None
+    except ManifestError:
+        return
+    if passages:
+        write_doc_rows(folder)

@@ -31,6 +31,7 @@ from indexer.runtime.filters import Node, matches, parse_filter
 from indexer.runtime.ids import ExtId
 from indexer.runtime.manifest import Manifest
 from indexer.runtime.overlay import Overlay, Snapshot, WrittenDoc
+from indexer.runtime.passage_rows import row_view
 from indexer.runtime.passages import document_key, parse_passage_id
 from indexer.runtime.rowsets import in_sorted
 from indexer.runtime.topk import merge_top_k
@@ -48,8 +49,12 @@ class LiveMatch:
     node: Node
 
 
-def _written_hit(fid: int, doc: WrittenDoc, score: float) -> Hit:
-    """A hit on a written document, in the shape `IndexVersion.hits` gives base hits."""
+def _written_hit(fid: int, doc: WrittenDoc, score: float, passages: bool) -> Hit:
+    """A hit on a written document, in the shape `IndexVersion.hits` gives base hits (`passages`: a passage row
+    as its document's)."""
+    view = row_view(doc.ext_id, doc.text, doc.metadata) if passages else None
+    if view is not None:
+        return Hit(fid, view[0], doc.text, score, view[1], view[2])
     return Hit(fid, doc.ext_id, doc.text, score, doc.metadata)
 
 
@@ -171,14 +176,14 @@ class LiveIndex:
         doc = self.base.store.documents([fid]).get(fid)
         return None if doc is None else doc.metadata
 
-    def hits(self, scores: np.ndarray, ids: np.ndarray) -> list[list[Hit]]:
+    def hits(self, scores: np.ndarray, ids: np.ndarray, passages: bool = False) -> list[list[Hit]]:
         """The base's hits for its ids, the written documents' for theirs, in rank order; a document deleted or
-        replaced between the search and this lookup is left out."""
+        replaced between the search and this lookup is left out (`passages`: passage rows as their documents)."""
         docs, gone = self.overlay.lookup([int(i) for i in ids.ravel() if i >= 0])
         if not docs and not gone:
-            return self.base.hits(scores, ids)
+            return self.base.hits(scores, ids, passages)
         mine = np.isin(ids, np.fromiter((*docs, *gone), dtype=np.int64))
-        base_hits = self.base.hits(scores, np.where(mine, -1, ids))
+        base_hits = self.base.hits(scores, np.where(mine, -1, ids), passages)
         out = []
         for srow, irow, brow, mrow in zip(scores, ids, base_hits, mine, strict=True):
             it = iter(brow)
@@ -189,7 +194,7 @@ class LiveIndex:
                 if not m:
                     row.append(next(it))
                 elif i in docs:
-                    row.append(_written_hit(i, docs[i], s))
+                    row.append(_written_hit(i, docs[i], s, passages))
             out.append(row)
         return out
 

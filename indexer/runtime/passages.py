@@ -27,7 +27,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from indexer.runtime.version import Hit, PassageRef
+from indexer.runtime.passage_rows import ID_PREFIX as _ID_PREFIX
+from indexer.runtime.passage_rows import PASSAGE_KEY, PassageRef, parse_passage_id, row_view
+from indexer.runtime.version import Hit
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -42,8 +44,6 @@ _STOP = frozenset("a an and are as at be by for from has have how in is it its o
                   "were what when where which who why will with do does did not no can".split())
 OVERFETCH = 4  # passages fetched per document asked for (`fetch_depth`)
 SNIPPET_CHARS = 320  # the snippet's window around the marked terms
-PASSAGE_KEY = "\x1fpassage"  # metadata of a passage row: [start, end, count]; never shown, never a user's key
-_ID_PREFIX = "\x1fP"  # a passage row's id: this, then [document id, n] as JSON
 # the build's default: passages on when more than this share of documents run past the encoder's window
 LONG_SHARE = 0.10
 
@@ -271,17 +271,6 @@ def passage_id(doc: ExtId, n: int) -> str:
     return _ID_PREFIX + json.dumps([doc, n], ensure_ascii=False, separators=(",", ":"))
 
 
-def parse_passage_id(ext: ExtId) -> tuple[ExtId, int] | None:
-    """(document id, n) of a passage row id; None for anything else."""
-    if not isinstance(ext, str) or not ext.startswith(_ID_PREFIX):
-        return None
-    doc, _, n = ext[len(_ID_PREFIX) + 1 : -1].rpartition(",")
-    # `passage_id` wrote the document's id as JSON: an integer, or a string escaped only if it holds a backslash
-    if doc[0] != '"':
-        return int(doc), int(n)
-    return (doc[1:-1] if "\\" not in doc else json.loads(doc)), int(n)
-
-
 def document_key(ext: ExtId) -> tuple[object, ExtId]:
     """A row's document as a key, without parsing a passage row's id (its id up to the passage number: the
     document's id as JSON, so 17 and "17" stay apart); two rows of one document have the same key."""
@@ -323,51 +312,47 @@ def old_count(doc: ExtId, live_metadata: Callable[[ExtId], dict[str, Any] | None
 def document_hits(hits: Sequence[Hit], query: str, top_k: int, snippets: bool = True) -> list[Hit]:
     """Ranked passage hits → the top_k documents, each scored by its best passage (max), carrying that passage
     (text, offsets and, when `snippets`, its snippet: computed for the hits returned only); hits that are not
-    passage rows pass through as documents. (`document_key` and `parse_passage_id` inlined: once per hit.)"""
+    passage rows pass through as documents. A hit may come as its passage row or already as its document's
+    (`VectorIndex.hits(..., passages=True)`: then only the snippet is added)."""
     out: list[Hit] = []
-    seen: set[object] = set()  # a passage row's key is its id up to the number, any other row's (type, id)
-    terms = query_terms(query) if snippets else None
-    skip = len(_ID_PREFIX) + 1
+    seen: set[tuple[bool, type, ExtId]] = set()  # 17 and "17" apart, a passage's document apart from a whole row
     for h in hits:
-        ext = h.ext_id
-        if isinstance(ext, str) and ext.startswith(_ID_PREFIX):
-            cut = ext.rindex(",")
-            key: object = ext[:cut]
-            if key in seen:
-                continue
-            doc = ext[skip:cut]
-            parsed: ExtId = int(doc) if doc[0] != '"' else doc[1:-1] if "\\" not in doc else json.loads(doc)
-            hit = as_passage_hit(h, terms, parsed, int(ext[cut + 1 : -1]))
-        else:
-            key, hit = (type(ext), ext), h
-            if key in seen:
-                continue
+        if h.passage is None:
+            h = as_document_hit(h)
+        key = (h.passage is not None, type(h.ext_id), h.ext_id)
+        if key in seen:
+            continue
         seen.add(key)
-        out.append(hit)
+        out.append(h)
         if len(out) >= top_k:
             break
-    return out
+    return with_snippets(out, query) if snippets else out
 
 
 def passage_hits(hits: Sequence[Hit], query: str, snippets: bool = True) -> list[Hit]:
     """`"passages": true`: every passage hit as it ranked, with its document's id, offsets and (when `snippets`)
     snippet."""
+    out = [as_document_hit(h) if h.passage is None else h for h in hits]
+    return with_snippets(out, query) if snippets else out
+
+
+def as_document_hit(h: Hit) -> Hit:
+    """A passage row's hit as its document's (`passage_rows.row_view`: the passage record taken out of the
+    metadata into `passage`, no snippet yet); any other hit as it is."""
+    view = row_view(h.ext_id, h.text, h.metadata)
+    return h if view is None else Hit(h.faiss_id, view[0], h.text, h.score, view[1], view[2])
+
+
+def with_snippets(hits: list[Hit], query: str) -> list[Hit]:
+    """The hits with their passages' snippets for `query` (its terms found once); a hit without a passage (a
+    whole-document row) as it is."""
+    terms = query_terms(query)
     out = []
-    terms = query_terms(query) if snippets else None
     for h in hits:
-        parsed = parse_passage_id(h.ext_id)
-        out.append(h if parsed is None else as_passage_hit(h, terms, *parsed))
+        p = h.passage
+        out.append(h if p is None else Hit(h.faiss_id, h.ext_id, h.text, h.score, h.metadata,
+                                           PassageRef(p.index, p.start, p.end, p.count, snippet(h.text, terms))))
     return out
-
-
-def as_passage_hit(h: Hit, query: str | list[str] | None, doc: ExtId, n: int) -> Hit:
-    """A passage row's hit as its document's (`doc`, passage `n`): the row's passage record taken out of the
-    metadata into `passage`, with a snippet for `query` (None: no snippet, "")."""
-    meta = dict(h.metadata)
-    rec = meta.pop(PASSAGE_KEY, None)
-    start, end, count = rec if isinstance(rec, list) and len(rec) == 3 else (0, len(h.text), 1)
-    marked = "" if query is None else snippet(h.text, query)
-    return Hit(h.faiss_id, doc, h.text, h.score, meta, PassageRef(n, int(start), int(end), int(count), marked))
 
 
 def fetch_depth(top_k: int) -> int:

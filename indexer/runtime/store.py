@@ -10,18 +10,25 @@ opens them (`_legacy_tables`), and `indexer compact` writes them into the compac
 from __future__ import annotations
 
 import json
+import logging
 import re
 import sqlite3
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from indexer.runtime.passage_rows import PassageRef, row_view
+
 STORE = "store.sqlite"
+DOC_ROWS = "doc_rows.npy"  # a version of passages' `Store.document_rows`, written when it is sealed
+
+log = logging.getLogger(__name__)
 
 HOT_DOCUMENTS = 100_000  # documents kept in memory per open store (a few tens of MB of short texts)
 
@@ -171,15 +178,12 @@ class Store:
 
     def document_rows(self) -> tuple[np.ndarray, np.ndarray]:
         """(every row's FAISS id ascending, its document's ordinal): the rows of one document (the passages of a
-        version of passages, `passages.document_key`) share an ordinal, any other row has one of its own. Found once
-        in SQLite (the key is a passage id up to its number, `\x1fP[document id,`) and kept: a store is immutable."""
+        version of passages, `passages.document_key`) share an ordinal, any other row has one of its own. Read from
+        the version's `DOC_ROWS` file when it has one (a version of passages sealed with it: `write_doc_rows`),
+        else found in SQLite (`rows_in_sqlite`); kept: a store is immutable."""
         if self._doc_rows is None:
-            sql = ("SELECT id, dense_rank() OVER (ORDER BY CASE WHEN typeof(ext_id) = 'text' AND substr(ext_id, 1, 2)"
-                   " = char(31) || 'P' THEN rtrim(ext_id, '0123456789]') ELSE ext_id END) - 1 FROM doc_ext")
-            with self._lock:
-                rows = np.fromiter(self._con.execute(sql), dtype=[("id", np.int64), ("doc", np.int64)])
-            rows.sort(order="id")
-            fids, docs = np.ascontiguousarray(rows["id"]), np.ascontiguousarray(rows["doc"])
+            saved = read_doc_rows(self.path.parent / DOC_ROWS, self.count())
+            fids, docs = saved if saved is not None else self.rows_in_sqlite()
             # ids nearly contiguous (a build's passages: from 2^62 up): a table indexed by id - first, one read an id
             span = int(fids[-1] - fids[0]) + 1 if len(fids) else 0
             if 0 < span <= 2 * len(fids) + 1024:
@@ -188,6 +192,16 @@ class Store:
                 self._doc_table = (int(fids[0]), table)
             self._doc_rows = (fids, docs)
         return self._doc_rows
+
+    def rows_in_sqlite(self) -> tuple[np.ndarray, np.ndarray]:
+        """`document_rows` found in SQLite: the key is a passage id up to its number (`\x1fP[document id,`), any
+        other row's own id; ordinals are the keys' ranks."""
+        sql = ("SELECT id, dense_rank() OVER (ORDER BY CASE WHEN typeof(ext_id) = 'text' AND substr(ext_id, 1, 2)"
+               " = char(31) || 'P' THEN rtrim(ext_id, '0123456789]') ELSE ext_id END) - 1 FROM doc_ext")
+        with self._lock:
+            rows = np.fromiter(self._con.execute(sql), dtype=[("id", np.int64), ("doc", np.int64)])
+        rows.sort(order="id")
+        return np.ascontiguousarray(rows["id"]), np.ascontiguousarray(rows["doc"])
 
     def doc_rows(self, ids: np.ndarray) -> np.ndarray:
         """The document ordinal (`document_rows`) of each FAISS id in `ids`, -1 for padding and unknown ids: what
@@ -302,12 +316,50 @@ class Store:
 
 
 META_SCHEMA_KEY = "metadata_schema"
+
+
+def write_doc_rows(folder: Path) -> Path:
+    """Write `DOC_ROWS` beside the store of the version folder `folder` (being staged: the seal's checksums cover
+    it like the version's other files): its `document_rows` found in SQLite, so that opening the version for
+    serving reads them instead."""
+    store = Store(folder / STORE, hot_documents=0)
+    try:
+        fids, docs = store.rows_in_sqlite()
+    finally:
+        store.close()
+    path = folder / DOC_ROWS
+    with path.open("wb") as f:
+        np.save(f, np.stack([fids, docs]))
+    return path
+
+
+def read_doc_rows(path: Path, count: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(FAISS ids, ordinals) from a `DOC_ROWS` file; None when there is none (a version sealed without one) or it
+    does not fit the store (not two int64 rows of `count`, ids not ascending): then the store finds them itself."""
+    if not path.is_file():
+        return None
+    try:
+        both = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        log.warning("%s is unreadable (%s): the rows' documents are found in the store instead", path, exc)
+        return None
+    if both.dtype != np.int64 or both.shape != (2, count) or (count > 1 and not (np.diff(both[0]) > 0).all()):
+        log.warning("%s does not fit its store (%s %s, %d rows): the rows' documents are found in the store instead",
+                    path, both.dtype, both.shape, count)
+        return None
+    return np.ascontiguousarray(both[0]), np.ascontiguousarray(both[1])
 @dataclass(frozen=True)
 class StoredDoc:
     id: int  # the FAISS id
     ext_id: str | int  # as the corpus gave it
     text: str
     metadata: dict[str, Any]
+
+    @cached_property
+    def as_passage(self) -> tuple[int | str, dict[str, Any], PassageRef] | None:
+        """This row as its document when it is a passage row (`passage_rows.row_view`), else None: read once and
+        kept with the row in the store's hot documents (a store is immutable)."""
+        return row_view(self.ext_id, self.text, self.metadata)
 
 
 @dataclass

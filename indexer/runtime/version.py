@@ -27,6 +27,7 @@ from indexer.runtime.faiss.filtered import IdFilter
 from indexer.runtime.faiss.kinds import read_ann
 from indexer.runtime.lexical import LexicalError, LexicalIndex, open_lexical
 from indexer.runtime.manifest import Manifest, ManifestError
+from indexer.runtime.passage_rows import PassageRef
 from indexer.runtime.store import STORE, Store
 
 log = logging.getLogger(__name__)
@@ -51,20 +52,10 @@ class Hit:
     passage: PassageRef | None = None
 
 
-@dataclass(frozen=True)
-class PassageRef:
-    """The passage of a hit: its number in the document, its `[start, end)` character offsets there and, once
-    aggregated for a query, its HTML snippet with the query's terms marked."""
-
-    index: int
-    start: int
-    end: int
-    count: int  # the document's passages
-    snippet: str = ""
-
-
-def hits_from_store(store: Store, scores: np.ndarray, ids: np.ndarray) -> list[list[Hit]]:
-    """Per query, the hits of a (scores, ids) search answer with their stored documents, without the -1 padding."""
+def hits_from_store(store: Store, scores: np.ndarray, ids: np.ndarray, passages: bool = False) -> list[list[Hit]]:
+    """Per query, the hits of a (scores, ids) search answer with their stored documents, without the -1 padding;
+    with `passages`, a passage row's hit is its document's (`StoredDoc.as_passage`: read once per row), each hit
+    built once."""
     docs = store.documents(ids.ravel().tolist())
     out = []
     for srow, irow in zip(scores, ids, strict=True):
@@ -73,7 +64,12 @@ def hits_from_store(store: Store, scores: np.ndarray, ids: np.ndarray) -> list[l
             if i < 0:
                 continue
             doc = docs.get(i)
-            row.append(Hit(i, doc.ext_id, doc.text, s, doc.metadata) if doc else Hit(i, i, "", s, {}))
+            if doc is None:
+                row.append(Hit(i, i, "", s, {}))
+            elif passages and (view := doc.as_passage) is not None:
+                row.append(Hit(i, view[0], doc.text, s, view[1], view[2]))
+            else:
+                row.append(Hit(i, doc.ext_id, doc.text, s, doc.metadata))
         out.append(row)
     return out
 
@@ -126,7 +122,8 @@ class VectorIndex(Protocol):
     def search(self, vectors: np.ndarray, k: int, match: Any = None, *,
                search_params: dict[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]: ...
 
-    def hits(self, scores: np.ndarray, ids: np.ndarray) -> list[list[Hit]]: ...
+    # `passages`: a passage row's hit as its document's (id, metadata, `PassageRef` without a snippet)
+    def hits(self, scores: np.ndarray, ids: np.ndarray, passages: bool = False) -> list[list[Hit]]: ...
 
     def ext_ids(self, ids: list[int]) -> dict[int, int | str]: ...  # rows' external ids, without their texts
 
@@ -365,9 +362,10 @@ class IndexVersion(LexicalSearching):
         scores, ids, _ = self.ann.filtered_search(vectors, k, match.prepared, search_params=search_params)
         return scores, ids
 
-    def hits(self, scores: np.ndarray, ids: np.ndarray) -> list[list[Hit]]:
-        """Per query, its hits with external ids, texts and metadata, without the -1 padding."""
-        return hits_from_store(self.store, scores, ids)
+    def hits(self, scores: np.ndarray, ids: np.ndarray, passages: bool = False) -> list[list[Hit]]:
+        """Per query, its hits with external ids, texts and metadata, without the -1 padding (`passages`: passage
+        rows as their documents, `hits_from_store`)."""
+        return hits_from_store(self.store, scores, ids, passages)
 
     def ext_ids(self, ids: list[int]) -> dict[int, int | str]:
         return self.store.ext_ids(ids)

@@ -270,7 +270,7 @@ class Searcher:
             all_ids = np.full((len(ranked), width), -1, dtype=np.int64)
             for r, (scores, ids) in enumerate(ranked):
                 all_scores[r, : len(ids)], all_ids[r, : len(ids)] = scores, ids
-            found = self.index.hits(all_scores, all_ids)
+            found = self.index.hits(all_scores, all_ids, passages=self._passages)  # each hit built once
         pos = 0
         for j in which:
             n, job = len(batch.finals[j]), batch.jobs[j]

@@ -247,8 +247,8 @@ class ShardedIndex(LexicalSearching):
             out[rows] = pending.result()
         return out
 
-    def hits(self, scores: np.ndarray, ids: np.ndarray) -> list[list[Hit]]:
-        return hits_from_store(self.store, scores, ids)
+    def hits(self, scores: np.ndarray, ids: np.ndarray, passages: bool = False) -> list[list[Hit]]:
+        return hits_from_store(self.store, scores, ids, passages)
 
     def ext_ids(self, ids: list[int]) -> dict[int, int | str]:
         return self.store.ext_ids(ids)

@@ -151,6 +151,52 @@ def test_a_stores_rows_map_to_their_documents_ordinals(tmp_path: Path, step: int
         store.close()
 
 
+def test_a_stores_passage_rows_come_back_as_their_documents_hits_built_once(tmp_path: Path) -> None:
+    """`hits_from_store(..., passages=True)` (what a search of a version of passages looks up): each passage row's
+    hit is already its document's — the same hit `as_document_hit` makes of the row's hit — read once per row and
+    kept with the row; `document_hits` and `passage_hits` give the same answers from either form, snippets
+    included; a whole-document row and a missing id come back as rows."""
+    import numpy as np
+
+    from indexer.runtime.passages import as_document_hit
+    from indexer.runtime.store import Store
+    from indexer.runtime.store_writer import CorpusStoreWriter
+    from indexer.runtime.version import hits_from_store
+
+    rows = [(10 + i, passage_id(d, n), f"text of {d} part {n} <b>", json_meta(n))
+            for i, (d, n) in enumerate([(17, 0), (17, 1), ("17", 0), ("a,b", 2), (5, 0)])]
+    rows.append((3, "whole", "a whole text", '{"lang": "de"}'))
+    writer = CorpusStoreWriter(tmp_path / "store.sqlite")
+    writer.put(rows)
+    writer.finish()
+    store = Store(tmp_path / "store.sqlite")
+    try:
+        ids = np.array([[11, 3, 12, 10, 99, 13, 14, -1]], np.int64)
+        scores = np.linspace(1.0, 0.3, ids.shape[1], dtype=np.float32)[None, :]
+        as_rows = hits_from_store(store, scores, ids)[0]
+        as_docs = hits_from_store(store, scores, ids, passages=True)[0]
+        assert as_docs == [as_document_hit(h) for h in as_rows] and len(as_docs) == 7
+        assert [(h.ext_id, h.passage and h.passage.index) for h in as_docs] == \
+            [(17, 1), ("whole", None), ("17", 0), (17, 0), (99, None), ("a,b", 2), (5, 0)]
+        assert as_docs[0].metadata == {"lang": "en"} and as_docs[0].passage.count == 2
+        again = hits_from_store(store, scores, ids, passages=True)[0]
+        assert again[0].passage is as_docs[0].passage  # the row's view, kept: not read again
+        for query, snip in (("text part", True), ("text part", False)):
+            assert document_hits(as_docs, query, 4, snip) == document_hits(as_rows, query, 4, snip)
+            assert passage_hits(as_docs, query, snip) == passage_hits(as_rows, query, snip)
+        marked = document_hits(as_docs, "text part", 4)
+        assert [h.ext_id for h in marked] == [17, "whole", "17", 99]
+        assert "<mark>part</mark>" in marked[0].passage.snippet and "&lt;b&gt;" in marked[0].passage.snippet
+    finally:
+        store.close()
+
+
+def json_meta(n: int) -> str:
+    import json
+
+    return json.dumps({"lang": "en", PASSAGE_KEY: [n * 5, n * 5 + 4, 2]})
+
+
 def test_snippets_mark_the_query_terms_and_escape_the_rest() -> None:
     html = snippet("Use <script>alert(1)</script> & see the Comets' tails.", "comets tail script")
     assert "<script>" not in html and "&lt;<mark>script</mark>&gt;" in html and "&amp;" in html

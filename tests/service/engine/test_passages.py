@@ -380,3 +380,53 @@ def test_add_refuses_a_version_of_passages(root: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="indexes passages"):
         add_questions(root, questions)
     assert IndexRoot(root).current_dir() == served
+
+
+def test_a_version_of_passages_keeps_its_rows_documents_in_a_file_and_one_without_it_still_opens(
+        root: Path, tmp_path: Path, minilm_mean: Path) -> None:
+    """Sealing a version of passages writes its rows' document ordinals (`store.DOC_ROWS`), covered by the
+    manifest's checksums; opening it reads them from the file — equal to what SQLite finds — rather than finding
+    them; a file that does not fit its store is ignored. A version sealed without the file (before it existed)
+    verifies, opens and serves as before, the ordinals found in SQLite; a version of whole documents has none."""
+    from indexer.runtime.integrity import verify, write_manifest
+    from indexer.runtime.layout import IndexRoot
+    from indexer.runtime.store import DOC_ROWS, STORE, Store
+
+    folder = IndexRoot(root).current_dir()
+    manifest = Manifest.load(folder)
+    assert manifest.checksums is not None and DOC_ROWS in manifest.checksums.files
+    verify(folder, manifest.checksums.model_dump())
+    saved = np.load(folder / DOC_ROWS)
+    store = Store(folder / STORE)
+    try:
+        found = store.rows_in_sqlite()
+        assert saved.tolist() == [found[0].tolist(), found[1].tolist()] and len(found[0]) == manifest.index.ntotal
+        assert [a.tolist() for a in store.document_rows()] == saved.tolist()
+    finally:
+        store.close()
+    # the file is what is read: another mapping of the same rows is served as written; one that does not fit is not
+    for rows, want in ((np.stack([saved[0], saved[1][::-1]]), saved[1][::-1]), (saved[:, 1:], saved[1])):
+        np.save(folder / DOC_ROWS, rows)
+        store = Store(folder / STORE)
+        try:
+            assert store.doc_rows(saved[0]).tolist() == want.tolist()
+        finally:
+            store.close()
+    # a version sealed before the file existed: neither the file nor its checksum
+    (folder / DOC_ROWS).unlink()
+    raw = json.loads((folder / "manifest.json").read_text())
+    del raw["checksums"]["files"][DOC_ROWS]
+    write_manifest(folder, raw)
+    verify(folder, Manifest.load(folder).checksums.model_dump())  # type: ignore[union-attr]
+
+    async def scenario(collection: Collection) -> None:
+        check_doc_rows(collection)
+        r = await collection.search(Query([COMET], 3, mode="lexical"))
+        assert r.hits[0][0].passage is not None and "<mark>" in r.hits[0][0].passage.snippet
+
+    run(root, scenario)
+    assert not (folder / DOC_ROWS).exists()
+    whole = tmp_path / "whole"
+    build(BuildConfig(model_dir=minilm_mean, data=str(write_jsonl(tmp_path / "docs.jsonl", corpus()[:3])),
+                      root=whole, index="flat", evaluate=False, chunk="off", threads=1))
+    assert not (IndexRoot(whole).current_dir() / DOC_ROWS).exists()
