@@ -146,7 +146,8 @@ def main() -> None:
     meta = {"stamp": stamp, "docs": len(rows), "passages": searchers["passages"].index.ntotal,
             "queries": len(queries), "load": " ".join(f"{x:.1f}" for x in os.getloadavg()), "cpus": os.cpu_count(),
             "machine": platform.processor() or platform.machine(),
-            "command": "nice python bench/passages_topk.py " + " ".join(sys.argv[1:])}
+            "command": (f"nice -n {os.nice(0)} " if os.nice(0) else "") + "python bench/passages_topk.py "
+            + " ".join(sys.argv[1:])}
     print(report(times, meta, REPO_ROOT / "bench" / "results" / f"passages-topk-{stamp}"))
     for s in searchers.values():
         s.close()

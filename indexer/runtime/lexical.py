@@ -338,21 +338,6 @@ class LexicalIndex(ABC):
         return out
 
 
-def top_k_rows(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The best k of (scores, rows) with a score > 0, best first, ties by row (deterministic)."""
-    keep = scores > 0
-    scores, rows = scores[keep], rows[keep]
-    if k < scores.size:  # the k best; of those tied with the k-th, the lowest rows
-        kth = np.partition(scores, scores.size - k)[scores.size - k]
-        above = np.flatnonzero(scores > kth)
-        tied = np.flatnonzero(scores == kth)
-        tied = tied[np.argsort(rows[tied], kind="stable")][: k - above.size]
-        sel = np.concatenate([above, tied])
-        scores, rows = scores[sel], rows[sel]
-    order = np.lexsort((rows, -scores))
-    return scores[order], rows[order]
-
-
 class LexicalOverlay:
     """Written documents' BM25 weights, searched beside a base `LexicalIndex` (an inverted map, small until
     `indexer compact`). The caller serialises writes; searches read under the lock."""

@@ -19,7 +19,8 @@ from pathlib import Path
 import bm25s
 import numpy as np
 
-from indexer.runtime.lexical import LexicalIndex, top_k_rows
+from indexer.runtime.lexical import LexicalIndex
+from indexer.runtime.topk import top_k_rows
 from indexer.runtime.manifest import LexicalInfo
 
 logging.getLogger("bm25s").setLevel(logging.WARNING)  # its per-build debug lines are not ours to show

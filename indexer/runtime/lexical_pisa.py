@@ -48,7 +48,8 @@ from types import ModuleType
 
 import numpy as np
 
-from indexer.runtime.lexical import LexicalError, LexicalIndex, top_k_rows
+from indexer.runtime.lexical import LexicalError, LexicalIndex
+from indexer.runtime.topk import top_k_rows
 from indexer.runtime.manifest import LexicalInfo
 from indexer.runtime.rowsets import in_sorted
 

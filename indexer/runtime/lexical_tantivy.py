@@ -35,7 +35,8 @@ from pathlib import Path
 import numpy as np
 import tantivy
 
-from indexer.runtime.lexical import LexicalIndex, top_k_rows
+from indexer.runtime.lexical import LexicalIndex
+from indexer.runtime.topk import top_k_rows
 from indexer.runtime.manifest import LexicalInfo
 from indexer.runtime.rowsets import in_sorted
 

@@ -314,18 +314,19 @@ def document_hits(hits: Sequence[Hit], query: str, top_k: int, snippets: bool = 
     (text, offsets and, when `snippets`, its snippet: computed for the hits returned only); hits that are not
     passage rows pass through as documents. A hit may come as its passage row or already as its document's
     (`VectorIndex.hits(..., passages=True)`: then only the snippet is added)."""
-    out: list[Hit] = []
-    seen: set[tuple[bool, type, ExtId]] = set()  # 17 and "17" apart, a passage's document apart from a whole row
-    for h in hits:
-        if h.passage is None:
-            h = as_document_hit(h)
-        key = (h.passage is not None, type(h.ext_id), h.ext_id)
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append(h)
-        if len(out) >= top_k:
-            break
+    docs = [h if h.passage is not None else as_document_hit(h) for h in hits]
+    # 17 and "17" apart, a passage's document apart from a whole row
+    keys = [(h.passage is not None, type(h.ext_id), h.ext_id) for h in docs]
+    if len(set(keys)) == len(keys):  # one hit per document already (a list collapsed by `doc_topk`)
+        out = docs[:top_k]
+    else:
+        out, seen = [], set()
+        for h, key in zip(docs, keys, strict=True):
+            if key not in seen:
+                seen.add(key)
+                out.append(h)
+                if len(out) >= top_k:
+                    break
     return with_snippets(out, query) if snippets else out
 
 

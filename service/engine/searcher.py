@@ -31,7 +31,7 @@ from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.faiss.devices import set_threads
 from indexer.runtime.fusion import Fusion
 from indexer.runtime.manifest import Manifest, SearchMode
-from indexer.runtime.passages import Splitter, document_hits, passage_hits
+from indexer.runtime.passages import Splitter, with_snippets
 from indexer.runtime.query import Query
 from indexer.runtime.version import Hit, IndexVersion, VectorIndex
 from service.engine import retrieval
@@ -275,10 +275,10 @@ class Searcher:
         for j in which:
             n, job = len(batch.finals[j]), batch.jobs[j]
             per_query = found[pos : pos + n]
-            if self._passages:  # each passage hit with its document's id, offsets and (if asked) snippet
+            if self._passages:  # each hit its document's already (`hits(..., passages=True)`) and, ranked by
+                # documents, one a document (its list collapsed by `doc_topk`): what is left is the snippets, if asked
                 top_k = job.top_k or 0
-                per_query = [passage_hits(hits[:top_k], q, job.snippets) if job.passages
-                             else document_hits(hits, q, top_k, job.snippets)
+                per_query = [with_snippets(hits[:top_k], q) if job.snippets else hits[:top_k]
                              for q, hits in zip(job.texts, per_query, strict=True)]
             batch.hits[j] = per_query
             pos += n

@@ -303,3 +303,23 @@ def test_a_stream_that_breaks_its_promise_is_refused(tmp_path: Path, engine: str
                                                      n_docs: int, why: str) -> None:
     with pytest.raises(ValueError, match=why):
         build_lexical(tmp_path, iter(docs), lexical_info(engine=engine), n_docs=n_docs)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_top_k_rows_is_the_best_k_by_score_then_row_whatever_the_ties(dtype: type) -> None:
+    """`top_k_rows` (every engine's last step): the k best rows with a score > 0, best first, ties by the lower row —
+    the order a plain sort by (-score, row) gives, with many ties, zeros and negatives, k below, at and above the
+    scored count, rows in any order; float32 scores take one packed key per row, float64 the two-key sort."""
+    from indexer.runtime.topk import top_k_rows
+
+    rng = np.random.default_rng(7)
+    for it in range(400):
+        n = int(rng.integers(0, 200))
+        scores = (rng.choice(np.array([0, 0.5, 1.0, 2.25, -1.0]), n) if it % 2 else
+                  rng.random(n) * (rng.random(n) > 0.3)).astype(dtype)
+        rows = rng.permutation(np.arange(n, dtype=np.int64) * 3 + int(rng.integers(0, 2**33)) * (it % 3 == 0))
+        k = int(rng.integers(1, 220))
+        got_s, got_r = top_k_rows(scores, rows, k)
+        want = sorted(((-float(s), int(r)) for s, r in zip(scores, rows, strict=True) if s > 0))[:k]
+        assert got_r.tolist() == [r for _, r in want] and got_s.tolist() == [-s for s, _ in want]
+        assert got_s.dtype == dtype and got_r.dtype == np.int64
