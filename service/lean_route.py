@@ -15,7 +15,8 @@ needs, in this order:
    only valid bodies take the fast path, and a body is valid on one path exactly when it is on the other (the same
    model; tests/service/test_lean_route.py checks it on generated bodies). A large body (`OFF_LOOP_BYTES` or more: a
    write's 128 documents with vectors) is read on a thread, so that the event loop answers searches meanwhile
-   (docs/decisions.md has what a parse on the loop costs them);
+   (docs/decisions.md has what a parse on the loop costs them), below the searches' CPU priority (`write_nice`,
+   as the write lane's encoding: `parse_below`);
 3. the endpoint, called with the body model, the request and the path parameters.
 
 It refuses at startup (TypeError) an endpoint that asks for anything else (a dependency, a query parameter, a
@@ -38,6 +39,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 
+from indexer.runtime.priority import lower_thread
 from service.auth import CollectionScope, Requires, bearer, collection_name, declared
 
 if TYPE_CHECKING:
@@ -50,7 +52,21 @@ Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 OFF_LOOP_BYTES = 64 * 1024
 # One thread parses them, in turn: a parse holds the GIL (pydantic-core's), so parsing several at once would go no
 # faster, and each more thread that wants the GIL makes the event loop wait longer for it.
-_PARSER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="body-parse")
+# Its thread runs `_parse_nice[0]` nice levels below the searches' (set by `parse_below` before the first large body).
+_parse_nice = [10]
+
+
+def parse_below(nice: int) -> None:
+    """The nice levels the large bodies' parse runs below the searches (the app's `write_nice`); for a thread
+    started after this call (the parser's starts with the first large body)."""
+    _parse_nice[0] = nice
+
+
+def _lower_parser() -> None:
+    lower_thread(_parse_nice[0])
+
+
+_PARSER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="body-parse", initializer=_lower_parser)
 
 
 class LeanRoute(APIRoute):

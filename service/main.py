@@ -23,6 +23,7 @@ from service.engine import Collections
 from service.engine.metrics import Metrics
 from service.engine.tracing import Tracing
 from service.errors import ERROR_RESPONSES, install_error_handlers
+from service.lean_route import parse_below
 from service.limits import BodySizeLimit
 from service.routers import collections as collections_router
 from service.routers import health, openai, page, scoped, snapshots, stats
@@ -39,6 +40,7 @@ _NO_NATIVE_TELEMETRY = {"telemetry": {"tracing": False, "metrics": False, "logs"
 def create_app(settings: Settings | None = None, tracing: Tracing | None = None) -> FastAPI:
     """`tracing`: the app's tracing (default: from the settings, off unless STRATA_OTLP_ENDPOINT is set)."""
     settings = settings or Settings()
+    parse_below(settings.write_nice)
     metrics = Metrics()
     tracing = tracing or Tracing.from_settings(settings)
     collections = Collections(settings, metrics, tracing)  # raises CollectionsConfigError

@@ -360,3 +360,9 @@ class AnnIndex(ABC):
     def defaults(self) -> dict[str, int]:
         """The search parameters used when a search gives none."""
         return {}
+
+    def written_lists(self) -> Any:
+        """Empty inverted lists for the live overlay's written vectors on this index's own coarse quantizer
+        (`faiss.written.WrittenLists`, probed as this index is); None: this kind has none to share (the overlay
+        trains its own)."""
+        return None

@@ -5,8 +5,8 @@
 version beneath is `LiveIndex.base`). The base search skips the overlay's tombstones *inside* the search (a FAISS
 ID selector given to `AnnIndex.search(exclude=...)`: the IVF scan, the HNSW walk or the flat scan), so it still
 returns k hits of its own; this is how every kind takes deletes, HNSW included, whose graph cannot remove a
-vector in place (`indexer compact` rebuilds it). A search merges the base's top k and the overlay's exact top k
-by score.
+vector in place (`indexer compact` rebuilds it). A search merges the base's top k and the overlay's top k by
+score: exact over the written rows, or through their inverted lists once there are many (`overlay.LISTS_FROM`).
 
 Filtered search (`match` + `search(..., match)`): the base searches its matching documents as usual
 (`IndexVersion.match`), asked for as many more hits as there are tombstoned documents among the matches, which
@@ -100,8 +100,11 @@ class LiveIndex:
         scores, ids = self.base.ann.search(vectors, k, exclude=snap.exclusion, search_params=search_params)
         if len(snap.fids) == snap.dead:
             return scores, ids
-        # dead rows may rank among the first k: ask for that many more, then drop them
-        o_scores, rows = knn_inner_product(vectors, snap.vectors, k + snap.dead)
+        if snap.lists is not None:  # the lists near the query, among the snapshot's live rows
+            o_scores, rows = snap.lists.search(vectors, k, len(snap.fids), snap.fids >= 0 if snap.dead else None,
+                                               search_params)
+        else:  # every row; dead rows may rank among the first k: ask for that many more, then drop them
+            o_scores, rows = knn_inner_product(vectors, snap.vectors, k + snap.dead)
         o_ids = np.where(rows >= 0, snap.fids[np.clip(rows, 0, None)], -1)
         return merge_top_k([(scores, ids), (o_scores, o_ids)], k)
 

@@ -1,35 +1,50 @@
 """The live overlay of one index version: the writes acknowledged since it was built, kept beside it in memory
 (`Overlay`; searched together with the version by `live_index.LiveIndex`).
-- written documents: their vectors in a small exact (flat inner-product) set, with their external id, text and
-  metadata (kept per document so that metadata filters can be applied to them too);
+- written documents: their vectors, with their external id, text and metadata (kept per document so that metadata
+  filters can be applied to them too). Up to `LISTS_FROM` live rows a search scores them all (exact); from there on
+  through inverted lists (`faiss.written.WrittenLists`) on the served version's coarse quantizer when it is IVF,
+  else on centroids trained on the written vectors once they pass `LISTS_FROM` (on a background thread below the
+  searches' priority; exact until they are ready). A filtered search scores its matching written rows exactly;
 - tombstones: the base version's FAISS ids that were deleted or replaced, handed to the base search as an
   `Exclusion` it skips inside the search. A written document that replaces one of the base keeps its FAISS id
   (`fold.resolve_ids`), so the two never both answer.
 
 Concurrency: writes (`Overlay.apply`) are serialised by the caller and take the overlay's lock briefly; a search
 takes a consistent snapshot under that lock (a view of the vector rows, which are never changed once written, a
-copy of their ids, the exclusion in force) and searches outside it. Deleting a written document marks its row
-dead; the rows are packed when dead ones pass half of them.
+view of their ids, which a write copies before it marks a row dead while a snapshot may hold them, the exclusion
+in force, the lists and how many rows they may answer with) and searches outside it. Deleting a written document
+marks its row dead; the rows are packed when dead ones pass half of them (the lists are then rebuilt).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from indexer.runtime.ann import AUTO_FLAT_BELOW
+from indexer.runtime.faiss.devices import set_threads
 from indexer.runtime.faiss.search import Exclusion
+from indexer.runtime.faiss.written import WrittenLists
 from indexer.runtime.fold import resolve_ids
 from indexer.runtime.ids import ExtId, FaissIds
 from indexer.runtime.lexical import LexicalOverlay
 from indexer.runtime.metadata import FieldTypes
 from indexer.runtime.passages import parse_passage_id
+from indexer.runtime.priority import lower_thread
 from indexer.runtime.version import IndexVersion
 from indexer.runtime.writelog import UPSERT, LogEntry
 
+log = logging.getLogger(__name__)
+
 INITIAL_ROWS = 256
+# live written rows from which a search reads inverted lists rather than every written vector: where an exact scan
+# stops fitting a millisecond, as for `--index auto`'s choice of IVF over flat
+LISTS_FROM = AUTO_FLAT_BELOW
+TRAIN_NICE = 10  # the own lists' k-means runs this many nice levels below the searches
 
 
 @dataclass(frozen=True)
@@ -58,6 +73,7 @@ class Snapshot:
     fids: np.ndarray  # (rows,): FAISS id of each row, -1 when dead
     dead: int
     exclusion: Exclusion | None
+    lists: WrittenLists | None = None  # search the rows through these (None: exactly)
 
     @property
     def empty(self) -> bool:
@@ -65,7 +81,8 @@ class Snapshot:
 
 
 class Overlay:
-    def __init__(self, base: IndexVersion, applied_seq: int = 0) -> None:
+    def __init__(self, base: IndexVersion, applied_seq: int = 0, *, lists_from: int = LISTS_FROM,
+                 train_in_background: bool = True) -> None:
         self.base = base
         self.dim = base.dim
         self.applied_seq = applied_seq  # the last log entry applied
@@ -74,6 +91,13 @@ class Overlay:
         self._row_fid = np.full(INITIAL_ROWS, -1, dtype=np.int64)
         self._rows = 0
         self._dead = 0
+        self._fids_shared = False  # a snapshot views `_row_fid`: copy it before marking a row dead
+        self.lists_from = lists_from
+        ann = getattr(base, "ann", None)  # (a sharded version has shards of lists, none to share)
+        self._lists: WrittenLists | None = ann.written_lists() if ann is not None else None  # None: own ones
+        self._generation = 0  # row numbering: changes when the rows are packed
+        self._training: threading.Thread | None = None
+        self.train_in_background = train_in_background
         self._row_of: dict[int, int] = {}  # FAISS id -> its live row
         self._docs: dict[int, WrittenDoc] = {}  # FAISS id -> the written document
         self._fid_of: dict[ExtId, int] = {}  # external id -> FAISS id, for every id written here
@@ -114,7 +138,7 @@ class Overlay:
             return out
         self._resolve([e.ext_id for e in entries])
         with self._lock:
-            tombstones_before = len(self._tombstones)
+            tombstones_before, rows_before = len(self._tombstones), self._rows
             for e in entries:
                 fid = self._fid_of[e.ext_id]
                 existed = self._live(fid)
@@ -145,9 +169,44 @@ class Overlay:
                 self.applied_seq = max(self.applied_seq, e.seq)
             if len(self._tombstones) != tombstones_before:
                 self._exclusion = Exclusion(np.fromiter(self._tombstones, dtype=np.int64, count=len(self._tombstones)))
+            if self._lists is not None:
+                self._lists.add(self._vecs[rows_before : self._rows], rows_before)
             if self._dead > max(1024, self._rows // 2):
                 self._pack()
+            if self._lists is None and self._training is None and self._rows - self._dead >= self.lists_from:
+                self._training = threading.Thread(target=self._train_lists, name="overlay-lists", daemon=True)
+                if self.train_in_background:
+                    self._training.start()
+        if self._training is not None and not self.train_in_background and self._lists is None:
+            self._train_lists()
         return out
+
+    def _train_lists(self) -> None:
+        """Train lists of the overlay's own on its rows (`WrittenLists.trained`), fill them outside the lock, and
+        install them once caught up with the rows written meanwhile; dropped if the rows were renumbered."""
+        if self.train_in_background:
+            lower_thread(TRAIN_NICE)
+            set_threads(1)
+        try:
+            with self._lock:
+                vecs, rows, generation = self._vecs, self._rows, self._generation
+            lists = WrittenLists.trained(vecs[:rows])
+            while True:
+                lists.add(vecs[lists.rows : rows], lists.rows)
+                with self._lock:
+                    if generation != self._generation:  # packed meanwhile: trained again on the next write
+                        self._training = None
+                        return
+                    vecs, rows = self._vecs, self._rows
+                    if rows - lists.rows <= INITIAL_ROWS:  # what is left is added under the lock
+                        lists.add(vecs[lists.rows : rows], lists.rows)
+                        self._lists, self._training = lists, None
+                        log.info("overlay of %s: %d written rows searched through %d trained lists", self.base.version,
+                                 rows, lists.nlist)
+                        return
+        except Exception:  # noqa: BLE001 (searches stay exact; no other try on this overlay, never a loop)
+            log.exception("overlay of %s: training lists over the written rows failed: its written rows are "
+                          "searched exactly", self.base.version)
 
     def _forget(self, fid: int) -> None:
         old = self._docs.pop(fid, None)
@@ -157,7 +216,9 @@ class Overlay:
     def _drop_row(self, fid: int) -> None:
         row = self._row_of.pop(fid, None)
         if row is not None:
-            self._row_fid[row] = -1  # in place: snapshots hold a copy of the ids
+            if self._fids_shared:  # a snapshot views these ids: it keeps them as they were
+                self._row_fid, self._fids_shared = self._row_fid.copy(), False
+            self._row_fid[row] = -1
             self._dead += 1
 
     def _append_row(self, fid: int, vector: np.ndarray) -> None:
@@ -167,7 +228,7 @@ class Overlay:
             vecs[: self._rows] = self._vecs[: self._rows]
             ids = np.full(cap, -1, dtype=np.int64)
             ids[: self._rows] = self._row_fid[: self._rows]
-            self._vecs, self._row_fid = vecs, ids
+            self._vecs, self._row_fid, self._fids_shared = vecs, ids, False
         self._vecs[self._rows] = vector
         self._row_fid[self._rows] = fid
         self._row_of[fid] = self._rows
@@ -182,7 +243,12 @@ class Overlay:
         ids = np.full(cap, -1, dtype=np.int64)
         ids[: len(live)] = self._row_fid[live]
         self._vecs, self._row_fid, self._rows, self._dead = vecs, ids, len(live), 0
+        self._fids_shared = False
         self._row_of = {int(f): r for r, f in enumerate(ids[: len(live)])}
+        self._generation += 1
+        if self._lists is not None:  # the rows were renumbered: the lists are filled again
+            self._lists = self._lists.empty_like()
+            self._lists.add(vecs[: len(live)], 0)
 
     # -- reads ---------------------------------------------------------------------------------------------------
     def first_passages(self) -> tuple[int, list[int]]:
@@ -194,7 +260,12 @@ class Overlay:
 
     def snapshot(self) -> Snapshot:
         with self._lock:
-            return Snapshot(self._vecs[: self._rows], self._row_fid[: self._rows].copy(), self._dead, self._exclusion)
+            return self._snapshot()
+
+    def _snapshot(self) -> Snapshot:
+        self._fids_shared = True
+        lists = self._lists if self._rows - self._dead >= self.lists_from else None
+        return Snapshot(self._vecs[: self._rows], self._row_fid[: self._rows], self._dead, self._exclusion, lists)
 
     def view(self, known_seq: int | None = None) -> tuple[int, tuple[list[WrittenDoc], Snapshot] | None]:
         """The written documents with their rows and the tombstones, at one moment named by the applied seq
@@ -203,8 +274,7 @@ class Overlay:
         with self._lock:
             if known_seq == self.applied_seq:
                 return self.applied_seq, None
-            snap = Snapshot(self._vecs[: self._rows], self._row_fid[: self._rows].copy(), self._dead, self._exclusion)
-            return self.applied_seq, (list(self._docs.values()), snap)
+            return self.applied_seq, (list(self._docs.values()), self._snapshot())
 
     def lookup(self, fids: list[int]) -> tuple[dict[int, WrittenDoc], set[int]]:
         """The written documents among `fids`, and those of `fids` that are gone (deleted or replaced since a

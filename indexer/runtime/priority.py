@@ -22,6 +22,7 @@ import ctypes
 import logging
 import os
 import platform
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -85,3 +86,18 @@ def lower_priority(mode: str) -> Applied:
         except OSError as exc:  # a thread that just ended, or a platform without per-thread priorities
             log.debug("could not lower the priority of thread %d: %s", tid, exc)
     return Applied(mode, os.getpriority(os.PRIO_PROCESS, 0), policy, io)
+
+
+def lower_thread(by: int) -> int | None:
+    """Lower the calling thread's CPU priority by `by` nice levels (capped at 19; threads it starts inherit it); the
+    new nice value, or None where threads have no priority of their own (not Linux) or the kernel refused."""
+    if by <= 0 or not platform.system() == "Linux":  # elsewhere PRIO_PROCESS on a thread id is not per thread
+        return None
+    tid = threading.get_native_id()
+    try:
+        nice = min(LOW_NICE, os.getpriority(os.PRIO_PROCESS, tid) + by)
+        os.setpriority(os.PRIO_PROCESS, tid, nice)
+    except OSError as exc:
+        log.warning("could not lower the priority of thread %d: %s", tid, exc)
+        return None
+    return nice

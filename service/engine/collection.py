@@ -133,7 +133,8 @@ class Collection:
         self.leases = Leases()
         self.collection_metrics = self.metrics.collection(name, primary=primary)
         self.documents = DocumentWrites(settings.index_root, name, settings.threads, self.leases, self.metrics,
-                                        self.collection_metrics, self._call, self.not_ready_reason)
+                                        self.collection_metrics, self._call, self.not_ready_reason,
+                                        nice=settings.write_nice)
         self.writes, self.write_pool = self.documents.writes, self.documents.write_pool
         self.swapper = Swapper(settings, self.backend, self.leases, self.metrics, writes=self.writes,
                                encoders=self.scheduler.encoders, collection=self.collection_metrics)

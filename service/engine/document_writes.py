@@ -1,6 +1,9 @@
 """A collection's writes of documents: `upsert` and `delete`, each encoded on the write lane (through the
 scheduler's admission and timeout, not micro-batched with searches), then logged durably and applied on a thread of
 the collection's own (`indexer.runtime.writes`: an fsync never holds an inference worker) — all before they return.
+That thread, and the one that checks the vectors a write brings, run `nice` levels below the searches (the
+settings' `write_nice`, as the write lane's encoding), so that a stream of writes does not take the cores searches
+need; they still hold the overlay's lock only briefly (`indexer.runtime.overlay`).
 
 A version built with passages (`indexer build --chunk`) gets each written document split as the build split it:
 its passages encoded and written, and its earlier passages past the new count deleted, in one log transaction."""
@@ -19,6 +22,7 @@ import numpy as np
 from indexer.runtime.faiss.devices import set_threads
 from indexer.runtime.layout import IndexRoot
 from indexer.runtime.passages import old_count, passage_rows, stale_ids
+from indexer.runtime.priority import lower_thread
 from indexer.runtime.query import Query
 from indexer.runtime.vectors import VectorError, check_vector, check_vectors
 from indexer.runtime.writelog import Delete, ExtId, Upsert
@@ -36,14 +40,17 @@ class DocumentWrites:
     """One collection's writes: its write log and overlay (`writes`), the one thread its commits run on."""
 
     def __init__(self, root: Path, name: str, threads: int, leases: Leases, metrics: Metrics,
-                 collection_metrics: CollectionMetrics, call: EncodeCall, not_ready_reason: Callable[[], str]) -> None:
+                 collection_metrics: CollectionMetrics, call: EncodeCall, not_ready_reason: Callable[[], str],
+                 nice: int = 0) -> None:
         self.leases, self.metrics, self.collection_metrics = leases, metrics, collection_metrics
         self._call, self.not_ready_reason = call, not_ready_reason
         self.root, self.name = root, name
         self.writes = Writes(root)
         # one thread: writes are serialised anyway (one log, one overlay), and their fsyncs wait here
         self.write_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"writes-{name}",
-                                             initializer=set_threads, initargs=(threads,))
+                                             initializer=_write_thread, initargs=(threads, nice))
+        self.check_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"write-check-{name}",
+                                             initializer=_write_thread, initargs=(threads, nice))
 
     def _served(self) -> Searcher:
         """The served version, which takes the write; without one, `WriteRefused` (409) when the collection has no
@@ -60,6 +67,7 @@ class DocumentWrites:
 
     def close(self) -> None:
         self.write_pool.shutdown(wait=True)
+        self.check_pool.shutdown(wait=True)
         self.writes.close()
 
     async def upsert(self, docs: list[Document]) -> WriteResult:
@@ -70,8 +78,9 @@ class DocumentWrites:
         if searcher.splitter() is not None:
             return await self._upsert_passages(searcher, docs)
         # documents that bring their vector: checked before anything is encoded or written, off the event loop
-        brought = await asyncio.to_thread(_check_brought, docs, searcher.encoder.dim) if any(
-            d.vector is not None for d in docs) else {}
+        brought = await asyncio.get_running_loop().run_in_executor(
+            self.check_pool, _check_brought, docs, searcher.encoder.dim
+        ) if any(d.vector is not None for d in docs) else {}
         encoded_by, vectors = searcher, list(brought.values())
         if len(brought) < len(docs):
             encoded_by, r = await self._call(Query([d.text for d in docs if d.vector is None], None),
@@ -153,6 +162,11 @@ class DocumentWrites:
         metrics.writes.labels(op).inc(n)
         self.collection_metrics.wrote(op, n, result.seq, result.size)
         return result
+
+
+def _write_thread(threads: int, nice: int) -> None:
+    set_threads(threads)
+    lower_thread(nice)
 
 
 def _check_brought(docs: list[Document], dim: int) -> dict[int, np.ndarray]:

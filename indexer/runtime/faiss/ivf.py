@@ -33,6 +33,7 @@ from indexer.runtime.faiss.training import (
     set_nprobe,
     train_empty_ivf,
 )
+from indexer.runtime.faiss.written import WrittenLists
 
 log = logging.getLogger(__name__)
 
@@ -192,6 +193,10 @@ class IvfIndex(FaissBacked):
 
     def memory_bytes(self) -> int:
         return memory_bytes(self._index)
+
+    def written_lists(self) -> WrittenLists:
+        """The overlay's written vectors go to this index's lists' centroids, probed with its nprobe."""
+        return WrittenLists.sharing(self._index, self._probe)
 
     def save(self, path: Path) -> None:
         write_index(self._index, path)
