@@ -137,8 +137,13 @@ class Overlay:
         if not entries:
             return out
         self._resolve([e.ext_id for e in entries])
+        # the rows about to be appended (one per upsert, in order) go to their lists first, outside the lock: a
+        # search answers only from the rows a snapshot publishes, so none misses its list
+        upserted, lists = [e.vector for e in entries if e.op == UPSERT], self._lists
+        if lists is not None and upserted:
+            lists.add(np.stack(upserted), self._rows)
         with self._lock:
-            tombstones_before, rows_before = len(self._tombstones), self._rows
+            tombstones_before = len(self._tombstones)
             for e in entries:
                 fid = self._fid_of[e.ext_id]
                 existed = self._live(fid)
@@ -169,8 +174,8 @@ class Overlay:
                 self.applied_seq = max(self.applied_seq, e.seq)
             if len(self._tombstones) != tombstones_before:
                 self._exclusion = Exclusion(np.fromiter(self._tombstones, dtype=np.int64, count=len(self._tombstones)))
-            if self._lists is not None:
-                self._lists.add(self._vecs[rows_before : self._rows], rows_before)
+            if self._lists is not None and self._lists.rows < self._rows:  # installed meanwhile by `_train_lists`
+                self._lists.add(self._vecs[self._lists.rows : self._rows], self._lists.rows)
             if self._dead > max(1024, self._rows // 2):
                 self._pack()
             if self._lists is None and self._training is None and self._rows - self._dead >= self.lists_from:
