@@ -99,7 +99,11 @@ class Overlay:
         self._training: threading.Thread | None = None
         self.train_in_background = train_in_background
         self._row_of: dict[int, int] = {}  # FAISS id -> its live row
-        self._docs: dict[int, WrittenDoc] = {}  # FAISS id -> the written document
+        # FAISS id -> the written document's (ext_id, text, seq), and its metadata: a plain tuple of atomic values,
+        # which the garbage collector stops tracking (one holding a dict it never does), so a full collection (a
+        # pause of every thread) does not walk one object per written document
+        self._docs: dict[int, tuple[ExtId, str, int]] = {}
+        self._meta: dict[int, dict[str, Any]] = {}
         self._fid_of: dict[ExtId, int] = {}  # external id -> FAISS id, for every id written here
         self._in_base: set[int] = set()  # FAISS ids of those that the base holds
         self._ever: set[int] = set()  # every FAISS id written here (a hit on one no longer written is dropped)
@@ -154,7 +158,7 @@ class Overlay:
                     assert e.vector is not None and e.text is not None
                     self._append_row(fid, e.vector)
                     self._forget(fid)
-                    self._docs[fid] = WrittenDoc(fid, e.ext_id, e.text, e.metadata, e.seq)
+                    self._docs[fid], self._meta[fid] = (e.ext_id, e.text, e.seq), e.metadata
                     self._types.add(e.metadata)
                     if self.lexical is not None:
                         self.lexical.put(fid, e.text)
@@ -214,9 +218,8 @@ class Overlay:
                           "searched exactly", self.base.version)
 
     def _forget(self, fid: int) -> None:
-        old = self._docs.pop(fid, None)
-        if old is not None:
-            self._types.remove(old.metadata)
+        if self._docs.pop(fid, None) is not None:
+            self._types.remove(self._meta.pop(fid))
 
     def _drop_row(self, fid: int) -> None:
         row = self._row_of.pop(fid, None)
@@ -260,7 +263,7 @@ class Overlay:
         """The written rows that are a document's passage 0 (one per written document of a version of passages),
         and the base rows deleted or replaced: what `LiveIndex.documents` counts documents by."""
         with self._lock:
-            written = sum(1 for d in self._docs.values() if (p := parse_passage_id(d.ext_id)) and p[1] == 0)
+            written = sum(1 for d in self._docs.values() if (p := parse_passage_id(d[0])) and p[1] == 0)
             return written, list(self._tombstones)
 
     def snapshot(self) -> Snapshot:
@@ -279,20 +282,24 @@ class Overlay:
         with self._lock:
             if known_seq == self.applied_seq:
                 return self.applied_seq, None
-            return self.applied_seq, (list(self._docs.values()), self._snapshot())
+            return self.applied_seq, ([self._written(f) for f in self._docs], self._snapshot())
+
+    def _written(self, fid: int) -> WrittenDoc:
+        ext_id, text, seq = self._docs[fid]
+        return WrittenDoc(fid, ext_id, text, self._meta[fid], seq)
 
     def lookup(self, fids: list[int]) -> tuple[dict[int, WrittenDoc], set[int]]:
         """The written documents among `fids`, and those of `fids` that are gone (deleted or replaced since a
         search returned them)."""
         with self._lock:
-            docs = {f: self._docs[f] for f in fids if f in self._docs}
+            docs = {f: self._written(f) for f in fids if f in self._docs}
             gone = {f for f in fids if f not in docs and (f in self._tombstones or f in self._ever)}
         return docs, gone
 
     def document(self, ext_id: ExtId) -> WrittenDoc | None:
         with self._lock:
             fid = self._fid_of.get(ext_id)
-            return None if fid is None else self._docs.get(fid)
+            return None if fid is None or fid not in self._docs else self._written(fid)
 
     def deleted(self, ext_id: ExtId) -> bool:
         """Whether the id was deleted here (and not written again since)."""
