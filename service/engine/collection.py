@@ -196,7 +196,6 @@ class Collection:
         if self._owns_scheduler:
             await self.scheduler.stop()
         self.documents.close()
-        self.swapper.close()
         self.leases.close()
         self.backend.close()
 

@@ -23,10 +23,6 @@ version (`VERDICTS`) records the refusal, in the serving record. At startup the 
 served, then tries `current` as any swap: a version refused before stays refused without being opened again (shown
 in `/ready` and the metrics, logged), one it never saw goes through every gate. Only a forced reload (or a newer
 version that passes) lifts a remembered refusal; SIGHUP and a reload without force judge the version again.
-
-While a version is served, a candidate is prepared (opened, the write log replayed onto its overlay, checked) on a
-thread `write_nice` levels below the searches' priority, like the writes: a compaction's swap replays every write
-the candidate does not hold, which would otherwise take the cores from the searches it serves meanwhile.
 """
 
 from __future__ import annotations
@@ -37,7 +33,6 @@ import logging
 import math
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -47,7 +42,6 @@ from indexer.runtime.encoder import EncoderLoadError
 from indexer.runtime.integrity import IntegrityError, damage, verify_folder
 from indexer.runtime.layout import CURRENT, IndexRoot, LayoutError
 from indexer.runtime.manifest import MANIFEST, Manifest, ManifestError
-from indexer.runtime.priority import lower_thread
 from indexer.runtime.serving import RECORD, VERDICTS, ServingRecord
 from indexer.runtime.shrink_guard import MAX_SHRINK_ENV, shrinks_too_much
 from indexer.runtime.version import IndexLoadError
@@ -101,12 +95,6 @@ class Swapper:
         self._damage: str | None = None  # the served version's damage last reported (logged once per change)
         self._lock = asyncio.Lock()
         self._report_stamp: tuple[str, int] | None = None  # the served manifest's (version, mtime) last read
-        # candidates prepared while a version is served (its thread starts with the first such swap)
-        self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="swap-prepare",
-                                              initializer=lower_thread, initargs=(settings.write_nice,))
-
-    def close(self) -> None:
-        self._background.shutdown(wait=True)
 
     def target(self) -> str | None:
         try:
@@ -249,8 +237,7 @@ class Swapper:
                 self._refuse(SwapRefused(remembered.kind, reason), target, trigger, record=False)
                 return SwapResult("refused", served_version, target, reason)
             try:
-                new = await (asyncio.to_thread(self._prepare, target, force) if self.leases.current is None else
-                             asyncio.get_running_loop().run_in_executor(self._background, self._prepare, target, force))
+                new = await asyncio.to_thread(self._prepare, target, force)
             except SwapRefused as exc:
                 self._refuse(exc, target, trigger)
                 return SwapResult("refused", served_version, target, str(exc))
