@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 import faiss
 import numpy as np
 
+from indexer.runtime.faiss.devices import get_threads, set_threads
 from indexer.runtime.faiss.kmeans import training_sample
 
 OWN_NLIST = 256  # centroids trained on the written vectors when the version has none to share
@@ -73,9 +74,14 @@ class WrittenLists:
             return
         assert first_row == self.rows, (first_row, self.rows)
         rows = np.arange(first_row, first_row + len(vectors), dtype=np.int64)
-        with self._lock:
-            self._index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), rows)
-            self.rows = first_row + len(vectors)
+        threads = get_threads()
+        set_threads(1)  # a write's (or a swap's replay's) assignment never takes every core from the searches
+        try:
+            with self._lock:
+                self._index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), rows)
+                self.rows = first_row + len(vectors)
+        finally:
+            set_threads(threads)
 
     def search(self, queries: np.ndarray, k: int, rows: int, live: np.ndarray | None = None,
                search_params: Mapping[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
