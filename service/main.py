@@ -11,7 +11,6 @@ they use (`service.deps`).
 from __future__ import annotations
 
 import inspect
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -34,7 +33,6 @@ from service.stats import LiveStats
 
 # FastAPI's own OpenTelemetry (0.16x) reports to the process's global providers and asks for them on every request;
 # Strata traces with a provider of its own (`service.engine.tracing`, STRATA_OTLP_ENDPOINT), never the global one
-SWITCH_INTERVAL_S = 0.001  # `sys.setswitchinterval` for the API process (see `create_app`)
 _NO_NATIVE_TELEMETRY = {"telemetry": {"tracing": False, "metrics": False, "logs": False}} \
     if "telemetry" in inspect.signature(FastAPI.__init__).parameters else {}
 
@@ -43,9 +41,6 @@ def create_app(settings: Settings | None = None, tracing: Tracing | None = None)
     """`tracing`: the app's tracing (default: from the settings, off unless STRATA_OTLP_ENDPOINT is set)."""
     settings = settings or Settings()
     parse_below(settings.write_nice)
-    # The event loop waits for the GIL whenever a write's commit or a swap's replay runs Python on another thread:
-    # a 1 ms switch interval (CPython's default is 5) bounds each such wait, which a search pays several times.
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
     metrics = Metrics()
     tracing = tracing or Tracing.from_settings(settings)
     collections = Collections(settings, metrics, tracing)  # raises CollectionsConfigError
