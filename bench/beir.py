@@ -43,6 +43,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -379,8 +380,39 @@ def search_latency(root: Path, queries: list[str], cache: Path, seconds: float, 
 # ---------------------------------------------------------------- one dataset
 
 
+def pisa_legs(ds: EvalData, dense: Run, work: Path, variants: list[str], n_boot: int) -> list[str]:
+    """Hybrid (cc@0.5 with `dense`) whose lexical leg is PISA's over Strata's analyser: exact, and bounded
+    (`indexer.runtime.bounded_leg`, forced on every query) at each `SELECTIVE_DF:DEPTH`; nDCG@10, bounded − exact."""
+    from indexer.runtime import bounded_leg as bl
+    from indexer.runtime import lexical_pisa as lp
+    from indexer.runtime.lexical import build_lexical, lexical_info, open_lexical
+
+    folder = work / "pisa" / ds.name
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    lx = open_lexical(folder, build_lexical(folder, enumerate(ds.doc_texts), lexical_info(engine="pisa")))
+    row = {d: i for i, d in enumerate(ds.doc_ids)}
+
+    def ndcg(leg: Callable[[str, np.ndarray], tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+        got = [leg(q, np.array([row[d] for d, _ in hits], np.int64)) for q, hits in zip(ds.query_texts, dense,
+                                                                                          strict=True)]
+        run = [[(ds.doc_ids[i], float(x)) for x, i in zip(s, ids, strict=True)] for s, ids in got]
+        return per_query_metrics(convex(dense, drop_identical(run, ds.query_ids), 0.5), ds)["ndcg_at_10"]
+
+    exact = ndcg(lambda q, d: lx.search(q, DEPTH))
+    out = ["", f"Hybrid cc@0.5 with PISA's lexical leg: exact {np.nanmean(exact) * 100:.2f}"]
+    for var in variants:
+        df, depth = var.split(":")
+        lp.Engine.SELECTIVE_DF, lp.PRUNED_DEPTH = float(df), int(depth)
+        got = ndcg(lambda q, d: bl.complete(lx, bl.begin(lx, q, DEPTH, bounded_from=0), d))
+        out.append(f"- bounded {var} (forced): {np.nanmean(got) * 100:.2f}, bounded − exact "
+                   f"{_ci(list(paired_ci(got, exact, n_boot)))}")
+    return out
+
+
 def bench_dataset(folder: Path, work: Path, poolings: list[str], alphas: list[float], n_boot: int,
-                  eta: Eta, cli_eval: bool = True, latency: tuple[float, int] | None = None) -> dict[str, object]:
+                  eta: Eta, cli_eval: bool = True, latency: tuple[float, int] | None = None,
+                  legs: list[str] | None = None) -> dict[str, object]:
     ds = load_dataset(folder)
     say(f"{ds.name}: {len(ds.doc_ids):,} documents, {len(ds.query_ids):,} judged queries")
     out: dict[str, object] = {"dataset": ds.name, "docs": len(ds.doc_ids), "queries": len(ds.query_ids),
@@ -428,6 +460,8 @@ def bench_dataset(folder: Path, work: Path, poolings: list[str], alphas: list[fl
         cis["dense-index"] = {"vs_dense_exact": list(paired_ci(ix_pq["ndcg_at_10"], ex_pq["ndcg_at_10"], n_boot))}
         out["poolings"][pooling] = {"modes": modes, "ci_ndcg_at_10": cis, "timing": timing, "build": build,
                                     "indexer_eval": cli}
+        if legs and pooling == "mean":
+            out["poolings"][pooling]["pisa_legs"] = pisa_legs(ds, index, work, legs, n_boot)  # type: ignore[index]
         if latency is not None:
             out["poolings"][pooling]["latency"] = search_latency(root, ds.query_texts, pcache, *latency)
         eta.step(f"{ds.name} {pooling}: exact {modes['dense-exact']['ndcg_at_10']} index "
@@ -499,6 +533,7 @@ def render(report: dict[str, object]) -> str:
                 out.append(f"| {mode} | {m['ndcg_at_10']:.2f} | {m['mrr_at_10']:.2f} | {m['recall_at_100']:.2f} | "
                            f"{_ci(vd) + (' (vs exact)' if mode == 'dense-index' and vd else '')} | {_ci(vb)} |"
                            + (f" {_p50(lat, mode)} |" if lat else ""))
+            out += p.get("pisa_legs", [])
             if "ci_vs_mean_exact" in p:
                 out.append(f"\nExact nDCG@10 vs `mean` exact: {_ci(p['ci_vs_mean_exact'])}.")
             cli = p.get("indexer_eval") or {}
@@ -597,6 +632,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--latency-seconds", type=float, default=5.0, help="wrk seconds per mode and round (default 5)")
     p.add_argument("--latency-rounds", type=int, default=3, help="rounds, the modes interleaved (default 3)")
     p.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results", help="results folder")
+    p.add_argument("--pisa-legs", metavar="DF:DEPTH,…", help="also hybrid with PISA's exact and bounded legs")
     p.add_argument("--render", type=Path, help="print the Markdown of a results JSON and exit")
     p.add_argument("--merge", type=Path, nargs="+", metavar="JSON",
                    help="merge results JSONs (runs split over machines) into one beir-<stamp>.{md,json} and exit")
@@ -638,7 +674,8 @@ def main(argv: list[str] | None = None) -> int:
         "bootstrap": args.bootstrap, "poolings": poolings, "alphas": alphas, "datasets": [], "checks": []}
     for folder in folders:
         res = bench_dataset(folder, args.work, poolings, alphas, args.bootstrap, eta, cli_eval=not args.no_cli_eval,
-                            latency=(args.latency_seconds, args.latency_rounds) if args.latency else None)
+                            latency=(args.latency_seconds, args.latency_rounds) if args.latency else None,
+                            legs=args.pisa_legs.split(",") if args.pisa_legs else None)
         report["datasets"].append(res)
         report["checks"] += checks(res)
         for line in checks(res):

@@ -186,6 +186,49 @@ def in_process(folder: Path, qvecs: np.ndarray, qtexts: list[str], rounds: int =
         v.close()
 
 
+def legs(folder: Path, qvecs: np.ndarray, qtexts: list[str], variants: list[str], rounds: int = 2) -> list[str]:
+    """Hybrid's lexical leg in process: exact beside each bounded variant `SELECTIVE_DF:DEPTH` (PISA's pruned leg;
+    the bound forced where the query reaches `BOUNDED_FROM`), interleaved per query, completed with the dense top 100:
+    p50/mean/p90 ms, the leg's top 100 against the exact one's, the fused top 10 (convex 0.5) against the exact
+    hybrid's. Markdown table rows."""
+    from indexer.runtime import bounded_leg as bl
+    from indexer.runtime import fusion
+    from indexer.runtime import lexical_pisa as lp
+    from indexer.runtime.version import IndexVersion
+
+    v = IndexVersion(folder, mmap=True)
+    lx, sides = v.lexical, {"exact": None, **{x: tuple(map(float, x.split(":"))) for x in variants}}
+    assert lx is not None, "the version has no lexical index"
+    ms: dict[str, list[float]] = {k: [] for k in sides}
+    top: dict[str, list[set[int]]] = {k: [] for k in sides}
+    fused: dict[str, list[set[int]]] = {k: [] for k in sides}
+    n_bounded = 0
+    for rnd in range(rounds):
+        for i, text in enumerate(qtexts):
+            dense = v.search(qvecs[i:i + 1], fusion.HYBRID_DEPTH)
+            for name, var in sides.items():
+                if var is not None:
+                    lp.Engine.SELECTIVE_DF, lp.PRUNED_DEPTH = var[0], int(var[1])
+                t0 = time.perf_counter()
+                leg = bl.begin(lx, text, fusion.HYBRID_DEPTH, bounded_from=None if var is None else bl.BOUNDED_FROM)
+                got = bl.complete(lx, leg, dense[1][0])
+                ms[name].append((time.perf_counter() - t0) * 1000)
+                n_bounded += leg.bounded and rnd == 0
+                top[name].append(set(got[1].tolist()))
+                fused[name].append(set(fusion.convex((dense[0][0], dense[1][0]), got, 10)[1].tolist()))
+    v.close()
+    out = [f"- {n_bounded // max(len(variants), 1)} of {len(qtexts)} questions took the bounded leg; load {load()}",
+           "", "| leg | p50 ms | mean ms | p90 ms | top 100 ∩ exact's | fused top 10 overlap (identical) |",
+           "|---|---|---|---|---|---|"]
+    for name in sides:
+        t, e = np.array(ms[name]), zip(top[name], top["exact"], strict=True)
+        f = [len(a & b) / max(len(b), 1) for a, b in zip(fused[name], fused["exact"], strict=True)]
+        out.append(f"| {name} | {np.median(t):.2f} | {t.mean():.2f} | {np.percentile(t, 90):.2f} | "
+                   f"{np.mean([len(a & b) / max(len(b), 1) for a, b in e]):.3f} | "
+                   f"{np.mean(f):.3f} ({sum(x == 1 for x in f)} / {len(f)}) |")
+    return out
+
+
 def targets(search: list[dict[str, object]], inproc: dict[str, object]) -> list[str]:
     """The scale targets from one run's figures: each a ratio of p50s (or of throughputs) from the same round."""
     lines = []
@@ -446,6 +489,9 @@ def main() -> None:
                    help="serve the built version and measure startup, RSS and latencies only (no recall, writes, swap)")
     p.add_argument("--cold-filters", action="store_true",
                    help="serve the built version and measure new filters' first requests beside their warm ones")
+    p.add_argument("--legs", metavar="DF:DEPTH,…", help="hybrid's lexical leg in process only: exact beside each "
+                   "bounded variant (`legs`), on --legs-queries held-out questions")
+    p.add_argument("--legs-queries", type=int, default=100)
     p.add_argument("--swap-to", choices=("compact", "copy"), default="compact",
                    help="the version swapped to: `indexer compact`'s (timed) or a byte copy of the served one "
                         "(when compaction does not fit the sitting: ~1 h at 10M)")
@@ -457,6 +503,15 @@ def main() -> None:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%MZ")
     results: list[dict[str, object]] = []
     for n in args.sizes:
+        if args.legs:  # in process on the built version only
+            texts, vecs = sc.held_out(quora, args.legs_queries)
+            head = [f"# Hybrid's lexical leg at {n:,} documents ({stamp})", "", f"`PYTHONPATH=$PWD STRATA_DATA_DIR="
+                    f"/work/shared/data python -m bench.scale {' '.join(sys.argv[1:])}`; load at start {load()}"]
+            body = legs(version_dir(args.work / f"root-{n}"), vecs, texts, args.legs.split(","))
+            (RESULTS / f"hybrid-legs-{n}-{stamp}.md").write_text("\n".join(head + body) + "\n")
+            print("\n".join(head + body))
+            continue
+
         def save(out: dict[str, object], n: int = n) -> None:
             done = [*results, out]
             suffix = "-nommap" * args.no_mmap + "-latency" * args.latency_only + "-cold-filters" * args.cold_filters

@@ -8,7 +8,9 @@ documents. So, where the exact leg would read more than `bounded_from` postings 
 plan weighs: the sum of the query's terms' document frequencies), the leg is bounded:
 
 - candidates = the documents holding a selective term (document frequency at most `SELECTIVE_DF` of the
-  collection, so that their postings together stay a small part of the exact leg's) ∪ the dense leg's candidates;
+  collection, or the engine's own `LexicalIndex.SELECTIVE_DF`, so that their postings together stay a small part of
+  the exact leg's; on PISA the best `lexical_pisa.PRUNED_DEPTH` of them by those terms, pruned inside the engine)
+  ∪ the dense leg's candidates;
 - each candidate is scored with exact BM25 over all the query's terms (the common ones added by seeks into their
   postings, `LexicalIndex.selective_top_rows` and `score_rows`), and the best `k` of them are the leg's answer.
 
@@ -75,7 +77,7 @@ def plan(index: LexicalIndex, terms: list[str], bounded_from: int | None) -> lis
     dfs = {t: index.doc_freq(t) for t in set(terms)}
     if sum(dfs.values()) <= bounded_from:
         return None
-    most = SELECTIVE_DF * index.ntotal
+    most = (SELECTIVE_DF if index.SELECTIVE_DF is None else index.SELECTIVE_DF) * index.ntotal
     return sorted(t for t, df in dfs.items() if 0 < df <= most)
 
 

@@ -282,6 +282,7 @@ class LexicalIndex(ABC):
     # -- hybrid's bounded lexical leg (`indexer.runtime.bounded_leg`): an engine that can score a set of documents
     # without reading every posting says so; one that scores every document anyway (bm25s) keeps the exact leg.
     BOUNDED = False
+    SELECTIVE_DF: float | None = None  # the engine's own `bounded_leg.SELECTIVE_DF` (None: the seam's)
 
     def selective_top_rows(self, terms: list[str], selective: list[str], k: int, allowed_rows: np.ndarray | None,
                            excluded_rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:

@@ -25,10 +25,14 @@ Lucene's BM25 (`SCORE_SCALE` 1): the same answers as bm25s.
 enough that k of them match at its selectivity (as the tantivy engine does), deeper again until k match or every
 scoring document was read. Tombstones are skipped the same way.
 
-**Hybrid's lexical leg** is the exact one (`BOUNDED` False: docs/decisions.md#pisa-and-hybrids-bounded-leg).
-`selective_top_rows` answers the bounded leg's question exactly all the same (the documents holding a selective term:
-every hit of PISA's exhaustive query over those terms alone, or a narrower filter's rows read from the forward index;
-each rescored over all the query's terms from the forward index; filters and tombstones applied before scoring).
+**Hybrid's lexical leg** (`bounded_leg`, where a query reads more than `BOUNDED_FROM` postings) is pruned inside
+PISA: `selective_top_rows` asks PISA for its top `PRUNED_DEPTH` by MaxScore over the query's terms less its most
+common ones (those held by more than `SELECTIVE_DF` of the collection), each weighted by its count in the query, so
+the cost is bounded by the engine's pruning rather than by every posting of the common terms; each of those rows,
+and later the dense candidates, is scored exactly over every term from the forward index. A filter of at most
+`PRUNED_DEPTH` rows is read whole (those holding a selective term); a wider one or tombstones are over-fetched as
+`_pruned` does. Approximate: a document that only the common terms lift into the exact top 100 can be lost
+(measured: docs/decisions.md#pisa-and-hybrids-bounded-leg).
 """
 
 from __future__ import annotations
@@ -66,8 +70,8 @@ INDEX_FILE = f"{WAND_FILE}.{ENCODING}"
 FORWARD = ("indptr", "terms", "weights")
 FORWARD_MAX = 100_000  # a filter matching at most this many rows is scored from the forward index
 WIDE_SIGMAS = 5  # a wider filter: read deep enough for k + 5·sqrt(k) + 5 matches on average (see lexical_tantivy)
-EXHAUSTIVE = "ranked_or"  # every document holding a term, no pruning (the bounded leg's selective terms)
 THREADS = 2  # PISA releases the GIL only when asked for more than one thread (one query takes one of them)
+PRUNED_DEPTH = 1000  # hybrid's bounded leg: PISA's top this many over the selective terms (docs/decisions.md)
 
 _module: ModuleType | None = None
 if importlib.util.find_spec(PACKAGE) is None:  # found, not imported: the seam then says the engine is not installed
@@ -99,6 +103,9 @@ def _package_version() -> str:
 
 class Engine(LexicalIndex):
     """Lucene's BM25 at the manifest's k1/b, as quantised impacts in PISA, its top k pruned inside PISA."""
+
+    BOUNDED = True  # hybrid's bounded leg: `selective_top_rows`, pruned inside PISA
+    SELECTIVE_DF = 0.05  # selective: every term but those held by more than this fraction of the collection
 
     @staticmethod
     def version() -> str:
@@ -163,13 +170,6 @@ class Engine(LexicalIndex):
                               result_scores=scores)
         return scores[:got] / self.scale, _rows(names[:got])
 
-    def _holders(self, query: dict[int, int]) -> np.ndarray:
-        """Every row holding a term of `query` (sorted): PISA's exhaustive query over them, deep enough for all."""
-        limit = sum(int(self.df[t]) for t in query) + 1  # a row holding several terms is one hit
-        _, rows = self._candidates(query, {self.words[t]: 1.0 for t in query}, limit, EXHAUSTIVE)
-        rows.sort()
-        return rows
-
     def score_rows(self, terms: list[str], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Exact BM25 of `rows` (sorted) from the forward index: those sharing a term with the query."""
         query = self._query(terms)
@@ -193,16 +193,22 @@ class Engine(LexicalIndex):
 
     def selective_top_rows(self, terms: list[str], selective: list[str], k: int, allowed_rows: np.ndarray | None,
                            excluded_rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """The rows holding a selective term (PISA's postings of those terms, or, for a filter matching fewer rows
-        than they hold, the filter's rows read from the forward index), each scored exactly over every term."""
-        chosen = self._query(selective)
+        """The bounded leg's candidates, pruned inside PISA: its top `PRUNED_DEPTH` by MaxScore over the selective
+        terms alone (read deeper at a filter's selectivity, and past the tombstones), or, for a filter of at most
+        `PRUNED_DEPTH` rows, those of its rows holding a selective term; each scored exactly over every term."""
+        keep = set(selective)  # each weighted by how often the query holds it, as the exact query weighs it
+        chosen = {t: c for t, c in self._query(terms).items() if self.words[t] in keep}
         if not chosen:
             return np.zeros(0, np.float32), np.zeros(0, np.int64)
-        held = sum(int(self.df[t]) for t in chosen)
-        if allowed_rows is not None and len(allowed_rows) <= min(FORWARD_MAX, held):
+        if allowed_rows is not None and len(allowed_rows) <= PRUNED_DEPTH:
             _, rows = self.score_rows(selective, allowed_rows)  # those of the filter's rows holding one
         else:
-            rows = self._holders(chosen)
+            limit = PRUNED_DEPTH + (0 if excluded_rows is None else len(excluded_rows))
+            if allowed_rows is not None:
+                limit = math.ceil(limit * self.ntotal / len(allowed_rows))
+            _, rows = self._candidates(chosen, {self.words[t]: float(c) for t, c in chosen.items()},
+                                       min(limit, self.ntotal))
+            rows.sort()
             if allowed_rows is not None:
                 rows = rows[in_sorted(rows, allowed_rows)]
         if excluded_rows is not None:

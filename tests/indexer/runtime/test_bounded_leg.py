@@ -47,9 +47,9 @@ class RareCorpus(LexicalCorpus):
 @pytest.fixture(params=["tantivy", "pisa"])
 def served(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
            ) -> Iterator[tuple[RareCorpus, LiveIndex]]:
-    """tantivy serves the bounded leg; pisa's (`selective_top_rows`, exact but off by measurement) is forced on."""
+    """Both engines serve the bounded leg (pisa's pruned to `PRUNED_DEPTH`, here past every selective holder)."""
     monkeypatch.setattr(bounded_leg, "SELECTIVE_DF", 0.02)  # df <= 8 of 400: the rare words only
-    monkeypatch.setattr(lexical_pisa.Engine, "BOUNDED", True)
+    monkeypatch.setattr(lexical_pisa.Engine, "SELECTIVE_DF", 0.02)  # pisa's own fraction, the same here
     corpus = RareCorpus()
     index = LiveIndex(IndexVersion(corpus.lexical_version(tmp_path / "v", request.param)))
     yield corpus, index
@@ -104,10 +104,10 @@ def test_a_selective_terms_document_missed_by_the_dense_leg_is_found(served: tup
 @pytest.mark.parametrize("flt", [{"tag": "even"}, {"n": {"gte": 100, "lt": 300}}], ids=["half", "range"])
 def test_filters_are_honoured_on_the_bounded_path(served: tuple[RareCorpus, LiveIndex], flt: dict,
                                                   term_set_max: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """tantivy: the filter as a query clause or applied to the hits; pisa: the filter's rows scored from the forward
-    index or the selective terms' rows filtered (`FORWARD_MAX` 0)."""
+    """tantivy: the filter as a query clause or applied to the hits; pisa: those of the filter's rows holding a
+    selective term, or (a filter of more rows than `PRUNED_DEPTH`) PISA's hits read deeper and filtered."""
     monkeypatch.setattr(lexical_tantivy, "TERM_SET_MAX", term_set_max)
-    monkeypatch.setattr(lexical_pisa, "FORWARD_MAX", 100_000 if term_set_max > 10 else 0)
+    monkeypatch.setattr(lexical_pisa, "PRUNED_DEPTH", 1000 if term_set_max > 10 else 50)
     corpus, index = served
     node = parse_filter(flt, {"n": "int", "tag": "str"})
     dense = corpus.ext[90:140]  # some match the filter, some do not (a dense leg filters them itself: not relied on)
@@ -196,8 +196,8 @@ def test_a_tie_across_the_kth_place_costs_one_run_and_is_broken_by_row(tmp_path:
 def test_pisas_selective_rows_break_ties_by_row_through_either_path(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """PISA's `selective_top_rows`: 40 documents tie and k=10 are wanted; the lowest rows are kept whether the
-    selective term's rows come from PISA (every hit of its exhaustive query) or a filter's rows are read from the
-    forward index (`FORWARD_MAX`), tombstones skipped either way."""
+    selective term's rows come from PISA (its pruned top, which keeps the first rows of a tie) or a filter's rows
+    are read from the forward index (a filter of at most `PRUNED_DEPTH` rows), tombstones skipped either way."""
     from indexer.runtime.lexical import build_lexical, lexical_info, open_lexical
 
     docs = [(i, "alpha beta" if i % 2 == 0 else "gamma delta") for i in range(80)]  # alpha at rows 0, 2, .., 78
@@ -205,8 +205,8 @@ def test_pisas_selective_rows_break_ties_by_row_through_either_path(tmp_path: Pa
     scores, rows = index.selective_top_rows(["alpha", "beta"], ["alpha"], 10, None, None)
     assert rows.tolist() == list(range(0, 20, 2)) and len(set(scores.tolist())) == 1
     allowed = np.arange(10, 80, dtype=np.int64)
-    for forward_max in (100_000, 0):
-        monkeypatch.setattr(lexical_pisa, "FORWARD_MAX", forward_max)
+    for depth in (1000, 20):  # the filter's 70 rows read, or PISA's top 26 (20 + 2 tombstones, at 70 / 80)
+        monkeypatch.setattr(lexical_pisa, "PRUNED_DEPTH", depth)
         got, rows = index.selective_top_rows(["alpha", "beta"], ["alpha"], 10, allowed, np.array([12, 14]))
         assert rows.tolist() == [10, *range(16, 34, 2)] and got.tolist() == scores.tolist()
         _, rows = index.selective_top_rows(["gamma"], ["gamma"], 5, np.array([3, 4, 5, 7], np.int64), None)
@@ -223,3 +223,44 @@ def test_in_sorted_is_isin_for_an_ascending_set() -> None:
         assert in_sorted(values, ascending).tolist() == np.isin(values, ascending).tolist()
         grid = values[: n_values // 2 * 2].reshape(-1, 2)  # a search's (queries, k) ids, as the overlay tests them
         assert in_sorted(grid, ascending).tolist() == np.isin(grid, ascending).tolist()
+
+
+def test_pisas_bounded_leg_is_pruned_to_its_depth_and_exact_on_the_rows_it_returns(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PISA's bounded leg reads only its top `PRUNED_DEPTH` over the selective terms (pruned inside PISA, each term
+    weighted by its count in the query): its answer is the exact BM25, over every term, best k of those rows. So a
+    holder past the depth that the common terms would have lifted is lost (the approximation); with the depth past
+    every holder it is the exact best k among the holders. The engine's own `SELECTIVE_DF` picks the terms, and
+    `bounded_from=None` answers exactly."""
+    from indexer.runtime.lexical import build_lexical, lexical_info, open_lexical
+    from tests.indexer.runtime.test_lexical import ref_of
+
+    rng = np.random.default_rng(5)
+    docs = []
+    for i in range(600):
+        words = list(rng.choice(["beta", "gamma", "delta"], int(rng.integers(1, 9))))
+        words += ["alpha"] * int(rng.integers(1, 4)) * (i % 3 == 0) + ["omega"] * (i % 50 == 0)
+        docs.append((i, " ".join(words + [f"pad{j}" for j in range(int(rng.integers(0, 6)))])))
+    index = open_lexical(tmp_path, build_lexical(tmp_path, docs, lexical_info(engine="pisa")))
+    query, k = "alpha alpha beta gamma", 10
+    full, sel = ref_of(index, query, docs), ref_of(index, "alpha alpha", docs)
+    holders = sorted(sel, key=lambda f: (-sel[f], f))
+    depth = next(d for d in range(20, len(holders)) if sel[holders[d - 1]] > sel[holders[d]] + 1e-3)
+
+    def best(rows: set[int]) -> list[int]:
+        return sorted(rows, key=lambda f: (-round(full[f], 4), f))[:k]
+
+    terms, selective = index.analyzer.terms(query), index.analyzer.terms("alpha")
+    monkeypatch.setattr(lexical_pisa, "PRUNED_DEPTH", depth)
+    scores, rows = index.selective_top_rows(terms, selective, k, None, None)
+    assert rows.tolist() == best(set(holders[:depth]))
+    assert scores.tolist() == pytest.approx([full[f] for f in rows.tolist()], rel=1e-5)
+    assert rows.tolist() != best(set(holders))  # lost: a holder past the depth, lifted by beta and gamma
+    monkeypatch.setattr(lexical_pisa, "PRUNED_DEPTH", 10_000)
+    scores, rows = index.selective_top_rows(terms, selective, k, None, None)
+    assert rows.tolist() == best(set(holders))
+    monkeypatch.setattr(lexical_pisa.Engine, "SELECTIVE_DF", 0.4)  # alpha (200 of 600), not beta or gamma
+    leg = bounded_leg.begin(index, query, k, bounded_from=0)
+    assert leg.selective == tuple(sorted(selective)) and leg.ids.tolist() == best(set(holders))
+    exact = bounded_leg.begin(index, query, k, bounded_from=None)
+    assert not exact.bounded and exact.ids.tolist() == best(set(full))
