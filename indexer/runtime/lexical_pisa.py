@@ -71,7 +71,9 @@ FORWARD = ("indptr", "terms", "weights")
 FORWARD_MAX = 100_000  # a filter matching at most this many rows is scored from the forward index
 WIDE_SIGMAS = 5  # a wider filter: read deep enough for k + 5·sqrt(k) + 5 matches on average (see lexical_tantivy)
 THREADS = 2  # PISA releases the GIL only when asked for more than one thread (one query takes one of them)
-PRUNED_DEPTH = 1000  # hybrid's bounded leg: PISA's top this many over the selective terms (docs/decisions.md)
+# Hybrid's bounded leg: PISA's top this many (at least the leg's k), no deeper (docs/decisions.md#pisa-and-hybrids-
+# bounded-leg: the exact leg's certificate read 4x deeper for most questions, for ties at the k-th place)
+PRUNED_DEPTH = 100
 
 _module: ModuleType | None = None
 if importlib.util.find_spec(PACKAGE) is None:  # found, not imported: the seam then says the engine is not installed
@@ -105,7 +107,7 @@ class Engine(LexicalIndex):
     """Lucene's BM25 at the manifest's k1/b, as quantised impacts in PISA, its top k pruned inside PISA."""
 
     BOUNDED = True  # hybrid's bounded leg: `selective_top_rows`, pruned inside PISA
-    SELECTIVE_DF = 0.05  # selective: every term but those held by more than this fraction of the collection
+    SELECTIVE_DF = 1.0  # every term: leaving the common ones out of PISA's query saved little, lost agreement
 
     @staticmethod
     def version() -> str:
@@ -203,7 +205,7 @@ class Engine(LexicalIndex):
         if allowed_rows is not None and len(allowed_rows) <= PRUNED_DEPTH:
             _, rows = self.score_rows(selective, allowed_rows)  # those of the filter's rows holding one
         else:
-            limit = PRUNED_DEPTH + (0 if excluded_rows is None else len(excluded_rows))
+            limit = max(k, PRUNED_DEPTH) + (0 if excluded_rows is None else len(excluded_rows))
             if allowed_rows is not None:
                 limit = math.ceil(limit * self.ntotal / len(allowed_rows))
             _, rows = self._candidates(chosen, {self.words[t]: float(c) for t, c in chosen.items()},
