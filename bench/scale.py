@@ -453,7 +453,8 @@ def report(results: list[dict[str, object]], stamp: str, mmap: bool) -> str:
              f"python -m bench.scale {' '.join(sys.argv[1:])}` on a shared 2-core machine "
              f"(load averages beside each figure: other sessions ran tests and benches throughout). Corpus: "
              f"`bench/scale_corpus.py` (Quora's real texts and all-MiniLM-L6-v2 vectors, grown). Served with "
-             f"STRATA_MMAP={'1' if mmap else '0'}, STRATA_THREADS=1.", ""]
+             f"STRATA_MMAP={'1' if mmap else '0'}, STRATA_THREADS=1, "
+             f"STRATA_HYBRID_LEXICAL={os.environ.get('STRATA_HYBRID_LEXICAL', 'bounded (default)')}.", ""]
     for r in results:
         g = r.get
         lines += [f"## N = {r['n_docs']:,} ({r['index']}, {r['dim']} dims)", "",

@@ -26,13 +26,13 @@ enough that k of them match at its selectivity (as the tantivy engine does), dee
 scoring document was read. Tombstones are skipped the same way.
 
 **Hybrid's lexical leg** (`bounded_leg`, where a query reads more than `BOUNDED_FROM` postings) is pruned inside
-PISA: `selective_top_rows` asks PISA for its top `PRUNED_DEPTH` by MaxScore over the query's terms less its most
-common ones (those held by more than `SELECTIVE_DF` of the collection), each weighted by its count in the query, so
-the cost is bounded by the engine's pruning rather than by every posting of the common terms; each of those rows,
-and later the dense candidates, is scored exactly over every term from the forward index. A filter of at most
-`PRUNED_DEPTH` rows is read whole (those holding a selective term); a wider one or tombstones are over-fetched as
-`_pruned` does. Approximate: a document that only the common terms lift into the exact top 100 can be lost
-(measured: docs/decisions.md#pisa-and-hybrids-bounded-leg).
+PISA and read once: `selective_top_rows` asks PISA for its top `PRUNED_DEPTH` (at least k) by MaxScore over the
+selective terms (`SELECTIVE_DF` 1.0: every term), each weighted by its count in the query, and scores those rows, and
+later the dense candidates, exactly over every term from the forward index, without the exact path's certificate
+(which reads 4x deeper whenever the k-th place ties). A filter of at most `PRUNED_DEPTH` rows is read whole (those
+holding a selective term); a wider one and tombstones are over-fetched as `_pruned` does. Approximate: what it may
+lose is the order of ties and of scores within the quantisation error at the k-th place (measured:
+docs/decisions.md#pisa-and-hybrids-bounded-leg).
 """
 
 from __future__ import annotations
