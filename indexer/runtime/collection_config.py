@@ -94,6 +94,10 @@ class Compaction(BaseModel):
                                  "or replaced since")
     min_interval_s: float = Field(60.0, ge=0, description="at least this long from one compaction's end to the "
                                   "next one's start")
+    max_unfolded_docs: int = Field(200_000, ge=1, description="the overlay's bound: while this many written "
+                                   "documents wait for a compaction, upserts are refused (429, Retry-After) and "
+                                   "the compaction runs at once, interval or not; deletes are always taken. "
+                                   "With auto false there is no bound (`indexer compact` by hand)")
     index: Literal["auto", "keep"] = Field("auto", description="auto: the index kind follows the size (flat below "
                                            "10,000 documents, IVF above with nlist by size, its nprobe calibrated "
                                            "again; IVF retrained once 20% of it was added since training); keep: "

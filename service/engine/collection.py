@@ -261,7 +261,9 @@ class Collection:
 
     async def upsert(self, docs: list[Document]) -> WriteResult:
         """Write documents (an id already served is replaced): encoded with the served encoder, logged durably,
-        then searchable — all before this returns. Raises WriteRefused / WritesUnsupported / WritesUnavailable."""
+        then searchable — all before this returns. Raises WriteRefused / WritesUnsupported / WritesUnavailable,
+        and WritesHeldBack while the overlay is at its bound (the compaction policy's `max_unfolded_docs`)."""
+        self.compactor.check_room()
         return await self.documents.upsert(docs)
 
     async def delete(self, ids: list[ExtId]) -> WriteResult:

@@ -34,6 +34,7 @@ from typing import Any
 from indexer.runtime.collection_config import Compaction
 from indexer.runtime.live_index import LiveIndex
 from indexer.runtime.writelog import log_path
+from service.engine.errors import WritesHeldBack
 from service.engine.leases import Leases
 from service.engine.metrics import Metrics
 from service.engine.settings import EngineSettings
@@ -41,6 +42,7 @@ from service.engine.settings import EngineSettings
 log = logging.getLogger(__name__)
 
 STDERR_TAIL = 2000
+HELD_BACK_RETRY_S = 2  # the Retry-After of an upsert held back at the overlay's bound
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,9 @@ def measure(root: Path, leases: Leases, policy: Compaction) -> Pending:
     written, removed, base = live.overlay.written, live.overlay.removed_from_base, max(live.base.ntotal, 1)
     size = log_bytes_after(root, folded)
     share = removed / base
-    due = (f"{written} documents written, the policy's limit is {policy.written_docs}"
+    due = (f"{written} documents written wait, the overlay's bound (max_unfolded_docs) is "
+           f"{policy.max_unfolded_docs}: upserts are held back" if written >= policy.max_unfolded_docs else
+           f"{written} documents written, the policy's limit is {policy.written_docs}"
            if written >= policy.written_docs else
            f"{size / 2**20:.1f} MiB of write log, the policy's limit is {policy.log_mib:g}"
            if size >= policy.log_mib * 2**20 else
@@ -151,7 +155,9 @@ class Compactor:
         now = time.monotonic()
         if not policy.auto or pending.due is None or self._lock.locked():
             return None
-        if now < self._retry_at or now - self._last_end < policy.min_interval_s and self._last_end:
+        # writes held back at the overlay's bound do not wait for the interval (a backoff after a failure still holds)
+        held = pending.written_docs >= policy.max_unfolded_docs
+        if now < self._retry_at or not held and now - self._last_end < policy.min_interval_s and self._last_end:
             return None
         return await self.compact(pending.due, policy)
 
@@ -207,6 +213,16 @@ class Compactor:
             s.failures, s.next_try_at, self._retry_at = 0, None, 0.0
             log.info("collection %s: compaction %s in %.1f s: serving %s (%s)", self.name, outcome.outcome,
                      outcome.seconds, outcome.version, outcome.index_kind)
+
+    def check_room(self) -> None:
+        """Refuse an upsert (`WritesHeldBack`, a 429) while the served version's overlay holds the policy's
+        `max_unfolded_docs` written documents: the bound on its memory, which a compaction alone lowers (it is
+        due at once: `tick`). No bound when compaction by itself is off."""
+        policy = self.policy()
+        served = self.leases.current
+        live = served.index if served is not None else None
+        if policy.auto and isinstance(live, LiveIndex) and live.overlay.written >= policy.max_unfolded_docs:
+            raise WritesHeldBack(live.overlay.written, policy.max_unfolded_docs, HELD_BACK_RETRY_S)
 
     def stop_child(self) -> None:
         """At shutdown: the running compaction is killed (its staging folder is removed by the next one)."""

@@ -17,7 +17,7 @@ from indexer.runtime.writes import NotServing, WriteRefused, WritesUnavailable, 
 __all__ = ["BadCursor", "BadFilter", "BadSearchParams", "DocumentNotFound", "EngineError", "Mismatch",
            "ModeUnavailable", "NotReady", "NotServing", "Overloaded", "ReadError", "SnapshotConflict", "SnapshotError",
            "SnapshotNotFound", "SnapshotTooLarge", "StorageError", "StorageFull", "StorageUnavailable", "SwapRefused",
-           "TimedOut", "WriteRefused", "WritesUnavailable", "WritesUnsupported"]
+           "TimedOut", "WriteRefused", "WritesHeldBack", "WritesUnavailable", "WritesUnsupported"]
 
 
 class SnapshotTooLarge(SnapshotError):
@@ -41,6 +41,17 @@ class Overloaded(EngineError):
 
     def __init__(self, in_flight: int, limit: int, retry_after_s: int, what: str = "requests") -> None:
         super().__init__(f"busy: {in_flight} {what} in flight (limit {limit}); retry after {retry_after_s} s")
+        self.retry_after_s = retry_after_s
+
+
+class WritesHeldBack(Overloaded):
+    """Upserts wait for a compaction: the served version's overlay holds the policy's `max_unfolded_docs` written
+    documents (its memory bound); the compaction that folds them is running or due at once."""
+
+    def __init__(self, unfolded: int, limit: int, retry_after_s: int) -> None:
+        EngineError.__init__(self, f"writes held back: {unfolded} written documents wait for a compaction (the "
+                             f"collection's compaction.max_unfolded_docs is {limit}); it runs now, retry after "
+                             f"{retry_after_s} s")
         self.retry_after_s = retry_after_s
 
 

@@ -129,6 +129,49 @@ def test_a_collection_written_past_its_policy_compacts_by_itself_while_writes_go
         stop_server(server)
 
 
+def test_writes_are_held_back_at_the_overlays_bound_until_a_compaction_folds_them(
+        cdir: Path, tmp_path: Path, tiny_exported: Path) -> None:
+    dim, root = encoder_dim(tiny_exported), cdir / "live"
+    first = IndexRoot(root).current_version()
+    # written_docs above the bound and a long interval: only the bound makes the compaction due, at once
+    (root / "collection.json").write_text(json.dumps({"compaction": {
+        "written_docs": 1000, "min_interval_s": 3600, "max_unfolded_docs": 20}}))
+    server = serve(tmp_path, cdir, STRATA_COMPACT_INTERVAL_S="3600")  # no background look: the test drives it
+    try:
+        c = server.client()
+
+        def put(ids: list[int]) -> httpx.Response:
+            return c.put("/collections/live/documents", json={"documents": [
+                {"id": i, "text": f"written {i}", "vector": doc_vector(i, dim)} for i in ids]})
+
+        for start in range(1000, 1020, 5):
+            assert put(list(range(start, start + 5))).status_code == 200
+        held = put([2000])
+        assert held.status_code == 429 and held.headers["Retry-After"] == "2", held.text
+        assert "writes held back: 20 written documents wait for a compaction" in held.text
+        assert "max_unfolded_docs is 20" in held.text
+        assert c.post("/collections/live/documents/delete", json={"ids": [1000]}).status_code == 200  # deletes pass
+        assert put([2001]).status_code == 200  # the delete made room for one
+        assert put([2002]).status_code == 429
+    finally:
+        stop_server(server)
+    # the same root, the background look on: the bound makes the compaction due without the interval
+    server = serve(tmp_path, cdir)
+    try:
+        c = server.client()
+        done = wait_for(lambda: (compaction(c)["last"] or {}).get("outcome") == "swapped" and compaction(c),
+                        "the compaction the bound makes due")
+        assert done["failures"] == 0 and done["last"]["version"] != first
+        r = c.put("/collections/live/documents", json={"documents": [
+            {"id": 2000, "text": "written 2000", "vector": doc_vector(2000, dim)}]})
+        assert r.status_code == 200, r.text
+        assert_searchable(c, list(range(1001, 1020)) + [2000, 2001, 0], dim)
+        assert c.get("/collections/live/documents/1000").status_code == 404
+        assert c.get("/collections/live").json()["documents"] == BASE + 19 + 2
+    finally:
+        stop_server(server)
+
+
 def test_a_failing_compaction_is_reported_and_retried_with_a_growing_wait(cdir: Path, tmp_path: Path,
                                                                           tiny_exported: Path) -> None:
     dim, root = encoder_dim(tiny_exported), cdir / "live"
