@@ -131,23 +131,25 @@ def test_answers_puts_each_jobs_result_in_job_order(searcher: Searcher) -> None:
         assert out[j].error is batch.errors[j] and out[j].hits == [] and out[j].search_ms == 0.5
 
 
-# -- hybrid's bounded lexical leg (indexer/runtime/bounded_leg.py), on a copy of the version with a tantivy index --
+# -- hybrid's bounded lexical leg (indexer/runtime/bounded_leg.py), on a copy of the version with a tantivy or a
+# pisa index (the engines with the bounded leg) --
 
-@pytest.fixture(scope="module")
-def tantivy_searcher(quora_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Searcher]:
-    """The quora version copied, its lexical index rebuilt with tantivy (the engine with the bounded leg)."""
+@pytest.fixture(scope="module", params=["tantivy", "pisa"])
+def tantivy_searcher(quora_root: Path, tmp_path_factory: pytest.TempPathFactory,
+                     request: pytest.FixtureRequest) -> Iterator[Searcher]:
+    """The quora version copied, its lexical index rebuilt with the engine."""
     from indexer.runtime.lexical import LEXICAL_DIR, build_lexical, lexical_info
     from indexer.runtime.manifest import Manifest
     from indexer.runtime.store import STORE, Store
 
-    folder = tmp_path_factory.mktemp("tantivy") / "v"
+    folder = tmp_path_factory.mktemp(request.param) / "v"
     shutil.copytree(IndexRoot(quora_root).current_dir(), folder)
     shutil.rmtree(folder / LEXICAL_DIR)
     store = Store(folder / STORE)
     docs = list(store.iter_texts())
     store.close()
     manifest = Manifest.load(folder)
-    manifest.lexical = build_lexical(folder, docs, lexical_info(engine="tantivy"))
+    manifest.lexical = build_lexical(folder, docs, lexical_info(engine=request.param))
     manifest.save(folder)
     s = Searcher.open(folder, threads=1)
     yield s
