@@ -11,8 +11,8 @@ made by `POST /collections`, compaction policy at its defaults) and Chroma (`chr
 `python -m bench.peers.venvs`; inner-product HNSW at Chroma's defaults). `--writers` aiohttp tasks send their next
 batch of `--batch` as soon as the last is acknowledged: to Strata as PUTs of at most `MAX_WRITE_DOCS` (what
 `strata_client` does), vectors as JSON numbers; to Chroma as one `add`, vectors as base64 float32 (what its client
-sends); 429/503 retried after 0.5 s. Every `--sample-every` s: `/search` with wrk for `--window` s (one-vector
-top-10 queries), the server's RSS (and its process tree's, with a compaction's child), the load; Strata's
+sends); 429/503 sent again after their Retry-After (else 0.5 s), for up to 10 min. Every `--sample-every` s:
+`/search` with wrk for `--window` s (one-vector top-10 queries), the server's RSS (and its process tree's, with a compaction's child), the load; Strata's
 compactions from `GET /collections` every second. Idle: after the writes, once no compaction runs or is due (at
 most `--settle-s`), the same window `--idle-windows` times. Recall@10 against exact inner-product search (numpy)
 on 300 query vectors: Chroma at its default ef_search, Strata at its served default and by nprobe, so that the
@@ -55,6 +55,7 @@ from service.schemas.documents import MAX_WRITE_DOCS
 
 CHROMA_COLLECTIONS = "/api/v2/tenants/default_tenant/databases/default_database/collections"
 NPROBES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+RETRY_FOR_S = 600  # a refused write is sent again until then (a write held back waits for a compaction)
 Batch = tuple[list[int], list[str], np.ndarray | None, list[int]]  # ids, texts, vectors (None: encode), buckets
 
 
@@ -133,13 +134,14 @@ async def write_all(engine: Engine, source: Any, writers: int, phase: str, out: 
             return False
         t0 = time.perf_counter()
         for method, path, body, n in engine.bodies(batch):
-            for attempt in range(6):
+            give_up = time.monotonic() + RETRY_FOR_S
+            while True:  # as strata_client does: a 429/503 is sent again after its Retry-After (else 0.5 s)
                 async with session.request(method, path, data=body, headers={"Content-Type": "application/json"}) as r:
                     text = await r.read()
-                if r.status < 300 or r.status not in (429, 503) or attempt == 5:
+                if r.status < 300 or r.status not in (429, 503) or time.monotonic() > give_up:
                     break
                 retries += 1
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(float(r.headers.get("Retry-After", 0.5)))
             if r.status < 300:
                 engine.acked += n
             else:
