@@ -42,7 +42,8 @@ from service.engine.settings import EngineSettings
 log = logging.getLogger(__name__)
 
 STDERR_TAIL = 2000
-HELD_BACK_RETRY_S = 2  # the Retry-After of an upsert held back at the overlay's bound
+HELD_BACK_RETRY_S = 2  # the least Retry-After of an upsert held back at the overlay's bound
+HELD_BACK_RETRY_MAX_S = 30
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,7 @@ class Compactor:
         self._lock = asyncio.Lock()
         self._last_end = 0.0
         self._retry_at = 0.0
+        self._started: float | None = None  # the running compaction's start (monotonic)
         self.proc: asyncio.subprocess.Process | None = None
 
     async def run(self) -> None:
@@ -163,14 +165,14 @@ class Compactor:
 
     async def compact(self, why: str, policy: Compaction) -> Outcome:
         async with self._lock, self._slots:
-            t0 = time.monotonic()
+            t0 = self._started = time.monotonic()
             self.status.running_since = _now()
             self._metrics.compaction_running.labels(self.name).set(1)
             log.info("collection %s: compacting (%s)", self.name, why)
             try:
                 outcome = await self._run_child(policy, t0)
             finally:
-                self.status.running_since = None
+                self.status.running_since, self._started = None, None
                 self._metrics.compaction_running.labels(self.name).set(0)
                 self._last_end = time.monotonic()
             self._record(outcome)
@@ -222,7 +224,16 @@ class Compactor:
         served = self.leases.current
         live = served.index if served is not None else None
         if policy.auto and isinstance(live, LiveIndex) and live.overlay.written >= policy.max_unfolded_docs:
-            raise WritesHeldBack(live.overlay.written, policy.max_unfolded_docs, HELD_BACK_RETRY_S)
+            raise WritesHeldBack(live.overlay.written, policy.max_unfolded_docs, self._retry_after())
+
+    def _retry_after(self) -> int:
+        """When a held-back upsert is worth sending again: the running compaction's likely end (the last one's
+        duration less what this one has run), within [HELD_BACK_RETRY_S, HELD_BACK_RETRY_MAX_S]."""
+        last = self.status.last
+        if self._started is None or last is None:
+            return HELD_BACK_RETRY_S
+        left = last.seconds - (time.monotonic() - self._started)
+        return int(min(max(left, HELD_BACK_RETRY_S), HELD_BACK_RETRY_MAX_S))
 
     def stop_child(self) -> None:
         """At shutdown: the running compaction is killed (its staging folder is removed by the next one)."""
