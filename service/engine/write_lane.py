@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-import os
 import sys
 import threading
 import time
@@ -38,26 +37,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 
 from indexer.runtime.encoder import Encoded
+from indexer.runtime.priority import lower_thread
 from service.engine.leases import Leases
 from service.engine.searcher import Searcher, SearchResult
 
 log = logging.getLogger(__name__)
-
-
-def lower_thread_priority(by: int) -> int | None:
-    """Lower the calling thread's CPU priority by `by` nice levels (capped at 19); the new nice value, or None
-    where threads have no priority of their own. Raising a nice value needs no privilege; undoing it would."""
-    if by <= 0 or not sys.platform.startswith("linux"):  # elsewhere PRIO_PROCESS on a thread id is not per thread
-        return None
-    tid = threading.get_native_id()
-    try:
-        nice = min(19, os.getpriority(os.PRIO_PROCESS, tid) + by)
-        os.setpriority(os.PRIO_PROCESS, tid, nice)
-    except OSError as exc:
-        log.warning("write lane: could not lower the priority of thread %d (%s): writes run at the searches' "
-                     "priority", tid, exc)
-        return None
-    return nice
 
 
 class WriteLane:
@@ -74,7 +58,7 @@ class WriteLane:
         # The threads start on the first write, after startup has loaded a version (and its probe query has started
         # the tokenizer's thread pool, if it uses one, at the process's priority: threads inherit their creator's).
         self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="write-encode",
-                                       initializer=lower_thread_priority, initargs=(nice,))
+                                       initializer=lower_thread, initargs=(nice,))
         if nice > 0 and not sys.platform.startswith("linux"):
             log.info("write lane: thread priorities are Linux-only: writes are encoded at the searches' priority "
                      "(still on threads of their own, in chunks of %d)", chunk_texts)
