@@ -162,7 +162,13 @@ def test_write_threads_run_below_the_searches_priority(root: Path) -> None:
         lane = collection.write_lane.pool.submit(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
         worker = collection.pool.submit(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
         assert (worker.result(), lane.result()) == (own, min(19, own + 7))
+        # the commit thread (log append, fsync, overlay apply) and the brought vectors' check run there too
+        commit = collection.documents.write_pool.submit(
+            lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        check = collection.documents.check_pool.submit(
+            lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        assert (commit.result(), check.result()) == (min(19, own + 7), min(19, own + 7))
     finally:
         collection.pool.shutdown()
-        collection.write_pool.shutdown()
+        collection.documents.close()
         collection.write_lane.close()
