@@ -45,6 +45,8 @@ from service.auth import CollectionScope, Requires, bearer, collection_name, dec
 if TYPE_CHECKING:
     from fastapi._compat import ModelField
 
+    from service.body_process import BodyProcess
+
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 # Bodies this large are parsed off the event loop: its cost (~4 ms at 0.5 MB unloaded, several times that on busy
 # cores) would otherwise delay every request the loop holds; a search's body (~8 KB) is parsed in place, where a
@@ -146,6 +148,9 @@ async def read_body(request: Request, model: type[BaseModel], field: ModelField)
     is_json = _is_json(request)
     if len(raw) < OFF_LOOP_BYTES:
         return validate_body(raw, is_json, model, field)
+    process: BodyProcess | None = getattr(request.app.state, "body_process", None)
+    if process is not None and is_json and (body := await process.validate(raw, model)) is not None:
+        return body
     return await asyncio.get_running_loop().run_in_executor(_PARSER, validate_body, raw, is_json, model, field)
 
 

@@ -23,6 +23,7 @@ from service.engine import Collections
 from service.engine.metrics import Metrics
 from service.engine.tracing import Tracing
 from service.errors import ERROR_RESPONSES, install_error_handlers
+from service.body_process import BodyProcess
 from service.lean_route import parse_below
 from service.limits import BodySizeLimit
 from service.routers import collections as collections_router
@@ -50,9 +51,11 @@ def create_app(settings: Settings | None = None, tracing: Tracing | None = None)
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         check_routes(app)  # again: routes added after create_app declare their scope too
         tracing.start()
+        app.state.body_process = BodyProcess(settings.write_nice)  # large write bodies parsed off this GIL
         await collections.start()
         yield
         await collections.stop()  # after uvicorn stopped accepting and waited for in-flight requests
+        app.state.body_process.close()
         tracing.shutdown()  # exports the spans still queued
         if summary is not None:
             summary.close()

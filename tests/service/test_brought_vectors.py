@@ -155,9 +155,15 @@ def test_huge_and_tiny_vectors_are_written_and_searched_normalised(served) -> No
             assert r.status_code == 422 and "beyond float32's range" in r.text, r.text
 
 
+def parent_of(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:")))
+
+
 def test_searches_are_answered_while_a_large_write_body_is_parsed(built, tmp_path: Path) -> None:
-    """A PUT of 128 documents with vectors (a body past `OFF_LOOP_BYTES`) is parsed off the event loop: held in its
-    parse (`tests.service.held_service`, for as long as the test wants), the server still answers a search; once
+    """A PUT of 128 documents with vectors (a body past `OFF_LOOP_BYTES`) is parsed off the event loop, in a process
+    of its own (`service.body_process`: its parse holds no GIL the searches wait for): held in its parse
+    (`tests.service.held_service`, for as long as the test wants), the server still answers a search; once
     released, the write is acknowledged and searchable at once. Parsed on the loop, the search would wait for it."""
     root, vecs, _ = built
     shutil.copytree(root, tmp_path / "root", symlinks=True)
@@ -176,6 +182,8 @@ def test_searches_are_answered_while_a_large_write_body_is_parsed(built, tmp_pat
     try:
         writer.start()
         until(Path(f"{hold}.entered").exists, "the write's body in its parse", timeout=60)
+        parser = int(Path(f"{hold}.entered").read_text())
+        assert parser != server.proc.pid and parent_of(parser) == server.proc.pid, parser  # a child
         with httpx.Client(base_url=server.url, timeout=30) as c:
             r = c.post("/search", json={"vector": vecs[3].tolist(), "top_k": 1})
             assert r.status_code == 200 and r.json()["hits"][0]["id"] == 3, r.text

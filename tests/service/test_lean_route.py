@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 
 from service.auth import PUBLIC, READ_DEFAULT
 from service.errors import install_error_handlers
-from service.lean_route import LeanRoute
+from service.body_process import BodyProcess
+from service.lean_route import OFF_LOOP_BYTES, LeanRoute
+from service.schemas.documents import UpsertRequest
 from service.schemas.search import SearchRequest
 
 
@@ -114,3 +116,52 @@ def test_what_it_would_skip_is_refused_at_startup(endpoint: object, dependencies
     router = APIRouter(route_class=LeanRoute)
     with pytest.raises(TypeError, match=says):
         router.add_api_route("/x", endpoint, methods=["POST"], dependencies=dependencies)  # type: ignore[arg-type]
+
+
+async def echo_upsert(body: UpsertRequest, request: Request) -> Response:
+    docs = [{"id": d.id, "text": d.text, "metadata": d.metadata,
+             "vector": None if d.vector is None else [float(x) for x in d.vector]} for d in body.documents]
+    return Response(json.dumps({"documents": docs}), media_type="application/json")
+
+
+def write_body(docs: int = 128, dim: int = 384, **change: object) -> bytes:
+    rows = [{"id": i if i % 2 else f"doc-{i}", "text": f"document {i}", "metadata": {"n": i, "tag": ["a", "b"]},
+             "vector": [((i * 31 + j) % 97) / 97 - 0.5 for j in range(dim)]} for i in range(docs)]
+    rows[-1] |= change
+    return json.dumps({"documents": rows}).encode()
+
+
+# large write bodies: validated in the body process (`service.body_process`), refused ones re-read in-process
+WRITE_BODIES = [write_body(), write_body(vector=None), write_body(vector=[0.5] * 12), write_body(vector=[1e400] * 384),
+                write_body(metadata={"n": {"deep": [1, {"x": None}]}}), write_body(id=1.5), write_body(bogus=1),
+                write_body(text=None), write_body(docs=300), write_body(vector=["0.5"] * 384),
+                write_body().replace(b'"document 0"', b'"\\ud800"'), write_body()[:-3]]
+
+
+@pytest.fixture(scope="module")
+def write_client() -> Iterator[TestClient]:
+    app = FastAPI()
+    install_error_handlers(app)
+    lean, plain = APIRouter(route_class=LeanRoute), APIRouter()
+    lean.add_api_route("/lean", echo_upsert, methods=["POST"], dependencies=[PUBLIC])
+    plain.add_api_route("/plain", echo_upsert, methods=["POST"], dependencies=[PUBLIC])
+    app.include_router(lean)
+    app.include_router(plain)
+    app.state.body_process = BodyProcess(0)
+    try:
+        with TestClient(app) as c:
+            yield c
+    finally:
+        app.state.body_process.close()
+
+
+@pytest.mark.parametrize("body", WRITE_BODIES, ids=range(len(WRITE_BODIES)))
+def test_large_write_bodies_from_the_body_process_get_the_same_answer(write_client: TestClient, body: bytes) -> None:
+    """The child's validation and the rebuilt models (vectors as one array, `model_construct`) give what FastAPI
+    gives: the same documents, vectors to the last bit, and the same refusals."""
+    assert len(body) >= OFF_LOOP_BYTES
+    process = write_client.app.state.body_process  # type: ignore[attr-defined]
+    before = process.validated
+    both(write_client, body)
+    ok = write_client.post("/plain", content=body, headers={"content-type": "application/json"}).status_code == 200
+    assert process.validated == before + ok  # a valid body came from the child; a refused one was re-read here
