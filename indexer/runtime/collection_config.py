@@ -93,7 +93,8 @@ class Compaction(BaseModel):
     deleted_share: float = Field(0.2, gt=0, le=1, description="share of the served version's documents deleted "
                                  "or replaced since")
     min_interval_s: float = Field(60.0, ge=0, description="at least this long from one compaction's end to the "
-                                  "next one's start")
+                                  "next one's start, unless more written documents wait than the served version "
+                                  "holds (a collection growing faster than it compacts) or writes are held back")
     max_unfolded_docs: int = Field(200_000, ge=1, description="the overlay's bound: while this many written "
                                    "documents wait for a compaction, upserts are refused (429, Retry-After) and "
                                    "the compaction runs at once, interval or not; deletes are always taken. "

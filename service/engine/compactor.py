@@ -55,6 +55,9 @@ class Pending:
     log_bytes: int = 0
     deleted_share: float = 0.0
     due: str | None = None
+    # more documents wait in the overlay than the version holds: a collection growing faster than it compacts,
+    # whose written documents ride on lists sized for a version a fraction of its size (`written.WrittenLists`)
+    outgrown: bool = False
 
 
 @dataclass
@@ -119,7 +122,7 @@ def measure(root: Path, leases: Leases, policy: Compaction) -> Pending:
            if size >= policy.log_mib * 2**20 else
            f"{share:.0%} of the version's documents deleted or replaced, the policy's limit is "
            f"{policy.deleted_share:.0%}" if removed and share >= policy.deleted_share else None)
-    return Pending(entries, written, size, round(share, 4), due)
+    return Pending(entries, written, size, round(share, 4), due, due is not None and written > live.base.ntotal)
 
 
 Attempt = Callable[[], Awaitable[Any]]  # the swap to what `current` points at now (`Swapper.attempt`)
@@ -157,11 +160,17 @@ class Compactor:
         now = time.monotonic()
         if not policy.auto or pending.due is None or self._lock.locked():
             return None
-        # writes held back at the overlay's bound do not wait for the interval (a backoff after a failure still holds)
-        held = pending.written_docs >= policy.max_unfolded_docs
-        if now < self._retry_at or not held and now - self._last_end < policy.min_interval_s and self._last_end:
+        if now < self._retry_at or self._interval_holds(pending, policy, now):
             return None
         return await self.compact(pending.due, policy)
+
+    def _interval_holds(self, pending: Pending, policy: Compaction, now: float) -> bool:
+        """`min_interval_s` since the last compaction's end holds a due one back, except when writes are held back
+        at the overlay's bound or the overlay has outgrown the version (`Pending.outgrown`): then the next
+        compaction starts at once (a backoff after a failure still holds: `tick`)."""
+        if not self._last_end or now - self._last_end >= policy.min_interval_s:
+            return False
+        return pending.written_docs < policy.max_unfolded_docs and not pending.outgrown
 
     async def compact(self, why: str, policy: Compaction) -> Outcome:
         async with self._lock, self._slots:

@@ -14,6 +14,8 @@ class CompactionPending(BaseModel):
     log_bytes: int = Field(description="bytes of those entries")
     deleted_share: float = Field(description="share of the served version's documents deleted or replaced since")
     due: str | None = Field(None, description="the policy's limit passed (null: none: nothing to do)")
+    outgrown: bool = Field(False, description="due, and more documents written wait than the served version holds: "
+                           "the next compaction starts without waiting for min_interval_s")
 
 
 class CompactionOutcome(BaseModel):

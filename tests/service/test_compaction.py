@@ -172,6 +172,42 @@ def test_writes_are_held_back_at_the_overlays_bound_until_a_compaction_folds_the
         stop_server(server)
 
 
+def test_the_interval_waits_unless_the_overlay_outgrew_the_version(cdir: Path, tmp_path: Path,
+                                                                   tiny_exported: Path) -> None:
+    """`min_interval_s` (an hour here) holds a due compaction back while the overlay is smaller than the version,
+    and not once more documents wait than the version holds: that one starts at the next look."""
+    dim, root = encoder_dim(tiny_exported), cdir / "live"
+    (root / "collection.json").write_text(json.dumps({"compaction": {"written_docs": 40, "min_interval_s": 3600}}))
+    server = serve(tmp_path, cdir)
+    try:
+        c = server.client()
+
+        def write(ids: range) -> None:
+            for k in range(ids.start, ids.stop, 50):
+                r = c.put("/collections/live/documents", json={"documents": [
+                    {"id": i, "text": f"written {i}", "vector": doc_vector(i, dim)} for i in range(k, min(k + 50,
+                                                                                                        ids.stop))]})
+                assert r.status_code == 200, r.text
+
+        write(range(1000, 1050))  # 50 written over the 60 of the version: due, the first one runs
+        first = wait_for(lambda: (compaction(c)["last"] or {}).get("outcome") == "swapped" and compaction(c),
+                         "the first compaction")
+        assert c.get("/collections/live").json()["documents"] == BASE + 50
+        write(range(2000, 2050))  # due again (50 >= 40), but 50 wait beside a version of 110: the interval holds
+        time.sleep(3)  # 15 looks at STRATA_COMPACT_INTERVAL_S 0.2
+        state = compaction(c)
+        assert state["last"] == first["last"] and state["running_since"] is None, state
+        assert state["pending"]["written_docs"] == 50 and state["pending"]["outgrown"] is False, state
+        write(range(3000, 3070))  # 120 wait beside 110: outgrown, it compacts without the hour
+        done = wait_for(lambda: (compaction(c)["last"] or {}).get("version") != first["last"]["version"]
+                        and compaction(c), "the compaction of the outgrown overlay", timeout=60)
+        assert done["last"]["outcome"] == "swapped" and done["failures"] == 0, done
+        assert c.get("/collections/live").json()["documents"] == BASE + 170
+        assert_searchable(c, [1003, 2049, 3069, 0], dim)
+    finally:
+        stop_server(server)
+
+
 def test_a_failing_compaction_is_reported_and_retried_with_a_growing_wait(cdir: Path, tmp_path: Path,
                                                                           tiny_exported: Path) -> None:
     dim, root = encoder_dim(tiny_exported), cdir / "live"
