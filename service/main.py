@@ -19,11 +19,11 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from service.access import AccessLog, AccessSummary
 from service.auth import Authorizer, check_routes
+from service.body_process import BodyProcess
 from service.engine import Collections
 from service.engine.metrics import Metrics
 from service.engine.tracing import Tracing
 from service.errors import ERROR_RESPONSES, install_error_handlers
-from service.body_process import BodyProcess
 from service.lean_route import parse_below
 from service.limits import BodySizeLimit
 from service.routers import collections as collections_router

@@ -196,6 +196,7 @@ class Collection:
         if self._owns_scheduler:
             await self.scheduler.stop()
         self.documents.close()
+        self.swapper.close()
         self.leases.close()
         self.backend.close()
 

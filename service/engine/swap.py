@@ -33,6 +33,7 @@ import logging
 import math
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -42,6 +43,7 @@ from indexer.runtime.encoder import EncoderLoadError
 from indexer.runtime.integrity import IntegrityError, damage, verify_folder
 from indexer.runtime.layout import CURRENT, IndexRoot, LayoutError
 from indexer.runtime.manifest import MANIFEST, Manifest, ManifestError
+from indexer.runtime.priority import lower_thread
 from indexer.runtime.serving import RECORD, VERDICTS, ServingRecord
 from indexer.runtime.shrink_guard import MAX_SHRINK_ENV, shrinks_too_much
 from indexer.runtime.version import IndexLoadError
@@ -95,6 +97,11 @@ class Swapper:
         self._damage: str | None = None  # the served version's damage last reported (logged once per change)
         self._lock = asyncio.Lock()
         self._report_stamp: tuple[str, int] | None = None  # the served manifest's (version, mtime) last read
+        # a candidate is opened, replayed and caught up on a thread of its own below the searches' CPU priority:
+        # a replay after a compaction applies every write that came during it (their lists' assignment, their
+        # metadata), seconds of a core that a search on a busy machine should not wait behind
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"swap-{self.collection.name}",
+                                        initializer=lower_thread, initargs=(settings.write_nice,))
 
     def target(self) -> str | None:
         try:
@@ -236,8 +243,9 @@ class Swapper:
                           f"serving {served_version or 'nothing'}; POST /admin/reload?force=true serves it]")
                 self._refuse(SwapRefused(remembered.kind, reason), target, trigger, record=False)
                 return SwapResult("refused", served_version, target, reason)
+            loop = asyncio.get_running_loop()
             try:
-                new = await asyncio.to_thread(self._prepare, target, force)
+                new = await loop.run_in_executor(self._pool, self._prepare, target, force)
             except SwapRefused as exc:
                 self._refuse(exc, target, trigger)
                 return SwapResult("refused", served_version, target, str(exc))
@@ -246,7 +254,7 @@ class Swapper:
                 self._refuse(refusal, target, trigger)
                 return SwapResult("refused", served_version, target, str(exc))
             if self.writes is not None:  # under the write lock: writes logged meanwhile are applied first
-                await asyncio.to_thread(self.writes.switch, new, self.leases.swap)
+                await loop.run_in_executor(self._pool, self.writes.switch, new, self.leases.swap)
             else:
                 self.leases.swap(new)
             del served  # drop our reference so the old searcher can be freed once its requests finish
@@ -256,6 +264,9 @@ class Swapper:
             await asyncio.to_thread(self.record.save)
             self._publish(new, trigger, served_version)
             return SwapResult("swapped", new.version, target)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
 
     def served_damage(self, version: str) -> str | None:
         """A file of the served version gone or resized on disk since it was verified (`integrity.damage`: a stat

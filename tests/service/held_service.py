@@ -1,8 +1,8 @@
 """`python -m service` with holds the test controls, for tests of deadlines (the shutdown grace) and of what the
 event loop does meanwhile:
 
-- `STRATA_TEST_HOLD`: every batch the inference workers run first writes its process id to `<STRATA_TEST_HOLD>.entered`, then waits
-  while that file exists (patches `service.engine.scheduler.run_routed`);
+- `STRATA_TEST_HOLD`: every batch the inference workers run first writes its process id to
+  `<STRATA_TEST_HOLD>.entered`, then waits while that file exists (patches `service.engine.scheduler.run_routed`);
 - `STRATA_TEST_HOLD_BODY`: every request body parsed off the event loop (the large ones: in the body process,
   `service.body_process._validate`, or on the parser's thread, `service.lean_route.validate_body`) first writes its
   process id to `<STRATA_TEST_HOLD_BODY>.entered`, then waits while that file exists.

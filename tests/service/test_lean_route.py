@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from service.auth import PUBLIC, READ_DEFAULT
-from service.errors import install_error_handlers
 from service.body_process import BodyProcess
+from service.errors import install_error_handlers
 from service.lean_route import OFF_LOOP_BYTES, LeanRoute
 from service.schemas.documents import UpsertRequest
 from service.schemas.search import SearchRequest

@@ -168,7 +168,11 @@ def test_write_threads_run_below_the_searches_priority(root: Path) -> None:
         check = collection.documents.check_pool.submit(
             lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
         assert (commit.result(), check.result()) == (min(19, own + 7), min(19, own + 7))
+        # and a swap's candidate (opened, the write log replayed onto it, caught up under the write lock)
+        swap = collection.swapper._pool.submit(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        assert swap.result() == min(19, own + 7)
     finally:
         collection.pool.shutdown()
+        collection.swapper.close()
         collection.documents.close()
         collection.write_lane.close()
