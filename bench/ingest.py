@@ -11,7 +11,9 @@ made by `POST /collections`, compaction policy at its defaults) and Chroma (`chr
 `python -m bench.peers.venvs`; inner-product HNSW at Chroma's defaults). `--writers` aiohttp tasks send their next
 batch of `--batch` as soon as the last is acknowledged: to Strata as PUTs of at most `MAX_WRITE_DOCS` (what
 `strata_client` does), vectors as JSON numbers; to Chroma as one `add`, vectors as base64 float32 (what its client
-sends); 429/503 sent again after their Retry-After (else 0.5 s), for up to 10 min. Every `--sample-every` s:
+sends); 429/503 sent again after their Retry-After (else 0.5 s), for up to 10 min; their loop runs `--writer-nice`
+levels below the server and wrk (10; 0: equal), so that the load generator's own CPU on the shared cores is not
+charged to the searches measured. Every `--sample-every` s:
 `/search` with wrk for `--window` s (one-vector top-10 queries), the server's RSS (and its process tree's, with a compaction's child), the load; Strata's
 compactions from `GET /collections` every second. Idle: after the writes, once no compaction runs or is due (at
 most `--settle-s`), the same window `--idle-windows` times. Recall@10 against exact inner-product search (numpy)
@@ -33,6 +35,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -51,6 +54,7 @@ from bench.peers.vector_worker import batches
 from bench.peers.venvs import VENVS, ensure
 from bench.peers_scale import CHROMA_QUERY, chroma_server, du, truth
 from indexer.runtime.paths import data_dir
+from indexer.runtime.priority import lower_thread
 from service.schemas.documents import MAX_WRITE_DOCS
 
 CHROMA_COLLECTIONS = "/api/v2/tenants/default_tenant/databases/default_database/collections"
@@ -162,6 +166,12 @@ async def write_all(engine: Engine, source: Any, writers: int, phase: str, out: 
     log(f"{engine.name} {phase}: {out[phase]}")
 
 
+def writing(nice: int, writers: Any) -> None:  # noqa: ANN401 (the writers' coroutine)
+    """The writers' loop on a thread `nice` levels below the server and wrk, which share its cores (0: equal)."""
+    with ThreadPoolExecutor(1, initializer=lower_thread, initargs=(nice,)) as pool:
+        pool.submit(asyncio.run, writers).result()
+
+
 def text_batches(n: int, batch: int, first_id: int) -> Any:
     texts = sc.quora_texts(data_dir() / "quora_duplicate_questions.partial.tsv.gz")[-n:]
     for k in range(0, len(texts), batch):
@@ -271,10 +281,12 @@ def run(name: str, args: argparse.Namespace, queries: np.ndarray, exact: np.ndar
     for t in threads:
         t.start()
     try:
-        asyncio.run(write_all(engine, batches(data, args.vectors, args.batch), args.writers, "vectors", out))
+        writing(args.writer_nice, write_all(engine, batches(data, args.vectors, args.batch), args.writers, "vectors",
+                                            out))
         if name == "strata" and args.texts:
             phase[0] = "texts"
-            asyncio.run(write_all(engine, text_batches(args.texts, args.batch, 10**9), args.writers, "texts", out))
+            writing(args.writer_nice, write_all(engine, text_batches(args.texts, args.batch, 10**9), args.writers,
+                                                "texts", out))
         phase[0] = "settling"
         out["settle_s"] = settle(engine, args.settle_s)
         stop.set()
@@ -312,16 +324,18 @@ def ms(x: float) -> str:
 
 
 def summary(r: dict[str, Any], phase: str) -> str:
-    """`phase`'s windows, p50 / p99 as the median of windows (a window with no answer within it counts as
-    infinite), the worst window's p99, and the median p99 over the idle windows' median p99."""
+    """`phase`'s windows in which writes were acknowledged (not those where all were held back at the overlay's
+    bound), p50 / p99 as the median of windows (a window with no answer within it counts as infinite), the worst
+    window's p99, and the median p99 over the idle windows' median p99."""
     idle = float(np.median([w["p99_ms"] for w in r["idle"]]))
-    won = [s for s in r["samples"] if s["phase"] == phase]
+    won = [s for s in r["samples"] if s["phase"] == phase and s["docs_per_s"] > 0]
     if not won:
         return "— | — | — |"
     p50, p99 = ([s[k] if s["rps"] else float("inf") for s in won] for k in ("p50_ms", "p99_ms"))
     med = float(np.median(p99))
     ratio = "∞" if med == float("inf") else f"{med / idle:.2f}"
-    return f"{ms(float(np.median(p50)))} / {ms(med)} | {ms(max(p99))} | **{ratio}×** ({len(won)} windows) |"
+    held = sum(s["phase"] == phase for s in r["samples"]) - len(won)
+    return f"{ms(float(np.median(p50)))} / {ms(med)} | {ms(max(p99))} | **{ratio}×** ({len(won)} windows, {held} held) |"
 
 
 def report(rounds: list[dict[str, Any]], args: argparse.Namespace, stamp: str, cmd: str) -> str:
@@ -389,6 +403,7 @@ def main() -> None:
     p.add_argument("--texts", type=int, default=100_000, help="documents written as texts (Strata encodes them)")
     p.add_argument("--writers", type=int, default=4)
     p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--writer-nice", type=int, default=10, help="the writers' nice levels below server and wrk")
     p.add_argument("--engines", nargs="+", choices=["strata", "chroma"], default=["strata", "chroma"])
     p.add_argument("--rounds", type=int, default=1, help="each engine once per round, the order alternating")
     p.add_argument("--sample-every", type=float, default=10.0)

@@ -20,6 +20,8 @@ import asyncio
 import logging
 import multiprocessing
 import os
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
@@ -30,15 +32,24 @@ from service.schemas.documents import UpsertRequest, WriteDocument
 
 log = logging.getLogger(__name__)
 
+PARENT_CHECK_S = 0.5
 Packed = tuple[list[tuple[Any, str, dict[str, Any]]], np.ndarray, list[int]]
 
 
-def _lower(nice: int) -> None:
-    """The child's whole process below the searches (a fresh process: one thread so far)."""
+def _start_child(nice: int, parent: int) -> None:
+    """The child's whole process below the searches (a fresh process: one thread so far), and gone with the API:
+    its task queue's pipe stays open in the child itself, so a parent killed with SIGKILL would leave it waiting."""
     try:
         os.nice(nice)
     except OSError:
         pass
+    threading.Thread(target=_exit_with, args=(parent,), name="parent-watch", daemon=True).start()
+
+
+def _exit_with(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(PARENT_CHECK_S)
+    os._exit(0)
 
 
 def _ready() -> None:
@@ -85,7 +96,7 @@ class BodyProcess:
     def _start(self) -> None:
         # spawn: the API's process runs threads, which a fork would copy mid-flight
         self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                                         initializer=_lower, initargs=(self._nice,))
+                                         initializer=_start_child, initargs=(self._nice, os.getpid()))
         self._pool.submit(_ready)
 
     async def validate(self, raw: bytes, model: type[BaseModel]) -> BaseModel | None:

@@ -167,11 +167,15 @@ class Writes:
                      "version", replayed, searcher.version, start_seq(searcher, wlog) + 1, live.overlay.applied_seq,
                      live.overlay.written, live.overlay.removed_from_base)
 
-    def switch(self, new: S, swap: Callable[[S], object]) -> None:
-        """Make `new` the served searcher with every write acknowledged so far, none lost in between."""
+    def switch(self, new: S, swap: Callable[[S], object], check: Callable[[], object] | None = None) -> None:
+        """Make `new` the served searcher with every write acknowledged so far, none lost in between. `check`
+        runs once `new` is caught up, before the swap, while no write can land: served and candidate then hold the
+        same log entries (the shrink guard compares their sizes there); what it raises leaves the served one."""
         with self.lock:
             if isinstance(new.index, LiveIndex):
                 self._catch_up(new)
+            if check is not None:
+                check()
             swap(new)
 
     def _catch_up(self, searcher: Served) -> int:

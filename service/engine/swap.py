@@ -9,9 +9,11 @@ wires the first two, the HTTP layer the third). A candidate is refused, and the 
 - it is newer than the served version, measured on the same evaluation set, and its MRR@10 is lower by more
   than `max_mrr_drop`: `quality`;
 - it is newer than the served version and holds fewer than (1 - `max_shrink`) of the served documents, both
-  counted after the write log is replayed onto them (a rebuild from source after a compaction gets the written
-  documents back from the log, so it is not mistaken for a truncated input): `shrink`. Only an operator's
-  `POST /admin/reload?force=true` swaps to such a version; the watcher, SIGHUP and a reload without force do not.
+  counted after the write log is replayed onto them, up to the same entry (a rebuild from source after a compaction
+  gets the written documents back from the log, so it is not mistaken for a truncated input; the count is taken at
+  the switch, under the write lock, so writes that land while the candidate is replayed do not count against it):
+  `shrink`. Only an operator's `POST /admin/reload?force=true` swaps to such a version; the watcher, SIGHUP and a
+  reload without force do not.
 A rollback to an older version is the operator's call and is gated by neither MRR@10 nor size. The gates are the
 same for every backend: only opening the index differs (in this process, or as shard deployments on Ray Serve).
 
@@ -128,7 +130,9 @@ class Swapper:
 
     def _check_size(self, new: Searcher, served: Searcher | None) -> None:
         """The shrink guard: both sizes are the documents served after the write log's replay (`LiveIndex.ntotal`),
-        so a rebuild from source that the log tops back up is compared with what it will really serve."""
+        so a rebuild from source that the log tops back up is compared with what it will really serve; with writes,
+        at the switch, where both hold the same entries (a candidate replayed while writes went on is not compared
+        with the served version's later count)."""
         if served is None or new.version <= served.version:
             return
         limit = self.settings.max_shrink
@@ -183,7 +187,7 @@ class Swapper:
                 except (WriteLogError, OSError) as exc:
                     raise SwapRefused("writes", f"cannot replay the write log onto {version}: {exc}") from exc
             self._check_quality(searcher, served)
-            if not force:
+            if not force and self.writes is None:  # with writes: at the switch, both caught up (`attempt`)
                 self._check_size(searcher, served)
             try:
                 searcher.search([PROBE_QUERY], 1)
@@ -254,7 +258,13 @@ class Swapper:
                 self._refuse(refusal, target, trigger)
                 return SwapResult("refused", served_version, target, str(exc))
             if self.writes is not None:  # under the write lock: writes logged meanwhile are applied first
-                await loop.run_in_executor(self._pool, self.writes.switch, new, self.leases.swap)
+                check = None if force else (lambda: self._check_size(new, served))
+                try:
+                    await loop.run_in_executor(self._pool, self.writes.switch, new, self.leases.swap, check)
+                except SwapRefused as exc:
+                    new.close()
+                    self._refuse(exc, target, trigger)
+                    return SwapResult("refused", served_version, target, str(exc))
             else:
                 self.leases.swap(new)
             del served  # drop our reference so the old searcher can be freed once its requests finish

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import threading
 from pathlib import Path
 
@@ -196,3 +197,42 @@ def test_searches_are_answered_while_a_large_write_body_is_parsed(built, tmp_pat
     finally:
         hold.unlink(missing_ok=True)
         stop_server(server)
+
+
+def children_of(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if parent_of(int(entry.name)) == pid:
+                    out.append(int(entry.name))
+            except (OSError, StopIteration):
+                continue
+    return out
+
+
+def test_the_body_process_goes_with_a_killed_server(built, tmp_path: Path) -> None:
+    """The child that parses large bodies (and multiprocessing's resource tracker beside it) ends when the API is
+    killed with SIGKILL: no process is left behind waiting on a pipe nobody writes."""
+    root, _, _ = built
+    shutil.copytree(root, tmp_path / "root", symlinks=True)
+    server = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(tmp_path / "root"), "STRATA_WATCH_INTERVAL_S": "0"})
+    try:
+        until(lambda: len(children_of(server.proc.pid)) >= 1, "the body process", timeout=60)
+        children = children_of(server.proc.pid)
+        assert any(b"multiprocessing" in Path(f"/proc/{c}/cmdline").read_bytes() for c in children), children
+    finally:
+        server.proc.send_signal(signal.SIGKILL)
+        server.proc.wait(timeout=30)
+        stop_server(server)
+    until(lambda: not any(running(c) for c in children), "the body process to end after its parent's SIGKILL",
+          timeout=15)
+
+
+def running(pid: int) -> bool:
+    """A process that exists and is not a zombie (one whose new parent has not reaped it yet has ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
