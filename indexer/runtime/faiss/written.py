@@ -11,8 +11,8 @@ Two sources of coarse quantizer:
 The lists hold float32 copies of the written vectors under their overlay row numbers. Rows are only appended
 (`add`); a search names the rows of its snapshot (`IDSelectorRange`, or a bitmap of the live ones when some rows
 died since they were written), so rows appended after the snapshot and dead rows never answer. FAISS's lists are
-not safe to read while they grow, so `add` and `search` take one lock (both are short: an add assigns a write's
-vectors to their lists, a search reads `nprobe` lists).
+not safe to read while they grow, so `add` and `search` take one lock (both are short: an add appends a write's
+vectors to the lists it assigned them to before taking the lock, a search reads `nprobe` lists).
 """
 
 from __future__ import annotations
@@ -74,11 +74,17 @@ class WrittenLists:
             return
         assert first_row == self.rows, (first_row, self.rows)
         rows = np.arange(first_row, first_row + len(vectors), dtype=np.int64)
+        x = np.ascontiguousarray(vectors, dtype=np.float32)
         threads = get_threads()
         set_threads(1)  # a write's (or a swap's replay's) assignment never takes every core from the searches
         try:
+            # the assignment (every vector against every centroid: most of an add's cost) outside the lock, since
+            # the quantizer is only read; under it only the codes' append, so a search never waits behind a write's
+            # assignment running at the write path's lower priority
+            _, lists = self._quantizer.search(x, 1)
+            lists = np.ascontiguousarray(lists.reshape(-1), dtype=np.int64)
             with self._lock:
-                self._index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), rows)
+                self._index.add_core(len(x), faiss.swig_ptr(x), faiss.swig_ptr(rows), faiss.swig_ptr(lists))
                 self.rows = first_row + len(vectors)
         finally:
             set_threads(threads)

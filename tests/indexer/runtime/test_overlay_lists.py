@@ -3,11 +3,13 @@
 at every list the answers equal brute force over what is served (replacements, deletes and dead rows included);
 on clustered vectors the version's quantizer at its nprobe and the overlay's own trained lists (a flat version)
 keep recall@10 >= 0.95 against exact search; rows written after a search's snapshot never answer it; the lists
-trained in the background are installed while writes go on and the answers stay whole."""
+trained in the background are installed while writes go on and the answers stay whole; a search does not wait
+behind a write's assignment to the lists."""
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -18,7 +20,7 @@ from indexer.runtime.ann import FlatParams
 from indexer.runtime.faiss.files import INDEX_FILE, write_index
 from indexer.runtime.faiss.flat import FlatIndex
 from indexer.runtime.faiss.training import build_ivf
-from indexer.runtime.faiss.written import OWN_NLIST
+from indexer.runtime.faiss.written import OWN_NLIST, WrittenLists
 from indexer.runtime.live_index import LiveIndex
 from indexer.runtime.manifest import DataInfo, IndexInfo, Manifest, ModelInfo, Timings
 from indexer.runtime.store import STORE
@@ -163,3 +165,34 @@ def test_lists_trained_in_the_background_are_installed_while_writes_go_on(tmp_pa
     snap = live.overlay.snapshot()
     assert snap.lists is not None and snap.lists.rows == len(snap.fids) == 20_000  # caught up with every row
     live.close()
+
+
+def test_a_search_does_not_wait_behind_a_writes_assignment_to_its_lists() -> None:
+    """An add assigns its vectors to their lists (every vector against every centroid) before it takes the lists'
+    lock: held in that assignment, it lets a search through; its rows answer once the add has returned."""
+    lists = WrittenLists.trained(clustered(2000, 1))
+    lists.add(clustered(500, 2), 0)
+    entered, release = threading.Event(), threading.Event()
+    quantizer = lists._quantizer
+
+    class HeldQuantizer:  # the assignment, held for as long as the test wants
+        def search(self, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+            entered.set()
+            assert release.wait(30)
+            return quantizer.search(x, k)
+
+    lists._quantizer = HeldQuantizer()
+    new = clustered(64, 3)
+    writer = threading.Thread(target=lists.add, args=(new, 500))
+    writer.start()
+    try:
+        assert entered.wait(30)
+        t0 = time.perf_counter()
+        scores, rows = lists.search(new[:4], 1, lists.rows)  # answered while the add is held
+        assert time.perf_counter() - t0 < 5 and writer.is_alive()
+        assert (rows < 500).all()  # the rows being added are not there yet
+    finally:
+        release.set()
+        writer.join(30)
+    scores, rows = lists.search(new[:4], 1, lists.rows)
+    assert lists.rows == 564 and rows[:, 0].tolist() == [500, 501, 502, 503], rows
