@@ -350,7 +350,11 @@ class LexicalOverlay:
         self._terms: dict[int, list[str]] = {}  # FAISS id -> its terms (to remove it)
 
     def put(self, fid: int, text: str) -> None:
-        weights = self.base.weights(text)
+        self.put_weights(fid, self.base.weights(text))
+
+    def put_weights(self, fid: int, weights: dict[str, float]) -> None:
+        """`put` with the text's weights computed already (`base.weights`: the overlay computes them before it
+        takes its own lock, so that the analysis of a write's texts never holds the searches' snapshot back)."""
         with self._lock:
             self._remove(fid)
             for term, w in weights.items():

@@ -146,9 +146,15 @@ class Overlay:
         upserted, lists = [e.vector for e in entries if e.op == UPSERT], self._lists
         if lists is not None and upserted:
             lists.add(np.stack(upserted), self._rows)
+        # what takes time is done before the lock every search's snapshot takes: the texts' BM25 weights (their
+        # analysis), and room for the new rows (a growth copies every row: hundreds of MB at the overlay's bound).
+        # Writes are serialised by the caller, so nothing else changes the rows meanwhile.
+        weights = ({i: self.lexical.base.weights(e.text or "") for i, e in enumerate(entries) if e.op == UPSERT}
+                   if self.lexical is not None else {})
+        self._reserve(len(upserted))
         with self._lock:
             tombstones_before = len(self._tombstones)
-            for e in entries:
+            for i, e in enumerate(entries):
                 fid = self._fid_of[e.ext_id]
                 existed = self._live(fid)
                 self._drop_row(fid)
@@ -161,7 +167,7 @@ class Overlay:
                     self._docs[fid], self._meta[fid] = (e.ext_id, e.text, e.seq), e.metadata
                     self._types.add(e.metadata)
                     if self.lexical is not None:
-                        self.lexical.put(fid, e.text)
+                        self.lexical.put_weights(fid, weights[i])
                     self._ever.add(fid)
                     if existed:
                         out.replaced += 1
@@ -229,14 +235,28 @@ class Overlay:
             self._row_fid[row] = -1
             self._dead += 1
 
-    def _append_row(self, fid: int, vector: np.ndarray) -> None:
-        if self._rows == len(self._row_fid):  # grow into new arrays: snapshots keep viewing the old ones
-            cap = 2 * len(self._row_fid)
-            vecs = np.empty((cap, self.dim), dtype=np.float32)
-            vecs[: self._rows] = self._vecs[: self._rows]
-            ids = np.full(cap, -1, dtype=np.int64)
-            ids[: self._rows] = self._row_fid[: self._rows]
-            self._vecs, self._row_fid, self._fids_shared = vecs, ids, False
+    def _reserve(self, n: int) -> None:
+        """Room for `n` more rows, grown into new arrays (snapshots keep viewing the old ones) outside the lock and
+        published under it: the caller serialises writes, so no row changes meanwhile."""
+        grown = self._grown(n)
+        if grown is not None:
+            with self._lock:
+                self._vecs, self._row_fid, self._fids_shared = *grown, False
+
+    def _grown(self, n: int) -> tuple[np.ndarray, np.ndarray] | None:
+        if self._rows + n <= len(self._row_fid):
+            return None
+        cap = max(2 * len(self._row_fid), self._rows + n)
+        vecs = np.empty((cap, self.dim), dtype=np.float32)
+        vecs[: self._rows] = self._vecs[: self._rows]
+        ids = np.full(cap, -1, dtype=np.int64)
+        ids[: self._rows] = self._row_fid[: self._rows]
+        return vecs, ids
+
+    def _append_row(self, fid: int, vector: np.ndarray) -> None:  # (under the lock)
+        grown = self._grown(1)  # none after `_reserve`, but for a caller that did not reserve
+        if grown is not None:
+            self._vecs, self._row_fid, self._fids_shared = *grown, False
         self._vecs[self._rows] = vector
         self._row_fid[self._rows] = fid
         self._row_of[fid] = self._rows

@@ -375,3 +375,46 @@ def test_a_cached_filter_match_still_honours_later_writes(tmp_path: Path) -> Non
     assert len(dense) == 9 and len(lexical) == 9  # 10 base - 40 - 60 + w-new (80 is still inside)
     live.close()
 
+
+
+def test_a_search_is_not_held_back_while_a_write_analyses_its_texts(tmp_path: Path) -> None:
+    """An apply computes its texts' BM25 weights (and the room for its rows) before it takes the lock every
+    search's snapshot takes: held in that analysis, it lets dense and lexical searches through, which do not see
+    the write yet; once it returns, both see it."""
+    from indexer.runtime.lexical import build_lexical, lexical_info
+
+    folder = tmp_path / "v1"
+    served, fid_of = make_version(folder)
+    info = build_lexical(folder, [(fid_of[e], f"kite {i}") for i, e in enumerate(served)], lexical_info())
+    manifest = Manifest.load(folder)
+    manifest.lexical = info
+    manifest.save(folder)
+    live = LiveIndex(IndexVersion(folder))
+    assert live.overlay.lexical is not None
+    entered, release = threading.Event(), threading.Event()
+    weights = live.overlay.lexical.base.weights
+
+    def held(text: str) -> dict[str, float]:
+        entered.set()
+        assert release.wait(30)
+        return weights(text)
+
+    live.overlay.lexical.base.weights = held  # type: ignore[method-assign]
+    vec = -next(iter(served.values()))  # a direction no served document points to
+    writer = threading.Thread(target=live.overlay.apply, args=(
+        [LogEntry(1, UPSERT, "w-new", "a zeppelin over the bay", {"n": 1}, vec.astype(np.float32), "m")],))
+    writer.start()
+    try:
+        assert entered.wait(30)
+        t0 = time.perf_counter()
+        scores, ids = live.search(vec[None, :], 1)
+        lexical = live.lexical_search(["zeppelin"], 5)[0]
+        assert time.perf_counter() - t0 < 5 and writer.is_alive()  # answered while the write is held
+        assert live.ext_ids([int(ids[0, 0])]) != {int(ids[0, 0]): "w-new"} and not (lexical[1] >= 0).any()
+    finally:
+        release.set()
+        writer.join(30)
+    scores, ids = live.search(vec[None, :], 1)
+    assert live.ext_ids([int(ids[0, 0])])[int(ids[0, 0])] == "w-new"
+    assert live.ext_ids([int(i) for i in live.lexical_search(["zeppelin"], 5)[0][1] if i >= 0]) == \
+        {int(ids[0, 0]): "w-new"}
