@@ -335,7 +335,8 @@ def summary(r: dict[str, Any], phase: str) -> str:
     med = float(np.median(p99))
     ratio = "∞" if med == float("inf") else f"{med / idle:.2f}"
     held = sum(s["phase"] == phase for s in r["samples"]) - len(won)
-    return f"{ms(float(np.median(p50)))} / {ms(med)} | {ms(max(p99))} | **{ratio}×** ({len(won)} windows, {held} held) |"
+    windows = f"({len(won)} windows, {held} held)"
+    return f"{ms(float(np.median(p50)))} / {ms(med)} | {ms(max(p99))} | **{ratio}×** {windows} |"
 
 
 def report(rounds: list[dict[str, Any]], args: argparse.Namespace, stamp: str, cmd: str) -> str:

@@ -30,6 +30,7 @@ version that passes) lifts a remembered refusal; SIGHUP and a reload without for
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 import math
@@ -258,7 +259,7 @@ class Swapper:
                 self._refuse(refusal, target, trigger)
                 return SwapResult("refused", served_version, target, str(exc))
             if self.writes is not None:  # under the write lock: writes logged meanwhile are applied first
-                check = None if force else (lambda: self._check_size(new, served))
+                check = None if force else functools.partial(self._check_size, new, served)
                 try:
                     await loop.run_in_executor(self._pool, self.writes.switch, new, self.leases.swap, check)
                 except SwapRefused as exc:
