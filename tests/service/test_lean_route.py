@@ -6,7 +6,8 @@ other parameters it would skip. A real FastAPI app with the service's error hand
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
@@ -26,16 +27,21 @@ async def echo(body: SearchRequest, request: Request) -> Response:
     return Response(body.model_dump_json(), media_type="application/json")
 
 
-@pytest.fixture(scope="module")
-def client() -> Iterator[TestClient]:
+def lean_and_plain(endpoint: Callable[..., Any]) -> FastAPI:
+    """An app serving `endpoint` at /lean (a `LeanRoute`) and /plain (FastAPI's own route)."""
     app = FastAPI()
     install_error_handlers(app)
     lean, plain = APIRouter(route_class=LeanRoute), APIRouter()
-    lean.add_api_route("/lean", echo, methods=["POST"], dependencies=[PUBLIC])
-    plain.add_api_route("/plain", echo, methods=["POST"], dependencies=[PUBLIC])
+    lean.add_api_route("/lean", endpoint, methods=["POST"], dependencies=[PUBLIC])
+    plain.add_api_route("/plain", endpoint, methods=["POST"], dependencies=[PUBLIC])
     app.include_router(lean)
     app.include_router(plain)
-    with TestClient(app) as c:
+    return app
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    with TestClient(lean_and_plain(echo)) as c:
         yield c
 
 
@@ -140,13 +146,7 @@ WRITE_BODIES = [write_body(), write_body(vector=None), write_body(vector=[0.5] *
 
 @pytest.fixture(scope="module")
 def write_client() -> Iterator[TestClient]:
-    app = FastAPI()
-    install_error_handlers(app)
-    lean, plain = APIRouter(route_class=LeanRoute), APIRouter()
-    lean.add_api_route("/lean", echo_upsert, methods=["POST"], dependencies=[PUBLIC])
-    plain.add_api_route("/plain", echo_upsert, methods=["POST"], dependencies=[PUBLIC])
-    app.include_router(lean)
-    app.include_router(plain)
+    app = lean_and_plain(echo_upsert)
     app.state.body_process = BodyProcess(0)
     try:
         with TestClient(app) as c:

@@ -331,11 +331,8 @@ def test_lexical_search_over_the_overlay_equals_bm25_over_what_is_served(tmp_pat
     live.close()
 
 
-def test_a_cached_filter_match_still_honours_later_writes(tmp_path: Path) -> None:
-    """A filter's base matches are cached per version, with the matching vectors gathered once it is used again
-    (few match: exact search over their codes); writes after that are applied at every search: a base document
-    written with metadata that no longer matches leaves the next filtered answer, one written to match joins it, a
-    deleted one leaves — in dense and lexical search alike, while the cached base match is reused."""
+def kites(tmp_path: Path) -> tuple[dict[int | str, np.ndarray], LiveIndex]:
+    """`make_version`'s version with a lexical index of "kite <i>" texts, served live."""
     from indexer.runtime.lexical import build_lexical, lexical_info
 
     folder = tmp_path / "v1"
@@ -344,7 +341,15 @@ def test_a_cached_filter_match_still_honours_later_writes(tmp_path: Path) -> Non
     manifest = Manifest.load(folder)
     manifest.lexical = info
     manifest.save(folder)
-    live = LiveIndex(IndexVersion(folder))
+    return served, LiveIndex(IndexVersion(folder))
+
+
+def test_a_cached_filter_match_still_honours_later_writes(tmp_path: Path) -> None:
+    """A filter's base matches are cached per version, with the matching vectors gathered once it is used again
+    (few match: exact search over their codes); writes after that are applied at every search: a base document
+    written with metadata that no longer matches leaves the next filtered answer, one written to match joins it, a
+    deleted one leaves — in dense and lexical search alike, while the cached base match is reused."""
+    served, live = kites(tmp_path)
     flt = {"n": {"lt": 10}}  # 10 of 400 base documents
     q = served[40][None, :]  # document 40 (n=4) is its own nearest neighbour
     assert live.match(flt).base.prepared.gathered is None  # a filter seen once: the lists' exact search
@@ -381,15 +386,7 @@ def test_a_search_is_not_held_back_while_a_write_analyses_its_texts(tmp_path: Pa
     """An apply computes its texts' BM25 weights (and the room for its rows) before it takes the lock every
     search's snapshot takes: held in that analysis, it lets dense and lexical searches through, which do not see
     the write yet; once it returns, both see it."""
-    from indexer.runtime.lexical import build_lexical, lexical_info
-
-    folder = tmp_path / "v1"
-    served, fid_of = make_version(folder)
-    info = build_lexical(folder, [(fid_of[e], f"kite {i}") for i, e in enumerate(served)], lexical_info())
-    manifest = Manifest.load(folder)
-    manifest.lexical = info
-    manifest.save(folder)
-    live = LiveIndex(IndexVersion(folder))
+    served, live = kites(tmp_path)
     assert live.overlay.lexical is not None
     entered, release = threading.Event(), threading.Event()
     weights = live.overlay.lexical.base.weights
