@@ -141,8 +141,9 @@ def metadata_json(meta: dict[str, Any]) -> str:
 
 
 def metadata_loads(text: str | bytes) -> dict[str, Any]:
-    """`metadata_json`'s text (or the store's older, spaced one) back as a dict."""
-    return orjson.loads(text)
+    """`metadata_json`'s text (or an older version's) back as a dict: by the standard library, which reads an
+    integer past 64 bits (an older version logged some) as the integer it is, where orjson reads a float."""
+    return json.loads(text)
 
 
 def json_safe(value: Any, max_depth: int = 240, _path: str = "", _notes: list[str] | None = None  # noqa: ANN401
