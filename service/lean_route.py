@@ -14,9 +14,10 @@ needs, in this order:
    `json.loads`, `model_validate`), so a bad body gets exactly the 422 (or 400) FastAPI gives it, reason included:
    only valid bodies take the fast path, and a body is valid on one path exactly when it is on the other (the same
    model; tests/service/test_lean_route.py checks it on generated bodies). A large body (`OFF_LOOP_BYTES` or more: a
-   write's 128 documents with vectors) is read on a thread, so that the event loop answers searches meanwhile
-   (docs/decisions.md has what a parse on the loop costs them), below the searches' CPU priority (`write_nice`,
-   as the write lane's encoding: `parse_below`);
+   write's 128 documents with vectors) is validated off the event loop, so that it answers searches meanwhile
+   (docs/decisions.md has what a parse on the loop costs them): in the app's body process
+   (`service.body_process`, which holds none of this process's GIL), else, and for what that child refuses, on a
+   thread below the searches' CPU priority (`write_nice`, as the write lane's encoding: `parse_below`);
 3. the endpoint, called with the body model, the request and the path parameters.
 
 It refuses at startup (TypeError) an endpoint that asks for anything else (a dependency, a query parameter, a
@@ -142,8 +143,8 @@ def _signature(endpoint: Callable[..., Any]) -> tuple[str, type[BaseModel], list
 
 async def read_body(request: Request, model: type[BaseModel], field: ModelField) -> Any:  # noqa: ANN401
     """The request's JSON body as `model` (`field`: FastAPI's body field of it): pydantic-core's parse when it
-    passes, else FastAPI's own reading and refusal. A body of `OFF_LOOP_BYTES` or more is parsed on a thread: the
-    event loop serves other requests meanwhile."""
+    passes, else FastAPI's own reading and refusal. A body of `OFF_LOOP_BYTES` or more is parsed in the app's body
+    process (or on a thread): the event loop serves other requests meanwhile."""
     raw = await request.body()
     is_json = _is_json(request)
     if len(raw) < OFF_LOOP_BYTES:

@@ -77,6 +77,11 @@ def scalar_problem(v: object) -> str | None:
 
 def check_metadata(meta: dict[str, Any]) -> None:
     """Raise `MetadataError` unless `meta` (one document's metadata) fits the schema."""
+    _checked_json(meta)
+
+
+def _checked_json(meta: dict[str, Any]) -> bytes:
+    """`check_metadata`, returning the compact JSON it measured (so that `metadata_json` encodes it once)."""
     if not isinstance(meta, dict):
         raise MetadataError(f"metadata must be a JSON object, got {type(meta).__name__}")
     for key in meta:
@@ -84,9 +89,10 @@ def check_metadata(meta: dict[str, Any]) -> None:
             raise MetadataError(f"metadata field names must not be empty or blank, nor other than strings: got "
                                 f"{_show(key)}")
     _check(meta, "", 1)
-    size = len(compact_json(meta))
-    if size > MAX_BYTES:
-        raise MetadataError(f"metadata is {size:,} bytes as JSON; the limit is {MAX_BYTES:,}")
+    encoded = compact_json(meta)
+    if len(encoded) > MAX_BYTES:
+        raise MetadataError(f"metadata is {len(encoded):,} bytes as JSON; the limit is {MAX_BYTES:,}")
+    return encoded
 
 
 def _field(path: str, key: str) -> str:
@@ -125,9 +131,9 @@ def _check(value: object, path: str, depth: int, top: str = "") -> None:
 
 
 def compact_json(meta: dict[str, Any]) -> bytes:
-    """Checked metadata as compact UTF-8 JSON: orjson's (in C: a write's commit and a swap's replay encode and
-    decode every document's metadata while holding the GIL), else the standard library's, the same text, for what
-    orjson does not take (a float or int subclass, say)."""
+    """Checked metadata as compact UTF-8 JSON: orjson's (in C: a write's commit encodes every document's metadata
+    while holding the GIL), else the standard library's, the same text, for what orjson does not take (a float or
+    int subclass, say)."""
     try:
         return orjson.dumps(meta)
     except (orjson.JSONEncodeError, TypeError):
@@ -135,15 +141,10 @@ def compact_json(meta: dict[str, Any]) -> bytes:
 
 
 def metadata_json(meta: dict[str, Any]) -> str:
-    """Checked metadata as the store and the write log keep it (compact JSON, non-ASCII kept)."""
-    check_metadata(meta)
-    return compact_json(meta).decode("utf-8")
-
-
-def metadata_loads(text: str | bytes) -> dict[str, Any]:
-    """`metadata_json`'s text (or an older version's) back as a dict: by the standard library, which reads an
-    integer past 64 bits (an older version logged some) as the integer it is, where orjson reads a float."""
-    return json.loads(text)
+    """Checked metadata as the store and the write log keep it (compact JSON, non-ASCII kept). It is read back with
+    the standard library's `json.loads`, which reads an integer past 64 bits (an older version logged some) as the
+    integer it is, where orjson reads a float."""
+    return _checked_json(meta).decode("utf-8")
 
 
 def json_safe(value: Any, max_depth: int = 240, _path: str = "", _notes: list[str] | None = None  # noqa: ANN401

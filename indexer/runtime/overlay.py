@@ -237,26 +237,19 @@ class Overlay:
 
     def _reserve(self, n: int) -> None:
         """Room for `n` more rows, grown into new arrays (snapshots keep viewing the old ones) outside the lock and
-        published under it: the caller serialises writes, so no row changes meanwhile."""
-        grown = self._grown(n)
-        if grown is not None:
-            with self._lock:
-                self._vecs, self._row_fid, self._fids_shared = *grown, False
-
-    def _grown(self, n: int) -> tuple[np.ndarray, np.ndarray] | None:
+        published under it: the caller serialises writes, so no row changes meanwhile. `apply` reserves its upserts'
+        rows before it appends them."""
         if self._rows + n <= len(self._row_fid):
-            return None
+            return
         cap = max(2 * len(self._row_fid), self._rows + n)
         vecs = np.empty((cap, self.dim), dtype=np.float32)
         vecs[: self._rows] = self._vecs[: self._rows]
         ids = np.full(cap, -1, dtype=np.int64)
         ids[: self._rows] = self._row_fid[: self._rows]
-        return vecs, ids
+        with self._lock:
+            self._vecs, self._row_fid, self._fids_shared = vecs, ids, False
 
-    def _append_row(self, fid: int, vector: np.ndarray) -> None:  # (under the lock)
-        grown = self._grown(1)  # none after `_reserve`, but for a caller that did not reserve
-        if grown is not None:
-            self._vecs, self._row_fid, self._fids_shared = *grown, False
+    def _append_row(self, fid: int, vector: np.ndarray) -> None:  # (under the lock, into rows `_reserve` made)
         self._vecs[self._rows] = vector
         self._row_fid[self._rows] = fid
         self._row_of[fid] = self._rows

@@ -44,6 +44,7 @@ the FAISS id it has in that version's store, or gets a fresh one above every id 
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 import time
@@ -56,7 +57,7 @@ from typing import Any, Literal
 import numpy as np
 
 from indexer.runtime.ids import ExtId
-from indexer.runtime.metadata import metadata_json, metadata_loads
+from indexer.runtime.metadata import metadata_json
 from indexer.runtime.storage import StorageUnavailable, as_storage_error
 
 WRITES_DIR = "writes"
@@ -86,7 +87,7 @@ _WHOLE = "seq, op, ext_id, text, metadata, vector, model"
 
 def _entry(row: tuple[Any, ...]) -> LogEntry:
     seq, op, ext, text, meta, vec, model = row
-    return LogEntry(seq, op, ext, text, metadata_loads(meta) if meta else {},
+    return LogEntry(seq, op, ext, text, json.loads(meta) if meta else {},
                     np.frombuffer(vec, dtype=np.float32) if vec is not None else None, model)
 
 
