@@ -10,6 +10,7 @@ they use (`service.deps`).
 
 from __future__ import annotations
 
+import gc
 import inspect
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -51,6 +52,11 @@ def create_app(settings: Settings | None = None, tracing: Tracing | None = None)
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         check_routes(app)  # again: routes added after create_app declare their scope too
         tracing.start()
+        # What is loaded by now (the modules, the app and its routes: ~100,000 objects) lives as long as the process;
+        # frozen, it is left out of the garbage collector's walks, so a full collection (which holds the GIL for all
+        # of its walk) takes a few ms instead of ~50. The versions are opened after: a swapped-out one is collected.
+        gc.collect()
+        gc.freeze()
         app.state.body_process = BodyProcess(settings.write_nice)  # large write bodies parsed off this GIL
         await collections.start()
         yield
@@ -59,6 +65,7 @@ def create_app(settings: Settings | None = None, tracing: Tracing | None = None)
         tracing.shutdown()  # exports the spans still queued
         if summary is not None:
             summary.close()
+        gc.unfreeze()
 
     app = FastAPI(title="Strata", version="0.1.0", lifespan=lifespan,
                   docs_url=None, redoc_url=None,  # served offline by `service.routers.docs`

@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 import Stemmer
 
+from indexer.runtime.drain import drain
 from indexer.runtime.manifest import LexicalInfo
 from indexer.runtime.progress import Progress
 
@@ -347,7 +348,9 @@ class LexicalOverlay:
         self.base = base
         self._lock = threading.Lock()
         self._postings: dict[str, dict[int, float]] = {}
-        self._terms: dict[int, list[str]] = {}  # FAISS id -> its terms (to remove it)
+        # FAISS id -> its terms (to remove it), a tuple of strings: the garbage collector stops tracking it, so a
+        # full collection does not walk one object per written document
+        self._terms: dict[int, tuple[str, ...]] = {}
 
     def put(self, fid: int, text: str) -> None:
         self.put_weights(fid, self.base.weights(text))
@@ -359,7 +362,7 @@ class LexicalOverlay:
             self._remove(fid)
             for term, w in weights.items():
                 self._postings.setdefault(term, {})[fid] = w
-            self._terms[fid] = list(weights)
+            self._terms[fid] = tuple(weights)
 
     def drop(self, fid: int) -> None:
         with self._lock:
@@ -375,6 +378,11 @@ class LexicalOverlay:
 
     def __len__(self) -> int:
         return len(self._terms)
+
+    def release(self) -> None:
+        """Free what the written documents hold, a slice at a time (`drain`), once nothing searches it."""
+        drain(self._terms)
+        drain(self._postings)
 
     def scores(self, query: str) -> dict[int, float]:
         """FAISS id → score of the written documents that share a term with `query` (a repeated query term counts

@@ -26,6 +26,7 @@ import numpy as np
 
 from indexer.runtime import bounded_leg
 from indexer.runtime.bounded_leg import LexicalLeg
+from indexer.runtime.drain import drain
 from indexer.runtime.faiss.exact import knn_inner_product
 from indexer.runtime.filters import Node, matches, parse_filter
 from indexer.runtime.ids import ExtId
@@ -242,7 +243,10 @@ class LiveIndex:
             return self._written_docs.setdefault(key, WRITTEN_DOCS_FROM + len(self._written_docs))
 
     def close(self) -> None:
+        """Close the version and free the written documents (`Overlay.release`): once no search reads this index."""
         self.base.close()
+        self.overlay.release()
+        drain(self._written_docs)
 
 
 def served_counts(index: Any) -> tuple[int, int | None]:

@@ -130,7 +130,7 @@ class Collection:
         self.backend = backend or make_backend(settings)
         self._owns_scheduler = scheduler is None
         self.scheduler = scheduler or Scheduler(settings, self.metrics, self.tracing)
-        self.leases = Leases()
+        self.leases = Leases(settings.write_nice)
         self.collection_metrics = self.metrics.collection(name, primary=primary)
         self.documents = DocumentWrites(settings.index_root, name, settings.threads, self.leases, self.metrics,
                                         self.collection_metrics, self._call, self.not_ready_reason,

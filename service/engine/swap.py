@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import gc
 import logging
 import math
 import os
@@ -268,8 +267,7 @@ class Swapper:
                     return SwapResult("refused", served_version, target, str(exc))
             else:
                 self.leases.swap(new)
-            del served  # drop our reference so the old searcher can be freed once its requests finish
-            gc.collect()
+            del served  # the old searcher is retired (freed off this loop) once its requests finish: `leases`
             self.refused = None
             self.record.passed(new.version)
             await asyncio.to_thread(self.record.save)

@@ -106,6 +106,7 @@ class Workers(Executor):
             self.initializer(*self.initargs)
         while (item := self._queue.get()) is not _STOP:
             item()
+            del item  # what it holds (a searcher swapped out meanwhile) is let go now, not when the next one comes
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """No new work; the workers exit once the work queued before this has run. `wait`: return when they have.

@@ -104,6 +104,12 @@ class WrittenLists:
             scores, ids = self._index.search(queries, k, params=params)
         return scores, ids
 
+    def release(self) -> None:
+        """Free the lists' codes (FAISS's `reset`, which runs without the GIL); the quantizer is left alone."""
+        with self._lock:
+            self._index.reset()
+            self.rows = 0
+
     @property
     def nlist(self) -> int:
         return int(self._index.nlist)

@@ -415,3 +415,22 @@ def test_a_search_is_not_held_back_while_a_write_analyses_its_texts(tmp_path: Pa
     assert live.ext_ids([int(ids[0, 0])])[int(ids[0, 0])] == "w-new"
     assert live.ext_ids([int(i) for i in live.lexical_search(["zeppelin"], 5)[0][1] if i >= 0]) == \
         {int(ids[0, 0]): "w-new"}
+
+
+def test_closing_a_live_index_frees_its_written_documents(tmp_path: Path) -> None:
+    """`LiveIndex.close` (a retired searcher's, `service.engine.leases`) empties the overlay: its written documents,
+    their ids, metadata, BM25 postings, vector rows and inverted lists, and the tombstones."""
+    served, live = kites(tmp_path)
+    overlay = live.overlay
+    vecs = unit(300, seed=5)
+    overlay.apply([LogEntry(i + 1, UPSERT, f"w-{i}", f"kite written {i}", {"n": i}, vecs[i], "sha")
+                   for i in range(300)] + [LogEntry(301, DELETE, 40, None, {}, None, "sha")])
+    lists = overlay._lists
+    assert lists is not None and lists.rows == 300 and overlay.lexical is not None
+    assert overlay.written == 300 and len(overlay.lexical) == 300 and overlay.snapshot().exclusion is not None
+    live.close()
+    assert overlay.written == 0 and len(overlay.lexical) == 0 and not overlay.lexical._postings
+    assert lists.rows == 0 and lists._index.ntotal == 0
+    assert not (overlay._fid_of or overlay._meta or overlay._row_of or overlay._ever or overlay._tombstones)
+    snap = overlay.snapshot()
+    assert snap.empty and len(snap.vectors) == 0

@@ -1,11 +1,14 @@
 """The inference workers (`service.engine.workers`): answers on the event loop, errors and the caller's context
-carried, a call given up before it started never run, each thread initialised once, shutdown draining the queue."""
+carried, a call given up before it started never run, each thread initialised once, shutdown draining the queue, and
+what a finished call held let go at once (not when the next call comes: a searcher swapped out is retired then)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
 import threading
+import time
+import weakref
 
 import pytest
 
@@ -71,3 +74,20 @@ def test_executor_api_initializer_once_per_thread_and_shutdown_drains() -> None:
         pool.submit(abs, 1)
     with pytest.raises(NotImplementedError):
         pool.shutdown(cancel_futures=True)
+
+
+def test_a_finished_call_lets_go_of_what_it_held_before_the_next_call_comes() -> None:
+    class Held:
+        pass
+
+    pool = Workers(1)
+    held = Held()
+    gone = weakref.ref(held)
+    assert pool.submit(id, held).result() == id(held)
+    del held
+    for _ in range(500):  # the worker now waits for a next call that does not come
+        if gone() is None:
+            break
+        time.sleep(0.01)
+    assert gone() is None
+    pool.shutdown()
