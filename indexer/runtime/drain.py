@@ -1,9 +1,10 @@
 """Freeing a large container without pausing the other threads: a slice of items at a time.
 
 Emptying a dict of 200,000 written documents with `clear()` (or dropping its last reference) is one C call that
-frees every item while holding the GIL: about 80 ms in which no search thread runs a line of Python. Popping the
-items from Python instead gives the interpreter a bytecode boundary per item, where it hands the GIL to a waiting
-thread; a slice of `SLICE` items is followed by a `time.sleep(0)`, which lets one go at once.
+frees every item while holding the GIL, and no search thread runs a line of Python until it ends (measured:
+docs/decisions.md#search-during-an-ingest). Popping the items from Python instead gives the interpreter a bytecode
+boundary per item, where it hands the GIL to a waiting thread; a slice of `SLICE` items is followed by a
+`time.sleep(0)`, which lets one go at once.
 """
 
 from __future__ import annotations

@@ -334,7 +334,7 @@ class Overlay:
     def release(self) -> None:
         """Free the written documents once nothing reads this overlay any more (its version swapped out and its
         last search done: `service.engine.leases`), a slice at a time (`drain`): freed in one go, the few objects
-        per written document would hold the GIL for as long (~80 ms at 200,000) and every search with it."""
+        per written document would hold the GIL for as long as it takes, and every search with it."""
         for container in (self._docs, self._meta, self._fid_of, self._row_of, self._in_base, self._ever,
                           self._tombstones):
             drain(container)

@@ -3,9 +3,9 @@
 Each batch leases the searcher current when it starts and keeps it to the end; a swap only changes what the
 *next* lease gets. The old searcher is retired when its last lease is returned: closed (its SQLite store, its shard
 deployments), its written documents freed, and what it leaves in reference cycles collected, on a thread of its own
-below the searches' priority. Freeing the overlay of a busy collection (200,000 written documents) in one go holds
-the GIL ~80 ms, and a full garbage collection as long again: on the thread that returned the last lease (a search's)
-or on the event loop, every search in flight would wait for it.
+below the searches' priority. Freeing the overlay of a busy collection in one go holds the GIL for tens of ms, and
+a full garbage collection as long again (docs/decisions.md#search-during-an-ingest): on the thread that returned
+the last lease (a search's) or on the event loop, every search in flight would wait for it.
 """
 
 from __future__ import annotations

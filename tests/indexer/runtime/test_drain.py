@@ -40,7 +40,7 @@ def ticks_during(free: Callable[[], None]) -> int:
 @pytest.mark.parametrize("kind", [dict, set, list])
 def test_drain_empties_the_container_in_place(kind: type) -> None:
     items = range(3 * SLICE + 7)
-    c = kind(zip(items, items)) if kind is dict else kind(items)
+    c = kind(zip(items, items, strict=True)) if kind is dict else kind(items)
     same = c
     drain(c)
     assert same is c and len(c) == 0

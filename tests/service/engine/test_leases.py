@@ -71,7 +71,7 @@ def test_a_swapped_out_searcher_is_retired_on_its_own_thread_once_its_last_lease
     assert thread.startswith("retire") and thread != threading.current_thread().name
     assert nice == min(19, nice_of_this_thread() + NICE)
     gone = weakref.ref(old)
-    del old, close, recorded
+    old = close = recorded = None  # type: ignore[assignment]  # (the closure's cell too: it held the old one)
     for _ in range(500):  # nothing but the retiring thread's collection to wait for
         if gone() is None and leases.alive() == 1:
             break
