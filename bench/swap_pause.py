@@ -33,7 +33,7 @@ def one_round(args: argparse.Namespace, tree: Path) -> dict[str, Any]:
     b, name = args.root, args.root.name
     current = b / "current"
     current.unlink(missing_ok=True)
-    current.symlink_to(f"versions/{getattr(args, 'from')}")
+    current.symlink_to(f"versions/{args.from_version}")
     (b / "serving.json").unlink(missing_ok=True)
     (b / "collection.json").write_text(json.dumps({"compaction": {"auto": False}}))
     env = {"STRATA_COLLECTIONS_DIR": str(b.parent), "STRATA_MODELS_DIR": str(args.models)}
@@ -76,18 +76,21 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--root", type=Path, required=True, help="the collection's index root (a scratch copy)")
     p.add_argument("--models", type=Path, required=True, help="STRATA_MODELS_DIR: the encoder the versions name")
-    p.add_argument("--from", required=True, help="the version served at startup")
+    p.add_argument("--from", dest="from_version", required=True, help="the version served at startup")
     p.add_argument("--to", required=True, help="the version swapped to")
     p.add_argument("--variant", nargs=2, action="append", metavar=("NAME", "TREE"), required=True)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--dim", type=int, default=384)
     p.add_argument("--out-dir", type=Path, default=REPO / "bench" / "results")
     args = p.parse_args()
+    for v in (args.from_version, args.to):
+        if not (args.root / "versions" / v).is_dir():
+            p.error(f"{args.root / 'versions' / v} is not a version folder")
     runs: list[dict[str, Any]] = []
     for r, (name, tree) in interleave(args.variant, args.rounds):
         log(f"round {r}: {name} ({tree}), load {load()}")
         runs.append({"round": r, "variant": name} | one_round(args, Path(tree).resolve()))
-    lines = [f"# Search across a swap: {args.root} from {getattr(args, 'from')} to {args.to}", "",
+    lines = [f"# Search across a swap: {args.root} from {args.from_version} to {args.to}", "",
              "| round | variant | load | window | requests | p50 ms | p99 ms | max ms |",
              "|---|---|---|---|---|---|---|---|"]
     for run in runs:
