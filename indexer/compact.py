@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from indexer.compact_index import Resized, follow_size
+from indexer.compact_index import Resized, rebuild, rebuild_reason
 from indexer.compact_shards import fold_shards, upsert_vectors
 from indexer.probes import PROBES_FILE
 from indexer.publish import publish
@@ -189,10 +189,16 @@ def _fold_index(folder: Path, parent: Manifest, folded_in: Fold, threads: int | 
     base.close()
     if gone:  # HNSW cannot remove in place: its graph is rebuilt without them (`HnswIndex.remove`)
         index.remove(np.asarray(gone, dtype=np.int64))
-    if folded_in.upserts:
-        set_threads(threads)
-        index.add(*upsert_vectors(folded_in))
-    resized = follow_size(index, parent, folded_in.created, rebuild_after) if index_policy == "auto" else None
+    set_threads(threads)
+    written = upsert_vectors(folded_in) if folded_in.upserts else None
+    n = int(index.ntotal) + len(folded_in.upserts)
+    reason = rebuild_reason(parent, n, folded_in.created, rebuild_after) if index_policy == "auto" else None
+    resized = None
+    if reason is not None:  # built anew from the held vectors and the written ones, never added to the old lists
+        resized = rebuild(index, parent, reason, written)
+        del index
+    elif written is not None:
+        index.add(*written)
     grown = resized.index if resized is not None else index
 
     def write(stage: Path) -> list[ShardInfo]:

@@ -95,3 +95,45 @@ def test_a_small_collection_stays_flat_under_auto(root: Path) -> None:
     write(root, range(BASE, BASE + 50))
     r = compact(root, run_eval=False, index_policy="auto")
     assert r.manifest is not None and r.manifest.index.kind == "flat" and r.resized is None
+
+
+def test_a_rebuild_takes_the_written_vectors_straight_into_the_new_lists(root: Path, monkeypatch: pytest.MonkeyPatch
+                                                                          ) -> None:
+    """When `--index auto` rebuilds, the written vectors go into the new index only (adding them to the old lists
+    first was a search of every centroid per vector, thrown away); a replaced document keeps its new vector and a
+    deleted one is gone."""
+    from indexer.runtime.faiss.flat import FlatIndex
+    from indexer.runtime.writelog import Delete
+
+    n = AUTO_FLAT_BELOW + 200
+    write(root, range(BASE, n))
+    version = IndexVersion(IndexRoot(root).current_dir())
+    dim, sha = version.dim, version.manifest.model.onnx_sha256
+    version.close()
+    wlog = open_log(root, create=False)
+    assert wlog is not None
+    try:  # document 3 replaced with another vector, document 4 deleted
+        wlog.append([Upsert(3, "replaced", {}, unit(777_777, dim), sha), Delete(4)])
+    finally:
+        wlog.close()
+    added: list[int] = []
+    real_add = FlatIndex.add
+
+    def counting_add(self: FlatIndex, vectors: np.ndarray, ids: np.ndarray) -> None:
+        added.append(len(ids))
+        real_add(self, vectors, ids)
+
+    monkeypatch.setattr(FlatIndex, "add", counting_add)
+    r = compact(root, run_eval=False, keep=10, index_policy="auto")
+    assert r.resized is not None and r.manifest is not None and r.manifest.index.kind == "ivf"
+    assert added == []  # the flat parent's index was never grown
+    version = IndexVersion(IndexRoot(root).current_dir())
+    try:
+        assert version.ann.ntotal == n - 1
+        held = version.ann.vectors_of(np.asarray([3, BASE, n - 1], dtype=np.int64))
+        np.testing.assert_allclose(held, np.stack([unit(777_777, dim), unit(BASE, dim), unit(n - 1, dim)]),
+                                   atol=1e-3)  # float16 codes
+        with pytest.raises(KeyError):
+            version.ann.vectors_of(np.asarray([4], dtype=np.int64))
+    finally:
+        version.close()

@@ -48,6 +48,30 @@ def test_exact_search_over_lists_equals_a_flat_index(codec: str) -> None:
     assert memory_bytes(index) == pytest.approx(faiss.serialize_index(index).nbytes, rel=0.01)
 
 
+@pytest.mark.parametrize(("k", "block"), [(10, 64), (100, 64), (5, 4096)])
+def test_blas_top_k_equals_faiss_knn_block_by_block_ties_included(k: int, block: int) -> None:
+    """The many-query exact top k (numpy's BLAS, a block of rows at a time, only what beats the k-th score
+    merged) gives faiss.knn's scores, best first, and right ids: on rows with duplicates (ties), any of the tied
+    rows is right, so each returned id is checked against its own score."""
+    import faiss
+
+    from indexer.runtime.faiss.exact import blas_top_k
+
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal((700, 24)).astype(np.float32)
+    docs = np.concatenate([base, base[:300]])  # 300 rows twice: tied scores
+    docs /= np.linalg.norm(docs, axis=1, keepdims=True)
+    queries = np.concatenate([docs[rng.choice(len(docs), 20)] + 0.05,
+                              rng.standard_normal((20, 24)).astype(np.float32)])
+    got_s, got_i = blas_top_k(queries, docs, k, block=block)
+    want_s, _ = faiss.knn(queries, docs, k, metric=faiss.METRIC_INNER_PRODUCT)
+    assert got_s.shape == got_i.shape == (40, k)
+    np.testing.assert_allclose(got_s, want_s, atol=1e-5)
+    assert np.all(np.diff(got_s, axis=1) <= 0)  # best first
+    np.testing.assert_allclose(np.einsum("qd,qkd->qk", queries, docs[got_i]), got_s, atol=1e-5)
+    assert all(len(set(row)) == k for row in got_i.tolist())  # no row twice
+
+
 @pytest.mark.parametrize("codec", ["Flat", "SQfp16"])
 def test_sample_stored_draws_stored_vectors_by_id_without_repeats(codec: str) -> None:
     from indexer.runtime.faiss.exact import sample_stored, stored_vectors
