@@ -13,11 +13,12 @@ batch of `--batch` as soon as the last is acknowledged: to Strata as PUTs of at 
 `strata_client` does), vectors as JSON numbers; to Chroma as one `add`, vectors as base64 float32 (what its client
 sends); 429/503 sent again after their Retry-After (else 0.5 s), for up to 10 min; their loop runs `--writer-nice`
 levels below the server and wrk (10; 0: equal), so that the load generator's own CPU on the shared cores is not
-charged to the searches measured. Every `--sample-every` s:
-`/search` with wrk for `--window` s (one-vector top-10 queries), the server's RSS (and its process tree's, with a compaction's child), the load; Strata's
-compactions from `GET /collections` every second. Idle: after the writes, once no compaction runs or is due (at
-most `--settle-s`), the same window `--idle-windows` times. Recall@10 against exact inner-product search (numpy)
-on 300 query vectors: Chroma at its default ef_search, Strata at its served default and by nprobe, so that the
+charged to the searches measured. Every `--sample-every` s: `/search` with wrk for `--window` s (one-vector top-10
+queries), the server's RSS (and its process tree's, with a compaction's child), the load; Strata's compactions from
+`GET /collections` every second. Idle: after the writes, once no compaction runs or is due (at most `--settle-s`),
+the same window `--idle-windows` times, then as many again beside a nice-19 busy loop in a process of its own
+(`busy_window`: the floor any background CPU puts under the ratio). Recall@10 against exact inner-product search
+(numpy) on 300 query vectors: Chroma at its default ef_search, Strata at its served default and by nprobe, so that the
 rates are read at equal recall. Results: bench/results/ingest-<stamp>.md and .json.
 """
 
@@ -261,6 +262,22 @@ def visible(engine: Engine, n: int) -> dict[str, Any]:
         "searches_until_visible_max": max(polls)}
 
 
+BUSY_LOOP = "import os\nos.nice(19)\nwhile True:\n    pass\n"
+
+
+def busy_window(window: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """The idle window again beside a nice-19 busy loop in a process of its own (no memory traffic, no lock
+    shared with the server): the cost of any background CPU at all on these cores, which a compaction's child is;
+    the floor under what the p99 / idle ratio can reach while one runs."""
+    loop = subprocess.Popen([sys.executable, "-c", BUSY_LOOP])
+    try:
+        time.sleep(1)
+        return window() | {"load": load()}
+    finally:
+        loop.kill()
+        loop.wait()
+
+
 def run(name: str, args: argparse.Namespace, queries: np.ndarray, exact: np.ndarray, data: Path, work: Path
         ) -> dict[str, Any]:
     log(f"{name}: starting, load {load()}")
@@ -293,6 +310,7 @@ def run(name: str, args: argparse.Namespace, queries: np.ndarray, exact: np.ndar
         for t in threads[:1]:
             t.join()
         out["idle"] = [window() | {"load": load()} for _ in range(args.idle_windows)]
+        out["idle_busy"] = [busy_window(window) for _ in range(args.idle_windows)]
         out["recall_default"] = recall(engine, queries, exact)
         if name == "strata":
             out["recall_nprobe"] = {}
@@ -368,8 +386,18 @@ def report(rounds: list[dict[str, Any]], args: argparse.Namespace, stamp: str, c
             notes.append(f"- Round {k}: ingest with vectors, Strata / Chroma **{ratios[-1]}×**; recall@10 Chroma "
                          f"{target} (default ef_search), Strata {res['strata']['recall_default']} (served default), "
                          f"≥ Chroma's from nprobe {knob}.")
+    for k, res in enumerate(rounds, 1):
+        for e, r in res.items():
+            if r.get("idle_busy"):
+                busy = float(np.median([w["p99_ms"] for w in r["idle_busy"]]))
+                idle99 = float(np.median([w["p99_ms"] for w in r["idle"]]))
+                notes.append(f"- Round {k}, {e}: idle search p99 beside a nice-19 busy loop (`busy_window`) "
+                             f"{busy:.1f} ms against {idle99:.1f} alone: **{busy / idle99:.2f}×** before any write "
+                             "(the floor under p99 / idle while a compaction's child runs).")
+    if notes:
+        lines += ["", *notes]
     if ratios:
-        lines += ["", *notes, "", f"**Strata / Chroma, ingest with vectors: median {float(np.median(ratios)):.2f}×** "
+        lines += ["", f"**Strata / Chroma, ingest with vectors: median {float(np.median(ratios)):.2f}×** "
                   "(target ≥ 2×)."]
     for k, res in enumerate(rounds, 1):
         if "strata" in res:

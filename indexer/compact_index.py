@@ -42,7 +42,7 @@ def rebuild_reason(parent: Manifest, n: int, created: int, rebuild_after: float)
     """Why `--index auto` rebuilds the parent's index once it holds `n` vectors (`created` of them new), or None
     when growing it in place is what a build would do. Decided before any written vector is added: a rebuilt
     index is built from the held vectors and the written ones, so adding those to the old lists first (a search
-    of every list's centroid per vector: ~20 s for 200,000 at nlist 4,096) would be thrown away."""
+    of every list's centroid per vector: docs/decisions.md#search-during-an-ingest) would be thrown away."""
     kind = parent.index.kind
     if KIND_SPECS[kind].auto_from is None or n == 0:  # a kind `--index auto` never picks stays as it is
         return None

@@ -2,10 +2,9 @@
 residuals), sampling them, and exact top k in chunks without a second copy of the database.
 
 Many queries at once (calibration's and evaluation's ground truth: thousands of queries over every vector) are
-scored with numpy's matrix product (`blas_top_k`), not `faiss.knn`: the faiss-cpu wheel's own BLAS runs the same
-product about 3× slower here (2,000 × 131,072 × 384: 4.1–5.5 s against 1.3–1.4 s, whatever its block sizes), and
-that ground truth was most of a 1M compaction's time. One query (the overlay's search) stays on `faiss.knn`, whose
-SIMD path is what one query wants."""
+scored with numpy's matrix product (`blas_top_k`), not `faiss.knn`, whose BLAS in the faiss-cpu wheel runs the same
+product slower (docs/decisions.md, costs behind implementation choices): that ground truth was most of a 1M
+compaction's time. One query (the overlay's search) stays on `faiss.knn`, whose SIMD path is what one query wants."""
 
 from __future__ import annotations
 
