@@ -7,3 +7,8 @@ tree by tests/test_docs.py).
 Every other module of Strata reaches FAISS through these (the import contract `Only indexer.runtime.faiss imports
 faiss` in pyproject.toml says so).
 """
+
+from indexer.runtime.faiss.blas import prefer_native_kernels
+
+# before any module of this package imports faiss, which loads the wheel's OpenBLAS (`blas`)
+prefer_native_kernels()

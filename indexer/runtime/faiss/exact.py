@@ -1,10 +1,5 @@
 """Exact search over the vectors an index holds: IVF lists read as vectors (Flat, fp16 and SQ8 codes without
-residuals), sampling them, and exact top k in chunks without a second copy of the database.
-
-Many queries at once (calibration's and evaluation's ground truth: thousands of queries over every vector) are
-scored with numpy's matrix product (`blas_top_k`), not `faiss.knn`, whose BLAS in the faiss-cpu wheel runs the same
-product slower (docs/decisions.md, costs behind implementation choices): that ground truth was most of a 1M
-compaction's time. One query (the overlay's search) stays on `faiss.knn`, whose SIMD path is what one query wants."""
+residuals), sampling them, and exact top k in chunks without a second copy of the database."""
 
 from __future__ import annotations
 
@@ -13,10 +8,7 @@ from collections.abc import Iterator
 import faiss
 import numpy as np
 
-from indexer.runtime.faiss.devices import gpu_count, knn_ip
-
-BLAS_FROM_QUERIES = 20  # from this many queries on, `exact_search` scores them with numpy's BLAS (as faiss.knn does)
-BLAS_BLOCK = 8_192  # rows scored per matrix product: 2,000 queries × 8,192 rows is 64 MiB of scores
+from indexer.runtime.faiss.devices import knn_ip
 
 
 def knn_inner_product(queries: np.ndarray, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -106,8 +98,7 @@ def exact_search(index: faiss.Index, queries: np.ndarray, k: int, chunk_vectors:
     def flush() -> None:
         ids = np.concatenate(ids_parts)
         vecs = vec_parts[0] if len(vec_parts) == 1 else np.concatenate(vec_parts)
-        top = blas_top_k if len(queries) >= BLAS_FROM_QUERIES and not gpu_count() else knn_ip
-        scores, pos = top(queries, vecs, min(k, len(vecs)))
+        scores, pos = knn_ip(queries, vecs, min(k, len(vecs)))
         heap.add_result(scores, np.where(pos >= 0, ids[np.clip(pos, 0, None)], -1))
         ids_parts.clear()
         vec_parts.clear()
@@ -124,39 +115,3 @@ def exact_search(index: faiss.Index, queries: np.ndarray, k: int, chunk_vectors:
         flush()
     heap.finalize()
     return heap.D, heap.I
-
-
-def blas_top_k(queries: np.ndarray, vectors: np.ndarray, k: int, block: int = BLAS_BLOCK
-               ) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-k inner products of `queries` over the rows of `vectors` (k <= rows), as `faiss.knn` gives them:
-    (scores, row positions), best first. Scored a block of rows at a time by numpy's matrix product; each block
-    only passes on what beats a query's current k-th score (a few per block once the first has set it), merged by
-    one partition of the current top k and those."""
-    queries = np.ascontiguousarray(queries, dtype=np.float32)
-    nq = len(queries)
-    best_s = np.full((nq, k), -np.inf, dtype=np.float32)
-    best_i = np.full((nq, k), -1, dtype=np.int64)
-    for start in range(0, len(vectors), block):
-        scores = queries @ np.asarray(vectors[start : start + block], dtype=np.float32).T
-        if start == 0:  # nothing to beat yet: the whole block competes
-            both_s = np.hstack((best_s, scores))
-            both_i = np.hstack((best_i, np.broadcast_to(np.arange(scores.shape[1], dtype=np.int64), scores.shape)))
-        else:
-            beats = scores > best_s.min(axis=1)[:, None]
-            hit = np.flatnonzero(beats.any(axis=1))  # a few rows: np.nonzero over the whole block costs more
-            if len(hit) == 0:
-                continue
-            sub, cols = np.nonzero(beats[hit])
-            rows = hit[sub]
-            counts = np.bincount(rows, minlength=nq)
-            offsets = np.cumsum(counts) - counts  # np.nonzero gives them row by row
-            slot = np.arange(len(rows)) - offsets[rows]
-            cand_s = np.full((nq, int(counts.max())), -np.inf, dtype=np.float32)
-            cand_i = np.full(cand_s.shape, -1, dtype=np.int64)
-            cand_s[rows, slot] = scores[rows, cols]
-            cand_i[rows, slot] = cols + start
-            both_s, both_i = np.hstack((best_s, cand_s)), np.hstack((best_i, cand_i))
-        keep = np.argpartition(-both_s, k - 1, axis=1)[:, :k]
-        best_s, best_i = np.take_along_axis(both_s, keep, axis=1), np.take_along_axis(both_i, keep, axis=1)
-    order = np.argsort(-best_s, axis=1, kind="stable")
-    return np.take_along_axis(best_s, order, axis=1), np.take_along_axis(best_i, order, axis=1)

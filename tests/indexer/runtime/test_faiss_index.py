@@ -48,30 +48,6 @@ def test_exact_search_over_lists_equals_a_flat_index(codec: str) -> None:
     assert memory_bytes(index) == pytest.approx(faiss.serialize_index(index).nbytes, rel=0.01)
 
 
-@pytest.mark.parametrize(("k", "block"), [(10, 64), (100, 64), (5, 4096)])
-def test_blas_top_k_equals_faiss_knn_block_by_block_ties_included(k: int, block: int) -> None:
-    """The many-query exact top k (numpy's BLAS, a block of rows at a time, only what beats the k-th score
-    merged) gives faiss.knn's scores, best first, and right ids: on rows with duplicates (ties), any of the tied
-    rows is right, so each returned id is checked against its own score."""
-    import faiss
-
-    from indexer.runtime.faiss.exact import blas_top_k
-
-    rng = np.random.default_rng(3)
-    base = rng.standard_normal((700, 24)).astype(np.float32)
-    docs = np.concatenate([base, base[:300]])  # 300 rows twice: tied scores
-    docs /= np.linalg.norm(docs, axis=1, keepdims=True)
-    queries = np.concatenate([docs[rng.choice(len(docs), 20)] + 0.05,
-                              rng.standard_normal((20, 24)).astype(np.float32)])
-    got_s, got_i = blas_top_k(queries, docs, k, block=block)
-    want_s, _ = faiss.knn(queries, docs, k, metric=faiss.METRIC_INNER_PRODUCT)
-    assert got_s.shape == got_i.shape == (40, k)
-    np.testing.assert_allclose(got_s, want_s, atol=1e-5)
-    assert np.all(np.diff(got_s, axis=1) <= 0)  # best first
-    np.testing.assert_allclose(np.einsum("qd,qkd->qk", queries, docs[got_i]), got_s, atol=1e-5)
-    assert all(len(set(row)) == k for row in got_i.tolist())  # no row twice
-
-
 @pytest.mark.parametrize("codec", ["Flat", "SQfp16"])
 def test_sample_stored_draws_stored_vectors_by_id_without_repeats(codec: str) -> None:
     from indexer.runtime.faiss.exact import sample_stored, stored_vectors
@@ -226,3 +202,48 @@ def test_builds_take_the_graph_from_its_nlist_on_and_the_manifest_says_so(tmp_pa
     written = info.model_dump(mode="json")
     del written["params"]["quantizer"]
     assert IndexInfo.model_validate(written).params.quantizer == "flat"  # type: ignore[union-attr]
+
+
+def test_the_wheels_openblas_runs_the_kernels_the_cpu_flags_allow(tmp_path: Path) -> None:
+    """`faiss.blas`: the kernel family follows the CPU's flags (AVX-512 → SkylakeX, AVX2+FMA → Haswell, else
+    OpenBLAS's own detection); a value already in the environment wins; and in a fresh interpreter that imports
+    Strata's FAISS package, the wheel's own OpenBLAS reports the chosen core (read from the library itself)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from indexer.runtime.faiss.blas import coretype_for, cpu_flags
+
+    assert coretype_for({"sse3", "avx", "avx2", "fma", "avx512f", "avx512cd", "avx512bw", "avx512dq",
+                         "avx512vl"}) == "SkylakeX"
+    assert coretype_for({"sse3", "avx", "avx2", "fma", "avx512f"}) == "Haswell"  # foundation alone: not SkylakeX's
+    assert coretype_for({"sse3", "avx"}) is None
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu sse3 avx2 fma\n")
+    assert cpu_flags(info) == {"fpu", "sse3", "avx2", "fma"} and cpu_flags(tmp_path / "none") == frozenset()
+
+    probe = """
+import ctypes, glob, json, os, sys
+import indexer.runtime.faiss.exact  # Strata's FAISS package: sets the kernel, then imports faiss
+import faiss
+libs = glob.glob(os.path.join(os.path.dirname(faiss.__file__), "..", "faiss_cpu.libs", "libopenblas*.so*"))
+core = None
+if libs:
+    lib = ctypes.CDLL(libs[0])
+    lib.openblas_get_corename.restype = ctypes.c_char_p
+    core = lib.openblas_get_corename().decode()
+print(json.dumps({"env": os.environ.get("OPENBLAS_CORETYPE"), "core": core}))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    out = json.loads(subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                                    check=True).stdout)
+    want = coretype_for(cpu_flags()) if sys.platform == "linux" and os.uname().machine == "x86_64" else None
+    assert out["env"] == want
+    if want is not None and out["core"] is not None:
+        assert out["core"].lower() == want.lower()
+    given = json.loads(subprocess.run([sys.executable, "-c", probe], env=env | {"OPENBLAS_CORETYPE": "Haswell"},
+                                      capture_output=True, text=True, check=True).stdout)
+    assert given["env"] == "Haswell"  # the user's choice wins
+    if given["core"] is not None:
+        assert given["core"].lower() == "haswell"
