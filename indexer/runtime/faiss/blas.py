@@ -1,13 +1,13 @@
 """Which matrix kernels the faiss-cpu wheel's own OpenBLAS runs: chosen from the CPU's flags when OpenBLAS is loaded.
 
 The wheel bundles OpenBLAS 0.3.15, which does not know CPUs newer than itself and then falls back to its oldest
-kernels ("Prescott", SSE3): on a Sapphire Rapids core with AVX-512 every BLAS call FAISS makes — k-means' assignment,
-adding many vectors to IVF lists, exact top k of many queries — ran 4–6× slower than with the kernels the CPU can run
-(docs/decisions.md, costs behind implementation choices). OpenBLAS reads `OPENBLAS_CORETYPE` once, when the library
-is loaded, i.e. when faiss is first imported; `prefer_native_kernels` sets it from /proc/cpuinfo before that, unless
-the environment already names one (the user's choice wins): "SkylakeX" with the AVX-512 foundation the SkylakeX
-kernels use, else "Haswell" with AVX2 and FMA, else nothing (OpenBLAS's own detection). Children (a compaction, a
-build's workers) inherit it.
+kernels ("Prescott", SSE3): on a Sapphire Rapids core with AVX-512 every BLAS call FAISS makes (k-means' assignment,
+adding many vectors to IVF lists, exact top k of many queries) ran several times slower than with the kernels the
+CPU can run (docs/decisions.md, costs behind implementation choices). OpenBLAS reads `OPENBLAS_CORETYPE` once, when
+the library is loaded, i.e. when faiss is first imported; `prefer_native_kernels` sets it from /proc/cpuinfo before
+that, unless the environment already names one (the user's choice wins): "SkylakeX" with the AVX-512 foundation
+the SkylakeX kernels use, else "Haswell" with AVX2 and FMA, else nothing (OpenBLAS's own detection). Children (a
+compaction, a build's workers) inherit it.
 
 May import: the standard library only (it runs before faiss is imported).
 """
