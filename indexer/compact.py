@@ -196,10 +196,11 @@ def _fold_index(folder: Path, parent: Manifest, folded_in: Fold, threads: int | 
     resized = None
     if reason is not None:  # built anew from the held vectors and the written ones, never added to the old lists
         resized = rebuild(index, parent, reason, written)
-        del index
-    elif written is not None:
-        index.add(*written)
-    grown = resized.index if resized is not None else index
+        grown = resized.index
+    else:
+        if written is not None:
+            index.add(*written)
+        grown = index
 
     def write(stage: Path) -> list[ShardInfo]:
         grown.save(stage / INDEX_FILE)

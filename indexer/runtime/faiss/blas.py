@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Set
 from pathlib import Path
 
 CORETYPE_ENV = "OPENBLAS_CORETYPE"
@@ -23,7 +24,7 @@ _SKYLAKEX = frozenset({"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"
 _HASWELL = frozenset({"avx2", "fma"})
 
 
-def coretype_for(flags: set[str] | frozenset[str]) -> str | None:
+def coretype_for(flags: Set[str]) -> str | None:
     """The OpenBLAS kernel family a CPU with `flags` (as /proc/cpuinfo lists them) runs best of those it can."""
     if _SKYLAKEX <= flags:
         return "SkylakeX"
@@ -44,11 +45,10 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
     return frozenset()
 
 
-def prefer_native_kernels() -> str | None:
-    """Set `OPENBLAS_CORETYPE` for this process and its children (x86-64 Linux, not already set); the value in
-    force afterwards (None: OpenBLAS detects)."""
+def prefer_native_kernels() -> None:
+    """Set `OPENBLAS_CORETYPE` for this process and its children (x86-64 Linux, not already set; left unset when
+    the flags name no family: OpenBLAS detects)."""
     if CORETYPE_ENV not in os.environ and platform.system() == "Linux" and platform.machine() == "x86_64":
         chosen = coretype_for(cpu_flags())
         if chosen is not None:
             os.environ[CORETYPE_ENV] = chosen
-    return os.environ.get(CORETYPE_ENV)
