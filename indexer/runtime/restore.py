@@ -168,7 +168,35 @@ def _parse_trailer(data: bytes, origin: str) -> dict[str, Any]:
     for key in ("version", "seq", "files", "encoder"):
         if key not in trailer:
             raise SnapshotError(f"{origin}: {TRAILER} is damaged: it has no {key!r}")
+    wrong = _trailer_field_wrong(trailer)
+    if wrong:
+        raise SnapshotError(f"{origin}: {TRAILER} is damaged: {wrong}")
     return trailer
+
+
+def _count(value: Any) -> bool:  # noqa: ANN401 (a JSON value)
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _trailer_field_wrong(trailer: dict[str, Any]) -> str | None:
+    """What in the trailer is not of the shape `snapshot.create` writes (None: all of it is): a trailer edited by
+    hand must be refused naming the field, never fail later on a value of another type."""
+    encoder, files = trailer["encoder"], trailer["files"]
+    if not isinstance(trailer["version"], str) or not trailer["version"]:
+        return f"its 'version' is {trailer['version']!r}, not a version's name"
+    if not _count(trailer["seq"]):
+        return f"its 'seq' is {trailer['seq']!r}, not a count of log entries"
+    if not _count(trailer.get("documents", 0)):
+        return f"its 'documents' is {trailer['documents']!r}, not a count"
+    if trailer.get("log_id") is not None and not isinstance(trailer["log_id"], str):
+        return f"its 'log_id' is {trailer['log_id']!r}, not a log's id"
+    if not isinstance(files, dict) or not all(
+            isinstance(w, dict) and _count(w.get("size")) and isinstance(w.get("sha256"), str) for w in files.values()):
+        return "its 'files' is not a table of members with their size and sha256"
+    if not isinstance(encoder, dict) or not isinstance(encoder.get("onnx_sha256"), str) \
+            or not isinstance(encoder.get("files") or {}, dict):
+        return "its 'encoder' does not describe an encoder (its ONNX sha256 and files)"
+    return None
 
 
 def _check_members(trailer: dict[str, Any], got: dict[str, dict[str, Any]], origin: str) -> None:

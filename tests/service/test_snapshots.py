@@ -156,3 +156,51 @@ def test_a_snapshot_over_http_restores_to_a_collection_that_answers_the_same(cdi
             == [snap2["name"]]
     finally:
         stop_server(server)
+
+
+def _with_trailer(archive: bytes, edit: Any) -> bytes:  # noqa: ANN401 (a function of the trailer's dict)
+    """The archive again, its snapshot.json (the last member) replaced by `edit(trailer)`, every other member kept."""
+    import io
+    import tarfile
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=io.BytesIO(archive)) as src, tarfile.open(fileobj=out, mode="w") as dst:
+        for member in src.getmembers():
+            data = src.extractfile(member).read()  # type: ignore[union-attr]
+            if member.name == "snapshot.json":
+                data = json.dumps(edit(json.loads(data))).encode()
+            info = tarfile.TarInfo(member.name)
+            info.size = len(data)
+            dst.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+ALTERED = [("seq", "abc"), ("seq", None), ("version", ["v"]), ("files", []), ("files", {"collection.json": None}),
+           ("encoder", None), ("encoder", "tiny"), ("documents", "many"), ("log_id", 7)]
+
+
+def test_a_snapshot_json_of_the_wrong_shape_is_refused_naming_it(cdir: Path, tmp_path: Path) -> None:
+    """A snapshot.json edited to hold a value of another type (its members intact) is a 422 naming snapshot.json and
+    the field over HTTP, and exit 2 with the reason from the CLI, leaving nothing behind (it was a 500: the value
+    was used as the type it should have been)."""
+    server = start_server(tmp_path, {"STRATA_COLLECTIONS_DIR": str(cdir), "STRATA_WATCH_INTERVAL_S": "0",
+                                     "STRATA_THREADS": "1"})
+    try:
+        c = server.client()
+        snap = c.post("/collections/notes/snapshots")
+        assert snap.status_code == 201, snap.text
+        archive = c.get(f"/collections/notes/snapshots/{snap.json()['name']}").content
+        for field, value in ALTERED:
+            altered = _with_trailer(archive, lambda t, f=field, v=value: t | {f: v})
+            r = c.post("/collections/altered/snapshots/upload", content=altered,
+                       headers={"Content-Type": "application/x-tar"})
+            assert r.status_code == 422, (field, value, r.text)
+            assert "snapshot.json is damaged" in r.json()["detail"] and f"'{field}'" in r.json()["detail"], r.text
+        assert c.get("/collections/altered").status_code == 404
+        (tmp_path / "altered.tar").write_bytes(altered)
+        cli = indexer_cli("snapshot", "restore", str(tmp_path / "altered.tar"), "--root", str(cdir / "cli"))
+        assert cli.returncode == 2 and "snapshot.json is damaged" in cli.stderr, cli.stderr
+        assert "Traceback" not in cli.stderr
+        assert sorted(p.name for p in cdir.iterdir()) == ["notes"]
+    finally:
+        stop_server(server)
