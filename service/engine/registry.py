@@ -43,7 +43,7 @@ from indexer.runtime.layout import CURRENT, VERSIONS
 from indexer.runtime.paths import DEFAULT_MODEL_NAME
 from service.engine.backends import Backend, make_backend
 from service.engine.collection import Collection
-from service.engine.errors import BadConfig, CollectionConflict, EngineError
+from service.engine.errors import BadConfig, CollectionConflict, UnknownCollection
 from service.engine.metrics import Metrics
 from service.engine.scheduler import Scheduler
 from service.engine.settings import EngineSettings
@@ -57,10 +57,6 @@ DEFAULT = "default"
 
 class CollectionsConfigError(ValueError):
     """Settings that cannot be served together (the CLI prints it and exits 2)."""
-
-
-class UnknownCollection(EngineError):
-    """No collection of that name (the HTTP layer answers 404 with this reason)."""
 
 
 @dataclass(frozen=True)

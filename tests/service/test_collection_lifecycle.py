@@ -8,9 +8,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from indexer.runtime.collection_dirs import CREATING_PREFIX, TRASH_PREFIX
@@ -179,3 +182,49 @@ def test_writes_to_a_server_with_nothing_built_are_a_clear_409(tmp_path: Path) -
             assert r.status_code == 409 and "STRATA_COLLECTIONS_DIR" in r.json()["detail"], r.text
     finally:
         stop_server(srv)
+
+
+def test_a_delete_waits_for_the_snapshot_being_made_of_the_collection(folders: dict[str, Path]) -> None:
+    """`DELETE /collections/{name}` while a snapshot of it is being made (held, `tests.service.held_service`, after
+    the version's files are open and before the write log is copied): the delete waits for it, the snapshot is
+    made whole (201), then the collection is gone. (The delete removed the folder under the snapshot: a 500.)"""
+    hold = folders["tmp"] / "hold"
+    srv = start_server(folders["tmp"], {"STRATA_COLLECTIONS_DIR": str(folders["collections"]),
+                                        "STRATA_MODELS_DIR": str(folders["models"]), "STRATA_API_KEYS": KEYS,
+                                        "STRATA_WATCH_INTERVAL_S": "0", "STRATA_WORKERS": "1",
+                                        "STRATA_TEST_HOLD_SNAPSHOT": str(hold)}, module="tests.service.held_service")
+    answers: dict[str, httpx.Response] = {}
+
+    def call(what: str, method: str, path: str) -> None:
+        with srv.client() as c:
+            answers[what] = c.request(method, path, headers=AUTH)
+
+    try:
+        with srv.client() as c:
+            made = c.post("/collections", json={"name": "notes", "encoder": folders["encoder"].name}, headers=AUTH)
+            assert made.status_code == 201, made.text
+            wrote = c.put("/collections/notes/documents", json={"documents": [{"id": "n1", "text": TEXTS[0]}]},
+                          headers=AUTH)
+            assert wrote.status_code == 200, wrote.text
+            hold.touch()
+            snap = threading.Thread(target=call, args=("snapshot", "POST", "/collections/notes/snapshots"))
+            snap.start()
+            deadline = time.monotonic() + 30
+            while not Path(f"{hold}.entered").exists():
+                assert time.monotonic() < deadline, "the snapshot never reached its hold"
+                time.sleep(0.01)
+            delete = threading.Thread(target=call, args=("delete", "DELETE", "/collections/notes"))
+            delete.start()
+            time.sleep(0.5)
+            assert "delete" not in answers  # it waits for the snapshot
+            hold.unlink()
+            snap.join(30)
+            delete.join(30)
+            assert answers["snapshot"].status_code == 201, answers["snapshot"].text
+            assert answers["delete"].status_code == 200, answers["delete"].text
+            assert c.get("/collections/notes", headers=AUTH).status_code == 404
+            assert c.post("/collections/notes/snapshots", headers=AUTH).status_code == 404
+    finally:
+        hold.unlink(missing_ok=True)
+        stop_server(srv)
+    assert list(folders["collections"].iterdir()) == []
