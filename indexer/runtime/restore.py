@@ -61,11 +61,13 @@ def check_target(target: Path) -> None:
                             f"a collection (delete it, or restore elsewhere)")
 
 
-def restore(archive: Path | IO[bytes], target: Path, *, encoders: Sequence[Path] = ()) -> Restored:
-    """Restore `archive` (a path, or a stream read once) into `target`; SnapshotError naming what is wrong."""
+def restore(archive: Path | IO[bytes], target: Path, *, encoders: Sequence[Path] = (),
+            origin: str | None = None) -> Restored:
+    """Restore `archive` (a path, or a stream read once) into `target`; SnapshotError naming what is wrong, and
+    `origin` as the archive (default: its path; a stream's, "the uploaded snapshot")."""
     target = Path(target).absolute()
     check_target(target)
-    origin = str(archive) if isinstance(archive, Path) else "the uploaded snapshot"
+    origin = origin or (str(archive) if isinstance(archive, Path) else "the uploaded snapshot")
     target.parent.mkdir(parents=True, exist_ok=True)
     stage = target.parent / f".{target.name}.restoring-{secrets.token_hex(4)}"
     stage.mkdir()

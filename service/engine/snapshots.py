@@ -104,7 +104,8 @@ async def restore_upload(folder: Path, name: str, chunks: AsyncIterator[bytes], 
                     raise SnapshotTooLarge(f"the uploaded snapshot is over {max_bytes:,} bytes "
                                            f"(STRATA_MAX_SNAPSHOT_BYTES)")
                 fh.write(chunk)
-        return await asyncio.to_thread(restore, upload, target, encoders=encoders)
+        # its reasons name the upload, not the server's temporary file (removed below)
+        return await asyncio.to_thread(restore, upload, target, encoders=encoders, origin="the uploaded snapshot")
     finally:
         upload.unlink(missing_ok=True)
 

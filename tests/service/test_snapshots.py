@@ -145,6 +145,7 @@ def test_a_snapshot_over_http_restores_to_a_collection_that_answers_the_same(cdi
         assert answers(c, "uploaded", queries) == answers(c, "notes", queries)
         cut = c.post("/collections/cut/snapshots/upload", content=archive2[: len(archive2) // 2], headers=AUTH)
         assert cut.status_code == 422 and "truncated" in cut.json()["detail"], cut.text
+        assert cut.json()["detail"].startswith("the uploaded snapshot: "), cut.text  # not the server's temporary file
         assert c.post("/collections/notes/snapshots/upload", content=archive2, headers=AUTH).status_code == 409
         assert c.post("/collections/other/snapshots/upload", content=archive2,
                       headers={"Authorization": f"Bearer {READER}"}).status_code == 403
