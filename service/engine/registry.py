@@ -279,9 +279,15 @@ class Collections:
 
     async def remove(self, name: str) -> None:
         """Stop serving collection `name` and remove its folder durably (`collection_dirs.delete_collection`: a
-        crash leaves the collection or nothing). UnknownCollection (404) when none is served by that name."""
+        crash leaves the collection or nothing); one not served because its collection.json does not validate is
+        removed too. UnknownCollection (404) when there is none of that name."""
         folder = self._folder_for("delete")
         async with self._changing:
+            if name in self.refused and name not in self.by_name:  # on disk, not served: its collection.json
+                await asyncio.to_thread(collection_dirs.delete_collection, folder, name)
+                del self.refused[name]
+                log.info("collections: deleted %s (it was not served)", name)
+                return
             collection = self.get(name)
             del self.by_name[name]  # new requests get a 404 from here on
             await collection.stop()  # its writes in flight finish first (its write thread is drained)

@@ -228,3 +228,26 @@ def test_a_delete_waits_for_the_snapshot_being_made_of_the_collection(folders: d
         hold.unlink(missing_ok=True)
         stop_server(srv)
     assert list(folders["collections"].iterdir()) == []
+
+
+def test_a_collection_left_unserved_by_its_collection_json_can_be_deleted_and_made_again(
+        folders: dict[str, Path]) -> None:
+    """A collection whose collection.json stopped validating is not served (404 saying why); `DELETE` removes it
+    like any other, after which its name can be created again. (The delete was a 404 while the create was a 409:
+    only the disk could free the name.)"""
+    create_empty_version(folders["collections"] / "notes", folders["encoder"])
+    (folders["collections"] / "notes" / "collection.json").write_text('{"mode": 5}')
+    srv = serve(folders)
+    try:
+        with srv.client() as c:
+            unserved = c.get("/collections/notes", headers=AUTH)
+            assert unserved.status_code == 404 and "collection.json" in unserved.json()["detail"], unserved.text
+            assert c.delete("/collections/notes", headers={"Authorization": f"Bearer {READER}"}).status_code == 403
+            gone = c.delete("/collections/notes", headers=AUTH)
+            assert gone.status_code == 200 and gone.json() == {"name": "notes", "deleted": True}, gone.text
+            assert not (folders["collections"] / "notes").exists()
+            assert c.delete("/collections/notes", headers=AUTH).status_code == 404
+            made = c.post("/collections", json={"name": "notes", "encoder": folders["encoder"].name}, headers=AUTH)
+            assert made.status_code == 201 and made.json()["ready"], made.text
+    finally:
+        stop_server(srv)
