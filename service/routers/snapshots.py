@@ -62,8 +62,8 @@ async def upload_snapshot(name: Name, request: Request, collections: Collections
                           settings: SettingsDep) -> CollectionInfo:
     """Restore an uploaded snapshot (the body: the archive, streamed) as the new collection `name` of
     `STRATA_COLLECTIONS_DIR`, checked whole before it is renamed into place, then serve it at once."""
-    if collections.folder is None:
-        raise SnapshotError("restoring a snapshot over HTTP creates a collection: it needs STRATA_COLLECTIONS_DIR "
+    if collections.folder is None:  # as POST /collections answers: no folder to make a collection in
+        raise SnapshotConflict("restoring a snapshot over HTTP creates a collection: it needs STRATA_COLLECTIONS_DIR "
                             "(or restore it with `indexer snapshot restore ARCHIVE --root DIR`)")
     if not re.fullmatch(NAME_PATTERN, name):
         raise SnapshotError(f"{name[:80]!r} is not a collection name ({NAME_PATTERN})")

@@ -180,6 +180,9 @@ def test_writes_to_a_server_with_nothing_built_are_a_clear_409(tmp_path: Path) -
             assert r.status_code == 409, r.text
             r = c.post("/collections", json={"name": "x"})  # one root served: no collections folder to create in
             assert r.status_code == 409 and "STRATA_COLLECTIONS_DIR" in r.json()["detail"], r.text
+            r = c.post("/collections/x/snapshots/upload", content=b"an archive",  # restoring one creates one too
+                       headers={"Content-Type": "application/x-tar"})
+            assert r.status_code == 409 and "STRATA_COLLECTIONS_DIR" in r.json()["detail"], r.text
     finally:
         stop_server(srv)
 
