@@ -198,7 +198,15 @@ def _trailer_field_wrong(trailer: dict[str, Any]) -> str | None:
     if not isinstance(encoder, dict) or not isinstance(encoder.get("onnx_sha256"), str) \
             or not isinstance(encoder.get("files") or {}, dict):
         return "its 'encoder' does not describe an encoder (its ONNX sha256 and files)"
+    outside = [rel for rel in encoder.get("files") or {} if not _inside(rel)]
+    if outside:  # each is read and hashed in a candidate encoder's folder: never a file elsewhere
+        return f"its 'encoder' lists {outside[0][:200]!r}, not a file inside an encoder's folder"
     return None
+
+
+def _inside(rel: str) -> bool:
+    parts = PurePosixPath(rel).parts
+    return bool(parts) and not rel.startswith("/") and not any(p in ("", ".", "..") for p in parts)
 
 
 def _check_members(trailer: dict[str, Any], got: dict[str, dict[str, Any]], origin: str) -> None:

@@ -177,7 +177,9 @@ def _with_trailer(archive: bytes, edit: Any) -> bytes:  # noqa: ANN401 (a functi
 
 
 ALTERED = [("seq", "abc"), ("seq", None), ("version", ["v"]), ("files", []), ("files", {"collection.json": None}),
-           ("encoder", None), ("encoder", "tiny"), ("documents", "many"), ("log_id", 7)]
+           ("encoder", None), ("encoder", "tiny"), ("documents", "many"), ("log_id", 7),
+           # the encoder it names, with a file outside its folder (which was read and hashed)
+           ("encoder", lambda e: e | {"files": {"../../../etc/hostname": "0" * 64}})]
 
 
 def test_a_snapshot_json_of_the_wrong_shape_is_refused_naming_it(cdir: Path, tmp_path: Path) -> None:
@@ -192,7 +194,7 @@ def test_a_snapshot_json_of_the_wrong_shape_is_refused_naming_it(cdir: Path, tmp
         assert snap.status_code == 201, snap.text
         archive = c.get(f"/collections/notes/snapshots/{snap.json()['name']}").content
         for field, value in ALTERED:
-            altered = _with_trailer(archive, lambda t, f=field, v=value: t | {f: v})
+            altered = _with_trailer(archive, lambda t, f=field, v=value: t | {f: v(t[f]) if callable(v) else v})
             r = c.post("/collections/altered/snapshots/upload", content=altered,
                        headers={"Content-Type": "application/x-tar"})
             assert r.status_code == 422, (field, value, r.text)
