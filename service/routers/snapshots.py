@@ -11,6 +11,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Request, Response
 from fastapi.responses import FileResponse
+from starlette.requests import ClientDisconnect
 
 from service.auth import ADMIN_NAMED, NAMED_PATH
 from service.deps import CollectionDep, CollectionsDep, SettingsDep
@@ -69,7 +70,10 @@ async def upload_snapshot(name: Name, request: Request, collections: Collections
         raise SnapshotError(f"{name[:80]!r} is not a collection name ({NAME_PATTERN})")
     if name in collections.by_name or name in collections.refused:
         raise SnapshotConflict(f"collection {name!r} exists: a snapshot is restored as a new collection")
-    await restore_upload(collections.folder, name, request.stream(), settings.max_snapshot_bytes,
-                         encoders_known(collections, settings.model_dir))
+    try:
+        await restore_upload(collections.folder, name, request.stream(), settings.max_snapshot_bytes,
+                             encoders_known(collections, settings.model_dir))
+    except ClientDisconnect:  # nothing was restored, and no one reads the answer: a refusal, not a server error
+        raise SnapshotError("the upload was cut short: the client disconnected before the archive's end") from None
     await collections.discover()
     return describe(collections, collections.get(name))

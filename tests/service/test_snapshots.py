@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -204,6 +205,29 @@ def test_a_snapshot_json_of_the_wrong_shape_is_refused_naming_it(cdir: Path, tmp
         cli = indexer_cli("snapshot", "restore", str(tmp_path / "altered.tar"), "--root", str(cdir / "cli"))
         assert cli.returncode == 2 and "snapshot.json is damaged" in cli.stderr, cli.stderr
         assert "Traceback" not in cli.stderr
+        assert sorted(p.name for p in cdir.iterdir()) == ["notes"]
+    finally:
+        stop_server(server)
+
+
+def test_an_upload_cut_off_by_its_client_is_refused_and_leaves_nothing(cdir: Path, tmp_path: Path) -> None:
+    """An upload whose client goes away halfway is refused like a truncated archive (422), leaves nothing in the
+    collections folder and is no server error (the route's read raised ClientDisconnect: logged as an unhandled
+    error, a 500)."""
+    server = start_server(tmp_path, {"STRATA_COLLECTIONS_DIR": str(cdir), "STRATA_WATCH_INTERVAL_S": "0",
+                                     "STRATA_THREADS": "1"})
+    try:
+        c = server.client()
+        snap = c.post("/collections/notes/snapshots")
+        assert snap.status_code == 201, snap.text
+        archive = c.get(f"/collections/notes/snapshots/{snap.json()['name']}").content
+        port = int(server.url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.sendall(f"POST /collections/cut/snapshots/upload HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                      f"application/x-tar\r\nContent-Length: {len(archive)}\r\n\r\n".encode() + archive[:4096])
+            wait_for(lambda: any(p.name.startswith(".upload-cut") for p in cdir.iterdir()), "the upload's first bytes")
+        wait_for(lambda: "POST /collections/cut/snapshots/upload 422" in server.log.read_text(), "the refusal")
+        assert "unhandled error" not in server.log.read_text()
         assert sorted(p.name for p in cdir.iterdir()) == ["notes"]
     finally:
         stop_server(server)
