@@ -291,6 +291,7 @@ class Collections:
             collection = self.get(name)
             del self.by_name[name]  # new requests get a 404 from here on
             await collection.stop()  # its writes in flight finish first (its write thread is drained)
+            collection.collection_metrics.forget()
             await asyncio.to_thread(collection_dirs.delete_collection, folder, name)
         log.info("collections: deleted %s", name)
 

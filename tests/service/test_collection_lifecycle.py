@@ -98,9 +98,11 @@ def test_create_write_search_restart_delete(folders: dict[str, Path]) -> None:
                          headers=AUTH).json()
             assert [h["id"] for h in hit["hits"]] == ["d0"]
             assert c.delete("/collections/notes", headers={"Authorization": f"Bearer {READER}"}).status_code == 403
+            assert 'strata_collection_ready{collection="notes"} 1.0' in c.get("/metrics").text
             gone = c.delete("/collections/notes", headers=AUTH)
             assert gone.status_code == 200 and gone.json() == {"name": "notes", "deleted": True}
             assert c.get("/collections/notes", headers=AUTH).status_code == 404
+            assert 'collection="notes"' not in c.get("/metrics").text  # no series of it left (ready 1 was)
             assert c.post("/collections/notes/search", json={"query": TEXTS[0]}, headers=AUTH).status_code == 404
             assert c.delete("/collections/notes", headers=AUTH).status_code == 404
     finally:
