@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Request, Response
+from fastapi import APIRouter, HTTPException, Path, Request, Response
 from fastapi.responses import FileResponse
 from starlette.requests import ClientDisconnect
 
@@ -56,6 +56,7 @@ async def delete_snapshot(snapshot: Snap, collection: CollectionDep) -> Response
 @router.post("/{name}/snapshots/upload", status_code=201, dependencies=[ADMIN_NAMED], response_model=CollectionInfo,
              responses={409: {"description": "a collection of that name exists"},
                         413: {"description": "over STRATA_MAX_SNAPSHOT_BYTES"},
+                        415: {"description": "a multipart form: the archive is sent as the body itself"},
                         422: {"description": "the archive is damaged or truncated, or its encoder is not here"}},
              openapi_extra={"requestBody": {"required": True, "content": {
                  "application/x-tar": {"schema": {"type": "string", "format": "binary"}}}}})
@@ -68,6 +69,10 @@ async def upload_snapshot(name: Name, request: Request, collections: Collections
                             "(or restore it with `indexer snapshot restore ARCHIVE --root DIR`)")
     if not re.fullmatch(NAME_PATTERN, name):
         raise SnapshotError(f"{name[:80]!r} is not a collection name ({NAME_PATTERN})")
+    if request.headers.get("content-type", "").lower().startswith("multipart/"):  # Qdrant's upload is a form
+        raise HTTPException(415, detail="the snapshot is sent as the request body itself (Content-Type: "
+                                        "application/x-tar; curl --data-binary @FILE), not in a multipart form "
+                                        "(curl -F)")
     if name in collections.by_name or name in collections.refused:
         raise SnapshotConflict(f"collection {name!r} exists: a snapshot is restored as a new collection")
     try:

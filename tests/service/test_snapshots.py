@@ -148,6 +148,8 @@ def test_a_snapshot_over_http_restores_to_a_collection_that_answers_the_same(cdi
         assert cut.status_code == 422 and "truncated" in cut.json()["detail"], cut.text
         assert cut.json()["detail"].startswith("the uploaded snapshot: "), cut.text  # not the server's temporary file
         assert c.post("/collections/notes/snapshots/upload", content=archive2, headers=AUTH).status_code == 409
+        form = c.post("/collections/form/snapshots/upload", files={"snapshot": ("notes.tar", archive2)}, headers=AUTH)
+        assert form.status_code == 415 and "--data-binary" in form.json()["detail"], form.text  # was a 422 "damaged"
         assert c.post("/collections/other/snapshots/upload", content=archive2,
                       headers={"Authorization": f"Bearer {READER}"}).status_code == 403
         assert sorted(p.name for p in cdir.iterdir()) == ["copy", "notes", "twin", "uploaded"]  # no .upload left
