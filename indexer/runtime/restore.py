@@ -45,6 +45,8 @@ from indexer.runtime.snapshot import (
 )
 from indexer.runtime.writelog import LOG_FILE, WRITES_DIR
 
+RESTORING = ".restoring-"  # in the name of a restore's staging folder, beside its target
+
 
 @dataclass(frozen=True)
 class Restored:
@@ -69,7 +71,7 @@ def restore(archive: Path | IO[bytes], target: Path, *, encoders: Sequence[Path]
     check_target(target)
     origin = origin or (str(archive) if isinstance(archive, Path) else "the uploaded snapshot")
     target.parent.mkdir(parents=True, exist_ok=True)
-    stage = target.parent / f".{target.name}.restoring-{secrets.token_hex(4)}"
+    stage = target.parent / f".{target.name}{RESTORING}{secrets.token_hex(4)}"
     stage.mkdir()
     try:
         if isinstance(archive, Path):

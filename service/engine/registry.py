@@ -123,8 +123,8 @@ class Collections:
         self._changing = asyncio.Lock()  # discovery, create and delete: one at a time
         if sources is None:
             assert self.folder is not None
-            for left in collection_dirs.sweep(self.folder):  # an interrupted create or delete: not a collection
-                log.warning("collections: removed %s, left by an interrupted create or delete", left)
+            for left in collection_dirs.sweep(self.folder):  # an interrupted create, delete or restore
+                log.warning("collections: removed %s, left by an interrupted create, delete or restore", left)
             sources, self.skipped = scan(self.folder)
             for name, why in self.skipped.items():
                 log.warning("collections: skipped %s: %s", name, why)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from indexer.runtime import snapshot
+from indexer.runtime.collection_dirs import UPLOAD_PREFIX
 from indexer.runtime.restore import Restored, check_target, restore
 from indexer.runtime.snapshot import SnapshotInfo
 from service.engine.errors import NotReady, SnapshotTooLarge, UnknownCollection
@@ -94,7 +95,7 @@ async def restore_upload(folder: Path, name: str, chunks: AsyncIterator[bytes], 
     place; nothing is left of a refused or cut upload."""
     target = folder / name
     check_target(target)
-    upload = folder / f".upload-{name}-{secrets.token_hex(4)}.tar"
+    upload = folder / f"{UPLOAD_PREFIX}{name}-{secrets.token_hex(4)}.tar"  # a crash leaves it: startup's sweep
     try:
         size = 0
         with open(upload, "wb") as fh:

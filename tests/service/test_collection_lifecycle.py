@@ -138,6 +138,8 @@ def test_a_cut_short_create_or_delete_leaves_the_collection_or_nothing_and_the_c
     (cdir / f"{CREATING_PREFIX}early-0002").mkdir()  # cut before the version was written
     create_empty_version(cdir / f"{TRASH_PREFIX}old-0003", encoder)  # renamed away, not yet removed
     create_empty_version(cdir / "kept", encoder)  # a delete cut before its rename: the collection, whole
+    create_empty_version(cdir / ".copy.restoring-0004", encoder)  # a restore cut before its rename
+    (cdir / ".upload-copy-0005.tar").write_bytes(b"an upload's first bytes")  # an upload cut before its restore
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "indexer.cli", "collection", "--root", str(cdir / "faq"), *args],
