@@ -43,6 +43,7 @@ from indexer.runtime.snapshot import (
     SnapshotConflict,
     SnapshotError,
 )
+from indexer.runtime.storage import storage_errors
 from indexer.runtime.writelog import LOG_FILE, WRITES_DIR
 
 RESTORING = ".restoring-"  # in the name of a restore's staging folder, beside its target
@@ -72,32 +73,41 @@ def restore(archive: Path | IO[bytes], target: Path, *, encoders: Sequence[Path]
     origin = origin or (str(archive) if isinstance(archive, Path) else "the uploaded snapshot")
     target.parent.mkdir(parents=True, exist_ok=True)
     stage = target.parent / f".{target.name}{RESTORING}{secrets.token_hex(4)}"
-    stage.mkdir()
     try:
-        if isinstance(archive, Path):
-            with open(archive, "rb") as fh:
-                trailer, version = _extract(fh, stage, origin)
-        else:
-            trailer, version = _extract(archive, stage, origin)
-        folder = stage / VERSIONS / version
-        try:
-            verify_folder(folder)
-            manifest = Manifest.load(folder)
-        except (IntegrityError, ManifestError) as exc:
-            raise SnapshotError(f"{origin}: version {version}: {exc}") from None
-        _check_log(stage / WRITES_DIR / LOG_FILE, trailer, origin)
-        encoder = _find_encoder(trailer["encoder"], [Path(manifest.model.dir), *encoders], origin)
-        if str(encoder) != manifest.model.dir:
-            manifest.model.dir = str(encoder)
-            manifest.save(folder)
-        IndexRoot(stage).set_current(version)
-        sync_tree(stage)
-        check_target(target)  # still empty: nothing was made there meanwhile
-        os.replace(stage, target) if target.exists() else os.rename(stage, target)
-        fsync_dir(target.parent)
+        # a full or failing disk where it writes: StorageFull/Unavailable (an archive or encoder it cannot read
+        # elsewhere is not that disk's fault)
+        with storage_errors(stage, f"restoring into {target}", within=target.parent):
+            return _restore_staged(archive, target, stage, origin, encoders)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
+
+
+def _restore_staged(archive: Path | IO[bytes], target: Path, stage: Path, origin: str,
+                    encoders: Sequence[Path]) -> Restored:
+    """The restore, through `stage` (removed by the caller when anything fails)."""
+    stage.mkdir()
+    if isinstance(archive, Path):
+        with open(archive, "rb") as fh:
+            trailer, version = _extract(fh, stage, origin)
+    else:
+        trailer, version = _extract(archive, stage, origin)
+    folder = stage / VERSIONS / version
+    try:
+        verify_folder(folder)
+        manifest = Manifest.load(folder)
+    except (IntegrityError, ManifestError) as exc:
+        raise SnapshotError(f"{origin}: version {version}: {exc}") from None
+    _check_log(stage / WRITES_DIR / LOG_FILE, trailer, origin)
+    encoder = _find_encoder(trailer["encoder"], [Path(manifest.model.dir), *encoders], origin)
+    if str(encoder) != manifest.model.dir:
+        manifest.model.dir = str(encoder)
+        manifest.save(folder)
+    IndexRoot(stage).set_current(version)
+    sync_tree(stage)
+    check_target(target)  # still empty: nothing was made there meanwhile
+    os.replace(stage, target) if target.exists() else os.rename(stage, target)
+    fsync_dir(target.parent)
     return Restored(target, version, int(trailer["seq"]), int(trailer.get("documents", 0)), encoder)
 
 

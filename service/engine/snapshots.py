@@ -17,6 +17,7 @@ from indexer.runtime import snapshot
 from indexer.runtime.collection_dirs import UPLOAD_PREFIX
 from indexer.runtime.restore import Restored, check_target, restore
 from indexer.runtime.snapshot import SnapshotInfo
+from indexer.runtime.storage import storage_errors
 from service.engine.errors import NotReady, SnapshotTooLarge, UnknownCollection
 
 
@@ -98,7 +99,7 @@ async def restore_upload(folder: Path, name: str, chunks: AsyncIterator[bytes], 
     upload = folder / f"{UPLOAD_PREFIX}{name}-{secrets.token_hex(4)}.tar"  # a crash leaves it: startup's sweep
     try:
         size = 0
-        with open(upload, "wb") as fh:
+        with storage_errors(upload, "receiving an uploaded snapshot"), open(upload, "wb") as fh:
             async for chunk in chunks:
                 size += len(chunk)
                 if size > max_bytes:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import httpx
 import pytest
 
 from tests.conftest import QUORA_LIKE_WORDS, REPO, doc_vector, encoder_dim, start_server, stop_server
+from tests.faults import small_fs
 
 ADMIN, READER = "snap-admin-key-0123", "snap-read-key-0123"
 AUTH = {"Authorization": f"Bearer {ADMIN}"}
@@ -233,3 +235,34 @@ def test_an_upload_cut_off_by_its_client_is_refused_and_leaves_nothing(cdir: Pat
         assert sorted(p.name for p in cdir.iterdir()) == ["notes"]
     finally:
         stop_server(server)
+
+
+def test_a_full_disk_refuses_a_snapshot_and_an_upload_with_507_and_leaves_nothing(cdir: Path, tmp_path: Path) -> None:
+    """ENOSPC (a small tmpfs filled up, `tests.faults`) while a snapshot is written and while an upload is received:
+    507 naming the disk's fault, with Retry-After, as a write of documents is answered (both were 500s); nothing
+    half-made is left, and both succeed once there is room, without a restart."""
+    with small_fs(tmp_path / "fs") as fs:
+        folder = Path(shutil.copytree(cdir, fs.path / "collections", symlinks=True))
+        server = start_server(tmp_path, {"STRATA_COLLECTIONS_DIR": str(folder), "STRATA_WATCH_INTERVAL_S": "0",
+                                         "STRATA_THREADS": "1"})
+        try:
+            c = server.client()
+            first = c.post("/collections/notes/snapshots")
+            assert first.status_code == 201, first.text
+            archive = c.get(f"/collections/notes/snapshots/{first.json()['name']}").content
+            snapshots = sorted(p.name for p in (folder / "notes" / "snapshots").iterdir())
+            fs.fill()
+            for r in (c.post("/collections/notes/snapshots"),
+                      c.post("/collections/copy/snapshots/upload", content=archive,
+                             headers={"Content-Type": "application/x-tar"})):
+                assert r.status_code == 507 and "no space left" in r.json()["detail"], r.text
+                assert int(r.headers["Retry-After"]) > 0
+            assert sorted(p.name for p in (folder / "notes" / "snapshots").iterdir()) == snapshots
+            assert sorted(p.name for p in folder.iterdir()) == ["notes"]
+            fs.free()
+            assert c.post("/collections/notes/snapshots").status_code == 201
+            up = c.post("/collections/copy/snapshots/upload", content=archive,
+                        headers={"Content-Type": "application/x-tar"})
+            assert up.status_code == 201 and up.json()["ready"], up.text
+        finally:
+            stop_server(server)
