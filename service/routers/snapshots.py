@@ -16,6 +16,7 @@ from starlette.requests import ClientDisconnect
 from service.auth import ADMIN_NAMED, NAMED_PATH
 from service.deps import CollectionDep, CollectionsDep, SettingsDep
 from service.engine import NAME_PATTERN, SnapshotConflict, SnapshotError, encoders_known, restore_upload
+from service.engine.errors import SnapshotTooLarge
 from service.routers.collections import describe
 from service.schemas.collections import CollectionInfo, SnapshotList, SnapshotOut
 
@@ -66,7 +67,7 @@ async def upload_snapshot(name: Name, request: Request, collections: Collections
     `STRATA_COLLECTIONS_DIR`, checked whole before it is renamed into place, then serve it at once."""
     if collections.folder is None:  # as POST /collections answers: no folder to make a collection in
         raise SnapshotConflict("restoring a snapshot over HTTP creates a collection: it needs STRATA_COLLECTIONS_DIR "
-                            "(or restore it with `indexer snapshot restore ARCHIVE --root DIR`)")
+                               "(or restore it with `indexer snapshot restore ARCHIVE --root DIR`)")
     if not re.fullmatch(NAME_PATTERN, name):
         raise SnapshotError(f"{name[:80]!r} is not a collection name ({NAME_PATTERN})")
     if request.headers.get("content-type", "").lower().startswith("multipart/"):  # Qdrant's upload is a form
@@ -75,6 +76,10 @@ async def upload_snapshot(name: Name, request: Request, collections: Collections
                                         "(curl -F)")
     if name in collections.by_name or name in collections.refused:
         raise SnapshotConflict(f"collection {name!r} exists: a snapshot is restored as a new collection")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > settings.max_snapshot_bytes:  # refused before a byte is written
+        raise SnapshotTooLarge(f"the uploaded snapshot is {int(declared):,} bytes, over "
+                               f"{settings.max_snapshot_bytes:,} (STRATA_MAX_SNAPSHOT_BYTES)")
     try:
         await restore_upload(collections.folder, name, request.stream(), settings.max_snapshot_bytes,
                              encoders_known(collections, settings.model_dir))

@@ -266,3 +266,24 @@ def test_a_full_disk_refuses_a_snapshot_and_an_upload_with_507_and_leaves_nothin
             assert up.status_code == 201 and up.json()["ready"], up.text
         finally:
             stop_server(server)
+
+
+def test_an_upload_declared_over_the_cap_is_a_413_before_its_body_is_read(cdir: Path, tmp_path: Path) -> None:
+    """A Content-Length over STRATA_MAX_SNAPSHOT_BYTES is refused at once, before the body is sent (it was streamed
+    to disk up to the cap, 64 GiB by default, before the 413); a chunked upload is still cut at the cap."""
+    server = start_server(tmp_path, {"STRATA_COLLECTIONS_DIR": str(cdir), "STRATA_WATCH_INTERVAL_S": "0",
+                                     "STRATA_THREADS": "1", "STRATA_MAX_SNAPSHOT_BYTES": "65536"})
+    try:
+        port = int(server.url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+            s.sendall(b"POST /collections/big/snapshots/upload HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-tar"
+                      b"\r\nContent-Length: 1000000000\r\n\r\n" + b"\0" * 1024)  # the rest is never sent
+            answer = s.recv(4096).decode()
+        assert answer.startswith("HTTP/1.1 413") and "STRATA_MAX_SNAPSHOT_BYTES" in answer, answer
+        assert sorted(p.name for p in cdir.iterdir()) == ["notes"]
+        chunked = server.client().post("/collections/big/snapshots/upload", content=iter([b"\0" * 50_000] * 3),
+                                       headers={"Content-Type": "application/x-tar"})
+        assert chunked.status_code == 413, chunked.text
+        assert sorted(p.name for p in cdir.iterdir()) == ["notes"]
+    finally:
+        stop_server(server)
