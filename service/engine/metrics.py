@@ -137,9 +137,10 @@ class CollectionMetrics:
             metrics.index_info.clear()
             metrics.index_info.labels(version, pooling).set(1)
 
-    def forget(self) -> None:
+    def forget(self, was_default: bool) -> None:
         """The collection is deleted: its labelled series go (a deleted collection must not read as one that
-        serves, `strata_collection_ready` 1), and the unlabelled ones it mirrored as the default say not ready."""
+        serves, `strata_collection_ready` 1), and when it `was_default` (asked before it left the registry: it is
+        no one's default now) the unlabelled ones it mirrored say not ready."""
         m = self.metrics
         for family in (m.c_ready, m.c_size, m.c_mrr, m.c_info, m.c_searches, m.c_swaps, m.c_refused_now, m.c_writes,
                        m.c_write_log_seq, m.compaction_pending, m.compaction_running, m.compactions,
@@ -147,7 +148,7 @@ class CollectionMetrics:
             for labels in list(family._metrics):  # noqa: SLF001 (prometheus_client lists its series nowhere else)
                 if labels[0] == self.name:
                     family.remove(*labels)
-        if self.primary:
+        if was_default:
             m.ready.set(0)
             m.index_info.clear()
 

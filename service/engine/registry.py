@@ -289,9 +289,10 @@ class Collections:
                 log.info("collections: deleted %s (it was not served)", name)
                 return
             collection = self.get(name)
+            was_default = self.default_name() == name
             del self.by_name[name]  # new requests get a 404 from here on
             await collection.stop()  # its writes in flight finish first (its write thread is drained)
-            collection.collection_metrics.forget()
+            collection.collection_metrics.forget(was_default)
             await asyncio.to_thread(collection_dirs.delete_collection, folder, name)
         log.info("collections: deleted %s", name)
 

@@ -102,7 +102,9 @@ def test_create_write_search_restart_delete(folders: dict[str, Path]) -> None:
             gone = c.delete("/collections/notes", headers=AUTH)
             assert gone.status_code == 200 and gone.json() == {"name": "notes", "deleted": True}
             assert c.get("/collections/notes", headers=AUTH).status_code == 404
-            assert 'collection="notes"' not in c.get("/metrics").text  # no series of it left (ready 1 was)
+            metrics = c.get("/metrics").text
+            assert 'collection="notes"' not in metrics  # no series of it left (ready 1 was)
+            assert "\nstrata_ready 0.0" in metrics  # it was the default (the only collection): nothing serves
             assert c.post("/collections/notes/search", json={"query": TEXTS[0]}, headers=AUTH).status_code == 404
             assert c.delete("/collections/notes", headers=AUTH).status_code == 404
     finally:
