@@ -284,8 +284,11 @@ class Collections:
         folder = self._folder_for("delete")
         async with self._changing:
             if name in self.refused and name not in self.by_name:  # on disk, not served: its collection.json
-                await asyncio.to_thread(collection_dirs.delete_collection, folder, name)
-                del self.refused[name]
+                why = self.refused.pop(name)
+                try:
+                    await asyncio.to_thread(collection_dirs.delete_collection, folder, name)
+                except collection_dirs.NoSuchCollection:  # removed by hand meanwhile
+                    raise UnknownCollection(f"no collection named {name!r} (it was not served: {why})") from None
                 log.info("collections: deleted %s (it was not served)", name)
                 return
             collection = self.get(name)

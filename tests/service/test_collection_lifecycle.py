@@ -6,6 +6,7 @@ both survive a restart, and a create or delete cut short leaves the collection w
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -246,6 +247,8 @@ def test_a_collection_left_unserved_by_its_collection_json_can_be_deleted_and_ma
     only the disk could free the name.)"""
     create_empty_version(folders["collections"] / "notes", folders["encoder"])
     (folders["collections"] / "notes" / "collection.json").write_text('{"mode": 5}')
+    create_empty_version(folders["collections"] / "gone", folders["encoder"])
+    (folders["collections"] / "gone" / "collection.json").write_text('{"mode": 5}')
     srv = serve(folders)
     try:
         with srv.client() as c:
@@ -258,5 +261,7 @@ def test_a_collection_left_unserved_by_its_collection_json_can_be_deleted_and_ma
             assert c.delete("/collections/notes", headers=AUTH).status_code == 404
             made = c.post("/collections", json={"name": "notes", "encoder": folders["encoder"].name}, headers=AUTH)
             assert made.status_code == 201 and made.json()["ready"], made.text
+            shutil.rmtree(folders["collections"] / "gone")  # removed by hand while refused: a 404, not a 500
+            assert c.delete("/collections/gone", headers=AUTH).status_code == 404
     finally:
         stop_server(srv)
