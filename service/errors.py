@@ -39,6 +39,7 @@ from indexer.runtime.metadata import json_safe
 from service import engine
 from service.auth import served_routes
 from service.engine.errors import SnapshotTooLarge
+from service.lean_route import is_json_body
 from service.schemas.admin import ReloadResponse
 from service.schemas.openai import OpenAIRequestError
 
@@ -121,7 +122,20 @@ async def validation_error(request: Request, exc: RequestValidationError) -> JSO
         return _openai_validation_error(exc)
     errors = [{"type": e.get("type"), "loc": list(e.get("loc", ())), "msg": str(e.get("msg"))}
               for e in exc.errors()]
+    if not is_json_body(request):
+        for error in errors:
+            if error["loc"] == ["body"] and error["type"] == "model_attributes_type":
+                error["msg"] = _not_json(request)
     return JSONResponse({"detail": errors}, status_code=422)
+
+
+def _not_json(request: Request) -> str:
+    """Why a JSON object sent without JSON's Content-Type is "not a valid dictionary": FastAPI did not read it as
+    JSON (curl's `-d` alone sends application/x-www-form-urlencoded)."""
+    sent = request.headers.get("content-type")
+    return (f"the body was not read as JSON: its Content-Type is {sent[:80]!r}" if sent else
+            "the body was not read as JSON: the request has no Content-Type") + \
+        "; send it with 'Content-Type: application/json'"
 
 
 def _allow(request: Request, exc: HTTPException) -> dict[str, str] | None:

@@ -146,7 +146,7 @@ async def read_body(request: Request, model: type[BaseModel], field: ModelField)
     passes, else FastAPI's own reading and refusal. A body of `OFF_LOOP_BYTES` or more is parsed in the app's body
     process (or on a thread): the event loop serves other requests meanwhile."""
     raw = await request.body()
-    is_json = _is_json(request)
+    is_json = is_json_body(request)
     if len(raw) < OFF_LOOP_BYTES:
         return validate_body(raw, is_json, model, field)
     process: BodyProcess | None = getattr(request.app.state, "body_process", None)
@@ -162,7 +162,8 @@ def validate_body(raw: bytes, is_json: bool, model: type[BaseModel], field: Mode
         return _fastapi_body(raw, is_json, field)
 
 
-def _is_json(request: Request) -> bool:
+def is_json_body(request: Request) -> bool:
+    """Whether FastAPI reads the request's body as JSON (its Content-Type is JSON's)."""
     value = request.headers.get("content-type")
     if not value:
         return False

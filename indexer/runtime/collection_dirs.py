@@ -7,7 +7,8 @@ Each change is one rename, so a crash leaves the collection whole or not there a
 - delete: `NAME` is renamed to a hidden tombstone (`.trash-NAME-…`) and the folder synced, then the tombstone is
   removed.
 A crash before the rename leaves a hidden folder that is not a collection (`sweep` removes it, as the API does at
-startup; discovery skips hidden folders); after it, the rename has happened entirely.
+startup; discovery skips hidden folders); after it, the rename has happened entirely. So does a restore's staging
+folder (`indexer.runtime.restore`) and an upload's file, left by a crash mid-restore.
 
 Encoders: a collection pairs with an exported encoder (`encoder export`), named by its folder under the models
 folder (`STRATA_MODELS_DIR`, default `~/.strata/models`)."""
@@ -26,10 +27,12 @@ from indexer.runtime.collection_config import CollectionConfig
 from indexer.runtime.empty_version import create_empty_version, encoder_meta
 from indexer.runtime.encoder import ENCODER_META
 from indexer.runtime.paths import strata_home
+from indexer.runtime.restore import RESTORING
 
 NAME_PATTERN = r"[a-z0-9][a-z0-9_-]{0,63}"
 NAME_RE = re.compile(NAME_PATTERN)
 CREATING_PREFIX, TRASH_PREFIX = ".creating-", ".trash-"
+UPLOAD_PREFIX = ".upload-"  # a snapshot uploaded over HTTP, streamed to a file here before it is restored
 MODELS_DIR_ENV = "STRATA_MODELS_DIR"
 
 
@@ -120,11 +123,15 @@ def delete_collection(folder: Path, name: str) -> None:
 
 
 def sweep(folder: Path) -> list[str]:
-    """Remove what an interrupted create or delete left in `folder` (hidden staging folders and tombstones); their
-    names."""
+    """Remove what an interrupted create, delete or restore left in `folder` (hidden staging folders, tombstones,
+    an upload's file); their names."""
     if not folder.is_dir():
         return []
-    left = [d for d in folder.iterdir() if d.name.startswith((CREATING_PREFIX, TRASH_PREFIX)) and d.is_dir()]
+    left = [d for d in folder.iterdir() if d.is_dir() and (d.name.startswith((CREATING_PREFIX, TRASH_PREFIX)) or (
+        d.name.startswith(".") and RESTORING in d.name))]
+    uploads = [f for f in folder.glob(f"{UPLOAD_PREFIX}*.tar") if f.is_file()]
     for d in left:
         shutil.rmtree(d, ignore_errors=True)
-    return sorted(d.name for d in left)
+    for f in uploads:
+        f.unlink(missing_ok=True)
+    return sorted(p.name for p in (*left, *uploads))

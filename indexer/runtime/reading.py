@@ -104,11 +104,21 @@ def decode_cursor(cursor: str) -> ExtId:
     except (ValueError, binascii.Error, UnicodeDecodeError):
         value = None
     ok = isinstance(value, list) and len(value) == 1 and isinstance(value[0], int | str) \
-        and not isinstance(value[0], bool) and (isinstance(value[0], str) or _INT64[0] <= value[0] <= _INT64[1])
+        and not isinstance(value[0], bool) and (_is_unicode(value[0]) if isinstance(value[0], str)
+                                                else _INT64[0] <= value[0] <= _INT64[1])
     if not ok:
         raise BadCursor(f"cursor {cursor[:80]!r} is not one this API made: pass the next_cursor of the page before, "
                         f"or none to start from the first document")
     return value[0]  # type: ignore[index]
+
+
+def _is_unicode(text: str) -> bool:
+    """No lone surrogate (JSON's `\\ud800` decodes to one): no id holds one, and SQLite cannot be handed one."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def is_head(ext: ExtId) -> bool:

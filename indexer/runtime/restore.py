@@ -43,7 +43,10 @@ from indexer.runtime.snapshot import (
     SnapshotConflict,
     SnapshotError,
 )
+from indexer.runtime.storage import storage_errors
 from indexer.runtime.writelog import LOG_FILE, WRITES_DIR
+
+RESTORING = ".restoring-"  # in the name of a restore's staging folder, beside its target
 
 
 @dataclass(frozen=True)
@@ -61,39 +64,50 @@ def check_target(target: Path) -> None:
                             f"a collection (delete it, or restore elsewhere)")
 
 
-def restore(archive: Path | IO[bytes], target: Path, *, encoders: Sequence[Path] = ()) -> Restored:
-    """Restore `archive` (a path, or a stream read once) into `target`; SnapshotError naming what is wrong."""
+def restore(archive: Path | IO[bytes], target: Path, *, encoders: Sequence[Path] = (),
+            origin: str | None = None) -> Restored:
+    """Restore `archive` (a path, or a stream read once) into `target`; SnapshotError naming what is wrong, and
+    `origin` as the archive (default: its path; a stream's, "the uploaded snapshot")."""
     target = Path(target).absolute()
     check_target(target)
-    origin = str(archive) if isinstance(archive, Path) else "the uploaded snapshot"
+    origin = origin or (str(archive) if isinstance(archive, Path) else "the uploaded snapshot")
     target.parent.mkdir(parents=True, exist_ok=True)
-    stage = target.parent / f".{target.name}.restoring-{secrets.token_hex(4)}"
-    stage.mkdir()
+    stage = target.parent / f".{target.name}{RESTORING}{secrets.token_hex(4)}"
     try:
-        if isinstance(archive, Path):
-            with open(archive, "rb") as fh:
-                trailer, version = _extract(fh, stage, origin)
-        else:
-            trailer, version = _extract(archive, stage, origin)
-        folder = stage / VERSIONS / version
-        try:
-            verify_folder(folder)
-            manifest = Manifest.load(folder)
-        except (IntegrityError, ManifestError) as exc:
-            raise SnapshotError(f"{origin}: version {version}: {exc}") from None
-        _check_log(stage / WRITES_DIR / LOG_FILE, trailer, origin)
-        encoder = _find_encoder(trailer["encoder"], [Path(manifest.model.dir), *encoders], origin)
-        if str(encoder) != manifest.model.dir:
-            manifest.model.dir = str(encoder)
-            manifest.save(folder)
-        IndexRoot(stage).set_current(version)
-        sync_tree(stage)
-        check_target(target)  # still empty: nothing was made there meanwhile
-        os.replace(stage, target) if target.exists() else os.rename(stage, target)
-        fsync_dir(target.parent)
+        # a full or failing disk where it writes: StorageFull/Unavailable (an archive or encoder it cannot read
+        # elsewhere is not that disk's fault)
+        with storage_errors(stage, f"restoring into {target}", within=target.parent):
+            return _restore_staged(archive, target, stage, origin, encoders)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
+
+
+def _restore_staged(archive: Path | IO[bytes], target: Path, stage: Path, origin: str,
+                    encoders: Sequence[Path]) -> Restored:
+    """The restore, through `stage` (removed by the caller when anything fails)."""
+    stage.mkdir()
+    if isinstance(archive, Path):
+        with open(archive, "rb") as fh:
+            trailer, version = _extract(fh, stage, origin)
+    else:
+        trailer, version = _extract(archive, stage, origin)
+    folder = stage / VERSIONS / version
+    try:
+        verify_folder(folder)
+        manifest = Manifest.load(folder)
+    except (IntegrityError, ManifestError) as exc:
+        raise SnapshotError(f"{origin}: version {version}: {exc}") from None
+    _check_log(stage / WRITES_DIR / LOG_FILE, trailer, origin)
+    encoder = _find_encoder(trailer["encoder"], [Path(manifest.model.dir), *encoders], origin)
+    if str(encoder) != manifest.model.dir:
+        manifest.model.dir = str(encoder)
+        manifest.save(folder)
+    IndexRoot(stage).set_current(version)
+    sync_tree(stage)
+    check_target(target)  # still empty: nothing was made there meanwhile
+    os.replace(stage, target) if target.exists() else os.rename(stage, target)
+    fsync_dir(target.parent)
     return Restored(target, version, int(trailer["seq"]), int(trailer.get("documents", 0)), encoder)
 
 
@@ -168,7 +182,43 @@ def _parse_trailer(data: bytes, origin: str) -> dict[str, Any]:
     for key in ("version", "seq", "files", "encoder"):
         if key not in trailer:
             raise SnapshotError(f"{origin}: {TRAILER} is damaged: it has no {key!r}")
+    wrong = _trailer_field_wrong(trailer)
+    if wrong:
+        raise SnapshotError(f"{origin}: {TRAILER} is damaged: {wrong}")
     return trailer
+
+
+def _count(value: Any) -> bool:  # noqa: ANN401 (a JSON value)
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _trailer_field_wrong(trailer: dict[str, Any]) -> str | None:
+    """What in the trailer is not of the shape `snapshot.create` writes (None: all of it is): a trailer edited by
+    hand must be refused naming the field, never fail later on a value of another type."""
+    encoder, files = trailer["encoder"], trailer["files"]
+    if not isinstance(trailer["version"], str) or not trailer["version"]:
+        return f"its 'version' is {trailer['version']!r}, not a version's name"
+    if not _count(trailer["seq"]):
+        return f"its 'seq' is {trailer['seq']!r}, not a count of log entries"
+    if not _count(trailer.get("documents", 0)):
+        return f"its 'documents' is {trailer['documents']!r}, not a count"
+    if trailer.get("log_id") is not None and not isinstance(trailer["log_id"], str):
+        return f"its 'log_id' is {trailer['log_id']!r}, not a log's id"
+    if not isinstance(files, dict) or not all(
+            isinstance(w, dict) and _count(w.get("size")) and isinstance(w.get("sha256"), str) for w in files.values()):
+        return "its 'files' is not a table of members with their size and sha256"
+    if not isinstance(encoder, dict) or not isinstance(encoder.get("onnx_sha256"), str) \
+            or not isinstance(encoder.get("files") or {}, dict):
+        return "its 'encoder' does not describe an encoder (its ONNX sha256 and files)"
+    outside = [rel for rel in encoder.get("files") or {} if not _inside(rel)]
+    if outside:  # each is read and hashed in a candidate encoder's folder: never a file elsewhere
+        return f"its 'encoder' lists {outside[0][:200]!r}, not a file inside an encoder's folder"
+    return None
+
+
+def _inside(rel: str) -> bool:
+    parts = PurePosixPath(rel).parts
+    return bool(parts) and not rel.startswith("/") and not any(p in ("", ".", "..") for p in parts)
 
 
 def _check_members(trailer: dict[str, Any], got: dict[str, dict[str, Any]], origin: str) -> None:

@@ -45,6 +45,7 @@ from typing import IO, Any, BinaryIO
 from indexer.runtime.atomic import fsync_dir, sha256_file, write_json_atomic
 from indexer.runtime.layout import IndexRoot, new_version_name
 from indexer.runtime.manifest import Manifest
+from indexer.runtime.storage import storage_errors
 from indexer.runtime.writelog import copy_log, log_path
 
 SNAPSHOTS = "snapshots"
@@ -193,7 +194,13 @@ def _open_version(folder: Path) -> dict[str, IO[bytes]]:
 
 def create(root_dir: Path, *, version: str | None = None, name: str | None = None) -> SnapshotInfo:
     """Snapshot the collection at `root_dir`: `version` (default: the one `current` points at) and its write log
-    up to now, into `ROOT/snapshots/<name>.tar`; returns what `list_snapshots` shows of it."""
+    up to now, into `ROOT/snapshots/<name>.tar`; returns what `list_snapshots` shows of it. A full or failing disk
+    is a StorageFull / StorageUnavailable naming the file (nothing of the snapshot is left)."""
+    with storage_errors(snapshots_dir(Path(root_dir)), "making a snapshot"):
+        return _create(root_dir, version, name)
+
+
+def _create(root_dir: Path, version: str | None, name: str | None) -> SnapshotInfo:
     t0 = time.perf_counter()
     root = IndexRoot(root_dir)
     version = version or root.current_version()

@@ -140,7 +140,7 @@ class Collection:
                                encoders=self.scheduler.encoders, collection=self.collection_metrics)
         self.names = ModelNames(settings.index_root, settings.model_name, settings.model_aliases)
         self.snapshots = Snapshots(settings.index_root, lambda: self.leases.current.version if self.leases.current
-                                   else None, self.not_ready_reason)
+                                   else None, self.not_ready_reason, name)
         self.compactor = Compactor(name, settings, self.leases, lambda: self.config.compaction,
                                    lambda: self.swapper.attempt("compaction", retry=True),
                                    self.scheduler.compactions, self.metrics)
@@ -192,6 +192,7 @@ class Collection:
         every version and the backend. (The HTTP server has already stopped accepting and waited for in-flight
         requests.)"""
         await self.triggers.stop()
+        await self.snapshots.close()  # a snapshot being made finishes first: it reads the collection's files
         self.compactor.stop_child()
         if self._owns_scheduler:
             await self.scheduler.stop()

@@ -91,6 +91,10 @@ class CollectionConflict(EngineError):
     index root rather than a collections folder (the HTTP layer answers 409 with this reason)."""
 
 
+class UnknownCollection(EngineError):
+    """No collection of that name, or one deleted meanwhile (the HTTP layer answers 404 with this reason)."""
+
+
 class BadVector(EngineError):
     """A vector a request brings (`/search`'s `vector`, a document's in `PUT /documents`) that does not fit the
     served encoder's space: another dimension, NaN or infinity, all zeros. `loc`: where in the body it is."""

@@ -137,6 +137,21 @@ class CollectionMetrics:
             metrics.index_info.clear()
             metrics.index_info.labels(version, pooling).set(1)
 
+    def forget(self, was_default: bool) -> None:
+        """The collection is deleted: its labelled series go (a deleted collection must not read as one that
+        serves, `strata_collection_ready` 1), and when it `was_default` (asked before it left the registry: it is
+        no one's default now) the unlabelled ones it mirrored say not ready."""
+        m = self.metrics
+        for family in (m.c_ready, m.c_size, m.c_mrr, m.c_info, m.c_searches, m.c_swaps, m.c_refused_now, m.c_writes,
+                       m.c_write_log_seq, m.compaction_pending, m.compaction_running, m.compactions,
+                       m.compaction_seconds):
+            for labels in list(family._metrics):  # noqa: SLF001 (prometheus_client lists its series nowhere else)
+                if labels[0] == self.name:
+                    family.remove(*labels)
+        if was_default:
+            m.ready.set(0)
+            m.index_info.clear()
+
     def refused(self, kind: str) -> None:
         self.metrics.c_swaps.labels(self.name, "refused").inc()
         self.metrics.c_refused_now.labels(self.name).set(1)

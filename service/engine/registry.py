@@ -43,7 +43,7 @@ from indexer.runtime.layout import CURRENT, VERSIONS
 from indexer.runtime.paths import DEFAULT_MODEL_NAME
 from service.engine.backends import Backend, make_backend
 from service.engine.collection import Collection
-from service.engine.errors import BadConfig, CollectionConflict, EngineError
+from service.engine.errors import BadConfig, CollectionConflict, UnknownCollection
 from service.engine.metrics import Metrics
 from service.engine.scheduler import Scheduler
 from service.engine.settings import EngineSettings
@@ -57,10 +57,6 @@ DEFAULT = "default"
 
 class CollectionsConfigError(ValueError):
     """Settings that cannot be served together (the CLI prints it and exits 2)."""
-
-
-class UnknownCollection(EngineError):
-    """No collection of that name (the HTTP layer answers 404 with this reason)."""
 
 
 @dataclass(frozen=True)
@@ -127,8 +123,8 @@ class Collections:
         self._changing = asyncio.Lock()  # discovery, create and delete: one at a time
         if sources is None:
             assert self.folder is not None
-            for left in collection_dirs.sweep(self.folder):  # an interrupted create or delete: not a collection
-                log.warning("collections: removed %s, left by an interrupted create or delete", left)
+            for left in collection_dirs.sweep(self.folder):  # an interrupted create, delete or restore
+                log.warning("collections: removed %s, left by an interrupted create, delete or restore", left)
             sources, self.skipped = scan(self.folder)
             for name, why in self.skipped.items():
                 log.warning("collections: skipped %s: %s", name, why)
@@ -283,12 +279,23 @@ class Collections:
 
     async def remove(self, name: str) -> None:
         """Stop serving collection `name` and remove its folder durably (`collection_dirs.delete_collection`: a
-        crash leaves the collection or nothing). UnknownCollection (404) when none is served by that name."""
+        crash leaves the collection or nothing); one not served because its collection.json does not validate is
+        removed too. UnknownCollection (404) when there is none of that name."""
         folder = self._folder_for("delete")
         async with self._changing:
+            if name in self.refused and name not in self.by_name:  # on disk, not served: its collection.json
+                why = self.refused.pop(name)
+                try:
+                    await asyncio.to_thread(collection_dirs.delete_collection, folder, name)
+                except collection_dirs.NoSuchCollection:  # removed by hand meanwhile
+                    raise UnknownCollection(f"no collection named {name!r} (it was not served: {why})") from None
+                log.info("collections: deleted %s (it was not served)", name)
+                return
             collection = self.get(name)
+            was_default = self.default_name() == name
             del self.by_name[name]  # new requests get a 404 from here on
             await collection.stop()  # its writes in flight finish first (its write thread is drained)
+            collection.collection_metrics.forget(was_default)
             await asyncio.to_thread(collection_dirs.delete_collection, folder, name)
         log.info("collections: deleted %s", name)
 

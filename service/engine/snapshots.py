@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from indexer.runtime import snapshot
+from indexer.runtime.collection_dirs import UPLOAD_PREFIX
 from indexer.runtime.restore import Restored, check_target, restore
 from indexer.runtime.snapshot import SnapshotInfo
-from service.engine.errors import NotReady, SnapshotTooLarge
+from indexer.runtime.storage import storage_errors
+from service.engine.errors import NotReady, SnapshotTooLarge, UnknownCollection
 
 
 def _made_below_priority(root: Path, version: str) -> SnapshotInfo:
@@ -30,19 +32,34 @@ def _made_below_priority(root: Path, version: str) -> SnapshotInfo:
 
 
 class Snapshots:
-    def __init__(self, root: Path, served_version: Callable[[], str | None], not_ready: Callable[[], str]) -> None:
-        self.root, self._served, self._not_ready = Path(root), served_version, not_ready
+    def __init__(self, root: Path, served_version: Callable[[], str | None], not_ready: Callable[[], str],
+                 name: str = "") -> None:
+        self.root, self._served, self._not_ready, self.name = Path(root), served_version, not_ready, name
         self._lock = asyncio.Lock()
+        self._closed = False
+        self._making: asyncio.Future[SnapshotInfo] | None = None  # the last one's (its request may be gone)
+
+    async def close(self) -> None:
+        """Wait for the snapshot being made (its files are read from the collection's folder) and make no more: the
+        collection is stopped, to be deleted or at shutdown."""
+        async with self._lock:
+            self._closed = True
+            if self._making is not None and not self._making.done():
+                await asyncio.wait([self._making])
 
     async def create(self) -> SnapshotInfo:
-        """A snapshot of the served version and the write log up to now (one at a time per collection)."""
+        """A snapshot of the served version and the write log up to now (one at a time per collection);
+        UnknownCollection once the collection is stopped (deleted)."""
         async with self._lock:
+            if self._closed:
+                raise UnknownCollection(f"collection {self.name!r} was deleted: no snapshot of it is made")
             version = self._served()
             if version is None:
                 raise NotReady(self._not_ready())
             loop = asyncio.get_running_loop()
             # a fresh thread, not the default pool's: the nice value it takes must not stay with a shared worker
             future: asyncio.Future[SnapshotInfo] = loop.create_future()
+            self._making = future
 
             def run() -> None:
                 try:
@@ -79,17 +96,18 @@ async def restore_upload(folder: Path, name: str, chunks: AsyncIterator[bytes], 
     place; nothing is left of a refused or cut upload."""
     target = folder / name
     check_target(target)
-    upload = folder / f".upload-{name}-{secrets.token_hex(4)}.tar"
+    upload = folder / f"{UPLOAD_PREFIX}{name}-{secrets.token_hex(4)}.tar"  # a crash leaves it: startup's sweep
     try:
         size = 0
-        with open(upload, "wb") as fh:
+        with storage_errors(upload, "receiving an uploaded snapshot"), open(upload, "wb") as fh:
             async for chunk in chunks:
                 size += len(chunk)
                 if size > max_bytes:
                     raise SnapshotTooLarge(f"the uploaded snapshot is over {max_bytes:,} bytes "
                                            f"(STRATA_MAX_SNAPSHOT_BYTES)")
                 fh.write(chunk)
-        return await asyncio.to_thread(restore, upload, target, encoders=encoders)
+        # its reasons name the upload, not the server's temporary file (removed below)
+        return await asyncio.to_thread(restore, upload, target, encoders=encoders, origin="the uploaded snapshot")
     finally:
         upload.unlink(missing_ok=True)
 

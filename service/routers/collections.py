@@ -74,11 +74,12 @@ async def get_collection(collection: CollectionDep, collections: CollectionsDep)
 
 @router.delete("/{name}", response_model=DeletedCollection, dependencies=[NAMED_PATH, ADMIN_NAMED],
                responses={409: {"description": "the server serves one index root (no STRATA_COLLECTIONS_DIR)"}})
-async def delete_collection(collection: CollectionDep, collections: CollectionsDep) -> DeletedCollection:
+async def delete_collection(name: str, collections: CollectionsDep) -> DeletedCollection:
     """Delete a collection (a key with the 'admin' scope on it): no longer served, and removed from the disk
-    durably — a crash in the middle leaves the collection whole or nothing of it."""
-    await collections.remove(collection.name)
-    return DeletedCollection(name=collection.name)
+    durably — a crash in the middle leaves the collection whole or nothing of it. One left unserved because its
+    collection.json does not validate is deleted too."""
+    await collections.remove(name)
+    return DeletedCollection(name=name)
 
 
 @router.get("/{name}/config", response_model=CollectionConfig, tags=["admin"],

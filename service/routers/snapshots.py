@@ -9,12 +9,14 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Request, Response
+from fastapi import APIRouter, HTTPException, Path, Request, Response
 from fastapi.responses import FileResponse
+from starlette.requests import ClientDisconnect
 
 from service.auth import ADMIN_NAMED, NAMED_PATH
 from service.deps import CollectionDep, CollectionsDep, SettingsDep
 from service.engine import NAME_PATTERN, SnapshotConflict, SnapshotError, encoders_known, restore_upload
+from service.engine.errors import SnapshotTooLarge
 from service.routers.collections import describe
 from service.schemas.collections import CollectionInfo, SnapshotList, SnapshotOut
 
@@ -55,6 +57,7 @@ async def delete_snapshot(snapshot: Snap, collection: CollectionDep) -> Response
 @router.post("/{name}/snapshots/upload", status_code=201, dependencies=[ADMIN_NAMED], response_model=CollectionInfo,
              responses={409: {"description": "a collection of that name exists"},
                         413: {"description": "over STRATA_MAX_SNAPSHOT_BYTES"},
+                        415: {"description": "a multipart form: the archive is sent as the body itself"},
                         422: {"description": "the archive is damaged or truncated, or its encoder is not here"}},
              openapi_extra={"requestBody": {"required": True, "content": {
                  "application/x-tar": {"schema": {"type": "string", "format": "binary"}}}}})
@@ -62,14 +65,25 @@ async def upload_snapshot(name: Name, request: Request, collections: Collections
                           settings: SettingsDep) -> CollectionInfo:
     """Restore an uploaded snapshot (the body: the archive, streamed) as the new collection `name` of
     `STRATA_COLLECTIONS_DIR`, checked whole before it is renamed into place, then serve it at once."""
-    if collections.folder is None:
-        raise SnapshotError("restoring a snapshot over HTTP creates a collection: it needs STRATA_COLLECTIONS_DIR "
-                            "(or restore it with `indexer snapshot restore ARCHIVE --root DIR`)")
+    if collections.folder is None:  # as POST /collections answers: no folder to make a collection in
+        raise SnapshotConflict("restoring a snapshot over HTTP creates a collection: it needs STRATA_COLLECTIONS_DIR "
+                               "(or restore it with `indexer snapshot restore ARCHIVE --root DIR`)")
     if not re.fullmatch(NAME_PATTERN, name):
         raise SnapshotError(f"{name[:80]!r} is not a collection name ({NAME_PATTERN})")
+    if request.headers.get("content-type", "").lower().startswith("multipart/"):  # Qdrant's upload is a form
+        raise HTTPException(415, detail="the snapshot is sent as the request body itself (Content-Type: "
+                                        "application/x-tar; curl --data-binary @FILE), not in a multipart form "
+                                        "(curl -F)")
     if name in collections.by_name or name in collections.refused:
         raise SnapshotConflict(f"collection {name!r} exists: a snapshot is restored as a new collection")
-    await restore_upload(collections.folder, name, request.stream(), settings.max_snapshot_bytes,
-                         encoders_known(collections, settings.model_dir))
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > settings.max_snapshot_bytes:  # refused before a byte is written
+        raise SnapshotTooLarge(f"the uploaded snapshot is {int(declared):,} bytes, over "
+                               f"{settings.max_snapshot_bytes:,} (STRATA_MAX_SNAPSHOT_BYTES)")
+    try:
+        await restore_upload(collections.folder, name, request.stream(), settings.max_snapshot_bytes,
+                             encoders_known(collections, settings.model_dir))
+    except ClientDisconnect:  # nothing was restored, and no one reads the answer: a refusal, not a server error
+        raise SnapshotError("the upload was cut short: the client disconnected before the archive's end") from None
     await collections.discover()
     return describe(collections, collections.get(name))

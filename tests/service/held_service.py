@@ -5,7 +5,9 @@ event loop does meanwhile:
   `<STRATA_TEST_HOLD>.entered`, then waits while that file exists (patches `service.engine.scheduler.run_routed`);
 - `STRATA_TEST_HOLD_BODY`: every request body parsed off the event loop (the large ones: in the body process,
   `service.body_process._validate`, or on the parser's thread, `service.lean_route.validate_body`) first writes its
-  process id to `<STRATA_TEST_HOLD_BODY>.entered`, then waits while that file exists.
+  process id to `<STRATA_TEST_HOLD_BODY>.entered`, then waits while that file exists;
+- `STRATA_TEST_HOLD_SNAPSHOT`: every snapshot being made, its version's files open, waits the same way before it
+  copies the write log (patches `indexer.runtime.snapshot.copy_log`).
 
 A request is then in flight for exactly as long as the test wants, whatever the machine's speed. Test-only: the
 product has no such hook; this module patches the product's functions before serving."""
@@ -19,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import indexer.runtime.snapshot as snapshot
 import service.body_process as body_process
 import service.engine.scheduler as scheduler
 import service.lean_route as lean_route
@@ -52,6 +55,8 @@ if hold := os.environ.get("STRATA_TEST_HOLD_BODY"):  # the large bodies only: a 
     lean_route.validate_body = held(Path(hold), lean_route.validate_body,  # type: ignore[assignment]
                                     lambda raw, *_: len(raw) >= lean_route.OFF_LOOP_BYTES)
     body_process._validate = held_validate  # type: ignore[assignment]
+if hold := os.environ.get("STRATA_TEST_HOLD_SNAPSHOT"):
+    snapshot.copy_log = held(Path(hold), snapshot.copy_log)  # type: ignore[assignment]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -6,11 +6,15 @@ both survive a restart, and a create or delete cut short leaves the collection w
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from indexer.runtime.collection_dirs import CREATING_PREFIX, TRASH_PREFIX
@@ -95,9 +99,13 @@ def test_create_write_search_restart_delete(folders: dict[str, Path]) -> None:
                          headers=AUTH).json()
             assert [h["id"] for h in hit["hits"]] == ["d0"]
             assert c.delete("/collections/notes", headers={"Authorization": f"Bearer {READER}"}).status_code == 403
+            assert 'strata_collection_ready{collection="notes"} 1.0' in c.get("/metrics").text
             gone = c.delete("/collections/notes", headers=AUTH)
             assert gone.status_code == 200 and gone.json() == {"name": "notes", "deleted": True}
             assert c.get("/collections/notes", headers=AUTH).status_code == 404
+            metrics = c.get("/metrics").text
+            assert 'collection="notes"' not in metrics  # no series of it left (ready 1 was)
+            assert "\nstrata_ready 0.0" in metrics  # it was the default (the only collection): nothing serves
             assert c.post("/collections/notes/search", json={"query": TEXTS[0]}, headers=AUTH).status_code == 404
             assert c.delete("/collections/notes", headers=AUTH).status_code == 404
     finally:
@@ -133,6 +141,8 @@ def test_a_cut_short_create_or_delete_leaves_the_collection_or_nothing_and_the_c
     (cdir / f"{CREATING_PREFIX}early-0002").mkdir()  # cut before the version was written
     create_empty_version(cdir / f"{TRASH_PREFIX}old-0003", encoder)  # renamed away, not yet removed
     create_empty_version(cdir / "kept", encoder)  # a delete cut before its rename: the collection, whole
+    create_empty_version(cdir / ".copy.restoring-0004", encoder)  # a restore cut before its rename
+    (cdir / ".upload-copy-0005.tar").write_bytes(b"an upload's first bytes")  # an upload cut before its restore
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "indexer.cli", "collection", "--root", str(cdir / "faq"), *args],
@@ -177,5 +187,81 @@ def test_writes_to_a_server_with_nothing_built_are_a_clear_409(tmp_path: Path) -
             assert r.status_code == 409, r.text
             r = c.post("/collections", json={"name": "x"})  # one root served: no collections folder to create in
             assert r.status_code == 409 and "STRATA_COLLECTIONS_DIR" in r.json()["detail"], r.text
+            r = c.post("/collections/x/snapshots/upload", content=b"an archive",  # restoring one creates one too
+                       headers={"Content-Type": "application/x-tar"})
+            assert r.status_code == 409 and "STRATA_COLLECTIONS_DIR" in r.json()["detail"], r.text
+    finally:
+        stop_server(srv)
+
+
+def test_a_delete_waits_for_the_snapshot_being_made_of_the_collection(folders: dict[str, Path]) -> None:
+    """`DELETE /collections/{name}` while a snapshot of it is being made (held, `tests.service.held_service`, after
+    the version's files are open and before the write log is copied): the delete waits for it, the snapshot is
+    made whole (201), then the collection is gone. (The delete removed the folder under the snapshot: a 500.)"""
+    hold = folders["tmp"] / "hold"
+    srv = start_server(folders["tmp"], {"STRATA_COLLECTIONS_DIR": str(folders["collections"]),
+                                        "STRATA_MODELS_DIR": str(folders["models"]), "STRATA_API_KEYS": KEYS,
+                                        "STRATA_WATCH_INTERVAL_S": "0", "STRATA_WORKERS": "1",
+                                        "STRATA_TEST_HOLD_SNAPSHOT": str(hold)}, module="tests.service.held_service")
+    answers: dict[str, httpx.Response] = {}
+
+    def call(what: str, method: str, path: str) -> None:
+        with srv.client() as c:
+            answers[what] = c.request(method, path, headers=AUTH)
+
+    try:
+        with srv.client() as c:
+            made = c.post("/collections", json={"name": "notes", "encoder": folders["encoder"].name}, headers=AUTH)
+            assert made.status_code == 201, made.text
+            wrote = c.put("/collections/notes/documents", json={"documents": [{"id": "n1", "text": TEXTS[0]}]},
+                          headers=AUTH)
+            assert wrote.status_code == 200, wrote.text
+            hold.touch()
+            snap = threading.Thread(target=call, args=("snapshot", "POST", "/collections/notes/snapshots"))
+            snap.start()
+            deadline = time.monotonic() + 30
+            while not Path(f"{hold}.entered").exists():
+                assert time.monotonic() < deadline, "the snapshot never reached its hold"
+                time.sleep(0.01)
+            delete = threading.Thread(target=call, args=("delete", "DELETE", "/collections/notes"))
+            delete.start()
+            time.sleep(0.5)
+            assert "delete" not in answers  # it waits for the snapshot
+            hold.unlink()
+            snap.join(30)
+            delete.join(30)
+            assert answers["snapshot"].status_code == 201, answers["snapshot"].text
+            assert answers["delete"].status_code == 200, answers["delete"].text
+            assert c.get("/collections/notes", headers=AUTH).status_code == 404
+            assert c.post("/collections/notes/snapshots", headers=AUTH).status_code == 404
+    finally:
+        hold.unlink(missing_ok=True)
+        stop_server(srv)
+    assert list(folders["collections"].iterdir()) == []
+
+
+def test_a_collection_left_unserved_by_its_collection_json_can_be_deleted_and_made_again(
+        folders: dict[str, Path]) -> None:
+    """A collection whose collection.json stopped validating is not served (404 saying why); `DELETE` removes it
+    like any other, after which its name can be created again. (The delete was a 404 while the create was a 409:
+    only the disk could free the name.)"""
+    create_empty_version(folders["collections"] / "notes", folders["encoder"])
+    (folders["collections"] / "notes" / "collection.json").write_text('{"mode": 5}')
+    create_empty_version(folders["collections"] / "gone", folders["encoder"])
+    (folders["collections"] / "gone" / "collection.json").write_text('{"mode": 5}')
+    srv = serve(folders)
+    try:
+        with srv.client() as c:
+            unserved = c.get("/collections/notes", headers=AUTH)
+            assert unserved.status_code == 404 and "collection.json" in unserved.json()["detail"], unserved.text
+            assert c.delete("/collections/notes", headers={"Authorization": f"Bearer {READER}"}).status_code == 403
+            gone = c.delete("/collections/notes", headers=AUTH)
+            assert gone.status_code == 200 and gone.json() == {"name": "notes", "deleted": True}, gone.text
+            assert not (folders["collections"] / "notes").exists()
+            assert c.delete("/collections/notes", headers=AUTH).status_code == 404
+            made = c.post("/collections", json={"name": "notes", "encoder": folders["encoder"].name}, headers=AUTH)
+            assert made.status_code == 201 and made.json()["ready"], made.text
+            shutil.rmtree(folders["collections"] / "gone")  # removed by hand while refused: a 404, not a 500
+            assert c.delete("/collections/gone", headers=AUTH).status_code == 404
     finally:
         stop_server(srv)

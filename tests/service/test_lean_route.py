@@ -80,6 +80,20 @@ def test_the_same_content_type_rule(client: TestClient, content_type: str | None
     both(client, b'{"query": "a"}', content_type)
 
 
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded"])
+def test_a_json_body_not_typed_json_is_refused_saying_why(client: TestClient, content_type: str | None) -> None:
+    """`curl -d '{"query": "a"}'` sends application/x-www-form-urlencoded: FastAPI does not read the body as JSON,
+    and its 422 said only "Input should be a valid dictionary"; it names the Content-Type to send instead."""
+    headers = {"content-type": content_type} if content_type else {}
+    for path in ("/lean", "/plain"):
+        r = client.post(path, content=b'{"query": "a"}', headers=headers)
+        assert r.status_code == 422, r.text
+        [error] = r.json()["detail"]
+        assert error["loc"] == ["body"] and "not read as JSON" in error["msg"], error
+        assert "'Content-Type: application/json'" in error["msg"] and (content_type or "no Content-Type") in \
+            error["msg"], error
+
+
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner,
                                                                                 max_size=3), max_leaves=12)

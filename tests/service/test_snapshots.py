@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +22,7 @@ import httpx
 import pytest
 
 from tests.conftest import QUORA_LIKE_WORDS, REPO, doc_vector, encoder_dim, start_server, stop_server
+from tests.faults import small_fs
 
 ADMIN, READER = "snap-admin-key-0123", "snap-read-key-0123"
 AUTH = {"Authorization": f"Bearer {ADMIN}"}
@@ -145,7 +148,10 @@ def test_a_snapshot_over_http_restores_to_a_collection_that_answers_the_same(cdi
         assert answers(c, "uploaded", queries) == answers(c, "notes", queries)
         cut = c.post("/collections/cut/snapshots/upload", content=archive2[: len(archive2) // 2], headers=AUTH)
         assert cut.status_code == 422 and "truncated" in cut.json()["detail"], cut.text
+        assert cut.json()["detail"].startswith("the uploaded snapshot: "), cut.text  # not the server's temporary file
         assert c.post("/collections/notes/snapshots/upload", content=archive2, headers=AUTH).status_code == 409
+        form = c.post("/collections/form/snapshots/upload", files={"snapshot": ("notes.tar", archive2)}, headers=AUTH)
+        assert form.status_code == 415 and "--data-binary" in form.json()["detail"], form.text  # was a 422 "damaged"
         assert c.post("/collections/other/snapshots/upload", content=archive2,
                       headers={"Authorization": f"Bearer {READER}"}).status_code == 403
         assert sorted(p.name for p in cdir.iterdir()) == ["copy", "notes", "twin", "uploaded"]  # no .upload left
@@ -154,5 +160,132 @@ def test_a_snapshot_over_http_restores_to_a_collection_that_answers_the_same(cdi
         assert c.get(f"/collections/notes/snapshots/{snap['name']}", headers=AUTH).status_code == 404
         assert [s["name"] for s in c.get("/collections/notes/snapshots", headers=AUTH).json()["snapshots"]] \
             == [snap2["name"]]
+    finally:
+        stop_server(server)
+
+
+def _with_trailer(archive: bytes, edit: Any) -> bytes:  # noqa: ANN401 (a function of the trailer's dict)
+    """The archive again, its snapshot.json (the last member) replaced by `edit(trailer)`, every other member kept."""
+    import io
+    import tarfile
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=io.BytesIO(archive)) as src, tarfile.open(fileobj=out, mode="w") as dst:
+        for member in src.getmembers():
+            data = src.extractfile(member).read()  # type: ignore[union-attr]
+            if member.name == "snapshot.json":
+                data = json.dumps(edit(json.loads(data))).encode()
+            info = tarfile.TarInfo(member.name)
+            info.size = len(data)
+            dst.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+ALTERED = [("seq", "abc"), ("seq", None), ("version", ["v"]), ("files", []), ("files", {"collection.json": None}),
+           ("encoder", None), ("encoder", "tiny"), ("documents", "many"), ("log_id", 7),
+           # the encoder it names, with a file outside its folder (which was read and hashed)
+           ("encoder", lambda e: e | {"files": {"../../../etc/hostname": "0" * 64}})]
+
+
+def test_a_snapshot_json_of_the_wrong_shape_is_refused_naming_it(cdir: Path, tmp_path: Path) -> None:
+    """A snapshot.json edited to hold a value of another type (its members intact) is a 422 naming snapshot.json and
+    the field over HTTP, and exit 2 with the reason from the CLI, leaving nothing behind (it was a 500: the value
+    was used as the type it should have been)."""
+    server = start_server(tmp_path, {"STRATA_COLLECTIONS_DIR": str(cdir), "STRATA_WATCH_INTERVAL_S": "0",
+                                     "STRATA_THREADS": "1"})
+    try:
+        c = server.client()
+        snap = c.post("/collections/notes/snapshots")
+        assert snap.status_code == 201, snap.text
+        archive = c.get(f"/collections/notes/snapshots/{snap.json()['name']}").content
+        for field, value in ALTERED:
+            altered = _with_trailer(archive, lambda t, f=field, v=value: t | {f: v(t[f]) if callable(v) else v})
+            r = c.post("/collections/altered/snapshots/upload", content=altered,
+                       headers={"Content-Type": "application/x-tar"})
+            assert r.status_code == 422, (field, value, r.text)
+            assert "snapshot.json is damaged" in r.json()["detail"] and f"'{field}'" in r.json()["detail"], r.text
+        assert c.get("/collections/altered").status_code == 404
+        (tmp_path / "altered.tar").write_bytes(altered)
+        cli = indexer_cli("snapshot", "restore", str(tmp_path / "altered.tar"), "--root", str(cdir / "cli"))
+        assert cli.returncode == 2 and "snapshot.json is damaged" in cli.stderr, cli.stderr
+        assert "Traceback" not in cli.stderr
+        assert sorted(p.name for p in cdir.iterdir()) == ["notes"]
+    finally:
+        stop_server(server)
+
+
+def test_an_upload_cut_off_by_its_client_is_refused_and_leaves_nothing(cdir: Path, tmp_path: Path) -> None:
+    """An upload whose client goes away halfway is refused like a truncated archive (422), leaves nothing in the
+    collections folder and is no server error (the route's read raised ClientDisconnect: logged as an unhandled
+    error, a 500)."""
+    server = start_server(tmp_path, {"STRATA_COLLECTIONS_DIR": str(cdir), "STRATA_WATCH_INTERVAL_S": "0",
+                                     "STRATA_THREADS": "1"})
+    try:
+        c = server.client()
+        snap = c.post("/collections/notes/snapshots")
+        assert snap.status_code == 201, snap.text
+        archive = c.get(f"/collections/notes/snapshots/{snap.json()['name']}").content
+        port = int(server.url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.sendall(f"POST /collections/cut/snapshots/upload HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                      f"application/x-tar\r\nContent-Length: {len(archive)}\r\n\r\n".encode() + archive[:4096])
+            wait_for(lambda: any(p.name.startswith(".upload-cut") for p in cdir.iterdir()), "the upload's first bytes")
+        wait_for(lambda: "POST /collections/cut/snapshots/upload 422" in server.log.read_text(), "the refusal")
+        assert "unhandled error" not in server.log.read_text()
+        assert sorted(p.name for p in cdir.iterdir()) == ["notes"]
+    finally:
+        stop_server(server)
+
+
+def test_a_full_disk_refuses_a_snapshot_and_an_upload_with_507_and_leaves_nothing(cdir: Path, tmp_path: Path) -> None:
+    """ENOSPC (a small tmpfs filled up, `tests.faults`) while a snapshot is written and while an upload is received:
+    507 naming the disk's fault, with Retry-After, as a write of documents is answered (both were 500s); nothing
+    half-made is left, and both succeed once there is room, without a restart."""
+    with small_fs(tmp_path / "fs") as fs:
+        folder = Path(shutil.copytree(cdir, fs.path / "collections", symlinks=True))
+        server = start_server(tmp_path, {"STRATA_COLLECTIONS_DIR": str(folder), "STRATA_WATCH_INTERVAL_S": "0",
+                                         "STRATA_THREADS": "1"})
+        try:
+            c = server.client()
+            first = c.post("/collections/notes/snapshots")
+            assert first.status_code == 201, first.text
+            archive = c.get(f"/collections/notes/snapshots/{first.json()['name']}").content
+            snapshots = sorted(p.name for p in (folder / "notes" / "snapshots").iterdir())
+            fs.fill()
+            for r in (c.post("/collections/notes/snapshots"),
+                      c.post("/collections/copy/snapshots/upload", content=archive,
+                             headers={"Content-Type": "application/x-tar"})):
+                assert r.status_code == 507 and "no space left" in r.json()["detail"], r.text
+                assert int(r.headers["Retry-After"]) > 0
+            assert sorted(p.name for p in (folder / "notes" / "snapshots").iterdir()) == snapshots
+            assert sorted(p.name for p in folder.iterdir()) == ["notes"]
+            fs.free()
+            assert c.post("/collections/notes/snapshots").status_code == 201
+            up = c.post("/collections/copy/snapshots/upload", content=archive,
+                        headers={"Content-Type": "application/x-tar"})
+            assert up.status_code == 201 and up.json()["ready"], up.text
+        finally:
+            stop_server(server)
+
+
+def test_an_upload_declared_over_the_cap_is_a_413_before_its_body_is_read(cdir: Path, tmp_path: Path) -> None:
+    """A Content-Length over STRATA_MAX_SNAPSHOT_BYTES is refused at once, before the body is sent (it was streamed
+    to disk up to the cap, 64 GiB by default, before the 413); a chunked upload is still cut at the cap."""
+    server = start_server(tmp_path, {"STRATA_COLLECTIONS_DIR": str(cdir), "STRATA_WATCH_INTERVAL_S": "0",
+                                     "STRATA_THREADS": "1", "STRATA_MAX_SNAPSHOT_BYTES": "65536"})
+    try:
+        port = int(server.url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+            s.sendall(b"POST /collections/big/snapshots/upload HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-tar"
+                      b"\r\nContent-Length: 1000000000\r\n\r\n" + b"\0" * 1024)  # the rest is never sent
+            answer = b""
+            while b"STRATA_MAX_SNAPSHOT_BYTES" not in answer and (chunk := s.recv(4096)):  # headers, then the body
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 413") and b"STRATA_MAX_SNAPSHOT_BYTES" in answer, answer
+        assert sorted(p.name for p in cdir.iterdir()) == ["notes"]
+        chunked = server.client().post("/collections/big/snapshots/upload", content=iter([b"\0" * 50_000] * 3),
+                                       headers={"Content-Type": "application/x-tar"})
+        assert chunked.status_code == 413, chunked.text
+        assert sorted(p.name for p in cdir.iterdir()) == ["notes"]
     finally:
         stop_server(server)
