@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from indexer.compact_index import Resized, rebuild, rebuild_reason
+from indexer.compact_index import Resized, lexical_by_size, rebuild, rebuild_reason
 from indexer.compact_shards import fold_shards, upsert_vectors
 from indexer.probes import PROBES_FILE
 from indexer.publish import publish
@@ -165,6 +165,7 @@ def compact(root_dir: Path, *, model_dir: Path | None = None, threads: int | Non
                 "version": version, "created_at": datetime.now(timezone.utc), "index": info, "eval": None,
                 "query_evals": {}, "parent_version": parent.version, "data": data, "writes": writes,
                 "passages": passages, "build_seconds": parent.build_seconds.model_copy(),
+                "lexical": lexical_by_size(parent.lexical) if index_policy == "auto" else parent.lexical,
             })
             save_and_evaluate(stage, manifest, t_start, evaluate_it=run_eval and bool(parent.data.n_queries),
                               threads=threads, target_recall=resized.target_recall if resized else None)

@@ -10,7 +10,9 @@ old lists first) whenever a build with `--index auto` would choose otherwise at 
 - an IVF index whose lists were trained on fewer than (1 - `rebuild_after`) of the vectors it now holds (the
   drift `indexer compact` reports as "full rebuild due"): trained again, nlist by size (`faiss.training.auto_nlist`);
 - IVF's nprobe calibrated again for the build's default recall target (`BuildConfig.target_for`).
-Other kinds (HNSW, chosen by hand) are kept as they are.
+Other kinds (HNSW, chosen by hand) are kept as they are. The lexical engine follows the size the same way where
+`auto` chose it (`lexical_by_size`): a collection fed over HTTP past `lexical.AUTO_PISA_FROM` documents moves from
+bm25s to PISA at its next compaction, as a build of that size would.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import numpy as np
 from indexer.build_config import BuildConfig, index_params
 from indexer.runtime.ann import AUTO, KIND_SPECS, AnnIndex, choose_kind
 from indexer.runtime.faiss.kinds import build_index
-from indexer.runtime.manifest import IndexInfo, Manifest
+from indexer.runtime.lexical import AUTO as AUTO_ENGINE
+from indexer.runtime.manifest import IndexInfo, LexicalInfo, Manifest
 from indexer.runtime.progress import Working
 
 log = logging.getLogger(__name__)
@@ -70,3 +73,12 @@ def rebuild(index: AnnIndex, parent: Manifest, reason: str,
     with Working(f"rebuilding the index as {params.kind} ({reason})", logger=log):
         new, _, _ = build_index(params, vectors, ids, cfg.seed)
     return Resized(new, IndexInfo.for_params(new.params, new.ntotal), cfg.target_for(params.kind), reason)
+
+
+def lexical_by_size(lexical: LexicalInfo | None) -> LexicalInfo | None:
+    """The lexical settings a compaction under `--index auto` builds with: the engine asked for again as `auto`
+    where `auto` chose it (its reason says so), so that `lexical.build_lexical` picks it for the new size; an
+    engine asked for by name is kept."""
+    if lexical is None or not (lexical.engine_reason or "").startswith(f"{AUTO_ENGINE}:"):
+        return lexical
+    return lexical.model_copy(update={"engine": AUTO_ENGINE})

@@ -101,8 +101,9 @@ class Compaction(BaseModel):
                                    "With auto false there is no bound (`indexer compact` by hand)")
     index: Literal["auto", "keep"] = Field("auto", description="auto: the index kind follows the size (flat below "
                                            "10,000 documents, IVF above with nlist by size, its nprobe calibrated "
-                                           "again; IVF retrained once 20% of it was added since training); keep: "
-                                           "the version's kind and quantizer")
+                                           "again; IVF retrained once 20% of it was added since training; a "
+                                           "lexical engine auto chose is chosen again by size); keep: the "
+                                           "version's kind, quantizer and lexical engine")
 
 
 class CollectionConfig(BaseModel):

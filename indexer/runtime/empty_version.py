@@ -4,8 +4,10 @@ version, and `indexer compact` folds them into a version of their own.
 
 It is a version like a build's (sealed with its checksums, renamed into `versions/`, then `current`): an exact
 (flat) index of no vectors, a corpus store with no documents (string and integer ids, metadata: the one schema),
-and a manifest naming the exported encoder it pairs with. No lexical index: the collection serves dense search
-until a compaction or a build gives it one."""
+a lexical (BM25) index of no documents, and a manifest naming the exported encoder it pairs with. It serves what a
+build serves by default (hybrid search; dense and lexical on request): written texts are scored by the overlay
+until the first compaction (due as soon as anything waits for an empty version: `service.engine.compactor`) gives
+them an index of their own, whose engine `auto` picks by size at every compaction."""
 
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ from indexer.runtime.encoder import ENCODER_META, EncoderMeta
 from indexer.runtime.faiss.files import INDEX_FILE
 from indexer.runtime.faiss.kinds import build_index
 from indexer.runtime.layout import IndexRoot, new_version_name
+from indexer.runtime.lexical import AUTO as AUTO_ENGINE
+from indexer.runtime.lexical import build_lexical, lexical_info
 from indexer.runtime.manifest import DataInfo, IndexInfo, Manifest, ModelInfo, Timings
 from indexer.runtime.store import STORE
 from indexer.runtime.store_writer import CorpusStoreWriter
@@ -55,6 +59,7 @@ def create_empty_version(root: Path, model_dir: Path) -> str:
         index, _, _ = build_index(params, np.zeros((0, meta.dim), dtype=np.float32), np.zeros(0, dtype=np.int64))
         index.save(stage / INDEX_FILE)
         CorpusStoreWriter(stage / STORE).finish()
+        lexical = build_lexical(stage, [], lexical_info(engine=AUTO_ENGINE), n_docs=0)
         manifest = Manifest(
             version=version, created_at=datetime.now(timezone.utc),
             model=ModelInfo(dir=str(model_dir.resolve()), onnx_sha256=meta.onnx_sha256, pooling=meta.pooling,
@@ -62,7 +67,7 @@ def create_empty_version(root: Path, model_dir: Path) -> str:
             index=IndexInfo.for_params(params, 0),
             data=DataInfo(source=SOURCE, protocol="corpus", rows_read=0, skipped_empty_texts=0, n_docs=0,
                           n_queries=0, format="jsonl"),
-            build_seconds=Timings(total_s=time.perf_counter() - t0), default_mode="dense")
+            lexical=lexical, build_seconds=Timings(total_s=time.perf_counter() - t0))
         manifest.save(stage)
     index_root.set_current(version)
     return version

@@ -184,6 +184,7 @@ def build_lexical(folder: Path, docs: Iterable[tuple[int, str]], info: LexicalIn
         docs = sorted(docs, key=lambda p: p[0])
         n_docs = len(docs)
     engine, why = choose_engine(info.engine, n_docs)
+    why = info.engine_reason if info.engine != AUTO and info.engine_reason else why  # a parent version's, kept
     cls = engine_class(engine)
     if info.engine == AUTO and cls.FIXED_K1_B is not None and (info.k1, info.b) not in (cls.FIXED_K1_B, (0.9, 0.4)):
         engine, why = DEFAULT_ENGINE, f"auto: BM25 k1={info.k1}, b={info.b} asked for, which {engine} cannot score"
@@ -326,16 +327,19 @@ class LexicalIndex(ABC):
     def weights(self, text: str) -> dict[str, float]:
         """A new document's term → BM25 weight under this index's statistics (N, avgdl, document frequencies): how
         `LexicalOverlay` scores written documents until `indexer compact` indexes them with the rest. A term this
-        index has never seen counts as in one document."""
+        index has never seen counts as in one document. An index of no documents (an empty first version) has no
+        statistics to lend: each term counts as in one document of one, the text's own length as the average (no
+        length normalisation), so texts rank by the query terms they hold until a compaction indexes them."""
         terms = self.analyzer.terms(text)
         tf: dict[str, int] = {}
         for t in terms:
             tf[t] = tf.get(t, 0) + 1
         n = max(self.stats.n_docs, 1)
+        stats = self.stats if self.stats.avgdl > 0 else Stats(n, float(len(terms)))
         out = {}
         for t, f in tf.items():
             df = self.doc_freq(t) if self.fids.size else 0
-            out[t] = self.SCORE_SCALE * bm25_weight(bm25_idf(df or 1, n), f, len(terms), self.stats, self.info.k1,
+            out[t] = self.SCORE_SCALE * bm25_weight(bm25_idf(df or 1, n), f, len(terms), stats, self.info.k1,
                                                     self.info.b)
         return out
 

@@ -116,6 +116,9 @@ def measure(root: Path, leases: Leases, policy: Compaction) -> Pending:
     share = removed / base
     due = (f"{written} documents written wait, the overlay's bound (max_unfolded_docs) is "
            f"{policy.max_unfolded_docs}: upserts are held back" if written >= policy.max_unfolded_docs else
+           # an empty version lends written texts no BM25 statistics (`LexicalIndex.weights`): the first
+           # compaction gives them their own
+           f"{written} documents written to a version that holds none" if written and not live.base.ntotal else
            f"{written} documents written, the policy's limit is {policy.written_docs}"
            if written >= policy.written_docs else
            f"{size / 2**20:.1f} MiB of write log, the policy's limit is {policy.log_mib:g}"

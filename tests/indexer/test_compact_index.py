@@ -137,3 +137,35 @@ def test_a_rebuild_takes_the_written_vectors_straight_into_the_new_lists(root: P
             version.ann.vectors_of(np.asarray([4], dtype=np.int64))
     finally:
         version.close()
+
+
+def test_a_lexical_engine_auto_chose_is_chosen_again_by_size_and_one_named_is_kept(
+        tmp_path: Path, tiny_exported: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from indexer.runtime import lexical
+    from indexer.runtime.empty_version import create_empty_version
+
+    root = tmp_path / "root"
+    create_empty_version(root, tiny_exported)  # a collection made over HTTP: auto chose bm25s for no documents
+    first = IndexVersion(IndexRoot(root).current_dir())
+    assert first.manifest.lexical is not None and first.manifest.lexical.engine == "bm25s"
+    assert first.manifest.search_mode() == "hybrid"
+    first.close()
+    monkeypatch.setattr(lexical, "AUTO_PISA_FROM", 40)  # as if 40 documents were 1M
+    write(root, range(0, 30))
+    small = compact(root, run_eval=False, keep=10, index_policy="auto").manifest
+    assert small is not None and small.lexical is not None
+    assert (small.lexical.engine, small.lexical.n_docs) == ("bm25s", 30) and small.lexical.vocabulary > 0
+    write(root, range(30, 50))
+    kept = compact(root, run_eval=False, keep=10, index_policy="keep").manifest  # by hand: the engine kept
+    assert kept is not None and kept.lexical is not None and (kept.lexical.engine, kept.lexical.n_docs) == ("bm25s", 50)
+    write(root, range(50, 55))
+    grown = compact(root, run_eval=False, keep=10, index_policy="auto").manifest
+    assert grown is not None and grown.lexical is not None
+    assert (grown.lexical.engine, grown.lexical.n_docs) == ("pisa", 55), grown.lexical
+    version = IndexVersion(IndexRoot(root).current_dir())
+    try:  # the new engine answers: "written 52" holds the term "52" alone
+        assert version.lexical is not None
+        _, fids = version.lexical.search("52", 3)
+        assert [version.ext_ids([int(f)])[int(f)] for f in fids] == [52]
+    finally:
+        version.close()

@@ -5,6 +5,7 @@ both survive a restart, and a create or delete cut short leaves the collection w
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -263,5 +264,48 @@ def test_a_collection_left_unserved_by_its_collection_json_can_be_deleted_and_ma
             assert made.status_code == 201 and made.json()["ready"], made.text
             shutil.rmtree(folders["collections"] / "gone")  # removed by hand while refused: a 404, not a 500
             assert c.delete("/collections/gone", headers=AUTH).status_code == 404
+    finally:
+        stop_server(srv)
+
+
+def test_a_collection_created_over_http_searches_its_written_texts_by_bm25_before_and_after_its_first_compaction(
+        folders: dict[str, Path]) -> None:
+    srv = start_server(folders["tmp"], {"STRATA_COLLECTIONS_DIR": str(folders["collections"]),
+                                        "STRATA_MODELS_DIR": str(folders["models"]), "STRATA_API_KEYS": KEYS,
+                                        "STRATA_WATCH_INTERVAL_S": "0", "STRATA_COMPACT_INTERVAL_S": "0.2"})
+    # the tiny random encoder does not rank texts: what finds "guitar horse" here is BM25
+    texts = {"a": "how can i learn guitar", "b": "best guitar for a child who rides a horse", "c": "blue sea green sky",
+             "d": "guitar guitar guitar road"}
+    try:
+        with srv.client() as c:
+            made = c.post("/collections", json={"name": "notes", "encoder": folders["encoder"].name}, headers=AUTH)
+            assert made.status_code == 201, made.text
+            wrote = c.put("/collections/notes/documents", headers=AUTH, json={"documents": [
+                {"id": k, "text": t} for k, t in texts.items()]})
+            assert wrote.status_code == 200, wrote.text
+
+            def lexical(query: str) -> list[str]:
+                r = c.post("/collections/notes/search", json={"query": query, "mode": "lexical"}, headers=AUTH)
+                assert r.status_code == 200, r.text
+                return [h["id"] for h in r.json()["hits"]]
+
+            before = lexical("guitar horse")  # scored by the overlay: no statistics to lend yet
+            assert before[0] == "b" and set(before) == {"a", "b", "d"}, before
+            default = c.post("/collections/notes/search", json={"query": "guitar horse"}, headers=AUTH).json()
+            assert default["mode"] == "hybrid" and len(default["hits"]) == len(texts), default
+
+            def compacted() -> dict | None:
+                last = c.get("/collections/notes", headers=AUTH).json()["compaction"]["last"]
+                return last if last and last["outcome"] == "swapped" else None
+            deadline = time.monotonic() + 120
+            while not compacted():  # due at once: the version held no documents
+                assert time.monotonic() < deadline, c.get("/collections/notes", headers=AUTH).text
+                time.sleep(0.2)
+            current = (folders["collections"] / "notes" / "current").resolve()
+            lex = json.loads((current / "manifest.json").read_text())["lexical"]
+            assert (lex["engine"], lex["n_docs"]) == ("bm25s", len(texts)) and lex["engine_reason"].startswith("auto:")
+            after = lexical("guitar horse")  # from the version's own BM25 index now
+            assert after[0] == "b" and set(after) == {"a", "b", "d"}, after
+            assert lexical("sky") == ["c"]
     finally:
         stop_server(srv)
