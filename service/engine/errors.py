@@ -14,10 +14,10 @@ from indexer.runtime.snapshot import SnapshotConflict, SnapshotError, SnapshotNo
 from indexer.runtime.storage import StorageError, StorageFull, StorageUnavailable
 from indexer.runtime.writes import NotServing, WriteRefused, WritesUnavailable, WritesUnsupported
 
-__all__ = ["BadCursor", "BadFilter", "BadSearchParams", "DocumentNotFound", "EngineError", "Mismatch",
-           "ModeUnavailable", "NotReady", "NotServing", "Overloaded", "ReadError", "SnapshotConflict", "SnapshotError",
-           "SnapshotNotFound", "SnapshotTooLarge", "StorageError", "StorageFull", "StorageUnavailable", "SwapRefused",
-           "TimedOut", "WriteRefused", "WritesHeldBack", "WritesUnavailable", "WritesUnsupported"]
+__all__ = ["BackendUnsupported", "BadCursor", "BadFilter", "BadSearchParams", "DocumentNotFound", "EngineError",
+           "Mismatch", "ModeUnavailable", "NotReady", "NotServing", "Overloaded", "ReadError", "SnapshotConflict",
+           "SnapshotError", "SnapshotNotFound", "SnapshotTooLarge", "StorageError", "StorageFull", "StorageUnavailable",
+           "SwapRefused", "TimedOut", "WriteRefused", "WritesHeldBack", "WritesUnavailable", "WritesUnsupported"]
 
 
 class SnapshotTooLarge(SnapshotError):
@@ -89,6 +89,12 @@ class BadConfig(EngineError):
 class CollectionConflict(EngineError):
     """A collection that cannot be created or deleted as asked: one of that name exists, or this server serves one
     index root rather than a collections folder (the HTTP layer answers 409 with this reason)."""
+
+
+class BackendUnsupported(EngineError):
+    """An operation the serving backend does not provide in any configuration (the sharded backend: collections
+    created, deleted or restored over HTTP); the message says why and what to use instead (the HTTP layer answers
+    501)."""
 
 
 class BadVector(EngineError):
