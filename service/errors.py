@@ -8,6 +8,7 @@
     ModeUnavailable -> 422 (lexical/hybrid on a version without a lexical index)
     BadConfig    -> 422 (over the collection's own limits, or a collection.json that does not validate: the field)
     WriteRefused, CollectionConflict -> 409    WritesUnsupported -> 501 (a version without an overlay)      WritesUnavailable -> 503
+    BackendUnsupported -> 501 (what the serving backend never does: collections made over HTTP on the sharded one)
     StorageFull -> 507 Insufficient Storage    StorageUnavailable -> 503 (an I/O error, a failed fsync, a read-only
                                                root); both with Retry-After and the reason naming the file
     RequestValidationError -> 422 without the echoed input (400 on /v1/*, as OpenAI answers)
@@ -219,7 +220,8 @@ async def write_refused(request: Request, exc: engine.WriteRefused | engine.Coll
     return JSONResponse({"detail": str(exc)}, status_code=409)
 
 
-async def writes_unsupported(request: Request, exc: engine.WritesUnsupported) -> JSONResponse:
+async def writes_unsupported(request: Request, exc: engine.WritesUnsupported | engine.BackendUnsupported
+                             ) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, status_code=501)
 
 
@@ -273,7 +275,8 @@ _HANDLERS: dict[type[Exception], Callable[[Request, Any], Awaitable[Response]]] 
     engine.BadFilter: bad_filter, engine.BadVector: bad_vector, engine.BadSearchParams: bad_search_params,
     engine.BadConfig: bad_config, engine.ModeUnavailable: mode_unavailable, engine.BadCursor: bad_cursor,
     engine.WriteRefused: write_refused, engine.CollectionConflict: write_refused,
-    engine.WritesUnsupported: writes_unsupported, engine.WritesUnavailable: writes_unavailable,
+    engine.WritesUnsupported: writes_unsupported, engine.BackendUnsupported: writes_unsupported,
+    engine.WritesUnavailable: writes_unavailable,
     engine.StorageFull: storage_full, engine.StorageUnavailable: storage_unavailable,
     engine.SnapshotError: snapshot_error, engine.DocumentNotFound: document_not_found,
     engine.UnknownCollection: unknown_collection,

@@ -25,6 +25,7 @@ from indexer.runtime.version import Hit
 from indexer.runtime.writes import Document, WriteResult
 from service.engine.collection import Collection, Hits, ServedModel, Stages, Status, Vectors
 from service.engine.errors import (
+    BackendUnsupported,
     BadConfig,
     BadCursor,
     BadFilter,
@@ -56,12 +57,12 @@ from service.engine.registry import NAME_PATTERN, Collections, CollectionsConfig
 from service.engine.snapshots import encoders_known, restore_upload
 from service.engine.swap import Refusal, SwapResult
 
-__all__ = ["NAME_PATTERN", "BadConfig", "BadCursor", "BadFilter", "BadSearchParams", "BadVector", "Collection",
-           "CollectionConfig", "CollectionConflict", "Collections", "CollectionsConfigError", "DimensionChanged",
-           "Document", "DocumentNotFound", "EngineError", "Forbidden", "Hit", "Hits", "ListedModel", "Manifest",
-           "Mismatch", "ModeUnavailable", "NotReady", "NotServing", "Overloaded", "Page", "Query", "Refusal",
-           "ServedModel", "SnapshotConflict", "SnapshotError", "SnapshotNotFound", "Stages", "Status", "StorageFull",
-           "StorageUnavailable", "StoredDocument", "SwapRefused", "SwapResult", "TimedOut", "UnknownCollection",
-           "UnknownModel", "Vectors", "WriteRefused", "WriteResult", "WritesUnavailable",
+__all__ = ["NAME_PATTERN", "BackendUnsupported", "BadConfig", "BadCursor", "BadFilter", "BadSearchParams", "BadVector",
+           "Collection", "CollectionConfig", "CollectionConflict", "Collections", "CollectionsConfigError",
+           "DimensionChanged", "Document", "DocumentNotFound", "EngineError", "Forbidden", "Hit", "Hits", "ListedModel",
+           "Manifest", "Mismatch", "ModeUnavailable", "NotReady", "NotServing", "Overloaded", "Page", "Query",
+           "Refusal", "ServedModel", "SnapshotConflict", "SnapshotError", "SnapshotNotFound", "Stages", "Status",
+           "StorageFull", "StorageUnavailable", "StoredDocument", "SwapRefused", "SwapResult", "TimedOut",
+           "UnknownCollection", "UnknownModel", "Vectors", "WriteRefused", "WriteResult", "WritesUnavailable",
            "WritesUnsupported", "count_documents", "encoders_known", "get_document", "get_documents", "listed",
            "path_ids", "resolve", "restore_upload", "scroll_documents"]

@@ -14,10 +14,10 @@ from indexer.runtime.snapshot import SnapshotConflict, SnapshotError, SnapshotNo
 from indexer.runtime.storage import StorageError, StorageFull, StorageUnavailable
 from indexer.runtime.writes import NotServing, WriteRefused, WritesUnavailable, WritesUnsupported
 
-__all__ = ["BadCursor", "BadFilter", "BadSearchParams", "DocumentNotFound", "EngineError", "Mismatch",
-           "ModeUnavailable", "NotReady", "NotServing", "Overloaded", "ReadError", "SnapshotConflict", "SnapshotError",
-           "SnapshotNotFound", "SnapshotTooLarge", "StorageError", "StorageFull", "StorageUnavailable", "SwapRefused",
-           "TimedOut", "WriteRefused", "WritesHeldBack", "WritesUnavailable", "WritesUnsupported"]
+__all__ = ["BackendUnsupported", "BadCursor", "BadFilter", "BadSearchParams", "DocumentNotFound", "EngineError",
+           "Mismatch", "ModeUnavailable", "NotReady", "NotServing", "Overloaded", "ReadError", "SnapshotConflict",
+           "SnapshotError", "SnapshotNotFound", "SnapshotTooLarge", "StorageError", "StorageFull", "StorageUnavailable",
+           "SwapRefused", "TimedOut", "WriteRefused", "WritesHeldBack", "WritesUnavailable", "WritesUnsupported"]
 
 
 class SnapshotTooLarge(SnapshotError):
@@ -93,6 +93,12 @@ class CollectionConflict(EngineError):
 
 class UnknownCollection(EngineError):
     """No collection of that name, or one deleted meanwhile (the HTTP layer answers 404 with this reason)."""
+
+
+class BackendUnsupported(EngineError):
+    """An operation the serving backend does not provide in any configuration (the sharded backend: collections
+    created, deleted or restored over HTTP); the message says why and what to use instead (the HTTP layer answers
+    501)."""
 
 
 class BadVector(EngineError):

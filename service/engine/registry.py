@@ -43,7 +43,7 @@ from indexer.runtime.layout import CURRENT, VERSIONS
 from indexer.runtime.paths import DEFAULT_MODEL_NAME
 from service.engine.backends import Backend, make_backend
 from service.engine.collection import Collection
-from service.engine.errors import BadConfig, CollectionConflict, UnknownCollection
+from service.engine.errors import BackendUnsupported, BadConfig, CollectionConflict, UnknownCollection
 from service.engine.metrics import Metrics
 from service.engine.scheduler import Scheduler
 from service.engine.settings import EngineSettings
@@ -246,7 +246,8 @@ class Collections:
     async def create(self, name: str, encoder: str | None, config: CollectionConfig | None) -> Collection:
         """Make collection `name` in the collections folder (an empty first version of `encoder`, a folder under
         `models_dir`; None: the default encoder) with `config` as its collection.json, and serve it.
-        `CollectionConflict` (409): one of that name exists, or no collections folder is served; `BadConfig` (422)
+        `CollectionConflict` (409): one of that name exists, or no collections folder is served (`BackendUnsupported`,
+        501, on the sharded backend); `BadConfig` (422)
         naming the field: a name that cannot be a collection's, an unknown encoder (the known ones listed), settings
         an empty (flat, dense-only) version cannot apply."""
         folder = self._folder_for("create")
@@ -303,7 +304,19 @@ class Collections:
         if name in self.by_name or name in self.refused:
             raise CollectionConflict(f"collection {name!r} already exists")
 
+    def check_backend(self, what: str) -> None:
+        """`BackendUnsupported` (501) when the backend can never `what` (create, delete or restore a collection):
+        the sharded one serves one root, and refuses a collections folder at startup (`plan`)."""
+        if self.settings.engine == "sharded":
+            raise BackendUnsupported(f"the sharded (Ray) backend serves the shards of one index root, so it cannot "
+                                     f"{what} over HTTP (a collections folder, STRATA_COLLECTIONS_DIR, is the local "
+                                     f"backend's only): serve collections with `python -m service` and "
+                                     f"STRATA_COLLECTIONS_DIR, or each sharded root with its own `python -m service "
+                                     f"sharded`; a snapshot is restored with `indexer snapshot restore ARCHIVE --root "
+                                     f"DIR`, then served from DIR")
+
     def _folder_for(self, what: str) -> Path:
+        self.check_backend(f"{what} a collection")
         if self.folder is None:
             raise CollectionConflict(f"this server serves one index root ({self.settings.index_root}): collections "
                                      f"are created and deleted in a collections folder (STRATA_COLLECTIONS_DIR), "

@@ -17,6 +17,8 @@ from service.schemas.collections import CollectionInfo, CollectionList, CreateCo
 from service.schemas.common import SwapRefusal
 from service.schemas.compaction import CompactionState
 
+SHARDED_501 = {"description": "the sharded backend: it serves one index root, and no collections folder"}
+
 router = APIRouter(prefix="/collections", tags=["collections"],
                    responses={404: {"description": "no collection of that name"}})
 
@@ -57,7 +59,7 @@ async def list_collections(request: Request, collections: CollectionsDep) -> Col
 
 @router.post("", response_model=CollectionInfo, status_code=201, dependencies=[ADMIN_ALL],
              responses={409: {"description": "a collection of that name exists, or the server serves one index root "
-                                             "(no STRATA_COLLECTIONS_DIR)"}})
+                                             "(no STRATA_COLLECTIONS_DIR)"}, 501: SHARDED_501})
 async def create_collection(body: CreateCollection, collections: CollectionsDep) -> CollectionInfo:
     """Create a collection (a key with the 'admin' scope on every collection): an empty first version of `encoder`
     with `settings` as its collection.json, durable before the 201 and served at once — it takes writes
@@ -73,7 +75,8 @@ async def get_collection(collection: CollectionDep, collections: CollectionsDep)
 
 
 @router.delete("/{name}", response_model=DeletedCollection, dependencies=[NAMED_PATH, ADMIN_NAMED],
-               responses={409: {"description": "the server serves one index root (no STRATA_COLLECTIONS_DIR)"}})
+               responses={409: {"description": "the server serves one index root (no STRATA_COLLECTIONS_DIR)"},
+                          501: SHARDED_501})
 async def delete_collection(name: str, collections: CollectionsDep) -> DeletedCollection:
     """Delete a collection (a key with the 'admin' scope on it): no longer served, and removed from the disk
     durably — a crash in the middle leaves the collection whole or nothing of it. One left unserved because its

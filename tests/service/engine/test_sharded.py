@@ -10,9 +10,11 @@ operator runs them against a cluster; the last test runs the command with a Ray 
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import signal
+import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -295,6 +297,52 @@ def test_sharded_422_does_not_echo_the_input(sharded_server: str) -> None:
             assert detail and all(set(e) == {"type", "loc", "msg"} for e in detail), detail
         r = client.post("/encode", json={"texts": "not a list"})
         assert r.status_code == 422 and "input" not in r.text
+
+
+def test_sharded_collections_over_http_are_a_501_naming_what_to_use(secured: Server, ray_cluster: str,
+                                                                    tmp_path: Path) -> None:
+    """Creating, deleting or restoring a collection over HTTP needs a collections folder, which the sharded backend
+    refuses at startup: each is a 501 that says so and what to use instead (not a 409 or 422 pointing at
+    STRATA_COLLECTIONS_DIR). The root's own collection is served, and its snapshots are made (a write included),
+    listed, downloaded (the shard files in the archive) and deleted as on one process; restored with the runtime's
+    `restore` (`indexer snapshot restore`), the root is served by `python -m service sharded` with the same answers."""
+    with secured.client() as c:
+        c.headers.update(auth(ADMIN))
+        for r in (c.post("/collections", json={"name": "more"}), c.delete("/collections/default"),
+                  c.post("/collections/copy/snapshots/upload", content=b"not read",
+                         headers={"content-type": "application/x-tar"})):
+            assert r.status_code == 501, (r.request.url, r.status_code, r.text)
+            detail = r.json()["detail"]
+            assert "sharded" in detail and "STRATA_COLLECTIONS_DIR" in detail, detail
+            assert "python -m service sharded" in detail and "indexer snapshot restore" in detail, detail
+        assert c.get("/collections/default").json()["ready"] is True
+        written = {"id": "snap-1", "text": "Which glacier is the largest in Iceland?", "metadata": {}}
+        assert c.put("/documents", json={"documents": [written]}).status_code == 200
+        made = c.post("/collections/default/snapshots")
+        assert made.status_code == 201, made.text
+        name = made.json()["name"]
+        assert [s["name"] for s in c.get("/collections/default/snapshots").json()["snapshots"]] == [name]
+        archive = c.get(f"/collections/default/snapshots/{name}")
+        assert archive.status_code == 200 and archive.headers["x-snapshot-sha256"] == made.json()["sha256"]
+        with tarfile.open(fileobj=io.BytesIO(archive.content)) as tar:
+            members = tar.getnames()
+        assert sum(m.endswith(".faiss") and "/shards/" in m for m in members) == 2, members
+        assert c.delete(f"/collections/default/snapshots/{name}").status_code == 204
+        asked = {"query": written["text"], "top_k": 5, "mode": "dense"}
+        want = [(h["id"], h["score"]) for h in c.post("/search", json=asked).json()["hits"]]
+        count = c.post("/documents/count", json={}).json()["count"]
+    from indexer.runtime.restore import restore
+
+    (tmp_path / "snap.tar").write_bytes(archive.content)
+    restore(tmp_path / "snap.tar", tmp_path / "restored")
+    srv = start_sharded(tmp_path, tmp_path / "restored", ray_cluster)
+    try:
+        with srv.client() as c:
+            assert [(h["id"], h["score"]) for h in c.post("/search", json=asked).json()["hits"]] == want
+            assert want[0][0] == "snap-1" and c.post("/documents/count", json={}).json()["count"] == count
+            assert c.get("/documents/snap-1").json()["text"] == written["text"]
+    finally:
+        stop_server(srv)
 
 
 def _session_processes(driver_pid: int) -> list[int]:
