@@ -57,11 +57,8 @@ async def delete_snapshot(snapshot: Snap, collection: CollectionDep) -> Response
 @router.post("/{name}/snapshots/upload", status_code=201, dependencies=[ADMIN_NAMED], response_model=CollectionInfo,
              responses={409: {"description": "a collection of that name exists"},
                         413: {"description": "over STRATA_MAX_SNAPSHOT_BYTES"},
-<<<<<<< HEAD
                         415: {"description": "a multipart form: the archive is sent as the body itself"},
-=======
                         501: {"description": "the sharded backend (it serves one root: no collections folder)"},
->>>>>>> probe-sharded
                         422: {"description": "the archive is damaged or truncated, or its encoder is not here"}},
              openapi_extra={"requestBody": {"required": True, "content": {
                  "application/x-tar": {"schema": {"type": "string", "format": "binary"}}}}})
@@ -69,16 +66,10 @@ async def upload_snapshot(name: Name, request: Request, collections: Collections
                           settings: SettingsDep) -> CollectionInfo:
     """Restore an uploaded snapshot (the body: the archive, streamed) as the new collection `name` of
     `STRATA_COLLECTIONS_DIR`, checked whole before it is renamed into place, then serve it at once."""
-<<<<<<< HEAD
+    collections.check_backend("restore a snapshot as a new collection")
     if collections.folder is None:  # as POST /collections answers: no folder to make a collection in
         raise SnapshotConflict("restoring a snapshot over HTTP creates a collection: it needs STRATA_COLLECTIONS_DIR "
                                "(or restore it with `indexer snapshot restore ARCHIVE --root DIR`)")
-=======
-    collections.check_backend("restore a snapshot as a new collection")
-    if collections.folder is None:
-        raise SnapshotError("restoring a snapshot over HTTP creates a collection: it needs STRATA_COLLECTIONS_DIR "
-                            "(or restore it with `indexer snapshot restore ARCHIVE --root DIR`)")
->>>>>>> probe-sharded
     if not re.fullmatch(NAME_PATTERN, name):
         raise SnapshotError(f"{name[:80]!r} is not a collection name ({NAME_PATTERN})")
     if request.headers.get("content-type", "").lower().startswith("multipart/"):  # Qdrant's upload is a form
