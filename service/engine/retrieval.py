@@ -45,10 +45,30 @@ def dense_group(index: VectorIndex, batch: Batch, members: list[int], match: Fil
     rows = [r for j in members for r in batch.rows_of[j]]
     k = max(depth(jobs[j], passages) if modes[j] == "dense" else _leg_depth(jobs[j], passages) for j in members)
     group_vecs = vecs if len(rows) == len(vecs) else vecs[rows]
+    params = jobs[members[0]].search_params or None
     g0 = time.time_ns()
-    scores, ids = index.search(group_vecs, k, match, search_params=jobs[members[0]].search_params or None)
-    batch.dense.update(zip(rows, zip(scores, ids, strict=True), strict=True))
+    # a version of passages: one row past k, so that its ties are settled (`doc_topk.settle`)
+    scores, ids = index.search(group_vecs, k + 1 if passages else k, match, search_params=params)
+    if passages:
+        found = [doc_topk.settle(_dense_search(index, vecs[r], match, params, settled=False), (s, i), k + 1, k)
+                 for r, s, i in zip(rows, scores, ids, strict=True)]
+    else:
+        found = list(zip(scores, ids, strict=True))
+    batch.dense.update(zip(rows, found, strict=True))
     return time.time_ns() - g0
+
+
+def _dense_search(index: VectorIndex, vec: np.ndarray, match: FilterMatch | None, params: dict[str, int] | None,
+                  *, settled: bool = True) -> Callable[[int], Ranked]:
+    """One query vector's search `d` deep; `settled`: its ties settled (`doc_topk.settle`: one row more searched,
+    ties by id), as every dense list of a version of passages is, so that no ranking depends on the depth."""
+    def search(d: int) -> Ranked:
+        scores, ids = index.search(vec[None, :], d, match, search_params=params)
+        return scores[0], ids[0]
+
+    if not settled:
+        return search
+    return lambda d: doc_topk.settle(search, search(d + 1), d + 1, d)
 
 
 def search_dense(index: VectorIndex, batch: Batch, passages: bool) -> None:
@@ -156,12 +176,7 @@ def collect_documents(index: VectorIndex, batch: Batch, j: int, bounded_from: in
 
             ranked.append(doc_topk.rank_list(lexical, batch.finals[j][q], first, index.doc_rows, top_k))
             continue
-        vec = batch.vecs[batch.rows_of[j][q]][None, :]
-
-        def dense(d: int, vec: np.ndarray = vec) -> Ranked:
-            scores, ids = index.search(vec, d, match, search_params=params)
-            return scores[0], ids[0]
-
+        dense = _dense_search(index, batch.vecs[batch.rows_of[j][q]], match, params)
         if mode == "dense":
             got = batch.finals[j][q]
             ranked.append(doc_topk.rank_list(dense, got, len(got[1]), index.doc_rows, top_k))
