@@ -85,8 +85,9 @@ def engine_class(name: str) -> type[LexicalIndex]:
         raise LexicalError(f"lexical engine {name!r} is not installed ({exc})") from exc
 
 
-def choose_engine(requested: str, n_docs: int) -> tuple[str, str]:
-    """(engine, why) for `--lexical-engine`: the one asked for, or for `auto` by corpus size."""
+def choose_engine(requested: str, n_docs: int, unit: str = "documents") -> tuple[str, str]:
+    """(engine, why) for `--lexical-engine`: the one asked for, or for `auto` by corpus size (`n_docs` rows, each
+    a `unit`: documents, or a version of passages' passages)."""
     if requested != AUTO:
         engine_class(requested)
         return requested, "asked for"
@@ -98,9 +99,9 @@ def choose_engine(requested: str, n_docs: int) -> tuple[str, str]:
             except LexicalError as exc:  # an install without it still builds
                 missing += f"; {exc}"
                 continue
-            return engine, f"auto: {n_docs:,} documents >= {start:,} (docs/scaling.md){missing}"
+            return engine, f"auto: {n_docs:,} {unit} >= {start:,} (docs/scaling.md){missing}"
     below = f" < {AUTO_PISA_FROM:,}" if n_docs < AUTO_PISA_FROM else ""
-    return "bm25s", f"auto: {n_docs:,} documents{below} (docs/scaling.md){missing}"
+    return "bm25s", f"auto: {n_docs:,} {unit}{below} (docs/scaling.md){missing}"
 
 
 def check_settings(stemmer: str, stopwords: str, k1: float, b: float, engine: str = DEFAULT_ENGINE) -> None:
@@ -169,7 +170,7 @@ def bm25_idf(df: int, n: int) -> float:
 
 
 def build_lexical(folder: Path, docs: Iterable[tuple[int, str]], info: LexicalInfo, *,
-                  n_docs: int | None = None) -> LexicalInfo:
+                  n_docs: int | None = None, unit: str = "documents") -> LexicalInfo:
     """Index `docs` ((FAISS id, text)) into `folder/lexical/` with `info.engine` (`auto`: chosen by size, with its
     reason logged and recorded); returns `info` with the engine, its version and the counts.
 
@@ -177,13 +178,14 @@ def build_lexical(folder: Path, docs: Iterable[tuple[int, str]], info: LexicalIn
     analysed and handed to the engine as it is read, so what the build holds is the engine's own buffers (tantivy:
     its writer's heap) and 8 bytes per document, not every text and term list as Python objects (several GB at 10M
     Quora questions, by estimate; bm25s indexes in memory and still holds them). Without, `docs` is any iterable
-    in any order, sorted here. Progress with an ETA is logged (`Progress`)."""
+    in any order, sorted here. Progress with an ETA is logged (`Progress`). `unit`: what a row is, in the log and
+    the recorded reason (a version of passages indexes its passages, not its documents)."""
     t0 = time.perf_counter()
     analyzer = Analyzer(info.stemmer, info.stopwords)
     if n_docs is None:
         docs = sorted(docs, key=lambda p: p[0])
         n_docs = len(docs)
-    engine, why = choose_engine(info.engine, n_docs)
+    engine, why = choose_engine(info.engine, n_docs, unit)
     cls = engine_class(engine)
     if info.engine == AUTO and cls.FIXED_K1_B is not None and (info.k1, info.b) not in (cls.FIXED_K1_B, (0.9, 0.4)):
         engine, why = DEFAULT_ENGINE, f"auto: BM25 k1={info.k1}, b={info.b} asked for, which {engine} cannot score"
@@ -220,7 +222,7 @@ def build_lexical(folder: Path, docs: Iterable[tuple[int, str]], info: LexicalIn
     (out / STATS_FILE).write_text(json.dumps({"n_docs": n_docs,
                                               "avgdl": counted["terms"] / n_docs if n_docs else 0.0}))
     seconds = time.perf_counter() - t0
-    log.info("lexical index (%s, %s): %d documents, %d terms in the vocabulary, %.1fs", engine, why, n_docs,
+    log.info("lexical index (%s, %s): %d %s, %d terms in the vocabulary, %.1fs", engine, why, n_docs, unit,
              vocab, seconds)
     return info.model_copy(update={"engine": engine, "engine_version": cls.version(), "engine_reason": why,
                                    "n_docs": n_docs, "vocabulary": vocab, "seconds": round(seconds, 3)})

@@ -303,6 +303,7 @@ def test_a_build_with_qrels_evaluates_documents_keeps_a_repeated_ids_last_passag
     them, so its MRR@10 is the one computed from /search's hits. Writes and deletes, then `indexer compact`: the
     compacted version keeps documents, passages and search results, is evaluated the same way, and the swap gate
     compares it (same evaluation set) and lets it through."""
+    from indexer.commands.compact import summary
     from indexer.compact import compact
     from indexer.runtime.layout import IndexRoot
     from indexer.runtime.passages import passage_id
@@ -350,6 +351,10 @@ def test_a_build_with_qrels_evaluates_documents_keeps_a_repeated_ids_last_passag
         assert len(nine_before) > 1
         done = await asyncio.to_thread(compact, root, threads=1)
         assert done.manifest is not None
+        # `indexer compact`'s line: the log's rows are passages, the version's documents said beside them
+        line = summary(done, root)
+        assert f"{done.upserted} passages written" in line and "documents written" not in line, line
+        assert line.endswith(f"{done.manifest.index.ntotal} vectors (12 documents)"), line
         swap = await collection.reload("test")
         assert (swap.outcome, swap.version) == ("swapped", done.manifest.version)
         m2 = Manifest.load(IndexRoot(root).current_dir())
