@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
@@ -140,13 +141,20 @@ def finals(index: VectorIndex, batch: Batch, j: int, passages: bool) -> None:
         return
     legs: list[LexicalLeg] = got  # type: ignore[assignment]
     c0 = time.perf_counter()
+    batch.bounded[j] = sum(leg.bounded for leg in legs)
+    candidates = [dense[r][1] for r in rows]
+    if documents and batch.bounded[j]:
+        # a bounded leg scores the dense candidates it is completed with: completed with the first tier's (as
+        # `collect_documents` then fuses it), not with as many as top_k asked for, no ranking depends on top_k
+        legs = [replace(leg, scores=leg.scores[:HYBRID_DEPTH], ids=leg.ids[:HYBRID_DEPTH], k=HYBRID_DEPTH)
+                for leg in legs]
+        candidates = [c[:HYBRID_DEPTH] for c in candidates]
     try:  # a bounded leg needs the dense candidates: it is completed here
-        lexical = index.complete_legs(legs, [dense[r][1] for r in rows])
+        lexical = index.complete_legs(legs, candidates)
     except Exception as exc:  # noqa: BLE001
         batch.errors[j] = failed("lexical search", job, exc)
         return
     batch.lexical_ms[j] += (time.perf_counter() - c0) * 1000
-    batch.bounded[j] = sum(leg.bounded for leg in legs)
     if documents:
         batch.legs[j] = [(dense[r], lex) for r, lex in zip(rows, lexical, strict=True)]
         return
@@ -181,8 +189,9 @@ def collect_documents(index: VectorIndex, batch: Batch, j: int, bounded_from: in
             got = batch.finals[j][q]
             ranked.append(doc_topk.rank_list(dense, got, len(got[1]), index.doc_rows, top_k))
         else:
+            legs_depth = HYBRID_DEPTH if batch.bounded.get(j) else _leg_depth(job, True)  # as `finals` completed them
             ranked.append(doc_topk.rank_fused(_legs(index, dense, text, match, bounded_from), batch.legs[j][q],
-                                              _leg_depth(job, True), _fusing(job), index.doc_rows, top_k))
+                                              legs_depth, _fusing(job), index.doc_rows, top_k))
     batch.finals[j] = [r.ranked() for r in ranked]
     batch.short[j] = [r.short for r in ranked]
     ms = (time.perf_counter() - t0) * 1000

@@ -171,3 +171,32 @@ def test_tied_passages_rank_by_id_whatever_the_depth(tmp_path: Path, minilm_mean
                             assert got == top[:n], (query, mode, flt, passages, n)
 
     run(tmp_path / "root", scenario)
+
+
+def test_a_bounded_lexical_leg_ranks_documents_independently_of_top_k(
+        tmp_path: Path, minilm_mean: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hybrid's bounded lexical leg (a large collection's common terms: `bounded_leg`, forced here on every query)
+    scores the dense candidates it is completed with, so its answer depends on how many there are: completed with
+    the candidates of a search as deep as top_k asked for (4 x top_k + 10), the fused documents' scores and order
+    moved with top_k. Completed with each tier's own, they do not."""
+    pytest.importorskip("tantivy")
+    import service.engine.searcher as searcher_module
+
+    monkeypatch.setattr(searcher_module, "BOUNDED_FROM", 0)
+    data = tmp_path / "docs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in corpus()))
+    build(BuildConfig(model_dir=minilm_mean, data=str(data), root=tmp_path / "root", index="flat", evaluate=False,
+                      chunk=12, overlap=0, threads=1, lexical_engine="tantivy"))
+
+    async def scenario(collection: Collection) -> None:
+        for q in queries(1, 6):
+            for flt in FILTERS:
+                full = await collection.search(Query([q], TOP, flt, mode="hybrid"))
+                assert full.stages is not None and full.stages.lexical_bounded == 1  # the bounded leg ran
+                top = [(h.ext_id, h.passage.index, h.score) for h in full.hits[0]]  # type: ignore[union-attr]
+                for n in NS:
+                    r = await collection.search(Query([q], n, flt, mode="hybrid"))
+                    got = [(h.ext_id, h.passage.index, h.score) for h in r.hits[0]]  # type: ignore[union-attr]
+                    assert got == top[:n], (q, flt, n)
+
+    run(tmp_path / "root", scenario)
