@@ -201,6 +201,12 @@ def test_writes_replace_and_delete_all_of_a_documents_passages_in_one_transactio
         assert status.documents == 11 and status.passages == status.size
         await collection.upsert([Document("new", "A kite flies in the wind.", {"topic": "misc"})])
         assert collection.status().documents == 12
+        # the compaction policy counts the overlay's rows: on a version of passages, passages
+        from indexer.runtime.collection_config import Compaction
+        from service.engine.compactor import measure
+
+        pending = measure(root, collection.leases, Compaction(written_docs=1))
+        assert pending.due == f"{pending.written_docs} passages written, the policy's limit is 1", pending
         assert not [p for p in await passages_of(collection, "comets visitor") if p[0] in (9, "d8")]
         # a brought vector stands for a whole document: refused, nothing logged
         with pytest.raises(BadVector, match="passages"):
