@@ -45,6 +45,7 @@ from indexer.folder_walk import KINDS, walk_folder
 
 if TYPE_CHECKING:
     from markdown_it import MarkdownIt
+    from markdown_it.token import Token
     from selectolax.lexbor import LexborNode
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,8 @@ _BLOCKS = frozenset(("address", "article", "blockquote", "br", "dd", "details", 
                      "li", "main", "ol", "p", "pre", "section", "summary", "table", "td", "th", "tr", "ul",
                      "caption", "body", "html"))
 _INLINE_BREAKS = {"softbreak": " ", "hardbreak": "\n"}
+_HTML_BR = re.compile(r"<br\s*/?>\Z", re.I)
+_AROUND_BREAK = re.compile(r"[ \t]*\n[ \t]*")
 _CHROME = ("script", "style", "noscript", "template", "nav", "aside", "footer", "svg", "iframe")
 
 
@@ -126,15 +129,40 @@ def markdown_text(source: str) -> tuple[str, str]:
             heading = True
         elif tok.type == "inline":
             # a soft line break is a space between words, a hard one a line break: neither glues two words
-            parts = [_INLINE_BREAKS.get(c.type, c.content) for c in tok.children or ()
-                     if c.type in ("text", "code_inline", "softbreak", "hardbreak")]
-            lines.append("".join(parts) if parts else tok.content)
+            lines.append(_inline_text(tok))
             if heading and not title:
-                title = lines[-1].strip()
+                title = " ".join(lines[-1].split())
             heading = False
         elif tok.type in ("fence", "code_block"):
             lines.append(tok.content.rstrip("\n"))
+        elif tok.type == "html_block":  # raw HTML between the paragraphs: its text, as an HTML page gives it
+            lines.append(_block_text_of(tok.content))
     return title[:TITLE_CHARS], "\n".join(ln for ln in lines if ln.strip())
+
+
+def _inline_text(tok: Token) -> str:
+    """An inline token's text: a soft line break is a space between words, a hard one (or an inline `<br>`) a line
+    break, so neither glues two words; other inline HTML tags join what they wrap, as in an HTML page."""
+    parts = [("\n" if _HTML_BR.match(c.content) else "") if c.type == "html_inline" else
+             _INLINE_BREAKS.get(c.type, c.content) for c in tok.children or ()
+             if c.type in ("text", "code_inline", "softbreak", "hardbreak", "html_inline")]
+    return _AROUND_BREAK.sub("\n", "".join(parts)) if parts else tok.content
+
+
+def _block_text_of(fragment: str) -> str:
+    """The text of a fragment of HTML, a line per block (`_block_text`), without page chrome (scripts, styles, …);
+    comments and tags alone give none. Nested past `MAX_HTML_DEPTH`: Unreadable, as an HTML page is."""
+    from selectolax.lexbor import LexborHTMLParser
+
+    depth = html_depth(fragment.encode("utf-8", "surrogatepass"))
+    if depth > MAX_HTML_DEPTH:
+        raise Unreadable(f"HTML in the Markdown nested {depth:,} levels deep, past the limit of {MAX_HTML_DEPTH:,}; "
+                         f"not parsed")
+    tree = LexborHTMLParser(fragment)
+    tree.strip_tags(list(_CHROME))
+    root = tree.body
+    text = _block_text(root) if root is not None else ""
+    return "\n".join(" ".join(ln.split()) for ln in text.splitlines() if ln.strip())
 
 
 def _html_source(data: bytes) -> str:

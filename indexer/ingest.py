@@ -190,7 +190,7 @@ class _Ingest:
             self.rows.put(np.asarray(at, dtype=np.int64), self._vectors(batch, kept))
         fids, exts, texts, metas = self.ids.faiss_ids, batch.ext_ids, batch.texts, batch.metas
         self.writer.put([(fids[r], exts[i], texts[i], metas[i]) for i, r in zip(kept, at, strict=True)])
-        self.bar.end_chunk(len(self.ids))
+        self.bar.end_chunk(len(self.ids), "passages" if self.passages else "docs")
 
     def _rows_at(self, exts: list[ExtId]) -> list[int] | range:
         """Each row's row in the vector array (its FAISS id assigned), counting ids an earlier row had."""

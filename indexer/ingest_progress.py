@@ -36,9 +36,11 @@ class ChunkProgress:
         self._done += n
         self._move_to(start + (end - start) * min(self._done, texts) // texts)
 
-    def end_chunk(self, docs: int) -> None:
+    def end_chunk(self, rows: int, unit: str = "docs") -> None:
+        """A chunk's rows encoded (or stored): `rows` in all so far, each a `unit` (docs, or a version of passages'
+        passages)."""
         self._chunk = None
-        self.bar.set_postfix(docs=docs, refresh=False)
+        self.bar.set_postfix(refresh=False, **{unit: rows})
         self._move_to(self.read)
 
     def _move_to(self, position: int) -> None:

@@ -58,7 +58,8 @@ def _stage_lexical(stage: Path, manifest: Manifest) -> None:
     store = Store(stage / STORE)
     try:
         with storage_errors(stage / LEXICAL_DIR, "writing the lexical index"):
-            manifest.lexical = build_lexical(stage, store.iter_texts(), manifest.lexical, n_docs=store.count())
+            manifest.lexical = build_lexical(stage, store.iter_texts(), manifest.lexical, n_docs=store.count(),
+                                             unit="documents" if manifest.chunking() is None else "passages")
     finally:
         store.close()
     manifest.build_seconds.lexical_s = manifest.lexical.seconds

@@ -12,6 +12,7 @@ from strata_client.types import DocId, Document
 
 # the server's limits (service/schemas/): larger inputs are split into several requests
 MAX_TEXTS = 64  # texts per /encode, queries per /search
+MAX_TEXT_CHARS = 2000  # characters per text the API takes (a built corpus's documents may be longer)
 MAX_WRITE_DOCS = 128  # documents per PUT /documents
 MAX_DELETE_IDS = 1000  # ids per POST /documents/delete
 MAX_GET_IDS = 1000  # ids per POST /documents/get

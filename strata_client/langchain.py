@@ -25,6 +25,7 @@ from langchain_core.documents import Document as LCDocument
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
+from strata_client._calls import MAX_TEXT_CHARS
 from strata_client.aio import AsyncClient
 from strata_client.client import Client
 from strata_client.types import DocId, Document, Found, SearchResult
@@ -245,11 +246,13 @@ class StrataVectorStore(VectorStore):
                                       **kwargs: Any) -> list[LCDocument]:
         """`k` documents among the `fetch_k` best (at most 100, the server's top_k limit; any mode and filter)
         chosen for relevance and diversity: the query and the candidates' texts embedded by the server's encoder
-        (`POST /encode`: search answers carry no vectors), then LangChain's `maximal_marginal_relevance`."""
+        (`POST /encode`: search answers carry no vectors; a text past what the API takes, as a built corpus's
+        documents may be, by its first `MAX_TEXT_CHARS`: the encoder's window is shorter), then LangChain's
+        `maximal_marginal_relevance`."""
         result = self.client.search(query, top_k=self._fetch(k, fetch_k), **self._options(kwargs))
         if not result.hits:
             return []
-        vectors = self.client.encode([query, *(h.text for h in result.hits)]).vectors
+        vectors = self.client.encode(_candidates(query, result)).vectors
         return self._mmr(result, vectors, k, lambda_mult)
 
     async def amax_marginal_relevance_search(self, query: str, k: int = 4, fetch_k: int = 20,
@@ -259,7 +262,7 @@ class StrataVectorStore(VectorStore):
         result = await self.async_client.search(query, top_k=self._fetch(k, fetch_k), **self._options(kwargs))
         if not result.hits:
             return []
-        vectors = (await self.async_client.encode([query, *(h.text for h in result.hits)])).vectors
+        vectors = (await self.async_client.encode(_candidates(query, result))).vectors
         return self._mmr(result, vectors, k, lambda_mult)
 
     def max_marginal_relevance_search_by_vector(self, embedding: list[float], k: int = 4, fetch_k: int = 20,
@@ -278,3 +281,8 @@ class StrataVectorStore(VectorStore):
         store = cls(client, **kwargs) if client is not None else cls.from_url(url, **kwargs)  # type: ignore[arg-type]
         store.add_texts(texts, metadatas, ids=ids)
         return store
+
+
+def _candidates(query: str, result: SearchResult) -> list[str]:
+    """MMR's texts to embed: the query, then each hit's text cut to what `/encode` takes (`MAX_TEXT_CHARS`)."""
+    return [query, *(h.text[:MAX_TEXT_CHARS] for h in result.hits)]

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from indexer.commands.common import check_settings, root_arg, threads_arg
+
+if TYPE_CHECKING:
+    from indexer.compact import CompactResult
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -40,9 +44,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"nothing to fold: version {r.parent} holds every write in {args.root}'s log"
               + (f" (up to seq {r.last_seq})" if r.last_seq else " (no writes logged)"))
         return 0
-    print(f"folded {r.entries} write log entries (seq {r.first_seq}..{r.last_seq}: {r.upserted} documents written, "
-          f"{r.created} of them new, {r.deleted} deleted) into {r.parent}: version {manifest.version} in {args.root}, "
-          f"{manifest.index.ntotal} vectors")
+    print(summary(r, args.root))
     if manifest.eval:
         print(f"MRR@10 {manifest.eval.mrr_at_10:.4f} (exact {manifest.eval.exact_mrr_at_10:.4f}) over "
               f"{manifest.eval.n_queries} queries")
@@ -53,3 +55,15 @@ def run(args: argparse.Namespace) -> int:
               f"trained "
               f"on were added since (threshold {args.rebuild_after:.0%})")
     return 0
+
+
+def summary(r: CompactResult, root: Path) -> str:
+    """The line saying what a compaction folded: the log's entries are rows, so a version of passages' are counted
+    as passages, and the new version's documents beside them."""
+    manifest = r.manifest
+    assert manifest is not None
+    rows = "documents" if manifest.chunking() is None else "passages"
+    served = "" if rows == "documents" else f" ({manifest.data.n_docs:,} documents)"
+    return (f"folded {r.entries} write log entries (seq {r.first_seq}..{r.last_seq}: {r.upserted} {rows} written, "
+            f"{r.created} of them new, {r.deleted} deleted) into {r.parent}: version {manifest.version} in {root}, "
+            f"{manifest.index.ntotal} vectors{served}")

@@ -57,6 +57,30 @@ def exhausted(ranked: Ranked, depth: int) -> bool:
     return int((np.asarray(ranked[1])[:depth] >= 0).sum()) < depth
 
 
+def settle(search: Callable[[int], Ranked], first: Ranked, depth: int, k: int) -> Ranked:
+    """The best k rows of a ranked list in one order whatever the depth it was searched to: rows of equal scores
+    (passages repeating one text: boilerplate, copies) by id, and every row tied with the k-th seen before the cut.
+    A vector search orders ties as its own k makes it (FAISS keeps a heap for a small k, a reservoir for a larger
+    one), so a shallow list's first rows were other copies than a deep one's. `first` was searched
+    `depth` (> k) deep; while its row past the k-th ties with the k-th, it is searched deeper by `search(d)` (x4,
+    up to past `MAX_DEPTH`: beyond, the tied rows it holds are cut by id); fewer than k rows are padded
+    (id -1) as a search pads them."""
+    scores, ids = first
+    while True:
+        s, i = np.asarray(scores, np.float32)[:depth], np.asarray(ids, np.int64)[:depth]
+        live = i >= 0
+        s, i = s[live], i[live]
+        if k <= 0 or len(i) <= k or s[k] < s[k - 1] or depth > max(MAX_DEPTH, k):
+            break
+        depth = max(MAX_DEPTH, k) + 1 if depth * 4 > max(MAX_DEPTH, k) else depth * 4
+        scores, ids = search(depth)
+    k = max(k, 0)
+    order = np.lexsort((i, -s))[:k]
+    out_s, out_i = np.full(k, -np.inf, np.float32), np.full(k, -1, np.int64)  # padded as a search pads
+    out_s[: len(order)], out_i[: len(order)] = s[order], i[order]
+    return out_s, out_i
+
+
 class _Collector:
     """Documents of ranked passage lists, appended in rank order until top_k: each list's rows mapped to their
     documents (`DocRows`) and its first row of each document not collected yet kept, in one numpy pass."""

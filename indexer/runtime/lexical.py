@@ -1,8 +1,7 @@
 """Lexical retrieval: the seam over BM25 engines, and what every engine shares.
 
-    <version>/lexical/      the engine's own files + rows.npy (FAISS id of each row, ascending) + stats.json (N,
-                            avgdl) — written by `build_lexical` inside the build's staging folder, so it is published
-                            with the vectors in the same rename.
+    <version>/lexical/      the engine's files + rows.npy (FAISS id of each row, ascending) + stats.json (N, avgdl),
+                            written in the build's staging folder: published with the vectors in the same rename.
 
 Like the vector index seam (`ann`), an engine is a `LexicalIndex` subclass in a module of its own, the only one
 importing its library, named in `ENGINES` (engine name → module, imported when first used, so an engine's
@@ -85,8 +84,9 @@ def engine_class(name: str) -> type[LexicalIndex]:
         raise LexicalError(f"lexical engine {name!r} is not installed ({exc})") from exc
 
 
-def choose_engine(requested: str, n_docs: int) -> tuple[str, str]:
-    """(engine, why) for `--lexical-engine`: the one asked for, or for `auto` by corpus size."""
+def choose_engine(requested: str, n_docs: int, unit: str = "documents") -> tuple[str, str]:
+    """(engine, why) for `--lexical-engine`: the one asked for, or for `auto` by corpus size (`n_docs` rows, each
+    a `unit`: documents, or a version of passages' passages)."""
     if requested != AUTO:
         engine_class(requested)
         return requested, "asked for"
@@ -98,9 +98,9 @@ def choose_engine(requested: str, n_docs: int) -> tuple[str, str]:
             except LexicalError as exc:  # an install without it still builds
                 missing += f"; {exc}"
                 continue
-            return engine, f"auto: {n_docs:,} documents >= {start:,} (docs/scaling.md){missing}"
+            return engine, f"auto: {n_docs:,} {unit} >= {start:,} (docs/scaling.md){missing}"
     below = f" < {AUTO_PISA_FROM:,}" if n_docs < AUTO_PISA_FROM else ""
-    return "bm25s", f"auto: {n_docs:,} documents{below} (docs/scaling.md){missing}"
+    return "bm25s", f"auto: {n_docs:,} {unit}{below} (docs/scaling.md){missing}"
 
 
 def check_settings(stemmer: str, stopwords: str, k1: float, b: float, engine: str = DEFAULT_ENGINE) -> None:
@@ -169,21 +169,21 @@ def bm25_idf(df: int, n: int) -> float:
 
 
 def build_lexical(folder: Path, docs: Iterable[tuple[int, str]], info: LexicalInfo, *,
-                  n_docs: int | None = None) -> LexicalInfo:
+                  n_docs: int | None = None, unit: str = "documents") -> LexicalInfo:
     """Index `docs` ((FAISS id, text)) into `folder/lexical/` with `info.engine` (`auto`: chosen by size, with its
     reason logged and recorded); returns `info` with the engine, its version and the counts.
 
     With `n_docs`, `docs` is a stream of that many documents in ascending id order (`Store.iter_texts`): each is
     analysed and handed to the engine as it is read, so what the build holds is the engine's own buffers (tantivy:
     its writer's heap) and 8 bytes per document, not every text and term list as Python objects (several GB at 10M
-    Quora questions, by estimate; bm25s indexes in memory and still holds them). Without, `docs` is any iterable
-    in any order, sorted here. Progress with an ETA is logged (`Progress`)."""
+    Quora questions, by estimate; bm25s holds them). Without, `docs` is any iterable in any order, sorted here.
+    Progress with an ETA is logged. `unit`: what a row is (documents, or a version of passages' passages)."""
     t0 = time.perf_counter()
     analyzer = Analyzer(info.stemmer, info.stopwords)
     if n_docs is None:
         docs = sorted(docs, key=lambda p: p[0])
         n_docs = len(docs)
-    engine, why = choose_engine(info.engine, n_docs)
+    engine, why = choose_engine(info.engine, n_docs, unit)
     why = info.engine_reason if info.engine != AUTO and info.engine_reason else why  # a parent version's, kept
     cls = engine_class(engine)
     if info.engine == AUTO and cls.FIXED_K1_B is not None and (info.k1, info.b) not in (cls.FIXED_K1_B, (0.9, 0.4)):
@@ -221,7 +221,7 @@ def build_lexical(folder: Path, docs: Iterable[tuple[int, str]], info: LexicalIn
     (out / STATS_FILE).write_text(json.dumps({"n_docs": n_docs,
                                               "avgdl": counted["terms"] / n_docs if n_docs else 0.0}))
     seconds = time.perf_counter() - t0
-    log.info("lexical index (%s, %s): %d documents, %d terms in the vocabulary, %.1fs", engine, why, n_docs,
+    log.info("lexical index (%s, %s): %d %s, %d terms in the vocabulary, %.1fs", engine, why, n_docs, unit,
              vocab, seconds)
     return info.model_copy(update={"engine": engine, "engine_version": cls.version(), "engine_reason": why,
                                    "n_docs": n_docs, "vocabulary": vocab, "seconds": round(seconds, 3)})

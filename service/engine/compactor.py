@@ -114,16 +114,17 @@ def measure(root: Path, leases: Leases, policy: Compaction) -> Pending:
     written, removed, base = live.overlay.written, live.overlay.removed_from_base, max(live.base.ntotal, 1)
     size = log_bytes_after(root, folded)
     share = removed / base
-    due = (f"{written} documents written wait, the overlay's bound (max_unfolded_docs) is "
+    rows = "documents" if live.manifest.chunking() is None else "passages"  # the overlay's rows, what is counted
+    due = (f"{written} {rows} written wait, the overlay's bound (max_unfolded_docs) is "
            f"{policy.max_unfolded_docs}: upserts are held back" if written >= policy.max_unfolded_docs else
            # an empty version lends written texts no BM25 statistics (`LexicalIndex.weights`): the first
            # compaction gives them their own
-           f"{written} documents written to a version that holds none" if written and not live.base.ntotal else
-           f"{written} documents written, the policy's limit is {policy.written_docs}"
+           f"{written} {rows} written to a version that holds none" if written and not live.base.ntotal else
+           f"{written} {rows} written, the policy's limit is {policy.written_docs}"
            if written >= policy.written_docs else
            f"{size / 2**20:.1f} MiB of write log, the policy's limit is {policy.log_mib:g}"
            if size >= policy.log_mib * 2**20 else
-           f"{share:.0%} of the version's documents deleted or replaced, the policy's limit is "
+           f"{share:.0%} of the version's {rows} deleted or replaced, the policy's limit is "
            f"{policy.deleted_share:.0%}" if removed and share >= policy.deleted_share else None)
     return Pending(entries, written, size, round(share, 4), due, due is not None and written > live.base.ntotal)
 

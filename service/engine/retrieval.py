@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
@@ -45,10 +46,30 @@ def dense_group(index: VectorIndex, batch: Batch, members: list[int], match: Fil
     rows = [r for j in members for r in batch.rows_of[j]]
     k = max(depth(jobs[j], passages) if modes[j] == "dense" else _leg_depth(jobs[j], passages) for j in members)
     group_vecs = vecs if len(rows) == len(vecs) else vecs[rows]
+    params = jobs[members[0]].search_params or None
     g0 = time.time_ns()
-    scores, ids = index.search(group_vecs, k, match, search_params=jobs[members[0]].search_params or None)
-    batch.dense.update(zip(rows, zip(scores, ids, strict=True), strict=True))
+    # a version of passages: one row past k, so that its ties are settled (`doc_topk.settle`)
+    scores, ids = index.search(group_vecs, k + 1 if passages else k, match, search_params=params)
+    if passages:
+        found = [doc_topk.settle(_dense_search(index, vecs[r], match, params, settled=False), (s, i), k + 1, k)
+                 for r, s, i in zip(rows, scores, ids, strict=True)]
+    else:
+        found = list(zip(scores, ids, strict=True))
+    batch.dense.update(zip(rows, found, strict=True))
     return time.time_ns() - g0
+
+
+def _dense_search(index: VectorIndex, vec: np.ndarray, match: FilterMatch | None, params: dict[str, int] | None,
+                  *, settled: bool = True) -> Callable[[int], Ranked]:
+    """One query vector's search `d` deep; `settled`: its ties settled (`doc_topk.settle`: one row more searched,
+    ties by id), as every dense list of a version of passages is, so that no ranking depends on the depth."""
+    def search(d: int) -> Ranked:
+        scores, ids = index.search(vec[None, :], d, match, search_params=params)
+        return scores[0], ids[0]
+
+    if not settled:
+        return search
+    return lambda d: doc_topk.settle(search, search(d + 1), d + 1, d)
 
 
 def search_dense(index: VectorIndex, batch: Batch, passages: bool) -> None:
@@ -120,13 +141,20 @@ def finals(index: VectorIndex, batch: Batch, j: int, passages: bool) -> None:
         return
     legs: list[LexicalLeg] = got  # type: ignore[assignment]
     c0 = time.perf_counter()
+    batch.bounded[j] = sum(leg.bounded for leg in legs)
+    candidates = [dense[r][1] for r in rows]
+    if documents and batch.bounded[j]:
+        # a bounded leg scores the dense candidates it is completed with: completed with the first tier's (as
+        # `collect_documents` then fuses it), not with as many as top_k asked for, no ranking depends on top_k
+        legs = [replace(leg, scores=leg.scores[:HYBRID_DEPTH], ids=leg.ids[:HYBRID_DEPTH], k=HYBRID_DEPTH)
+                for leg in legs]
+        candidates = [c[:HYBRID_DEPTH] for c in candidates]
     try:  # a bounded leg needs the dense candidates: it is completed here
-        lexical = index.complete_legs(legs, [dense[r][1] for r in rows])
+        lexical = index.complete_legs(legs, candidates)
     except Exception as exc:  # noqa: BLE001
         batch.errors[j] = failed("lexical search", job, exc)
         return
     batch.lexical_ms[j] += (time.perf_counter() - c0) * 1000
-    batch.bounded[j] = sum(leg.bounded for leg in legs)
     if documents:
         batch.legs[j] = [(dense[r], lex) for r, lex in zip(rows, lexical, strict=True)]
         return
@@ -156,18 +184,14 @@ def collect_documents(index: VectorIndex, batch: Batch, j: int, bounded_from: in
 
             ranked.append(doc_topk.rank_list(lexical, batch.finals[j][q], first, index.doc_rows, top_k))
             continue
-        vec = batch.vecs[batch.rows_of[j][q]][None, :]
-
-        def dense(d: int, vec: np.ndarray = vec) -> Ranked:
-            scores, ids = index.search(vec, d, match, search_params=params)
-            return scores[0], ids[0]
-
+        dense = _dense_search(index, batch.vecs[batch.rows_of[j][q]], match, params)
         if mode == "dense":
             got = batch.finals[j][q]
             ranked.append(doc_topk.rank_list(dense, got, len(got[1]), index.doc_rows, top_k))
         else:
+            legs_depth = HYBRID_DEPTH if batch.bounded.get(j) else _leg_depth(job, True)  # as `finals` completed them
             ranked.append(doc_topk.rank_fused(_legs(index, dense, text, match, bounded_from), batch.legs[j][q],
-                                              _leg_depth(job, True), _fusing(job), index.doc_rows, top_k))
+                                              legs_depth, _fusing(job), index.doc_rows, top_k))
     batch.finals[j] = [r.ranked() for r in ranked]
     batch.short[j] = [r.short for r in ranked]
     ms = (time.perf_counter() - t0) * 1000

@@ -177,6 +177,19 @@ def test_markdown_and_html_keep_word_boundaries_across_soft_line_breaks(tmp_path
         "This", "page", "walks", "you", "through", "the", "setup,", "retreated."]
 
 
+
+def test_markdown_keeps_word_boundaries_at_inline_html_breaks_and_the_text_of_html_blocks() -> None:
+    """Markdown may hold HTML: a `<br>` inside a paragraph is a line break (it glued "one<br>two" into "onetwo"),
+    other inline tags join what they wrap as the HTML loader does, and an HTML block's text is kept (it was
+    dropped) with its own blocks on lines of their own."""
+    text = file_docs.markdown_text("line one<br>line two<BR/>three <br />four\n\nword<span>inner</span>word\n\n"
+                                   "<div>\n<p>html block</p><p>second</p>\n</div>\n\n<!-- a comment -->\n\nlast")[1]
+    assert text.split("\n") == ["line one", "line two", "three", "four", "wordinnerword", "html block", "second",
+                                 "last"], text
+    page = "# Title<br>two\n\n<script>alert(1)</script>\n\nok"
+    assert file_docs.markdown_text(page) == ("Title two", "Title\ntwo\nok")
+
+
 def test_a_long_row_is_cut_before_anything_tokenizes_it(tmp_path: Path, tiny_exported: Path) -> None:
     from indexer.ingest import ingest
     from indexer.runtime.encoder import OnnxEncoder

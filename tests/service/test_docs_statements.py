@@ -30,6 +30,14 @@ def test_search_md_sample_build_prints_what_a_build_prints(tmp_path: Path, tiny_
     shape = re.compile(r"built version \S+ in \S+: (.*), [\d.]+s")
     assert shape.fullmatch(printed) and shape.fullmatch(said.replace("/tmp/faq", "ROOT"))
     assert shape.fullmatch(printed).group(1) == shape.fullmatch(said).group(1), (printed, said)  # type: ignore
+    # every line the sample shows, in order, is a line the build prints (its version, times and rates aside)
+    shown = block[block.index("$ indexer build"):].split("\n", 1)[1].split("\n$ ", 1)[0].splitlines()
+
+    def same(line: str) -> str:
+        line = re.sub(r"\d{8}T\d{6}Z-[0-9a-f]{6} in \S+:", "VERSION in ROOT:", line)
+        return re.sub(r"\(\d[\d,]* rows/s", "(N rows/s", re.sub(r"\b\d+(\.\d+)?s\b", "Ts", line))
+
+    assert [same(ln) for ln in shown] == [same(ln) for ln in r.stdout.splitlines()], (shown, r.stdout)
 
 
 def test_a_fresh_volume_answers_as_operations_md_says(tmp_path: Path) -> None:

@@ -4,6 +4,8 @@ and async, write through PUT /documents and search through /search (filters and 
 from __future__ import annotations
 
 import asyncio
+import json
+from pathlib import Path
 
 import pytest
 
@@ -126,3 +128,27 @@ def test_mmr_chooses_as_langchains_own_rule() -> None:
         vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
         want = langchains(vecs[0], vecs[1:].tolist(), lambda_mult=lam, k=k)
         assert maximal_marginal_relevance(vecs[0].tolist(), vecs[1:].tolist(), k, lam) == want
+
+
+def test_mmr_over_hits_longer_than_the_apis_text_limit(tmp_path: Path, minilm_mean: Path) -> None:
+    """A built corpus's documents (a file's text, a row's) may run past the 2,000 characters `/encode` takes: MMR
+    embeds each candidate by its first 2,000 characters (the encoder reads a window shorter than that anyway)
+    rather than failing on the server's 422 for a text it never sent itself."""
+    from tests.conftest import start_server, stop_server
+    from tests.strata_client.conftest import indexer_build
+
+    long = " ".join(f"Gardening note {i}: tomatoes need sun, water and patience." for i in range(60))
+    rows = [{"id": "long", "text": long}, {"id": "short", "text": "Tomatoes need sun."},
+            {"id": "other", "text": "A violin's bow is strung with horsehair."}]
+    assert len(long) > 2000
+    data = tmp_path / "docs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    indexer_build("--data", str(data), "--model", str(minilm_mean), "--root", str(tmp_path / "root"), "--chunk", "off")
+    srv = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(tmp_path / "root")})
+    try:
+        store = StrataVectorStore.from_url(srv.url)
+        found = store.max_marginal_relevance_search("tomatoes need sun", k=2, fetch_k=3, lambda_mult=0.5)
+        assert len(found) == 2 and {d.id for d in found} <= {"long", "short", "other"}
+        assert any(len(d.page_content) > 2000 for d in store.similarity_search("gardening note", k=3))
+    finally:
+        stop_server(srv)

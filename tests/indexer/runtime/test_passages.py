@@ -276,3 +276,26 @@ def test_a_rows_document_key_parts_documents_as_their_ids_do() -> None:
     keys = [document_key(r) for r in rows]
     assert keys[0] == keys[1] and keys[3] == keys[4]
     assert len({keys[0], keys[2], keys[3], keys[5], keys[6], keys[7]}) == 6
+
+
+def test_a_build_of_passages_logs_its_rows_as_passages(tmp_path: Path, tiny_exported: Path,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """The build's lines count passages apart from documents: the lexical index (built over the rows) and the
+    documents bar name its rows passages, the summary both (3 documents, more passages)."""
+    import json
+    import logging
+
+    from indexer.build import BuildConfig, build
+
+    data = tmp_path / "docs.jsonl"
+    data.write_text("".join(json.dumps({"id": i, "text": TEXT * (i + 1)}) + "\n" for i in range(3)))
+    with caplog.at_level(logging.INFO):
+        manifest = build(BuildConfig(model_dir=tiny_exported, data=str(data), root=tmp_path / "root", index="flat",
+                                     evaluate=False, chunk=24, overlap=0, threads=1))
+    rows = manifest.index.ntotal
+    assert manifest.data.n_docs == 3 and rows > 3
+    lexical = [r.getMessage() for r in caplog.records if r.getMessage().startswith("lexical index (bm25s, auto")]
+    assert lexical and f": {rows} passages," in lexical[0] and f"auto: {rows} passages <" in lexical[0], lexical
+    assert manifest.lexical is not None and f"{rows} passages" in manifest.lexical.engine_reason
+    bar = [r.getMessage() for r in caplog.records if r.getMessage().startswith("documents:")]
+    assert bar and f"[passages={rows}]" in bar[-1] and "docs=" not in bar[-1], bar

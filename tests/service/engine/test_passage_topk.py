@@ -142,3 +142,61 @@ def test_the_bound_stops_the_deepening_and_says_so(root: Path, monkeypatch: pyte
             assert few.truncated == [False] and len(few.hits[0]) == 5, mode
 
     run(root, scenario)
+
+
+def test_tied_passages_rank_by_id_whatever_the_depth(tmp_path: Path, minilm_mean: Path) -> None:
+    """Passages of equal scores (documents repeating one text: boilerplate, copies) rank in one order however deep
+    the search: ties by id, and every row tied with the last one kept is seen before the cut. FAISS's own order of
+    ties depends on k (a heap below 100, a reservoir from there), so without this the first hit of top_k 1 was
+    another copy than the first of top_k 100."""
+    same = "The comet tail glows near the sun. " * 12
+    rows = [{"id": f"copy{i}", "text": same, "group": "a"} for i in range(6)]
+    rows += [{"id": i, "text": f"Rivers carry {w} to the ocean. " * 3, "group": "b"} for i, w in
+             enumerate(["sand", "stones", "leaves", "fish", "ice"])]
+    data = tmp_path / "docs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    build(BuildConfig(model_dir=minilm_mean, data=str(data), root=tmp_path / "root", index="flat", evaluate=False,
+                      chunk=16, overlap=0, threads=1))
+
+    async def scenario(collection: Collection) -> None:
+        for query in ("comet", "comet tail glows near the sun", "rivers"):
+            for mode in MODES:
+                for flt in (None, {"group": "a"}):
+                    for passages in (False, True):
+                        full = await collection.search(Query([query], TOP, flt, mode=mode, passages=passages))
+                        top = [(h.ext_id, h.passage.index, h.score) for h in full.hits[0]]  # type: ignore[union-attr]
+                        for n in (1, 2, 3, 5, 7):
+                            r = await collection.search(Query([query], n, flt, mode=mode, passages=passages))
+                            got = [(h.ext_id, h.passage.index, h.score) for h in r.hits[0]]  # type: ignore[union-attr]
+                            assert got == top[:n], (query, mode, flt, passages, n)
+
+    run(tmp_path / "root", scenario)
+
+
+def test_a_bounded_lexical_leg_ranks_documents_independently_of_top_k(
+        tmp_path: Path, minilm_mean: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hybrid's bounded lexical leg (a large collection's common terms: `bounded_leg`, forced here on every query)
+    scores the dense candidates it is completed with, so its answer depends on how many there are: completed with
+    the candidates of a search as deep as top_k asked for (4 x top_k + 10), the fused documents' scores and order
+    moved with top_k. Completed with each tier's own, they do not."""
+    pytest.importorskip("tantivy")
+    import service.engine.searcher as searcher_module
+
+    monkeypatch.setattr(searcher_module, "BOUNDED_FROM", 0)
+    data = tmp_path / "docs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in corpus()))
+    build(BuildConfig(model_dir=minilm_mean, data=str(data), root=tmp_path / "root", index="flat", evaluate=False,
+                      chunk=12, overlap=0, threads=1, lexical_engine="tantivy"))
+
+    async def scenario(collection: Collection) -> None:
+        for q in queries(1, 6):
+            for flt in FILTERS:
+                full = await collection.search(Query([q], TOP, flt, mode="hybrid"))
+                assert full.stages is not None and full.stages.lexical_bounded == 1  # the bounded leg ran
+                top = [(h.ext_id, h.passage.index, h.score) for h in full.hits[0]]  # type: ignore[union-attr]
+                for n in NS:
+                    r = await collection.search(Query([q], n, flt, mode="hybrid"))
+                    got = [(h.ext_id, h.passage.index, h.score) for h in r.hits[0]]  # type: ignore[union-attr]
+                    assert got == top[:n], (q, flt, n)
+
+    run(tmp_path / "root", scenario)

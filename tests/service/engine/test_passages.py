@@ -201,6 +201,12 @@ def test_writes_replace_and_delete_all_of_a_documents_passages_in_one_transactio
         assert status.documents == 11 and status.passages == status.size
         await collection.upsert([Document("new", "A kite flies in the wind.", {"topic": "misc"})])
         assert collection.status().documents == 12
+        # the compaction policy counts the overlay's rows: on a version of passages, passages
+        from indexer.runtime.collection_config import Compaction
+        from service.engine.compactor import measure
+
+        pending = measure(root, collection.leases, Compaction(written_docs=1))
+        assert pending.due == f"{pending.written_docs} passages written, the policy's limit is 1", pending
         assert not [p for p in await passages_of(collection, "comets visitor") if p[0] in (9, "d8")]
         # a brought vector stands for a whole document: refused, nothing logged
         with pytest.raises(BadVector, match="passages"):
@@ -303,6 +309,7 @@ def test_a_build_with_qrels_evaluates_documents_keeps_a_repeated_ids_last_passag
     them, so its MRR@10 is the one computed from /search's hits. Writes and deletes, then `indexer compact`: the
     compacted version keeps documents, passages and search results, is evaluated the same way, and the swap gate
     compares it (same evaluation set) and lets it through."""
+    from indexer.commands.compact import summary
     from indexer.compact import compact
     from indexer.runtime.layout import IndexRoot
     from indexer.runtime.passages import passage_id
@@ -350,6 +357,10 @@ def test_a_build_with_qrels_evaluates_documents_keeps_a_repeated_ids_last_passag
         assert len(nine_before) > 1
         done = await asyncio.to_thread(compact, root, threads=1)
         assert done.manifest is not None
+        # `indexer compact`'s line: the log's rows are passages, the version's documents said beside them
+        line = summary(done, root)
+        assert f"{done.upserted} passages written" in line and "documents written" not in line, line
+        assert line.endswith(f"{done.manifest.index.ntotal} vectors (12 documents)"), line
         swap = await collection.reload("test")
         assert (swap.outcome, swap.version) == ("swapped", done.manifest.version)
         m2 = Manifest.load(IndexRoot(root).current_dir())
