@@ -4,6 +4,7 @@ body. Limits are part of the API contract (see docs/http-api.md)."""
 from __future__ import annotations
 
 from datetime import datetime
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, Field, StrictStr, WithJsonSchema
@@ -12,21 +13,32 @@ MAX_TEXTS = 64  # texts per /encode call, queries per /search call
 MAX_TEXT_CHARS = 2000  # longer texts are refused; texts over the model's token limit are truncated and flagged
 
 
-def _check_text(value: str) -> str:
-    if not value.strip():
-        raise ValueError("text must not be empty or whitespace only")
-    if len(value) > MAX_TEXT_CHARS:
-        raise ValueError(f"text is {len(value)} characters; the limit is {MAX_TEXT_CHARS}")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate ("\\ud800" in JSON): the tokenizer cannot take it
-        raise ValueError("text must be valid Unicode (no lone surrogates)") from None
-    return value
+# A written document's text: a version of passages splits it (each passage encoded), any other version encodes its
+# first window and keeps the whole text (BM25, reading back), as a build does with a long document; the body cap
+# (STRATA_MAX_BODY_BYTES) bounds a call's texts together.
+MAX_DOCUMENT_CHARS = 200_000
+
+
+def _checker(limit: int) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if not value.strip():
+            raise ValueError("text must not be empty or whitespace only")
+        if len(value) > limit:
+            raise ValueError(f"text is {len(value)} characters; the limit is {limit}")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate ("\\ud800" in JSON): the tokenizer cannot take it
+            raise ValueError("text must be valid Unicode (no lone surrogates)") from None
+        return value
+    return check
 
 
 # The JSON schema states the checks above, so that clients (and schemathesis) generate what passes them.
-Text = Annotated[StrictStr, AfterValidator(_check_text),
+Text = Annotated[StrictStr, AfterValidator(_checker(MAX_TEXT_CHARS)),
                  WithJsonSchema({"type": "string", "minLength": 1, "maxLength": MAX_TEXT_CHARS, "pattern": r"\S"})]
+DocumentText = Annotated[StrictStr, AfterValidator(_checker(MAX_DOCUMENT_CHARS)),
+                         WithJsonSchema({"type": "string", "minLength": 1, "maxLength": MAX_DOCUMENT_CHARS,
+                                         "pattern": r"\S"})]
 
 
 MAX_VECTOR_DIM = 8192

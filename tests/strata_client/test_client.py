@@ -123,8 +123,8 @@ def test_refusals_raise_their_exception_with_the_servers_reason(corpus_server: S
         assert bad.value.status == 422 and bad.value.request_id and bad.value.attempts == 1
         with pytest.raises(ValidationError, match=r"top_k: .*less than or equal to 100"):
             strata.search(QUERY, top_k=101)
-        with pytest.raises(ValidationError, match="the limit is 2000"):
-            strata.upsert([Document("long", "x" * 2001)])
+        with pytest.raises(ValidationError, match="the limit is 200000"):
+            strata.upsert([Document("long", "x" * 200_001)])
         with pytest.raises(NotFoundError, match="default"):  # the reason names the collections served
             strata.with_collection("nope").search(QUERY)
         with pytest.raises(TypeError, match="a single id goes in a list"):
