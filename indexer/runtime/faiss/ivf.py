@@ -130,11 +130,28 @@ class IvfIndex(FaissBacked):
 
     def search(self, queries: np.ndarray, k: int, *, exclude: Exclusion | None = None,
                search_params: Mapping[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        if not search_params and (exclude is None or not len(exclude)):
-            return search(self._index, queries, k)
+        """The top k of each query at the asked (else the index's) nprobe; a query whose probed lists held fewer
+        than k live vectors (FAISS pads with -1) is searched again with nprobe doubled, up to nlist, while the index
+        holds more: an IVF answer comes back short only when the index itself is."""
+        excluded = len(exclude) if exclude is not None else 0
+        probe = self._probe(search_params)
+        if not search_params and not excluded:
+            scores, ids = search(self._index, queries, k)
+        else:
+            scores, ids = self._search_at(queries, k, exclude, probe)
+        want = min(k, self.ntotal - excluded)  # excluded ids are all in the index, or fewer are live: want less
+        short = np.flatnonzero(ids[:, want - 1] < 0) if want > 0 and len(ids) else np.zeros(0, np.int64)
+        while short.size and probe < self.nlist:
+            probe = min(2 * probe, self.nlist)
+            scores[short], ids[short] = self._search_at(queries[short], k, exclude, probe)
+            short = short[ids[short, want - 1] < 0]
+        return scores, ids
+
+    def _search_at(self, queries: np.ndarray, k: int, exclude: Exclusion | None, nprobe: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
         ivf = faiss.extract_index_ivf(self._index)
         sel = exclude.selector if exclude is not None and len(exclude) else None
-        params = faiss.SearchParametersIVF(sel=sel, nprobe=self._probe(search_params))  # type: ignore[call-arg]
+        params = faiss.SearchParametersIVF(sel=sel, nprobe=nprobe)  # type: ignore[call-arg]
         return ivf.search(np.ascontiguousarray(queries, dtype=np.float32), k, params=params)
 
     def locator(self) -> ListLocator:

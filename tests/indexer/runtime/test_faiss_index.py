@@ -247,3 +247,30 @@ print(json.dumps({"env": os.environ.get("OPENBLAS_CORETYPE"), "core": core}))
     assert given["env"] == "Haswell"  # the user's choice wins
     if given["core"] is not None:
         assert given["core"].lower() == "haswell"
+
+
+def test_an_ivf_answer_probes_deeper_until_it_holds_top_k_or_all_there_is() -> None:
+    """FAISS pads an IVF answer with -1 when the probed lists hold fewer than k vectors: 13 lists of ~46 vectors at
+    nprobe 1 answer top_k 100 with fewer. The index probes again (nprobe doubled, up to nlist) for those
+    queries, so an answer is short only when the index is; excluded ids stay out; full answers are untouched."""
+    from indexer.runtime.ann import IvfParams
+    from indexer.runtime.faiss.kinds import build_index
+    from indexer.runtime.faiss.search import Exclusion
+
+    rng = np.random.default_rng(5)
+    docs = rng.standard_normal((600, 16)).astype(np.float32)
+    docs /= np.linalg.norm(docs, axis=1, keepdims=True)
+    ids = np.arange(1000, 1600, dtype=np.int64)
+    index, _, _ = build_index(IvfParams(nlist=13, nlist_requested=13, nprobe=1), docs, ids)
+    queries = rng.standard_normal((20, 16)).astype(np.float32)
+    raw = index.faiss  # FAISS alone: short
+    assert (raw.search(queries, 100)[1] < 0).any()
+    _, got = index.search(queries, 100)
+    assert (got >= 0).all() and all(len(set(row)) == 100 for row in got.tolist())
+    _, everything = index.search(queries, 700)  # more than the index holds: all of it, then -1
+    assert ((everything >= 0).sum(axis=1) == 600).all()
+    gone = Exclusion(ids[:560])
+    _, kept = index.search(queries, 100, exclude=gone)  # 40 live: all of them
+    assert ((kept >= 0).sum(axis=1) == 40).all() and not np.isin(kept, ids[:560]).any()
+    _, top10 = index.search(queries, 10)  # full at nprobe 1: as FAISS answered
+    assert np.array_equal(top10, raw.search(queries, 10)[1])
