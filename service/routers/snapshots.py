@@ -15,8 +15,14 @@ from starlette.requests import ClientDisconnect
 
 from service.auth import ADMIN_NAMED, NAMED_PATH
 from service.deps import CollectionDep, CollectionsDep, SettingsDep
-from service.engine import NAME_PATTERN, SnapshotConflict, SnapshotError, encoders_known, restore_upload
-from service.engine.errors import SnapshotTooLarge
+from service.engine import (
+    NAME_PATTERN,
+    SnapshotConflict,
+    SnapshotError,
+    SnapshotTooLarge,
+    encoders_known,
+    restore_upload,
+)
 from service.routers.collections import describe
 from service.schemas.collections import CollectionInfo, SnapshotList, SnapshotOut
 

@@ -130,9 +130,10 @@ class IvfIndex(FaissBacked):
 
     def search(self, queries: np.ndarray, k: int, *, exclude: Exclusion | None = None,
                search_params: Mapping[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """The top k of each query at the asked (else the index's) nprobe; a query whose probed lists held fewer
-        than k live vectors (FAISS pads with -1) is searched again with nprobe doubled, up to nlist, while the index
-        holds more: an IVF answer comes back short only when the index itself is."""
+        """The top k of each query at the asked (else the index's) nprobe. At the index's own nprobe, a query whose
+        probed lists held fewer than k live vectors (FAISS pads with -1) is searched again with nprobe doubled, up to
+        nlist, while the index holds more: such an answer comes back short only when the index itself is. An nprobe
+        the caller sets is used as given (a sweep measures what it asks for)."""
         excluded = len(exclude) if exclude is not None else 0
         probe = self._probe(search_params)
         if not search_params and not excluded:
@@ -140,7 +141,8 @@ class IvfIndex(FaissBacked):
         else:
             scores, ids = self._search_at(queries, k, exclude, probe)
         want = min(k, self.ntotal - excluded)  # excluded ids are all in the index, or fewer are live: want less
-        short = np.flatnonzero(ids[:, want - 1] < 0) if want > 0 and len(ids) else np.zeros(0, np.int64)
+        deepen = want > 0 and len(ids) and "nprobe" not in params_for(search_params, self.kind)
+        short = np.flatnonzero(ids[:, want - 1] < 0) if deepen else np.zeros(0, np.int64)
         while short.size and probe < self.nlist:
             probe = min(2 * probe, self.nlist)
             scores[short], ids[short] = self._search_at(queries[short], k, exclude, probe)
