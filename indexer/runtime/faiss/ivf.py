@@ -135,13 +135,14 @@ class IvfIndex(FaissBacked):
         nlist, while the index holds more: such an answer comes back short only when the index itself is. An nprobe
         the caller sets is used as given (a sweep measures what it asks for)."""
         excluded = len(exclude) if exclude is not None else 0
-        probe = self._probe(search_params)
+        asked = params_for(search_params, self.kind)
+        probe = clamp_nprobe(asked.get("nprobe", self.nprobe), self.nlist)
         if not search_params and not excluded:
             scores, ids = search(self._index, queries, k)
         else:
             scores, ids = self._search_at(queries, k, exclude, probe)
         want = min(k, self.ntotal - excluded)  # excluded ids are all in the index, or fewer are live: want less
-        deepen = want > 0 and len(ids) and "nprobe" not in params_for(search_params, self.kind)
+        deepen = want > 0 and len(ids) > 0 and "nprobe" not in asked
         short = np.flatnonzero(ids[:, want - 1] < 0) if deepen else np.zeros(0, np.int64)
         while short.size and probe < self.nlist:
             probe = min(2 * probe, self.nlist)
