@@ -173,6 +173,38 @@ def test_an_empty_corpus_builds_and_finds_nothing(tmp_path: Path, engine: str) -
     assert open_lexical(tmp_path, info).search("anything", 5)[1].size == 0
 
 
+def test_a_corpus_whose_texts_hold_no_terms_builds_and_finds_nothing(tmp_path: Path, engine: str) -> None:
+    """Stopwords, punctuation and emoji only (a compaction of such a collection must not fail for it); a later
+    build with terms still finds them."""
+    info = build_lexical(tmp_path / "none", [(1, "the of and"), (2, "?!"), (3, "🙂")], lexical_info(engine=engine))
+    assert info.n_docs == 3
+    assert open_lexical(tmp_path / "none", info).search("the rice", 5)[1].size == 0
+    info = build_lexical(tmp_path / "some", [(1, "the of and"), (2, "rice")], lexical_info(engine=engine))
+    assert open_lexical(tmp_path / "some", info).search("the rice", 5)[1].tolist() == [2]
+
+
+def test_bm25s_built_by_arrays_is_bm25s_built_by_itself_to_the_bit() -> None:
+    """`ArrayBuiltBM25` (the build by array operations) against bm25s's own build: the same vocabulary and the
+    same CSC arrays, bit for bit, on texts of every length with repeated terms, empty documents among them."""
+    import bm25s
+
+    from indexer.runtime.lexical_bm25s import ArrayBuiltBM25
+
+    rng = np.random.default_rng(7)
+    words = [f"w{i}" for i in range(300)]
+    docs = [[words[j] for j in rng.zipf(1.3, size=int(rng.integers(0, 40))) % 300] for _ in range(3000)]
+    for k1, b in ((0.9, 0.4), (1.2, 0.75)):
+        theirs, ours = bm25s.BM25(method="lucene", k1=k1, b=b), ArrayBuiltBM25(method="lucene", k1=k1, b=b)
+        theirs.index(docs, show_progress=False)
+        ours.index(docs, show_progress=False)
+        assert ours.vocab_dict == theirs.vocab_dict and ours.scores["num_docs"] == theirs.scores["num_docs"] == 3000
+        for key in ("data", "indices", "indptr"):
+            assert ours.scores[key].dtype == theirs.scores[key].dtype
+            assert np.array_equal(ours.scores[key], theirs.scores[key]), key
+    with pytest.raises(ValueError, match="lucene"):
+        ArrayBuiltBM25(method="robertson").index(docs, show_progress=False)
+
+
 def test_top_k_is_the_full_sort_ties_by_id_on_a_corpus_with_many_ties(tmp_path: Path, engine: str,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Large enough for bm25s's sampled threshold (`lexical_bm25s._candidates`) to be used, with a small vocabulary
