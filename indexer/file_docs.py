@@ -56,12 +56,13 @@ PLACEHOLDER_TITLES = {"(anonymous)", "untitled", "(untitled)", "unknown", "no ti
 ROW_FIELDS = ("id", "path", "title", "mtime", "type", "text")  # what each file's row holds (`file_row`)
 SHOWN_SKIPS = 20  # skipped files named in the message of a build where none could be read
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.S)
-_BLOCKS = frozenset(("address", "article", "blockquote", "br", "dd", "details", "dialog", "div", "dl", "dt",
-                     "fieldset", "figcaption", "figure", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header", "hr",
-                     "li", "main", "ol", "p", "pre", "section", "summary", "table", "td", "th", "tr", "ul",
-                     "caption", "body", "html"))
+_BLOCKS = frozenset("address article blockquote br dd details dialog div dl dt fieldset figcaption figure form h1 h2 "
+                    "h3 h4 h5 h6 header hr li main ol p pre section summary table td th tr ul caption body html legend "
+                    "option optgroup thead tbody tfoot menu hgroup search center".split())
+# form controls and inline-block boxes: a space around each, not a line break (they may sit inside a sentence)
+_SPACED = frozenset("button input label select textarea img output meter progress".split())
 _INLINE_BREAKS = {"softbreak": " ", "hardbreak": "\n"}
-_HTML_BR = re.compile(r"<br\s*/?>\Z", re.I)
+_HTML_TAG = re.compile(r"</?([A-Za-z][A-Za-z0-9-]*)")
 _AROUND_BREAK = re.compile(r"[ \t]*\n[ \t]*")
 _CHROME = ("script", "style", "noscript", "template", "nav", "aside", "footer", "svg", "iframe")
 
@@ -141,12 +142,17 @@ def markdown_text(source: str) -> tuple[str, str]:
 
 
 def _inline_text(tok: Token) -> str:
-    """An inline token's text: a soft line break is a space between words, a hard one (or an inline `<br>`) a line
-    break, so neither glues two words; other inline HTML tags join what they wrap, as in an HTML page."""
-    parts = [("\n" if _HTML_BR.match(c.content) else "") if c.type == "html_inline" else
+    """An inline token's text: a soft break or a block's or form control's tag is a space, a hard break or `<br>` a
+    line break, so none glues two words; other inline HTML tags join what they wrap, as in an HTML page."""
+    parts = [_inline_tag(c.content) if c.type == "html_inline" else
              _INLINE_BREAKS.get(c.type, c.content) for c in tok.children or ()
              if c.type in ("text", "code_inline", "softbreak", "hardbreak", "html_inline")]
     return _AROUND_BREAK.sub("\n", "".join(parts)) if parts else tok.content
+
+
+def _inline_tag(tag: str) -> str:
+    name = m.group(1).lower() if (m := _HTML_TAG.match(tag)) else ""
+    return "\n" if name == "br" else " " if name in _BLOCKS or name in _SPACED else ""
 
 
 def _block_text_of(fragment: str) -> str:
@@ -208,23 +214,20 @@ def html_text(data: bytes) -> tuple[str, str]:
 
 
 def _block_text(root: LexborNode) -> str:
-    """The text under `root` with a line break around each block element only, so that inline markup
-    (`re<i>treat</i>ed`, links) does not split words or sentences. Iterative: a page may nest deeper than Python's
-    recursion limit."""
+    """The text under `root`, a line break around each block element and a space around each form control only, so
+    inline markup (`re<i>treat</i>ed`, links) splits no word. Iterative: a page may nest past the recursion limit."""
     out: list[str] = []
-    stack: list[LexborNode | None] = [root]
+    stack: list[LexborNode | str] = [root]
     while stack:
         node = stack.pop()
-        tag = node.tag or "" if node is not None else ""
-        if node is None:  # the end of a block
-            out.append("\n")
-        elif tag == "-text":
+        if isinstance(node, str):  # what ends a block ("\n"), a control (" ") or another element ("")
+            out.append(node)
+        elif (tag := node.tag or "") == "-text":
             out.append(node.text_content or "")
         elif not tag.startswith("-"):  # comments and the like have no text to show
-            if tag in _BLOCKS:
-                out.append("\n")
-                stack.append(None)
-            stack.extend(reversed(list(node.iter(include_text=True))))
+            sep = "\n" if tag in _BLOCKS else " " if tag in _SPACED else ""
+            out.append(sep)
+            stack.extend([sep, *reversed(list(node.iter(include_text=True)))])
     return "".join(out)
 
 

@@ -115,8 +115,11 @@ class Document:
 class WriteResult:
     seq: int  # the log seq of the write's last entry
     version: str  # the version whose overlay holds it now
+    # what the entries did to rows (`commit`); on a version of passages `service.engine.document_writes` makes it
+    # count documents and moves the rows' counts to `passages`
     applied: Applied
-    size: int  # documents served after it
+    size: int  # rows served after it (a version of passages: its passages)
+    passages: Applied | None = None
 
 
 S = TypeVar("S", bound=Served)

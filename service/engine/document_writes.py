@@ -6,7 +6,9 @@ settings' `write_nice`, as the write lane's encoding), so that a stream of write
 need; they still hold the overlay's lock only briefly (`indexer.runtime.overlay`).
 
 A version built with passages (`indexer build --chunk`) gets each written document split as the build split it:
-its passages encoded and written, and its earlier passages past the new count deleted, in one log transaction."""
+its passages encoded and written, and its earlier passages past the new count deleted, in one log transaction.
+Its write's counts (`WriteResult.applied`) count documents, as any version's do; what the write did to the passage
+rows is `WriteResult.passages`."""
 
 from __future__ import annotations
 
@@ -15,12 +17,14 @@ import contextvars
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from indexer.runtime.faiss.devices import set_threads
 from indexer.runtime.layout import IndexRoot
+from indexer.runtime.overlay import Applied
 from indexer.runtime.passages import old_count, passage_rows, stale_ids
 from indexer.runtime.priority import lower_thread
 from indexer.runtime.query import Query
@@ -102,11 +106,27 @@ class DocumentWrites:
         built from source data that still holds it) until it is written again."""
         searcher = self._served()
         Writes.check(searcher, [], False)
-        if searcher.splitter() is not None:  # every passage of each document, counted under the write lock
-            return await self._commit(lambda served: [Delete(p) for i in ids
-                                                      for p in stale_ids(i, 0, max(1, _served_count(served, i)))],
-                                      "delete")
+        if searcher.splitter() is not None:
+            return await self._delete_passages(ids)
         return await self._commit([Delete(i) for i in ids], "delete")
+
+    async def _delete_passages(self, ids: list[ExtId]) -> WriteResult:
+        """Every passage of each document, counted under the write lock (at least passage 0 is logged: the id
+        stays deleted in a later version that holds it); `applied` counts the documents."""
+        counted = Applied()
+
+        def ops(served: Searcher) -> list[Upsert | Delete]:
+            counted.deleted = counted.missing = 0
+            out: list[Upsert | Delete] = []
+            now: dict[ExtId, int] = {}  # an id given twice: gone after its first delete
+            for i in ids:
+                had = now[i] if i in now else _served_count(served, i)
+                out += [Delete(p) for p in stale_ids(i, 0, max(1, had))]
+                now[i] = 0
+                counted.deleted, counted.missing = counted.deleted + (had > 0), counted.missing + (had == 0)
+            return out
+
+        return _by_documents(await self._commit(ops, "delete"), counted)
 
     async def _upsert_passages(self, searcher: Searcher, docs: list[Document]) -> WriteResult:
         """A version of passages: each document split as the build split it (`Searcher.splitter`), its passages
@@ -133,6 +153,7 @@ class DocumentWrites:
             vectors = list(r.vectors)
         sha, vecs = encoded_by.encoder.meta.onnx_sha256, iter(vectors)
         upserts = [(doc, [Upsert(rid, text, meta, next(vecs), sha) for rid, text, meta in rs]) for doc, rs in rows]
+        counted = Applied()  # counted under the write lock, by `ops`
 
         def ops(served: Searcher) -> list[Upsert | Delete]:
             # under the write lock: the passages a document has now (a concurrent write's included) are the ones
@@ -140,13 +161,18 @@ class DocumentWrites:
             if _split_as(served) != _split_as(searcher):
                 raise WritesUnavailable(f"the served version changed from {searcher.version} to {served.version} "
                                         f"(another passages setting) during the write: send it again")
+            counted.created = counted.replaced = 0
             out: list[Upsert | Delete] = []
+            now: dict[ExtId, int] = {}  # an id given twice: the later one's passages replace the earlier one's
             for doc, ups in upserts:
+                had = now[doc] if doc in now else _served_count(served, doc)
                 out += ups
-                out += [Delete(p) for p in stale_ids(doc, len(ups), _served_count(served, doc))]
+                out += [Delete(p) for p in stale_ids(doc, len(ups), had)]
+                now[doc] = len(ups)
+                counted.created, counted.replaced = counted.created + (had == 0), counted.replaced + (had > 0)
             return out
 
-        return await self._commit(ops, "upsert")
+        return _by_documents(await self._commit(ops, "upsert"), counted)
 
     async def _commit(self, ops: list[Upsert | Delete] | Callable[[Searcher], list[Upsert | Delete]],
                       op: str) -> WriteResult:
@@ -185,6 +211,11 @@ def _check_brought(docs: list[Document], dim: int) -> dict[int, np.ndarray]:
         except VectorError as exc:
             raise BadVector(f"document {docs[i].id!r}: {exc}", ["documents", i, "vector"]) from None
     return out
+
+
+def _by_documents(result: WriteResult, docs: Applied) -> WriteResult:
+    """A version of passages' write result: `applied` counts documents, `passages` the passage rows."""
+    return replace(result, applied=docs, passages=result.applied)
 
 
 def _served_count(served: Searcher, doc: ExtId) -> int:

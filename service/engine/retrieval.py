@@ -48,13 +48,10 @@ def dense_group(index: VectorIndex, batch: Batch, members: list[int], match: Fil
     group_vecs = vecs if len(rows) == len(vecs) else vecs[rows]
     params = jobs[members[0]].search_params or None
     g0 = time.time_ns()
-    # a version of passages: one row past k, so that its ties are settled (`doc_topk.settle`)
-    scores, ids = index.search(group_vecs, k + 1 if passages else k, match, search_params=params)
-    if passages:
-        found = [doc_topk.settle(_dense_search(index, vecs[r], match, params, settled=False), (s, i), k + 1, k)
-                 for r, s, i in zip(rows, scores, ids, strict=True)]
-    else:
-        found = list(zip(scores, ids, strict=True))
+    # one row past k, so that its ties are settled by id (`doc_topk.settle`), whole documents as passages
+    scores, ids = index.search(group_vecs, k + 1, match, search_params=params)
+    found = [doc_topk.settle(_dense_search(index, vecs[r], match, params, settled=False), (s, i), k + 1, k)
+             for r, s, i in zip(rows, scores, ids, strict=True)]
     batch.dense.update(zip(rows, found, strict=True))
     return time.time_ns() - g0
 
@@ -62,7 +59,7 @@ def dense_group(index: VectorIndex, batch: Batch, members: list[int], match: Fil
 def _dense_search(index: VectorIndex, vec: np.ndarray, match: FilterMatch | None, params: dict[str, int] | None,
                   *, settled: bool = True) -> Callable[[int], Ranked]:
     """One query vector's search `d` deep; `settled`: its ties settled (`doc_topk.settle`: one row more searched,
-    ties by id), as every dense list of a version of passages is, so that no ranking depends on the depth."""
+    ties by id), as every dense list is, so that no ranking depends on the depth."""
     def search(d: int) -> Ranked:
         scores, ids = index.search(vec[None, :], d, match, search_params=params)
         return scores[0], ids[0]
@@ -142,7 +139,11 @@ def finals(index: VectorIndex, batch: Batch, j: int, passages: bool) -> None:
     legs: list[LexicalLeg] = got  # type: ignore[assignment]
     c0 = time.perf_counter()
     batch.bounded[j] = sum(leg.bounded for leg in legs)
-    candidates = [dense[r][1] for r in rows]
+    # the dense leg as deep as this job's own (the batch's search went as deep as its deepest job), so that its
+    # fusion does not depend on the jobs it was batched with; settled by id, its first rows are the same
+    vector = [dense[r] if documents else (dense[r][0][:_leg_depth(job, passages)],
+                                          dense[r][1][:_leg_depth(job, passages)]) for r in rows]
+    candidates = [v[1] for v in vector]
     if documents and batch.bounded[j]:
         # a bounded leg scores the dense candidates it is completed with: completed with the first tier's (as
         # `collect_documents` then fuses it), not with as many as top_k asked for, no ranking depends on top_k
@@ -156,12 +157,11 @@ def finals(index: VectorIndex, batch: Batch, j: int, passages: bool) -> None:
         return
     batch.lexical_ms[j] += (time.perf_counter() - c0) * 1000
     if documents:
-        batch.legs[j] = [(dense[r], lex) for r, lex in zip(rows, lexical, strict=True)]
+        batch.legs[j] = list(zip(vector, lexical, strict=True))
         return
     f0 = time.perf_counter()
     try:
-        batch.finals[j] = [fuse(job.fusion or Fusion(), dense[r], lex, top_k)
-                           for r, lex in zip(rows, lexical, strict=True)]
+        batch.finals[j] = [fuse(job.fusion or Fusion(), v, lex, top_k) for v, lex in zip(vector, lexical, strict=True)]
     except Exception as exc:  # noqa: BLE001
         batch.errors[j] = failed("fusion", job, exc)
         return

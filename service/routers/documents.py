@@ -39,7 +39,9 @@ async def upsert(body: UpsertRequest, request: Request) -> Response:
     a = r.applied
     return json_response(UpsertResponse(
         seq=r.seq, index_version=r.version, index_size=r.size, took_ms=round((time.perf_counter() - t0) * 1000, 3),
-        upserted=len(body.documents), created=a.created, replaced=a.replaced).model_dump())
+        upserted=len(body.documents), created=a.created, replaced=a.replaced,
+        **({} if r.passages is None else {"passages_written": r.passages.created + r.passages.replaced,
+                                         "passages_deleted": r.passages.deleted})).model_dump(exclude_none=True))
 
 
 @router.post("/delete", response_model=DeleteResponse, responses=WRITE_ERRORS)
@@ -51,4 +53,5 @@ async def delete(body: DeleteRequest, request: Request) -> Response:
     a = r.applied
     return json_response(DeleteResponse(
         seq=r.seq, index_version=r.version, index_size=r.size, took_ms=round((time.perf_counter() - t0) * 1000, 3),
-        deleted=a.deleted, missing=a.missing).model_dump())
+        deleted=a.deleted, missing=a.missing,
+        **({} if r.passages is None else {"passages_deleted": r.passages.deleted})).model_dump(exclude_none=True))

@@ -74,17 +74,26 @@ class DeleteRequest(BaseModel):
 class WriteResponse(BaseModel):
     seq: int = Field(description="the write log's seq of this write's last entry (durable when this answers)")
     index_version: str = Field(description="the version whose overlay now serves the write")
-    index_size: int = Field(description="documents served after the write")
+    index_size: int = Field(description="the vectors served after the write, as GET /ready's index_size (a version "
+                            "of passages: its passages; its documents are GET /ready's documents)")
     took_ms: float
 
 
 class UpsertResponse(WriteResponse):
-    upserted: int
-    created: int = Field(description="ids that were not served before")
-    replaced: int = Field(description="ids that were served before: their text, metadata and vector were replaced")
+    upserted: int = Field(description="documents in the request (an id given twice counts twice)")
+    created: int = Field(description="documents whose id was not served before")
+    replaced: int = Field(description="documents whose id was served before: their text, metadata and vector (a "
+                          "version of passages: all of their passages) were replaced")
+    passages_written: int | None = Field(None, description="a version of passages: the passages written (the "
+                                         "documents split as the build split them); absent for whole documents")
+    passages_deleted: int | None = Field(None, description="a version of passages: the earlier passages removed, "
+                                         "past a replaced document's new count; absent for whole documents")
 
 
 class DeleteResponse(WriteResponse):
-    deleted: int = Field(description="ids that were served and are gone")
-    missing: int = Field(description="ids that were not served (logged all the same: they stay deleted should a "
-                         "later version hold them)")
+    deleted: int = Field(description="documents that were served and are gone (a version of passages: with all of "
+                         "their passages)")
+    missing: int = Field(description="documents that were not served (logged all the same: they stay deleted should "
+                         "a later version hold them)")
+    passages_deleted: int | None = Field(None, description="a version of passages: the passages removed; absent for "
+                                         "whole documents")

@@ -190,6 +190,41 @@ def test_markdown_keeps_word_boundaries_at_inline_html_breaks_and_the_text_of_ht
     assert file_docs.markdown_text(page) == ("Title two", "Title\ntwo\nok")
 
 
+FORM = ("<html><body><form><label>Name</label><input value='x'><button>Send</button></form>"
+        "<table><thead><tr><th>Colour</th><th>Price</th></tr></thead><tr><td>red</td><td>cheap</td></tr></table>"
+        "<select><option>North</option><option>South</option></select><ul><li>one</li><li>two</li></ul>"
+        "<p>Press <button>Go</button>now, then<br>again<br/>and<BR >done; re<i>treat</i>ed.</p>"
+        "<label>Notes</label><textarea>Quiet</textarea></body></html>")
+
+
+def test_html_form_controls_and_blocks_separate_words_and_bm25_finds_them(tmp_path: Path,
+                                                                         tiny_exported: Path) -> None:
+    """Form controls (label, input, button, select, textarea) and table heads, options and list items each end a
+    word: `<label>Name</label><button>Send</button>` glued "NameSend", found by no search for "send". Inline
+    markup still joins what it wraps; Markdown's inline HTML the same."""
+    from indexer.runtime.version import IndexVersion
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "form.html").write_text(FORM)
+    text = {d.ext_id: d.text for d in open_corpus(docs).docs()}["form.html"]
+    assert text.split() == ["Name", "Send", "Colour", "Price", "red", "cheap", "North", "South", "one", "two",
+                            "Press", "Go", "now,", "then", "again", "and", "done;", "retreated.", "Notes", "Quiet"]
+    assert text.splitlines()[:3] == ["Name Send", "Colour", "Price"], text
+    md = file_docs.markdown_text("<label>Name</label><button>Send</button>, and <b>bo</b>ld<br>next")[1]
+    assert md.split() == ["Name", "Send", ",", "and", "bold", "next"], md
+    root = tmp_path / "root"
+    r = cli("build", "--data", str(docs), "--model", str(tiny_exported), "--root", str(root), "--threads", "1")
+    assert r.returncode == 0, r.stderr
+    version = IndexVersion(IndexRoot(root).current_dir())
+    try:
+        for word in ("send", "price", "south", "quiet", "go"):
+            ids = version.lexical_search([word], 3)[0][1]
+            assert [version.store.documents(ids.tolist())[int(i)].ext_id for i in ids] == ["form.html"], word
+    finally:
+        version.close()
+
+
 def test_a_long_row_is_cut_before_anything_tokenizes_it(tmp_path: Path, tiny_exported: Path) -> None:
     from indexer.ingest import ingest
     from indexer.runtime.encoder import OnnxEncoder

@@ -13,7 +13,7 @@ def reference(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> list[list[t
     for q in range(len(parts[0][0])):
         pairs = [(float(s), int(i)) for scores, ids in parts for s, i in zip(scores[q], ids[q], strict=True)
                  if i >= 0 and np.isfinite(s)]
-        out.append(sorted(pairs, key=lambda p: -p[0])[:k])  # sorted() is stable: ties keep the parts' order
+        out.append(sorted(pairs, key=lambda p: (-p[0], p[1]))[:k])  # ties by the smaller id, whatever the part
     return out
 
 

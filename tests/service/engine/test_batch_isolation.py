@@ -84,3 +84,16 @@ def test_a_batch_of_mixed_modes_answers_each_request_as_alone(searcher: Searcher
         else:
             assert len(res.tokens) == len(job.texts) and res.stages.encode_ms > 0
         assert (res.stages.fusion_ms > 0) == (job.mode == "hybrid")
+
+
+def test_a_hybrid_request_batched_with_a_deeper_one_is_answered_as_alone(searcher: Searcher) -> None:
+    """The batch's vector search goes as deep as its deepest request (here a dense top_k 300); a hybrid request in
+    it fuses its own dense leg (its best 100: `fusion.HYBRID_DEPTH`), not the batch's 300 rows, whose min-max
+    normalisation and extra candidates moved its scores and order with whatever it was batched with."""
+    hybrid = Job([QUERIES[0], QUERIES[3]], 10, None, None, "hybrid")
+    deep = Job([QUERIES[0]], 300)
+    for batched in (searcher.run_batch([hybrid, deep])[0], searcher.run_batch([deep, hybrid])[1]):
+        alone = searcher.run_batch([hybrid])[0]
+        assert batched.error is None and alone.error is None
+        assert [[(h.faiss_id, h.score) for h in q] for q in batched.hits] == \
+            [[(h.faiss_id, h.score) for h in q] for q in alone.hits]

@@ -179,7 +179,8 @@ def test_writes_replace_and_delete_all_of_a_documents_passages_in_one_transactio
         assert (status.documents, status.passages) == (13, status.size) and status.size > 13
         # a shorter text: 1 passage now; the other 5 are deleted in the same log transaction
         w = await collection.upsert([Document(9, "Comets are icy visitors.", {"topic": "space"})])
-        assert (w.applied.replaced, w.applied.deleted) == (1, 5)
+        assert (w.applied.created, w.applied.replaced, w.applied.deleted) == (0, 1, 0)  # documents
+        assert w.passages is not None and (w.passages.replaced, w.passages.deleted) == (1, 5)  # passage rows
         assert [p for p in await passages_of(collection, "comets") if p[0] == 9] == [(9, 0, 1)]
         r = await collection.search(Query(["Comets are icy visitors."], 1, mode="dense"))
         assert r.hits[0][0].ext_id == 9 and r.hits[0][0].text == "Comets are icy visitors."
@@ -188,14 +189,16 @@ def test_writes_replace_and_delete_all_of_a_documents_passages_in_one_transactio
         w = await collection.upsert([Document(9, text, {"topic": "space"})])
         count = (await passages_of(collection, "visitor", filter={"topic": "space"}))[0][2]
         count_seen.append(count)
-        assert count > 1 and w.applied.created == count - 1 and w.applied.replaced == 1
+        assert (w.applied.created, w.applied.replaced) == (0, 1)
+        assert w.passages is not None and count > 1 and (w.passages.created, w.passages.replaced) == (count - 1, 1)
         assert collection.status().documents == 13  # replaced: one document still, of `count` passages
         index = collection.leases.current.index  # type: ignore[union-attr]
         live = check_doc_rows(collection)  # written rows: the rows of 9 share an ordinal of their own
         doomed = [i for i, e in index.ext_ids(live).items() if document_of(e) in (9, "d8")]
         # a delete removes every passage
         w = await collection.delete([9, "d8"])
-        assert w.applied.deleted == count + 6
+        assert (w.applied.deleted, w.applied.missing) == (2, 0)
+        assert w.passages is not None and w.passages.deleted == count + 6
         check_doc_rows(collection, gone=doomed)
         status = collection.status()
         assert status.documents == 11 and status.passages == status.size
