@@ -342,3 +342,27 @@ def test_ready_is_503_naming_the_default_collection_when_it_is_deleted_or_not_th
     finally:
         stop_server(srv)
 
+
+def test_an_empty_default_collection_setting_means_none_set(folders: dict[str, Path]) -> None:
+    """STRATA_DEFAULT_COLLECTION="" (an env file's `STRATA_DEFAULT_COLLECTION=`) is the setting unset: the server
+    starts (it exited 2 on a collections folder) and the routes without /collections/NAME serve the only
+    collection; with one root, they serve it (they answered 404)."""
+    cdir = folders["collections"]
+    create_empty_version(cdir / "notes", folders["encoder"])
+    srv = start_server(folders["tmp"], {"STRATA_COLLECTIONS_DIR": str(cdir), "STRATA_DEFAULT_COLLECTION": "",
+                                        "STRATA_WATCH_INTERVAL_S": "0", "STRATA_WORKERS": "1"})
+    try:
+        with srv.client() as c:
+            assert c.get("/ready").status_code == 200
+            r = c.post("/search", json={"query": TEXTS[0]})
+            assert r.status_code == 200 and r.json()["hits"] == [], r.text
+    finally:
+        stop_server(srv)
+    srv = start_server(folders["tmp"], {"STRATA_INDEX_ROOT": str(cdir / "notes"), "STRATA_DEFAULT_COLLECTION": " ",
+                                        "STRATA_WATCH_INTERVAL_S": "0", "STRATA_WORKERS": "1"})
+    try:
+        with srv.client() as c:
+            assert c.get("/ready").status_code == 200
+            assert c.post("/search", json={"query": TEXTS[0]}).status_code == 200
+    finally:
+        stop_server(srv)
