@@ -119,6 +119,8 @@ class EngineSettings(_SearchParamSettings):  # type: ignore[misc,valid-type]
     ray_address: str | None = Field(None, description="sharded: Ray cluster to join (default: $RAY_ADDRESS, "
                                     "else a local Ray instance)")
     shard_replicas: int = Field(1, ge=1, description="sharded: replicas of each shard deployment")
+    shard_timeout_s: float = Field(10.0, gt=0, description="sharded: how long a search waits for each shard's answer; "
+                                   "a shard that raises, is gone or does not answer in time is a 503 naming it")
 
     # Hybrid search's lexical leg (indexer/runtime/bounded_leg.py): bounded where the exact one is expensive
     hybrid_lexical: HybridLexical = Field("bounded", description="hybrid's BM25 leg: 'bounded' scores the "
