@@ -2,6 +2,7 @@
 
     Overloaded   -> 429 with Retry-After       NotReady, NotServing -> 503
     TimedOut     -> 504                        SwapRefused  -> 409 (a ReloadResponse: the old version serves)
+    ShardUnavailable -> 503 (sharded: a shard's replica raised, died or is gone, or did not answer in time: named)
     BadFilter    -> 422 (the filter does not fit the served version's metadata)
     BadVector    -> 422 (a brought vector outside the served encoder's space: dimension, NaN/inf, zeros)
     BadSearchParams -> 422 (a search parameter the served index kind does not take, e.g. nprobe of a flat index)
@@ -178,6 +179,10 @@ async def not_ready(request: Request, exc: engine.NotReady | engine.NotServing) 
     return _error(request, 503, str(exc))
 
 
+async def shard_unavailable(request: Request, exc: engine.ShardUnavailable) -> JSONResponse:
+    return _error(request, 503, str(exc))
+
+
 async def timed_out(request: Request, exc: engine.TimedOut) -> JSONResponse:
     return _error(request, 504, str(exc))
 
@@ -271,7 +276,7 @@ async def dimension_changed(request: Request, exc: engine.DimensionChanged) -> J
 _HANDLERS: dict[type[Exception], Callable[[Request, Any], Awaitable[Response]]] = {
     RequestValidationError: validation_error, HTTPException: http_error, OpenAIRequestError: openai_refusal,
     engine.Overloaded: overloaded, engine.NotReady: not_ready, engine.NotServing: not_ready,
-    engine.TimedOut: timed_out, engine.SwapRefused: swap_refused,
+    engine.TimedOut: timed_out, engine.SwapRefused: swap_refused, engine.ShardUnavailable: shard_unavailable,
     engine.BadFilter: bad_filter, engine.BadVector: bad_vector, engine.BadSearchParams: bad_search_params,
     engine.BadConfig: bad_config, engine.ModeUnavailable: mode_unavailable, engine.BadCursor: bad_cursor,
     engine.WriteRefused: write_refused, engine.CollectionConflict: write_refused,

@@ -39,6 +39,7 @@ from service.engine.errors import (
     NotReady,
     NotServing,
     Overloaded,
+    ShardUnavailable,
     SnapshotConflict,
     SnapshotError,
     SnapshotNotFound,
@@ -62,8 +63,8 @@ __all__ = ["NAME_PATTERN", "BackendUnsupported", "BadConfig", "BadCursor", "BadF
            "Collection", "CollectionConfig", "CollectionConflict", "Collections", "CollectionsConfigError",
            "DimensionChanged", "Document", "DocumentNotFound", "EngineError", "Forbidden", "Hit", "Hits", "ListedModel",
            "Manifest", "Mismatch", "ModeUnavailable", "NotReady", "NotServing", "Overloaded", "Page", "Query",
-           "Refusal", "ServedModel", "SnapshotConflict", "SnapshotError", "SnapshotNotFound", "SnapshotTooLarge", "Stages", "Status",
-           "StorageFull", "StorageUnavailable", "StoredDocument", "SwapRefused", "SwapResult", "TimedOut",
-           "UnknownCollection", "UnknownModel", "Vectors", "WriteRefused", "WriteResult", "WritesUnavailable",
-           "WritesUnsupported", "count_documents", "encoders_known", "get_document", "get_documents", "listed",
-           "path_ids", "resolve", "restore_upload", "scroll_documents"]
+           "Refusal", "ServedModel", "ShardUnavailable", "SnapshotConflict", "SnapshotError", "SnapshotNotFound",
+           "SnapshotTooLarge", "Stages", "Status", "StorageFull", "StorageUnavailable", "StoredDocument", "SwapRefused",
+           "SwapResult", "TimedOut", "UnknownCollection", "UnknownModel", "Vectors", "WriteRefused", "WriteResult",
+           "WritesUnavailable", "WritesUnsupported", "count_documents", "encoders_known", "get_document",
+           "get_documents", "listed", "path_ids", "resolve", "restore_upload", "scroll_documents"]

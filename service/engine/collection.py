@@ -105,7 +105,8 @@ class Status:
     refused: Refusal | None = None  # the latest swap attempt, when it was refused
     in_flight: int = 0
     manifest: Manifest | None = None  # the served version's (build, eval figures)
-    nprobe: int | None = None  # IVF's lists probed per query: STRATA_NPROBE or the manifest's, clamped to nlist
+    nprobe: int | None = None  # IVF's lists probed per query: collection.json's, else STRATA_NPROBE, else the
+    # manifest's, clamped to nlist
     search_params: dict[str, int] | None = None  # what a search uses by default ({} for flat: exact)
     since: datetime | None = None  # when the served version was swapped in
     adaptation: dict[str, Any] | None = None  # the served encoder's `encoder adapt --data` record (encoder.json)
@@ -309,9 +310,11 @@ class Collection:
         return {"documents": documents, "passages": passages}
 
     def _search_params(self, manifest: Manifest) -> dict[str, Any]:
-        """The served search parameters of a version: its manifest's, overridden by its kind's knob's setting
-        (STRATA_NPROBE, STRATA_EF_SEARCH: `ann.KNOBS`) where given."""
-        served = served_search_params(manifest.index.params, self.settings.search_param_overrides())
+        """The search parameters a search that sets none runs a version at (`search`'s order): its manifest's,
+        overridden by its kind's knob's setting (STRATA_NPROBE, STRATA_EF_SEARCH: `ann.KNOBS`) where given, and by
+        the collection's own (collection.json `search`) over that; clamped as the index clamps them."""
+        own = self.config.search_params_for(manifest.index.kind, None) or {}
+        served = served_search_params(manifest.index.params, self.settings.search_param_overrides() | own)
         return {"nprobe": served.get("nprobe"), "search_params": served}
 
     # -- the scheduler ---------------------------------------------------------------------------------------

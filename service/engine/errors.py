@@ -15,9 +15,10 @@ from indexer.runtime.storage import StorageError, StorageFull, StorageUnavailabl
 from indexer.runtime.writes import NotServing, WriteRefused, WritesUnavailable, WritesUnsupported
 
 __all__ = ["BackendUnsupported", "BadCursor", "BadFilter", "BadSearchParams", "DocumentNotFound", "EngineError",
-           "Mismatch", "ModeUnavailable", "NotReady", "NotServing", "Overloaded", "ReadError", "SnapshotConflict",
-           "SnapshotError", "SnapshotNotFound", "SnapshotTooLarge", "StorageError", "StorageFull", "StorageUnavailable",
-           "SwapRefused", "TimedOut", "WriteRefused", "WritesHeldBack", "WritesUnavailable", "WritesUnsupported"]
+           "Mismatch", "ModeUnavailable", "NotReady", "NotServing", "Overloaded", "ReadError", "ShardUnavailable",
+           "SnapshotConflict", "SnapshotError", "SnapshotNotFound", "SnapshotTooLarge", "StorageError", "StorageFull",
+           "StorageUnavailable", "SwapRefused", "TimedOut", "WriteRefused", "WritesHeldBack", "WritesUnavailable",
+           "WritesUnsupported"]
 
 
 class SnapshotTooLarge(SnapshotError):
@@ -53,6 +54,15 @@ class WritesHeldBack(Overloaded):
                              f"collection's compaction.max_unfolded_docs is {limit}); it runs now, retry after "
                              f"{retry_after_s} s")
         self.retry_after_s = retry_after_s
+
+
+class ShardUnavailable(EngineError):
+    """A shard of the sharded backend that did not answer a search: its replica raised, died or is gone, or gave no
+    answer within `shard_timeout_s` (the HTTP layer answers 503 with this reason, naming the shard)."""
+
+    def __init__(self, shard: str, why: str) -> None:
+        super().__init__(f"shard unavailable: {shard}: {why}")
+        self.shard = shard
 
 
 class TimedOut(EngineError):

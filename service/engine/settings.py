@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, create_model
+from pydantic import Field, create_model, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from indexer.runtime.ann import KIND_SPECS, KNOBS
@@ -44,7 +44,7 @@ class EngineSettings(_SearchParamSettings):  # type: ignore[misc,valid-type]
     collections_dir: Path | None = Field(None, description="serve every index root under this folder as a "
                                          "collection named after its subfolder (instead of STRATA_INDEX_ROOT)")
     default_collection: str | None = Field(None, description="the collection the routes without /collections/NAME "
-                                           "serve (default: `default`, or the only collection)")
+                                           "serve (default, or set empty: `default`, or the only collection)")
     model_dir: Path | None = Field(None, description="exported encoder; default: the one the index was built with")
     models_dir: Path = Field(default_factory=default_models_dir, description="the exported encoders a collection "
                              "created over HTTP (POST /collections) may name, one folder each (default: "
@@ -119,6 +119,8 @@ class EngineSettings(_SearchParamSettings):  # type: ignore[misc,valid-type]
     ray_address: str | None = Field(None, description="sharded: Ray cluster to join (default: $RAY_ADDRESS, "
                                     "else a local Ray instance)")
     shard_replicas: int = Field(1, ge=1, description="sharded: replicas of each shard deployment")
+    shard_timeout_s: float = Field(10.0, gt=0, description="sharded: how long a search waits for each shard's answer; "
+                                   "a shard that raises, is gone or does not answer in time is a 503 naming it")
 
     # Hybrid search's lexical leg (indexer/runtime/bounded_leg.py): bounded where the exact one is expensive
     hybrid_lexical: HybridLexical = Field("bounded", description="hybrid's BM25 leg: 'bounded' scores the "
@@ -129,3 +131,9 @@ class EngineSettings(_SearchParamSettings):  # type: ignore[misc,valid-type]
     def search_param_overrides(self) -> dict[str, int | None]:
         """The search parameters' overrides (`ann.KNOBS`), by knob name; None where not set."""
         return {k.name: getattr(self, k.name) for k in KNOBS}
+
+    @field_validator("default_collection", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        """`STRATA_DEFAULT_COLLECTION=` (empty or blanks, as an env file or compose's `${VAR:-}` leaves it): unset."""
+        return None if isinstance(value, str) and not value.strip() else value

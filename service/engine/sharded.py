@@ -41,6 +41,7 @@ import signal
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
@@ -73,6 +74,7 @@ from indexer.runtime.version import (
 from indexer.runtime.writelog import log_path
 from service.engine.errors import Mismatch
 from service.engine.settings import EngineSettings
+from service.engine.shard_calls import failure_text, gather
 
 log = logging.getLogger(__name__)
 
@@ -154,19 +156,6 @@ class ShardSearcher:
         return self.index.ntotal, self.index.dim
 
 
-def _failure_text(app: str, exc: BaseException) -> str:
-    """Why an application failed to deploy: the error, and the deployments' status messages, which carry the
-    replica constructor's traceback."""
-    parts = [str(exc)]
-    try:
-        status = serve.status().applications.get(app)
-        if status is not None:
-            parts += [status.message, *(d.message for d in status.deployments.values())]
-    except Exception:  # noqa: BLE001 (best effort: the error itself is still reported)
-        pass
-    return "\n".join(p for p in parts if p)
-
-
 class ShardedIndex(LexicalSearching):
     """A version whose vectors live in shard deployments (a `searcher.VectorIndex`). The lexical side (lexical
     search, hybrid's lexical leg) is the version's BM25 index read here, in the API process, memory-mapped like
@@ -234,17 +223,23 @@ class ShardedIndex(LexicalSearching):
             ids_ref = self._ids_ref(match)
             pending = [h.search.remote(vectors, k, None, probe, filter_key=match.key, ids_ref=ids_ref, seq=seq,
                                        node=node) for h in self.handles]
-        return merge_top_k([p.result() for p in pending], k)
+        return merge_top_k(self._answers(pending, range(len(pending))), k)
+
+    def _answers(self, pending: list, shards: Sequence[int]) -> list:
+        """The answers of `shards` (`shard_calls.gather`: within `shard_timeout_s`; a failure names the shard)."""
+        files = self.manifest.index.shards or []
+        names = [f"shard {i} of {len(files)} ({self.manifest.version}/{files[i].file})" for i in shards]
+        return gather(pending, names, self.backend.settings.shard_timeout_s)
 
     def vectors_of(self, ids: np.ndarray) -> np.ndarray:
         """The version's vectors under `ids`, in their order, each from the shard that holds it (`shard_of`), the
         shards asked in parallel: the codes a single index of the version holds (documents read `with_vector`)."""
         ids, out = np.asarray(ids, dtype=np.int64), np.zeros((len(ids), self.dim), dtype=np.float32)
         where = shard_of(ids, len(self.handles))
-        asked = [(rows, h.vectors_of.remote(ids[rows])) for s, h in enumerate(self.handles)
+        asked = [(s, rows, h.vectors_of.remote(ids[rows])) for s, h in enumerate(self.handles)
                  if len(rows := np.flatnonzero(where == s))]
-        for rows, pending in asked:
-            out[rows] = pending.result()
+        for (_, rows, _), got in zip(asked, self._answers([p for *_, p in asked], [s for s, *_ in asked]), strict=True):
+            out[rows] = got
         return out
 
     def hits(self, scores: np.ndarray, ids: np.ndarray, passages: bool = False) -> list[list[Hit]]:
@@ -358,7 +353,7 @@ class RayBackend:
                                f"{DEPLOY_TIMEOUT_S:.0f} s") from None
         except Exception as exc:  # noqa: BLE001 (Serve wraps a failed constructor in its own error types)
             for name in names:  # which shard's replica said why
-                said = [ln.split("IndexLoadError:", 1)[1].strip() for ln in _failure_text(name, exc).splitlines()
+                said = [ln.split("IndexLoadError:", 1)[1].strip() for ln in failure_text(name, exc).splitlines()
                         if "IndexLoadError:" in ln]
                 if said:
                     raise IndexLoadError(said[-1]) from exc

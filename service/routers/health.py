@@ -73,6 +73,26 @@ def _refusal(s: Status) -> SwapRefusal | None:
     return SwapRefusal(version=r.version, kind=r.kind, reason=r.reason, at=r.at) if r else None
 
 
+def _no_default(collections: Collections, per: dict[str, Status], listed: dict[str, CollectionReady] | None) -> Ready:
+    """/ready without a default collection served: not ready when STRATA_DEFAULT_COLLECTION names one that is not
+    served (deleted, never there, or refused: the routes without /collections/NAME answer 404), else ready when any
+    collection serves."""
+    wanted = collections.settings.default_collection
+    if wanted is not None:
+        f = collections.folder
+        why = collections.refused.get(wanted) or (f"none in {f} (create it: `POST /collections` or `indexer build "
+                                                  f"--root {f / wanted}`)" if f else "no such collection")
+        return Ready(ready=False, reason=f"default collection {wanted!r} (STRATA_DEFAULT_COLLECTION) is not served: "
+                                         f"{why}; the routes without /collections/NAME (/search, /documents, …) "
+                                         f"answer 404", collections=listed)
+    ready = any(st.ready for st in per.values())
+    not_served = "; ".join(f"collection {n!r} is not served: {why}" for n, why in sorted(collections.refused.items()))
+    reason = None if ready else not_served or ("no collection serves yet" if per else
+                                               f"no collection in {collections.folder} yet (build one with "
+                                               f"`indexer build --root DIR/NAME`)")
+    return Ready(ready=ready, reason=reason, collections=listed)
+
+
 @router.get("/ready", response_model=Ready, responses={503: {"model": Ready}})
 async def ready(collections: CollectionsDep, settings: SettingsDep) -> Response:
     """Readiness: an encoder and an index are loaded (with the index version), and why the latest swap was
@@ -80,7 +100,8 @@ async def ready(collections: CollectionsDep, settings: SettingsDep) -> Response:
     step and ETA (serving never waits for it); for an encoder adapted to a corpus, how (`verified: false`:
     selected without dev queries); `damaged` when a file of the served version is gone from the disk (it keeps
     answering; a restart or swap would refuse it). With a collections folder: each collection's state under
-    `collections`; ready when the default collection serves (when there is none: when any collection does)."""
+    `collections`; ready when the default collection serves (when none is configured and none is named `default`:
+    when any collection does; a STRATA_DEFAULT_COLLECTION not served, deleted or never there: 503 saying so)."""
     per = {name: collections.by_name[name].status() for name in collections.names()}
     listed = None if collections.folder is None else {
         name: CollectionReady(ready=st.ready, index_version=st.version, index_size=st.size, documents=st.documents,
@@ -90,14 +111,8 @@ async def ready(collections: CollectionsDep, settings: SettingsDep) -> Response:
         name: CollectionReady(ready=False, reason=f"not served: {why}") for name, why in collections.refused.items()}
     default = collections.default_name()
     if default is None:
-        ready = any(st.ready for st in per.values())
-        not_served = "; ".join(f"collection {n!r} is not served: {why}"
-                               for n, why in sorted(collections.refused.items()))
-        reason = None if ready else not_served or ("no collection serves yet" if per else
-                                                   f"no collection in {collections.folder} yet (build one with "
-                                                   f"`indexer build --root DIR/NAME`)")
-        body = Ready(ready=ready, reason=reason, collections=listed)
-        return JSONResponse(body.model_dump(mode="json", exclude_none=True), status_code=200 if ready else 503)
+        body = _no_default(collections, per, listed)
+        return JSONResponse(body.model_dump(mode="json", exclude_none=True), status_code=200 if body.ready else 503)
     s = per[default]
     refused = _refusal(s)
     training = training_progress(settings.training_status, s)

@@ -7,7 +7,7 @@ from datetime import datetime
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, Field, StrictStr, WithJsonSchema
+from pydantic import AfterValidator, BaseModel, Field, StrictFloat, StrictStr, WithJsonSchema
 
 MAX_TEXTS = 64  # texts per /encode call, queries per /search call
 MAX_TEXT_CHARS = 2000  # longer texts are refused; texts over the model's token limit are truncated and flagged
@@ -42,9 +42,13 @@ DocumentText = Annotated[StrictStr, AfterValidator(_checker(MAX_DOCUMENT_CHARS))
 
 
 MAX_VECTOR_DIM = 8192
+# A brought vector's item (a query's or a document's): a JSON number, integers included; strict, so that true, false
+# and "0.5" are 422s naming the item rather than 1.0, 0.0 and 0.5 (the lax float's coercions).
+VectorItem = StrictFloat
 VECTOR_DOC = ("this document's vector, brought instead of encoding its text: it must come from the served "
               "encoder's space (same model, pooling and normalisation: docs/own-corpus.md), of its dimension "
-              "(GET /stats), finite and not all zeros; it is L2-normalised as the encoder's are")
+              "(GET /stats), numbers (true, false and strings are refused), finite and not all zeros; it is "
+              "L2-normalised as the encoder's are")
 
 
 class SwapRefusal(BaseModel):

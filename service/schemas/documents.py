@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
 
 from indexer.runtime.metadata import INT64_MAX, INT64_MIN, MAX_BYTES, MAX_DEPTH, MetadataError, check_metadata
-from service.schemas.common import MAX_DOCUMENT_CHARS, MAX_VECTOR_DIM, VECTOR_DOC, DocumentText
+from service.schemas.common import MAX_DOCUMENT_CHARS, MAX_VECTOR_DIM, VECTOR_DOC, DocumentText, VectorItem
 
 MAX_WRITE_DOCS = 128  # documents per PUT /documents (each is encoded before the write is logged)
 MAX_DELETE_IDS = 1000  # ids per POST /documents/delete
@@ -48,7 +48,7 @@ class WriteDocument(BaseModel):
     text: DocumentText = Field(description=f"up to {MAX_DOCUMENT_CHARS:,} characters: a version of passages splits "
                                "it into passages, any other encodes its first window and keeps the whole text")
     metadata: dict[str, Any] = Field(default_factory=dict, description=METADATA_DOC)
-    vector: list[float] | None = Field(None, max_length=MAX_VECTOR_DIM, description=VECTOR_DOC)
+    vector: list[VectorItem] | None = Field(None, max_length=MAX_VECTOR_DIM, description=VECTOR_DOC)
 
     @model_validator(mode="after")
     def _metadata_schema(self) -> WriteDocument:

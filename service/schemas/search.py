@@ -21,7 +21,7 @@ from pydantic import (
 from indexer.runtime.ann import KIND_SPECS, KNOBS, Knob
 from indexer.runtime.collection_config import MAX_TOP_K
 from indexer.runtime.filters import LIMITS, FilterError, check_limits
-from service.schemas.common import MAX_TEXTS, MAX_VECTOR_DIM, Text
+from service.schemas.common import MAX_TEXTS, MAX_VECTOR_DIM, Text, VectorItem
 
 FILTER_DOC = (
     "Search only the documents whose metadata match. F is {\"field\": value} (equality), "
@@ -47,10 +47,11 @@ def _within_limits(value: dict[str, Any] | None) -> dict[str, Any] | None:
 class _SearchBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     query: Text | None = None
-    vector: list[float] | None = Field(None, min_length=1, max_length=MAX_VECTOR_DIM, description=(
-        "a query vector instead of encoding text, from the served encoder's space (its dimension, finite, not all "
-        "zeros). Alone: mode dense (the default for it). With 'query' too: mode hybrid, the vector for the "
-        "dense side and the text for BM25. Mode lexical takes no vector"))
+    vector: list[VectorItem] | None = Field(None, min_length=1, max_length=MAX_VECTOR_DIM, description=(
+        "a query vector instead of encoding text, from the served encoder's space (its dimension; numbers: true, "
+        "false and strings are refused; finite, not all zeros). Alone: mode dense (the default for it). With "
+        "'query' too: mode hybrid, the vector for the dense side and the text for BM25. Mode lexical takes no "
+        "vector"))
     queries: list[Text] | None = Field(None, min_length=1, max_length=MAX_TEXTS)
     top_k: StrictInt = Field(10, ge=1, le=MAX_TOP_K)  # strict: "5", 5.0 and true are 422s
     filter: Annotated[dict[str, Any] | None, AfterValidator(_within_limits)] = Field(

@@ -53,11 +53,12 @@ class IndexStats(BaseModel):
     dim: int
     factory: str
     kind: str = Field(DEFAULT_KIND, description="the index kind: flat (exact), ivf or hnsw")
-    search_params: dict[str, int] = Field({}, description="search parameters as served: nprobe (IVF), ef_search "
-                                          "(HNSW), none (flat); a /search request may set its own")
+    search_params: dict[str, int] = Field({}, description="search parameters as served, what a search that sets "
+                                          "none uses: nprobe (IVF), ef_search (HNSW), none (flat); a /search request "
+                                          "may set its own")
     nlist: int | None = Field(None, description="IVF only")
-    nprobe: int | None = Field(None, description="IVF only: lists probed per query as served (STRATA_NPROBE or the "
-                               "manifest's)")
+    nprobe: int | None = Field(None, description="IVF only: lists probed per query as served (the collection's "
+                               "collection.json `search`, else STRATA_NPROBE, else the manifest's; clamped to nlist)")
     nprobe_target_recall: float | None = Field(None, description="the ANN recall@10 the build chose the manifest's "
                                                "nprobe for (`indexer build --target-recall`); null: nprobe given")
     protocol: str

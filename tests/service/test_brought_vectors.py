@@ -92,7 +92,7 @@ def test_a_version_built_from_brought_vectors_answers_them_exactly(served) -> No
         assert nan.status_code == 422 and "NaN or infinity" in nan.text, nan.text
         # refused by the body's schema (service.lean_route: FastAPI's own 422s), each naming where
         not_numbers = b'{"vector": ["x"' + b", 0.1" * (DIM - 1) + b"]}"
-        for raw, loc, kind in ((not_numbers, ["body", "vector", 0], "float_parsing"),
+        for raw, loc, kind in ((not_numbers, ["body", "vector", 0], "float_type"),
                                (b'{"vector": [' + b"0.1, " * 8192 + b"0.1]}", ["body", "vector"], "too_long"),
                                (b'{"vector": [0.1, 0.2', ["body", 20], "json_invalid"),
                                (b'{"vector": [0.1], "top_k": "3"}', ["body", "top_k"], "int_type")):
@@ -159,6 +159,36 @@ def test_huge_and_tiny_vectors_are_written_and_searched_normalised(served) -> No
 def parent_of(pid: int) -> int:
     status = Path(f"/proc/{pid}/status").read_text()
     return int(next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:")))
+
+
+def test_true_and_false_in_a_vector_are_a_422_naming_the_item(served) -> None:
+    """JSON true/false (and a number in a string) inside a query's or a document's `vector` are refused, each 422
+    naming the item, nothing written (they were taken as 1.0/0.0): in a search, in a small write and in a large one
+    (past `OFF_LOOP_BYTES`: validated in the body process). JSON integers are numbers and stay accepted."""
+    server, vecs, _ = served
+    with server.client() as c:
+        ints = c.post("/search", json={"vector": [1] + [0] * (DIM - 1), "top_k": 1})
+        assert ints.status_code == 200 and ints.json()["hits"], ints.text
+        for bad in (True, False, "0.5"):
+            vector = [0.1] * DIM
+            vector[3] = bad
+            r = c.post("/search", json={"vector": vector})
+            assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "vector", 3], r.text
+            small = {"documents": [{"id": "small", "text": "a small write", "vector": vector}]}
+            r = c.put("/documents", json=small)
+            assert r.status_code == 422, r.text
+            assert r.json()["detail"][0]["loc"] == ["body", "documents", 0, "vector", 3], r.text
+        new = unit(np.random.default_rng(13), 128).tolist()
+        new[127][5] = True
+        docs = [{"id": f"large{i}", "text": f"written {i} " + "padding " * 40, "vector": new[i]} for i in range(128)]
+        body = json.dumps({"documents": docs}).encode()
+        assert len(body) >= OFF_LOOP_BYTES
+        r = c.put("/documents", content=body, headers={"content-type": "application/json"})
+        assert r.status_code == 422, r.text
+        assert r.json()["detail"][0]["loc"] == ["body", "documents", 127, "vector", 5], r.text
+        for doc_id, vector in (("small", [0.1] * DIM), ("large0", new[0])):  # nothing of them written
+            hit = c.post("/search", json={"vector": vector, "top_k": 1}).json()["hits"][0]
+            assert hit["id"] != doc_id, hit
 
 
 def test_searches_are_answered_while_a_large_write_body_is_parsed(built, tmp_path: Path) -> None:

@@ -309,3 +309,60 @@ def test_a_collection_created_over_http_searches_its_written_texts_by_bm25_befor
             assert lexical("sky") == ["c"]
     finally:
         stop_server(srv)
+
+
+def test_ready_is_503_naming_the_default_collection_when_it_is_deleted_or_not_there(folders: dict[str, Path]) -> None:
+    """STRATA_DEFAULT_COLLECTION=notes, served with `faq` beside it: `/ready` 200; once notes is deleted over HTTP the
+    routes without /collections/NAME answer 404, so `/ready` answers 503 naming it (faq still serves and says so
+    under `collections`); a server started with that default not there answers the same."""
+    cdir, encoder = folders["collections"], folders["encoder"]
+    for name in ("notes", "faq"):
+        create_empty_version(cdir / name, encoder)
+    env = {"STRATA_COLLECTIONS_DIR": str(cdir), "STRATA_MODELS_DIR": str(folders["models"]), "STRATA_API_KEYS": KEYS,
+           "STRATA_WATCH_INTERVAL_S": "0", "STRATA_WORKERS": "1", "STRATA_DEFAULT_COLLECTION": "notes"}
+    srv = start_server(folders["tmp"], env)
+    try:
+        with srv.client() as c:
+            assert c.get("/ready").status_code == 200
+            assert c.delete("/collections/notes", headers=AUTH).status_code == 200
+            assert c.post("/search", json={"query": TEXTS[0]}, headers=AUTH).status_code == 404
+            r = c.get("/ready")
+            assert r.status_code == 503, r.text
+            body = r.json()
+            assert body["ready"] is False and "default collection 'notes'" in body["reason"], body
+            assert body["collections"]["faq"]["ready"] is True and "notes" not in body["collections"]
+    finally:
+        stop_server(srv)
+    srv = start_server(folders["tmp"], env)  # started without it
+    try:
+        with srv.client() as c:
+            r = c.get("/ready")
+            assert r.status_code == 503 and "default collection 'notes'" in r.json()["reason"], r.text
+            assert f"--root {cdir / 'notes'}" in r.json()["reason"]  # how to make it
+    finally:
+        stop_server(srv)
+
+
+def test_an_empty_default_collection_setting_means_none_set(folders: dict[str, Path]) -> None:
+    """STRATA_DEFAULT_COLLECTION="" (an env file's `STRATA_DEFAULT_COLLECTION=`) is the setting unset: the server
+    starts (it exited 2 on a collections folder) and the routes without /collections/NAME serve the only
+    collection; with one root, they serve it (they answered 404)."""
+    cdir = folders["collections"]
+    create_empty_version(cdir / "notes", folders["encoder"])
+    srv = start_server(folders["tmp"], {"STRATA_COLLECTIONS_DIR": str(cdir), "STRATA_DEFAULT_COLLECTION": "",
+                                        "STRATA_WATCH_INTERVAL_S": "0", "STRATA_WORKERS": "1"})
+    try:
+        with srv.client() as c:
+            assert c.get("/ready").status_code == 200
+            r = c.post("/search", json={"query": TEXTS[0]})
+            assert r.status_code == 200 and r.json()["hits"] == [], r.text
+    finally:
+        stop_server(srv)
+    srv = start_server(folders["tmp"], {"STRATA_INDEX_ROOT": str(cdir / "notes"), "STRATA_DEFAULT_COLLECTION": " ",
+                                        "STRATA_WATCH_INTERVAL_S": "0", "STRATA_WORKERS": "1"})
+    try:
+        with srv.client() as c:
+            assert c.get("/ready").status_code == 200
+            assert c.post("/search", json={"query": TEXTS[0]}).status_code == 200
+    finally:
+        stop_server(srv)

@@ -77,12 +77,42 @@ def test_a_collections_own_knobs_come_between_the_request_and_the_process(quora_
             assert c.get("/stats").json()["index"]["kind"] == "ivf"
             served, one_list = ids(), ids(nprobe=1)
             assert served != one_list  # the precondition: nprobe shows in the answers
+            own = c.get("/stats").json()["index"]["nprobe"]  # the version's
             r = c.put("/collections/default/config", json={"search": {"ef_search": 32}})
             assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "search"], r.text
             assert c.put("/collections/default/config", json={"search": {"nprobe": 1}}).status_code == 200
             assert ids() == one_list  # the collection's nprobe, from the next request
-            assert ids(nprobe=c.get("/stats").json()["index"]["nprobe"]) == served  # the request's own wins
+            assert c.get("/stats").json()["index"]["nprobe"] == 1  # /stats says what searches use
+            assert ids(nprobe=own) == served  # the request's own wins
             assert (quora_root / "collection.json").is_file()
     finally:
         stop_server(server)
         (quora_root / "collection.json").unlink(missing_ok=True)  # other tests serve this root too
+
+
+def test_stats_reports_the_nprobe_searches_use_the_collections_own(roots: dict[str, Path], tmp_path: Path) -> None:
+    """/stats' `nprobe` and `search_params` are what a search that sets none runs at: the version's (2), then
+    collection.json's `search` over it and over STRATA_NPROBE (they said the version's or STRATA_NPROBE's whatever
+    collection.json set), clamped to nlist as the index clamps it; unset again, STRATA_NPROBE's."""
+    root = roots["ivf"]
+    server = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(root), "STRATA_WATCH_INTERVAL_S": "0",
+                                     "STRATA_NPROBE": "3"}, timeout=180)
+
+    def served() -> tuple[int, dict[str, int]]:
+        index = c.get("/stats").json()["index"]
+        return index["nprobe"], index["search_params"]
+
+    try:
+        with server.client() as c:
+            assert served() == (3, {"nprobe": 3})  # STRATA_NPROBE over the manifest's 2
+            nlist = c.get("/stats").json()["index"]["nlist"]
+            assert 5 < nlist < 100
+            for asked, used in ((5, 5), (1, 1), (100, nlist)):
+                r = c.put("/collections/default/config", json={"search": {"nprobe": asked}})
+                assert r.status_code == 200, r.text
+                assert served() == (used, {"nprobe": used}), asked
+            assert c.put("/collections/default/config", json={}).status_code == 200
+            assert served() == (3, {"nprobe": 3})
+    finally:
+        stop_server(server)
+        (root / "collection.json").unlink(missing_ok=True)  # the other tests serve this root too

@@ -163,7 +163,7 @@ class InProcessReplica:
 
     def __getattr__(self, method: str) -> SimpleNamespace:  # handle.search.remote(...), handle.vectors_of.remote(...)
         call = getattr(self.replica, method)
-        return SimpleNamespace(remote=lambda *a, **kw: SimpleNamespace(result=lambda: call(*a, **kw)))
+        return SimpleNamespace(remote=lambda *a, **kw: SimpleNamespace(result=lambda timeout_s=None: call(*a, **kw)))
 
 
 def open_sharded(folder: Path) -> Any:

@@ -47,7 +47,7 @@ class Replicas:
     def _call(self, method: str, *a: Any, **kw: Any) -> SimpleNamespace:
         replica = self.replicas[self.calls % len(self.replicas)]
         self.calls += 1
-        return SimpleNamespace(result=lambda: getattr(replica, method)(*a, **kw))
+        return SimpleNamespace(result=lambda timeout_s=None: getattr(replica, method)(*a, **kw))
 
     def __getattr__(self, method: str) -> SimpleNamespace:  # handle.search.remote(...), handle.vectors_of.remote(...)
         return SimpleNamespace(remote=lambda *a, **kw: self._call(method, *a, **kw))
@@ -63,7 +63,8 @@ def open_sharded(root: Path, replicas: int = 1) -> ShardedIndex:
     folder = IndexRoot(root).current_dir()
     manifest = Manifest.load(folder)
     handles = [Replicas([replica(folder, s, root) for _ in range(replicas)]) for s in range(len(manifest.index.shards))]
-    backend = SimpleNamespace(retire=lambda apps: None, put=lambda ids: ids)  # no object store in this process
+    backend = SimpleNamespace(settings=SimpleNamespace(shard_timeout_s=10.0), retire=lambda apps: None,
+                              put=lambda ids: ids)  # no object store in this process
     return ShardedIndex(backend, manifest, [], handles, Store(folder / STORE),  # type: ignore[arg-type]
                         manifest.index.ntotal, manifest.index.params.nprobe, None)
 
