@@ -192,7 +192,8 @@ class Embeddings:
 @dataclass(frozen=True)
 class UpsertResult:
     """Durable (fsync'd) and searchable when returned. Over several requests (more than 128 documents), the
-    counts add up and `seq`, `index_version`, `index_size` are the last request's."""
+    counts add up and `seq`, `index_version`, `index_size` are the last request's. The counts are documents;
+    `passages_written`: on a version of passages, the passage rows written (None on a version of documents)."""
 
     upserted: int
     created: int
@@ -201,11 +202,13 @@ class UpsertResult:
     index_version: str
     index_size: int
     took_ms: float
+    passages_written: int | None = None
 
 
 @dataclass(frozen=True)
 class DeleteResult:
-    """`missing`: ids that were not served (they stay deleted should a later version hold them)."""
+    """`missing`: ids that were not served (they stay deleted should a later version hold them). The counts are
+    documents; `passages_deleted`: on a version of passages, the passage rows removed (None on one of documents)."""
 
     deleted: int
     missing: int
@@ -213,15 +216,18 @@ class DeleteResult:
     index_version: str
     index_size: int
     took_ms: float
+    passages_deleted: int | None = None
 
 
 def merge_writes(kind: type[UpsertResult] | type[DeleteResult], answers: list[dict[str, Any]]
                  ) -> UpsertResult | DeleteResult:
     counts = ("upserted", "created", "replaced") if kind is UpsertResult else ("deleted", "missing")
+    passages = "passages_written" if kind is UpsertResult else "passages_deleted"
     last = answers[-1]
+    rows = [a[passages] for a in answers if a.get(passages) is not None]
     return kind(**{c: sum(int(a[c]) for a in answers) for c in counts},  # type: ignore[arg-type]
                 seq=int(last["seq"]), index_version=last["index_version"], index_size=int(last["index_size"]),
-                took_ms=sum(float(a["took_ms"]) for a in answers))
+                took_ms=sum(float(a["took_ms"]) for a in answers), **{passages: sum(rows) if rows else None})
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,20 @@ def test_search_is_the_http_apis_answer(corpus_server: Server, options: dict[str
         assert all(h.metadata["year"] >= 2010 and h.metadata["topic"] in TOPICS[1:] for h in result)
 
 
+def test_writes_on_a_version_of_passages_count_documents_and_their_passage_rows_apart(passages_server: Server
+                                                                                    ) -> None:
+    """The client's write results carry the server's passage counts (None on a version of documents); the document
+    written is deleted again, so the package's server keeps its 30 documents."""
+    long_text = " ".join(f"sentence {i} about rivers and mountains of the north." for i in range(40))
+    with Client(passages_server.url) as strata:
+        up = strata.upsert([{"id": 9001, "text": long_text}, {"id": 9002, "text": "one short question?"}])
+        assert (up.upserted, up.created, up.replaced) == (2, 2, 0) and up.passages_written is not None
+        assert up.passages_written > 2  # the long text is several passages, counted apart from documents
+        gone = strata.delete([9001, 9002, 9003])
+        assert (gone.deleted, gone.missing, gone.passages_deleted) == (2, 1, up.passages_written)
+    assert httpx.get(f"{passages_server.url}/ready").json()["documents"] == 30
+
+
 def test_hits_of_a_version_of_passages_carry_their_passage_and_snippet(passages_server: Server,
                                                                      corpus_server: Server) -> None:
     with Client(passages_server.url) as strata, passages_server.client() as raw:
