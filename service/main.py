@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import gc
 import inspect
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -39,6 +39,31 @@ _NO_NATIVE_TELEMETRY = {"telemetry": {"tracing": False, "metrics": False, "logs"
     if "telemetry" in inspect.signature(FastAPI.__init__).parameters else {}
 
 
+GC_THRESHOLDS = (50_000, 20, 100)  # (young, middle, full) for `gc.set_threshold` while the app serves
+
+
+@contextmanager
+def quiet_collector() -> Iterator[None]:
+    """The garbage collector while the app serves (the process's own settings given back after).
+
+    What is loaded by now (the modules, the app and its routes) lives as long as the process; frozen, it is left out
+    of the collector's walks, which hold the GIL for all of their length. The versions are opened after: a
+    swapped-out one is collected. A full collection still walks every container the collector tracks, among them
+    the overlay's maps of written documents, so it grows with them, and at the default thresholds writing ran one
+    every few seconds (docs/decisions.md#costs-behind-implementation-choices). `GC_THRESHOLDS` makes collections
+    rarer (a young one per 50,000 new containers, a full one per 2,000 young ones): each is as long, but hardly any
+    search meets one."""
+    gc.collect()
+    gc.freeze()
+    thresholds = gc.get_threshold()
+    gc.set_threshold(*GC_THRESHOLDS)
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
+
+
 def create_app(settings: Settings | None = None, tracing: Tracing | None = None) -> FastAPI:
     """`tracing`: the app's tracing (default: from the settings, off unless STRATA_OTLP_ENDPOINT is set)."""
     settings = settings or Settings()
@@ -52,20 +77,15 @@ def create_app(settings: Settings | None = None, tracing: Tracing | None = None)
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         check_routes(app)  # again: routes added after create_app declare their scope too
         tracing.start()
-        # What is loaded by now (the modules, the app and its routes: ~100,000 objects) lives as long as the process;
-        # frozen, it is left out of the garbage collector's walks, so a full collection (which holds the GIL for all
-        # of its walk) takes a few ms instead of ~50. The versions are opened after: a swapped-out one is collected.
-        gc.collect()
-        gc.freeze()
-        app.state.body_process = BodyProcess(settings.write_nice)  # large write bodies parsed off this GIL
-        await collections.start()
-        yield
-        await collections.stop()  # after uvicorn stopped accepting and waited for in-flight requests
-        app.state.body_process.close()
-        tracing.shutdown()  # exports the spans still queued
-        if summary is not None:
-            summary.close()
-        gc.unfreeze()
+        with quiet_collector():
+            app.state.body_process = BodyProcess(settings.write_nice)  # large write bodies parsed off this GIL
+            await collections.start()
+            yield
+            await collections.stop()  # after uvicorn stopped accepting and waited for in-flight requests
+            app.state.body_process.close()
+            tracing.shutdown()  # exports the spans still queued
+            if summary is not None:
+                summary.close()
 
     app = FastAPI(title="Strata", version="0.1.0", lifespan=lifespan,
                   docs_url=None, redoc_url=None,  # served offline by `service.routers.docs`

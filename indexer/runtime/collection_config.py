@@ -94,7 +94,9 @@ class Compaction(BaseModel):
                                  "or replaced since")
     min_interval_s: float = Field(60.0, ge=0, description="at least this long from one compaction's end to the "
                                   "next one's start, unless more written documents wait than the served version "
-                                  "holds (a collection growing faster than it compacts) or writes are held back")
+                                  "holds (a collection growing faster than it compacts), writes are held back, or "
+                                  "at the rate documents are written they would be held back before a compaction "
+                                  "started now could end (as long as the last one took)")
     max_unfolded_docs: int = Field(200_000, ge=1, description="the overlay's bound: while this many written "
                                    "documents wait for a compaction, upserts are refused (429, Retry-After) and "
                                    "the compaction runs at once, interval or not; deletes are always taken. "

@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 STDERR_TAIL = 2000
 HELD_BACK_RETRY_S = 2  # the least Retry-After of an upsert held back at the overlay's bound
 HELD_BACK_RETRY_MAX_S = 30
+RATE_MIN_S = 1.0  # the least time over which the write rate is measured before it may waive the interval
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class Outcome:
     version: str | None = None
     reason: str | None = None
     index_kind: str | None = None
+    trigger: str | None = None  # why it ran: the policy's limit passed, and what waived `min_interval_s` if anything
 
 
 @dataclass
@@ -143,6 +145,9 @@ class Compactor:
         self._last_end = 0.0
         self._retry_at = 0.0
         self._started: float | None = None  # the running compaction's start (monotonic)
+        # (monotonic time, written documents waiting) at the first look after a compaction ended: the write rate's
+        # origin (`_bound_ahead`)
+        self._rate_from: tuple[float, int] | None = None
         self.proc: asyncio.subprocess.Process | None = None
 
     async def run(self) -> None:
@@ -162,19 +167,48 @@ class Compactor:
         self.status.pending = pending
         self._metrics.compaction_pending.labels(self.name).set(pending.entries)
         now = time.monotonic()
+        if self._rate_from is None and self._last_end and not self._lock.locked():
+            self._rate_from = (now, pending.written_docs)
         if not policy.auto or pending.due is None or self._lock.locked():
             return None
-        if now < self._retry_at or self._interval_holds(pending, policy, now):
+        if now < self._retry_at:
             return None
-        return await self.compact(pending.due, policy)
+        holds, waived = self._interval_holds(pending, policy, now)
+        if holds:
+            return None
+        return await self.compact(pending.due + (f"; {waived}" if waived else ""), policy)
 
-    def _interval_holds(self, pending: Pending, policy: Compaction, now: float) -> bool:
-        """`min_interval_s` since the last compaction's end holds a due one back, except when writes are held back
-        at the overlay's bound or the overlay has outgrown the version (`Pending.outgrown`): then the next
-        compaction starts at once (a backoff after a failure still holds: `tick`)."""
+    def _interval_holds(self, pending: Pending, policy: Compaction, now: float) -> tuple[bool, str | None]:
+        """Whether `min_interval_s` since the last compaction's end holds a due one back, and what waived it if it
+        would have. It is waived when writes are held back at the overlay's bound, when the overlay has outgrown
+        the version (`Pending.outgrown`), and when the bound is ahead (`_bound_ahead`): then the next compaction
+        starts at once (a backoff after a failure still holds: `tick`)."""
         if not self._last_end or now - self._last_end >= policy.min_interval_s:
-            return False
-        return pending.written_docs < policy.max_unfolded_docs and not pending.outgrown
+            return False, None
+        if pending.written_docs >= policy.max_unfolded_docs:
+            return False, None  # (the bound is the reason `measure` gives)
+        if pending.outgrown:
+            return False, "min_interval_s waived: more documents wait than the version holds"
+        ahead = self._bound_ahead(pending, policy, now)
+        return ahead is None, ahead
+
+    def _bound_ahead(self, pending: Pending, policy: Compaction, now: float) -> str | None:
+        """Why waiting out the interval would hold writes back, or None: at the rate documents have been written
+        since the last compaction ended, the overlay would reach its bound (`max_unfolded_docs`) before a
+        compaction started now is done, if it takes as long as the last one. A collection fed steadily then
+        compacts back to back instead of stopping its writers at the bound for a whole compaction; one fed a
+        trickle still waits the interval."""
+        last = self.status.last
+        if self._rate_from is None or last is None:
+            return None
+        since, written_then = self._rate_from
+        if now - since < RATE_MIN_S:
+            return None
+        rate = max(pending.written_docs - written_then, 0) / (now - since)
+        if pending.written_docs + rate * last.seconds < policy.max_unfolded_docs:
+            return None
+        return (f"min_interval_s waived: at {rate:,.0f} documents/s the overlay would reach its bound of "
+                f"{policy.max_unfolded_docs:,} within the last compaction's {last.seconds:.0f} s")
 
     async def compact(self, why: str, policy: Compaction) -> Outcome:
         async with self._lock, self._slots:
@@ -185,9 +219,10 @@ class Compactor:
             try:
                 outcome = await self._run_child(policy, t0)
             finally:
-                self.status.running_since, self._started = None, None
+                self.status.running_since, self._started, self._rate_from = None, None, None
                 self._metrics.compaction_running.labels(self.name).set(0)
                 self._last_end = time.monotonic()
+            outcome.trigger = why
             self._record(outcome)
             return outcome
 

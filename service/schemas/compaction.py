@@ -25,6 +25,8 @@ class CompactionOutcome(BaseModel):
     version: str | None = Field(None, description="the version served after it")
     reason: str | None = Field(None, description="why it failed or was refused")
     index_kind: str | None = None
+    trigger: str | None = Field(None, description="why it ran: the policy's limit passed (pending.due then), and "
+                                "what started it before min_interval_s if anything")
 
 
 class CompactionState(BaseModel):

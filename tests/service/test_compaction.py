@@ -172,6 +172,48 @@ def test_writes_are_held_back_at_the_overlays_bound_until_a_compaction_folds_the
         stop_server(server)
 
 
+def test_a_steadily_written_collection_compacts_again_before_its_bound_not_after_the_interval(
+        cdir: Path, tmp_path: Path, tiny_exported: Path) -> None:
+    """`min_interval_s` (an hour here) is waived when, at the rate documents have been written since the last
+    compaction ended, the overlay would reach its bound before a compaction started now is done: the next one
+    starts while upserts are still taken (no 429 before it), and `last.trigger` says why."""
+    dim, root = encoder_dim(tiny_exported), cdir / "live"
+    policy = {"written_docs": 40, "min_interval_s": 3600, "max_unfolded_docs": 5000}
+    (root / "collection.json").write_text(json.dumps({"compaction": policy}))
+    server = serve(tmp_path, cdir)
+    try:
+        c = server.client()
+
+        def put(ids: range) -> int:
+            return c.put("/collections/live/documents", json={"documents": [
+                {"id": i, "text": f"written {i}", "vector": doc_vector(i, dim)} for i in ids]}).status_code
+
+        # a version larger than the bound first, so that the overlay never outgrows it (the other waiver)
+        assert {put(range(k, k + 100)) for k in range(10_000, 13_000, 100)} == {200}
+        first = wait_for(lambda: (compaction(c)["last"] or {}).get("outcome") == "swapped" and compaction(c),
+                         "the first compaction")["last"]
+        assert c.get("/collections/live").json()["documents"] == BASE + 3000
+        config = c.get("/collections/live/config").json()
+        config["compaction"] |= {"max_unfolded_docs": 2500}  # taken at the next look
+        assert c.put("/collections/live/config", json=config).status_code == 200
+        statuses, k = [], 20_000
+        while (state := compaction(c))["running_since"] is None and state["last"]["version"] == first["version"]:
+            assert k < 40_000, f"no compaction started by {k - 20_000} documents written: {state}"
+            statuses.append(put(range(k, k + 25)))
+            k += 25
+            time.sleep(0.05)
+        assert set(statuses) == {200}, statuses  # started before the bound held anything back
+        assert state["pending"]["written_docs"] < 2500 and not state["pending"]["outgrown"], state
+        done = wait_for(lambda: (compaction(c)["last"] or {}).get("version") != first["version"] and compaction(c),
+                        "the second compaction")["last"]
+        assert done["outcome"] == "swapped" and "min_interval_s waived: at" in done["trigger"], done
+        assert "written, the policy's limit is 40" in done["trigger"] and "would reach its bound of 2,500" in \
+            done["trigger"]
+        assert_searchable(c, [10_000, 12_999, 20_000, k - 1, 0], dim)
+    finally:
+        stop_server(server)
+
+
 def test_the_interval_waits_unless_the_overlay_outgrew_the_version(cdir: Path, tmp_path: Path,
                                                                    tiny_exported: Path) -> None:
     """`min_interval_s` (an hour here) holds a due compaction back while the overlay is smaller than the version,
