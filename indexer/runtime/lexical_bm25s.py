@@ -21,8 +21,8 @@ import bm25s
 import numpy as np
 
 from indexer.runtime.lexical import LexicalIndex
-from indexer.runtime.topk import top_k_rows
 from indexer.runtime.manifest import LexicalInfo
+from indexer.runtime.topk import top_k_rows
 
 logging.getLogger("bm25s").setLevel(logging.WARNING)  # its per-build debug lines are not ours to show
 

@@ -53,9 +53,9 @@ from types import ModuleType
 import numpy as np
 
 from indexer.runtime.lexical import LexicalError, LexicalIndex
-from indexer.runtime.topk import top_k_rows
 from indexer.runtime.manifest import LexicalInfo
 from indexer.runtime.rowsets import in_sorted
+from indexer.runtime.topk import top_k_rows
 
 PACKAGE = "pyterrier_pisa"  # the wheel that ships PISA's compiled module
 ENCODING = "block_simdbp"  # PISA's postings codec (SIMD binary packing, 128-posting blocks)

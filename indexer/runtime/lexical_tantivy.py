@@ -36,9 +36,9 @@ import numpy as np
 import tantivy
 
 from indexer.runtime.lexical import LexicalIndex
-from indexer.runtime.topk import top_k_rows
 from indexer.runtime.manifest import LexicalInfo
 from indexer.runtime.rowsets import in_sorted
+from indexer.runtime.topk import top_k_rows
 
 TOKENIZER = "strata_terms"
 TEXT, ROW = "terms", "row"

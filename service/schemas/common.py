@@ -3,8 +3,8 @@ body. Limits are part of the API contract (see docs/http-api.md)."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from collections.abc import Callable
+from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, Field, StrictFloat, StrictStr, WithJsonSchema

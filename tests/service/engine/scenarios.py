@@ -1,11 +1,15 @@
-"""Running an engine scenario: a `Collection` over an index root, started, handed to an async function, stopped."""
+"""Running an engine scenario: a `Collection` over an index root (`built_root`: one built from rows), started, handed
+to an async function, stopped."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
+from indexer.build import BuildConfig, build
 from service.engine import Collection
 from service.settings import Settings
 
@@ -22,3 +26,13 @@ def run(root: Path, scenario: Callable[[Collection], Awaitable[None]]) -> None:
             await collection.stop()
 
     asyncio.run(go())
+
+
+def built_root(folder: Path, rows: list[dict[str, Any]], model: Path, **config: Any) -> Path:  # noqa: ANN401
+    """`rows` as a JSONL file in `folder`, built with `model` into `folder/root` (a flat index, no evaluation, one
+    thread; `config`: more `BuildConfig` fields)."""
+    data = folder / "docs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    build(BuildConfig(model_dir=model, data=str(data), root=folder / "root", index="flat", evaluate=False, threads=1,
+                      **config))
+    return folder / "root"

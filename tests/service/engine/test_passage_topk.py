@@ -7,19 +7,17 @@ bound that stops it is said in `truncated`. Seconds."""
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from indexer.build import BuildConfig, build
 from indexer.runtime import doc_topk
 from indexer.runtime.passages import document_of
 from indexer.runtime.query import Query
 from service.engine import Collection, Document
-from tests.service.engine.scenarios import run
+from tests.service.engine.scenarios import built_root, run
 from tests.tiny_bert import WORDS
 
 TOP = 100
@@ -51,12 +49,7 @@ def corpus() -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory, minilm_mean: Path) -> Path:
-    tmp = tmp_path_factory.mktemp("passage-topk")
-    data = tmp / "docs.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in corpus()))
-    build(BuildConfig(model_dir=minilm_mean, data=str(data), root=tmp / "root", index="flat", evaluate=False,
-                      chunk=12, overlap=0, threads=1))
-    return tmp / "root"
+    return built_root(tmp_path_factory.mktemp("passage-topk"), corpus(), minilm_mean, chunk=12, overlap=0)
 
 
 
@@ -153,10 +146,7 @@ def test_tied_passages_rank_by_id_whatever_the_depth(tmp_path: Path, minilm_mean
     rows = [{"id": f"copy{i}", "text": same, "group": "a"} for i in range(6)]
     rows += [{"id": i, "text": f"Rivers carry {w} to the ocean. " * 3, "group": "b"} for i, w in
              enumerate(["sand", "stones", "leaves", "fish", "ice"])]
-    data = tmp_path / "docs.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    build(BuildConfig(model_dir=minilm_mean, data=str(data), root=tmp_path / "root", index="flat", evaluate=False,
-                      chunk=16, overlap=0, threads=1))
+    built_root(tmp_path, rows, minilm_mean, chunk=16, overlap=0)
 
     async def scenario(collection: Collection) -> None:
         for query in ("comet", "comet tail glows near the sun", "rivers"):
@@ -183,10 +173,7 @@ def test_a_bounded_lexical_leg_ranks_documents_independently_of_top_k(
     import service.engine.searcher as searcher_module
 
     monkeypatch.setattr(searcher_module, "BOUNDED_FROM", 0)
-    data = tmp_path / "docs.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in corpus()))
-    build(BuildConfig(model_dir=minilm_mean, data=str(data), root=tmp_path / "root", index="flat", evaluate=False,
-                      chunk=12, overlap=0, threads=1, lexical_engine="tantivy"))
+    built_root(tmp_path, corpus(), minilm_mean, chunk=12, overlap=0, lexical_engine="tantivy")
 
     async def scenario(collection: Collection) -> None:
         for q in queries(1, 6):

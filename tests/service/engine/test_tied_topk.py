@@ -9,16 +9,14 @@ last written): the first moved with top_k, the second came out of id order. Seco
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from indexer.build import BuildConfig, build
 from indexer.runtime.query import Query
 from service.engine import Collection, Document
-from tests.service.engine.scenarios import run
+from tests.service.engine.scenarios import built_root, run
 
 TOP = 100  # hybrid fuses each leg's best 100 (`fusion.HYBRID_DEPTH`): up to there no depth depends on top_k
 NS = (1, 2, 3, 5, 8, 13, 21, 34, 55, 99)
@@ -37,12 +35,7 @@ def corpus() -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory, minilm_mean: Path) -> Path:
-    tmp = tmp_path_factory.mktemp("tied-topk")
-    data = tmp / "docs.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in corpus()))
-    build(BuildConfig(model_dir=minilm_mean, data=str(data), root=tmp / "root", index="flat", evaluate=False,
-                      threads=1))
-    return tmp / "root"
+    return built_root(tmp_path_factory.mktemp("tied-topk"), corpus(), minilm_mean)
 
 
 def ranked(hits: list[Any]) -> list[tuple[Any, float]]:
