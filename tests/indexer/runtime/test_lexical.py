@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -203,6 +204,31 @@ def test_bm25s_built_by_arrays_is_bm25s_built_by_itself_to_the_bit() -> None:
             assert np.array_equal(ours.scores[key], theirs.scores[key]), key
     with pytest.raises(ValueError, match="lucene"):
         ArrayBuiltBM25(method="robertson").index(docs, show_progress=False)
+
+
+def test_a_bm25s_build_pauses_the_garbage_collector_and_gives_it_back_even_when_it_fails(tmp_path: Path) -> None:
+    """The term lists of a bm25s build are made with the collector off (`collector_paused`), and it is on again
+    after the build, and after a build whose documents fail halfway."""
+    import gc
+
+    seen: list[bool] = []
+
+    def texts(fail_at: int | None = None) -> Iterator[tuple[int, str]]:
+        for fid, text in DOCS_SORTED:
+            seen.append(gc.isenabled())
+            if fid == fail_at:
+                raise ValueError("a store that breaks halfway")
+            yield fid, text
+
+    assert gc.isenabled()
+    build_lexical(tmp_path / "ok", texts(), lexical_info(engine="bm25s"), n_docs=len(DOCS))
+    assert seen and not any(seen) and gc.isenabled()
+    with pytest.raises(ValueError, match="breaks halfway"):
+        build_lexical(tmp_path / "broken", texts(DOCS_SORTED[3][0]), lexical_info(engine="bm25s"), n_docs=len(DOCS))
+    assert gc.isenabled()
+
+
+DOCS_SORTED = sorted(DOCS)
 
 
 def test_top_k_is_the_full_sort_ties_by_id_on_a_corpus_with_many_ties(tmp_path: Path, engine: str,
