@@ -167,8 +167,11 @@ def compact(root_dir: Path, *, model_dir: Path | None = None, threads: int | Non
                 "passages": passages, "build_seconds": parent.build_seconds.model_copy(),
                 "lexical": lexical_by_size(parent.lexical) if index_policy == "auto" else parent.lexical,
             })
+            # the lexical index is built again over the whole store: the documents not written since the parent
+            # keep the terms it analysed (`indexer.runtime.analysed`)
             save_and_evaluate(stage, manifest, t_start, evaluate_it=run_eval and bool(parent.data.n_queries),
-                              threads=threads, target_recall=resized.target_recall if resized else None)
+                              threads=threads, target_recall=resized.target_recall if resized else None,
+                              lexical_parent=(folder, {fid for fid, _ in folded_in.upserts}))
         publish(root, manifest, keep)
     drift = info.added_since_training / max(trained or 1, 1)
     log.info("folded %d write log entries (seq %d..%d) into %s as %s", len(entries), folded + 1, upto, parent.version,

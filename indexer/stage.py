@@ -48,9 +48,11 @@ def model_info(model_dir: Path, meta: EncoderMeta) -> ModelInfo:
                      dim=meta.dim, max_length=meta.max_length, source=meta.source)
 
 
-def _stage_lexical(stage: Path, manifest: Manifest) -> None:
+def _stage_lexical(stage: Path, manifest: Manifest, parent: tuple[Path, set[int]] | None = None) -> None:
     """The staged version's lexical index, when its manifest asks for one, built from the staged store (a
-    compacted or grown version indexes its writes too); ValueError for a lexical default mode without one."""
+    compacted or grown version indexes its writes too); ValueError for a lexical default mode without one.
+    `parent`: a parent version's folder and the FAISS ids written since, whose other documents' analysed terms are
+    taken from it (`lexical.build_lexical`)."""
     if manifest.lexical is None:
         if manifest.default_mode in ("lexical", "hybrid"):
             raise ValueError(f"--default-mode {manifest.default_mode} needs a lexical index (drop --no-lexical)")
@@ -59,7 +61,8 @@ def _stage_lexical(stage: Path, manifest: Manifest) -> None:
     try:
         with storage_errors(stage / LEXICAL_DIR, "writing the lexical index"):
             manifest.lexical = build_lexical(stage, store.iter_texts(), manifest.lexical, n_docs=store.count(),
-                                             unit="documents" if manifest.chunking() is None else "passages")
+                                             unit="documents" if manifest.chunking() is None else "passages",
+                                             parent=parent)
     finally:
         store.close()
     manifest.build_seconds.lexical_s = manifest.lexical.seconds
@@ -67,8 +70,8 @@ def _stage_lexical(stage: Path, manifest: Manifest) -> None:
 
 def save_and_evaluate(stage: Path, manifest: Manifest, t_start: float, *, evaluate_it: bool,
                       threads: int | None, target_recall: float | None = None,
-                      probe_maker: Callable[[IndexVersion], Probes] | None = None, report_after: bool = False
-                      ) -> None:
+                      probe_maker: Callable[[IndexVersion], Probes] | None = None, report_after: bool = False,
+                      lexical_parent: tuple[Path, set[int]] | None = None) -> None:
     """Write the manifest of a staged version, calibrate its search parameter (IVF's nprobe, HNSW's ef_search)
     when asked, then evaluate it there — before it can become current, so a swap gate can compare its MRR@10
     with the served one's.
@@ -78,8 +81,8 @@ def save_and_evaluate(stage: Path, manifest: Manifest, t_start: float, *, evalua
     `probe_maker` gives the query-like probes to calibrate on (kept in the version as `PROBES_FILE`); None: those
     in `stage` (a version grown from a calibrated one), else the version's own documents.
     `report_after`: measure only the gate's figure here, and leave the report's evaluations pending, for
-    `indexer.report.run_report` once the version is published."""
-    _stage_lexical(stage, manifest)
+    `indexer.report.run_report` once the version is published. `lexical_parent`: `_stage_lexical`'s `parent`."""
+    _stage_lexical(stage, manifest, lexical_parent)
     calibration = manifest.index.nprobe_calibration or manifest.index.calibration
     if target_recall is None and calibration is not None:
         target_recall = calibration.target_recall

@@ -17,8 +17,8 @@ manifest has a `lexical` entry at all. Engines (k1=0.9, b=0.4 by default: Anseri
 What every engine shares lives here, so all of them search the same terms: analysis (`Analyzer`: lowercase,
 tokens of two or more word characters, Lucene's English stopwords, a Snowball stemmer from PyStemmer; recorded in
 the manifest and applied to queries by the same code), the row ↔ FAISS id map, and the overlay of written
-documents (`LexicalOverlay`), scored with the base version's statistics (N, avgdl, document frequencies) until
-`indexer compact` rebuilds the index — what Lucene does too until segments merge.
+documents (`lexical_overlay.LexicalOverlay`), scored with the base version's statistics (N, avgdl, document
+frequencies) until `indexer compact` rebuilds the index — what Lucene does too until segments merge.
 
 Every engine's search is exact: the top k by score among the allowed ids (a metadata filter's matches) less the
 excluded ones (the overlay's tombstones), ties by FAISS id; documents sharing no term with the query are not hits.
@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 import Stemmer
 
-from indexer.runtime.drain import drain
+from indexer.runtime.analysed import Recorder, Reuse
 from indexer.runtime.manifest import LexicalInfo
 from indexer.runtime.progress import Progress
 
@@ -169,7 +169,8 @@ def bm25_idf(df: int, n: int) -> float:
 
 
 def build_lexical(folder: Path, docs: Iterable[tuple[int, str]], info: LexicalInfo, *,
-                  n_docs: int | None = None, unit: str = "documents") -> LexicalInfo:
+                  n_docs: int | None = None, unit: str = "documents",
+                  parent: tuple[Path, set[int]] | None = None) -> LexicalInfo:
     """Index `docs` ((FAISS id, text)) into `folder/lexical/` with `info.engine` (`auto`: chosen by size, with its
     reason logged and recorded); returns `info` with the engine, its version and the counts.
 
@@ -177,9 +178,11 @@ def build_lexical(folder: Path, docs: Iterable[tuple[int, str]], info: LexicalIn
     analysed and handed to the engine as it is read, so what the build holds is the engine's own buffers (tantivy:
     its writer's heap) and 8 bytes per document, not every text and term list as Python objects (several GB at 10M
     Quora questions, by estimate; bm25s holds them). Without, `docs` is any iterable in any order, sorted here.
-    Progress with an ETA is logged. `unit`: what a row is (documents, or a version of passages' passages)."""
+    Progress with an ETA is logged. `unit`: what a row is (documents, or a version of passages' passages).
+    A build of documents keeps their analysed terms beside the index (`analysed`); `parent` (a parent version's
+    folder, the FAISS ids written since it) takes the terms of the others from the parent's instead of analysing
+    them again (a compaction's build)."""
     t0 = time.perf_counter()
-    analyzer = Analyzer(info.stemmer, info.stopwords)
     if n_docs is None:
         docs = sorted(docs, key=lambda p: p[0])
         n_docs = len(docs)
@@ -193,10 +196,35 @@ def build_lexical(folder: Path, docs: Iterable[tuple[int, str]], info: LexicalIn
         info = info.model_copy(update={"k1": cls.FIXED_K1_B[0], "b": cls.FIXED_K1_B[1]})
     out = folder / LEXICAL_DIR
     out.mkdir(parents=True, exist_ok=True)
-    fids = np.empty(n_docs, dtype=np.int64)
-    counted = {"rows": 0, "terms": 0}
+    rows = _Rows(out, n_docs, info, unit, parent)
+    try:
+        vocab = cls.build(out, rows.analysed(docs, engine), info) if n_docs else 0
+        rows.save(out)
+    finally:
+        rows.close()
+    seconds = time.perf_counter() - t0
+    reused = rows.reuse.reused if rows.reuse is not None else 0
+    log.info("lexical index (%s, %s): %d %s (%d analysed, %d as the parent analysed them), %d terms in the "
+             "vocabulary, %.1fs", engine, why, n_docs, unit, n_docs - reused, reused, vocab, seconds)
+    return info.model_copy(update={"engine": engine, "engine_version": cls.version(), "engine_reason": why,
+                                   "n_docs": n_docs, "vocabulary": vocab, "seconds": round(seconds, 3)})
 
-    def analysed() -> Iterator[list[str]]:
+
+class _Rows:
+    """A lexical build's rows as they are analysed: their FAISS ids, their terms (kept for the next build of
+    documents: `analysed.Recorder`; taken from the parent's where unchanged: `analysed.Reuse`) and their count."""
+
+    def __init__(self, out: Path, n_docs: int, info: LexicalInfo, unit: str, parent: tuple[Path, set[int]] | None
+                 ) -> None:
+        self.n_docs, self.fids = n_docs, np.empty(n_docs, dtype=np.int64)
+        self.rows = self.terms = 0
+        self.analyzer, analyser = Analyzer(info.stemmer, info.stopwords), (info.stemmer, info.stopwords)
+        self.recorder = Recorder(out, analyser) if unit == "documents" else None
+        self.reuse = Reuse.open(parent[0] / LEXICAL_DIR, ROWS_FILE, analyser, parent[1]) \
+            if parent is not None and self.recorder is not None else None
+
+    def analysed(self, docs: Iterable[tuple[int, str]], engine: str) -> Iterator[list[str]]:
+        n_docs, fids, reuse, recorder = self.n_docs, self.fids, self.reuse, self.recorder
         rows = 0
         with Progress(n_docs, f"lexical index ({engine})", unit="texts", logger=log) as bar:
             for fid, text in docs:
@@ -205,26 +233,31 @@ def build_lexical(folder: Path, docs: Iterable[tuple[int, str]], info: LexicalIn
                 if rows and fid <= fids[rows - 1]:
                     raise ValueError(f"document ids not ascending: {fid} after {fids[rows - 1]}")
                 fids[rows] = fid
-                terms = analyzer.terms(text)
-                counted["terms"] += len(terms)
+                terms = reuse.terms(fid) if reuse is not None else None
+                if terms is None:
+                    terms = self.analyzer.terms(text)
+                if recorder is not None:
+                    recorder.add(terms)
+                self.terms += len(terms)
                 rows += 1
                 if rows % PROGRESS_EVERY == 0:
                     bar.update(PROGRESS_EVERY)
                 yield terms
             bar.update(rows % PROGRESS_EVERY)
-        counted["rows"] = rows
+        self.rows = rows
 
-    vocab = cls.build(out, analysed(), info) if n_docs else 0
-    if counted["rows"] != n_docs:
-        raise ValueError(f"{counted['rows']:,} documents where {n_docs:,} were announced")
-    np.save(out / ROWS_FILE, fids)
-    (out / STATS_FILE).write_text(json.dumps({"n_docs": n_docs,
-                                              "avgdl": counted["terms"] / n_docs if n_docs else 0.0}))
-    seconds = time.perf_counter() - t0
-    log.info("lexical index (%s, %s): %d %s, %d terms in the vocabulary, %.1fs", engine, why, n_docs, unit,
-             vocab, seconds)
-    return info.model_copy(update={"engine": engine, "engine_version": cls.version(), "engine_reason": why,
-                                   "n_docs": n_docs, "vocabulary": vocab, "seconds": round(seconds, 3)})
+    def save(self, out: Path) -> None:
+        if self.rows != self.n_docs:
+            raise ValueError(f"{self.rows:,} documents where {self.n_docs:,} were announced")
+        np.save(out / ROWS_FILE, self.fids)
+        if self.recorder is not None:
+            self.recorder.save()
+        (out / STATS_FILE).write_text(json.dumps({"n_docs": self.n_docs,
+                                                  "avgdl": self.terms / self.n_docs if self.n_docs else 0.0}))
+
+    def close(self) -> None:
+        if self.recorder is not None:
+            self.recorder.close()
 
 
 def open_lexical(folder: Path, info: LexicalInfo, *, mmap: bool = False) -> LexicalIndex:
@@ -342,59 +375,3 @@ class LexicalIndex(ABC):
             out[t] = self.SCORE_SCALE * bm25_weight(bm25_idf(df or 1, n), f, len(terms), stats, self.info.k1,
                                                     self.info.b)
         return out
-
-
-class LexicalOverlay:
-    """Written documents' BM25 weights, searched beside a base `LexicalIndex` (an inverted map, small until
-    `indexer compact`). The caller serialises writes; searches read under the lock."""
-
-    def __init__(self, base: LexicalIndex) -> None:
-        self.base = base
-        self._lock = threading.Lock()
-        self._postings: dict[str, dict[int, float]] = {}
-        # FAISS id -> its terms (to remove it), a tuple of strings: the garbage collector stops tracking it, so a
-        # full collection does not walk one object per written document
-        self._terms: dict[int, tuple[str, ...]] = {}
-
-    def put(self, fid: int, text: str) -> None:
-        self.put_weights(fid, self.base.weights(text))
-
-    def put_weights(self, fid: int, weights: dict[str, float]) -> None:
-        """`put` with the text's weights computed already (`base.weights`: the overlay computes them before it
-        takes its own lock, so that the analysis of a write's texts never holds the searches' snapshot back)."""
-        with self._lock:
-            self._remove(fid)
-            for term, w in weights.items():
-                self._postings.setdefault(term, {})[fid] = w
-            self._terms[fid] = tuple(weights)
-
-    def drop(self, fid: int) -> None:
-        with self._lock:
-            self._remove(fid)
-
-    def _remove(self, fid: int) -> None:
-        for term in self._terms.pop(fid, ()):
-            posting = self._postings.get(term)
-            if posting is not None:
-                posting.pop(fid, None)
-                if not posting:
-                    del self._postings[term]
-
-    def __len__(self) -> int:
-        return len(self._terms)
-
-    def release(self) -> None:
-        """Free what the written documents hold, a slice at a time (`drain`), once nothing searches it."""
-        drain(self._terms)
-        drain(self._postings)
-
-    def scores(self, query: str) -> dict[int, float]:
-        """FAISS id → score of the written documents that share a term with `query` (a repeated query term counts
-        each time, as in the base index)."""
-        acc: dict[int, float] = {}
-        terms = self.base.analyzer.terms(query)
-        with self._lock:
-            for t in terms:
-                for fid, w in self._postings.get(t, {}).items():
-                    acc[fid] = acc.get(fid, 0.0) + w
-        return acc

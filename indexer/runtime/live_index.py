@@ -132,8 +132,8 @@ class LiveIndex:
     def lexical_search(self, queries: list[str], k: int, match: LiveMatch | None = None
                        ) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per query, its best k by BM25 over the base (tombstones excluded inside the search) and the written
-        documents (scored with the base's statistics, `lexical.LexicalOverlay`), with the same filter semantics as
-        `search`: the base's matches exactly, written documents when their metadata match."""
+        documents (scored with the base's statistics: `lexical_overlay.LexicalOverlay`), with the same filter
+        semantics as `search`: the base's matches exactly, written documents when their metadata match."""
         return [(leg.scores, leg.ids) for leg in self.lexical_legs(queries, k, match, bounded_from=None)]
 
     def lexical_legs(self, queries: list[str], k: int, match: LiveMatch | None = None, *,

@@ -32,7 +32,7 @@ from indexer.runtime.faiss.search import Exclusion
 from indexer.runtime.faiss.written import WrittenLists
 from indexer.runtime.fold import resolve_ids
 from indexer.runtime.ids import ExtId, FaissIds
-from indexer.runtime.lexical import LexicalOverlay
+from indexer.runtime.lexical_overlay import LexicalOverlay
 from indexer.runtime.metadata import FieldTypes
 from indexer.runtime.passages import parse_passage_id
 from indexer.runtime.priority import lower_thread

@@ -169,3 +169,60 @@ def test_a_lexical_engine_auto_chose_is_chosen_again_by_size_and_one_named_is_ke
         assert [version.ext_ids([int(f)])[int(f)] for f in fids] == [52]
     finally:
         version.close()
+
+
+def test_a_compaction_analyses_only_what_was_written_and_keeps_the_rest_as_its_parent_analysed_it(
+        tmp_path: Path, tiny_exported: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The compacted version's analysed terms (`indexer.runtime.analysed`) are, row for row, what analysing its
+    store's texts gives — documents replaced, deleted and added since the parent included — and only the written
+    ones were analysed; BM25 finds the replaced documents by their new words only."""
+    import logging
+
+    from indexer.runtime.analysed import OFFSETS_DTYPE, OFFSETS_FILE, TERMS_DTYPE, TERMS_FILE, VOCAB_FILE
+    from indexer.runtime.empty_version import create_empty_version
+    from indexer.runtime.lexical import LEXICAL_DIR, ROWS_FILE, Analyzer
+    from indexer.runtime.store import Store
+    from indexer.runtime.writelog import Delete
+
+    root = tmp_path / "root"
+    create_empty_version(root, tiny_exported)
+    write(root, range(0, 40))  # "written N"
+    assert compact(root, run_eval=False, keep=10, index_policy="auto").manifest is not None
+    version = IndexVersion(IndexRoot(root).current_dir())
+    dim, sha = version.dim, version.manifest.model.onnx_sha256
+    version.close()
+    wlog = open_log(root, create=True)
+    assert wlog is not None
+    try:
+        wlog.append([Upsert(i, f"replaced with zebras {i}", {}, unit(i, dim), sha) for i in (3, 17, 29)])
+        wlog.append([Delete(i) for i in (5, 6)])
+        wlog.append([Upsert(i, f"new about walruses {i}", {}, unit(i, dim), sha) for i in (40, 41)])
+    finally:
+        wlog.close()
+    with caplog.at_level(logging.INFO, logger="indexer.runtime.lexical"):
+        manifest = compact(root, run_eval=False, keep=10, index_policy="auto").manifest
+    assert manifest is not None and manifest.lexical is not None and manifest.lexical.n_docs == 40
+    assert "40 documents (5 analysed, 35 as the parent analysed them)" in caplog.text
+    folder = IndexRoot(root).current_dir()
+    lex = folder / LEXICAL_DIR
+    rows = np.load(lex / ROWS_FILE)
+    terms, offsets = np.fromfile(lex / TERMS_FILE, TERMS_DTYPE), np.fromfile(lex / OFFSETS_FILE, OFFSETS_DTYPE)
+    vocab = json.loads((lex / VOCAB_FILE).read_text())["terms"]
+    store = Store(folder / "store.sqlite")
+    try:
+        texts = store.texts(rows.tolist())
+    finally:
+        store.close()
+    analyzer = Analyzer(manifest.lexical.stemmer, manifest.lexical.stopwords)
+    assert len(offsets) == len(rows) + 1
+    for r, fid in enumerate(rows.tolist()):
+        assert [vocab[i] for i in terms[offsets[r] : offsets[r + 1]]] == analyzer.terms(texts[fid]), fid
+    version = IndexVersion(folder)
+    try:
+        assert version.lexical is not None
+        _, fids = version.lexical.search("zebras", 5)
+        assert sorted(version.ext_ids([int(f) for f in fids]).values()) == [3, 17, 29]
+        _, fids = version.lexical.search("written 17", 40)  # its old text is gone: only "17" of the new one
+        assert 17 not in {version.ext_ids([int(f)])[int(f)] for f in fids if "written" in texts[int(f)]}
+    finally:
+        version.close()

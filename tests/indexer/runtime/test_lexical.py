@@ -20,12 +20,12 @@ from indexer.runtime.lexical import (
     Analyzer,
     LexicalError,
     LexicalIndex,
-    LexicalOverlay,
     build_lexical,
     choose_engine,
     lexical_info,
     open_lexical,
 )
+from indexer.runtime.lexical_overlay import LexicalOverlay
 
 DOCS = [
     (10, "How do I learn Python programming quickly?"),
