@@ -42,9 +42,31 @@ def test_the_interval_holds_a_due_compaction_back_unless_the_overlay_outgrew_the
     c, policy = _compactor(tmp_path), Compaction(min_interval_s=60, max_unfolded_docs=1000)
     now = time.monotonic()
     due = Pending(entries=50, written_docs=50, due="50 documents written")
-    assert not c._interval_holds(due, policy, now)  # none ran yet
+    assert c._interval_holds(due, policy, now) == (False, None)  # none ran yet
     c._last_end = now - 10
-    assert c._interval_holds(due, policy, now)  # one ended 10 s ago
-    assert not c._interval_holds(due, policy, now + 51)  # 60 s after it
-    assert not c._interval_holds(Pending(entries=60, written_docs=60, due="d", outgrown=True), policy, now)
-    assert not c._interval_holds(Pending(entries=1000, written_docs=1000, due="bound"), policy, now)
+    assert c._interval_holds(due, policy, now) == (True, None)  # one ended 10 s ago
+    assert c._interval_holds(due, policy, now + 51) == (False, None)  # 60 s after it
+    held, why = c._interval_holds(Pending(entries=60, written_docs=60, due="d", outgrown=True), policy, now)
+    assert not held and "more documents wait than the version holds" in str(why)
+    assert c._interval_holds(Pending(entries=1000, written_docs=1000, due="bound"), policy, now) == (False, None)
+
+
+def test_the_interval_is_waived_when_the_write_rate_would_reach_the_bound_within_a_compaction(tmp_path: Path
+                                                                                              ) -> None:
+    """At the rate measured since the last compaction ended, the overlay reaching `max_unfolded_docs` before a
+    compaction as long as the last one could end waives `min_interval_s`; a slower rate, too short a measure, or
+    no compaction done yet leaves it to hold."""
+    c, policy = _compactor(tmp_path), Compaction(min_interval_s=60, max_unfolded_docs=1000)
+    now = time.monotonic()
+    c._last_end = now - 10
+    c.status.last = Outcome("swapped", "t", 20.0)  # the last compaction took 20 s
+    c._rate_from = (now - 5, 100)  # 100 waited 5 s ago
+    slow = Pending(entries=300, written_docs=300, due="d")  # 40/s: 300 + 800 >= 1000 — waived
+    held, why = c._interval_holds(slow, policy, now)
+    assert not held and "at 40 documents/s the overlay would reach its bound of 1,000 within the last " \
+        "compaction's 20 s" in str(why)
+    assert c._interval_holds(Pending(entries=150, written_docs=150, due="d"), policy, now) == (True, None)  # 10/s
+    c._rate_from = (now - 0.5, 100)  # measured over too short a time
+    assert c._interval_holds(slow, policy, now) == (True, None)
+    c._rate_from = None
+    assert c._interval_holds(slow, policy, now) == (True, None)
