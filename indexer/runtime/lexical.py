@@ -203,9 +203,10 @@ def build_lexical(folder: Path, docs: Iterable[tuple[int, str]], info: LexicalIn
     finally:
         rows.close()
     seconds = time.perf_counter() - t0
-    reused = rows.reuse.reused if rows.reuse is not None else 0
-    log.info("lexical index (%s, %s): %d %s (%d analysed, %d as the parent analysed them), %d terms in the "
-             "vocabulary, %.1fs", engine, why, n_docs, unit, n_docs - reused, reused, vocab, seconds)
+    reused = f" ({n_docs - rows.reuse.reused:,} analysed, {rows.reuse.reused:,} as the parent analysed them)" \
+        if rows.reuse is not None else ""
+    log.info("lexical index (%s, %s): %d %s, %d terms in the vocabulary, %.1fs%s", engine, why, n_docs, unit, vocab,
+             seconds, reused)
     return info.model_copy(update={"engine": engine, "engine_version": cls.version(), "engine_reason": why,
                                    "n_docs": n_docs, "vocabulary": vocab, "seconds": round(seconds, 3)})
 

@@ -48,8 +48,10 @@ def test_drain_empties_the_container_in_place(kind: type) -> None:
 
 
 def test_another_thread_runs_while_a_big_dict_is_drained_and_not_while_it_is_cleared() -> None:
-    cleared = big()
-    assert ticks_during(cleared.clear) <= 1  # one C call: at most the tick already under way when it started
+    # one C call: at most the tick already under way when it started. The switch the waiting thread asked for lands
+    # when the call returns, before the count is read, so on a loaded machine a few ticks may follow it: the fewest
+    # of three tries is what the call itself let through
+    assert min(ticks_during(big().clear) for _ in range(3)) <= 1
     drained = big()
     assert ticks_during(lambda: drain(drained)) >= 400_000 // SLICE // 4  # it ran between most slices
     assert not drained
