@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -42,18 +44,24 @@ def unit(seed: int, dim: int) -> np.ndarray:
     return v / np.linalg.norm(v)
 
 
-def write(root: Path, ids: range) -> None:
+def log_writes(root: Path, batches: Callable[[int, str], list[list[Any]]]) -> None:
+    """`batches(dim, encoder sha)`'s entries appended to the root's write log, a batch per append."""
     version = IndexVersion(IndexRoot(root).current_dir())
     dim, sha = version.dim, version.manifest.model.onnx_sha256
     version.close()
     wlog = open_log(root, create=True)
     assert wlog is not None
     try:
-        for start in range(ids.start, ids.stop, 1000):
-            wlog.append([Upsert(i, f"written {i}", {}, unit(i, dim), sha) for i in range(start, min(start + 1000,
-                                                                                                      ids.stop))])
+        for batch in batches(dim, sha):
+            wlog.append(batch)
     finally:
         wlog.close()
+
+
+def write(root: Path, ids: range) -> None:
+    log_writes(root, lambda dim, sha: [[Upsert(i, f"written {i}", {}, unit(i, dim), sha)
+                                        for i in range(start, min(start + 1000, ids.stop))]
+                                       for start in range(ids.start, ids.stop, 1000)])
 
 
 @pytest.fixture()
@@ -188,17 +196,10 @@ def test_a_compaction_analyses_only_what_was_written_and_keeps_the_rest_as_its_p
     create_empty_version(root, tiny_exported)
     write(root, range(0, 40))  # "written N"
     assert compact(root, run_eval=False, keep=10, index_policy="auto").manifest is not None
-    version = IndexVersion(IndexRoot(root).current_dir())
-    dim, sha = version.dim, version.manifest.model.onnx_sha256
-    version.close()
-    wlog = open_log(root, create=True)
-    assert wlog is not None
-    try:
-        wlog.append([Upsert(i, f"replaced with zebras {i}", {}, unit(i, dim), sha) for i in (3, 17, 29)])
-        wlog.append([Delete(i) for i in (5, 6)])
-        wlog.append([Upsert(i, f"new about walruses {i}", {}, unit(i, dim), sha) for i in (40, 41)])
-    finally:
-        wlog.close()
+    log_writes(root, lambda dim, sha: [
+        [Upsert(i, f"replaced with zebras {i}", {}, unit(i, dim), sha) for i in (3, 17, 29)],
+        [Delete(i) for i in (5, 6)],
+        [Upsert(i, f"new about walruses {i}", {}, unit(i, dim), sha) for i in (40, 41)]])
     with caplog.at_level(logging.INFO, logger="indexer.runtime.lexical"):
         manifest = compact(root, run_eval=False, keep=10, index_policy="auto").manifest
     assert manifest is not None and manifest.lexical is not None and manifest.lexical.n_docs == 40
