@@ -76,8 +76,8 @@ class Reuse:
 
     def __init__(self, rows: np.ndarray, terms: np.ndarray, offsets: np.ndarray, vocab: list[str],
                  changed: Iterable[int]) -> None:
-        self._rows: list[int] = rows.tolist()
-        self._terms, self._offsets, self._vocab = terms, offsets, vocab
+        # read from their files (mapped) as the build walks them: a parent of 10M documents is not held in memory
+        self._rows, self._terms, self._offsets, self._vocab = rows, terms, offsets, vocab
         self._changed = set(changed)
         self._at = 0  # the first parent row not passed yet
         self.reused = 0
@@ -90,9 +90,10 @@ class Reuse:
             meta = json.loads((folder / VOCAB_FILE).read_text())
             if (meta["stemmer"], meta["stopwords"]) != analyser:
                 return None
-            rows = np.load(folder / rows_file)
-            terms = np.fromfile(folder / TERMS_FILE, dtype=TERMS_DTYPE)
-            offsets = np.fromfile(folder / OFFSETS_FILE, dtype=OFFSETS_DTYPE)
+            rows = np.load(folder / rows_file, mmap_mode="r")
+            terms = np.memmap(folder / TERMS_FILE, dtype=TERMS_DTYPE, mode="r") \
+                if (folder / TERMS_FILE).stat().st_size else np.zeros(0, TERMS_DTYPE)
+            offsets = np.memmap(folder / OFFSETS_FILE, dtype=OFFSETS_DTYPE, mode="r")
             vocab = list(meta["terms"])
         except (OSError, ValueError, KeyError, TypeError) as exc:
             if (folder / VOCAB_FILE).exists():
@@ -106,11 +107,11 @@ class Reuse:
 
     def terms(self, fid: int) -> list[str] | None:
         """`fid`'s terms as the parent analysed them, or None: written since (or new), so analysed again."""
-        rows, at = self._rows, self._at
-        while at < len(rows) and rows[at] < fid:
+        rows, at, n = self._rows, self._at, len(self._rows)
+        while at < n and rows[at] < fid:
             at += 1
         self._at = at
-        if at == len(rows) or rows[at] != fid or fid in self._changed:
+        if at == n or rows[at] != fid or fid in self._changed:
             return None
         vocab = self._vocab
         self.reused += 1
