@@ -178,7 +178,8 @@ def test_a_steadily_written_collection_compacts_again_before_its_bound_not_after
     compaction ended, the overlay would reach its bound before a compaction started now is done: the next one
     starts while upserts are still taken (no 429 before it), and `last.trigger` says why."""
     dim, root = encoder_dim(tiny_exported), cdir / "live"
-    policy = {"written_docs": 40, "min_interval_s": 3600, "max_unfolded_docs": 5000}
+    # no compaction while the first 3,000 are written (more than the policy's limit): one folds them all after
+    policy = {"written_docs": 100_000, "min_interval_s": 3600, "max_unfolded_docs": 5000}
     (root / "collection.json").write_text(json.dumps({"compaction": policy}))
     server = serve(tmp_path, cdir)
     try:
@@ -190,12 +191,13 @@ def test_a_steadily_written_collection_compacts_again_before_its_bound_not_after
 
         # a version larger than the bound first, so that the overlay never outgrows it (the other waiver)
         assert {put(range(k, k + 100)) for k in range(10_000, 13_000, 100)} == {200}
+        config = c.get("/collections/live/config").json()
+        config["compaction"] |= {"written_docs": 40, "max_unfolded_docs": 2500}  # taken at the next look
+        assert c.put("/collections/live/config", json=config).status_code == 200
         first = wait_for(lambda: (compaction(c)["last"] or {}).get("outcome") == "swapped" and compaction(c),
                          "the first compaction")["last"]
         assert c.get("/collections/live").json()["documents"] == BASE + 3000
-        config = c.get("/collections/live/config").json()
-        config["compaction"] |= {"max_unfolded_docs": 2500}  # taken at the next look
-        assert c.put("/collections/live/config", json=config).status_code == 200
+        wait_for(lambda: compaction(c)["pending"]["written_docs"] == 0, "a look after it")  # it holds them all
         statuses, k = [], 20_000
         while (state := compaction(c))["running_since"] is None and state["last"]["version"] == first["version"]:
             assert k < 40_000, f"no compaction started by {k - 20_000} documents written: {state}"
