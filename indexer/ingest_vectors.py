@@ -8,6 +8,7 @@ A corpus brings a vector on every row or on none (the first row decides; a mix i
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from indexer.runtime.mapped import release
 from indexer.runtime.vectors import check_vectors
 
 VECTOR_BLOCK = 16_384  # rows per block of the growing vector array
+NUMBER_TYPES = {int, float}  # what JSON numbers parse to (bool is a type of its own here, not int)
 
 
 class RowVectors:
@@ -64,6 +66,11 @@ def brought_vectors(batch: DocBatch, kept: list[int], dim: int, field: str) -> n
                 got = f"dimension {n}" if n >= 0 else f"a {type(v).__name__}"
                 raise CorpusFormatError(f"{batch.where(i)}: vector field {field!r} holds {got}, but the collection's "
                                         f"encoder has dimension {dim}")
+            if isinstance(v, (list, tuple)) and not set(map(type, v)) <= NUMBER_TYPES:
+                # numpy would read true/false as 1/0 and "0.5" as 0.5: refused, as HTTP refuses them
+                bad = next(x for x in v if type(x) not in NUMBER_TYPES)
+                raise CorpusFormatError(f"{batch.where(i)}: vector field {field!r} holds {json.dumps(bad)}, not a "
+                                        f"number: a vector is a list of numbers")
         arr = None
     try:
         return check_vectors(arr if arr is not None else

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Body, Query
 
 from service.auth import READ_COLLECTION
 from service.deps import CollectionDep
@@ -58,15 +58,19 @@ async def get_many(body: GetRequest, collection: CollectionDep) -> GetResponse:
 
 
 @router.post("/count", response_model=CountResponse, responses=READ_ERRORS)
-async def count(body: CountRequest, collection: CollectionDep) -> CountResponse:
-    """How many live documents the collection serves, those matching the filter when one is given."""
+async def count(collection: CollectionDep, body: Annotated[CountRequest | None, Body()] = None) -> CountResponse:
+    """How many live documents the collection serves, those matching the filter when one is given (no body: all of
+    them, as Elasticsearch's `_count`)."""
+    body = body or CountRequest()
     return CountResponse(count=await count_documents(collection, body.filter))
 
 
 @router.post("/scroll", response_model=ScrollResponse, responses=READ_ERRORS)
-async def scroll(body: ScrollRequest, collection: CollectionDep) -> ScrollResponse:
+async def scroll(collection: CollectionDep, body: Annotated[ScrollRequest | None, Body()] = None) -> ScrollResponse:
     """A page of the collection in id order after the cursor; paging on with each next_cursor visits every
-    document live throughout exactly once, whatever is written meanwhile."""
+    document live throughout exactly once, whatever is written meanwhile (no body: the first page at the default
+    limit)."""
+    body = body or ScrollRequest()
     page = await scroll_documents(collection, body.limit, body.cursor, body.filter, with_vector=body.with_vector)
     return ScrollResponse(documents=[document_body(d) for d in page.documents], next_cursor=page.next_cursor)
 

@@ -100,6 +100,8 @@ BAD = {  # name: (row index to spoil, its vector, what the message says)
     "zeros": (2, [0.0] * DIM, "all zeros"),
     "string": (3, "0.1,0.2", "a str"),
     "missing": (7, None, "every row brings a vector, or none does"),
+    "a boolean item": (1, [0.1] * (DIM - 1) + [True], "holds true, not a number"),  # not 1.0, as HTTP refuses it
+    "a numeric string item": (10, ["0.5"] * DIM, 'holds "0.5", not a number'),
 }
 
 

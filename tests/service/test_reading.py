@@ -60,6 +60,10 @@ def assert_reads(c: httpx.Client, model: Model, gone: list[int | str], prefix: s
         (i, *model[i]) for i in dict.fromkeys(sample)]
     assert r.json()["not_found"] == list(dict.fromkeys(gone))
     assert c.post(f"{prefix}/documents/count", json={}).json() == {"count": len(model)}
+    assert c.post(f"{prefix}/documents/count").json() == {"count": len(model)}  # no body: all, as ES's _count
+    first = c.post(f"{prefix}/documents/scroll")  # no body: the first page at the default limit
+    assert first.status_code == 200, first.text
+    assert [d["id"] for d in first.json()["documents"]] == order(ids)[: len(first.json()["documents"])]
     in_bucket = [i for i, (_, m) in model.items() if m.get("bucket") == 2]
     assert c.post(f"{prefix}/documents/count", json={"filter": {"bucket": 2}}).json() == {"count": len(in_bucket)}
     assert scroll_ids(c, prefix) == order(ids)
