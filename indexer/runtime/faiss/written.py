@@ -11,8 +11,13 @@ Two sources of coarse quantizer:
 The lists hold float32 copies of the written vectors under their overlay row numbers. Rows are only appended
 (`add`); a search names the rows of its snapshot (`IDSelectorRange`, or a bitmap of the live ones when some rows
 died since they were written), so rows appended after the snapshot and dead rows never answer. FAISS's lists are
-not safe to read while they grow, so `add` and `search` take one lock (both are short: an add appends a write's
-vectors to the lists it assigned them to before taking the lock, a search reads `nprobe` lists).
+not safe to read while they grow, so the lists are only appended to under one lock, by a search. A write assigns its
+vectors to lists (the costly part) and queues the result; the next search, holding the lock, appends what is queued
+before it reads `nprobe` lists. Why not the write itself: it runs below the searches' CPU priority (`write_nice`),
+and a write preempted while holding the lock kept the searches waiting behind it (1 search in 125 waited over 1 ms,
+the longest 10.7 ms, at 5,600 documents/s: docs/decisions.md#search-during-an-ingest); under a steady ingest a search
+finds a few dozen rows queued, tens of microseconds to append. Writes append
+themselves only when `PENDING_ROWS` are queued (no search came), so the queue stays bounded.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from indexer.runtime.faiss.kmeans import training_sample
 OWN_NLIST = 256  # centroids trained on the written vectors when the version has none to share
 OWN_NPROBE = 16  # lists probed per query in those
 OWN_KMEANS_ITER = 10
+PENDING_ROWS = 2_048  # rows queued before a write appends them itself: the most a search appends (~1.5 ms)
 
 Probe = Callable[[Mapping[str, int] | None], int]  # the lists probed for a search's parameters
 
@@ -41,8 +47,11 @@ class WrittenLists:
         self._keep = keep  # what owns `quantizer` (the served version's index, or the quantizer itself)
         self._probe = probe
         self._index = faiss.IndexIVFFlat(quantizer, quantizer.d, int(quantizer.ntotal), faiss.METRIC_INNER_PRODUCT)
-        self._lock = threading.Lock()
-        self.rows = 0  # rows added: 0 .. rows-1
+        self._lock = threading.Lock()  # the lists: held to append to them or to read them
+        self._queue_lock = threading.Lock()  # `_queued` only: held for a list operation, never across FAISS
+        self._queued: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (vectors, rows, lists) to append
+        self._queued_rows = 0
+        self.rows = 0  # rows added: 0 .. rows-1 (appended to the lists, or queued)
 
     @classmethod
     def sharing(cls, index: faiss.Index, probe: Probe) -> WrittenLists:
@@ -83,11 +92,23 @@ class WrittenLists:
             # assignment running at the write path's lower priority
             _, lists = self._quantizer.search(x, 1)
             lists = np.ascontiguousarray(lists.reshape(-1), dtype=np.int64)
-            with self._lock:
-                self._index.add_core(len(x), faiss.swig_ptr(x), faiss.swig_ptr(rows), faiss.swig_ptr(lists))
-                self.rows = first_row + len(vectors)
         finally:
             set_threads(threads)
+        with self._queue_lock:
+            self._queued.append((x, rows, lists))
+            self._queued_rows += len(x)
+            self.rows = first_row + len(vectors)
+            full = self._queued_rows >= PENDING_ROWS
+        if full:  # no search has come to append them: this write does
+            with self._lock:
+                self._append_queued()
+
+    def _append_queued(self) -> None:
+        """Append the queued rows to the lists, in order (the caller holds `_lock`)."""
+        with self._queue_lock:
+            queued, self._queued, self._queued_rows = self._queued, [], 0
+        for x, rows, lists in queued:
+            self._index.add_core(len(x), faiss.swig_ptr(x), faiss.swig_ptr(rows), faiss.swig_ptr(lists))
 
     def search(self, queries: np.ndarray, k: int, rows: int, live: np.ndarray | None = None,
                search_params: Mapping[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -101,12 +122,16 @@ class WrittenLists:
             sel = faiss.IDSelectorBitmap(len(bits), faiss.swig_ptr(bits))
         params = faiss.SearchParametersIVF(sel=sel, nprobe=self._probe(search_params))  # type: ignore[call-arg]
         with self._lock:
+            if self._queued:
+                self._append_queued()
             scores, ids = self._index.search(queries, k, params=params)
         return scores, ids
 
     def release(self) -> None:
         """Free the lists' codes (FAISS's `reset`, which runs without the GIL); the quantizer is left alone."""
         with self._lock:
+            with self._queue_lock:
+                self._queued, self._queued_rows = [], 0
             self._index.reset()
             self.rows = 0
 

@@ -15,8 +15,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from indexer.runtime.ann import FlatParams
+from indexer.runtime.faiss import written
 from indexer.runtime.faiss.files import INDEX_FILE, write_index
 from indexer.runtime.faiss.flat import FlatIndex
 from indexer.runtime.faiss.training import build_ivf
@@ -196,3 +198,25 @@ def test_a_search_does_not_wait_behind_a_writes_assignment_to_its_lists() -> Non
         writer.join(30)
     scores, rows = lists.search(new[:4], 1, lists.rows)
     assert lists.rows == 564 and rows[:, 0].tolist() == [500, 501, 502, 503], rows
+
+
+def test_a_write_never_takes_the_lists_lock_the_next_search_appends_its_rows(monkeypatch: pytest.MonkeyPatch
+                                                                             ) -> None:
+    """A write runs below the searches' CPU priority, so it must not hold the lock a search needs: with that lock
+    held elsewhere (as by a search), an add still returns; the next search appends the queued rows, in order,
+    before it reads the lists. Only a queue of `PENDING_ROWS` (no search came) makes a write append them itself."""
+    lists = WrittenLists.trained(clustered(2000, 1))
+    first, second = clustered(300, 2), clustered(200, 3)
+    with lists._lock:  # a search holding the lists
+        done = threading.Event()
+        writer = threading.Thread(target=lambda: (lists.add(first, 0), lists.add(second, 300), done.set()))
+        writer.start()
+        assert done.wait(30), "a write waited for the lists' lock"
+    writer.join(30)
+    assert lists.rows == 500
+    scores, rows = lists.search(np.concatenate([first[:3], second[-3:]]), 1, lists.rows)
+    assert rows[:, 0].tolist() == [0, 1, 2, 497, 498, 499], rows  # each query finds itself at its row
+    assert not lists._queued
+    monkeypatch.setattr(written, "PENDING_ROWS", 100)
+    lists.add(clustered(150, 4), 500)  # past the bound with no search: appended by the write
+    assert not lists._queued and lists._index.ntotal == 650
