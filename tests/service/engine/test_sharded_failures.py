@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -41,6 +43,60 @@ def test_a_shard_gone_from_under_the_server_is_a_503_naming_it(ray_sharded: Path
                 assert time.monotonic() - started < 30
             assert c.get("/health").status_code == 200
     finally:
+        stop_server(srv)
+
+
+def replica_pids(app: str) -> list[int]:
+    """The processes of the Serve replicas of application `app` (Ray titles a replica's worker
+    `ray::ServeReplica:<app>:<deployment>`)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                title = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if f"ServeReplica:{app}:" in title:
+                pids.append(int(entry.name))
+    return pids
+
+
+def test_a_hung_shard_replica_is_given_up_on_after_the_timeout_and_answers_again_once_it_runs(
+        ray_sharded: Path, ray_cluster: str, tmp_path: Path) -> None:
+    """A real hang: shard 1's replica process stopped (SIGSTOP), so its call neither answers nor fails. /search
+    answers 503 naming shard 1 and the timeout after about `STRATA_SHARD_TIMEOUT_S` (it would wait for ever), the
+    server keeps serving health; continued (SIGCONT), the replica answers and searches are 200 again."""
+    before = shard_apps()
+    srv = start_sharded(tmp_path, ray_sharded.parent.parent, ray_cluster, {"STRATA_SHARD_TIMEOUT_S": "4"})
+    stopped: list[int] = []
+    try:
+        with srv.client() as c:
+            assert c.post("/search", json={"query": QUERY, "top_k": 3}).status_code == 200
+            ours = sorted(shard_apps() - before)
+            assert len(ours) == 2 and ours[1].endswith("-shard-1"), ours
+            pids = replica_pids(ours[1])
+            assert pids, f"no replica process of {ours[1]}"
+            for pid in pids:
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append(pid)
+            started = time.monotonic()
+            r = c.post("/search", json={"query": QUERY, "top_k": 3})
+            waited = time.monotonic() - started
+            assert r.status_code == 503, r.text
+            assert "shard 1 of 2" in r.json()["detail"] and "no answer within 4 s" in r.json()["detail"], r.text
+            assert 3.5 < waited < 15, waited
+            assert c.get("/health").status_code == 200
+            for pid in stopped:
+                os.kill(pid, signal.SIGCONT)
+            stopped.clear()
+            deadline = time.monotonic() + 60
+            while (r := c.post("/search", json={"query": QUERY, "top_k": 3})).status_code != 200:
+                assert time.monotonic() < deadline, r.text
+                time.sleep(0.5)
+            assert len(r.json()["hits"]) == 3
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
         stop_server(srv)
 
 
