@@ -14,9 +14,8 @@ died since they were written), so rows appended after the snapshot and dead rows
 not safe to read while they grow, so the lists are only appended to under one lock, by a search. A write assigns its
 vectors to lists (the costly part) and queues the result; the next search, holding the lock, appends what is queued
 before it reads `nprobe` lists. Why not the write itself: it runs below the searches' CPU priority (`write_nice`),
-and a write preempted while holding the lock kept the searches waiting behind it (1 search in 125 waited over 1 ms,
-the longest 10.7 ms, at 5,600 documents/s: docs/decisions.md#search-during-an-ingest); under a steady ingest a search
-finds a few dozen rows queued, tens of microseconds to append. Writes append
+and a write preempted while holding the lock kept the searches waiting behind it (measured in
+docs/decisions.md#search-during-an-ingest); under a steady ingest a search finds a few dozen rows queued to append. Writes append
 themselves only when `PENDING_ROWS` are queued (no search came), so the queue stays bounded.
 """
 
