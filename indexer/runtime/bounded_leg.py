@@ -20,7 +20,10 @@ Filters and exclusions (tombstones) keep their exact semantics: both steps see o
 excluded ones. What it may lose against the exact leg: a document matching only common terms, outside the dense
 top 100; measured in docs/decisions.md (agreement with the exact hybrid at 10M, nDCG@10 on BEIR sets).
 
-Small collections (every BEIR-size set) never reach `BOUNDED_FROM`, and an engine without the capability
+An engine may bound an unfiltered leg from fewer postings (`LexicalIndex.BOUNDED_FROM`): PISA's bounded leg is its
+own pruned top k, cheaper than the exact leg's certificate at every size, so on PISA an unfiltered leg is always
+bounded; a filtered one keeps `bounded_from`. Small collections (every BEIR-size set, served by bm25s or tantivy by
+default) never reach `BOUNDED_FROM`, and an engine without the capability
 (`LexicalIndex.BOUNDED`: bm25s scores every document anyway) always answers exactly; the lexical mode is always
 exact. `bounded_from` None turns it off (`STRATA_HYBRID_LEXICAL=exact`).
 """
@@ -69,11 +72,15 @@ class LexicalLeg:
         return self.selective is not None
 
 
-def plan(index: LexicalIndex, terms: list[str], bounded_from: int | None) -> list[str] | None:
+def plan(index: LexicalIndex, terms: list[str], bounded_from: int | None, *, filtered: bool = False
+         ) -> list[str] | None:
     """The selective terms of a bounded leg (possibly none: the dense candidates alone), or None: the exact leg
-    (turned off, an engine without the capability, or a query cheap enough)."""
+    (turned off, an engine without the capability, or a query cheap enough). An unfiltered leg takes the engine's
+    own threshold where it is lower (`LexicalIndex.BOUNDED_FROM`: PISA bounds it at every size)."""
     if bounded_from is None or not index.BOUNDED or not terms or not index.ntotal:
         return None
+    if not filtered and index.BOUNDED_FROM is not None:
+        bounded_from = min(bounded_from, index.BOUNDED_FROM)
     dfs = {t: index.doc_freq(t) for t in set(terms)}
     if sum(dfs.values()) <= bounded_from:
         return None
@@ -86,7 +93,7 @@ def begin(index: LexicalIndex, query: str, k: int, *, allowed_rows: np.ndarray |
     """A hybrid query's lexical leg: exact (`LexicalIndex.search`) or, where `plan` bounds it, the best k among the
     documents holding a selective term (to `complete`)."""
     terms = index.analyzer.terms(query)
-    selective = plan(index, terms, bounded_from)
+    selective = plan(index, terms, bounded_from, filtered=allowed_rows is not None)
     if selective is None or k <= 0 or (allowed_rows is not None and not allowed_rows.size):
         scores, ids = index.search(query, k, allowed_rows=allowed_rows, excluded=excluded)
         return LexicalLeg(scores, ids, k)

@@ -319,6 +319,8 @@ class LexicalIndex(ABC):
     # without reading every posting says so; one that scores every document anyway (bm25s) keeps the exact leg.
     BOUNDED = False
     SELECTIVE_DF: float | None = None  # the engine's own `bounded_leg.SELECTIVE_DF` (None: the seam's)
+    # the engine's own threshold for an unfiltered leg, where lower than the searcher's `bounded_from` (None: that one)
+    BOUNDED_FROM: int | None = None
 
     def selective_top_rows(self, terms: list[str], selective: list[str], k: int, allowed_rows: np.ndarray | None,
                            excluded_rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:

@@ -108,6 +108,11 @@ class Engine(LexicalIndex):
 
     BOUNDED = True  # hybrid's bounded leg: `selective_top_rows`, pruned inside PISA
     SELECTIVE_DF = 1.0  # every term: leaving the common ones out of PISA's query saved little, lost agreement
+    # Unfiltered, the bounded leg at every size: PISA's top 100 read once costs about half the exact leg's top 100
+    # read again deeper until certain, and differs from it only within the quantisation error at the 100th place
+    # (docs/decisions.md#pisas-bounded-leg-at-every-size). A filter keeps the threshold: the bounded leg reads PISA
+    # deeper by the filter's selectivity, where the exact one scores the filter's rows from the forward index.
+    BOUNDED_FROM = 0
 
     @staticmethod
     def version() -> str:

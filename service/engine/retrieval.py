@@ -1,5 +1,5 @@
 """A batch's search stages, after its encoding: the vector searches (one per distinct filter and search parameters),
-the lexical searches (run on the searcher's own thread while the batch encodes), each job's final ranked lists
+the lexical searches (run on the searcher's lexical pool while the batch encodes), each job's final ranked lists
 (hybrid: its lexical legs completed with the dense candidates and fused), and, on a version of passages, the top_k
 documents each job asked for (`indexer.runtime.doc_topk`: deepened, bounded, ranked independently of top_k).
 

@@ -13,7 +13,7 @@ index (`indexer.runtime.lexical`) and encodes nothing; hybrid does both and fuse
 (`indexer.runtime.fusion`). The lexical searches run on a thread of the searcher's own while the batch encodes.
 
 The batch's stages are methods here over modules of their own: `batch` (what they fill in), `refusals`,
-`encoding`, `retrieval` (the searches, fusion and a version of passages' documents), `lexical_thread`.
+`encoding`, `retrieval` (the searches, fusion and a version of passages' documents), `lexical_pool`.
 """
 
 from __future__ import annotations
@@ -38,8 +38,9 @@ from service.engine import retrieval
 from service.engine.batch import Batch, Job, LexicalGot, Ranked, SearchResult, Stages, Timeline, failed
 from service.engine.encoding import encode_jobs
 from service.engine.errors import Mismatch
-from service.engine.lexical_thread import LexicalThread
+from service.engine.lexical_pool import LexicalPool
 from service.engine.refusals import refusal
+from service.engine.settings import cores
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +48,11 @@ __all__ = ["Batch", "Hit", "Job", "Query", "Searcher", "SearchResult", "Stages",
 
 
 class Searcher:
-    def __init__(self, encoder: OnnxEncoder, index: VectorIndex, *, hybrid_lexical: HybridLexical = "bounded"
-                 ) -> None:
+    def __init__(self, encoder: OnnxEncoder, index: VectorIndex, *, hybrid_lexical: HybridLexical = "bounded",
+                 lexical_workers: int | None = None) -> None:
         """`hybrid_lexical`: "bounded" bounds hybrid's lexical leg where the exact one is expensive
-        (`bounded_leg.BOUNDED_FROM`), "exact" never does."""
+        (`bounded_leg.BOUNDED_FROM`), "exact" never does. `lexical_workers`: the threads that run batches' lexical
+        searches beside their encoding (None: one per core, as the inference workers' default)."""
         m = index.manifest.model
         if encoder.dim != index.dim:
             raise Mismatch(f"encoder {encoder.model_dir} has dim {encoder.dim} but index {index.version} has "
@@ -64,7 +66,7 @@ class Searcher:
             raise ValueError(f"hybrid_lexical must be one of {', '.join(HYBRID_LEXICAL)}, not {hybrid_lexical!r}")
         # the postings above which a hybrid query's lexical leg is bounded (None: never); a bench may lower it
         self.bounded_from: int | None = BOUNDED_FROM if hybrid_lexical == "bounded" else None
-        self._lexical_thread = LexicalThread()  # the lexical searches' thread, started on first use
+        self._lexical_pool = LexicalPool(lexical_workers or cores())  # the lexical searches' threads
         self._passages = index.manifest.chunking() is not None  # rows are passages: hits become documents
         if self._passages:  # the rows' documents, found once here rather than by a first search
             index.doc_rows(np.zeros(0, np.int64))
@@ -129,14 +131,14 @@ class Searcher:
     def run_batch(self, jobs: list[Job], encoder: OnnxEncoder | None = None) -> list[SearchResult]:
         """Several requests' texts in one ONNX run, and one index search per distinct filter and search parameters
         (the micro-batcher's unit of work): its stages, in order, each a method of its own — `plan` (modes and
-        refusals), `encode_batch`, `retrieve` (dense; lexical on the searcher's thread), `fuse_batch`, `look_up`,
+        refusals), `encode_batch`, `retrieve` (dense; lexical on the searcher's lexical pool), `fuse_batch`, `look_up`,
         `answers`.
 
         Each job is a `Query` (top_k None: encode only); results keep job order. Vectors of an encode-only job
         come back in `SearchResult.vectors`. A job whose filter does not fit the version's metadata (`BadFilter`),
         whose search parameters its index kind does not take (`BadSearchParams`), or whose mode the version cannot
         serve (`ModeUnavailable`) gets `error` and no work: it is refused before anything is encoded. Lexical jobs
-        are not encoded at all, and their BM25 searches run on the searcher's own thread while the batch encodes;
+        are not encoded at all, and their BM25 searches run on the searcher's lexical pool while the batch encodes;
         hybrid jobs take `HYBRID_DEPTH` candidates from each retriever and fuse them (`indexer.runtime.fusion`);
         on a version of passages a job gets top_k documents, searched deeper where a few documents fill the
         candidates (`indexer.runtime.doc_topk`); the store is read once, for every job's final ids.
@@ -150,8 +152,8 @@ class Searcher:
         search or a fusion that raises fails its own request only. Their neighbours are answered."""
         t0 = time.perf_counter()
         batch = self.plan(jobs)
-        # BM25 needs no vector: the lexical searches run on the searcher's thread while the encoder runs
-        lexical_future = self._lexical_thread.submit(lambda: self._lexical(batch)) \
+        # BM25 needs no vector: the lexical searches run on the lexical pool while the encoder runs
+        lexical_future = self._lexical_pool.submit(lambda: self._lexical(batch)) \
             if batch.lexical_jobs and batch.encoding else None
         t1, started = time.perf_counter(), time.time_ns()
         self.encode_batch(batch, encoder or self.encoder)
@@ -197,7 +199,7 @@ class Searcher:
                  ) -> None:
         """The vector searches: one per (filter, search parameters) of the dense and hybrid jobs, each row's raw
         (scores, ids) into `batch.dense` (filter None = unfiltered); then the lexical answers, from
-        `lexical_future` (the searcher's thread) or run here."""
+        `lexical_future` (the lexical pool) or run here."""
         retrieval.search_dense(self.index, batch, self._passages)
         batch.lexical = lexical_future.result() if lexical_future is not None else self._lexical(batch)
 
@@ -288,5 +290,5 @@ class Searcher:
         return self.manifest.search_mode()
 
     def close(self) -> None:
-        self._lexical_thread.shutdown()
+        self._lexical_pool.shutdown()
         self.index.close()

@@ -21,7 +21,8 @@ from indexer.runtime.paths import default_index_root
 from indexer.runtime.shrink_guard import DEFAULT_MAX_SHRINK
 
 
-def _cores() -> int:
+def cores() -> int:
+    """The cores this process may run on (its CPU affinity), the default count of its worker threads."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
@@ -54,7 +55,7 @@ class EngineSettings(_SearchParamSettings):  # type: ignore[misc,valid-type]
 
     # CPU: `workers` inference threads, each running ONNX Runtime and FAISS with `threads` threads, so that
     # concurrent requests use workers × threads cores instead of oversubscribing them.
-    workers: int = Field(default_factory=_cores, ge=1, description="inference thread pool size (default: cores)")
+    workers: int = Field(default_factory=cores, ge=1, description="inference thread pool size (default: cores)")
     threads: int = Field(1, ge=1, description="ONNX Runtime intra-op and FAISS OpenMP threads per call")
 
     # Micro-batching: concurrent requests share one ONNX run (see service/engine/batching.py)

@@ -170,7 +170,7 @@ class Swapper:
             index = self.backend.open_index(folder)
             try:  # each encoder folder is loaded once per process, whichever collections and versions pair with it
                 searcher = Searcher(self.encoders.get(Path(s.model_dir or index.manifest.model.dir)), index,
-                                    hybrid_lexical=s.hybrid_lexical)
+                                    hybrid_lexical=s.hybrid_lexical, lexical_workers=s.workers)
             except BaseException:
                 index.close()
                 raise

@@ -145,9 +145,12 @@ def test_the_lexical_mode_and_the_exact_setting_stay_exact(served: tuple[RareCor
         assert not legs[0].bounded
         ((scores, ids),) = index.complete_legs(legs, [np.array([corpus.fids[100]], np.int64)])
         assert_bm25_top_k(index.hits(scores[None, :], ids[None, :])[0], ref, K)
-    # below the threshold the bounded setting answers exactly too (the cost model: postings read)
+    # below the threshold the bounded setting answers exactly too (the cost model: postings read), but for PISA
+    # unfiltered (its own `BOUNDED_FROM`: its pruned top k is cheaper than the exact certificate at every size)
     legs = index.lexical_legs(["zeppelin python java"], K, bounded_from=N * 10)
-    assert not legs[0].bounded
+    assert legs[0].bounded == (type(lex) is lexical_pisa.Engine)
+    legs = index.lexical_legs(["zeppelin python java"], K, index.match({"tag": "even"}), bounded_from=N * 10)
+    assert not legs[0].bounded  # a filtered leg keeps the threshold
 
 
 def test_merge_counts_a_document_once_and_breaks_ties_by_id() -> None:

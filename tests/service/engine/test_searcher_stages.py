@@ -163,8 +163,10 @@ def test_hybrid_takes_the_bounded_leg_where_it_applies_and_says_so(tantivy_searc
     s, query = tantivy_searcher, "How do I learn Python programming?"
     monkeypatch.setattr(bounded_leg, "SELECTIVE_DF", 0.01)
     lex = s.index.lexical  # type: ignore[attr-defined]
-    assert s.bounded_from == bounded_leg.BOUNDED_FROM  # on by default; this small version never reaches it
-    assert s.search([query], 5, mode="hybrid").stages.lexical_bounded == 0
+    assert s.bounded_from == bounded_leg.BOUNDED_FROM  # on by default; this small version never reaches it, but
+    # PISA's own threshold bounds an unfiltered leg at every size (a filtered one keeps the searcher's:
+    # tests/indexer/runtime/test_bounded_leg.py)
+    assert s.search([query], 5, mode="hybrid").stages.lexical_bounded == int(lex.BOUNDED_FROM == 0)
     s.bounded_from = 0  # forced: every hybrid query bounded
     try:
         hybrid = s.search([query], 5, mode="hybrid")
@@ -199,3 +201,33 @@ def test_the_hybrid_lexical_setting_is_validated_and_turns_the_bound_off(tantivy
     assert exact.bounded_from is None
     with pytest.raises(ValueError, match="hybrid_lexical must be one of bounded, exact, not 'sometimes'"):
         Searcher(tantivy_searcher.encoder, tantivy_searcher.index, hybrid_lexical="sometimes")  # type: ignore[arg-type]
+
+
+def test_concurrent_batches_run_their_lexical_legs_at_once(tantivy_searcher: Searcher,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two batches in flight (two inference workers) run their lexical searches beside each other: each batch's
+    lexical part waits here until the other's has started, which a single lexical thread never lets happen (the
+    second waits for the first to finish). Both answers are then what each batch gets alone."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from service.engine import retrieval
+
+    s = Searcher(tantivy_searcher.encoder, tantivy_searcher.index, lexical_workers=2)
+    alone = [s.search([q], 5, mode="hybrid").hits[0] for q in QUERIES[:2]]
+    both_started = threading.Barrier(2, timeout=20)
+    answers = retrieval.lexical_answers
+
+    def meeting(*args: object, **kwargs: object) -> object:
+        both_started.wait()
+        return answers(*args, **kwargs)
+
+    monkeypatch.setattr(retrieval, "lexical_answers", meeting)
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            got = list(pool.map(lambda q: s.search([q], 5, mode="hybrid").hits[0], QUERIES[:2]))
+    finally:
+        s._lexical_pool.shutdown()
+    assert [[h.faiss_id for h in hits] for hits in got] == [[h.faiss_id for h in hits] for hits in alone]
+    with pytest.raises(ValueError, match="at least one thread"):
+        Searcher(tantivy_searcher.encoder, tantivy_searcher.index, lexical_workers=-1)
