@@ -180,9 +180,10 @@ def server_on_root(template: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     stop_server(srv)
 
 
-def test_a_path_id_is_an_integer_only_as_that_integer_is_spelled(tmp_path: Path, tiny_exported: Path) -> None:
+def test_a_path_id_names_the_id_it_spells_exactly(tmp_path: Path, tiny_exported: Path) -> None:
     """`GET /documents/{id}` on a collection created over HTTP: "0" and "-17" find the integer ids, while "-0",
-    "+17", "017" and "-017" are strings only, as "007" is (never integer 0 or 17)."""
+    "+17", "017" and "-017" are strings only, as "007" is (never integer 0 or 17); an id holding a newline,
+    percent-encoded, is read back as itself (not "nl" for "nl\\n", not a 404 of no route)."""
     cdir = tmp_path / "collections"
     cdir.mkdir()
     srv = start_server(tmp_path, {"STRATA_COLLECTIONS_DIR": str(cdir), "STRATA_MODELS_DIR": str(tiny_exported.parent),
@@ -190,9 +191,10 @@ def test_a_path_id_is_an_integer_only_as_that_integer_is_spelled(tmp_path: Path,
     try:
         with srv.client() as c:
             assert c.post("/collections", json={"name": "ids", "encoder": tiny_exported.name}).status_code == 201
-            docs = [{"id": i, "text": f"document {i}"} for i in (0, 17, -17, "-0x")]
+            docs = [{"id": i, "text": f"document {i!r}"} for i in (0, 17, -17, "-0x", "nl", "nl\n", "x\ny")]
             assert c.put("/collections/ids/documents", json={"documents": docs}).status_code == 200
-            for path, found in [("0", 0), ("17", 17), ("-17", -17), ("-0x", "-0x")]:
+            for path, found in [("0", 0), ("17", 17), ("-17", -17), ("-0x", "-0x"), ("nl%0A", "nl\n"),
+                                ("x%0Ay", "x\ny"), ("nl", "nl")]:
                 assert c.get(f"/collections/ids/documents/{path}").json()["id"] == found
             for path in ("-0", "+17", "017", "-017", "00"):
                 r = c.get(f"/collections/ids/documents/{path}")
