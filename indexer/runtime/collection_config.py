@@ -7,7 +7,8 @@ process-wide setting or built-in default):
 - `search`: the vector search's parameters by name (`ann.SEARCH_PARAMS`: `nprobe` for IVF, `ef_search` for HNSW),
   checked against the served version's kind when set; a knob the served kind does not take is not applied
   (STRATA_NPROBE / STRATA_EF_SEARCH, then the manifest, decide);
-- `max_top_k`, `max_queries`, `filter`: limits, only ever narrower than the API's (`MAX_TOP_K`, `filters.LIMITS`);
+- `max_top_k`, `max_queries`, `filter`: limits, only ever narrower than the API's (`MAX_TOP_K`, `MAX_QUERIES`,
+  `filters.LIMITS`);
 - `access`: what a key may do there, only ever narrower than its grants (`service.auth`): the scope reading
   needs (`read` or `admin`), whether writes are allowed at all, and which keys (by fingerprint) may use it.
 
@@ -33,6 +34,7 @@ from indexer.runtime.query import Query
 
 CONFIG_FILE = "collection.json"
 MAX_TOP_K = 100  # the API's top_k limit (`service.schemas.search` reads it from here); a collection may only lower it
+MAX_QUERIES = 64  # the API's queries per /search call (`service.schemas.common` reads it); the same for a collection
 FINGERPRINT_CHARS = 16
 
 
@@ -117,7 +119,8 @@ class CollectionConfig(BaseModel):
     search: dict[str, int] = Field(default_factory=dict, description="default vector-search knobs by name "
                                    "(nprobe for IVF, ef_search for HNSW)")
     max_top_k: int | None = Field(None, ge=1, le=MAX_TOP_K, description="top_k limit, at most the API's")
-    max_queries: int | None = Field(None, ge=1, description="queries per /search call, at most the API's 64")
+    max_queries: int | None = Field(None, ge=1, le=MAX_QUERIES,
+                                    description="queries per /search call, at most the API's")
     filter: FilterCaps = Field(default_factory=FilterCaps)
     access: Access = Field(default_factory=Access)
     compaction: Compaction = Field(default_factory=Compaction)

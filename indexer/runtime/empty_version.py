@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from indexer.runtime.ann import AUTO, KIND_SPECS, choose_kind
-from indexer.runtime.encoder import ENCODER_META, EncoderMeta
+from indexer.runtime.encoder import EncoderLoadError, EncoderMeta, read_meta
 from indexer.runtime.faiss.files import INDEX_FILE
 from indexer.runtime.faiss.kinds import build_index
 from indexer.runtime.layout import IndexRoot, new_version_name
@@ -34,16 +34,20 @@ SOURCE = "empty"  # the manifest's data.source of an empty first version
 
 
 class EncoderNotFound(ValueError):
-    """The folder is not an exported encoder (no readable encoder.json)."""
+    """The folder is not an exported encoder (a file missing, an encoder.json that does not read, an ONNX file
+    that is not the one it names)."""
 
 
 def encoder_meta(model_dir: Path) -> EncoderMeta:
-    """An exported encoder's `encoder.json`, read without loading the model."""
-    path = model_dir / ENCODER_META
+    """An exported encoder's `encoder.json`, read without loading the model, once the folder holds what serving it
+    needs (its ONNX file, the one `encoder.json` names, and its tokenizer: what a build and the server check), so
+    that a collection is never created with an encoder it cannot serve."""
     try:
-        return EncoderMeta.model_validate_json(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise EncoderNotFound(f"{model_dir} is not an exported encoder (its {ENCODER_META}: {exc})") from None
+        return read_meta(model_dir, verify_sha256=True)
+    except EncoderLoadError as exc:  # it names the folder and what is wrong
+        raise EncoderNotFound(str(exc)) from None
+    except OSError as exc:
+        raise EncoderNotFound(f"{model_dir} is not an exported encoder ({exc})") from None
 
 
 def create_empty_version(root: Path, model_dir: Path) -> str:

@@ -118,7 +118,8 @@ def measure(root: Path, leases: Leases, policy: Compaction) -> Pending:
     share = removed / base
     rows = "documents" if live.manifest.chunking() is None else "passages"  # the overlay's rows, what is counted
     due = (f"{written} {rows} written wait, the overlay's bound (max_unfolded_docs) is "
-           f"{policy.max_unfolded_docs}: upserts are held back" if written >= policy.max_unfolded_docs else
+           f"{policy.max_unfolded_docs}: upserts are held back"
+           if policy.auto and written >= policy.max_unfolded_docs else  # no bound with auto off: `check_room`
            # an empty version lends written texts no BM25 statistics (`LexicalIndex.weights`): the first
            # compaction gives them their own
            f"{written} {rows} written to a version that holds none" if written and not live.base.ntotal else
@@ -149,6 +150,12 @@ class Compactor:
         # origin (`_bound_ahead`)
         self._rate_from: tuple[float, int] | None = None
         self.proc: asyncio.subprocess.Process | None = None
+
+    def report(self) -> dict[str, Any]:
+        """The status as the routes show it: `enabled` is the policy's now (a collection created or configured with
+        `auto: false` says so at once, not from the next look)."""
+        self.status.enabled = self.policy().auto
+        return self.status.to_json()
 
     async def run(self) -> None:
         """The background loop (a task of the collection's triggers)."""

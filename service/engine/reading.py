@@ -24,7 +24,7 @@ from service.engine.leases import Leases
 from service.engine.scheduler import Scheduler
 
 T = TypeVar("T")
-_INT = re.compile(r"-?(0|[1-9][0-9]*)")
+_INT = re.compile(r"0|-?[1-9][0-9]*")  # how an integer id is spelled: not "-0", "007" nor "+7"
 
 
 class Readable(Protocol):
@@ -40,7 +40,7 @@ class Readable(Protocol):
 
 def path_ids(raw: str) -> list[ExtId]:
     """The ids a URL's `{id}` may name, in the order they are tried: the string id, then the integer id it spells
-    ("17" finds the string id "17", else the integer id 17; "007" is a string only)."""
+    ("17" finds the string id "17", else the integer id 17; "007" and "-0" are strings only)."""
     out: list[ExtId] = [raw]
     if _INT.fullmatch(raw) and -(1 << 63) <= int(raw) < (1 << 63):
         out.append(int(raw))

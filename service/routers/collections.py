@@ -29,7 +29,7 @@ def describe(collections: Collections, collection: Collection) -> CollectionInfo
     refused = SwapRefusal(version=r.version, kind=r.kind, reason=r.reason, at=r.at) if r else None
     info = CollectionInfo(name=collection.name, default=collection.name == collections.default_name(), ready=s.ready,
                           reason=s.reason, swap_refused=refused,
-                          compaction=CompactionState.of(collection.compactor.status.to_json()))
+                          compaction=CompactionState.of(collection.compactor.report()))
     if not s.ready or s.manifest is None:
         return info
     manifest = s.manifest

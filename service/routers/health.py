@@ -65,7 +65,7 @@ def evaluation(manifest: Manifest) -> ReadyEvaluation | None:
 
 
 def _compaction(collections: Collections, name: str) -> CompactionState:
-    return CompactionState.of(collections.by_name[name].compactor.status.to_json())
+    return CompactionState.of(collections.by_name[name].compactor.report())
 
 
 def _refusal(s: Status) -> SwapRefusal | None:

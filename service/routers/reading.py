@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Query
+from starlette.convertors import PathConvertor, register_url_convertor
 
 from service.auth import READ_COLLECTION
 from service.deps import CollectionDep
@@ -75,7 +76,17 @@ async def scroll(collection: CollectionDep, body: Annotated[ScrollRequest | None
     return ScrollResponse(documents=[document_body(d) for d in page.documents], next_cursor=page.next_cursor)
 
 
-@router.get("/{doc_id:path}", response_model=DocumentBody,
+class DocIdConvertor(PathConvertor):
+    """The rest of the path, whatever it holds: Starlette's `path` (`.*`) stops at a newline, so an id holding one
+    (`"x\\ny"`, sent as `x%0Ay`) matched no route, and one ending in one (`"x\\n"`) was read as `"x"`."""
+
+    regex = "(?s:.*)"
+
+
+register_url_convertor("doc_id", DocIdConvertor())
+
+
+@router.get("/{doc_id:doc_id}", response_model=DocumentBody,
             responses=READ_ERRORS | {404: {"description": "no live document has the id, or no such collection"}})
 async def get_one(doc_id: str, collection: CollectionDep,
                   with_vector: Annotated[bool, Query(description="also the document's vector")] = False

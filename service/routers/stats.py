@@ -64,7 +64,7 @@ def _documents(s: Status) -> int | None:
 
 
 def _compaction(collection: Collection) -> CompactionState:
-    return CompactionState.of(collection.compactor.status.to_json())
+    return CompactionState.of(collection.compactor.report())
 
 
 def _collection(name: str, collection: Collection, live: LiveStats) -> CollectionStats:

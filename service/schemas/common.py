@@ -9,7 +9,9 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, Field, StrictFloat, StrictStr, WithJsonSchema
 
-MAX_TEXTS = 64  # texts per /encode call, queries per /search call
+from indexer.runtime.collection_config import MAX_QUERIES
+
+MAX_TEXTS = MAX_QUERIES  # texts per /encode call, queries per /search call (a collection.json may only lower it)
 MAX_TEXT_CHARS = 2000  # longer texts are refused; texts over the model's token limit are truncated and flagged
 
 

@@ -366,3 +366,25 @@ def test_an_empty_default_collection_setting_means_none_set(folders: dict[str, P
             assert c.post("/search", json={"query": TEXTS[0]}).status_code == 200
     finally:
         stop_server(srv)
+
+
+def test_an_encoder_that_cannot_be_served_is_a_422_and_creates_nothing(tmp_path: Path, tiny_exported: Path) -> None:
+    """An encoder folder without its ONNX file (a copy cut short), or with one that is not the file its encoder.json
+    names, is refused with the reason — not created as a collection that never serves (201, `ready: false`)."""
+    models, cdir = tmp_path / "models", tmp_path / "collections"
+    for name in ("half", "other"):
+        shutil.copytree(tiny_exported, models / name)
+    (models / "half" / "encoder.onnx").unlink()
+    (models / "other" / "encoder.onnx").write_bytes(b"not the exported model")
+    cdir.mkdir()
+    srv = start_server(tmp_path, {"STRATA_COLLECTIONS_DIR": str(cdir), "STRATA_MODELS_DIR": str(models),
+                                  "STRATA_WATCH_INTERVAL_S": "0", "STRATA_WORKERS": "1"})
+    try:
+        with srv.client() as c:
+            for name, why in (("half", "encoder.onnx is missing"), ("other", "does not match encoder.json")):
+                r = c.post("/collections", json={"name": "notes", "encoder": name})
+                assert r.status_code == 422 and why in r.text, r.text
+                assert r.json()["detail"][0]["loc"] == ["body", "encoder"]
+            assert c.get("/collections").json()["collections"] == [] and not any(cdir.iterdir())
+    finally:
+        stop_server(srv)

@@ -172,6 +172,36 @@ def test_writes_are_held_back_at_the_overlays_bound_until_a_compaction_folds_the
         stop_server(server)
 
 
+def test_with_compaction_off_it_says_so_at_once_and_holds_no_upsert_back(cdir: Path, tmp_path: Path,
+                                                                          tiny_exported: Path) -> None:
+    """`auto: false` has no overlay bound: `enabled` is false in the 201 that creates such a collection and right
+    after a config turns it off (not from the next look), upserts past `max_unfolded_docs` are taken, and the
+    pending reason does not say they are held back."""
+    dim, models = encoder_dim(tiny_exported), str(tiny_exported.parent)
+    settings = {"compaction": {"auto": False, "max_unfolded_docs": 5}}
+    server = serve(tmp_path, cdir, STRATA_MODELS_DIR=models, STRATA_COMPACT_INTERVAL_S="3600")  # no look yet
+    try:
+        c = server.client()
+        made = c.post("/collections", json={"name": "manual", "encoder": tiny_exported.name, "settings": settings})
+        assert made.status_code == 201 and made.json()["compaction"]["enabled"] is False, made.text
+        assert c.put("/collections/live/config", json={"compaction": {"auto": False}}).status_code == 200
+        assert compaction(c)["enabled"] is False
+        for start in (0, 5):
+            r = c.put("/collections/manual/documents", json={"documents": [
+                {"id": i, "text": f"written {i}", "vector": doc_vector(i, dim)} for i in range(start, start + 5)]})
+            assert r.status_code == 200, r.text  # past the bound of 5: no bound with auto off
+    finally:
+        stop_server(server)
+    server = serve(tmp_path, cdir, STRATA_MODELS_DIR=models)  # the looks on
+    try:
+        c = server.client()
+        state = wait_for(lambda: (s := c.get("/collections/manual").json()["compaction"])["pending"]["written_docs"]
+                         == 10 and s, "a look at the written documents")
+        assert state["enabled"] is False and "held back" not in (state["pending"]["due"] or ""), state
+    finally:
+        stop_server(server)
+
+
 def test_a_steadily_written_collection_compacts_again_before_its_bound_not_after_the_interval(
         cdir: Path, tmp_path: Path, tiny_exported: Path) -> None:
     """`min_interval_s` (an hour here) is waived when, at the rate documents have been written since the last

@@ -15,7 +15,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.conftest import Server, stop_server
+from tests.conftest import Server, start_server, stop_server
 from tests.service.test_writes import base_docs, corpus, indexer_cli, kill, root, serve, template  # noqa: F401
 
 Model = dict[int | str, tuple[str, dict[str, Any]]]  # id -> (text, metadata) served
@@ -178,3 +178,26 @@ def server_on_root(template: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     srv = serve(tmp, dst)
     yield srv
     stop_server(srv)
+
+
+def test_a_path_id_names_the_id_it_spells_exactly(tmp_path: Path, tiny_exported: Path) -> None:
+    """`GET /documents/{id}` on a collection created over HTTP: "0" and "-17" find the integer ids, while "-0",
+    "+17", "017" and "-017" are strings only, as "007" is (never integer 0 or 17); an id holding a newline,
+    percent-encoded, is read back as itself (not "nl" for "nl\\n", not a 404 of no route)."""
+    cdir = tmp_path / "collections"
+    cdir.mkdir()
+    srv = start_server(tmp_path, {"STRATA_COLLECTIONS_DIR": str(cdir), "STRATA_MODELS_DIR": str(tiny_exported.parent),
+                                  "STRATA_WATCH_INTERVAL_S": "0", "STRATA_WORKERS": "1"})
+    try:
+        with srv.client() as c:
+            assert c.post("/collections", json={"name": "ids", "encoder": tiny_exported.name}).status_code == 201
+            docs = [{"id": i, "text": f"document {i!r}"} for i in (0, 17, -17, "-0x", "nl", "nl\n", "x\ny")]
+            assert c.put("/collections/ids/documents", json={"documents": docs}).status_code == 200
+            for path, found in [("0", 0), ("17", 17), ("-17", -17), ("-0x", "-0x"), ("nl%0A", "nl\n"),
+                                ("x%0Ay", "x\ny"), ("nl", "nl")]:
+                assert c.get(f"/collections/ids/documents/{path}").json()["id"] == found
+            for path in ("-0", "+17", "017", "-017", "00"):
+                r = c.get(f"/collections/ids/documents/{path}")
+                assert r.status_code == 404 and f"no document with id '{path}' in" in r.json()["detail"], (path, r.text)
+    finally:
+        stop_server(srv)

@@ -27,6 +27,7 @@ def test_no_file_is_every_default(tmp_path: Path) -> None:
     ("{", None, "not JSON"),
     ('{"mode": "fuzzy"}', "mode", "'dense', 'lexical' or 'hybrid'"),
     ('{"max_top_k": 101}', "max_top_k", "less than or equal to 100"),
+    ('{"max_queries": 65}', "max_queries", "less than or equal to 64"),  # only ever lower than the API's
     (json.dumps({"filter": {"depth": LIMITS.depth + 1}}), "filter.depth", f"less than or equal to {LIMITS.depth}"),
     ('{"alpha": 1.5}', "alpha", "less than or equal to 1"),
     ('{"search": {"nprobe": "many"}}', "search.nprobe", "valid integer"),
