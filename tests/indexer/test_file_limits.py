@@ -76,6 +76,25 @@ def test_a_folder_walk_names_every_entry_it_leaves_out_and_follows_symlinks_only
     assert not any(s.path.startswith("out") for s in skipped)
 
 
+def test_a_folder_is_read_under_its_own_path_whatever_links_to_it_and_looping_links_are_named_loops(
+        tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    (docs / "zz_real" / "inner").mkdir(parents=True)
+    (docs / "zz_real" / "inner" / "doc.txt").write_text("volcano notes\n")
+    os.symlink(docs / "zz_real", docs / "a_link")  # sorts first: its files must not take the folder's ids
+    os.symlink(docs / "zz_real" / "inner", docs / "b_link")
+    os.symlink(docs / "loop2.txt", docs / "loop1.txt")
+    os.symlink(docs / "loop1.txt", docs / "loop2.txt")
+    files, skipped = walk_folder(docs)
+    assert [f.relative_to(docs).as_posix() for f in files] == ["zz_real/inner/doc.txt"]
+    assert {s.path: s.reason for s in skipped} == {
+        "a_link": "a symlink to a folder already read (as zz_real)",
+        "b_link": "a symlink to a folder already read (as zz_real/inner)",
+        "loop1.txt": f"a symlink loop (to {docs / 'loop2.txt'}, which never reaches a file or folder)",
+        "loop2.txt": f"a symlink loop (to {docs / 'loop1.txt'}, which never reaches a file or folder)",
+    }
+
+
 def _pdf_with_bad_xref() -> bytes:
     """A readable PDF whose startxref is wrong: pypdf reads it and warns ("incorrect startxref pointer")."""
     from .test_file_docs import pdf
