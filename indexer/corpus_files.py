@@ -65,8 +65,10 @@ def first_line(path: Path) -> str | None:
 
 
 def corpus_files(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith(".")
-                  and base_name(p).endswith(suffixes))
+    """The folder's files with these suffixes, recursively, in path order; none under a hidden folder (`.git`,
+    `.vscode`: an editor's settings.json is no corpus file), as a folder of documents leaves them out."""
+    return sorted(p for p in folder.rglob("*") if base_name(p).endswith(suffixes)
+                  and not any(part.startswith(".") for part in p.relative_to(folder).parts) and p.is_file())
 
 
 def detect_format(path: Path) -> CorpusFormat:

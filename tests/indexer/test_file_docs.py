@@ -131,6 +131,15 @@ def test_a_beir_or_jsonl_folder_with_documents_beside_it_keeps_its_format(tmp_pa
     assert detect_format(tmp_path) == "files"
 
 
+def test_json_under_a_hidden_folder_neither_makes_a_folder_jsonl_nor_is_read(tmp_path: Path) -> None:
+    (tmp_path / ".vscode").mkdir()
+    (tmp_path / ".vscode" / "settings.json").write_text('{\n  "editor.tabSize": 2\n}\n', encoding="utf-8")
+    (tmp_path / "guide.md").write_text("# Soil\n\nSoil needs compost.\n", encoding="utf-8")
+    assert detect_format(tmp_path) == "files"  # was "jsonl", then failed on settings.json:1
+    (tmp_path / "rows.jsonl").write_text('{"id": "d1", "text": "x"}\n', encoding="utf-8")
+    assert [d.ext_id for d in open_corpus(tmp_path).docs()] == ["d1"]  # settings.json is not read
+
+
 def test_a_missing_library_stops_the_build_naming_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                                             ) -> None:
     (tmp_path / "a.pdf").write_bytes(pdf("t", ["some text"]))
