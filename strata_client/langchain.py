@@ -12,7 +12,8 @@ Search options (`filter`, `mode`, `fusion`, `alpha`, `rrf_k`) are the store's de
 call (`store.similarity_search(q, k=4, filter={"topic": "docs"}, mode="lexical")`) or to the retriever
 (`store.as_retriever(search_kwargs={"k": 4, "filter": {...}})`). Maximal marginal relevance
 (`max_marginal_relevance_search`, `as_retriever(search_type="mmr")`) embeds the query and the candidates' texts
-with the server's encoder; the `_by_vector` variant is refused (the server embeds queries)."""
+with the server's encoder; the `_by_vector` variants are refused, naming the call to use (the server embeds
+queries)."""
 
 from __future__ import annotations
 
@@ -264,6 +265,10 @@ class StrataVectorStore(VectorStore):
             return []
         vectors = (await self.async_client.encode(_candidates(query, result))).vectors
         return self._mmr(result, vectors, k, lambda_mult)
+
+    def similarity_search_by_vector(self, embedding: list[float], k: int = 4, **kwargs: Any) -> list[LCDocument]:
+        raise NotImplementedError("StrataVectorStore searches by text (the server embeds the query): use "
+                                  "similarity_search(query, k=...) with the query's text")
 
     def max_marginal_relevance_search_by_vector(self, embedding: list[float], k: int = 4, fetch_k: int = 20,
                                                 lambda_mult: float = 0.5, **kwargs: Any) -> list[LCDocument]:

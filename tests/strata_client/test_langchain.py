@@ -112,6 +112,8 @@ def test_max_marginal_relevance_trades_relevance_for_diversity(corpus_server: Se
     assert [d.id for d in asyncio.run(retriever.ainvoke(query))] == diverse
     with pytest.raises(NotImplementedError, match="max_marginal_relevance_search"):
         store.max_marginal_relevance_search_by_vector([0.0] * 384, k=2)
+    with pytest.raises(NotImplementedError, match=r"use similarity_search\(query"):  # LangChain's own is bare
+        store.similarity_search_by_vector([0.0] * 384, k=2)
     assert store.max_marginal_relevance_search("x", k=2, filter={"year": 1999}) == []
     store.delete([f"mmr-{i}" for i in range(5)])
 
