@@ -71,6 +71,16 @@ def corpus_files(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
                   and not any(part.startswith(".") for part in p.relative_to(folder).parts) and p.is_file())
 
 
+def left_out(folder: Path, files: list[Path], fmt: str, suffixes: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(path, reason) of each file of a JSONL or Parquet folder that is not read: a CSV, a JSONL beside Parquet
+    files, a README: named, so that no file of rows is left out unnoticed."""
+    read = set(files)
+    reason = f"this folder is read as {fmt} (its {', '.join('*' + s for s in suffixes)} files)"
+    return [(p.relative_to(folder).as_posix(), reason) for p in sorted(folder.rglob("*"))
+            if p not in read and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+            and p.is_file()]
+
+
 def detect_format(path: Path) -> CorpusFormat:
     """What `path` holds, from its name (and for TSV files its header): a folder with `corpus.jsonl` is BEIR, a
     folder of `*.parquet` or `*.jsonl` files is that format, else a folder of documents (Markdown, HTML, PDF, text:

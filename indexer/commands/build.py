@@ -351,6 +351,10 @@ def _print_limits_and_skips(d: DataInfo) -> None:
         print(f"limits: {d.texts_cut} texts cut at {MAX_DOC_CHARS:,} characters, {d.passages_cut} documents' "
               f"passages cut at {MAX_PASSAGES:,} (docs/own-corpus.md#limits)")
     if d.format != "files":
+        if d.skipped_files:  # a JSONL or Parquet folder's other files
+            print(f"{d.format} folder: {d.skipped_files} other files not read:")
+            for e in d.skipped[:SHOWN_SKIPS]:
+                print(f"  skipped {e.path}: {e.reason}")
         return
     print(f"files: {d.rows_read} read ({len(d.read_in_part)} in part), {d.skipped_files} skipped"
           + (":" if d.skipped_files else ""))

@@ -184,6 +184,22 @@ def test_build_of_a_folder_of_files_is_searchable_filterable_and_counts_skips(ti
         version.close()
 
 
+def test_a_jsonl_folder_names_each_other_file_it_does_not_read(tiny_exported: Path, tmp_path: Path) -> None:
+    docs, root = tmp_path / "docs", tmp_path / "root"
+    (docs / ".git").mkdir(parents=True)
+    (docs / "rows.jsonl").write_text('{"id": 1, "text": "basalt lava"}\n', encoding="utf-8")
+    (docs / "more.csv").write_text("id,text\n2,granite quarry\n", encoding="utf-8")  # was left out unsaid
+    (docs / "README.md").write_text("# About\n", encoding="utf-8")
+    (docs / ".git" / "HEAD").write_text("ref\n", encoding="utf-8")
+    r = cli("build", "--data", str(docs), "--model", str(tiny_exported), "--root", str(root), "--threads", "1")
+    assert r.returncode == 0, r.stderr
+    why = "this folder is read as jsonl (its *.jsonl, *.ndjson, *.json files)"
+    assert f"jsonl folder: 2 other files not read:\n  skipped README.md: {why}\n  skipped more.csv: {why}\n" \
+        in r.stdout, r.stdout
+    d = Manifest.load(IndexRoot(root).current_dir()).data
+    assert (d.n_docs, d.skipped_files, [e.path for e in d.skipped]) == (1, 2, ["README.md", "more.csv"])
+
+
 def test_a_folder_where_no_file_can_be_read_exits_2_naming_each(tiny_exported: Path, tmp_path: Path) -> None:
     docs = tmp_path / "docs"
     docs.mkdir()
