@@ -31,6 +31,7 @@ from indexer.corpus_files import (
     beir_qrels,
     corpus_files,
     detect_format,
+    json_error,
     left_out,
     numbered_lines,
     open_binary,
@@ -211,7 +212,7 @@ def _jsonl_docs(path: Path, src: CorpusSource, progress: Callable[[int], None] |
             except UnicodeDecodeError as exc:
                 raise CorpusFormatError(f"{where}: not UTF-8: {exc.reason} at byte {exc.start}") from exc
             except ValueError as exc:
-                raise CorpusFormatError(f"{where}: not a JSON object: {exc}"[:300]) from exc
+                raise CorpusFormatError(f"{where}: not a JSON object: {json_error(exc)}"[:300]) from exc
             except RecursionError:
                 raise CorpusFormatError(f"{where}: JSON nested too deep to read (metadata may nest "
                                         f"{MAX_DEPTH} levels)") from None

@@ -5,6 +5,7 @@ line with line numbers, and told apart by name and header (`detect_format`); the
 from __future__ import annotations
 
 import gzip
+import json
 import io
 from collections.abc import Iterator
 from pathlib import Path
@@ -124,6 +125,14 @@ def beir_qrels(folder: Path, split: str = DEFAULT_SPLIT) -> Path | None:
         return wanted
     found = sorted(qdir.glob("*.tsv"))
     return found[0] if len(found) == 1 else None
+
+
+def json_error(exc: ValueError) -> str:
+    """Why one line is not JSON, located in that line ("at column 25"): the decoder's own "line 2 column 1"
+    counts the line's newline as a second line of the file when the line ends too early."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} at column {exc.pos + 1}"
+    return str(exc)
 
 
 def numbered_lines(path: Path, fh: BinaryIO) -> Iterator[tuple[int, bytes]]:
