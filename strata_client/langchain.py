@@ -17,7 +17,6 @@ queries)."""
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -26,12 +25,11 @@ from langchain_core.documents import Document as LCDocument
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
-from strata_client._calls import MAX_TEXT_CHARS
+from strata_client._calls import MAX_TEXT_CHARS, text_ids_asked, text_ids_found
 from strata_client.aio import AsyncClient
 from strata_client.client import Client
-from strata_client.types import DocId, Document, Found, SearchResult
+from strata_client.types import Document, Found, SearchResult
 
-_INT = re.compile(r"-?(0|[1-9][0-9]*)")
 _SEARCH_OPTIONS = ("filter", "mode", "fusion", "alpha", "rrf_k", "nprobe", "ef_search")
 _MAX_TOP_K = 100  # the server's limit per query
 
@@ -153,34 +151,21 @@ class StrataVectorStore(VectorStore):
     # -- reading back --------------------------------------------------------------------------------------------------
 
     @staticmethod
-    def _by_ids(ids: Sequence[str]) -> list[DocId]:
-        """LangChain's string ids and, for those an integer id prints as, that integer id too (a corpus with
-        integer ids: `Document.id` is their decimal string)."""
-        return [*ids, *(int(i) for i in ids if _INT.fullmatch(i) and -(1 << 63) <= int(i) < (1 << 63))]
-
-    @staticmethod
     def _found(ids: Sequence[str], found: Found) -> list[LCDocument]:
         """One document per id asked (its string id first, else the integer it spells), in the order asked."""
-        by_key = {(type(d.id), d.id): d for d in found.documents}
-        out, seen = [], set()
-        for i in dict.fromkeys(ids):
-            doc = by_key.get((str, i)) or (by_key.get((int, int(i))) if _INT.fullmatch(i) else None)
-            if doc is not None and (type(doc.id), doc.id) not in seen:
-                seen.add((type(doc.id), doc.id))
-                out.append(LCDocument(page_content=doc.text, metadata=doc.metadata, id=str(doc.id)))
-        return out
+        return [LCDocument(page_content=d.text, metadata=d.metadata, id=str(d.id)) for d in text_ids_found(ids, found)]
 
     def get_by_ids(self, ids: Sequence[str], /) -> list[LCDocument]:
         """The documents with these ids as the server serves them now (writes included); ids no document has
         are left out."""
         ids = [str(i) for i in ids]
-        return self._found(ids, self.client.get_many(self._by_ids(ids))) if ids else []
+        return self._found(ids, self.client.get_many(text_ids_asked(ids))) if ids else []
 
     async def aget_by_ids(self, ids: Sequence[str], /) -> list[LCDocument]:
         if self.async_client is None:
             return await super().aget_by_ids(ids)
         ids = [str(i) for i in ids]
-        return self._found(ids, await self.async_client.get_many(self._by_ids(ids))) if ids else []
+        return self._found(ids, await self.async_client.get_many(text_ids_asked(ids))) if ids else []
 
     # -- search ------------------------------------------------------------------------------------------------------
 
