@@ -5,8 +5,8 @@ line with line numbers, and told apart by name and header (`detect_format`); the
 from __future__ import annotations
 
 import gzip
-import json
 import io
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -82,9 +82,20 @@ def left_out(folder: Path, files: list[Path], fmt: str, suffixes: tuple[str, ...
             and p.is_file()]
 
 
+def _rows_of_json(path: Path) -> bool:
+    """Whether a `.json` file beside documents holds rows (its first line one JSON object), not a document site's
+    own settings (`package.json`, `_meta.json`: one object over many lines)."""
+    line = first_line(path)
+    try:
+        return line is not None and isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
+
+
 def detect_format(path: Path) -> CorpusFormat:
     """What `path` holds, from its name (and for TSV files its header): a folder with `corpus.jsonl` is BEIR, a
-    folder of `*.parquet` or `*.jsonl` files is that format, else a folder of documents (Markdown, HTML, PDF, text:
+    folder of `*.parquet` or `*.jsonl` files is that format (`*.json` files beside documents only when they hold
+    rows: `_rows_of_json`), else a folder of documents (Markdown, HTML, PDF, text:
     `indexer.file_docs`) is "files"; a TSV whose header is the Quora question-pairs
     header, or a file of no known kind, is the Quora TSV (whose reader then says what it expected)."""
     from indexer.quora import COLUMNS
@@ -94,7 +105,9 @@ def detect_format(path: Path) -> CorpusFormat:
             return "beir"
         if corpus_files(path, (".parquet",)):
             return "parquet"
-        if corpus_files(path, JSONL_SUFFIXES):
+        rows = corpus_files(path, JSONL_SUFFIXES)
+        if rows and (any(not base_name(f).endswith(".json") for f in rows) or not doc_files(path, follow_symlinks=True)
+                     or any(_rows_of_json(f) for f in rows)):
             return "jsonl"
         if doc_files(path, follow_symlinks=True):  # one out of the folder is then named with its reason
             return "files"

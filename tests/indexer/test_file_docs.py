@@ -140,6 +140,19 @@ def test_json_under_a_hidden_folder_neither_makes_a_folder_jsonl_nor_is_read(tmp
     assert [d.ext_id for d in open_corpus(tmp_path).docs()] == ["d1"]  # settings.json is not read
 
 
+def test_a_sites_json_settings_beside_markdown_leave_it_a_folder_of_documents(tmp_path: Path) -> None:
+    (tmp_path / "guides").mkdir()
+    (tmp_path / "guides" / "soil.md").write_text("# Soil\n\nSoil needs compost.\n", encoding="utf-8")
+    (tmp_path / "package.json").write_text('{\n  "name": "site"\n}\n', encoding="utf-8")
+    (tmp_path / "guides" / "_meta.json").write_text('{\n  "soil": "Soil"\n}\n', encoding="utf-8")
+    assert detect_format(tmp_path) == "files"  # was "jsonl", then failed on _meta.json:1
+    src = open_corpus(tmp_path)
+    assert [d.ext_id for d in src.docs()] == ["guides/soil.md"]
+    assert dict(src.files_report.skipped)["package.json"].startswith("not a document kind (.json;")
+    (tmp_path / "rows.json").write_text('{"id": "d1", "text": "x"}\n', encoding="utf-8")  # rows: JSONL again
+    assert detect_format(tmp_path) == "jsonl"
+
+
 def test_a_missing_library_stops_the_build_naming_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                                             ) -> None:
     (tmp_path / "a.pdf").write_bytes(pdf("t", ["some text"]))
