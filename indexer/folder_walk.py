@@ -3,9 +3,10 @@ reason.
 
 Walked recursively in path order, every folder reached without a symlink before any reached through one (a file
 keeps its own path, its id, whatever links to its folder). Read: regular files of a known kind (`KINDS`), and
-symlinks to them whose target lies inside the folder. Left out, each named once with its reason (`Skip`): an unknown extension, a
-dangling symlink, a symlink out of the folder (followed with `follow_symlinks`), a symlink loop, a FIFO, socket or
-device, a subfolder that cannot be listed, a PDF over the size limit (`indexer.doc_limits`). Hidden entries (a
+symlinks to them whose target lies inside the folder. Left out, each named once with its reason (`Skip`): an
+unknown extension, a dangling symlink, a symlink out of the folder (followed with `follow_symlinks`), a symlink
+loop, a symlink to a folder already read, a FIFO, socket or device, a subfolder that cannot be listed, a PDF over
+the size limit (`indexer.doc_limits`). Hidden entries (a
 name starting with ".") are left out too and named at their top (".git: hidden" once, not each file in it).
 """
 

@@ -22,10 +22,10 @@ import pytest
 from indexer.build import BuildConfig, build
 from indexer.corpus_rows import CorpusFormatError
 from indexer.runtime.manifest import Manifest
+from indexer.runtime.passage_rows import PASSAGE_KEY
 from indexer.runtime.passages import document_of, parse_passage_id, snippet
 from indexer.runtime.query import Query
 from indexer.runtime.writelog import WriteLog, log_path
-from indexer.runtime.passage_rows import PASSAGE_KEY
 from service.engine import BadFilter, BadVector, Collection, Document
 from tests.conftest import indexer_cli
 from tests.service.engine.scenarios import run
