@@ -125,7 +125,8 @@ class CorpusSource:
         self.files_report = FileReport(skipped=list(self.walk_skips))
         for f in self.files:
             if self.format == "files":  # a folder of documents (indexer.file_docs): one per file
-                docs = file_docs(f, self.path, self.fields, self.files_report, progress)
+                root = self.path if self.path.is_dir() else self.path.parent  # the id: the path from here
+                docs = file_docs(f, root, self.fields, self.files_report, progress)
             else:
                 reader = {"parquet": _parquet_docs, "csv": _csv_docs, "tsv": _csv_docs}.get(self.format, _jsonl_docs)
                 docs = reader(f, self, progress)
@@ -180,6 +181,8 @@ def open_corpus(path: Path, *, id_field: str | None = None, text_field: str | No
             queries = next((q for q in (path / BEIR_QUERIES, path / (BEIR_QUERIES + ".gz")) if q.is_file()), None)
         if qrels is None:
             qrels = beir_qrels(path, split)
+    elif fmt == "files" and path.is_file():
+        files = [path]
     elif fmt == "files":
         files, skipped = walk_folder(path, follow_symlinks=follow_symlinks)
         skips = [(s.path, s.reason) for s in skipped]

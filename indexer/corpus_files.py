@@ -14,6 +14,7 @@ from typing import Any, BinaryIO
 from indexer.corpus_rows import CorpusFormat, CorpusFormatError
 from indexer.doc_limits import MAX_DOC_CHARS, MAX_ROW_BYTES
 from indexer.file_docs import doc_files
+from indexer.folder_walk import KINDS
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
 BEIR_CORPUS = "corpus.jsonl"
@@ -96,7 +97,7 @@ def detect_format(path: Path) -> CorpusFormat:
     """What `path` holds, from its name (and for TSV files its header): a folder with `corpus.jsonl` is BEIR, a
     folder of `*.parquet` or `*.jsonl` files is that format (`*.json` files beside documents only when they hold
     rows: `_rows_of_json`), else a folder of documents (Markdown, HTML, PDF, text:
-    `indexer.file_docs`) is "files"; a TSV whose header is the Quora question-pairs
+    `indexer.file_docs`) is "files", as is one such file; a TSV whose header is the Quora question-pairs
     header, or a file of no known kind, is the Quora TSV (whose reader then says what it expected)."""
     from indexer.quora import COLUMNS
 
@@ -123,6 +124,8 @@ def detect_format(path: Path) -> CorpusFormat:
     header = first_line(path)
     if header is not None and tuple(h.strip() for h in header.split("\t")) == COLUMNS:
         return "quora"
+    if path.suffix.lower() in KINDS:  # one Markdown, HTML, PDF or text file: a folder of one document
+        return "files"
     if name.endswith((".tsv", ".tab")):
         return "tsv"
     return "quora"

@@ -33,7 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--data", default=default_quora_source(),
                    help="the corpus: quora_duplicate_questions.tsv[.gz] (or its URL); a .jsonl, .csv or .tsv file "
                    "with a header, .parquet file or folder, a BEIR folder (corpus.jsonl, queries.jsonl, "
-                   "qrels/test.tsv), or a folder of .md, .html, .pdf and .txt files (one document each: the "
+                   "qrels/test.tsv), or a folder of .md, .html, .pdf and .txt files or one of them (one document each: the "
                    "files extra); .gz works for text files (default: the local Quora copy under "
                    "$STRATA_DATA_DIR if any, else the official URL)")
     b.add_argument("--protocol", choices=["paper", "full", "heldout"], default=None,

@@ -213,6 +213,20 @@ def test_a_jsonl_folder_names_each_other_file_it_does_not_read(tiny_exported: Pa
     assert (d.n_docs, d.skipped_files, [e.path for e in d.skipped]) == (1, 2, ["README.md", "more.csv"])
 
 
+def test_one_markdown_file_builds_one_document(tiny_exported: Path, tmp_path: Path) -> None:
+    (tmp_path / "notes.md").write_text(MARKDOWN, encoding="utf-8")  # was read as a Quora TSV: "expected the header"
+    r = cli("build", "--data", str(tmp_path / "notes.md"), "--model", str(tiny_exported), "--root",
+            str(tmp_path / "root"), "--threads", "1")
+    assert r.returncode == 0, r.stderr
+    assert "files: 1 read (0 in part), 0 skipped" in r.stdout
+    version = IndexVersion(IndexRoot(tmp_path / "root").current_dir())
+    try:
+        [doc] = version.store.documents(version.lexical_search(["basalt"], 3)[0][1].tolist()).values()
+        assert (doc.ext_id, doc.metadata["title"], doc.metadata["type"]) == ("notes.md", "Volcano notes", "md")
+    finally:
+        version.close()
+
+
 def test_a_folder_where_no_file_can_be_read_exits_2_naming_each(tiny_exported: Path, tmp_path: Path) -> None:
     docs = tmp_path / "docs"
     docs.mkdir()
