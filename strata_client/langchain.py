@@ -25,6 +25,7 @@ from langchain_core.documents import Document as LCDocument
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
+from strata_client._base import DEFAULT_TIMEOUT_S
 from strata_client._calls import MAX_TEXT_CHARS, text_ids_asked, text_ids_found
 from strata_client.aio import AsyncClient
 from strata_client.client import Client
@@ -94,7 +95,7 @@ class StrataVectorStore(VectorStore):
 
     @classmethod
     def from_url(cls, url: str, api_key: str | None = None, collection: str | None = None, *,
-                 timeout: float = 30.0, **defaults: Any) -> StrataVectorStore:
+                 timeout: float = DEFAULT_TIMEOUT_S, **defaults: Any) -> StrataVectorStore:
         """A store with its own sync and async clients."""
         return cls(Client(url, api_key, collection, timeout=timeout),
                    AsyncClient(url, api_key, collection, timeout=timeout), **defaults)

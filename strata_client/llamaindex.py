@@ -34,6 +34,7 @@ from llama_index.core.vector_stores.types import (
 )
 from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_metadata_dict
 
+from strata_client._base import DEFAULT_TIMEOUT_S
 from strata_client._calls import text_ids_asked, text_ids_found
 from strata_client.aio import AsyncClient
 from strata_client.client import Client
@@ -119,7 +120,7 @@ class StrataVectorStore(BasePydanticVectorStore):
 
     @classmethod
     def from_url(cls, url: str, api_key: str | None = None, collection: str | None = None, *,
-                 timeout: float = 30.0, **kwargs: Any) -> StrataVectorStore:
+                 timeout: float = DEFAULT_TIMEOUT_S, **kwargs: Any) -> StrataVectorStore:
         return cls(Client(url, api_key, collection, timeout=timeout),
                    AsyncClient(url, api_key, collection, timeout=timeout), **kwargs)
 
