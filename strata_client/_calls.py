@@ -43,6 +43,17 @@ def text_ids_found(ids: Sequence[str], found: Found) -> list[StoredDocument]:
     return out
 
 
+def spelled_ints(ids: Sequence[Any]) -> list[str]:
+    """The string ids among `ids` that spell an integer: those a delete must look up (`ints_meant`)."""
+    return [i for i in ids if isinstance(i, str) and _INT.fullmatch(i)]
+
+
+def ints_meant(spelled: Sequence[str], found: Found) -> list[int]:
+    """The integer ids meant by decimal strings no string id has (`found`: `get_many(text_ids_asked(spelled))`):
+    deleting a hit's `Document.id` / `node_id` of a corpus built with integer ids deletes its document."""
+    return [d.id for d in text_ids_found(spelled, found) if isinstance(d.id, int)]
+
+
 @dataclass(frozen=True)
 class Call:
     method: str

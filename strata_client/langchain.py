@@ -6,8 +6,8 @@ The server embeds: `add_texts`/`add_documents` send texts (`PUT /documents`), se
 encoder the index was built with. `embedding` arguments LangChain's interfaces take are not needed (pass None).
 
 Ids: LangChain's are strings. Documents written here get string ids (`uuid4` when none is given); a corpus with
-integer ids (a Quora build) returns them as decimal strings in `Document.id`: delete those with `int(doc.id)`;
-`get_by_ids` finds them by that string (a string id "17" first, else the integer id 17).
+integer ids (a Quora build) returns them as decimal strings in `Document.id`; `delete` and `get_by_ids` find them
+by that string (a string id "17" first, else the integer id 17).
 Search options (`filter`, `mode`, `fusion`, `alpha`, `rrf_k`) are the store's defaults, and can be given per
 call (`store.similarity_search(q, k=4, filter={"topic": "docs"}, mode="lexical")`) or to the retriever
 (`store.as_retriever(search_kwargs={"k": 4, "filter": {...}})`). Maximal marginal relevance
@@ -26,7 +26,7 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
 from strata_client._base import DEFAULT_TIMEOUT_S
-from strata_client._calls import MAX_TEXT_CHARS, text_ids_asked, text_ids_found
+from strata_client._calls import MAX_TEXT_CHARS, ints_meant, spelled_ints, text_ids_asked, text_ids_found
 from strata_client.aio import AsyncClient
 from strata_client.client import Client
 from strata_client.types import Document, Found, SearchResult
@@ -135,10 +135,13 @@ class StrataVectorStore(VectorStore):
         return [str(d.id) for d in docs]
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
-        """Delete by id (Strata deletes by id only: `ids` is required)."""
+        """Delete by id (Strata deletes by id only: `ids` is required); a decimal string no string id has deletes
+        the integer id it spells (a hit's `Document.id` of a corpus built with integer ids)."""
         if not ids:
             raise ValueError("StrataVectorStore.delete needs the ids to delete")
-        self.client.delete(ids)
+        spelled = spelled_ints(ids)
+        meant = ints_meant(spelled, self.client.get_many(text_ids_asked(spelled))) if spelled else []
+        self.client.delete([*ids, *meant])
         return True
 
     async def adelete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
@@ -146,7 +149,9 @@ class StrataVectorStore(VectorStore):
             return await super().adelete(ids, **kwargs)
         if not ids:
             raise ValueError("StrataVectorStore.adelete needs the ids to delete")
-        await self.async_client.delete(ids)
+        spelled = spelled_ints(ids)
+        meant = ints_meant(spelled, await self.async_client.get_many(text_ids_asked(spelled))) if spelled else []
+        await self.async_client.delete([*ids, *meant])
         return True
 
     # -- reading back --------------------------------------------------------------------------------------------------

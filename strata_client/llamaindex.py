@@ -35,7 +35,7 @@ from llama_index.core.vector_stores.types import (
 from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_metadata_dict
 
 from strata_client._base import DEFAULT_TIMEOUT_S
-from strata_client._calls import text_ids_asked, text_ids_found
+from strata_client._calls import ints_meant, spelled_ints, text_ids_asked, text_ids_found
 from strata_client.aio import AsyncClient
 from strata_client.client import Client
 from strata_client.errors import ValidationError
@@ -160,9 +160,9 @@ class StrataVectorStore(BasePydanticVectorStore):
                      **delete_kwargs: Any) -> None:
         """Delete nodes by id, and/or those matching `filters`."""
         if node_ids:  # an integer id (a built corpus's) is its node's id as a decimal string
-            ids = [str(i) for i in node_ids]
-            found = text_ids_found(ids, self._client.get_many(text_ids_asked(ids)))
-            self._client.delete([*ids, *(d.id for d in found if isinstance(d.id, int))])
+            spelled = spelled_ints(node_ids)
+            meant = ints_meant(spelled, self._client.get_many(text_ids_asked(spelled))) if spelled else []
+            self._client.delete([*node_ids, *meant])
         if filters is not None:
             self._delete_matching(strata_filter(filters))
 
