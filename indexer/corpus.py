@@ -31,6 +31,8 @@ from indexer.corpus_files import (
     beir_qrels,
     corpus_files,
     detect_format,
+    json_error,
+    left_out,
     numbered_lines,
     open_binary,
 )
@@ -84,7 +86,7 @@ class CorpusSource:
     files_report: FileReport = field(default_factory=FileReport)  # format "files": files read and skipped
 
     follow_symlinks: bool = False  # format "files": follow symlinks out of the folder
-    walk_skips: list[tuple[str, str]] = field(default_factory=list)  # format "files": entries the walk left out
+    walk_skips: list[tuple[str, str]] = field(default_factory=list)  # a folder's entries left out, with reasons
     texts_cut: int = 0  # this pass's documents whose text was cut at `MAX_DOC_CHARS`
     _resume: _Resume | None = field(default=None, repr=False)
 
@@ -120,11 +122,11 @@ class CorpusSource:
 
     def _rows(self, progress: Callable[[int], None] | None) -> Iterator[Doc]:
         self.texts_cut = 0
-        if self.format == "files":
-            self.files_report = FileReport(skipped=list(self.walk_skips))
+        self.files_report = FileReport(skipped=list(self.walk_skips))
         for f in self.files:
             if self.format == "files":  # a folder of documents (indexer.file_docs): one per file
-                docs = file_docs(f, self.path, self.fields, self.files_report, progress)
+                root = self.path if self.path.is_dir() else self.path.parent  # the id: the path from here
+                docs = file_docs(f, root, self.fields, self.files_report, progress)
             else:
                 reader = {"parquet": _parquet_docs, "csv": _csv_docs, "tsv": _csv_docs}.get(self.format, _jsonl_docs)
                 docs = reader(f, self, progress)
@@ -179,14 +181,19 @@ def open_corpus(path: Path, *, id_field: str | None = None, text_field: str | No
             queries = next((q for q in (path / BEIR_QUERIES, path / (BEIR_QUERIES + ".gz")) if q.is_file()), None)
         if qrels is None:
             qrels = beir_qrels(path, split)
+    elif fmt == "files" and path.is_file():
+        files = [path]
     elif fmt == "files":
         files, skipped = walk_folder(path, follow_symlinks=follow_symlinks)
         skips = [(s.path, s.reason) for s in skipped]
     elif path.is_dir():
-        files = corpus_files(path, (".parquet",) if fmt == "parquet" else JSONL_SUFFIXES)
+        suffixes = (".parquet",) if fmt == "parquet" else JSONL_SUFFIXES
+        files = corpus_files(path, suffixes)
+        skips = left_out(path, files, fmt, suffixes)
     else:
         files = [path]
-    return CorpusSource(path, fmt, files, fields, queries, qrels, follow_symlinks=follow_symlinks, walk_skips=skips)
+    return CorpusSource(path, fmt, files, fields, queries, qrels, files_report=FileReport(skipped=list(skips)),
+                        follow_symlinks=follow_symlinks, walk_skips=skips)
 
 
 def _jsonl_docs(path: Path, src: CorpusSource, progress: Callable[[int], None] | None) -> Iterator[Doc]:
@@ -208,7 +215,7 @@ def _jsonl_docs(path: Path, src: CorpusSource, progress: Callable[[int], None] |
             except UnicodeDecodeError as exc:
                 raise CorpusFormatError(f"{where}: not UTF-8: {exc.reason} at byte {exc.start}") from exc
             except ValueError as exc:
-                raise CorpusFormatError(f"{where}: not a JSON object: {exc}"[:300]) from exc
+                raise CorpusFormatError(f"{where}: not a JSON object: {json_error(exc)}"[:300]) from exc
             except RecursionError:
                 raise CorpusFormatError(f"{where}: JSON nested too deep to read (metadata may nest "
                                         f"{MAX_DEPTH} levels)") from None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -13,6 +14,7 @@ from typing import Any, BinaryIO
 from indexer.corpus_rows import CorpusFormat, CorpusFormatError
 from indexer.doc_limits import MAX_DOC_CHARS, MAX_ROW_BYTES
 from indexer.file_docs import doc_files
+from indexer.folder_walk import KINDS
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
 BEIR_CORPUS = "corpus.jsonl"
@@ -65,14 +67,37 @@ def first_line(path: Path) -> str | None:
 
 
 def corpus_files(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith(".")
-                  and base_name(p).endswith(suffixes))
+    """The folder's files with these suffixes, recursively, in path order; none under a hidden folder (`.git`,
+    `.vscode`: an editor's settings.json is no corpus file), as a folder of documents leaves them out."""
+    return sorted(p for p in folder.rglob("*") if base_name(p).endswith(suffixes)
+                  and not any(part.startswith(".") for part in p.relative_to(folder).parts) and p.is_file())
+
+
+def left_out(folder: Path, files: list[Path], fmt: str, suffixes: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(path, reason) of each file of a JSONL or Parquet folder that is not read: a CSV, a JSONL beside Parquet
+    files, a README: named, so that no file of rows is left out unnoticed."""
+    read = set(files)
+    reason = f"this folder is read as {fmt} (its {', '.join('*' + s for s in suffixes)} files)"
+    return [(p.relative_to(folder).as_posix(), reason) for p in sorted(folder.rglob("*"))
+            if p not in read and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+            and p.is_file()]
+
+
+def _rows_of_json(path: Path) -> bool:
+    """Whether a `.json` file beside documents holds rows (its first line one JSON object), not a document site's
+    own settings (`package.json`, `_meta.json`: one object over many lines)."""
+    line = first_line(path)
+    try:
+        return line is not None and isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
 
 
 def detect_format(path: Path) -> CorpusFormat:
     """What `path` holds, from its name (and for TSV files its header): a folder with `corpus.jsonl` is BEIR, a
-    folder of `*.parquet` or `*.jsonl` files is that format, else a folder of documents (Markdown, HTML, PDF, text:
-    `indexer.file_docs`) is "files"; a TSV whose header is the Quora question-pairs
+    folder of `*.parquet` or `*.jsonl` files is that format (`*.json` files beside documents only when they hold
+    rows: `_rows_of_json`), else a folder of documents (Markdown, HTML, PDF, text:
+    `indexer.file_docs`) is "files", as is one such file; a TSV whose header is the Quora question-pairs
     header, or a file of no known kind, is the Quora TSV (whose reader then says what it expected)."""
     from indexer.quora import COLUMNS
 
@@ -81,7 +106,9 @@ def detect_format(path: Path) -> CorpusFormat:
             return "beir"
         if corpus_files(path, (".parquet",)):
             return "parquet"
-        if corpus_files(path, JSONL_SUFFIXES):
+        rows = corpus_files(path, JSONL_SUFFIXES)
+        if rows and (any(not base_name(f).endswith(".json") for f in rows) or not doc_files(path, follow_symlinks=True)
+                     or any(_rows_of_json(f) for f in rows)):
             return "jsonl"
         if doc_files(path, follow_symlinks=True):  # one out of the folder is then named with its reason
             return "files"
@@ -97,6 +124,8 @@ def detect_format(path: Path) -> CorpusFormat:
     header = first_line(path)
     if header is not None and tuple(h.strip() for h in header.split("\t")) == COLUMNS:
         return "quora"
+    if path.suffix.lower() in KINDS:  # one Markdown, HTML, PDF or text file: a folder of one document
+        return "files"
     if name.endswith((".tsv", ".tab")):
         return "tsv"
     return "quora"
@@ -112,6 +141,14 @@ def beir_qrels(folder: Path, split: str = DEFAULT_SPLIT) -> Path | None:
         return wanted
     found = sorted(qdir.glob("*.tsv"))
     return found[0] if len(found) == 1 else None
+
+
+def json_error(exc: ValueError) -> str:
+    """Why one line is not JSON, located in that line ("at column 25"): the decoder's own "line 2 column 1"
+    counts the line's newline as a second line of the file when the line ends too early."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} at column {exc.pos + 1}"
+    return str(exc)
 
 
 def numbered_lines(path: Path, fh: BinaryIO) -> Iterator[tuple[int, bytes]]:

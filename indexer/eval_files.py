@@ -16,6 +16,7 @@ from indexer.corpus_files import (
     DEFAULT_SPLIT,
     base_name,
     beir_qrels,
+    json_error,
     numbered_lines,
     open_binary,
 )
@@ -61,7 +62,7 @@ def _json_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             try:
                 row = json.loads(line)
             except ValueError as exc:
-                raise CorpusFormatError(f"{path}:{lineno}: not a JSON object: {exc}"[:300]) from exc
+                raise CorpusFormatError(f"{path}:{lineno}: not a JSON object: {json_error(exc)}"[:300]) from exc
             if not isinstance(row, dict):
                 raise CorpusFormatError(f"{path}:{lineno}: expected one JSON object per line")
             yield lineno, row

@@ -1,15 +1,18 @@
 """The files of a folder of documents (`indexer build --data FOLDER`), and every entry left out, named with its
 reason.
 
-Walked recursively in path order. Read: regular files of a known kind (`KINDS`), and symlinks to them whose
-target lies inside the folder. Left out, each named once with its reason (`Skip`): an unknown extension, a
-dangling symlink, a symlink out of the folder (followed with `follow_symlinks`), a symlink loop, a FIFO, socket or
-device, a subfolder that cannot be listed, a PDF over the size limit (`indexer.doc_limits`). Hidden entries (a
+Walked recursively in path order, every folder reached without a symlink before any reached through one (a file
+keeps its own path, its id, whatever links to its folder). Read: regular files of a known kind (`KINDS`), and
+symlinks to them whose target lies inside the folder. Left out, each named once with its reason (`Skip`): an
+unknown extension, a dangling symlink, a symlink out of the folder (followed with `follow_symlinks`), a symlink
+loop, a symlink to a folder already read, a FIFO, socket or device, a subfolder that cannot be listed, a PDF over
+the size limit (`indexer.doc_limits`). Hidden entries (a
 name starting with ".") are left out too and named at their top (".git: hidden" once, not each file in it).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from dataclasses import dataclass
@@ -47,7 +50,8 @@ class _Walk:
         self.follow = follow_symlinks
         self.files: list[Path] = []
         self.skipped: list[Skip] = []
-        self.seen_dirs: set[tuple[int, int]] = set()
+        self.seen_dirs: dict[tuple[int, int], Path] = {}  # (device, inode) → the path it was read under
+        self.linked_dirs: list[Path] = []  # symlinks to folders: read after every folder reached without one
 
     def rel(self, path: Path) -> str:
         return path.relative_to(self.folder).as_posix()
@@ -60,15 +64,20 @@ class _Walk:
             st = os.stat(folder)
             key = (st.st_dev, st.st_ino)
             if key in self.seen_dirs:
-                self.skip(folder, "a symlink loop (its folder is already read)")
+                self.skip(folder, self.already_read(folder, self.seen_dirs[key]))
                 return
-            self.seen_dirs.add(key)
+            self.seen_dirs[key] = folder
             entries = sorted(os.scandir(folder), key=lambda e: e.name)
         except OSError as exc:
             self.skip(folder, f"cannot list: {exc.strerror or exc}")
             return
         for entry in entries:
             self.entry(Path(entry.path), entry)
+
+    def already_read(self, link: Path, read_as: Path) -> str:
+        if read_as == link.parent or read_as in link.parents:
+            return "a symlink loop (its folder is already read)"
+        return f"a symlink to a folder already read (as {self.rel(read_as)})"
 
     def entry(self, path: Path, entry: os.DirEntry[str]) -> None:
         if entry.name.startswith("."):
@@ -78,8 +87,11 @@ class _Walk:
             link = entry.is_symlink()
             st = os.stat(path)  # the target's, for a symlink
         except OSError as exc:
-            self.skip(path, f"a dangling symlink (to {os.readlink(path)})" if link else
-                      f"cannot read: {exc.strerror or exc}")
+            if link and exc.errno == errno.ELOOP:
+                self.skip(path, f"a symlink loop (to {os.readlink(path)}, which never reaches a file or folder)")
+            else:
+                self.skip(path, f"a dangling symlink (to {os.readlink(path)})" if link else
+                          f"cannot read: {exc.strerror or exc}")
             return
         if link:
             target = Path(os.path.realpath(path))
@@ -87,7 +99,10 @@ class _Walk:
                 self.skip(path, f"a symlink out of the folder (to {target}); --follow-symlinks follows it")
                 return
         if stat.S_ISDIR(st.st_mode):
-            self.walk(path)
+            if link:  # a folder's own path wins over a link's: its files keep their ids whatever links to it
+                self.linked_dirs.append(path)
+            else:
+                self.walk(path)
             return
         special = _special(st.st_mode)
         kind = KINDS.get(path.suffix.lower())
@@ -106,4 +121,7 @@ def walk_folder(folder: Path, *, follow_symlinks: bool = False) -> tuple[list[Pa
     """(the files to read in path order, the entries left out with their reasons)."""
     w = _Walk(folder, follow_symlinks)
     w.walk(folder)
-    return w.files, w.skipped
+    while w.linked_dirs:
+        w.walk(w.linked_dirs.pop(0))
+    return (sorted(w.files, key=lambda f: f.relative_to(folder).parts),
+            sorted(w.skipped, key=lambda s: s.path.split("/")))

@@ -273,6 +273,8 @@ def data_path(data: str) -> Path:
     path = Path(data).expanduser()
     if not path.exists():
         raise FileNotFoundError(f"data {path} does not exist")
+    if not (path.is_file() or path.is_dir()):  # opening a FIFO would wait for a writer; a device reads no rows
+        raise CorpusFormatError(f"data {path} is not a regular file or a folder (a FIFO, socket or device)")
     return path
 
 

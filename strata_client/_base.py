@@ -23,7 +23,9 @@ from strata_client.types import (
     search_results,
 )
 
-DEFAULT_TIMEOUT_S = 30.0
+# above the server's own deadline (STRATA_REQUEST_TIMEOUT_S, 30 s by default): a call the server gives up on
+# answers its 504 and reason before the client's read times out
+DEFAULT_TIMEOUT_S = 40.0
 # what a failed connection attempt raises before a byte of the request is sent: always safe to try again
 RETRIED_TRANSPORT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 

@@ -3,12 +3,13 @@ how they send them): routes, bodies, batching to the server's limits."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import re
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from strata_client.types import DocId, Document
+from strata_client.types import DocId, Document, Found, StoredDocument
 
 # the server's limits (service/schemas/): larger inputs are split into several requests
 MAX_TEXTS = 64  # texts per /encode, queries per /search
@@ -17,6 +18,40 @@ MAX_WRITE_DOCS = 128  # documents per PUT /documents
 MAX_DELETE_IDS = 1000  # ids per POST /documents/delete
 MAX_GET_IDS = 1000  # ids per POST /documents/get
 MAX_SCROLL_LIMIT = 1000  # documents per POST /documents/scroll page
+
+
+_INT = re.compile(r"-?(0|[1-9][0-9]*)")
+
+
+def text_ids_asked(ids: Sequence[str]) -> list[DocId]:
+    """The ids to ask for when an integration's ids are strings (LangChain's, LlamaIndex's): each string, and for
+    those an integer id prints as, that integer too (a corpus built with integer ids: its hits' ids are their
+    decimal strings)."""
+    return [*ids, *(int(i) for i in ids if _INT.fullmatch(i) and -(1 << 63) <= int(i) < (1 << 63))]
+
+
+def text_ids_found(ids: Sequence[str], found: Found) -> list[StoredDocument]:
+    """One document per string id asked (the string id's first, else the integer's it spells), in the order
+    asked; ids no document has left out."""
+    by_key = {(type(d.id), d.id): d for d in found.documents}
+    out, seen = [], set()
+    for i in dict.fromkeys(ids):
+        doc = by_key.get((str, i)) or (by_key.get((int, int(i))) if _INT.fullmatch(i) else None)
+        if doc is not None and (type(doc.id), doc.id) not in seen:
+            seen.add((type(doc.id), doc.id))
+            out.append(doc)
+    return out
+
+
+def spelled_ints(ids: Sequence[Any]) -> list[str]:
+    """The string ids among `ids` that spell an integer: those a delete must look up (`ints_meant`)."""
+    return [i for i in ids if isinstance(i, str) and _INT.fullmatch(i)]
+
+
+def ints_meant(spelled: Sequence[str], found: Found) -> list[int]:
+    """The integer ids meant by decimal strings no string id has (`found`: `get_many(text_ids_asked(spelled))`):
+    deleting a hit's `Document.id` / `node_id` of a corpus built with integer ids deletes its document."""
+    return [d.id for d in text_ids_found(spelled, found) if isinstance(d.id, int)]
 
 
 @dataclass(frozen=True)

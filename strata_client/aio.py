@@ -12,7 +12,7 @@ import httpx
 
 from strata_client import _calls
 from strata_client import types as t
-from strata_client._base import Attempts, Base
+from strata_client._base import DEFAULT_TIMEOUT_S, Attempts, Base
 from strata_client.errors import APIError, TransportError
 from strata_client.retry import RetryPolicy
 
@@ -21,7 +21,7 @@ class AsyncClient(Base):
     """`Client`'s API, async: `hits = (await strata.search("How do I learn Python?", top_k=3)).hits`."""
 
     def __init__(self, url: str, api_key: str | None = None, collection: str | None = None, *,
-                 timeout: float = 30.0, retry: RetryPolicy | None = None,
+                 timeout: float = DEFAULT_TIMEOUT_S, retry: RetryPolicy | None = None,
                  http: httpx.AsyncClient | None = None) -> None:
         super().__init__(url, api_key, collection, timeout=timeout, retry=retry)
         self._owns_http = http is None

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 
 from strata_client import _calls
-from strata_client._base import Attempts, Base
+from strata_client._base import DEFAULT_TIMEOUT_S, Attempts, Base
 from strata_client.errors import APIError, TransportError
 from strata_client.retry import RetryPolicy
 from strata_client.types import (
@@ -40,7 +40,8 @@ class Client(Base):
     """
 
     def __init__(self, url: str, api_key: str | None = None, collection: str | None = None, *,
-                 timeout: float = 30.0, retry: RetryPolicy | None = None, http: httpx.Client | None = None) -> None:
+                 timeout: float = DEFAULT_TIMEOUT_S, retry: RetryPolicy | None = None,
+                 http: httpx.Client | None = None) -> None:
         super().__init__(url, api_key, collection, timeout=timeout, retry=retry)
         self._owns_http = http is None
         self._http = http or httpx.Client(**self._http_options())

@@ -6,17 +6,17 @@ The server embeds: `add_texts`/`add_documents` send texts (`PUT /documents`), se
 encoder the index was built with. `embedding` arguments LangChain's interfaces take are not needed (pass None).
 
 Ids: LangChain's are strings. Documents written here get string ids (`uuid4` when none is given); a corpus with
-integer ids (a Quora build) returns them as decimal strings in `Document.id`: delete those with `int(doc.id)`;
-`get_by_ids` finds them by that string (a string id "17" first, else the integer id 17).
+integer ids (a Quora build) returns them as decimal strings in `Document.id`; `delete` and `get_by_ids` find them
+by that string (a string id "17" first, else the integer id 17).
 Search options (`filter`, `mode`, `fusion`, `alpha`, `rrf_k`) are the store's defaults, and can be given per
 call (`store.similarity_search(q, k=4, filter={"topic": "docs"}, mode="lexical")`) or to the retriever
 (`store.as_retriever(search_kwargs={"k": 4, "filter": {...}})`). Maximal marginal relevance
 (`max_marginal_relevance_search`, `as_retriever(search_type="mmr")`) embeds the query and the candidates' texts
-with the server's encoder; the `_by_vector` variant is refused (the server embeds queries)."""
+with the server's encoder; the `_by_vector` variants are refused, naming the call to use (the server embeds
+queries)."""
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -25,12 +25,12 @@ from langchain_core.documents import Document as LCDocument
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
-from strata_client._calls import MAX_TEXT_CHARS
+from strata_client._base import DEFAULT_TIMEOUT_S
+from strata_client._calls import MAX_TEXT_CHARS, ints_meant, spelled_ints, text_ids_asked, text_ids_found
 from strata_client.aio import AsyncClient
 from strata_client.client import Client
-from strata_client.types import DocId, Document, Found, SearchResult
+from strata_client.types import Document, Found, SearchResult
 
-_INT = re.compile(r"-?(0|[1-9][0-9]*)")
 _SEARCH_OPTIONS = ("filter", "mode", "fusion", "alpha", "rrf_k", "nprobe", "ef_search")
 _MAX_TOP_K = 100  # the server's limit per query
 
@@ -95,7 +95,7 @@ class StrataVectorStore(VectorStore):
 
     @classmethod
     def from_url(cls, url: str, api_key: str | None = None, collection: str | None = None, *,
-                 timeout: float = 30.0, **defaults: Any) -> StrataVectorStore:
+                 timeout: float = DEFAULT_TIMEOUT_S, **defaults: Any) -> StrataVectorStore:
         """A store with its own sync and async clients."""
         return cls(Client(url, api_key, collection, timeout=timeout),
                    AsyncClient(url, api_key, collection, timeout=timeout), **defaults)
@@ -135,10 +135,13 @@ class StrataVectorStore(VectorStore):
         return [str(d.id) for d in docs]
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
-        """Delete by id (Strata deletes by id only: `ids` is required)."""
+        """Delete by id (Strata deletes by id only: `ids` is required); a decimal string no string id has deletes
+        the integer id it spells (a hit's `Document.id` of a corpus built with integer ids)."""
         if not ids:
             raise ValueError("StrataVectorStore.delete needs the ids to delete")
-        self.client.delete(ids)
+        spelled = spelled_ints(ids)
+        meant = ints_meant(spelled, self.client.get_many(text_ids_asked(spelled))) if spelled else []
+        self.client.delete([*ids, *meant])
         return True
 
     async def adelete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
@@ -146,40 +149,29 @@ class StrataVectorStore(VectorStore):
             return await super().adelete(ids, **kwargs)
         if not ids:
             raise ValueError("StrataVectorStore.adelete needs the ids to delete")
-        await self.async_client.delete(ids)
+        spelled = spelled_ints(ids)
+        meant = ints_meant(spelled, await self.async_client.get_many(text_ids_asked(spelled))) if spelled else []
+        await self.async_client.delete([*ids, *meant])
         return True
 
     # -- reading back --------------------------------------------------------------------------------------------------
 
     @staticmethod
-    def _by_ids(ids: Sequence[str]) -> list[DocId]:
-        """LangChain's string ids and, for those an integer id prints as, that integer id too (a corpus with
-        integer ids: `Document.id` is their decimal string)."""
-        return [*ids, *(int(i) for i in ids if _INT.fullmatch(i) and -(1 << 63) <= int(i) < (1 << 63))]
-
-    @staticmethod
     def _found(ids: Sequence[str], found: Found) -> list[LCDocument]:
         """One document per id asked (its string id first, else the integer it spells), in the order asked."""
-        by_key = {(type(d.id), d.id): d for d in found.documents}
-        out, seen = [], set()
-        for i in dict.fromkeys(ids):
-            doc = by_key.get((str, i)) or (by_key.get((int, int(i))) if _INT.fullmatch(i) else None)
-            if doc is not None and (type(doc.id), doc.id) not in seen:
-                seen.add((type(doc.id), doc.id))
-                out.append(LCDocument(page_content=doc.text, metadata=doc.metadata, id=str(doc.id)))
-        return out
+        return [LCDocument(page_content=d.text, metadata=d.metadata, id=str(d.id)) for d in text_ids_found(ids, found)]
 
     def get_by_ids(self, ids: Sequence[str], /) -> list[LCDocument]:
         """The documents with these ids as the server serves them now (writes included); ids no document has
         are left out."""
         ids = [str(i) for i in ids]
-        return self._found(ids, self.client.get_many(self._by_ids(ids))) if ids else []
+        return self._found(ids, self.client.get_many(text_ids_asked(ids))) if ids else []
 
     async def aget_by_ids(self, ids: Sequence[str], /) -> list[LCDocument]:
         if self.async_client is None:
             return await super().aget_by_ids(ids)
         ids = [str(i) for i in ids]
-        return self._found(ids, await self.async_client.get_many(self._by_ids(ids))) if ids else []
+        return self._found(ids, await self.async_client.get_many(text_ids_asked(ids))) if ids else []
 
     # -- search ------------------------------------------------------------------------------------------------------
 
@@ -264,6 +256,10 @@ class StrataVectorStore(VectorStore):
             return []
         vectors = (await self.async_client.encode(_candidates(query, result))).vectors
         return self._mmr(result, vectors, k, lambda_mult)
+
+    def similarity_search_by_vector(self, embedding: list[float], k: int = 4, **kwargs: Any) -> list[LCDocument]:
+        raise NotImplementedError("StrataVectorStore searches by text (the server embeds the query): use "
+                                  "similarity_search(query, k=...) with the query's text")
 
     def max_marginal_relevance_search_by_vector(self, embedding: list[float], k: int = 4, fetch_k: int = 20,
                                                 lambda_mult: float = 0.5, **kwargs: Any) -> list[LCDocument]:

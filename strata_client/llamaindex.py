@@ -34,6 +34,8 @@ from llama_index.core.vector_stores.types import (
 )
 from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_metadata_dict
 
+from strata_client._base import DEFAULT_TIMEOUT_S
+from strata_client._calls import ints_meant, spelled_ints, text_ids_asked, text_ids_found
 from strata_client.aio import AsyncClient
 from strata_client.client import Client
 from strata_client.errors import ValidationError
@@ -118,7 +120,7 @@ class StrataVectorStore(BasePydanticVectorStore):
 
     @classmethod
     def from_url(cls, url: str, api_key: str | None = None, collection: str | None = None, *,
-                 timeout: float = 30.0, **kwargs: Any) -> StrataVectorStore:
+                 timeout: float = DEFAULT_TIMEOUT_S, **kwargs: Any) -> StrataVectorStore:
         return cls(Client(url, api_key, collection, timeout=timeout),
                    AsyncClient(url, api_key, collection, timeout=timeout), **kwargs)
 
@@ -157,8 +159,10 @@ class StrataVectorStore(BasePydanticVectorStore):
     def delete_nodes(self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None,
                      **delete_kwargs: Any) -> None:
         """Delete nodes by id, and/or those matching `filters`."""
-        if node_ids:
-            self._client.delete(node_ids)
+        if node_ids:  # an integer id (a built corpus's) is its node's id as a decimal string
+            spelled = spelled_ints(node_ids)
+            meant = ints_meant(spelled, self._client.get_many(text_ids_asked(spelled))) if spelled else []
+            self._client.delete([*node_ids, *meant])
         if filters is not None:
             self._delete_matching(strata_filter(filters))
 
@@ -191,7 +195,9 @@ class StrataVectorStore(BasePydanticVectorStore):
         """The nodes with these ids (in their order; ids no node has left out), or those matching `filters` (a
         scroll through them), or both (those of `node_ids` that match); neither: every node."""
         if filters is None and node_ids is not None:
-            return [self._node(d) for d in self._client.get_many(node_ids)] if node_ids else []
+            ids = [str(i) for i in node_ids]
+            return [self._node(d) for d in text_ids_found(ids, self._client.get_many(text_ids_asked(ids)))] \
+                if ids else []
         wanted = None if node_ids is None else set(node_ids)
         docs = self._client.iter_documents(filter=None if filters is None else strata_filter(filters))
         return [self._node(d) for d in docs if wanted is None or str(d.id) in wanted]
@@ -201,7 +207,9 @@ class StrataVectorStore(BasePydanticVectorStore):
         if self._aclient is None:
             return self.get_nodes(node_ids, filters)
         if filters is None and node_ids is not None:
-            return [self._node(d) for d in await self._aclient.get_many(node_ids)] if node_ids else []
+            ids = [str(i) for i in node_ids]
+            return [self._node(d) for d in text_ids_found(ids, await self._aclient.get_many(text_ids_asked(ids)))] \
+                if ids else []
         wanted = None if node_ids is None else set(node_ids)
         docs = self._aclient.iter_documents(filter=None if filters is None else strata_filter(filters))
         return [self._node(d) async for d in docs if wanted is None or str(d.id) in wanted]

@@ -33,8 +33,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--data", default=default_quora_source(),
                    help="the corpus: quora_duplicate_questions.tsv[.gz] (or its URL); a .jsonl, .csv or .tsv file "
                    "with a header, .parquet file or folder, a BEIR folder (corpus.jsonl, queries.jsonl, "
-                   "qrels/test.tsv), or a folder of .md, .html, .pdf and .txt files (one document each: the "
-                   "files extra); .gz works for text files (default: the local Quora copy under "
+                   "qrels/test.tsv), or a folder of .md, .html, .pdf and .txt files or one of them (one document "
+                   "each: the files extra); .gz works for text files (default: the local Quora copy under "
                    "$STRATA_DATA_DIR if any, else the official URL)")
     b.add_argument("--protocol", choices=["paper", "full", "heldout"], default=None,
                    help="Quora TSV only. paper (default): first 100k rows, question2 corpus, question1 queries; "
@@ -345,19 +345,26 @@ def _report(args: argparse.Namespace, manifest: Manifest) -> int:
 SHOWN_SKIPS = 50  # entries a build's final lines name (the manifest lists up to `MAX_LISTED`)
 
 
+def _print_skips(d: DataInfo) -> None:
+    for e in d.skipped[:SHOWN_SKIPS]:
+        print(f"  skipped {e.path}: {e.reason}")
+    if d.skipped_files > SHOWN_SKIPS:
+        print(f"  … and {d.skipped_files - SHOWN_SKIPS} more skipped (the manifest's data.skipped lists them)")
+
+
 def _print_limits_and_skips(d: DataInfo) -> None:
     """The per-document limits that cut something, and a folder's skipped entries, each once with its reason."""
     if d.texts_cut or d.passages_cut:
         print(f"limits: {d.texts_cut} texts cut at {MAX_DOC_CHARS:,} characters, {d.passages_cut} documents' "
               f"passages cut at {MAX_PASSAGES:,} (docs/own-corpus.md#limits)")
     if d.format != "files":
+        if d.skipped_files:  # a JSONL or Parquet folder's other files
+            print(f"{d.format} folder: {d.skipped_files} other files not read:")
+        _print_skips(d)
         return
     print(f"files: {d.rows_read} read ({len(d.read_in_part)} in part), {d.skipped_files} skipped"
           + (":" if d.skipped_files else ""))
-    for e in d.skipped[:SHOWN_SKIPS]:
-        print(f"  skipped {e.path}: {e.reason}")
-    if d.skipped_files > SHOWN_SKIPS:
-        print(f"  … and {d.skipped_files - SHOWN_SKIPS} more skipped (the manifest's data.skipped lists them)")
+    _print_skips(d)
     for e in d.read_in_part[:SHOWN_SKIPS]:
         print(f"  read in part {e.path}: {e.reason}")
 

@@ -103,8 +103,8 @@ class _Parser:
         self.schema = schema
 
     def field_families(self, field: str) -> set[str]:
-        if field not in self.schema:
-            names = sorted(self.schema)
+        if field not in self.schema or field.startswith("\x1f"):  # "\x1f…": Strata's own records (a passage's)
+            names = sorted(n for n in self.schema if not n.startswith("\x1f"))
             known = ", ".join(names[:30]) + (f", … ({len(names)} in all)" if len(names) > 30 else "") \
                 or "none: this version has no metadata"
             raise FilterError(f"unknown field {field!r} (fields: {known})")

@@ -164,8 +164,8 @@ class DataInfo(BaseModel):
     # Corpus builds (`--data` JSONL, CSV/TSV, Parquet, BEIR); the defaults describe a Quora build.
     format: str | None = None  # jsonl, csv, tsv, parquet, beir or files (None: the Quora TSV)
     fields: CorpusFieldsInfo | None = None
-    skipped_files: int = 0  # format "files": entries left out or files that could not be read
-    skipped: list[SkippedEntry] = []  # format "files": each of them with its reason (the first 10,000)
+    skipped_files: int = 0  # a folder's entries left out or files that could not be read (JSONL/Parquet: others)
+    skipped: list[SkippedEntry] = []  # each of them with its reason (the first 10,000)
     read_in_part: list[SkippedEntry] = []  # format "files": files read in part, with what was kept
     texts_cut: int = 0  # documents whose text was cut at the per-document limit (docs/own-corpus.md#limits)
     passages_cut: int = 0  # documents whose passages past the per-document limit were dropped

@@ -194,6 +194,9 @@ def test_format_detection(tmp_path: Path) -> None:
 
 BAD = {
     "bad-json.jsonl": ('{"id": 1, "text": "a"}\n\n{"id": 2, "text": \n', "bad-json.jsonl:3: not a JSON object"),
+    # located in its line, not at the decoder's "line 2 column 1" (the line's newline)
+    "cut-json.jsonl": ('{"id": 1, "text": "a"}\n{"id": 2, "text": "b" \n{"id": 3, "text": "c"}\n',
+                       "cut-json.jsonl:2: not a JSON object: Expecting ',' delimiter at column 24"),
     "float-id.jsonl": ('{"id": 1, "text": "a"}\n{"id": 2.5, "text": "b"}\n',
                        "float-id.jsonl:2: id field 'id' must be a string or an integer, got float 2.5"),
     "no-id.jsonl": ('{"id": 1, "text": "a"}\n{"text": "b"}\n', "no-id.jsonl:2: no id field 'id'"),

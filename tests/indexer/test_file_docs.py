@@ -131,6 +131,28 @@ def test_a_beir_or_jsonl_folder_with_documents_beside_it_keeps_its_format(tmp_pa
     assert detect_format(tmp_path) == "files"
 
 
+def test_json_under_a_hidden_folder_neither_makes_a_folder_jsonl_nor_is_read(tmp_path: Path) -> None:
+    (tmp_path / ".vscode").mkdir()
+    (tmp_path / ".vscode" / "settings.json").write_text('{\n  "editor.tabSize": 2\n}\n', encoding="utf-8")
+    (tmp_path / "guide.md").write_text("# Soil\n\nSoil needs compost.\n", encoding="utf-8")
+    assert detect_format(tmp_path) == "files"  # was "jsonl", then failed on settings.json:1
+    (tmp_path / "rows.jsonl").write_text('{"id": "d1", "text": "x"}\n', encoding="utf-8")
+    assert [d.ext_id for d in open_corpus(tmp_path).docs()] == ["d1"]  # settings.json is not read
+
+
+def test_a_sites_json_settings_beside_markdown_leave_it_a_folder_of_documents(tmp_path: Path) -> None:
+    (tmp_path / "guides").mkdir()
+    (tmp_path / "guides" / "soil.md").write_text("# Soil\n\nSoil needs compost.\n", encoding="utf-8")
+    (tmp_path / "package.json").write_text('{\n  "name": "site"\n}\n', encoding="utf-8")
+    (tmp_path / "guides" / "_meta.json").write_text('{\n  "soil": "Soil"\n}\n', encoding="utf-8")
+    assert detect_format(tmp_path) == "files"  # was "jsonl", then failed on _meta.json:1
+    src = open_corpus(tmp_path)
+    assert [d.ext_id for d in src.docs()] == ["guides/soil.md"]
+    assert dict(src.files_report.skipped)["package.json"].startswith("not a document kind (.json;")
+    (tmp_path / "rows.json").write_text('{"id": "d1", "text": "x"}\n', encoding="utf-8")  # rows: JSONL again
+    assert detect_format(tmp_path) == "jsonl"
+
+
 def test_a_missing_library_stops_the_build_naming_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                                             ) -> None:
     (tmp_path / "a.pdf").write_bytes(pdf("t", ["some text"]))
@@ -171,6 +193,36 @@ def test_build_of_a_folder_of_files_is_searchable_filterable_and_counts_skips(ti
         docs = version.store.documents([*newer.tolist(), *pdfs.tolist()])
         assert [docs[i].ext_id for i in newer.tolist()] == ["plain.txt"]
         assert [docs[i].ext_id for i in pdfs.tolist()] == ["paper.pdf"]
+    finally:
+        version.close()
+
+
+def test_a_jsonl_folder_names_each_other_file_it_does_not_read(tiny_exported: Path, tmp_path: Path) -> None:
+    docs, root = tmp_path / "docs", tmp_path / "root"
+    (docs / ".git").mkdir(parents=True)
+    (docs / "rows.jsonl").write_text('{"id": 1, "text": "basalt lava"}\n', encoding="utf-8")
+    (docs / "more.csv").write_text("id,text\n2,granite quarry\n", encoding="utf-8")  # was left out unsaid
+    (docs / "README.md").write_text("# About\n", encoding="utf-8")
+    (docs / ".git" / "HEAD").write_text("ref\n", encoding="utf-8")
+    r = cli("build", "--data", str(docs), "--model", str(tiny_exported), "--root", str(root), "--threads", "1")
+    assert r.returncode == 0, r.stderr
+    why = "this folder is read as jsonl (its *.jsonl, *.ndjson, *.json files)"
+    assert f"jsonl folder: 2 other files not read:\n  skipped README.md: {why}\n  skipped more.csv: {why}\n" \
+        in r.stdout, r.stdout
+    d = Manifest.load(IndexRoot(root).current_dir()).data
+    assert (d.n_docs, d.skipped_files, [e.path for e in d.skipped]) == (1, 2, ["README.md", "more.csv"])
+
+
+def test_one_markdown_file_builds_one_document(tiny_exported: Path, tmp_path: Path) -> None:
+    (tmp_path / "notes.md").write_text(MARKDOWN, encoding="utf-8")  # was read as a Quora TSV: "expected the header"
+    r = cli("build", "--data", str(tmp_path / "notes.md"), "--model", str(tiny_exported), "--root",
+            str(tmp_path / "root"), "--threads", "1")
+    assert r.returncode == 0, r.stderr
+    assert "files: 1 read (0 in part), 0 skipped" in r.stdout
+    version = IndexVersion(IndexRoot(tmp_path / "root").current_dir())
+    try:
+        [doc] = version.store.documents(version.lexical_search(["basalt"], 3)[0][1].tolist()).values()
+        assert (doc.ext_id, doc.metadata["title"], doc.metadata["type"]) == ("notes.md", "Volcano notes", "md")
     finally:
         version.close()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 import tracemalloc
@@ -21,6 +22,7 @@ from indexer.doc_limits import MAX_DOC_CHARS, MAX_HTML_DEPTH, encoding_prefix, h
 from indexer.folder_walk import walk_folder
 from indexer.runtime.layout import IndexRoot
 from indexer.runtime.manifest import Manifest
+from tests.conftest import REPO
 
 from .test_corpus_build import cli
 
@@ -74,6 +76,36 @@ def test_a_folder_walk_names_every_entry_it_leaves_out_and_follows_symlinks_only
     assert [f.relative_to(docs).as_posix() for f in files] == ["a.md", "alias.md", "out.txt", "outdir/secret.txt",
                                                               "sub/b.txt"]
     assert not any(s.path.startswith("out") for s in skipped)
+
+
+def test_a_folder_is_read_under_its_own_path_whatever_links_to_it_and_looping_links_are_named_loops(
+        tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    (docs / "zz_real" / "inner").mkdir(parents=True)
+    (docs / "zz_real" / "inner" / "doc.txt").write_text("volcano notes\n")
+    os.symlink(docs / "zz_real", docs / "a_link")  # sorts first: its files must not take the folder's ids
+    os.symlink(docs / "zz_real" / "inner", docs / "b_link")
+    os.symlink(docs / "loop2.txt", docs / "loop1.txt")
+    os.symlink(docs / "loop1.txt", docs / "loop2.txt")
+    files, skipped = walk_folder(docs)
+    assert [f.relative_to(docs).as_posix() for f in files] == ["zz_real/inner/doc.txt"]
+    assert {s.path: s.reason for s in skipped} == {
+        "a_link": "a symlink to a folder already read (as zz_real)",
+        "b_link": "a symlink to a folder already read (as zz_real/inner)",
+        "loop1.txt": f"a symlink loop (to {docs / 'loop2.txt'}, which never reaches a file or folder)",
+        "loop2.txt": f"a symlink loop (to {docs / 'loop1.txt'}, which never reaches a file or folder)",
+    }
+
+
+def test_a_fifo_or_device_as_data_is_refused_at_once(tmp_path: Path, tiny_exported: Path) -> None:
+    os.mkfifo(tmp_path / "rows.jsonl")  # opened, it blocked the build until a writer came: forever
+    for data in (tmp_path / "rows.jsonl", Path("/dev/null")):
+        r = subprocess.run([sys.executable, "-m", "indexer.cli", "build", "--data", str(data), "--root",
+                            str(tmp_path / "root"), "--model", str(tiny_exported)], cwd=REPO, capture_output=True,
+                           text=True, timeout=60)  # TimeoutExpired: blocked on the FIFO
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.strip().splitlines()[-1] == (f"indexer build: error: data {data} is not a regular file or a "
+                                                     f"folder (a FIFO, socket or device)")
 
 
 def _pdf_with_bad_xref() -> bytes:

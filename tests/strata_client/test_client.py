@@ -229,6 +229,21 @@ def test_503_retry_after_is_honoured_and_bounded() -> None:
         assert err.value.attempts == len(script.arrivals) == 3 and script.paths[0] == "/documents"
 
 
+def test_the_default_timeout_outlasts_the_servers_deadline_so_its_504_reason_arrives() -> None:
+    """A write of long documents past the server's deadline (30 s by default) answers a 504 naming it; a client
+    timing out at the same 30 s raised a bare ReadTimeout a moment before that answer came."""
+    from service.engine.settings import EngineSettings
+    from strata_client import AsyncClient
+    from strata_client.langchain import StrataVectorStore as LangChainStore
+    from strata_client.llamaindex import StrataVectorStore as LlamaIndexStore
+
+    deadline = EngineSettings.model_fields["request_timeout_s"].default
+    assert Client("http://127.0.0.1:1").timeout >= deadline + 5
+    assert AsyncClient("http://127.0.0.1:1").timeout >= deadline + 5
+    assert LangChainStore.from_url("http://127.0.0.1:1").client.timeout >= deadline + 5
+    assert LlamaIndexStore.from_url("http://127.0.0.1:1").client.timeout >= deadline + 5
+
+
 def test_a_server_not_listening_is_a_transport_error_after_the_retries() -> None:
     with Client(f"http://127.0.0.1:{free_port()}", retry=RetryPolicy(max_attempts=2, backoff_s=0.01)) as strata:
         with pytest.raises(TransportError, match="after 2 attempts"):

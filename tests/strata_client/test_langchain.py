@@ -14,6 +14,7 @@ pytest.importorskip("langchain_core")
 from langchain_core.documents import Document  # noqa: E402
 
 from strata_client import Client, ValidationError  # noqa: E402
+from strata_client import Document as StrataDocument  # noqa: E402
 from strata_client.langchain import StrataEmbeddings, StrataVectorStore  # noqa: E402
 from tests.conftest import Server  # noqa: E402
 
@@ -54,6 +55,11 @@ def test_add_search_filter_modes_and_delete(corpus_server: Server) -> None:
     assert store.delete(["lc-1", "lc-2", "lc-3"])
     assert not {"lc-1", "lc-2", "lc-3"} & {d.id for d in store.similarity_search("tomatoes roses violin", k=20)}
     assert store.get_by_ids(["lc-1", "lc-2"]) == []
+    # a hit's id of a corpus built with integer ids deletes its document (it deleted the string id "987655": none)
+    store.client.upsert([StrataDocument(987_655, "An integer id deleted by its decimal string.", {"year": 2030})])
+    [hit] = store.similarity_search("integer id deleted by its decimal string", k=1, filter={"year": 2030})
+    assert hit.id == "987655" and store.delete([hit.id])
+    assert store.client.get(987_655) is None
 
 
 def test_add_documents_from_texts_retriever_and_embeddings(corpus_server: Server) -> None:
@@ -112,6 +118,8 @@ def test_max_marginal_relevance_trades_relevance_for_diversity(corpus_server: Se
     assert [d.id for d in asyncio.run(retriever.ainvoke(query))] == diverse
     with pytest.raises(NotImplementedError, match="max_marginal_relevance_search"):
         store.max_marginal_relevance_search_by_vector([0.0] * 384, k=2)
+    with pytest.raises(NotImplementedError, match=r"use similarity_search\(query"):  # LangChain's own is bare
+        store.similarity_search_by_vector([0.0] * 384, k=2)
     assert store.max_marginal_relevance_search("x", k=2, filter={"year": 1999}) == []
     store.delete([f"mmr-{i}" for i in range(5)])
 

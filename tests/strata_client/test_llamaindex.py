@@ -20,7 +20,7 @@ from llama_index.core.vector_stores.types import (  # noqa: E402
     VectorStoreQueryMode,
 )
 
-from strata_client import Client  # noqa: E402
+from strata_client import Client, Document  # noqa: E402
 from strata_client.llamaindex import StrataEmbedding, StrataVectorStore, strata_filter  # noqa: E402
 from tests.conftest import Server  # noqa: E402
 
@@ -71,6 +71,12 @@ def test_add_query_filters_modes_and_delete_by_source(corpus_server: Server) -> 
                                                                           ("li-0", TEXTS[0], "garden-guide")]
     assert [n.node_id for n in store.get_nodes(filters=mine)] == ["li-0", "li-1", "li-2"]
     assert [n.node_id for n in store.get_nodes(["li-1", "li-9"], filters=mine)] == ["li-1"]
+    # an integer id (a built corpus's) is its node's id as a decimal string: read back and deleted by it
+    store.client.upsert([Document(987_654, "Integer ids read back by their decimal string.", {"year": 2031})])
+    assert [n.node_id for n in store.get_nodes(["987654"])] == ["987654"]  # was []
+    assert [n.node_id for n in store.get_nodes(["987654"], filters=mine)] == ["987654"]
+    store.delete_nodes(["987654"])  # deleted the string id "987654" only: none
+    assert store.client.get(987_654) is None
     store.delete("garden-guide")  # every node of the source document, found by its metadata
     assert store.get_nodes(["li-0", "li-1", "li-2"]) == []
     left = store.query(VectorStoreQuery(query_str="tomatoes roses violin", similarity_top_k=50))

@@ -22,10 +22,11 @@ import pytest
 from indexer.build import BuildConfig, build
 from indexer.corpus_rows import CorpusFormatError
 from indexer.runtime.manifest import Manifest
+from indexer.runtime.passage_rows import PASSAGE_KEY
 from indexer.runtime.passages import document_of, parse_passage_id, snippet
 from indexer.runtime.query import Query
 from indexer.runtime.writelog import WriteLog, log_path
-from service.engine import BadVector, Collection, Document
+from service.engine import BadFilter, BadVector, Collection, Document
 from tests.conftest import indexer_cli
 from tests.service.engine.scenarios import run
 
@@ -164,6 +165,12 @@ def test_filters_select_by_the_documents_metadata(template: Path) -> None:
         for mode in ("dense", "hybrid"):
             r = await collection.search(Query([COMET], 5, {"topic": "cooking"}, mode=mode))
             assert len(r.hits[0]) == 4 and {h.metadata["topic"] for h in r.hits[0]} == {"cooking"}
+        with pytest.raises(BadFilter) as refused:  # the passage record is never shown, nor filtered on
+            await collection.search(Query([COMET], 5, {"colour": "red"}))
+        assert str(refused.value) == "unknown field 'colour' (fields: topic)"
+        with pytest.raises(BadFilter) as refused:
+            await collection.search(Query([COMET], 5, {PASSAGE_KEY: 1}))
+        assert str(refused.value).startswith("unknown field") and str(refused.value).endswith("(fields: topic)")
 
     run(template, scenario)
 
