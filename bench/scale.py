@@ -131,13 +131,16 @@ def search_bodies(mode: str, qvecs: np.ndarray, qtexts: list[str],
     return out
 
 
+THIS = "this tree"  # the server of the checkout running the bench (`--against` adds another's)
 QUERY_KINDS = (("dense", "text"), ("hybrid", "text"), ("dense", "vector"), ("hybrid", "vector"), ("lexical", "text"))
 
 
-def latencies(url: str, qvecs: np.ndarray, qtexts: list[str], tmp: Path, rounds: int = 2) -> list[dict[str, object]]:
-    """wrk at 1 and 8 connections for each mode and query kind, with and without the 1 % filter. The kinds take turns
-    inside each (filter, connections) pair and `rounds` passes repeat it all, so that the ratios between modes
-    compare runs seconds apart, under the same load."""
+def latencies(urls: dict[str, str], qvecs: np.ndarray, qtexts: list[str], tmp: Path, rounds: int = 2
+              ) -> list[dict[str, object]]:
+    """wrk at 1 and 8 connections for each mode and query kind, with and without the 1 % filter, against each server
+    of `urls` (label → URL: this tree's, and with `--against` another checkout's serving the same version). The
+    kinds take turns inside each (filter, connections) pair, the servers inside each kind, and `rounds` passes repeat
+    it all, so that the ratios between modes (and between servers) compare runs seconds apart, under the same load."""
     out, first_ms = [], {}
     for rnd in range(rounds):
         for filtered in (False, True):
@@ -145,17 +148,18 @@ def latencies(url: str, qvecs: np.ndarray, qtexts: list[str], tmp: Path, rounds:
                 for mode, via in QUERY_KINDS:
                     bodies = search_bodies(mode, qvecs, qtexts, (lambda i: FILTER) if filtered else (lambda i: None),
                                            via)
-                    key = (mode, via, filtered)
-                    if key not in first_ms:  # a configuration's first request, timed apart: a filter's first use
-                        t0 = time.perf_counter()  # builds its row set, which inside wrk's run would be a timeout
-                        httpx.post(f"{url}/search", json=bodies[0], timeout=120).raise_for_status()
-                        first_ms[key] = round((time.perf_counter() - t0) * 1000, 1)
-                    r = wrk(url, bodies, conns, tmp)
-                    row = {"round": rnd + 1, "mode": mode, "via": via, "filter": "1 %" if filtered else "none",
-                           "conns": conns, **r, "load": load(),
-                           "first_request_ms": first_ms[key] if rnd == 0 and conns == 1 else None}
-                    log(f"  {row}")
-                    out.append(row)
+                    for server, url in urls.items():
+                        key = (server, mode, via, filtered)
+                        if key not in first_ms:  # a configuration's first request, timed apart: a filter's first
+                            t0 = time.perf_counter()  # use builds its row set, inside wrk's run a timeout
+                            httpx.post(f"{url}/search", json=bodies[0], timeout=120).raise_for_status()
+                            first_ms[key] = round((time.perf_counter() - t0) * 1000, 1)
+                        r = wrk(url, bodies, conns, tmp)
+                        row = {"round": rnd + 1, "server": server, "mode": mode, "via": via,
+                               "filter": "1 %" if filtered else "none", "conns": conns, **r, "load": load(),
+                               "first_request_ms": first_ms[key] if rnd == 0 and conns == 1 else None}
+                        log(f"  {row}")
+                        out.append(row)
     return out
 
 
@@ -232,16 +236,18 @@ def legs(folder: Path, qvecs: np.ndarray, qtexts: list[str], variants: list[str]
 def targets(search: list[dict[str, object]], inproc: dict[str, object]) -> list[str]:
     """The scale targets from one run's figures: each a ratio of p50s (or of throughputs) from the same round."""
     lines = []
-    for rnd in sorted({int(s["round"]) for s in search}):  # type: ignore[call-overload]
-        p = {(s["mode"], s["via"], s["filter"], s["conns"]): s for s in search if s["round"] == rnd}
+    for rnd, server in sorted({(int(s["round"]), str(s.get("server", THIS))) for s in search}):  # type: ignore[call-overload]
+        p = {(s["mode"], s["via"], s["filter"], s["conns"]): s for s in search
+             if s["round"] == rnd and s.get("server", THIS) == server}
+        on = "" if server == THIS else f" ({server})"
         for flt in ("none", "1 %"):
             d1, h1 = p[("dense", "text", flt, 1)], p[("hybrid", "text", flt, 1)]
             d8, h8 = p[("dense", "text", flt, 8)], p[("hybrid", "text", flt, 8)]
-            lines.append(f"- round {rnd}, filter {flt}: hybrid / dense p50 (text queries, 1 conn) "
+            lines.append(f"- round {rnd}{on}, filter {flt}: hybrid / dense p50 (text queries, 1 conn) "
                          f"{float(h1['p50_ms']) / float(d1['p50_ms']):.2f} (target ≤ 1.5); hybrid / dense req/s "
                          f"at 8 conns "
                          f"{float(h8['rps']) / float(d8['rps']):.2f} (target ≥ 0.6)")
-        if inproc:
+        if inproc and server == THIS:
             lex, dv = p[("lexical", "text", "none", 1)], p[("dense", "vector", "none", 1)]
             overhead = float(dv["p50_ms"]) - float(inproc["ann_p50_ms"])  # type: ignore[arg-type]
             bound = 1.5 * float(inproc["engine_p50_ms"]) + overhead  # type: ignore[arg-type]
@@ -379,7 +385,8 @@ def swap(url: str, pid: int, root: Path, model: Path, qvecs: np.ndarray, threads
 
 
 def run_size(n: int, quora: Path, work: Path, threads: int, rebuild: bool, mmap: bool,
-             save: Callable[[dict[str, object]], None], swap_to: str = "compact") -> dict[str, object]:
+             save: Callable[[dict[str, object]], None], swap_to: str = "compact", against: Path | None = None
+             ) -> dict[str, object]:
     """Every measurement of one size; `save(out)` after each stage, so that a run cut short keeps what it had."""
     from indexer.runtime.manifest import Manifest
 
@@ -429,7 +436,21 @@ def run_size(n: int, quora: Path, work: Path, threads: int, rebuild: bool, mmap:
             out["cold_filters"] = cold_filters(url, qvecs, qtexts)
             out["load_end"] = load()
             return out
-        out["search"] = latencies(url, hvecs, htexts, tmp)
+        urls = {THIS: url}
+        if against is not None:  # the same version served by another checkout, side by side
+            rev = subprocess.run(["git", "-C", str(against), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                 text=True).stdout.strip()
+            label = f"{against} at {rev}"
+            other, urls[label], _ = start(root, tmp, {"STRATA_MMAP": "1" if mmap else "0",
+                                                             "STRATA_THREADS": "1"}, checkout=against)
+            for q in qvecs[:200]:
+                httpx.post(f"{urls[label]}/search", json={"vector": q.tolist(), "top_k": 10}, timeout=60)
+        try:
+            out["search"] = latencies(urls, hvecs, htexts, tmp)
+        finally:
+            if against is not None:
+                other.terminate()
+                other.wait(timeout=30)
         out["targets"] = targets(out["search"], out.get("in_process", {}))  # type: ignore[arg-type]
         save(out)
         if swap_to == "none":
@@ -465,11 +486,12 @@ def report(results: list[dict[str, object]], stamp: str, mmap: bool) -> str:
                   *cold_table(g("cold_filters", {})),  # type: ignore[arg-type]
                   f"- load at the end: {g('load_end', 'not reached: the run was cut short')}",
                   f"- in-process p50 (no HTTP, same queries): {g('in_process')}", *g("targets", []),  # type: ignore[misc]
-                  "", "| round | mode | query | filter | conns | p50 ms | p99 ms | req/s | errors | first request ms "
-                  "| load |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "", "| round | server | mode | query | filter | conns | p50 ms | p99 ms | req/s | errors "
+                  "| first request ms | load |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for s in r.get("search", []):  # type: ignore[union-attr]
-            lines.append(f"| {s.get('round', 1)} | {s['mode']} | {s.get('via', 'vector')} | {s['filter']} | "
+            lines.append(f"| {s.get('round', 1)} | {s.get('server', THIS)} | {s['mode']} | {s.get('via', 'vector')} | "
+                         f"{s['filter']} | "
                          f"{s['conns']} | "
                          f"{s['p50_ms']} | {s['p99_ms']} | {s['rps']} | "
                          f"{s['errors']} | {s.get('first_request_ms') or ''} | {s['load']} |")
@@ -493,6 +515,9 @@ def main() -> None:
     p.add_argument("--legs", metavar="DF:DEPTH,…", help="hybrid's lexical leg in process only: exact beside each "
                    "bounded variant (`legs`), on --legs-queries held-out questions")
     p.add_argument("--legs-queries", type=int, default=100)
+    p.add_argument("--against", type=Path, metavar="CHECKOUT",
+                   help="with --latency-only: serve the same version from another checkout too (a worktree of "
+                        "another revision), its wrk runs interleaved with this tree's")
     p.add_argument("--swap-to", choices=("compact", "copy"), default="compact",
                    help="the version swapped to: `indexer compact`'s (timed) or a byte copy of the served one "
                         "(when compaction does not fit the sitting: ~1 h at 10M)")
@@ -521,7 +546,7 @@ def main() -> None:
             (RESULTS / f"{name}.md").write_text(report(done, stamp, not args.no_mmap))
 
         out = run_size(n, quora, args.work, args.threads, args.rebuild, not args.no_mmap, save,
-                       "none" if args.latency_only else "cold" if args.cold_filters else args.swap_to)
+                       "none" if args.latency_only else "cold" if args.cold_filters else args.swap_to, args.against)
         save(out)
         results.append(out)
         print(report([out], stamp, not args.no_mmap))
