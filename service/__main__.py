@@ -42,6 +42,7 @@ def _parser() -> argparse.ArgumentParser:
 def _settings(args: argparse.Namespace) -> Settings | None:
     """The settings: STRATA_* overridden by the flags given; None (the reason printed) when one is invalid."""
     from pydantic import ValidationError
+    from pydantic_settings import SettingsError
 
     from service.settings import Settings, settings_error
 
@@ -52,7 +53,7 @@ def _settings(args: argparse.Namespace) -> Settings | None:
         overrides["engine"] = "sharded"
     try:  # every setting is checked before anything is loaded or served
         return Settings(**overrides)
-    except ValidationError as exc:
+    except (ValidationError, SettingsError) as exc:
         print(f"python -m service: error: {settings_error(exc)}", file=sys.stderr)
         return None
 

@@ -115,7 +115,12 @@ def load_keys(settings: Settings) -> dict[str, Grants]:
                 _grant(keys.setdefault(key, Grants()), scopes, f"STRATA_API_KEYS entry {entry.strip()[:4]}…")
     if settings.api_keys_file:
         path = Path(settings.api_keys_file)
-        for n, line in enumerate(path.read_text().splitlines(), 1):
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise KeyConfigError(f"STRATA_API_KEYS_FILE {path}: cannot be read "
+                                 f"({getattr(exc, 'strerror', None) or exc})") from exc
+        for n, line in enumerate(lines, 1):
             if line.strip() and not line.lstrip().startswith("#"):
                 key, scopes = _parse(line, None, f"{path}:{n}")
                 _grant(keys.setdefault(key, Grants()), scopes, f"{path}:{n}")
