@@ -88,3 +88,28 @@ def test_every_subcommand_and_flag_is_kept_and_each_runs_from_its_own_module(
         run = subparser.get_default("func")
         assert run.__name__ == "run" and run.__module__ == f"{package}.{name.replace('-', '_')}", name
         assert subparser.format_help().startswith(f"usage: {p.prog} {name}")
+
+
+@pytest.mark.parametrize(("argv", "flag"), [
+    (("build", "--rows", "-1"), "--rows"), (("build", "--rows", "0"), "--rows"),
+    (("build", "--keep", "-1"), "--keep"), (("build", "--keep", "0"), "--keep"), (("compact", "--keep", "0"), "--keep"),
+    (("build", "--threads", "-2"), "--threads"), (("build", "--batch-size", "-5"), "--batch-size"),
+    (("eval", "--batch-size", "0"), "--batch-size"), (("tune", "--queries", "0"), "--queries"),
+    (("tune", "--threads", "0"), "--threads"),
+])
+def test_a_count_below_one_is_a_usage_error_naming_the_flag(argv: tuple[str, ...], flag: str,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """`--keep -1` pruned every older version, `--threads -2` reached ONNX Runtime as -2 threads, `--rows -1` ended
+    in islice's message: each is now argparse's exit 2 naming the flag, before any work."""
+    with pytest.raises(SystemExit) as exit_:
+        indexer_parser().parse_args(list(argv))
+    assert exit_.value.code == 2
+    assert f"argument {flag}: must be >= 1" in capsys.readouterr().err
+
+
+def test_the_demos_rows_is_a_count(capsys: pytest.CaptureFixture[str]) -> None:
+    from service.__main__ import _parser
+
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["demo", "--rows", "-1"])
+    assert "argument --rows: must be >= 1, not -1" in capsys.readouterr().err
