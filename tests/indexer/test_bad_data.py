@@ -96,3 +96,11 @@ def test_truncated_index_and_lying_manifest_are_clear_errors(tiny_root: Path) ->
         shutil.rmtree(truncated)
         shutil.rmtree(lying)
     assert snapshot(tiny_root) == before
+
+
+def test_rollback_on_a_root_without_a_current_index_says_so(tmp_path: Path) -> None:
+    """An empty folder (a mistyped --root) said "has no version older than None to roll back to"."""
+    r = cli("rollback", "--root", str(tmp_path))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip() == (f"indexer rollback: error: {tmp_path} has no current index "
+                                f"(build one with `indexer build --root {tmp_path}`)"), r.stderr
