@@ -113,3 +113,29 @@ def test_the_demos_rows_is_a_count(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         _parser().parse_args(["demo", "--rows", "-1"])
     assert "argument --rows: must be >= 1, not -1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [
+    ("adapt", "--out", "o", "--steps", "-1"), ("adapt", "--out", "o", "--batch-size", "0"),
+    ("adapt", "--out", "o", "--eval-every", "0"), ("mine", "--out", "o", "--depth", "0"),
+    ("train", "--out", "o", "--batch-size", "0"), ("train", "--out", "o", "--epochs", "-1"),
+])
+def test_an_encoder_count_below_one_is_a_usage_error(argv: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
+    """`encoder adapt --steps -1` was taken and started mining (minutes) before anything looked at it."""
+    with pytest.raises(SystemExit) as exit_:
+        encoder_parser().parse_args(list(argv))
+    assert exit_.value.code == 2 and f"argument {argv[-2]}: must be >= 1" in capsys.readouterr().err
+
+
+def test_a_settings_validation_error_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """`encoder train --max-length 1` printed pydantic's four lines and its documentation link."""
+    from pydantic import BaseModel, Field
+
+    from indexer.console import run_cli
+
+    class Config(BaseModel):
+        max_length: int = Field(32, gt=1)
+
+    assert run_cli(lambda: Config(max_length=1) and 0, (ValueError,), "encoder train") == 2
+    err = capsys.readouterr().err
+    assert err == "encoder train: error: max_length: Input should be greater than 1 (got 1)\n", err
