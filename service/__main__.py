@@ -56,7 +56,9 @@ def _settings(args: argparse.Namespace) -> Settings | None:
     try:  # every setting is checked before anything is loaded or served
         return Settings(**overrides)
     except (ValidationError, SettingsError) as exc:
-        print(f"python -m service: error: {settings_error(exc)}", file=sys.stderr)
+        flags = {field: "--" + field.replace("_", "-") for field in overrides if field != "engine"}
+        flags |= {"shard_replicas": "--replicas"} if "shard_replicas" in overrides else {}
+        print(f"python -m service: error: {settings_error(exc, flags)}", file=sys.stderr)
         return None
 
 

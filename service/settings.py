@@ -60,14 +60,16 @@ class Settings(EngineSettings):
             return "requests"
 
 
-def settings_error(exc: ValidationError | SettingsError) -> str:
-    """One line per bad setting, named as the operator sets it (`STRATA_MAX_SHRINK='abc': ...`)."""
+def settings_error(exc: ValidationError | SettingsError, flags: dict[str, str] | None = None) -> str:
+    """One line per bad setting, named as the operator sets it (`STRATA_MAX_SHRINK='abc': ...`; `flags`: the fields
+    a command-line flag set, by the flag's name: `--port=99999: ...`)."""
     if isinstance(exc, SettingsError):  # a list or dict setting whose value is not JSON: pydantic-settings names
         field = re.search(r'field "([a-z0-9_]+)"', str(exc))  # the field in its message only
         name = f"STRATA_{field.group(1).upper()}" if field else "a STRATA_ setting"
         return f"{name}: not valid JSON (a list is written '[\"a\", \"b\"]')"
     parts = []
     for err in exc.errors():
-        name = "STRATA_" + "_".join(str(p) for p in err.get("loc", ())).upper()
+        field = "_".join(str(p) for p in err.get("loc", ()))
+        name = (flags or {}).get(field) or "STRATA_" + field.upper()
         parts.append(f"{name}={err.get('input')!r}: {err.get('msg')}")
     return "; ".join(parts) or str(exc)

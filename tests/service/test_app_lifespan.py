@@ -46,3 +46,12 @@ def test_a_bad_setting_exits_2_with_one_line_naming_it(tmp_path: Path, env: dict
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith(f"python -m service: error: {line}"), r.stderr
+
+
+def test_a_bad_flag_value_is_named_as_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--port 99999` was reported as `STRATA_PORT=99999`, a variable the operator never set."""
+    from service.__main__ import main
+
+    assert main(["--port", "99999"]) == 2
+    assert capsys.readouterr().err == "python -m service: error: --port=99999: Input should be less than or equal to " \
+                                      "65535\n"
