@@ -104,3 +104,14 @@ def test_rollback_on_a_root_without_a_current_index_says_so(tmp_path: Path) -> N
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.strip() == (f"indexer rollback: error: {tmp_path} has no current index "
                                 f"(build one with `indexer build --root {tmp_path}`)"), r.stderr
+
+
+def test_a_root_that_is_a_file_is_named_as_such(tmp_path: Path, tiny_exported: Path) -> None:
+    """`indexer build --root FILE` said "[Errno 17] File exists: 'FILE'"."""
+    data, root = tmp_path / "docs.jsonl", tmp_path / "a-file"
+    data.write_text('{"id": "a", "text": "dog"}\n')
+    root.write_text("not a folder")
+    r = cli("build", "--root", str(root), "--model", str(tiny_exported), "--data", str(data), "--no-eval")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == (f"indexer build: error: {root} is a file, not a folder: --root "
+                                                 "names the folder of an index root"), r.stderr
