@@ -10,7 +10,7 @@ import sys
 import threading
 from collections.abc import Callable
 
-from indexer.runtime.logs import configure, resolve_format
+from indexer.runtime.logs import configure, one_line, resolve_format
 
 
 class Terminated(BaseException):
@@ -59,16 +59,6 @@ def _exit_now(code: int) -> None:
     os._exit(code)
 
 
-def _one_line(exc: BaseException) -> str:
-    """The error as one line: a pydantic ValidationError's fields and reasons (its own text spans several lines and
-    ends in a documentation link), anything else as it reads."""
-    errors = getattr(exc, "errors", None)
-    if type(exc).__name__ == "ValidationError" and callable(errors):
-        return "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ())) or 'value'}: {e.get('msg')}"
-                         f" (got {e.get('input')!r})" for e in errors())
-    return str(exc)
-
-
 def run_cli(func: Callable[[], int], known: tuple[type[BaseException], ...], prog: str) -> int:
     """Run `func`; an expected error becomes `prog: error: message` and exit code 2; SIGTERM cleans up and exits
     143 (128 + 15), Ctrl-C 130."""
@@ -77,7 +67,7 @@ def run_cli(func: Callable[[], int], known: tuple[type[BaseException], ...], pro
     try:
         return func()
     except known as exc:
-        print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
+        print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
