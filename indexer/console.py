@@ -10,7 +10,7 @@ import sys
 import threading
 from collections.abc import Callable
 
-from indexer.runtime.logs import configure, resolve_format
+from indexer.runtime.logs import configure, one_line, resolve_format
 
 
 class Terminated(BaseException):
@@ -23,15 +23,24 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated(signum)
 
 
+LEVELS = ("critical", "error", "warning", "info", "debug")  # STRATA_LOG_LEVEL's, as the API takes them
+
+
 def configure_logging(verbose: bool = False) -> None:
-    """Text on a terminal, JSON lines otherwise, or as `STRATA_LOG_FORMAT` says (the demo passes its own down)."""
+    """Text on a terminal, JSON lines otherwise, or as `STRATA_LOG_FORMAT` says (the demo passes its own down); at
+    `STRATA_LOG_LEVEL` (info), debug with `-v`."""
     try:
         fmt = resolve_format()
     except ValueError as exc:  # a bad STRATA_LOG_FORMAT: say so once, and log readably anyway
         print(f"warning: {exc}; using auto", file=sys.stderr)
         fmt = resolve_format("auto")
+    level = os.environ.get("STRATA_LOG_LEVEL", "info").strip().lower()
+    if level not in LEVELS:  # as a bad format: said once, and the default used
+        print(f"warning: STRATA_LOG_LEVEL must be one of {', '.join(LEVELS)} (got {level!r}); using info",
+              file=sys.stderr)
+        level = "info"
     # The ONNX exporter's optimiser logs every rewrite at INFO; keep our own INFO lines readable.
-    configure(fmt, logging.DEBUG if verbose else logging.INFO,
+    configure(fmt, logging.DEBUG if verbose else level.upper(),
               quiet=("onnxscript", "onnx_ir", "torch.onnx", "httpx", "faiss.loader"))
 
 
@@ -58,7 +67,7 @@ def run_cli(func: Callable[[], int], known: tuple[type[BaseException], ...], pro
     try:
         return func()
     except known as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)

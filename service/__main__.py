@@ -14,6 +14,8 @@ if TYPE_CHECKING:
 
 def _parser() -> argparse.ArgumentParser:
     """`python -m service`'s subcommands (serve, demo, sharded) and their flags."""
+    from indexer.commands.common import positive_int
+
     parser = argparse.ArgumentParser(prog="python -m service",
                                      description="Serve the Strata API with uvicorn. Settings come from "
                                      "STRATA_* environment variables (see docs/operations.md#settings); "
@@ -25,7 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", help="bind address (STRATA_HOST, default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port (STRATA_PORT, default 8000)")
     parser.add_argument("--index-root", help="index root (STRATA_INDEX_ROOT)")
-    parser.add_argument("--rows", type=int, default=None, help="demo: index only the first N Quora rows")
+    parser.add_argument("--rows", type=positive_int, default=None, help="demo: index only the first N Quora rows")
     parser.add_argument("--rebuild", action="store_true", help="demo: build a new index even if one exists")
     parser.add_argument("--train", action=argparse.BooleanOptionalAction, default=None,
                         help="demo (on by default; --no-train skips it): while serving, adapt the encoder to Quora in "
@@ -42,6 +44,7 @@ def _parser() -> argparse.ArgumentParser:
 def _settings(args: argparse.Namespace) -> Settings | None:
     """The settings: STRATA_* overridden by the flags given; None (the reason printed) when one is invalid."""
     from pydantic import ValidationError
+    from pydantic_settings import SettingsError
 
     from service.settings import Settings, settings_error
 
@@ -52,8 +55,10 @@ def _settings(args: argparse.Namespace) -> Settings | None:
         overrides["engine"] = "sharded"
     try:  # every setting is checked before anything is loaded or served
         return Settings(**overrides)
-    except ValidationError as exc:
-        print(f"python -m service: error: {settings_error(exc)}", file=sys.stderr)
+    except (ValidationError, SettingsError) as exc:
+        flags = {field: "--" + field.replace("_", "-") for field in overrides if field != "engine"}
+        flags |= {"shard_replicas": "--replicas"} if "shard_replicas" in overrides else {}
+        print(f"python -m service: error: {settings_error(exc, flags)}", file=sys.stderr)
         return None
 
 

@@ -7,9 +7,11 @@ on a search.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
+import re
 import time
 from typing import Any
 
@@ -145,7 +147,7 @@ class AccessLog:
     def _record(self, scope: Scope, status: int, elapsed: float) -> None:
         # The matched route's template (routing sets it in the shared scope), never the raw path: unknown
         # URLs must not create new label values.
-        endpoint = getattr(scope.get("route"), "path", "unmatched")
+        endpoint = _route(scope) or "unmatched"
         method = scope["method"]
         series = self._series.get((endpoint, method, status)) or self._new_series(endpoint, method, status)
         series[0].observe(elapsed)
@@ -171,5 +173,16 @@ class AccessLog:
 
 
 def _route(scope: Scope) -> str | None:
-    """The matched route's template (routing sets it in the shared scope), None when nothing matched."""
-    return getattr(scope.get("route"), "path", None)
+    """The matched route's template (routing sets it in the shared scope), None when nothing matched; without its
+    parameters' convertors (`/documents/{doc_id}`, not `/documents/{doc_id:doc_id}`), which are how it is parsed,
+    not which endpoint it is."""
+    path = getattr(scope.get("route"), "path", None)
+    return template(path) if path else None
+
+
+@functools.lru_cache(maxsize=256)  # one entry per route
+def template(path: str) -> str:
+    return _CONVERTOR.sub(r"{\1}", path)
+
+
+_CONVERTOR = re.compile(r"\{(\w+):\w+\}")

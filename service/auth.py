@@ -34,6 +34,7 @@ is allowed.
 from __future__ import annotations
 
 import hmac
+import logging
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -56,6 +57,7 @@ PAGE_PATH = "/"  # the search page (see service.routers.page)
 NAME_PARAM = "name"  # the path parameter naming the collection of a `*_NAMED` route
 ALL_COLLECTIONS = "*"  # what an `ADMIN_ALL` route acts on: no collection's grant alone allows it
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+log = logging.getLogger(__name__)
 
 
 bearer = HTTPBearer(auto_error=False, description="API key (only when the server is configured with keys)")
@@ -97,6 +99,9 @@ def _grant(grants: Grants, scopes: list[str], origin: str) -> None:
         if not at:
             # an unrestricted entry always reads (a scope this server does not know adds nothing, as before)
             grants.everywhere |= {READ, name}
+            if name not in (READ, ADMIN):  # `ADMIN`, `adm`, `admin:read`: said, since the key gets read only
+                log.warning("%s: scope %r is not one this server knows (read, admin): the key may read only",
+                            origin, name)
             continue
         if name not in (READ, ADMIN):
             raise KeyConfigError(f"{origin}: {scope!r}: a collection grant is read@NAME or admin@NAME")
@@ -115,7 +120,12 @@ def load_keys(settings: Settings) -> dict[str, Grants]:
                 _grant(keys.setdefault(key, Grants()), scopes, f"STRATA_API_KEYS entry {entry.strip()[:4]}…")
     if settings.api_keys_file:
         path = Path(settings.api_keys_file)
-        for n, line in enumerate(path.read_text().splitlines(), 1):
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise KeyConfigError(f"STRATA_API_KEYS_FILE {path}: cannot be read "
+                                 f"({getattr(exc, 'strerror', None) or exc})") from exc
+        for n, line in enumerate(lines, 1):
             if line.strip() and not line.lstrip().startswith("#"):
                 key, scopes = _parse(line, None, f"{path}:{n}")
                 _grant(keys.setdefault(key, Grants()), scopes, f"{path}:{n}")

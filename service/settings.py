@@ -6,10 +6,12 @@ grace), all read from environment variables prefixed `STRATA_` (or a `.env` file
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import SettingsError
 
 from service.engine.settings import EngineSettings
 
@@ -17,7 +19,7 @@ from service.engine.settings import EngineSettings
 class Settings(EngineSettings):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
-    log_level: str = "info"
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     log_format: Literal["json", "text", "auto"] = Field("auto", description="auto: readable text lines when stderr "
                                                         "is a terminal, one JSON object a line otherwise")
     access_log: Literal["requests", "summary", "auto"] = Field(
@@ -41,6 +43,12 @@ class Settings(EngineSettings):
     training_status: Path | None = Field(None, description="status.json of a background in-domain training "
                                          "(set by `demo --train`); its stage, step and ETA appear in /ready")
 
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level_any_case(cls, value: object) -> object:
+        """`INFO` as well as `info`: the names Python's logging and uvicorn both take."""
+        return value.strip().lower() if isinstance(value, str) else value
+
     def access_log_mode(self) -> Literal["requests", "summary"]:
         if self.access_log != "auto":
             return self.access_log
@@ -52,10 +60,16 @@ class Settings(EngineSettings):
             return "requests"
 
 
-def settings_error(exc: ValidationError) -> str:
-    """One line per bad setting, named as the operator sets it (`STRATA_MAX_SHRINK='abc': ...`)."""
+def settings_error(exc: ValidationError | SettingsError, flags: dict[str, str] | None = None) -> str:
+    """One line per bad setting, named as the operator sets it (`STRATA_MAX_SHRINK='abc': ...`; `flags`: the fields
+    a command-line flag set, by the flag's name: `--port=99999: ...`)."""
+    if isinstance(exc, SettingsError):  # a list or dict setting whose value is not JSON: pydantic-settings names
+        field = re.search(r'field "([a-z0-9_]+)"', str(exc))  # the field in its message only
+        name = f"STRATA_{field.group(1).upper()}" if field else "a STRATA_ setting"
+        return f"{name}: not valid JSON (a list is written '[\"a\", \"b\"]')"
     parts = []
     for err in exc.errors():
-        name = "STRATA_" + "_".join(str(p) for p in err.get("loc", ())).upper()
+        field = "_".join(str(p) for p in err.get("loc", ()))
+        name = (flags or {}).get(field) or "STRATA_" + field.upper()
         parts.append(f"{name}={err.get('input')!r}: {err.get('msg')}")
     return "; ".join(parts) or str(exc)

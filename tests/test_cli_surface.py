@@ -88,3 +88,54 @@ def test_every_subcommand_and_flag_is_kept_and_each_runs_from_its_own_module(
         run = subparser.get_default("func")
         assert run.__name__ == "run" and run.__module__ == f"{package}.{name.replace('-', '_')}", name
         assert subparser.format_help().startswith(f"usage: {p.prog} {name}")
+
+
+@pytest.mark.parametrize(("argv", "flag"), [
+    (("build", "--rows", "-1"), "--rows"), (("build", "--rows", "0"), "--rows"),
+    (("build", "--keep", "-1"), "--keep"), (("build", "--keep", "0"), "--keep"), (("compact", "--keep", "0"), "--keep"),
+    (("build", "--threads", "-2"), "--threads"), (("build", "--batch-size", "-5"), "--batch-size"),
+    (("eval", "--batch-size", "0"), "--batch-size"), (("tune", "--queries", "0"), "--queries"),
+    (("tune", "--threads", "0"), "--threads"),
+])
+def test_a_count_below_one_is_a_usage_error_naming_the_flag(argv: tuple[str, ...], flag: str,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """`--keep -1` pruned every older version, `--threads -2` reached ONNX Runtime as -2 threads, `--rows -1` ended
+    in islice's message: each is now argparse's exit 2 naming the flag, before any work."""
+    with pytest.raises(SystemExit) as exit_:
+        indexer_parser().parse_args(list(argv))
+    assert exit_.value.code == 2
+    assert f"argument {flag}: must be >= 1" in capsys.readouterr().err
+
+
+def test_the_demos_rows_is_a_count(capsys: pytest.CaptureFixture[str]) -> None:
+    from service.__main__ import _parser
+
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["demo", "--rows", "-1"])
+    assert "argument --rows: must be >= 1, not -1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [
+    ("adapt", "--out", "o", "--steps", "-1"), ("adapt", "--out", "o", "--batch-size", "0"),
+    ("adapt", "--out", "o", "--eval-every", "0"), ("mine", "--out", "o", "--depth", "0"),
+    ("train", "--out", "o", "--batch-size", "0"), ("train", "--out", "o", "--epochs", "-1"),
+])
+def test_an_encoder_count_below_one_is_a_usage_error(argv: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
+    """`encoder adapt --steps -1` was taken and started mining (minutes) before anything looked at it."""
+    with pytest.raises(SystemExit) as exit_:
+        encoder_parser().parse_args(list(argv))
+    assert exit_.value.code == 2 and f"argument {argv[-2]}: must be >= 1" in capsys.readouterr().err
+
+
+def test_a_settings_validation_error_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """`encoder train --max-length 1` printed pydantic's four lines and its documentation link."""
+    from pydantic import BaseModel, Field
+
+    from indexer.console import run_cli
+
+    class Config(BaseModel):
+        max_length: int = Field(32, gt=1)
+
+    assert run_cli(lambda: Config(max_length=1) and 0, (ValueError,), "encoder train") == 2
+    err = capsys.readouterr().err
+    assert err == "encoder train: error: max_length: Input should be greater than 1 (got 1)\n", err

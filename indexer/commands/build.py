@@ -40,14 +40,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="Quora TSV only. paper (default): first 100k rows, question2 corpus, question1 queries; "
                    "full: every question; heldout: every question of the held-out rows (id >= 300,000), which "
                    "nothing trains or tunes on")
-    b.add_argument("--rows", type=int, default=None, help="read only the first N data rows (heldout: the first N "
-                   "held-out rows)")
+    b.add_argument("--rows", type=positive_int, default=None,
+                   help="read only the first N data rows (heldout: the first N held-out rows)")
     _own_corpus_args(b)
     _index_args(b)
-    b.add_argument("--batch-size", type=int, default=None,
+    b.add_argument("--batch-size", type=positive_int, default=None,
                    help="texts per ONNX run when encoding (default: 16 on CPU, 64 on a GPU)")
     threads_arg(b)
-    b.add_argument("--keep", type=int, default=5, help="versions to keep, the current one included")
+    b.add_argument("--keep", type=positive_int, default=5, help="versions to keep, the current one included")
     _lexical_args(b)
     b.add_argument("--no-eval", action="store_true", help="skip the MRR@10 evaluation")
     b.add_argument("--add", type=Path, default=None, metavar="FILE",
@@ -183,7 +183,7 @@ def _ray_args(b: argparse.ArgumentParser) -> None:
     g.add_argument("--gpus-per-worker", type=float, default=0.0, help="GPUs per actor (CUDA provider)")
     g.add_argument("--shards", type=int, default=1,
                    help="1: one merged index.faiss; N > 1: N shard files sharing one quantizer (for sharded serving)")
-    g.add_argument("--block-rows", type=int, default=1024, help="rows per Ray Data block and actor call")
+    g.add_argument("--block-rows", type=positive_int, default=1024, help="rows per Ray Data block and actor call")
     g.add_argument("--keep-vectors", action="store_true", help="keep the vectors/*.parquet files in the version")
 
 

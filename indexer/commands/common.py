@@ -58,4 +58,4 @@ def root_arg(p: argparse.ArgumentParser) -> None:
 
 
 def threads_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--threads", type=int, default=None, help="ONNX Runtime / FAISS threads (default: cores)")
+    p.add_argument("--threads", type=positive_int, default=None, help="ONNX Runtime / FAISS threads (default: cores)")

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from indexer.commands.common import check_settings, root_arg, threads_arg
+from indexer.commands.common import check_settings, positive_int, root_arg, threads_arg
 
 if TYPE_CHECKING:
     from indexer.compact import CompactResult
@@ -22,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--model", type=Path, default=None,
                    help="encoder for log entries written with another encoder (default: the version's)")
     threads_arg(c)
-    c.add_argument("--keep", type=int, default=5, help="versions to keep, the current one included")
+    c.add_argument("--keep", type=positive_int, default=5, help="versions to keep, the current one included")
     c.add_argument("--no-eval", action="store_true", help="skip the MRR@10 evaluation")
     c.add_argument("--rebuild-after", type=float, default=0.2, metavar="RATIO",
                    help="report a full rebuild as due past RATIO x the vectors the quantizer was trained on")

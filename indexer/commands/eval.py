@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from indexer.commands.common import root_arg, threads_arg
+from indexer.commands.common import positive_int, root_arg, threads_arg
 from indexer.runtime.ann import KIND_SPECS, KNOBS
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         kinds = "/".join(k.upper() for k, spec in KIND_SPECS.items() if spec.knob is knob)
         e.add_argument(knob.flag, type=int, default=None, help=f"{kinds}: override {knob.name} (default: the "
                        "manifest's)")
-    e.add_argument("--batch-size", type=int, default=1, help="queries per search call when timing (default 1)")
+    e.add_argument("--batch-size", type=positive_int, default=1, help="queries per search call when timing (default 1)")
     threads_arg(e)
     e.add_argument("--exact-all", action="store_true",
                    help="search every query exactly (default: a seeded sample once queries × documents pass 1e10, "

@@ -25,6 +25,8 @@ def run(args: argparse.Namespace) -> int:
     root = IndexRoot(args.root)
     with root.build_lock(create=False):  # never race a build's own flip of `current`
         current = root.current_version()
+        if current is None and not args.version:  # an empty or mistyped root: say so, not "older than None"
+            root.current_dir()  # raises the LayoutError every command gives for a root without a current index
         target = args.version or root.previous_version()
         if target is None:
             raise LayoutError(f"{root.root} has no version older than {current} to roll back to")

@@ -20,7 +20,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     root_arg(c)
     c.add_argument("--shards", type=positive_int, required=True, metavar="N", help="number of shards (2 or more)")
     c.add_argument("--version", default=None, help="the version to split (default: the current one)")
-    c.add_argument("--keep", type=int, default=5, help="versions to keep, the current one included")
+    c.add_argument("--keep", type=positive_int, default=5, help="versions to keep, the current one included")
     c.set_defaults(func=run)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from indexer.commands.common import root_arg
+from indexer.commands.common import positive_int, root_arg
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -16,8 +16,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        "each search setting, marking the Pareto front. Does not change the version.")
     root_arg(t)
     t.add_argument("--version", help="version to tune on (default: current)")
-    t.add_argument("--queries", type=int, default=5000, help="evaluation queries sampled (default 5000)")
-    t.add_argument("--threads", type=int, default=1, help="FAISS threads while timing (default 1)")
+    t.add_argument("--queries", type=positive_int, default=5000, help="evaluation queries sampled (default 5000)")
+    t.add_argument("--threads", type=positive_int, default=1, help="FAISS threads while timing (default 1)")
     t.add_argument("--out", type=Path, default=None, help="also write the rows as JSON")
     t.add_argument("--factories", nargs="+", metavar="FACTORY",
                    help='only these faiss.index_factory strings, e.g. "IVF1024,Flat" "HNSW32,Flat" (default: the '

@@ -117,6 +117,8 @@ class IndexRoot:
         is refused with the reason and leaves no empty root behind."""
         if not create and not self.root.is_dir():
             raise LayoutError(f"{self.root} has no current index (build one with `indexer build --root {self.root}`)")
+        if self.root.exists() and not self.root.is_dir():  # mkdir's "File exists" would not say what is wrong
+            raise LayoutError(f"{self.root} is a file, not a folder: --root names the folder of an index root")
         with storage_errors(self.root / LOCK, "taking the build lock"):
             self.root.mkdir(parents=True, exist_ok=True)
             fh = open(self.root / LOCK, "a+")  # noqa: SIM115 (closed below, after the lock is released)

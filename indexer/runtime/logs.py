@@ -94,3 +94,19 @@ def configure(fmt: str | None, level: str | int, *, quiet: Iterable[str] = (),
 def child_env(fmt: LogFormat) -> dict[str, str]:
     """The environment for a Strata CLI started by this process: the same log format."""
     return {**os.environ, FORMAT_ENV: fmt}
+
+
+def one_line(exc: BaseException) -> str:
+    """The error as one line: a pydantic ValidationError's fields and reasons (its own text spans several lines and
+    ends in a documentation link), anything else as it reads."""
+    errors = getattr(exc, "errors", None)
+    if type(exc).__name__ == "ValidationError" and callable(errors):
+        return "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ())) or 'value'}: {e.get('msg')}"
+                         f" (got {_brief(e.get('input'))})" for e in errors())
+    return str(exc)
+
+
+def _brief(value: object, limit: int = 80) -> str:
+    """A value's repr, cut: a whole file's text is the input of a JSON error."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}…"

@@ -10,6 +10,7 @@ from pydantic import BaseModel, SerializeAsAny, ValidationError, model_validator
 
 from indexer.runtime.ann import KIND_SPECS, KindParams, first_manifest_params, parse_params
 from indexer.runtime.integrity import MANIFEST_CHECKSUM_FORMAT, write_manifest
+from indexer.runtime.logs import one_line
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = MANIFEST_CHECKSUM_FORMAT  # 2: the manifest carries a checksum of its own (`integrity`)
@@ -35,8 +36,7 @@ class ShardInfo(BaseModel):
 
 class ProbeInfo(BaseModel):
     """The probes a calibration searched (`indexer.probes`): held-apart queries, the evaluation queries' text
-    (`sees_eval_queries`: the reported figures are then measured at a setting chosen on those queries), or
-    spans of sampled documents."""
+    (`sees_eval_queries`: the figures are then measured at a setting chosen on them), or sampled spans."""
 
     source: str  # held_apart_queries | eval_queries_text | document_spans
     detail: str  # where they came from, e.g. "queries.jsonl: 809 queries not judged by qrels/test.tsv"
@@ -393,8 +393,8 @@ class Manifest(BaseModel):
             return cls.model_validate_json(path.read_text())
         except FileNotFoundError as exc:
             raise ManifestError(f"{path} is missing") from exc
-        except (ValidationError, ValueError) as exc:
-            raise ManifestError(f"{path} is not a valid manifest: {exc}") from exc
+        except (ValidationError, ValueError) as exc:  # (one line: pydantic's text spans several)
+            raise ManifestError(f"{path} is not a valid manifest: {one_line(exc)}") from exc
 
     def save(self, folder: Path) -> None:
         write_manifest(folder, self.model_dump(mode="json"))  # stamped with its own checksum (`integrity`)

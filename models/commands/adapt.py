@@ -7,6 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
+from indexer.commands.common import positive_int
 from indexer.console import run_cli
 
 
@@ -43,28 +44,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "folder (its qrels/<--split>.tsv) or a queries file with --qrels; never your test queries")
     a.add_argument("--qrels", type=Path, help="dev qrels file (with a --queries file)")
     a.add_argument("--split", default="dev", help="qrels split of a BEIR --queries folder (default dev)")
-    a.add_argument("--max-docs", type=int, default=20_000, help="label-free: documents sampled for training "
-                   "(default 20000)")
-    a.add_argument("--eval-every", type=int, default=50, help="label-free: checkpoint selection every N steps "
-                   "(default 50)")
+    a.add_argument("--max-docs", type=positive_int, default=20_000,
+                   help="label-free: documents sampled for training (default 20000)")
+    a.add_argument("--eval-every", type=positive_int, default=50,
+                   help="label-free: checkpoint selection every N steps (default 50)")
     a.add_argument("--id-field", help="corpus id field (default: _id for BEIR, else id)")
     a.add_argument("--text-field", help="corpus text field (default text)")
     a.add_argument("--title-field", help="corpus title field (default: title for BEIR, else none)")
-    a.add_argument("--steps", type=int, help="training steps (default: 200 label-free, 500 Quora)")
-    a.add_argument("--batch-size", type=int, help="default: 32 label-free, 64 Quora")
-    a.add_argument("--max-length", type=int, help="max tokens in training: the document length cap (default: 128 "
-                   "label-free, 32 Quora); the exported encoder keeps the checkpoint's serving length")
+    a.add_argument("--steps", type=positive_int, help="training steps (default: 200 label-free, 500 Quora)")
+    a.add_argument("--batch-size", type=positive_int, help="default: 32 label-free, 64 Quora")
+    a.add_argument("--max-length", type=positive_int,
+                   help="max tokens in training: the document length cap (default: 128 label-free, 32 Quora); "
+                   "the exported encoder keeps the checkpoint's serving length")
     a.add_argument("--lr", type=float, help="default: 2e-5 label-free, 3e-5 Quora")
     a.add_argument("--seed", type=int, default=1)
     a.add_argument("--skip", type=int, default=2, help="mined candidates skipped first (default 2)")
-    a.add_argument("--take", type=int, default=1, help="mined negatives per pair (default 1)")
+    a.add_argument("--take", type=positive_int, default=1, help="mined negatives per pair (default 1)")
     a.add_argument("--gate", choices=["significant", "better"], default="significant",
                    help="label-free: when the adapted encoder replaces the stock one. significant (default): its "
                    "paired gain on the dev queries (or the proxy) has a 95 %% bootstrap interval above 0; better: "
                    "any gain")
     a.add_argument("--quantize", choices=["int8", "none", "auto"], default="auto",
                    help="auto (default): static int8 when its calibration and gate data are readable, else fp32")
-    a.add_argument("--threads", type=int, help="torch and ONNX Runtime threads")
+    a.add_argument("--threads", type=positive_int, help="torch and ONNX Runtime threads")
     a.add_argument("--no-progress", action="store_true", help="no progress bars (logs and status.json only)")
     a.set_defaults(func=run)
 

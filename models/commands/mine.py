@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from indexer.commands.common import positive_int
 from indexer.console import run_cli
 
 
@@ -20,14 +21,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--out", required=True, type=Path, help="triplet TSV to write")
     m.add_argument("--data", type=Path, help="Quora TSV (default: the shared data file)")
     m.add_argument("--skip", type=int, default=2, help="non-duplicate candidates skipped first (default 2)")
-    m.add_argument("--take", type=int, default=1, help="negatives per pair (default 1)")
-    m.add_argument("--depth", type=int, default=32, help="hits searched per anchor (default 32)")
-    m.add_argument("--nlist", type=int, default=1024)
-    m.add_argument("--nprobe", type=int, default=32)
-    m.add_argument("--threads", type=int, help="ONNX Runtime threads")
+    m.add_argument("--take", type=positive_int, default=1, help="negatives per pair (default 1)")
+    m.add_argument("--depth", type=positive_int, default=32, help="hits searched per anchor (default 32)")
+    m.add_argument("--nlist", type=positive_int, default=1024)
+    m.add_argument("--nprobe", type=positive_int, default=32)
+    m.add_argument("--threads", type=positive_int, help="ONNX Runtime threads")
     m.add_argument("--review", type=Path, help="also write a seeded sample of anchors with their top candidates "
                    "for a hand check of false negatives")
-    m.add_argument("--review-anchors", type=int, default=40)
+    m.add_argument("--review-anchors", type=positive_int, default=40)
     m.add_argument("--seed", type=int, default=0)
     m.set_defaults(func=run)
 

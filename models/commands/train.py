@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from indexer.commands.common import positive_int
 from indexer.console import run_cli
 
 
@@ -24,29 +25,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--objective", choices=["unsup", "sup", "sup_hardneg", "sgopt"], help="default unsup")
     t.add_argument("--data", help="wiki (default) | snli | quora | a triplet TSV from `encoder mine` | a "
                    "one-sentence-per-line file")
-    t.add_argument("--max-examples", type=int, help="use only the first N examples")
+    t.add_argument("--max-examples", type=positive_int, help="use only the first N examples")
     t.add_argument("--temperature", type=float, help="τ (default: the objective's paper value, 0.05 for SimCSE, "
                    "0.01 for SG-OPT)")
     t.add_argument("--adam-betas", type=float, nargs=2, metavar=("B1", "B2"),
                    help="AdamW betas (default: the objective's, (0.9, 0.999); SG-OPT (0.9, 0.9))")
     t.add_argument("--sgopt-lambda", type=float, help="SG-OPT λ for ‖θ_F − θ_T‖² (default 0.1)")
-    t.add_argument("--batch-size", type=int, help="default 64")
+    t.add_argument("--batch-size", type=positive_int, help="default 64")
     t.add_argument("--max-length", type=int, help="max tokens (default 32)")
     t.add_argument("--lr", type=float, help="encoder learning rate (default 3e-5)")
     t.add_argument("--pooler-lr", type=float, help="a separate pooler/head learning rate (default: --lr)")
     t.add_argument("--warmup-ratio", type=float, help="linear warm-up share of the steps (default 0.1)")
-    t.add_argument("--epochs", type=int, help="default 1")
-    t.add_argument("--max-steps", type=int, help="stop after N steps")
+    t.add_argument("--epochs", type=positive_int, help="default 1")
+    t.add_argument("--max-steps", type=positive_int, help="stop after N steps")
     t.add_argument("--seed", type=int, help="default 42")
-    t.add_argument("--eval-every", type=int, help="dev evaluation every N steps (default 125)")
+    t.add_argument("--eval-every", type=positive_int, help="dev evaluation every N steps (default 125)")
     t.add_argument("--eval-on", choices=["stsb", "quora"], help="selection metric: STS-B dev (default) or MRR@10 "
                    "on the Quora dev split (rows 296,000-299,999; never the evaluation or held-out rows)")
-    t.add_argument("--eval-max-pairs", type=int, help="cap STS-B dev pairs (quick runs)")
+    t.add_argument("--eval-max-pairs", type=positive_int, help="cap STS-B dev pairs (quick runs)")
     t.add_argument("--eval-mode", choices=["cls", "mean", "pooler"], help="select on the detached [CLS] "
                    "(default), the detached token mean, or the pooler output")
     t.add_argument("--resume", action="store_true", help="continue from OUT/last")
     t.add_argument("--device", choices=["auto", "cpu", "cuda"], help="default auto (CUDA when available)")
-    t.add_argument("--threads", type=int, help="torch CPU threads")
+    t.add_argument("--threads", type=positive_int, help="torch CPU threads")
     t.set_defaults(func=run)
 
 

@@ -36,6 +36,12 @@ class EmbeddingRequest(BaseModel):
                                    "the model was not trained for shortened (Matryoshka) vectors")
     user: str | None = Field(None, max_length=256, description="accepted for compatibility, not used")
 
+    @field_validator("encoding_format", mode="before")
+    @classmethod
+    def _null_is_float(cls, value: Any) -> Any:
+        """`null`, as clients that send every optional parameter write "not given": the default, as `dimensions`."""
+        return "float" if value is None else value
+
     @field_validator("input", mode="before")
     @classmethod
     def _no_token_arrays(cls, value: Any) -> Any:

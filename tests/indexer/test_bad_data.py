@@ -96,3 +96,39 @@ def test_truncated_index_and_lying_manifest_are_clear_errors(tiny_root: Path) ->
         shutil.rmtree(truncated)
         shutil.rmtree(lying)
     assert snapshot(tiny_root) == before
+
+
+def test_rollback_on_a_root_without_a_current_index_says_so(tmp_path: Path) -> None:
+    """An empty folder (a mistyped --root) said "has no version older than None to roll back to"."""
+    r = cli("rollback", "--root", str(tmp_path))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip() == (f"indexer rollback: error: {tmp_path} has no current index "
+                                f"(build one with `indexer build --root {tmp_path}`)"), r.stderr
+
+
+def test_a_root_that_is_a_file_is_named_as_such(tmp_path: Path, tiny_exported: Path) -> None:
+    """`indexer build --root FILE` said "[Errno 17] File exists: 'FILE'"."""
+    data, root = tmp_path / "docs.jsonl", tmp_path / "a-file"
+    data.write_text('{"id": "a", "text": "dog"}\n')
+    root.write_text("not a folder")
+    r = cli("build", "--root", str(root), "--model", str(tiny_exported), "--data", str(data), "--no-eval")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == (f"indexer build: error: {root} is a file, not a folder: --root "
+                                                 "names the folder of an index root"), r.stderr
+
+
+def test_a_manifest_that_is_not_json_is_one_line_naming_it(tmp_path: Path, tiny_exported: Path) -> None:
+    """eval, compact, shard, build --add, collection printed pydantic's several lines and its link; snapshot create
+    printed "value: Invalid JSON …" without the file."""
+    data, root = tmp_path / "docs.jsonl", tmp_path / "root"
+    data.write_text('{"id": "a", "text": "dog"}\n{"id": "b", "text": "cat"}\n')
+    assert cli("build", "--root", str(root), "--model", str(tiny_exported), "--data", str(data),
+               "--no-eval").returncode == 0
+    manifest = IndexRoot(root).current_dir() / "manifest.json"
+    manifest.write_text('{"x":\n')
+    for args in (("eval",), ("snapshot", "create")):
+        r = cli(*args, "--root", str(root))
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        last = r.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"indexer {args[0]}: error: {manifest} is not a valid manifest: value: Invalid JSON"), \
+            r.stderr

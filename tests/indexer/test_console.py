@@ -3,6 +3,7 @@ waiting for work in flight on pool threads (what made a nice-19 build outlive `d
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -60,3 +61,22 @@ def test_sigterm_exits_after_the_clean_up_without_waiting_for_pool_threads(tmp_p
     assert took < 30, f"{took:.1f} s: the exit waited for the pool thread"
     assert not (tmp_path / "staging").exists()  # the clean-up ran
     assert (tmp_path / "atexit").read_text() == "ran"  # and the atexit functions
+
+
+
+def test_the_clis_log_at_strata_log_level(tmp_path: Path) -> None:
+    """docs/operations.md: STRATA_LOG_LEVEL is the same for every CLI; the CLIs logged INFO whatever it said. At
+    warning a CLI now logs no INFO line (`running below the API's priority`); a bad level is a warning, INFO used."""
+
+    def snapshot_list(level: str) -> str:
+        env = os.environ | {"STRATA_LOG_LEVEL": level, "STRATA_LOG_FORMAT": "json", "STRATA_BUILD_PRIORITY": "low"}
+        r = subprocess.run([sys.executable, "-m", "indexer.cli", "snapshot", "list", "--root", str(tmp_path)],
+                           cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        return r.stderr
+
+    assert "running below the API's priority" in snapshot_list("info")
+    assert "running below the API's priority" not in snapshot_list("WARNING")
+    loud = snapshot_list("loud")
+    assert "STRATA_LOG_LEVEL must be one of critical, error, warning, info, debug (got 'loud'); using info" in loud
+    assert "running below the API's priority" in loud

@@ -320,6 +320,18 @@ def test_a_keys_file_grants_scopes_per_collection(tmp_path: Path) -> None:
         load_keys(Settings(api_keys_file=keys))
 
 
+def test_a_scope_the_server_does_not_know_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    """`key:ADMIN` or `key:adm` made a read-only key without a word (an unknown scope adds nothing, by design)."""
+    from service.auth import ADMIN, load_keys
+    from service.settings import Settings
+
+    with caplog.at_level("WARNING", logger="service.auth"):
+        grants = load_keys(Settings(api_keys="typo-key-0123:ADMIN,good-key-0123:admin"))
+    assert not grants["typo-key-0123"].may(ADMIN, "faq") and grants["good-key-0123"].may(ADMIN, "faq")
+    assert [r.getMessage() for r in caplog.records] == [
+        "STRATA_API_KEYS entry typo…: scope 'ADMIN' is not one this server knows (read, admin): the key may read only"]
+
+
 @pytest.fixture(scope="module")
 def cls_384(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 1-layer random BERT of hidden size 384 exported with CLS pooling: 384 dimensions like `minilm_mean`,

@@ -125,6 +125,16 @@ def test_bad_requests_are_typed_400s(v1: Server, model: str, kwargs: dict, param
     assert err.request_id  # the server's X-Request-ID, as the client reports it
 
 
+def test_null_optional_parameters_are_the_defaults() -> None:
+    """`"encoding_format": null` (clients that write every optional parameter) was a 400 where `"dimensions": null`
+    was accepted; both mean "not given"."""
+    from service.schemas.openai import EmbeddingRequest
+
+    body = EmbeddingRequest.model_validate({"model": "m", "input": "x", "encoding_format": None, "dimensions": None,
+                                            "user": None})
+    assert body.encoding_format == "float" and body.dimensions is None
+
+
 def test_dimensions_equal_to_the_models_are_accepted(v1: Server, model: str) -> None:
     answer = client(v1).embeddings.create(input="ok", model=model, dimensions=384, encoding_format="float")
     assert len(answer.data[0].embedding) == 384

@@ -199,5 +199,8 @@ def test_a_path_id_names_the_id_it_spells_exactly(tmp_path: Path, tiny_exported:
             for path in ("-0", "+17", "017", "-017", "00"):
                 r = c.get(f"/collections/ids/documents/{path}")
                 assert r.status_code == 404 and f"no document with id '{path}' in" in r.json()["detail"], (path, r.text)
+            # its metrics' endpoint is the route's template, not how its id is parsed (`{doc_id:doc_id}`)
+            metrics = c.get("/metrics").text
+            assert 'endpoint="/documents/{doc_id}"' in metrics and "doc_id:" not in metrics
     finally:
         stop_server(srv)
