@@ -12,10 +12,17 @@ if TYPE_CHECKING:
     from service.settings import Settings
 
 
+def _rows(value: str) -> int:
+    """argparse type of `demo --rows`: a count of at least 1, refused as the `indexer` CLIs refuse theirs (the build
+    pipeline's own argument types stay out of `service`)."""
+    n = int(value)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, not {n}")
+    return n
+
+
 def _parser() -> argparse.ArgumentParser:
     """`python -m service`'s subcommands (serve, demo, sharded) and their flags."""
-    from indexer.commands.common import positive_int
-
     parser = argparse.ArgumentParser(prog="python -m service",
                                      description="Serve the Strata API with uvicorn. Settings come from "
                                      "STRATA_* environment variables (see docs/operations.md#settings); "
@@ -27,7 +34,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", help="bind address (STRATA_HOST, default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port (STRATA_PORT, default 8000)")
     parser.add_argument("--index-root", help="index root (STRATA_INDEX_ROOT)")
-    parser.add_argument("--rows", type=positive_int, default=None, help="demo: index only the first N Quora rows")
+    parser.add_argument("--rows", type=_rows, default=None, help="demo: index only the first N Quora rows")
     parser.add_argument("--rebuild", action="store_true", help="demo: build a new index even if one exists")
     parser.add_argument("--train", action=argparse.BooleanOptionalAction, default=None,
                         help="demo (on by default; --no-train skips it): while serving, adapt the encoder to Quora in "
