@@ -123,9 +123,9 @@ class CorpusSource:
     def _rows(self, progress: Callable[[int], None] | None) -> Iterator[Doc]:
         self.texts_cut = 0
         self.files_report = FileReport(skipped=list(self.walk_skips))
+        root = self.path if self.path.is_dir() else self.path.parent  # a document's id: its path from here
         for f in self.files:
             if self.format == "files":  # a folder of documents (indexer.file_docs): one per file
-                root = self.path if self.path.is_dir() else self.path.parent  # the id: the path from here
                 docs = file_docs(f, root, self.fields, self.files_report, progress)
             else:
                 reader = {"parquet": _parquet_docs, "csv": _csv_docs, "tsv": _csv_docs}.get(self.format, _jsonl_docs)

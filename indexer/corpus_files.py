@@ -66,11 +66,16 @@ def first_line(path: Path) -> str | None:
         return None
 
 
+def _visible_files(folder: Path) -> list[Path]:
+    """The folder's files, recursively, in path order; none hidden nor under a hidden folder (`.git`, `.vscode`:
+    an editor's settings.json is no corpus file), as a folder of documents leaves them out."""
+    return sorted(p for p in folder.rglob("*")
+                  if not any(part.startswith(".") for part in p.relative_to(folder).parts) and p.is_file())
+
+
 def corpus_files(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
-    """The folder's files with these suffixes, recursively, in path order; none under a hidden folder (`.git`,
-    `.vscode`: an editor's settings.json is no corpus file), as a folder of documents leaves them out."""
-    return sorted(p for p in folder.rglob("*") if base_name(p).endswith(suffixes)
-                  and not any(part.startswith(".") for part in p.relative_to(folder).parts) and p.is_file())
+    """The folder's visible files with these suffixes, recursively, in path order."""
+    return [p for p in _visible_files(folder) if base_name(p).endswith(suffixes)]
 
 
 def left_out(folder: Path, files: list[Path], fmt: str, suffixes: tuple[str, ...]) -> list[tuple[str, str]]:
@@ -78,9 +83,7 @@ def left_out(folder: Path, files: list[Path], fmt: str, suffixes: tuple[str, ...
     files, a README: named, so that no file of rows is left out unnoticed."""
     read = set(files)
     reason = f"this folder is read as {fmt} (its {', '.join('*' + s for s in suffixes)} files)"
-    return [(p.relative_to(folder).as_posix(), reason) for p in sorted(folder.rglob("*"))
-            if p not in read and not any(part.startswith(".") for part in p.relative_to(folder).parts)
-            and p.is_file()]
+    return [(p.relative_to(folder).as_posix(), reason) for p in _visible_files(folder) if p not in read]
 
 
 def _rows_of_json(path: Path) -> bool:

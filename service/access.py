@@ -7,11 +7,9 @@ on a search.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
-import re
 import time
 from typing import Any
 
@@ -174,15 +172,6 @@ class AccessLog:
 
 def _route(scope: Scope) -> str | None:
     """The matched route's template (routing sets it in the shared scope), None when nothing matched; without its
-    parameters' convertors (`/documents/{doc_id}`, not `/documents/{doc_id:doc_id}`), which are how it is parsed,
-    not which endpoint it is."""
-    path = getattr(scope.get("route"), "path", None)
-    return template(path) if path else None
-
-
-@functools.lru_cache(maxsize=256)  # one entry per route
-def template(path: str) -> str:
-    return _CONVERTOR.sub(r"{\1}", path)
-
-
-_CONVERTOR = re.compile(r"\{(\w+):\w+\}")
+    parameters' convertors (Starlette's `path_format`: `/documents/{doc_id}`, not `/documents/{doc_id:doc_id}`),
+    which are how it is parsed, not which endpoint it is."""
+    return getattr(scope.get("route"), "path_format", None)

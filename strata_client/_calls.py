@@ -20,7 +20,8 @@ MAX_GET_IDS = 1000  # ids per POST /documents/get
 MAX_SCROLL_LIMIT = 1000  # documents per POST /documents/scroll page
 
 
-_INT = re.compile(r"-?(0|[1-9][0-9]*)")
+# how the server reads an integer id in a path (`service.engine.reading`): "17", not "-0" nor "007"
+_INT = re.compile(r"0|-?[1-9][0-9]*")
 
 
 def text_ids_asked(ids: Sequence[str]) -> list[DocId]:

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from indexer.runtime.metadata import json_kind, scalar_problem
+from indexer.runtime.passage_rows import PASSAGE_KEY
 
 
 @dataclass(frozen=True)
@@ -103,8 +104,8 @@ class _Parser:
         self.schema = schema
 
     def field_families(self, field: str) -> set[str]:
-        if field not in self.schema or field.startswith("\x1f"):  # "\x1f…": Strata's own records (a passage's)
-            names = sorted(n for n in self.schema if not n.startswith("\x1f"))
+        if field not in self.schema or field == PASSAGE_KEY:  # a passage row's own record, never a user's field
+            names = sorted(n for n in self.schema if n != PASSAGE_KEY)
             known = ", ".join(names[:30]) + (f", … ({len(names)} in all)" if len(names) > 30 else "") \
                 or "none: this version has no metadata"
             raise FilterError(f"unknown field {field!r} (fields: {known})")

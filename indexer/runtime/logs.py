@@ -99,10 +99,11 @@ def child_env(fmt: LogFormat) -> dict[str, str]:
 def one_line(exc: BaseException) -> str:
     """The error as one line: a pydantic ValidationError's fields and reasons (its own text spans several lines and
     ends in a documentation link), anything else as it reads."""
-    errors = getattr(exc, "errors", None)
-    if type(exc).__name__ == "ValidationError" and callable(errors):
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):
         return "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ())) or 'value'}: {e.get('msg')}"
-                         f" (got {_brief(e.get('input'))})" for e in errors())
+                         f" (got {_brief(e.get('input'))})" for e in exc.errors())
     return str(exc)
 
 

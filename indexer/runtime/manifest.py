@@ -6,7 +6,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, SerializeAsAny, ValidationError, model_validator
+from pydantic import BaseModel, SerializeAsAny, model_validator
 
 from indexer.runtime.ann import KIND_SPECS, KindParams, first_manifest_params, parse_params
 from indexer.runtime.integrity import MANIFEST_CHECKSUM_FORMAT, write_manifest
@@ -387,13 +387,13 @@ class Manifest(BaseModel):
         return "hybrid" if self.lexical is not None else "dense"
 
     @classmethod
-    def load(cls, folder: Path) -> Manifest:
+    def load(cls, folder: Path, text: str | bytes | None = None) -> Manifest:  # text: its file, read by other means
         path = folder / MANIFEST
         try:
-            return cls.model_validate_json(path.read_text())
+            return cls.model_validate_json(path.read_text() if text is None else text)
         except FileNotFoundError as exc:
             raise ManifestError(f"{path} is missing") from exc
-        except (ValidationError, ValueError) as exc:  # (one line: pydantic's text spans several)
+        except ValueError as exc:  # a ValidationError too, in one line: pydantic's text spans several
             raise ManifestError(f"{path} is not a valid manifest: {one_line(exc)}") from exc
 
     def save(self, folder: Path) -> None:

@@ -44,8 +44,7 @@ from typing import IO, Any, BinaryIO
 
 from indexer.runtime.atomic import fsync_dir, sha256_file, write_json_atomic
 from indexer.runtime.layout import IndexRoot, new_version_name
-from indexer.runtime.logs import one_line
-from indexer.runtime.manifest import Manifest, ManifestError
+from indexer.runtime.manifest import Manifest
 from indexer.runtime.storage import storage_errors
 from indexer.runtime.writelog import copy_log, log_path
 
@@ -218,11 +217,7 @@ def _create(root_dir: Path, version: str | None, name: str | None) -> SnapshotIn
     partial = folder / f".{name}.partial"
     log_copy = folder / f".{name}.partial-log"
     try:
-        try:
-            manifest = Manifest.model_validate_json(handles["manifest.json"].read())
-        except ValueError as exc:  # (a ValidationError too) named as every command names it
-            raise ManifestError(f"{root.version_dir(version) / 'manifest.json'} is not a valid manifest: "
-                                f"{one_line(exc)}") from exc
+        manifest = Manifest.load(root.version_dir(version), handles["manifest.json"].read())
         handles["manifest.json"].seek(0)
         info = _write(root.root, version, manifest, handles, partial, log_copy, name)
         os.replace(partial, folder / f"{name}{ARCHIVE_SUFFIX}")

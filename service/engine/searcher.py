@@ -10,7 +10,7 @@ own documents only.
 
 Modes (`Job.mode`; None: the version's default): dense searches the vectors; lexical searches the version's BM25
 index (`indexer.runtime.lexical`) and encodes nothing; hybrid does both and fuses the two top-100 lists
-(`indexer.runtime.fusion`). The lexical searches run on a thread of the searcher's own while the batch encodes.
+(`indexer.runtime.fusion`). The lexical searches run on the searcher's lexical pool while the batch encodes.
 
 The batch's stages are methods here over modules of their own: `batch` (what they fill in), `refusals`,
 `encoding`, `retrieval` (the searches, fusion and a version of passages' documents), `lexical_pool`.
