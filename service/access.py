@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from starlette.datastructures import Headers, MutableHeaders
+from starlette.routing import Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.engine.metrics import Metrics
@@ -173,5 +174,9 @@ class AccessLog:
 def _route(scope: Scope) -> str | None:
     """The matched route's template (routing sets it in the shared scope), None when nothing matched; without its
     parameters' convertors (Starlette's `path_format`: `/documents/{doc_id}`, not `/documents/{doc_id:doc_id}`),
-    which are how it is parsed, not which endpoint it is."""
-    return getattr(scope.get("route"), "path_format", None)
+    which are how it is parsed, not which endpoint it is. A mount (the page's files) is one endpoint: its own path,
+    not `/static/{path}`."""
+    route = scope.get("route")
+    if isinstance(route, Mount):
+        return route.path
+    return getattr(route, "path_format", None)
