@@ -84,7 +84,7 @@ _BY_STATUS: dict[int, type[APIError]] = {
 
 
 def reason_of(detail: Any) -> str:
-    """The server's `detail` as one line: a 422's list becomes `body.filter: unknown field 'x'; ...`."""
+    """The server's `detail` as one line: a 422's list becomes `body.filter: x: unknown operator 'near' ...; ...`."""
     if isinstance(detail, list):
         parts = []
         for item in detail:

@@ -168,15 +168,12 @@ class StrataVectorStore(BasePydanticVectorStore):
 
     def _delete_matching(self, flt: dict[str, Any]) -> None:
         """Search the matching nodes (100 a pass) and delete them until none is left; a pass that deletes
-        nothing new ends it (no loop on a search that keeps answering deleted ids). A field no document holds
-        (none ever written, or the last ones just deleted) is a filter the server refuses as unknown: nothing is
-        left to delete."""
+        nothing new ends it (no loop on a search that keeps answering deleted ids; a field no document holds
+        matches none)."""
         while True:
             try:
                 hits = self._client.search("*", top_k=_MAX_TOP_K, filter=flt, mode="dense").hits
             except ValidationError as exc:
-                if "unknown field" in exc.reason:
-                    return
                 raise ValueError(f"cannot find the nodes to delete by {flt}: {exc.reason} "
                                  "(delete_nodes(node_ids=...) deletes by id)") from exc
             if not hits or self._client.delete([h.id for h in hits]).deleted == 0:

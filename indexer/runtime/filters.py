@@ -12,10 +12,13 @@ Types come from the schema (`field → "int" | "float" | "str" | "bool" | "json"
 ranges compare as text (ISO dates sort correctly); bools match bool fields and have no ranges; a bool is never a
 number, even in a field that holds both (true does not match 1 nor a range, 1 does not match true: the
 store keeps bools as 1/0, and tells them apart by a scan of the field's metadata, only for such fields); "json" fields
-(lists, objects) cannot be filtered. A document without the field never matches. Unknown fields, operators or
-mistyped values, and values outside the metadata schema (`indexer.runtime.metadata`: integers beyond 64 bits,
-NaN or infinities, strings with lone surrogates) raise `FilterError` with the reason (the API turns it into a
-422). `and` and `or` are reserved words: a metadata field of that name cannot be filtered.
+(lists, objects) cannot be filtered. A document without the field never matches, so a field that no document
+holds (none written yet, or its last holder deleted) matches nothing, whatever its value's type, as in
+Elasticsearch, Qdrant and Chroma: in a live collection the fields are data, and a filter that worked must not
+turn into an error when the documents holding its field are deleted. Unknown operators or mistyped values (for a
+field some document holds), and values outside the metadata schema (`indexer.runtime.metadata`: integers beyond
+64 bits, NaN or infinities, strings with lone surrogates) raise `FilterError` with the reason (the API turns it
+into a 422). `and` and `or` are reserved words: a metadata field of that name cannot be filtered.
 
 This module is pure (no SQLite, no FAISS): `Store.filter_ids` runs what `plan` returns (one statement, or for a
 filter wider or deeper than SQLite takes in one, several whose ids it combines).
@@ -95,6 +98,9 @@ def _kind(v: object) -> str:
     return type(v).__name__ if kind == "json" else kind
 
 
+_ANY_SCALAR = ("bool", "number", "str")
+
+
 def _family(kind: str) -> str:
     return "number" if kind in ("int", "float") else kind
 
@@ -104,11 +110,12 @@ class _Parser:
         self.schema = schema
 
     def field_families(self, field: str) -> set[str]:
-        if field not in self.schema or field == PASSAGE_KEY:  # a passage row's own record, never a user's field
-            names = sorted(n for n in self.schema if n != PASSAGE_KEY)
-            known = ", ".join(names[:30]) + (f", … ({len(names)} in all)" if len(names) > 30 else "") \
-                or "none: this version has no metadata"
-            raise FilterError(f"unknown field {field!r} (fields: {known})")
+        """The value families a filter on `field` may compare with: every scalar one for a field no document
+        holds (it matches nothing)."""
+        if field == PASSAGE_KEY:  # a passage row's own record, never a user's field
+            raise FilterError("the passage record is not a metadata field and cannot be filtered")
+        if field not in self.schema:
+            return set(_ANY_SCALAR)
         families = {_family(k) for k in self.schema[field].split("|")}
         filterable = families - {"json", "null"}
         if not filterable:
@@ -144,7 +151,8 @@ class _Parser:
 
     def condition(self, field: str, cond: object) -> Node:
         families = self.field_families(field)
-        mixed = {"bool", "number"} <= families
+        # bools told apart from numbers by a scan of the field's rows: only for a field that holds both
+        mixed = {"bool", "number"} <= families and field in self.schema
         if not isinstance(cond, dict):
             return Eq(field, self.value(field, cond, families, "equality"), mixed)
         if not cond:
@@ -216,12 +224,6 @@ def parse_filter(obj: object, schema: Mapping[str, str]) -> Node:
     `FilterError`."""
     check_limits(obj)
     return _Parser(schema).node(obj, 0)
-
-
-def fields_of(node: Node) -> set[str]:
-    if isinstance(node, (And, Or)):
-        return set().union(*(fields_of(n) for n in node.items))
-    return {node.field}
 
 
 def _param(v: Scalar) -> Scalar:

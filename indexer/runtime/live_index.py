@@ -32,7 +32,7 @@ from indexer.runtime.filters import Node, matches, parse_filter
 from indexer.runtime.ids import ExtId
 from indexer.runtime.manifest import Manifest
 from indexer.runtime.overlay import Overlay, Snapshot, WrittenDoc
-from indexer.runtime.passage_rows import row_view
+from indexer.runtime.passage_rows import PASSAGE_KEY, row_view
 from indexer.runtime.passages import document_key, parse_passage_id
 from indexer.runtime.rowsets import in_sorted
 from indexer.runtime.topk import merge_top_k
@@ -247,6 +247,15 @@ class LiveIndex:
         self.base.close()
         self.overlay.release()
         drain(self._written_docs)
+
+
+def served_fields(index: Any) -> dict[str, str]:
+    """The metadata fields the documents a served index holds now have (field → type, as filters check them):
+    the written documents' and the version's (a version's field stays listed until a compaction folds its deleted
+    holders away)."""
+    base = index.base.store.metadata_schema() if isinstance(index, LiveIndex) else index.store.metadata_schema()
+    fields = index.overlay.schema(base) if isinstance(index, LiveIndex) else base
+    return {k: v for k, v in fields.items() if k != PASSAGE_KEY}
 
 
 def served_counts(index: Any) -> tuple[int, int | None]:

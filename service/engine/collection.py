@@ -28,7 +28,7 @@ import numpy as np
 
 from indexer.runtime.ann import served_search_params
 from indexer.runtime.collection_config import CollectionConfig, ConfigError
-from indexer.runtime.live_index import served_counts
+from indexer.runtime.live_index import served_counts, served_fields
 from indexer.runtime.manifest import Manifest, SearchMode
 from indexer.runtime.query import Query
 from indexer.runtime.vectors import VectorError, check_vector
@@ -113,6 +113,7 @@ class Status:
     damaged: str | None = None  # a file of the served version gone or resized on disk (`Swapper.served_damage`)
     documents: int | None = None  # documents served, writes included (a version of passages: each once)
     passages: int | None = None  # a version of passages: its passage rows (= size); None: documents whole
+    fields: dict[str, str] | None = None  # the served documents' metadata fields and their types
 
 
 class Collection:
@@ -307,7 +308,7 @@ class Collection:
     @staticmethod
     def _counts(searcher: Searcher) -> dict[str, int | None]:
         documents, passages = served_counts(searcher.index)
-        return {"documents": documents, "passages": passages}
+        return {"documents": documents, "passages": passages, "fields": served_fields(searcher.index)}
 
     def _search_params(self, manifest: Manifest) -> dict[str, Any]:
         """The search parameters a search that sets none runs a version at (`search`'s order): its manifest's,

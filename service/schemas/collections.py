@@ -21,6 +21,9 @@ class CollectionInfo(BaseModel):
     documents: int | None = Field(None, description="documents served, writes included")
     passages: int | None = Field(None, description="a version built with passages: its passages, writes included "
                                  "(absent: documents are indexed whole)")
+    fields: dict[str, str] | None = Field(None, description=(
+        "the metadata fields its documents hold, with their types (int, float, str, bool, json, or a union such "
+        "as int|str), as filters check them; a filter on a field not listed matches nothing"))
     version: str | None = None
     since: datetime | None = Field(None, description="when the served version was swapped in")
     encoder: str | None = Field(None, description="the encoder folder's name")

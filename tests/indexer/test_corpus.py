@@ -461,7 +461,6 @@ def test_filter_request_shapes(meta_store: tuple[Store, list[dict[str, Any]]]) -
 
 
 @pytest.mark.parametrize(("flt", "reason"), [
-    ({"buckt": 1}, "unknown field 'buckt' (fields: bucket, code, flag, lang, score, tags, year)"),
     ({"bucket": "1"}, "bucket: equality '1' is a str but the field holds int"),
     ({"lang": 3}, "lang: equality 3 is an int but the field holds str"),
     ({"bucket": True}, "bucket: equality True is a bool but the field holds int"),
@@ -494,6 +493,18 @@ def test_bad_filters_say_why(meta_store: tuple[Store, list[dict[str, Any]]], flt
     with pytest.raises(FilterError) as info:
         store.filter_ids(flt)
     assert reason in str(info.value)
+
+
+@pytest.mark.parametrize("flt", [{"buckt": 1}, {"buckt": "1"}, {"buckt": True}, {"buckt": {"gte": 0}},
+                                 {"buckt": {"in": [1, "a", False]}}, {"or": [{"buckt": 1}, {"nope": "x"}]}])
+def test_a_field_no_document_holds_matches_nothing(meta_store: tuple[Store, list[dict[str, Any]]],
+                                                    flt: Any) -> None:  # noqa: ANN401
+    """As in Elasticsearch, Qdrant and Chroma: no error, no document; beside a field that matches, it narrows
+    nothing away in an `or` and everything in an `and`."""
+    store, rows = meta_store
+    assert len(store.filter_ids(flt)) == 0
+    assert len(store.filter_ids({"or": [flt, {"lang": "en"}]})) == sum(r["lang"] == "en" for r in rows)
+    assert len(store.filter_ids({"and": [flt, {"lang": "en"}]})) == 0
 
 
 def test_deep_filters_are_refused_and_sql_has_one_parameter_per_value() -> None:
@@ -610,7 +621,7 @@ def test_a_bool_is_never_a_number_even_in_a_field_holding_both(tmp_path: Path) -
         assert [v for v in values if brute_force(flt, {"m": v})] == want
 
 
-def test_quora_store_answers_documents_and_refuses_filters(tmp_path: Path) -> None:
+def test_quora_store_answers_documents_and_matches_no_filter(tmp_path: Path) -> None:
     write_store(tmp_path / STORE, [16, 23], ["What should I do to be a great geologist?", "Why?"], [], [], [])
     store = Store(tmp_path / STORE)
     try:
@@ -618,8 +629,9 @@ def test_quora_store_answers_documents_and_refuses_filters(tmp_path: Path) -> No
         assert set(docs) == {16, 23} and docs[16].ext_id == 16 and docs[16].metadata == {}
         assert store.metadata_schema() == {} and store.graded_eval_set() is None
         assert store.resolve_ext_ids(["16", "x", "99"]) == {"16": 16}
-        with pytest.raises(FilterError, match="no metadata"):
-            store.filter_ids({"bucket": 1})
+        assert len(store.filter_ids({"bucket": 1})) == 0  # no metadata: a field no document holds
+        with pytest.raises(FilterError, match="unknown operator"):
+            store.filter_ids({"bucket": {"near": 1}})
     finally:
         store.close()
 

@@ -388,3 +388,69 @@ def test_an_encoder_that_cannot_be_served_is_a_422_and_creates_nothing(tmp_path:
             assert c.get("/collections").json()["collections"] == [] and not any(cdir.iterdir())
     finally:
         stop_server(srv)
+
+
+def test_a_filter_on_a_field_no_document_holds_is_no_match_from_empty_through_delete_and_compaction(
+        folders: dict[str, Path]) -> None:
+    """A live collection's fields are data: a filtered search, count or scroll on a field that no document holds
+    (none written yet, or its last holder deleted, before and after compaction) answers no documents, as
+    Elasticsearch, Qdrant and Chroma do, never an error that comes and goes with the data; `GET
+    /collections/{name}` lists the fields the documents hold. An unknown operator is still a 422."""
+    srv = start_server(folders["tmp"], {"STRATA_COLLECTIONS_DIR": str(folders["collections"]),
+                                        "STRATA_MODELS_DIR": str(folders["models"]), "STRATA_API_KEYS": KEYS,
+                                        "STRATA_WATCH_INTERVAL_S": "0", "STRATA_WORKERS": "1",
+                                        "STRATA_COMPACT_INTERVAL_S": "0.2"})
+    flt = {"lang": "en"}
+    try:
+        with srv.client() as c:
+            made = c.post("/collections", json={"name": "notes", "encoder": folders["encoder"].name, "settings": {
+                "compaction": {"written_docs": 1, "min_interval_s": 0}}}, headers=AUTH)
+            assert made.status_code == 201, made.text
+            dim = made.json()["dim"]
+
+            def answers() -> tuple[list[list[int | str]], int, list[int | str]]:
+                found = []
+                for mode in ("dense", "lexical", "hybrid"):
+                    r = c.post("/collections/notes/search", json={"query": TEXTS[0], "mode": mode, "filter": flt},
+                               headers=AUTH)
+                    assert r.status_code == 200, (mode, r.text)
+                    found.append([h["id"] for h in r.json()["hits"]])
+                count = c.post("/collections/notes/documents/count", json={"filter": flt}, headers=AUTH)
+                page = c.post("/collections/notes/documents/scroll", json={"filter": flt}, headers=AUTH)
+                assert count.status_code == 200 and page.status_code == 200, (count.text, page.text)
+                return found, count.json()["count"], [d["id"] for d in page.json()["documents"]]
+
+            def fields() -> dict[str, str]:
+                return c.get("/collections/notes", headers=AUTH).json()["fields"]
+
+            assert answers() == ([[], [], []], 0, []) and fields() == {}  # an empty collection
+            docs = [{"id": f"d{i}", "text": t, "metadata": {"lang": "en"} if i == 0 else {"n": i},
+                     "vector": basis(i, dim)} for i, t in enumerate(TEXTS)]
+            assert c.put("/collections/notes/documents", json={"documents": docs}, headers=AUTH).status_code == 200
+            assert answers() == ([["d0"], ["d0"], ["d0"]], 1, ["d0"])
+            assert fields() == {"lang": "str", "n": "int"}  # what GET /collections/{name} lists
+
+            def compacted(since: str) -> str:
+                """The version a compaction swapped in after `since`, once it holds every write."""
+                deadline = time.monotonic() + 120
+                while time.monotonic() < deadline:
+                    info = c.get("/collections/notes", headers=AUTH).json()
+                    state = info["compaction"]
+                    if info["version"] != since and not state["running_since"] and not state["pending"]["entries"]:
+                        return info["version"]
+                    time.sleep(0.3)
+                raise AssertionError(f"no compaction after {since}: {info}")
+
+            folded = compacted(made.json()["version"])  # the writes folded into a version of their own
+            assert answers() == ([["d0"], ["d0"], ["d0"]], 1, ["d0"])
+            assert c.post("/collections/notes/documents/delete", json={"ids": ["d0"]},
+                          headers=AUTH).status_code == 200
+            assert answers() == ([[], [], []], 0, [])  # its last holder deleted
+            compacted(folded)
+            assert answers() == ([[], [], []], 0, [])  # and after the compaction that folds the delete
+            assert fields() == {"n": "int"}
+            bad = c.post("/collections/notes/search", json={"query": TEXTS[0], "filter": {"lang": {"near": 1}}},
+                         headers=AUTH)
+            assert bad.status_code == 422 and "unknown operator 'near'" in bad.text
+    finally:
+        stop_server(srv)

@@ -172,11 +172,11 @@ def test_a_micro_batch_mixes_filters_encode_only_jobs_and_a_refused_filter(
 
     searcher = Searcher.open(IndexRoot(corpus[0]).current_dir(), threads=1)
     try:
-        jobs = [Job(QUERIES[:2], 5, FILTERS[0]), Job(QUERIES[2:3], None), Job(QUERIES[3:], 10, {"colour": 1}),
+        jobs = [Job(QUERIES[:2], 5, FILTERS[0]), Job(QUERIES[2:3], None), Job(QUERIES[3:], 10, {"year": "1"}),
                 Job(QUERIES[:1], 3, FILTERS[2]), Job(QUERIES[1:2], 4), Job(QUERIES[4:], 2, FILTERS[0])]
         batched = searcher.run_batch(jobs)
         refused = batched[2]
-        assert isinstance(refused.error, BadFilter) and "unknown field 'colour'" in str(refused.error)
+        assert isinstance(refused.error, BadFilter) and "is a str but the field holds int" in str(refused.error)
         assert refused.hits == [] and refused.vectors is None
         encoded = sum(len(j.texts) for j in jobs) - len(jobs[2].texts)  # the refused job's texts are not encoded
         for job, res in zip(jobs, batched, strict=True):
@@ -217,7 +217,6 @@ def test_ids_keep_their_type_and_hits_carry_metadata(served: Server,
 @pytest.mark.parametrize(
     ("flt", "reason"),
     [
-        ({"colour": "red"}, "unknown field 'colour' (fields: bucket, lang, year)"),
         ({"year": "2001"}, "year: equality '2001' is a str but the field holds int"),
         ({"year": {"near": 2000}}, "year: unknown operator 'near'"),
         ({"lang": {"gt": 3}}, "lang: gt 3 is an int but the field holds str"),
@@ -245,8 +244,7 @@ def test_quora_store_has_no_metadata_to_filter(server: Server) -> None:
         ok = c.post("/search", json={"query": "How can I be a good geologist?", "top_k": 3}).json()["hits"]
         r = c.post("/search", json={"query": "How can I be a good geologist?", "filter": {"bucket": 1}})
     assert ok[0]["id"] == 16 and all(type(h["id"]) is int and h["metadata"] == {} for h in ok)
-    assert r.status_code == 422
-    assert r.json()["detail"][0]["msg"] == "unknown field 'bucket' (fields: none: this version has no metadata)"
+    assert r.status_code == 200 and r.json()["hits"] == []  # a field no document holds matches nothing
 
 
 async def _burst(url: str, bodies: list[dict[str, Any]]) -> list[httpx.Response]:
@@ -263,7 +261,7 @@ def test_concurrent_requests_with_different_filters_share_onnx_runs_and_get_thei
         corpus: tuple[Path, list[dict[str, Any]]], tmp_path: Path) -> None:
     srv = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(corpus[0]), "STRATA_WORKERS": "1",
                                   "STRATA_BATCH_WINDOW_MS": "5"})
-    kinds: list[dict[str, Any] | None] = [None, FILTERS[0], FILTERS[2], FILTERS[3], {"colour": "red"}]
+    kinds: list[dict[str, Any] | None] = [None, FILTERS[0], FILTERS[2], FILTERS[3], {"year": "red"}]
     bodies = [{"query": q, "top_k": 5} | ({} if f is None else {"filter": f})
               for q, f in itertools.islice(zip(itertools.cycle(QUERIES), itertools.cycle(kinds)), 30)]
     try:
@@ -275,7 +273,7 @@ def test_concurrent_requests_with_different_filters_share_onnx_runs_and_get_thei
     finally:
         stop_server(srv)
     for body, a, t in zip(bodies, alone, together, strict=True):
-        bad = body.get("filter") == {"colour": "red"}
+        bad = body.get("filter") == {"year": "red"}  # a str for an int field
         assert a.status_code == t.status_code == (422 if bad else 200)
         if not bad:
             assert [h["id"] for h in t.json()["hits"]] == [h["id"] for h in a.json()["hits"]], body

@@ -112,8 +112,10 @@ def test_two_shard_service_answers_like_the_merged_index(sharded_server: str, ra
         one = client.post("/search", json={"query": qtexts[0], "top_k": 3, "mode": "dense"}).json()
         assert [h["id"] for h in one["hits"]] == expected[0, :3].tolist() and one["hits"][0]["text"]
         assert client.post("/search", json={"query": "", "top_k": 3}).status_code == 422  # same validation
-        refused = client.post("/search", json={"query": qtexts[0], "filter": {"bucket": 1}})  # no metadata
-        assert refused.status_code == 422 and "unknown field 'bucket'" in refused.json()["detail"][0]["msg"]
+        none = client.post("/search", json={"query": qtexts[0], "filter": {"bucket": 1}})  # no metadata: no match
+        assert none.status_code == 200 and none.json()["hits"] == []
+        refused = client.post("/search", json={"query": qtexts[0], "filter": {"bucket": {"near": 1}}})
+        assert refused.status_code == 422 and "unknown operator 'near'" in refused.json()["detail"][0]["msg"]
         got: list[list[int]] = []
         for start in range(0, len(qtexts), 64):
             r = client.post("/search", json={"queries": qtexts[start : start + 64], "top_k": 10, "mode": "dense"})
