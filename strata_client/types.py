@@ -282,13 +282,14 @@ class CollectionInfo:
     dim: int | None
     index_kind: str | None
     default_mode: str | None
+    fields: dict[str, str] | None  # the documents' metadata fields and their types
     raw: dict[str, Any] = field(repr=False, compare=False)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> CollectionInfo:
         return cls(d["name"], bool(d["default"]), bool(d["ready"]), d.get("reason"), d.get("documents"),
                    d.get("version"), d.get("model"), d.get("dim"), d.get("index_kind"), d.get("default_mode"),
-                   dict(d))
+                   d.get("fields"), dict(d))
 
 
 @dataclass(frozen=True)

@@ -449,6 +449,8 @@ def test_a_filter_on_a_field_no_document_holds_is_no_match_from_empty_through_de
             compacted(folded)
             assert answers() == ([[], [], []], 0, [])  # and after the compaction that folds the delete
             assert fields() == {"n": "int"}
+            with Client(srv.url, api_key=ADMIN) as client:
+                assert client.collection_info("notes").fields == {"n": "int"}
             bad = c.post("/collections/notes/search", json={"query": TEXTS[0], "filter": {"lang": {"near": 1}}},
                          headers=AUTH)
             assert bad.status_code == 422 and "unknown operator 'near'" in bad.text
