@@ -271,11 +271,12 @@ def choose(sets: list[dict[str, object]], n_boot: int, seed: int) -> dict[str, o
         perm = np.random.default_rng(seed + 1).permutation(n)
         halves.append((perm[: n // 2], perm[n // 2 :]))
     cands = [c for c in sets[0]["per_query"] if c.startswith(("convex", "rrf"))]
-    dev = {c: float(np.mean([np.nanmean(np.asarray(s["per_query"][c])[d]) for s, (d, _) in zip(sets, halves)]))
+    dev = {c: float(np.mean([np.nanmean(np.asarray(s["per_query"][c])[d])
+                             for s, (d, _) in zip(sets, halves, strict=True)]))
            for c in cands}
     chosen = max(cands, key=lambda c: (dev[c], c == DEFAULT_HYBRID))
     rows = []
-    for s, (_, test) in zip(sets, halves):
+    for s, (_, test) in zip(sets, halves, strict=True):
         pq = {c: np.asarray(v)[test] for c, v in s["per_query"].items()}
         row = {"set": s["name"], "n": len(test), **{c: round(float(np.nanmean(v)) * 100, 2) for c, v in pq.items()}}
         for other in (DEFAULT_HYBRID, "dense (passages)", "lexical (passage BM25)"):

@@ -117,7 +117,8 @@ def report(times: dict[str, dict[str, list[float]]], meta: dict[str, object], ou
         for mode, (side, _) in ((m, sd) for m in MODES for sd in SIDES[1:]):
             w, s = f"whole {mode} {top_k}", f"{side} {mode} {top_k}"
             lines.append(f"| {mode} | {top_k} | {side} | {p(w, 'wall', 50):.2f} / {p(w, 'wall', 95):.2f} | "
-                         f"{p(s, 'wall', 50):.2f} / {p(s, 'wall', 95):.2f} | {p(s, 'wall', 50) / p(w, 'wall', 50):.2f}× | "
+                         f"{p(s, 'wall', 50):.2f} / {p(s, 'wall', 95):.2f} | "
+                         f"{p(s, 'wall', 50) / p(w, 'wall', 50):.2f}× | "
                          f"{p(w, 'search', 50):.2f} | {p(s, 'search', 50):.2f} | "
                          f"{p(s, 'search', 50) / p(w, 'search', 50):.2f}× | {min(times[s]['hits']):.0f} |")
     text = "\n".join(lines) + "\n"

@@ -8,12 +8,12 @@ spreads its vectors, not only on the corpus, so a fixed nprobe would compare enc
 (docs/decisions.md#search-parameters-calibrated-per-encoder).
 
 The calibration is label-free: its queries are the build's probes (`indexer.probes`: held-apart queries, else
-document spans; the evaluation queries' text only when asked, declared; never qrels), or with none given a seeded sample of the
-version's own documents (each one's own id excluded from its results; `--add` and compact). It finds the
-fewest lists whose top 10 holds at least a share R of exact search's top 10 (ties counted as ann-benchmarks
-counts them, `tie_aware_recall`), galloping up from 1 (1, 2, 4…) and then bisecting: probing more lists scans a
-superset of vectors, so that share only grows with nprobe, and the search costs a few times the answer's, not the
-index's size. With `probes`, how many of them `indexer.probes.probe_count` bounds as N grows.
+document spans; the evaluation queries' text only when asked, declared; never qrels), or with none given a
+seeded sample of the version's own documents (each one's own id excluded from its results; `--add` and
+compact). It finds the fewest lists whose top 10 holds at least a share R of exact search's top 10 (ties counted as
+ann-benchmarks counts them, `tie_aware_recall`), galloping up from 1 (1, 2, 4…) and then bisecting: probing more lists
+scans a superset of vectors, so that share only grows with nprobe, and the search costs a few times the answer's, not
+the index's size. With `probes`, how many of them `indexer.probes.probe_count` bounds as N grows.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@
     BadSearchParams -> 422 (a search parameter the served index kind does not take, e.g. nprobe of a flat index)
     ModeUnavailable -> 422 (lexical/hybrid on a version without a lexical index)
     BadConfig    -> 422 (over the collection's own limits, or a collection.json that does not validate: the field)
-    WriteRefused, CollectionConflict -> 409    WritesUnsupported -> 501 (a version without an overlay)      WritesUnavailable -> 503
+    WriteRefused, CollectionConflict -> 409    WritesUnsupported -> 501 (a version without an overlay)
+    WritesUnavailable -> 503
     BackendUnsupported -> 501 (what the serving backend never does: collections made over HTTP on the sharded one)
     StorageFull -> 507 Insufficient Storage    StorageUnavailable -> 503 (an I/O error, a failed fsync, a read-only
                                                root); both with Retry-After and the reason naming the file

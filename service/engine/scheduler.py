@@ -4,12 +4,13 @@ the process.
 A call is admitted or refused here, once: `Overloaded` when `max_in_flight` searches and encodes are already
 admitted (across all collections: the cores are shared) — or, for a write's texts, when the writes' own share
 (`max_write_in_flight`) is: writes never take a search's slot, so a burst of writes cannot turn searches into
-429s (searches keep priority from admission on, as they do on the cores: `write_lane`) — `NotReady` when its collection serves no version, `TimedOut` when the answer
-takes longer than `request_timeout_s`. Admitted searches and encodes are micro-batched (`batching`) with one
-batcher per encoder: collections that pair with the same encoder (`encoders`) share its batches. A batch runs on
-one of `workers` threads; it leases each of its collections' searchers for its whole run (`leases`), so a swap never
-mixes two versions in one answer. When a batch spans several collections, their texts are encoded in one ONNX run
-and each collection's searcher then searches its own index with those vectors.
+429s (searches keep priority from admission on, as they do on the cores: `write_lane`) — `NotReady` when its
+collection serves no version, `TimedOut` when the answer takes longer than `request_timeout_s`. Admitted
+searches and encodes are micro-batched (`batching`) with one batcher per encoder: collections that pair with the same
+encoder (`encoders`) share its batches. A batch runs on one of `workers` threads; it leases each of its collections'
+searchers for its whole run (`leases`), so a swap never mixes two versions in one answer. When a batch spans several
+collections, their texts are encoded in one ONNX run and each collection's searcher then searches its own index with
+those vectors.
 
 Writes' texts are encoded on the write lane (`write_lane`, shared: its threads are a share of the same cores).
 """

@@ -142,7 +142,8 @@ def test_huge_and_tiny_vectors_are_written_and_searched_normalised(served) -> No
     direction = unit(np.random.default_rng(23), 1)[0].astype(np.float64)
     tiny = [2e-38] * (DIM - 1) + [0.0]
     with server.client() as c:
-        r = c.put("/documents", json={"documents": [{"id": "big", "text": "huge", "vector": (direction * 1e19).tolist()},
+        r = c.put("/documents", json={"documents": [{"id": "big", "text": "huge",
+                                                     "vector": (direction * 1e19).tolist()},
                                                     {"id": "tiny", "text": "small", "vector": tiny}]})
         assert r.status_code == 200, r.text
         for query, expect in (((direction * 1e19).tolist(), "big"), (direction.tolist(), "big"), (tiny, "tiny")):

@@ -15,8 +15,8 @@ not safe to read while they grow, so the lists are only appended to under one lo
 vectors to lists (the costly part) and queues the result; the next search, holding the lock, appends what is queued
 before it reads `nprobe` lists. Why not the write itself: it runs below the searches' CPU priority (`write_nice`),
 and a write preempted while holding the lock kept the searches waiting behind it (measured in
-docs/decisions.md#search-during-an-ingest); under a steady ingest a search finds a few dozen rows queued to append. Writes append
-themselves only when `PENDING_ROWS` are queued (no search came), so the queue stays bounded.
+docs/decisions.md#search-during-an-ingest); under a steady ingest a search finds a few dozen rows queued to
+append. Writes append themselves only when `PENDING_ROWS` are queued (no search came), so the queue stays bounded.
 """
 
 from __future__ import annotations

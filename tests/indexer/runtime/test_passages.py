@@ -259,7 +259,8 @@ def test_term_spans_find_what_the_case_insensitive_regex_finds() -> None:
     words = ["Index", "indexes", "reindex", "cat", "Cats", "CAT_x", "ÉCOLE", "école", "naïve", "x", "_index", "İndex",
              "learn", "learning", "earn", "straße", "STRASSE"]
     for _ in range(300):
-        text = "".join(rng.choice(words) + rng.choice([" ", ", ", "-", "\n", "'", ""]) for _ in range(rng.randint(0, 30)))
+        text = "".join(rng.choice(words) + rng.choice([" ", ", ", "-", "\n", "'", ""])
+                       for _ in range(rng.randint(0, 30)))
         query = " ".join(rng.choice(words) for _ in range(rng.randint(1, 4)))
         terms = query_terms(query)
         want = [] if not terms else [m.span() for m in re.finditer(
