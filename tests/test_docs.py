@@ -89,6 +89,25 @@ def test_readme_is_a_front_page() -> None:
     assert commands[0].endswith("python -m service demo") and "pytest" in commands[1]
 
 
+def test_the_front_pages_install_line_brings_what_its_commands_import() -> None:
+    """The README's first install line is what a newcomer runs before "Your own corpus, in five lines": every
+    package the front page's commands import (the client's httpx among them) must come with its extras."""
+    import tomllib
+
+    text = (REPO / "README.md").read_text()
+    extras = re.search(r'pip install -e "\.\[([a-z,]+)\]"', text)
+    assert extras, "no `pip install -e \".[...]\"` line in README.md"
+    optional = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    installed = {re.split(r"[<>=\[ ;]", req)[0].lower() for extra in extras.group(1).split(",")
+                 for req in optional[extra]}
+    front = text.split("## Test it")[0]  # the run and the five lines, not the suite's own install
+    used = {"strata_client": "client", "service": "serve", "indexer": "serve", "encoder ": "train"}
+    for marker, extra in used.items():
+        if marker in front:
+            missing = {re.split(r"[<>=\[ ;]", req)[0].lower() for req in optional[extra]} - installed
+            assert not missing, f"README's commands use {marker.strip()} but its install line lacks {sorted(missing)}"
+
+
 @pytest.mark.parametrize("page", PAGES, ids=rel)
 def test_every_cited_results_file_exists(page: Path) -> None:
     results = REPO / "bench" / "results"
