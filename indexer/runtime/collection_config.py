@@ -148,6 +148,11 @@ class CollectionConfig(BaseModel):
         return Fusion(kind, next(v for v in (k, self.rrf_k, DEFAULT_RRF_K) if v is not None),
                       next(v for v in (alpha, self.alpha, DEFAULT_ALPHA) if v is not None))
 
+    def top_k_for(self, default: int) -> int:
+        """The top_k of a request that gives none: the API's `default`, or this collection's `max_top_k` when lower
+        (a request that asks for nothing over the limit is not refused for it)."""
+        return default if self.max_top_k is None else min(default, self.max_top_k)
+
     def search_params_for(self, kind: str, asked: dict[str, int] | None) -> dict[str, int] | None:
         """The request's search parameters over this collection's, of those `kind` takes (a later version of another
         kind leaves them unapplied rather than refusing every search)."""

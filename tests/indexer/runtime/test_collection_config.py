@@ -70,6 +70,9 @@ def test_precedence_request_then_collection_then_defaults() -> None:
                        ).search_params == {"nprobe": 3}
     # fusion: each field from the request, else the collection's, else the built-in default
     assert config.fusion_for(None, None, None) == Fusion("rrf", 20, 0.8)
+    # the top_k of a request that gives none: the API's default, or max_top_k when lower
+    assert (cc.CollectionConfig().top_k_for(10), cc.CollectionConfig(max_top_k=3).top_k_for(10),
+            cc.CollectionConfig(max_top_k=50).top_k_for(10)) == (10, 3, 10)
     assert config.fusion_for(None, None, 0.1) == Fusion("convex", 20, 0.1)  # alpha alone means convex
     assert config.fusion_for("convex", None, None) == Fusion("convex", 20, 0.8)
     assert cc.CollectionConfig().fusion_for(None, 7.0, None) == Fusion("rrf", 7.0, DEFAULT_ALPHA)
