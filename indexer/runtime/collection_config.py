@@ -30,6 +30,7 @@ from indexer.runtime.ann import KNOBS, SEARCH_PARAMS, IndexParamError, check_sea
 from indexer.runtime.atomic import write_json_atomic
 from indexer.runtime.filters import LIMITS, FilterError, FilterLimits, check_limits
 from indexer.runtime.fusion import DEFAULT_ALPHA, DEFAULT_RRF_K, Fusion
+from indexer.runtime.manifest import SearchMode
 from indexer.runtime.query import Query
 
 CONFIG_FILE = "collection.json"
@@ -147,6 +148,11 @@ class CollectionConfig(BaseModel):
         return Fusion(kind, next(v for v in (k, self.rrf_k, DEFAULT_RRF_K) if v is not None),
                       next(v for v in (alpha, self.alpha, DEFAULT_ALPHA) if v is not None))
 
+    def top_k_for(self, default: int) -> int:
+        """The top_k of a request that gives none: the API's `default`, or this collection's `max_top_k` when lower
+        (a request that asks for nothing over the limit is not refused for it)."""
+        return default if self.max_top_k is None else min(default, self.max_top_k)
+
     def search_params_for(self, kind: str, asked: dict[str, int] | None) -> dict[str, int] | None:
         """The request's search parameters over this collection's, of those `kind` takes (a later version of another
         kind leaves them unapplied rather than refusing every search)."""
@@ -154,13 +160,18 @@ class CollectionConfig(BaseModel):
         merged = own | (asked or {})
         return merged or None
 
-    def shape(self, query: Query, kind: str | None, *, brought_vector: bool = False) -> Query:
+    def shape(self, query: Query, kind: str | None, *, brought_vector: bool = False,
+              version_mode: SearchMode | None = None) -> Query:
         """`query` with this collection's defaults under the request's own (its mode unless it brings a vector,
-        which decides the mode; the search parameters `kind` takes), after checking it against the collection's
-        limits."""
+        which decides the mode; the search parameters `kind` takes, unless the query runs lexical: it searches no
+        vectors, and a request naming none must not be refused for the collection's knobs), after checking it
+        against the collection's limits. `version_mode`: the mode the served version runs when neither the request
+        nor this file names one (`Manifest.search_mode`)."""
         self.check_request(query)
         mode = query.mode or (None if brought_vector else self.mode)
-        search_params = query.search_params if kind is None else self.search_params_for(kind, query.search_params)
+        runs = mode or (None if brought_vector else version_mode)  # a brought vector runs dense or hybrid
+        search_params = (query.search_params if kind is None or runs == "lexical"
+                         else self.search_params_for(kind, query.search_params))
         return (query if (mode, search_params) == (query.mode, query.search_params)
                 else replace(query, mode=mode, search_params=search_params))
 

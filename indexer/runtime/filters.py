@@ -119,8 +119,8 @@ class _Parser:
         families = {_family(k) for k in self.schema[field].split("|")}
         filterable = families - {"json", "null"}
         if not filterable:
-            raise FilterError(f"field {field!r} holds {self.schema[field]} values (lists or objects), which "
-                              f"cannot be filtered")
+            what = "only nulls" if families == {"null"} else f"{self.schema[field]} values (lists or objects)"
+            raise FilterError(f"field {field!r} holds {what}, which cannot be filtered")
         return filterable
 
     def value(self, field: str, v: object, families: set[str], op: str) -> Scalar:

@@ -219,7 +219,8 @@ class Collection:
         served = self.leases.current
         try:  # request > collection.json > process-wide
             query = self.config.shape(query, served.manifest.index.kind if served else None,
-                                      brought_vector=vector is not None)
+                                      brought_vector=vector is not None,
+                                      version_mode=served.manifest.search_mode() if served else None)
         except ConfigError as exc:
             raise BadConfig(str(exc), [exc.field or "config"]) from None
         if vector is not None:

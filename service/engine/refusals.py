@@ -43,10 +43,11 @@ def refusal(index: VectorIndex, dim: int, job: Job, mode: SearchMode | None, mat
 
 def _params_refusal(index: VectorIndex, job: Job, mode: SearchMode) -> BadSearchParams | None:
     assert job.search_params
-    if mode == "lexical":  # a request naming the mode is refused by its schema; this is the version's default
+    if mode == "lexical":  # a request naming the mode is refused by its schema; this is the default mode
         verb = "tune" if len(job.search_params) > 1 else "tunes"
-        return BadSearchParams(f"{' and '.join(job.search_params)} {verb} the vector search; mode 'lexical' (this "
-                               f"version's default) runs none", next(iter(job.search_params)))
+        return BadSearchParams(f"{' and '.join(job.search_params)} {verb} the vector search; mode 'lexical' (the "
+                               f"default mode here: collection.json's, else the version's) runs none",
+                               next(iter(job.search_params)))
     kind = index.manifest.index.kind
     try:
         check_search_params(kind, job.search_params)

@@ -38,8 +38,10 @@ async def run_search(body: SearchRequest, collection: Collection, stats: list[Li
         texts = [body.query] if body.query is not None else list(body.queries or [])
     # the request's fusion over the collection's defaults (collection.json); `k` alone means rrf, `alpha` alone convex
     fusion = collection.config.fusion_for(body.fusion, body.k, body.alpha)
+    # top_k left out: the default, or the collection's max_top_k when lower (a top_k given is checked against it)
+    top_k = body.top_k if "top_k" in body.model_fields_set else collection.config.top_k_for(body.top_k)
     # one version answers all of it, and names itself
-    answer = await collection.search(Query(texts, body.top_k, body.filter, body.search_params or None, body.mode,
+    answer = await collection.search(Query(texts, top_k, body.filter, body.search_params or None, body.mode,
                                            fusion, passages=body.passages, snippets=body.snippets), body.vector)
     took = (time.perf_counter() - t0) * 1000
     for windows in stats:  # GET /stats

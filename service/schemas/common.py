@@ -3,6 +3,7 @@ body. Limits are part of the API contract (see docs/http-api.md)."""
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any
@@ -21,10 +22,18 @@ MAX_TEXT_CHARS = 2000  # longer texts are refused; texts over the model's token 
 MAX_DOCUMENT_CHARS = 200_000
 
 
+def _blank(value: str) -> bool:
+    """Whether a text holds nothing an encoder reads: whitespace, control and format characters only (a zero-width
+    space, a BOM, a soft hyphen, NUL). Tokenizers drop them all, so such a text would be encoded as the empty text;
+    the first visible character ends the scan."""
+    return all(ch.isspace() or unicodedata.category(ch) in ("Cc", "Cf") for ch in value)
+
+
 def _checker(limit: int) -> Callable[[str], str]:
     def check(value: str) -> str:
-        if not value.strip():
-            raise ValueError("text must not be empty or whitespace only")
+        if _blank(value):
+            raise ValueError("text must not be empty or whitespace only (control and format characters such as "
+                             "U+200B, which encoders drop, count as whitespace)")
         if len(value) > limit:
             raise ValueError(f"text is {len(value)} characters; the limit is {limit}")
         try:

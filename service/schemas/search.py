@@ -53,7 +53,8 @@ class _SearchBody(BaseModel):
         "'query' too: mode hybrid, the vector for the dense side and the text for BM25. Mode lexical takes no "
         "vector"))
     queries: list[Text] | None = Field(None, min_length=1, max_length=MAX_TEXTS)
-    top_k: StrictInt = Field(10, ge=1, le=MAX_TOP_K)  # strict: "5", 5.0 and true are 422s
+    top_k: StrictInt = Field(10, ge=1, le=MAX_TOP_K, description=(  # strict: "5", 5.0 and true are 422s
+        "hits per query; left out: 10, or the collection's max_top_k (collection.json) when that is lower"))
     filter: Annotated[dict[str, Any] | None, AfterValidator(_within_limits)] = Field(
         None, description=FILTER_DOC, examples=[
         {"bucket": 1}, {"bucket": {"in": [1, 2]}}, {"year": {"gte": 2000, "lt": 2010}},

@@ -68,6 +68,9 @@ def test_long_text_is_truncated_and_flagged_not_an_error(server: Server) -> None
     [
         ("/search", {"query": "", "top_k": 5}, "empty or whitespace"),
         ("/search", {"query": "   \n\t", "top_k": 5}, "empty or whitespace"),
+        # control and format characters only: the tokenizer drops them, so this would be the empty text's vector
+        ("/search", {"query": "\u200b\ufeff", "top_k": 5}, "empty or whitespace"),
+        ("/search", {"queries": ["ok", "\u00ad \u0000\u2060"]}, "empty or whitespace"),
         ("/search", {"query": 42}, "valid string"),
         ("/search", {"queries": ["ok", None]}, "valid string"),
         ("/search", {"query": "ok", "top_k": 0}, "greater than or equal to 1"),
@@ -78,6 +81,7 @@ def test_long_text_is_truncated_and_flagged_not_an_error(server: Server) -> None
         ("/search", {}, "exactly one of"),
         ("/encode", {"texts": []}, "at least 1 item"),
         ("/encode", {"texts": ["fine", " "]}, "empty or whitespace"),
+        ("/encode", {"texts": ["\u200b"]}, "empty or whitespace"),
         ("/encode", {"texts": [1, 2]}, "valid string"),
         ("/encode", {"texts": ["t"] * (MAX_TEXTS + 1)}, "at most 64 items"),
         ("/encode", {"texts": ["y" * (MAX_TEXT_CHARS + 1)]}, "the limit is"),

@@ -456,3 +456,32 @@ def test_a_filter_on_a_field_no_document_holds_is_no_match_from_empty_through_de
             assert bad.status_code == 422 and "unknown operator 'near'" in bad.text
     finally:
         stop_server(srv)
+
+
+def test_a_collection_whose_max_top_k_is_under_the_default_answers_a_search_that_gives_none(
+        folders: dict[str, Path]) -> None:
+    """collection.json's max_top_k below the API's default top_k (10): a search that leaves top_k out gets
+    max_top_k hits rather than a 422 naming a top_k of 10 the request never sent; a top_k given over it is still
+    refused at the field."""
+    srv = serve(folders)
+    try:
+        with srv.client() as c:
+            made = c.post("/collections", json={"name": "notes", "encoder": folders["encoder"].name,
+                                                "settings": {"max_top_k": 3}}, headers=AUTH)
+            assert made.status_code == 201, made.text
+            dim = made.json()["dim"]
+            docs = [{"id": f"d{i}", "text": TEXTS[i % len(TEXTS)], "vector": basis(i, dim)} for i in range(6)]
+            assert c.put("/collections/notes/documents", json={"documents": docs}, headers=AUTH).status_code == 200
+            for body in ({"query": TEXTS[0]}, {"queries": [TEXTS[0], TEXTS[1]]}, {"vector": basis(1, dim)},
+                         {"query": " ".join(QUORA_LIKE_WORDS), "mode": "lexical"}):  # every text's words
+                r = c.post("/collections/notes/search", json=body, headers=AUTH)
+                assert r.status_code == 200, (body, r.text)
+                answers = [r.json()["hits"]] if "hits" in r.json() else [x["hits"] for x in r.json()["results"]]
+                assert all(len(hits) == 3 for hits in answers), (body, r.text)
+            assert c.post("/collections/notes/search", json={"query": TEXTS[0], "top_k": 3},
+                          headers=AUTH).status_code == 200
+            r = c.post("/collections/notes/search", json={"query": TEXTS[0], "top_k": 4}, headers=AUTH)
+            assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "top_k"], r.text
+            assert "limit of 3" in r.json()["detail"][0]["msg"]
+    finally:
+        stop_server(srv)

@@ -109,6 +109,7 @@ def test_usage_counts_the_tokens_the_encoder_ran(v1: Server, model: str, minilm_
         ({"input": [[101, 7592, 102], [101, 102]]}, "input", "token arrays are not supported"),
         ({"input": ""}, "input", "must not be empty"),
         ({"input": ["fine", ""]}, "input[1]", "must not be empty"),
+        ({"input": ["fine", "\u200b"]}, "input[1]", "must not be empty"),  # what the tokenizer drops: nothing
         ({"input": []}, "input", "at least 1 item"),
         ({"input": ["t"] * (MAX_TEXTS + 1)}, "input", f"at most {MAX_TEXTS} items"),
         ({"input": "ok", "dimensions": 128}, "dimensions", "cannot shorten"),

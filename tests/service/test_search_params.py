@@ -16,13 +16,15 @@ QUERY = "How do I learn to cook?"
 @pytest.fixture(scope="module")
 def roots(tiny_exported: Path, quora_file: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = {}
-    for kind in ("flat", "ivf", "hnsw"):
-        root = tmp_path_factory.mktemp(f"search-params-{kind}") / "root"
+    for name in ("flat", "ivf", "hnsw", "ivf-lexical"):  # ivf-lexical: an IVF version whose default mode is lexical
+        kind = name.split("-")[0]
+        root = tmp_path_factory.mktemp(f"search-params-{name}") / "root"
         r = indexer_cli("build", "--root", str(root), "--model", str(tiny_exported), "--data", str(quora_file),
                         "--rows", "300", "--threads", "1", "--no-eval", "--index", kind,
-                        *(("--nlist", "8", "--nprobe", "2") if kind == "ivf" else ()))
+                        *(("--nlist", "8", "--nprobe", "2") if kind == "ivf" else ()),
+                        *(("--default-mode", "lexical") if name == "ivf-lexical" else ()))
         assert r.returncode == 0, r.stderr
-        out[kind] = root
+        out[name] = root
     return out
 
 
@@ -113,6 +115,34 @@ def test_stats_reports_the_nprobe_searches_use_the_collections_own(roots: dict[s
                 assert served() == (used, {"nprobe": used}), asked
             assert c.put("/collections/default/config", json={}).status_code == 200
             assert served() == (3, {"nprobe": 3})
+    finally:
+        stop_server(server)
+        (root / "collection.json").unlink(missing_ok=True)  # the other tests serve this root too
+
+
+@pytest.mark.parametrize("root_name, config", [
+    ("ivf", {"mode": "lexical", "search": {"nprobe": 4}}),  # collection.json's default mode is lexical
+    ("ivf-lexical", {"search": {"nprobe": 4}}),  # the version's default mode is lexical
+])
+def test_a_collections_knobs_do_not_refuse_a_search_that_runs_lexical(roots: dict[str, Path], tmp_path: Path,
+                                                                      root_name: str, config: dict) -> None:
+    """collection.json's `search` knobs tune the searches that run vectors; a search that runs lexical (named, or
+    the default mode: collection.json's or the version's) runs none and is answered, not refused for a knob the
+    request never sent. A request that names a knob for a lexical search is still a 422 at it."""
+    root = roots[root_name]
+    server = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(root), "STRATA_WATCH_INTERVAL_S": "0"}, timeout=180)
+    try:
+        with server.client() as c:
+            r = c.put("/collections/default/config", json=config)
+            assert r.status_code == 200, r.text
+            for body, mode in (({}, "lexical"), ({"mode": "lexical"}, "lexical"), ({"mode": "dense"}, "dense"),
+                               ({"mode": "hybrid"}, "hybrid")):
+                r = c.post("/search", json={"query": QUERY, "top_k": 5, **body})
+                assert r.status_code == 200, (body, r.text)
+                assert r.json()["mode"] == mode and len(r.json()["hits"]) == 5
+            r = c.post("/search", json={"query": QUERY, "top_k": 5, "nprobe": 3})  # the request's own: refused
+            assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "nprobe"], r.text
+            assert "mode 'lexical'" in r.json()["detail"][0]["msg"]
     finally:
         stop_server(server)
         (root / "collection.json").unlink(missing_ok=True)  # the other tests serve this root too

@@ -56,8 +56,23 @@ def test_precedence_request_then_collection_then_defaults() -> None:
     # a brought vector decides its own mode; a kind that takes no such knob leaves the collection's unapplied
     assert config.shape(q, "hnsw", brought_vector=True).mode is None
     assert config.shape(q, "flat").search_params is None
+    # a search that runs lexical (named, the collection's default or the version's) searches no vectors: the
+    # collection's knobs are not applied to it (the searcher would refuse them as the request's); the request's own are
+    lexical = cc.CollectionConfig(mode="lexical", search={"nprobe": 40})
+    assert lexical.shape(q, "ivf").search_params is None
+    assert lexical.shape(Query(["x"], 5, None, None, "dense", None), "ivf").search_params == {"nprobe": 40}
+    assert lexical.shape(q, "ivf", brought_vector=True).search_params == {"nprobe": 40}  # a vector runs dense
+    knobs = cc.CollectionConfig(search={"nprobe": 40})
+    assert knobs.shape(q, "ivf", version_mode="lexical").search_params is None
+    assert knobs.shape(Query(["x"], 5, None, None, "hybrid", None), "ivf", version_mode="lexical"
+                       ).search_params == {"nprobe": 40}
+    assert knobs.shape(Query(["x"], 5, None, {"nprobe": 3}, None, None), "ivf", version_mode="lexical"
+                       ).search_params == {"nprobe": 3}
     # fusion: each field from the request, else the collection's, else the built-in default
     assert config.fusion_for(None, None, None) == Fusion("rrf", 20, 0.8)
+    # the top_k of a request that gives none: the API's default, or max_top_k when lower
+    assert (cc.CollectionConfig().top_k_for(10), cc.CollectionConfig(max_top_k=3).top_k_for(10),
+            cc.CollectionConfig(max_top_k=50).top_k_for(10)) == (10, 3, 10)
     assert config.fusion_for(None, None, 0.1) == Fusion("convex", 20, 0.1)  # alpha alone means convex
     assert config.fusion_for("convex", None, None) == Fusion("convex", 20, 0.8)
     assert cc.CollectionConfig().fusion_for(None, 7.0, None) == Fusion("rrf", 7.0, DEFAULT_ALPHA)
