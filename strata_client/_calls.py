@@ -75,14 +75,14 @@ def chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
         yield items[i:i + size]
 
 
-def search_body(texts: list[str], single: bool, *, top_k: int, filter: dict[str, Any] | None, mode: str | None,
+def search_body(texts: list[str], single: bool, *, top_k: int | None, filter: dict[str, Any] | None, mode: str | None,
                 fusion: str | None, k: float | None, alpha: float | None, nprobe: int | None,
                 ef_search: int | None, passages: bool | None = None, snippets: bool | None = None
                 ) -> dict[str, Any]:
     body: dict[str, Any] = {"query": texts[0]} if single else {"queries": texts}
-    body["top_k"] = top_k
-    optional = {"filter": filter, "mode": mode, "fusion": fusion, "k": k, "alpha": alpha, "nprobe": nprobe,
-                "ef_search": ef_search, "passages": passages, "snippets": snippets}
+    # top_k None: left out, so the server's default applies (10, or the collection's max_top_k when lower)
+    optional = {"top_k": top_k, "filter": filter, "mode": mode, "fusion": fusion, "k": k, "alpha": alpha,
+                "nprobe": nprobe, "ef_search": ef_search, "passages": passages, "snippets": snippets}
     body |= {name: value for name, value in optional.items() if value is not None}
     return body
 

@@ -57,7 +57,7 @@ class AsyncClient(Base):
 
     # -- search and encode -------------------------------------------------------------------------------------------
 
-    async def search(self, query: str, *, top_k: int = 10, filter: dict[str, Any] | None = None,
+    async def search(self, query: str, *, top_k: int | None = None, filter: dict[str, Any] | None = None,
                      mode: t.Mode | None = None, fusion: t.Fusion | None = None, k: float | None = None,
                      alpha: float | None = None, nprobe: int | None = None,
                      ef_search: int | None = None, passages: bool | None = None,
@@ -71,7 +71,7 @@ class AsyncClient(Base):
                                            passages=passages, snippets=snippets)
         return self._search(texts, await self._send_all(calls))[0]
 
-    async def search_many(self, queries: Iterable[str], *, top_k: int = 10,
+    async def search_many(self, queries: Iterable[str], *, top_k: int | None = None,
                           filter: dict[str, Any] | None = None, mode: t.Mode | None = None,
                           fusion: t.Fusion | None = None, k: float | None = None, alpha: float | None = None,
                           nprobe: int | None = None, ef_search: int | None = None, passages: bool | None = None,

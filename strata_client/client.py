@@ -76,11 +76,12 @@ class Client(Base):
 
     # -- search and encode -------------------------------------------------------------------------------------------
 
-    def search(self, query: str, *, top_k: int = 10, filter: dict[str, Any] | None = None, mode: Mode | None = None,
-               fusion: Fusion | None = None, k: float | None = None, alpha: float | None = None,
-               nprobe: int | None = None, ef_search: int | None = None, passages: bool | None = None,
+    def search(self, query: str, *, top_k: int | None = None, filter: dict[str, Any] | None = None,
+               mode: Mode | None = None, fusion: Fusion | None = None, k: float | None = None,
+               alpha: float | None = None, nprobe: int | None = None, ef_search: int | None = None, passages: bool | None = None,
                snippets: bool | None = None) -> SearchResult:
-        """The `top_k` (1..100) best documents for `query`, among those whose metadata match `filter`
+        """The `top_k` (1..100; None: the server's default, 10 or the collection's `max_top_k` when lower) best
+        documents for `query`, among those whose metadata match `filter`
         (docs/search.md#filtered-search), by `mode` (default: the served version's); hybrid fuses by `fusion`
         (convex with the dense weight `alpha`, or rrf with rank constant `k`). On a version built with passages
         each hit carries its `passage` (offsets, `snippet`); `passages=True` returns the passages themselves,
@@ -92,7 +93,7 @@ class Client(Base):
                                            passages=passages, snippets=snippets)
         return self._search(texts, self._send_all(calls))[0]
 
-    def search_many(self, queries: Iterable[str], *, top_k: int = 10, filter: dict[str, Any] | None = None,
+    def search_many(self, queries: Iterable[str], *, top_k: int | None = None, filter: dict[str, Any] | None = None,
                     mode: Mode | None = None, fusion: Fusion | None = None, k: float | None = None,
                     alpha: float | None = None, nprobe: int | None = None,
                     ef_search: int | None = None, passages: bool | None = None, snippets: bool | None = None

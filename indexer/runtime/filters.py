@@ -12,12 +12,12 @@ Types come from the schema (`field → "int" | "float" | "str" | "bool" | "json"
 ranges compare as text (ISO dates sort correctly); bools match bool fields and have no ranges; a bool is never a
 number, even in a field that holds both (true does not match 1 nor a range, 1 does not match true: the
 store keeps bools as 1/0, and tells them apart by a scan of the field's metadata, only for such fields); "json" fields
-(lists, objects) cannot be filtered. A document without the field never matches, so a field that no document
-holds (none written yet, or its last holder deleted) matches nothing, whatever its value's type, as in
-Elasticsearch, Qdrant and Chroma: in a live collection the fields are data, and a filter that worked must not
-turn into an error when the documents holding its field are deleted. Unknown operators or mistyped values (for a
-field some document holds), and values outside the metadata schema (`indexer.runtime.metadata`: integers beyond
-64 bits, NaN or infinities, strings with lone surrogates) raise `FilterError` with the reason (the API turns it
+(lists, objects) cannot be filtered. A document without the field (or with null in it) never matches, so a field that
+no document holds a value in (none written yet, its last holder deleted, or only nulls) matches nothing, whatever its
+value's type, as in Elasticsearch, Qdrant and Chroma: in a live collection the fields are data, and a filter that
+worked must not turn into an error when the documents holding its field are deleted. Unknown operators or mistyped
+values (for a field some document holds), and values outside the metadata schema (`indexer.runtime.metadata`: integers
+beyond 64 bits, NaN or infinities, strings with lone surrogates) raise `FilterError` with the reason (the API turns it
 into a 422). `and` and `or` are reserved words: a metadata field of that name cannot be filtered.
 
 This module is pure (no SQLite, no FAISS): `Store.filter_ids` runs what `plan` returns (one statement, or for a
@@ -109,18 +109,22 @@ class _Parser:
     def __init__(self, schema: Mapping[str, str]) -> None:
         self.schema = schema
 
+    def held(self, field: str) -> bool:
+        """Whether some document holds a value (not null) in `field`."""
+        return bool(set(self.schema.get(field, "null").split("|")) - {"null"})
+
     def field_families(self, field: str) -> set[str]:
-        """The value families a filter on `field` may compare with: every scalar one for a field no document
-        holds (it matches nothing)."""
+        """The value families a filter on `field` may compare with: every scalar one for a field in which no
+        document holds a value (absent, or only ever null: it matches nothing)."""
         if field == PASSAGE_KEY:  # a passage row's own record, never a user's field
             raise FilterError("the passage record is not a metadata field and cannot be filtered")
-        if field not in self.schema:
+        if not self.held(field):
             return set(_ANY_SCALAR)
         families = {_family(k) for k in self.schema[field].split("|")}
         filterable = families - {"json", "null"}
         if not filterable:
-            what = "only nulls" if families == {"null"} else f"{self.schema[field]} values (lists or objects)"
-            raise FilterError(f"field {field!r} holds {what}, which cannot be filtered")
+            raise FilterError(f"field {field!r} holds {self.schema[field]} values (lists or objects), which "
+                              f"cannot be filtered")
         return filterable
 
     def value(self, field: str, v: object, families: set[str], op: str) -> Scalar:
@@ -152,7 +156,7 @@ class _Parser:
     def condition(self, field: str, cond: object) -> Node:
         families = self.field_families(field)
         # bools told apart from numbers by a scan of the field's rows: only for a field that holds both
-        mixed = {"bool", "number"} <= families and field in self.schema
+        mixed = {"bool", "number"} <= families and self.held(field)
         if not isinstance(cond, dict):
             return Eq(field, self.value(field, cond, families, "equality"), mixed)
         if not cond:

@@ -495,7 +495,6 @@ def test_bad_filters_say_why(meta_store: tuple[Store, list[dict[str, Any]]], flt
     assert reason in str(info.value)
 
 
-<<<<<<< HEAD
 @pytest.mark.parametrize("flt", [{"buckt": 1}, {"buckt": "1"}, {"buckt": True}, {"buckt": {"gte": 0}},
                                  {"buckt": {"in": [1, "a", False]}}, {"or": [{"buckt": 1}, {"nope": "x"}]}])
 def test_a_field_no_document_holds_matches_nothing(meta_store: tuple[Store, list[dict[str, Any]]],
@@ -506,11 +505,12 @@ def test_a_field_no_document_holds_matches_nothing(meta_store: tuple[Store, list
     assert len(store.filter_ids(flt)) == 0
     assert len(store.filter_ids({"or": [flt, {"lang": "en"}]})) == sum(r["lang"] == "en" for r in rows)
     assert len(store.filter_ids({"and": [flt, {"lang": "en"}]})) == 0
-=======
-def test_a_field_holding_only_nulls_is_refused_as_such() -> None:
+
+
+def test_a_field_holding_only_nulls_matches_nothing() -> None:
     """A field written over HTTP only as null (`PUT /documents` keeps nulls; the overlay's and a compacted store's
-    schema type it "null") has no value to match: the refusal says so, not that it holds "null values (lists or
-    objects)"; a field holding nulls beside numbers filters by its numbers."""
+    schema type it "null") has no value to match: like a field no document holds, it matches nothing, whatever
+    the value's type; a field holding nulls beside numbers filters by its numbers."""
     from indexer.runtime.metadata import FieldTypes
 
     written = FieldTypes()
@@ -518,11 +518,12 @@ def test_a_field_holding_only_nulls_is_refused_as_such() -> None:
     written.add({"gone": None, "opt": None})
     schema = written.schema({})
     assert schema == {"gone": "null", "opt": "int"}
-    with pytest.raises(FilterError) as info:
-        parse_filter({"gone": 1}, schema)
-    assert str(info.value) == "field 'gone' holds only nulls, which cannot be filtered"
-    parse_filter({"opt": 3}, schema)
->>>>>>> qa-search
+    for value in (1, "x", True):
+        node = parse_filter({"gone": value}, schema)
+        assert not matches(node, {"gone": None}) and not matches(node, {})
+    assert matches(parse_filter({"opt": 3}, schema), {"opt": 3})
+    with pytest.raises(FilterError, match="is a str but the field holds int"):
+        parse_filter({"opt": "3"}, schema)
 
 
 def test_deep_filters_are_refused_and_sql_has_one_parameter_per_value() -> None:

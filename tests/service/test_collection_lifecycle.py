@@ -483,5 +483,11 @@ def test_a_collection_whose_max_top_k_is_under_the_default_answers_a_search_that
             r = c.post("/collections/notes/search", json={"query": TEXTS[0], "top_k": 4}, headers=AUTH)
             assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "top_k"], r.text
             assert "limit of 3" in r.json()["detail"][0]["msg"]
+        with Client(srv.url, api_key=ADMIN) as client:  # the client leaves top_k to the server unless given
+            notes = client.with_collection("notes")
+            assert len(notes.search(TEXTS[0]).hits) == 3 and len(notes.search(TEXTS[0], top_k=2).hits) == 2
+            assert [len(r.hits) for r in notes.search_many([TEXTS[0], TEXTS[1]])] == [3, 3]
+            with pytest.raises(ValidationError, match="limit of 3"):
+                notes.search(TEXTS[0], top_k=4)
     finally:
         stop_server(srv)
