@@ -78,8 +78,8 @@ class Client(Base):
 
     def search(self, query: str, *, top_k: int | None = None, filter: dict[str, Any] | None = None,
                mode: Mode | None = None, fusion: Fusion | None = None, k: float | None = None,
-               alpha: float | None = None, nprobe: int | None = None, ef_search: int | None = None, passages: bool | None = None,
-               snippets: bool | None = None) -> SearchResult:
+               alpha: float | None = None, nprobe: int | None = None, ef_search: int | None = None,
+               passages: bool | None = None, snippets: bool | None = None) -> SearchResult:
         """The `top_k` (1..100; None: the server's default, 10 or the collection's `max_top_k` when lower) best
         documents for `query`, among those whose metadata match `filter`
         (docs/search.md#filtered-search), by `mode` (default: the served version's); hybrid fuses by `fusion`
