@@ -3,6 +3,7 @@
     ROOT/snapshots/<name>.tar     the archive (an uncompressed POSIX tar: vectors do not compress)
     ROOT/snapshots/<name>.json    what `list_snapshots` shows of it: name, version, seq, size, sha256, created_at
     ROOT/snapshots/.<name>.partial  a snapshot being written; a killed one's is removed by the next
+    ROOT/snapshots/.lock          held (flock) while one is made: one at a time, whichever process makes it
 
 The folder is the collection's own: version pruning (`IndexRoot.prune`) and the removal of partial builds touch
 only `versions/` and `.building-*`, never it.
@@ -29,6 +30,7 @@ after: it holds every entry the version does not (a version folds only entries l
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import io
 import json
@@ -37,6 +39,8 @@ import re
 import shutil
 import tarfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -55,6 +59,7 @@ LOG_MEMBER = "writes/log.sqlite"
 CONFIG_MEMBER = "collection.json"
 VERSION_PREFIX = "version/"
 ARCHIVE_SUFFIX = ".tar"
+LOCK = ".lock"  # held (flock) while a snapshot is made
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 CHUNK = 1 << 20
 
@@ -204,14 +209,32 @@ def _create(root_dir: Path, version: str | None, name: str | None) -> SnapshotIn
     t0 = time.perf_counter()
     root = IndexRoot(root_dir)
     version = version or root.current_version()
-    if version is None or not root.version_dir(version).is_dir():
+    if version is None or version not in root.versions():  # a version's name, not a path: never another root's
         raise SnapshotError(f"{root.root} has no version {version or '(no current)'} to snapshot")
     name = check_name(name or new_version_name())
     folder = snapshots_dir(root.root)
     folder.mkdir(parents=True, exist_ok=True)
+    with _making(folder):
+        return _create_locked(root, folder, version, name, t0)
+
+
+@contextmanager
+def _making(folder: Path) -> Iterator[None]:
+    """Held while a snapshot is made in `folder`, by whichever process makes it (the API, `indexer snapshot
+    create`): one at a time per collection, so the partial files a second one finds were left by a killed one,
+    never by one still running. A second one waits for the first."""
+    with open(folder / LOCK, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _create_locked(root: IndexRoot, folder: Path, version: str, name: str, t0: float) -> SnapshotInfo:
     if (folder / f"{name}{ARCHIVE_SUFFIX}").exists():
         raise SnapshotConflict(f"a snapshot {name!r} already exists in {folder}")
-    for stale in folder.glob(".*.partial*"):  # a killed snapshot's
+    for stale in folder.glob(".*.partial*"):  # a killed snapshot's (under the lock: none is being made)
         shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
     handles = _open_version(root.version_dir(version))
     partial = folder / f".{name}.partial"

@@ -173,3 +173,56 @@ def test_a_restore_never_writes_over_a_collection_and_needs_its_encoder(root: Pa
         snap.create(root, name="../x")
     with pytest.raises(SnapshotError, match="already exists"):
         snap.create(root, name="before-upgrade")
+
+
+def test_two_snapshots_made_at_once_both_complete(root: Path, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """One made by the API while `indexer snapshot create` makes another on the same root (two processes, or two
+    callers here): the second waits for the first instead of removing its partial files as a killed snapshot's
+    (the first failed with a bare FileNotFoundError: its `.NAME.partial` was unlinked under it)."""
+    _write(root, 5)
+    add, paused, go = snap._add, threading.Event(), threading.Event()
+
+    def add_pausing(*args: object, **kwargs: object) -> None:
+        if threading.current_thread().name == "first" and not paused.is_set():
+            paused.set()  # the first one's archive is half written
+            go.wait(30)
+        add(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(snap, "_add", add_pausing)
+    made: dict[str, object] = {}
+
+    def make(name: str) -> None:
+        try:
+            made[name] = snap.create(root, name=name)
+        except Exception as exc:  # noqa: BLE001 (the test looks at it)
+            made[name] = exc
+
+    first = threading.Thread(target=make, args=("a",), name="first")
+    first.start()
+    assert paused.wait(30)
+    second = threading.Thread(target=make, args=("b",), name="second")
+    second.start()
+    second.join(2)  # with no lock between them it finishes here, having removed the first one's partial file
+    go.set()
+    first.join(30)
+    second.join(30)
+    assert isinstance(made["a"], snap.SnapshotInfo) and isinstance(made["b"], snap.SnapshotInfo), made
+    assert [s.name for s in snap.list_snapshots(root)] == ["a", "b"]
+    for name in ("a", "b"):  # both whole
+        assert restore(snap.archive_path(root, name), tmp_path / f"restored-{name}").seq == 10
+    assert not list((root / "snapshots").glob(".*.partial*"))
+
+
+def test_a_version_that_is_not_one_of_the_roots_is_refused(root: Path, tmp_path: Path) -> None:
+    """`indexer snapshot create --version` names one of the root's versions: a path out of `versions/` (another
+    root's version beside this root's log) or a partial build was archived, a snapshot no restore accepts."""
+    other = tmp_path / "other"
+    shutil.copytree(root, other, symlinks=True)
+    version = IndexRoot(other).current_version()
+    (root / "versions" / ".building-x").mkdir()
+    for bad in (f"../../other/versions/{version}", ".building-x", "."):
+        with pytest.raises(SnapshotError, match="has no version"):
+            snap.create(root, version=bad)
+    assert snap.list_snapshots(root) == [] and not list((root / "snapshots").glob("*.tar"))
+    assert snap.create(root, version=version).version == version  # its own version, by name
