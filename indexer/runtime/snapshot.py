@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO
 
 from indexer.runtime.atomic import fsync_dir, sha256_file, write_json_atomic
+from indexer.runtime.integrity import MANIFEST, IntegrityError, check_manifest, new_hasher
 from indexer.runtime.layout import IndexRoot, new_version_name
 from indexer.runtime.manifest import Manifest
 from indexer.runtime.storage import storage_errors
@@ -161,23 +162,49 @@ class _HashingWriter(io.RawIOBase):
 
 
 class _HashingReader:
-    """A member's source, hashed as tarfile copies it."""
+    """A member's source, hashed as tarfile copies it (and with `also`, a version's file, by its manifest's
+    checksum algorithm too)."""
 
-    def __init__(self, fh: IO[bytes]) -> None:
-        self.fh, self.sha = fh, hashlib.sha256()
+    def __init__(self, fh: IO[bytes], also: Any = None) -> None:  # noqa: ANN401 (an integrity hasher)
+        self.fh, self.sha, self.also = fh, hashlib.sha256(), also
 
     def read(self, n: int = -1) -> bytes:
         data = self.fh.read(n)
         self.sha.update(data)
+        if self.also is not None:
+            self.also.update(data)
         return data
 
 
-def _add(tar: tarfile.TarFile, arcname: str, fh: IO[bytes], size: int, files: dict[str, dict[str, Any]]) -> None:
+def _add(tar: tarfile.TarFile, arcname: str, fh: IO[bytes], size: int, files: dict[str, dict[str, Any]],
+         also: Any = None) -> None:  # noqa: ANN401 (an integrity hasher)
     info = tarfile.TarInfo(arcname)
     info.size, info.mtime, info.mode = size, int(time.time()), 0o644
-    reader = _HashingReader(fh)
+    reader = _HashingReader(fh, also)
     tar.addfile(info, reader)  # type: ignore[arg-type]  # tarfile reads `size` bytes with read()
     files[arcname] = {"size": size, "sha256": reader.sha.hexdigest()}
+
+
+def _add_version_file(tar: tarfile.TarFile, version: str, manifest: Manifest, rel: str, fh: IO[bytes],
+                      files: dict[str, dict[str, Any]]) -> None:
+    """A file of the version, checked against the checksum its manifest records as it is copied (the bytes are
+    read once): a version damaged on disk since it was served is refused naming the file, not archived into a
+    snapshot that no restore would accept (a file the manifest does not record is copied as it is)."""
+    arcname, size = f"{VERSION_PREFIX}{version}/{rel}", os.fstat(fh.fileno()).st_size
+    checksums = manifest.checksums
+    recorded = checksums.files.get(rel) if checksums is not None else None
+    if checksums is None or recorded is None:
+        _add(tar, arcname, fh, size, files)
+        return
+    damaged = f"version {version}: {rel} is damaged"
+    advice = "(`indexer verify --root ROOT` checks the version; compact or rebuild it, then snapshot)"
+    if size != recorded.size:
+        raise SnapshotError(f"{damaged}: {size:,} bytes where its manifest records {recorded.size:,} {advice}")
+    hasher = new_hasher(checksums.algorithm)
+    _add(tar, arcname, fh, size, files, hasher)
+    if hasher.hexdigest() != recorded.digest:
+        raise SnapshotError(f"{damaged}: its {checksums.algorithm} {hasher.hexdigest()} is not the {recorded.digest} "
+                            f"its manifest records {advice}")
 
 
 def _open_version(folder: Path) -> dict[str, IO[bytes]]:
@@ -240,21 +267,32 @@ def _create_locked(root: IndexRoot, folder: Path, version: str, name: str, t0: f
     partial = folder / f".{name}.partial"
     log_copy = folder / f".{name}.partial-log"
     try:
-        manifest = Manifest.load(root.version_dir(version), handles["manifest.json"].read())
-        handles["manifest.json"].seek(0)
+        manifest = _manifest(root.version_dir(version), handles)
         info = _write(root.root, version, manifest, handles, partial, log_copy, name)
         os.replace(partial, folder / f"{name}{ARCHIVE_SUFFIX}")
         info = SnapshotInfo(**{**asdict(info), "seconds": round(time.perf_counter() - t0, 3)})
         write_json_atomic(folder / f"{name}.json", info.to_json())
         fsync_dir(folder)
         return info
-    except KeyError:
-        raise SnapshotError(f"version {version} has no manifest.json") from None
     finally:
         for fh in handles.values():
             fh.close()
         partial.unlink(missing_ok=True)
         log_copy.unlink(missing_ok=True)
+
+
+def _manifest(folder: Path, handles: dict[str, IO[bytes]]) -> Manifest:
+    """The version's manifest, read from its open file and checked against its own checksum, as a restore and the
+    API check it; SnapshotError naming what is wrong (a snapshot of it would not restore)."""
+    if MANIFEST not in handles:
+        raise SnapshotError(f"version {folder.name} has no {MANIFEST}")
+    data = handles[MANIFEST].read()
+    handles[MANIFEST].seek(0)
+    try:
+        check_manifest(folder / MANIFEST, json.loads(data))
+        return Manifest.load(folder, data)
+    except (IntegrityError, ValueError) as exc:  # ManifestError and json's errors are ValueErrors
+        raise SnapshotError(f"version {folder.name}: {exc}") from None
 
 
 def _write(root: Path, version: str, manifest: Manifest, handles: dict[str, IO[bytes]], partial: Path,
@@ -270,7 +308,10 @@ def _write(root: Path, version: str, manifest: Manifest, handles: dict[str, IO[b
         out = _HashingWriter(raw)
         with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
             for rel, fh in handles.items():
-                _add(tar, f"{VERSION_PREFIX}{version}/{rel}", fh, os.fstat(fh.fileno()).st_size, files)
+                if rel == MANIFEST:  # covered by its own checksum (checked as it was loaded)
+                    _add(tar, f"{VERSION_PREFIX}{version}/{rel}", fh, os.fstat(fh.fileno()).st_size, files)
+                else:
+                    _add_version_file(tar, version, manifest, rel, fh, files)
             if log_id is not None:
                 with open(log_copy, "rb") as fh:
                     _add(tar, LOG_MEMBER, fh, os.fstat(fh.fileno()).st_size, files)

@@ -226,3 +226,29 @@ def test_a_version_that_is_not_one_of_the_roots_is_refused(root: Path, tmp_path:
             snap.create(root, version=bad)
     assert snap.list_snapshots(root) == [] and not list((root / "snapshots").glob("*.tar"))
     assert snap.create(root, version=version).version == version  # its own version, by name
+
+
+@pytest.mark.parametrize(("how", "says"), [
+    ("flipped", r"index\.faiss is damaged: its xxh3-128 \w+ is not the \w+ its manifest records"),
+    ("truncated", r"store\.sqlite is damaged: [\d,]+ bytes where its manifest records"),
+    ("manifest", r"manifest\.json does not match its own checksum")])
+def test_a_version_damaged_on_disk_is_refused_not_archived(root: Path, tmp_path: Path, how: str, says: str) -> None:
+    """The version's files are checked against their manifest's checksums as they are copied (read once): a file
+    damaged since the version was served is refused naming it, and nothing is left (it was archived, its damaged
+    bytes hashed into snapshot.json: a snapshot that every restore refuses, found out when it is needed)."""
+    folder = IndexRoot(root).current_dir()
+    if how == "flipped":
+        data = bytearray((folder / "index.faiss").read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        (folder / "index.faiss").write_bytes(bytes(data))
+    elif how == "truncated":
+        with open(folder / "store.sqlite", "r+b") as fh:
+            fh.truncate(fh.seek(0, 2) - 100)
+    else:  # a field changed after it was written (its checksum not stamped again)
+        raw = json.loads((folder / "manifest.json").read_text())
+        raw["index"]["ntotal"] += 1
+        (folder / "manifest.json").write_text(json.dumps(raw))
+    with pytest.raises(SnapshotError, match=says):
+        snap.create(root, name="broken")
+    assert snap.list_snapshots(root) == []
+    assert sorted(p.name for p in (root / "snapshots").iterdir()) == [".lock"]  # no archive, no partial file
