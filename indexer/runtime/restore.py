@@ -6,6 +6,7 @@ every member as it is written, then checks, before anything is renamed into plac
   there with its size and sha256, and there is nothing it does not list;
 - the version's files match the checksums its own manifest records (`integrity.verify_folder`);
 - the write log is an SQLite file that passes `quick_check`, of the log id the snapshot names, up to its seq;
+- its `collection.json`, when it has one, validates (a collection whose config does not is not served);
 - the encoder the version needs is here: the version's own encoder folder, or one of `encoders` (a models
   directory's folders), whose `encoder.json` names the same ONNX sha256 and whose other files match the snapshot's
   checksums; the version's manifest is pointed at it.
@@ -28,7 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
+from indexer.runtime import collection_config
 from indexer.runtime.atomic import fsync_dir, sha256_file, sync_tree
+from indexer.runtime.collection_config import ConfigError
 from indexer.runtime.encoder import ENCODER_META
 from indexer.runtime.integrity import IntegrityError, verify_folder
 from indexer.runtime.layout import VERSIONS, IndexRoot
@@ -99,6 +102,7 @@ def _restore_staged(archive: Path | IO[bytes], target: Path, stage: Path, origin
     except (IntegrityError, ManifestError) as exc:
         raise SnapshotError(f"{origin}: version {version}: {exc}") from None
     _check_log(stage / WRITES_DIR / LOG_FILE, trailer, origin)
+    _check_config(stage / CONFIG_MEMBER, origin)
     encoder = _find_encoder(trailer["encoder"], [Path(manifest.model.dir), *encoders], origin)
     if str(encoder) != manifest.model.dir:
         manifest.model.dir = str(encoder)
@@ -258,6 +262,21 @@ def _check_log(path: Path, trailer: dict[str, Any], origin: str) -> None:
     if log_id is None or log_id[0] != trailer.get("log_id") or last > int(trailer["seq"]):
         raise SnapshotError(f"{origin}: {LOG_MEMBER} is not the log {TRAILER} names (log {trailer.get('log_id')} up "
                             f"to seq {trailer['seq']})")
+
+
+def _check_config(path: Path, origin: str) -> None:
+    """The collection.json the archive holds validates (a collection whose config does not is not served: the
+    restore would leave a folder that the server skips, an upload answered with a 404)."""
+    if not path.is_file():
+        return
+    try:
+        data = json.loads(path.read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SnapshotError(f"{origin}: {CONFIG_MEMBER} is not JSON: {exc}") from None
+    try:
+        collection_config.parse(data, CONFIG_MEMBER)
+    except ConfigError as exc:
+        raise SnapshotError(f"{origin}: {exc} (a collection with it would not be served)") from None
 
 
 def _find_encoder(identity: dict[str, Any], candidates: Sequence[Path], origin: str) -> Path:

@@ -252,3 +252,37 @@ def test_a_version_damaged_on_disk_is_refused_not_archived(root: Path, tmp_path:
         snap.create(root, name="broken")
     assert snap.list_snapshots(root) == []
     assert sorted(p.name for p in (root / "snapshots").iterdir()) == [".lock"]  # no archive, no partial file
+
+
+def _with_member(archive: Path, member: str, data: bytes, out: Path) -> Path:
+    """The archive with `member` replaced by `data` and snapshot.json recording it (sizes and sha256 consistent:
+    as a snapshot of a collection whose collection.json another Strata wrote, or edited by hand)."""
+    import hashlib
+    import io
+
+    with tarfile.open(archive) as src:
+        members = {m.name: src.extractfile(m).read() for m in src.getmembers()}  # type: ignore[union-attr]
+    trailer = json.loads(members.pop("snapshot.json"))
+    members[member] = data
+    trailer["files"][member] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    with tarfile.open(out, "w") as dst:
+        for name, body in [*members.items(), ("snapshot.json", json.dumps(trailer).encode())]:
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            dst.addfile(info, io.BytesIO(body))
+    return out
+
+
+@pytest.mark.parametrize(("config", "says"), [(b'{"max_top_k": "lots"}', "collection.json: max_top_k"),
+                                              (b'{"a_later_field": 1}', "collection.json: a_later_field"),
+                                              (b"{max_top_k: 5", "collection.json is not JSON")])
+def test_a_collection_json_that_does_not_validate_is_refused_naming_it(root: Path, tmp_path: Path, config: bytes,
+                                                                       says: str) -> None:
+    """Checked whole means its collection.json too: one that does not validate (a field of another Strata, a value
+    of the wrong type) was restored, and the server then skipped the collection (an upload answered 404 after
+    leaving its folder in place)."""
+    info = snap.create(root)
+    bad = _with_member(snap.archive_path(root, info.name), "collection.json", config, tmp_path / "bad.tar")
+    with pytest.raises(SnapshotError, match=f"bad.tar: {says}"):
+        restore(bad, tmp_path / "restored")
+    assert {p.name for p in tmp_path.iterdir()} == {"root", "bad.tar"}  # no target, no staging folder left
