@@ -207,15 +207,22 @@ def _add_version_file(tar: tarfile.TarFile, version: str, manifest: Manifest, re
                             f"its manifest records {advice}")
 
 
+def _atomic_temp(name: str) -> bool:
+    """An atomic write's temporary file or folder (`indexer.runtime.atomic`: `.NAME.XXXX.tmp`, `.NAME.XXXX.partial`):
+    not part of the version. Other hidden files are (tantivy's `lexical/.managed.json` and lock files: the manifest
+    records them, and a restore without them is refused)."""
+    return name.startswith(".") and name.endswith((".tmp", ".partial"))
+
+
 def _open_version(folder: Path) -> dict[str, IO[bytes]]:
     """Every file of a version, opened now (relative POSIX path -> file)."""
     handles: dict[str, IO[bytes]] = {}
     try:
         for dirpath, dirnames, filenames in os.walk(folder):
-            dirnames.sort()
+            dirnames[:] = sorted(d for d in dirnames if not _atomic_temp(d))
             for name in sorted(filenames):
                 path = Path(dirpath, name)
-                if not name.startswith("."):  # an atomic write's temp file is not part of the version
+                if not _atomic_temp(name):
                     handles[path.relative_to(folder).as_posix()] = open(path, "rb")  # noqa: SIM115 (closed below)
     except BaseException:
         for fh in handles.values():

@@ -286,3 +286,33 @@ def test_a_collection_json_that_does_not_validate_is_refused_naming_it(root: Pat
     with pytest.raises(SnapshotError, match=f"bad.tar: {says}"):
         restore(bad, tmp_path / "restored")
     assert {p.name for p in tmp_path.iterdir()} == {"root", "bad.tar"}  # no target, no staging folder left
+
+
+def test_a_version_with_a_tantivy_lexical_index_restores_and_answers_the_same(tmp_path: Path,
+                                                                                tiny_exported: Path) -> None:
+    """tantivy keeps hidden files in its index folder (`lexical/.managed.json`, its lock files), which the manifest
+    records: they were left out of the archive as if they were atomic writes' temporary files, and every restore of
+    a collection with a tantivy index was refused ("lexical/.managed.json is missing")."""
+    from indexer.build import BuildConfig, build
+    from indexer.runtime.version import IndexVersion
+
+    data = tmp_path / "docs.jsonl"
+    data.write_text("".join(json.dumps({"id": i, "text": f"how can i learn python {i} dog cat"}) + "\n"
+                            for i in range(DOCS)))
+    root = tmp_path / "root"
+    build(BuildConfig(model_dir=tiny_exported, data=str(data), root=root, index="flat", threads=1, evaluate=False,
+                      lexical_engine="tantivy"))
+    version = IndexRoot(root).current_dir()
+    assert (version / "lexical" / ".managed.json").is_file()
+    manifest = Manifest.load(version)
+    assert "lexical/.managed.json" in manifest.checksums.files  # type: ignore[union-attr]
+    restored = restore(snap.archive_path(root, snap.create(root).name), tmp_path / "restored")
+    queries = ["learn python 7", "dog cat", "how can i"]
+    answers = []
+    for folder in (version, restored.root / "versions" / restored.version):
+        opened = IndexVersion(folder)
+        try:
+            answers.append([(s.tolist(), i.tolist()) for s, i in opened.lexical_search(queries, 5)])
+        finally:
+            opened.close()
+    assert answers[0] == answers[1] and answers[0][0][1]
