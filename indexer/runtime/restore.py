@@ -99,8 +99,8 @@ def _restore_staged(archive: Path | IO[bytes], target: Path, stage: Path, origin
     try:
         verify_folder(folder)
         manifest = Manifest.load(folder)
-    except (IntegrityError, ManifestError) as exc:
-        raise SnapshotError(f"{origin}: version {version}: {exc}") from None
+    except (IntegrityError, ManifestError) as exc:  # named as in the archive, not by the staging folder's path
+        raise SnapshotError(f"{origin}: version {version}: {str(exc).replace(f'{folder}/', '')}") from None
     _check_log(stage / WRITES_DIR / LOG_FILE, trailer, origin)
     _check_config(stage / CONFIG_MEMBER, origin)
     encoder = _find_encoder(trailer["encoder"], [Path(manifest.model.dir), *encoders], origin)
