@@ -67,10 +67,14 @@ def check_target(target: Path) -> None:
                             f"a collection (delete it, or restore elsewhere)")
 
 
+ENCODER_HINT = "give its folder (indexer snapshot restore --encoder DIR)"
+
+
 def restore(archive: Path | IO[bytes], target: Path, *, encoders: Sequence[Path] = (),
-            origin: str | None = None) -> Restored:
+            origin: str | None = None, encoder_hint: str = ENCODER_HINT) -> Restored:
     """Restore `archive` (a path, or a stream read once) into `target`; SnapshotError naming what is wrong, and
-    `origin` as the archive (default: its path; a stream's, "the uploaded snapshot")."""
+    `origin` as the archive (default: its path; a stream's, "the uploaded snapshot"); `encoder_hint`: what the
+    refusal for an encoder not found tells its reader to do."""
     target = Path(target).absolute()
     check_target(target)
     origin = origin or (str(archive) if isinstance(archive, Path) else "the uploaded snapshot")
@@ -80,14 +84,14 @@ def restore(archive: Path | IO[bytes], target: Path, *, encoders: Sequence[Path]
         # a full or failing disk where it writes: StorageFull/Unavailable (an archive or encoder it cannot read
         # elsewhere is not that disk's fault)
         with storage_errors(stage, f"restoring into {target}", within=target.parent):
-            return _restore_staged(archive, target, stage, origin, encoders)
+            return _restore_staged(archive, target, stage, origin, encoders, encoder_hint)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
 
 
 def _restore_staged(archive: Path | IO[bytes], target: Path, stage: Path, origin: str,
-                    encoders: Sequence[Path]) -> Restored:
+                    encoders: Sequence[Path], encoder_hint: str) -> Restored:
     """The restore, through `stage` (removed by the caller when anything fails)."""
     stage.mkdir()
     if isinstance(archive, Path):
@@ -103,7 +107,7 @@ def _restore_staged(archive: Path | IO[bytes], target: Path, stage: Path, origin
         raise SnapshotError(f"{origin}: version {version}: {str(exc).replace(f'{folder}/', '')}") from None
     _check_log(stage / WRITES_DIR / LOG_FILE, trailer, origin)
     _check_config(stage / CONFIG_MEMBER, origin)
-    encoder = _find_encoder(trailer["encoder"], [Path(manifest.model.dir), *encoders], origin)
+    encoder = _find_encoder(trailer["encoder"], [Path(manifest.model.dir), *encoders], origin, encoder_hint)
     if str(encoder) != manifest.model.dir:
         manifest.model.dir = str(encoder)
         manifest.save(folder)
@@ -279,7 +283,7 @@ def _check_config(path: Path, origin: str) -> None:
         raise SnapshotError(f"{origin}: {exc} (a collection with it would not be served)") from None
 
 
-def _find_encoder(identity: dict[str, Any], candidates: Sequence[Path], origin: str) -> Path:
+def _find_encoder(identity: dict[str, Any], candidates: Sequence[Path], origin: str, hint: str) -> Path:
     """The first candidate folder that is the encoder `identity` describes (its ONNX sha256 and its other files)."""
     looked = []
     for folder in candidates:
@@ -300,5 +304,5 @@ def _find_encoder(identity: dict[str, Any], candidates: Sequence[Path], origin: 
         return folder
     raise SnapshotError(f"{origin}: the encoder it was made with, {identity.get('name')!r} (ONNX sha256 "
                         f"{str(identity.get('onnx_sha256'))[:16]}…), is not here: looked in {', '.join(looked)}; "
-                        f"give its folder (indexer snapshot restore --encoder DIR)")
+                        f"{hint}")
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from indexer.runtime import snapshot
-from indexer.runtime.collection_dirs import UPLOAD_PREFIX
+from indexer.runtime.collection_dirs import UPLOAD_PREFIX, known_encoders
 from indexer.runtime.restore import Restored, check_target, restore
 from indexer.runtime.snapshot import SnapshotInfo
 from indexer.runtime.storage import storage_errors
@@ -107,17 +107,26 @@ async def restore_upload(folder: Path, name: str, chunks: AsyncIterator[bytes], 
                                            f"(STRATA_MAX_SNAPSHOT_BYTES)")
                 fh.write(chunk)
         # its reasons name the upload, not the server's temporary file (removed below)
-        return await asyncio.to_thread(restore, upload, target, encoders=encoders, origin="the uploaded snapshot")
+        return await asyncio.to_thread(restore, upload, target, encoders=encoders, origin="the uploaded snapshot",
+                                       encoder_hint=UPLOAD_ENCODER_HINT)
     finally:
         upload.unlink(missing_ok=True)
 
 
-def encoders_known(collections: Any, model_dir: Path | None) -> list[Path]:  # noqa: ANN401 (the registry)
-    """The encoder folders an uploaded snapshot may pair with: the server's `model_dir`, and every served
-    collection's (a snapshot's own recorded folder is tried first by `restore`)."""
+UPLOAD_ENCODER_HINT = ("put its folder in the server's models folder (STRATA_MODELS_DIR), or restore the archive "
+                       "with `indexer snapshot restore ARCHIVE --root DIR --encoder DIR`")
+
+
+def encoders_known(collections: Any, model_dir: Path | None, models_dir: Path | None = None  # noqa: ANN401
+                   ) -> list[Path]:
+    """The encoder folders an uploaded snapshot may pair with: the server's `model_dir`, every served collection's,
+    and every exported encoder of the models folder (`models_dir`: those `POST /collections` may name); a snapshot's
+    own recorded folder is tried first by `restore`, and each is checked byte for byte against the snapshot's."""
     found = [model_dir] if model_dir is not None else []
     for collection in collections.by_name.values():
         searcher = collection.leases.current
         if searcher is not None:
             found.append(Path(searcher.encoder.model_dir))
+    if models_dir is not None:
+        found.extend(known_encoders(models_dir).values())
     return list(dict.fromkeys(found))
