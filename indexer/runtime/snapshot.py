@@ -132,10 +132,12 @@ def delete(root: Path, name: str) -> None:
     fsync_dir(path.parent)
 
 
-def encoder_identity(manifest: Manifest) -> dict[str, Any]:
-    """The encoder a version needs: its folder's name, its ONNX model's sha256, and the sha256 of its other files
-    (when the folder is here)."""
-    folder = Path(manifest.model.dir)
+def encoder_identity(manifest: Manifest, folder: Path | None = None) -> dict[str, Any]:
+    """The encoder a version needs: its folder's name, its ONNX model's sha256, and the sha256 of its other files.
+    `folder`: where the encoder is (the one the API serves the version with: `STRATA_MODEL_DIR` may pin one that is
+    not where the version was built); default the manifest's. A folder that is not here records no files, and a
+    restore can then check the ONNX model only."""
+    folder = Path(folder or manifest.model.dir)
     files: dict[str, str] = {}
     if folder.is_dir():
         for path in sorted(p for p in folder.rglob("*") if p.is_file()):
@@ -231,15 +233,16 @@ def _open_version(folder: Path) -> dict[str, IO[bytes]]:
     return handles
 
 
-def create(root_dir: Path, *, version: str | None = None, name: str | None = None) -> SnapshotInfo:
+def create(root_dir: Path, *, version: str | None = None, name: str | None = None,
+           encoder_dir: Path | None = None) -> SnapshotInfo:
     """Snapshot the collection at `root_dir`: `version` (default: the one `current` points at) and its write log
     up to now, into `ROOT/snapshots/<name>.tar`; returns what `list_snapshots` shows of it. A full or failing disk
     is a StorageFull / StorageUnavailable naming the file (nothing of the snapshot is left)."""
     with storage_errors(snapshots_dir(Path(root_dir)), "making a snapshot"):
-        return _create(root_dir, version, name)
+        return _create(root_dir, version, name, encoder_dir)
 
 
-def _create(root_dir: Path, version: str | None, name: str | None) -> SnapshotInfo:
+def _create(root_dir: Path, version: str | None, name: str | None, encoder_dir: Path | None) -> SnapshotInfo:
     t0 = time.perf_counter()
     root = IndexRoot(root_dir)
     version = version or root.current_version()
@@ -249,7 +252,7 @@ def _create(root_dir: Path, version: str | None, name: str | None) -> SnapshotIn
     folder = snapshots_dir(root.root)
     folder.mkdir(parents=True, exist_ok=True)
     with _making(folder):
-        return _create_locked(root, folder, version, name, t0)
+        return _create_locked(root, folder, version, name, t0, encoder_dir)
 
 
 @contextmanager
@@ -265,7 +268,8 @@ def _making(folder: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _create_locked(root: IndexRoot, folder: Path, version: str, name: str, t0: float) -> SnapshotInfo:
+def _create_locked(root: IndexRoot, folder: Path, version: str, name: str, t0: float,
+                   encoder_dir: Path | None) -> SnapshotInfo:
     if (folder / f"{name}{ARCHIVE_SUFFIX}").exists():
         raise SnapshotConflict(f"a snapshot {name!r} already exists in {folder}")
     for stale in folder.glob(".*.partial*"):  # a killed snapshot's (under the lock: none is being made)
@@ -275,7 +279,7 @@ def _create_locked(root: IndexRoot, folder: Path, version: str, name: str, t0: f
     log_copy = folder / f".{name}.partial-log"
     try:
         manifest = _manifest(root.version_dir(version), handles)
-        info = _write(root.root, version, manifest, handles, partial, log_copy, name)
+        info = _write(root.root, version, manifest, handles, partial, log_copy, name, encoder_dir)
         os.replace(partial, folder / f"{name}{ARCHIVE_SUFFIX}")
         info = SnapshotInfo(**{**asdict(info), "seconds": round(time.perf_counter() - t0, 3)})
         write_json_atomic(folder / f"{name}.json", info.to_json())
@@ -303,7 +307,7 @@ def _manifest(folder: Path, handles: dict[str, IO[bytes]]) -> Manifest:
 
 
 def _write(root: Path, version: str, manifest: Manifest, handles: dict[str, IO[bytes]], partial: Path,
-           log_copy: Path, name: str) -> SnapshotInfo:
+           log_copy: Path, name: str, encoder_dir: Path | None) -> SnapshotInfo:
     """The archive, written to `partial` and fsync'd."""
     w = manifest.writes
     log_id, seq = None, w.folded_seq if w else 0
@@ -326,9 +330,10 @@ def _write(root: Path, version: str, manifest: Manifest, handles: dict[str, IO[b
                 data = config.read_bytes()
                 _add(tar, CONFIG_MEMBER, io.BytesIO(data), len(data), files)
             created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            encoder = encoder_identity(manifest, encoder_dir)
             trailer = json.dumps({"format": FORMAT, "name": name, "version": version, "seq": seq, "log_id": log_id,
-                                  "created_at": created, "documents": manifest.index.ntotal,
-                                  "encoder": encoder_identity(manifest), "files": files}, indent=1).encode()
+                                  "created_at": created, "documents": manifest.index.ntotal, "encoder": encoder,
+                                  "files": files}, indent=1).encode()
             _add(tar, TRAILER, io.BytesIO(trailer), len(trailer), {})
         raw.flush()
         os.fsync(raw.fileno())

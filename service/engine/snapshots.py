@@ -21,20 +21,21 @@ from indexer.runtime.storage import storage_errors
 from service.engine.errors import NotReady, SnapshotTooLarge, UnknownCollection
 
 
-def _made_below_priority(root: Path, version: str) -> SnapshotInfo:
+def _made_below_priority(root: Path, version: str, encoder_dir: Path) -> SnapshotInfo:
     """On a thread of its own, niced (Linux: a thread's nice value is its own), so that reading and hashing the
     version's files leaves the cores to searches."""
     try:
         os.setpriority(os.PRIO_PROCESS, 0, min(19, os.getpriority(os.PRIO_PROCESS, 0) + 10))
     except (OSError, AttributeError):
         pass
-    return snapshot.create(root, version=version)
+    return snapshot.create(root, version=version, encoder_dir=encoder_dir)
 
 
 class Snapshots:
-    def __init__(self, root: Path, served_version: Callable[[], str | None], not_ready: Callable[[], str],
+    def __init__(self, root: Path, served: Callable[[], tuple[str, Path] | None], not_ready: Callable[[], str],
                  name: str = "") -> None:
-        self.root, self._served, self._not_ready, self.name = Path(root), served_version, not_ready, name
+        """`served`: the served version and the encoder folder it is served with (None: nothing served)."""
+        self.root, self._served, self._not_ready, self.name = Path(root), served, not_ready, name
         self._lock = asyncio.Lock()
         self._closed = False
         self._making: asyncio.Future[SnapshotInfo] | None = None  # the last one's (its request may be gone)
@@ -53,9 +54,10 @@ class Snapshots:
         async with self._lock:
             if self._closed:
                 raise UnknownCollection(f"collection {self.name!r} was deleted: no snapshot of it is made")
-            version = self._served()
-            if version is None:
+            served = self._served()
+            if served is None:
                 raise NotReady(self._not_ready())
+            version, encoder_dir = served
             loop = asyncio.get_running_loop()
             # a fresh thread, not the default pool's: the nice value it takes must not stay with a shared worker
             future: asyncio.Future[SnapshotInfo] = loop.create_future()
@@ -63,7 +65,7 @@ class Snapshots:
 
             def run() -> None:
                 try:
-                    result = _made_below_priority(self.root, version)
+                    result = _made_below_priority(self.root, version, encoder_dir)
                 except BaseException as exc:  # noqa: BLE001 (handed to the awaiting request)
                     loop.call_soon_threadsafe(future.set_exception, exc)
                 else:

@@ -329,3 +329,33 @@ def test_an_upload_pairs_with_an_encoder_of_the_models_folder(cdir: Path, tmp_pa
         assert sorted(p.name for p in fresh.iterdir()) == []
     finally:
         stop_server(server)
+
+
+def test_a_snapshot_records_the_encoder_the_server_serves_with(cdir: Path, tmp_path: Path,
+                                                               tiny_exported: Path) -> None:
+    """The version's recorded encoder folder is gone (models moved; the server pins the encoder with
+    STRATA_MODEL_DIR): the snapshot records the files of the encoder the collection is served with, so a restore
+    still checks the tokenizer byte for byte (no files were recorded, and any folder of the same ONNX model was
+    accepted, one whose tokenizer differs included: other tokens, other answers)."""
+    root, pinned = cdir / "notes", tmp_path / "pinned" / "tiny-cls"
+    shutil.copytree(tiny_exported, pinned)
+    folder = IndexRoot(root).current_dir()
+    manifest = Manifest.load(folder)
+    manifest.model.dir = str(tmp_path / "moved-away" / "tiny-cls")
+    manifest.save(folder)
+    server = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(root), "STRATA_MODEL_DIR": str(pinned),
+                                     "STRATA_WATCH_INTERVAL_S": "0", "STRATA_THREADS": "1"})
+    try:
+        snap = server.client().post("/collections/default/snapshots")
+        assert snap.status_code == 201, snap.text
+    finally:
+        stop_server(server)
+    archive = snapshot.archive_path(root, snap.json()["name"])
+    other = tmp_path / "other" / "tiny-cls"  # the same ONNX model, another tokenizer
+    shutil.copytree(tiny_exported, other)
+    (other / "tokenizer_config.json").write_text("{}")
+    refused = indexer_cli("snapshot", "restore", str(archive), "--root", str(tmp_path / "r1"), "--encoder", str(other))
+    assert refused.returncode == 2 and "tokenizer_config.json differs" in refused.stderr, refused.stderr
+    restored = indexer_cli("snapshot", "restore", str(archive), "--root", str(tmp_path / "r2"), "--encoder",
+                           str(pinned))
+    assert restored.returncode == 0, restored.stderr
