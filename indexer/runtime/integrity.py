@@ -33,6 +33,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import xxhash
 
@@ -77,6 +78,14 @@ def version_files(folder: Path) -> list[str]:
             if rel != MANIFEST and not name.startswith(f".{MANIFEST}"):  # nor an atomic write's leftover temp file
                 out.append(rel)
     return sorted(out)
+
+
+def new_hasher(algorithm: str) -> Any:  # noqa: ANN401 (an xxhash hasher: update, hexdigest)
+    """A hasher of `algorithm` (a manifest's `checksums.algorithm`); IntegrityError for one not known."""
+    try:
+        return _HASHERS[algorithm]()
+    except KeyError:
+        raise IntegrityError(f"unknown checksum algorithm {algorithm!r} (known: {', '.join(_HASHERS)})") from None
 
 
 def file_digest(path: Path, algorithm: str = ALGORITHM) -> tuple[int, str]:

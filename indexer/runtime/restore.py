@@ -6,6 +6,7 @@ every member as it is written, then checks, before anything is renamed into plac
   there with its size and sha256, and there is nothing it does not list;
 - the version's files match the checksums its own manifest records (`integrity.verify_folder`);
 - the write log is an SQLite file that passes `quick_check`, of the log id the snapshot names, up to its seq;
+- its `collection.json`, when it has one, validates (a collection whose config does not is not served);
 - the encoder the version needs is here: the version's own encoder folder, or one of `encoders` (a models
   directory's folders), whose `encoder.json` names the same ONNX sha256 and whose other files match the snapshot's
   checksums; the version's manifest is pointed at it.
@@ -28,7 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
+from indexer.runtime import collection_config
 from indexer.runtime.atomic import fsync_dir, sha256_file, sync_tree
+from indexer.runtime.collection_config import ConfigError
 from indexer.runtime.encoder import ENCODER_META
 from indexer.runtime.integrity import IntegrityError, verify_folder
 from indexer.runtime.layout import VERSIONS, IndexRoot
@@ -64,10 +67,14 @@ def check_target(target: Path) -> None:
                             f"a collection (delete it, or restore elsewhere)")
 
 
+ENCODER_HINT = "give its folder (indexer snapshot restore --encoder DIR)"
+
+
 def restore(archive: Path | IO[bytes], target: Path, *, encoders: Sequence[Path] = (),
-            origin: str | None = None) -> Restored:
+            origin: str | None = None, encoder_hint: str = ENCODER_HINT) -> Restored:
     """Restore `archive` (a path, or a stream read once) into `target`; SnapshotError naming what is wrong, and
-    `origin` as the archive (default: its path; a stream's, "the uploaded snapshot")."""
+    `origin` as the archive (default: its path; a stream's, "the uploaded snapshot"); `encoder_hint`: what the
+    refusal for an encoder not found tells its reader to do."""
     target = Path(target).absolute()
     check_target(target)
     origin = origin or (str(archive) if isinstance(archive, Path) else "the uploaded snapshot")
@@ -77,14 +84,14 @@ def restore(archive: Path | IO[bytes], target: Path, *, encoders: Sequence[Path]
         # a full or failing disk where it writes: StorageFull/Unavailable (an archive or encoder it cannot read
         # elsewhere is not that disk's fault)
         with storage_errors(stage, f"restoring into {target}", within=target.parent):
-            return _restore_staged(archive, target, stage, origin, encoders)
+            return _restore_staged(archive, target, stage, origin, encoders, encoder_hint)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
 
 
 def _restore_staged(archive: Path | IO[bytes], target: Path, stage: Path, origin: str,
-                    encoders: Sequence[Path]) -> Restored:
+                    encoders: Sequence[Path], encoder_hint: str) -> Restored:
     """The restore, through `stage` (removed by the caller when anything fails)."""
     stage.mkdir()
     if isinstance(archive, Path):
@@ -96,10 +103,11 @@ def _restore_staged(archive: Path | IO[bytes], target: Path, stage: Path, origin
     try:
         verify_folder(folder)
         manifest = Manifest.load(folder)
-    except (IntegrityError, ManifestError) as exc:
-        raise SnapshotError(f"{origin}: version {version}: {exc}") from None
+    except (IntegrityError, ManifestError) as exc:  # named as in the archive, not by the staging folder's path
+        raise SnapshotError(f"{origin}: version {version}: {str(exc).replace(f'{folder}/', '')}") from None
     _check_log(stage / WRITES_DIR / LOG_FILE, trailer, origin)
-    encoder = _find_encoder(trailer["encoder"], [Path(manifest.model.dir), *encoders], origin)
+    _check_config(stage / CONFIG_MEMBER, origin)
+    encoder = _find_encoder(trailer["encoder"], [Path(manifest.model.dir), *encoders], origin, encoder_hint)
     if str(encoder) != manifest.model.dir:
         manifest.model.dir = str(encoder)
         manifest.save(folder)
@@ -260,7 +268,22 @@ def _check_log(path: Path, trailer: dict[str, Any], origin: str) -> None:
                             f"to seq {trailer['seq']})")
 
 
-def _find_encoder(identity: dict[str, Any], candidates: Sequence[Path], origin: str) -> Path:
+def _check_config(path: Path, origin: str) -> None:
+    """The collection.json the archive holds validates (a collection whose config does not is not served: the
+    restore would leave a folder that the server skips, an upload answered with a 404)."""
+    if not path.is_file():
+        return
+    try:
+        data = json.loads(path.read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SnapshotError(f"{origin}: {CONFIG_MEMBER} is not JSON: {exc}") from None
+    try:
+        collection_config.parse(data, CONFIG_MEMBER)
+    except ConfigError as exc:
+        raise SnapshotError(f"{origin}: {exc} (a collection with it would not be served)") from None
+
+
+def _find_encoder(identity: dict[str, Any], candidates: Sequence[Path], origin: str, hint: str) -> Path:
     """The first candidate folder that is the encoder `identity` describes (its ONNX sha256 and its other files)."""
     looked = []
     for folder in candidates:
@@ -281,5 +304,5 @@ def _find_encoder(identity: dict[str, Any], candidates: Sequence[Path], origin: 
         return folder
     raise SnapshotError(f"{origin}: the encoder it was made with, {identity.get('name')!r} (ONNX sha256 "
                         f"{str(identity.get('onnx_sha256'))[:16]}…), is not here: looked in {', '.join(looked)}; "
-                        f"give its folder (indexer snapshot restore --encoder DIR)")
+                        f"{hint}")
 

@@ -3,6 +3,7 @@
     ROOT/snapshots/<name>.tar     the archive (an uncompressed POSIX tar: vectors do not compress)
     ROOT/snapshots/<name>.json    what `list_snapshots` shows of it: name, version, seq, size, sha256, created_at
     ROOT/snapshots/.<name>.partial  a snapshot being written; a killed one's is removed by the next
+    ROOT/snapshots/.lock          held (flock) while one is made: one at a time, whichever process makes it
 
 The folder is the collection's own: version pruning (`IndexRoot.prune`) and the removal of partial builds touch
 only `versions/` and `.building-*`, never it.
@@ -29,6 +30,7 @@ after: it holds every entry the version does not (a version folds only entries l
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import io
 import json
@@ -37,12 +39,15 @@ import re
 import shutil
 import tarfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
 from indexer.runtime.atomic import fsync_dir, sha256_file, write_json_atomic
+from indexer.runtime.integrity import MANIFEST, IntegrityError, check_manifest, new_hasher
 from indexer.runtime.layout import IndexRoot, new_version_name
 from indexer.runtime.manifest import Manifest
 from indexer.runtime.storage import storage_errors
@@ -55,6 +60,7 @@ LOG_MEMBER = "writes/log.sqlite"
 CONFIG_MEMBER = "collection.json"
 VERSION_PREFIX = "version/"
 ARCHIVE_SUFFIX = ".tar"
+LOCK = ".lock"  # held (flock) while a snapshot is made
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 CHUNK = 1 << 20
 
@@ -126,10 +132,12 @@ def delete(root: Path, name: str) -> None:
     fsync_dir(path.parent)
 
 
-def encoder_identity(manifest: Manifest) -> dict[str, Any]:
-    """The encoder a version needs: its folder's name, its ONNX model's sha256, and the sha256 of its other files
-    (when the folder is here)."""
-    folder = Path(manifest.model.dir)
+def encoder_identity(manifest: Manifest, folder: Path | None = None) -> dict[str, Any]:
+    """The encoder a version needs: its folder's name, its ONNX model's sha256, and the sha256 of its other files.
+    `folder`: where the encoder is (the one the API serves the version with: `STRATA_MODEL_DIR` may pin one that is
+    not where the version was built); default the manifest's. A folder that is not here records no files, and a
+    restore can then check the ONNX model only."""
+    folder = Path(folder or manifest.model.dir)
     files: dict[str, str] = {}
     if folder.is_dir():
         for path in sorted(p for p in folder.rglob("*") if p.is_file()):
@@ -156,23 +164,56 @@ class _HashingWriter(io.RawIOBase):
 
 
 class _HashingReader:
-    """A member's source, hashed as tarfile copies it."""
+    """A member's source, hashed as tarfile copies it (and with `also`, a version's file, by its manifest's
+    checksum algorithm too)."""
 
-    def __init__(self, fh: IO[bytes]) -> None:
-        self.fh, self.sha = fh, hashlib.sha256()
+    def __init__(self, fh: IO[bytes], also: Any = None) -> None:  # noqa: ANN401 (an integrity hasher)
+        self.fh, self.sha, self.also = fh, hashlib.sha256(), also
 
     def read(self, n: int = -1) -> bytes:
         data = self.fh.read(n)
         self.sha.update(data)
+        if self.also is not None:
+            self.also.update(data)
         return data
 
 
-def _add(tar: tarfile.TarFile, arcname: str, fh: IO[bytes], size: int, files: dict[str, dict[str, Any]]) -> None:
+def _add(tar: tarfile.TarFile, arcname: str, fh: IO[bytes], size: int, files: dict[str, dict[str, Any]],
+         also: Any = None) -> None:  # noqa: ANN401 (an integrity hasher)
     info = tarfile.TarInfo(arcname)
     info.size, info.mtime, info.mode = size, int(time.time()), 0o644
-    reader = _HashingReader(fh)
+    reader = _HashingReader(fh, also)
     tar.addfile(info, reader)  # type: ignore[arg-type]  # tarfile reads `size` bytes with read()
     files[arcname] = {"size": size, "sha256": reader.sha.hexdigest()}
+
+
+def _add_version_file(tar: tarfile.TarFile, version: str, manifest: Manifest, rel: str, fh: IO[bytes],
+                      files: dict[str, dict[str, Any]]) -> None:
+    """A file of the version, checked against the checksum its manifest records as it is copied (the bytes are
+    read once): a version damaged on disk since it was served is refused naming the file, not archived into a
+    snapshot that no restore would accept (a file the manifest does not record is copied as it is)."""
+    arcname, size = f"{VERSION_PREFIX}{version}/{rel}", os.fstat(fh.fileno()).st_size
+    checksums = manifest.checksums
+    recorded = checksums.files.get(rel) if checksums is not None else None
+    if checksums is None or recorded is None:
+        _add(tar, arcname, fh, size, files)
+        return
+    damaged = f"version {version}: {rel} is damaged"
+    advice = "(`indexer verify --root ROOT` checks the version; compact or rebuild it, then snapshot)"
+    if size != recorded.size:
+        raise SnapshotError(f"{damaged}: {size:,} bytes where its manifest records {recorded.size:,} {advice}")
+    hasher = new_hasher(checksums.algorithm)
+    _add(tar, arcname, fh, size, files, hasher)
+    if hasher.hexdigest() != recorded.digest:
+        raise SnapshotError(f"{damaged}: its {checksums.algorithm} {hasher.hexdigest()} is not the {recorded.digest} "
+                            f"its manifest records {advice}")
+
+
+def _atomic_temp(name: str) -> bool:
+    """An atomic write's temporary file or folder (`indexer.runtime.atomic`: `.NAME.XXXX.tmp`, `.NAME.XXXX.partial`):
+    not part of the version. Other hidden files are (tantivy's `lexical/.managed.json` and lock files: the manifest
+    records them, and a restore without them is refused)."""
+    return name.startswith(".") and name.endswith((".tmp", ".partial"))
 
 
 def _open_version(folder: Path) -> dict[str, IO[bytes]]:
@@ -180,10 +221,10 @@ def _open_version(folder: Path) -> dict[str, IO[bytes]]:
     handles: dict[str, IO[bytes]] = {}
     try:
         for dirpath, dirnames, filenames in os.walk(folder):
-            dirnames.sort()
+            dirnames[:] = sorted(d for d in dirnames if not _atomic_temp(d))
             for name in sorted(filenames):
                 path = Path(dirpath, name)
-                if not name.startswith("."):  # an atomic write's temp file is not part of the version
+                if not _atomic_temp(name):
                     handles[path.relative_to(folder).as_posix()] = open(path, "rb")  # noqa: SIM115 (closed below)
     except BaseException:
         for fh in handles.values():
@@ -192,41 +233,58 @@ def _open_version(folder: Path) -> dict[str, IO[bytes]]:
     return handles
 
 
-def create(root_dir: Path, *, version: str | None = None, name: str | None = None) -> SnapshotInfo:
+def create(root_dir: Path, *, version: str | None = None, name: str | None = None,
+           encoder_dir: Path | None = None) -> SnapshotInfo:
     """Snapshot the collection at `root_dir`: `version` (default: the one `current` points at) and its write log
     up to now, into `ROOT/snapshots/<name>.tar`; returns what `list_snapshots` shows of it. A full or failing disk
     is a StorageFull / StorageUnavailable naming the file (nothing of the snapshot is left)."""
     with storage_errors(snapshots_dir(Path(root_dir)), "making a snapshot"):
-        return _create(root_dir, version, name)
+        return _create(root_dir, version, name, encoder_dir)
 
 
-def _create(root_dir: Path, version: str | None, name: str | None) -> SnapshotInfo:
+def _create(root_dir: Path, version: str | None, name: str | None, encoder_dir: Path | None) -> SnapshotInfo:
     t0 = time.perf_counter()
     root = IndexRoot(root_dir)
     version = version or root.current_version()
-    if version is None or not root.version_dir(version).is_dir():
+    if version is None or version not in root.versions():  # a version's name, not a path: never another root's
         raise SnapshotError(f"{root.root} has no version {version or '(no current)'} to snapshot")
     name = check_name(name or new_version_name())
     folder = snapshots_dir(root.root)
     folder.mkdir(parents=True, exist_ok=True)
+    with _making(folder):
+        return _create_locked(root, folder, version, name, t0, encoder_dir)
+
+
+@contextmanager
+def _making(folder: Path) -> Iterator[None]:
+    """Held while a snapshot is made in `folder`, by whichever process makes it (the API, `indexer snapshot
+    create`): one at a time per collection, so the partial files a second one finds were left by a killed one,
+    never by one still running. A second one waits for the first."""
+    with open(folder / LOCK, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _create_locked(root: IndexRoot, folder: Path, version: str, name: str, t0: float,
+                   encoder_dir: Path | None) -> SnapshotInfo:
     if (folder / f"{name}{ARCHIVE_SUFFIX}").exists():
         raise SnapshotConflict(f"a snapshot {name!r} already exists in {folder}")
-    for stale in folder.glob(".*.partial*"):  # a killed snapshot's
+    for stale in folder.glob(".*.partial*"):  # a killed snapshot's (under the lock: none is being made)
         shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
     handles = _open_version(root.version_dir(version))
     partial = folder / f".{name}.partial"
     log_copy = folder / f".{name}.partial-log"
     try:
-        manifest = Manifest.load(root.version_dir(version), handles["manifest.json"].read())
-        handles["manifest.json"].seek(0)
-        info = _write(root.root, version, manifest, handles, partial, log_copy, name)
+        manifest = _manifest(root.version_dir(version), handles)
+        info = _write(root.root, version, manifest, handles, partial, log_copy, name, encoder_dir)
         os.replace(partial, folder / f"{name}{ARCHIVE_SUFFIX}")
         info = SnapshotInfo(**{**asdict(info), "seconds": round(time.perf_counter() - t0, 3)})
         write_json_atomic(folder / f"{name}.json", info.to_json())
         fsync_dir(folder)
         return info
-    except KeyError:
-        raise SnapshotError(f"version {version} has no manifest.json") from None
     finally:
         for fh in handles.values():
             fh.close()
@@ -234,8 +292,22 @@ def _create(root_dir: Path, version: str | None, name: str | None) -> SnapshotIn
         log_copy.unlink(missing_ok=True)
 
 
+def _manifest(folder: Path, handles: dict[str, IO[bytes]]) -> Manifest:
+    """The version's manifest, read from its open file and checked against its own checksum, as a restore and the
+    API check it; SnapshotError naming what is wrong (a snapshot of it would not restore)."""
+    if MANIFEST not in handles:
+        raise SnapshotError(f"version {folder.name} has no {MANIFEST}")
+    data = handles[MANIFEST].read()
+    handles[MANIFEST].seek(0)
+    try:
+        check_manifest(folder / MANIFEST, json.loads(data))
+        return Manifest.load(folder, data)
+    except (IntegrityError, ValueError) as exc:  # ManifestError and json's errors are ValueErrors
+        raise SnapshotError(f"version {folder.name}: {exc}") from None
+
+
 def _write(root: Path, version: str, manifest: Manifest, handles: dict[str, IO[bytes]], partial: Path,
-           log_copy: Path, name: str) -> SnapshotInfo:
+           log_copy: Path, name: str, encoder_dir: Path | None) -> SnapshotInfo:
     """The archive, written to `partial` and fsync'd."""
     w = manifest.writes
     log_id, seq = None, w.folded_seq if w else 0
@@ -247,7 +319,10 @@ def _write(root: Path, version: str, manifest: Manifest, handles: dict[str, IO[b
         out = _HashingWriter(raw)
         with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
             for rel, fh in handles.items():
-                _add(tar, f"{VERSION_PREFIX}{version}/{rel}", fh, os.fstat(fh.fileno()).st_size, files)
+                if rel == MANIFEST:  # covered by its own checksum (checked as it was loaded)
+                    _add(tar, f"{VERSION_PREFIX}{version}/{rel}", fh, os.fstat(fh.fileno()).st_size, files)
+                else:
+                    _add_version_file(tar, version, manifest, rel, fh, files)
             if log_id is not None:
                 with open(log_copy, "rb") as fh:
                     _add(tar, LOG_MEMBER, fh, os.fstat(fh.fileno()).st_size, files)
@@ -255,9 +330,10 @@ def _write(root: Path, version: str, manifest: Manifest, handles: dict[str, IO[b
                 data = config.read_bytes()
                 _add(tar, CONFIG_MEMBER, io.BytesIO(data), len(data), files)
             created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            encoder = encoder_identity(manifest, encoder_dir)
             trailer = json.dumps({"format": FORMAT, "name": name, "version": version, "seq": seq, "log_id": log_id,
-                                  "created_at": created, "documents": manifest.index.ntotal,
-                                  "encoder": encoder_identity(manifest), "files": files}, indent=1).encode()
+                                  "created_at": created, "documents": manifest.index.ntotal, "encoder": encoder,
+                                  "files": files}, indent=1).encode()
             _add(tar, TRAILER, io.BytesIO(trailer), len(trailer), {})
         raw.flush()
         os.fsync(raw.fileno())

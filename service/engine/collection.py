@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -141,8 +142,7 @@ class Collection:
         self.swapper = Swapper(settings, self.backend, self.leases, self.metrics, writes=self.writes,
                                encoders=self.scheduler.encoders, collection=self.collection_metrics)
         self.names = ModelNames(settings.index_root, settings.model_name, settings.model_aliases)
-        self.snapshots = Snapshots(settings.index_root, lambda: self.leases.current.version if self.leases.current
-                                   else None, self.not_ready_reason, name)
+        self.snapshots = Snapshots(settings.index_root, self._served_for_snapshot, self.not_ready_reason, name)
         self.compactor = Compactor(name, settings, self.leases, lambda: self.config.compaction,
                                    lambda: self.swapper.attempt("compaction", retry=True),
                                    self.scheduler.compactions, self.metrics)
@@ -322,6 +322,11 @@ class Collection:
     # -- the scheduler ---------------------------------------------------------------------------------------
     async def _call(self, query: Query, *, write: bool = False) -> tuple[Searcher, SearchResult]:
         return await self.scheduler.call(self, query, write=write)
+
+    def _served_for_snapshot(self) -> tuple[str, Path] | None:
+        """The served version and the encoder folder it is served with (a snapshot records that encoder's files)."""
+        current = self.leases.current
+        return None if current is None else (current.version, Path(current.encoder.model_dir))
 
     def not_ready_reason(self) -> str:
         r = self.swapper.current_refusal()

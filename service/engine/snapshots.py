@@ -14,27 +14,28 @@ from pathlib import Path
 from typing import Any
 
 from indexer.runtime import snapshot
-from indexer.runtime.collection_dirs import UPLOAD_PREFIX
+from indexer.runtime.collection_dirs import UPLOAD_PREFIX, known_encoders
 from indexer.runtime.restore import Restored, check_target, restore
 from indexer.runtime.snapshot import SnapshotInfo
 from indexer.runtime.storage import storage_errors
 from service.engine.errors import NotReady, SnapshotTooLarge, UnknownCollection
 
 
-def _made_below_priority(root: Path, version: str) -> SnapshotInfo:
+def _made_below_priority(root: Path, version: str, encoder_dir: Path) -> SnapshotInfo:
     """On a thread of its own, niced (Linux: a thread's nice value is its own), so that reading and hashing the
     version's files leaves the cores to searches."""
     try:
         os.setpriority(os.PRIO_PROCESS, 0, min(19, os.getpriority(os.PRIO_PROCESS, 0) + 10))
     except (OSError, AttributeError):
         pass
-    return snapshot.create(root, version=version)
+    return snapshot.create(root, version=version, encoder_dir=encoder_dir)
 
 
 class Snapshots:
-    def __init__(self, root: Path, served_version: Callable[[], str | None], not_ready: Callable[[], str],
+    def __init__(self, root: Path, served: Callable[[], tuple[str, Path] | None], not_ready: Callable[[], str],
                  name: str = "") -> None:
-        self.root, self._served, self._not_ready, self.name = Path(root), served_version, not_ready, name
+        """`served`: the served version and the encoder folder it is served with (None: nothing served)."""
+        self.root, self._served, self._not_ready, self.name = Path(root), served, not_ready, name
         self._lock = asyncio.Lock()
         self._closed = False
         self._making: asyncio.Future[SnapshotInfo] | None = None  # the last one's (its request may be gone)
@@ -53,9 +54,10 @@ class Snapshots:
         async with self._lock:
             if self._closed:
                 raise UnknownCollection(f"collection {self.name!r} was deleted: no snapshot of it is made")
-            version = self._served()
-            if version is None:
+            served = self._served()
+            if served is None:
                 raise NotReady(self._not_ready())
+            version, encoder_dir = served
             loop = asyncio.get_running_loop()
             # a fresh thread, not the default pool's: the nice value it takes must not stay with a shared worker
             future: asyncio.Future[SnapshotInfo] = loop.create_future()
@@ -63,7 +65,7 @@ class Snapshots:
 
             def run() -> None:
                 try:
-                    result = _made_below_priority(self.root, version)
+                    result = _made_below_priority(self.root, version, encoder_dir)
                 except BaseException as exc:  # noqa: BLE001 (handed to the awaiting request)
                     loop.call_soon_threadsafe(future.set_exception, exc)
                 else:
@@ -107,17 +109,26 @@ async def restore_upload(folder: Path, name: str, chunks: AsyncIterator[bytes], 
                                            f"(STRATA_MAX_SNAPSHOT_BYTES)")
                 fh.write(chunk)
         # its reasons name the upload, not the server's temporary file (removed below)
-        return await asyncio.to_thread(restore, upload, target, encoders=encoders, origin="the uploaded snapshot")
+        return await asyncio.to_thread(restore, upload, target, encoders=encoders, origin="the uploaded snapshot",
+                                       encoder_hint=UPLOAD_ENCODER_HINT)
     finally:
         upload.unlink(missing_ok=True)
 
 
-def encoders_known(collections: Any, model_dir: Path | None) -> list[Path]:  # noqa: ANN401 (the registry)
-    """The encoder folders an uploaded snapshot may pair with: the server's `model_dir`, and every served
-    collection's (a snapshot's own recorded folder is tried first by `restore`)."""
+UPLOAD_ENCODER_HINT = ("put its folder in the server's models folder (STRATA_MODELS_DIR), or restore the archive "
+                       "with `indexer snapshot restore ARCHIVE --root DIR --encoder DIR`")
+
+
+def encoders_known(collections: Any, model_dir: Path | None, models_dir: Path | None = None  # noqa: ANN401
+                   ) -> list[Path]:
+    """The encoder folders an uploaded snapshot may pair with: the server's `model_dir`, every served collection's,
+    and every exported encoder of the models folder (`models_dir`: those `POST /collections` may name); a snapshot's
+    own recorded folder is tried first by `restore`, and each is checked byte for byte against the snapshot's."""
     found = [model_dir] if model_dir is not None else []
     for collection in collections.by_name.values():
         searcher = collection.leases.current
         if searcher is not None:
             found.append(Path(searcher.encoder.model_dir))
+    if models_dir is not None:
+        found.extend(known_encoders(models_dir).values())
     return list(dict.fromkeys(found))

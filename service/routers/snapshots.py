@@ -90,7 +90,7 @@ async def upload_snapshot(name: Name, request: Request, collections: Collections
                                f"{settings.max_snapshot_bytes:,} (STRATA_MAX_SNAPSHOT_BYTES)")
     try:
         await restore_upload(collections.folder, name, request.stream(), settings.max_snapshot_bytes,
-                             encoders_known(collections, settings.model_dir))
+                             encoders_known(collections, settings.model_dir, settings.models_dir))
     except ClientDisconnect:  # nothing was restored, and no one reads the answer: a refusal, not a server error
         raise SnapshotError("the upload was cut short: the client disconnected before the archive's end") from None
     await collections.discover()

@@ -21,6 +21,9 @@ from typing import Any
 import httpx
 import pytest
 
+from indexer.runtime import snapshot
+from indexer.runtime.layout import IndexRoot
+from indexer.runtime.manifest import Manifest
 from tests.conftest import QUORA_LIKE_WORDS, REPO, doc_vector, encoder_dim, start_server, stop_server
 from tests.faults import small_fs
 
@@ -289,3 +292,70 @@ def test_an_upload_declared_over_the_cap_is_a_413_before_its_body_is_read(cdir: 
         assert sorted(p.name for p in cdir.iterdir()) == ["notes"]
     finally:
         stop_server(server)
+
+
+def test_an_upload_pairs_with_an_encoder_of_the_models_folder(cdir: Path, tmp_path: Path, tiny_exported: Path) -> None:
+    """A server that holds no collection yet (a fresh machine: the encoder is not where the snapshot's version was
+    built) pairs an uploaded snapshot with the encoders of its models folder, STRATA_MODELS_DIR — the ones `POST
+    /collections` may name — checked byte for byte: it answered 422 "is not here", with a CLI flag as the remedy,
+    though the same server created a collection of that very encoder. One of another model is still refused."""
+    root, machine_a = cdir / "notes", tmp_path / "machine-a" / "tiny-cls"
+    shutil.copytree(tiny_exported, machine_a)  # where the version was built, on the machine the snapshot is made
+    folder = IndexRoot(root).current_dir()
+    manifest = Manifest.load(folder)
+    manifest.model.dir = str(machine_a)
+    manifest.save(folder)
+    archive = snapshot.archive_path(root, snapshot.create(root).name).read_bytes()
+    shutil.rmtree(machine_a.parent)  # not on this one
+    models, fresh = tmp_path / "models", tmp_path / "fresh"
+    shutil.copytree(tiny_exported, models / "tiny-cls")
+    fresh.mkdir()
+    server = start_server(tmp_path, {"STRATA_COLLECTIONS_DIR": str(fresh), "STRATA_MODELS_DIR": str(models),
+                                     "STRATA_WATCH_INTERVAL_S": "0", "STRATA_THREADS": "1"})
+    try:
+        c = server.client()
+        dim = encoder_dim(tiny_exported)
+        tar = {"Content-Type": "application/x-tar"}
+        up = c.post("/collections/notes/snapshots/upload", content=archive, headers=tar)
+        assert up.status_code == 201 and up.json()["ready"] and up.json()["documents"] == 60, up.text
+        assert Manifest.load(IndexRoot(fresh / "notes").current_dir()).model.dir == str(models / "tiny-cls")
+        hit = c.post("/collections/notes/search", json={"vector": doc_vector(7, dim), "top_k": 1}).json()["hits"]
+        assert hit[0]["id"] == 7
+        (models / "tiny-cls" / "tokenizer_config.json").write_text("{}")  # no longer the encoder it was made with
+        c.delete("/collections/notes")
+        r = c.post("/collections/again/snapshots/upload", content=archive, headers=tar)
+        assert r.status_code == 422 and "tokenizer_config.json differs" in r.json()["detail"], r.text
+        assert "STRATA_MODELS_DIR" in r.json()["detail"], r.text  # the remedy a server's user has
+        assert sorted(p.name for p in fresh.iterdir()) == []
+    finally:
+        stop_server(server)
+
+
+def test_a_snapshot_records_the_encoder_the_server_serves_with(cdir: Path, tmp_path: Path,
+                                                               tiny_exported: Path) -> None:
+    """The version's recorded encoder folder is gone (models moved; the server pins the encoder with
+    STRATA_MODEL_DIR): the snapshot records the files of the encoder the collection is served with, so a restore
+    still checks the tokenizer byte for byte (no files were recorded, and any folder of the same ONNX model was
+    accepted, one whose tokenizer differs included: other tokens, other answers)."""
+    root, pinned = cdir / "notes", tmp_path / "pinned" / "tiny-cls"
+    shutil.copytree(tiny_exported, pinned)
+    folder = IndexRoot(root).current_dir()
+    manifest = Manifest.load(folder)
+    manifest.model.dir = str(tmp_path / "moved-away" / "tiny-cls")
+    manifest.save(folder)
+    server = start_server(tmp_path, {"STRATA_INDEX_ROOT": str(root), "STRATA_MODEL_DIR": str(pinned),
+                                     "STRATA_WATCH_INTERVAL_S": "0", "STRATA_THREADS": "1"})
+    try:
+        snap = server.client().post("/collections/default/snapshots")
+        assert snap.status_code == 201, snap.text
+    finally:
+        stop_server(server)
+    archive = snapshot.archive_path(root, snap.json()["name"])
+    other = tmp_path / "other" / "tiny-cls"  # the same ONNX model, another tokenizer
+    shutil.copytree(tiny_exported, other)
+    (other / "tokenizer_config.json").write_text("{}")
+    refused = indexer_cli("snapshot", "restore", str(archive), "--root", str(tmp_path / "r1"), "--encoder", str(other))
+    assert refused.returncode == 2 and "tokenizer_config.json differs" in refused.stderr, refused.stderr
+    restored = indexer_cli("snapshot", "restore", str(archive), "--root", str(tmp_path / "r2"), "--encoder",
+                           str(pinned))
+    assert restored.returncode == 0, restored.stderr

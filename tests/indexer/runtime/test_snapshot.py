@@ -173,3 +173,166 @@ def test_a_restore_never_writes_over_a_collection_and_needs_its_encoder(root: Pa
         snap.create(root, name="../x")
     with pytest.raises(SnapshotError, match="already exists"):
         snap.create(root, name="before-upgrade")
+
+
+def test_two_snapshots_made_at_once_both_complete(root: Path, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """One made by the API while `indexer snapshot create` makes another on the same root (two processes, or two
+    callers here): the second waits for the first instead of removing its partial files as a killed snapshot's
+    (the first failed with a bare FileNotFoundError: its `.NAME.partial` was unlinked under it)."""
+    _write(root, 5)
+    add, paused, go = snap._add, threading.Event(), threading.Event()
+
+    def add_pausing(*args: object, **kwargs: object) -> None:
+        if threading.current_thread().name == "first" and not paused.is_set():
+            paused.set()  # the first one's archive is half written
+            go.wait(30)
+        add(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(snap, "_add", add_pausing)
+    made: dict[str, object] = {}
+
+    def make(name: str) -> None:
+        try:
+            made[name] = snap.create(root, name=name)
+        except Exception as exc:  # noqa: BLE001 (the test looks at it)
+            made[name] = exc
+
+    first = threading.Thread(target=make, args=("a",), name="first")
+    first.start()
+    assert paused.wait(30)
+    second = threading.Thread(target=make, args=("b",), name="second")
+    second.start()
+    second.join(2)  # with no lock between them it finishes here, having removed the first one's partial file
+    go.set()
+    first.join(30)
+    second.join(30)
+    assert isinstance(made["a"], snap.SnapshotInfo) and isinstance(made["b"], snap.SnapshotInfo), made
+    assert [s.name for s in snap.list_snapshots(root)] == ["a", "b"]
+    for name in ("a", "b"):  # both whole
+        assert restore(snap.archive_path(root, name), tmp_path / f"restored-{name}").seq == 10
+    assert not list((root / "snapshots").glob(".*.partial*"))
+
+
+def test_a_version_that_is_not_one_of_the_roots_is_refused(root: Path, tmp_path: Path) -> None:
+    """`indexer snapshot create --version` names one of the root's versions: a path out of `versions/` (another
+    root's version beside this root's log) or a partial build was archived, a snapshot no restore accepts."""
+    other = tmp_path / "other"
+    shutil.copytree(root, other, symlinks=True)
+    version = IndexRoot(other).current_version()
+    (root / "versions" / ".building-x").mkdir()
+    for bad in (f"../../other/versions/{version}", ".building-x", "."):
+        with pytest.raises(SnapshotError, match="has no version"):
+            snap.create(root, version=bad)
+    assert snap.list_snapshots(root) == [] and not list((root / "snapshots").glob("*.tar"))
+    assert snap.create(root, version=version).version == version  # its own version, by name
+
+
+@pytest.mark.parametrize(("how", "says"), [
+    ("flipped", r"index\.faiss is damaged: its xxh3-128 \w+ is not the \w+ its manifest records"),
+    ("truncated", r"store\.sqlite is damaged: [\d,]+ bytes where its manifest records"),
+    ("manifest", r"manifest\.json does not match its own checksum")])
+def test_a_version_damaged_on_disk_is_refused_not_archived(root: Path, tmp_path: Path, how: str, says: str) -> None:
+    """The version's files are checked against their manifest's checksums as they are copied (read once): a file
+    damaged since the version was served is refused naming it, and nothing is left (it was archived, its damaged
+    bytes hashed into snapshot.json: a snapshot that every restore refuses, found out when it is needed)."""
+    folder = IndexRoot(root).current_dir()
+    if how == "flipped":
+        data = bytearray((folder / "index.faiss").read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        (folder / "index.faiss").write_bytes(bytes(data))
+    elif how == "truncated":
+        with open(folder / "store.sqlite", "r+b") as fh:
+            fh.truncate(fh.seek(0, 2) - 100)
+    else:  # a field changed after it was written (its checksum not stamped again)
+        raw = json.loads((folder / "manifest.json").read_text())
+        raw["index"]["ntotal"] += 1
+        (folder / "manifest.json").write_text(json.dumps(raw))
+    with pytest.raises(SnapshotError, match=says):
+        snap.create(root, name="broken")
+    assert snap.list_snapshots(root) == []
+    assert sorted(p.name for p in (root / "snapshots").iterdir()) == [".lock"]  # no archive, no partial file
+
+
+def _with_member(archive: Path, member: str, data: bytes, out: Path) -> Path:
+    """The archive with `member` replaced by `data` and snapshot.json recording it (sizes and sha256 consistent:
+    as a snapshot of a collection whose collection.json another Strata wrote, or edited by hand)."""
+    import hashlib
+    import io
+
+    with tarfile.open(archive) as src:
+        members = {m.name: src.extractfile(m).read() for m in src.getmembers()}  # type: ignore[union-attr]
+    trailer = json.loads(members.pop("snapshot.json"))
+    members[member] = data
+    trailer["files"][member] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    with tarfile.open(out, "w") as dst:
+        for name, body in [*members.items(), ("snapshot.json", json.dumps(trailer).encode())]:
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            dst.addfile(info, io.BytesIO(body))
+    return out
+
+
+@pytest.mark.parametrize(("config", "says"), [(b'{"max_top_k": "lots"}', "collection.json: max_top_k"),
+                                              (b'{"a_later_field": 1}', "collection.json: a_later_field"),
+                                              (b"{max_top_k: 5", "collection.json is not JSON")])
+def test_a_collection_json_that_does_not_validate_is_refused_naming_it(root: Path, tmp_path: Path, config: bytes,
+                                                                       says: str) -> None:
+    """Checked whole means its collection.json too: one that does not validate (a field of another Strata, a value
+    of the wrong type) was restored, and the server then skipped the collection (an upload answered 404 after
+    leaving its folder in place)."""
+    info = snap.create(root)
+    bad = _with_member(snap.archive_path(root, info.name), "collection.json", config, tmp_path / "bad.tar")
+    with pytest.raises(SnapshotError, match=f"bad.tar: {says}"):
+        restore(bad, tmp_path / "restored")
+    assert {p.name for p in tmp_path.iterdir()} == {"root", "bad.tar"}  # no target, no staging folder left
+
+
+def test_a_version_with_a_tantivy_lexical_index_restores_and_answers_the_same(tmp_path: Path,
+                                                                                tiny_exported: Path) -> None:
+    """tantivy keeps hidden files in its index folder (`lexical/.managed.json`, its lock files), which the manifest
+    records: they were left out of the archive as if they were atomic writes' temporary files, and every restore of
+    a collection with a tantivy index was refused ("lexical/.managed.json is missing")."""
+    from indexer.build import BuildConfig, build
+    from indexer.runtime.version import IndexVersion
+
+    data = tmp_path / "docs.jsonl"
+    data.write_text("".join(json.dumps({"id": i, "text": f"how can i learn python {i} dog cat"}) + "\n"
+                            for i in range(DOCS)))
+    root = tmp_path / "root"
+    build(BuildConfig(model_dir=tiny_exported, data=str(data), root=root, index="flat", threads=1, evaluate=False,
+                      lexical_engine="tantivy"))
+    version = IndexRoot(root).current_dir()
+    assert (version / "lexical" / ".managed.json").is_file()
+    manifest = Manifest.load(version)
+    assert "lexical/.managed.json" in manifest.checksums.files  # type: ignore[union-attr]
+    restored = restore(snap.archive_path(root, snap.create(root).name), tmp_path / "restored")
+    queries = ["learn python 7", "dog cat", "how can i"]
+    answers = []
+    for folder in (version, restored.root / "versions" / restored.version):
+        opened = IndexVersion(folder)
+        try:
+            answers.append([(s.tolist(), i.tolist()) for s, i in opened.lexical_search(queries, 5)])
+        finally:
+            opened.close()
+    assert answers[0] == answers[1] and answers[0][0][1]
+
+
+def test_a_version_file_that_fails_its_manifest_checksum_is_named_as_in_the_archive(root: Path,
+                                                                                     tmp_path: Path) -> None:
+    """A member whose sha256 snapshot.json records (an archive made consistent by hand, or by a Strata that did not
+    check the version as it copied it) but that fails the version's own checksum: refused naming the version's file
+    as the archive holds it, not by the path of the restore's staging folder (removed with the refusal; over HTTP,
+    a path on the server)."""
+    info = snap.create(root)
+    archive = snap.archive_path(root, info.name)
+    with tarfile.open(archive) as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith("/index.faiss"))
+        data = bytearray(tar.extractfile(member).read())  # type: ignore[union-attr]
+    data[len(data) // 2] ^= 0xFF
+    bad = _with_member(archive, member.name, bytes(data), tmp_path / "bad.tar")
+    with pytest.raises(SnapshotError) as refused:
+        restore(bad, tmp_path / "restored")
+    assert f"bad.tar: version {info.version}: index.faiss does not match its checksum" in str(refused.value)
+    assert "restoring" not in str(refused.value)
+    assert {p.name for p in tmp_path.iterdir()} == {"root", "bad.tar"}
