@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
 
 from indexer.runtime.metadata import INT64_MAX, INT64_MIN, MAX_BYTES, MAX_DEPTH, MetadataError, check_metadata
+from indexer.runtime.passage_rows import RESERVED_ID, reserved_id
 from service.schemas.common import MAX_DOCUMENT_CHARS, MAX_VECTOR_DIM, VECTOR_DOC, DocumentText, VectorItem
 
 MAX_WRITE_DOCS = 128  # documents per PUT /documents (each is encoded before the write is logged)
@@ -35,6 +36,8 @@ def _check_id(value: int | str) -> int | str:
         raise ValueError("a string id must not be empty or whitespace only")
     if isinstance(value, str) and len(value) > MAX_ID_CHARS:
         raise ValueError(f"string id is {len(value)} characters; the limit is {MAX_ID_CHARS}")
+    if reserved_id(value):
+        raise ValueError(RESERVED_ID)
     return value
 
 
