@@ -36,6 +36,12 @@ def _check_id(value: int | str) -> int | str:
         raise ValueError("a string id must not be empty or whitespace only")
     if isinstance(value, str) and len(value) > MAX_ID_CHARS:
         raise ValueError(f"string id is {len(value)} characters; the limit is {MAX_ID_CHARS}")
+    return value
+
+
+def _new_id(value: int | str) -> int | str:
+    """A written document's id: not one that spells a passage row's (reading and deleting such an id, which no
+    write makes now, touch only a document of that very id)."""
     if reserved_id(value):
         raise ValueError(RESERVED_ID)
     return value
@@ -43,11 +49,13 @@ def _check_id(value: int | str) -> int | str:
 
 # Strict: a string id stays a string ("17") and an integer id an integer (17); 17.0 and true are refused.
 DocId = Annotated[StrictInt | StrictStr, AfterValidator(_check_id)]
+WrittenDocId = Annotated[DocId, AfterValidator(_new_id)]
 
 
 class WriteDocument(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    id: DocId = Field(description="a string or a 64-bit integer, kept as given (17 and \"17\" are two documents)")
+    id: WrittenDocId = Field(description="a string or a 64-bit integer, kept as given (17 and \"17\" are two "
+                             "documents); a string may not start with U+001F then 'P' (a version of passages' rows)")
     text: DocumentText = Field(description=f"up to {MAX_DOCUMENT_CHARS:,} characters: a version of passages splits "
                                "it into passages, any other encodes its first window and keeps the whole text")
     metadata: dict[str, Any] = Field(default_factory=dict, description=METADATA_DOC)
