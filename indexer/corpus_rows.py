@@ -25,6 +25,7 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from indexer.runtime.metadata import INT64_MAX, INT64_MIN, MAX_DEPTH, MetadataError, check_metadata, valid_unicode
+from indexer.runtime.passage_rows import RESERVED_ID, reserved_id
 
 CorpusFormat = Literal["quora", "jsonl", "csv", "tsv", "parquet", "beir", "files"]
 ExtId = str | int
@@ -95,6 +96,8 @@ def typed_ext_id(v: object, where: str, field: str) -> ExtId:
             raise CorpusFormatError(f"{where}: id field {field!r} is empty")
         if not valid_unicode(v):
             raise CorpusFormatError(f"{where}: id {v!r} is not valid Unicode (it holds a lone surrogate)"[:300])
+        if reserved_id(v):
+            raise CorpusFormatError(f"{where}: id {v[:40]!r}: {RESERVED_ID}")
         return v
     return _check_int(v, "id", where)
 

@@ -180,10 +180,22 @@ class LiveIndex:
         doc = self.base.store.documents([fid]).get(fid)
         return None if doc is None else doc.metadata
 
-    def hits(self, scores: np.ndarray, ids: np.ndarray, passages: bool = False) -> list[list[Hit]]:
+    def moment(self) -> int:
+        """The overlay's applied seq now, at a write's boundary: a search begun here passes it to `hits`."""
+        return self.overlay.seq()
+
+    def hits(self, scores: np.ndarray, ids: np.ndarray, passages: bool = False, since: int | None = None
+             ) -> list[list[Hit]]:
         """The base's hits for its ids, the written documents' for theirs, in rank order; a document deleted or
-        replaced between the search and this lookup is left out (`passages`: passage rows as their documents)."""
+        replaced between the search and this lookup is left out (`passages`: passage rows as their documents).
+        A rewrite keeps its rows' FAISS ids, so with `since` (`moment` when the search began) a written document
+        logged after it is left out too: its row was scored (and filtered) as the earlier text, or its write was
+        seen by one of the search's steps and not another."""
         docs, gone = self.overlay.lookup([int(i) for i in ids.ravel() if i >= 0])
+        if since is not None:
+            for f in [f for f, d in docs.items() if d.seq > since]:
+                del docs[f]
+                gone.add(f)
         if not docs and not gone:
             return self.base.hits(scores, ids, passages)
         mine = np.isin(ids, np.fromiter((*docs, *gone), dtype=np.int64))

@@ -13,7 +13,7 @@ A document's metadata is a JSON object whose values are, all the way down:
 - lists and objects of these, nested at most `MAX_DEPTH` levels (the metadata object itself is level 1) — the
   response of a `/search` wraps each hit's metadata in 5 more levels, and orjson stops at 254;
 - with field names that are valid Unicode without NUL (SQLite would index `k\\u0000z` as `k`), and top-level
-  names that are not empty or blank;
+  names that are not empty or blank, nor `"\\x1fpassage"` (`passage_rows.PASSAGE_KEY`: a passage row's record);
 - `MAX_BYTES` bytes at most as compact JSON (every hit carries its metadata: 100 hits of the limit are 6.4 MB).
 
 Filter values (`indexer.runtime.filters`) are scalars under the same rules. Breaking a rule raises
@@ -31,6 +31,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
+
+from indexer.runtime.passage_rows import PASSAGE_KEY
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 MAX_DEPTH = 32  # levels of lists/objects in one document's metadata, the metadata object itself included
@@ -76,7 +78,13 @@ def scalar_problem(v: object) -> str | None:
 
 
 def check_metadata(meta: dict[str, Any]) -> None:
-    """Raise `MetadataError` unless `meta` (one document's metadata) fits the schema."""
+    """Raise `MetadataError` unless `meta` (one document's metadata, as a build or a write brings it) fits the
+    schema; its top-level names may not be `PASSAGE_KEY`, a passage row's own record (a version of passages would
+    drop the document's value silently). The write log's passage rows, which hold it, are checked by
+    `_checked_json`."""
+    if isinstance(meta, dict) and PASSAGE_KEY in meta:
+        raise MetadataError(f"metadata field name {_show(PASSAGE_KEY)} is reserved (a version of passages keeps "
+                            f"each passage's offsets under it)")
     _checked_json(meta)
 
 

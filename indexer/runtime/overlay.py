@@ -289,6 +289,12 @@ class Overlay:
         lists = self._lists if self._rows - self._dead >= self.lists_from else None
         return Snapshot(self._vecs[: self._rows], self._row_fid[: self._rows], self._dead, self._exclusion, lists)
 
+    def seq(self) -> int:
+        """The applied seq at a write's boundary (`apply` holds the lock for all of a write's entries): what a
+        search that starts now sees at most (`LiveIndex.hits`' `since`)."""
+        with self._lock:
+            return self.applied_seq
+
     def view(self, known_seq: int | None = None) -> tuple[int, tuple[list[WrittenDoc], Snapshot] | None]:
         """The written documents with their rows and the tombstones, at one moment named by the applied seq
         (what reading documents back pages through: `indexer.runtime.reading`); None for them when that seq is

@@ -19,6 +19,15 @@ PASSAGE_KEY = "\x1fpassage"  # metadata of a passage row: [start, end, count]; n
 ID_PREFIX = "\x1fP"  # a passage row's id: this, then [document id, n] as JSON
 
 ExtId = int | str
+RESERVED_ID = ("a string id may not start with U+001F then 'P': that prefix names a version of passages' rows "
+               "(docs/passages.md)")
+
+
+def reserved_id(ext: object) -> bool:
+    """Whether an id given as a document's would read as a passage row's (`ID_PREFIX`): refused where ids come in
+    (`PUT /documents`, `indexer build --data`), since a reader could not tell the document from another one's
+    passage."""
+    return isinstance(ext, str) and ext.startswith(ID_PREFIX)
 
 
 @dataclass(frozen=True)

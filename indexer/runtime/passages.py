@@ -23,6 +23,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -36,7 +37,8 @@ if TYPE_CHECKING:
 
 # a sentence ends at . ! ? (then closing quotes/brackets) followed by whitespace, or at a blank line / line end
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+|\n\s*")
-_WORD = re.compile(r"\w+", re.UNICODE)
+# a word: word characters (`\w`) and the combining marks on them (Unicode category M, which `\w` leaves out: the
+# accent of a decomposed "é", Devanagari's vowel signs and virama — "हिन्दी" is one word, not "ह", "न", "द")
 _WORD_CHAR = re.compile(r"\w", re.UNICODE)
 _WORD_REST = re.compile(r"\w*", re.UNICODE)
 # words too common to mark in a snippet (the query's other terms are what a reader looks for)
@@ -166,34 +168,63 @@ def aggregate(scores: Iterable[float], passages: Iterable[int], doc_of: dict[int
     return list(out.values())
 
 
+def _is_mark(ch: str) -> bool:
+    """A combining mark (category Mn, Mc or Me; none is below U+0300): part of the word it follows."""
+    return ch >= "\u0300" and unicodedata.category(ch)[0] == "M"
+
+
+def _word_end(text: str, j: int) -> int:
+    """The end of the word that goes on at `j`: past its word characters and combining marks."""
+    while True:
+        j = _WORD_REST.match(text, j).end()  # type: ignore[union-attr]
+        if j >= len(text) or not _is_mark(text[j]):
+            return j
+        j += 1
+
+
+def _words(text: str) -> list[str]:
+    """The words of `text`: runs of word characters with their combining marks."""
+    out, pos = [], 0
+    while (m := _WORD_CHAR.search(text, pos)) is not None:
+        pos = _word_end(text, m.start())
+        out.append(text[m.start() : pos])
+    return out
+
+
 def query_terms(query: str) -> list[str]:
     """The query's words worth marking: lowercased, stopwords and 1-character words left out, a plural's final
     "s" dropped (each term marks the words it starts: "cats" marks "cat" and "cats")."""
     seen: dict[str, None] = {}
-    for w in _WORD.findall(query.lower()):
+    for w in _words(query.lower()):
         if len(w) > 1 and w not in _STOP:
             seen.setdefault(w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w, None)
     return list(seen)
 
 
 def term_spans(text: str, terms: list[str]) -> list[tuple[int, int]]:
-    """The `[start, end)` of each word of `text` that starts with one of `terms` (lowercase), in order: what
-    `\\b(?:terms)\\w*` matches case-insensitively, found with `str.find` on the lowercased text (a regex
-    alternation is tried at every character: docs/decisions.md); the regex itself where lowercasing changes the
-    text's length."""
+    """The `[start, end)` of each word of `text` that starts with one of `terms` (lowercase), in order, the whole
+    word marked (its combining marks included: `_words`): what `\\b(?:terms)\\w*` matches case-insensitively,
+    where neither a word character nor a combining mark comes before, found with `str.find` on the lowercased
+    text (a regex alternation is tried at every character: docs/decisions.md); the regex itself where lowercasing
+    changes the text's length."""
     if not terms:
         return []
     low = text.lower()
     if len(low) != len(text):
         pattern = re.compile(r"\b(?:" + "|".join(re.escape(t) for t in sorted(terms, key=len, reverse=True))
-                             + r")\w*", re.IGNORECASE | re.UNICODE)
-        return [m.span() for m in pattern.finditer(text)]
+                             + r")", re.IGNORECASE | re.UNICODE)
+        return [(m.start(), _word_end(text, m.end())) for m in pattern.finditer(text)
+                if m.start() == 0 or not _is_mark(text[m.start() - 1])]
     ends: dict[int, int] = {}
+    n = len(low)
     for t in terms:
         i = low.find(t)
         while i >= 0:
-            if i not in ends and (i == 0 or not _WORD_CHAR.match(low, i - 1)):
-                ends[i] = _WORD_REST.match(low, i + len(t)).end()  # type: ignore[union-attr]
+            # (`_word_end` and the word test before inlined for the common case: no combining mark, below U+0300)
+            if i not in ends and (i == 0 or (not _WORD_CHAR.match(low, i - 1)
+                                             and (low[i - 1] < "\u0300" or not _is_mark(low[i - 1])))):
+                j = _WORD_REST.match(low, i + len(t)).end()  # type: ignore[union-attr]
+                ends[i] = j if j >= n or low[j] < "\u0300" else _word_end(low, j)
             i = low.find(t, i + 1)
     return sorted(ends.items())
 

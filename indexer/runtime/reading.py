@@ -193,8 +193,13 @@ class Documents:
     def get(self, ids: Sequence[ExtId], *, with_vector: bool = False) -> list[StoredDocument | None]:
         """The documents with these ids, in their order (None: no live document has it)."""
         view = self._view()
-        heads = self._rows([e for d in ids for e in (d, passage_id(d, 0))], view)
-        found = [heads.get(d) or heads.get(passage_id(d, 0)) for d in ids]
+        # a document is its own row or its passage 0; an id spelling a passage row's names no document (else
+        # "\x1fP[1,3]" would read document 1's passage 3 as a document: such ids are refused as documents')
+        own = [d if parse_passage_id(d) is None else None for d in ids]
+        heads = self._rows([e for d, o in zip(ids, own, strict=True) for e in (o, passage_id(d, 0)) if e is not None],
+                           view)
+        found = [(heads.get(o) if o is not None else None) or heads.get(passage_id(d, 0))
+                 for d, o in zip(ids, own, strict=True)]
         docs = self._documents([h for h in found if h is not None], view, with_vector)
         it = iter(docs)
         return [None if h is None else next(it) for h in found]

@@ -122,8 +122,10 @@ class VectorIndex(Protocol):
     def search(self, vectors: np.ndarray, k: int, match: Any = None, *,
                search_params: dict[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]: ...
 
-    # `passages`: a passage row's hit as its document's (id, metadata, `PassageRef` without a snippet)
-    def hits(self, scores: np.ndarray, ids: np.ndarray, passages: bool = False) -> list[list[Hit]]: ...
+    # `passages`: a passage row's hit as its document's (id, metadata, `PassageRef` without a snippet); `since`: an
+    # index with a write overlay leaves out the documents written after that applied seq (`LiveIndex.hits`)
+    def hits(self, scores: np.ndarray, ids: np.ndarray, passages: bool = False, since: int | None = None
+             ) -> list[list[Hit]]: ...
 
     def ext_ids(self, ids: list[int]) -> dict[int, int | str]: ...  # rows' external ids, without their texts
 
@@ -362,9 +364,10 @@ class IndexVersion(LexicalSearching):
         scores, ids, _ = self.ann.filtered_search(vectors, k, match.prepared, search_params=search_params)
         return scores, ids
 
-    def hits(self, scores: np.ndarray, ids: np.ndarray, passages: bool = False) -> list[list[Hit]]:
+    def hits(self, scores: np.ndarray, ids: np.ndarray, passages: bool = False, since: int | None = None
+             ) -> list[list[Hit]]:
         """Per query, its hits with external ids, texts and metadata, without the -1 padding (`passages`: passage
-        rows as their documents, `hits_from_store`)."""
+        rows as their documents, `hits_from_store`); `since` has no effect: a version is never written."""
         return hits_from_store(self.store, scores, ids, passages)
 
     def ext_ids(self, ids: list[int]) -> dict[int, int | str]:

@@ -96,6 +96,10 @@ class Batch:
     short: dict[int, list[bool]] = field(default_factory=dict)
     deepen_ms: dict[int, float] = field(default_factory=dict)  # dense: its searches deeper (counted as dense)
     hits: dict[int, list[list[Hit]]] = field(default_factory=dict)
+    # the write overlay's applied seq when the batch began (`LiveIndex.moment`): documents written after it are
+    # left out of its hits (their rows keep their FAISS ids: a search may have scored the earlier text); None: no
+    # overlay
+    since: int | None = None
 
 
 def failed(step: str, job: Job, exc: Exception) -> Exception:

@@ -30,6 +30,7 @@ from indexer.runtime.bounded_leg import BOUNDED_FROM, HYBRID_LEXICAL, HybridLexi
 from indexer.runtime.encoder import OnnxEncoder
 from indexer.runtime.faiss.devices import set_threads
 from indexer.runtime.fusion import Fusion
+from indexer.runtime.live_index import LiveIndex
 from indexer.runtime.manifest import Manifest, SearchMode
 from indexer.runtime.passages import Splitter, with_snippets
 from indexer.runtime.query import Query
@@ -151,7 +152,9 @@ class Searcher:
         that still fail get the exception as their `error` (the engine raises it: a 500 of their own); a lexical
         search or a fusion that raises fails its own request only. Their neighbours are answered."""
         t0 = time.perf_counter()
+        since = self.index.moment() if isinstance(self.index, LiveIndex) else None  # before any search reads rows
         batch = self.plan(jobs)
+        batch.since = since
         # BM25 needs no vector: the lexical searches run on the lexical pool while the encoder runs
         lexical_future = self._lexical_pool.submit(lambda: self._lexical(batch)) \
             if batch.lexical_jobs and batch.encoding else None
@@ -272,7 +275,7 @@ class Searcher:
             all_ids = np.full((len(ranked), width), -1, dtype=np.int64)
             for r, (scores, ids) in enumerate(ranked):
                 all_scores[r, : len(ids)], all_ids[r, : len(ids)] = scores, ids
-            found = self.index.hits(all_scores, all_ids, passages=self._passages)  # each hit built once
+            found = self.index.hits(all_scores, all_ids, passages=self._passages, since=batch.since)  # built once
         pos = 0
         for j in which:
             n, job = len(batch.finals[j]), batch.jobs[j]

@@ -242,7 +242,9 @@ class ShardedIndex(LexicalSearching):
             out[rows] = got
         return out
 
-    def hits(self, scores: np.ndarray, ids: np.ndarray, passages: bool = False) -> list[list[Hit]]:
+    def hits(self, scores: np.ndarray, ids: np.ndarray, passages: bool = False, since: int | None = None
+             ) -> list[list[Hit]]:
+        """The version's rows (the writes are `LiveShards`', whose `hits` takes `since`)."""
         return hits_from_store(self.store, scores, ids, passages)
 
     def ext_ids(self, ids: list[int]) -> dict[int, int | str]:

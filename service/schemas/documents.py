@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
 
 from indexer.runtime.metadata import INT64_MAX, INT64_MIN, MAX_BYTES, MAX_DEPTH, MetadataError, check_metadata
+from indexer.runtime.passage_rows import RESERVED_ID, reserved_id
 from service.schemas.common import MAX_DOCUMENT_CHARS, MAX_VECTOR_DIM, VECTOR_DOC, DocumentText, VectorItem
 
 MAX_WRITE_DOCS = 128  # documents per PUT /documents (each is encoded before the write is logged)
@@ -38,13 +39,23 @@ def _check_id(value: int | str) -> int | str:
     return value
 
 
+def _new_id(value: int | str) -> int | str:
+    """A written document's id: not one that spells a passage row's (reading and deleting such an id, which no
+    write makes now, touch only a document of that very id)."""
+    if reserved_id(value):
+        raise ValueError(RESERVED_ID)
+    return value
+
+
 # Strict: a string id stays a string ("17") and an integer id an integer (17); 17.0 and true are refused.
 DocId = Annotated[StrictInt | StrictStr, AfterValidator(_check_id)]
+WrittenDocId = Annotated[DocId, AfterValidator(_new_id)]
 
 
 class WriteDocument(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    id: DocId = Field(description="a string or a 64-bit integer, kept as given (17 and \"17\" are two documents)")
+    id: WrittenDocId = Field(description="a string or a 64-bit integer, kept as given (17 and \"17\" are two "
+                             "documents); a string may not start with U+001F then 'P' (a version of passages' rows)")
     text: DocumentText = Field(description=f"up to {MAX_DOCUMENT_CHARS:,} characters: a version of passages splits "
                                "it into passages, any other encodes its first window and keeps the whole text")
     metadata: dict[str, Any] = Field(default_factory=dict, description=METADATA_DOC)

@@ -40,7 +40,9 @@ class ScrollRequest(BaseModel):
                              description=f"documents per page, 1..{MAX_SCROLL_LIMIT}")
     cursor: StrictStr | None = Field(None, min_length=1, max_length=MAX_CURSOR_CHARS, description=(
         "the previous page's next_cursor; none: from the first document. Pages are in id order (integers first, "
-        "then strings); a cursor names the last id seen, so it stays valid across writes, compaction and restarts"))
+        "then strings; on a version of passages, the order of the documents' first passages' row ids: as stable, "
+        "not the ids' own order); a cursor names the last id seen, so it stays valid across writes, compaction "
+        "and restarts"))
     filter: Filter = Field(None, description=SCROLL_FILTER_DOC)
     with_vector: StrictBool = Field(False, description=VECTOR_BACK_DOC)
 
@@ -56,7 +58,8 @@ class PassageBody(BaseModel):
 class DocumentBody(BaseModel):
     id: int | str = Field(description="as written: an integer or a string")
     text: str = Field(description="as written; a version of passages: laid out from its passages (a character no "
-                      "passage covers, whitespace between sentences, reads as a space)")
+                      "passage covers, whitespace between sentences, reads as a space; what follows the last "
+                      "passage, trailing whitespace, is left out)")
     metadata: dict[str, Any]
     passages: list[PassageBody] | None = Field(None, description="a version of passages (indexer build --chunk): "
                                                "the document's passages, in order; null otherwise")

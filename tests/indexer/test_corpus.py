@@ -220,6 +220,12 @@ BAD = {
     "surrogate-text.jsonl": ('{"id": 1, "text": "a\\ud800"}\n',
                              "surrogate-text.jsonl:1: field 'text' is not valid Unicode"),
     "surrogate-id.jsonl": ('{"id": "\\ud800", "text": "a"}\n', "surrogate-id.jsonl:1: id '\\ud800' is not valid"),
+    # a passage row's id: a version of passages would read document 1's passage 0 for it (docs/passages.md)
+    "passage-id.jsonl": ('{"id": "\\u001fP[1,0]", "text": "a"}\n',
+                         "passage-id.jsonl:1: id '\\x1fP[1,0]': a string id may not start with U+001F then 'P'"),
+    # a passage row's record: a version of passages would drop the document's value under it
+    "passage-key.jsonl": ('{"id": 1, "text": "a", "\\u001fpassage": [0, 1, 1]}\n',
+                          "passage-key.jsonl:1: metadata field name '\\x1fpassage' is reserved"),
     "huge-meta.jsonl": ('{"id": 1, "text": "a", "blob": "' + "x" * 70_000 + '"}\n',
                         "huge-meta.jsonl:1: metadata is 70,011 bytes as JSON; the limit is 65,536"),
     "text-number.jsonl": ('{"id": 1, "text": 5}\n', "text-number.jsonl:1: field 'text' must be a string, got int"),

@@ -78,3 +78,30 @@ def test_a_writes_counts_on_a_version_of_passages_count_documents_and_its_passag
     finally:
         server.proc.send_signal(signal.SIGTERM)
         server.proc.wait(timeout=60)
+
+
+def test_ids_and_metadata_names_that_spell_a_passage_rows_are_refused_and_name_no_document(root: Path,
+                                                                                          tmp_path: Path) -> None:
+    """A passage row's id is `"\\x1fP"` then `[document id, n]`, its offsets under the metadata name
+    `"\\x1fpassage"`: a document written with such an id or name is a 422 saying why (its id would read as another
+    document's passage, its value would be dropped); reading or deleting such an id finds no document — not document
+    9 read from its passage 1 (nor 0), none of its passages deleted."""
+    server = serve(tmp_path, root)
+    try:
+        with httpx.Client(base_url=server.url, timeout=120) as c:
+            assert passages_of(c, 9) == 6
+            for body in ({"id": "\x1fP[9,0]", "text": "Comets.", "metadata": {}},
+                         {"id": "kite", "text": "Kites.", "metadata": {"\x1fpassage": [0, 6, 1]}}):
+                r = c.put("/documents", json={"documents": [body]})
+                assert r.status_code == 422 and ("U+001F then 'P'" in r.text or "is reserved" in r.text), r.text
+            for raw in ("%1FP%5B9%2C1%5D", "%1FP%5B9%2C0%5D"):
+                r = c.get(f"/documents/{raw}")
+                assert r.status_code == 404, r.text
+            r = c.post("/documents/get", json={"ids": ["\x1fP[9,0]", "\x1fP[9,1]"]})
+            assert r.json() == {"documents": [], "not_found": ["\x1fP[9,0]", "\x1fP[9,1]"]}, r.text
+            r = c.post("/documents/delete", json={"ids": ["\x1fP[9,0]", "\x1fP[9,5]"]})  # nothing of 9's
+            assert (r.json()["deleted"], r.json()["missing"], r.json()["passages_deleted"]) == (0, 2, 0), r.text
+            assert c.get("/ready").json()["documents"] == 13 and passages_of(c, 9) == 6
+    finally:
+        server.proc.send_signal(signal.SIGTERM)
+        server.proc.wait(timeout=60)

@@ -208,6 +208,23 @@ def test_snippets_mark_the_query_terms_and_escape_the_rest() -> None:
     assert len(cut.replace("<mark>", "").replace("</mark>", "")) <= 125
 
 
+def test_snippets_mark_whole_words_with_their_combining_marks_never_inside_one() -> None:
+    """A combining mark (decomposed Latin accents, Devanagari's vowel signs and virama) is part of its word, as the
+    letters around it are: a query's word is found whole, a term is marked from a word's start to its end
+    (its marks included), and never where it starts after a mark inside another word ("me" in "crème")."""
+    from indexer.runtime.passages import query_terms
+
+    nfd = "Cafe\u0301 serves cre\u0300me bru\u0302le\u0301e daily."  # Café serves crème brûlée, decomposed
+    assert snippet(nfd, "cafe") == "<mark>Cafe\u0301</mark> serves cre\u0300me bru\u0302le\u0301e daily."
+    assert snippet(nfd, "me le daily") == "Cafe\u0301 serves cre\u0300me bru\u0302le\u0301e <mark>daily</mark>."
+    assert snippet("I\u0307stanbul İx", "stanbul x") == "I\u0307stanbul İx"  # lowercasing changes the length
+    hindi = "मुझे हिन्दी भाषा सीखना पसंद है"  # "I like learning the Hindi language"
+    assert query_terms("हिन्दी भाषा सीखना") == ["हिन्दी", "भाषा", "सीखना"]
+    assert snippet(hindi, "हिन्दी भाषा सीखना") == \
+        "मुझे <mark>हिन्दी</mark> <mark>भाषा</mark> <mark>सीखना</mark> पसंद है"
+    assert snippet(hindi, "खन") == hindi  # inside "सीखना", after a vowel sign: not a word's start
+
+
 def test_the_default_follows_the_share_of_long_documents() -> None:
     on, why = decide([300] * 20 + [100] * 80, 254)
     assert on and "20 of 100" in why and "more than 10%" in why

@@ -19,7 +19,7 @@ from indexer.runtime.filters import FilterError
 from indexer.runtime.ids import ASSIGNED_IDS_FROM
 from indexer.runtime.live_index import LiveIndex
 from indexer.runtime.manifest import DataInfo, IndexInfo, Manifest, ModelInfo, Timings
-from indexer.runtime.passages import Passage, passage_rows
+from indexer.runtime.passages import Passage, passage_id, passage_rows
 from indexer.runtime.reading import BadCursor, Documents, encode_cursor, laid_out
 from indexer.runtime.store import STORE
 from indexer.runtime.store_writer import CorpusStoreWriter
@@ -184,6 +184,8 @@ def test_a_version_of_passages_reads_back_documents(tmp_path: Path) -> None:
     assert d7.metadata == {"kind": "7"} and [p.index for p in d7.passages or []] == [0, 1, 2]
     assert d7.text == texts[7] and db.text == "Delta four. Epsilon five. Zeta six."
     assert all(p.text == d7.text[p.start : p.end] and p.vector is not None for p in d7.passages or [])
+    # an id spelling a passage row's names no document (not document 7 read from its passage 1, nor from 0)
+    assert docs.get([passage_id(7, 1), passage_id(7, 0), passage_id("b", 2)]) == [None, None, None]
     # paged in the order of their first passages' row ids ('\x1fP["b",0]' < '\x1fP[7,0]'): stable, not the ids' own
     assert [d.id for d in docs.scroll(10).documents] == ["b", 7]
     assert [d.id for d in docs.scroll(1, docs.scroll(1).next_cursor).documents] == [7]

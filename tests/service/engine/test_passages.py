@@ -450,3 +450,42 @@ def test_a_version_of_passages_keeps_its_rows_documents_in_a_file_and_one_withou
     build(BuildConfig(model_dir=minilm_mean, data=str(write_jsonl(tmp_path / "docs.jsonl", corpus()[:3])),
                       root=whole, index="flat", evaluate=False, chunk="off", threads=1))
     assert not (IndexRoot(whole).current_dir() / DOC_ROWS).exists()
+
+
+def test_a_document_rewritten_between_a_search_and_its_lookup_is_left_out(root: Path) -> None:
+    """A rewrite keeps its rows' FAISS ids (a passage row's id is its document's and number), so a hit read after a
+    write that landed while its search ran would carry the new text and metadata for a row the search scored and
+    filtered as the old one: a document outside the filter. Applied between every search and its lookup (each
+    lookup flips document 9 between "space" and "cooking", its passages rewritten in one transaction), the
+    document is left out, as a deleted one is; every hit matches the filter, in every mode, by documents and by
+    passages."""
+    from indexer.runtime.passages import passage_rows
+    from indexer.runtime.writelog import UPSERT, LogEntry
+
+    nine = next(r["text"] for r in corpus() if r["id"] == 9)
+
+    async def scenario(collection: Collection) -> None:
+        searcher = collection.leases.current
+        assert searcher is not None
+        index, look_up, flips = searcher.index, searcher.look_up, []
+        parts = searcher.splitter().split(nine)  # type: ignore[union-attr]
+
+        def rewrite_then_look_up(batch: Any) -> bool:  # noqa: ANN401
+            topic = ("cooking", "space")[len(flips) % 2]
+            seq = index.overlay.applied_seq
+            rows = passage_rows(9, nine, {"topic": topic}, parts)
+            index.overlay.apply([LogEntry(seq + 1 + i, UPSERT, rid, text, meta, np.ones(index.dim, np.float32)
+                                          / np.sqrt(index.dim), "test") for i, (rid, text, meta) in enumerate(rows)])
+            flips.append(topic)
+            return look_up(batch)
+
+        searcher.look_up = rewrite_then_look_up  # type: ignore[method-assign]
+        for mode in ("dense", "lexical", "hybrid"):
+            for passages in (False, True):
+                for _ in range(2):  # doc 9 matches at the search, then not at the lookup; then the reverse
+                    r = await collection.search(Query([COMET], 5, {"topic": "space"}, mode=mode, passages=passages))
+                    hits = r.hits[0]
+                    assert hits and all(h.metadata == {"topic": "space"} for h in hits), (mode, passages, hits)
+        assert len(flips) == 12
+
+    run(root, scenario)
