@@ -55,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"no snapshots in {snapshot.snapshots_dir(args.root)}")
     else:
         r = restore(args.archive, args.root, encoders=args.encoder)
-        print(f"restored {args.archive} into {r.root}: version {r.version} ({r.documents:,} vectors), write log up "
+        held = f"{r.documents:,} documents" + ("" if r.passages is None else f", {r.passages:,} passages")
+        print(f"restored {args.archive} into {r.root}: version {r.version} ({held}), write log up "
               f"to seq {r.seq}, encoder {r.encoder}")
     return 0

@@ -59,6 +59,7 @@ class Restored:
     seq: int
     documents: int
     encoder: Path
+    passages: int | None = None  # a version of passages: its passage rows
 
 
 def check_target(target: Path) -> None:
@@ -116,7 +117,9 @@ def _restore_staged(archive: Path | IO[bytes], target: Path, stage: Path, origin
     check_target(target)  # still empty: nothing was made there meanwhile
     os.replace(stage, target) if target.exists() else os.rename(stage, target)
     fsync_dir(target.parent)
-    return Restored(target, version, int(trailer["seq"]), int(trailer.get("documents", 0)), encoder)
+    passages = trailer.get("passages")
+    return Restored(target, version, int(trailer["seq"]), int(trailer.get("documents", 0)), encoder,
+                    None if passages is None else int(passages))
 
 
 def _member_path(name: str, stage: Path, origin: str) -> tuple[Path, str | None]:
@@ -210,6 +213,8 @@ def _trailer_field_wrong(trailer: dict[str, Any]) -> str | None:
         return f"its 'seq' is {trailer['seq']!r}, not a count of log entries"
     if not _count(trailer.get("documents", 0)):
         return f"its 'documents' is {trailer['documents']!r}, not a count"
+    if trailer.get("passages") is not None and not _count(trailer["passages"]):
+        return f"its 'passages' is {trailer['passages']!r}, not a count"
     if trailer.get("log_id") is not None and not isinstance(trailer["log_id"], str):
         return f"its 'log_id' is {trailer['log_id']!r}, not a log's id"
     if not isinstance(files, dict) or not all(

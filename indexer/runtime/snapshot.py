@@ -85,8 +85,9 @@ class SnapshotInfo:
     size: int  # bytes of the archive
     sha256: str  # of the whole archive, as downloaded
     created_at: str
-    documents: int  # the version's vectors (before the log's entries are replayed onto it)
+    documents: int  # the version's documents (before the log's entries are replayed onto it)
     seconds: float = 0.0  # how long making it took
+    passages: int | None = None  # a version of passages: its passage rows (its vectors); None: documents whole
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -314,6 +315,9 @@ def _write(root: Path, version: str, manifest: Manifest, handles: dict[str, IO[b
     if log_path(root).is_file():  # the entries the version does not hold (all of them when it folded another log)
         log_id, seq = copy_log(log_path(root), log_copy, after=seq, folded_log=w.log_id if w else None)
     config = root / CONFIG_MEMBER
+    # documents and passages apart, as GET /collections counts them: a version of passages holds a vector a passage
+    split = manifest.chunking() is not None
+    documents, passages = (manifest.data.n_docs, manifest.index.ntotal) if split else (manifest.index.ntotal, None)
     files: dict[str, dict[str, Any]] = {}
     with open(partial, "wb") as raw:
         out = _HashingWriter(raw)
@@ -332,9 +336,9 @@ def _write(root: Path, version: str, manifest: Manifest, handles: dict[str, IO[b
             created = datetime.now(timezone.utc).isoformat(timespec="seconds")
             encoder = encoder_identity(manifest, encoder_dir)
             trailer = json.dumps({"format": FORMAT, "name": name, "version": version, "seq": seq, "log_id": log_id,
-                                  "created_at": created, "documents": manifest.index.ntotal, "encoder": encoder,
-                                  "files": files}, indent=1).encode()
+                                  "created_at": created, "documents": documents, "passages": passages,
+                                  "encoder": encoder, "files": files}, indent=1).encode()
             _add(tar, TRAILER, io.BytesIO(trailer), len(trailer), {})
         raw.flush()
         os.fsync(raw.fileno())
-    return SnapshotInfo(name, version, seq, out.size, out.sha.hexdigest(), created, manifest.index.ntotal)
+    return SnapshotInfo(name, version, seq, out.size, out.sha.hexdigest(), created, documents, passages=passages)

@@ -53,7 +53,9 @@ class SnapshotOut(BaseModel):
     size: int = Field(description="bytes of the archive")
     sha256: str = Field(description="of the whole archive, as downloaded")
     created_at: str
-    documents: int = Field(description="the version's vectors, before the log's entries are replayed onto it")
+    documents: int = Field(description="the version's documents, before the log's entries are replayed onto it")
+    passages: int | None = Field(None, description="a version built with passages: its passages (absent: documents "
+                                 "are indexed whole)")
     seconds: float = Field(0.0, description="how long making it took")
 
 

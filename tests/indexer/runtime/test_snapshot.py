@@ -336,3 +336,32 @@ def test_a_version_file_that_fails_its_manifest_checksum_is_named_as_in_the_arch
     assert f"bad.tar: version {info.version}: index.faiss does not match its checksum" in str(refused.value)
     assert "restoring" not in str(refused.value)
     assert {p.name for p in tmp_path.iterdir()} == {"root", "bad.tar"}
+
+
+def test_a_snapshot_of_a_version_of_passages_counts_documents_and_passages_apart(tmp_path: Path,
+                                                                              tiny_exported: Path) -> None:
+    """As `GET /collections` counts them: a version of passages holds a vector a passage, and the snapshot's
+    `documents` is its documents, `passages` its passages (a version of whole documents has no `passages`); the
+    restore says both."""
+    from indexer.build import BuildConfig, build
+
+    data = tmp_path / "docs.jsonl"
+    long = " ".join(f"sentence {i} about learning python and dogs." for i in range(60))
+    data.write_text("".join(json.dumps({"id": i, "text": long if i < 3 else f"short note {i}"}) + "\n"
+                            for i in range(6)))
+    root = tmp_path / "root"
+    build(BuildConfig(model_dir=tiny_exported, data=str(data), root=root, index="flat", threads=1, evaluate=False,
+                      chunk=32))
+    manifest = Manifest.load(root / "versions" / IndexRoot(root).current_version())
+    assert manifest.chunking() is not None and manifest.index.ntotal > 6  # the long ones split
+    info = snap.create(root)
+    assert (info.documents, info.passages) == (6, manifest.index.ntotal)
+    assert [(s.documents, s.passages) for s in snap.list_snapshots(root)] == [(6, manifest.index.ntotal)]
+    restored = restore(snap.archive_path(root, info.name), tmp_path / "restored")
+    assert (restored.documents, restored.passages) == (6, manifest.index.ntotal)
+
+
+def test_a_snapshot_of_whole_documents_has_no_passages(root: Path, tmp_path: Path) -> None:
+    info = snap.create(root)
+    assert (info.documents, info.passages) == (DOCS, None)
+    assert restore(snap.archive_path(root, info.name), tmp_path / "restored").passages is None
