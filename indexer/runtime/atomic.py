@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -99,3 +100,36 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
         while block := fh.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+
+@contextmanager
+def staging_lock(folder: Path) -> Iterator[None]:
+    """Held, shared, while an operation stages a folder or file in `folder` to rename into place (a collection
+    created or restored, an upload): `sweep_lock` takes it exclusively, so a sweep of leftovers (a server
+    starting on the folder) never removes what a running operation of another process is staging. An flock on the
+    folder itself (no lock file left in it); the kernel lets go of it when its holder dies, so a killed
+    operation's leftovers are swept."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def sweep_lock(folder: Path) -> Iterator[bool]:
+    """Whether `folder`'s staged leftovers may be swept now: True, with the staging lock held exclusively, when no
+    operation is staging there; False (nothing to sweep now) while one is."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)

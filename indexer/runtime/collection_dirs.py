@@ -22,7 +22,7 @@ import shutil
 from pathlib import Path
 
 from indexer.runtime import collection_config
-from indexer.runtime.atomic import fsync_dir, sync_tree
+from indexer.runtime.atomic import fsync_dir, staging_lock, sweep_lock, sync_tree
 from indexer.runtime.collection_config import CollectionConfig
 from indexer.runtime.empty_version import create_empty_version, encoder_meta
 from indexer.runtime.encoder import ENCODER_META
@@ -96,17 +96,18 @@ def create_collection(folder: Path, name: str, model_dir: Path, config: Collecti
     encoder_meta(model_dir)  # EncoderNotFound (a ValueError) before anything is written
     folder.mkdir(parents=True, exist_ok=True)
     stage = folder / f"{CREATING_PREFIX}{name}-{secrets.token_hex(4)}"
-    try:
-        create_empty_version(stage, model_dir)
-        if config is not None:
-            collection_config.save(stage, config)
-        sync_tree(stage)
-        if target.exists():  # made meanwhile by another writer: keep theirs
-            raise CollectionExists(f"collection {name!r} already exists ({target})")
-        os.rename(stage, target)
-        fsync_dir(folder)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
+    with staging_lock(folder):
+        try:
+            create_empty_version(stage, model_dir)
+            if config is not None:
+                collection_config.save(stage, config)
+            sync_tree(stage)
+            if target.exists():  # made meanwhile by another writer: keep theirs
+                raise CollectionExists(f"collection {name!r} already exists ({target})")
+            os.rename(stage, target)
+            fsync_dir(folder)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
     return target
 
 
@@ -124,14 +125,18 @@ def delete_collection(folder: Path, name: str) -> None:
 
 def sweep(folder: Path) -> list[str]:
     """Remove what an interrupted create, delete or restore left in `folder` (hidden staging folders, tombstones,
-    an upload's file); their names."""
+    an upload's file); their names. Nothing while an operation of any process is staging there (`staging_lock`):
+    what is staged then may be its work in progress, and the next sweep finds what it leaves."""
     if not folder.is_dir():
         return []
-    left = [d for d in folder.iterdir() if d.is_dir() and (d.name.startswith((CREATING_PREFIX, TRASH_PREFIX)) or (
-        d.name.startswith(".") and RESTORING in d.name))]
-    uploads = [f for f in folder.glob(f"{UPLOAD_PREFIX}*.tar") if f.is_file()]
-    for d in left:
-        shutil.rmtree(d, ignore_errors=True)
-    for f in uploads:
-        f.unlink(missing_ok=True)
+    with sweep_lock(folder) as free:
+        if not free:
+            return []
+        left = [d for d in folder.iterdir() if d.is_dir() and (d.name.startswith((CREATING_PREFIX, TRASH_PREFIX))
+                                                                or (d.name.startswith(".") and RESTORING in d.name))]
+        uploads = [f for f in folder.glob(f"{UPLOAD_PREFIX}*.tar") if f.is_file()]
+        for d in left:
+            shutil.rmtree(d, ignore_errors=True)
+        for f in uploads:
+            f.unlink(missing_ok=True)
     return sorted(p.name for p in (*left, *uploads))

@@ -30,7 +30,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from indexer.runtime import collection_config
-from indexer.runtime.atomic import fsync_dir, sha256_file, sync_tree
+from indexer.runtime.atomic import fsync_dir, sha256_file, staging_lock, sync_tree
 from indexer.runtime.collection_config import ConfigError
 from indexer.runtime.encoder import ENCODER_META
 from indexer.runtime.integrity import IntegrityError, verify_folder
@@ -81,14 +81,15 @@ def restore(archive: Path | IO[bytes], target: Path, *, encoders: Sequence[Path]
     origin = origin or (str(archive) if isinstance(archive, Path) else "the uploaded snapshot")
     target.parent.mkdir(parents=True, exist_ok=True)
     stage = target.parent / f".{target.name}{RESTORING}{secrets.token_hex(4)}"
-    try:
-        # a full or failing disk where it writes: StorageFull/Unavailable (an archive or encoder it cannot read
-        # elsewhere is not that disk's fault)
-        with storage_errors(stage, f"restoring into {target}", within=target.parent):
-            return _restore_staged(archive, target, stage, origin, encoders, encoder_hint)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
+    with staging_lock(target.parent):  # a server's sweep of the folder leaves the staging folder alone meanwhile
+        try:
+            # a full or failing disk where it writes: StorageFull/Unavailable (an archive or encoder it cannot read
+            # elsewhere is not that disk's fault)
+            with storage_errors(stage, f"restoring into {target}", within=target.parent):
+                return _restore_staged(archive, target, stage, origin, encoders, encoder_hint)
+        except BaseException:
+            shutil.rmtree(stage, ignore_errors=True)
+            raise
 
 
 def _restore_staged(archive: Path | IO[bytes], target: Path, stage: Path, origin: str,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from indexer.runtime import snapshot
+from indexer.runtime.atomic import staging_lock
 from indexer.runtime.collection_dirs import UPLOAD_PREFIX, known_encoders
 from indexer.runtime.restore import Restored, check_target, restore
 from indexer.runtime.snapshot import SnapshotInfo
@@ -99,6 +100,8 @@ async def restore_upload(folder: Path, name: str, chunks: AsyncIterator[bytes], 
     target = folder / name
     check_target(target)
     upload = folder / f"{UPLOAD_PREFIX}{name}-{secrets.token_hex(4)}.tar"  # a crash leaves it: startup's sweep
+    staged = staging_lock(folder)  # (a sweep of another process leaves the upload alone meanwhile)
+    await asyncio.to_thread(staged.__enter__)
     try:
         size = 0
         with storage_errors(upload, "receiving an uploaded snapshot"), open(upload, "wb") as fh:
@@ -113,6 +116,7 @@ async def restore_upload(folder: Path, name: str, chunks: AsyncIterator[bytes], 
                                        encoder_hint=UPLOAD_ENCODER_HINT)
     finally:
         upload.unlink(missing_ok=True)
+        staged.__exit__(None, None, None)
 
 
 UPLOAD_ENCODER_HINT = ("put its folder in the server's models folder (STRATA_MODELS_DIR), or restore the archive "

@@ -365,3 +365,50 @@ def test_a_snapshot_of_whole_documents_has_no_passages(root: Path, tmp_path: Pat
     info = snap.create(root)
     assert (info.documents, info.passages) == (DOCS, None)
     assert restore(snap.archive_path(root, info.name), tmp_path / "restored").passages is None
+
+
+def test_a_sweep_leaves_a_restore_in_progress_alone_and_removes_what_a_dead_one_left(
+        root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server starting on a collections folder sweeps what interrupted operations left there; a restore that
+    another process is running there at that moment is not a leftover: its staging folder stays, and it completes.
+    What it leaves once no operation runs (a killed one's folder) is swept."""
+    import subprocess
+    import sys
+
+    import indexer.runtime.restore as restoring
+    from tests.conftest import REPO
+
+    info = snap.create(root)
+    folder = tmp_path / "collections"
+    folder.mkdir()
+    (folder / ".gone.restoring-deadbeef").mkdir()  # what a killed restore left
+    staged, go = threading.Event(), threading.Event()
+    extract = restoring._extract
+
+    def paused(*args: object, **kwargs: object) -> object:
+        staged.set()  # its staging folder made, nothing in it yet
+        assert go.wait(60)
+        return extract(*args, **kwargs)
+
+    monkeypatch.setattr(restoring, "_extract", paused)
+    done: list[object] = []
+    t = threading.Thread(target=lambda: done.append(restore(snap.archive_path(root, info.name), folder / "twin")))
+    t.start()
+
+    def sweep() -> list[str]:  # from another process, as a server starting on the folder does
+        r = subprocess.run([sys.executable, "-c", "import json, sys; from pathlib import Path; from indexer.runtime."
+                            "collection_dirs import sweep; print(json.dumps(sweep(Path(sys.argv[1]))))", str(folder)],
+                           cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    try:
+        assert staged.wait(60)
+        assert sweep() == []  # an operation is staging here: nothing is a leftover now
+        assert any(".twin.restoring-" in p.name for p in folder.iterdir())
+    finally:
+        go.set()
+        t.join(120)
+    assert done and IndexRoot(folder / "twin").current_version() == info.version  # it completed
+    assert sweep() == [".gone.restoring-deadbeef"]  # then the killed one's folder goes
+    assert sorted(p.name for p in folder.iterdir()) == ["twin"]
