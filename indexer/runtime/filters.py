@@ -52,6 +52,7 @@ LIMITS = FilterLimits()
 RANGE_OPS = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 OPS = ("eq", "in", *RANGE_OPS)
 Scalar = str | int | float | bool
+_ANY_SCALAR = ("bool", "number", "str")  # the families of the filterable values
 
 
 class FilterError(ValueError):
@@ -98,9 +99,6 @@ def _kind(v: object) -> str:
     return type(v).__name__ if kind == "json" else kind
 
 
-_ANY_SCALAR = ("bool", "number", "str")
-
-
 def _family(kind: str) -> str:
     return "number" if kind in ("int", "float") else kind
 
@@ -114,10 +112,11 @@ class _Parser:
         return bool(set(self.schema.get(field, "null").split("|")) - {"null"})
 
     def field_families(self, field: str) -> set[str]:
-        """The value families a filter on `field` may compare with: every scalar one for a field in which no
-        document holds a value (absent, or only ever null: it matches nothing)."""
+        """The value families a filter on `field` may compare with: any, where no document holds a value."""
         if field == PASSAGE_KEY:  # a passage row's own record, never a user's field
             raise FilterError("the passage record is not a metadata field and cannot be filtered")
+        if (problem := scalar_problem(field)) is not None:  # a name no document could hold (and SQLite cannot bind)
+            raise FilterError(f"field name: {problem}")
         if not self.held(field):
             return set(_ANY_SCALAR)
         families = {_family(k) for k in self.schema[field].split("|")}

@@ -49,7 +49,7 @@ from typing import IO, Any, BinaryIO
 from indexer.runtime.atomic import fsync_dir, sha256_file, write_json_atomic
 from indexer.runtime.integrity import MANIFEST, IntegrityError, check_manifest, new_hasher
 from indexer.runtime.layout import IndexRoot, new_version_name
-from indexer.runtime.manifest import Manifest
+from indexer.runtime.manifest import Manifest, ManifestError
 from indexer.runtime.storage import storage_errors
 from indexer.runtime.writelog import copy_log, log_path
 
@@ -301,10 +301,14 @@ def _manifest(folder: Path, handles: dict[str, IO[bytes]]) -> Manifest:
     data = handles[MANIFEST].read()
     handles[MANIFEST].seek(0)
     try:
+        manifest = Manifest.load(folder, data)  # names the file and why it is not a manifest
+    except ManifestError as exc:
+        raise SnapshotError(str(exc)) from None
+    try:
         check_manifest(folder / MANIFEST, json.loads(data))
-        return Manifest.load(folder, data)
-    except (IntegrityError, ValueError) as exc:  # ManifestError and json's errors are ValueErrors
+    except (IntegrityError, ValueError) as exc:
         raise SnapshotError(f"version {folder.name}: {exc}") from None
+    return manifest
 
 
 def _write(root: Path, version: str, manifest: Manifest, handles: dict[str, IO[bytes]], partial: Path,

@@ -487,6 +487,8 @@ def test_filter_request_shapes(meta_store: tuple[Store, list[dict[str, Any]]]) -
     ({"bucket": {"in": [1, 2**65]}}, "bucket: in value: integer 36893488147419103232 does not fit in 64 bits"),
     ({"lang": "\ud800"}, "lang: equality value: string '\\ud800' is not valid Unicode (it holds a lone surrogate)"),
     ({"lang": {"in": ["en", "x\udfff"]}}, "lang: in value: string 'x\\udfff' is not valid Unicode"),
+    ({"a\udfffb": 1}, "field name: string 'a\\udfffb' is not valid Unicode"),  # no document holds it: still refused
+    ({"a\x00b": 1}, "field name: string 'a\\x00b' holds a NUL character"),
     ({"tags": "en"}, "field 'tags' holds json values (lists or objects), which cannot be filtered"),
     ({"or": []}, "'or' needs a non-empty list of filters"),
     ({"and": {"bucket": 1}}, "'and' needs a non-empty list of filters"),

@@ -63,8 +63,9 @@ def test_the_old_store_opens_and_answers_like_before(tmp_path: Path) -> None:
         assert store.resolve_ext_ids(["7", "007", "x", "4"]) == {"7": 7, "4": 4}
         assert store.eval_set() == ([0, 1], ["first query", "second query"], [{1}, {4, 7}])
         assert store.graded_eval_set() is None and store.metadata_schema() == {} and store.max_id() == QIDS[-1]
+        assert len(version.match({"lang": "en"}).ids) == 0  # no metadata: a field no document holds
         with pytest.raises(FilterError):
-            version.match({"lang": "en"})
+            version.match({"lang": {"near": "en"}})
     finally:
         version.close()
     assert digest(folder / STORE) == before  # opened read-only: the file is as main wrote it

@@ -32,7 +32,8 @@ def jobs(searcher: Searcher) -> list[Query]:
     wrong_knob = {"ef_search": 8} if searcher.manifest.index.kind != "hnsw" else {"nprobe": 2}
     return [Query(QUERIES[:2], None), Query([QUERIES[0]], 4, mode="dense"), Query(QUERIES[1:], 3, mode="lexical"),
             Query([QUERIES[2]], 5, mode="hybrid", fusion=Fusion("rrf")), Query([QUERIES[1]], 2),
-            Query([QUERIES[0]], 3, filter={"no_such_field": 1}), Query([QUERIES[0]], 3, search_params=wrong_knob)]
+            Query([QUERIES[0]], 3, filter={"no_such_field": {"near": 1}}),
+            Query([QUERIES[0]], 3, search_params=wrong_knob)]
 
 
 def staged(searcher: Searcher, until: str) -> Batch:
@@ -111,7 +112,7 @@ def test_look_up_reads_the_hits_of_every_final_ranking(searcher: Searcher) -> No
     for j, finals in batch.finals.items():
         assert [[h.faiss_id for h in q] for q in batch.hits[j]] == [ids.tolist() for _, ids in finals]
         assert all(h.text for q in batch.hits[j] for h in q)
-    refused = searcher.plan([Query([QUERIES[0]], 3, filter={"no_such_field": 1})])
+    refused = searcher.plan([Query([QUERIES[0]], 3, filter={"no_such_field": {"near": 1}})])
     assert searcher.look_up(refused) is False and refused.hits == {}  # nothing to read
 
 
