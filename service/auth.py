@@ -83,9 +83,18 @@ class Grants:
         return not self.everywhere
 
 
+_SCOPE = re.compile(r"(read|admin)(@[a-z0-9][a-z0-9_-]{0,63})?")  # what a grant looks like, never a key
+
+
 def _parse(entry: str, sep: str | None, origin: str) -> tuple[str, list[str]]:
     key, _, scopes = entry.strip().partition(sep) if sep else entry.strip().partition(" ")
     key = key.strip()
+    if _SCOPE.fullmatch(key):
+        # `KEY:admin@faq,read@notes` in STRATA_API_KEYS (the keys file's syntax): `read@notes` would be a key of its
+        # own, one anybody could guess, reading every collection
+        raise KeyConfigError(f"{origin}: {key!r} is a scope, not an API key: " + (
+            f"each grant is an entry of its own (KEY{sep}admin@faq,KEY{sep}read@notes)" if sep
+            else "a line is KEY followed by its scopes (KEY admin@faq,read@notes)"))
     if len(key) < 8:
         raise KeyConfigError(f"{origin}: API keys must be at least 8 characters")
     return key, [s.strip() for s in scopes.replace(" ", ",").split(",") if s.strip()]
@@ -114,10 +123,12 @@ def _grant(grants: Grants, scopes: list[str], origin: str) -> None:
 def load_keys(settings: Settings) -> dict[str, Grants]:
     keys: dict[str, Grants] = {}
     if settings.api_keys:
-        for entry in settings.api_keys.split(","):
-            if entry.strip():
-                key, scopes = _parse(entry, ":", "STRATA_API_KEYS")
-                _grant(keys.setdefault(key, Grants()), scopes, f"STRATA_API_KEYS entry {entry.strip()[:4]}…")
+        entries = [entry for entry in settings.api_keys.split(",") if entry.strip()]
+        for n, entry in enumerate(entries, 1):
+            # named by its position: no part of a key is ever written to a log or an error
+            origin = f"STRATA_API_KEYS entry {n}"
+            key, scopes = _parse(entry, ":", origin)
+            _grant(keys.setdefault(key, Grants()), scopes, origin)
     if settings.api_keys_file:
         path = Path(settings.api_keys_file)
         try:

@@ -291,6 +291,9 @@ def test_keys_are_scoped_per_collection(cdir: Path, minilm_mean: Path, tmp_path:
     ({"STRATA_INDEX_ROOT": "/tmp"}, (), "are both set"),
     ({}, ("sharded",), "sharded (Ray) backend serves one index root"),
     ({"STRATA_API_KEYS": "somekey-0123:read@Bad"}, (), "is not a collection name"),
+    # the keys file's `KEY admin@faq,read@notes` written in the variable: `read@notes` is no key of its own
+    ({"STRATA_API_KEYS": "faqadmin-0123:admin@faq,read@notes"}, (),
+     "STRATA_API_KEYS entry 2: 'read@notes' is a scope, not an API key"),
 ])
 def test_settings_that_cannot_go_together_exit_2_with_the_reason(tmp_path: Path, env: dict[str, str],
                                                                   args: tuple[str, ...], message: str) -> None:
@@ -329,7 +332,42 @@ def test_a_scope_the_server_does_not_know_is_logged(caplog: pytest.LogCaptureFix
         grants = load_keys(Settings(api_keys="typo-key-0123:ADMIN,good-key-0123:admin"))
     assert not grants["typo-key-0123"].may(ADMIN, "faq") and grants["good-key-0123"].may(ADMIN, "faq")
     assert [r.getMessage() for r in caplog.records] == [
-        "STRATA_API_KEYS entry typo…: scope 'ADMIN' is not one this server knows (read, admin): the key may read only"]
+        "STRATA_API_KEYS entry 1: scope 'ADMIN' is not one this server knows (read, admin): the key may read only"]
+
+
+def test_no_part_of_a_key_is_logged_or_named_in_an_error(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
+    """Keys are secrets: a warning or a refusal names the entry by its position (or the file's line), never any
+    characters of the key (the first four shortened a key's search by 4 characters for whoever reads the log)."""
+    from service.auth import KeyConfigError, load_keys
+    from service.settings import Settings
+
+    with caplog.at_level("WARNING", logger="service.auth"):
+        load_keys(Settings(api_keys="Zq7wSECRET-0123:adm"))
+    with pytest.raises(KeyConfigError) as short:
+        load_keys(Settings(api_keys="Zq7wSECRET-0123:admin,Zq7w"))
+    said = [r.getMessage() for r in caplog.records] + [str(short.value)]
+    assert len(said) == 2 and not [line for line in said if "Zq7w" in line], said
+    assert "entry 1" in said[0] and "entry 2" in said[1]
+
+
+def test_a_scope_is_never_taken_for_a_key(tmp_path: Path) -> None:
+    """`KEY:admin@faq,read@notes` (the keys file's grants, in the variable) made `read@notes` a key of its own, one
+    anybody could guess, reading every collection: refused naming the entry, as a bad grant is; likewise a line
+    of the keys file that is a scope alone."""
+    from service.auth import KeyConfigError, load_keys
+    from service.settings import Settings
+
+    for variable in ("faqadmin-0123:admin@faq,read@notes", "faqadmin-0123:admin,admin@garden",
+                     "faqadmin-0123:read, read@notes"):
+        with pytest.raises(KeyConfigError, match=r"STRATA_API_KEYS entry 2: '(read|admin)@\w+' is a scope, not an"):
+            load_keys(Settings(api_keys=variable))
+    keys = tmp_path / "keys"
+    keys.write_text("faqadmin-0123 admin@faq\nread@notes\n")
+    with pytest.raises(KeyConfigError, match=r"keys:2: 'read@notes' is a scope, not an API key"):
+        load_keys(Settings(api_keys_file=keys))
+    # a key that merely holds an @ or a scope's word is a key
+    grants = load_keys(Settings(api_keys="admin@example.org-key:admin,read-only-key-0123"))
+    assert set(grants) == {"admin@example.org-key", "read-only-key-0123"}
 
 
 @pytest.fixture(scope="module")
