@@ -27,6 +27,8 @@ access = logging.getLogger("strata.access")
 
 
 SUMMARY_EVERY_S = 10.0
+# the methods counted under their own name in the metrics' `method` label; any other is counted as "other"
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"})
 
 
 class AccessSummary:
@@ -148,6 +150,8 @@ class AccessLog:
         # URLs must not create new label values.
         endpoint = _route(scope) or "unmatched"
         method = scope["method"]
+        if method not in METHODS:  # a client's word (PROPFIND, or any token h11 takes): one label value for them all
+            method = "other"
         series = self._series.get((endpoint, method, status)) or self._new_series(endpoint, method, status)
         series[0].observe(elapsed)
         series[1].inc()
