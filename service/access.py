@@ -183,4 +183,10 @@ def _route(scope: Scope) -> str | None:
     route = scope.get("route")
     if isinstance(route, Mount):
         return route.path
+    # FastAPI >= 0.160 keeps an included router's routes as written (`scope["route"]`: `/search` for a request to
+    # `/collections/{name}/search`) and puts the route as served, its inclusion's prefix included, beside them
+    served = scope.get("fastapi", {}).get("effective_route_context") if isinstance(scope.get("fastapi"), dict) \
+        else None
+    if served is not None and getattr(served, "original_route", None) is route:
+        return getattr(getattr(served, "starlette_route", None), "path_format", None) or served.path_format
     return getattr(route, "path_format", None)

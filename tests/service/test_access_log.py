@@ -70,6 +70,35 @@ def test_a_method_the_api_does_not_know_adds_no_label_value() -> None:
     assert count("strata_requests_total", {"endpoint": "/items/{item}", "method": "other", "status": "405"}) == 3
 
 
+def test_a_collections_route_is_counted_under_its_own_template_not_the_default_collections(tmp_path) -> None:  # noqa: ANN001
+    """The real app serves each collection operation twice (`service.routers.scoped`): `/search` and
+    `/collections/{name}/search`. FastAPI (>= 0.160) keeps an included router's route as written in the scope, so a
+    named collection's requests were counted (and traced) as the default collection's `/search`."""
+    from service.main import create_app
+    from service.settings import Settings
+    from tests.service.test_tracing import InProcessServer
+
+    for name in ("faq", "garden"):
+        (tmp_path / name / "versions").mkdir(parents=True)
+    app = create_app(Settings(collections_dir=tmp_path, default_collection="faq", watch_interval_s=0, workers=1,
+                              threads=1))
+    with InProcessServer(app) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
+        assert c.post("/search", json={"query": "q"}).status_code == 503  # no version yet: past the routing
+        for name in ("faq", "garden", "nope"):
+            c.post(f"/collections/{name}/search", json={"query": "q"})
+        c.get("/collections/garden/documents/a/b")
+        c.get("/documents/a")
+        metrics = c.get("/metrics").text
+    count = app.state.metrics.registry.get_sample_value
+    assert count("strata_request_latency_seconds_count", {"endpoint": "/search", "method": "POST"}) == 1
+    assert count("strata_request_latency_seconds_count",
+                 {"endpoint": "/collections/{name}/search", "method": "POST"}) == 3, metrics
+    assert count("strata_request_latency_seconds_count",
+                 {"endpoint": "/collections/{name}/documents/{doc_id}", "method": "GET"}) == 1, metrics
+    assert count("strata_request_latency_seconds_count", {"endpoint": "/documents/{doc_id}", "method": "GET"}) == 1
+    assert "nope" not in metrics  # a collection that does not exist names no series
+
+
 def test_on_a_terminal_requests_are_summarised_not_logged_one_by_one(caplog: pytest.LogCaptureFixture) -> None:
     from service.access import AccessSummary
 
