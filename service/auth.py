@@ -189,9 +189,9 @@ class Authorizer:
         return found
 
     def check(self, path: str, credentials: HTTPAuthorizationCredentials | None,
-              aim: tuple[str | None, str] | None) -> Grants | None:
+              aim: tuple[str | None, str] | None, method: str = "") -> Grants | None:
         """The key's grants (None: no keys, or a public path); raises 401/403. `aim`: the collection the route acts
-        on and the scope it needs there (None: any valid key)."""
+        on and the scope it needs there (None: any valid key); `method` and `path` name the request in a 403."""
         if not self.keys or path in self.public:
             return None
         challenge = {"WWW-Authenticate": "Bearer"}
@@ -204,17 +204,18 @@ class Authorizer:
         if aim is not None:
             collection, scope = aim
             if not grants.may(scope, collection):
-                raise HTTPException(403, detail=self._denied(grants, scope, collection))
+                raise HTTPException(403, detail=self._denied(grants, scope, collection, f"{method} {path}".strip()))
         return grants
 
     @staticmethod
-    def _denied(grants: Grants, scope: str, collection: str | None) -> str:
+    def _denied(grants: Grants, scope: str, collection: str | None, request: str = "") -> str:
         if collection == ALL_COLLECTIONS:
             return (f"this API key may not act on every collection ({ALL_COLLECTIONS!r}): creating a collection "
                     f"needs the 'admin' scope on all collections, and its grants name some only" if grants.restricted
                     else "this API key lacks the 'admin' scope needed to create a collection")
         if scope == ADMIN and grants.may(READ, collection):
-            return "this API key lacks the 'admin' scope needed for /admin/* and /documents (writes)" + (
+            # the request itself, not a list of the admin routes (deleting a collection, its config, snapshots)
+            return f"this API key lacks the 'admin' scope needed for {request or 'this request'}" + (
                 f" on collection {collection!r}" if grants.restricted and collection else "")
         return f"this API key may not use collection {collection!r}" if collection else \
             "this API key may not use the default collection (none is set)"
@@ -246,7 +247,7 @@ class Requires:
             aim = ALL_COLLECTIONS, self.scope
         # the URL is built only where keys make the path matter (public paths): a few µs per request otherwise
         path = request.url.path if authorizer.keys else ""
-        request.state.grants = grants = authorizer.check(path, credentials, aim)
+        request.state.grants = grants = authorizer.check(path, credentials, aim, request.method)
         request.state.key = key = credentials.credentials if grants is not None and credentials else None
         if aim is not None and aim[0] not in (None, ALL_COLLECTIONS):
             denied = authorizer.narrowed(grants, key, self.scope, aim[0], write=self.write)

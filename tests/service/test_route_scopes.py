@@ -101,6 +101,8 @@ def test_every_route_enforces_the_scope_it_declares(served: tuple[InProcessServe
                             assert r.status_code == 403, what
                             detail = r.json().get("detail") or r.json()["error"]["message"]
                             assert ("'admin' scope" in detail) if key == READER else (f"{collection!r}" in detail)
+                            if key == READER and scope.on != "all":  # names the request refused
+                                assert f"needed for {method} {path}" in detail, what
                     walked.add((method, route.path_format, scope.scope))
     # the walk saw the app's routes, each kind of declaration among them
     assert {("POST", "/search", READ), ("POST", "/encode", READ), ("PUT", "/documents", ADMIN),
