@@ -83,6 +83,7 @@ class Grants:
         return not self.everywhere
 
 
+_COMMENT = re.compile(r"\s#.*$")  # a keys file's comment after a line's key and scopes
 _SCOPE = re.compile(r"(read|admin)(@[a-z0-9][a-z0-9_-]{0,63})?")  # what a grant looks like, never a key
 
 
@@ -103,14 +104,20 @@ def _parse(entry: str, sep: str | None, origin: str) -> tuple[str, list[str]]:
 def _grant(grants: Grants, scopes: list[str], origin: str) -> None:
     if not scopes:  # a key without a scope reads every collection, as before scopes had collections
         grants.everywhere.add(READ)
+    # an entry granting on named collections only: a word it holds that is no scope must not widen it to every
+    # collection (`read@faq,Admin`; before comments were cut, a comment's words did it too)
+    on_collections = any("@" in scope for scope in scopes) and not any(scope in (READ, ADMIN) for scope in scopes)
     for scope in scopes:
         name, at, collection = scope.partition("@")
         if not at:
+            if name not in (READ, ADMIN):  # `ADMIN`, `adm`, `admin:read`: said, since the key gets read only
+                log.warning("%s: scope %r is not one this server knows (read, admin): %s", origin, name,
+                            "it adds nothing to the entry's collection grants" if on_collections
+                            else "the key may read only")
+                if on_collections:
+                    continue
             # an unrestricted entry always reads (a scope this server does not know adds nothing, as before)
             grants.everywhere |= {READ, name}
-            if name not in (READ, ADMIN):  # `ADMIN`, `adm`, `admin:read`: said, since the key gets read only
-                log.warning("%s: scope %r is not one this server knows (read, admin): the key may read only",
-                            origin, name)
             continue
         if name not in (READ, ADMIN):
             raise KeyConfigError(f"{origin}: {scope!r}: a collection grant is read@NAME or admin@NAME")
@@ -137,6 +144,7 @@ def load_keys(settings: Settings) -> dict[str, Grants]:
             raise KeyConfigError(f"STRATA_API_KEYS_FILE {path}: cannot be read "
                                  f"({getattr(exc, 'strerror', None) or exc})") from exc
         for n, line in enumerate(lines, 1):
+            line = _COMMENT.sub("", line)  # `KEY read@faq  # the faq team`: the comment is no scope
             if line.strip() and not line.lstrip().startswith("#"):
                 key, scopes = _parse(line, None, f"{path}:{n}")
                 _grant(keys.setdefault(key, Grants()), scopes, f"{path}:{n}")

@@ -350,6 +350,36 @@ def test_no_part_of_a_key_is_logged_or_named_in_an_error(caplog: pytest.LogCaptu
     assert "entry 1" in said[0] and "entry 2" in said[1]
 
 
+def test_a_comment_or_a_word_that_is_no_scope_never_widens_a_collection_grant(tmp_path: Path,
+                                                                                caplog: pytest.LogCaptureFixture
+                                                                                ) -> None:
+    """`KEY read@faq  # the faq team`: the comment's words were taken for scopes, and an unknown scope gives read on
+    every collection, so the faq team's key read them all. A comment after a line's grants is a comment; a word
+    that is no scope beside collection grants adds nothing (said at startup); alone it still gives read."""
+    from service.auth import ADMIN, READ, load_keys
+    from service.settings import Settings
+
+    keys = tmp_path / "keys"
+    keys.write_text("faq-reader-0123 read@faq  # the faq team, read only\n"
+                    "faq-admin-0123 admin@faq,Admin\n"
+                    "hash#in-key-0123 admin\t# a key may hold a # not after a space\n"
+                    "typo-only-0123 ADMIN\n")
+    with caplog.at_level("WARNING", logger="service.auth"):
+        grants = load_keys(Settings(api_keys_file=keys))
+    assert set(grants) == {"faq-reader-0123", "faq-admin-0123", "hash#in-key-0123", "typo-only-0123"}
+    reader, admin = grants["faq-reader-0123"], grants["faq-admin-0123"]
+    assert reader.may(READ, "faq") and not reader.may(READ, "garden") and not reader.may(ADMIN, "faq")
+    assert admin.may(ADMIN, "faq") and not admin.may(READ, "garden")
+    assert grants["hash#in-key-0123"].may(ADMIN, "garden")
+    assert grants["typo-only-0123"].may(READ, "garden") and not grants["typo-only-0123"].may(ADMIN, "garden")
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [f"{keys}:2: scope 'Admin' is not one this server knows (read, admin): it adds nothing to the "
+                    "entry's collection grants",
+                    f"{keys}:4: scope 'ADMIN' is not one this server knows (read, admin): the key may read only"], said
+    grants = load_keys(Settings(api_keys="faq-key-0123:read@faq,faq-key-0123:adm"))  # an entry of its own: reads
+    assert grants["faq-key-0123"].may(READ, "garden")
+
+
 def test_a_scope_is_never_taken_for_a_key(tmp_path: Path) -> None:
     """`KEY:admin@faq,read@notes` (the keys file's grants, in the variable) made `read@notes` a key of its own, one
     anybody could guess, reading every collection: refused naming the entry, as a bad grant is; likewise a line
