@@ -10,8 +10,9 @@ Keys come from `STRATA_API_KEYS` ("key1:admin,key2,key3:read@garden") and/or `ST
   b's encoder unless a collection it may read uses that encoder). A key without `@` applies to all collections.
 
 `public_paths` (by default `/health`, `/ready`, `/metrics`, `/stats`) answer without a key so probes, scrapers and
-the search page's chart need no secret. The search page itself (`/` and `/static/…`) holds no data and always loads
-without a key: it asks for one and sends it with its calls.
+the search page's chart need no secret; a route that needs `admin` at such a path still needs its key. The search
+page itself (`/` and `/static/…`) holds no data and always loads without a key: it asks for one and sends it with
+its calls.
 
 Each route declares what it needs, as one of the dependencies below in its `dependencies=[...]`: `PUBLIC` (never a
 key: the page), `ANY_KEY` (any valid key; the route itself filters by the key's grants: `GET /collections`, `/v1/*`;
@@ -200,7 +201,9 @@ class Authorizer:
               aim: tuple[str | None, str] | None, method: str = "") -> Grants | None:
         """The key's grants (None: no keys, or a public path); raises 401/403. `aim`: the collection the route acts
         on and the scope it needs there (None: any valid key); `method` and `path` name the request in a 403."""
-        if not self.keys or path in self.public:
+        # a public path opens what reads there, never a route that needs `admin` at the same path (listing
+        # "/collections" to open GET /collections left POST /collections, creating one, to anybody)
+        if not self.keys or (path in self.public and (aim is None or aim[1] != ADMIN)):
             return None
         challenge = {"WWW-Authenticate": "Bearer"}
         if credentials is None:
