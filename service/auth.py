@@ -149,6 +149,12 @@ def load_keys(settings: Settings) -> dict[str, Grants]:
             if line.strip() and not line.lstrip().startswith("#"):
                 key, scopes = _parse(line, None, f"{path}:{n}")
                 _grant(keys.setdefault(key, Grants()), scopes, f"{path}:{n}")
+    if not keys and (settings.api_keys_file or (settings.api_keys or "").strip()):
+        # keys were asked for and none came (a secret not written yet, every line commented out): serving would
+        # open the API to anybody, the opposite of what setting them meant
+        given = f"STRATA_API_KEYS_FILE {settings.api_keys_file}" if settings.api_keys_file else "STRATA_API_KEYS"
+        raise KeyConfigError(f"{given} holds no API key (only blank lines, commas or comments): the API would be "
+                             f"open to anybody; add a key, or unset it to serve an open API")
     return keys
 
 

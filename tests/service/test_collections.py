@@ -291,6 +291,9 @@ def test_keys_are_scoped_per_collection(cdir: Path, minilm_mean: Path, tmp_path:
     ({"STRATA_INDEX_ROOT": "/tmp"}, (), "are both set"),
     ({}, ("sharded",), "sharded (Ray) backend serves one index root"),
     ({"STRATA_API_KEYS": "somekey-0123:read@Bad"}, (), "is not a collection name"),
+    # keys asked for, none given: never an open API
+    ({"STRATA_API_KEYS_FILE": "/dev/null"}, (), "STRATA_API_KEYS_FILE /dev/null holds no API key"),
+    ({"STRATA_API_KEYS": " , "}, (), "STRATA_API_KEYS holds no API key"),
     # the keys file's `KEY admin@faq,read@notes` written in the variable: `read@notes` is no key of its own
     ({"STRATA_API_KEYS": "faqadmin-0123:admin@faq,read@notes"}, (),
      "STRATA_API_KEYS entry 2: 'read@notes' is a scope, not an API key"),
@@ -378,6 +381,20 @@ def test_a_comment_or_a_word_that_is_no_scope_never_widens_a_collection_grant(tm
                     f"{keys}:4: scope 'ADMIN' is not one this server knows (read, admin): the key may read only"], said
     grants = load_keys(Settings(api_keys="faq-key-0123:read@faq,faq-key-0123:adm"))  # an entry of its own: reads
     assert grants["faq-key-0123"].may(READ, "garden")
+
+
+def test_keys_asked_for_and_none_given_never_serve_an_open_api(tmp_path: Path) -> None:
+    """A keys file with no key in it (a secret not written yet, every line commented out) served an open API:
+    refused, naming the setting; an empty STRATA_API_KEYS (as compose passes an unset one) is unset."""
+    from service.auth import KeyConfigError, load_keys
+    from service.settings import Settings
+
+    keys = tmp_path / "keys"
+    keys.write_text("# faq-reader-0123 read@faq\n\n   \n")
+    with pytest.raises(KeyConfigError, match=f"STRATA_API_KEYS_FILE {keys} holds no API key"):
+        load_keys(Settings(api_keys_file=keys))
+    assert load_keys(Settings(api_keys="")) == {} and load_keys(Settings()) == {}
+    assert set(load_keys(Settings(api_keys="ops-key-0123:admin", api_keys_file=keys))) == {"ops-key-0123"}
 
 
 def test_a_scope_is_never_taken_for_a_key(tmp_path: Path) -> None:
