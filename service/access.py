@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import time
 from typing import Any
 
@@ -129,7 +130,7 @@ class AccessLog:
             try:
                 await self.app(scope, receive, tagged)
             except Exception:  # answered here so that it is logged with its request id and counted
-                log.exception("unhandled error on %s %s", scope["method"], scope["path"])
+                log.exception("unhandled error on %s %s", scope["method"], printable(scope["path"]))
                 if status:  # the response had started: nothing more can be sent
                     raise
                 body = json.dumps(error_body(scope["path"], 500, "internal error") | {"request_id": rid}).encode()
@@ -163,7 +164,7 @@ class AccessLog:
         if not access.isEnabledFor(logging.INFO):  # (STRATA_LOG_LEVEL=warning: no line, so no fields to build)
             return
         client = scope.get("client")
-        access.info("%s %s %d", method, scope["path"], status,
+        access.info("%s %s %d", method, printable(scope["path"]), status,
                     extra={"method": method, "path": scope["path"], "status": status,
                            "ms": round(elapsed * 1000, 3), "client": client[0] if client else None})
 
@@ -173,6 +174,16 @@ class AccessLog:
         series = m.request_latency.labels(endpoint, method), m.requests.labels(endpoint, method, str(status))
         self._series[endpoint, method, status] = series
         return series
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """A request's path as a log message carries it: its control characters escaped (`\\n`, `\\x1b`). The path
+    is percent-decoded: `/a%0A03:40:00 WARNING …` wrote a forged line into a text log, and `%1B[2J` cleared the
+    operator's terminal. (The JSON log's `path` field keeps the path as it is: JSON escapes it.)"""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 def _route(scope: Scope) -> str | None:

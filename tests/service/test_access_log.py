@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import httpx
 import pytest
@@ -164,3 +165,31 @@ def test_a_response_is_counted_once_its_last_byte_is_sent_not_when_the_app_retur
 
     during, after = asyncio.run(go())
     assert during == 1 and after == 1  # counted once, before the app's tail ended
+
+
+def test_a_path_cannot_forge_a_line_of_the_text_log_or_drive_the_terminal(tmp_path) -> None:  # noqa: ANN001
+    """The text log (`STRATA_LOG_FORMAT=text`, a terminal's) with one access line per request: the path is
+    percent-decoded, so `%0A` wrote a line of the client's choosing and `%1B` an escape sequence to the terminal.
+    Control characters in a logged path are escaped; the JSON log keeps the path exact (JSON escapes it)."""
+    from tests.conftest import start_server, stop_server
+
+    (tmp_path / "c" / "faq" / "versions").mkdir(parents=True)
+    forged = "03:40:00 WARNING service.auth: admin key accepted"
+    srv = start_server(tmp_path, {"STRATA_COLLECTIONS_DIR": str(tmp_path / "c"), "STRATA_LOG_FORMAT": "text",
+                                  "STRATA_ACCESS_LOG": "requests", "STRATA_WATCH_INTERVAL_S": "0"},
+                       wait_ready=False)
+    try:
+        with srv.client() as c:
+            assert c.get("/nothing%0A" + forged.replace(" ", "%20")).status_code == 404
+            assert c.get("/clear%1B%5B2J%0D").status_code == 404
+            assert c.get("/health").status_code == 200  # logged after the two above: their lines are written
+        deadline = time.monotonic() + 60
+        while "GET /health 200" not in srv.log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop_server(srv)
+    lines = srv.log.read_text().splitlines()
+    assert not [line for line in lines if line.startswith(forged)], lines
+    assert not [line for line in lines if "\x1b" in line or "\r" in line], lines
+    assert [line for line in lines if line.endswith("GET /nothing\\n" + forged + " 404")], lines
+    assert [line for line in lines if line.endswith("GET /clear\\x1b[2J\\r 404")], lines
