@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import time
 from typing import Any
 
@@ -27,6 +28,8 @@ access = logging.getLogger("strata.access")
 
 
 SUMMARY_EVERY_S = 10.0
+# the methods counted under their own name in the metrics' `method` label; any other is counted as "other"
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"})
 
 
 class AccessSummary:
@@ -127,7 +130,7 @@ class AccessLog:
             try:
                 await self.app(scope, receive, tagged)
             except Exception:  # answered here so that it is logged with its request id and counted
-                log.exception("unhandled error on %s %s", scope["method"], scope["path"])
+                log.exception("unhandled error on %s %s", scope["method"], printable(scope["path"]))
                 if status:  # the response had started: nothing more can be sent
                     raise
                 body = json.dumps(error_body(scope["path"], 500, "internal error") | {"request_id": rid}).encode()
@@ -148,6 +151,8 @@ class AccessLog:
         # URLs must not create new label values.
         endpoint = _route(scope) or "unmatched"
         method = scope["method"]
+        if method not in METHODS:  # a client's word (PROPFIND, or any token h11 takes): one label value for them all
+            method = "other"
         series = self._series.get((endpoint, method, status)) or self._new_series(endpoint, method, status)
         series[0].observe(elapsed)
         series[1].inc()
@@ -159,7 +164,7 @@ class AccessLog:
         if not access.isEnabledFor(logging.INFO):  # (STRATA_LOG_LEVEL=warning: no line, so no fields to build)
             return
         client = scope.get("client")
-        access.info("%s %s %d", method, scope["path"], status,
+        access.info("%s %s %d", method, printable(scope["path"]), status,
                     extra={"method": method, "path": scope["path"], "status": status,
                            "ms": round(elapsed * 1000, 3), "client": client[0] if client else None})
 
@@ -171,6 +176,16 @@ class AccessLog:
         return series
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """A request's path as a log message carries it: its control characters escaped (`\\n`, `\\x1b`). The path
+    is percent-decoded: `/a%0A03:40:00 WARNING …` wrote a forged line into a text log, and `%1B[2J` cleared the
+    operator's terminal. (The JSON log's `path` field keeps the path as it is: JSON escapes it.)"""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
 def _route(scope: Scope) -> str | None:
     """The matched route's template (routing sets it in the shared scope), None when nothing matched; without its
     parameters' convertors (Starlette's `path_format`: `/documents/{doc_id}`, not `/documents/{doc_id:doc_id}`),
@@ -179,4 +194,10 @@ def _route(scope: Scope) -> str | None:
     route = scope.get("route")
     if isinstance(route, Mount):
         return route.path
+    # FastAPI >= 0.160 keeps an included router's routes as written (`scope["route"]`: `/search` for a request to
+    # `/collections/{name}/search`) and puts the route as served, its inclusion's prefix included, beside them
+    served = scope.get("fastapi", {}).get("effective_route_context") if isinstance(scope.get("fastapi"), dict) \
+        else None
+    if served is not None and getattr(served, "original_route", None) is route:
+        return getattr(getattr(served, "starlette_route", None), "path_format", None) or served.path_format
     return getattr(route, "path_format", None)

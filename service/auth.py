@@ -10,8 +10,9 @@ Keys come from `STRATA_API_KEYS` ("key1:admin,key2,key3:read@garden") and/or `ST
   b's encoder unless a collection it may read uses that encoder). A key without `@` applies to all collections.
 
 `public_paths` (by default `/health`, `/ready`, `/metrics`, `/stats`) answer without a key so probes, scrapers and
-the search page's chart need no secret. The search page itself (`/` and `/static/…`) holds no data and always loads
-without a key: it asks for one and sends it with its calls.
+the search page's chart need no secret; a route that needs `admin` at such a path still needs its key. The search
+page itself (`/` and `/static/…`) holds no data and always loads without a key: it asks for one and sends it with
+its calls.
 
 Each route declares what it needs, as one of the dependencies below in its `dependencies=[...]`: `PUBLIC` (never a
 key: the page), `ANY_KEY` (any valid key; the route itself filters by the key's grants: `GET /collections`, `/v1/*`;
@@ -83,9 +84,19 @@ class Grants:
         return not self.everywhere
 
 
+_COMMENT = re.compile(r"\s#.*$")  # a keys file's comment after a line's key and scopes
+_SCOPE = re.compile(r"(read|admin)(@[a-z0-9][a-z0-9_-]{0,63})?")  # what a grant looks like, never a key
+
+
 def _parse(entry: str, sep: str | None, origin: str) -> tuple[str, list[str]]:
     key, _, scopes = entry.strip().partition(sep) if sep else entry.strip().partition(" ")
     key = key.strip()
+    if _SCOPE.fullmatch(key):
+        # `KEY:admin@faq,read@notes` in STRATA_API_KEYS (the keys file's syntax): `read@notes` would be a key of its
+        # own, one anybody could guess, reading every collection
+        raise KeyConfigError(f"{origin}: {key!r} is a scope, not an API key: " + (
+            f"each grant is an entry of its own (KEY{sep}admin@faq,KEY{sep}read@notes)" if sep
+            else "a line is KEY followed by its scopes (KEY admin@faq,read@notes)"))
     if len(key) < 8:
         raise KeyConfigError(f"{origin}: API keys must be at least 8 characters")
     return key, [s.strip() for s in scopes.replace(" ", ",").split(",") if s.strip()]
@@ -94,14 +105,20 @@ def _parse(entry: str, sep: str | None, origin: str) -> tuple[str, list[str]]:
 def _grant(grants: Grants, scopes: list[str], origin: str) -> None:
     if not scopes:  # a key without a scope reads every collection, as before scopes had collections
         grants.everywhere.add(READ)
+    # an entry granting on named collections only: a word it holds that is no scope must not widen it to every
+    # collection (`read@faq,Admin`; before comments were cut, a comment's words did it too)
+    on_collections = any("@" in scope for scope in scopes) and not any(scope in (READ, ADMIN) for scope in scopes)
     for scope in scopes:
         name, at, collection = scope.partition("@")
         if not at:
+            if name not in (READ, ADMIN):  # `ADMIN`, `adm`, `admin:read`: said, since the key gets read only
+                log.warning("%s: scope %r is not one this server knows (read, admin): %s", origin, name,
+                            "it adds nothing to the entry's collection grants" if on_collections
+                            else "the key may read only")
+                if on_collections:
+                    continue
             # an unrestricted entry always reads (a scope this server does not know adds nothing, as before)
             grants.everywhere |= {READ, name}
-            if name not in (READ, ADMIN):  # `ADMIN`, `adm`, `admin:read`: said, since the key gets read only
-                log.warning("%s: scope %r is not one this server knows (read, admin): the key may read only",
-                            origin, name)
             continue
         if name not in (READ, ADMIN):
             raise KeyConfigError(f"{origin}: {scope!r}: a collection grant is read@NAME or admin@NAME")
@@ -114,10 +131,12 @@ def _grant(grants: Grants, scopes: list[str], origin: str) -> None:
 def load_keys(settings: Settings) -> dict[str, Grants]:
     keys: dict[str, Grants] = {}
     if settings.api_keys:
-        for entry in settings.api_keys.split(","):
-            if entry.strip():
-                key, scopes = _parse(entry, ":", "STRATA_API_KEYS")
-                _grant(keys.setdefault(key, Grants()), scopes, f"STRATA_API_KEYS entry {entry.strip()[:4]}…")
+        entries = [entry for entry in settings.api_keys.split(",") if entry.strip()]
+        for n, entry in enumerate(entries, 1):
+            # named by its position: no part of a key is ever written to a log or an error
+            origin = f"STRATA_API_KEYS entry {n}"
+            key, scopes = _parse(entry, ":", origin)
+            _grant(keys.setdefault(key, Grants()), scopes, origin)
     if settings.api_keys_file:
         path = Path(settings.api_keys_file)
         try:
@@ -126,9 +145,16 @@ def load_keys(settings: Settings) -> dict[str, Grants]:
             raise KeyConfigError(f"STRATA_API_KEYS_FILE {path}: cannot be read "
                                  f"({getattr(exc, 'strerror', None) or exc})") from exc
         for n, line in enumerate(lines, 1):
+            line = _COMMENT.sub("", line)  # `KEY read@faq  # the faq team`: the comment is no scope
             if line.strip() and not line.lstrip().startswith("#"):
                 key, scopes = _parse(line, None, f"{path}:{n}")
                 _grant(keys.setdefault(key, Grants()), scopes, f"{path}:{n}")
+    if not keys and (settings.api_keys_file or (settings.api_keys or "").strip()):
+        # keys were asked for and none came (a secret not written yet, every line commented out): serving would
+        # open the API to anybody, the opposite of what setting them meant
+        given = f"STRATA_API_KEYS_FILE {settings.api_keys_file}" if settings.api_keys_file else "STRATA_API_KEYS"
+        raise KeyConfigError(f"{given} holds no API key (only blank lines, commas or comments): the API would be "
+                             f"open to anybody; add a key, or unset it to serve an open API")
     return keys
 
 
@@ -178,10 +204,12 @@ class Authorizer:
         return found
 
     def check(self, path: str, credentials: HTTPAuthorizationCredentials | None,
-              aim: tuple[str | None, str] | None) -> Grants | None:
+              aim: tuple[str | None, str] | None, method: str = "") -> Grants | None:
         """The key's grants (None: no keys, or a public path); raises 401/403. `aim`: the collection the route acts
-        on and the scope it needs there (None: any valid key)."""
-        if not self.keys or path in self.public:
+        on and the scope it needs there (None: any valid key); `method` and `path` name the request in a 403."""
+        # a public path opens what reads there, never a route that needs `admin` at the same path (listing
+        # "/collections" to open GET /collections left POST /collections, creating one, to anybody)
+        if not self.keys or (path in self.public and (aim is None or aim[1] != ADMIN)):
             return None
         challenge = {"WWW-Authenticate": "Bearer"}
         if credentials is None:
@@ -193,17 +221,18 @@ class Authorizer:
         if aim is not None:
             collection, scope = aim
             if not grants.may(scope, collection):
-                raise HTTPException(403, detail=self._denied(grants, scope, collection))
+                raise HTTPException(403, detail=self._denied(grants, scope, collection, f"{method} {path}".strip()))
         return grants
 
     @staticmethod
-    def _denied(grants: Grants, scope: str, collection: str | None) -> str:
+    def _denied(grants: Grants, scope: str, collection: str | None, request: str = "") -> str:
         if collection == ALL_COLLECTIONS:
             return (f"this API key may not act on every collection ({ALL_COLLECTIONS!r}): creating a collection "
                     f"needs the 'admin' scope on all collections, and its grants name some only" if grants.restricted
                     else "this API key lacks the 'admin' scope needed to create a collection")
         if scope == ADMIN and grants.may(READ, collection):
-            return "this API key lacks the 'admin' scope needed for /admin/* and /documents (writes)" + (
+            # the request itself, not a list of the admin routes (deleting a collection, its config, snapshots)
+            return f"this API key lacks the 'admin' scope needed for {request or 'this request'}" + (
                 f" on collection {collection!r}" if grants.restricted and collection else "")
         return f"this API key may not use collection {collection!r}" if collection else \
             "this API key may not use the default collection (none is set)"
@@ -235,7 +264,7 @@ class Requires:
             aim = ALL_COLLECTIONS, self.scope
         # the URL is built only where keys make the path matter (public paths): a few µs per request otherwise
         path = request.url.path if authorizer.keys else ""
-        request.state.grants = grants = authorizer.check(path, credentials, aim)
+        request.state.grants = grants = authorizer.check(path, credentials, aim, request.method)
         request.state.key = key = credentials.credentials if grants is not None and credentials else None
         if aim is not None and aim[0] not in (None, ALL_COLLECTIONS):
             denied = authorizer.narrowed(grants, key, self.scope, aim[0], write=self.write)

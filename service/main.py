@@ -39,6 +39,7 @@ _NO_NATIVE_TELEMETRY = {"telemetry": {"tracing": False, "metrics": False, "logs"
     if "telemetry" in inspect.signature(FastAPI.__init__).parameters else {}
 
 
+CORS_METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE")  # what the API's routes take (tests/service/test_limits.py)
 GC_THRESHOLDS = (50_000, 20, 100)  # (young, middle, full) for `gc.set_threshold` while the app serves
 
 
@@ -103,9 +104,11 @@ def create_app(settings: Settings | None = None, tracing: Tracing | None = None)
     # Added innermost first: the body cap sits inside CORS, inside the access log (which sees every 413).
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     if settings.cors_origins:
-        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
+        # every method a route takes: a browser preflights a PUT or a DELETE (the writes, a collection's config,
+        # deleting a collection or a snapshot), and a method left out here refused it before it was ever sent
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=list(CORS_METHODS),
                            allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
-                           expose_headers=["X-Request-ID", "Retry-After"])
+                           expose_headers=["X-Request-ID", "Retry-After", "X-Snapshot-Sha256"])
     app.add_middleware(AccessLog, metrics=metrics, tracing=tracing, summary=summary)
 
     scoped.include(app)  # search, encode, writes, reads, reload: at the default paths and /collections/{name}

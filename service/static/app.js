@@ -13,6 +13,7 @@
     authRequired: false,
     pending: null, // the search to run again once a key is given
     stats: null,
+    collections: [], // GET /collections: those this key may read
     windowIndex: 0,
   };
 
@@ -253,6 +254,7 @@
     const result = await call("GET", "/collections");
     if (!result.ok) return; // no key yet (401): loaded again once one is given
     const list = result.data.collections || [];
+    state.collections = list;
     const select = $("collection");
     const keep = select.value;
     select.replaceChildren();
@@ -266,6 +268,7 @@
     select.value = names.includes(keep) ? keep : names.includes(result.data.default) ? result.data.default :
       names[0] || "";
     $("collection-field").hidden = list.length < 2;
+    showModes();
   }
 
   // -- the index card and the chart -------------------------------------------------------------------------
@@ -316,11 +319,26 @@
     fact(facts, "Lexical", lex ? "BM25 k1 " + lex.k1 + " b " + lex.b + " · " + lex.engine + " · stemmer " +
       lex.stemmer + " · stopwords " + lex.stopwords : "none (dense only)");
     fact(facts, "Default mode", index.default_mode || "dense");
-    for (const option of $("mode").options) {
+    showModes();
+  }
+
+  // The modes the chosen collection takes. The index card (/stats) describes the default collection: its lexical
+  // index and default mode apply to it only. Another collection's default mode comes from /collections; whether
+  // it has a lexical index is not listed there, so every mode is offered and the server says when one is not.
+  function showModes() {
+    const chosen = $("collection").value;
+    const listed = state.collections.find((c) => c.name === chosen);
+    const index = state.stats && state.stats.index;
+    const isDefault = !listed || listed.default;
+    const lex = isDefault ? !index || Boolean(index.lexical) : true;
+    const mode = isDefault ? index && index.default_mode : listed.default_mode;
+    const select = $("mode");
+    for (const option of select.options) {
       // lexical and hybrid need the version's lexical index
       option.disabled = !lex && (option.value === "lexical" || option.value === "hybrid");
     }
-    $("mode").options[0].textContent = "Index default (" + (index.default_mode || "dense") + ")";
+    if (select.selectedOptions.length && select.selectedOptions[0].disabled) select.value = "";
+    select.options[0].textContent = "Index default (" + (mode || "dense") + ")";
   }
 
   function renderLive(stats) {
@@ -506,6 +524,7 @@
     $("search-form").addEventListener("submit", onSearch);
     $("key-form").addEventListener("submit", useKey);
     $("forget-key").addEventListener("click", forgetKey);
+    $("collection").addEventListener("change", showModes);
     for (const radio of document.querySelectorAll('input[name="window"]')) {
       radio.addEventListener("change", () => {
         state.windowIndex = Number(radio.value);

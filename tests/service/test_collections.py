@@ -291,6 +291,12 @@ def test_keys_are_scoped_per_collection(cdir: Path, minilm_mean: Path, tmp_path:
     ({"STRATA_INDEX_ROOT": "/tmp"}, (), "are both set"),
     ({}, ("sharded",), "sharded (Ray) backend serves one index root"),
     ({"STRATA_API_KEYS": "somekey-0123:read@Bad"}, (), "is not a collection name"),
+    # keys asked for, none given: never an open API
+    ({"STRATA_API_KEYS_FILE": "/dev/null"}, (), "STRATA_API_KEYS_FILE /dev/null holds no API key"),
+    ({"STRATA_API_KEYS": " , "}, (), "STRATA_API_KEYS holds no API key"),
+    # the keys file's `KEY admin@faq,read@notes` written in the variable: `read@notes` is no key of its own
+    ({"STRATA_API_KEYS": "faqadmin-0123:admin@faq,read@notes"}, (),
+     "STRATA_API_KEYS entry 2: 'read@notes' is a scope, not an API key"),
 ])
 def test_settings_that_cannot_go_together_exit_2_with_the_reason(tmp_path: Path, env: dict[str, str],
                                                                   args: tuple[str, ...], message: str) -> None:
@@ -329,7 +335,86 @@ def test_a_scope_the_server_does_not_know_is_logged(caplog: pytest.LogCaptureFix
         grants = load_keys(Settings(api_keys="typo-key-0123:ADMIN,good-key-0123:admin"))
     assert not grants["typo-key-0123"].may(ADMIN, "faq") and grants["good-key-0123"].may(ADMIN, "faq")
     assert [r.getMessage() for r in caplog.records] == [
-        "STRATA_API_KEYS entry typo…: scope 'ADMIN' is not one this server knows (read, admin): the key may read only"]
+        "STRATA_API_KEYS entry 1: scope 'ADMIN' is not one this server knows (read, admin): the key may read only"]
+
+
+def test_no_part_of_a_key_is_logged_or_named_in_an_error(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
+    """Keys are secrets: a warning or a refusal names the entry by its position (or the file's line), never any
+    characters of the key (the first four shortened a key's search by 4 characters for whoever reads the log)."""
+    from service.auth import KeyConfigError, load_keys
+    from service.settings import Settings
+
+    with caplog.at_level("WARNING", logger="service.auth"):
+        load_keys(Settings(api_keys="Zq7wSECRET-0123:adm"))
+    with pytest.raises(KeyConfigError) as short:
+        load_keys(Settings(api_keys="Zq7wSECRET-0123:admin,Zq7w"))
+    said = [r.getMessage() for r in caplog.records] + [str(short.value)]
+    assert len(said) == 2 and not [line for line in said if "Zq7w" in line], said
+    assert "entry 1" in said[0] and "entry 2" in said[1]
+
+
+def test_a_comment_or_a_word_that_is_no_scope_never_widens_a_collection_grant(tmp_path: Path,
+                                                                                caplog: pytest.LogCaptureFixture
+                                                                                ) -> None:
+    """`KEY read@faq  # the faq team`: the comment's words were taken for scopes, and an unknown scope gives read on
+    every collection, so the faq team's key read them all. A comment after a line's grants is a comment; a word
+    that is no scope beside collection grants adds nothing (said at startup); alone it still gives read."""
+    from service.auth import ADMIN, READ, load_keys
+    from service.settings import Settings
+
+    keys = tmp_path / "keys"
+    keys.write_text("faq-reader-0123 read@faq  # the faq team, read only\n"
+                    "faq-admin-0123 admin@faq,Admin\n"
+                    "hash#in-key-0123 admin\t# a key may hold a # not after a space\n"
+                    "typo-only-0123 ADMIN\n")
+    with caplog.at_level("WARNING", logger="service.auth"):
+        grants = load_keys(Settings(api_keys_file=keys))
+    assert set(grants) == {"faq-reader-0123", "faq-admin-0123", "hash#in-key-0123", "typo-only-0123"}
+    reader, admin = grants["faq-reader-0123"], grants["faq-admin-0123"]
+    assert reader.may(READ, "faq") and not reader.may(READ, "garden") and not reader.may(ADMIN, "faq")
+    assert admin.may(ADMIN, "faq") and not admin.may(READ, "garden")
+    assert grants["hash#in-key-0123"].may(ADMIN, "garden")
+    assert grants["typo-only-0123"].may(READ, "garden") and not grants["typo-only-0123"].may(ADMIN, "garden")
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [f"{keys}:2: scope 'Admin' is not one this server knows (read, admin): it adds nothing to the "
+                    "entry's collection grants",
+                    f"{keys}:4: scope 'ADMIN' is not one this server knows (read, admin): the key may read only"], said
+    grants = load_keys(Settings(api_keys="faq-key-0123:read@faq,faq-key-0123:adm"))  # an entry of its own: reads
+    assert grants["faq-key-0123"].may(READ, "garden")
+
+
+def test_keys_asked_for_and_none_given_never_serve_an_open_api(tmp_path: Path) -> None:
+    """A keys file with no key in it (a secret not written yet, every line commented out) served an open API:
+    refused, naming the setting; an empty STRATA_API_KEYS (as compose passes an unset one) is unset."""
+    from service.auth import KeyConfigError, load_keys
+    from service.settings import Settings
+
+    keys = tmp_path / "keys"
+    keys.write_text("# faq-reader-0123 read@faq\n\n   \n")
+    with pytest.raises(KeyConfigError, match=f"STRATA_API_KEYS_FILE {keys} holds no API key"):
+        load_keys(Settings(api_keys_file=keys))
+    assert load_keys(Settings(api_keys="")) == {} and load_keys(Settings()) == {}
+    assert set(load_keys(Settings(api_keys="ops-key-0123:admin", api_keys_file=keys))) == {"ops-key-0123"}
+
+
+def test_a_scope_is_never_taken_for_a_key(tmp_path: Path) -> None:
+    """`KEY:admin@faq,read@notes` (the keys file's grants, in the variable) made `read@notes` a key of its own, one
+    anybody could guess, reading every collection: refused naming the entry, as a bad grant is; likewise a line
+    of the keys file that is a scope alone."""
+    from service.auth import KeyConfigError, load_keys
+    from service.settings import Settings
+
+    for variable in ("faqadmin-0123:admin@faq,read@notes", "faqadmin-0123:admin,admin@garden",
+                     "faqadmin-0123:read, read@notes"):
+        with pytest.raises(KeyConfigError, match=r"STRATA_API_KEYS entry 2: '(read|admin)@\w+' is a scope, not an"):
+            load_keys(Settings(api_keys=variable))
+    keys = tmp_path / "keys"
+    keys.write_text("faqadmin-0123 admin@faq\nread@notes\n")
+    with pytest.raises(KeyConfigError, match=r"keys:2: 'read@notes' is a scope, not an API key"):
+        load_keys(Settings(api_keys_file=keys))
+    # a key that merely holds an @ or a scope's word is a key
+    grants = load_keys(Settings(api_keys="admin@example.org-key:admin,read-only-key-0123"))
+    assert set(grants) == {"admin@example.org-key", "read-only-key-0123"}
 
 
 @pytest.fixture(scope="module")

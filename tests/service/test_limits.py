@@ -115,6 +115,37 @@ def test_cors_and_request_id_in_json_logs(secured: Server) -> None:
     assert access and access[0]["status"] == 200 and access[0]["path"] == "/search" and access[0]["ms"] > 0
 
 
+def test_cors_lets_an_allowed_origin_use_every_method_the_api_takes(tmp_path: Path) -> None:
+    """A browser preflights PUT and DELETE: allowing only GET and POST refused `PUT /documents`, a collection's
+    config and deleting a collection or a snapshot (400 "Disallowed CORS method") before the request was sent.
+    Every method a route of the app takes is allowed for the listed origins, and nothing for another."""
+    from service.auth import served_routes
+    from service.main import create_app
+    from service.settings import Settings
+    from tests.service.test_tracing import InProcessServer
+
+    (tmp_path / "faq" / "versions").mkdir(parents=True)
+    app = create_app(Settings(collections_dir=tmp_path, watch_interval_s=0, workers=1, threads=1,
+                              cors_origins=["https://app.example"]))
+    taken = {m for _, route in served_routes(app) for m in getattr(route, "methods", None) or ()} - {"OPTIONS"}
+    calls = [("PUT", "/documents"), ("POST", "/documents/delete"), ("PUT", "/collections/faq/config"),
+             ("DELETE", "/collections/faq"), ("DELETE", "/collections/faq/snapshots/s1"), ("POST", "/search"),
+             ("GET", "/collections"), ("HEAD", "/")]
+    assert {m for m, _ in calls} == taken, taken  # every method a route takes is preflighted below
+    with InProcessServer(app) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
+        for method, path in calls:
+            pre = c.options(path, headers={"Origin": "https://app.example", "Access-Control-Request-Method": method,
+                                           "Access-Control-Request-Headers": "authorization,content-type"})
+            assert pre.status_code == 200, (method, path, pre.text)
+            assert pre.headers["access-control-allow-origin"] == "https://app.example"
+            assert method in pre.headers["access-control-allow-methods"].split(", ")
+            other = c.options(path, headers={"Origin": "https://evil.example", "Access-Control-Request-Method": method})
+            assert other.status_code == 400 and "access-control-allow-origin" not in other.headers
+        sent = c.put("/collections/faq/config", json={}, headers={"Origin": "https://app.example"})
+        assert sent.headers["access-control-allow-origin"] == "https://app.example"  # the answer is readable
+        assert "X-Request-ID" in sent.headers["access-control-expose-headers"]
+
+
 def until(condition, what: str, timeout: float = 120) -> None:  # noqa: ANN001 (a no-argument predicate)
     """Until `condition()` holds (a condition, not a pause: a loaded machine takes longer, never less)."""
     deadline = time.monotonic() + timeout

@@ -394,6 +394,58 @@ def test_the_collection_selector_searches_the_chosen_collection(browser: webdriv
         stop_server(srv)
 
 
+def test_the_modes_offered_follow_the_chosen_collection(browser: webdriver.Chrome, tiny_exported: Path,
+                                                        tmp_path: Path) -> None:
+    """The mode selector took the default collection's lexical index and default mode (the index card's, /stats)
+    for every collection: with a dense-only default, a collection with BM25 could not be searched in lexical or
+    hybrid mode from the page. The choices follow the chosen collection."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+    from tests.conftest import write_quora_like as quora_like
+
+    folder = tmp_path / "collections"
+    data = quora_like(tmp_path / "q.tsv.gz")
+    for name, extra in (("plain", ["--no-lexical", "--default-mode", "dense"]), ("words", ["--default-mode",
+                                                                                          "lexical"])):
+        r = subprocess.run([sys.executable, "-m", "indexer.cli", "build", "--root", str(folder / name), "--model",
+                            str(tiny_exported), "--data", str(data), "--rows", "60", "--threads", "1", "--no-eval",
+                            *extra], cwd=REPO, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+    srv = start_server(tmp_path, {"STRATA_COLLECTIONS_DIR": str(folder), "STRATA_DEFAULT_COLLECTION": "plain",
+                                  "STRATA_WATCH_INTERVAL_S": "0"})
+
+    def offered(d: webdriver.Chrome) -> list[str]:
+        return d.execute_script("return Array.from(document.querySelectorAll('#mode option'), "
+                                "o => (o.disabled ? '-' : '') + (o.value || o.textContent))")
+
+    try:
+        browser.get("about:blank")
+        browser.get_log("browser")
+        browser.get(srv.url + "/")
+        wait(browser, lambda d: d.find_element(By.ID, "collection-field").is_displayed(), "the collection selector")
+        wait(browser, lambda d: offered(d) == ["Index default (dense)", "-hybrid", "dense", "-lexical"],
+             "the default collection's modes: dense only")
+        Select(browser.find_element(By.ID, "collection")).select_by_value("words")
+        wait(browser, lambda d: offered(d) == ["Index default (lexical)", "hybrid", "dense", "lexical"],
+             "words' modes")
+        Select(browser.find_element(By.ID, "mode")).select_by_value("hybrid")
+        with srv.client() as c:
+            expected = c.post("/collections/words/search", json={"query": "python money", "top_k": 3,
+                                                                 "mode": "hybrid"}).json()["hits"]
+        search(browser, "python money", top_k=3)
+        wait(browser, lambda d: "· hybrid ·" in d.find_element(By.ID, "summary").text, "words' hybrid answer")
+        assert "collection words" in browser.find_element(By.ID, "summary").text
+        assert hit_texts(browser) == [h["text"] for h in expected]
+        Select(browser.find_element(By.ID, "collection")).select_by_value("plain")  # back: hybrid is not offered
+        wait(browser, lambda d: offered(d)[1] == "-hybrid", "plain's modes again")
+        assert Select(browser.find_element(By.ID, "mode")).first_selected_option.get_attribute("value") == ""
+        assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+    finally:
+        stop_server(srv)
+
+
 def test_the_api_docs_render_offline(browser: webdriver.Chrome, server: Server) -> None:
     """/docs (Swagger UI) and /redoc load every script and style from this server (`service.routers.docs`): the
     machine has no route to a CDN, so a page that needed one would stay blank. Swagger UI renders the API's

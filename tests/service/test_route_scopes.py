@@ -101,6 +101,8 @@ def test_every_route_enforces_the_scope_it_declares(served: tuple[InProcessServe
                             assert r.status_code == 403, what
                             detail = r.json().get("detail") or r.json()["error"]["message"]
                             assert ("'admin' scope" in detail) if key == READER else (f"{collection!r}" in detail)
+                            if key == READER and scope.on != "all":  # names the request refused
+                                assert f"needed for {method} {path}" in detail, what
                     walked.add((method, route.path_format, scope.scope))
     # the walk saw the app's routes, each kind of declaration among them
     assert {("POST", "/search", READ), ("POST", "/encode", READ), ("PUT", "/documents", ADMIN),
@@ -180,3 +182,28 @@ def test_open_api_without_keys_needs_none(tmp_path: Path) -> None:
     with InProcessServer(app) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
         for method, path in (("PUT", "/collections/faq/documents"), ("POST", "/admin/reload"), ("GET", "/collections")):
             assert c.request(method, path).status_code not in (401, 403)
+
+
+def test_a_public_path_never_opens_a_route_that_needs_admin(tmp_path: Path) -> None:
+    """STRATA_PUBLIC_PATHS lists paths, and a path has several routes: listing `/collections` (so that its listing
+    answers without a key) opened `POST /collections` too, creating collections for anybody, and `/documents` or
+    `/admin/reload` opened the writes and reloads. What reads at a public path answers without a key; a route that
+    needs `admin` there still needs an admin key."""
+    for name in ("faq", "garden"):
+        (tmp_path / name / "versions").mkdir(parents=True)
+    settings = Settings(collections_dir=tmp_path, default_collection="faq", api_keys=KEYS, watch_interval_s=0,
+                        workers=1, threads=1,
+                        public_paths=["/health", "/collections", "/documents", "/admin/reload", "/search"])
+    with InProcessServer(create_app(settings)) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
+        listed = c.get("/collections")
+        assert listed.status_code == 200 and {x["name"] for x in listed.json()["collections"]} == {"faq", "garden"}
+        assert c.post("/search", json={"query": "q"}).status_code == 503  # public, and past the key: no version
+        for method, path, body in (("POST", "/collections", {"name": "opened"}), ("PUT", "/documents",
+                                   {"documents": [{"id": "a", "text": "b"}]}), ("POST", "/admin/reload", None)):
+            anonymous = c.request(method, path, json=body)
+            assert anonymous.status_code == 401, (method, path, anonymous.text)
+            reader = c.request(method, path, json=body, headers={"Authorization": f"Bearer {READER}"})
+            assert reader.status_code == 403, (method, path, reader.text)
+            assert not (tmp_path / "opened").exists()
+            admin = c.request(method, path, json=body, headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+            assert admin.status_code not in (401, 403), (method, path, admin.text)
