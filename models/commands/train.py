@@ -62,7 +62,10 @@ def run(args: argparse.Namespace) -> int:
     from models.trainer import train
 
     def go() -> int:
-        options = json.loads(args.pooler_options) if args.pooler_options else None
+        try:
+            options = json.loads(args.pooler_options) if args.pooler_options else None
+        except ValueError as exc:
+            raise ValueError(f"--pooler-options {args.pooler_options!r} is not JSON: {exc}") from exc
         cfg = make_config(
             args.config, model=args.model, out=args.out, pooler=args.pooler, pooler_options=options,
             objective=args.objective, temperature=args.temperature, data=args.data,

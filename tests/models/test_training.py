@@ -196,3 +196,42 @@ def test_a_stop_between_the_checkpoints_renames_resumes_from_the_previous_one(ti
                       examples=examples(3), dev=tiny_sts())
     resumed.try_resume()
     assert resumed.step == 4
+
+
+@pytest.mark.parametrize("flags, names", [
+    (["--lr", "inf"], "lr"),
+    (["--pooler-lr", "inf"], "pooler_lr"),
+    (["--temperature", "inf"], "temperature"),
+    (["--sgopt-lambda", "inf"], "sgopt_lambda"),
+    (["--adam-betas", "1.5", "0.9"], "adam_betas"),
+    (["--seed", "-1"], "seed"),
+    (["--pooler-options", "{bad"], "--pooler-options"),
+])
+def test_train_refuses_bad_numbers_with_one_line_naming_the_flag(tiny_bert, tmp_path, capsys, flags, names):
+    """An infinite learning rate, τ or λ trains to NaN and a beta >= 1 or a negative seed fails deep in torch or
+    numpy: each is a one-line error naming the setting, before anything is written."""
+    from models.cli import main
+
+    text = tmp_path / "sentences.txt"
+    text.write_text("\n".join(SENTENCES) + "\n")
+    out = tmp_path / "run"
+    rc = main(["train", "--model", str(tiny_bert), "--out", str(out), "--data", str(text), "--max-steps", "1",
+               "--batch-size", "4", "--device", "cpu", *flags])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("encoder train: error:") and names in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_unknown_pooler_options_are_refused_not_ignored(tiny_bert, tmp_path):
+    """A misspelt option is an error naming the options the pooler takes: a pooler without options no longer
+    keeps it in pooler.json and ignores it, and one with options no longer raises a raw TypeError."""
+    from models.poolers import build_pooler
+
+    with pytest.raises(ValueError, match=r"cls_last has no option 'concat_cls_lst' \(it takes none\)"):
+        build_pooler("cls_last", 32, 3, concat_cls_lst=False)
+    with pytest.raises(ValueError, match=r"layer_att has no option 'zz' \(it takes attention, concat_cls_last"):
+        build_pooler("layer_att", 32, 3, attention="cls", zz=1)
+    with pytest.raises(ValueError, match="no option"):
+        Trainer(config(tiny_bert, tmp_path / "run", pooler="scalar_mix", pooler_options={"include_embedings": False}),
+                examples=examples(1), dev=tiny_sts())
+    assert build_pooler("scalar_mix", 32, 3, include_embeddings=False).start == 1  # a real option still works
