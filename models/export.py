@@ -31,7 +31,7 @@ from torch import nn
 from indexer.runtime.atomic import atomic_dir, sha256_file, write_json_atomic
 from indexer.runtime.encoder import ENCODER_META, ENCODER_ONNX, EncoderMeta, OnnxEncoder
 from indexer.runtime.progress import Working
-from models.checkpoint import CheckpointError, default_max_length, encoder_folder
+from models.checkpoint import CheckpointError, check_max_length, default_max_length, encoder_folder
 from models.parity import PARITY_SENTENCES
 
 log = logging.getLogger(__name__)
@@ -228,7 +228,7 @@ def export_encoder(
     folder = encoder_folder(checkpoint)
     choice = _pooling_choice(checkpoint, pooling)
     pooling = choice.pooling
-    max_length = max_length or default_max_length(folder)
+    max_length = default_max_length(folder) if max_length is None else check_max_length(folder, max_length)
     out_dir = Path(out_dir)
     if out_dir.exists() and not force:
         raise FileExistsError(f"{out_dir} already exists (pass --force to replace it)")
