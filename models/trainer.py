@@ -32,6 +32,10 @@ from models.train_config import TrainConfig
 
 log = logging.getLogger(__name__)
 STATE = "trainer_state.pt"
+# TrainConfig fields a resumed run must share with the checkpoint it resumes (`Trainer._check_same_run`)
+RUN_DEFINING = ("model", "pooler", "pooler_options", "objective", "temperature", "sgopt_lambda", "data", "max_examples",
+                "batch_size", "max_length", "lr", "pooler_lr", "adam_betas", "weight_decay", "seed", "eval_on",
+                "eval_mode")
 
 
 class DevSet(Protocol):
@@ -193,10 +197,11 @@ class Trainer:
         from models.checkpoint import encoder_folder
         from models.poolers import load_pooler
 
+        state = torch.load(last / STATE, weights_only=False)
+        self._check_same_run(last, state.get("config") or {})
         weights = load_file(str(encoder_folder(last) / "model.safetensors"))
         self.model.encoder.load_state_dict(weights, strict=True)  # a key missing or left over is a broken checkpoint
         self.model.pooler.load_state_dict(load_pooler(last / "pooler").state_dict())
-        state = torch.load(last / STATE, weights_only=False)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.step, self.best_dev, self.best_step = state["step"], state["best_dev"], state["best_step"]
@@ -206,6 +211,18 @@ class Trainer:
         log.info(
             "resumed from %s at step %d (best dev %.2f at step %d)", last, self.step, self.best_dev, self.best_step
         )
+
+    def _check_same_run(self, last: Path, saved: dict[str, Any]) -> None:
+        """`ValueError` when `last` was trained with settings that make a resume a different run (another model,
+        pooler, objective, data, batch, seed, optimiser or selection metric): its weights, optimiser state or
+        batch order would not fit, or the loaded optimiser state would silently override the new values. The
+        length of the run, evaluation cadence, device and threads may change."""
+        current = self.cfg.model_dump(mode="json")
+        differ = [f"{key} {saved[key]!r} → {current[key]!r}" for key in RUN_DEFINING
+                  if key in saved and saved[key] != current.get(key)]
+        if differ:
+            raise ValueError(f"cannot resume {last}: it was trained with other settings ({'; '.join(differ)}); "
+                             f"resume with the same settings, or train into another --out")
 
     def shown(self, score: float) -> str:
         """A dev score as people read it: Quora's MRR@10 on the page's 0-1 scale (kept × 100 inside)."""

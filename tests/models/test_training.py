@@ -235,3 +235,39 @@ def test_unknown_pooler_options_are_refused_not_ignored(tiny_bert, tmp_path):
         Trainer(config(tiny_bert, tmp_path / "run", pooler="scalar_mix", pooler_options={"include_embedings": False}),
                 examples=examples(1), dev=tiny_sts())
     assert build_pooler("scalar_mix", 32, 3, include_embeddings=False).start == 1  # a real option still works
+
+
+def test_resume_with_other_settings_is_refused_naming_them(tiny_bert, tmp_path, capsys):
+    """--resume with another pooler crashed in load_state_dict (a traceback); with another learning rate or seed it
+    went on silently (the loaded optimiser state overrode the new rate, the batches followed another order). The
+    run's length may change; its defining settings may not."""
+    out = tmp_path / "run"
+    Trainer(config(tiny_bert, out, max_steps=2, eval_every=100), examples=examples(1), dev=tiny_sts()).train()
+    for changed, named in (({"pooler": "layer_att"}, "pooler 'cls_last' → 'layer_att'"),
+                           ({"lr": 1e-4, "seed": 7}, "lr 0.001 → 0.0001; seed 42 → 7")):
+        resumed = Trainer(config(tiny_bert, out, max_steps=4, resume=True, **changed), examples=examples(1),
+                          dev=tiny_sts())
+        with pytest.raises(ValueError, match=f"cannot resume {out / 'last'}: .*\\({named}\\)"):
+            resumed.train()
+    resumed = Trainer(config(tiny_bert, out, max_steps=4, eval_every=100, resume=True), examples=examples(1),
+                      dev=tiny_sts())
+    assert resumed.train().steps == 4  # same settings, a longer run: resumed
+
+
+def test_encoder_train_resume_with_another_pooler_is_one_line(tiny_bert, tmp_path, capsys):
+    from models.cli import main
+
+    text = tmp_path / "sentences.txt"
+    text.write_text("\n".join(SENTENCES) + "\n")
+    out = tmp_path / "run"
+    Trainer(config(tiny_bert, out, max_steps=2, eval_every=100, data=str(text), batch_size=4, max_length=32),
+            dev=tiny_sts()).train()
+    from tests.models.fixtures import shared_data
+
+    shared_data()  # the CLI loads the real STS-B dev set before resuming
+    rc = main(["train", "--model", str(tiny_bert), "--out", str(out), "--data", str(text), "--batch-size", "4",
+               "--lr", "1e-3", "--max-steps", "3", "--resume", "--pooler", "scalar_mix", "--device", "cpu",
+               "--eval-max-pairs", "8"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "encoder train: error: cannot resume" in err and "pooler 'cls_last' → 'scalar_mix'" in err
+    assert "Traceback" not in err
