@@ -97,6 +97,12 @@ def run(args: argparse.Namespace) -> int:
               "only, not to "
               "--quantize none", file=sys.stderr)
         return 2
+    if not -1.0 <= args.min_cosine <= 1.0:  # NaN included: a threshold no cosine can meet refuses every export
+        print(f"encoder export: error: --min-cosine must be a cosine in -1..1, got {args.min_cosine}", file=sys.stderr)
+        return 2
+    if args.max_drop is not None and not 0.0 <= args.max_drop < float("inf"):
+        print(f"encoder export: error: --max-drop must be 0 or more points, got {args.max_drop}", file=sys.stderr)
+        return 2
     args.gate_rows = 20_000 if args.gate_rows is None else args.gate_rows
     args.max_drop = 0.5 if args.max_drop is None else args.max_drop
     args.gate_screen_rows = 2_000 if args.gate_screen_rows is None else args.gate_screen_rows

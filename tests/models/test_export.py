@@ -283,3 +283,21 @@ def test_roberta_positions_leave_out_the_padding_offset(tmp_path: Path) -> None:
     assert max_positions(tmp_path) == 512
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "max_position_embeddings": 512}))
     assert max_positions(tmp_path) == 512
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--quantize", "none", "--min-cosine", "nan"], "--min-cosine must be a cosine in -1..1, got nan"),
+    (["--min-cosine", "2"], "--min-cosine must be a cosine in -1..1, got 2.0"),
+    (["--max-drop", "nan"], "--max-drop must be 0 or more points, got nan"),
+    (["--max-drop", "-1"], "--max-drop must be 0 or more points, got -1.0"),
+])
+def test_thresholds_no_export_can_meet_are_refused_up_front(tiny_checkpoint: Path, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str], flags: list[str],
+                                                           message: str) -> None:
+    """--min-cosine nan or 2 exported, then refused every graph as "differs from torch (min cosine 1.000000 <
+    nan)"; --max-drop nan or -1 refused every int8 graph after its whole gate. Each is a usage error first."""
+    from models.cli import main
+
+    rc = main(["export", "--checkpoint", str(tiny_checkpoint), "--out", str(tmp_path / "out"), *flags])
+    assert rc == 2 and f"encoder export: error: {message}" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -271,3 +271,19 @@ def test_encoder_train_resume_with_another_pooler_is_one_line(tiny_bert, tmp_pat
     err = capsys.readouterr().err
     assert rc == 2 and "encoder train: error: cannot resume" in err and "pooler 'cls_last' → 'scalar_mix'" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["sts", "--max-pairs", "0"], ["sts", "--max-pairs", "-3"], ["sts", "--max-length", "0"], ["sts", "--threads", "0"],
+    ["lc-search", "--max-layers", "0"], ["lc-search", "--beam", "0"], ["lc-search", "--max-pairs", "-1"],
+    ["lc-search", "--max-length", "-1"],
+])
+def test_sts_and_lc_search_refuse_counts_below_one(argv, capsys):
+    """`encoder sts --max-pairs 0` printed nan and -3 scored all pairs but the last three (a slice); `lc-search
+    --max-layers 0` died in an IndexError traceback: each is a usage error naming the flag."""
+    from models.cli import build_parser
+
+    with pytest.raises(SystemExit) as exit_info:  # refused while parsing: nothing is loaded or evaluated
+        build_parser().parse_args(argv)
+    assert exit_info.value.code == 2
+    assert f"argument {argv[1]}: must be >= 1" in capsys.readouterr().err
