@@ -232,6 +232,11 @@ def export_encoder(
     out_dir = Path(out_dir)
     if out_dir.exists() and not force:
         raise FileExistsError(f"{out_dir} already exists (pass --force to replace it)")
+    source_dir = Path(checkpoint).resolve()
+    if out_dir.resolve() in (source_dir, folder.resolve(), *source_dir.parents):
+        # replacing --out would delete the checkpoint it is exported from (a training run's best/ with it)
+        raise CheckpointError(f"--out {out_dir} is or holds the checkpoint {checkpoint} being exported: writing it "
+                              "would delete the checkpoint; write the export to another folder")
 
     tokenizer, wrapper, dim = _load(folder, Path(checkpoint), pooling, exporter)
 

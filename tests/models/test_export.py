@@ -301,3 +301,19 @@ def test_thresholds_no_export_can_meet_are_refused_up_front(tiny_checkpoint: Pat
     rc = main(["export", "--checkpoint", str(tiny_checkpoint), "--out", str(tmp_path / "out"), *flags])
     assert rc == 2 and f"encoder export: error: {message}" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_force_never_replaces_the_checkpoint_being_exported(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    """`--out` naming the checkpoint itself (or a folder holding it, like a training run's OUT for OUT/best) with
+    --force exported fine and deleted the checkpoint: the atomic replace removed the model it had just read."""
+    from models.checkpoint import CheckpointError
+
+    ckpt = tmp_path / "run" / "best"
+    shutil.copytree(tiny_checkpoint, ckpt)
+    before = sorted(p.name for p in ckpt.iterdir())
+    for out in (ckpt, ckpt.parent, tmp_path):
+        with pytest.raises(CheckpointError, match="is or holds the checkpoint .* being exported"):
+            export_encoder(ckpt, out, pooling="cls", force=True)
+    assert sorted(p.name for p in ckpt.iterdir()) == before
+    export_encoder(ckpt, ckpt / "onnx", pooling="cls")  # a folder inside it is fine
+    assert (ckpt / "onnx" / "encoder.onnx").is_file() and (ckpt / "model.safetensors").is_file()
