@@ -212,6 +212,14 @@ class Trainer:
             "resumed from %s at step %d (best dev %.2f at step %d)", last, self.step, self.best_dev, self.best_step
         )
 
+    def _check_no_earlier_run(self) -> None:
+        """`ValueError` when a fresh run would start in a folder that holds an earlier one: its step-0 evaluation
+        would replace the earlier run's `best/` (and its checkpoints `last/`) without a word."""
+        held = [name for name in ("best", "last", "last.old") if (self.out / name).exists()]
+        if held:
+            raise ValueError(f"{self.out} already holds a training run ({', '.join(held)}): pass --resume to continue "
+                             "it, or train into another --out (a fresh run would replace its checkpoints)")
+
     def _check_same_run(self, last: Path, saved: dict[str, Any]) -> None:
         """`ValueError` when `last` was trained with settings that make a resume a different run (another model,
         pooler, objective, data, batch, seed, optimiser or selection metric): its weights, optimiser state or
@@ -248,6 +256,8 @@ class Trainer:
         from indexer.runtime.progress import Progress
 
         cfg = self.cfg
+        if not cfg.resume and self.step == 0:
+            self._check_no_earlier_run()
         self.out.mkdir(parents=True, exist_ok=True)
         if cfg.resume:
             self.try_resume()

@@ -287,3 +287,18 @@ def test_sts_and_lc_search_refuse_counts_below_one(argv, capsys):
         build_parser().parse_args(argv)
     assert exit_info.value.code == 2
     assert f"argument {argv[1]}: must be >= 1" in capsys.readouterr().err
+
+
+def test_a_fresh_run_never_replaces_an_earlier_runs_checkpoints(tiny_bert, tmp_path):
+    """Running the same `encoder train` again without --resume replaced the earlier run's best/ with the untrained
+    model at its step-0 evaluation (best_dev starts at -inf), silently. It is refused; --resume continues."""
+    out = tmp_path / "run"
+    Trainer(config(tiny_bert, out, max_steps=2, eval_every=100), examples=examples(1), dev=tiny_sts()).train()
+    best = (out / "best" / "encoder" / "model.safetensors").read_bytes()
+    again = Trainer(config(tiny_bert, out, max_steps=2, eval_every=100), examples=examples(1), dev=tiny_sts())
+    with pytest.raises(ValueError, match=f"{out} already holds a training run \\(best, last\\): pass --resume"):
+        again.train()
+    assert (out / "best" / "encoder" / "model.safetensors").read_bytes() == best
+    resumed = Trainer(config(tiny_bert, out, max_steps=3, eval_every=100, resume=True), examples=examples(1),
+                      dev=tiny_sts())
+    assert resumed.train().steps == 3
