@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from models.checkpoint import default_checkpoint
+from models.checkpoint import check_max_length, default_checkpoint, encoder_folder
 from models.data import Example, QuoraDev, load_training_data, quora_dev
 from models.objectives import Objective, build_objective
 from models.sentence_model import SentenceModel
@@ -97,6 +97,8 @@ class Trainer:
         self.device = pick_device(config.device)
         options = {"reg_lambda": config.sgopt_lambda} if config.objective == "sgopt" else {}
         self.objective: Objective = build_objective(config.objective, config.temperature, **options)
+        # a length past the position embeddings would fail inside the model at the first long batch, steps in
+        check_max_length(encoder_folder(config.model or default_checkpoint()), config.max_length)
         raw = examples if examples is not None else load_training_data(config.data, config.max_examples, config.seed)
         self.examples = [ex[: self.objective.columns] for ex in raw if self.objective.usable(ex)]
         if len(self.examples) < config.batch_size:

@@ -302,3 +302,19 @@ def test_a_fresh_run_never_replaces_an_earlier_runs_checkpoints(tiny_bert, tmp_p
     resumed = Trainer(config(tiny_bert, out, max_steps=3, eval_every=100, resume=True), examples=examples(1),
                       dev=tiny_sts())
     assert resumed.train().steps == 3
+
+
+def test_a_training_length_past_the_position_embeddings_is_refused_up_front(tiny_bert, tmp_path, capsys):
+    """--max-length 100 on a 64-position BERT trained until the first batch longer than 64 tokens, then died in
+    torch with a traceback; it is a one-line error before any data is read."""
+    from models.checkpoint import CheckpointError
+    from models.cli import main
+
+    with pytest.raises(CheckpointError, match="--max-length 100: .* takes 2..64 tokens"):
+        Trainer(config(tiny_bert, tmp_path / "run", max_length=100), examples=examples(1), dev=tiny_sts())
+    long_text = tmp_path / "long.txt"
+    long_text.write_text(("the sky is blue " * 30 + "\n") * 8)
+    rc = main(["train", "--model", str(tiny_bert), "--out", str(tmp_path / "cli"), "--data", str(long_text),
+               "--max-length", "100", "--batch-size", "4", "--max-steps", "2", "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "encoder train: error: --max-length 100:" in err and "Traceback" not in err
