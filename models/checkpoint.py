@@ -40,7 +40,9 @@ def encoder_folder(checkpoint: str | Path) -> Path:
     for candidate in (path / "encoder", path):
         if (candidate / "config.json").is_file():
             return candidate
-    raise CheckpointError(f"{path} is not a Hugging Face checkpoint folder (no config.json)")
+    runs = [name for name in ("best", "last") if (path / name / "encoder" / "config.json").is_file()]
+    hint = f"; it holds an `encoder train` run: pass {path / runs[0]}" if runs else ""
+    raise CheckpointError(f"{path} is not a Hugging Face checkpoint folder (no config.json){hint}")
 
 
 # Model types whose position ids start after the padding index (RoBERTa's `create_position_ids_from_input_ids`),
