@@ -227,9 +227,14 @@ class Trainer:
         pooler, objective, data, batch, seed, optimiser or selection metric): its weights, optimiser state or
         batch order would not fit, or the loaded optimiser state would silently override the new values. The
         length of the run, evaluation cadence, device and threads may change."""
+        def same(key: str, a: Any, b: Any) -> bool:  # noqa: ANN401 (JSON values)
+            if key in ("model", "data") and isinstance(a, str) and isinstance(b, str) and a != b:
+                return Path(a).resolve() == Path(b).resolve()  # one folder or file, spelt two ways
+            return a == b
+
         current = self.cfg.model_dump(mode="json")
         differ = [f"{key} {saved[key]!r} → {current[key]!r}" for key in RUN_DEFINING
-                  if key in saved and saved[key] != current.get(key)]
+                  if key in saved and not same(key, saved[key], current.get(key))]
         if differ:
             raise ValueError(f"cannot resume {last}: it was trained with other settings ({'; '.join(differ)}); "
                              f"resume with the same settings, or train into another --out")

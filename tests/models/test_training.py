@@ -249,8 +249,9 @@ def test_resume_with_other_settings_is_refused_naming_them(tiny_bert, tmp_path, 
                           dev=tiny_sts())
         with pytest.raises(ValueError, match=f"cannot resume {out / 'last'}: .*\\({named}\\)"):
             resumed.train()
-    resumed = Trainer(config(tiny_bert, out, max_steps=4, eval_every=100, resume=True), examples=examples(1),
-                      dev=tiny_sts())
+    spelt_otherwise = f"{tiny_bert}/../{tiny_bert.name}"  # the same model folder, another path to it
+    resumed = Trainer(config(tiny_bert, out, max_steps=4, eval_every=100, resume=True, model=spelt_otherwise),
+                      examples=examples(1), dev=tiny_sts())
     assert resumed.train().steps == 4  # same settings, a longer run: resumed
 
 
