@@ -10,8 +10,10 @@ import gzip
 import io
 import os
 import random
+import zlib
 from collections import defaultdict
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +30,7 @@ EVAL_ROWS, HELD_OUT = 100_000, 300_000
 # training row shares a qid with them.
 DEV_ROWS = (296_000, 300_000)
 MINED_HEADER = ("anchor", "positive", "negative")
+QUORA_HEADER = ("id", "qid1", "qid2", "question1", "question2", "is_duplicate")
 
 
 class DataError(RuntimeError):
@@ -46,15 +49,34 @@ def _open_text(path: Path) -> io.TextIOBase:
     return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")
 
 
+def _text_lines(path: Path) -> Iterator[str]:
+    """The lines of a UTF-8 text file (plain or .gz), line endings kept; `DataError` naming the file (and the line,
+    for bytes that are not UTF-8) instead of a bare decoding or gzip error."""
+    if not path.is_file():
+        _open_text(path)  # the same "not found" error
+    opener = gzip.open if path.suffix == ".gz" else open
+    lineno = 0
+    try:
+        with opener(path, "rb") as f:
+            for lineno, raw in enumerate(f, 1):
+                try:
+                    yield raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise DataError(f"{path}:{lineno}: not UTF-8 text ({exc.reason} at byte {exc.start} of the line)"
+                                    ) from exc
+    except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+        where = f"{path}:{lineno + 1}" if lineno else str(path)
+        raise DataError(f"{where}: unreadable: {exc}") from exc
+
+
 def read_sentences(path: str | Path, limit: int | None = None) -> list[Example]:
     """One sentence per line (plain or .gz); blank lines skipped."""
     out: list[Example] = []
-    with _open_text(Path(path)) as f:
-        for line in f:
-            if line.strip():
-                out.append((line.strip(),))
-                if limit and len(out) >= limit:
-                    break
+    for line in _text_lines(Path(path)):
+        if line.strip():
+            out.append((line.strip(),))
+            if limit and len(out) >= limit:
+                break
     return out
 
 
@@ -80,18 +102,24 @@ def snli_triplets(folder: str | Path | None = None, splits: tuple[str, ...] = ("
 
 
 def quora_rows(path: str | Path | None = None) -> Iterator[tuple[int, int, int, str, str, int]]:
-    """(id, qid1, qid2, question1, question2, is_duplicate) for each well-formed row, in file order."""
+    """(id, qid1, qid2, question1, question2, is_duplicate) for each row, in file order; a malformed row is a
+    `DataError` naming the file and line (skipping it would train on less than the file says, silently)."""
     path = Path(path) if path else data_dir() / QUORA
     with _open_text(path) as f:
         reader = csv.reader(f, delimiter="\t")
-        next(reader, None)
-        for row in reader:
-            if len(row) != 6:
-                continue
-            try:
-                yield int(row[0]), int(row[1]), int(row[2]), row[3], row[4], int(row[5])
-            except ValueError:
-                continue
+        try:
+            next(reader, None)
+            for row in reader:
+                if len(row) != len(QUORA_HEADER):
+                    raise DataError(f"{path}:{reader.line_num}: expected {len(QUORA_HEADER)} tab-separated fields "
+                                    f"({' '.join(QUORA_HEADER)}), got {len(row)}")
+                try:
+                    yield int(row[0]), int(row[1]), int(row[2]), row[3], row[4], int(row[5])
+                except ValueError as exc:
+                    raise DataError(f"{path}:{reader.line_num}: id, qid1, qid2 and is_duplicate must be integers: "
+                                    f"{exc}") from exc
+        except (UnicodeDecodeError, csv.Error, OSError, EOFError, zlib.error) as exc:
+            raise DataError(f"{path}:{reader.line_num + 1}: unreadable: {exc}") from exc
 
 
 def _quora_rows_before_held_out(path: str | Path | None, stop: int) -> Iterator[tuple[int, int, int, str, str, int]]:
@@ -239,34 +267,49 @@ def read_mined(path: str | Path) -> list[Example]:
     ignored). Bad lines raise `DataError` naming the file and line."""
     path = Path(path)
     out: list[Example] = []
-    with _open_text(path) as f:
-        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-        header = next(reader, None)
-        if header is None or tuple(header[:3]) != MINED_HEADER:
-            raise DataError(f"{path}:1: expected a tab-separated header starting with {' '.join(MINED_HEADER)}")
-        for row in reader:
-            if len(row) < 3 or not all(c.strip() for c in row[:3]):
-                raise DataError(f"{path}:{reader.line_num}: expected three non-empty tab-separated texts")
-            out.append((row[0], row[1], row[2]))
+    reader = csv.reader(_text_lines(path), delimiter="\t", quoting=csv.QUOTE_NONE)
+    header = next(reader, None)
+    if header is None or tuple(header[:3]) != MINED_HEADER:
+        raise DataError(f"{path}:1: expected a tab-separated header starting with {' '.join(MINED_HEADER)}")
+    for row in reader:
+        if len(row) < 3 or not all(c.strip() for c in row[:3]):
+            raise DataError(f"{path}:{reader.line_num}: expected three non-empty tab-separated texts")
+        out.append((row[0], row[1], row[2]))
     return out
 
 
-def is_mined_file(path: str | Path) -> bool:
-    path = Path(path)
+def _first_line(path: Path) -> list[str] | None:
+    """The first line's tab-separated fields (line ending stripped), or None for a missing or empty file."""
     if not path.is_file():
-        return False
-    with _open_text(path) as f:
-        return tuple(f.readline().rstrip("\n").split("\t")[:3]) == MINED_HEADER
+        return None
+    with closing(_text_lines(path)) as lines:
+        line = next(lines, None)
+    return None if line is None else line.rstrip("\r\n").split("\t")
+
+
+def is_mined_file(path: str | Path) -> bool:
+    first = _first_line(Path(path))
+    return first is not None and tuple(first[:3]) == MINED_HEADER
+
+
+def is_quora_file(path: str | Path) -> bool:
+    """Whether `path` is a Quora question-pairs TSV (its header: id, qid1, qid2, question1, question2,
+    is_duplicate)."""
+    first = _first_line(Path(path))
+    return first is not None and tuple(first) == QUORA_HEADER
 
 
 def load_training_data(source: str, limit: int | None = None, seed: int = 0) -> list[Example]:
-    """`wiki` | `snli` | `quora` | a triplet file from `encoder mine` | a one-sentence-per-line text file."""
+    """`wiki` | `snli` | `quora` | a Quora question-pairs TSV (read as `quora`: the same training rows, never the
+    held-out ones) | a triplet file from `encoder mine` | a one-sentence-per-line text file."""
     if source == "wiki":
         data = read_sentences(data_dir() / WIKI)
     elif source == "snli":
         data = snli_triplets()
     elif source == "quora":
         data = quora_training(seed=seed)
+    elif is_quora_file(source):  # a Quora TSV read line by line would train on its held-out rows, ids and all
+        data = quora_training(source, seed=seed)
     elif is_mined_file(source):
         data = read_mined(source)
     else:

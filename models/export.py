@@ -31,7 +31,7 @@ from torch import nn
 from indexer.runtime.atomic import atomic_dir, sha256_file, write_json_atomic
 from indexer.runtime.encoder import ENCODER_META, ENCODER_ONNX, EncoderMeta, OnnxEncoder
 from indexer.runtime.progress import Working
-from models.checkpoint import CheckpointError, default_max_length, encoder_folder
+from models.checkpoint import CheckpointError, check_max_length, default_max_length, encoder_folder
 from models.parity import PARITY_SENTENCES
 
 log = logging.getLogger(__name__)
@@ -228,10 +228,9 @@ def export_encoder(
     folder = encoder_folder(checkpoint)
     choice = _pooling_choice(checkpoint, pooling)
     pooling = choice.pooling
-    max_length = max_length or default_max_length(folder)
+    max_length = default_max_length(folder) if max_length is None else check_max_length(folder, max_length)
     out_dir = Path(out_dir)
-    if out_dir.exists() and not force:
-        raise FileExistsError(f"{out_dir} already exists (pass --force to replace it)")
+    _check_out(out_dir, Path(checkpoint), folder, force)
 
     tokenizer, wrapper, dim = _load(folder, Path(checkpoint), pooling, exporter)
 
@@ -257,6 +256,18 @@ def export_encoder(
             meta = _quantize_in_place(tmp, meta, gate_rows=gate_rows, max_drop=max_drop, skip_gate=skip_gate,
                                       out_dir=out_dir, screen_rows=gate_screen_rows)
     return meta
+
+
+def _check_out(out_dir: Path, checkpoint: Path, folder: Path, force: bool) -> None:
+    """`FileExistsError` for an existing `out_dir` without `force`; `CheckpointError` when `out_dir` is or holds
+    the checkpoint: replacing it would delete the checkpoint it is exported from (a training run's best/ with
+    it)."""
+    if out_dir.exists() and not force:
+        raise FileExistsError(f"{out_dir} already exists (pass --force to replace it)")
+    source_dir = checkpoint.resolve()
+    if out_dir.resolve() in (source_dir, folder.resolve(), *source_dir.parents):
+        raise CheckpointError(f"--out {out_dir} is or holds the checkpoint {checkpoint} being exported: writing it "
+                              "would delete the checkpoint; write the export to another folder")
 
 
 def _pooling_choice(checkpoint: str | Path, pooling: Pooling | None) -> PoolingChoice:

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import tomllib
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class TrainConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # infinite or NaN numbers are refused like out-of-range ones (an infinite learning rate or τ trains to NaN)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     model: str | None = Field(None, description="HF checkpoint folder (default: all-MiniLM-L6-v2)")
     out: Path = Field(..., description="output folder: best/, last/, log.jsonl")
@@ -28,13 +29,14 @@ class TrainConfig(BaseModel):
     pooler_lr: float | None = Field(
         None, gt=0, description="a separate rate for pooler/head parameters (default: `lr`, one rate as in the papers)"
     )
-    adam_betas: tuple[float, float] | None = Field(None, description="AdamW betas (default: the objective's)")
+    adam_betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] | None = Field(
+        None, description="AdamW betas, each in [0, 1) (default: the objective's)")
     weight_decay: float = 0.0
     warmup_ratio: float = Field(0.1, ge=0, lt=1)
     epochs: int = Field(1, gt=0)
     max_steps: int | None = Field(None, gt=0, description="stop after this many steps (overrides epochs)")
     grad_clip: float = Field(1.0, gt=0)
-    seed: int = 42
+    seed: int = Field(42, ge=0, lt=2**32)  # numpy's and torch's seed range
     eval_every: int = Field(125, gt=0)
     eval_at_start: bool = Field(True, description="score the untouched model at step 0 (it may stay the best)")
     eval_max_pairs: int | None = Field(None, gt=0, description="cap STS-B dev pairs (quick runs)")

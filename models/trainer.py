@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from models.checkpoint import default_checkpoint
+from models.checkpoint import check_max_length, default_checkpoint, encoder_folder
 from models.data import Example, QuoraDev, load_training_data, quora_dev
 from models.objectives import Objective, build_objective
 from models.sentence_model import SentenceModel
@@ -32,6 +32,10 @@ from models.train_config import TrainConfig
 
 log = logging.getLogger(__name__)
 STATE = "trainer_state.pt"
+# TrainConfig fields a resumed run must share with the checkpoint it resumes (`Trainer._check_same_run`)
+RUN_DEFINING = ("model", "pooler", "pooler_options", "objective", "temperature", "sgopt_lambda", "data", "max_examples",
+                "batch_size", "max_length", "lr", "pooler_lr", "adam_betas", "weight_decay", "seed", "eval_on",
+                "eval_mode")
 
 
 class DevSet(Protocol):
@@ -93,6 +97,8 @@ class Trainer:
         self.device = pick_device(config.device)
         options = {"reg_lambda": config.sgopt_lambda} if config.objective == "sgopt" else {}
         self.objective: Objective = build_objective(config.objective, config.temperature, **options)
+        # a length past the position embeddings would fail inside the model at the first long batch, steps in
+        check_max_length(encoder_folder(config.model or default_checkpoint()), config.max_length)
         raw = examples if examples is not None else load_training_data(config.data, config.max_examples, config.seed)
         self.examples = [ex[: self.objective.columns] for ex in raw if self.objective.usable(ex)]
         if len(self.examples) < config.batch_size:
@@ -193,10 +199,11 @@ class Trainer:
         from models.checkpoint import encoder_folder
         from models.poolers import load_pooler
 
+        state = torch.load(last / STATE, weights_only=False)
+        self._check_same_run(last, state.get("config") or {})
         weights = load_file(str(encoder_folder(last) / "model.safetensors"))
         self.model.encoder.load_state_dict(weights, strict=True)  # a key missing or left over is a broken checkpoint
         self.model.pooler.load_state_dict(load_pooler(last / "pooler").state_dict())
-        state = torch.load(last / STATE, weights_only=False)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.step, self.best_dev, self.best_step = state["step"], state["best_dev"], state["best_step"]
@@ -206,6 +213,31 @@ class Trainer:
         log.info(
             "resumed from %s at step %d (best dev %.2f at step %d)", last, self.step, self.best_dev, self.best_step
         )
+
+    def _check_no_earlier_run(self) -> None:
+        """`ValueError` when a fresh run would start in a folder that holds an earlier one: its step-0 evaluation
+        would replace the earlier run's `best/` (and its checkpoints `last/`) without a word."""
+        held = [name for name in ("best", "last", "last.old") if (self.out / name).exists()]
+        if held:
+            raise ValueError(f"{self.out} already holds a training run ({', '.join(held)}): pass --resume to continue "
+                             "it, or train into another --out (a fresh run would replace its checkpoints)")
+
+    def _check_same_run(self, last: Path, saved: dict[str, Any]) -> None:
+        """`ValueError` when `last` was trained with settings that make a resume a different run (another model,
+        pooler, objective, data, batch, seed, optimiser or selection metric): its weights, optimiser state or
+        batch order would not fit, or the loaded optimiser state would silently override the new values. The
+        length of the run, evaluation cadence, device and threads may change."""
+        def same(key: str, a: Any, b: Any) -> bool:  # noqa: ANN401 (JSON values)
+            if key in ("model", "data") and isinstance(a, str) and isinstance(b, str) and a != b:
+                return Path(a).resolve() == Path(b).resolve()  # one folder or file, spelt two ways
+            return a == b
+
+        current = self.cfg.model_dump(mode="json")
+        differ = [f"{key} {saved[key]!r} → {current[key]!r}" for key in RUN_DEFINING
+                  if key in saved and not same(key, saved[key], current.get(key))]
+        if differ:
+            raise ValueError(f"cannot resume {last}: it was trained with other settings ({'; '.join(differ)}); "
+                             f"resume with the same settings, or train into another --out")
 
     def shown(self, score: float) -> str:
         """A dev score as people read it: Quora's MRR@10 on the page's 0-1 scale (kept × 100 inside)."""
@@ -231,6 +263,8 @@ class Trainer:
         from indexer.runtime.progress import Progress
 
         cfg = self.cfg
+        if not cfg.resume and self.step == 0:
+            self._check_no_earlier_run()
         self.out.mkdir(parents=True, exist_ok=True)
         if cfg.resume:
             self.try_resume()

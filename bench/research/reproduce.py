@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -146,6 +147,8 @@ def run_method(method: Method, seed: int, plan: Plan, data: dict[str, list], arg
     examples = data[method.data]
     if method.data == "snli" and plan.triplets:  # a fixed random subset, the same for every method and seed
         examples = random.Random(0).sample(examples, min(plan.triplets, len(examples)))
+    shutil.rmtree(work / "train", ignore_errors=True)  # scratch: every run trains afresh (the trainer refuses to
+    # start a fresh run over an earlier one's checkpoints)
     cfg = TrainConfig(model=args.model, out=work / "train", pooler=method.pooler, pooler_options=method.options,
                       objective=method.objective, batch_size=plan.batch_size, max_length=plan.max_length, lr=plan.lr,
                       max_steps=plan.steps, eval_every=plan.eval_every, eval_max_pairs=plan.dev_pairs,

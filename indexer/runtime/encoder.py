@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from indexer.runtime.onnx_session import SessionSettings, default_threads
 from indexer.runtime.progress import Progress
@@ -34,8 +34,8 @@ class EncoderMeta(BaseModel):
 
     pooling: str  # "cls" | "mean" | "layers:I,J,…" (BERT-LC) | "pooler" (a trained pooler kept in the graph)
     pooling_origin: str | None = None  # "--pooling", the checkpoint's pooling config file, or the default
-    dim: int
-    max_length: int
+    dim: int = Field(gt=0)
+    max_length: int = Field(gt=1)  # tokens, [CLS] and [SEP] included: at least those two
     source: str
     onnx_sha256: str
     exported_at: datetime
@@ -132,7 +132,10 @@ def _tokenizer(path: Path, max_length: int) -> tuple[Any, int]:
     """(the tokenizer truncating to `max_length`, unpadded, its [PAD] id)."""
     from tokenizers import Tokenizer
 
-    tokenizer = Tokenizer.from_file(str(path))
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as exc:  # tokenizers raises its own untyped errors for a file it cannot parse
+        raise EncoderLoadError(f"{path} is not a readable tokenizer.json: {exc}") from exc
     tokenizer.enable_truncation(max_length=max_length)
     tokenizer.no_padding()  # we pad per batch ourselves, to the batch's longest
     pad = tokenizer.token_to_id("[PAD]")

@@ -5,10 +5,27 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 from indexer.commands.common import positive_int
 from indexer.console import run_cli
+
+
+def positive_rate(value: str) -> float:
+    """argparse type of `--lr`: a finite number above 0 (a bad rate would otherwise fail only at the training
+    stage, after the base export and the mining)."""
+    rate = float(value)
+    if not 0 < rate < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0, not {value}")
+    return rate
+
+
+def non_negative_int(value: str) -> int:
+    n = int(value)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, not {n}")
+    return n
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -56,9 +73,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--max-length", type=positive_int,
                    help="max tokens in training: the document length cap (default: 128 label-free, 32 Quora); "
                    "the exported encoder keeps the checkpoint's serving length")
-    a.add_argument("--lr", type=float, help="default: 2e-5 label-free, 3e-5 Quora")
-    a.add_argument("--seed", type=int, default=1)
-    a.add_argument("--skip", type=int, default=2, help="mined candidates skipped first (default 2)")
+    a.add_argument("--lr", type=positive_rate, help="default: 2e-5 label-free, 3e-5 Quora")
+    a.add_argument("--seed", type=non_negative_int, default=1)
+    a.add_argument("--skip", type=non_negative_int, default=2, help="mined candidates skipped first (default 2)")
     a.add_argument("--take", type=positive_int, default=1, help="mined negatives per pair (default 1)")
     a.add_argument("--gate", choices=["significant", "better"], default="significant",
                    help="label-free: when the adapted encoder replaces the stock one. significant (default): its "

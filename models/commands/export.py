@@ -97,15 +97,26 @@ def run(args: argparse.Namespace) -> int:
               "only, not to "
               "--quantize none", file=sys.stderr)
         return 2
+    bad = _bad_threshold(args)
+    if bad:
+        print(f"encoder export: error: {bad}", file=sys.stderr)
+        return 2
+    return run_cli(go, (CheckpointError, ParityError, QualityGateError, DataError, FileExistsError, OSError),
+                   "encoder export")
+
+
+def _bad_threshold(args: argparse.Namespace) -> str | None:
+    """Why --min-cosine, --max-drop, --gate-rows or --gate-screen-rows cannot work (NaN included: a threshold
+    nothing can meet refuses every export, after all its work), or None; fills the int8 gate's defaults."""
+    if not -1.0 <= args.min_cosine <= 1.0:
+        return f"--min-cosine must be a cosine in -1..1, got {args.min_cosine}"
+    if args.max_drop is not None and not 0.0 <= args.max_drop < float("inf"):
+        return f"--max-drop must be 0 or more points, got {args.max_drop}"
     args.gate_rows = 20_000 if args.gate_rows is None else args.gate_rows
     args.max_drop = 0.5 if args.max_drop is None else args.max_drop
     args.gate_screen_rows = 2_000 if args.gate_screen_rows is None else args.gate_screen_rows
     if args.gate_screen_rows < 0:
-        print(f"encoder export: error: --gate-screen-rows must be 0 or more, got {args.gate_screen_rows}",
-              file=sys.stderr)
-        return 2
+        return f"--gate-screen-rows must be 0 or more, got {args.gate_screen_rows}"
     if args.gate_rows < 1:
-        print(f"encoder export: error: --gate-rows must be at least 1, got {args.gate_rows}", file=sys.stderr)
-        return 2
-    return run_cli(go, (CheckpointError, ParityError, QualityGateError, DataError, FileExistsError, OSError),
-                   "encoder export")
+        return f"--gate-rows must be at least 1, got {args.gate_rows}"
+    return None

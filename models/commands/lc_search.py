@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from indexer.commands.common import positive_int
 from indexer.console import run_cli
 
 
@@ -14,11 +15,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         description="Score averaged-layer subsets (≤ --max-layers) on STS-B dev with a pruned "
                         "beam search; --out writes a checkpoint whose pooler is the best combination.")
     lc.add_argument("--checkpoint", help="HF folder or Strata checkpoint (default: all-MiniLM-L6-v2)")
-    lc.add_argument("--max-layers", type=int, default=4)
-    lc.add_argument("--beam", type=int, default=5, help="subsets kept per size (default 5)")
+    lc.add_argument("--max-layers", type=positive_int, default=4)
+    lc.add_argument("--beam", type=positive_int, default=5, help="subsets kept per size (default 5)")
     lc.add_argument("--mlp-head", action="store_true", help="apply the backbone's pooler dense+tanh after")
-    lc.add_argument("--max-pairs", type=int, help="cap STS-B dev pairs")
-    lc.add_argument("--max-length", type=int, default=128)
+    lc.add_argument("--max-pairs", type=positive_int, help="cap STS-B dev pairs")
+    lc.add_argument("--max-length", type=positive_int, default=128)
     lc.add_argument("--out", type=Path, help="write a checkpoint with the chosen LayerCombination pooler")
     lc.set_defaults(func=run)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from indexer.commands.common import positive_int
 from indexer.console import run_cli
 
 
@@ -21,9 +22,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="checkpoint vector: its pooler (default; cls_last for plain HF folders), the detached "
                    "last-layer [CLS], or the masked mean")
     s.add_argument("--tasks", nargs="+", help="subset of STS12 STS13 STS14 STS15 STS16 STSB SICKR STSB-dev")
-    s.add_argument("--max-pairs", type=int, help="cap pairs per task (quick checks; not comparable to papers)")
-    s.add_argument("--max-length", type=int, default=128, help="max tokens for checkpoints (default 128)")
-    s.add_argument("--threads", type=int, help="torch CPU threads")
+    s.add_argument("--max-pairs", type=positive_int, help="cap pairs per task (quick checks; not comparable to papers)")
+    s.add_argument("--max-length", type=positive_int, default=128, help="max tokens for checkpoints (default 128)")
+    s.add_argument("--threads", type=positive_int, help="torch CPU threads")
     s.add_argument("--name", help="row label")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.set_defaults(func=run)

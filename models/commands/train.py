@@ -23,8 +23,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--pooler-options", help='JSON options, e.g. \'{"attention": "cls", "concat_cls_last": false}\' '
                    'or \'{"last_k": 3, "freq_groups": 4, "reduction": 16}\'')
     t.add_argument("--objective", choices=["unsup", "sup", "sup_hardneg", "sgopt"], help="default unsup")
-    t.add_argument("--data", help="wiki (default) | snli | quora | a triplet TSV from `encoder mine` | a "
-                   "one-sentence-per-line file")
+    t.add_argument("--data", help="wiki (default) | snli | quora | a Quora TSV file (read as quora: rows >= 300,000 "
+                   "never) | a triplet TSV from `encoder mine` | a one-sentence-per-line file")
     t.add_argument("--max-examples", type=positive_int, help="use only the first N examples")
     t.add_argument("--temperature", type=float, help="τ (default: the objective's paper value, 0.05 for SimCSE, "
                    "0.01 for SG-OPT)")
@@ -62,7 +62,10 @@ def run(args: argparse.Namespace) -> int:
     from models.trainer import train
 
     def go() -> int:
-        options = json.loads(args.pooler_options) if args.pooler_options else None
+        try:
+            options = json.loads(args.pooler_options) if args.pooler_options else None
+        except ValueError as exc:
+            raise ValueError(f"--pooler-options {args.pooler_options!r} is not JSON: {exc}") from exc
         cfg = make_config(
             args.config, model=args.model, out=args.out, pooler=args.pooler, pooler_options=options,
             objective=args.objective, temperature=args.temperature, data=args.data,

@@ -82,9 +82,25 @@ class Pooler(nn.Module):
             save_file(state, str(folder / POOLER_WEIGHTS))
 
 
+def pooler_option_names(kind: str) -> list[str]:
+    """The options a pooler kind takes (its constructor's keyword arguments after hidden_size and num_layers)."""
+    import inspect
+
+    params = inspect.signature(REGISTRY[kind].__init__).parameters
+    return [name for name, p in params.items() if name not in ("self", "hidden_size", "num_layers")
+            and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
 def build_pooler(kind: str, hidden_size: int, num_layers: int, **options: Any) -> Pooler:
+    """A new pooler of `kind`; ValueError for an unknown kind or an option that kind does not take (a misspelt
+    option is refused, not silently kept in `pooler.json` and ignored)."""
     if kind not in REGISTRY:
         raise ValueError(f"unknown pooler {kind!r}; known: {', '.join(sorted(REGISTRY))}")
+    accepted = pooler_option_names(kind)
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        takes = f"it takes {', '.join(accepted)}" if accepted else "it takes none"
+        raise ValueError(f"pooler {kind} has no option {', '.join(map(repr, unknown))} ({takes})")
     return REGISTRY[kind](hidden_size, num_layers, **options)
 
 

@@ -39,12 +39,19 @@ SENTENCES = [
 
 def make_tiny_bert(folder: Path, layers: int = 3, hidden: int = 32, seed: int = 0) -> Path:
     import torch
+    from tokenizers import BertWordPieceTokenizer
     from transformers import BertConfig, BertModel, BertTokenizerFast
 
     folder.mkdir(parents=True, exist_ok=True)
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, *"abcdefghijklmnopqrstuvwxyz0123456789.,?!'"]
     (folder / "vocab.txt").write_text("\n".join(dict.fromkeys(vocab)) + "\n")
-    tokenizer = BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True, model_max_length=64)
+    # built from a `tokenizers` WordPiece model: `BertTokenizerFast(vocab_file=...)` ignores the file under
+    # transformers 5 (a 5-token vocabulary: every word [UNK], so texts of one length encoded alike)
+    wordpiece = BertWordPieceTokenizer(str(folder / "vocab.txt"), lowercase=True)
+    tokenizer = BertTokenizerFast(tokenizer_object=wordpiece._tokenizer, unk_token="[UNK]", pad_token="[PAD]",
+                                  cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]", model_max_length=64,
+                                  do_lower_case=True)
+    assert tokenizer.unk_token_id not in tokenizer("how do i learn python")["input_ids"]
     torch.manual_seed(seed)
     config = BertConfig(
         vocab_size=len(tokenizer),

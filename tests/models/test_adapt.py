@@ -130,3 +130,21 @@ def test_cli_names_a_missing_data_file(tmp_path: Path) -> None:
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.strip().splitlines()[-1].startswith("encoder adapt: error:") and "nope.tsv" in r.stderr
     assert not (tmp_path / "m").exists() and not (tmp_path / "m.work").exists()  # refused before any work
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--lr", "0", "must be a finite number above 0"),  # was taken as "unset": the default rate, silently
+    ("--lr", "nan", "must be a finite number above 0"),
+    ("--lr", "inf", "must be a finite number above 0"),
+    ("--lr", "-1", "must be a finite number above 0"),
+    ("--seed", "-1", "must be >= 0"),
+    ("--skip", "-1", "must be >= 0"),
+])
+def test_adapt_refuses_a_bad_rate_seed_or_skip_while_parsing(flag, value, message, capsys):
+    """`encoder adapt --lr nan` (or -1, a negative seed or skip) ran the base export and the mining first and failed
+    at the training stage, minutes to an hour in; `--lr 0` silently trained at the default rate."""
+    from models.cli import build_parser
+
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["adapt", "--out", "x", flag, value])
+    assert exit_info.value.code == 2 and f"argument {flag}: {message}" in capsys.readouterr().err

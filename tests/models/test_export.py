@@ -244,3 +244,76 @@ def test_exporter_failure_is_a_clear_error_and_writes_nothing(tiny_checkpoint: P
     with pytest.raises(CheckpointError, match=message):
         export_encoder(tiny_checkpoint, out, pooling="cls")
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("max_length", [-5, 0, 1, 65, 1000])
+def test_max_length_outside_what_the_checkpoint_takes_is_refused(tiny_checkpoint: Path, tmp_path: Path,
+                                                                 max_length: int) -> None:
+    """The tiny BERT has 64 position embeddings: a longer --max-length crashed inside torch (a traceback) and
+    would have crashed every served text past 64 tokens; 0 silently meant the default and a negative one
+    overflowed in the tokenizer. Each is a one-line error saying what the checkpoint takes; nothing is written."""
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "-m", "models.cli", "export", "--checkpoint", str(tiny_checkpoint),
+                        "--out", str(out), "--quantize", "none", "--max-length", str(max_length)],
+                       capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert f"--max-length {max_length}: " in r.stderr and "takes 2..64 tokens" in r.stderr
+    assert "Traceback" not in r.stderr and not out.exists()
+
+
+def test_default_max_length_never_exceeds_the_position_embeddings(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    """A tokenizer that claims more tokens than the model has positions (model_max_length 512 on a 64-position
+    BERT) exports at 64, so the served graph never sees an input it cannot run."""
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoint, ckpt)
+    config = json.loads((ckpt / "tokenizer_config.json").read_text())
+    (ckpt / "tokenizer_config.json").write_text(json.dumps({**config, "model_max_length": 512}))
+    meta = export_encoder(ckpt, tmp_path / "out", pooling="mean")
+    assert meta.max_length == 64
+    enc = OnnxEncoder(tmp_path / "out")
+    vectors, flags = enc.encode_with_flags(["the sky", " ".join(["the sky is blue"] * 60)])
+    assert flags == [False, True] and np.all(np.isfinite(vectors))
+
+
+def test_roberta_positions_leave_out_the_padding_offset(tmp_path: Path) -> None:
+    from models.checkpoint import max_positions
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "roberta", "max_position_embeddings": 514,
+                                                      "pad_token_id": 1}))
+    assert max_positions(tmp_path) == 512
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "max_position_embeddings": 512}))
+    assert max_positions(tmp_path) == 512
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--quantize", "none", "--min-cosine", "nan"], "--min-cosine must be a cosine in -1..1, got nan"),
+    (["--min-cosine", "2"], "--min-cosine must be a cosine in -1..1, got 2.0"),
+    (["--max-drop", "nan"], "--max-drop must be 0 or more points, got nan"),
+    (["--max-drop", "-1"], "--max-drop must be 0 or more points, got -1.0"),
+])
+def test_thresholds_no_export_can_meet_are_refused_up_front(tiny_checkpoint: Path, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str], flags: list[str],
+                                                           message: str) -> None:
+    """--min-cosine nan or 2 exported, then refused every graph as "differs from torch (min cosine 1.000000 <
+    nan)"; --max-drop nan or -1 refused every int8 graph after its whole gate. Each is a usage error first."""
+    from models.cli import main
+
+    rc = main(["export", "--checkpoint", str(tiny_checkpoint), "--out", str(tmp_path / "out"), *flags])
+    assert rc == 2 and f"encoder export: error: {message}" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_force_never_replaces_the_checkpoint_being_exported(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    """`--out` naming the checkpoint itself (or a folder holding it, like a training run's OUT for OUT/best) with
+    --force exported fine and deleted the checkpoint: the atomic replace removed the model it had just read."""
+    from models.checkpoint import CheckpointError
+
+    ckpt = tmp_path / "run" / "best"
+    shutil.copytree(tiny_checkpoint, ckpt)
+    before = sorted(p.name for p in ckpt.iterdir())
+    for out in (ckpt, ckpt.parent, tmp_path):
+        with pytest.raises(CheckpointError, match="is or holds the checkpoint .* being exported"):
+            export_encoder(ckpt, out, pooling="cls", force=True)
+    assert sorted(p.name for p in ckpt.iterdir()) == before
+    export_encoder(ckpt, ckpt / "onnx", pooling="cls")  # a folder inside it is fine
+    assert (ckpt / "onnx" / "encoder.onnx").is_file() and (ckpt / "model.safetensors").is_file()

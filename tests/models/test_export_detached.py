@@ -92,3 +92,15 @@ def test_trained_checkpoint_keeps_the_backbones_serving_length(tiny_bert, tmp_pa
     ckpt = model.save(tmp_path / "ckpt")
     assert json.loads((ckpt / "encoder" / "sentence_bert_config.json").read_text())["max_seq_length"] == 40
     assert export_encoder(ckpt, tmp_path / "onnx").max_length == 40
+
+
+def test_exporting_a_training_run_folder_names_its_best_checkpoint(layer_att_checkpoint, tmp_path):
+    """`encoder export --checkpoint RUN` (the --out of `encoder train`) said only "no config.json"; it names
+    RUN/best, the checkpoint to pass."""
+    from models.checkpoint import CheckpointError
+    from models.export import export_encoder
+
+    run = layer_att_checkpoint.parent
+    with pytest.raises(CheckpointError, match=f"it holds an `encoder train` run: pass {run / 'best'}"):
+        export_encoder(run, tmp_path / "out", pooling="cls")
+    assert not (tmp_path / "out").exists()

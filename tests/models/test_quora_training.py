@@ -171,3 +171,37 @@ def test_export_keeps_a_trained_s2sent_selector(tiny_bert, tmp_path):
     np.testing.assert_allclose(got, want, atol=1e-4)
     assert encoder_cli(["export", "--checkpoint", str(tiny_bert), "--out", str(tmp_path / "x"),
                         "--pooling", "pooler"]) == 2  # a plain HF folder has no pooler to keep
+
+
+def test_a_quora_tsv_given_as_training_data_is_read_as_quora_never_its_held_out_rows(tmp_path):
+    """`encoder train --data quora_duplicate_questions.tsv` read the TSV one line per sentence: every row, the
+    held-out ones (id >= 300,000) included, ids and labels as text. It is now the `quora` source on that file:
+    duplicate pairs of the training range only."""
+    f = write_quora(tmp_path / "quora.tsv.gz", [
+        (5, 1, 2, "eval one", "eval two", 1),
+        (150_000, 3, 4, "train a", "train b", 1),
+        (150_001, 5, 6, "train c", "train d", 1),
+        (299_999, 7, 8, "dev x", "dev y", 1),
+        (300_000, 9, 10, "held out question", "held out twin", 1),
+        (300_001, 11, 12, "another held out", "its twin", 1),
+    ])
+    data = load_training_data(str(f))
+    assert data == [("train a", "train b"), ("train c", "train d")]
+    texts = {t for example in data for t in example}
+    assert not any("held out" in t or "\t" in t for t in texts)
+
+
+@pytest.mark.parametrize("row, message", [
+    ("150001\t5\t6\tonly four fields", r"q.tsv:3: expected 6 tab-separated fields"),
+    ("150001\t5\tsix\ttrain c\ttrain d\t1", r"q.tsv:3: id, qid1, qid2 and is_duplicate must be integers"),
+])
+def test_a_malformed_quora_row_names_file_and_line(tmp_path, row, message):
+    """A malformed row was skipped silently (training on less than the file holds); it is a DataError naming the
+    file and line, as `indexer build` reports the same file."""
+    f = tmp_path / "q.tsv"
+    f.write_text("id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n150000\t3\t4\ttrain a\ttrain b\t1\n"
+                 f"{row}\n")
+    with pytest.raises(DataError, match=message):
+        quora_training(f)
+    with pytest.raises(DataError, match=message):
+        load_training_data(str(f))

@@ -196,3 +196,126 @@ def test_a_stop_between_the_checkpoints_renames_resumes_from_the_previous_one(ti
                       examples=examples(3), dev=tiny_sts())
     resumed.try_resume()
     assert resumed.step == 4
+
+
+@pytest.mark.parametrize("flags, names", [
+    (["--lr", "inf"], "lr"),
+    (["--pooler-lr", "inf"], "pooler_lr"),
+    (["--temperature", "inf"], "temperature"),
+    (["--sgopt-lambda", "inf"], "sgopt_lambda"),
+    (["--adam-betas", "1.5", "0.9"], "adam_betas"),
+    (["--seed", "-1"], "seed"),
+    (["--pooler-options", "{bad"], "--pooler-options"),
+])
+def test_train_refuses_bad_numbers_with_one_line_naming_the_flag(tiny_bert, tmp_path, capsys, flags, names):
+    """An infinite learning rate, τ or λ trains to NaN and a beta >= 1 or a negative seed fails deep in torch or
+    numpy: each is a one-line error naming the setting, before anything is written."""
+    from models.cli import main
+
+    text = tmp_path / "sentences.txt"
+    text.write_text("\n".join(SENTENCES) + "\n")
+    out = tmp_path / "run"
+    rc = main(["train", "--model", str(tiny_bert), "--out", str(out), "--data", str(text), "--max-steps", "1",
+               "--batch-size", "4", "--device", "cpu", *flags])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("encoder train: error:") and names in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_unknown_pooler_options_are_refused_not_ignored(tiny_bert, tmp_path):
+    """A misspelt option is an error naming the options the pooler takes: a pooler without options no longer
+    keeps it in pooler.json and ignores it, and one with options no longer raises a raw TypeError."""
+    from models.poolers import build_pooler
+
+    with pytest.raises(ValueError, match=r"cls_last has no option 'concat_cls_lst' \(it takes none\)"):
+        build_pooler("cls_last", 32, 3, concat_cls_lst=False)
+    with pytest.raises(ValueError, match=r"layer_att has no option 'zz' \(it takes attention, concat_cls_last"):
+        build_pooler("layer_att", 32, 3, attention="cls", zz=1)
+    with pytest.raises(ValueError, match="no option"):
+        Trainer(config(tiny_bert, tmp_path / "run", pooler="scalar_mix", pooler_options={"include_embedings": False}),
+                examples=examples(1), dev=tiny_sts())
+    assert build_pooler("scalar_mix", 32, 3, include_embeddings=False).start == 1  # a real option still works
+
+
+def test_resume_with_other_settings_is_refused_naming_them(tiny_bert, tmp_path, capsys):
+    """--resume with another pooler crashed in load_state_dict (a traceback); with another learning rate or seed it
+    went on silently (the loaded optimiser state overrode the new rate, the batches followed another order). The
+    run's length may change; its defining settings may not."""
+    out = tmp_path / "run"
+    Trainer(config(tiny_bert, out, max_steps=2, eval_every=100), examples=examples(1), dev=tiny_sts()).train()
+    for changed, named in (({"pooler": "layer_att"}, "pooler 'cls_last' → 'layer_att'"),
+                           ({"lr": 1e-4, "seed": 7}, "lr 0.001 → 0.0001; seed 42 → 7")):
+        resumed = Trainer(config(tiny_bert, out, max_steps=4, resume=True, **changed), examples=examples(1),
+                          dev=tiny_sts())
+        with pytest.raises(ValueError, match=f"cannot resume {out / 'last'}: .*\\({named}\\)"):
+            resumed.train()
+    spelt_otherwise = f"{tiny_bert}/../{tiny_bert.name}"  # the same model folder, another path to it
+    resumed = Trainer(config(tiny_bert, out, max_steps=4, eval_every=100, resume=True, model=spelt_otherwise),
+                      examples=examples(1), dev=tiny_sts())
+    assert resumed.train().steps == 4  # same settings, a longer run: resumed
+
+
+def test_encoder_train_resume_with_another_pooler_is_one_line(tiny_bert, tmp_path, capsys):
+    from models.cli import main
+
+    text = tmp_path / "sentences.txt"
+    text.write_text("\n".join(SENTENCES) + "\n")
+    out = tmp_path / "run"
+    Trainer(config(tiny_bert, out, max_steps=2, eval_every=100, data=str(text), batch_size=4, max_length=32),
+            dev=tiny_sts()).train()
+    from tests.models.fixtures import shared_data
+
+    shared_data()  # the CLI loads the real STS-B dev set before resuming
+    rc = main(["train", "--model", str(tiny_bert), "--out", str(out), "--data", str(text), "--batch-size", "4",
+               "--lr", "1e-3", "--max-steps", "3", "--resume", "--pooler", "scalar_mix", "--device", "cpu",
+               "--eval-max-pairs", "8"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "encoder train: error: cannot resume" in err and "pooler 'cls_last' → 'scalar_mix'" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["sts", "--max-pairs", "0"], ["sts", "--max-pairs", "-3"], ["sts", "--max-length", "0"], ["sts", "--threads", "0"],
+    ["lc-search", "--max-layers", "0"], ["lc-search", "--beam", "0"], ["lc-search", "--max-pairs", "-1"],
+    ["lc-search", "--max-length", "-1"],
+])
+def test_sts_and_lc_search_refuse_counts_below_one(argv, capsys):
+    """`encoder sts --max-pairs 0` printed nan and -3 scored all pairs but the last three (a slice); `lc-search
+    --max-layers 0` died in an IndexError traceback: each is a usage error naming the flag."""
+    from models.cli import build_parser
+
+    with pytest.raises(SystemExit) as exit_info:  # refused while parsing: nothing is loaded or evaluated
+        build_parser().parse_args(argv)
+    assert exit_info.value.code == 2
+    assert f"argument {argv[1]}: must be >= 1" in capsys.readouterr().err
+
+
+def test_a_fresh_run_never_replaces_an_earlier_runs_checkpoints(tiny_bert, tmp_path):
+    """Running the same `encoder train` again without --resume replaced the earlier run's best/ with the untrained
+    model at its step-0 evaluation (best_dev starts at -inf), silently. It is refused; --resume continues."""
+    out = tmp_path / "run"
+    Trainer(config(tiny_bert, out, max_steps=2, eval_every=100), examples=examples(1), dev=tiny_sts()).train()
+    best = (out / "best" / "encoder" / "model.safetensors").read_bytes()
+    again = Trainer(config(tiny_bert, out, max_steps=2, eval_every=100), examples=examples(1), dev=tiny_sts())
+    with pytest.raises(ValueError, match=f"{out} already holds a training run \\(best, last\\): pass --resume"):
+        again.train()
+    assert (out / "best" / "encoder" / "model.safetensors").read_bytes() == best
+    resumed = Trainer(config(tiny_bert, out, max_steps=3, eval_every=100, resume=True), examples=examples(1),
+                      dev=tiny_sts())
+    assert resumed.train().steps == 3
+
+
+def test_a_training_length_past_the_position_embeddings_is_refused_up_front(tiny_bert, tmp_path, capsys):
+    """--max-length 100 on a 64-position BERT trained until the first batch longer than 64 tokens, then died in
+    torch with a traceback; it is a one-line error before any data is read."""
+    from models.checkpoint import CheckpointError
+    from models.cli import main
+
+    with pytest.raises(CheckpointError, match="--max-length 100: .* takes 2..64 tokens"):
+        Trainer(config(tiny_bert, tmp_path / "run", max_length=100), examples=examples(1), dev=tiny_sts())
+    long_text = tmp_path / "long.txt"
+    long_text.write_text(("the sky is blue " * 30 + "\n") * 8)
+    rc = main(["train", "--model", str(tiny_bert), "--out", str(tmp_path / "cli"), "--data", str(long_text),
+               "--max-length", "100", "--batch-size", "4", "--max-steps", "2", "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "encoder train: error: --max-length 100:" in err and "Traceback" not in err

@@ -132,3 +132,27 @@ def test_parallel_runs_use_every_thread_and_give_the_same_vectors(minilm_mean: P
         gpu = OnnxEncoder(minilm_mean, threads=2, providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
     assert not gpu.parallel and not gpu.session_settings.parallel_runs
     assert gpu.session_settings.to_ort().intra_op_num_threads == 2
+
+
+@pytest.mark.parametrize("edit", ["max_length=0", "max_length=-1", "dim=0", "tokenizer"])
+def test_a_broken_model_folder_is_an_encoder_load_error(tiny_exported: Path, tmp_path: Path, edit: str) -> None:
+    """An encoder.json with a max_length below 2 loaded and then failed on the first long text (0 turned
+    truncation off, -1 overflowed in the tokenizer), and an unparsable tokenizer.json raised the tokenizers
+    library's bare Exception: the CLIs and the swap catch `EncoderLoadError`, which names the file."""
+    import json
+    import shutil
+
+    from indexer.runtime.encoder import EncoderLoadError
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_exported, folder)
+    if edit == "tokenizer":
+        (folder / "tokenizer.json").write_text("{}")
+        expected = "tokenizer.json is not a readable tokenizer.json"
+    else:
+        key, value = edit.split("=")
+        meta = json.loads((folder / "encoder.json").read_text())
+        (folder / "encoder.json").write_text(json.dumps({**meta, key: int(value)}))
+        expected = f"(?s)encoder.json is not a valid encoder.json.*{key}"
+    with pytest.raises(EncoderLoadError, match=expected):
+        OnnxEncoder(folder)
