@@ -201,6 +201,6 @@ def test_a_path_id_names_the_id_it_spells_exactly(tmp_path: Path, tiny_exported:
                 assert r.status_code == 404 and f"no document with id '{path}' in" in r.json()["detail"], (path, r.text)
             # its metrics' endpoint is the route's template, not how its id is parsed (`{doc_id:doc_id}`)
             metrics = c.get("/metrics").text
-            assert 'endpoint="/documents/{doc_id}"' in metrics and "doc_id:" not in metrics
+            assert 'endpoint="/collections/{name}/documents/{doc_id}"' in metrics and "doc_id:" not in metrics
     finally:
         stop_server(srv)
