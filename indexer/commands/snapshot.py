@@ -33,12 +33,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     restore.add_argument("--root", type=Path, required=True, help="the new index root (absent or empty)")
     restore.add_argument("--encoder", type=Path, action="append", default=[], metavar="DIR",
                          help="an exported encoder folder to pair with, checked against the snapshot's (repeatable; "
-                         "default: the folder the snapshot's version was built with)")
+                         "tried after the folder the snapshot's version was built with; then every exported encoder "
+                         "of $STRATA_MODELS_DIR, as an upload over HTTP tries them)")
     c.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from indexer.runtime import snapshot
+    from indexer.runtime.collection_dirs import default_models_dir, known_encoders
     from indexer.runtime.restore import restore
 
     if args.action == "create":
@@ -54,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
         if not found and not args.json:
             print(f"no snapshots in {snapshot.snapshots_dir(args.root)}")
     else:
-        r = restore(args.archive, args.root, encoders=args.encoder)
+        models = known_encoders(default_models_dir()).values()  # as a server's upload pairs (checked byte for byte)
+        r = restore(args.archive, args.root, encoders=[*args.encoder, *models])
         held = f"{r.documents:,} documents" + ("" if r.passages is None else f", {r.passages:,} passages")
         print(f"restored {args.archive} into {r.root}: version {r.version} ({held}), write log up "
               f"to seq {r.seq}, encoder {r.encoder}")

@@ -412,3 +412,35 @@ def test_a_sweep_leaves_a_restore_in_progress_alone_and_removes_what_a_dead_one_
     assert done and IndexRoot(folder / "twin").current_version() == info.version  # it completed
     assert sweep() == [".gone.restoring-deadbeef"]  # then the killed one's folder goes
     assert sorted(p.name for p in folder.iterdir()) == ["twin"]
+
+
+def test_the_restore_cli_pairs_with_an_encoder_of_the_models_folder(root: Path, tmp_path: Path,
+                                                                    tiny_exported: Path) -> None:
+    """On a machine where the snapshot's version was not built, `indexer snapshot restore` finds the encoder among
+    $STRATA_MODELS_DIR's exported ones (checked byte for byte), as an upload over HTTP does; without it, the refusal
+    names `--encoder`."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    folder = IndexRoot(root).current_dir()
+    manifest = Manifest.load(folder)
+    manifest.model.dir = str(tmp_path / "gone" / tiny_exported.name)  # where it was built: not on this machine
+    manifest.save(folder)
+    archive = snap.archive_path(root, snap.create(root).name)
+    models = tmp_path / "models"
+    shutil.copytree(tiny_exported, models / "minilm-here")
+
+    def restore_cli(target: Path, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "indexer.cli", "snapshot", "restore", str(archive), "--root",
+                               str(target)], cwd=REPO, capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "HF_HUB_OFFLINE": "1", **env})
+
+    refused = restore_cli(tmp_path / "a", STRATA_MODELS_DIR=str(tmp_path / "empty"))
+    assert refused.returncode == 2 and "--encoder" in refused.stderr and "Traceback" not in refused.stderr
+    done = restore_cli(tmp_path / "b", STRATA_MODELS_DIR=str(models))
+    assert done.returncode == 0, done.stderr
+    restored = Manifest.load(IndexRoot(tmp_path / "b").current_dir())
+    assert restored.model.dir == str(models / "minilm-here")
