@@ -84,10 +84,15 @@ class LiveIndex:
         """Documents served: the base's, less those deleted or replaced, plus the written ones."""
         return self.base.ntotal - self.overlay.removed_from_base + self.overlay.written
 
+    def metadata_schema(self) -> dict[str, str]:
+        """The metadata fields (field → type) of the base's documents and the written ones together (a base's
+        field stays until a compaction folds its deleted holders away)."""
+        return self.overlay.schema(self.base.store.metadata_schema())
+
     def match(self, flt: object) -> LiveMatch:
         """A filter prepared for `search`; raises `FilterError` when it fits neither the base's metadata nor the
         written documents'."""
-        schema = self.overlay.schema(self.base.store.metadata_schema())
+        schema = self.metadata_schema()
         node = parse_filter(flt, schema)
         return LiveMatch(self.base.match(flt, schema), node)
 
@@ -262,11 +267,9 @@ class LiveIndex:
 
 
 def served_fields(index: Any) -> dict[str, str]:
-    """The metadata fields the documents a served index holds now have (field → type, as filters check them):
-    the written documents' and the version's (a version's field stays listed until a compaction folds its deleted
-    holders away)."""
-    base = index.base.store.metadata_schema() if isinstance(index, LiveIndex) else index.store.metadata_schema()
-    fields = index.overlay.schema(base) if isinstance(index, LiveIndex) else base
+    """The metadata fields the documents a served index holds now have (field → type, as filters check them;
+    `LiveIndex.metadata_schema`), the passage rows' own record left out."""
+    fields = index.metadata_schema() if isinstance(index, LiveIndex) else index.store.metadata_schema()
     return {k: v for k, v in fields.items() if k != PASSAGE_KEY}
 
 

@@ -114,7 +114,6 @@ class Status:
     damaged: str | None = None  # a file of the served version gone or resized on disk (`Swapper.served_damage`)
     documents: int | None = None  # documents served, writes included (a version of passages: each once)
     passages: int | None = None  # a version of passages: its passage rows (= size); None: documents whole
-    fields: dict[str, str] | None = None  # the served documents' metadata fields and their types
 
 
 class Collection:
@@ -309,7 +308,13 @@ class Collection:
     @staticmethod
     def _counts(searcher: Searcher) -> dict[str, int | None]:
         documents, passages = served_counts(searcher.index)
-        return {"documents": documents, "passages": passages, "fields": served_fields(searcher.index)}
+        return {"documents": documents, "passages": passages}
+
+    def fields(self) -> dict[str, str] | None:
+        """The served documents' metadata fields and their types (None: nothing served); read on asking (`GET
+        /collections`), not with every `status` (`/ready` probes)."""
+        searcher = self.leases.current
+        return None if searcher is None else served_fields(searcher.index)
 
     def _search_params(self, manifest: Manifest) -> dict[str, Any]:
         """The search parameters a search that sets none runs a version at (`search`'s order): its manifest's,

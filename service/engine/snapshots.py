@@ -10,6 +10,7 @@ import os
 import secrets
 import threading
 from collections.abc import AsyncIterator, Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -100,8 +101,14 @@ async def restore_upload(folder: Path, name: str, chunks: AsyncIterator[bytes], 
     target = folder / name
     check_target(target)
     upload = folder / f"{UPLOAD_PREFIX}{name}-{secrets.token_hex(4)}.tar"  # a crash leaves it: startup's sweep
-    staged = staging_lock(folder)  # (a sweep of another process leaves the upload alone meanwhile)
-    await asyncio.to_thread(staged.__enter__)
+    with ExitStack() as held:
+        # a sweep of another process leaves the upload alone meanwhile (taken off the event loop: it waits for one)
+        await asyncio.to_thread(held.enter_context, staging_lock(folder))
+        return await _receive_and_restore(upload, target, chunks, max_bytes, encoders)
+
+
+async def _receive_and_restore(upload: Path, target: Path, chunks: AsyncIterator[bytes], max_bytes: int,
+                               encoders: list[Path]) -> Restored:
     try:
         size = 0
         with storage_errors(upload, "receiving an uploaded snapshot"), open(upload, "wb") as fh:
@@ -116,7 +123,6 @@ async def restore_upload(folder: Path, name: str, chunks: AsyncIterator[bytes], 
                                        encoder_hint=UPLOAD_ENCODER_HINT)
     finally:
         upload.unlink(missing_ok=True)
-        staged.__exit__(None, None, None)
 
 
 UPLOAD_ENCODER_HINT = ("put its folder in the server's models folder (STRATA_MODELS_DIR), or restore the archive "

@@ -36,7 +36,8 @@ def describe(collections: Collections, collection: Collection) -> CollectionInfo
     model = next((lm.model for lm in listed(collections) if collection.name in lm.collections), None)
     served = collection.served_model()
     return info.model_copy(update={
-        "documents": s.documents, "passages": s.passages, "fields": s.fields, "version": s.version, "since": s.since,
+        "documents": s.documents, "passages": s.passages, "fields": collection.fields(), "version": s.version,
+        "since": s.since,
         "encoder": served.encoder,
         "model": model.name if model else served.name, "dim": served.dim, "pooling": served.pooling,
         "index_kind": manifest.index.kind, "default_mode": manifest.search_mode(),
