@@ -1,11 +1,11 @@
 """The PISA lexical engine (the only module that loads PISA): a compressed inverted index whose top k prunes
 inside the engine (MaxScore over per-term bounds; block-max WAND and block-max MaxScore measured), in C++.
 
-    <version>/lexical/      PISA's files (fwd.termlex: the sorted vocabulary; fwd.doclex: row numbers as its
-                            document names; quantized.q0.bmw.64: the per-term and per-block score bounds;
+    <version>/lexical/      PISA's files (fwd.termlex: the sorted vocabulary; fwd.doclex: each PISA document's
+                            name, its row: PISA's documents are the rows in `document_order`; quantized.q0.bmw.64: the per-term and per-block score bounds;
                             quantized.q0.bmw.64.block_simdbp: the postings), fwd.terms (the vocabulary as text),
                             df.npy (each term's document frequency), forward.*.npy (each row's terms and exact BM25
-                            weights, CSR) and pisa.json (the quantisation scale), beside the seam's rows.npy and
+                            weights, CSR) and pisa.json (the quantisation scale and the order), beside the seam's rows.npy and
                             stats.json
 
 PISA comes from the `pyterrier-pisa` wheel (manylinux, no JVM: only its compiled `_pisathon` module is loaded, not
@@ -19,6 +19,13 @@ rescored exactly from the forward index (the float32 weights, summed in float64,
 taken once the k-th exact score exceeds the last candidate's quantised score plus the query's largest quantisation
 error (no document PISA did not return can pass it); otherwise PISA is asked 4x deeper. Ties go by row, scores are
 Lucene's BM25 (`SCORE_SCALE` 1): the same answers as bm25s.
+
+**Document order.** PISA's document ids are the rows sorted by their most common terms (`document_order`), not the
+rows themselves: MaxScore probes the common terms' postings for every candidate, and with the documents that share
+them side by side it decodes fewer of their blocks (at 10M scale-corpus documents the bounded leg's mean time 0.58x,
+its p99 0.43x; on Quora's real questions the exact top 10's mean 0.85x: docs/decisions.md#pisas-document-order).
+PISA names each document by its row, so its hits come back as rows. Exact answers do not depend on the order; the
+bounded leg's can only in which of the documents tied at its depth PISA keeps (it keeps the first ids of a tie).
 
 **Filters.** PISA has none. A filter matching at most `FORWARD_MAX` rows is scored from the forward index directly
 (its rows' terms read, no postings: exact, ~8 entries a document); a wider one over-fetches PISA's top hits deep
@@ -273,8 +280,8 @@ def document_order(rows: np.ndarray, tids: np.ndarray, df: np.ndarray, n: int, k
     document frequency. Documents sharing common terms get neighbouring ids, so the common terms' postings, which
     MaxScore probes for every candidate, are read in fewer blocks (docs/decisions.md#pisas-document-order)."""
     keys = ORDER_KEYS if keys is None else keys
-    if not n:
-        return np.zeros(0, np.int64)
+    if not n or keys <= 0:  # 0 keys: row order
+        return np.arange(n, dtype=np.int64)
     v = len(df)
     common = np.empty(v, np.int64)
     common[np.argsort(-df, kind="stable")] = np.arange(v)  # 0: the most common term
@@ -337,6 +344,16 @@ def _write(out: Path, words: list[str], rows: np.ndarray, tids: np.ndarray, tf: 
     if not v:  # no document has a term: nothing for PISA to index, nothing will match
         return
     np.save(out / "df.npy", df)
+    (out / "fwd.terms").write_text("".join(f"{w}\n" for w in words))
+    lay_out(out, rows, tids, weights, df, dl, scale)
+
+
+def lay_out(out: Path, rows: np.ndarray, tids: np.ndarray, weights: np.ndarray, df: np.ndarray, dl: np.ndarray,
+            scale: float) -> None:
+    """PISA's own files in `out` (beside fwd.terms) from the (row, term, weight) triples in row order: the
+    documents in `document_order`, each named by its row, the weights as integer impacts (weight × `scale`), the
+    block-max bounds built and the postings compressed."""
+    n, v = len(dl), len(df)
     impacts = np.maximum(1, np.rint(weights * scale)).astype(np.uint32)  # a weight > 0 stays a hit
     by_docid = document_order(rows, tids, df, n)  # PISA's document d is row by_docid[d]
     docid = np.empty(n, np.int64)
@@ -355,7 +372,6 @@ def _write(out: Path, words: list[str], rows: np.ndarray, tids: np.ndarray, tf: 
             lists.tofile(f)
     del order, docids, is_head
     np.concatenate([[n], dl[by_docid]]).astype(np.uint32).tofile(out / "inv.sizes")
-    (out / "fwd.terms").write_text("".join(f"{w}\n" for w in words))
     (out / "fwd.documents").write_text("".join(f"{r}\n" for r in by_docid.tolist()))  # a document's name: its row
     lib = pisa()
     with _quiet():

@@ -104,3 +104,42 @@ def test_concurrent_searches_answer_as_serial_ones(tmp_path: Path) -> None:
     serial = [index.search(q, 10)[1].tolist() for q in queries]
     with ThreadPoolExecutor(4) as pool:
         assert list(pool.map(lambda q: index.search(q, 10)[1].tolist(), queries * 3)) == serial * 3
+
+
+def test_documents_sharing_common_terms_get_neighbouring_pisa_ids() -> None:
+    """`document_order` sorts rows by their most common terms (as tuples, most common first), ties by row: rows of
+    the same terms end up side by side whatever their rows, a row whose terms prefix another's comes first, and 0
+    keys is row order."""
+    # rows 0..6: terms by id; df: t0 in 5 rows, t1 in 4, t2 in 2, t3 in 1 (t0 the most common)
+    docs = {0: [2, 3], 1: [0, 1], 2: [0], 3: [0, 1, 2], 4: [1], 5: [0, 1], 6: [0]}
+    rows = np.array([r for r, ts in docs.items() for _ in ts], np.int64)
+    tids = np.array([t for ts in docs.values() for t in ts], np.int32)
+    df = np.bincount(tids, minlength=4)
+    assert df.tolist() == [5, 4, 2, 1]
+    order = lexical_pisa.document_order(rows, tids, df, 7, keys=3)
+    assert order.tolist() == [2, 6, 1, 5, 3, 4, 0]  # (t0) x2 by row, (t0 t1) x2, (t0 t1 t2), (t1), (t2 t3)
+    assert lexical_pisa.document_order(rows, tids, df, 7, keys=1).tolist() == [1, 2, 3, 5, 6, 4, 0]
+    assert lexical_pisa.document_order(rows, tids, df, 7, keys=0).tolist() == list(range(7))
+    assert lexical_pisa.document_order(rows[:0], tids[:0], df, 0).tolist() == []
+
+
+def test_answers_are_the_same_in_document_order_and_row_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PISA's document ids are not the rows (its documents are named by their rows): every answer, exact or the
+    bounded leg's with a depth past every holder, filtered or not, is the same as with the documents in row order."""
+    docs = _zipf_docs(11, 3000)
+    ordered = open_lexical(tmp_path / "ordered", build_lexical(tmp_path / "ordered", docs, lexical_info(engine="pisa")))
+    monkeypatch.setattr(lexical_pisa, "ORDER_KEYS", 0)
+    plain = open_lexical(tmp_path / "rows", build_lexical(tmp_path / "rows", docs, lexical_info(engine="pisa")))
+    monkeypatch.setattr(lexical_pisa, "PRUNED_DEPTH", 10_000)
+    # PISA itself orders a tie by its document ids: the two layouts' raw hits hold the same rows in another order
+    raw = [ix._candidates(ix._query(["w00x"]), {"w00x": 1.0}, 3000)[1] for ix in (ordered, plain)]  # type: ignore[attr-defined]
+    assert sorted(raw[0].tolist()) == sorted(raw[1].tolist()) and raw[0].tolist() != raw[1].tolist()
+    allowed = np.sort(np.array([f for f, _ in docs[::3]], np.int64))
+    for q in ["w00x w01x w30x", "w00x w00x w02x w25x w39x", "w03x w17x", "w00x"]:
+        for k in (1, 10, 100):
+            for flt in (None, allowed):
+                a, b = ordered.search(q, k, allowed=flt), plain.search(q, k, allowed=flt)
+                assert a[1].tolist() == b[1].tolist() and a[0].tolist() == b[0].tolist(), (q, k)
+        terms = ordered.analyzer.terms(q)
+        got = [ix.selective_top_rows(terms, terms, 50, None, None) for ix in (ordered, plain)]
+        assert got[0][1].tolist() == got[1][1].tolist() and got[0][0].tolist() == got[1][0].tolist()
