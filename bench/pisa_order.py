@@ -1,4 +1,5 @@
-"""PISA's document order: row order against `lexical_pisa.document_order`, same postings, side by side in one process.
+"""PISA's document order and query algorithm: row order with MaxScore against `lexical_pisa.document_order` with
+MaxScore and with block-max WAND, same postings, side by side in one process.
 
     PYTHONPATH=$PWD STRATA_DATA_DIR=/work/shared/data python -m bench.pisa_order --version VERSION_DIR
     PYTHONPATH=$PWD STRATA_DATA_DIR=/work/shared/data python -m bench.pisa_order --quora
@@ -6,10 +7,12 @@
 `--version`: a built version whose lexical engine is PISA (the scale corpus at 1M or 10M: `bench/scale.py`). Its
 PISA files are laid out twice from its forward index (`lexical_pisa.lay_out`: the same impacts, only the document
 ids differ), in row order (`ORDER_KEYS` 0) and in document order, into folders beside it (the rest of the lexical
-index linked, not copied), and each held-out Quora question (rows >= 300,000) runs on both, interleaved: hybrid's
+index linked, not copied), and each held-out Quora question (rows >= 300,000) runs on each `VARIANTS` (layout,
+query algorithm), interleaved: hybrid's
 bounded leg (PISA's top 100 rescored, completed with the version's dense top 100, as served) and the exact lexical
 top 10 (`mode: lexical`). `--quora`: real text, not grown: Quora's distinct training questions (rows < 300,000)
-built twice through `build_lexical` with engine pisa, the held-out questions' exact top 10 and top 100 on both.
+built twice through `build_lexical` with engine pisa, the held-out questions' exact top 10 and top 100 on each
+variant.
 Wall time per query (p50 / mean / p90 / p99) and whether the answers are the same. Results:
 bench/results/pisa-order-<what>-<stamp>.md.
 """
@@ -61,31 +64,39 @@ def relaid(version: Path, out: Path, keys: int) -> Path:
     return out
 
 
+VARIANTS = (("rows", "maxscore"), ("ordered", "maxscore"), ("ordered", "block_max_wand"))  # the first: the base
+
+
 def timed(runs: dict[str, Callable[[], tuple[np.ndarray, np.ndarray]]], rounds: int, n: int
           ) -> tuple[dict[str, list[float]], int]:
-    """Each (layout, query i) run `rounds` times, layouts interleaved (their order flipped every other query);
-    ms per run, and how many queries gave the same answer (ids and scores) on every layout."""
-    ms: dict[str, list[float]] = {}
+    """Each (variant, query i) run `rounds` times, variants interleaved (their order flipped every other query);
+    ms per run, and how many queries gave the same answer (ids and scores) on every variant."""
+    from indexer.runtime import lexical_pisa as lp
+
+    names = [f"{layout}, {algorithm}" for layout, algorithm in VARIANTS]
+    ms: dict[str, list[float]] = {name: [] for name in names}  # in VARIANTS' order: the first is the base
     same = 0
-    names = sorted({k.split("|")[0] for k in runs})
+    saved = lp.ALGORITHM
     for rnd in range(rounds):
         for i in range(n):
             got = {}
             for name in (names if (i + rnd) % 2 else names[::-1]):
+                lp.ALGORITHM = name.split(", ")[1]
                 t0 = time.perf_counter()
-                got[name] = runs[f"{name}|{i}"]()
-                ms.setdefault(name, []).append((time.perf_counter() - t0) * 1000)
+                got[name] = runs[f"{name.split(',')[0]}|{i}"]()
+                ms[name].append((time.perf_counter() - t0) * 1000)
             if rnd == 0:
                 first = got[names[0]]
                 same += all(np.array_equal(g[1], first[1]) and np.allclose(g[0], first[0], rtol=1e-6)
                             for g in got.values())
+    lp.ALGORITHM = saved
     return ms, same
 
 
 def row(label: str, ms: dict[str, list[float]], same: int, n: int) -> list[str]:
     out = []
-    base = np.array(ms["rows"])
-    for name in ("rows", "ordered"):
+    base = np.array(next(iter(ms.values())))
+    for name in ms:
         t = np.array(ms[name])
         out.append(f"| {label} | {name} | {np.median(t):.2f} / {t.mean():.2f} / {np.percentile(t, 90):.2f} / "
                    f"{np.percentile(t, 99):.2f} | {t.mean() / base.mean():.2f} | {np.percentile(t, 99) / np.percentile(base, 99):.2f} "
@@ -93,8 +104,8 @@ def row(label: str, ms: dict[str, list[float]], same: int, n: int) -> list[str]:
     return out
 
 
-HEADER = ["| query | PISA's document ids | wall ms p50 / mean / p90 / p99 | mean / row order's | p99 / row order's "
-          "| same answers on both |", "|---|---|---|---|---|---|"]
+HEADER = ["| query | PISA's document ids, query algorithm | wall ms p50 / mean / p90 / p99 | mean / the first's "
+          "| p99 / the first's | same answers on all three |", "|---|---|---|---|---|---|"]
 
 
 def on_version(version: Path, n_queries: int, rounds: int) -> list[str]:

@@ -1,5 +1,5 @@
 """The PISA lexical engine (the only module that loads PISA): a compressed inverted index whose top k prunes
-inside the engine (MaxScore over per-term bounds; block-max WAND and block-max MaxScore measured), in C++.
+inside the engine (block-max WAND over per-block score bounds; MaxScore and block-max MaxScore measured), in C++.
 
     <version>/lexical/      PISA's files (fwd.termlex: the sorted vocabulary; fwd.doclex: each PISA document's
                             name, its row: PISA's documents are the rows in `document_order`; quantized.q0.bmw.64: the per-term and per-block score bounds;
@@ -21,9 +21,11 @@ error (no document PISA did not return can pass it); otherwise PISA is asked 4x 
 Lucene's BM25 (`SCORE_SCALE` 1): the same answers as bm25s.
 
 **Document order.** PISA's document ids are the rows sorted by their most common terms (`document_order`), not the
-rows themselves: MaxScore probes the common terms' postings for every candidate, and with the documents that share
-them side by side it decodes fewer of their blocks (at 10M scale-corpus documents the bounded leg's mean time 0.58x,
-its p99 0.43x; on Quora's real questions the exact top 10's mean 0.85x: docs/decisions.md#pisas-document-order).
+rows themselves: with the documents that share the common terms side by side, the common terms' postings cluster, so
+fewer of their blocks are decoded and each block's score bound is tight, which block-max WAND skips by (at 10M
+scale-corpus documents, hybrid's leg with block-max WAND in document order takes 0.42x the mean time, 0.28x the p99
+of MaxScore in row order; on Quora's real questions the exact top 10 with MaxScore 0.85x the mean:
+docs/decisions.md#pisas-document-order).
 PISA names each document by its row, so its hits come back as rows. Exact answers do not depend on the order; the
 bounded leg's can only in which of the documents tied at its depth PISA keeps (it keeps the first ids of a tie).
 
@@ -33,7 +35,7 @@ enough that k of them match at its selectivity (as the tantivy engine does), dee
 scoring document was read. Tombstones are skipped the same way.
 
 **Hybrid's lexical leg** (`bounded_leg`, where a query reads more than `BOUNDED_FROM` postings) is pruned inside
-PISA and read once: `selective_top_rows` asks PISA for its top `PRUNED_DEPTH` (at least k) by MaxScore over the
+PISA and read once: `selective_top_rows` asks PISA for its top `PRUNED_DEPTH` (at least k) by `ALGORITHM` over the
 selective terms (`SELECTIVE_DF` 1.0: every term), each weighted by its count in the query, and scores those rows, and
 later the dense candidates, exactly over every term from the forward index, without the exact path's certificate
 (which reads 4x deeper whenever the k-th place ties). A filter of at most `PRUNED_DEPTH` rows is read whole (those
@@ -67,10 +69,12 @@ from indexer.runtime.topk import top_k_rows
 PACKAGE = "pyterrier_pisa"  # the wheel that ships PISA's compiled module
 ENCODING = "block_simdbp"  # PISA's postings codec (SIMD binary packing, 128-posting blocks)
 BLOCK = 64  # postings per block of the block-max bounds (PISA's default)
-# PISA's query algorithm: MaxScore. At 1M scale-corpus documents, 1,000 held-out Quora questions, CPU p50 / p99 per
-# top 10: maxscore 1.90 / 9.16 ms, block_max_wand 2.98 / 17.9 (bm25s 3.46 / 6.98, tantivy 6.07 / 16.5):
-# bench/results/lexical-scale-1000000-20261204T1732Z.md, docs/scaling.md#lexical-engines-at-scale
-ALGORITHM = "maxscore"
+# PISA's query algorithm: block-max WAND, whose per-block bounds are tight once documents that share terms are
+# neighbours (`document_order`). At 10M scale-corpus documents, 200 held-out Quora questions, mean / p99 against
+# MaxScore on the same ordered index: the exact top 10 0.69x / 0.42x, hybrid's leg 0.72x / 0.48x
+# (docs/decisions.md#pisas-document-order). In row order MaxScore was the faster (1M, top 10: CPU p50 1.90 against
+# 2.98 ms, bench/results/lexical-scale-1000000-20261204T1732Z.md)
+ALGORITHM = "block_max_wand"
 QUANT_BITS = 16  # impacts up to 2**16 - 1: a sum of 256 of them is still exact in PISA's float32
 WAND_FILE = f"quantized.q0.bmw.{BLOCK}"
 INDEX_FILE = f"{WAND_FILE}.{ENCODING}"
@@ -81,8 +85,9 @@ THREADS = 2  # PISA releases the GIL only when asked for more than one thread (o
 # Hybrid's bounded leg: PISA's top this many (at least the leg's k), no deeper (docs/decisions.md#pisa-and-hybrids-
 # bounded-leg: the exact leg's certificate read 4x deeper for most questions, for ties at the k-th place)
 PRUNED_DEPTH = 100
-# PISA's document order: by each document's 5 most common terms (`document_order`). At 10M scale-corpus documents the
-# bounded leg's mean time 0.58x, p99 0.43x the row order's (docs/decisions.md#pisas-document-order)
+# PISA's document order: by each document's 5 most common terms (`document_order`). At 10M scale-corpus documents,
+# MaxScore on both, hybrid's leg 0.58x the mean time, 0.59x the p99 of row order's; 5 keys against 2, 3 and 10 and a
+# min-hash order measured (docs/decisions.md#pisas-document-order)
 ORDER_KEYS = 5
 
 _module: ModuleType | None = None
@@ -177,9 +182,11 @@ class Engine(LexicalIndex):
         counts = Counter(self.vocab[t] for t in terms if t in self.vocab)
         return dict(counts)
 
-    def _candidates(self, query: dict[int, int], words: dict[str, float], limit: int, algorithm: str = ALGORITHM
+    def _candidates(self, query: dict[int, int], words: dict[str, float], limit: int, algorithm: str | None = None
                     ) -> tuple[np.ndarray, np.ndarray]:
-        """PISA's top `limit` rows by quantised score: (quantised scores, rows), best first."""
+        """PISA's top `limit` rows by quantised score (`algorithm`, default `ALGORITHM`): (quantised scores, rows),
+        best first."""
+        algorithm = algorithm or ALGORITHM
         qidx, ranks = np.empty(limit, np.int32), np.empty(limit, np.int32)
         names, scores = np.empty(limit, object), np.empty(limit, np.float32)
         got = pisa().retrieve(self.context, algorithm, [(0, words)], k=limit, threads=THREADS, pretokenised=True,
@@ -210,7 +217,7 @@ class Engine(LexicalIndex):
 
     def selective_top_rows(self, terms: list[str], selective: list[str], k: int, allowed_rows: np.ndarray | None,
                            excluded_rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """The bounded leg's candidates, pruned inside PISA: its top `PRUNED_DEPTH` by MaxScore over the selective
+        """The bounded leg's candidates, pruned inside PISA: its top `PRUNED_DEPTH` by `ALGORITHM` over the selective
         terms alone (read deeper at a filter's selectivity, and past the tombstones), or, for a filter of at most
         `PRUNED_DEPTH` rows, those of its rows holding a selective term; each scored exactly over every term."""
         keep = set(selective)  # each weighted by how often the query holds it, as the exact query weighs it
@@ -277,8 +284,8 @@ def document_order(rows: np.ndarray, tids: np.ndarray, df: np.ndarray, n: int, k
     """The rows in PISA's document order: sorted by their `keys` (`ORDER_KEYS`) most common terms, compared as
     tuples (each row's terms ranked by document frequency, the most common first; a row with fewer terms first among
     those it prefixes), ties by row. `rows` and `tids` are the (row, term) pairs in row order, `df` each term's
-    document frequency. Documents sharing common terms get neighbouring ids, so the common terms' postings, which
-    MaxScore probes for every candidate, are read in fewer blocks (docs/decisions.md#pisas-document-order)."""
+    document frequency. Documents sharing common terms get neighbouring ids, so the common terms' postings cluster:
+    fewer blocks decoded, tighter block bounds to skip by (docs/decisions.md#pisas-document-order)."""
     keys = ORDER_KEYS if keys is None else keys
     if not n or keys <= 0:  # 0 keys: row order
         return np.arange(n, dtype=np.int64)
