@@ -11,7 +11,8 @@ manifest has a `lexical` entry at all. Engines (k1=0.9, b=0.4 by default: Anseri
 - **bm25s** (`lexical_bm25s`): precomputed BM25 weights (CSC), every document scored per query; any k1/b;
 - **tantivy** (`lexical_tantivy`): Lucene-style inverted index (its bindings never reach tantivy's block-max WAND:
   the engine prunes by MaxScore's bound itself); its Python bindings fix BM25 at k1=1.2, b=0.75;
-- **pisa** (`lexical_pisa`): PISA's compressed index of Lucene's BM25 weights at any k1/b, pruned by MaxScore in C++.
+- **pisa** (`lexical_pisa`): PISA's compressed index of Lucene's BM25 weights at any k1/b, pruned by block-max WAND
+  in C++ over documents ordered by their common terms.
 `auto` (`choose_engine`) picks by corpus size (`AUTO_PISA_FROM`, docs/scaling.md#lexical-engines-at-scale).
 
 What every engine shares lives here, so all of them search the same terms: analysis (`Analyzer`: lowercase,

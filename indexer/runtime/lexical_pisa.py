@@ -2,11 +2,11 @@
 inside the engine (block-max WAND over per-block score bounds; MaxScore and block-max MaxScore measured), in C++.
 
     <version>/lexical/      PISA's files (fwd.termlex: the sorted vocabulary; fwd.doclex: each PISA document's
-                            name, its row: PISA's documents are the rows in `document_order`; quantized.q0.bmw.64: the per-term and per-block score bounds;
-                            quantized.q0.bmw.64.block_simdbp: the postings), fwd.terms (the vocabulary as text),
-                            df.npy (each term's document frequency), forward.*.npy (each row's terms and exact BM25
-                            weights, CSR) and pisa.json (the quantisation scale and the order), beside the seam's rows.npy and
-                            stats.json
+                            name, its row: PISA's documents are the rows in `document_order`; quantized.q0.bmw.64:
+                            the per-term and per-block score bounds; quantized.q0.bmw.64.block_simdbp: the
+                            postings), fwd.terms (the vocabulary as text), df.npy (each term's document frequency),
+                            forward.*.npy (each row's terms and exact BM25 weights, CSR) and pisa.json (the
+                            quantisation scale and the order), beside the seam's rows.npy and stats.json
 
 PISA comes from the `pyterrier-pisa` wheel (manylinux, no JVM: only its compiled `_pisathon` module is loaded, not
 PyTerrier). Its own BM25 uses Robertson's idf, log((N - df + 0.5) / (df + 0.5)) clamped at 0, which differs from

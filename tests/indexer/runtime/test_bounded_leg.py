@@ -199,8 +199,9 @@ def test_a_tie_across_the_kth_place_costs_one_run_and_is_broken_by_row(tmp_path:
 def test_pisas_selective_rows_break_ties_by_row_through_either_path(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """PISA's `selective_top_rows`: 40 documents tie and k=10 are wanted; the lowest rows are kept whether the
-    selective term's rows come from PISA (its pruned top, which keeps the first documents of a tie in its order: here by row, the documents alike) or a filter's rows
-    are read from the forward index (a filter of at most `PRUNED_DEPTH` rows), tombstones skipped either way."""
+    selective term's rows come from PISA (its pruned top, which keeps the first documents of a tie in its document
+    order: here by row, the documents being alike) or a filter's rows are read from the forward index (a filter of
+    at most `PRUNED_DEPTH` rows), tombstones skipped either way."""
     from indexer.runtime.lexical import build_lexical, lexical_info, open_lexical
 
     docs = [(i, "alpha beta" if i % 2 == 0 else "gamma delta") for i in range(80)]  # alpha at rows 0, 2, .., 78
