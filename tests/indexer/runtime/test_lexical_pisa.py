@@ -143,3 +143,13 @@ def test_answers_are_the_same_in_document_order_and_row_order(tmp_path: Path, mo
         terms = ordered.analyzer.terms(q)
         got = [ix.selective_top_rows(terms, terms, 50, None, None) for ix in (ordered, plain)]
         assert got[0][1].tolist() == got[1][1].tolist() and got[0][0].tolist() == got[1][0].tolist()
+
+
+def test_holds_is_membership_in_the_query_terms_by_passes_or_binary_search() -> None:
+    """`_holds` (which forward-index entries are query terms) equals a membership test for few terms (a pass per
+    term), many terms (a binary search per entry) and none."""
+    rng = np.random.default_rng(2)
+    tids = rng.integers(0, 500, 20_000).astype(np.int32)
+    for n_terms in (0, 1, 3, lexical_pisa.HOLDS_PASSES, lexical_pisa.HOLDS_PASSES + 1, 200):
+        terms = np.unique(rng.integers(0, 500, n_terms)).astype(np.int32)
+        assert lexical_pisa._holds(tids, terms).tolist() == np.isin(tids, terms).tolist(), n_terms
