@@ -20,14 +20,11 @@ taken once the k-th exact score exceeds the last candidate's quantised score plu
 error (no document PISA did not return can pass it); otherwise PISA is asked 4x deeper. Ties go by row, scores are
 Lucene's BM25 (`SCORE_SCALE` 1): the same answers as bm25s.
 
-**Document order.** PISA's document ids are the rows sorted by their most common terms (`document_order`), not the
-rows themselves: with the documents that share the common terms side by side, the common terms' postings cluster, so
-fewer of their blocks are decoded and each block's score bound is tight, which block-max WAND skips by (at 10M
-scale-corpus documents, hybrid's leg with block-max WAND in document order takes 0.42x the mean time, 0.28x the p99
-of MaxScore in row order; on Quora's real questions the exact top 10 with MaxScore 0.85x the mean:
-docs/decisions.md#pisas-document-order).
-PISA names each document by its row, so its hits come back as rows. Exact answers do not depend on the order; the
-bounded leg's can only in which of the documents tied at its depth PISA keeps (it keeps the first ids of a tie).
+**Document order.** PISA's document ids are the rows sorted by their most common terms (`document_order`): the
+common terms' postings cluster, so fewer of their blocks are decoded and each block's score bound, which block-max
+WAND skips by, is tight (docs/decisions.md#pisas-document-order). PISA names each document by its row, so hits come
+back as rows. Exact answers do not depend on the order; the bounded leg's can only in which of the documents tied
+at its depth PISA keeps (the first ids of a tie).
 
 **Filters.** PISA has none. A filter matching at most `FORWARD_MAX` rows is scored from the forward index directly
 (its rows' terms read, no postings: exact, ~8 entries a document); a wider one over-fetches PISA's top hits deep
@@ -69,11 +66,9 @@ from indexer.runtime.topk import top_k_rows
 PACKAGE = "pyterrier_pisa"  # the wheel that ships PISA's compiled module
 ENCODING = "block_simdbp"  # PISA's postings codec (SIMD binary packing, 128-posting blocks)
 BLOCK = 64  # postings per block of the block-max bounds (PISA's default)
-# PISA's query algorithm: block-max WAND, whose per-block bounds are tight once documents that share terms are
-# neighbours (`document_order`). At 10M scale-corpus documents, 200 held-out Quora questions, mean / p99 against
-# MaxScore on the same ordered index: the exact top 10 0.69x / 0.42x, hybrid's leg 0.72x / 0.48x
-# (docs/decisions.md#pisas-document-order). In row order MaxScore was the faster (1M, top 10: CPU p50 1.90 against
-# 2.98 ms, bench/results/lexical-scale-1000000-20261204T1732Z.md)
+# PISA's query algorithm: block-max WAND, its block bounds tight in `document_order` (10M scale corpus, mean / p99
+# against MaxScore on the same index: exact top 10 0.69x / 0.42x, hybrid's leg 0.72x / 0.48x; in row order MaxScore
+# was the faster: docs/decisions.md#pisas-document-order)
 ALGORITHM = "block_max_wand"
 QUANT_BITS = 16  # impacts up to 2**16 - 1: a sum of 256 of them is still exact in PISA's float32
 WAND_FILE = f"quantized.q0.bmw.{BLOCK}"
