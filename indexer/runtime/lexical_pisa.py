@@ -305,7 +305,7 @@ def document_order(rows: np.ndarray, tids: np.ndarray, df: np.ndarray, n: int, k
 
 def _holds(tids: np.ndarray, terms: np.ndarray) -> np.ndarray:
     """Which of `tids` are among `terms` (ascending): one comparison pass per term for a query's few terms (a 1 %
-    filter at 10M is ~800,000 entries: a binary search per entry cost 3x these passes), a binary search per entry
+    filter at 10M is ~800,000 entries: a binary search per entry cost 1.6x these passes), a binary search per entry
     for many terms."""
     if not 0 < len(terms) <= HOLDS_PASSES:
         return in_sorted(tids, terms)
