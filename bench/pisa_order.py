@@ -20,6 +20,7 @@ bench/results/pisa-order-<what>-<stamp>.md.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import time
@@ -52,7 +53,7 @@ def relaid(version: Path, out: Path, keys: int) -> Path:
     lens = np.diff(indptr)
     tids = np.load(src / "forward.terms.npy")
     weights = np.load(src / "forward.weights.npy")
-    scale = float(__import__("json").loads((src / "pisa.json").read_text())["scale"])
+    scale = float(json.loads((src / "pisa.json").read_text())["scale"])
     t0 = time.perf_counter()
     saved, lp.ORDER_KEYS = lp.ORDER_KEYS, keys
     try:  # a document's length: its distinct terms (PISA's impacts, not its scorer, give the scores)

@@ -1,5 +1,6 @@
-"""What the `indexer` subcommands share: argument types (`positive_int`, `recall_target`), the `--root` and
-`--threads` arguments, the settings checked before a build starts, and the errors that are the user's to fix."""
+"""What the `indexer` subcommands share: argument types (`positive_int`, `non_negative_int`, `recall_target`), the
+`--root` and `--threads` arguments, the settings checked before a build starts, and the errors that are the user's
+to fix."""
 
 from __future__ import annotations
 
@@ -13,6 +14,13 @@ def positive_int(value: str) -> int:
     n = int(value)
     if n < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, not {n}")
+    return n
+
+
+def non_negative_int(value: str) -> int:
+    n = int(value)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, not {n}")
     return n
 
 

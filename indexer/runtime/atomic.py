@@ -102,7 +102,6 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-
 @contextmanager
 def staging_lock(folder: Path) -> Iterator[None]:
     """Held, shared, while an operation stages a folder or file in `folder` to rename into place (a collection

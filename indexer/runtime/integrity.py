@@ -90,10 +90,7 @@ def new_hasher(algorithm: str) -> Any:  # noqa: ANN401 (an xxhash hasher: update
 
 def file_digest(path: Path, algorithm: str = ALGORITHM) -> tuple[int, str]:
     """(size, hex digest) of one file, read in `CHUNK`-byte pieces into one reused buffer."""
-    try:
-        hasher = _HASHERS[algorithm]()
-    except KeyError:
-        raise IntegrityError(f"unknown checksum algorithm {algorithm!r} (known: {', '.join(_HASHERS)})") from None
+    hasher = new_hasher(algorithm)
     buf = bytearray(CHUNK)
     view = memoryview(buf)
     size = 0

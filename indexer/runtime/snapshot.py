@@ -326,11 +326,8 @@ def _write(root: Path, version: str, manifest: Manifest, handles: dict[str, IO[b
     with open(partial, "wb") as raw:
         out = _HashingWriter(raw)
         with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
-            for rel, fh in handles.items():
-                if rel == MANIFEST:  # covered by its own checksum (checked as it was loaded)
-                    _add(tar, f"{VERSION_PREFIX}{version}/{rel}", fh, os.fstat(fh.fileno()).st_size, files)
-                else:
-                    _add_version_file(tar, version, manifest, rel, fh, files)
+            for rel, fh in handles.items():  # the manifest, which records no checksum of itself, copied as it is
+                _add_version_file(tar, version, manifest, rel, fh, files)
             if log_id is not None:
                 with open(log_copy, "rb") as fh:
                     _add(tar, LOG_MEMBER, fh, os.fstat(fh.fileno()).st_size, files)

@@ -8,7 +8,7 @@ import json
 import math
 from pathlib import Path
 
-from indexer.commands.common import positive_int
+from indexer.commands.common import non_negative_int, positive_int
 from indexer.console import run_cli
 
 
@@ -19,13 +19,6 @@ def positive_rate(value: str) -> float:
     if not 0 < rate < math.inf:
         raise argparse.ArgumentTypeError(f"must be a finite number above 0, not {value}")
     return rate
-
-
-def non_negative_int(value: str) -> int:
-    n = int(value)
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, not {n}")
-    return n
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
