@@ -153,3 +153,31 @@ def test_holds_is_membership_in_the_query_terms_by_passes_or_binary_search() -> 
     for n_terms in (0, 1, 3, lexical_pisa.HOLDS_PASSES, lexical_pisa.HOLDS_PASSES + 1, 200):
         terms = np.unique(rng.integers(0, 500, n_terms)).astype(np.int32)
         assert lexical_pisa._holds(tids, terms).tolist() == np.isin(tids, terms).tolist(), n_terms
+
+
+def test_the_query_algorithm_is_read_when_a_query_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PISA runs `ALGORITHM` as it is when a query runs (block-max WAND by default), so a bench that sets it measures
+    what it set, and the answers are the same under each algorithm."""
+    docs = _zipf_docs(5, 800)
+    index = open_lexical(tmp_path, build_lexical(tmp_path, docs, lexical_info(engine="pisa")))
+    real, asked = lexical_pisa.pisa(), []
+
+    class Recording:
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
+
+        def retrieve(self, context: object, algorithm: str, *args: object, **kwargs: object) -> object:
+            asked.append(algorithm)
+            return real.retrieve(context, algorithm, *args, **kwargs)
+
+    monkeypatch.setattr(lexical_pisa, "pisa", lambda: Recording())
+    assert lexical_pisa.ALGORITHM == "block_max_wand"
+    answers = {}
+    for algorithm in ("block_max_wand", "maxscore", "block_max_maxscore"):
+        monkeypatch.setattr(lexical_pisa, "ALGORITHM", algorithm)
+        asked.clear()
+        answers[algorithm] = index.search("w00x w03x w17x", 10)
+        assert asked and set(asked) == {algorithm}
+    first = answers["block_max_wand"]
+    for got in answers.values():
+        assert got[1].tolist() == first[1].tolist() and got[0].tolist() == first[0].tolist()
