@@ -23,6 +23,7 @@ import numpy as np
 
 from bench import scale_corpus as sc
 from bench.common import load
+from bench.pisa_order import open_pisa_version
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -40,12 +41,12 @@ def main() -> None:
     from indexer.runtime.layout import IndexRoot
     from indexer.runtime.paths import data_dir
     from indexer.runtime.topk import top_k_rows
-    from indexer.runtime.version import IndexVersion
 
     root = IndexRoot(args.root)
-    v = IndexVersion(root.version_dir(root.current_version() or ""), mmap=True)
+    if root.current_version() is None:
+        raise SystemExit(f"{args.root}: no current version (an index root, built: `indexer build --root`)")
+    v = open_pisa_version(root.version_dir(root.current_version() or ""))
     lx = v.lexical
-    assert lx is not None and type(lx).__module__.endswith("lexical_pisa"), "the version's lexical engine is not PISA"
     texts, vecs = sc.held_out(data_dir() / "quora_duplicate_questions.partial.tsv.gz", args.queries)
     variants = [(a, int(d)) for a, d in (x.split(":") for x in args.variants.split(","))]
     names = [f"{a}:{d}" for a, d in variants]

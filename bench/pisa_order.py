@@ -37,6 +37,26 @@ RESULTS = Path(__file__).resolve().parent / "results"
 QUORA = "quora_duplicate_questions.partial.tsv.gz"
 
 
+def open_pisa_version(folder: Path):  # noqa: ANN201 (an IndexVersion, imported late)
+    """The version at `folder`, memory-mapped as served; SystemExit with the reason when it cannot be opened or its
+    lexical engine is not PISA."""
+    from indexer.commands.common import known_errors
+    from indexer.runtime.version import IndexVersion
+
+    if not (folder / "manifest.json").is_file():
+        raise SystemExit(f"{folder}: not a version folder (no manifest.json)")
+    try:
+        v = IndexVersion(folder, mmap=True)
+    except known_errors() as exc:
+        raise SystemExit(f"{folder}: cannot be opened: {exc}") from None
+    engine = v.manifest.lexical.engine if v.manifest.lexical else None
+    if v.lexical is None or engine != "pisa":
+        v.close()
+        raise SystemExit(f"{folder}: its lexical engine is {engine or 'none'}, not pisa (build with "
+                         f"--lexical-engine pisa, or from 1M documents)")
+    return v
+
+
 def relaid(version: Path, out: Path, keys: int) -> Path:
     """`version`'s lexical index with its PISA files laid out again in `out` with `keys` order keys (0: rows)."""
     from indexer.runtime import lexical_pisa as lp
@@ -113,10 +133,8 @@ def on_version(version: Path, n_queries: int, rounds: int) -> list[str]:
     from indexer.runtime import bounded_leg as bl
     from indexer.runtime.lexical import open_lexical
     from indexer.runtime.paths import data_dir
-    from indexer.runtime.version import IndexVersion
 
-    v = IndexVersion(version, mmap=True)
-    assert v.lexical is not None and type(v.lexical).__module__.endswith("lexical_pisa"), "not a PISA version"
+    v = open_pisa_version(version)
     work = version.parent.parent / "pisa-order"
     engines = {"rows": open_lexical(relaid(version, work / "rows", 0), v.lexical.info, mmap=True),
                "ordered": open_lexical(relaid(version, work / "ordered", 5), v.lexical.info, mmap=True)}
