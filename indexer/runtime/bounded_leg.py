@@ -94,6 +94,8 @@ def begin(index: LexicalIndex, query: str, k: int, *, allowed_rows: np.ndarray |
     documents holding a selective term (to `complete`)."""
     terms = index.analyzer.terms(query)
     selective = plan(index, terms, bounded_from, filtered=allowed_rows is not None)
+    if allowed_rows is not None and index.prepared(allowed_rows):  # a filter's own postings: exact and cheap
+        selective = None
     if selective is None or k <= 0 or (allowed_rows is not None and not allowed_rows.size):
         scores, ids = index.search(query, k, allowed_rows=allowed_rows, excluded=excluded)
         return LexicalLeg(scores, ids, k)

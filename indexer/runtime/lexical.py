@@ -332,6 +332,17 @@ class LexicalIndex(ABC):
         """(scores, rows) of those of `rows` (sorted, unique) sharing a term with `terms`, by BM25, in any order."""
         raise NotImplementedError(f"the {self.info.engine} engine has no bounded lexical leg")
 
+    # -- a filter used again (`IndexVersion.match`): an engine that can make its searches among the same rows cheaper
+    # prepares them, off the request path, for as long as that rows array lives; the answers do not change.
+    def prepare_rows(self, rows: np.ndarray) -> bool:
+        """Prepare searches among `rows` (`rows_of`'s, this very array); whether they are prepared now."""
+        return False
+
+    def prepared(self, rows: np.ndarray) -> bool:
+        """Whether searches among `rows` (this very array) are prepared: an exact answer then costs less than
+        hybrid's bounded leg (`bounded_leg.begin` takes the exact one)."""
+        return False
+
     # -- shared -----------------------------------------------------------------------------------------------------
     @property
     def ntotal(self) -> int:

@@ -58,6 +58,7 @@ from types import ModuleType
 
 import numpy as np
 
+from indexer.runtime.forward_index import ForwardIndex, Query, RowPostings, RowPostingsCache
 from indexer.runtime.lexical import LexicalError, LexicalIndex
 from indexer.runtime.manifest import LexicalInfo
 from indexer.runtime.rowsets import in_sorted
@@ -73,9 +74,12 @@ ALGORITHM = "block_max_wand"
 QUANT_BITS = 16  # impacts up to 2**16 - 1: a sum of 256 of them is still exact in PISA's float32
 WAND_FILE = f"quantized.q0.bmw.{BLOCK}"
 INDEX_FILE = f"{WAND_FILE}.{ENCODING}"
-FORWARD = ("indptr", "terms", "weights")
 FORWARD_MAX = 100_000  # a filter matching at most this many rows is scored from the forward index
-HOLDS_PASSES = 12  # up to this many query terms, a row's terms are matched by a pass per term (`_holds`)
+# A filter used again, matching at most this share of the documents, gets its rows' postings (`prepare_rows`): at 10M,
+# per query, 1 % 0.6 ms against the forward index's 14-17 and the bounded leg's 14; 3 % 1.4 against 7-10; 10 % 4.3,
+# no better than the bounded leg's 4.0 (docs/decisions.md#a-filters-postings)
+POSTINGS_SHARE = 0.05
+POSTINGS_BYTES = 256 << 20  # the engine's `RowPostingsCache` (one filter's postings: at most a quarter of it)
 WIDE_SIGMAS = 5  # a wider filter: read deep enough for k + 5·sqrt(k) + 5 matches on average (see lexical_tantivy)
 THREADS = 2  # PISA releases the GIL only when asked for more than one thread (one query takes one of them)
 # Hybrid's bounded leg: PISA's top this many (at least the leg's k), no deeper (docs/decisions.md#pisa-and-hybrids-
@@ -155,7 +159,8 @@ class Engine(LexicalIndex):
         self.words: list[str] = []
         self.vocab: dict[str, int] = {}
         self.df = np.zeros(0, np.int64)
-        self.forward = {name: np.load(self.folder / f"forward.{name}.npy", mmap_mode="r") for name in FORWARD}
+        self.forward = ForwardIndex(self.folder)
+        self.postings = RowPostingsCache(POSTINGS_BYTES)
         if not meta["terms"]:
             return
         self.words = (self.folder / "fwd.terms").read_text().split("\n")[:-1]
@@ -192,24 +197,23 @@ class Engine(LexicalIndex):
 
     def score_rows(self, terms: list[str], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Exact BM25 of `rows` (sorted) from the forward index: those sharing a term with the query."""
-        query = self._query(terms)
-        if not query or not len(rows):
-            return np.zeros(0, np.float32), np.zeros(0, np.int64)
-        rows = np.asarray(rows, np.int64)
-        indptr = self.forward["indptr"]
-        start, stop = indptr[rows], indptr[rows + 1]
-        sizes = stop - start
-        at = np.repeat(start - np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes) + np.arange(int(sizes.sum()))
-        owner = np.repeat(np.arange(len(rows)), sizes)
-        qt = np.fromiter(query, np.int32, count=len(query))
-        order = np.argsort(qt)
-        qt, qc = qt[order], np.fromiter(query.values(), np.float64, count=len(query))[order]
-        tids = np.asarray(self.forward["terms"][at])
-        hit = _holds(tids, qt)
-        weights = np.asarray(self.forward["weights"][at[hit]], np.float64) * qc[np.searchsorted(qt, tids[hit])]
-        scores = np.bincount(owner[hit], weights, minlength=len(rows))
-        keep = scores > 0
-        return scores[keep].astype(np.float32), rows[keep]
+        return self.forward.score_rows(Query.of(self._query(terms)), np.asarray(rows, np.int64))
+
+    def prepare_rows(self, rows: np.ndarray) -> bool:
+        """A filter used again: its rows' postings (`RowPostings`), if it matches at most `POSTINGS_SHARE` of the
+        documents and they fit a quarter of the cache, kept while `rows` lives; its searches then read only their
+        terms' postings among its rows, exactly."""
+        if not self.ntotal:  # nothing was opened: no search reads a filter's rows
+            return False
+        if self.postings.get(rows) is not None:
+            return True
+        if len(rows) > POSTINGS_SHARE * self.ntotal or self.forward.n_entries(rows) * 8 > POSTINGS_BYTES // 4:
+            return False
+        self.postings.put(rows, RowPostings.build(self.forward, rows))
+        return self.postings.get(rows) is not None
+
+    def prepared(self, rows: np.ndarray) -> bool:
+        return self.ntotal > 0 and self.postings.get(rows) is not None
 
     def selective_top_rows(self, terms: list[str], selective: list[str], k: int, allowed_rows: np.ndarray | None,
                            excluded_rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -240,6 +244,8 @@ class Engine(LexicalIndex):
         query = self._query(terms)
         if not query:
             return np.zeros(0, np.float32), np.zeros(0, np.int64)
+        if (postings := self.postings.get(allowed_rows)) is not None:
+            return top_k_rows(*postings.score(Query.of(query), excluded_rows), k)
         if allowed_rows is not None and len(allowed_rows) <= FORWARD_MAX:
             rows = allowed_rows
             if excluded_rows is not None:
@@ -303,18 +309,6 @@ def document_order(rows: np.ndarray, tids: np.ndarray, df: np.ndarray, n: int, k
     return np.lexsort(columns[::-1]).astype(np.int64)  # stable: ties keep row order
 
 
-def _holds(tids: np.ndarray, terms: np.ndarray) -> np.ndarray:
-    """Which of `tids` are among `terms` (ascending): one comparison pass per term for a query's few terms (a 1 %
-    filter at 10M is ~800,000 entries: a binary search per entry cost 1.6x these passes), a binary search per entry
-    for many terms."""
-    if not 0 < len(terms) <= HOLDS_PASSES:
-        return in_sorted(tids, terms)
-    hit = tids == terms[0]
-    for term in terms[1:]:
-        hit |= tids == term
-    return hit
-
-
 def _rows(names: np.ndarray) -> np.ndarray:
     """PISA's document names (the rows, as text) as rows: parsed in one pass, not one `int` per name."""
     if not len(names):
@@ -352,8 +346,7 @@ def _write(out: Path, words: list[str], rows: np.ndarray, tids: np.ndarray, tf: 
     weights = (idf[tids] * tf / (tf + info.k1 * ((1 - info.b) + info.b * dl[rows] / max(avgdl, 1e-12)))
                ).astype(np.float32)
     indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n))]).astype(np.int64)
-    for name, arr in zip(FORWARD, (indptr, tids.astype(np.int32), weights), strict=True):
-        np.save(out / f"forward.{name}.npy", arr)
+    ForwardIndex.save(out, indptr, tids, weights)
     scale = (2**QUANT_BITS - 1) / float(weights.max()) if v else 0.0
     (out / "pisa.json").write_text(json.dumps({"scale": scale, "terms": v, "order": f"common terms ({ORDER_KEYS})"}))
     if not v:  # no document has a term: nothing for PISA to index, nothing will match

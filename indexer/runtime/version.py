@@ -54,8 +54,7 @@ class Hit:
 
 def hits_from_store(store: Store, scores: np.ndarray, ids: np.ndarray, passages: bool = False) -> list[list[Hit]]:
     """Per query, the hits of a (scores, ids) search answer with their stored documents, without the -1 padding;
-    with `passages`, a passage row's hit is its document's (`StoredDoc.as_passage`: read once per row), each hit
-    built once."""
+    with `passages`, a passage row's hit is its document's (`StoredDoc.as_passage`: read once per row)."""
     docs = store.documents(ids.ravel().tolist())
     out = []
     for srow, irow in zip(scores, ids, strict=True):
@@ -83,11 +82,11 @@ class FilterMatch:
     _rows: list[np.ndarray] = field(default_factory=list, compare=False, repr=False)  # `lexical_rows`, once found
     key: str = ""  # its `FilterCache.key` (the sharded backend's shards cache their share of it by this key)
     codes_tried: bool = False  # whether its matches' codes were gathered, or found not worth it (`IndexVersion`)
+    rows_tried: bool = False  # whether its lexical rows were prepared (`LexicalIndex.prepare_rows`), or tried
 
     @property
     def nbytes(self) -> int:
-        """Memory held: the ids, their lexical rows (when looked up) and what the index prepared of them
-        (selector, gathered codes)."""
+        """Memory held: the ids, their lexical rows once found, what the index prepared of them (selector, codes)."""
         return 2 * self.ids.nbytes + (getattr(self.prepared, "nbytes", 0) if self.prepared is not None else 0)
 
     def lexical_rows(self, rows_of: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
@@ -321,7 +320,7 @@ class IndexVersion(LexicalSearching):
         key = FilterCache.key(flt)
         cached = self.filters.get(key)
         if cached is not None:
-            if not cached.codes_tried:
+            if not cached.codes_tried or (cached._rows and not cached.rows_tried):
                 self._gather_later(key, cached)
             return cached
         ids = self.store.filter_ids(flt, schema)
@@ -330,12 +329,16 @@ class IndexVersion(LexicalSearching):
         return found
 
     def _gather_later(self, key: str, cached: FilterMatch) -> None:
-        """A filter used again: its matches' codes gathered if few (`AnnIndex.with_codes`), on this version's one
-        gathering thread, into the cache. Requests until then walk the lists as the first one did: a gathering
-        costs about two list walks (docs/decisions.md), which no request waits for."""
+        """A filter used again: its matches' codes gathered if few (`AnnIndex.with_codes`) and its lexical rows, once
+        found, prepared (`LexicalIndex.prepare_rows`), on this version's one gathering thread, into the cache. Until
+        then requests search as the first did: a gathering costs ~two list walks, a 1 % filter's postings at 10M ~five
+        lexical searches (docs/decisions.md), which no request waits for."""
         def gather() -> None:
             assert cached.prepared is not None
-            done = FilterMatch(cached.ids, self.ann.with_codes(cached.prepared), cached._rows, codes_tried=True)
+            prepared = cached.prepared if cached.codes_tried else self.ann.with_codes(cached.prepared)
+            if (rows_tried := bool(cached._rows)) and self.lexical is not None:
+                self.lexical.prepare_rows(cached._rows[0])  # kept by the engine while the rows array lives
+            done = FilterMatch(cached.ids, prepared, cached._rows, codes_tried=True, rows_tried=rows_tried)
             if self.filters.get(key) is cached:  # not evicted meanwhile
                 self.filters.put(key, done)
 

@@ -236,7 +236,7 @@ def test_top_k_is_the_full_sort_ties_by_id_on_a_corpus_with_many_ties(tmp_path: 
     """Large enough for bm25s's sampled threshold (`lexical_bm25s._candidates`) to be used, with a small vocabulary
     so that many scores tie: every answer equals a full sort by (score, FAISS id) of the scores by hand, filtered
     (tantivy: as a query clause, and read deeper past `TERM_SET_MAX` matches; pisa: scored from its forward index, and
-    over-fetched past `FORWARD_MAX`) or not, tombstones skipped."""
+    over-fetched past `FORWARD_MAX`, or through its own postings once prepared) or not, tombstones skipped."""
     rng = np.random.default_rng(7)
     words = ["alpha", "beta", "gamma", "delta", "omega", "kappa", "sigma", "theta"]
     fids = rng.choice(10**6, 6000, replace=False)
@@ -244,6 +244,8 @@ def test_top_k_is_the_full_sort_ties_by_id_on_a_corpus_with_many_ties(tmp_path: 
     index = open_lexical(tmp_path, build_lexical(tmp_path, docs, lexical_info(engine=engine)))
     allowed = np.sort(rng.choice(fids, 2000, replace=False))
     excluded = rng.choice(fids, 300, replace=False)
+    monkeypatch.setattr(lexical_pisa, "POSTINGS_SHARE", 1.0)  # a third of the documents: prepared all the same
+    prepared = 0
     for q in ["alpha", "beta gamma", "omega omega kappa", "theta sigma alpha delta"]:
         ref = ref_of(index, q, docs)
         # tantivy: the filter as a query clause, then read deeper; pisa: scored from its forward index, or over-fetched
@@ -261,6 +263,11 @@ def test_top_k_is_the_full_sort_ties_by_id_on_a_corpus_with_many_ties(tmp_path: 
                     scores, ids = index.search(q, k, allowed=keep, excluded=drop)
                     assert ids.tolist() == want, (q, k, keep is None, drop is None)
                     assert scores.tolist() == pytest.approx([cand[f] for f in want], rel=1e-5)
+                    if keep is not None and index.prepare_rows(rows := index.rows_of(keep)):
+                        prepared += 1  # pisa: the filter's own postings (`lexical_pisa.Engine.prepare_rows`)
+                        again = index.search(q, k, allowed_rows=rows, excluded=drop)
+                        assert again[1].tolist() == ids.tolist() and again[0].tolist() == scores.tolist()
+    assert prepared > 0 if engine == "pisa" else prepared == 0
 
 
 def test_tantivy_pruning_and_wide_filters_give_the_full_sort(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

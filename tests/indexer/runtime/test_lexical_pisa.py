@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from indexer.runtime import lexical, lexical_pisa
+from indexer.runtime import bounded_leg, lexical, lexical_pisa
 from indexer.runtime.lexical import LEXICAL_DIR, LexicalError, build_lexical, choose_engine, lexical_info, open_lexical
 from tests.indexer.runtime.test_lexical import ref_of
 
@@ -145,16 +145,6 @@ def test_answers_are_the_same_in_document_order_and_row_order(tmp_path: Path, mo
         assert got[0][1].tolist() == got[1][1].tolist() and got[0][0].tolist() == got[1][0].tolist()
 
 
-def test_holds_is_membership_in_the_query_terms_by_passes_or_binary_search() -> None:
-    """`_holds` (which forward-index entries are query terms) equals a membership test for few terms (a pass per
-    term), many terms (a binary search per entry) and none."""
-    rng = np.random.default_rng(2)
-    tids = rng.integers(0, 500, 20_000).astype(np.int32)
-    for n_terms in (0, 1, 3, lexical_pisa.HOLDS_PASSES, lexical_pisa.HOLDS_PASSES + 1, 200):
-        terms = np.unique(rng.integers(0, 500, n_terms)).astype(np.int32)
-        assert lexical_pisa._holds(tids, terms).tolist() == np.isin(tids, terms).tolist(), n_terms
-
-
 def test_the_query_algorithm_is_read_when_a_query_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """PISA runs `ALGORITHM` as it is when a query runs (block-max WAND by default), so a bench that sets it measures
     what it set, and the answers are the same under each algorithm."""
@@ -181,3 +171,45 @@ def test_the_query_algorithm_is_read_when_a_query_runs(tmp_path: Path, monkeypat
     first = answers["block_max_wand"]
     for got in answers.values():
         assert got[1].tolist() == first[1].tolist() and got[0].tolist() == first[0].tolist()
+
+
+def test_a_filter_used_again_is_searched_through_its_own_postings_with_the_same_answers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`prepare_rows` gives a filter of at most `POSTINGS_SHARE` of the documents its own postings, held for that
+    very rows array (an equal copy is not prepared); its searches then read neither PISA nor the forward index's
+    rows, exact and hybrid's leg alike (the leg exact: `bounded_leg.begin`), with tombstones, and answer exactly as
+    before. A wider filter and an index of no documents are not prepared."""
+    docs = _zipf_docs(8, 3000)
+    index = open_lexical(tmp_path, build_lexical(tmp_path, docs, lexical_info(engine="pisa")))
+    fids = np.array(sorted(f for f, _ in docs), np.int64)
+    rows = index.rows_of(fids[::25])  # 120 of 3,000: 4 %
+    assert not index.prepare_rows(index.rows_of(fids[::19]))  # 158: over 5 %
+    excluded = fids[1::50]
+    queries = ["w00x w01x w30x", "w00x w00x w02x w25x w39x", "w03x w17x", "w00x", "nothing here"]
+    before = {(q, k, drop is None): index.search(q, k, allowed_rows=rows, excluded=drop)
+              for q in queries for k in (1, 10, 200) for drop in (None, excluded)}
+    legs = {q: bounded_leg.begin(index, q, 10, allowed_rows=rows, excluded=excluded, bounded_from=0)
+            for q in queries}
+    assert any(leg.bounded for leg in legs.values())
+    assert index.prepare_rows(rows) and index.prepared(rows) and not index.prepared(rows.copy())
+
+    def not_read(*args: object) -> None:
+        raise AssertionError("a prepared filter's search read PISA or the forward index's rows")
+
+    monkeypatch.setattr(lexical_pisa.Engine, "_candidates", not_read)
+    monkeypatch.setattr(index.forward, "score_rows", not_read)
+    for (q, k, unexcluded), (scores, ids) in before.items():
+        got = index.search(q, k, allowed_rows=rows, excluded=None if unexcluded else excluded)
+        assert got[1].tolist() == ids.tolist() and got[0].tolist() == scores.tolist(), (q, k)
+    for q, leg in legs.items():
+        exact = bounded_leg.begin(index, q, 10, allowed_rows=rows, excluded=excluded, bounded_from=0)
+        want = index.search(q, 10, allowed_rows=rows, excluded=excluded)
+        assert not exact.bounded and exact.ids.tolist() == want[1].tolist()
+        if leg.bounded:
+            monkeypatch.undo()  # completing the bounded leg scores the dense candidates from the forward index
+            done = bounded_leg.complete(index, leg, want[1])
+            assert done[1].tolist() == want[1].tolist() and done[0].tolist() == want[0].tolist(), q
+            monkeypatch.setattr(lexical_pisa.Engine, "_candidates", not_read)
+            monkeypatch.setattr(index.forward, "score_rows", not_read)
+    empty = open_lexical(tmp_path / "e", build_lexical(tmp_path / "e", [], lexical_info(engine="pisa")))
+    assert not empty.prepare_rows(np.zeros(0, np.int64))

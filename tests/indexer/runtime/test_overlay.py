@@ -331,25 +331,28 @@ def test_lexical_search_over_the_overlay_equals_bm25_over_what_is_served(tmp_pat
     live.close()
 
 
-def kites(tmp_path: Path) -> tuple[dict[int | str, np.ndarray], LiveIndex]:
-    """`make_version`'s version with a lexical index of "kite <i>" texts, served live."""
+def kites(tmp_path: Path, engine: str = "auto") -> tuple[dict[int | str, np.ndarray], LiveIndex]:
+    """`make_version`'s version with a lexical index of "kite <i>" texts (by `engine`), served live."""
     from indexer.runtime.lexical import build_lexical, lexical_info
 
     folder = tmp_path / "v1"
     served, fid_of = make_version(folder)
-    info = build_lexical(folder, [(fid_of[e], f"kite {i}") for i, e in enumerate(served)], lexical_info())
+    info = build_lexical(folder, [(fid_of[e], f"kite {i}") for i, e in enumerate(served)],
+                         lexical_info(engine=engine))
     manifest = Manifest.load(folder)
     manifest.lexical = info
     manifest.save(folder)
     return served, LiveIndex(IndexVersion(folder))
 
 
-def test_a_cached_filter_match_still_honours_later_writes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["auto", "pisa"])
+def test_a_cached_filter_match_still_honours_later_writes(tmp_path: Path, engine: str) -> None:
     """A filter's base matches are cached per version, with the matching vectors gathered once it is used again
-    (few match: exact search over their codes); writes after that are applied at every search: a base document
-    written with metadata that no longer matches leaves the next filtered answer, one written to match joins it, a
-    deleted one leaves — in dense and lexical search alike, while the cached base match is reused."""
-    served, live = kites(tmp_path)
+    (few match: exact search over their codes) and, on PISA, its lexical rows given their own postings once a
+    lexical search has found them; writes after that are applied at every search: a base document written with
+    metadata that no longer matches leaves the next filtered answer, one written to match joins it, a deleted one
+    leaves — in dense and lexical search alike, while the cached base match is reused."""
+    served, live = kites(tmp_path, engine)
     flt = {"n": {"lt": 10}}  # 10 of 400 base documents
     q = served[40][None, :]  # document 40 (n=4) is its own nearest neighbour
     assert live.match(flt).base.prepared.gathered is None  # a filter seen once: the lists' exact search
@@ -370,6 +373,13 @@ def test_a_cached_filter_match_still_honours_later_writes(tmp_path: Path) -> Non
                         LogEntry(4, DELETE, 60, None, {}, None, "sha")])  # n=6: deleted
     again = live.match(flt)
     assert again.base is first.base  # the cached match, not recomputed
+    if engine == "pisa":  # its rows, found by the lexical search above, prepared on the version's own thread
+        rows, base = again.base._rows[0], live.base.lexical
+        for _ in range(200):
+            if base.prepared(rows):
+                break
+            time.sleep(0.01)
+        assert base.prepared(rows) and live.match(flt).base.rows_tried
     dense = live.hits(*live.search(q, 12, again))[0]
     lexical = live.hits(*[x[None, :] for x in live.lexical_search(["kite"], 50, again)[0]])[0]
     for hits in (dense, lexical):
