@@ -5,7 +5,7 @@ inside the engine (block-max WAND over per-block score bounds; MaxScore and bloc
                             name, its row: PISA's documents are the rows in `document_order`; quantized.q0.bmw.64:
                             the per-term and per-block score bounds; quantized.q0.bmw.64.block_simdbp: the
                             postings), fwd.terms (the vocabulary as text), df.npy (each term's document frequency),
-                            forward.*.npy (each row's terms and exact BM25 weights, CSR) and pisa.json (the
+                            forward.*.npy (each row's terms and exact BM25 weights: `forward_index`) and pisa.json (the
                             quantisation scale and the order), beside the seam's rows.npy and stats.json
 
 PISA comes from the `pyterrier-pisa` wheel (manylinux, no JVM: only its compiled `_pisathon` module is loaded, not
@@ -26,10 +26,12 @@ WAND skips by, is tight (docs/decisions.md#pisas-document-order). PISA names eac
 back as rows. Exact answers do not depend on the order; the bounded leg's can only in which of the documents tied
 at its depth PISA keeps (the first ids of a tie).
 
-**Filters.** PISA has none. A filter matching at most `FORWARD_MAX` rows is scored from the forward index directly
-(its rows' terms read, no postings: exact, ~8 entries a document); a wider one over-fetches PISA's top hits deep
-enough that k of them match at its selectivity (as the tantivy engine does), deeper again until k match or every
-scoring document was read. Tombstones are skipped the same way.
+**Filters.** PISA has none. A filter used again, matching at most `POSTINGS_SHARE` of the documents, gets its own
+postings (`prepare_rows`: its rows' forward entries inverted, `forward_index.RowPostings`), and its searches read
+only their terms' postings among its rows, exactly (hybrid's leg too). Before that, a filter matching at most
+`FORWARD_MAX` rows is scored from the forward index directly (its rows' terms read: exact, ~8 entries a document); a
+wider one over-fetches PISA's top hits deep enough that k of them match at its selectivity (as the tantivy engine
+does), deeper again until k match or every scoring document was read. Tombstones are skipped the same way.
 
 **Hybrid's lexical leg** (`bounded_leg`, where a query reads more than `BOUNDED_FROM` postings) is pruned inside
 PISA and read once: `selective_top_rows` asks PISA for its top `PRUNED_DEPTH` (at least k) by `ALGORITHM` over the
