@@ -45,6 +45,7 @@ import Stemmer
 from indexer.runtime.analysed import Recorder, Reuse
 from indexer.runtime.manifest import LexicalInfo
 from indexer.runtime.progress import Progress
+from indexer.runtime.rowsets import ascending_unique
 
 log = logging.getLogger(__name__)
 
@@ -334,8 +335,7 @@ class LexicalIndex(ABC):
 
     # -- a filter used again (`IndexVersion.match`): an engine that can make its searches among the same rows cheaper
     # prepares them, off the request path, for as long as that rows array lives; the answers do not change.
-    def prepare_rows(self, rows: np.ndarray) -> bool:
-        """Prepare searches among `rows` (`rows_of`'s, this very array); whether they are prepared now."""
+    def prepare_rows(self, rows: np.ndarray) -> bool:  # prepares searches among this very array: True once done
         return False
 
     def prepared(self, rows: np.ndarray) -> bool:
@@ -349,12 +349,20 @@ class LexicalIndex(ABC):
         return int(self.fids.size)
 
     def rows_of(self, fids: np.ndarray) -> np.ndarray:
-        """The rows of those FAISS ids that this index holds (ascending)."""
+        """The rows of those FAISS ids that this index holds (ascending). Where its ids are one run (0..n-1, or all
+        assigned), a row is its id's offset, no binary search (100,000 cost ~20 ms at 10M: a new filter's)."""
         fids = np.asarray(fids, dtype=np.int64)
-        if not len(self.fids) or not len(fids):
+        n = len(self.fids)
+        if not n or not len(fids):
             return np.zeros(0, np.int64)
-        rows = np.minimum(np.searchsorted(self.fids, fids), len(self.fids) - 1)
-        return np.unique(rows[self.fids[rows] == fids])
+        first = int(self.fids[0])
+        if int(self.fids[-1]) - first == n - 1:  # ascending and unique: one run of ids
+            rows = fids - first
+            rows = rows[(rows >= 0) & (rows < n)]
+        else:
+            rows = np.minimum(np.searchsorted(self.fids, fids), n - 1)
+            rows = rows[self.fids[rows] == fids]
+        return ascending_unique(rows)
 
     def search(self, query: str, k: int, *, allowed: np.ndarray | None = None, excluded: np.ndarray | None = None,
                allowed_rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -16,3 +16,15 @@ def in_sorted(values: np.ndarray, ascending: np.ndarray) -> np.ndarray:
         return np.zeros(values.shape, bool)
     at = np.minimum(np.searchsorted(ascending, values), len(ascending) - 1)
     return np.asarray(ascending[at] == values)
+
+
+def ascending_unique(values: np.ndarray) -> np.ndarray:
+    """`np.unique(values)`, in one pass when they are already ascending (a sorted filter's ids or rows: np.unique
+    sorts them again, 10 ms for 100,000)."""
+    values = np.asarray(values)
+    if len(values) < 2 or not bool((values[1:] >= values[:-1]).all()):
+        return np.unique(values)
+    keep = np.empty(len(values), bool)
+    keep[0] = True
+    np.not_equal(values[1:], values[:-1], out=keep[1:])
+    return values[keep]

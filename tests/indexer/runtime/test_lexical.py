@@ -26,6 +26,7 @@ from indexer.runtime.lexical import (
     open_lexical,
 )
 from indexer.runtime.lexical_overlay import LexicalOverlay
+from indexer.runtime.rowsets import ascending_unique
 
 DOCS = [
     (10, "How do I learn Python programming quickly?"),
@@ -388,3 +389,26 @@ def test_top_k_rows_is_the_best_k_by_score_then_row_whatever_the_ties(dtype: typ
         want = sorted(((-float(s), int(r)) for s, r in zip(scores, rows, strict=True) if s > 0))[:k]
         assert got_r.tolist() == [r for _, r in want] and got_s.tolist() == [-s for s, _ in want]
         assert got_s.dtype == dtype and got_r.dtype == np.int64
+
+
+@pytest.mark.parametrize("ids", ["run", "gaps"])
+def test_rows_of_finds_the_rows_of_held_ids_whatever_is_asked(tmp_path: Path, ids: str) -> None:
+    """`rows_of` gives the ascending, unique rows of the asked FAISS ids that the index holds, with ids asked
+    unsorted, twice, or not held (below, inside the gaps, above), whether the index's ids are one run (a row is its
+    id's offset) or not (a binary search)."""
+    gappy = np.sort(np.random.default_rng(4).choice(10**6, 300, replace=False))
+    fids = np.arange(1000, 1300) if ids == "run" else gappy
+    index = open_lexical(tmp_path, build_lexical(tmp_path, [(int(f), f"word{f % 7}") for f in fids], lexical_info()))
+    assert index.fids.tolist() == fids.tolist()
+    rng = np.random.default_rng(5)
+    for asked in (fids[::3], fids[::-5], np.concatenate([fids[10:20], fids[10:20]]), np.array([-1, 0, 999, 10**7]),
+                  rng.integers(0, 10**6, 500), rng.integers(990, 1310, 200), np.zeros(0, np.int64), fids):
+        want = np.flatnonzero(np.isin(fids, asked))
+        assert index.rows_of(np.asarray(asked)).tolist() == want.tolist(), asked[:5]
+
+
+def test_ascending_unique_is_np_unique() -> None:
+    rng = np.random.default_rng(6)
+    for values in (np.zeros(0, np.int64), np.array([3]), np.array([1, 1, 2, 5, 5, 5, 9]), np.array([4, 2, 2, 7]),
+                   np.sort(rng.integers(0, 50, 400)), rng.integers(0, 50, 400)):
+        assert ascending_unique(values).tolist() == np.unique(values).tolist()
