@@ -28,10 +28,11 @@ at its depth PISA keeps (the first ids of a tie).
 
 **Filters.** PISA has none. A filter used again, matching at most `POSTINGS_SHARE` of the documents, gets its own
 postings (`prepare_rows`: its rows' forward entries inverted, `forward_index.RowPostings`), and its searches read
-only their terms' postings among its rows, exactly (hybrid's leg too). Before that, a filter matching at most
-`FORWARD_MAX` rows is scored from the forward index directly (its rows' terms read: exact, ~8 entries a document); a
-wider one over-fetches PISA's top hits deep enough that k of them match at its selectivity (as the tantivy engine
-does), deeper again until k match or every scoring document was read. Tombstones are skipped the same way.
+only their terms' postings among its rows, exactly (hybrid's leg too). Before that, a filter of at most
+`FORWARD_MAX` rows is scored from the forward index (its rows' terms read: exact, ~8 entries a document) where PISA
+would be read deeper than `OVERFETCH_SHARE` of its rows; otherwise PISA's top hits are over-fetched deep enough that
+k of them match at its selectivity (as the tantivy engine does), deeper until k match or every scoring document was
+read. Tombstones are skipped the same way.
 
 **Hybrid's lexical leg** (`bounded_leg`, where a query reads more than `BOUNDED_FROM` postings) is pruned inside
 PISA and read once: `selective_top_rows` asks PISA for its top `PRUNED_DEPTH` (at least k) by `ALGORITHM` over the
@@ -76,10 +77,13 @@ ALGORITHM = "block_max_wand"
 QUANT_BITS = 16  # impacts up to 2**16 - 1: a sum of 256 of them is still exact in PISA's float32
 WAND_FILE = f"quantized.q0.bmw.{BLOCK}"
 INDEX_FILE = f"{WAND_FILE}.{ENCODING}"
-FORWARD_MAX = 100_000  # a filter matching at most this many rows is scored from the forward index
-# A filter used again, matching at most this share of the documents, gets its rows' postings (`prepare_rows`): at 10M,
-# per query, 1 % 0.6 ms against the forward index's 14-17 and the bounded leg's 14; 3 % 1.4 against 7-10; 10 % 4.3,
-# no better than the bounded leg's 4.0 (docs/decisions.md#a-filters-postings)
+# A filter matching at most FORWARD_MAX rows is scored from the forward index, unless PISA's over-fetch for it reads
+# at most OVERFETCH_SHARE of its row count (10M, 1 % filter, block-max WAND: top 10, a read of 3,100, p50 / p99 6.7 /
+# 15 ms against the forward index's 15 / 34; top 100, a read of 15,500, 18 / 26 against 15 / 30)
+FORWARD_MAX = 100_000
+OVERFETCH_SHARE = 0.1
+# A filter used again, of at most this share of the documents, gets its own postings (`prepare_rows`): at 10M, p50
+# 1 % 0.4 ms, 13 for the bounded leg; 10 % 3.7, no better than its 4.0 (docs/decisions.md#a-filters-postings)
 POSTINGS_SHARE = 0.05
 POSTINGS_BYTES = 256 << 20  # the engine's `RowPostingsCache` (one filter's postings: at most a quarter of it)
 WIDE_SIGMAS = 5  # a wider filter: read deep enough for k + 5·sqrt(k) + 5 matches on average (see lexical_tantivy)
@@ -248,12 +252,19 @@ class Engine(LexicalIndex):
             return np.zeros(0, np.float32), np.zeros(0, np.int64)
         if (postings := self.postings.get(allowed_rows)) is not None:
             return top_k_rows(*postings.score(Query.of(query), excluded_rows), k)
-        if allowed_rows is not None and len(allowed_rows) <= FORWARD_MAX:
+        n_excl = 0 if excluded_rows is None else len(excluded_rows)
+        if allowed_rows is not None and len(allowed_rows) <= FORWARD_MAX and \
+                self._depth(k, n_excl, allowed_rows) > OVERFETCH_SHARE * len(allowed_rows):
             rows = allowed_rows
             if excluded_rows is not None:
                 rows = rows[~in_sorted(rows, excluded_rows)]
             return top_k_rows(*self.score_rows(terms, rows), k)
         return self._pruned(terms, query, k, allowed_rows, excluded_rows)
+
+    def _depth(self, k: int, n_excl: int, allowed_rows: np.ndarray) -> int:
+        """PISA's first read for a filter: deep enough that k of its hits match, at the filter's selectivity."""
+        want = k + n_excl + WIDE_SIGMAS * math.sqrt(k + n_excl) + 5
+        return math.ceil(want * self.ntotal / max(len(allowed_rows), 1)) + 1
 
     def _pruned(self, terms: list[str], query: dict[int, int], k: int, allowed_rows: np.ndarray | None,
                 excluded_rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -261,10 +272,7 @@ class Engine(LexicalIndex):
         words = {self.words[t]: float(c) for t, c in query.items()}
         error = sum(query.values()) / self.scale * (1 + 1e-6)  # the largest quantisation error of a document
         n_excl = 0 if excluded_rows is None else len(excluded_rows)
-        limit = k + n_excl + 1
-        if allowed_rows is not None:  # deep enough that k of the hits match, at the filter's selectivity
-            want = k + n_excl + WIDE_SIGMAS * math.sqrt(k + n_excl) + 5
-            limit = math.ceil(want * self.ntotal / max(len(allowed_rows), 1)) + 1
+        limit = k + n_excl + 1 if allowed_rows is None else self._depth(k, n_excl, allowed_rows)
         while True:
             limit = min(self.ntotal, limit)
             quantised, rows = self._candidates(query, words, limit)

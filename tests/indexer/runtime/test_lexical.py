@@ -236,8 +236,8 @@ def test_top_k_is_the_full_sort_ties_by_id_on_a_corpus_with_many_ties(tmp_path: 
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Large enough for bm25s's sampled threshold (`lexical_bm25s._candidates`) to be used, with a small vocabulary
     so that many scores tie: every answer equals a full sort by (score, FAISS id) of the scores by hand, filtered
-    (tantivy: as a query clause, and read deeper past `TERM_SET_MAX` matches; pisa: scored from its forward index, and
-    over-fetched past `FORWARD_MAX`, or through its own postings once prepared) or not, tombstones skipped."""
+    (tantivy: as a query clause, and read deeper past `TERM_SET_MAX` matches; pisa: scored from its forward index, or
+    over-fetched (`OVERFETCH_SHARE`), or through its own postings once prepared) or not, tombstones skipped."""
     rng = np.random.default_rng(7)
     words = ["alpha", "beta", "gamma", "delta", "omega", "kappa", "sigma", "theta"]
     fids = rng.choice(10**6, 6000, replace=False)
@@ -251,7 +251,8 @@ def test_top_k_is_the_full_sort_ties_by_id_on_a_corpus_with_many_ties(tmp_path: 
         ref = ref_of(index, q, docs)
         # tantivy: the filter as a query clause, then read deeper; pisa: scored from its forward index, or over-fetched
         module, knob, values = {"tantivy": (lexical_tantivy, "TERM_SET_MAX", (50_000, 100)),
-                                "pisa": (lexical_pisa, "FORWARD_MAX", (100_000, 0))}.get(engine, (None, "", (0,)))
+                                "pisa": (lexical_pisa, "OVERFETCH_SHARE", (0.0, math.inf))
+                                }.get(engine, (None, "", (0,)))
         for value in values:
             if module is not None:
                 monkeypatch.setattr(module, knob, value)
