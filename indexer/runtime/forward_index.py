@@ -52,7 +52,8 @@ class ForwardIndex:
     """The forward index in `folder` (`FORWARD`'s arrays, memory-mapped)."""
 
     def __init__(self, folder: Path) -> None:
-        self.indptr, self.terms, self.weights = (np.load(folder / f"forward.{name}.npy", mmap_mode="r")
+        # plain arrays over the mappings: np.memmap's own indexing costs a Python call per read
+        self.indptr, self.terms, self.weights = (np.asarray(np.load(folder / f"forward.{name}.npy", mmap_mode="r"))
                                                  for name in FORWARD)
 
     @staticmethod

@@ -281,7 +281,7 @@ class LexicalIndex(ABC):
         self.info = info
         self.analyzer = Analyzer(info.stemmer, info.stopwords)
         try:
-            self.fids = np.load(self.folder / ROWS_FILE, mmap_mode="r" if mmap else None)
+            self.fids = np.asarray(np.load(self.folder / ROWS_FILE, mmap_mode="r" if mmap else None))  # no np.memmap
             raw = json.loads((self.folder / STATS_FILE).read_text())
             self.stats = Stats(int(raw["n_docs"]), float(raw["avgdl"]))
             if self.fids.size:

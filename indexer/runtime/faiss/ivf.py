@@ -103,23 +103,27 @@ class IvfIndex(FaissBacked):
         self.params = params
         self._locator: ListLocator | None = None
         self._lock = threading.Lock()
-        self.params.nprobe = set_nprobe(index, params.nprobe)
+        # found once: every FAISS call releases the GIL and waits to take it back, which under a loaded server's
+        # other threads cost a search more than the call itself (py-spy at 10M, hybrid at 8 connections)
+        self._ivf = faiss.extract_index_ivf(index)
+        self._nlist = int(self._ivf.nlist)
+        self._nprobe = self.params.nprobe = set_nprobe(index, params.nprobe)
 
     @property
     def nlist(self) -> int:
-        return nlist_of(self._index)
+        return self._nlist
 
     @property
-    def nprobe(self) -> int:
-        return int(faiss.extract_index_ivf(self._index).nprobe)
+    def nprobe(self) -> int:  # the default, only set through `set_default`
+        return self._nprobe
 
     def knob(self) -> tuple[str, int, int] | None:
         return ("nprobe", 1, self.nlist)
 
     def set_default(self, name: str, value: int) -> int:
         check_search_params(self.kind, {name: value})
-        self.params.nprobe = set_nprobe(self._index, value)
-        return self.params.nprobe
+        self._nprobe = self.params.nprobe = set_nprobe(self._index, value)
+        return self._nprobe
 
     def defaults(self) -> dict[str, int]:
         return {"nprobe": self.nprobe}
@@ -152,10 +156,9 @@ class IvfIndex(FaissBacked):
 
     def _search_at(self, queries: np.ndarray, k: int, exclude: Exclusion | None, nprobe: int
                    ) -> tuple[np.ndarray, np.ndarray]:
-        ivf = faiss.extract_index_ivf(self._index)
         sel = exclude.selector if exclude is not None and len(exclude) else None
         params = faiss.SearchParametersIVF(sel=sel, nprobe=nprobe)  # type: ignore[call-arg]
-        return ivf.search(np.ascontiguousarray(queries, dtype=np.float32), k, params=params)
+        return self._ivf.search(np.ascontiguousarray(queries, dtype=np.float32), k, params=params)
 
     def locator(self) -> ListLocator:
         with self._lock:  # built once, then shared: by `warm_filters` when serving, else by the first filtered search
