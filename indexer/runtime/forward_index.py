@@ -9,10 +9,10 @@ Imports numpy and `rowsets` only.
 - `ForwardIndex.score_rows`: the exact BM25 of a set of rows, each row's entries read (PISA's candidates, hybrid's
   dense candidates, a filter's rows).
 - `RowPostings`: a filter's rows' entries inverted, term → (row, weight), so that a query reads only its own terms'
-  entries among them, not every entry of every row: at 10M documents a 1 % filter (~100,000 rows, ~800,000 entries)
-  takes ~0.6 ms a query instead of ~14 ms (docs/decisions.md#a-filters-postings). Building one costs a few of those
-  reads, so it is built for a filter used again, off the request path (`IndexVersion.match`), and kept in the
-  engine's `RowPostingsCache` for as long as the filter's rows array lives (the version's `FilterCache` holds it).
+  entries among them, not every entry of every row (at 10M documents a 1 % filter holds ~800,000 entries: measured
+  in docs/decisions.md#a-filters-postings). Building one costs a few of those reads, so it is built for a filter
+  used again, off the request path (`IndexVersion.match`), and kept in the engine's `RowPostingsCache` for as long
+  as the filter's rows array lives (the version's `FilterCache` holds it).
 
 Both sum a row's weights in float64 and round once to float32: the same scores either way (float32 weights add
 exactly in float64 while one document's weights span less than 2**29, as BM25's do).

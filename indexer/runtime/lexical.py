@@ -350,7 +350,7 @@ class LexicalIndex(ABC):
 
     def rows_of(self, fids: np.ndarray) -> np.ndarray:
         """The rows of those FAISS ids that this index holds (ascending). Where its ids are one run (0..n-1, or all
-        assigned), a row is its id's offset, no binary search (100,000 cost ~20 ms at 10M: a new filter's)."""
+        assigned), a row is its id's offset: no binary search over them (docs/decisions.md#a-filters-postings)."""
         fids = np.asarray(fids, dtype=np.int64)
         n = len(self.fids)
         if not n or not len(fids):
