@@ -90,8 +90,7 @@ class FilterMatch:
         return 2 * self.ids.nbytes + (getattr(self.prepared, "nbytes", 0) if self.prepared is not None else 0)
 
     def lexical_rows(self, rows_of: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-        """The rows of these ids in the version's lexical index (`rows_of`: its `rows_of`), found on the first
-        lexical search and kept: a match belongs to one version, so to one lexical index."""
+        """The rows of these ids in the version's lexical index (its `rows_of`), found once and kept (one version's)."""
         if not self._rows:
             self._rows.append(rows_of(self.ids))  # two threads may both find them: the same rows either way
         return self._rows[0]
@@ -149,8 +148,8 @@ class FilterCache:
     filtered request's time (docs/decisions.md). A version never changes, so an entry never goes stale: the
     API's writes are the live overlay's, applied on top of the base's matches at every search (`LiveIndex`)."""
 
-    # 256 MiB: ids (8 B each), their selectors (a bitmap, or FAISS's hash set at ~40 B per id) and gathered codes
-    # (at most `GATHER_MAX_BYTES` per filter: 7.7 MB for 1 % of 1M 384-d fp16 vectors)
+    # 256 MiB: ids (8 B each), selectors (a bitmap, or FAISS's hash set at ~40 B per id), gathered codes (at most
+    # `GATHER_MAX_BYTES` per filter: 7.7 MB for 1 % of 1M 384-d fp16 vectors); the lexical engine holds its own
     def __init__(self, max_entries: int = 64, max_bytes: int = 256 << 20) -> None:
         self.max_entries, self.max_bytes = max_entries, max_bytes
         self._items: OrderedDict[str, FilterMatch] = OrderedDict()
@@ -192,8 +191,8 @@ class LexicalSearching:
 
     def lexical_search(self, queries: list[str], k: int, match: FilterMatch | None = None
                        ) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Per query, (scores, ids) of its best k documents by BM25 (fewer when fewer share a term with it); with
-        a `match`, among its documents only (exact). The caller checks `lexical` is not None."""
+        """Per query, (scores, ids) of its best k by BM25 (fewer when fewer share a term with it); with a `match`,
+        among its documents only (exact)."""
         assert self.lexical is not None
         rows = None if match is None else match.lexical_rows(self.lexical.rows_of)
         return [self.lexical.search(q, k, allowed_rows=rows) for q in queries]
@@ -324,20 +323,21 @@ class IndexVersion(LexicalSearching):
                 self._gather_later(key, cached)
             return cached
         ids = self.store.filter_ids(flt, schema)
-        found = FilterMatch(ids, self.ann.prepare(ids))
-        self.filters.put(key, found)
+        self.filters.put(key, found := FilterMatch(ids, self.ann.prepare(ids)))
         return found
 
     def _gather_later(self, key: str, cached: FilterMatch) -> None:
         """A filter used again: its matches' codes gathered if few (`AnnIndex.with_codes`) and its lexical rows, once
-        found, prepared (`LexicalIndex.prepare_rows`), on this version's one gathering thread, into the cache. Until
-        then requests search as the first did: a gathering costs ~two list walks, a 1 % filter's postings at 10M ~five
-        lexical searches (docs/decisions.md), which no request waits for."""
+        found, prepared (`LexicalIndex.prepare_rows`), on this version's one gathering thread, into the cache; until
+        then requests search as the first did, none waits for it (its cost: docs/decisions.md)."""
         def gather() -> None:
             assert cached.prepared is not None
             prepared = cached.prepared if cached.codes_tried else self.ann.with_codes(cached.prepared)
             if (rows_tried := bool(cached._rows)) and self.lexical is not None:
-                self.lexical.prepare_rows(cached._rows[0])  # kept by the engine while the rows array lives
+                try:  # kept by the engine while the rows array lives; without, searches go on as before
+                    self.lexical.prepare_rows(cached._rows[0])
+                except (MemoryError, OSError) as exc:  # a mapped file's read failed, or no memory for them
+                    log.warning("filter %s: its lexical rows were not prepared: %s", key[:200], exc)
             done = FilterMatch(cached.ids, prepared, cached._rows, codes_tried=True, rows_tried=rows_tried)
             if self.filters.get(key) is cached:  # not evicted meanwhile
                 self.filters.put(key, done)

@@ -444,3 +444,30 @@ def test_closing_a_live_index_frees_its_written_documents(tmp_path: Path) -> Non
     assert not (overlay._fid_of or overlay._meta or overlay._row_of or overlay._ever or overlay._tombstones)
     snap = overlay.snapshot()
     assert snap.empty and len(snap.vectors) == 0
+
+
+def test_a_filter_whose_lexical_rows_cannot_be_prepared_is_searched_as_before(tmp_path: Path,
+                                                                             caplog: pytest.LogCaptureFixture) -> None:
+    """Preparing a filter's lexical rows runs on the version's gathering thread: when it fails (no memory, a mapped
+    file that cannot be read), the failure is logged once, the filter is not tried again, and its searches answer
+    as before."""
+    _, live = kites(tmp_path, "pisa")
+    base = live.base.lexical
+    assert base is not None
+
+    def no_memory(rows: np.ndarray) -> bool:
+        raise MemoryError("no room for the postings")
+
+    base.prepare_rows = no_memory  # type: ignore[method-assign]
+    flt = {"n": {"lt": 10}}
+    first = live.lexical_search(["kite 3"], 5, live.match(flt))[0]  # its rows found
+    for _ in range(200):
+        if (match := live.match(flt)).base.rows_tried:
+            break
+        time.sleep(0.01)
+    assert match.base.rows_tried and not base.prepared(match.base._rows[0])
+    again = live.lexical_search(["kite 3"], 5, live.match(flt))[0]
+    assert again[1].tolist() == first[1].tolist() and again[0].tolist() == first[0].tolist()
+    assert [r.message for r in caplog.records].count(
+        f"filter {json.dumps(flt, sort_keys=True)}: its lexical rows were not prepared: no room for the postings") == 1
+    live.close()
