@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import faiss
 import numpy as np
@@ -41,15 +41,30 @@ class IdFilter:
 
     ids: np.ndarray  # sorted int64: the matching ids this index holds
     lists: np.ndarray  # int64: the inverted lists that hold at least one of them
-    selector: faiss.IDSelector | None  # None when nothing matches
+    # None: built on first use (`selector`), so that a filter only a lexical search uses never builds one
+    _selector: faiss.IDSelector | None = None
     _keep: object = None  # what the selector points into (FAISS keeps a pointer, not a copy)
     gathered: Gathered | None = None  # the matches' own codes, when scoring them all is the cheaper search
+    _built: list[tuple[faiss.IDSelector, object]] = field(default_factory=list, compare=False, repr=False)
+
+    @property
+    def selector(self) -> faiss.IDSelector | None:
+        """A FAISS selector of `ids` (None when nothing matches), built on first use and kept."""
+        if self._selector is not None or not len(self.ids):
+            return self._selector
+        if not self._built:  # two threads may both build one: the first is kept, the same either way
+            self._built.append(id_selector(self.ids))
+        return self._built[0][0]
 
     @property
     def nbytes(self) -> int:
-        """Memory held (ids, lists, the selector's bitmap or ids, the gathered codes)."""
-        keep = self._keep.nbytes if isinstance(self._keep, np.ndarray) and self._keep is not self.ids else 0
-        return self.ids.nbytes + self.lists.nbytes + keep + (self.gathered.nbytes if self.gathered else 0)
+        """Memory held (ids, lists, the selector's bitmap, built or to be, the gathered codes)."""
+        if self._selector is None and not self._built:  # counted before it is built: a cache's bound holds
+            keep_bytes = (_bitmap_bits(self.ids) + 7) // 8 if len(self.ids) else 0
+        else:
+            keep = self._built[0][1] if self._built else self._keep
+            keep_bytes = keep.nbytes if isinstance(keep, np.ndarray) and keep is not self.ids else 0
+        return self.ids.nbytes + self.lists.nbytes + keep_bytes + (self.gathered.nbytes if self.gathered else 0)
 
 
 # Cardinality planning (what Qdrant and Vespa do with a filter's estimated size): a filter matching few vectors is
@@ -110,10 +125,16 @@ def _scorer_for(ivf: faiss.IndexIVF) -> faiss.Index | None:
     return None
 
 
-def id_selector(ids: np.ndarray) -> tuple[faiss.IDSelector, object]:
-    """A FAISS selector for sorted non-negative int64 `ids`, and the array it reads (keep it alive)."""
+def _bitmap_bits(ids: np.ndarray) -> int:
+    """The bits of `id_selector`'s bitmap for sorted int64 `ids` (0: it takes the hash set)."""
     top = int(ids[-1]) + 1
-    if top <= max(BITMAP_MIN_BITS, BITMAP_BITS_PER_ID * len(ids)):
+    return top if ids[0] >= 0 and top <= max(BITMAP_MIN_BITS, BITMAP_BITS_PER_ID * len(ids)) else 0
+
+
+def id_selector(ids: np.ndarray) -> tuple[faiss.IDSelector, object]:
+    """A FAISS selector for sorted int64 `ids` (a bitmap where it is small, else FAISS's hash set: negative or
+    sparse ids), and the array it reads (keep it alive)."""
+    if top := _bitmap_bits(ids):
         bits = np.zeros(top, dtype=bool)
         bits[ids] = True
         bitmap = np.packbits(bits, bitorder="little")  # FAISS tests bit (id & 7) of byte id >> 3
@@ -178,10 +199,9 @@ class ListLocator:
             ids, pos = ids[held], pos[held]
         if len(ids) == 0:
             return IdFilter(ids, np.zeros(0, dtype=np.int64), None)
-        selector, keep = id_selector(ids) if ids[0] >= 0 else (faiss.IDSelectorBatch(ids), ids)
         lists = np.flatnonzero(np.bincount(self.lists[pos], minlength=1))  # the lists holding a match, in order
         gathered = self.gather(pos) if self._scorer is not None and gather(len(ids)) else None
-        return IdFilter(ids, lists.astype(np.int64), selector, keep, gathered)
+        return IdFilter(ids, lists.astype(np.int64), gathered=gathered)  # its selector built when first searched
 
     @property
     def can_gather(self) -> bool:

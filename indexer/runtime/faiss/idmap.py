@@ -12,7 +12,7 @@ import numpy as np
 from indexer.runtime.faiss.base import FaissBacked
 from indexer.runtime.faiss.exact import knn_inner_product
 from indexer.runtime.faiss.files import memory_bytes, write_index
-from indexer.runtime.faiss.filtered import IdFilter, id_selector
+from indexer.runtime.faiss.filtered import IdFilter
 
 
 class IdMapped(FaissBacked):
@@ -82,8 +82,7 @@ class IdMapped(FaissBacked):
         ids, pos = ids[held], pos[held]
         if len(ids) == 0:
             return IdFilter(ids, np.zeros(0, dtype=np.int64), None)
-        selector, keep = id_selector(ids) if ids[0] >= 0 else (faiss.IDSelectorBatch(ids), ids)
-        return IdFilter(ids, np.sort(rows[pos]), selector, keep)  # `lists`: the rows holding a match
+        return IdFilter(ids, np.sort(rows[pos]))  # `lists`: the rows holding a match; its selector built when used
 
     def _exact_among(self, queries: np.ndarray, k: int, flt: IdFilter) -> tuple[np.ndarray, np.ndarray]:
         storage = self._flat_storage()

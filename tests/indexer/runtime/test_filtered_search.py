@@ -177,3 +177,28 @@ def test_filter_cache_is_an_lru_bounded_in_entries_and_bytes() -> None:
     assert cache.get("big") is None and cache.get("a") is m["a"]
     cache.put("d", FilterMatch(np.arange(8, dtype=np.int64)))  # 3 + 3 + 8 > 10 ids' bytes: the oldest go until it fits
     assert cache.get("a") is None and cache.get("c") is None and cache.get("d") is not None
+
+
+@pytest.mark.parametrize("id_kind", ["qid", "string"])
+def test_a_filters_selector_is_built_by_its_first_dense_search_and_counted_before(id_kind: str) -> None:
+    """A prepared filter builds no ID selector until a vector search needs one (a filter only lexical searches use
+    never builds it); the first search builds it once, later ones reuse it, a filtered copy (`with_codes`) shares it,
+    and the memory counted for it is the same before and after (a cache's bound holds from the start)."""
+    import dataclasses
+
+    docs, queries = corpus(5)
+    base = 7 if id_kind == "qid" else 1 << 62
+    ids = (base + 3 * np.arange(N)).astype(np.int64)
+    index, _, _ = build_ivf(docs, ids, NLIST, NPROBE)
+    matching = np.sort(np.random.default_rng(6).choice(ids, N // 100, replace=False))
+    flt = ListLocator(index).prepare(matching)
+    counted = flt.nbytes
+    assert not flt._built  # prepared: no selector yet
+    copy = dataclasses.replace(flt, gathered=None)
+    first = filtered_search(index, queries, K, flt, NLIST)
+    assert len(flt._built) == 1 and flt.selector is flt._built[0][0] and copy.selector is flt.selector
+    assert flt.nbytes == counted
+    again = filtered_search(index, queries, K, copy, NLIST)
+    assert len(flt._built) == 1 and np.array_equal(first[1], again[1])
+    assert_same_hits(first[:2], brute_force(index, queries, matching))
+    assert ListLocator(index).prepare(np.zeros(0, np.int64)).selector is None  # nothing matches: no selector
