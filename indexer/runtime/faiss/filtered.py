@@ -41,30 +41,26 @@ class IdFilter:
 
     ids: np.ndarray  # sorted int64: the matching ids this index holds
     lists: np.ndarray  # int64: the inverted lists that hold at least one of them
-    # None: built on first use (`selector`), so that a filter only a lexical search uses never builds one
-    _selector: faiss.IDSelector | None = None
-    _keep: object = None  # what the selector points into (FAISS keeps a pointer, not a copy)
     gathered: Gathered | None = None  # the matches' own codes, when scoring them all is the cheaper search
+    # (the selector, what it points into): built on first use (`selector`), so that a filter only lexical searches
+    # use never builds one; FAISS keeps a pointer into the bitmap, not a copy
     _built: list[tuple[faiss.IDSelector, object]] = field(default_factory=list, compare=False, repr=False)
 
     @property
     def selector(self) -> faiss.IDSelector | None:
         """A FAISS selector of `ids` (None when nothing matches), built on first use and kept."""
-        if self._selector is not None or not len(self.ids):
-            return self._selector
+        if not len(self.ids):
+            return None
         if not self._built:  # two threads may both build one: the first is kept, the same either way
             self._built.append(id_selector(self.ids))
         return self._built[0][0]
 
     @property
     def nbytes(self) -> int:
-        """Memory held (ids, lists, the selector's bitmap, built or to be, the gathered codes)."""
-        if self._selector is None and not self._built:  # counted before it is built: a cache's bound holds
-            keep_bytes = (_bitmap_bits(self.ids) + 7) // 8 if len(self.ids) else 0
-        else:
-            keep = self._built[0][1] if self._built else self._keep
-            keep_bytes = keep.nbytes if isinstance(keep, np.ndarray) and keep is not self.ids else 0
-        return self.ids.nbytes + self.lists.nbytes + keep_bytes + (self.gathered.nbytes if self.gathered else 0)
+        """Memory held (ids, lists, the selector's bitmap, counted before it is built so that a cache's bound holds,
+        the gathered codes; FAISS's hash set is not counted)."""
+        bitmap = (_bitmap_bits(self.ids) + 7) // 8 if len(self.ids) else 0
+        return self.ids.nbytes + self.lists.nbytes + bitmap + (self.gathered.nbytes if self.gathered else 0)
 
 
 # Cardinality planning (what Qdrant and Vespa do with a filter's estimated size): a filter matching few vectors is
@@ -190,7 +186,7 @@ class ListLocator:
         if len(ids) > 1 and not (ids[1:] > ids[:-1]).all():  # the store's ids come sorted: no second sort
             ids = np.unique(ids)
         if len(self.ids) == 0 or len(ids) == 0:
-            return IdFilter(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), None)
+            return IdFilter(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
         if self._rows:  # ids 0..N-1: an id is its own place
             ids = pos = ids[(ids >= 0) & (ids < len(self.ids))]
         else:
@@ -198,7 +194,7 @@ class ListLocator:
             held = self.ids[pos] == ids
             ids, pos = ids[held], pos[held]
         if len(ids) == 0:
-            return IdFilter(ids, np.zeros(0, dtype=np.int64), None)
+            return IdFilter(ids, np.zeros(0, dtype=np.int64))
         lists = np.flatnonzero(np.bincount(self.lists[pos], minlength=1))  # the lists holding a match, in order
         gathered = self.gather(pos) if self._scorer is not None and gather(len(ids)) else None
         return IdFilter(ids, lists.astype(np.int64), gathered=gathered)  # its selector built when first searched

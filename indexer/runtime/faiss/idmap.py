@@ -76,12 +76,12 @@ class IdMapped(FaissBacked):
         ids = np.unique(np.asarray(ids, dtype=np.int64))
         held_ids, rows = self._row_index()
         if len(held_ids) == 0 or len(ids) == 0:
-            return IdFilter(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), None)
+            return IdFilter(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
         pos = np.minimum(np.searchsorted(held_ids, ids), len(held_ids) - 1)
         held = held_ids[pos] == ids
         ids, pos = ids[held], pos[held]
         if len(ids) == 0:
-            return IdFilter(ids, np.zeros(0, dtype=np.int64), None)
+            return IdFilter(ids, np.zeros(0, dtype=np.int64))
         return IdFilter(ids, np.sort(rows[pos]))  # `lists`: the rows holding a match; its selector built when used
 
     def _exact_among(self, queries: np.ndarray, k: int, flt: IdFilter) -> tuple[np.ndarray, np.ndarray]:
