@@ -75,15 +75,27 @@ def on_share(v, share: float, texts: list[str], rounds: int) -> list[str]:  # no
     return out  # `rows` freed: the engine's cache drops its postings
 
 
+def shares(value: str) -> list[float]:
+    """argparse type of `--shares`: comma-separated fractions in (0, 1]."""
+    try:
+        out = [float(s) for s in value.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {value!r}") from None
+    if not out or not all(0 < f <= 1 for f in out):
+        raise argparse.ArgumentTypeError(f"each share must be in (0, 1], not {value!r}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
+    from indexer.commands.common import positive_int
     from indexer.runtime.paths import data_dir
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--version", type=Path, required=True, help="a built version folder whose lexical engine is PISA")
-    p.add_argument("--shares", default="0.01,0.03,0.05,0.1",
+    p.add_argument("--shares", type=shares, default=[0.01, 0.03, 0.05, 0.1],
                    help="filter shares of the documents (default 0.01,0.03,0.05,0.1)")
-    p.add_argument("--queries", type=int, default=100, help="held-out questions (default 100)")
-    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--queries", type=positive_int, default=100, help="held-out questions (default 100)")
+    p.add_argument("--rounds", type=positive_int, default=2)
     args = p.parse_args(argv)
     v = open_pisa_version(args.version)
     texts, _ = sc.held_out(data_dir() / QUORA, args.queries)
@@ -93,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
              "| filter | path (top 10, or the leg's top 100) | wall ms p50 / mean / p99 | p50 / leg's |",
              "|---|---|---|---|"]
     try:
-        for share in (float(s) for s in args.shares.split(",")):
+        for share in args.shares:
             lines += on_share(v, share, texts, args.rounds)
     finally:
         v.close()
