@@ -213,3 +213,19 @@ def test_a_filter_used_again_is_searched_through_its_own_postings_with_the_same_
             monkeypatch.setattr(index.forward, "score_rows", not_read)
     empty = open_lexical(tmp_path / "e", build_lexical(tmp_path / "e", [], lexical_info(engine="pisa")))
     assert not empty.prepare_rows(np.zeros(0, np.int64))
+
+
+def test_a_filter_whose_postings_would_take_over_a_quarter_of_the_cache_is_not_prepared(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`prepare_rows` bounds one filter's postings to a quarter of `POSTINGS_BYTES` (8 bytes an entry): a filter
+    within the share of documents but over that size keeps the paths it had."""
+    docs = _zipf_docs(9, 3000)
+    index = open_lexical(tmp_path, build_lexical(tmp_path, docs, lexical_info(engine="pisa")))
+    rows = index.rows_of(np.array(sorted(f for f, _ in docs), np.int64)[::25])
+    entries = index.forward.n_entries(rows)  # type: ignore[attr-defined]
+    monkeypatch.setattr(lexical_pisa, "POSTINGS_BYTES", 4 * 8 * entries - 1)
+    assert not index.prepare_rows(rows) and not index.prepared(rows)
+    monkeypatch.setattr(lexical_pisa, "POSTINGS_BYTES", 4 * 8 * entries + 4096)
+    fresh = open_lexical(tmp_path, index.info)  # its cache sized by the setting when it was opened
+    rows = fresh.rows_of(np.array(sorted(f for f, _ in docs), np.int64)[::25])
+    assert fresh.prepare_rows(rows) and fresh.prepared(rows)
