@@ -1,8 +1,10 @@
 """PISA's document order and query algorithm: row order with MaxScore against `lexical_pisa.document_order` with
-MaxScore and with block-max WAND, same postings, side by side in one process.
+MaxScore and with block-max WAND (`--variants`: any layouts and PISA algorithms), same postings, side by side in one
+process.
 
     PYTHONPATH=$PWD STRATA_DATA_DIR=/work/shared/data python -m bench.pisa_order --version VERSION_DIR
     PYTHONPATH=$PWD STRATA_DATA_DIR=/work/shared/data python -m bench.pisa_order --quora
+    ... --variants ordered:block_max_wand,ordered:wand   (LAYOUT:ALGORITHM, the first the base; LAYOUT rows|ordered)
 
 `--version`: a built version whose lexical engine is PISA (the scale corpus at 1M or 10M: `bench/scale.py`). Its
 PISA files are laid out twice from its forward index (`lexical_pisa.lay_out`: the same impacts, only the document
@@ -86,15 +88,31 @@ def relaid(version: Path, out: Path, keys: int) -> Path:
 
 
 VARIANTS = (("rows", "maxscore"), ("ordered", "maxscore"), ("ordered", "block_max_wand"))  # the first: the base
+LAYOUTS = {"rows": 0, "ordered": 5}  # ORDER_KEYS of each layout
+ALGORITHMS = ("maxscore", "block_max_maxscore", "wand", "block_max_wand")
 
 
-def timed(runs: dict[str, Callable[[], tuple[np.ndarray, np.ndarray]]], rounds: int, n: int
-          ) -> tuple[dict[str, list[float]], int]:
+def variants(arg: str) -> tuple[tuple[str, str], ...]:
+    """`--variants`' LAYOUT:ALGORITHM list, checked."""
+    out = []
+    for item in arg.split(","):
+        layout, _, algorithm = item.strip().partition(":")
+        if layout not in LAYOUTS or algorithm not in ALGORITHMS:
+            raise argparse.ArgumentTypeError(f"{item!r}: want LAYOUT:ALGORITHM, LAYOUT one of {', '.join(LAYOUTS)}, "
+                                             f"ALGORITHM one of {', '.join(ALGORITHMS)}")
+        out.append((layout, algorithm))
+    if len(set(out)) != len(out):
+        raise argparse.ArgumentTypeError(f"{arg!r} names a variant twice")
+    return tuple(out)
+
+
+def timed(runs: dict[str, Callable[[], tuple[np.ndarray, np.ndarray]]], rounds: int, n: int,
+          chosen: tuple[tuple[str, str], ...] = VARIANTS) -> tuple[dict[str, list[float]], int]:
     """Each (variant, query i) run `rounds` times, variants interleaved (their order flipped every other query);
     ms per run, and how many queries gave the same answer (ids and scores) on every variant."""
     from indexer.runtime import lexical_pisa as lp
 
-    names = [f"{layout}, {algorithm}" for layout, algorithm in VARIANTS]
+    names = [f"{layout}, {algorithm}" for layout, algorithm in chosen]
     ms: dict[str, list[float]] = {name: [] for name in names}  # in VARIANTS' order: the first is the base
     same = 0
     saved = lp.ALGORITHM
@@ -126,18 +144,19 @@ def row(label: str, ms: dict[str, list[float]], same: int, n: int) -> list[str]:
 
 
 HEADER = ["| query | PISA's document ids, query algorithm | wall ms p50 / mean / p90 / p99 | mean / the first's "
-          "| p99 / the first's | same answers on all three |", "|---|---|---|---|---|---|"]
+          "| p99 / the first's | same answers on all |", "|---|---|---|---|---|---|"]
 
 
-def on_version(version: Path, n_queries: int, rounds: int) -> list[str]:
+def on_version(version: Path, n_queries: int, rounds: int, chosen: tuple[tuple[str, str], ...] = VARIANTS
+               ) -> list[str]:
     from indexer.runtime import bounded_leg as bl
     from indexer.runtime.lexical import open_lexical
     from indexer.runtime.paths import data_dir
 
     v = open_pisa_version(version)
     work = version.parent.parent / "pisa-order"
-    engines = {"rows": open_lexical(relaid(version, work / "rows", 0), v.lexical.info, mmap=True),
-               "ordered": open_lexical(relaid(version, work / "ordered", 5), v.lexical.info, mmap=True)}
+    engines = {name: open_lexical(relaid(version, work / name, LAYOUTS[name]), v.lexical.info, mmap=True)
+               for name in dict.fromkeys(layout for layout, _ in chosen)}
     texts, vecs = sc.held_out(data_dir() / QUORA, n_queries)
     dense = [v.search(vecs[i:i + 1], 100)[1][0] for i in range(len(texts))]
 
@@ -151,7 +170,8 @@ def on_version(version: Path, n_queries: int, rounds: int) -> list[str]:
     lines = [f"{v.lexical.ntotal:,} documents ({version}); {len(texts)} held-out questions, {rounds} rounds, "
              f"layouts interleaved; load at start {load()}", "", *HEADER]
     for label, make in (("hybrid's bounded leg (top 100, dense merged)", leg), ("lexical, exact top 10", exact)):
-        ms, same = timed({f"{n}|{i}": make(n, i) for n in engines for i in range(len(texts))}, rounds, len(texts))
+        runs = {f"{n}|{i}": make(n, i) for n in engines for i in range(len(texts))}
+        ms, same = timed(runs, rounds, len(texts), chosen)
         lines += row(label, ms, same, len(texts))
         log(lines[-1])
     v.close()
@@ -159,7 +179,8 @@ def on_version(version: Path, n_queries: int, rounds: int) -> list[str]:
     return [*lines, "", f"load at the end {load()}"]
 
 
-def on_quora(n_queries: int, rounds: int, work: Path) -> list[str]:
+def on_quora(n_queries: int, rounds: int, work: Path, chosen: tuple[tuple[str, str], ...] = VARIANTS
+             ) -> list[str]:
     from indexer.quora import read_rows
     from indexer.runtime import lexical_pisa as lp
     from indexer.runtime.lexical import build_lexical, lexical_info, open_lexical
@@ -169,7 +190,8 @@ def on_quora(n_queries: int, rounds: int, work: Path) -> list[str]:
     docs = list(dict.fromkeys(q for r in rows if r.id < 300_000 for q in (r.question1, r.question2)))
     texts, _ = sc.held_out(data_dir() / QUORA, n_queries)
     engines = {}
-    for name, keys in (("rows", 0), ("ordered", 5)):
+    for name in dict.fromkeys(layout for layout, _ in chosen):
+        keys = LAYOUTS[name]
         saved, lp.ORDER_KEYS = lp.ORDER_KEYS, keys
         try:
             t0 = time.perf_counter()
@@ -184,7 +206,7 @@ def on_quora(n_queries: int, rounds: int, work: Path) -> list[str]:
              f"questions, {rounds} rounds, layouts interleaved; load at start {load()}", "", *HEADER]
     for k in (10, 100):
         ms, same = timed({f"{n}|{i}": (lambda n=n, i=i, k=k: engines[n].search(texts[i], k)) for n in engines
-                          for i in range(len(texts))}, rounds, len(texts))
+                          for i in range(len(texts))}, rounds, len(texts), chosen)
         lines += row(f"lexical, exact top {k}", ms, same, len(texts))
         log(lines[-1])
     shutil.rmtree(work, ignore_errors=True)
@@ -199,12 +221,15 @@ def main() -> None:
     p.add_argument("--queries", type=int, default=200)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--work", type=Path, default=sc.cache_dir() / "pisa-order")
+    p.add_argument("--variants", type=variants, default=VARIANTS,
+                   help="LAYOUT:ALGORITHM,... timed side by side, the first the base (default: "
+                        + ",".join(f"{a}:{b}" for a, b in VARIANTS) + ")")
     args = p.parse_args()
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%MZ")
     if args.version:
-        body, tag = on_version(args.version.resolve(), args.queries, args.rounds), "version"
+        body, tag = on_version(args.version.resolve(), args.queries, args.rounds, args.variants), "version"
     else:
-        body, tag = on_quora(args.queries, args.rounds, args.work), "quora"
+        body, tag = on_quora(args.queries, args.rounds, args.work, args.variants), "quora"
     text = "\n".join([f"# PISA's document order ({stamp})", "", f"`PYTHONPATH=$PWD STRATA_DATA_DIR=/work/shared/data "
                       f"python -m bench.pisa_order {' '.join(sys.argv[1:])}`", "", *body]) + "\n"
     out = RESULTS / f"pisa-order-{tag}-{stamp}.md"

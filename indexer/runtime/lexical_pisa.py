@@ -1,5 +1,5 @@
 """The PISA lexical engine (the only module that loads PISA): a compressed inverted index whose top k prunes
-inside the engine (block-max WAND over per-block score bounds; MaxScore and block-max MaxScore measured), in C++.
+inside the engine (WAND over per-term score bounds; block-max WAND, MaxScore and block-max MaxScore measured), in C++.
 
     <version>/lexical/      PISA's files (fwd.termlex: the sorted vocabulary; fwd.doclex: each PISA document's
                             name, its row: PISA's documents are the rows in `document_order`; quantized.q0.bmw.64:
@@ -21,8 +21,8 @@ error (no document PISA did not return can pass it); otherwise PISA is asked 4x 
 Lucene's BM25 (`SCORE_SCALE` 1): the same answers as bm25s.
 
 **Document order.** PISA's document ids are the rows sorted by their most common terms (`document_order`): the
-common terms' postings cluster, so fewer of their blocks are decoded and each block's score bound, which block-max
-WAND skips by, is tight (docs/decisions.md#pisas-document-order). PISA names each document by its row, so hits come
+common terms' postings cluster, so WAND skips whole runs of them and fewer of their blocks are decoded
+(docs/decisions.md#pisas-document-order). PISA names each document by its row, so hits come
 back as rows. Exact answers do not depend on the order; the bounded leg's can only in which of the documents tied
 at its depth PISA keeps (the first ids of a tie).
 
@@ -70,10 +70,10 @@ from indexer.runtime.topk import top_k_rows
 PACKAGE = "pyterrier_pisa"  # the wheel that ships PISA's compiled module
 ENCODING = "block_simdbp"  # PISA's postings codec (SIMD binary packing, 128-posting blocks)
 BLOCK = 64  # postings per block of the block-max bounds (PISA's default)
-# PISA's query algorithm: block-max WAND, its block bounds tight in `document_order` (10M scale corpus, mean / p99
-# against MaxScore on the same index: exact top 10 0.69x / 0.42x, hybrid's leg 0.72x / 0.48x; in row order MaxScore
-# was the faster: docs/decisions.md#pisas-document-order)
-ALGORITHM = "block_max_wand"
+# PISA's query algorithm: WAND. In `document_order` it beats block-max WAND, whose per-block checks cost more than
+# they skip on short questions, and MaxScore; in row order MaxScore was the faster (docs/decisions.md#pisas-document-
+# order: at 10M mean / p99 against block-max WAND, exact top 10 0.86x / 0.74x, hybrid's leg 0.89x / 0.80x)
+ALGORITHM = "wand"
 QUANT_BITS = 16  # impacts up to 2**16 - 1: a sum of 256 of them is still exact in PISA's float32
 WAND_FILE = f"quantized.q0.bmw.{BLOCK}"
 INDEX_FILE = f"{WAND_FILE}.{ENCODING}"
