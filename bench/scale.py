@@ -166,7 +166,7 @@ def latencies(urls: dict[str, str], qvecs: np.ndarray, qtexts: list[str], tmp: P
 def in_process(folder: Path, qvecs: np.ndarray, qtexts: list[str], rounds: int = 3) -> dict[str, float]:
     """p50 ms of the served version's engines called in this process (no HTTP), on the same 100 queries: the
     lexical engine itself (top 10; with the 1 % filter's rows, on its first uses and used again), Strata's lexical
-    search around it, the ANN index."""
+    search around it, the ANN index (with the 1 % filter too, on its first uses and used again)."""
     from indexer.runtime.version import IndexVersion
 
     v = IndexVersion(folder, mmap=True)
@@ -175,12 +175,15 @@ def in_process(folder: Path, qvecs: np.ndarray, qtexts: list[str], rounds: int =
         allowed_rows = match.lexical_rows(v.lexical.rows_of)
         first_use = allowed_rows.copy()  # another array: never prepared (a filter's first requests)
         v.lexical.prepare_rows(allowed_rows)  # a filter used again (pisa: its own postings)
+        flt, flt_again = match.prepared, v.ann.with_codes(match.prepared)  # used again: IVF, its own lists
         calls: dict[str, Callable[[int], object]] = {
             "engine": lambda i: v.lexical.search(qtexts[i], 10),
             "engine_filter": lambda i: v.lexical.search(qtexts[i], 10, allowed_rows=first_use),
             "engine_filter_again": lambda i: v.lexical.search(qtexts[i], 10, allowed_rows=allowed_rows),
             "lexical_search": lambda i: v.lexical_search([qtexts[i]], 10),
-            "ann": lambda i: v.search(qvecs[i:i + 1], 10)}
+            "ann": lambda i: v.search(qvecs[i:i + 1], 10),
+            "ann_filter": lambda i: v.ann.filtered_search(qvecs[i:i + 1], 10, flt),
+            "ann_filter_again": lambda i: v.ann.filtered_search(qvecs[i:i + 1], 10, flt_again)}
         times: dict[str, list[float]] = {k: [] for k in calls}
         for _ in range(rounds):
             for i in range(min(100, len(qtexts))):

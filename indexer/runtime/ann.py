@@ -306,7 +306,8 @@ class AnnIndex(ABC):
 
     def with_codes(self, flt: Any) -> Any:
         """`flt` made faster to search again, for a filter used more than once (IVF: a few matches' codes gathered
-        for exact search, `faiss.filtered.exact_pays`); the same `flt` where nothing pays."""
+        for exact search, `faiss.filtered.exact_pays`, or more in inverted lists of their own,
+        `faiss.filtered.own_lists_pay`); the same `flt` where nothing pays."""
         return flt
 
     def warm_filters(self) -> None:

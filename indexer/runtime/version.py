@@ -148,8 +148,8 @@ class FilterCache:
     filtered request's time (docs/decisions.md). A version never changes, so an entry never goes stale: the
     API's writes are the live overlay's, applied on top of the base's matches at every search (`LiveIndex`)."""
 
-    # 256 MiB: ids (8 B each), selectors (a bitmap, or FAISS's hash set at ~40 B per id), gathered codes (at most
-    # `GATHER_MAX_BYTES` per filter: 7.7 MB for 1 % of 1M 384-d fp16 vectors); the lexical engine holds its own
+    # 256 MiB: ids (8 B each), selectors (a bitmap, or FAISS's hash set at ~40 B per id), gathered or own-list codes
+    # (at most `GATHER_MAX_BYTES` per filter: 7.7 MB for 1 % of 1M 384-d fp16 vectors); the lexical engine its own
     def __init__(self, max_entries: int = 64, max_bytes: int = 256 << 20) -> None:
         self.max_entries, self.max_bytes = max_entries, max_bytes
         self._items: OrderedDict[str, FilterMatch] = OrderedDict()
@@ -327,9 +327,9 @@ class IndexVersion(LexicalSearching):
         return found
 
     def _gather_later(self, key: str, cached: FilterMatch) -> None:
-        """A filter used again: its matches' codes gathered if few (`AnnIndex.with_codes`) and its lexical rows, once
-        found, prepared (`LexicalIndex.prepare_rows`), on this version's one gathering thread, into the cache; until
-        then requests search as the first did, none waits for it (its cost: docs/decisions.md)."""
+        """A filter used again: its matches' codes gathered or put in lists of their own (`AnnIndex.with_codes`) and
+        its lexical rows prepared (`LexicalIndex.prepare_rows`), on this version's one gathering thread, into the
+        cache; until then requests search as the first did, none waits for it (its cost: docs/decisions.md)."""
         def gather() -> None:
             assert cached.prepared is not None
             prepared = cached.prepared if cached.codes_tried else self.ann.with_codes(cached.prepared)

@@ -13,6 +13,11 @@ to post-filtering. Two problems remain, and the rule in `filtered_search` answer
   costs no more than the approximate search would. For a small matching set this is far cheaper than an IVF
   scan (100 matches of 100k sit in ~100 lists of ~100 vectors each), and it needs no copy of the vectors:
   the scores come from the lists' own codes, the same numbers an unfiltered search gives those documents.
+
+A filter used again gets more: a few matches' codes gathered and scored exactly (`Gathered`, `exact_pays`), or,
+where the IVF search stays the cheaper, the matches' codes copied into inverted lists of their own (`OwnLists`,
+`own_lists_pay`) over the index's own coarse quantizer. The filtered IVF search then probes the same lists and
+scores the same codes, so it returns the same hits, without walking the other documents' ids through the selector.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ class IdFilter:
     ids: np.ndarray  # sorted int64: the matching ids this index holds
     lists: np.ndarray  # int64: the inverted lists that hold at least one of them
     gathered: Gathered | None = None  # the matches' own codes, when scoring them all is the cheaper search
+    own: OwnLists | None = None  # the matches' codes in lists of their own (a filter used again: `OwnLists`)
     # (the selector, what it points into): built on first use (`selector`), so that a filter only lexical searches
     # use never builds one; FAISS keeps a pointer into the bitmap, not a copy
     _built: list[tuple[faiss.IDSelector, object]] = field(default_factory=list, compare=False, repr=False)
@@ -60,7 +66,8 @@ class IdFilter:
         """Memory held (ids, lists, the selector's bitmap, counted before it is built so that a cache's bound holds,
         the gathered codes; FAISS's hash set is not counted)."""
         bitmap = (_bitmap_bits(self.ids) + 7) // 8 if len(self.ids) else 0
-        return self.ids.nbytes + self.lists.nbytes + bitmap + (self.gathered.nbytes if self.gathered else 0)
+        return (self.ids.nbytes + self.lists.nbytes + bitmap + (self.gathered.nbytes if self.gathered else 0)
+                + (self.own.nbytes if self.own else 0))
 
 
 # Cardinality planning (what Qdrant and Vespa do with a filter's estimated size): a filter matching few vectors is
@@ -82,6 +89,49 @@ def exact_pays(n_match: int, nprobe: int, ntotal: int, nlist: int, code_size: in
     probe = filtered_nprobe(nprobe, n_match, ntotal, nlist)
     checked = probe * ntotal / nlist
     return n_match * DISTANCE_COST <= checked + n_match * probe / nlist * DISTANCE_COST
+
+
+def own_lists_pay(n_match: int, ntotal: int, code_size: int) -> bool:
+    """Whether a filter used again, too wide for `exact_pays`, gets its matches' codes in lists of their own: when
+    the filtered IVF scan's id checks (every vector of each probed list) are at least half its cost (the matches'
+    distances the rest), within `GATHER_MAX_BYTES` of codes."""
+    return 0 < n_match * DISTANCE_COST <= ntotal and n_match * code_size <= GATHER_MAX_BYTES
+
+
+@dataclass(frozen=True)
+class OwnLists:
+    """A filter's matches in inverted lists of their own: an IVF index of the same kind, codec and coarse quantizer
+    as the index searched (its centroids, not a copy), each match's codes copied from its list into the same list
+    number, in the same order. Searched at the filtered nprobe it probes the same lists and scores the same codes
+    as the selector-filtered search of the whole index, so it finds the same hits, checking no other id."""
+
+    index: faiss.IndexIVF
+    whole: faiss.Index  # the index whose quantizer `index` reads: kept alive while this is
+    n_bytes: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.n_bytes
+
+    def search(self, queries: np.ndarray, k: int, nprobe: int) -> tuple[np.ndarray, np.ndarray]:
+        params = faiss.SearchParametersIVF(nprobe=clamp_nprobe(nprobe, self.index.nlist))
+        return self.index.search(queries, k, params=params)
+
+
+def _empty_like(ivf: faiss.IndexIVF) -> faiss.IndexIVF | None:
+    """An empty IVF index over `ivf`'s coarse quantizer with its codec (None: a kind this does not copy)."""
+    if isinstance(ivf, faiss.IndexIVFFlat):
+        out = faiss.IndexIVFFlat(ivf.quantizer, ivf.d, ivf.nlist, ivf.metric_type)
+    elif isinstance(ivf, faiss.IndexIVFScalarQuantizer):
+        out = faiss.IndexIVFScalarQuantizer(ivf.quantizer, ivf.d, ivf.nlist, ivf.sq.qtype, ivf.metric_type,
+                                            ivf.by_residual)
+        out.sq = ivf.sq  # the trained ranges (SQ8) too
+    else:
+        return None
+    if int(out.code_size) != int(ivf.code_size):
+        return None
+    out.is_trained = True
+    return out
 
 
 @dataclass(frozen=True)
@@ -178,6 +228,7 @@ class ListLocator:
         self._rows = n > 0 and int(self.ids[-1]) == n - 1 and bool((self.ids == np.arange(n)).all())  # 0..N-1
         self._views: list[np.ndarray | None] | None = None
         self._scorer = _scorer_for(ivf)
+        self._whole = index
 
     def prepare(self, ids: np.ndarray, gather: Callable[[int], bool] = lambda n: False) -> IdFilter:
         """The ids among `ids` (any order, repeats allowed) that this index holds, their lists and a selector;
@@ -231,17 +282,38 @@ class ListLocator:
             return self._ivf.sq.decode(codes)
         return codes.view(dtype).reshape(len(ids), dim).astype(np.float32)
 
-    def gather(self, pos: np.ndarray) -> Gathered:
-        """The codes of the vectors at `pos` (positions in `self.ids`), copied list by list into a scorer."""
-        cs = int(self._ivf.code_size)
+    def _copy_codes(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[int], list[int]]:
+        """The codes of the vectors at `pos` (positions in `self.ids`), list by list in place order (each list's
+        codes read forwards): (codes, the order of `pos` they are in, each run's start, each run's end)."""
         views = self._code_views()
         lists, offsets = self.lists[pos], self.offsets[pos]
-        order = np.lexsort((offsets, lists))  # list by list, in place order: each list's codes read forwards
+        order = np.lexsort((offsets, lists))
         lists, offsets = lists[order], offsets[order]
         cuts = (np.flatnonzero(np.diff(lists)) + 1).tolist()
-        codes = np.empty((len(pos), cs), dtype=np.uint8)
-        for a, b in zip([0, *cuts], [*cuts, len(pos)], strict=True):
+        starts, ends = [0, *cuts], [*cuts, len(pos)]
+        codes = np.empty((len(pos), int(self._ivf.code_size)), dtype=np.uint8)
+        for a, b in zip(starts, ends, strict=True):
             codes[a:b] = views[int(lists[a])][offsets[a:b]]  # type: ignore[index]
+        return codes, order, starts, ends
+
+    def own_lists(self, pos: np.ndarray) -> OwnLists | None:
+        """The vectors at `pos` (positions in `self.ids`) in lists of their own (`OwnLists`; None: a kind it does
+        not copy)."""
+        out = _empty_like(self._ivf)
+        if out is None or not len(pos):
+            return None
+        codes, order, starts, ends = self._copy_codes(pos)
+        ids = np.ascontiguousarray(self.ids[pos][order])
+        lists = self.lists[pos][order]
+        invlists = out.invlists
+        for a, b in zip(starts, ends, strict=True):
+            invlists.add_entries(int(lists[a]), b - a, faiss.swig_ptr(ids[a:b]), faiss.swig_ptr(codes[a:b]))
+        out.ntotal = len(pos)
+        return OwnLists(out, self._whole, codes.nbytes + ids.nbytes + 48 * int(out.nlist))
+
+    def gather(self, pos: np.ndarray) -> Gathered:
+        """The codes of the vectors at `pos` (positions in `self.ids`), copied list by list into a scorer."""
+        codes, order, _, _ = self._copy_codes(pos)
         scorer = faiss.clone_index(self._scorer)
         if isinstance(scorer, faiss.IndexFlat):
             scorer.add(codes.view(np.float32))
@@ -283,6 +355,9 @@ def filtered_search(index: faiss.Index, vectors: np.ndarray, k: int, flt: IdFilt
     if flt.gathered is not None:  # few matches: their codes scored exactly, no list walked (`exact_pays`)
         scores, ids = flt.gathered.search(queries, k)
         return scores, ids, True
+    if flt.own is not None and len(flt.lists) > probe:  # the same search over the matches' own lists
+        scores, ids = flt.own.search(queries, k, probe)
+        return scores, ids, False
     if len(flt.lists) <= probe:
         assign = np.ascontiguousarray(np.broadcast_to(flt.lists, (n, len(flt.lists))))
         # Coarse scores (query · centroid) only enter codes that hold residuals; Strata's lists hold the vectors

@@ -17,7 +17,15 @@ from indexer.runtime.ann import AnnIndex, IvfParams, check_search_params
 from indexer.runtime.faiss.base import FaissBacked, params_for
 from indexer.runtime.faiss.exact import exact_search, sample_stored, stored_vectors
 from indexer.runtime.faiss.files import memory_bytes, split_ivf, write_index
-from indexer.runtime.faiss.filtered import IdFilter, ListLocator, exact_pays, filtered_nprobe, filtered_search, ivf_of
+from indexer.runtime.faiss.filtered import (
+    IdFilter,
+    ListLocator,
+    exact_pays,
+    filtered_nprobe,
+    filtered_search,
+    ivf_of,
+    own_lists_pay,
+)
 from indexer.runtime.faiss.kmeans import TRAIN_POINTS_PER_LIST
 from indexer.runtime.faiss.quantizer import quantizer_for
 from indexer.runtime.faiss.search import Exclusion, remove_ids, search
@@ -174,16 +182,21 @@ class IvfIndex(FaissBacked):
 
     def with_codes(self, flt: IdFilter) -> IdFilter:
         """`flt` with its matches' codes gathered when scoring them all costs less than the filtered IVF search at
-        the default nprobe (`exact_pays`); else `flt` itself. For a filter used again (the version's cache has it
-        done on a thread of its own): gathering costs about two list walks, so a filter seen once is not worth it."""
+        the default nprobe (`exact_pays`), else in lists of their own where those spare most of that search's id
+        checks (`own_lists_pay`); else `flt` itself. For a filter used again (the version's cache has it done on a
+        thread of its own): copying the codes costs about two list walks, so a filter seen once is not worth it."""
         ivf = ivf_of(self._index)
-        if flt.gathered is not None or not exact_pays(len(flt.ids), self.nprobe, self.ntotal, ivf.nlist,
-                                                      int(ivf.code_size)):
+        if flt.gathered is not None or flt.own is not None or not len(flt.ids):
             return flt
-        locator = self.locator()
-        if not locator.can_gather:
+        locator, code_size = self.locator(), int(ivf.code_size)
+        if exact_pays(len(flt.ids), self.nprobe, self.ntotal, ivf.nlist, code_size):
+            if not locator.can_gather:
+                return flt
+            return dataclasses.replace(flt, gathered=locator.gather(np.searchsorted(locator.ids, flt.ids)))
+        if not own_lists_pay(len(flt.ids), self.ntotal, code_size):
             return flt
-        return dataclasses.replace(flt, gathered=locator.gather(np.searchsorted(locator.ids, flt.ids)))
+        own = locator.own_lists(np.searchsorted(locator.ids, flt.ids))
+        return flt if own is None else dataclasses.replace(flt, own=own)
 
     def filtered_search(self, queries: np.ndarray, k: int, flt: IdFilter, *,
                         search_params: Mapping[str, int] | None = None, ntotal: int | None = None,

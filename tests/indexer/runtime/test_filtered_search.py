@@ -4,11 +4,21 @@ restricted to the matching documents, and brute force over them whenever the sea
 
 from __future__ import annotations
 
+import dataclasses
+
+import faiss
 import numpy as np
 import pytest
 
 from indexer.runtime.faiss.exact import stored_vectors
-from indexer.runtime.faiss.filtered import ListLocator, by_id, exact_pays, filtered_nprobe, filtered_search
+from indexer.runtime.faiss.filtered import (
+    ListLocator,
+    by_id,
+    exact_pays,
+    filtered_nprobe,
+    filtered_search,
+    own_lists_pay,
+)
 from indexer.runtime.faiss.ivf import IvfIndex
 from indexer.runtime.faiss.training import build_ivf, new_ivf
 
@@ -141,16 +151,58 @@ def test_the_search_is_chosen_by_the_filters_cardinality() -> None:
     ids = np.arange(N, dtype=np.int64)
     from indexer.runtime.ann import IvfParams
 
-    index = IvfIndex(build_ivf(docs, ids, NLIST, NPROBE)[0], IvfParams(nlist=NLIST, nlist_requested=NLIST,
-                                                                     nprobe=NPROBE))
-    for n, gathers in ((10_000, False), (200, True)):
+    index = IvfIndex(build_ivf(docs, ids, NLIST, 1)[0], IvfParams(nlist=NLIST, nlist_requested=NLIST, nprobe=1))
+    # at nprobe 1, 10,000 of 20,000: nothing pays; 2,000: the matches' own lists (`own_lists_pay`); 200: gathered
+    for n, made in ((10_000, None), (2_000, "own"), (200, "gathered")):
         first = index.prepare(np.arange(0, 2 * n, 2, dtype=np.int64))
-        assert first.gathered is None  # a filter seen once walks the lists
+        assert first.gathered is None and first.own is None  # a filter seen once walks the lists
         flt = index.with_codes(first)  # used again
-        assert (flt.gathered is not None) == gathers and (flt is first) == (not gathers)
-        assert flt.nbytes >= flt.ids.nbytes + (n * DIM * 2 if gathers else 0)
+        assert (flt.gathered is not None) == (made == "gathered") and (flt.own is not None) == (made == "own")
+        assert (flt is first) == (made is None) and index.with_codes(flt) is flt  # done once
+        assert flt.nbytes >= flt.ids.nbytes + (0 if made is None else n * DIM * 2)
         scores, got, exact = index.filtered_search(queries, K, flt)
-        assert exact == gathers and np.isin(got[got >= 0], flt.ids).all()
+        assert exact == (made == "gathered") and np.isin(got[got >= 0], flt.ids).all()
+        if made == "own":  # the same hits as the selector's search of the whole index
+            want = index.filtered_search(queries, K, first)
+            assert np.array_equal(got, want[1]) and np.array_equal(scores, want[0])
+
+
+@pytest.mark.parametrize("codec", ["SQfp16", "Flat", "SQ8"])
+@pytest.mark.parametrize("id_kind", ["qid", "string"])
+def test_a_filters_own_lists_give_the_selector_searchs_hits_exactly(codec: str, id_kind: str) -> None:
+    """A filter's matches copied into lists of their own (`ListLocator.own_lists`) over the index's quantizer: at
+    every nprobe the search returns the selector-filtered search's ids and scores bit for bit (the same lists
+    probed, the same codes scored; SQ8 codes of residuals too), and holds every match once, in its own list."""
+    docs, queries = corpus(7)
+    rng = np.random.default_rng(8)
+    base = 7 if id_kind == "qid" else 1 << 62
+    ids = (base + 3 * rng.permutation(N)).astype(np.int64)
+    index, _, _ = build_ivf(docs, ids, NLIST, NPROBE, codec=codec)
+    locator = ListLocator(index)
+    for selectivity in (0.1, 0.01):
+        matching = np.sort(rng.choice(ids, int(N * selectivity), replace=False))
+        flt = locator.prepare(matching)
+        own = locator.own_lists(np.searchsorted(locator.ids, flt.ids))
+        assert own is not None and own.index.ntotal == len(matching)
+        held = np.concatenate([faiss.rev_swig_ptr(own.index.invlists.get_ids(lst), own.index.invlists.list_size(lst))
+                               for lst in range(NLIST) if own.index.invlists.list_size(lst)])
+        assert np.array_equal(np.sort(held), matching)
+        with_own = dataclasses.replace(flt, own=own)
+        assert with_own.nbytes >= flt.nbytes + len(matching) * own.index.code_size
+        for probe in (1, NPROBE, 3 * NPROBE):
+            if len(flt.lists) <= probe:
+                continue  # that search goes exact, over the lists holding a match
+            want = filtered_search(index, queries, K, flt, probe)
+            got = filtered_search(index, queries, K, with_own, probe)
+            assert not got[2] and np.array_equal(got[1], want[1]) and np.array_equal(got[0], want[0])
+
+
+def test_own_lists_pay_where_the_id_checks_are_most_of_the_scan() -> None:
+    assert own_lists_pay(100_000, 10_000_000, 768)  # 1 % of 10M: 75 MiB of fp16 codes
+    assert own_lists_pay(125_000, 1_000_000, 768)  # 1/8: the id checks still half the scan
+    assert not own_lists_pay(125_001, 1_000_000, 768)
+    assert not own_lists_pay(200_000, 10_000_000, 768)  # over GATHER_MAX_BYTES
+    assert not own_lists_pay(0, 1_000, 768)
 
 
 def test_filtered_nprobe_grows_as_the_selectivity_falls() -> None:
