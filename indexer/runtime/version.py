@@ -327,17 +327,17 @@ class IndexVersion(LexicalSearching):
         return found
 
     def _gather_later(self, key: str, cached: FilterMatch) -> None:
-        """A filter used again: its matches' codes gathered or put in lists of their own (`AnnIndex.with_codes`) and
-        its lexical rows prepared (`LexicalIndex.prepare_rows`), on this version's one gathering thread, into the
-        cache; until then requests search as the first did, none waits for it (its cost: docs/decisions.md)."""
+        """A filter used again: its codes gathered or in own lists (`AnnIndex.with_codes`) and its lexical rows prepared
+        (`LexicalIndex.prepare_rows`) on this version's gathering thread; until then, searches run as the first did."""
         def gather() -> None:
-            assert cached.prepared is not None
-            prepared = cached.prepared if cached.codes_tried else self.ann.with_codes(cached.prepared)
-            if (rows_tried := bool(cached._rows)) and self.lexical is not None:
-                try:  # kept by the engine while the rows array lives; without, searches go on as before
+            prepared, rows_tried = cached.prepared, bool(cached._rows)
+            assert prepared is not None
+            try:  # tried once; without them, searches go on as before
+                prepared = prepared if cached.codes_tried else self.ann.with_codes(prepared)
+                if rows_tried and self.lexical is not None:  # kept by the engine while the rows array lives
                     self.lexical.prepare_rows(cached._rows[0])
-                except (MemoryError, OSError) as exc:  # a mapped file's read failed, or no memory for them
-                    log.warning("filter %s: its lexical rows were not prepared: %s", key[:200], exc)
+            except (MemoryError, OSError) as exc:  # no memory for them, or a mapped file's read failed
+                log.warning("filter %s: its codes or lexical rows were not prepared: %s", key[:200], exc)
             done = FilterMatch(cached.ids, prepared, cached._rows, codes_tried=True, rows_tried=rows_tried)
             if self.filters.get(key) is cached:  # not evicted meanwhile
                 self.filters.put(key, done)

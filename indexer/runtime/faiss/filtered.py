@@ -114,7 +114,7 @@ class OwnLists:
         return self.n_bytes
 
     def search(self, queries: np.ndarray, k: int, nprobe: int) -> tuple[np.ndarray, np.ndarray]:
-        params = faiss.SearchParametersIVF(nprobe=clamp_nprobe(nprobe, self.index.nlist))
+        params = faiss.SearchParametersIVF(nprobe=clamp_nprobe(nprobe, self.index.nlist))  # type: ignore[call-arg]
         return self.index.search(queries, k, params=params)
 
 

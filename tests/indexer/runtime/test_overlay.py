@@ -446,28 +446,34 @@ def test_closing_a_live_index_frees_its_written_documents(tmp_path: Path) -> Non
     assert snap.empty and len(snap.vectors) == 0
 
 
-def test_a_filter_whose_lexical_rows_cannot_be_prepared_is_searched_as_before(tmp_path: Path,
-                                                                             caplog: pytest.LogCaptureFixture) -> None:
-    """Preparing a filter's lexical rows runs on the version's gathering thread: when it fails (no memory, a mapped
-    file that cannot be read), the failure is logged once, the filter is not tried again, and its searches answer
-    as before."""
+@pytest.mark.parametrize("failing", ["lexical rows", "codes"])
+def test_a_filter_whose_rows_or_codes_cannot_be_prepared_is_searched_as_before(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, failing: str) -> None:
+    """Preparing a filter used again (its lexical rows, its vectors' codes) runs on the version's gathering thread:
+    when it fails (no memory, a mapped file that cannot be read), the failure is logged once, the filter is not
+    tried again, and its searches answer as before."""
     _, live = kites(tmp_path, "pisa")
     base = live.base.lexical
     assert base is not None
 
-    def no_memory(rows: np.ndarray) -> bool:
-        raise MemoryError("no room for the postings")
+    def no_memory(*args: object) -> object:
+        raise MemoryError("no room for them")
 
-    base.prepare_rows = no_memory  # type: ignore[method-assign]
+    if failing == "lexical rows":
+        monkeypatch.setattr(base, "prepare_rows", no_memory)
+    else:
+        monkeypatch.setattr(live.base.ann, "with_codes", no_memory)
     flt = {"n": {"lt": 10}}
     first = live.lexical_search(["kite 3"], 5, live.match(flt))[0]  # its rows found
     for _ in range(200):
         if (match := live.match(flt)).base.rows_tried:
             break
         time.sleep(0.01)
-    assert match.base.rows_tried and not base.prepared(match.base._rows[0])
+    assert match.base.rows_tried and match.base.codes_tried and not base.prepared(match.base._rows[0])
+    assert match.base.prepared is not None  # its codes gathered (few matches) unless that failed
+    assert (match.base.prepared.gathered is None) == (failing == "codes") and match.base.prepared.own is None
     again = live.lexical_search(["kite 3"], 5, live.match(flt))[0]
     assert again[1].tolist() == first[1].tolist() and again[0].tolist() == first[0].tolist()
     assert [r.message for r in caplog.records].count(
-        f"filter {json.dumps(flt, sort_keys=True)}: its lexical rows were not prepared: no room for the postings") == 1
+        f"filter {json.dumps(flt, sort_keys=True)}: its codes or lexical rows were not prepared: no room for them") == 1
     live.close()
