@@ -188,13 +188,20 @@ class IvfIndex(FaissBacked):
         ivf = ivf_of(self._index)
         if flt.gathered is not None or flt.own is not None or not len(flt.ids):
             return flt
-        locator, code_size = self.locator(), int(ivf.code_size)
-        if exact_pays(len(flt.ids), self.nprobe, self.ntotal, ivf.nlist, code_size):
+        locator = self.locator()
+        if exact_pays(len(flt.ids), self.nprobe, self.ntotal, ivf.nlist, int(ivf.code_size)):
             if not locator.can_gather:
                 return flt
             return dataclasses.replace(flt, gathered=locator.gather(np.searchsorted(locator.ids, flt.ids)))
-        if not own_lists_pay(len(flt.ids), self.ntotal, code_size):
+        return self.with_own_lists(flt)
+
+    def with_own_lists(self, flt: IdFilter) -> IdFilter:
+        """`flt` with its matches in lists of their own where those spare most of the filtered IVF search's id
+        checks (`own_lists_pay`), else `flt`: never exact, the same hits as `flt` at every probe (a shard's choice,
+        whose merge must equal the merged index's search)."""
+        if flt.own is not None or not own_lists_pay(len(flt.ids), self.ntotal, int(ivf_of(self._index).code_size)):
             return flt
+        locator = self.locator()
         own = locator.own_lists(np.searchsorted(locator.ids, flt.ids))
         return flt if own is None else dataclasses.replace(flt, own=own)
 

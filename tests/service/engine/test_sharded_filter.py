@@ -53,6 +53,46 @@ def test_merged_filtered_answers_of_two_shards_equal_the_merged_index(tmp_path: 
     assert np.array_equal(got_ids, merged.search(queries, K)[1])
 
 
+def test_a_filter_used_again_on_a_shard_gets_its_own_lists_and_the_same_answers(tmp_path: Path) -> None:
+    """A filter sent by its key and used again: each shard replica builds its matches' own lists on its own thread
+    (`ShardSearcher._own_lists_later`), never codes gathered for exact search, so the merge of the shards still
+    equals the merged index's filtered search, ids and scores, before and after."""
+    import time
+
+    docs, queries = corpus(seed=5)
+    ids = np.arange(N, dtype=np.int64)
+    paths = []
+    for shard in range(2):
+        index = train_empty_ivf(docs, NLIST, NPROBE, seed=1234)
+        rows = np.flatnonzero(ids % 2 == shard)
+        index.add_with_ids(docs[rows], ids[rows])
+        paths.append(tmp_path / f"shard-{shard}.faiss")
+        write_index(index, paths[-1])
+    shards = [ShardSearcher.func_or_class(str(p), NPROBE) for p in paths]
+    merged = read_merged(paths)
+    matching = np.sort(np.random.default_rng(6).choice(ids, N // 10, replace=False))  # 10 %: the IVF scan
+    probe = filtered_nprobe(NPROBE, len(matching), N, NLIST)
+    want = filtered_search(merged, queries, K, ListLocator(merged).prepare(matching), probe)
+
+    def merged_search() -> tuple[np.ndarray, np.ndarray]:
+        return merge_top_k([s.search(queries, K, probe=probe, filter_key="ten", ids_ref=[matching]) for s in shards],
+                           K)
+
+    first = merged_search()
+    assert not any(s.filters.get("ten").codes_tried for s in shards)
+    again = merged_search()  # used again: the lists are built off this request
+    for _ in range(500):
+        if all(s.filters.get("ten").codes_tried for s in shards):
+            break
+        time.sleep(0.01)
+    for s in shards:
+        prepared = s.filters.get("ten").prepared
+        assert prepared.own is not None and prepared.gathered is None and len(prepared.lists) > probe
+    built = merged_search()
+    for got in (first, again, built):
+        assert np.array_equal(got[1], want[1]) and np.array_equal(got[0], want[0])
+
+
 def test_sharded_service_filters_like_the_merged_index(ray_cluster: str, minilm_mean: Path, quora_file: Path,
                                                        tmp_path: Path) -> None:
     from indexer.build import BuildConfig
