@@ -12,7 +12,6 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -28,6 +27,7 @@ from indexer.runtime.faiss.kinds import read_ann
 from indexer.runtime.lexical import LexicalError, LexicalIndex, open_lexical
 from indexer.runtime.manifest import Manifest, ManifestError
 from indexer.runtime.passage_rows import PassageRef
+from indexer.runtime.prepare_later import PrepareLater
 from indexer.runtime.store import STORE, Store
 
 log = logging.getLogger(__name__)
@@ -270,9 +270,7 @@ class IndexVersion(LexicalSearching):
             self.store.close()
             raise IndexLoadError(str(exc)) from exc
         self.filters = FilterCache()
-        self._gathering: set[str] = set()  # filters whose codes the gathering thread has taken up
-        self._gathering_lock = threading.Lock()
-        self._gatherer: ThreadPoolExecutor | None = None
+        self._later = PrepareLater("filter-codes")  # a filter used again: its codes and lexical rows prepared
 
     @property
     def version(self) -> str:
@@ -342,13 +340,7 @@ class IndexVersion(LexicalSearching):
             if self.filters.get(key) is cached:  # not evicted meanwhile
                 self.filters.put(key, done)
 
-        with self._gathering_lock:
-            if key in self._gathering:
-                return
-            self._gathering.add(key)
-            if self._gatherer is None:
-                self._gatherer = ThreadPoolExecutor(1, thread_name_prefix="filter-codes")
-        self._gatherer.submit(gather).add_done_callback(lambda _: self._gathering.discard(key))
+        self._later.submit(key, gather)
 
     def warm_filters(self) -> None:
         """Find, on a thread of its own, what the first filtered search of this version needs once (IVF: which list
@@ -384,8 +376,7 @@ class IndexVersion(LexicalSearching):
         return np.load(path) if path.is_file() else None
 
     def close(self) -> None:
-        if self._gatherer is not None:
-            self._gatherer.shutdown(wait=True, cancel_futures=True)  # no gathering reads a closed index
+        self._later.close()  # no gathering reads a closed index
         self.store.close()
 
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +25,7 @@ from indexer.runtime.faiss.files import read_index
 from indexer.runtime.faiss.filtered import filtered_search
 from indexer.runtime.faiss.kinds import open_index
 from indexer.runtime.filters import Node
+from indexer.runtime.prepare_later import PrepareLater
 from indexer.runtime.shard_writes import ShardWrites
 from indexer.runtime.version import FilterCache, FilterMatch, IndexLoadError
 
@@ -59,10 +58,7 @@ class ShardSearcher:
             raise IndexLoadError(f"{path} is not an {KIND_SPECS[SHARDED_KIND].label} shard: "
                                  f"{str(exc).splitlines()[0]}") from exc
         self.filters = FilterCache()  # this shard's share of the filters it was sent, by their key
-        # a filter used again gets its matches' own lists (`IvfIndex.with_own_lists`) on this one thread
-        self._builder = ThreadPoolExecutor(1, thread_name_prefix="filter-lists")
-        self._building: set[str] = set()
-        self._building_lock = threading.Lock()
+        self._later = PrepareLater("filter-lists")  # a filter used again: its matches' own lists
         self.writes = ShardWrites(Path(path), self.index, Path(log_file) if log_file else None)  # its share of them
         if (nice := os.nice(0)) > 0:
             log.warning("shard replica %s runs at nice %d (Ray's worker_niceness): beside normal-priority work its "
@@ -118,11 +114,7 @@ class ShardSearcher:
             if self.filters.get(key) is cached:  # not evicted meanwhile
                 self.filters.put(key, FilterMatch(cached.ids, prepared, key=key, codes_tried=True))
 
-        with self._building_lock:
-            if key in self._building:
-                return
-            self._building.add(key)
-        self._builder.submit(build).add_done_callback(lambda _: self._building.discard(key))
+        self._later.submit(key, build)
 
     def vectors_of(self, ids: np.ndarray) -> np.ndarray:
         """The vectors under `ids`, all of this shard (`ShardedIndex.vectors_of`), as its lists' codes decode them."""

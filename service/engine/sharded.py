@@ -57,6 +57,7 @@ from indexer.runtime.filters import Node
 from indexer.runtime.ids import shard_of
 from indexer.runtime.lexical import LexicalError, LexicalIndex, open_lexical
 from indexer.runtime.manifest import Manifest, ManifestError
+from indexer.runtime.prepare_later import PrepareLater
 from indexer.runtime.shard_writes import LiveShards
 from indexer.runtime.store import STORE, Store
 from indexer.runtime.topk import merge_top_k
@@ -94,6 +95,7 @@ class ShardedIndex(LexicalSearching):
         self.nlist, self.doc_rows = manifest.index.nlist, store.doc_rows  # `doc_rows`: `VectorIndex`'s
         self.nprobe = clamp_nprobe(nprobe, self.nlist)
         self.filters = FilterCache()
+        self._later = PrepareLater("filter-rows")  # a filter used again: its lexical postings (`prepare_rows`)
         self._refs: OrderedDict[str, tuple[object, int]] = OrderedDict()  # filter key -> (its ids' ObjectRef, bytes)
         self._refs_bytes, self._refs_lock = 0, threading.Lock()
 
@@ -105,7 +107,20 @@ class ShardedIndex(LexicalSearching):
         if found is None:
             found = FilterMatch(self.store.filter_ids(flt, schema), key=key)
             self.filters.put(key, found)
+        elif found._rows and not found.rows_tried and self.lexical is not None:  # used again, rows found
+            self._later.submit(key, lambda: self._prepare_rows(key, found))
         return found
+
+    def _prepare_rows(self, key: str, cached: FilterMatch) -> None:
+        """A filter used again: its lexical rows given their own postings (`LexicalIndex.prepare_rows`, kept by
+        the engine while the rows array lives), as the local backend does; tried once."""
+        assert self.lexical is not None
+        try:
+            self.lexical.prepare_rows(cached._rows[0])
+        except (MemoryError, OSError) as exc:  # no memory for them, or a mapped file's read failed
+            log.warning("filter %s: its lexical rows were not prepared: %s", key[:200], exc)
+        if self.filters.get(key) is cached:  # not evicted meanwhile
+            self.filters.put(key, FilterMatch(cached.ids, None, cached._rows, key=key, rows_tried=True))
 
     def _ids_ref(self, match: FilterMatch) -> list:
         """[the ObjectRef of a filter's ids] in Ray's object store, put once per filter (bounded like the
@@ -175,6 +190,7 @@ class ShardedIndex(LexicalSearching):
         return self.store.ext_ids(ids)
 
     def close(self) -> None:
+        self._later.close()  # no preparing reads a closed lexical index
         self.store.close()
         self.backend.retire(self.apps)
 

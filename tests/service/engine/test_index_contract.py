@@ -557,6 +557,33 @@ def test_lexical_empty_answers(lexical_served: tuple[LexicalCorpus, Any]) -> Non
     assert lexical_answers(index, ["zebra quantum", "the of and"], K) == [[], []]  # no shared term; stopwords
 
 
+def test_a_lexical_filter_used_again_is_prepared_off_the_request_with_the_same_answers(
+        lexical_served: tuple[LexicalCorpus, Any]) -> None:
+    """A filter used again, its rows found by a first lexical search: both backends prepare its rows once, off the
+    request (`prepare_rows`: on PISA its own postings, for a filter of at most `POSTINGS_SHARE` of the documents),
+    and answer as before."""
+    import time
+
+    from indexer.runtime import lexical_pisa
+
+    _, index = lexical_served
+    flt = FILTERS[0]  # 12 of 400 documents
+    first = lexical_answers(index, LEXICAL_QUERIES, K, flt)  # finds its rows
+    again = lexical_answers(index, LEXICAL_QUERIES, K, flt)  # used again: its rows prepared later
+    for _ in range(500):
+        if getattr(match := index.match(flt), "base", match).rows_tried:
+            break
+        time.sleep(0.01)
+    base = getattr(match, "base", match)
+    assert base.rows_tried
+    lexical = lexical_of(index)
+    assert lexical.prepared(base._rows[0]) == (lexical.info.engine == "pisa")
+    assert len(base._rows[0]) <= lexical_pisa.POSTINGS_SHARE * lexical.ntotal
+    for got in (again, lexical_answers(index, LEXICAL_QUERIES, K, flt)):
+        assert [[(h.ext_id, h.score) for h in row] for row in got] == [[(h.ext_id, h.score) for h in row]
+                                                                       for row in first]
+
+
 def test_lexical_deletes_and_replacements_through_the_write_overlay(
         local_lexical_served: tuple[LexicalCorpus, LiveIndex]) -> None:
     """Deleted and replaced base documents never answer by their old text; written ones answer by theirs, scored
