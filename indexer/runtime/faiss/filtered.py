@@ -309,6 +309,7 @@ class ListLocator:
         for a, b in zip(starts, ends, strict=True):
             invlists.add_entries(int(lists[a]), b - a, faiss.swig_ptr(ids[a:b]), faiss.swig_ptr(codes[a:b]))
         out.ntotal = len(pos)
+        # held: the codes and ids, copied into the lists, and each list's two (mostly empty) std::vectors
         return OwnLists(out, self._whole, codes.nbytes + ids.nbytes + 48 * int(out.nlist))
 
     def gather(self, pos: np.ndarray) -> Gathered:
