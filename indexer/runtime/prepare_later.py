@@ -28,8 +28,10 @@ class PrepareLater:
             self._keys.add(key)
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(1, thread_name_prefix=self.name)
-            pool = self._pool
-        pool.submit(task).add_done_callback(lambda _: self._discard(key))
+            # under the lock: `close` shuts the pool down only after marking it closed, so this never submits to a
+            # pool that is shutting down (which raises, in the request that asked)
+            future = self._pool.submit(task)
+        future.add_done_callback(lambda _: self._discard(key))  # outside: a done future calls it at once
 
     def _discard(self, key: str) -> None:
         with self._lock:

@@ -108,7 +108,7 @@ class ShardSearcher:
             assert cached.prepared is not None
             try:
                 prepared = self.index.with_own_lists(cached.prepared)
-            except MemoryError as exc:
+            except (MemoryError, OSError) as exc:  # no memory for them, or a mapped file's read failed
                 log.warning("filter %s: its own lists were not built: %s", key[:200], exc)
                 prepared = cached.prepared
             if self.filters.get(key) is cached:  # not evicted meanwhile

@@ -23,7 +23,6 @@ from indexer.runtime.faiss.filtered import (
     exact_pays,
     filtered_nprobe,
     filtered_search,
-    ivf_of,
     own_lists_pay,
 )
 from indexer.runtime.faiss.kmeans import TRAIN_POINTS_PER_LIST
@@ -185,11 +184,10 @@ class IvfIndex(FaissBacked):
         the default nprobe (`exact_pays`), else in lists of their own where those spare most of that search's id
         checks (`own_lists_pay`); else `flt` itself. For a filter used again (the version's cache has it done on a
         thread of its own): copying the codes costs about two list walks, so a filter seen once is not worth it."""
-        ivf = ivf_of(self._index)
         if flt.gathered is not None or flt.own is not None or not len(flt.ids):
             return flt
         locator = self.locator()
-        if exact_pays(len(flt.ids), self.nprobe, self.ntotal, ivf.nlist, int(ivf.code_size)):
+        if exact_pays(len(flt.ids), self.nprobe, self.ntotal, self._nlist, int(self._ivf.code_size)):
             if not locator.can_gather:
                 return flt
             return dataclasses.replace(flt, gathered=locator.gather(np.searchsorted(locator.ids, flt.ids)))
@@ -199,7 +197,7 @@ class IvfIndex(FaissBacked):
         """`flt` with its matches in lists of their own where those spare most of the filtered IVF search's id
         checks (`own_lists_pay`), else `flt`: never exact, the same hits as `flt` at every probe (a shard's choice,
         whose merge must equal the merged index's search)."""
-        if flt.own is not None or not own_lists_pay(len(flt.ids), self.ntotal, int(ivf_of(self._index).code_size)):
+        if flt.own is not None or not own_lists_pay(len(flt.ids), self.ntotal, int(self._ivf.code_size)):
             return flt
         locator = self.locator()
         own = locator.own_lists(np.searchsorted(locator.ids, flt.ids))
